@@ -1,0 +1,7 @@
+"""The `sessiontree` command line: a thin layer over the library."""
+
+from __future__ import annotations
+
+from .app import app, main
+
+__all__ = ["app", "main"]

@@ -1,0 +1,229 @@
+"""The entry model: TypedDicts for the header and entry types, ids and timestamps.
+
+Entries stay plain dicts with the on-disk camelCase keys, so unknown keys and
+unknown entry types written by newer agents survive a load -> rewrite untouched.
+The TypedDicts document the known shapes; the key order of each entry type is
+the one the TypeScript writers use (e.g. `custom` puts its payload before `id`).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+from collections.abc import Container
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, NotRequired, TypedDict
+
+CURRENT_SESSION_VERSION = 3
+
+Entry = dict[str, Any]
+"""A session entry or header as stored: a plain dict with on-disk keys."""
+
+
+class SessionHeader(TypedDict):
+    """First line of a session file."""
+
+    type: Literal["session"]
+    version: NotRequired[int]
+    """Format version; absent in v1 files."""
+    id: str
+    timestamp: str
+    cwd: str
+    title: NotRequired[str]
+    titleSource: NotRequired[Literal["auto", "user"]]
+    parentSession: NotRequired[str]
+    """Opaque lineage marker: a session id or a session file path."""
+
+
+class _EntryBase(TypedDict):
+    id: str
+    """8 lowercase hex chars for entries we create; any string from other writers."""
+    parentId: str | None
+    """Previous entry on the branch; None for a root."""
+    timestamp: str
+    """ISO-8601 UTC with milliseconds, as `Date.prototype.toISOString()`."""
+
+
+class MessageEntry(_EntryBase):
+    type: Literal["message"]
+    message: dict[str, Any]
+    """An AgentMessage (role user/assistant/toolResult/custom/bashExecution/...)."""
+
+
+class ModelChangeEntry(_EntryBase):
+    type: Literal["model_change"]
+    model: str
+    """"provider/id"; pi files carry `provider` + `modelId` instead."""
+    role: NotRequired[str]
+
+
+class ThinkingLevelChangeEntry(_EntryBase):
+    type: Literal["thinking_level_change"]
+    thinkingLevel: str | None
+
+
+class CompactionEntry(_EntryBase):
+    type: Literal["compaction"]
+    summary: str
+    shortSummary: NotRequired[str]
+    firstKeptEntryId: str
+    tokensBefore: int
+    details: NotRequired[Any]
+    fromExtension: NotRequired[bool]
+    preserveData: NotRequired[Any]
+
+
+class BranchSummaryEntry(_EntryBase):
+    type: Literal["branch_summary"]
+    fromId: str
+    """The entry branched from, or the literal "root"."""
+    summary: str
+    details: NotRequired[Any]
+    fromExtension: NotRequired[bool]
+
+
+class CustomEntry(_EntryBase):
+    type: Literal["custom"]
+    customType: str
+    data: NotRequired[Any]
+
+
+class CustomMessageEntry(_EntryBase):
+    type: Literal["custom_message"]
+    customType: str
+    content: str | list[dict[str, Any]]
+    display: bool
+    details: NotRequired[Any]
+    attribution: NotRequired[Literal["agent", "user"]]
+
+
+class LabelEntry(_EntryBase):
+    type: Literal["label"]
+    targetId: str
+    label: NotRequired[str]
+    """Absent (or "") clears the label of `targetId`."""
+
+
+class TtsrInjectionEntry(_EntryBase):
+    type: Literal["ttsr_injection"]
+    injectedRules: list[str]
+
+
+class SessionInitEntry(_EntryBase):
+    type: Literal["session_init"]
+    systemPrompt: str
+    task: str
+    tools: list[Any]
+    outputSchema: NotRequired[Any]
+
+
+class ModeChangeEntry(_EntryBase):
+    type: Literal["mode_change"]
+    mode: str
+    data: NotRequired[Any]
+
+
+ENTRY_TYPES = frozenset(
+    {
+        "message",
+        "model_change",
+        "thinking_level_change",
+        "compaction",
+        "branch_summary",
+        "custom",
+        "custom_message",
+        "label",
+        "ttsr_injection",
+        "session_init",
+        "mode_change",
+    }
+)
+
+
+def is_valid_header(value: object) -> bool:
+    """A session header: an object with `type == "session"` and a string `id`."""
+    return (
+        isinstance(value, dict)
+        and value.get("type") == "session"
+        and isinstance(value.get("id"), str)
+    )
+
+
+def iso_now() -> str:
+    """The current time as JavaScript's `new Date().toISOString()` writes it."""
+    return format_iso(time.time_ns() // 1_000_000)
+
+
+def format_iso(epoch_ms: int) -> str:
+    """Epoch milliseconds as `YYYY-MM-DDTHH:MM:SS.mmmZ`."""
+    dt = datetime.fromtimestamp(epoch_ms // 1000, UTC)
+    return f"{dt:%Y-%m-%dT%H:%M:%S}.{epoch_ms % 1000:03d}Z"
+
+
+def parse_iso_ms(value: object) -> int | None:
+    """Epoch milliseconds of an ISO timestamp (as `Date.parse`), None if unparseable."""
+    if not isinstance(value, str) or not value:
+        return None
+    text = value
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if dt.tzinfo is None:
+        # Date.parse reads a date-time without offset as local time; a date alone as UTC.
+        if len(value) <= 10:
+            dt = dt.replace(tzinfo=UTC)
+        else:
+            dt = dt.astimezone()
+    return (dt - _EPOCH) // _ONE_MS
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MS = timedelta(milliseconds=1)
+
+
+def generate_entry_id(existing: Container[str]) -> str:
+    """A fresh 8-hex-char entry id not in `existing`."""
+    for _ in range(100):
+        candidate = secrets.token_hex(4)
+        if candidate not in existing:
+            return candidate
+    # Only reachable with an absurd number of entries: widen instead of looping.
+    while True:
+        candidate = secrets.token_hex(8)
+        if candidate not in existing:
+            return candidate
+
+
+_snowflake_lock = threading.Lock()
+_snowflake_last = 0
+_snowflake_seq = 0
+
+
+def generate_session_id() -> str:
+    """A 16-hex-char, time-ordered session id (snowflake style).
+
+    Layout: 42 bits of milliseconds since 2020-01-01, 10 bits of process
+    entropy, 12 bits of sequence within the millisecond.
+    """
+    global _snowflake_last, _snowflake_seq
+    with _snowflake_lock:
+        now = time.time_ns() // 1_000_000 - 1_577_836_800_000
+        if now <= _snowflake_last:
+            _snowflake_seq += 1
+            if _snowflake_seq >= 4096:
+                _snowflake_last += 1
+                _snowflake_seq = 0
+            now = _snowflake_last
+        else:
+            _snowflake_last = now
+            _snowflake_seq = 0
+        value = (now & ((1 << 42) - 1)) << 22 | _NODE_BITS << 12 | _snowflake_seq
+    return f"{value:016x}"
+
+
+_NODE_BITS = (os.getpid() ^ secrets.randbits(10)) & 0x3FF

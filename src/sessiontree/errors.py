@@ -1,0 +1,89 @@
+"""Errors raised by sessiontree.
+
+Every error derives from one root, so callers can catch the whole family::
+
+    SessionTreeError
+      SessionPersistenceError    # stored write failure, re-raised by later operations
+      InvalidSessionFileError    # non-empty file without a valid header; .path, .line
+      AmbiguousSessionError      # resume prefix matching several sessions; .candidates
+      EntryNotFoundError         # unknown entry id (also a KeyError)
+      InvalidBlobRefError        # untrusted blob ref refused before the filesystem
+      SessionLockError           # another live writer holds the session; .pid
+      SessionWriteConflictError  # the file changed on disk behind this writer's back
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+class SessionTreeError(Exception):
+    """Root of every error this package raises."""
+
+
+class SessionPersistenceError(SessionTreeError):
+    """A write to the session store failed; stored and re-raised by later operations."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class InvalidSessionFileError(SessionTreeError):
+    """A non-empty session file has no valid header; the file was left untouched."""
+
+    def __init__(self, path: str, message: str | None = None, line: int | None = None) -> None:
+        super().__init__(
+            message
+            or f"{path}: not a session file (first line is not a valid session header); "
+            "the file was not modified"
+        )
+        self.path = path
+        self.line = line
+
+
+class AmbiguousSessionError(SessionTreeError):
+    """A resume argument matched several sessions."""
+
+    def __init__(self, arg: str, candidates: Sequence[Any]) -> None:
+        self.arg = arg
+        self.candidates = list(candidates)
+        super().__init__(f"{arg!r} matches {len(self.candidates)} sessions; be more specific")
+
+
+class EntryNotFoundError(SessionTreeError, KeyError):
+    """An entry id is not part of the session."""
+
+    def __init__(self, entry_id: object) -> None:
+        self.entry_id = entry_id
+        super().__init__(f"Entry {entry_id} not found")
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0])
+
+
+class InvalidBlobRefError(SessionTreeError, ValueError):
+    """A blob reference or hash is not `blob:sha256:` + 64 lowercase hex characters."""
+
+
+class SessionLockError(SessionTreeError):
+    """Another live process holds the write lock of this session."""
+
+    def __init__(self, path: str, pid: int | None = None, message: str | None = None) -> None:
+        who = f"process {pid}" if pid else "another process"
+        super().__init__(message or f"{path}: session is being written by {who}")
+        self.path = path
+        self.pid = pid
+
+
+class SessionWriteConflictError(SessionTreeError):
+    """The session file changed on disk behind this writer's back."""
+
+    def __init__(self, path: str, message: str | None = None, saved_to: str | None = None) -> None:
+        text = message or f"{path}: file changed on disk since our last write"
+        if saved_to:
+            text += f"; in-memory session saved to {saved_to}"
+        super().__init__(text)
+        self.path = path
+        self.saved_to = saved_to

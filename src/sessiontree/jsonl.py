@@ -1,0 +1,280 @@
+"""JSONL codec: lenient parsing and `JSON.stringify`-identical serialization.
+
+Session files are shared with TypeScript agents, so one entry must serialize to
+exactly the bytes `JSON.stringify` writes. orjson gives the right bytes for
+everything except some numbers (it writes `1.0`, `-0.0`, `3e-6`, `1e+20` where
+JavaScript writes `1`, `0`, `0.000003`, `100000000000000000000`) and it refuses
+lone surrogates, which JavaScript escapes as `\\udXXX`. The fast path is orjson;
+a number fix-up pass and an exact pure-Python encoder cover the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Iterator
+from decimal import Decimal
+from json.encoder import encode_basestring
+from typing import Any
+
+import orjson
+
+from ._unset import UnsetType
+
+__all__ = [
+    "iter_jsonl_bytes",
+    "js_number",
+    "loads_line",
+    "parse_jsonl_lenient",
+    "serialize_entry",
+    "serialize_entry_bytes",
+]
+
+_MAX_SAFE_INTEGER = 2**53
+
+# Number shapes orjson writes differently from JavaScript: any exponent form,
+# and integral floats ("1.0"). A hit may be inside a string; the slow path
+# then tokenizes properly.
+_SUSPECT_NUMBER = re.compile(rb"[0-9]e[+-]?[0-9]|[0-9]\.0(?![0-9])|[0-9]{17}")
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|-?[0-9][0-9.eE+-]*')
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def js_number(value: float | int) -> str:
+    """Format a number exactly as JavaScript's `Number.prototype.toString` does."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        if -_MAX_SAFE_INTEGER <= value <= _MAX_SAFE_INTEGER:
+            return str(value)
+        value = float(value)  # JavaScript holds every number as a double
+    if math.isnan(value) or math.isinf(value):
+        return "null"
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    # repr() gives the shortest round-trip digits, as ECMAScript requires.
+    _, digit_tuple, exponent = Decimal(repr(abs(value))).as_tuple()
+    digits = "".join(map(str, digit_tuple)).rstrip("0") or "0"
+    assert isinstance(exponent, int)
+    k = len(digits)
+    n = len(digit_tuple) + exponent  # decimal point position
+    if k <= n <= 21:
+        body = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        body = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        body = "0." + "0" * (-n) + digits
+    else:
+        e = n - 1
+        mantissa = digits if k == 1 else digits[0] + "." + digits[1:]
+        body = f"{mantissa}e{'+' if e >= 0 else '-'}{abs(e)}"
+    return sign + body
+
+
+def _fix_token(match: re.Match[bytes]) -> bytes:
+    tok = match.group(0)
+    if tok[0] == 34:  # a string: leave it alone
+        return tok
+    if b"." in tok or b"e" in tok or b"E" in tok:
+        return js_number(float(tok)).encode()
+    if len(tok) > 16:
+        return js_number(int(tok)).encode()
+    return tok
+
+
+def _encode_str(s: str) -> str:
+    out: str = encode_basestring(s)
+    if _SURROGATE.search(out) is None:
+        return out
+    # Python keeps surrogate code points apart; JavaScript sees adjacent
+    # high+low units as one character and escapes only lone ones.
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", _join_pairs(out))
+
+
+def _join_pairs(s: str) -> str:
+    return re.sub(
+        "[\ud800-\udbff][\udc00-\udfff]",
+        lambda m: m.group(0).encode("utf-16-le", "surrogatepass").decode("utf-16-le"),
+        s,
+    )
+
+
+def _encode_slow(obj: Any, parts: list[str]) -> bool:
+    """Exact `JSON.stringify`; returns False where JS would yield `undefined`."""
+    if obj is None:
+        parts.append("null")
+    elif obj is True:
+        parts.append("true")
+    elif obj is False:
+        parts.append("false")
+    elif isinstance(obj, str):
+        parts.append(_encode_str(obj))
+    elif isinstance(obj, (int, float)):
+        parts.append(js_number(obj))
+    elif isinstance(obj, dict):
+        parts.append("{")
+        first = True
+        for key, value in obj.items():
+            if isinstance(value, UnsetType) or callable(value):
+                continue
+            mark = len(parts)
+            if not first:
+                parts.append(",")
+            parts.append(_encode_str(key if isinstance(key, str) else _key_str(key)))
+            parts.append(":")
+            if _encode_slow(value, parts):
+                first = False
+            else:
+                del parts[mark:]
+        parts.append("}")
+    elif isinstance(obj, (list, tuple)):
+        parts.append("[")
+        for i, item in enumerate(obj):
+            if i:
+                parts.append(",")
+            if not _encode_slow(item, parts):
+                parts.append("null")  # JSON.stringify writes undefined items as null
+        parts.append("]")
+    elif isinstance(obj, UnsetType):
+        return False
+    else:
+        raise TypeError(f"Object of type {type(obj).__name__} is not JSON serializable")
+    return True
+
+
+def _key_str(key: object) -> str:
+    if isinstance(key, bool) or key is None:
+        return json.dumps(key)
+    if isinstance(key, (int, float)):
+        return js_number(key)
+    return str(key)
+
+
+def serialize_entry_bytes(obj: Any) -> bytes:
+    """`serialize_entry` as UTF-8 bytes, without a trailing newline (the hot path)."""
+    try:
+        out = orjson.dumps(obj)
+    except (TypeError, orjson.JSONEncodeError):
+        parts: list[str] = []
+        if not _encode_slow(obj, parts):
+            raise TypeError("value serializes to undefined") from None
+        return "".join(parts).encode("utf-8")
+    if _SUSPECT_NUMBER.search(out) is not None:
+        out = _TOKEN.sub(_fix_token, out)
+    return out
+
+
+def serialize_entry(obj: Any) -> str:
+    """One line of JSON identical to JavaScript's `JSON.stringify(obj)` (no newline).
+
+    Keys are kept in order, non-ASCII is written raw, keys whose value is `UNSET`
+    are omitted, numbers are formatted as JavaScript prints them.
+    """
+    return serialize_entry_bytes(obj).decode("utf-8")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"invalid JSON constant {name}")
+
+
+_slow_decoder = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def loads_line(line: str | bytes) -> Any:
+    """Parse one JSON text as `JSON.parse` would; raises ValueError when it is invalid.
+
+    orjson is tried first; it refuses lone-surrogate escapes and numbers beyond a
+    double, which JavaScript accepts, so those lines take the exact slow path.
+    """
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError:
+        pass
+    if isinstance(line, bytes):
+        line = line.decode("utf-8", "replace")
+    text = line.strip(" \t\r\n")
+    try:
+        return _slow_decoder.decode(text)
+    except RecursionError as exc:
+        raise ValueError("JSON nested too deeply") from exc
+
+
+def _iter_lines(text: str) -> Iterator[str]:
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return iter(text.split("\n"))
+
+
+def parse_jsonl_lenient(text: str) -> list[Any]:
+    """Parse JSONL text, one value per line, skipping blank and malformed lines.
+
+    Handles CRLF line ends, a missing final newline and a leading UTF-8 BOM.
+    Never raises for any `str`.
+    """
+    values: list[Any] = []
+    append = values.append
+    loads = orjson.loads
+    for line in _iter_lines(text):
+        if not line or line.isspace():
+            continue
+        try:
+            append(loads(line))
+        except orjson.JSONDecodeError:
+            try:
+                append(loads_line(line))
+            except (ValueError, UnicodeError):
+                continue
+    return values
+
+
+def iter_jsonl_bytes(
+    chunks: Iterable[bytes],
+) -> Iterator[tuple[int, bytes, bool]]:
+    """Split a byte stream into lines: yields `(line_number, line, has_newline)`.
+
+    Line numbers start at 1; the line excludes its `\\n`. Used by streaming loads
+    so a 1 GB file is never held as one string.
+    """
+    pending: list[bytes] = []  # pieces of a line that spans chunks (no quadratic concat)
+    number = 0
+    bom_checked = False
+    head = b""
+    for chunk in chunks:
+        if not bom_checked:
+            chunk = head + chunk
+            if len(chunk) < 3 and b"\xef\xbb\xbf".startswith(chunk):
+                head = chunk  # too short to tell whether a BOM starts the stream
+                continue
+            bom_checked = True
+            if chunk.startswith(b"\xef\xbb\xbf"):
+                chunk = chunk[3:]
+        find = chunk.find
+        end = find(b"\n")
+        if end < 0:
+            if chunk:
+                pending.append(chunk)
+            continue
+        number += 1
+        if pending:
+            pending.append(chunk[:end])
+            yield number, b"".join(pending), True
+            pending = []
+        else:
+            yield number, chunk[:end], True
+        start = end + 1
+        while True:
+            end = find(b"\n", start)
+            if end < 0:
+                break
+            number += 1
+            yield number, chunk[start:end], True
+            start = end + 1
+        if start < len(chunk):
+            pending.append(chunk[start:])
+    if not bom_checked and head:
+        pending.append(head)
+    if pending:
+        number += 1
+        yield number, b"".join(pending), False

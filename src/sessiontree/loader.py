@@ -1,0 +1,126 @@
+"""Reading session files: streaming, lenient, one pass.
+
+A session file is `[title slot]`, header, then one entry per line. Lines that do
+not parse (or are not objects) are skipped and remembered by line number, so
+tools can report them; nothing valid is ever dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from .entries import Entry, is_valid_header
+from .jsonl import iter_jsonl_bytes, loads_line
+from .storage.base import SessionStorage
+
+__all__ = [
+    "TITLE_SLOT_BYTES",
+    "LoadedSession",
+    "is_title_slot",
+    "load_entries_from_file",
+    "read_session",
+]
+
+TITLE_SLOT_BYTES = 256
+
+
+def is_title_slot(value: object) -> bool:
+    """A fixed-width title line of newer oh-my-pi files (not an entry)."""
+    return (
+        isinstance(value, dict)
+        and value.get("type") == "title"
+        and value.get("v") == 1
+        and isinstance(value.get("title"), str)
+        and isinstance(value.get("updatedAt"), str)
+        and isinstance(value.get("pad"), str)
+        and value.get("source") in (None, "auto", "user")
+    )
+
+
+@dataclass(slots=True)
+class LoadedSession:
+    """What a session file holds, as read."""
+
+    exists: bool = False
+    blank: bool = True
+    """Missing, zero bytes or whitespace only: a session may be initialised there."""
+    header: Entry | None = None
+    entries: list[Entry] = field(default_factory=list)
+    title_slot: Entry | None = None
+    title_slot_raw: bytes | None = None
+    malformed_lines: list[int] = field(default_factory=list)
+    """1-based physical line numbers that did not parse as a JSON object."""
+    header_line: int | None = None
+    ends_with_newline: bool = True
+    size: int = 0
+
+    @property
+    def valid(self) -> bool:
+        return self.header is not None
+
+
+def read_session(path: str, storage: SessionStorage) -> LoadedSession:
+    """Stream a session file into a `LoadedSession` (FileNotFoundError propagates)."""
+    result = LoadedSession(exists=True)
+    entries = result.entries
+    append = entries.append
+    loads = orjson.loads
+    header_seen = False
+    last_has_newline = True
+    for number, raw, has_newline in iter_jsonl_bytes(_sized(storage.iter_chunks(path), result)):
+        last_has_newline = has_newline
+        if not raw or raw.isspace():
+            continue
+        result.blank = False
+        try:
+            value: Any = loads(raw)
+        except orjson.JSONDecodeError:
+            try:
+                value = loads_line(raw)
+            except (ValueError, UnicodeError):
+                result.malformed_lines.append(number)
+                continue
+        if not isinstance(value, dict):
+            result.malformed_lines.append(number)
+            continue
+        if header_seen:
+            append(value)
+            continue
+        if number == 1 and result.title_slot is None and is_title_slot(value):
+            result.title_slot = value
+            result.title_slot_raw = raw + b"\n" if has_newline else raw
+            continue
+        # The first parsed object decides: a header, or not a session file.
+        if not is_valid_header(value):
+            result.header_line = number
+            return result
+        header_seen = True
+        result.header = value
+        result.header_line = number
+    result.ends_with_newline = last_has_newline
+    return result
+
+
+def _sized(chunks: Iterable[bytes], result: LoadedSession) -> Iterator[bytes]:
+    for chunk in chunks:
+        result.size += len(chunk)
+        yield chunk
+
+
+def load_entries_from_file(path: str, storage: SessionStorage | None = None) -> list[Entry]:
+    """Header + entries of a session file; `[]` when missing or without a valid header."""
+    if storage is None:
+        from .storage.file import FileSessionStorage
+
+        storage = FileSessionStorage()
+    try:
+        loaded = read_session(path, storage)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    if loaded.header is None:
+        return []
+    return [loaded.header, *loaded.entries]

@@ -1,0 +1,1042 @@
+"""`SessionManager`: the session tree in memory, persisted as one JSONL file.
+
+Appends update memory first and, once persistence is active, hand exactly one
+line to the OS before returning. Persistence starts with the first assistant
+message (a session that never got an answer leaves no file) or `ensure_on_disk()`.
+Full rewrites (migration, rename, fork, move) go through `write_atomic`: temp
+file, fsync, rename, directory fsync — a crash leaves the old or the new file.
+"""
+
+from __future__ import annotations
+
+import atexit
+import builtins
+import logging
+import os
+import re
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from . import persistence
+from ._unset import UNSET, Maybe, UnsetType
+from .blobs import BlobPutResult, BlobStore, BlobStoreLike, MemoryBlobStore
+from .context import SessionContext, build_session_context
+from .entries import (
+    CURRENT_SESSION_VERSION,
+    Entry,
+    generate_entry_id,
+    generate_session_id,
+    iso_now,
+)
+from .errors import (
+    EntryNotFoundError,
+    InvalidSessionFileError,
+    SessionPersistenceError,
+    SessionTreeError,
+)
+from .jsonl import serialize_entry_bytes
+from .loader import TITLE_SLOT_BYTES, LoadedSession, read_session
+from .migrations import migrate_session_entries
+from .paths import get_agent_dir, get_default_session_dir, get_terminal_id, session_file_name
+from .storage.base import SessionStorage, SessionStorageWriter
+from .storage.file import FileSessionStorage
+from .storage.memory import MemorySessionStorage
+from .tree import SessionTreeNode, build_tree, path_to_root
+
+__all__ = ["SessionManager", "UsageStatistics"]
+
+log = logging.getLogger("sessiontree")
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_HEADER_KEY_ORDER = (
+    "type",
+    "version",
+    "id",
+    "timestamp",
+    "cwd",
+    "title",
+    "titleSource",
+    "parentSession",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class UsageStatistics:
+    """Token and cost totals summed from assistant message `usage`."""
+
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    cost: float = 0.0
+
+
+_open_managers: weakref.WeakSet[SessionManager] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_managers() -> None:
+    for manager in list(_open_managers):
+        try:
+            manager.close()
+        except Exception as exc:
+            log.warning("closing session at exit failed: %s", exc)
+
+
+def _is_assistant(entry: Entry) -> bool:
+    if entry.get("type") != "message":
+        return False
+    message = entry.get("message")
+    return isinstance(message, dict) and message.get("role") == "assistant"
+
+
+def clean_session_name(name: str) -> str:
+    """Control characters become spaces, runs of whitespace collapse, ends trimmed."""
+    return " ".join(_CONTROL.sub(" ", name).split())
+
+
+def _ordered_header(header: Entry) -> Entry:
+    """The header with known keys in the reference order, unknown keys after."""
+    ordered = {k: header[k] for k in _HEADER_KEY_ORDER if k in header}
+    for key, value in header.items():
+        if key not in ordered:
+            ordered[key] = value
+    return ordered
+
+
+def _title_slot_line(title: str, source: str | None, updated_at: str) -> bytes:
+    """The fixed-width (256-byte) title line of oh-my-pi, title cut by code points to fit."""
+
+    def line(text: str, pad: str) -> bytes:
+        slot: dict[str, Any] = {"type": "title", "v": 1, "title": text}
+        if source:
+            slot["source"] = source
+        slot["updatedAt"] = updated_at
+        slot["pad"] = pad
+        return serialize_entry_bytes(slot) + b"\n"
+
+    low, high, best = 0, len(title), ""
+    while low <= high:
+        mid = (low + high) // 2
+        if len(line(title[:mid], "")) <= TITLE_SLOT_BYTES:
+            best, low = title[:mid], mid + 1
+        else:
+            high = mid - 1
+    unpadded = line(best, "")
+    return line(best, " " * (TITLE_SLOT_BYTES - len(unpadded)))
+
+
+class SessionManager:
+    """One session: an append-only entry tree plus a movable leaf pointer.
+
+    Use the factories (`create`, `open`, `continue_recent`, `fork_from`,
+    `in_memory`); the manager is a context manager that flushes and closes.
+    """
+
+    def __init__(
+        self,
+        cwd: str,
+        session_dir: str,
+        session_file: str | None,
+        persist: bool,
+        storage: SessionStorage,
+        *,
+        read_only: bool = False,
+        blob_store: BlobStoreLike | None = None,
+    ) -> None:
+        self._cwd = cwd
+        self._session_dir = session_dir
+        self._storage = storage
+        self._persist = persist
+        self._read_only = read_only
+        self._blobs: BlobStoreLike = (
+            blob_store if blob_store is not None else _default_blobs(storage)
+        )
+        self._session_file: str | None = None
+        self._header: Entry = {}
+        self._title_slot_raw: bytes | None = None
+        self._slot_title: str | None = None
+        self._slot_source: str | None = None
+        self._entries: builtins.list[Entry] = []
+        self._by_id: dict[str, Entry] = {}
+        self._children: dict[str | None, builtins.list[Entry]] = {}
+        self._labels: dict[str, str] = {}
+        self._leaf_id: str | None = None
+        self._has_assistant = False
+        self._on_disk = False  # the file holds everything; appends add one line each
+        self._needs_newline = False  # the file ends without "\n" (torn or unterminated line)
+        self._writer: SessionStorageWriter | None = None
+        self._error: SessionPersistenceError | None = None
+        self._closed = False
+        if session_file is not None:
+            self.set_session_file(session_file)
+        else:
+            self._new_session_state(None)
+        if persist and not read_only:
+            _open_managers.add(self)
+
+    # ------------------------------------------------------------------ factories
+
+    @classmethod
+    def create(
+        cls,
+        cwd: str,
+        session_dir: str | None = None,
+        storage: SessionStorage | None = None,
+        *,
+        blob_store: BlobStoreLike | None = None,
+    ) -> SessionManager:
+        """A new persistent session for `cwd` (written with the first assistant message)."""
+        storage = storage if storage is not None else FileSessionStorage()
+        directory = session_dir if session_dir is not None else get_default_session_dir(cwd)
+        return cls(cwd, directory, None, True, storage, blob_store=blob_store)
+
+    @classmethod
+    def open(
+        cls,
+        path: str,
+        session_dir: str | None = None,
+        storage: SessionStorage | None = None,
+        read_only: bool = False,
+        *,
+        blob_store: BlobStoreLike | None = None,
+    ) -> SessionManager:
+        """Open a session file; its cwd comes from the header.
+
+        `read_only=True` writes nothing, ever; a missing file is FileNotFoundError.
+        """
+        storage = storage if storage is not None else FileSessionStorage()
+        directory = session_dir if session_dir is not None else os.path.dirname(path)
+        return cls(
+            os.getcwd(),
+            directory,
+            path,
+            True,
+            storage,
+            read_only=read_only,
+            blob_store=blob_store,
+        )
+
+    @classmethod
+    def continue_recent(
+        cls,
+        cwd: str,
+        session_dir: str | None = None,
+        storage: SessionStorage | None = None,
+        *,
+        blob_store: BlobStoreLike | None = None,
+    ) -> SessionManager:
+        """Resume this terminal's session, else the newest one for `cwd`, else a new one."""
+        from .discovery import find_most_recent_session
+
+        storage = storage if storage is not None else FileSessionStorage()
+        directory = session_dir if session_dir is not None else get_default_session_dir(cwd)
+        candidate = _read_breadcrumb(cwd, storage)
+        if candidate is None:
+            candidate = find_most_recent_session(directory, storage=storage)
+        if candidate is not None:
+            return cls(cwd, directory, candidate, True, storage, blob_store=blob_store)
+        return cls(cwd, directory, None, True, storage, blob_store=blob_store)
+
+    @classmethod
+    def fork_from(
+        cls,
+        source_path: str,
+        cwd: str,
+        session_dir: str | None = None,
+        storage: SessionStorage | None = None,
+        *,
+        blob_store: BlobStoreLike | None = None,
+    ) -> SessionManager:
+        """A new session in `cwd` holding a copy of another session's entries."""
+        storage = storage if storage is not None else FileSessionStorage()
+        source = cls.open(source_path, storage=storage, read_only=True, blob_store=blob_store)
+        directory = session_dir if session_dir is not None else get_default_session_dir(cwd)
+        manager = cls(cwd, directory, None, True, storage, blob_store=blob_store)
+        header = manager._header
+        header["parentSession"] = source.get_session_id()
+        for key in ("title", "titleSource"):
+            if key in source._header:
+                header[key] = source._header[key]
+        if "title" not in header and source._slot_title:
+            header["title"] = source._slot_title
+            if source._slot_source:
+                header["titleSource"] = source._slot_source
+        manager._header = _ordered_header(header)
+        manager._load_entries(source._entries)
+        manager._write_full()
+        return manager
+
+    @classmethod
+    def in_memory(
+        cls, cwd: str | None = None, storage: SessionStorage | None = None
+    ) -> SessionManager:
+        """A session that is never persisted (MemorySessionStorage)."""
+        storage = storage if storage is not None else MemorySessionStorage()
+        cwd = cwd if cwd is not None else os.getcwd()
+        return cls(cwd, "", None, False, storage)
+
+    @staticmethod
+    def list(
+        cwd: str, session_dir: str | None = None, storage: SessionStorage | None = None
+    ) -> builtins.list[Any]:
+        """Sessions of `cwd`'s project (or of `session_dir`), newest modified first."""
+        from .discovery import list_sessions
+
+        return list_sessions(cwd, session_dir=session_dir, storage=storage)
+
+    @staticmethod
+    def list_all(
+        storage: SessionStorage | None = None, agent_dir: str | None = None
+    ) -> builtins.list[Any]:
+        """Sessions of every project under `<agent dir>/sessions`, newest modified first."""
+        from .discovery import list_all_sessions
+
+        return list_all_sessions(storage=storage, agent_dir=agent_dir)
+
+    # ------------------------------------------------------------------ context manager
+
+    def __enter__(self) -> SessionManager:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ state
+
+    def _new_session_state(self, parent_session: str | None) -> None:
+        session_id = generate_session_id()
+        timestamp = iso_now()
+        header: Entry = {
+            "type": "session",
+            "version": CURRENT_SESSION_VERSION,
+            "id": session_id,
+            "timestamp": timestamp,
+            "cwd": self._cwd,
+        }
+        if parent_session is not None:
+            header["parentSession"] = parent_session
+        self._header = header
+        self._title_slot_raw = None
+        self._slot_title = self._slot_source = None
+        self._load_entries([])
+        self._on_disk = False
+        self._needs_newline = False
+        if self._persist:
+            self._session_file = os.path.join(
+                self._session_dir, session_file_name(timestamp, session_id)
+            )
+        else:
+            self._session_file = None
+
+    def _load_entries(self, entries: builtins.list[Entry]) -> None:
+        """Replace the entries and rebuild every index in one pass."""
+        self._entries = entries
+        by_id: dict[str, Entry] = {}
+        children: dict[str | None, builtins.list[Entry]] = {}
+        labels: dict[str, str] = {}
+        has_assistant = False
+        for entry in entries:
+            self._index(entry, by_id, children, labels)
+            if not has_assistant and _is_assistant(entry):
+                has_assistant = True
+        self._by_id, self._children, self._labels = by_id, children, labels
+        self._has_assistant = has_assistant
+        last = entries[-1] if entries else None
+        last_id = last.get("id") if last is not None else None
+        self._leaf_id = last_id if isinstance(last_id, str) else None
+
+    @staticmethod
+    def _index(
+        entry: Entry,
+        by_id: dict[str, Entry],
+        children: dict[str | None, builtins.list[Entry]],
+        labels: dict[str, str],
+    ) -> None:
+        entry_id = entry.get("id")
+        if isinstance(entry_id, str):
+            by_id[entry_id] = entry
+        parent = entry.get("parentId")
+        if parent is None or isinstance(parent, str):
+            children.setdefault(parent, []).append(entry)
+        if entry.get("type") == "label":
+            target = entry.get("targetId")
+            if isinstance(target, str):
+                label = entry.get("label")
+                # Same order semantics as the reference's Map: re-setting keeps the
+                # position, clearing deletes (a later set goes to the end).
+                if isinstance(label, str) and label:
+                    labels[target] = label
+                else:
+                    labels.pop(target, None)
+
+    # ------------------------------------------------------------------ loading
+
+    def set_session_file(self, path: str) -> None:
+        """Switch to the session at `path`: load, migrate (rewriting), resolve blobs.
+
+        A missing or blank file starts a new session at exactly that path (its
+        header written at once). A non-empty file without a valid header raises
+        `InvalidSessionFileError` and is left untouched.
+        """
+        self._close_writer()
+        try:
+            loaded = read_session(path, self._storage)
+        except (FileNotFoundError, NotADirectoryError):
+            if self._read_only:
+                raise
+            loaded = LoadedSession(exists=False)
+        if not loaded.valid:
+            if not loaded.blank:
+                raise InvalidSessionFileError(path, line=loaded.header_line)
+            if self._read_only:
+                raise FileNotFoundError(f"{path}: empty session file")
+            self._new_session_state(None)
+            self._session_file = path
+            self._session_dir = os.path.dirname(path) or self._session_dir
+            self._write_full()
+            return
+        header = loaded.header
+        assert header is not None
+        self._session_file = path
+        self._header = header
+        cwd = header.get("cwd")
+        if isinstance(cwd, str):
+            self._cwd = cwd
+        self._title_slot_raw = loaded.title_slot_raw
+        slot = loaded.title_slot
+        self._slot_title = slot.get("title") if slot else None
+        self._slot_source = slot.get("source") if slot else None
+        raw = [header, *loaded.entries]
+        migrated = migrate_session_entries(raw)
+        entries = raw[1:]
+        resolved = [persistence.resolve_blob_refs(entry, self._blobs) for entry in entries]
+        self._load_entries(resolved)
+        self._on_disk = True
+        self._needs_newline = not loaded.ends_with_newline
+        if migrated and not self._read_only:
+            self._write_full()
+        elif not self._read_only:
+            _write_breadcrumb(self._cwd, path, self._storage)
+
+    # ------------------------------------------------------------------ persistence
+
+    def _check_writable(self) -> None:
+        if self._read_only:
+            raise SessionTreeError(f"{self._session_file}: session is open read-only")
+        if self._error is not None:
+            raise self._error
+
+    def _fail(self, exc: BaseException, action: str) -> SessionPersistenceError:
+        if self._error is None:
+            error = SessionPersistenceError(
+                f"{self._session_file}: {action} failed: {exc}", self._session_file
+            )
+            error.__cause__ = exc
+            self._error = error
+            log.error("session persistence failed for %s: %s", self._session_file, exc)
+        return self._error
+
+    def _serialize(self, entry: Entry) -> bytes:
+        return serialize_entry_bytes(persistence.prepare_for_persist(entry, self._blobs)) + b"\n"
+
+    def _file_chunks(self) -> Iterator[bytes]:
+        if self._title_slot_raw is not None:
+            yield self._title_slot_raw
+        yield serialize_entry_bytes(self._header) + b"\n"
+        batch: builtins.list[bytes] = []
+        size = 0
+        for entry in self._entries:
+            line = self._serialize(entry)
+            batch.append(line)
+            size += len(line)
+            if size >= 1 << 20:
+                yield b"".join(batch)
+                batch, size = [], 0
+        if batch:
+            yield b"".join(batch)
+
+    def _write_full(self) -> None:
+        """Atomically (re)write the whole session file; persistence is then active."""
+        if not self._persist or self._read_only or self._session_file is None:
+            return
+        self._check_writable()
+        self._close_writer()
+        path = self._session_file
+        try:
+            self._storage.ensure_dir(os.path.dirname(path) or ".")
+            self._storage.write_atomic(path, self._file_chunks())
+        except OSError as exc:
+            raise self._fail(exc, "rewrite") from exc
+        was_on_disk = self._on_disk
+        self._on_disk = True
+        self._needs_newline = False
+        if not was_on_disk:
+            _write_breadcrumb(self._cwd, path, self._storage)
+
+    def _persist_entry(self, entry: Entry) -> None:
+        if not self._persist:
+            return
+        if not self._on_disk:
+            if self._has_assistant:
+                self._write_full()
+            return
+        writer = self._writer
+        if writer is None:
+            try:
+                writer = self._writer = self._storage.open_writer(self._session_file or "", "a")
+            except OSError as exc:
+                raise self._fail(exc, "open for append") from exc
+        try:
+            line = self._serialize(entry)
+            if self._needs_newline:
+                # Never glue an entry onto a torn or unterminated last line.
+                line = b"\n" + line
+            _write_bytes(writer, line)
+            self._needs_newline = False
+        except OSError as exc:
+            raise self._fail(exc, "append") from exc
+
+    def _close_writer(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:
+                writer.close()
+            except OSError as exc:
+                raise self._fail(exc, "close") from exc
+
+    def ensure_on_disk(self) -> None:
+        """Write the session now, even before an assistant message; every entry after too."""
+        self._check_writable()
+        if self._persist and not self._on_disk:
+            self._write_full()
+
+    def flush(self) -> None:
+        """Make every write so far durable: blobs first, then the session file."""
+        if self._error is not None:
+            raise self._error
+        if self._writer is None:
+            return
+        try:
+            self._blobs.sync()
+            self._writer.fsync()
+        except OSError as exc:
+            raise self._fail(exc, "fsync") from exc
+
+    def close(self) -> None:
+        """Flush and release the file; raises the stored persistence error, if any."""
+        if self._closed:
+            return
+        self._closed = True
+        _open_managers.discard(self)
+        try:
+            self.flush()
+        finally:
+            self._close_writer()
+        if self._error is not None:
+            raise self._error
+
+    def rewrite_entries(self) -> None:
+        """Atomically rewrite the file after in-place edits of entries."""
+        self._check_writable()
+        if self._on_disk:
+            self._write_full()
+
+    def is_persisted(self) -> bool:
+        """Whether this session writes to storage at all."""
+        return self._persist
+
+    def is_read_only(self) -> bool:
+        return self._read_only
+
+    def put_blob(self, data: bytes) -> BlobPutResult:
+        """Store bytes in the blob store (content addressed)."""
+        return self._blobs.put(data)
+
+    # ------------------------------------------------------------------ appending
+
+    def _append(self, entry: Entry) -> str:
+        self._check_writable()
+        self._entries.append(entry)
+        self._index(entry, self._by_id, self._children, self._labels)
+        entry_id: str = entry["id"]
+        self._leaf_id = entry_id
+        if not self._has_assistant and _is_assistant(entry):
+            self._has_assistant = True
+        self._persist_entry(entry)
+        return entry_id
+
+    def _base(self, kind: str) -> Entry:
+        return {
+            "type": kind,
+            "id": generate_entry_id(self._by_id),
+            "parentId": self._leaf_id,
+            "timestamp": iso_now(),
+        }
+
+    def append_message(self, message: dict[str, Any]) -> str:
+        """Append a message entry (stored verbatim)."""
+        entry = self._base("message")
+        entry["message"] = message
+        return self._append(entry)
+
+    def append_thinking_level_change(self, thinking_level: str | None) -> str:
+        """Append a thinking level change; None is written as `null`."""
+        entry = self._base("thinking_level_change")
+        entry["thinkingLevel"] = thinking_level
+        return self._append(entry)
+
+    def append_model_change(self, model: str, role: str | None = None) -> str:
+        """Append a model change (`"provider/id"`); role omitted when None."""
+        entry = self._base("model_change")
+        entry["model"] = model
+        if role is not None:
+            entry["role"] = role
+        return self._append(entry)
+
+    def append_compaction(
+        self,
+        summary: str,
+        short_summary: Maybe[str | None],
+        first_kept_entry_id: str,
+        tokens_before: int,
+        details: Maybe[Any] = UNSET,
+        from_extension: Maybe[bool | None] = UNSET,
+        preserve_data: Maybe[Any] = UNSET,
+    ) -> str:
+        """Append a compaction: context keeps `first_kept_entry_id`..here after its summary."""
+        entry = self._base("compaction")
+        entry["summary"] = summary
+        _put(entry, "shortSummary", short_summary)
+        entry["firstKeptEntryId"] = first_kept_entry_id
+        entry["tokensBefore"] = tokens_before
+        _put(entry, "details", details)
+        _put(entry, "fromExtension", from_extension)
+        _put(entry, "preserveData", preserve_data)
+        return self._append(entry)
+
+    def append_custom_entry(self, custom_type: str, data: Maybe[Any] = UNSET) -> str:
+        """Append extension state (not part of the model context)."""
+        entry: Entry = {"type": "custom", "customType": custom_type}
+        _put(entry, "data", data)
+        entry.update(self._base("custom"))
+        return self._append(entry)
+
+    def append_custom_message_entry(
+        self,
+        custom_type: str,
+        content: str | builtins.list[dict[str, Any]],
+        display: bool,
+        details: Maybe[Any] = UNSET,
+        attribution: Maybe[str | None] = "agent",
+    ) -> str:
+        """Append an extension message that takes part in the model context."""
+        entry: Entry = {
+            "type": "custom_message",
+            "customType": custom_type,
+            "content": content,
+            "display": display,
+        }
+        _put(entry, "details", details)
+        _put(entry, "attribution", attribution)
+        entry.update(self._base("custom_message"))
+        return self._append(entry)
+
+    def append_label_change(self, target_id: str, label: str | None) -> str:
+        """Set (or with None/"" clear) the label of an entry."""
+        if target_id not in self._by_id:
+            raise EntryNotFoundError(target_id)
+        entry = self._base("label")
+        entry["targetId"] = target_id
+        if label is not None:
+            entry["label"] = label
+        return self._append(entry)
+
+    def append_ttsr_injection(self, rule_names: builtins.list[str]) -> str:
+        entry = self._base("ttsr_injection")
+        entry["injectedRules"] = list(rule_names)
+        return self._append(entry)
+
+    def append_session_init(
+        self,
+        system_prompt: str,
+        task: str,
+        tools: builtins.list[Any],
+        output_schema: Maybe[Any] = UNSET,
+    ) -> str:
+        entry = self._base("session_init")
+        entry["systemPrompt"] = system_prompt
+        entry["task"] = task
+        entry["tools"] = tools
+        _put(entry, "outputSchema", output_schema)
+        return self._append(entry)
+
+    def append_mode_change(self, mode: str, data: Maybe[Any] = UNSET) -> str:
+        entry = self._base("mode_change")
+        entry["mode"] = mode
+        _put(entry, "data", data)
+        return self._append(entry)
+
+    # ------------------------------------------------------------------ tree and leaf
+
+    def branch(self, entry_id: str) -> None:
+        """Move the leaf to `entry_id`; the next append becomes its child."""
+        if entry_id not in self._by_id:
+            raise EntryNotFoundError(entry_id)
+        self._leaf_id = entry_id
+
+    def reset_leaf(self) -> None:
+        """Leaf = None: the next append creates a new root."""
+        self._leaf_id = None
+
+    def branch_with_summary(
+        self,
+        branch_from_id: str | None,
+        summary: str,
+        details: Maybe[Any] = UNSET,
+        from_extension: Maybe[bool | None] = UNSET,
+    ) -> str:
+        """Branch to `branch_from_id` (None: the root) and record a summary of what was left."""
+        if branch_from_id is not None and branch_from_id not in self._by_id:
+            raise EntryNotFoundError(branch_from_id)
+        self._leaf_id = branch_from_id
+        entry = self._base("branch_summary")
+        entry["fromId"] = branch_from_id if branch_from_id is not None else "root"
+        entry["summary"] = summary
+        _put(entry, "details", details)
+        _put(entry, "fromExtension", from_extension)
+        return self._append(entry)
+
+    def get_leaf_id(self) -> str | None:
+        return self._leaf_id
+
+    def get_leaf_entry(self) -> Entry | None:
+        return self._by_id.get(self._leaf_id) if self._leaf_id is not None else None
+
+    def get_entry(self, entry_id: str) -> Entry | None:
+        return self._by_id.get(entry_id)
+
+    def get_children(self, parent_id: str | None) -> builtins.list[Entry]:
+        """Direct children of an entry (None: the roots), in insertion order."""
+        return list(self._children.get(parent_id, ()))
+
+    def get_label(self, entry_id: str) -> str | None:
+        return self._labels.get(entry_id)
+
+    def get_labels(self) -> dict[str, str]:
+        """Every label in effect: target id -> label."""
+        return dict(self._labels)
+
+    def get_branch(self, from_id: str | None = None) -> builtins.list[Entry]:
+        """Entries from the root to `from_id` (default: the leaf); [] if unknown."""
+        start_id = from_id if from_id is not None else self._leaf_id
+        if start_id is None:
+            return []
+        return path_to_root(self._by_id, self._by_id.get(start_id))
+
+    def get_header(self) -> Entry | None:
+        return self._header or None
+
+    def get_entries(self) -> builtins.list[Entry]:
+        """All non-header entries in insertion order (a shallow copy)."""
+        return list(self._entries)
+
+    def get_tree(self) -> builtins.list[SessionTreeNode]:
+        """Roots of the entry tree (orphans are roots), children oldest first."""
+        return build_tree(self._entries, self._labels)
+
+    def build_session_context(self) -> SessionContext:
+        """The model context at the current leaf."""
+        return build_session_context(self._entries, self._leaf_id, self._by_id)
+
+    def get_injected_ttsr_rules(self) -> builtins.list[str]:
+        """Rules injected on the current path, de-duplicated, first seen first."""
+        seen: dict[str, None] = {}
+        for entry in self.get_branch():
+            if entry.get("type") == "ttsr_injection" and isinstance(
+                entry.get("injectedRules"), list
+            ):
+                for rule in entry["injectedRules"]:
+                    if isinstance(rule, str):
+                        seen.setdefault(rule, None)
+        return list(seen)
+
+    # ------------------------------------------------------------------ identity
+
+    def get_session_id(self) -> str:
+        return str(self._header.get("id", ""))
+
+    def get_session_file(self) -> str | None:
+        return self._session_file
+
+    def get_session_dir(self) -> str:
+        return self._session_dir
+
+    def get_cwd(self) -> str:
+        return self._cwd
+
+    def get_session_name(self) -> str | None:
+        title = self._header.get("title")
+        if isinstance(title, str) and title:
+            return title
+        return self._slot_title or None
+
+    def _title_source(self) -> str | None:
+        source = self._header.get("titleSource")
+        return source if isinstance(source, str) else self._slot_source
+
+    def set_session_name(self, name: str, source: str = "auto") -> bool:
+        """Name the session (header `title`/`titleSource`); never appends an entry.
+
+        Returns False when nothing changed: an empty name, or an "auto" name after
+        a "user" one. Once the file exists it is rewritten atomically.
+        """
+        self._check_writable()
+        cleaned = clean_session_name(name)
+        if not cleaned:
+            return False
+        if source == "auto" and self._title_source() == "user":
+            return False
+        if self.get_session_name() == cleaned and self._title_source() == source:
+            return False
+        header = dict(self._header)
+        header["title"] = cleaned
+        header["titleSource"] = source
+        self._header = _ordered_header(header)
+        if self._title_slot_raw is not None:
+            self._title_slot_raw = _title_slot_line(cleaned, source, iso_now())
+            self._slot_title, self._slot_source = cleaned, source
+        if self._on_disk:
+            self._write_full()
+        return True
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def new_session(self, parent_session: str | None = None) -> str | None:
+        """Start a fresh session (new id and file); returns its path (None in memory)."""
+        self._check_writable()
+        self._close_writer()
+        self._new_session_state(parent_session)
+        return self._session_file
+
+    def fork(self) -> tuple[str, str] | None:
+        """Copy this session to a new file with a new id; `parentSession` = old id."""
+        if not self._persist:
+            return None
+        self._check_writable()
+        old_file = self._session_file or ""
+        old_id = self.get_session_id()
+        self._close_writer()
+        header = dict(self._header)
+        header["id"] = generate_session_id()
+        header["timestamp"] = iso_now()
+        header["parentSession"] = old_id
+        self._header = _ordered_header(header)
+        self._title_slot_raw = None
+        self._session_file = os.path.join(
+            self._session_dir, session_file_name(header["timestamp"], header["id"])
+        )
+        self._on_disk = False
+        self._write_full()
+        return old_file, self._session_file
+
+    def create_branched_session(self, leaf_id: str) -> str | None:
+        """Keep only the root->`leaf_id` path (labels re-created after it) in a new session.
+
+        Persistent: a new file whose `parentSession` is the previous file, which
+        the manager switches to. In memory the session is replaced and None returned.
+        """
+        self._check_writable()
+        path = self.get_branch(leaf_id)
+        if not path:
+            raise EntryNotFoundError(leaf_id)
+        kept = [e for e in path if e.get("type") != "label"]
+        kept_ids = {e.get("id") for e in kept}
+        previous_file = self._session_file
+        labels = [(t, label) for t, label in self._labels.items() if t in kept_ids]
+        self._close_writer()
+        header: Entry = {
+            "type": "session",
+            "version": CURRENT_SESSION_VERSION,
+            "id": generate_session_id(),
+            "timestamp": iso_now(),
+            "cwd": self._cwd,
+        }
+        for key in ("title", "titleSource"):
+            if key in self._header:
+                header[key] = self._header[key]
+        if self._persist and previous_file:
+            header["parentSession"] = previous_file
+        entries = list(kept)
+        ids: set[str] = {e["id"] for e in kept if isinstance(e.get("id"), str)}
+        parent = kept[-1].get("id") if kept else None
+        for target, label in labels:
+            label_id = generate_entry_id(ids)
+            ids.add(label_id)
+            entries.append(
+                {
+                    "type": "label",
+                    "id": label_id,
+                    "parentId": parent,
+                    "timestamp": iso_now(),
+                    "targetId": target,
+                    "label": label,
+                }
+            )
+            parent = label_id
+        self._header = header
+        self._title_slot_raw = None
+        self._load_entries(entries)
+        self._on_disk = False
+        if not self._persist:
+            self._session_file = None
+            return None
+        self._session_file = os.path.join(
+            self._session_dir, session_file_name(header["timestamp"], header["id"])
+        )
+        if self._has_assistant:
+            self._write_full()
+        return self._session_file
+
+    def move_to(self, new_cwd: str) -> None:
+        """Move the session (file and artifacts dir) to `new_cwd`'s session dir."""
+        self._check_writable()
+        new_dir = get_default_session_dir(new_cwd)
+        old_file = self._session_file
+        header = dict(self._header)
+        header["cwd"] = new_cwd
+        if not self._persist or old_file is None:
+            self._header, self._cwd = header, new_cwd
+            return
+        new_file = os.path.join(new_dir, os.path.basename(old_file))
+        old_artifacts = old_file[: -len(".jsonl")] if old_file.endswith(".jsonl") else None
+        new_artifacts = new_file[: -len(".jsonl")] if new_file.endswith(".jsonl") else None
+        storage = self._storage
+        if not self._on_disk:
+            self._header, self._cwd = header, new_cwd
+            self._session_dir, self._session_file = new_dir, new_file
+            return
+        self._close_writer()
+        old_header = self._header
+        self._header = header
+        moved_artifacts = False
+        try:
+            storage.ensure_dir(new_dir)
+            storage.write_atomic(new_file, self._file_chunks())
+            if old_artifacts and new_artifacts and storage.exists(old_artifacts):
+                storage.rename(old_artifacts, new_artifacts)
+                moved_artifacts = True
+            storage.unlink(old_file)
+            storage.fsync_dir(os.path.dirname(old_file))
+        except OSError as exc:
+            # Roll back: the old file stays authoritative.
+            self._header = old_header
+            if moved_artifacts and old_artifacts and new_artifacts:
+                try:
+                    storage.rename(new_artifacts, old_artifacts)
+                except OSError:
+                    log.error("could not move artifacts back to %s", old_artifacts)
+            if storage.exists(old_file) and storage.exists(new_file):
+                try:
+                    storage.unlink(new_file)
+                except OSError:
+                    pass
+            raise SessionTreeError(f"{old_file}: move to {new_dir} failed: {exc}") from exc
+        self._cwd = new_cwd
+        self._session_dir = new_dir
+        self._session_file = new_file
+        _write_breadcrumb(new_cwd, new_file, storage)
+
+    def get_usage_statistics(self) -> UsageStatistics:
+        """Tokens and cost summed over the assistant messages of every entry."""
+        totals = [0, 0, 0, 0]
+        cost = 0.0
+        keys = ("input", "output", "cacheRead", "cacheWrite")
+        for entry in self._entries:
+            if not _is_assistant(entry):
+                continue
+            usage = entry["message"].get("usage")
+            if not isinstance(usage, dict):
+                continue
+            for i, key in enumerate(keys):
+                value = usage.get(key)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    totals[i] += int(value)
+            cost_info = usage.get("cost")
+            if isinstance(cost_info, dict):
+                total = cost_info.get("total")
+                if isinstance(total, (int, float)) and not isinstance(total, bool):
+                    cost += total
+        return UsageStatistics(totals[0], totals[1], totals[2], totals[3], cost)
+
+
+def _put(entry: Entry, key: str, value: object) -> None:
+    """Set `key` unless the value is UNSET or None (both mean JS `undefined`)."""
+    if value is not None and not isinstance(value, UnsetType):
+        entry[key] = value
+
+
+def _write_bytes(writer: SessionStorageWriter, data: bytes) -> None:
+    write_bytes = getattr(writer, "write_bytes", None)
+    if write_bytes is not None:
+        write_bytes(data)
+    else:
+        writer.write_line(data.decode("utf-8"))
+
+
+def _default_blobs(storage: SessionStorage) -> BlobStoreLike:
+    own = getattr(storage, "blob_store", None)
+    if callable(own):
+        store = own()
+        if store is not None:
+            return store  # type: ignore[no-any-return]  # a backend's own blob store
+    if isinstance(storage, MemorySessionStorage):
+        return MemoryBlobStore()
+    return BlobStore(os.path.join(get_agent_dir(), "blobs"))
+
+
+def _breadcrumb_path() -> str | None:
+    terminal = get_terminal_id()
+    if terminal is None:
+        return None
+    return os.path.join(get_agent_dir(), "terminal-sessions", terminal)
+
+
+def _write_breadcrumb(cwd: str, session_file: str, storage: SessionStorage) -> None:
+    """Remember this terminal's session (best effort: never fails the caller)."""
+    if not isinstance(storage, FileSessionStorage):
+        return
+    path = _breadcrumb_path()
+    if path is None:
+        return
+    try:
+        storage.ensure_dir(os.path.dirname(path))
+        storage.write_text(path, f"{cwd}\n{os.path.abspath(session_file)}\n")
+    except OSError as exc:
+        log.debug("could not write terminal breadcrumb %s: %s", path, exc)
+
+
+def _read_breadcrumb(cwd: str, storage: SessionStorage) -> str | None:
+    """This terminal's last session file, if its cwd matches and the file exists."""
+    path = _breadcrumb_path()
+    if path is None or not isinstance(storage, FileSessionStorage):
+        return None
+    try:
+        text = storage.read_text_prefix(path, 8192)
+    except OSError:
+        return None
+    lines = text.split("\n")
+    if len(lines) < 2 or lines[0] != cwd:
+        return None
+    target = lines[1]
+    if not target.endswith(".jsonl") or "\x00" in target or not os.path.isabs(target):
+        return None
+    return target if storage.exists(target) else None

@@ -1,0 +1,72 @@
+"""The session tree: nodes with resolved labels, built iteratively."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .entries import parse_iso_ms
+
+__all__ = ["SessionTreeNode", "build_tree", "path_to_root"]
+
+
+@dataclass(slots=True, eq=False)
+class SessionTreeNode:
+    """One entry in the tree with its children (oldest first) and resolved label."""
+
+    entry: dict[str, Any]
+    children: list[SessionTreeNode] = field(default_factory=list)
+    label: str | None = None
+
+
+def build_tree(
+    entries: Sequence[dict[str, Any]], labels: Mapping[str, str]
+) -> list[SessionTreeNode]:
+    """Roots of the tree; orphans and self-parented entries become roots.
+
+    Children are sorted by timestamp, stably (same-millisecond entries keep file
+    order; an unparseable timestamp sorts last). Entries in a parent cycle are
+    reachable from no root, as in the reference. Iterative: 100,000-deep works.
+    """
+    by_id: dict[Any, SessionTreeNode] = {}
+    nodes: list[SessionTreeNode] = []
+    for entry in entries:
+        node = SessionTreeNode(entry, [], labels.get(entry.get("id")))  # type: ignore[arg-type]
+        nodes.append(node)
+        by_id[entry.get("id")] = node
+    roots: list[SessionTreeNode] = []
+    for node in nodes:
+        entry = node.entry
+        parent_id = entry.get("parentId")
+        parent = None if parent_id is None or parent_id == entry.get("id") else by_id.get(parent_id)
+        if parent is None:
+            roots.append(node)
+        else:
+            parent.children.append(node)
+    inf = float("inf")
+
+    def sort_key(n: SessionTreeNode) -> float:
+        ms = parse_iso_ms(n.entry.get("timestamp"))
+        return inf if ms is None else ms
+
+    for node in nodes:
+        if len(node.children) > 1:
+            node.children.sort(key=sort_key)
+    return roots
+
+
+def path_to_root(
+    by_id: Mapping[Any, dict[str, Any]], leaf: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """Entries from the root to `leaf`, following `parentId`; stops at a cycle."""
+    path: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    current = leaf
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        path.append(current)
+        parent_id = current.get("parentId")
+        current = by_id.get(parent_id) if parent_id else None
+    path.reverse()
+    return path

@@ -1,0 +1,235 @@
+"""build_session_context, message creators and convert_to_llm."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from helpers import assistant, user
+from sessiontree import (
+    UNSET,
+    SessionManager,
+    build_session_context,
+    convert_to_llm,
+    create_branch_summary_message,
+    create_compaction_summary_message,
+    create_custom_message,
+)
+from sessiontree.context import BRANCH_SUMMARY_PREFIX, COMPACTION_SUMMARY_PREFIX
+
+TS = "2026-02-16T10:20:30.123Z"
+TS_MS = 1771237230123
+
+
+def e(kind: str, id_: str, parent: str | None, **fields: Any) -> dict[str, Any]:
+    return {"type": kind, "id": id_, "parentId": parent, "timestamp": TS, **fields}
+
+
+def test_null_leaf_gives_empty_context_and_unknown_leaf_falls_back_to_last() -> None:
+    entries = [
+        e("message", "a", None, message=user("x")),
+        e("message", "b", "a", message=user("y")),
+    ]
+    empty = build_session_context(entries, None)
+    assert empty.messages == [] and empty.thinking_level == "off" and empty.models == {}
+    assert empty.mode == "none" and empty.mode_data is None
+    assert [m["content"] for m in build_session_context(entries, "zzz").messages] == ["x", "y"]
+    assert [m["content"] for m in build_session_context(entries).messages] == ["x", "y"]
+    assert [m["content"] for m in build_session_context(entries, "a").messages] == ["x"]
+    assert build_session_context([]).messages == []
+
+
+def test_settings_along_the_path() -> None:
+    entries = [
+        e("thinking_level_change", "t1", None, thinkingLevel="high"),
+        e("model_change", "m1", "t1", model="openai/gpt-5"),
+        e("model_change", "m2", "m1", model="google/flash", role="smol"),
+        e("message", "a1", "m2", message=assistant()),
+        e("ttsr_injection", "r1", "a1", injectedRules=["x", "y"]),
+        e("ttsr_injection", "r2", "r1", injectedRules=["y", "z"]),
+        e("mode_change", "md", "r2", mode="plan", data={"step": 1}),
+        e("model_change", "m3", "md", provider="pi", modelId="format"),
+        e("thinking_level_change", "t2", "m3", thinkingLevel=None),
+    ]
+    ctx = build_session_context(entries)
+    assert ctx.thinking_level == "off"
+    # pi's {provider, modelId} model_change counts as the default model, latest wins.
+    assert ctx.models == {"default": "pi/format", "smol": "google/flash"}
+    assert ctx.injected_ttsr_rules == ["x", "y", "z"]
+    assert (ctx.mode, ctx.mode_data) == ("plan", {"step": 1})
+    ctx = build_session_context(entries, "a1")
+    # The assistant message after an explicit default model_change wins (spec).
+    assert ctx.models == {"default": "anthropic/claude-sonnet-4-5", "smol": "google/flash"}
+    assert ctx.thinking_level == "high"
+
+
+def test_compaction_emits_summary_then_kept_then_after() -> None:
+    entries = [
+        e("message", "u1", None, message=user("1")),
+        e("message", "u2", "u1", message=user("2")),
+        e("message", "u3", "u2", message=user("3")),
+        e("compaction", "c1", "u3", summary="S", firstKeptEntryId="u2", tokensBefore=5),
+        e("message", "u4", "c1", message=user("4")),
+    ]
+    ctx = build_session_context(entries)
+    assert ctx.messages[0] == {
+        "role": "compactionSummary",
+        "summary": "S",
+        "tokensBefore": 5,
+        "timestamp": TS_MS,
+    }
+    assert [m.get("content") for m in ctx.messages[1:]] == ["2", "3", "4"]
+
+
+def test_only_last_compaction_counts_and_missing_first_kept_keeps_nothing() -> None:
+    entries = [
+        e("message", "u1", None, message=user("1")),
+        e("compaction", "c1", "u1", summary="A", firstKeptEntryId="u1", tokensBefore=1),
+        e("message", "u2", "c1", message=user("2")),
+        e(
+            "compaction",
+            "c2",
+            "u2",
+            summary="B",
+            firstKeptEntryId="nope",
+            tokensBefore=2,
+            shortSummary="b",
+        ),
+        e("message", "u3", "c2", message=user("3")),
+    ]
+    ctx = build_session_context(entries)
+    assert ctx.messages[0]["summary"] == "B"
+    assert list(ctx.messages[0]) == ["role", "summary", "shortSummary", "tokensBefore", "timestamp"]
+    assert [m.get("content") for m in ctx.messages[1:]] == ["3"]
+
+
+def test_custom_messages_and_branch_summaries() -> None:
+    entries = [
+        {
+            "type": "custom_message",
+            "customType": "ext",
+            "content": "c",
+            "display": False,
+            "attribution": "user",
+            "id": "c1",
+            "parentId": None,
+            "timestamp": TS,
+        },
+        e("branch_summary", "b1", "c1", fromId="root", summary="went elsewhere"),
+        e("branch_summary", "b2", "b1", fromId="c1", summary=""),
+        {
+            "type": "custom",
+            "customType": "state",
+            "data": {},
+            "id": "x",
+            "parentId": "b2",
+            "timestamp": TS,
+        },
+        e("session_init", "si", "x", systemPrompt="p", task="t", tools=[]),
+    ]
+    ctx = build_session_context(entries)
+    assert ctx.messages == [
+        {
+            "role": "custom",
+            "customType": "ext",
+            "content": "c",
+            "display": False,
+            "attribution": "user",
+            "timestamp": TS_MS,
+        },
+        {
+            "role": "branchSummary",
+            "summary": "went elsewhere",
+            "fromId": "root",
+            "timestamp": TS_MS,
+        },
+    ]
+
+
+def test_parent_cycle_ends_the_walk() -> None:
+    entries = [e("message", "a", "b", message=user("a")), e("message", "b", "a", message=user("b"))]
+    assert [m["content"] for m in build_session_context(entries).messages] == ["a", "b"]
+
+
+def test_deep_chain_is_linear_and_not_recursive() -> None:
+    entries = [e("message", "0", None, message=user("0"))]
+    for i in range(1, 100_000):
+        entries.append(e("message", str(i), str(i - 1), message=user(str(i))))
+    ctx = build_session_context(entries)
+    assert len(ctx.messages) == 100_000
+    assert ctx.messages[-1]["content"] == "99999"
+
+
+def test_message_creators() -> None:
+    assert create_custom_message("t", "c", True, UNSET, TS) == {
+        "role": "custom",
+        "customType": "t",
+        "content": "c",
+        "display": True,
+        "timestamp": TS_MS,
+    }
+    assert create_custom_message("t", "c", True, {"d": 1}, TS, "agent")["attribution"] == "agent"
+    assert create_branch_summary_message("s", "root", TS) == {
+        "role": "branchSummary",
+        "summary": "s",
+        "fromId": "root",
+        "timestamp": TS_MS,
+    }
+    assert create_compaction_summary_message("s", 3, TS, "x") == {
+        "role": "compactionSummary",
+        "summary": "s",
+        "shortSummary": "x",
+        "tokensBefore": 3,
+        "timestamp": TS_MS,
+    }
+    assert create_branch_summary_message("s", "root", "garbage")["timestamp"] is None
+
+
+def test_convert_to_llm() -> None:
+    messages: list[dict[str, Any]] = [
+        user("u"),
+        assistant("a"),
+        {"role": "toolResult", "toolCallId": "1", "content": [], "timestamp": 1},
+        {"role": "bashExecution", "command": "ls", "output": "x", "exitCode": 2, "timestamp": 2},
+        {"role": "bashExecution", "command": "ls", "output": "", "excludeFromContext": True},
+        {"role": "pythonExecution", "code": "1+1", "output": "2", "exitCode": 0, "timestamp": 3},
+        {"role": "custom", "customType": "t", "content": "hello", "timestamp": 4},
+        {
+            "role": "hookMessage",
+            "customType": "t",
+            "content": [{"type": "text", "text": "h"}],
+            "timestamp": 5,
+        },
+        {"role": "branchSummary", "summary": "B", "fromId": "root", "timestamp": 6},
+        {"role": "compactionSummary", "summary": "C", "tokensBefore": 1, "timestamp": 7},
+        {"role": "somethingNew", "timestamp": 8},
+    ]
+    out = convert_to_llm(messages)
+    assert out[:3] == messages[:3]
+    assert out[3] == {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "Ran `ls`\n```\nx\n```\n\nCommand exited with code 2"}
+        ],
+        "timestamp": 2,
+    }
+    assert out[4]["content"][0]["text"].startswith("Ran Python:\n```python\n1+1\n```\nOutput:")
+    assert out[5] == {
+        "role": "user",
+        "content": [{"type": "text", "text": "hello"}],
+        "timestamp": 4,
+    }
+    assert out[6]["content"] == [{"type": "text", "text": "h"}]
+    assert out[7]["content"][0]["text"] == BRANCH_SUMMARY_PREFIX + "B</summary>"
+    assert out[8]["content"][0]["text"] == COMPACTION_SUMMARY_PREFIX + "C\n</summary>"
+    assert len(out) == 9
+
+
+def test_manager_context_uses_its_leaf() -> None:
+    sm = SessionManager.in_memory("/w")
+    a = sm.append_message(user("a"))
+    sm.append_message(assistant("b"))
+    sm.branch(a)
+    sm.append_message(user("c"))
+    assert [m["content"] for m in sm.build_session_context().messages] == ["a", "c"]
+    sm.reset_leaf()
+    assert sm.build_session_context().messages == []

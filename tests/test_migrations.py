@@ -1,0 +1,149 @@
+"""Migrations v1 -> v2 -> v3, including the real v1 file from the ecosystem."""
+
+from __future__ import annotations
+
+import itertools
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import SHARED_FIXTURES
+from sessiontree import (
+    CURRENT_SESSION_VERSION,
+    SessionManager,
+    load_entries_from_file,
+    migrate_session_entries,
+    serialize_entry,
+)
+
+V1_FIXTURE = SHARED_FIXTURES / "pi-v1-large-session.jsonl"
+
+
+def v1_entries() -> list[dict[str, object]]:
+    return [
+        {"type": "session", "id": "s1", "timestamp": "2025-01-01T00:00:00.000Z", "cwd": "/w"},
+        {
+            "type": "message",
+            "timestamp": "2025-01-01T00:00:01.000Z",
+            "message": {"role": "user", "content": "a"},
+        },
+        {
+            "type": "message",
+            "timestamp": "2025-01-01T00:00:02.000Z",
+            "message": {"role": "hookMessage", "content": "h"},
+        },
+        {
+            "type": "compaction",
+            "timestamp": "2025-01-01T00:00:03.000Z",
+            "summary": "s",
+            "firstKeptEntryIndex": 2,
+            "tokensBefore": 10,
+        },
+    ]
+
+
+def test_v1_gets_linear_ids_and_converts_first_kept_index() -> None:
+    entries = v1_entries()
+    assert migrate_session_entries(entries) is True
+    header, first, second, compaction = entries
+    assert header["version"] == CURRENT_SESSION_VERSION
+    assert list(header) == ["type", "id", "timestamp", "cwd", "version"]  # appended last
+    assert first["parentId"] is None
+    assert second["parentId"] == first["id"]
+    assert compaction["parentId"] == second["id"]
+    # The index counts the header: index 2 is the second message.
+    assert compaction["firstKeptEntryId"] == second["id"]
+    assert "firstKeptEntryIndex" not in compaction
+    assert list(compaction)[-3:] == ["id", "parentId", "firstKeptEntryId"]
+    assert second["message"]["role"] == "custom"  # type: ignore[index]
+    assert all(len(str(e["id"])) == 8 for e in entries[1:])
+
+
+def test_index_pointing_at_header_or_later_entry_sets_nothing() -> None:
+    entries = v1_entries()
+    entries[3]["firstKeptEntryIndex"] = 0
+    migrate_session_entries(entries)
+    assert "firstKeptEntryId" not in entries[3]
+
+
+def test_v2_to_v3_only_renames_hook_messages() -> None:
+    entries: list[dict[str, object]] = [
+        {"type": "session", "version": 2, "id": "s", "timestamp": "t", "cwd": "/"},
+        {
+            "type": "message",
+            "id": "a",
+            "parentId": None,
+            "timestamp": "t",
+            "message": {"role": "hookMessage"},
+        },
+        {
+            "type": "message",
+            "id": "b",
+            "parentId": "a",
+            "timestamp": "t",
+            "message": {"role": "user"},
+        },
+    ]
+    assert migrate_session_entries(entries) is True
+    assert entries[0]["version"] == 3
+    assert list(entries[0]) == ["type", "version", "id", "timestamp", "cwd"]  # updated in place
+    assert entries[1]["message"] == {"role": "custom"}
+    assert entries[2]["message"] == {"role": "user"}
+
+
+def test_current_version_is_untouched() -> None:
+    entries: list[dict[str, object]] = [
+        {"type": "session", "version": 3, "id": "s", "timestamp": "t", "cwd": "/"},
+        {
+            "type": "message",
+            "id": "a",
+            "parentId": None,
+            "timestamp": "t",
+            "message": {"role": "hookMessage"},
+        },
+    ]
+    assert migrate_session_entries(entries) is False
+    assert entries[1]["message"] == {"role": "hookMessage"}
+
+
+@pytest.mark.skipif(not V1_FIXTURE.exists(), reason="shared fixtures not present")
+def test_real_v1_file_migrates_and_builds_a_sensible_context(tmp_path: Path) -> None:
+    path = tmp_path / "v1.jsonl"
+    shutil.copy(V1_FIXTURE, path)
+    raw_lines = V1_FIXTURE.read_text().splitlines()
+    started = time.perf_counter()
+    sm = SessionManager.open(str(path))
+    ctx = sm.build_session_context()
+    elapsed = time.perf_counter() - started
+    entries = sm.get_entries()
+    assert len(entries) == len(raw_lines) - 1  # every line kept
+    # A linear chain: one root, each entry the parent of the next.
+    assert entries[0]["parentId"] is None
+    assert all(b["parentId"] == a["id"] for a, b in itertools.pairwise(entries))
+    assert sm.get_leaf_id() == entries[-1]["id"]
+    messages = [e for e in entries if e["type"] == "message"]
+    assert len(ctx.messages) == len(messages) == 914
+    assert ctx.messages[0]["content"][0]["text"] == "/mode"
+    assert ctx.models["default"].startswith("anthropic/")
+    assert ctx.thinking_level in {"off", "minimal", "low", "medium", "high", "xhigh"}
+    # Migrated on open: the file on disk is now v3 and loads without migrating again.
+    reloaded = load_entries_from_file(str(path))
+    assert reloaded[0]["version"] == 3
+    assert [e["id"] for e in reloaded[1:]] == [e["id"] for e in entries]
+    assert path.read_text().splitlines()[1] == serialize_entry(reloaded[1])
+    sm.close()
+    assert elapsed < 30  # sanity only; the figure that matters is in the benchmarks
+
+
+@pytest.mark.skipif(not V1_FIXTURE.exists(), reason="shared fixtures not present")
+def test_read_only_open_does_not_migrate_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "v1.jsonl"
+    shutil.copy(V1_FIXTURE, path)
+    before = path.read_bytes()
+    sm = SessionManager.open(str(path), read_only=True)
+    assert sm.get_header()["version"] == 3  # type: ignore[index]
+    assert len(sm.build_session_context().messages) == 914
+    sm.close()
+    assert path.read_bytes() == before

@@ -1,0 +1,62 @@
+"""The public API contract: every name of API.md is exported, the README example runs."""
+
+from __future__ import annotations
+
+import doctest
+from pathlib import Path
+
+import sessiontree
+
+API_NAMES = """
+CURRENT_SESSION_VERSION UNSET SessionManager SessionContext SessionTreeNode SessionInfo
+RecentSessionInfo ResolvedSessionMatch StorageStat UsageStatistics build_session_context
+migrate_session_entries parse_jsonl_lenient serialize_entry load_entries_from_file
+find_most_recent_session get_recent_sessions resolve_resumable_session get_default_session_dir
+get_agent_dir encode_session_dir_name create_custom_message create_branch_summary_message
+create_compaction_summary_message convert_to_llm SessionStorage SessionStorageWriter
+FileSessionStorage MemorySessionStorage BlobStore BlobPutResult is_blob_ref parse_blob_ref
+HistoryStorage HistoryEntry MAX_PERSIST_CHARS TRUNCATION_NOTICE BLOB_EXTERNALIZE_THRESHOLD
+SessionTreeError SessionPersistenceError InvalidSessionFileError AmbiguousSessionError
+EntryNotFoundError InvalidBlobRefError SessionLockError SessionWriteConflictError
+""".split()
+
+MANAGER_METHODS = """
+create open continue_recent fork_from in_memory list list_all append_message
+append_thinking_level_change append_model_change append_compaction append_custom_entry
+append_custom_message_entry append_label_change append_ttsr_injection append_session_init
+append_mode_change branch reset_leaf branch_with_summary create_branched_session get_leaf_id
+get_leaf_entry get_entry get_children get_label get_branch get_header get_entries get_tree
+build_session_context get_injected_ttsr_rules new_session fork set_session_file
+set_session_name get_session_name get_session_id get_session_file get_session_dir get_cwd
+rewrite_entries move_to ensure_on_disk flush close is_persisted is_read_only
+get_usage_statistics put_blob
+""".split()
+
+
+def test_every_contract_name_is_exported() -> None:
+    missing = [name for name in API_NAMES if not hasattr(sessiontree, name)]
+    assert missing == []
+    assert set(API_NAMES) <= set(sessiontree.__all__)
+    assert sessiontree.__all__ == sorted(sessiontree.__all__, key=lambda n: (not n.isupper(), n))
+
+
+def test_constants_and_error_hierarchy() -> None:
+    assert sessiontree.CURRENT_SESSION_VERSION == 3
+    assert sessiontree.MAX_PERSIST_CHARS == 500_000
+    assert sessiontree.TRUNCATION_NOTICE == "\n\n[Session persistence truncated large content]"
+    assert sessiontree.BLOB_EXTERNALIZE_THRESHOLD == 1024
+    for name in API_NAMES:
+        if name.endswith("Error"):
+            assert issubclass(getattr(sessiontree, name), sessiontree.SessionTreeError)
+    assert issubclass(sessiontree.EntryNotFoundError, KeyError)
+
+
+def test_manager_has_every_contract_method() -> None:
+    missing = [m for m in MANAGER_METHODS if not hasattr(sessiontree.SessionManager, m)]
+    assert missing == []
+
+
+def test_readme_example_runs() -> None:
+    readme = Path(__file__).resolve().parents[1] / "README.md"
+    result = doctest.testfile(str(readme), module_relative=False, verbose=False)
+    assert result.attempted > 0 and result.failed == 0
