@@ -338,6 +338,10 @@ def test_random_operations_keep_tree_invariants(script: list[tuple[str, Any]]) -
         if len(ids) > before:
             last_appended = ids[-1]
             assert sm.get_leaf_id() == last_appended
+        # The manager's incremental context equals a fresh build at every step.
+        assert sm.build_session_context() == build_session_context(
+            sm.get_entries(), sm.get_leaf_id()
+        )
     entries = sm.get_entries()
     known = {x["id"] for x in entries}
     assert len(known) == len(entries)

@@ -20,6 +20,7 @@ __all__ = [
     "BRANCH_SUMMARY_SUFFIX",
     "COMPACTION_SUMMARY_PREFIX",
     "COMPACTION_SUMMARY_SUFFIX",
+    "ContextBuilder",
     "SessionContext",
     "build_session_context",
     "convert_to_llm",
@@ -125,6 +126,148 @@ def _entry_message(entry: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+class ContextBuilder:
+    """The context at the end of a path, extendable one entry at a time.
+
+    `from_path` does the specification's two-phase build; `add` extends it for an
+    entry appended at the leaf (a compaction rebuilds the message list). The
+    session manager keeps one per leaf so rebuilding the context every turn is O(1)
+    per new entry instead of O(path).
+    """
+
+    __slots__ = ("_compaction_index", "_ctx", "_path", "_rules_seen", "leaf_id")
+
+    def __init__(self) -> None:
+        self._path: list[dict[str, Any]] = []
+        self._ctx = SessionContext()
+        self._rules_seen: set[str] = set()
+        self._compaction_index = -1
+        self.leaf_id: str | None = None
+
+    @classmethod
+    def from_path(cls, path: list[dict[str, Any]]) -> ContextBuilder:
+        """Build the context of a root->leaf path (the list is kept, not copied)."""
+        builder = cls()
+        builder._path = path
+        for index, entry in enumerate(path):
+            if entry.get("type") != "message":
+                builder._apply_setting(entry, index)
+            else:
+                builder._apply_model(entry)
+        builder._rebuild_messages()
+        if path:
+            leaf_id = path[-1].get("id")
+            builder.leaf_id = leaf_id if isinstance(leaf_id, str) else None
+        return builder
+
+    def _apply_model(self, entry: dict[str, Any]) -> None:
+        message = entry.get("message")
+        # Every assistant message on the path sets the default model (spec).
+        if message.__class__ is dict and message.get("role") == "assistant":  # type: ignore[union-attr]
+            provider, model = message.get("provider"), message.get("model")  # type: ignore[union-attr]
+            if isinstance(provider, str) and isinstance(model, str):
+                self._ctx.models["default"] = f"{provider}/{model}"
+
+    def _apply_setting(self, entry: dict[str, Any], index: int) -> None:
+        ctx = self._ctx
+        kind = entry.get("type")
+        if kind == "thinking_level_change":
+            level = entry.get("thinkingLevel")
+            ctx.thinking_level = level if isinstance(level, str) else "off"
+        elif kind == "model_change":
+            model = entry.get("model")
+            role = entry.get("role") or "default"
+            if isinstance(model, str) and model:
+                ctx.models[role if isinstance(role, str) else "default"] = model
+            elif isinstance(entry.get("provider"), str) and isinstance(entry.get("modelId"), str):
+                # pi writes {provider, modelId} and has no roles.
+                ctx.models["default"] = f"{entry['provider']}/{entry['modelId']}"
+        elif kind == "compaction":
+            self._compaction_index = index
+        elif kind == "ttsr_injection":
+            rules = entry.get("injectedRules")
+            if isinstance(rules, list):
+                for rule in rules:
+                    if isinstance(rule, str) and rule not in self._rules_seen:
+                        self._rules_seen.add(rule)
+                        ctx.injected_ttsr_rules.append(rule)
+        elif kind == "mode_change":
+            mode = entry.get("mode")
+            ctx.mode = mode if isinstance(mode, str) else "none"
+            data = entry.get("data")
+            ctx.mode_data = data if isinstance(data, dict) else None
+
+    def _rebuild_messages(self) -> None:
+        path = self._path
+        messages: list[dict[str, Any]] = []
+        index = self._compaction_index
+        if index >= 0:
+            compaction = path[index]
+            messages.append(
+                create_compaction_summary_message(
+                    compaction.get("summary"),  # type: ignore[arg-type]
+                    compaction.get("tokensBefore"),  # type: ignore[arg-type]
+                    compaction.get("timestamp"),  # type: ignore[arg-type]
+                    compaction.get("shortSummary", UNSET),
+                )
+            )
+            first_kept = compaction.get("firstKeptEntryId")
+            start = index  # nothing is kept when firstKeptEntryId is not on the path
+            for i in range(index):
+                if path[i].get("id") == first_kept:
+                    start = i
+                    break
+            selected = path[start:index] + path[index + 1 :]
+        else:
+            selected = path
+        append = messages.append
+        for entry in selected:
+            if entry.get("type") == "message":
+                message = entry.get("message")
+                if message.__class__ is dict:
+                    append(message)  # type: ignore[arg-type]
+                continue
+            converted = _entry_message(entry)
+            if converted is not None:
+                append(converted)
+        self._ctx.messages = messages
+
+    def add(self, entry: dict[str, Any]) -> None:
+        """Extend the context with an entry appended as the child of the leaf."""
+        self._path.append(entry)
+        if entry.get("type") == "message":
+            self._apply_model(entry)
+            message = entry.get("message")
+            if message.__class__ is dict:
+                self._ctx.messages.append(message)  # type: ignore[arg-type]
+        else:
+            self._apply_setting(entry, len(self._path) - 1)
+            if entry.get("type") == "compaction":
+                self._rebuild_messages()
+            else:
+                converted = _entry_message(entry)
+                if converted is not None:
+                    self._ctx.messages.append(converted)
+        leaf_id = entry.get("id")
+        self.leaf_id = leaf_id if isinstance(leaf_id, str) else None
+
+    def snapshot(self) -> SessionContext:
+        """A copy the caller may change without touching the builder's state."""
+        ctx = self._ctx
+        return SessionContext(
+            list(ctx.messages),
+            ctx.thinking_level,
+            dict(ctx.models),
+            list(ctx.injected_ttsr_rules),
+            ctx.mode,
+            ctx.mode_data,
+        )
+
+    @property
+    def path(self) -> list[dict[str, Any]]:
+        return self._path
+
+
 def build_session_context(
     entries: Sequence[dict[str, Any]],
     leaf_id: Maybe[str | None] = UNSET,
@@ -147,71 +290,7 @@ def build_session_context(
                 break
     if leaf is None:
         return SessionContext()
-    path = path_to_root(by_id, leaf)
-
-    ctx = SessionContext()
-    models = ctx.models
-    rules_seen: set[str] = set()
-    compaction_index = -1
-    for index, entry in enumerate(path):
-        kind = entry.get("type")
-        if kind == "message":
-            message = entry.get("message")
-            if isinstance(message, dict) and message.get("role") == "assistant":
-                provider, model = message.get("provider"), message.get("model")
-                if isinstance(provider, str) and isinstance(model, str):
-                    models["default"] = f"{provider}/{model}"
-        elif kind == "thinking_level_change":
-            level = entry.get("thinkingLevel")
-            ctx.thinking_level = level if isinstance(level, str) else "off"
-        elif kind == "model_change":
-            model = entry.get("model")
-            role = entry.get("role") or "default"
-            if isinstance(model, str) and model:
-                models[role if isinstance(role, str) else "default"] = model
-            elif isinstance(entry.get("provider"), str) and isinstance(entry.get("modelId"), str):
-                # pi writes {provider, modelId} and has no roles.
-                models["default"] = f"{entry['provider']}/{entry['modelId']}"
-        elif kind == "compaction":
-            compaction_index = index
-        elif kind == "ttsr_injection":
-            rules = entry.get("injectedRules")
-            if isinstance(rules, list):
-                for rule in rules:
-                    if isinstance(rule, str) and rule not in rules_seen:
-                        rules_seen.add(rule)
-                        ctx.injected_ttsr_rules.append(rule)
-        elif kind == "mode_change":
-            mode = entry.get("mode")
-            ctx.mode = mode if isinstance(mode, str) else "none"
-            data = entry.get("data")
-            ctx.mode_data = data if isinstance(data, dict) else None
-
-    messages = ctx.messages
-    if compaction_index >= 0:
-        compaction = path[compaction_index]
-        messages.append(
-            create_compaction_summary_message(
-                compaction.get("summary"),  # type: ignore[arg-type]
-                compaction.get("tokensBefore"),  # type: ignore[arg-type]
-                compaction.get("timestamp"),  # type: ignore[arg-type]
-                compaction.get("shortSummary", UNSET),
-            )
-        )
-        first_kept = compaction.get("firstKeptEntryId")
-        start = compaction_index  # nothing kept when firstKeptEntryId is not on the path
-        for index in range(compaction_index):
-            if path[index].get("id") == first_kept:
-                start = index
-                break
-        selected = path[start:compaction_index] + path[compaction_index + 1 :]
-    else:
-        selected = path
-    for entry in selected:
-        message = _entry_message(entry)
-        if message is not None:
-            messages.append(message)
-    return ctx
+    return ContextBuilder.from_path(path_to_root(by_id, leaf))._ctx
 
 
 def _text_block(text: str) -> dict[str, Any]:

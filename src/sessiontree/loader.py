@@ -13,6 +13,7 @@ from typing import Any
 
 import orjson
 
+from ._gc import gc_paused
 from .entries import Entry, is_valid_header
 from .jsonl import iter_jsonl_bytes, loads_line
 from .storage.base import SessionStorage
@@ -26,6 +27,7 @@ __all__ = [
 ]
 
 TITLE_SLOT_BYTES = 256
+_BLOB_MARK = b"blob:sha256:"
 
 
 def is_title_slot(value: object) -> bool:
@@ -57,6 +59,8 @@ class LoadedSession:
     header_line: int | None = None
     ends_with_newline: bool = True
     size: int = 0
+    blob_ref_entries: list[int] = field(default_factory=list)
+    """Indices into `entries` of the entries whose line mentions a blob ref."""
 
     @property
     def valid(self) -> bool:
@@ -65,6 +69,11 @@ class LoadedSession:
 
 def read_session(path: str, storage: SessionStorage) -> LoadedSession:
     """Stream a session file into a `LoadedSession` (FileNotFoundError propagates)."""
+    with gc_paused():
+        return _read_session(path, storage)
+
+
+def _read_session(path: str, storage: SessionStorage) -> LoadedSession:
     result = LoadedSession(exists=True)
     entries = result.entries
     append = entries.append
@@ -88,6 +97,8 @@ def read_session(path: str, storage: SessionStorage) -> LoadedSession:
             result.malformed_lines.append(number)
             continue
         if header_seen:
+            if _BLOB_MARK in raw:
+                result.blob_ref_entries.append(len(entries))
             append(value)
             continue
         if number == 1 and result.title_slot is None and is_title_slot(value):

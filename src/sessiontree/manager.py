@@ -23,7 +23,7 @@ from typing import Any
 from . import persistence
 from ._unset import UNSET, Maybe, UnsetType
 from .blobs import BlobPutResult, BlobStore, BlobStoreLike, MemoryBlobStore
-from .context import SessionContext, build_session_context
+from .context import ContextBuilder, SessionContext, build_session_context
 from .entries import (
     CURRENT_SESSION_VERSION,
     Entry,
@@ -162,10 +162,11 @@ class SessionManager:
         self._slot_source: str | None = None
         self._entries: builtins.list[Entry] = []
         self._by_id: dict[str, Entry] = {}
-        self._children: dict[str | None, builtins.list[Entry]] = {}
+        self._children: dict[str | None, builtins.list[Entry]] | None = None
         self._labels: dict[str, str] = {}
         self._leaf_id: str | None = None
-        self._has_assistant = False
+        self._has_assistant: bool | None = False
+        self._context: ContextBuilder | None = None  # incremental context at the leaf
         self._on_disk = False  # the file holds everything; appends add one line each
         self._needs_newline = False  # the file ends without "\n" (torn or unterminated line)
         self._writer: SessionStorageWriter | None = None
@@ -338,45 +339,38 @@ class SessionManager:
             self._session_file = None
 
     def _load_entries(self, entries: builtins.list[Entry]) -> None:
-        """Replace the entries and rebuild every index in one pass."""
+        """Replace the entries and rebuild the indexes in one pass."""
         self._entries = entries
         by_id: dict[str, Entry] = {}
-        children: dict[str | None, builtins.list[Entry]] = {}
         labels: dict[str, str] = {}
-        has_assistant = False
         for entry in entries:
-            self._index(entry, by_id, children, labels)
-            if not has_assistant and _is_assistant(entry):
-                has_assistant = True
-        self._by_id, self._children, self._labels = by_id, children, labels
-        self._has_assistant = has_assistant
-        last = entries[-1] if entries else None
-        last_id = last.get("id") if last is not None else None
+            entry_id = entry.get("id")
+            if entry_id.__class__ is str:
+                by_id[entry_id] = entry
+            if entry.get("type") == "label":
+                _apply_label(entry, labels)
+        self._by_id, self._labels = by_id, labels
+        self._children = None  # built on first use: most sessions never ask
+        self._has_assistant = None  # computed on first use
+        self._context = None
+        last_id = entries[-1].get("id") if entries else None
         self._leaf_id = last_id if isinstance(last_id, str) else None
 
-    @staticmethod
-    def _index(
-        entry: Entry,
-        by_id: dict[str, Entry],
-        children: dict[str | None, builtins.list[Entry]],
-        labels: dict[str, str],
-    ) -> None:
-        entry_id = entry.get("id")
-        if isinstance(entry_id, str):
-            by_id[entry_id] = entry
-        parent = entry.get("parentId")
-        if parent is None or isinstance(parent, str):
-            children.setdefault(parent, []).append(entry)
-        if entry.get("type") == "label":
-            target = entry.get("targetId")
-            if isinstance(target, str):
-                label = entry.get("label")
-                # Same order semantics as the reference's Map: re-setting keeps the
-                # position, clearing deletes (a later set goes to the end).
-                if isinstance(label, str) and label:
-                    labels[target] = label
-                else:
-                    labels.pop(target, None)
+    def _children_index(self) -> dict[str | None, builtins.list[Entry]]:
+        children = self._children
+        if children is None:
+            children = {}
+            for entry in self._entries:
+                parent = entry.get("parentId")
+                if parent is None or parent.__class__ is str:
+                    children.setdefault(parent, []).append(entry)
+            self._children = children
+        return children
+
+    def _session_has_assistant(self) -> bool:
+        if self._has_assistant is None:
+            self._has_assistant = any(_is_assistant(e) for e in self._entries)
+        return self._has_assistant
 
     # ------------------------------------------------------------------ loading
 
@@ -418,8 +412,9 @@ class SessionManager:
         raw = [header, *loaded.entries]
         migrated = migrate_session_entries(raw)
         entries = raw[1:]
-        resolved = [persistence.resolve_blob_refs(entry, self._blobs) for entry in entries]
-        self._load_entries(resolved)
+        for index in loaded.blob_ref_entries:
+            entries[index] = persistence.resolve_blob_refs(entries[index], self._blobs)
+        self._load_entries(entries)
         self._on_disk = True
         self._needs_newline = not loaded.ends_with_newline
         if migrated and not self._read_only:
@@ -486,7 +481,7 @@ class SessionManager:
         if not self._persist:
             return
         if not self._on_disk:
-            if self._has_assistant:
+            if self._session_has_assistant():
                 self._write_full()
             return
         writer = self._writer
@@ -547,6 +542,7 @@ class SessionManager:
     def rewrite_entries(self) -> None:
         """Atomically rewrite the file after in-place edits of entries."""
         self._check_writable()
+        self._context = None  # entries may have changed in place
         if self._on_disk:
             self._write_full()
 
@@ -566,10 +562,20 @@ class SessionManager:
     def _append(self, entry: Entry) -> str:
         self._check_writable()
         self._entries.append(entry)
-        self._index(entry, self._by_id, self._children, self._labels)
         entry_id: str = entry["id"]
+        self._by_id[entry_id] = entry
+        if self._children is not None:
+            self._children.setdefault(entry["parentId"], []).append(entry)
+        if entry["type"] == "label":
+            _apply_label(entry, self._labels)
+        context = self._context
+        if context is not None:
+            if context.leaf_id is not None and context.leaf_id == entry["parentId"]:
+                context.add(entry)
+            else:
+                self._context = None
         self._leaf_id = entry_id
-        if not self._has_assistant and _is_assistant(entry):
+        if self._has_assistant is False and _is_assistant(entry):
             self._has_assistant = True
         self._persist_entry(entry)
         return entry_id
@@ -726,7 +732,7 @@ class SessionManager:
 
     def get_children(self, parent_id: str | None) -> builtins.list[Entry]:
         """Direct children of an entry (None: the roots), in insertion order."""
-        return list(self._children.get(parent_id, ()))
+        return list(self._children_index().get(parent_id, ()))
 
     def get_label(self, entry_id: str) -> str | None:
         return self._labels.get(entry_id)
@@ -754,8 +760,20 @@ class SessionManager:
         return build_tree(self._entries, self._labels)
 
     def build_session_context(self) -> SessionContext:
-        """The model context at the current leaf."""
-        return build_session_context(self._entries, self._leaf_id, self._by_id)
+        """The model context at the current leaf.
+
+        Kept incrementally: appending to the leaf extends the cached context, so an
+        agent that rebuilds its context every turn pays O(1) per new entry.
+        """
+        leaf_id = self._leaf_id
+        if leaf_id is None or leaf_id not in self._by_id:
+            return build_session_context(self._entries, leaf_id, self._by_id)
+        context = self._context
+        if context is None or context.leaf_id != leaf_id:
+            context = self._context = ContextBuilder.from_path(
+                path_to_root(self._by_id, self._by_id[leaf_id])
+            )
+        return context.snapshot()
 
     def get_injected_ttsr_rules(self) -> builtins.list[str]:
         """Rules injected on the current path, de-duplicated, first seen first."""
@@ -902,7 +920,7 @@ class SessionManager:
         self._session_file = os.path.join(
             self._session_dir, session_file_name(header["timestamp"], header["id"])
         )
-        if self._has_assistant:
+        if self._session_has_assistant():
             self._write_full()
         return self._session_file
 
@@ -976,6 +994,18 @@ class SessionManager:
                 if isinstance(total, (int, float)) and not isinstance(total, bool):
                     cost += total
         return UsageStatistics(totals[0], totals[1], totals[2], totals[3], cost)
+
+
+def _apply_label(entry: Entry, labels: dict[str, str]) -> None:
+    """Fold a label entry into the labels in effect, with the reference's Map
+    semantics: re-setting keeps the position, clearing deletes."""
+    target = entry.get("targetId")
+    if isinstance(target, str):
+        label = entry.get("label")
+        if isinstance(label, str) and label:
+            labels[target] = label
+        else:
+            labels.pop(target, None)
 
 
 def _put(entry: Entry, key: str, value: object) -> None:
