@@ -321,6 +321,9 @@ def test_failed_append_and_failed_rewrite_leave_the_file_intact(tmp_path: Path) 
     with pytest.raises(SessionPersistenceError):
         sm.set_session_name("new name")
     assert Path(path).read_bytes() == before
+    with pytest.raises(SessionPersistenceError):
+        sm.close()  # raises the stored error, but releases the file and its lock
+    storage.fail.clear()
     sm2 = SessionManager.open(path, storage=storage)
     storage.fail = {"write"}
     with pytest.raises(SessionPersistenceError):
@@ -328,6 +331,8 @@ def test_failed_append_and_failed_rewrite_leave_the_file_intact(tmp_path: Path) 
     assert Path(path).read_bytes() == before
     with pytest.raises(SessionPersistenceError):
         sm2.append_message(user("y"))
+    with pytest.raises(SessionPersistenceError):
+        sm2.close()
 
 
 def test_context_manager_and_usage_statistics(tmp_path: Path) -> None:

@@ -163,8 +163,8 @@ class ContextBuilder:
     def _apply_model(self, entry: dict[str, Any]) -> None:
         message = entry.get("message")
         # Every assistant message on the path sets the default model (spec).
-        if message.__class__ is dict and message.get("role") == "assistant":  # type: ignore[union-attr]
-            provider, model = message.get("provider"), message.get("model")  # type: ignore[union-attr]
+        if message.__class__ is dict and message.get("role") == "assistant":
+            provider, model = message.get("provider"), message.get("model")
             if isinstance(provider, str) and isinstance(model, str):
                 self._ctx.models["default"] = f"{provider}/{model}"
 
@@ -225,7 +225,7 @@ class ContextBuilder:
             if entry.get("type") == "message":
                 message = entry.get("message")
                 if message.__class__ is dict:
-                    append(message)  # type: ignore[arg-type]
+                    append(message)
                 continue
             converted = _entry_message(entry)
             if converted is not None:
@@ -239,7 +239,7 @@ class ContextBuilder:
             self._apply_model(entry)
             message = entry.get("message")
             if message.__class__ is dict:
-                self._ctx.messages.append(message)  # type: ignore[arg-type]
+                self._ctx.messages.append(message)
         else:
             self._apply_setting(entry, len(self._path) - 1)
             if entry.get("type") == "compaction":

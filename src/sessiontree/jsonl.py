@@ -37,6 +37,11 @@ _MAX_SAFE_INTEGER = 2**53
 # and integral floats ("1.0"). A hit may be inside a string; the slow path
 # then tokenizes properly.
 _SUSPECT_NUMBER = re.compile(rb"[0-9]e[+-]?[0-9]|[0-9]\.0(?![0-9])|[0-9]{17}")
+# A key that is a canonical array index ("0", "42"): JavaScript objects list those
+# first, in numeric order, whatever the insertion order was.
+_INDEX_KEY = re.compile(rb'[{,]"(?:0|[1-9][0-9]{0,9})":')
+_INDEX_KEY_STR = re.compile(r"0|[1-9][0-9]{0,9}")
+_MAX_INDEX = 2**32 - 2
 _TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|-?[0-9][0-9.eE+-]*')
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -116,7 +121,7 @@ def _encode_slow(obj: Any, parts: list[str]) -> bool:
     elif isinstance(obj, dict):
         parts.append("{")
         first = True
-        for key, value in obj.items():
+        for key, value in _js_key_order(obj):
             if isinstance(value, UnsetType) or callable(value):
                 continue
             mark = len(parts)
@@ -144,6 +149,23 @@ def _encode_slow(obj: Any, parts: list[str]) -> bool:
     return True
 
 
+def _is_index_key(key: object) -> bool:
+    return (
+        isinstance(key, str)
+        and _INDEX_KEY_STR.fullmatch(key) is not None
+        and int(key) <= _MAX_INDEX
+    )
+
+
+def _js_key_order(obj: dict[Any, Any]) -> list[tuple[Any, Any]]:
+    """Items in JavaScript's property order: array-index keys ascending, then the rest."""
+    items = list(obj.items())
+    if not any(_is_index_key(k) for k, _ in items):
+        return items
+    index = sorted(((k, v) for k, v in items if _is_index_key(k)), key=lambda kv: int(kv[0]))
+    return index + [(k, v) for k, v in items if not _is_index_key(k)]
+
+
 def _key_str(key: object) -> str:
     if isinstance(key, bool) or key is None:
         return json.dumps(key)
@@ -154,12 +176,19 @@ def _key_str(key: object) -> str:
 
 def serialize_entry_bytes(obj: Any) -> bytes:
     """`serialize_entry` as UTF-8 bytes, without a trailing newline (the hot path)."""
+    parts: list[str]
     try:
         out = orjson.dumps(obj)
     except (TypeError, orjson.JSONEncodeError):
-        parts: list[str] = []
+        parts = []
         if not _encode_slow(obj, parts):
             raise TypeError("value serializes to undefined") from None
+        return "".join(parts).encode("utf-8")
+    if _INDEX_KEY.search(out) is not None:
+        # Possibly an index-like key out of JavaScript's order (or a lookalike in a
+        # string): the exact encoder decides.
+        parts = []
+        _encode_slow(obj, parts)
         return "".join(parts).encode("utf-8")
     if _SUSPECT_NUMBER.search(out) is not None:
         out = _TOKEN.sub(_fix_token, out)

@@ -14,6 +14,7 @@ import builtins
 import logging
 import os
 import re
+import time
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,9 +37,11 @@ from .errors import (
     InvalidSessionFileError,
     SessionPersistenceError,
     SessionTreeError,
+    SessionWriteConflictError,
 )
 from .jsonl import serialize_entry_bytes
 from .loader import TITLE_SLOT_BYTES, LoadedSession, read_session
+from .locks import SessionLock, acquire_session_lock
 from .migrations import migrate_session_entries
 from .paths import get_agent_dir, get_default_session_dir, get_terminal_id, session_file_name
 from .storage.base import SessionStorage, SessionStorageWriter
@@ -61,6 +64,20 @@ _HEADER_KEY_ORDER = (
     "titleSource",
     "parentSession",
 )
+
+
+_TAIL = 4096
+_GAP_SECONDS = 1.0
+
+
+@dataclass(slots=True)
+class _DiskState:
+    """The session file as we left it: inode, size and its last 4 KB."""
+
+    ino: int
+    size: int
+    tail: bytes
+    checked: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,8 +187,11 @@ class SessionManager:
         self._on_disk = False  # the file holds everything; appends add one line each
         self._needs_newline = False  # the file ends without "\n" (torn or unterminated line)
         self._writer: SessionStorageWriter | None = None
-        self._error: SessionPersistenceError | None = None
+        self._error: SessionTreeError | None = None
         self._closed = False
+        self._lock: SessionLock | None = None
+        # What the file looked like after our last write, to notice edits behind our back.
+        self._disk: _DiskState | None = None
         if session_file is not None:
             self.set_session_file(session_file)
         else:
@@ -331,10 +351,11 @@ class SessionManager:
         self._load_entries([])
         self._on_disk = False
         self._needs_newline = False
+        self._disk = None
         if self._persist:
-            self._session_file = os.path.join(
-                self._session_dir, session_file_name(timestamp, session_id)
-            )
+            path = os.path.join(self._session_dir, session_file_name(timestamp, session_id))
+            self._switch_lock(path)
+            self._session_file = path
         else:
             self._session_file = None
 
@@ -382,18 +403,21 @@ class SessionManager:
         `InvalidSessionFileError` and is left untouched.
         """
         self._close_writer()
+        previous_lock = self._lock
+        if self._persist and not self._read_only:
+            self._switch_lock(path, keep_old=True)
         try:
-            loaded = read_session(path, self._storage)
-        except (FileNotFoundError, NotADirectoryError):
-            if self._read_only:
-                raise
-            loaded = LoadedSession(exists=False)
+            loaded = self._read_for_open(path)
+        except BaseException:
+            if self._lock is not previous_lock and self._lock is not None:
+                self._lock.release()
+                self._lock = previous_lock
+            raise
+        if previous_lock is not None and previous_lock is not self._lock:
+            previous_lock.release()
         if not loaded.valid:
-            if not loaded.blank:
-                raise InvalidSessionFileError(path, line=loaded.header_line)
-            if self._read_only:
-                raise FileNotFoundError(f"{path}: empty session file")
             self._new_session_state(None)
+            self._switch_lock(path)
             self._session_file = path
             self._session_dir = os.path.dirname(path) or self._session_dir
             self._write_full()
@@ -417,10 +441,97 @@ class SessionManager:
         self._load_entries(entries)
         self._on_disk = True
         self._needs_newline = not loaded.ends_with_newline
-        if migrated and not self._read_only:
+        if self._read_only:
+            return
+        self._disk = self._observe_disk(path)
+        if migrated:
             self._write_full()
-        elif not self._read_only:
+        else:
             _write_breadcrumb(self._cwd, path, self._storage)
+
+    def _read_for_open(self, path: str) -> LoadedSession:
+        try:
+            loaded = read_session(path, self._storage)
+        except (FileNotFoundError, NotADirectoryError):
+            if self._read_only:
+                raise
+            return LoadedSession(exists=False)
+        if not loaded.valid:
+            if not loaded.blank:
+                raise InvalidSessionFileError(path, line=loaded.header_line)
+            if self._read_only:
+                raise FileNotFoundError(f"{path}: empty session file")
+        return loaded
+
+    # ------------------------------------------------------------------ locks and conflicts
+
+    def _switch_lock(self, path: str, keep_old: bool = False) -> None:
+        """Take the writer lock of `path` (SessionLockError if held), release the old one."""
+        if not self._persist or self._read_only:
+            return
+        old = self._lock
+        if old is not None and old.session_file == path:
+            return
+        self._storage.ensure_dir(os.path.dirname(path) or ".")
+        self._lock = acquire_session_lock(self._storage, path)
+        if old is not None and not keep_old:
+            old.release()
+
+    def _release_lock(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
+
+    def _observe_disk(self, path: str) -> _DiskState | None:
+        try:
+            st = self._storage.stat(path)
+            tail = self._storage.read_bytes_range(path, max(0, st.size - _TAIL), _TAIL)
+        except OSError:
+            return None
+        return _DiskState(st.ino, st.size, tail, time.monotonic())
+
+    def _verify_unchanged(self) -> None:
+        """Raise SessionWriteConflictError if the file changed since our last write."""
+        expected = self._disk
+        path = self._session_file
+        if expected is None or path is None:
+            return
+        try:
+            st = self._storage.stat(path)
+            changed = (expected.ino and st.ino != expected.ino) or st.size != expected.size
+            if not changed:
+                tail = self._storage.read_bytes_range(path, max(0, st.size - _TAIL), _TAIL)
+                changed = tail != expected.tail
+        except FileNotFoundError:
+            changed = True
+        if changed:
+            saved = self._save_rescue_copy()
+            error = SessionWriteConflictError(
+                path, f"{path}: the file changed on disk behind this writer's back", saved
+            )
+            self._error = error
+            log.error("%s", error)
+            raise error
+
+    def _save_rescue_copy(self) -> str | None:
+        """Write the whole in-memory session beside the file; never raises.
+
+        Named `<file>.conflict-<time>` (not `*.jsonl`), so listings and
+        continue_recent never pick it up; its header names the original file.
+        """
+        path = self._session_file
+        if path is None:
+            return None
+        target = f"{path}.conflict-{iso_now().replace(':', '-').replace('.', '-')}"
+        header = dict(self._header)
+        header["id"] = generate_session_id()
+        header["parentSession"] = path
+        try:
+            self._storage.write_atomic(target, self._file_chunks(_ordered_header(header)))
+        except Exception as exc:  # best effort while already failing
+            log.error("could not save the session to %s: %s", target, exc)
+            return None
+        return target
 
     # ------------------------------------------------------------------ persistence
 
@@ -430,23 +541,25 @@ class SessionManager:
         if self._error is not None:
             raise self._error
 
-    def _fail(self, exc: BaseException, action: str) -> SessionPersistenceError:
+    def _fail(self, exc: BaseException, action: str) -> SessionTreeError:
         if self._error is None:
-            error = SessionPersistenceError(
-                f"{self._session_file}: {action} failed: {exc}", self._session_file
-            )
+            message = f"{self._session_file}: {action} failed: {exc}"
+            saved = self._save_rescue_copy() if self._on_disk else None
+            if saved:
+                message += f"; in-memory session saved to {saved}"
+            error = SessionPersistenceError(message, self._session_file)
             error.__cause__ = exc
             self._error = error
-            log.error("session persistence failed for %s: %s", self._session_file, exc)
+            log.error("session persistence failed: %s", message)
         return self._error
 
     def _serialize(self, entry: Entry) -> bytes:
         return serialize_entry_bytes(persistence.prepare_for_persist(entry, self._blobs)) + b"\n"
 
-    def _file_chunks(self) -> Iterator[bytes]:
+    def _file_chunks(self, header: Entry | None = None) -> Iterator[bytes]:
         if self._title_slot_raw is not None:
             yield self._title_slot_raw
-        yield serialize_entry_bytes(self._header) + b"\n"
+        yield serialize_entry_bytes(header if header is not None else self._header) + b"\n"
         batch: builtins.list[bytes] = []
         size = 0
         for entry in self._entries:
@@ -458,6 +571,9 @@ class SessionManager:
                 batch, size = [], 0
         if batch:
             yield b"".join(batch)
+        # Runs before write_atomic fsyncs and renames: a durable line never
+        # references a blob that is not.
+        self._blobs.sync()
 
     def _write_full(self) -> None:
         """Atomically (re)write the whole session file; persistence is then active."""
@@ -466,6 +582,8 @@ class SessionManager:
         self._check_writable()
         self._close_writer()
         path = self._session_file
+        if self._on_disk:
+            self._verify_unchanged()
         try:
             self._storage.ensure_dir(os.path.dirname(path) or ".")
             self._storage.write_atomic(path, self._file_chunks())
@@ -474,6 +592,7 @@ class SessionManager:
         was_on_disk = self._on_disk
         self._on_disk = True
         self._needs_newline = False
+        self._disk = self._observe_disk(path)
         if not was_on_disk:
             _write_breadcrumb(self._cwd, path, self._storage)
 
@@ -484,6 +603,10 @@ class SessionManager:
             if self._session_has_assistant():
                 self._write_full()
             return
+        disk = self._disk
+        now = time.monotonic()
+        if disk is not None and now - disk.checked > _GAP_SECONDS:
+            self._verify_unchanged()
         writer = self._writer
         if writer is None:
             try:
@@ -499,6 +622,10 @@ class SessionManager:
             self._needs_newline = False
         except OSError as exc:
             raise self._fail(exc, "append") from exc
+        if disk is not None:
+            disk.size += len(line)
+            disk.tail = line[-_TAIL:] if len(line) >= _TAIL else (disk.tail + line)[-_TAIL:]
+            disk.checked = now
 
     def _close_writer(self) -> None:
         writer, self._writer = self._writer, None
@@ -518,11 +645,10 @@ class SessionManager:
         """Make every write so far durable: blobs first, then the session file."""
         if self._error is not None:
             raise self._error
-        if self._writer is None:
-            return
         try:
             self._blobs.sync()
-            self._writer.fsync()
+            if self._writer is not None:
+                self._writer.fsync()
         except OSError as exc:
             raise self._fail(exc, "fsync") from exc
 
@@ -535,7 +661,10 @@ class SessionManager:
         try:
             self.flush()
         finally:
-            self._close_writer()
+            try:
+                self._close_writer()
+            finally:
+                self._release_lock()
         if self._error is not None:
             raise self._error
 
@@ -857,14 +986,17 @@ class SessionManager:
         header["id"] = generate_session_id()
         header["timestamp"] = iso_now()
         header["parentSession"] = old_id
-        self._header = _ordered_header(header)
-        self._title_slot_raw = None
-        self._session_file = os.path.join(
+        new_file = os.path.join(
             self._session_dir, session_file_name(header["timestamp"], header["id"])
         )
+        self._switch_lock(new_file)
+        self._header = _ordered_header(header)
+        self._title_slot_raw = None
+        self._session_file = new_file
         self._on_disk = False
+        self._disk = None
         self._write_full()
-        return old_file, self._session_file
+        return old_file, new_file
 
     def create_branched_session(self, leaf_id: str) -> str | None:
         """Keep only the root->`leaf_id` path (labels re-created after it) in a new session.
@@ -917,9 +1049,12 @@ class SessionManager:
         if not self._persist:
             self._session_file = None
             return None
-        self._session_file = os.path.join(
+        new_file = os.path.join(
             self._session_dir, session_file_name(header["timestamp"], header["id"])
         )
+        self._switch_lock(new_file)
+        self._session_file = new_file
+        self._disk = None
         if self._session_has_assistant():
             self._write_full()
         return self._session_file
@@ -938,16 +1073,20 @@ class SessionManager:
         old_artifacts = old_file[: -len(".jsonl")] if old_file.endswith(".jsonl") else None
         new_artifacts = new_file[: -len(".jsonl")] if new_file.endswith(".jsonl") else None
         storage = self._storage
+        old_lock = self._lock
+        self._switch_lock(new_file, keep_old=True)
         if not self._on_disk:
+            if old_lock is not None and old_lock is not self._lock:
+                old_lock.release()
             self._header, self._cwd = header, new_cwd
             self._session_dir, self._session_file = new_dir, new_file
             return
         self._close_writer()
+        self._verify_unchanged()
         old_header = self._header
         self._header = header
         moved_artifacts = False
         try:
-            storage.ensure_dir(new_dir)
             storage.write_atomic(new_file, self._file_chunks())
             if old_artifacts and new_artifacts and storage.exists(old_artifacts):
                 storage.rename(old_artifacts, new_artifacts)
@@ -967,7 +1106,13 @@ class SessionManager:
                     storage.unlink(new_file)
                 except OSError:
                     pass
+            if self._lock is not old_lock and self._lock is not None:
+                self._lock.release()
+                self._lock = old_lock
             raise SessionTreeError(f"{old_file}: move to {new_dir} failed: {exc}") from exc
+        if old_lock is not None and old_lock is not self._lock:
+            old_lock.release()
+        self._disk = self._observe_disk(new_file)
         self._cwd = new_cwd
         self._session_dir = new_dir
         self._session_file = new_file

@@ -1,0 +1,169 @@
+"""One writer per session: advisory locks that survive atomic renames.
+
+Full rewrites replace the session file's inode, so the lock lives in a sidecar,
+`.<file name>.writer-lock`, locked with `flock(LOCK_EX | LOCK_NB)`. The kernel
+drops the lock when the holder dies, so a crashed agent never blocks the next.
+Lock files are removed on release without racing a process that is taking the
+lock: a taker verifies, after locking, that the path still names the inode it
+locked, and retries otherwise.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import threading
+from typing import Protocol
+
+from .errors import SessionLockError
+
+__all__ = [
+    "FileLock",
+    "MemoryLockTable",
+    "SessionLock",
+    "acquire_session_lock",
+    "is_locked",
+    "lock_path_for",
+]
+
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+class SessionLock(Protocol):
+    """A held writer lock; `release()` is idempotent."""
+
+    @property
+    def session_file(self) -> str: ...
+
+    def release(self) -> None: ...
+
+
+def acquire_session_lock(storage: object, session_file: str) -> SessionLock | None:
+    """Take the writer lock of a session on any backend (None: backend has no locks).
+
+    A backend declares the capability with an `acquire_lock(path)` method;
+    the real filesystem uses `FileLock`.
+    """
+    acquire = getattr(storage, "acquire_lock", None)
+    if callable(acquire):
+        lock: SessionLock | None = acquire(session_file)
+        return lock
+    from .storage.file import FileSessionStorage
+
+    if isinstance(storage, FileSessionStorage):
+        return FileLock(session_file)
+    return None
+
+
+def is_locked(storage: object, session_file: str) -> bool:
+    """Whether another live writer holds the session (probes by taking the lock)."""
+    try:
+        lock = acquire_session_lock(storage, session_file)
+    except SessionLockError:
+        return True
+    except OSError:
+        return False
+    if lock is not None:
+        lock.release()
+    return False
+
+
+def lock_path_for(session_file: str) -> str:
+    """The sidecar lock file of a session file."""
+    directory, name = os.path.split(session_file)
+    return os.path.join(directory, f".{name}.writer-lock")
+
+
+def _read_pid(path: str) -> int | None:
+    try:
+        with open(path, "rb") as f:
+            text = f.read(32).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+class FileLock:
+    """An exclusive `flock` on a session's sidecar lock file."""
+
+    def __init__(self, session_file: str) -> None:
+        self.session_file = session_file
+        self.path = lock_path_for(session_file)
+        self._fd: int | None = None
+        self._acquire()
+
+    def _acquire(self) -> None:
+        for _ in range(100):
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o600)
+            except FileNotFoundError:
+                raise  # the session's directory does not exist
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise SessionLockError(self.session_file, _read_pid(self.path)) from None
+                raise
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:
+                # The previous holder removed the file between our open and flock.
+                os.close(fd)
+                continue
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            self._fd = fd
+            return
+        raise SessionLockError(self.session_file, message=f"{self.path}: lock file keeps changing")
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Remove the lock file (while still holding it) and unlock."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass  # already gone or unwritable dir: the flock still goes with the fd
+        os.close(fd)
+
+    def __del__(self) -> None:
+        self.release()
+
+
+class MemoryLockTable:
+    """Writer locks for an in-process storage (same semantics, no files)."""
+
+    def __init__(self) -> None:
+        self._held: set[str] = set()
+        self._mutex = threading.Lock()
+
+    def acquire(self, session_file: str) -> SessionLock:
+        with self._mutex:
+            if session_file in self._held:
+                raise SessionLockError(session_file, os.getpid())
+            self._held.add(session_file)
+        return _MemoryLock(self, session_file)
+
+    def _release(self, session_file: str) -> None:
+        with self._mutex:
+            self._held.discard(session_file)
+
+
+class _MemoryLock:
+    def __init__(self, table: MemoryLockTable, path: str) -> None:
+        self._table: MemoryLockTable | None = table
+        self.session_file = path
+
+    def release(self) -> None:
+        table, self._table = self._table, None
+        if table is not None:
+            table._release(self.session_file)

@@ -1,0 +1,391 @@
+"""`FileSessionStorage`: the storage Protocol on the real filesystem.
+
+Sessions hold secrets (prompts, tool output, keys pasted by users), so every
+directory this backend creates is 0700 and every file 0600.
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import os
+import secrets
+import shutil
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+
+from sessiontree.storage.base import StorageStat
+
+__all__ = [
+    "FileSessionStorage",
+    "FileSessionWriter",
+    "ensure_private_dir",
+    "fsync_directory",
+    "glob_match_name",
+    "utf8_prefix_text",
+]
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def ensure_private_dir(path: str) -> None:
+    """Create `path` and any missing parents with mode 0700 (existing ones are left alone)."""
+    # os.makedirs applies `mode` to the leaf only; parents would get 0777 & ~umask.
+    missing: list[str] = []
+    current = os.path.abspath(path)
+    while not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, DIR_MODE)
+        except FileExistsError:
+            if not os.path.isdir(directory):
+                raise
+
+
+def utf8_prefix_text(data: bytes) -> str:
+    """Decode `data`, dropping a multibyte character cut off at the end."""
+    end = len(data)
+    # An incomplete sequence is at most 3 bytes long: find its lead byte among them.
+    for back in (1, 2, 3):
+        i = end - back
+        if i < 0:
+            break
+        byte = data[i]
+        if byte & 0xC0 == 0x80:
+            continue
+        if byte >= 0xC0:
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            if back < need:
+                end = i
+        break
+    return data[:end].decode("utf-8", "replace")
+
+
+def _stat_result(st: os.stat_result) -> StorageStat:
+    ns = st.st_mtime_ns
+    return StorageStat(
+        size=st.st_size,
+        mtime=_EPOCH + timedelta(microseconds=ns // 1000),
+        mtime_ms=ns / 1e6,
+        mtime_ns=ns,
+        ino=st.st_ino,
+    )
+
+
+def _write_all(fd: int, data: bytes | bytearray | memoryview) -> int:
+    """os.write until every byte is written (writes can be short); returns the count."""
+    view = memoryview(data)
+    total = len(view)
+    written = 0
+    while written < total:
+        written += os.write(fd, view[written:])
+    return written
+
+
+def fsync_directory(path: str) -> None:
+    """fsync a directory so entries created or renamed in it survive a crash."""
+    try:
+        fd = os.open(path or ".", os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+    except OSError as exc:
+        # Some platforms/filesystems cannot open directories; nothing to sync there.
+        if exc.errno in (errno.EACCES, errno.EISDIR, errno.EINVAL):
+            return
+        raise
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def glob_match_name(name: str, pattern: str) -> bool:
+    """Shell-style match of one file name (case-sensitive; `*` skips dotfiles)."""
+    # Like shell globs, wildcards do not match a leading dot: temp files and lock
+    # sidecars (`.<name>.jsonl.tmp`) never show up as sessions.
+    if name.startswith(".") and not pattern.startswith("."):
+        return False
+    return fnmatch.fnmatchcase(name, pattern)
+
+
+class FileSessionWriter:
+    """Appends lines to one file through a single O_APPEND descriptor.
+
+    Nothing is buffered in Python: every `write_line` is handed to the kernel at
+    once, so `flush` has nothing to do and `fsync` is the only durability barrier.
+    A failed write is rolled back (the partial bytes are truncated away) so the
+    file never ends in half a line, and the error is stored and re-raised.
+    """
+
+    __slots__ = ("_closed", "_error", "_fd", "path")
+
+    def __init__(self, path: str, flags: str = "a") -> None:
+        if flags not in ("a", "w"):
+            raise ValueError(f"unsupported writer flags {flags!r} (use 'a' or 'w')")
+        mode = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_CLOEXEC
+        if flags == "w":
+            mode |= os.O_TRUNC
+        self.path = path
+        self._error: BaseException | None = None
+        self._fd = os.open(path, mode, FILE_MODE)
+        self._closed = False  # set last: __del__ only closes a descriptor we own
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise ValueError(f"writer for {self.path} is closed")
+
+    def write_bytes(self, data: bytes) -> None:
+        """Append pre-encoded bytes (one or more complete lines)."""
+        self._check()
+        view = memoryview(data)
+        total = len(view)
+        written = 0
+        try:
+            while written < total:
+                written += os.write(self._fd, view[written:])
+        except BaseException as exc:
+            if written:
+                self._rollback(written)
+            # An interrupt (KeyboardInterrupt) is not a broken writer; an I/O error is.
+            if isinstance(exc, Exception):
+                self._error = exc
+            raise
+
+    def write_line(self, line: str) -> None:
+        """Append `line` (already newline-terminated), UTF-8 encoded."""
+        self.write_bytes(line.encode("utf-8"))
+
+    def _rollback(self, written: int) -> None:
+        # Our partial bytes are the last `written` bytes of the file (one writer per
+        # session); cutting them keeps the next successful write on a line boundary.
+        try:
+            size = os.fstat(self._fd).st_size
+            os.ftruncate(self._fd, max(0, size - written))
+        except OSError:
+            pass
+
+    def flush(self) -> None:
+        """No-op beyond error reporting: nothing is buffered in user space."""
+        self._check()
+
+    def fsync(self) -> None:
+        """Make everything written so far durable (real fsync)."""
+        self._check()
+        try:
+            os.fsync(self._fd)
+        except Exception as exc:
+            self._error = exc
+            raise
+
+    def close(self) -> None:
+        """Release the descriptor; raises the stored or closing error, if any."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            os.close(self._fd)
+        except OSError as exc:
+            if self._error is None:
+                self._error = exc
+        if self._error is not None:
+            raise self._error
+
+    def get_error(self) -> BaseException | None:
+        """The first error this writer hit, if any."""
+        return self._error
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called."""
+        return self._closed
+
+    def __enter__(self) -> FileSessionWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # Leaked writers must not leak descriptors; raw fds raise no ResourceWarning.
+        if not getattr(self, "_closed", True):
+            self._closed = True
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+
+
+class _ChunkReader:
+    """Iterator over a file's bytes; the file is opened eagerly so a missing file raises at once."""
+
+    __slots__ = ("_chunk_size", "_fd")
+
+    def __init__(self, path: str, chunk_size: int) -> None:
+        if chunk_size <= 0:
+            raise ValueError("chunk_size must be positive")
+        self._chunk_size = chunk_size
+        self._fd: int | None = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+
+    def __iter__(self) -> _ChunkReader:
+        return self
+
+    def __next__(self) -> bytes:
+        if self._fd is None:
+            raise StopIteration
+        try:
+            chunk = os.read(self._fd, self._chunk_size)
+        except BaseException:
+            self.close()
+            raise
+        if not chunk:
+            self.close()
+            raise StopIteration
+        return chunk
+
+    def close(self) -> None:
+        """Release the descriptor early."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", None) is not None:
+            self.close()
+
+
+class FileSessionStorage:
+    """`SessionStorage` on the local filesystem (paths are plain strings)."""
+
+    def ensure_dir(self, path: str) -> None:
+        """Create `path` and its parents (0700) if missing."""
+        ensure_private_dir(path)
+
+    def exists(self, path: str) -> bool:
+        """Whether a file or directory exists at `path`."""
+        return os.path.exists(path)
+
+    def write_text(self, path: str, content: str) -> None:
+        """Atomically replace `path` with `content` (UTF-8)."""
+        self.write_atomic(path, (content.encode("utf-8"),))
+
+    def stat(self, path: str) -> StorageStat:
+        """Size and mtime; FileNotFoundError when missing."""
+        return _stat_result(os.stat(path))
+
+    def list_files(self, dir: str, pattern: str) -> list[str]:
+        """Full paths of the regular files directly in `dir` matching `pattern`, sorted."""
+        try:
+            with os.scandir(dir) as it:
+                names = [e.name for e in it if glob_match_name(e.name, pattern) and e.is_file()]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [os.path.join(dir, name) for name in sorted(names)]
+
+    def read_text(self, path: str) -> str:
+        """The whole file as text (invalid UTF-8 becomes U+FFFD, like Node)."""
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def read_text_prefix(self, path: str, max_bytes: int) -> str:
+        """At most `max_bytes` from the start; a multibyte character cut at the end is dropped."""
+        with open(path, "rb") as f:
+            data = f.read(max_bytes) if max_bytes > 0 else b""
+        return utf8_prefix_text(data)
+
+    def rename(self, path: str, new_path: str) -> None:
+        """Move `path` to `new_path`, atomically replacing an existing file."""
+        os.replace(path, new_path)
+
+    def unlink(self, path: str) -> None:
+        """Remove a file; FileNotFoundError when missing."""
+        os.unlink(path)
+
+    def open_writer(self, path: str, flags: str = "a") -> FileSessionWriter:
+        """An appending (`"a"`) or truncating (`"w"`) line writer; the file is created 0600."""
+        return FileSessionWriter(path, flags)
+
+    def iter_chunks(self, path: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+        """The file's bytes in chunks; FileNotFoundError is raised by this call."""
+        return _ChunkReader(path, chunk_size)
+
+    def read_bytes_range(self, path: str, offset: int, length: int) -> bytes:
+        """Up to `length` bytes from `offset` (negative: from the end, clamped to 0)."""
+        fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+        try:
+            if offset < 0:
+                offset = max(0, os.fstat(fd).st_size + offset)
+            parts: list[bytes] = []
+            remaining = length
+            while remaining > 0:
+                chunk = os.pread(fd, remaining, offset)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                offset += len(chunk)
+                remaining -= len(chunk)
+            return b"".join(parts)
+        finally:
+            os.close(fd)
+
+    def write_atomic(self, path: str, chunks: Iterable[bytes]) -> None:
+        """Temp file (same dir, 0600) + fsync + rename + directory fsync.
+
+        On any failure before the rename the temp file is removed and the target
+        is left exactly as it was.
+        """
+        directory, name = os.path.split(path)
+        tmp = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, FILE_MODE)
+        try:
+            try:
+                for chunk in chunks:
+                    _write_all(fd, chunk)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        fsync_directory(directory)
+
+    def fsync_dir(self, path: str) -> None:
+        """Make a directory's entries durable (no-op where unsupported)."""
+        fsync_directory(path)
+
+    def list_dirs(self, dir: str) -> list[str]:
+        """Full paths of the directories directly in `dir`, sorted ([] if missing)."""
+        try:
+            with os.scandir(dir) as it:
+                names = [e.name for e in it if e.is_dir()]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return [os.path.join(dir, name) for name in sorted(names)]
+
+    def remove_tree(self, path: str) -> None:
+        """Remove a directory and everything below it; missing is fine."""
+        try:
+            shutil.rmtree(path)
+        except FileNotFoundError:
+            pass

@@ -1,0 +1,155 @@
+"""One writer per session (real processes) and conflict detection."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from helpers import assistant, user
+
+from sessiontree import (
+    SessionLockError,
+    SessionManager,
+    SessionWriteConflictError,
+    load_entries_from_file,
+)
+from sessiontree.locks import is_locked, lock_path_for
+from sessiontree.manager import _GAP_SECONDS
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from sessiontree import SessionManager
+    sm = SessionManager.open(sys.argv[1])
+    sm.append_message({"role": "user", "content": "from child", "timestamp": 1})
+    print("locked", flush=True)
+    time.sleep(float(sys.argv[2]))
+    sm.close()
+    """
+)
+
+
+def start_holder(path: str, seconds: float) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, path, str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def make_session(directory: Path) -> str:
+    with SessionManager.create("/proj", str(directory)) as sm:
+        sm.append_message(user("a"))
+        sm.append_message(assistant("b"))
+        return sm.get_session_file() or ""
+
+
+def test_second_writer_in_another_process_gets_lock_error_naming_the_pid(tmp_path: Path) -> None:
+    path = make_session(tmp_path)
+    proc = start_holder(path, 30)
+    try:
+        with pytest.raises(SessionLockError) as info:
+            SessionManager.open(path)
+        assert info.value.pid == proc.pid and str(proc.pid) in str(info.value)
+        # Readers need no lock.
+        ro = SessionManager.open(path, read_only=True)
+        assert len(ro.get_entries()) == 3
+        assert is_locked(SessionManager.open(path, read_only=True)._storage, path)
+    finally:
+        proc.kill()
+        proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+    # The kernel released the lock when the holder died.
+    with SessionManager.open(path) as sm:
+        sm.append_message(user("after the holder died"))
+    assert len(load_entries_from_file(path)) == 5
+
+
+def test_same_process_second_writer_and_lock_file_cleanup(tmp_path: Path) -> None:
+    path = make_session(tmp_path)
+    sm = SessionManager.open(path)
+    with pytest.raises(SessionLockError):
+        SessionManager.open(path)
+    assert os.path.exists(lock_path_for(path))
+    sm.close()
+    assert not os.path.exists(lock_path_for(path))  # no pile-up of lock files
+    SessionManager.open(path).close()
+
+
+def test_create_locks_a_file_that_does_not_exist_yet(tmp_path: Path) -> None:
+    sm = SessionManager.create("/proj", str(tmp_path))
+    path = sm.get_session_file() or ""
+    assert not os.path.exists(path) and os.path.exists(lock_path_for(path))
+    sm.close()
+    assert not os.path.exists(lock_path_for(path))
+
+
+def test_lock_follows_fork_new_session_and_branched_session(tmp_path: Path) -> None:
+    sm = SessionManager.create("/proj", str(tmp_path))
+    a = sm.append_message(assistant("a"))
+    first = sm.get_session_file() or ""
+    result = sm.fork()
+    assert result is not None
+    second = result[1]
+    assert not os.path.exists(lock_path_for(first)) and os.path.exists(lock_path_for(second))
+    SessionManager.open(first).close()  # free again
+    third = sm.create_branched_session(a) or ""
+    assert os.path.exists(lock_path_for(third)) and not os.path.exists(lock_path_for(second))
+    fourth = sm.new_session() or ""
+    assert os.path.exists(lock_path_for(fourth)) and not os.path.exists(lock_path_for(third))
+    sm.close()
+    assert list(tmp_path.glob(".*lock")) == []
+
+
+def test_rewrite_after_external_same_length_edit_raises_and_saves_a_copy(tmp_path: Path) -> None:
+    path = make_session(tmp_path)
+    sm = SessionManager.open(path)
+    data = Path(path).read_bytes()
+    Path(path).write_bytes(data.replace(b'"a"', b'"A"'))  # same length, different bytes
+    with pytest.raises(SessionWriteConflictError) as info:
+        sm.set_session_name("renamed")
+    saved = info.value.saved_to
+    assert saved is not None and ".jsonl.conflict-" in saved and not saved.endswith(".jsonl")
+    copy = load_entries_from_file(saved)
+    assert copy[0]["parentSession"] == path
+    assert [e["id"] for e in copy[1:]] == [e["id"] for e in sm.get_entries()]
+    assert Path(path).read_bytes() == data.replace(b'"a"', b'"A"')  # not overwritten
+    with pytest.raises(SessionWriteConflictError):
+        sm.append_message(user("still refused"))
+    with pytest.raises(SessionWriteConflictError):
+        sm.close()
+
+
+def test_append_after_a_gap_notices_a_replaced_file(tmp_path: Path) -> None:
+    path = make_session(tmp_path)
+    sm = SessionManager.open(path)
+    sm.append_message(user("one"))
+    replacement = Path(path).read_bytes()
+    os.unlink(path)
+    Path(path).write_bytes(replacement)  # same bytes, new inode: someone rewrote it
+    time.sleep(_GAP_SECONDS + 0.1)
+    with pytest.raises(SessionWriteConflictError):
+        sm.append_message(user("two"))
+    with pytest.raises(SessionWriteConflictError):
+        sm.close()
+
+
+def test_appends_without_a_gap_and_own_rewrites_are_not_conflicts(tmp_path: Path) -> None:
+    path = make_session(tmp_path)
+    with SessionManager.open(path) as sm:
+        for i in range(20):
+            sm.append_message(user(str(i)))
+        sm.set_session_name("fine")
+        time.sleep(_GAP_SECONDS + 0.1)
+        sm.append_message(user("after gap"))
+        sm.rewrite_entries()
+    assert len(load_entries_from_file(path)) == 24
