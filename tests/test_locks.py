@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assistant, user
 
+from helpers import assistant, user
 from sessiontree import (
     SessionLockError,
     SessionManager,
