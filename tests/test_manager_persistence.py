@@ -326,9 +326,15 @@ def test_failed_append_and_failed_rewrite_leave_the_file_intact(tmp_path: Path) 
     storage.fail.clear()
     sm2 = SessionManager.open(path, storage=storage)
     storage.fail = {"write"}
-    with pytest.raises(SessionPersistenceError):
+    with pytest.raises(SessionPersistenceError) as info:
         sm2.append_message(user("x"))
     assert Path(path).read_bytes() == before
+    # Nothing is silently dropped: the whole in-memory session was saved beside the file.
+    rescue = [p for p in os.listdir(tmp_path) if ".jsonl.conflict-" in p]
+    assert len(rescue) == 1 and rescue[0] in str(info.value)
+    saved = load_entries_from_file(str(tmp_path / rescue[0]))
+    assert saved[0]["parentSession"] == path
+    assert saved[-1]["message"]["content"] == "x"
     with pytest.raises(SessionPersistenceError):
         sm2.append_message(user("y"))
     with pytest.raises(SessionPersistenceError):
