@@ -20,8 +20,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import SHARED_FIXTURES
 
+from conftest import SHARED_FIXTURES
 from sessiontree import SessionManager, load_entries_from_file
 from sessiontree.loader import read_session
 from sessiontree.storage import FileSessionStorage

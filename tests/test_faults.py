@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import assistant, user
 
+from helpers import assistant, user
 from sessiontree import SessionManager, SessionPersistenceError
 from sessiontree.storage import file as file_backend
 
