@@ -13,16 +13,18 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator
+import sys
+from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal
 from json.encoder import encode_basestring
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
 from ._unset import UnsetType
 
 __all__ = [
+    "allow_deep_nesting",
     "iter_jsonl_bytes",
     "js_number",
     "loads_line",
@@ -32,6 +34,9 @@ __all__ = [
 ]
 
 _MAX_SAFE_INTEGER = 2**53
+# Deep enough for what V8 parses in practice, shallow enough for the C stack.
+_DEEP_RECURSION_LIMIT = 30_000
+T = TypeVar("T")
 
 # Number shapes orjson writes differently from JavaScript: any exponent form,
 # and integral floats ("1.0"). A hit may be inside a string; the slow path
@@ -174,22 +179,41 @@ def _key_str(key: object) -> str:
     return str(key)
 
 
+def allow_deep_nesting(fn: Callable[[], T]) -> T:
+    """Run a recursive codec step, allowing the nesting depth JavaScript allows.
+
+    orjson stops at a few hundred levels and Python's recursion limit at 1000;
+    `JSON.parse`/`JSON.stringify` go much deeper, and a valid line must not be
+    lost or unwritable because of that.
+    """
+    try:
+        return fn()
+    except RecursionError:
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, _DEEP_RECURSION_LIMIT))
+        try:
+            return fn()
+        finally:
+            sys.setrecursionlimit(limit)
+
+
+def _encode_exact(obj: Any) -> bytes:
+    parts: list[str] = []
+    if not _encode_slow(obj, parts):
+        raise TypeError("value serializes to undefined")
+    return "".join(parts).encode("utf-8")
+
+
 def serialize_entry_bytes(obj: Any) -> bytes:
     """`serialize_entry` as UTF-8 bytes, without a trailing newline (the hot path)."""
-    parts: list[str]
     try:
         out = orjson.dumps(obj)
     except (TypeError, orjson.JSONEncodeError):
-        parts = []
-        if not _encode_slow(obj, parts):
-            raise TypeError("value serializes to undefined") from None
-        return "".join(parts).encode("utf-8")
+        return allow_deep_nesting(lambda: _encode_exact(obj))
     if _INDEX_KEY.search(out) is not None:
         # Possibly an index-like key out of JavaScript's order (or a lookalike in a
         # string): the exact encoder decides.
-        parts = []
-        _encode_slow(obj, parts)
-        return "".join(parts).encode("utf-8")
+        return allow_deep_nesting(lambda: _encode_exact(obj))
     if _SUSPECT_NUMBER.search(out) is not None:
         out = _TOKEN.sub(_fix_token, out)
     return out
@@ -225,7 +249,7 @@ def loads_line(line: str | bytes) -> Any:
         line = line.decode("utf-8", "replace")
     text = line.strip(" \t\r\n")
     try:
-        return _slow_decoder.decode(text)
+        return allow_deep_nesting(lambda: _slow_decoder.decode(text))
     except RecursionError as exc:
         raise ValueError("JSON nested too deeply") from exc
 

@@ -39,7 +39,7 @@ from .errors import (
     SessionTreeError,
     SessionWriteConflictError,
 )
-from .jsonl import serialize_entry_bytes
+from .jsonl import allow_deep_nesting, serialize_entry_bytes
 from .loader import TITLE_SLOT_BYTES, LoadedSession, read_session
 from .locks import SessionLock, acquire_session_lock
 from .migrations import migrate_session_entries
@@ -437,7 +437,8 @@ class SessionManager:
         migrated = migrate_session_entries(raw)
         entries = raw[1:]
         for index in loaded.blob_ref_entries:
-            entries[index] = persistence.resolve_blob_refs(entries[index], self._blobs)
+            entry, blobs = entries[index], self._blobs
+            entries[index] = allow_deep_nesting(lambda: persistence.resolve_blob_refs(entry, blobs))
         self._load_entries(entries)
         self._on_disk = True
         self._needs_newline = not loaded.ends_with_newline
@@ -554,7 +555,9 @@ class SessionManager:
         return self._error
 
     def _serialize(self, entry: Entry) -> bytes:
-        return serialize_entry_bytes(persistence.prepare_for_persist(entry, self._blobs)) + b"\n"
+        blobs = self._blobs
+        prepared = allow_deep_nesting(lambda: persistence.prepare_for_persist(entry, blobs))
+        return serialize_entry_bytes(prepared) + b"\n"
 
     def _file_chunks(self, header: Entry | None = None) -> Iterator[bytes]:
         if self._title_slot_raw is not None:

@@ -51,7 +51,10 @@ def _build_tree(
     for node in nodes:
         entry = node.entry
         parent_id = entry.get("parentId")
-        parent = None if parent_id is None or parent_id == entry.get("id") else find(parent_id)
+        # Ids are strings; anything else (hostile or broken files) cannot name a parent.
+        parent = (
+            find(parent_id) if parent_id.__class__ is str and parent_id != entry.get("id") else None
+        )
         if parent is None:
             roots.append(node)
         else:
@@ -80,7 +83,7 @@ def path_to_root(
     while current is not None:
         append(current)
         parent_id = current.get("parentId")
-        if not parent_id:
+        if not parent_id or parent_id.__class__ is not str:
             break
         current = get(parent_id)
         if len(path) > limit:
@@ -100,6 +103,6 @@ def _path_to_root_checked(
         seen.add(id(current))
         path.append(current)
         parent_id = current.get("parentId")
-        current = get(parent_id) if parent_id else None
+        current = get(parent_id) if parent_id and parent_id.__class__ is str else None
     path.reverse()
     return path
