@@ -16,6 +16,7 @@ import os
 import re
 import time
 import weakref
+from functools import partial
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
@@ -437,8 +438,8 @@ class SessionManager:
         migrated = migrate_session_entries(raw)
         entries = raw[1:]
         for index in loaded.blob_ref_entries:
-            entry, blobs = entries[index], self._blobs
-            entries[index] = allow_deep_nesting(lambda: persistence.resolve_blob_refs(entry, blobs))
+            resolve = partial(persistence.resolve_blob_refs, entries[index], self._blobs)
+            entries[index] = allow_deep_nesting(resolve)
         self._load_entries(entries)
         self._on_disk = True
         self._needs_newline = not loaded.ends_with_newline
