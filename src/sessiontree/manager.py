@@ -16,9 +16,9 @@ import os
 import re
 import time
 import weakref
-from functools import partial
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from types import TracebackType
 from typing import Any
 
