@@ -347,3 +347,54 @@ def test_context_manager_and_usage_statistics(tmp_path: Path) -> None:
         sm.append_message(assistant())
     stats = SessionManager.open(sm.get_session_file() or "", read_only=True).get_usage_statistics()
     assert stats.input == 200 and stats.cost == pytest.approx(0.6)
+
+
+def slot_line(title: str, source: str | None = "auto") -> bytes:
+    slot: dict[str, object] = {"type": "title", "v": 1, "title": title}
+    if source:
+        slot["source"] = source
+    slot["updatedAt"] = "2026-01-01T00:00:00.000Z"
+    slot["pad"] = ""
+    unpadded = serialize_entry(slot).encode() + b"\n"
+    slot["pad"] = " " * (256 - len(unpadded))
+    line = serialize_entry(slot).encode() + b"\n"
+    assert len(line) == 256
+    return line
+
+
+def test_title_slot_is_read_kept_and_updated_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "omp.jsonl"
+    header = {"type": "session", "version": 3, "id": "s1", "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/p"}
+    entry = {"type": "message", "id": "a", "parentId": None, "timestamp": "2026-01-01T00:00:01.000Z", "message": user("x")}
+    body = (serialize_entry(header) + "\n" + serialize_entry(entry) + "\n").encode()
+    path.write_bytes(slot_line("Slot title") + body)
+    sm = SessionManager.open(str(path))
+    assert sm.get_session_name() == "Slot title"
+    sm.rewrite_entries()
+    assert path.read_bytes() == slot_line("Slot title") + body  # byte for byte
+    assert sm.set_session_name("A much newer name ✓", "user")
+    data = path.read_bytes()
+    first, rest = data[:256], data[256:]
+    assert first.endswith(b"\n") and b'"title":"A much newer name \xe2\x9c\x93"' in first
+    assert b'"source":"user"' in first
+    assert load_entries_from_file(str(path))[0]["title"] == "A much newer name ✓"
+    assert rest.splitlines()[1] == serialize_entry(entry).encode()
+    sm.close()
+    long_name = "é" * 400
+    with SessionManager.open(str(path)) as sm2:
+        sm2.set_session_name(long_name, "user")
+    data = path.read_bytes()
+    assert data[255:256] == b"\n" and len(data.split(b"\n", 1)[0]) == 255  # still fixed width
+    assert SessionManager.open(str(path), read_only=True).get_session_name() == long_name
+
+
+def test_names_from_other_writers_entries(tmp_path: Path) -> None:
+    path = tmp_path / "pi.jsonl"
+    header = {"type": "session", "version": 3, "id": "s1", "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/p"}
+    lines = [
+        header,
+        {"type": "session_info", "id": "a", "parentId": None, "timestamp": "2026-01-01T00:00:01.000Z", "name": "first"},
+        {"type": "title_change", "id": "b", "parentId": "a", "timestamp": "2026-01-01T00:00:02.000Z", "title": "second", "source": "auto"},
+    ]
+    path.write_text("".join(serialize_entry(x) + "\n" for x in lines))
+    assert SessionManager.open(str(path), read_only=True).get_session_name() == "second"

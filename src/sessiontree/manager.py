@@ -935,10 +935,23 @@ class SessionManager:
         return self._cwd
 
     def get_session_name(self) -> str | None:
+        """The header title, else oh-my-pi's title slot, else the latest name entry.
+
+        Other writers name sessions with entries: pi with `session_info` (`name`),
+        oh-my-pi with `title_change` (`title`).
+        """
         title = self._header.get("title")
         if isinstance(title, str) and title:
             return title
-        return self._slot_title or None
+        if self._slot_title:
+            return self._slot_title
+        for entry in reversed(self._entries):
+            kind = entry.get("type")
+            if kind == "title_change" or kind == "session_info":
+                name = entry.get("title" if kind == "title_change" else "name")
+                if isinstance(name, str) and name.strip():
+                    return name.strip()
+        return None
 
     def _title_source(self) -> str | None:
         source = self._header.get("titleSource")
