@@ -1,0 +1,448 @@
+"""Prompt history: a small SQLite store for recalling and searching past prompts.
+
+Separate from session files (those replay conversations; this serves the prompt
+recall/search UX). One database, by default ``<agent dir>/history.db``, shared
+with the TypeScript agents, so the schema is theirs, plus FTS5 prefix indexes
+and delete/update triggers that their code never notices::
+
+    history(id INTEGER PRIMARY KEY AUTOINCREMENT, prompt, created_at, cwd)
+    history_fts                  # FTS5 external-content index over history.prompt
+    history_ai/_ad/_au           # triggers keeping history_fts in sync
+
+`add()` never blocks on the database: rows go to a queue that a daemon thread
+writes in batches, one transaction per batch::
+
+    history = HistoryStorage.open()
+    history.add("fix the failing test", cwd="/repo")
+    history.search("fail te", 10)  # [HistoryEntry(id=..., prompt='fix the failing test', ...)]
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import ClassVar
+
+from .paths import get_agent_dir
+
+__all__ = ["MAX_LIMIT", "MAX_QUERY_WORDS", "SCHEMA_VERSION", "HistoryEntry", "HistoryStorage"]
+
+_log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+"""Format version in ``PRAGMA user_version``; 0: only TypeScript agents wrote the file."""
+
+MAX_LIMIT = 1000
+"""Upper bound of the ``limit`` of `get_recent` and `search`."""
+
+MAX_QUERY_WORDS = 16
+"""`search` uses the first this many distinct words of a query."""
+
+_BUSY_TIMEOUT_S = 5.0
+
+# strftime('%s') instead of unixepoch(): unixepoch() needs SQLite >= 3.38, and a
+# schema whose default calls it breaks every older SQLite that opens this file.
+_CREATE_TABLE = """CREATE TABLE IF NOT EXISTS history (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    prompt TEXT NOT NULL,
+    created_at INTEGER NOT NULL DEFAULT (CAST(strftime('%s','now') AS INTEGER)),
+    cwd TEXT
+)"""
+
+# prefix='1 2 3': without prefix indexes FTS5 answers a short prefix query (what
+# an incremental search box sends first) by merging the doclists of every term
+# with that prefix: at 100k prompts "t" took 25-30 ms, "the" 2-3 ms. With them,
+# such a query reads one doclist (0.2 ms), for a database ~55% larger (39 -> 60
+# MB) and background inserts ~80% slower (~70 us a prompt). The option is
+# internal to FTS5: the TypeScript agents' insert trigger works unchanged.
+_CREATE_FTS = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS history_fts"
+    " USING fts5(prompt, content='history', content_rowid='id', prefix='1 2 3')"
+)
+
+# Names match the TypeScript agents' so that both create the same objects (two
+# differently named insert triggers would index every prompt twice).
+_SCHEMA = (
+    _CREATE_TABLE,
+    "CREATE INDEX IF NOT EXISTS idx_history_created_at ON history(created_at DESC)",
+    _CREATE_FTS,
+    """CREATE TRIGGER IF NOT EXISTS history_ai AFTER INSERT ON history BEGIN
+    INSERT INTO history_fts(rowid, prompt) VALUES (new.id, new.prompt);
+END""",
+    """CREATE TRIGGER IF NOT EXISTS history_ad AFTER DELETE ON history BEGIN
+    INSERT INTO history_fts(history_fts, rowid, prompt) VALUES ('delete', old.id, old.prompt);
+END""",
+    """CREATE TRIGGER IF NOT EXISTS history_au AFTER UPDATE ON history BEGIN
+    INSERT INTO history_fts(history_fts, rowid, prompt) VALUES ('delete', old.id, old.prompt);
+    INSERT INTO history_fts(rowid, prompt) VALUES (new.id, new.prompt);
+END""",
+)
+
+_INSERT = "INSERT INTO history (prompt, created_at, cwd) VALUES (?, ?, ?)"
+_LAST_PROMPT = "SELECT prompt FROM history ORDER BY id DESC LIMIT 1"
+# Both reads pick the `limit` rows with the highest ids and only then sort them
+# by (created_at, id). Ids grow in add() order, so those are the newest prompts,
+# and the inner ORDER BY ... LIMIT stops after `limit` rows. Sorting the whole
+# table or every FTS match by created_at instead cost 80 ms (get_recent: a burst
+# of adds shares one created_at second, which the index cannot order by id) and
+# 20-100 ms (search for a common prefix) at 100k prompts. The results differ
+# only where created_at disagrees with insertion order: a clock that stepped
+# back, or two processes adding within the same second or so.
+_RECENT = """SELECT id, prompt, created_at, cwd FROM (
+    SELECT id, prompt, created_at, cwd FROM history ORDER BY id DESC LIMIT ?
+) ORDER BY created_at DESC, id DESC"""
+_SEARCH = """SELECT id, prompt, created_at, cwd FROM history WHERE id IN (
+    SELECT rowid FROM history_fts WHERE history_fts MATCH ? ORDER BY rowid DESC LIMIT ?
+) ORDER BY created_at DESC, id DESC"""
+
+_SURROGATES = re.compile("[\ud800-\udfff]")
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    """One stored prompt."""
+
+    id: int
+    prompt: str
+    created_at: int
+    """Seconds since the epoch, taken when `HistoryStorage.add` was called."""
+    cwd: str | None
+
+
+class HistoryStorage:
+    """Thread-safe prompt history backed by SQLite with an FTS5 index.
+
+    Use `open` to share one instance per database file; the constructor makes a
+    private one. Reads first wait for this instance's queued adds, so a read
+    always sees every `add` made before it (no wait when nothing is queued).
+    `path` is the resolved database path.
+    """
+
+    _registry: ClassVar[dict[str, HistoryStorage]] = {}
+    _registry_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, db_path: str | os.PathLike[str] | None = None) -> None:
+        self.path = _resolve(db_path)
+        _create_private_file(self.path)
+        writer = _connect(self.path)
+        reader: sqlite3.Connection | None = None
+        try:
+            _ensure_schema(writer)
+            reader = _connect(self.path, read_only=True)
+            row = reader.execute(_LAST_PROMPT).fetchone()
+        except BaseException:
+            if reader is not None:
+                reader.close()
+            writer.close()
+            raise
+        self._writer = writer  # used by the worker thread only
+        self._reader = reader
+        self._last_prompt: str | None = row[0] if row else None
+
+        self._cond = threading.Condition()  # guards the queue, counters and flags
+        self._pending: list[tuple[str, int, str | None]] = []
+        self._queued = 0  # rows ever queued
+        self._done = 0  # rows ever handled by the worker (written, or dropped on error)
+        self._closing = False
+        self._worker_exited = False
+        self._read_lock = threading.Lock()  # one reader connection shared by all threads
+        self._closed = False
+        self._worker = threading.Thread(
+            target=self._run, name=f"sessiontree-history:{self.path}", daemon=True
+        )
+        self._worker.start()
+        # The worker is a daemon so it never keeps the process alive; write what is
+        # still queued at exit, since the last prompt before quitting is often the
+        # one the user wants back.
+        atexit.register(self.close)
+
+    @classmethod
+    def open(cls, db_path: str | os.PathLike[str] | None = None) -> HistoryStorage:
+        """Return the open instance for `db_path` (default ``<agent dir>/history.db``).
+
+        Paths are compared after resolving symlinks; after `close` a new instance
+        is created. Missing directory and file are created private to the user.
+
+        Raises:
+            sqlite3.Error: the file is not a usable SQLite database.
+        """
+        path = _resolve(db_path)
+        with HistoryStorage._registry_lock:
+            storage = HistoryStorage._registry.get(path)
+            if storage is None:
+                storage = cls(path)
+                HistoryStorage._registry[path] = storage
+            return storage
+
+    def add(self, prompt: str, cwd: str | None = None) -> None:
+        """Queue `prompt` (trimmed) for storage without waiting for the database.
+
+        Empty prompts and a prompt equal to the previous one added are ignored.
+
+        Raises:
+            ValueError: the storage is closed.
+        """
+        text = _valid_text(prompt.strip())
+        if not text:
+            return
+        row = (text, int(time.time()), None if cwd is None else _valid_text(cwd))
+        with self._cond:
+            if self._closing:
+                raise ValueError("HistoryStorage is closed")
+            if text == self._last_prompt:
+                return
+            self._last_prompt = text
+            self._pending.append(row)
+            self._queued += 1
+            self._cond.notify_all()
+
+    def flush(self) -> None:
+        """Wait until every prompt added before this call is committed.
+
+        A batch that fails to commit is logged and dropped rather than retried.
+        """
+        with self._cond:
+            target = self._queued
+            self._cond.wait_for(lambda: self._done >= target or self._worker_exited)
+
+    def get_recent(self, limit: int) -> list[HistoryEntry]:
+        """Return up to `limit` (clamped to 0..1000) prompts, newest first."""
+        limit = _clamp(limit)
+        if limit == 0:
+            return []
+        return self._query(_RECENT, (limit,))
+
+    def search(self, query: str, limit: int) -> list[HistoryEntry]:
+        """Return up to `limit` prompts containing every word of `query`, newest first.
+
+        Each whitespace-separated word is a prefix: ``"fix te"`` finds "fixed the
+        tests". Words are quoted, so FTS5 syntax in `query` is plain text; words
+        with no letters or digits (``-``, ``*``, emoji) constrain nothing, and
+        only the first `MAX_QUERY_WORDS` distinct words count.
+        """
+        limit = _clamp(limit)
+        match = _fts_query(query)
+        if limit == 0 or not match:
+            return []
+        try:
+            return self._query(_SEARCH, (match, limit))
+        except sqlite3.OperationalError:
+            # Quoting (and removing NUL) leaves FTS5 nothing to reject; this is the
+            # last line of defence that keeps search from ever raising.
+            _log.warning("history search failed for %r", query, exc_info=True)
+            return []
+
+    def close(self) -> None:
+        """Write queued prompts, stop the worker and close the database; idempotent."""
+        # Held throughout, so an open() racing with close() gets a fresh instance.
+        with HistoryStorage._registry_lock:
+            with self._cond:
+                self._closing = True
+                self._cond.notify_all()
+            if threading.current_thread() is not self._worker:
+                self._worker.join()
+            if HistoryStorage._registry.get(self.path) is self:
+                del HistoryStorage._registry[self.path]
+            with self._read_lock:
+                if not self._closed:
+                    self._closed = True
+                    self._reader.close()
+                    self._writer.close()
+        atexit.unregister(self.close)
+
+    def __enter__(self) -> HistoryStorage:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closing else "open"
+        return f"<HistoryStorage {self.path!r} {state}>"
+
+    def _query(self, sql: str, params: tuple[object, ...]) -> list[HistoryEntry]:
+        self.flush()
+        with self._read_lock:
+            if self._closed:
+                raise ValueError("HistoryStorage is closed")
+            rows = self._reader.execute(sql, params).fetchall()
+        return [HistoryEntry(*row) for row in rows]
+
+    def _run(self) -> None:
+        """Worker loop: take everything queued, write it in one transaction, repeat."""
+        try:
+            while True:
+                with self._cond:
+                    self._cond.wait_for(lambda: self._pending or self._closing)
+                    if not self._pending:
+                        return
+                    batch, self._pending = self._pending, []
+                self._write(batch)
+                with self._cond:
+                    self._done += len(batch)
+                    self._cond.notify_all()
+        finally:
+            # Wakes flush() even if the loop died, so it can never hang.
+            with self._cond:
+                self._worker_exited = True
+                self._cond.notify_all()
+
+    def _write(self, batch: list[tuple[str, int, str | None]]) -> None:
+        try:
+            with _transaction(self._writer):
+                self._writer.executemany(_INSERT, batch)
+        except sqlite3.Error:
+            # History is a convenience: losing prompts must not break the turn
+            # that produced them, so log instead of raising into the caller.
+            _log.warning("could not save %d prompt(s) to %s", len(batch), self.path, exc_info=True)
+
+
+def _resolve(db_path: str | os.PathLike[str] | None) -> str:
+    if db_path is None:
+        return os.path.realpath(os.path.join(get_agent_dir(), "history.db"))
+    return os.path.realpath(os.fspath(db_path))
+
+
+def _create_private_file(path: str) -> None:
+    """Create the directory (0700) and database file (0600) if missing.
+
+    Prompts can hold secrets. SQLite gives the -wal and -shm files the mode of
+    the database file, so creating it first makes those private too. Existing
+    files and directories keep their mode.
+    """
+    directory = os.path.dirname(path)
+    if not os.path.isdir(directory):
+        os.makedirs(os.path.dirname(directory), exist_ok=True)
+        try:
+            os.mkdir(directory, 0o700)
+            os.chmod(directory, 0o700)  # mkdir applies the umask
+        except FileExistsError:
+            pass
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+    os.chmod(path, 0o600)
+
+
+def _connect(path: str, *, read_only: bool = False) -> sqlite3.Connection:
+    # isolation_level=None: no implicit transactions, `_transaction` is explicit.
+    # check_same_thread=False: the writer is used by the worker thread, the reader
+    # by any thread under `_read_lock`.
+    conn = sqlite3.connect(
+        path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+    )
+    try:
+        if read_only:
+            conn.execute("PRAGMA query_only = ON")
+        else:
+            conn.execute("PRAGMA journal_mode = WAL")  # readers never wait for the writer
+        # Safe in WAL mode: a power loss may drop the last commits, never corrupt.
+        conn.execute("PRAGMA synchronous = NORMAL")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+@contextmanager
+def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
+    # IMMEDIATE takes the write lock up front, so a busy database makes BEGIN
+    # wait (busy timeout) rather than failing a statement midway.
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _schema_sql(conn: sqlite3.Connection, name: str) -> str | None:
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (name,)).fetchone()
+    return None if row is None else str(row[0])
+
+
+def _ensure_schema(conn: sqlite3.Connection) -> None:
+    """Bring the database to `SCHEMA_VERSION` in one transaction; idempotent.
+
+    Checks go by what is in the file rather than by ``user_version`` alone: the
+    TypeScript agents share the file and never set the version.
+    """
+    with _transaction(conn):
+        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        if "unixepoch(" in (_schema_sql(conn, "history") or ""):
+            _convert_unixepoch_table(conn)
+        fts_sql = _schema_sql(conn, "history_fts")
+        if fts_sql is not None and "prefix" not in fts_sql.lower():
+            # Created by a TypeScript agent: recreate it with the prefix indexes.
+            conn.execute("DROP TABLE history_fts")
+            fts_sql = None
+        for statement in _SCHEMA:
+            conn.execute(statement)
+        if fts_sql is None:
+            # A new index over existing rows (a file from before FTS, or one
+            # whose index was dropped) starts empty: fill it from the table.
+            conn.execute("INSERT INTO history_fts(history_fts) VALUES('rebuild')")
+        if version < SCHEMA_VERSION:
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _convert_unixepoch_table(conn: sqlite3.Connection) -> None:
+    """Copy a table whose created_at default calls unixepoch() into the portable schema.
+
+    SQLite cannot change a column default in place. The caller recreates the
+    index, FTS table and triggers, and rebuilds the FTS index.
+    """
+    # Dropped first: renaming the table would carry its triggers along.
+    for statement in (
+        "DROP TRIGGER IF EXISTS history_ai",
+        "DROP TRIGGER IF EXISTS history_ad",
+        "DROP TRIGGER IF EXISTS history_au",
+        "DROP TABLE IF EXISTS history_fts",
+        "DROP INDEX IF EXISTS idx_history_created_at",
+        "ALTER TABLE history RENAME TO history_legacy",
+        _CREATE_TABLE,
+        "INSERT INTO history (id, prompt, created_at, cwd)"
+        " SELECT id, prompt, created_at, cwd FROM history_legacy",
+        "DROP TABLE history_legacy",
+    ):
+        conn.execute(statement)
+
+
+def _clamp(limit: int) -> int:
+    return max(0, min(int(limit), MAX_LIMIT))
+
+
+def _valid_text(text: str) -> str:
+    """Replace lone surrogates (e.g. from undecodable paths), which SQLite cannot store."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATES.sub("\ufffd", text)
+    return text
+
+
+def _fts_query(query: str) -> str:
+    """Turn free text into an FTS5 query requiring a prefix match of every word.
+
+    ``fix a"b`` becomes ``"fix"* "a""b"*``. Words are joined by juxtaposition
+    (implicit AND), which FTS5 lets skip a word that tokenizes to nothing; an
+    explicit AND would make such a word match no row at all.
+    """
+    # NUL ends the query text for the FTS5 parser ("unterminated string").
+    text = _valid_text(query).replace("\0", " ")
+    # Each word costs ~0.3 ms at 100k prompts; a longer query is a paste, which
+    # its first words already pin down; the dropped ones could only narrow it.
+    words = list(dict.fromkeys(text.split()))[:MAX_QUERY_WORDS]  # drop repeats, keep order
+    return " ".join('"' + word.replace('"', '""') + '"*' for word in words)
