@@ -27,11 +27,13 @@ from .errors import (
     SessionTreeError,
     SessionWriteConflictError,
 )
+from .history import HistoryEntry, HistoryStorage
 from .jsonl import parse_jsonl_lenient, serialize_entry
 from .loader import load_entries_from_file
 from .manager import SessionManager, UsageStatistics
 from .migrations import migrate_session_entries
 from .paths import encode_session_dir_name, get_agent_dir, get_default_session_dir
+from .persistence import BLOB_EXTERNALIZE_THRESHOLD, MAX_PERSIST_CHARS, TRUNCATION_NOTICE
 from .storage import (
     FileSessionStorage,
     MemorySessionStorage,

@@ -9,6 +9,7 @@ the one the TypeScript writers use (e.g. `custom` puts its payload before `id`).
 from __future__ import annotations
 
 import os
+import random
 import secrets
 import threading
 import time
@@ -156,10 +157,19 @@ def iso_now() -> str:
     return format_iso(time.time_ns() // 1_000_000)
 
 
+_second_cache: tuple[int, str] = (-1, "")
+
+
 def format_iso(epoch_ms: int) -> str:
     """Epoch milliseconds as `YYYY-MM-DDTHH:MM:SS.mmmZ`."""
-    dt = datetime.fromtimestamp(epoch_ms // 1000, UTC)
-    return f"{dt:%Y-%m-%dT%H:%M:%S}.{epoch_ms % 1000:03d}Z"
+    global _second_cache
+    second = epoch_ms // 1000
+    cached_second, prefix = _second_cache  # one tuple: safe to share between threads
+    if second != cached_second:
+        # Appends come in bursts within one second: format the date part once.
+        prefix = f"{datetime.fromtimestamp(second, UTC):%Y-%m-%dT%H:%M:%S}."
+        _second_cache = (second, prefix)
+    return f"{prefix}{epoch_ms % 1000:03d}Z"
 
 
 def parse_iso_ms(value: object) -> int | None:
@@ -186,10 +196,15 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
 
 
+_id_random = random.Random(secrets.randbits(128))  # ids need uniqueness, not secrecy
+# A forked child must not mint the same ids as its parent.
+os.register_at_fork(after_in_child=lambda: _id_random.seed(secrets.randbits(128)))
+
+
 def generate_entry_id(existing: Container[str]) -> str:
     """A fresh 8-hex-char entry id not in `existing`."""
     for _ in range(100):
-        candidate = secrets.token_hex(4)
+        candidate = f"{_id_random.getrandbits(32):08x}"
         if candidate not in existing:
             return candidate
     # Only reachable with an absurd number of entries: widen instead of looping.

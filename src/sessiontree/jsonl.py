@@ -38,16 +38,8 @@ _MAX_SAFE_INTEGER = 2**53
 _DEEP_RECURSION_LIMIT = 30_000
 T = TypeVar("T")
 
-# Number shapes orjson writes differently from JavaScript: any exponent form,
-# and integral floats ("1.0"). A hit may be inside a string; the slow path
-# then tokenizes properly.
-_SUSPECT_NUMBER = re.compile(rb"[0-9]e[+-]?[0-9]|[0-9]\.0(?![0-9])|[0-9]{17}")
-# A key that is a canonical array index ("0", "42"): JavaScript objects list those
-# first, in numeric order, whatever the insertion order was.
-_INDEX_KEY = re.compile(rb'[{,]"(?:0|[1-9][0-9]{0,9})":')
 _INDEX_KEY_STR = re.compile(r"0|[1-9][0-9]{0,9}")
 _MAX_INDEX = 2**32 - 2
-_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|-?[0-9][0-9.eE+-]*')
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -81,17 +73,6 @@ def js_number(value: float | int) -> str:
         mantissa = digits if k == 1 else digits[0] + "." + digits[1:]
         body = f"{mantissa}e{'+' if e >= 0 else '-'}{abs(e)}"
     return sign + body
-
-
-def _fix_token(match: re.Match[bytes]) -> bytes:
-    tok = match.group(0)
-    if tok[0] == 34:  # a string: leave it alone
-        return tok
-    if b"." in tok or b"e" in tok or b"E" in tok:
-        return js_number(float(tok)).encode()
-    if len(tok) > 16:
-        return js_number(int(tok)).encode()
-    return tok
 
 
 def _encode_str(s: str) -> str:
@@ -197,6 +178,97 @@ def allow_deep_nesting(fn: Callable[[], T]) -> T:
             sys.setrecursionlimit(limit)
 
 
+def _float_is_plain(value: float) -> bool:
+    """Whether orjson writes this float exactly as JavaScript does.
+
+    Both print the shortest round-trip digits; they differ only in layout:
+    integral values (orjson `1.0`), and the ranges where one of them switches
+    to exponent notation.
+    """
+    magnitude = abs(value)
+    return 1e-4 <= magnitude < 1e16 and not value.is_integer()
+
+
+def _jsify(obj: Any) -> Any:
+    """`obj`, or a copy where orjson would differ from `JSON.stringify`.
+
+    Numbers that orjson lays out differently become `orjson.Fragment`s holding the
+    JavaScript text; objects with array-index keys ("0", "42") get JavaScript's
+    property order; keys holding UNSET are dropped. Returns `obj` itself (no copy)
+    in the common case where nothing needs changing. Unhashable surprises are left
+    for orjson to reject (the exact encoder then takes over).
+    """
+    cls = obj.__class__
+    if cls is dict:
+        out: dict[Any, Any] | None = None
+        reorder = False
+        for key, value in obj.items():
+            vcls = value.__class__
+            if vcls is str or vcls is bool or value is None:
+                new = value
+            elif vcls is int:
+                new = (
+                    value if -_MAX_SAFE_INTEGER <= value <= _MAX_SAFE_INTEGER else _fragment(value)
+                )
+            elif vcls is float:
+                new = value if _float_is_plain(value) else _fragment(value)
+            elif vcls is dict or vcls is list:
+                new = _jsify(value)
+            elif vcls is UnsetType:
+                if out is None:
+                    out = _prefix(obj, key)
+                continue
+            else:
+                new = value
+            if not reorder and key.__class__ is str and key[:1].isdigit() and _is_index_key(key):
+                reorder = True
+            if out is None:
+                if new is value:
+                    continue
+                out = _prefix(obj, key)
+            out[key] = new
+        result = obj if out is None else out
+        if reorder:
+            return dict(_js_key_order(result))
+        return result
+    if cls is list:
+        copied: list[Any] | None = None
+        for i, value in enumerate(obj):
+            vcls = value.__class__
+            if vcls is str or vcls is bool or value is None:
+                continue
+            if vcls is int:
+                new = (
+                    value if -_MAX_SAFE_INTEGER <= value <= _MAX_SAFE_INTEGER else _fragment(value)
+                )
+            elif vcls is float:
+                new = value if _float_is_plain(value) else _fragment(value)
+            elif vcls is dict or vcls is list:
+                new = _jsify(value)
+            else:
+                continue
+            if new is not value:
+                if copied is None:
+                    copied = list(obj)
+                copied[i] = new
+        return obj if copied is None else copied
+    return obj
+
+
+def _fragment(value: float | int) -> orjson.Fragment:
+    return orjson.Fragment(js_number(value).encode())
+
+
+def _prefix(obj: dict[Any, Any], stop: Any) -> dict[Any, Any]:
+    """A new dict holding `obj`'s items before key `stop`."""
+    out: dict[Any, Any] = {}
+    for key, value in obj.items():
+        if key == stop:
+            break
+        out[key] = value
+    return out
+
+
 def _encode_exact(obj: Any) -> bytes:
     parts: list[str] = []
     if not _encode_slow(obj, parts):
@@ -207,16 +279,14 @@ def _encode_exact(obj: Any) -> bytes:
 def serialize_entry_bytes(obj: Any) -> bytes:
     """`serialize_entry` as UTF-8 bytes, without a trailing newline (the hot path)."""
     try:
-        out = orjson.dumps(obj)
+        try:
+            prepared = _jsify(obj)
+        except RecursionError:
+            prepared = allow_deep_nesting(lambda: _jsify(obj))
+        return orjson.dumps(prepared)
     except (TypeError, orjson.JSONEncodeError):
+        # Lone surrogates, nesting beyond orjson's limit, ints beyond 64 bits, ...
         return allow_deep_nesting(lambda: _encode_exact(obj))
-    if _INDEX_KEY.search(out) is not None:
-        # Possibly an index-like key out of JavaScript's order (or a lookalike in a
-        # string): the exact encoder decides.
-        return allow_deep_nesting(lambda: _encode_exact(obj))
-    if _SUSPECT_NUMBER.search(out) is not None:
-        out = _TOKEN.sub(_fix_token, out)
-    return out
 
 
 def serialize_entry(obj: Any) -> str:

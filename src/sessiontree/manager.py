@@ -16,8 +16,8 @@ import os
 import re
 import time
 import weakref
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from functools import partial
 from types import TracebackType
 from typing import Any
@@ -77,8 +77,24 @@ class _DiskState:
 
     ino: int
     size: int
-    tail: bytes
+    _tail: bytes
     checked: float
+    _recent: list[bytes] = field(default_factory=list)  # lines written since `_tail`
+
+    def wrote(self, line: bytes, now: float) -> None:
+        self.size += len(line)
+        self.checked = now
+        recent = self._recent
+        recent.append(line)
+        if len(recent) >= 64:  # keep memory bounded without copying on every append
+            self._tail = self.tail
+
+    @property
+    def tail(self) -> bytes:
+        if self._recent:
+            self._tail = (self._tail + b"".join(self._recent))[-_TAIL:]
+            self._recent.clear()
+        return self._tail
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +204,7 @@ class SessionManager:
         self._on_disk = False  # the file holds everything; appends add one line each
         self._needs_newline = False  # the file ends without "\n" (torn or unterminated line)
         self._writer: SessionStorageWriter | None = None
+        self._write: Callable[[bytes], None] | None = None  # the writer's bytes method
         self._error: SessionTreeError | None = None
         self._closed = False
         self._lock: SessionLock | None = None
@@ -557,7 +574,10 @@ class SessionManager:
 
     def _serialize(self, entry: Entry) -> bytes:
         blobs = self._blobs
-        prepared = allow_deep_nesting(lambda: persistence.prepare_for_persist(entry, blobs))
+        try:
+            prepared = persistence.prepare_for_persist(entry, blobs)
+        except RecursionError:
+            prepared = allow_deep_nesting(lambda: persistence.prepare_for_persist(entry, blobs))
         return serialize_entry_bytes(prepared) + b"\n"
 
     def _file_chunks(self, header: Entry | None = None) -> Iterator[bytes]:
@@ -611,28 +631,28 @@ class SessionManager:
         now = time.monotonic()
         if disk is not None and now - disk.checked > _GAP_SECONDS:
             self._verify_unchanged()
-        writer = self._writer
-        if writer is None:
+        write = self._write
+        if write is None:
             try:
                 writer = self._writer = self._storage.open_writer(self._session_file or "", "a")
             except OSError as exc:
                 raise self._fail(exc, "open for append") from exc
+            write = self._write = _bytes_writer(writer)
         try:
             line = self._serialize(entry)
             if self._needs_newline:
                 # Never glue an entry onto a torn or unterminated last line.
                 line = b"\n" + line
-            _write_bytes(writer, line)
+            write(line)
             self._needs_newline = False
         except OSError as exc:
             raise self._fail(exc, "append") from exc
         if disk is not None:
-            disk.size += len(line)
-            disk.tail = line[-_TAIL:] if len(line) >= _TAIL else (disk.tail + line)[-_TAIL:]
-            disk.checked = now
+            disk.wrote(line, now)
 
     def _close_writer(self) -> None:
         writer, self._writer = self._writer, None
+        self._write = None
         if writer is not None:
             try:
                 writer.close()
@@ -1176,12 +1196,12 @@ def _put(entry: Entry, key: str, value: object) -> None:
         entry[key] = value
 
 
-def _write_bytes(writer: SessionStorageWriter, data: bytes) -> None:
-    write_bytes = getattr(writer, "write_bytes", None)
+def _bytes_writer(writer: SessionStorageWriter) -> Callable[[bytes], None]:
+    """The writer's `write_bytes` when it has one (the hot path), else via `write_line`."""
+    write_bytes: Callable[[bytes], None] | None = getattr(writer, "write_bytes", None)
     if write_bytes is not None:
-        write_bytes(data)
-    else:
-        writer.write_line(data.decode("utf-8"))
+        return write_bytes
+    return lambda data: writer.write_line(data.decode("utf-8"))
 
 
 def _default_blobs(storage: SessionStorage) -> BlobStoreLike:

@@ -1,0 +1,273 @@
+"""The benchmark suite: `python -m benchmarks [--quick] [--peers] [--runs N]`.
+
+Generates its data deterministically (seeded) under a work dir, runs each
+workload in its own process several times and prints one table: median, min and
+max of the measured work, the same-run floor (the unavoidable work on the same
+data) and the ratio to it, and peak RSS. `--peers` adds the TypeScript peers'
+figures on the same files when they are installed (see ../shared/peers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.data import SessionSpec, write_big_session, write_store
+
+ROOT = Path(__file__).resolve().parent.parent
+ANCHORS = Path(os.environ.get("ANCHORS_DIR", "/tmp/anchors"))
+PEERS_DIR = ROOT.parent / "shared" / "peers"
+
+
+def run_workload(name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Run one workload in a child process; adds its peak RSS in MB."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.workloads", name, json.dumps(args)],
+        stdout=subprocess.PIPE,
+        env=env,
+        cwd=ROOT,
+    )
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    proc.stdout.close()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"workload {name} failed with exit code {proc.returncode}")
+    result: dict[str, Any] = json.loads(out)
+    result["rss_mb"] = usage.ru_maxrss / 1024
+    return result
+
+
+def peer_bench(peer: str, *argv: str) -> dict[str, Any] | None:
+    """One bench line from a TypeScript peer's oracle, or None when not installed."""
+    if peer == "omp":
+        cmd = [str(ANCHORS / "omp/node_modules/.bin/bun"), str(PEERS_DIR / "omp-oracle.ts")]
+    else:
+        cmd = ["node", str(PEERS_DIR / "pi-oracle.mjs")]
+    if not Path(cmd[0]).exists() and peer == "omp" or not (PEERS_DIR / "pi-oracle.mjs").exists():
+        return None
+    try:
+        proc = subprocess.run([*cmd, "bench", *argv], capture_output=True, timeout=600, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    line: dict[str, Any] = json.loads(proc.stdout.decode().strip().splitlines()[-1])
+    return line
+
+
+def ms(seconds: float) -> str:
+    value = seconds * 1000
+    return f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
+
+
+class Table:
+    def __init__(self) -> None:
+        self.rows: list[list[str]] = []
+
+    def add(
+        self,
+        name: str,
+        result: dict[str, Any],
+        key: str = "times",
+        floor: bool = True,
+        peers: str = "",
+    ) -> None:
+        times = sorted(result[key])
+        median = statistics.median(times)
+        floor_median = statistics.median(result["floor"]) if floor and result.get("floor") else None
+        ratio = f"{median / floor_median:.2f}x" if floor_median else "-"
+        self.rows.append(
+            [
+                name,
+                ms(median),
+                ms(times[0]),
+                ms(times[-1]),
+                ms(floor_median) if floor_median else "-",
+                ratio,
+                f"{result.get('rss_mb', 0):,.0f}",
+                peers,
+            ]
+        )
+
+    def note(self, name: str, text: str) -> None:
+        self.rows.append([name, text, "", "", "", "", "", ""])
+
+    def print(self) -> None:
+        head = [
+            "workload",
+            "median ms",
+            "min",
+            "max",
+            "floor ms",
+            "ratio",
+            "peak RSS MB",
+            "peers (ms)",
+        ]
+        widths = [max(len(r[i]) for r in [head, *self.rows]) for i in range(len(head))]
+        line = " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True))
+        print(line)
+        print("-|-".join("-" * w for w in widths))
+        for row in self.rows:
+            print(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, to check the suite runs")
+    parser.add_argument("--peers", action="store_true", help="also run the TypeScript peers")
+    parser.add_argument("--runs", type=int, default=5, help="repetitions per workload")
+    parser.add_argument("--work", default="/tmp/sessiontree-bench-suite", help="data directory")
+    parser.add_argument("--only", default="", help="comma-separated workloads to run")
+    args = parser.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    runs = 2 if args.quick else args.runs
+    only = set(filter(None, args.only.split(",")))
+
+    def wanted(name: str) -> bool:
+        return not only or name in only
+
+    sizes = (
+        [("load 1 MB", 300, 1_000_000)]
+        if args.quick
+        else [("load 50 MB", 10_000, 50 * 2**20), ("load 200 MB", 40_000, 200 * 2**20)]
+    )
+    table = Table()
+    started = time.perf_counter()
+    blobs = work / "agent" / "blobs"
+    for label, entries, size in sizes:
+        path = work / f"session-{entries}-{size}.jsonl"
+        if not path.exists():
+            write_big_session(path, SessionSpec(entries=entries, target_bytes=size), blobs)
+        if wanted("load"):
+            result = run_workload("load", {"path": str(path), "blobs": str(blobs), "repeat": runs})
+            peer = ""
+            if args.peers:
+                figures = [
+                    peer_bench(p, "load", str(path), "--repeat", str(runs)) for p in ("omp", "pi")
+                ]
+                peer = " / ".join(
+                    f"{p} {f.get('medianMs', f.get('ms'))}"
+                    for p, f in zip(("omp", "pi"), figures, strict=True)
+                    if f
+                )
+            table.add(f"{label}: open + context", result, peers=peer)
+
+    path_entries = 2_000 if args.quick else 20_000
+    ctx_file = work / f"path-{path_entries}.jsonl"
+    if not ctx_file.exists():
+        write_big_session(
+            ctx_file,
+            SessionSpec(entries=path_entries, target_bytes=path_entries * 600, branches=0),
+            blobs,
+        )
+    if wanted("context"):
+        result = run_workload(
+            "context", {"path": str(ctx_file), "blobs": str(blobs), "repeat": runs * 4}
+        )
+        peer = ""
+        if args.peers:
+            figures = [peer_bench(p, "context", str(ctx_file), "20") for p in ("omp", "pi")]
+            peer = " / ".join(
+                f"{p} {f['perCallMs']:.1f}"
+                for p, f in zip(("omp", "pi"), figures, strict=True)
+                if f
+            )
+        table.add(f"context, {result['path']:,}-entry path (cold)", result, peers=peer)
+        table.add("context, same (incremental, per call)", result, key="warm", floor=False)
+    if wanted("tree"):
+        result = run_workload(
+            "tree", {"path": str(ctx_file), "blobs": str(blobs), "repeat": runs * 2}
+        )
+        peer = ""
+        if args.peers:
+            figures = [peer_bench(p, "tree", str(ctx_file)) for p in ("omp", "pi")]
+            peer = " / ".join(
+                f"{p} {f['getTreeMs']:.1f}"
+                for p, f in zip(("omp", "pi"), figures, strict=True)
+                if f
+            )
+        table.add(f"get_tree, {path_entries:,} entries", result, peers=peer)
+
+    if wanted("append"):
+        n = 1_000 if args.quick else 10_000
+        result = run_workload("append", {"n": n, "repeat": runs})
+        rate = n / statistics.median(result["times"])
+        peer = ""
+        if args.peers:
+            figures = [
+                peer_bench(p, "append", str(work / f"append-{p}"), str(n)) for p in ("omp", "pi")
+            ]
+            for p in ("omp", "pi"):
+                shutil.rmtree(work / f"append-{p}", ignore_errors=True)
+            peer = " / ".join(
+                f"{p} {f['ms']:.0f}" for p, f in zip(("omp", "pi"), figures, strict=True) if f
+            )
+        table.add(f"append {n:,} x 1 KB + flush ({rate:,.0f}/s)", result, peers=peer)
+
+    if wanted("listing"):
+        files = 100 if args.quick else 2_000
+        agent = work / f"store-{files}"
+        if not (agent / "sessions").exists():
+            write_store(agent / "sessions", files, 20, 500)
+        common = {"agent": str(agent), "repeat": runs}
+        cold = run_workload("listing", {**common, "mode": "cold"})
+        peer = ""
+        if args.peers:
+            figures = [peer_bench(p, "list", str(agent / "sessions")) for p in ("omp", "pi")]
+            peer = " / ".join(
+                f"{p} {f['ms']:.0f}" for p, f in zip(("omp", "pi"), figures, strict=True) if f
+            )
+        table.add(f"list_all {files:,} sessions, cold", cold, peers=peer)
+        warm = {"times": [], "floor": []}
+        for _ in range(runs):
+            one = run_workload("listing", {**common, "mode": "warm"})
+            warm["times"] += one["times"]
+            warm["floor"] += one["floor"]
+            warm["rss_mb"] = one["rss_mb"]
+        table.add(f"list_all {files:,}, warm cache, fresh process", warm)
+        table.add(
+            f"list_all {files:,}, repeated in-process",
+            run_workload("listing", {**common, "mode": "repeat"}),
+        )
+        grown = sorted((agent / "sessions").rglob("*.jsonl"))[:10]
+        for f in grown:
+            with open(f, "ab") as out:
+                out.write(
+                    b'{"type":"custom","customType":"grow","id":"g","parentId":null,"timestamp":"2026-01-01T00:00:00.000Z"}\n'
+                )
+        table.add(
+            f"list_all {files:,}, after 10 sessions grew",
+            run_workload("listing", {**common, "mode": "warm"}),
+        )
+
+    if wanted("history"):
+        n = 5_000 if args.quick else 100_000
+        result = run_workload("history", {"n": n, "repeat": 5 if args.quick else 20})
+        table.add(
+            f"history search, {n:,} prompts (p50 {result['p50'] * 1000:.2f} / p99 {result['p99'] * 1000:.2f} ms)",
+            result,
+        )
+        table.note(
+            "history add()",
+            f"{result['add_us']:.1f} µs per call (queued); flush {result['flush_s']:.1f} s",
+        )
+
+    print(
+        f"sessiontree benchmarks: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}, "
+        f"{runs} runs each, data in {work} ({time.perf_counter() - started:.0f} s)"
+    )
+    table.print()
+
+
+if __name__ == "__main__":
+    main()

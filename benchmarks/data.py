@@ -1,0 +1,276 @@
+"""Deterministic benchmark data: big branched sessions and stores of many sessions.
+
+Everything is derived from a seed, so two runs (or two machines) time the same
+bytes. Sessions are written as raw JSONL (the writer is not what is measured
+here); images go to the blob store as real `blob:sha256:` references.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sessiontree.blobs import BlobStore
+from sessiontree.entries import format_iso
+from sessiontree.jsonl import serialize_entry_bytes
+from sessiontree.paths import encode_session_dir_name, session_file_name
+
+WORDS = (
+    "the session tree leaf branch entry parent compaction summary context message assistant "
+    "user tool result file path read write edit bash grep find function class import export "
+    "const return async await error warning test build check lint format refactor module "
+    "package index json parse serialize migrate version header label model thinking details"
+).split()
+START_MS = 1_767_225_600_000  # 2026-01-01
+
+
+def _text(rng: random.Random, chars: int) -> str:
+    """Readable-looking text of about `chars` characters (fast: reuses a word pool)."""
+    if chars <= 0:
+        return ""
+    pool = " ".join(rng.choice(WORDS) for _ in range(256)) + "\n"
+    reps = chars // len(pool) + 1
+    offset = rng.randrange(len(pool))
+    return ((pool[offset:] + pool * reps)[:chars]).replace("  ", " ")
+
+
+def _usage(rng: random.Random) -> dict[str, Any]:
+    inp, out = rng.randrange(100, 20000), rng.randrange(10, 2000)
+    return {
+        "input": inp,
+        "output": out,
+        "cacheRead": rng.randrange(0, 50000),
+        "cacheWrite": rng.randrange(0, 5000),
+        "cost": {
+            "input": inp * 3e-6,
+            "output": out * 1.5e-5,
+            "cacheRead": 0.0003,
+            "cacheWrite": 0.00075,
+            "total": round(inp * 3e-6 + out * 1.5e-5 + 0.00105, 6),
+        },
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSpec:
+    entries: int
+    target_bytes: int
+    branches: int = 4
+    labels: int = 12
+    images: int = 6
+    seed: int = 1
+
+
+def write_big_session(path: Path, spec: SessionSpec, blob_dir: Path) -> dict[str, Any]:
+    """A session of about `spec.target_bytes`, mostly large tool results.
+
+    It has `branches` jumps back to an earlier user turn (one with a branch
+    summary), `labels` label entries, one compaction at ~80% keeping entries on
+    the active path, and `images` images stored as blobs. The last line is the leaf.
+    """
+    rng = random.Random(spec.seed)
+    blobs = BlobStore(str(blob_dir))
+    ts = START_MS
+    lines: list[bytes] = []
+    ids: list[str] = []
+    parent: dict[str, str | None] = {}
+    user_turns: list[str] = []
+    counter = 0
+
+    def new_id() -> str:
+        nonlocal counter
+        counter += 1
+        return f"{counter:08x}"
+
+    def emit(entry_type: str, parent_id: str | None, **fields: Any) -> str:
+        nonlocal ts
+        ts += rng.randrange(50, 4000)
+        entry_id = new_id()
+        entry = {
+            "type": entry_type,
+            "id": entry_id,
+            "parentId": parent_id,
+            "timestamp": format_iso(ts),
+        }
+        entry.update(fields)
+        lines.append(serialize_entry_bytes(entry) + b"\n")
+        ids.append(entry_id)
+        parent[entry_id] = parent_id
+        return entry_id
+
+    header = {
+        "type": "session",
+        "version": 3,
+        "id": f"bench-{spec.seed:04d}-{spec.entries}",
+        "timestamp": format_iso(START_MS),
+        "cwd": "/work/bench-project",
+    }
+    # Tool output sizes: log-normal, scaled so the file lands near the target.
+    turns = max(1, (spec.entries - 2) // 3)
+    raw = [rng.lognormvariate(0, 1.3) for _ in range(turns)]
+    budget = max(spec.target_bytes - spec.entries * 600, turns * 50)
+    scale = budget / sum(raw)
+    sizes = [min(2_000_000, max(30, int(x * scale))) for x in raw]
+
+    leaf = emit("model_change", None, model="anthropic/claude-sonnet-4-5")
+    leaf = emit("thinking_level_change", leaf, thinkingLevel="medium")
+    branch_at = set(
+        rng.sample(range(turns // 10, turns), min(spec.branches, max(0, turns - turns // 10)))
+    )
+    image_turns = set(rng.sample(range(turns), min(spec.images, turns)))
+    compaction_turn = int(turns * 0.8)
+    labels_left = spec.labels
+    for turn in range(turns):
+        if len(ids) >= spec.entries:
+            break
+        if turn in branch_at and user_turns:
+            target = rng.choice(user_turns[len(user_turns) // 2 :])
+            back_to = parent[target]
+            if len(branch_at) and turn == min(branch_at) and back_to is not None:
+                leaf = emit("branch_summary", back_to, fromId=back_to, summary=_text(rng, 300))
+            elif back_to is not None:
+                leaf = back_to
+        content: list[dict[str, Any]] | str = _text(rng, rng.randrange(20, 400))
+        if turn in image_turns:
+            png = rng.randbytes(rng.randrange(3000, 15000))
+            ref = blobs.put(png).ref
+            content = [
+                {"type": "text", "text": "see the screenshot"},
+                {"type": "image", "data": ref, "mimeType": "image/png"},
+            ]
+        leaf = emit("message", leaf, message={"role": "user", "content": content, "timestamp": ts})
+        user_turns.append(leaf)
+        call_id = f"toolu_{turn:06d}"
+        leaf = emit(
+            "message",
+            leaf,
+            message={
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": _text(rng, 200)},
+                    {"type": "text", "text": _text(rng, rng.randrange(40, 600))},
+                    {
+                        "type": "toolCall",
+                        "id": call_id,
+                        "name": "bash",
+                        "arguments": {"command": "grep -rn session src/"},
+                    },
+                ],
+                "api": "anthropic-messages",
+                "provider": "anthropic",
+                "model": "claude-sonnet-4-5",
+                "usage": _usage(rng),
+                "stopReason": "toolUse",
+                "timestamp": ts,
+            },
+        )
+        leaf = emit(
+            "message",
+            leaf,
+            message={
+                "role": "toolResult",
+                "toolCallId": call_id,
+                "toolName": "bash",
+                "content": [{"type": "text", "text": _text(rng, sizes[turn])}],
+                "isError": False,
+                "timestamp": ts,
+            },
+        )
+        if labels_left and rng.random() < spec.labels / turns * 2:
+            labels_left -= 1
+            target = rng.choice(user_turns)
+            if rng.random() < 0.15:
+                leaf = emit("label", leaf, targetId=target)
+            else:
+                leaf = emit("label", leaf, targetId=target, label=f"checkpoint-{labels_left}")
+        if turn == compaction_turn:
+            walk: list[str] = []
+            node: str | None = leaf
+            while node is not None:
+                walk.append(node)
+                node = parent[node]
+            keep = walk[min(len(walk) - 1, 60)]
+            leaf = emit(
+                "compaction",
+                leaf,
+                summary=_text(rng, 2000),
+                shortSummary="bench compaction",
+                firstKeptEntryId=keep,
+                tokensBefore=150000,
+            )
+    with open(path, "wb") as f:
+        f.write(serialize_entry_bytes(header) + b"\n")
+        f.writelines(lines)
+    return {"path": str(path), "entries": len(ids), "bytes": path.stat().st_size, "leaf": leaf}
+
+
+def write_store(root: Path, files: int, min_entries: int, max_entries: int, seed: int = 1) -> int:
+    """`files` sessions of `min_entries`..`max_entries` entries in 20 project dirs."""
+    rng = random.Random(seed)
+    total = 0
+    projects = [f"/work/project-{i:02d}" for i in range(20)]
+    for n in range(files):
+        cwd = projects[n % len(projects)]
+        directory = root / encode_session_dir_name(cwd)
+        directory.mkdir(parents=True, exist_ok=True)
+        created = START_MS + n * 60_000
+        session_id = f"{seed:04x}{n:012x}"
+        name = session_file_name(format_iso(created), session_id)
+        count = int(math.exp(rng.uniform(math.log(min_entries), math.log(max_entries))))
+        lines = [
+            serialize_entry_bytes(
+                {
+                    "type": "session",
+                    "version": 3,
+                    "id": session_id,
+                    "timestamp": format_iso(created),
+                    "cwd": cwd,
+                }
+            )
+        ]
+        parent_id = None
+        for i in range(count):
+            role = ("user", "assistant", "toolResult")[i % 3]
+            message: dict[str, Any] = {"role": role, "timestamp": created + i}
+            if role == "assistant":
+                message.update(
+                    content=[{"type": "text", "text": _text(rng, rng.randrange(50, 600))}],
+                    provider="anthropic",
+                    model="claude-sonnet-4-5",
+                    usage=_usage(rng),
+                )
+            elif role == "user":
+                message["content"] = _text(rng, rng.randrange(20, 300))
+            else:
+                message.update(
+                    toolCallId="t",
+                    toolName="read",
+                    content=[{"type": "text", "text": _text(rng, rng.randrange(50, 1500))}],
+                )
+            entry_id = f"{i:08x}"
+            lines.append(
+                serialize_entry_bytes(
+                    {
+                        "type": "message",
+                        "id": entry_id,
+                        "parentId": parent_id,
+                        "timestamp": format_iso(created + i * 1000),
+                        "message": message,
+                    }
+                )
+            )
+            parent_id = entry_id
+        path = directory / name
+        path.write_bytes(b"\n".join(lines) + b"\n")
+        os.utime(path, ns=((created + count * 1000) * 1_000_000,) * 2)
+        total += 1
+    return total
+
+
+def image_b64(rng: random.Random, size: int) -> str:
+    return base64.b64encode(rng.randbytes(size)).decode()

@@ -1,0 +1,271 @@
+"""One benchmark workload per process: `python -m benchmarks.workloads NAME ARGS_JSON`.
+
+Each run prints one JSON object: `times` (seconds per repetition of the measured
+work), `floor` (seconds per repetition of the unavoidable work on the same data)
+and extra figures. Timings are in-process: interpreter start and imports are
+excluded, as the TypeScript peers' bench does. The parent reads peak RSS from the
+child's rusage, so each workload's memory is its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from sessiontree import HistoryStorage, SessionManager, build_session_context
+from sessiontree.blobs import BlobStore
+from sessiontree.jsonl import serialize_entry_bytes
+
+
+def _timed(fn: Callable[[], Any], repeat: int) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def load(args: dict[str, Any]) -> dict[str, Any]:
+    """open + build_session_context; floor: read the bytes + orjson.loads each line."""
+    path, blobs = args["path"], BlobStore(args["blobs"])
+
+    def work() -> None:
+        sm = SessionManager.open(path, read_only=True, blob_store=blobs)
+        sm.build_session_context()
+
+    def floor() -> None:
+        loads = orjson.loads
+        with open(path, "rb") as f:
+            for line in f:
+                if len(line) > 1:
+                    loads(line)
+
+    repeat = args.get("repeat", 3)
+    floor_times = _timed(floor, repeat)
+    return {"times": _timed(work, repeat), "floor": floor_times}
+
+
+def context(args: dict[str, Any]) -> dict[str, Any]:
+    """build_session_context on the whole active path, cold (from scratch) and warm
+    (the manager's incremental context); floor: one pass over the path entries."""
+    sm = SessionManager.open(args["path"], read_only=True, blob_store=BlobStore(args["blobs"]))
+    entries, leaf = sm.get_entries(), sm.get_leaf_id()
+    path = sm.get_branch()
+    repeat = args.get("repeat", 10)
+
+    def floor() -> None:
+        for entry in path:
+            entry.get("type")
+
+    cold = _timed(lambda: build_session_context(entries, leaf), repeat)
+    warm = _timed(sm.build_session_context, repeat)
+    return {
+        "times": cold,
+        "warm": warm,
+        "floor": _timed(floor, repeat),
+        "path": len(path),
+        "messages": len(sm.build_session_context().messages),
+    }
+
+
+def tree(args: dict[str, Any]) -> dict[str, Any]:
+    """get_tree; floor: one small object per entry, linked to its parent's list."""
+    sm = SessionManager.open(args["path"], read_only=True, blob_store=BlobStore(args["blobs"]))
+    entries = sm.get_entries()
+    repeat = args.get("repeat", 10)
+
+    def floor() -> None:
+        children: dict[Any, list[Any]] = {}
+        for entry in entries:
+            children.setdefault(entry.get("parentId"), []).append([entry, []])
+
+    return {"times": _timed(sm.get_tree, repeat), "floor": _timed(floor, repeat)}
+
+
+def append(args: dict[str, Any]) -> dict[str, Any]:
+    """N appends of ~1 KB messages after the first assistant message, then flush;
+    floor: os.write of the same pre-serialized lines to an O_APPEND fd, then fsync."""
+    n = args["n"]
+    text = "x" * 900
+    work_dir = Path(tempfile.mkdtemp(prefix="st-append-"))
+    times, floors = [], []
+    try:
+        for run in range(args.get("repeat", 3)):
+            os.environ["PI_CODING_AGENT_DIR"] = str(work_dir / f"agent{run}")
+            sm = SessionManager.create("/bench", str(work_dir / f"s{run}"))
+            sm.append_message({"role": "user", "content": "start", "timestamp": 1})
+            sm.append_message(
+                {
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": "ok"}],
+                    "provider": "p",
+                    "model": "m",
+                    "timestamp": 2,
+                }
+            )
+            messages = [
+                {"role": "user", "content": text, "timestamp": i}
+                if i % 2 == 0
+                else {
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": text}],
+                    "provider": "p",
+                    "model": "m",
+                    "timestamp": i,
+                }
+                for i in range(n)
+            ]
+            start = time.perf_counter()
+            for message in messages:
+                sm.append_message(message)
+            sm.flush()
+            times.append(time.perf_counter() - start)
+            sm.close()
+            lines = [
+                serialize_entry_bytes({"type": "message", "message": m}) + b"\n" for m in messages
+            ]
+            fd = os.open(work_dir / f"floor{run}", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            start = time.perf_counter()
+            for line in lines:
+                os.write(fd, line)
+            os.fsync(fd)
+            floors.append(time.perf_counter() - start)
+            os.close(fd)
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    return {"times": times, "floor": floors, "n": n}
+
+
+def listing(args: dict[str, Any]) -> dict[str, Any]:
+    """SessionManager.list_all over a store: `mode` cold (no cache), warm (cache from a
+    previous process) or repeat (in-process, after a first call); floor: os.stat of every file."""
+    agent = args["agent"]
+    os.environ["PI_CODING_AGENT_DIR"] = agent
+    files = [
+        os.path.join(d, f)
+        for d, _, names in os.walk(os.path.join(agent, "sessions"))
+        for f in names
+        if f.endswith(".jsonl")
+    ]
+
+    def floor() -> None:
+        for f in files:
+            os.stat(f)
+
+    mode = args["mode"]
+    if mode == "cold":
+        times = []
+        for _ in range(args.get("repeat", 3)):
+            shutil.rmtree(os.path.join(agent, "cache"), ignore_errors=True)
+            start = time.perf_counter()
+            count = len(SessionManager.list_all(agent_dir=agent))
+            times.append(time.perf_counter() - start)
+            _forget_in_process_caches()
+    elif mode == "warm":
+        start = time.perf_counter()
+        count = len(SessionManager.list_all(agent_dir=agent))
+        times = [time.perf_counter() - start]
+    else:
+        SessionManager.list_all(agent_dir=agent)
+        times = _timed(lambda: SessionManager.list_all(agent_dir=agent), args.get("repeat", 5))
+        count = len(SessionManager.list_all(agent_dir=agent))
+    return {"times": times, "floor": _timed(floor, 3), "count": count, "files": len(files)}
+
+
+def _forget_in_process_caches() -> None:
+    from sessiontree import discovery
+
+    reset = getattr(discovery, "clear_caches", None)
+    if callable(reset):
+        reset()
+
+
+def history(args: dict[str, Any]) -> dict[str, Any]:
+    """HistoryStorage: n add() calls (per-call time), flush, then search latencies."""
+    from benchmarks.bench_history import prompt
+
+    import random
+
+    rng = random.Random(args.get("seed", 1))
+    prompts = [prompt(rng) for _ in range(args["n"])]
+    directory = tempfile.mkdtemp(prefix="st-history-")
+    try:
+        store = HistoryStorage.open(os.path.join(directory, "history.db"))
+        start = time.perf_counter()
+        for p in prompts:
+            store.add(p, "/bench")
+        add_total = time.perf_counter() - start
+        start = time.perf_counter()
+        store.flush()
+        flush_time = time.perf_counter() - start
+        queries = [
+            "fix",
+            "te",
+            "session manager",
+            "parser err",
+            "a",
+            "refactor the",
+            "json",
+            "why does",
+            "cache inval",
+            "zzz nothing",
+        ]
+        samples = []
+        for _ in range(args.get("repeat", 20)):
+            for q in queries:
+                t = time.perf_counter()
+                store.search(q, 50)
+                samples.append(time.perf_counter() - t)
+        store.close()
+        # Floor for search: one indexed FTS lookup of the same queries, raw sqlite3.
+        conn = sqlite3.connect(os.path.join(directory, "history.db"))
+        floor = []
+        for _ in range(args.get("repeat", 20)):
+            for q in queries:
+                t = time.perf_counter()
+                conn.execute(
+                    "SELECT rowid FROM history_fts WHERE history_fts MATCH ? LIMIT 50",
+                    (" ".join(f'"{w}"*' for w in q.split()),),
+                ).fetchall()
+                floor.append(time.perf_counter() - t)
+        conn.close()
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    samples.sort()
+    floor.sort()
+    return {
+        "times": samples,
+        "floor": floor,
+        "add_us": add_total / len(prompts) * 1e6,
+        "flush_s": flush_time,
+        "p50": statistics.median(samples),
+        "p99": samples[int(len(samples) * 0.99) - 1],
+    }
+
+
+WORKLOADS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "load": load,
+    "context": context,
+    "tree": tree,
+    "append": append,
+    "listing": listing,
+    "history": history,
+}
+
+
+if __name__ == "__main__":
+    name, raw = sys.argv[1], sys.argv[2]
+    result = WORKLOADS[name](json.loads(raw))
+    sys.stdout.write(json.dumps(result) + "\n")
