@@ -54,7 +54,7 @@ def peer_bench(peer: str, *argv: str) -> dict[str, Any] | None:
         cmd = [str(ANCHORS / "omp/node_modules/.bin/bun"), str(PEERS_DIR / "omp-oracle.ts")]
     else:
         cmd = ["node", str(PEERS_DIR / "pi-oracle.mjs")]
-    if not Path(cmd[0]).exists() and peer == "omp" or not (PEERS_DIR / "pi-oracle.mjs").exists():
+    if (not Path(cmd[0]).exists() and peer == "omp") or not (PEERS_DIR / "pi-oracle.mjs").exists():
         return None
     try:
         proc = subprocess.run([*cmd, "bench", *argv], capture_output=True, timeout=600, check=True)
@@ -253,10 +253,8 @@ def main() -> None:
     if wanted("history"):
         n = 5_000 if args.quick else 100_000
         result = run_workload("history", {"n": n, "repeat": 5 if args.quick else 20})
-        table.add(
-            f"history search, {n:,} prompts (p50 {result['p50'] * 1000:.2f} / p99 {result['p99'] * 1000:.2f} ms)",
-            result,
-        )
+        p50, p99 = result["p50"] * 1000, result["p99"] * 1000
+        table.add(f"history search, {n:,} prompts (p50 {p50:.2f} / p99 {p99:.2f} ms)", result)
         table.note(
             "history add()",
             f"{result['add_us']:.1f} µs per call (queued); flush {result['flush_s']:.1f} s",

@@ -194,9 +194,9 @@ def _forget_in_process_caches() -> None:
 
 def history(args: dict[str, Any]) -> dict[str, Any]:
     """HistoryStorage: n add() calls (per-call time), flush, then search latencies."""
-    from benchmarks.bench_history import prompt
-
     import random
+
+    from benchmarks.bench_history import prompt
 
     rng = random.Random(args.get("seed", 1))
     prompts = [prompt(rng) for _ in range(args["n"])]
