@@ -1092,8 +1092,8 @@ class SessionManager:
         self._switch_lock(new_file)
         self._session_file = new_file
         self._disk = None
-        if self._session_has_assistant():
-            self._write_full()
+        # Written at once (as oh-my-pi does): the user asked for this file explicitly.
+        self._write_full()
         return self._session_file
 
     def move_to(self, new_cwd: str) -> None:
@@ -1250,5 +1250,13 @@ def _read_breadcrumb(cwd: str, storage: SessionStorage) -> str | None:
         return None
     target = lines[1]
     if not target.endswith(".jsonl") or "\x00" in target or not os.path.isabs(target):
+        return None
+    # A breadcrumb is a file anyone could have edited: follow it only into our store.
+    sessions_root = os.path.realpath(os.path.join(get_agent_dir(), "sessions"))
+    real = os.path.realpath(target)
+    if os.path.commonpath([real, sessions_root]) != sessions_root:
+        log.warning(
+            "ignoring terminal breadcrumb %s: %s is outside %s", path, target, sessions_root
+        )
         return None
     return target if storage.exists(target) else None
