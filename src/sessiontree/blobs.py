@@ -146,6 +146,13 @@ class BlobStore:
         if not complete:
             # Missing, or left short by a crashed non-atomic writer: (re)write it.
             self._write_new(path, digest, data)
+        else:
+            # A re-put is a fresh use: `gc` never deletes a blob touched in the last
+            # 10 minutes, so a writer about to reference an old blob keeps it alive.
+            try:
+                os.utime(path)
+            except OSError:
+                pass
         ext = blob_extension_for_mime_type(mime_type)
         display = f"{path}.{ext}" if ext else None
         if display is not None:

@@ -180,12 +180,14 @@ class SessionManager:
         *,
         read_only: bool = False,
         blob_store: BlobStoreLike | None = None,
+        breadcrumb: bool = True,
     ) -> None:
         self._cwd = cwd
         self._session_dir = session_dir
         self._storage = storage
         self._persist = persist
         self._read_only = read_only
+        self._breadcrumb = breadcrumb
         self._blobs: BlobStoreLike = (
             blob_store if blob_store is not None else _default_blobs(storage)
         )
@@ -242,10 +244,13 @@ class SessionManager:
         read_only: bool = False,
         *,
         blob_store: BlobStoreLike | None = None,
+        breadcrumb: bool = True,
     ) -> SessionManager:
         """Open a session file; its cwd comes from the header.
 
         `read_only=True` writes nothing, ever; a missing file is FileNotFoundError.
+        `breadcrumb=False` leaves this terminal's "last session" pointer alone (tools
+        that edit a session for the user should not redirect their next resume).
         """
         storage = storage if storage is not None else FileSessionStorage()
         directory = session_dir if session_dir is not None else os.path.dirname(path)
@@ -257,6 +262,7 @@ class SessionManager:
             storage,
             read_only=read_only,
             blob_store=blob_store,
+            breadcrumb=breadcrumb,
         )
 
     @classmethod
@@ -466,7 +472,7 @@ class SessionManager:
         if migrated:
             self._write_full()
         else:
-            _write_breadcrumb(self._cwd, path, self._storage)
+            self._leave_breadcrumb(path)
 
     def _read_for_open(self, path: str) -> LoadedSession:
         try:
@@ -495,6 +501,10 @@ class SessionManager:
         self._lock = acquire_session_lock(self._storage, path)
         if old is not None and not keep_old:
             old.release()
+
+    def _leave_breadcrumb(self, path: str) -> None:
+        if self._breadcrumb:
+            _write_breadcrumb(self._cwd, path, self._storage)
 
     def _release_lock(self) -> None:
         lock, self._lock = self._lock, None
@@ -618,7 +628,7 @@ class SessionManager:
         self._needs_newline = False
         self._disk = self._observe_disk(path)
         if not was_on_disk:
-            _write_breadcrumb(self._cwd, path, self._storage)
+            self._leave_breadcrumb(path)
 
     def _persist_entry(self, entry: Entry) -> None:
         if not self._persist:
@@ -1153,7 +1163,7 @@ class SessionManager:
         self._cwd = new_cwd
         self._session_dir = new_dir
         self._session_file = new_file
-        _write_breadcrumb(new_cwd, new_file, storage)
+        self._leave_breadcrumb(new_file)
 
     def get_usage_statistics(self) -> UsageStatistics:
         """Tokens and cost summed over the assistant messages of every entry."""

@@ -7,9 +7,10 @@ depend on each running exactly as it did.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
-from .entries import CURRENT_SESSION_VERSION, Entry, generate_entry_id
+from .entries import CURRENT_SESSION_VERSION, Entry
 
 __all__ = ["migrate_session_entries", "session_version"]
 
@@ -23,11 +24,17 @@ def _v1_to_v2(entries: list[Entry]) -> None:
     """
     ids: set[str] = set()
     prev_id: str | None = None
+    # Ids derive from the session id, so reading the same v1 file twice (say, in a
+    # read-only inspection) names its entries the same way both times.
+    header_id = next((e.get("id") for e in entries if e.get("type") == "session"), None)
+    rng = random.Random(f"v1:{header_id}")
     for entry in entries:
         if entry.get("type") == "session":
             entry["version"] = 2
             continue
-        entry_id = generate_entry_id(ids)
+        entry_id = f"{rng.getrandbits(32):08x}"
+        while entry_id in ids:
+            entry_id = f"{rng.getrandbits(32):08x}"
         ids.add(entry_id)
         entry["id"] = entry_id
         entry["parentId"] = prev_id
