@@ -7,14 +7,19 @@ test's tmp_path (real-file backends use it, others may ignore it).
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import stat as stat_mod
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, nullcontext
 from datetime import UTC
 from pathlib import Path
 
 import pytest
 
+from pg_support import pg_storage
+from sessiontree import InvalidBlobRefError, SessionLockError, serialize_entry
+from sessiontree.locks import is_locked
 from sessiontree.storage import (
     FileSessionStorage,
     MemorySessionStorage,
@@ -22,16 +27,32 @@ from sessiontree.storage import (
     SessionStorageWriter,
     StorageStat,
 )
+from sessiontree.storage.base import (
+    BlobBackedStorage,
+    LockingStorage,
+    SessionIndexStorage,
+    WriterLock,
+)
 
-STORAGE_FACTORIES: dict[str, Callable[[Path], SessionStorage]] = {
-    "file": lambda tmp: FileSessionStorage(),
-    "memory": lambda tmp: MemorySessionStorage(),
+# Each factory is a context manager: a backend with a server behind it gets a fresh
+# database schema per test and drops it afterwards.
+STORAGE_FACTORIES: dict[str, Callable[[Path], AbstractContextManager[SessionStorage]]] = {
+    "file": lambda tmp: nullcontext(FileSessionStorage()),
+    "memory": lambda tmp: nullcontext(MemorySessionStorage()),
+    "postgres": lambda tmp: pg_storage(root=tmp),
 }
 
 
 @pytest.fixture(params=list(STORAGE_FACTORIES))
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> SessionStorage:
-    return STORAGE_FACTORIES[request.param](tmp_path)
+def backend(request: pytest.FixtureRequest) -> str:
+    """The name of the backend under test."""
+    return str(request.param)
+
+
+@pytest.fixture
+def storage(backend: str, tmp_path: Path) -> Iterator[SessionStorage]:
+    with STORAGE_FACTORIES[backend](tmp_path) as opened:
+        yield opened
 
 
 @pytest.fixture
@@ -387,6 +408,189 @@ def test_fsync_dir(storage: SessionStorage, root: str) -> None:
     storage.fsync_dir(root)
     with pytest.raises(FileNotFoundError):
         storage.fsync_dir(os.path.join(root, "missing"))
+
+
+# -- optional capabilities ---------------------------------------------------------------------
+
+# Which optional capability each backend declares: losing one is a test failure, and
+# every declared one is checked below on that backend.
+DECLARED_CAPABILITIES = {
+    "file": {"lock"},
+    "memory": {"lock", "blobs"},
+    "postgres": {"lock", "blobs", "index"},
+}
+
+
+def _declared(storage: SessionStorage) -> set[str]:
+    found = set()
+    if isinstance(storage, LockingStorage):
+        found.add("lock")
+    if isinstance(storage, BlobBackedStorage):
+        found.add("blobs")
+    if isinstance(storage, SessionIndexStorage):
+        found.add("index")
+    return found
+
+
+def _require(storage: SessionStorage, capability: str) -> None:
+    if capability not in _declared(storage):
+        pytest.skip(f"backend does not declare the {capability!r} capability")
+
+
+def test_declared_capabilities(backend: str, storage: SessionStorage) -> None:
+    assert _declared(storage) == DECLARED_CAPABILITIES[backend]
+
+
+def test_lock_excludes_a_second_writer(storage: SessionStorage, root: str) -> None:
+    _require(storage, "lock")
+    assert isinstance(storage, LockingStorage)
+    path, other = os.path.join(root, "s.jsonl"), os.path.join(root, "t.jsonl")
+    lock = storage.acquire_lock(path)
+    assert isinstance(lock, WriterLock)
+    assert lock.session_file == path
+    with pytest.raises(SessionLockError) as info:
+        storage.acquire_lock(path)
+    assert info.value.path == path
+    assert is_locked(storage, path)
+    other_lock = storage.acquire_lock(other)  # locks are per session
+    other_lock.release()
+    lock.release()
+    lock.release()  # idempotent
+    assert not is_locked(storage, path)
+    again = storage.acquire_lock(path)
+    again.release()
+
+
+def test_blob_store_round_trip(storage: SessionStorage, root: str) -> None:
+    _require(storage, "blobs")
+    assert isinstance(storage, BlobBackedStorage)
+    blobs = storage.blob_store()
+    assert blobs is not None
+    data = bytes(range(256)) * 10
+    put = blobs.put(data, "image/png")
+    assert put.hash == hashlib.sha256(data).hexdigest()
+    assert put.ref == "blob:sha256:" + put.hash
+    assert put.display_path == put.path + ".png"
+    assert blobs.put(data).hash == put.hash  # stored once
+    assert blobs.has(put.hash)
+    assert blobs.get(put.hash) == data
+    missing = "0" * 64
+    assert not blobs.has(missing)
+    assert blobs.get(missing) is None
+    blobs.sync()
+    for bad in ("../etc/passwd", "A" * 64, "0" * 63):
+        with pytest.raises(InvalidBlobRefError):
+            blobs.get(bad)
+        with pytest.raises(InvalidBlobRefError):
+            blobs.has(bad)
+
+
+def _session_bytes() -> bytes:
+    header = {
+        "type": "session",
+        "version": 3,
+        "id": "abc",
+        "timestamp": "2026-01-02T03:04:05.000Z",
+        "cwd": "/proj",
+        "title": "Named",
+        "titleSource": "user",
+        "parentSession": "p",
+    }
+    entries = [
+        {
+            "type": "model_change",
+            "id": "00000001",
+            "parentId": None,
+            "timestamp": "2026-01-02T03:04:06.000Z",
+            "model": "a/b",
+        },
+        {
+            "type": "message",
+            "id": "00000002",
+            "parentId": "00000001",
+            "timestamp": "2026-01-02T03:04:07.000Z",
+            "message": {"role": "user", "content": "first question", "timestamp": 1767323047000},
+        },
+        {
+            "type": "message",
+            "id": "00000003",
+            "parentId": "00000002",
+            "timestamp": "2026-01-02T03:04:08.000Z",
+            "message": {
+                "role": "assistant",
+                "content": [{"type": "text", "text": "an"}, {"type": "text", "text": "answer"}],
+            },
+        },
+    ]
+    return b"".join(serialize_entry(e).encode() + b"\n" for e in [header, *entries])
+
+
+def test_session_index_tracks_writes(storage: SessionStorage, root: str) -> None:
+    _require(storage, "index")
+    assert isinstance(storage, SessionIndexStorage)
+    path = os.path.join(root, "s.jsonl")
+    storage.write_atomic(path, [_session_bytes()])
+    storage.write_text(os.path.join(root, "notes.txt"), "not listed")
+    storage.write_text(os.path.join(root, "broken.jsonl"), '{"type":"message"}\n')
+    storage.ensure_dir(os.path.join(root, "sub"))
+    storage.write_atomic(os.path.join(root, "sub", "deep.jsonl"), [_session_bytes()])
+    metas = storage.list_session_meta(root)
+    assert [m.path for m in metas] == [os.path.join(root, "broken.jsonl"), path]
+    broken, meta = metas
+    assert not broken.valid and broken.id is None and broken.message_count == 0
+    st = storage.stat(path)
+    assert (meta.size, meta.mtime_ns) == (st.size, st.mtime_ns)
+    assert meta.valid and meta.line_count == 4
+    assert (meta.id, meta.cwd, meta.title, meta.title_source, meta.parent_session) == (
+        "abc",
+        "/proj",
+        "Named",
+        "user",
+        "p",
+    )
+    assert meta.created == "2026-01-02T03:04:05.000Z"
+    assert (meta.message_count, meta.first_message) == (2, "first question")
+    assert meta.last_activity_ms == 1767323048000  # the assistant's entry timestamp
+    assert meta.all_messages_text is None
+    writer = storage.open_writer(path)
+    writer.write_line(
+        serialize_entry(
+            {
+                "type": "message",
+                "id": "00000004",
+                "parentId": "00000003",
+                "timestamp": "2026-01-02T03:05:00.000Z",
+                "message": {"role": "user", "content": "second", "timestamp": 1767323100000},
+            }
+        )
+        + "\n"
+    )
+    writer.close()
+    (after,) = [m for m in storage.list_session_meta(root, with_text=True) if m.path == path]
+    assert (after.message_count, after.line_count, after.first_message) == (3, 5, "first question")
+    assert after.size == storage.stat(path).size
+    assert after.last_activity_ms == 1767323100000
+    assert after.all_messages_text == "first question\nan answer\nsecond"
+
+
+def test_session_index_header_written_by_a_writer(storage: SessionStorage, root: str) -> None:
+    _require(storage, "index")
+    assert isinstance(storage, SessionIndexStorage)
+    path = os.path.join(root, "w.jsonl")
+    writer = storage.open_writer(path)
+    for line in _session_bytes().splitlines(keepends=True):
+        writer.write_bytes(line)  # type: ignore[attr-defined]
+    writer.close()
+    (meta,) = storage.list_session_meta(root)
+    assert (meta.valid, meta.id, meta.message_count, meta.line_count) == (True, "abc", 2, 4)
+    storage.rename(path, os.path.join(root, "renamed.jsonl"))
+    (moved,) = storage.list_session_meta(root)
+    assert moved.path == os.path.join(root, "renamed.jsonl") and moved.id == "abc"
+    truncating = storage.open_writer(moved.path, "w")
+    truncating.write_line('{"type":"message"}\n')
+    truncating.close()
+    (reset,) = storage.list_session_meta(root)
+    assert not reset.valid and reset.size == 19
 
 
 # -- file backend only ------------------------------------------------------------------------

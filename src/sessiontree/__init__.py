@@ -16,6 +16,14 @@ from .context import (
     create_compaction_summary_message,
     create_custom_message,
 )
+from .discovery import (
+    RecentSessionInfo,
+    ResolvedSessionMatch,
+    SessionInfo,
+    find_most_recent_session,
+    get_recent_sessions,
+    resolve_resumable_session,
+)
 from .entries import CURRENT_SESSION_VERSION
 from .errors import (
     AmbiguousSessionError,

@@ -10,6 +10,7 @@ Every error derives from one root, so callers can catch the whole family::
       InvalidBlobRefError        # untrusted blob ref refused before the filesystem
       SessionLockError           # another live writer holds the session; .pid
       SessionWriteConflictError  # the file changed on disk behind this writer's back
+      BackendUnavailableError    # an optional backend's packages are missing (also an ImportError)
 """
 
 from __future__ import annotations
@@ -87,3 +88,7 @@ class SessionWriteConflictError(SessionTreeError):
         super().__init__(text)
         self.path = path
         self.saved_to = saved_to
+
+
+class BackendUnavailableError(SessionTreeError, ImportError):
+    """An optional storage backend is missing its packages; the message says what to install."""

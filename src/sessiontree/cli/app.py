@@ -1,107 +1,100 @@
-"""Command definitions. Each command parses arguments, calls the library, renders."""
+"""The typer app: global options, error handling, and command registration.
+
+Each command parses arguments, calls the library, renders the result (rich for
+people, `--json` for scripts). Errors a user can cause (unknown session, bad
+file, failed write) become one line on stderr and a documented exit code,
+never a traceback; see `common.py` for the codes.
+"""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import sys
 import tempfile
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.tree import Tree
+from rich.text import Text
+from typer.core import TyperGroup
 
-from ..errors import SessionTreeError
-from ..jsonl import serialize_entry
-from ..manager import SessionManager
-from ..tree import SessionTreeNode
+from ..errors import AmbiguousSessionError, SessionTreeError
+from . import commands_inspect, commands_integrity, commands_manage
+from .common import (
+    EXIT_AMBIGUOUS,
+    EXIT_ERROR,
+    CliError,
+    ambiguous_message,
+    console,
+    emit_json,
+    err_console,
+)
 from .demo import build_demo_session
+from .render import TreeOptions, preview, render_tree
+
+__all__ = ["app", "main", "preview", "render_tree"]
+
+
+def _error(message: str, code: int) -> typer.Exit:
+    err_console.print(Text(f"sessiontree: error: {message}"), soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _os_error_message(exc: OSError) -> str:
+    if exc.filename and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc) or type(exc).__name__
+
+
+class _Group(TyperGroup):
+    """Turns user errors raised by any command into one stderr line and an exit code."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except CliError as exc:
+            raise _error(exc.message, exc.code) from None
+        except AmbiguousSessionError as exc:
+            raise _error(ambiguous_message(exc.arg, exc.candidates), EXIT_AMBIGUOUS) from None
+        except SessionTreeError as exc:
+            raise _error(str(exc), EXIT_ERROR) from None
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                raise  # the reader went away (`| head`): the toolkit exits quietly
+            raise _error(_os_error_message(exc), EXIT_ERROR) from None
+
 
 app = typer.Typer(
     name="sessiontree",
+    cls=_Group,
     help="Inspect, search, export, repair and migrate coding-agent session stores.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
-console = Console()
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    agent_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--agent-dir",
+            metavar="DIR",
+            help="The agent's store (default: $PI_CODING_AGENT_DIR, else ~/.xcsh/agent); "
+            "e.g. ~/.pi/agent or ~/.omp/agent.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
     """Inspect, search, export, repair and migrate coding-agent session stores."""
-
-
-err_console = Console(stderr=True)
-
-
-def preview(entry: dict[str, Any], width: int = 60) -> str:
-    """A one-line description of an entry for trees and tables."""
-    kind = entry.get("type")
-    if kind == "message":
-        message = entry.get("message") or {}
-        role = message.get("role", "?")
-        content = message.get("content")
-        text = ""
-        if isinstance(content, str):
-            text = content
-        elif isinstance(content, list):
-            parts = []
-            for block in content:
-                if not isinstance(block, dict):
-                    continue
-                if block.get("type") == "text":
-                    parts.append(str(block.get("text", "")))
-                elif block.get("type") == "toolCall":
-                    parts.append(f"[{block.get('name')}]")
-                elif block.get("type") == "image":
-                    parts.append("[image]")
-            text = " ".join(parts)
-        label = f"{role}: {text}"
-    elif kind == "compaction":
-        label = f"compaction: {entry.get('shortSummary') or entry.get('summary', '')}"
-    elif kind == "branch_summary":
-        label = f"branch summary: {entry.get('summary', '')}"
-    elif kind == "model_change":
-        model = entry.get("model") or f"{entry.get('provider')}/{entry.get('modelId')}"
-        label = f"model: {model}"
-    elif kind == "thinking_level_change":
-        label = f"thinking: {entry.get('thinkingLevel')}"
-    elif kind == "label":
-        label = f"label {entry.get('targetId')}: {entry.get('label', '(cleared)')}"
-    elif kind == "custom_message":
-        content = entry.get("content")
-        label = f"custom {entry.get('customType')}: {content if isinstance(content, str) else ''}"
-    else:
-        label = str(kind)
-    label = " ".join(label.split())
-    return label if len(label) <= width else label[: width - 1] + "…"
-
-
-def render_tree(sm: SessionManager, title: str) -> Tree:
-    """The entry tree as a rich Tree; linear runs stay flat, the leaf is marked."""
-    leaf = sm.get_leaf_id()
-    root = Tree(title)
-    stack: list[tuple[Tree, SessionTreeNode]] = [(root, n) for n in reversed(sm.get_tree())]
-    while stack:
-        parent, node = stack.pop()
-        entry = node.entry
-        text = f"[dim]{entry.get('id')}[/] {preview(entry)}"
-        if node.label:
-            text += f" [bold cyan]#{node.label}[/]"
-        if entry.get("id") == leaf:
-            text += " [bold green]← leaf[/]"
-        if len(node.children) == 1 and parent is not root:
-            # A linear run: keep it at one level instead of nesting ever deeper.
-            branch = parent.add(text)
-            stack.append((parent, node.children[0]))
-            del branch
-            continue
-        branch = parent.add(text)
-        for child in reversed(node.children):
-            stack.append((branch, child))
-    return root
+    if agent_dir is not None:
+        # The library finds the store through this variable (blobs, breadcrumbs,
+        # session dirs), exactly as the agents do.
+        os.environ["PI_CODING_AGENT_DIR"] = os.path.abspath(os.path.expanduser(agent_dir))
 
 
 @app.command()
@@ -114,47 +107,74 @@ def demo(
     """Build a branched demo session in a temporary agent dir and show it."""
     tmp = tempfile.mkdtemp(prefix="sessiontree-demo-")
     agent_dir = os.path.join(tmp, "agent")
-    with build_demo_session(agent_dir, os.path.join(tmp, "project")) as sm:
-        ctx = sm.build_session_context()
-        if as_json:
-            payload = {
-                "schemaVersion": 1,
-                "sessionFile": sm.get_session_file(),
-                "leafId": sm.get_leaf_id(),
-                "context": {
-                    "messages": ctx.messages,
-                    "thinkingLevel": ctx.thinking_level,
-                    "models": ctx.models,
-                },
-            }
-            sys.stdout.write(serialize_entry(payload) + "\n")
-        else:
-            console.print(f"[bold]Session[/] {sm.get_session_name()}  ({sm.get_session_file()})")
-            console.print(render_tree(sm, f"[bold]{sm.get_session_id()}[/]"))
+    previous = os.environ.get("PI_CODING_AGENT_DIR")
+    try:
+        with build_demo_session(agent_dir, os.path.join(tmp, "project")) as sm:
+            ctx = sm.build_session_context()
+            if as_json:
+                emit_json(
+                    {
+                        "sessionFile": sm.get_session_file(),
+                        "leafId": sm.get_leaf_id(),
+                        "context": {
+                            "messages": ctx.messages,
+                            "thinkingLevel": ctx.thinking_level,
+                            "models": ctx.models,
+                        },
+                    }
+                )
+                return
             console.print(
-                f"\n[bold]Context at leaf {sm.get_leaf_id()}[/] "
-                f"(thinking {ctx.thinking_level}, models {json.dumps(ctx.models)})"
+                Text.assemble(
+                    ("Session ", "bold"),
+                    sm.get_session_name() or "",
+                    f"  ({sm.get_session_file()})",
+                ),
+                soft_wrap=True,
+            )
+            title = Text(sm.get_session_id(), style="bold")
+            console.print(render_tree(sm, title, TreeOptions()))
+            console.print(
+                Text.assemble(
+                    ("\nContext at leaf ", "bold"),
+                    (str(sm.get_leaf_id()), "bold"),
+                    f" (thinking {ctx.thinking_level}, models {json.dumps(ctx.models)})",
+                )
             )
             for message in ctx.messages:
-                entry = {"type": "message", "message": message}
-                console.print(f"  • {preview(entry, 100)}")
+                console.print(Text(f"  • {preview({'type': 'message', 'message': message}, 100)}"))
             stats = sm.get_usage_statistics()
             console.print(
                 f"\nTokens in {stats.input} / out {stats.output}, cost ${stats.cost:.4f}; "
-                f"blobs in {os.path.join(agent_dir, 'blobs')}"
+                f"blobs in {os.path.join(agent_dir, 'blobs')}",
+                markup=False,
+                soft_wrap=True,
             )
-    if keep:
-        console.print(f"Kept {tmp}")
-    else:
-        import shutil
+    finally:
+        # build_demo_session points the process at the temporary store; undo that.
+        if previous is None:
+            os.environ.pop("PI_CODING_AGENT_DIR", None)
+        else:
+            os.environ["PI_CODING_AGENT_DIR"] = previous
+        if keep:
+            console.print(f"Kept {tmp}", markup=False, soft_wrap=True)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
-        shutil.rmtree(tmp, ignore_errors=True)
+
+commands_inspect.register(app)
+commands_manage.register(app)
+commands_integrity.register(app)
 
 
 def main() -> None:
-    """Console-script entry point: user errors become one line on stderr."""
+    """Console-script entry point."""
     try:
         app()
-    except SessionTreeError as exc:
-        err_console.print(f"sessiontree: error: {exc}")
-        raise SystemExit(1) from None
+    except BrokenPipeError:
+        # Output piped into `head` and the like: stop quietly, like other CLI tools.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        raise SystemExit(141) from None
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None

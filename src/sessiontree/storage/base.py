@@ -4,6 +4,17 @@
 paths are strings. Beyond the API contract's methods, backends provide a few
 capabilities the manager needs to be fast and crash safe (`iter_chunks`,
 `read_bytes_range`, `write_atomic`, `fsync_dir`, `remove_tree`, `list_dirs`).
+
+Optional capabilities are declared as their own Protocols; callers test for them
+with `isinstance` (never with a backend's class), and the conformance suite checks
+each one on every backend that declares it:
+
+- `LockingStorage.acquire_lock(path)`: the one-writer-per-session lock
+  (`sessiontree.locks.acquire_session_lock` uses it);
+- `BlobBackedStorage.blob_store()`: a blob store living beside the sessions, so
+  images resolve wherever the sessions are read (the manager's default blobs);
+- `SessionIndexStorage.list_session_meta(dir)`: per-session metadata kept up to
+  date by every write, so listings need not read session content.
 """
 
 from __future__ import annotations
@@ -11,7 +22,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from sessiontree.blobs import BlobStoreLike
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,3 +112,91 @@ class SessionStorage(Protocol):
 
     def remove_tree(self, path: str) -> None:
         """Remove a directory and everything below it (no error if missing)."""
+
+
+# -- optional capabilities -----------------------------------------------------------------
+
+
+@runtime_checkable
+class WriterLock(Protocol):
+    """A held writer lock of one session; `release()` is idempotent."""
+
+    @property
+    def session_file(self) -> str:
+        """The session path the lock was taken for."""
+        ...
+
+    def release(self) -> None:
+        """Give the lock up (also done by the backend when the holder dies)."""
+        ...
+
+
+@runtime_checkable
+class LockingStorage(Protocol):
+    """A backend that can lock a session against a second writer (on any host it serves)."""
+
+    def acquire_lock(self, path: str) -> WriterLock:
+        """Take the writer lock of `path` without waiting; SessionLockError if it is held."""
+        ...
+
+
+@runtime_checkable
+class BlobBackedStorage(Protocol):
+    """A backend that stores blobs itself (None: use the agent dir's blob files)."""
+
+    def blob_store(self) -> BlobStoreLike | None:
+        """The blob store that belongs to this storage."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class SessionMeta:
+    """What a listing needs to know about one stored session, without its content.
+
+    The header fields are None when the file has no valid session header
+    (`valid` is False then). Text fields are as stored, not whitespace-normalised.
+    """
+
+    path: str
+    size: int
+    line_count: int
+    """Newline-terminated lines."""
+    mtime: datetime
+    mtime_ns: int
+    valid: bool
+    """The first JSON object (after an optional title slot) is a session header."""
+    ino: int = 0
+    """As `stat().ino`: a new value after every full rewrite."""
+    id: str | None = None
+    cwd: str | None = None
+    title: str | None = None
+    """The first non-blank of: the title slot's title (when the file has one, else the
+    header `title`), the latest `session_info` name / `title_change` title, the
+    latest compaction `shortSummary`."""
+    title_source: str | None = None
+    parent_session: str | None = None
+    created: str | None = None
+    """Header `timestamp` (ISO string, as written)."""
+    message_count: int = 0
+    """Entries of type `message` (any role)."""
+    first_message: str | None = None
+    """Text of the first user message with non-empty text."""
+    last_activity_ms: int | None = None
+    """Newest user/assistant message time: `message.timestamp`, else the entry's `timestamp`."""
+    all_messages_text: str | None = None
+    """Non-empty user/assistant message texts joined by newlines (only when asked for)."""
+
+
+@runtime_checkable
+class SessionIndexStorage(Protocol):
+    """A backend that keeps session metadata up to date as it writes."""
+
+    def list_session_meta(
+        self, dir: str | None = None, *, with_text: bool = False
+    ) -> list[SessionMeta]:
+        """Metadata of the `*.jsonl` files directly in `dir`, sorted by path.
+
+        `dir=None`: every `*.jsonl` file in every directory under `<root>/sessions`.
+        `with_text=True` also fills `all_messages_text` (costs a read of the message texts).
+        """
+        ...

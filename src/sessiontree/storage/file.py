@@ -14,8 +14,12 @@ import shutil
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from sessiontree.storage.base import StorageStat
+
+if TYPE_CHECKING:
+    from sessiontree.locks import FileLock
 
 __all__ = [
     "FileSessionStorage",
@@ -389,3 +393,9 @@ class FileSessionStorage:
             shutil.rmtree(path)
         except FileNotFoundError:
             pass
+
+    def acquire_lock(self, path: str) -> FileLock:
+        """The session's writer lock: `flock` on a sidecar (see `sessiontree.locks`)."""
+        from sessiontree.locks import FileLock
+
+        return FileLock(path)

@@ -14,9 +14,14 @@ import time
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
+from typing import TYPE_CHECKING
 
+from sessiontree.locks import MemoryLockTable, SessionLock
 from sessiontree.storage.base import StorageStat
 from sessiontree.storage.file import glob_match_name, utf8_prefix_text
+
+if TYPE_CHECKING:
+    from sessiontree.blobs import MemoryBlobStore
 
 __all__ = ["MemorySessionStorage", "MemorySessionWriter"]
 
@@ -120,6 +125,8 @@ class MemorySessionStorage:
         # directory -> (mtime_ns, names of its direct children)
         self._dirs: dict[str, tuple[int, set[str]]] = {}
         self._write_error: BaseException | None = None
+        self._locks = MemoryLockTable()
+        self._blobs: MemoryBlobStore | None = None
         root = os.path.abspath(os.sep)
         self._dirs[root] = (self._tick(), set())
 
@@ -373,3 +380,15 @@ class MemorySessionStorage:
         else:
             # Removing the root empties the store but keeps the root itself.
             self._dirs[p] = (self._tick(), set())
+
+    def acquire_lock(self, path: str) -> SessionLock:
+        """The session's writer lock, held in this storage (one writer per path)."""
+        return self._locks.acquire(path)
+
+    def blob_store(self) -> MemoryBlobStore:
+        """The blobs of this storage: every session manager on it shares them."""
+        if self._blobs is None:
+            from sessiontree.blobs import MemoryBlobStore
+
+            self._blobs = MemoryBlobStore()
+        return self._blobs

@@ -1,0 +1,688 @@
+"""A consistency checker for session files, and a repair that writes a fixed copy.
+
+`check_session` reads a file the way the loader does (leniently, line by line,
+never writing) and reports what a reader would trip over::
+
+    unparseable_line     a line that is not a JSON object (dropped by every reader)
+    torn_final_line      the last line is cut off (a crash mid-append)
+    empty_file           zero bytes or whitespace only
+    invalid_header       the first object is not a session header (the file is unreadable)
+    missing_id           an entry without a string id (v2+ files)
+    duplicate_id         a second entry with an id already used
+    invalid_parent       a parentId that is neither null nor a string
+    dangling_parent      a parentId naming no entry (the entry shows up as a root)
+    cycle                entries whose parentIds loop (reachable from no root)
+    compaction_off_path  a compaction whose firstKeptEntryId is not on its path
+    label_unknown_target a label whose targetId names no entry
+    missing_blob         a `blob:sha256:` ref whose blob is not in the blob store
+    conflict_file        a `<file>.conflict-*` sibling left by a write conflict
+
+`repair_session` keeps every line it can and writes the result atomically to a
+new file (or, asked to, over the original after keeping a `.bak`): unparseable
+and torn lines are dropped, duplicate ids renamed, dangling parents and cycles
+turned into roots. Untouched lines are copied byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from .blobs import BlobStore, BlobStoreLike
+from .entries import Entry, generate_entry_id, is_valid_header
+from .errors import InvalidSessionFileError, SessionWriteConflictError
+from .jsonl import iter_jsonl_bytes, loads_line, serialize_entry_bytes
+from .loader import is_title_slot
+from .locks import acquire_session_lock
+from .migrations import migrate_session_entries, session_version
+from .paths import get_agent_dir
+from .storage.base import SessionStorage
+from .storage.file import FileSessionStorage
+
+__all__ = [
+    "BLOB_REF_PATTERN",
+    "Finding",
+    "RepairReport",
+    "ScannedLine",
+    "ScannedSession",
+    "blob_dir_for",
+    "check_entries",
+    "check_session",
+    "conflict_siblings",
+    "find_cycles",
+    "repair_session",
+    "scan_session",
+]
+
+BLOB_REF_PATTERN = re.compile(rb"blob:sha256:([0-9a-f]{64})")
+"""A blob reference anywhere in raw session bytes (group 1: the hash)."""
+
+_BOM = b"\xef\xbb\xbf"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One problem (or, in a repair report, one change) in a session file."""
+
+    kind: str
+    line: int | None
+    """1-based physical line number in the file, where known."""
+    entry_id: str | None
+    message: str
+
+
+@dataclass(slots=True)
+class ScannedLine:
+    """One non-blank line that parsed as a JSON object."""
+
+    number: int
+    entry: Entry
+    raw: bytes
+    """The line's bytes without its newline."""
+
+
+@dataclass(slots=True)
+class ScannedSession:
+    """A session file read line by line, keeping line numbers (nothing is written)."""
+
+    path: str
+    size: int = 0
+    blank: bool = True
+    title_slot: ScannedLine | None = None
+    header: ScannedLine | None = None
+    invalid_header_line: int | None = None
+    entries: list[ScannedLine] = field(default_factory=list)
+    malformed: list[tuple[int, bytes]] = field(default_factory=list)
+    """(line number, raw bytes) of lines that are not JSON objects."""
+    blank_lines: list[int] = field(default_factory=list)
+    ends_with_newline: bool = True
+    last_line: int = 0
+    has_bom: bool = False
+
+    @property
+    def version(self) -> int:
+        """The header's format version (1 when absent)."""
+        if self.header is None:
+            return 0
+        return session_version([self.header.entry])
+
+
+def _chunks_counting(chunks: Iterator[bytes], scanned: ScannedSession) -> Iterator[bytes]:
+    first = True
+    for chunk in chunks:
+        scanned.size += len(chunk)
+        if first and chunk:
+            scanned.has_bom = chunk.startswith(_BOM)
+            first = False
+        yield chunk
+
+
+def scan_session(path: str, storage: SessionStorage | None = None) -> ScannedSession:
+    """Read a session file line by line (FileNotFoundError propagates).
+
+    Mirrors `loader.read_session` (a title slot on line 1, the first object
+    decides whether this is a session file) but keeps every line's number and
+    bytes, and reads on after a bad header only to count lines.
+    """
+    storage = storage if storage is not None else FileSessionStorage()
+    scanned = ScannedSession(path)
+    last_has_newline = True
+    header_done = False
+    chunks = _chunks_counting(iter(storage.iter_chunks(path)), scanned)
+    for number, raw, has_newline in iter_jsonl_bytes(chunks):
+        last_has_newline = has_newline
+        scanned.last_line = number
+        if not raw or raw.isspace():
+            if has_newline or raw:
+                scanned.blank_lines.append(number)
+            continue
+        scanned.blank = False
+        value: Any
+        try:
+            value = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            try:
+                value = loads_line(raw)
+            except (ValueError, UnicodeError):
+                scanned.malformed.append((number, raw))
+                continue
+        if not isinstance(value, dict):
+            scanned.malformed.append((number, raw))
+            continue
+        line = ScannedLine(number, value, raw)
+        if header_done:
+            if scanned.header is not None:
+                scanned.entries.append(line)
+            continue
+        if number == 1 and scanned.title_slot is None and is_title_slot(value):
+            scanned.title_slot = line
+            continue
+        header_done = True
+        if is_valid_header(value):
+            scanned.header = line
+        else:
+            scanned.invalid_header_line = number
+    scanned.ends_with_newline = last_has_newline
+    return scanned
+
+
+def blob_dir_for(path: str) -> str:
+    """The blob dir of the store holding `path`: `<agent>/blobs` next to its `sessions` dir.
+
+    Falls back to the current agent dir's blobs when `path` is not inside a
+    `sessions` directory.
+    """
+    current = os.path.dirname(os.path.abspath(path))
+    while True:
+        if os.path.basename(current) == "sessions":
+            return os.path.join(os.path.dirname(current), "blobs")
+        parent = os.path.dirname(current)
+        if parent == current:
+            return os.path.join(get_agent_dir(), "blobs")
+        current = parent
+
+
+def conflict_siblings(path: str, storage: SessionStorage | None = None) -> list[str]:
+    """Files named `<session file>.conflict-*` next to `path`."""
+    storage = storage if storage is not None else FileSessionStorage()
+    directory, name = os.path.split(path)
+    return storage.list_files(directory or ".", glob_escape(name) + ".conflict-*")
+
+
+def glob_escape(name: str) -> str:
+    """`name` with glob metacharacters made literal."""
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+def _short(raw: bytes, width: int = 60) -> str:
+    text = raw.decode("utf-8", "replace")
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _torn_line(scanned: ScannedSession) -> int | None:
+    """The last line's number when it is cut off: unterminated and unparseable."""
+    if scanned.ends_with_newline or not scanned.malformed:
+        return None
+    number = scanned.malformed[-1][0]
+    return number if number == scanned.last_line else None
+
+
+def _line_findings(scanned: ScannedSession) -> list[Finding]:
+    findings: list[Finding] = []
+    torn = _torn_line(scanned)
+    for number, raw in scanned.malformed:
+        if number == torn:
+            findings.append(
+                Finding(
+                    "torn_final_line",
+                    number,
+                    None,
+                    f"the last line is cut off ({len(raw)} bytes, no newline): {_short(raw)}",
+                )
+            )
+        else:
+            findings.append(
+                Finding("unparseable_line", number, None, f"not a JSON object: {_short(raw)}")
+            )
+    return findings
+
+
+def check_entries(lines: list[ScannedLine], version: int = 3) -> list[Finding]:
+    """Tree-level findings for parsed entries (ids, parents, cycles, compactions, labels).
+
+    `lines` carry their line numbers; files older than v2 have no ids to check.
+    """
+    findings: list[Finding] = []
+    if version < 2:
+        return findings
+    by_id: dict[str, ScannedLine] = {}
+    for line in lines:
+        entry_id = line.entry.get("id")
+        if not isinstance(entry_id, str):
+            findings.append(
+                Finding(
+                    "missing_id",
+                    line.number,
+                    None,
+                    f"{line.entry.get('type')!s} entry has no string id",
+                )
+            )
+            continue
+        if entry_id in by_id:
+            findings.append(
+                Finding(
+                    "duplicate_id",
+                    line.number,
+                    entry_id,
+                    f"id {entry_id} already used on line {by_id[entry_id].number}",
+                )
+            )
+        # Later duplicates win, as in every reader's id index.
+        by_id[entry_id] = line
+    for line in lines:
+        entry = line.entry
+        entry_id = entry.get("id")
+        eid = entry_id if isinstance(entry_id, str) else None
+        if "parentId" not in entry:
+            findings.append(Finding("invalid_parent", line.number, eid, "entry has no parentId"))
+        else:
+            parent = entry["parentId"]
+            if parent is not None and not isinstance(parent, str):
+                findings.append(
+                    Finding(
+                        "invalid_parent", line.number, eid, f"parentId {parent!r} is not a string"
+                    )
+                )
+            elif isinstance(parent, str) and parent not in by_id:
+                findings.append(
+                    Finding(
+                        "dangling_parent",
+                        line.number,
+                        eid,
+                        f"parentId {parent} names no entry (shown as a root)",
+                    )
+                )
+        kind = entry.get("type")
+        if kind == "label":
+            target = entry.get("targetId")
+            if not isinstance(target, str) or target not in by_id:
+                findings.append(
+                    Finding(
+                        "label_unknown_target",
+                        line.number,
+                        eid,
+                        f"label {entry.get('label')!r} targets unknown entry {target!r}",
+                    )
+                )
+    findings.extend(_cycle_findings(lines, by_id))
+    findings.extend(_compaction_findings(lines, by_id))
+    findings.sort(key=lambda f: f.line or 0)
+    return findings
+
+
+def _parent_line(line: ScannedLine, by_id: dict[str, ScannedLine]) -> ScannedLine | None:
+    parent = line.entry.get("parentId")
+    return by_id.get(parent) if isinstance(parent, str) else None
+
+
+def find_cycles(lines: list[ScannedLine], by_id: dict[str, ScannedLine]) -> list[list[ScannedLine]]:
+    """Every parent cycle, each as its members (iterative; linear time)."""
+    state: dict[int, int] = {}  # id(line) -> 1 on the current walk, 2 done
+    cycles: list[list[ScannedLine]] = []
+    for start in lines:
+        if id(start) in state:
+            continue
+        walk: list[ScannedLine] = []
+        current: ScannedLine | None = start
+        while current is not None and id(current) not in state:
+            state[id(current)] = 1
+            walk.append(current)
+            current = _parent_line(current, by_id)
+        if current is not None and state[id(current)] == 1:
+            index = next(i for i, item in enumerate(walk) if item is current)
+            cycles.append(walk[index:])
+        for item in walk:
+            state[id(item)] = 2
+    return cycles
+
+
+def _cycle_findings(lines: list[ScannedLine], by_id: dict[str, ScannedLine]) -> list[Finding]:
+    findings = []
+    for cycle in find_cycles(lines, by_id):
+        first = min(cycle, key=lambda item: item.number)
+        ids = ", ".join(str(item.entry.get("id")) for item in cycle[:6])
+        more = f" and {len(cycle) - 6} more" if len(cycle) > 6 else ""
+        findings.append(
+            Finding(
+                "cycle",
+                first.number,
+                first.entry.get("id"),
+                f"parentIds loop through {len(cycle)} entries ({ids}{more}); "
+                "they are reachable from no root",
+            )
+        )
+    return findings
+
+
+def _compaction_findings(lines: list[ScannedLine], by_id: dict[str, ScannedLine]) -> list[Finding]:
+    findings = []
+    for line in lines:
+        entry = line.entry
+        if entry.get("type") != "compaction":
+            continue
+        first_kept = entry.get("firstKeptEntryId")
+        seen: set[int] = {id(line)}
+        current = _parent_line(line, by_id)
+        found = False
+        while current is not None and id(current) not in seen:
+            if current.entry.get("id") == first_kept:
+                found = True
+                break
+            seen.add(id(current))
+            current = _parent_line(current, by_id)
+        if not found:
+            findings.append(
+                Finding(
+                    "compaction_off_path",
+                    line.number,
+                    entry.get("id"),
+                    f"firstKeptEntryId {first_kept!r} is not on the compaction's path "
+                    "(the context keeps nothing before it)",
+                )
+            )
+    return findings
+
+
+def _blob_findings(lines: list[ScannedLine], blobs: BlobStoreLike) -> list[Finding]:
+    findings = []
+    known: dict[str, bool] = {}
+    for line in lines:
+        if b"blob:sha256:" not in line.raw:
+            continue
+        for digest in dict.fromkeys(m.decode() for m in BLOB_REF_PATTERN.findall(line.raw)):
+            present = known.get(digest)
+            if present is None:
+                present = known[digest] = blobs.has(digest)
+            if not present:
+                findings.append(
+                    Finding(
+                        "missing_blob",
+                        line.number,
+                        line.entry.get("id"),
+                        f"blob {digest[:12]}… is not in the blob store",
+                    )
+                )
+    return findings
+
+
+def _migrated_lines(scanned: ScannedSession) -> list[ScannedLine]:
+    """The entries as a reader sees them: migrated in memory when the file is old."""
+    if scanned.header is None or scanned.version >= 3:
+        return scanned.entries
+    entries = [dict(scanned.header.entry), *(dict(line.entry) for line in scanned.entries)]
+    migrate_session_entries(entries)
+    return [
+        ScannedLine(line.number, entry, line.raw)
+        for line, entry in zip(scanned.entries, entries[1:], strict=True)
+    ]
+
+
+def check_session(
+    path: str,
+    storage: SessionStorage | None = None,
+    blobs: BlobStoreLike | None = None,
+    *,
+    conflicts: bool = True,
+) -> list[Finding]:
+    """Everything wrong with one session file, in line order; [] when it is sound.
+
+    Never writes. `blobs` defaults to the blob store of the store holding `path`
+    (see `blob_dir_for`). FileNotFoundError when the file is missing.
+    """
+    storage = storage if storage is not None else FileSessionStorage()
+    scanned = scan_session(path, storage)
+    findings = _findings(scanned, blobs if blobs is not None else BlobStore(blob_dir_for(path)))
+    if conflicts:
+        for sibling in conflict_siblings(path, storage):
+            findings.append(
+                Finding(
+                    "conflict_file",
+                    None,
+                    None,
+                    f"conflict copy {os.path.basename(sibling)} next to this session: "
+                    "reconcile and remove it",
+                )
+            )
+    return findings
+
+
+def _findings(scanned: ScannedSession, blobs: BlobStoreLike) -> list[Finding]:
+    findings = _line_findings(scanned)
+    if scanned.blank:
+        findings.append(Finding("empty_file", None, None, "the file holds no session header"))
+        return findings
+    if scanned.header is None:
+        findings.append(
+            Finding(
+                "invalid_header",
+                scanned.invalid_header_line,
+                None,
+                "the first JSON object is not a session header (type 'session' with a string id)",
+            )
+        )
+        return findings
+    lines = _migrated_lines(scanned)
+    findings.extend(check_entries(lines, scanned.version))
+    findings.extend(_blob_findings(scanned.entries, blobs))
+    findings.sort(key=lambda f: f.line or 0)
+    return findings
+
+
+# ---------------------------------------------------------------------- repair
+
+
+@dataclass(slots=True)
+class RepairReport:
+    """What `repair_session` changed, and what it could not fix."""
+
+    path: str
+    out_path: str | None
+    """Where the repaired file was written; None when nothing needed changing."""
+    changes: list[Finding] = field(default_factory=list)
+    remaining: list[Finding] = field(default_factory=list)
+    """Problems left as they are (harmless to readers, or not fixable from the file)."""
+    backup_path: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.changes)
+
+
+_REF_KEYS = ("parentId", "targetId", "firstKeptEntryId", "fromId")
+
+
+def _repair_lines(scanned: ScannedSession, changes: list[Finding]) -> dict[int, Entry]:
+    """Fix ids and parents; returns line number -> replaced entry for changed lines."""
+    replaced: dict[int, Entry] = {}
+    if scanned.version < 2:
+        return replaced
+    lines = scanned.entries
+    used: set[str] = {line.entry["id"] for line in lines if isinstance(line.entry.get("id"), str)}
+    seen: set[str] = set()
+    renamed: dict[str, str] = {}  # old id -> the id a later reference means
+    current: list[ScannedLine] = []
+    for line in lines:
+        entry = line.entry
+        new_entry: Entry | None = None
+        # References written after a duplicate meant the duplicate (the newest entry
+        # of that id when they were appended).
+        for key in _REF_KEYS:
+            value = entry.get(key)
+            if isinstance(value, str) and value in renamed:
+                new_entry = new_entry if new_entry is not None else dict(entry)
+                new_entry[key] = renamed[value]
+        entry_id = entry.get("id")
+        if isinstance(entry_id, str):
+            if entry_id in seen:
+                fresh = generate_entry_id(used)
+                used.add(fresh)
+                new_entry = new_entry if new_entry is not None else dict(entry)
+                new_entry["id"] = fresh
+                renamed[entry_id] = fresh
+                changes.append(
+                    Finding(
+                        "renamed_duplicate_id",
+                        line.number,
+                        fresh,
+                        f"duplicate id {entry_id} renamed to {fresh}; later references follow it",
+                    )
+                )
+            seen.add(entry_id)
+        if new_entry is not None:
+            replaced[line.number] = new_entry
+            line = ScannedLine(line.number, new_entry, line.raw)
+        current.append(line)
+    by_id = {line.entry["id"]: line for line in current if isinstance(line.entry.get("id"), str)}
+
+    def set_root(line: ScannedLine, kind: str, message: str) -> None:
+        entry = replaced.get(line.number)
+        if entry is None:
+            entry = replaced[line.number] = dict(line.entry)
+        entry["parentId"] = None
+        line.entry = entry
+        changes.append(Finding(kind, line.number, entry.get("id"), message))
+
+    for line in current:
+        parent = line.entry.get("parentId")
+        if isinstance(parent, str) and parent not in by_id:
+            set_root(
+                line, "cleared_dangling_parent", f"parentId {parent} named no entry; now a root"
+            )
+        elif parent is not None and not isinstance(parent, str):
+            set_root(line, "cleared_invalid_parent", f"parentId {parent!r} was not a string")
+    for cycle in find_cycles(current, by_id):
+        first = min(cycle, key=lambda item: item.number)
+        set_root(
+            first,
+            "broke_cycle",
+            f"parentId {first.entry.get('parentId')} closed a loop of {len(cycle)} entries; "
+            "this entry is now a root",
+        )
+    return replaced
+
+
+def _default_repair_path(path: str) -> str:
+    return path + ".repaired"
+
+
+def _backup_path(path: str, storage: SessionStorage) -> str:
+    candidate = path + ".bak"
+    n = 1
+    while storage.exists(candidate):
+        candidate = f"{path}.bak.{n}"
+        n += 1
+    return candidate
+
+
+def repair_session(
+    path: str,
+    out_path: str | None = None,
+    *,
+    in_place: bool = False,
+    storage: SessionStorage | None = None,
+    blobs: BlobStoreLike | None = None,
+    dry_run: bool = False,
+) -> RepairReport:
+    """Write a repaired copy of a session file atomically; report every change.
+
+    The copy goes to `out_path` (default `<path>.repaired`, a name no session
+    listing picks up). `in_place=True` first saves the original as `<path>.bak`
+    (or `.bak.N`) and then replaces `path`; if the file changed while being
+    repaired, SessionWriteConflictError and nothing is replaced; SessionLockError
+    when a live writer holds it. When there is
+    nothing to change, nothing is written. A file without a valid header cannot
+    be repaired: InvalidSessionFileError.
+    """
+    storage = storage if storage is not None else FileSessionStorage()
+    blob_store = blobs if blobs is not None else BlobStore(blob_dir_for(path))
+    before = storage.stat(path)
+    scanned = scan_session(path, storage)
+    if scanned.header is None:
+        raise InvalidSessionFileError(
+            path,
+            f"{path}: cannot repair: no valid session header"
+            + (f" (line {scanned.invalid_header_line})" if scanned.invalid_header_line else ""),
+            line=scanned.invalid_header_line,
+        )
+    report = RepairReport(path, None)
+    changes = report.changes
+    if scanned.has_bom:
+        changes.append(Finding("removed_bom", 1, None, "removed a UTF-8 byte order mark"))
+    torn = _torn_line(scanned)
+    for number, raw in scanned.malformed:
+        if number == torn:
+            changes.append(
+                Finding(
+                    "dropped_torn_line",
+                    number,
+                    None,
+                    f"dropped the cut-off last line: {_short(raw)}",
+                )
+            )
+        else:
+            changes.append(
+                Finding("dropped_line", number, None, f"dropped unparseable line: {_short(raw)}")
+            )
+    for number in scanned.blank_lines:
+        changes.append(Finding("dropped_blank_line", number, None, "dropped a blank line"))
+    if not scanned.ends_with_newline and torn is None:
+        changes.append(
+            Finding(
+                "terminated_last_line", scanned.last_line, None, "added the missing final newline"
+            )
+        )
+    replaced = _repair_lines(scanned, changes)
+    changes.sort(key=lambda f: f.line or 0)
+
+    repaired = [
+        ScannedLine(line.number, replaced.get(line.number, line.entry), line.raw)
+        for line in scanned.entries
+    ]
+    fixed = ScannedSession(
+        path, header=scanned.header, title_slot=scanned.title_slot, entries=repaired, blank=False
+    )
+    report.remaining = _findings(fixed, blob_store)
+    if not changes or dry_run:
+        return report
+
+    def chunks() -> Iterator[bytes]:
+        if scanned.title_slot is not None:
+            yield scanned.title_slot.raw + b"\n"
+        assert scanned.header is not None
+        header_raw = scanned.header.raw
+        if header_raw.startswith(_BOM):
+            header_raw = header_raw[len(_BOM) :]
+        yield header_raw + b"\n"
+        batch: list[bytes] = []
+        for line in scanned.entries:
+            entry = replaced.get(line.number)
+            batch.append(line.raw if entry is None else serialize_entry_bytes(entry))
+            batch.append(b"\n")
+            if len(batch) >= 4096:
+                yield b"".join(batch)
+                batch = []
+        if batch:
+            yield b"".join(batch)
+
+    if not in_place:
+        target = out_path if out_path is not None else _default_repair_path(path)
+        storage.write_atomic(target, chunks())
+        report.out_path = target
+        return report
+    # SessionLockError when a live agent is writing this session.
+    lock = acquire_session_lock(storage, path)
+    try:
+        backup = _backup_path(path, storage)
+        storage.write_atomic(backup, iter(storage.iter_chunks(path)))
+        report.backup_path = backup
+        _check_unchanged(path, before, storage)
+        storage.write_atomic(path, chunks())
+    finally:
+        if lock is not None:
+            lock.release()
+    report.out_path = path
+    return report
+
+
+def _check_unchanged(path: str, before: Any, storage: SessionStorage) -> None:
+    after = storage.stat(path)
+    if (after.size, after.mtime_ns) != (before.size, before.mtime_ns):
+        raise SessionWriteConflictError(
+            path, f"{path}: changed while being repaired (a live writer?); nothing was replaced"
+        )

@@ -1,0 +1,507 @@
+"""Read-only commands: list, show, tree, context, search, history, stats.
+
+Every session is opened with `read_only=True`: these commands never write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from ..context import convert_to_llm
+from ..discovery import SessionInfo, list_all_sessions, list_sessions
+from ..entries import format_iso
+from ..export import entry_role, message_text
+from ..maintenance import file_version, session_files
+from ..search import read_history, search_sessions
+from ..stats import UsageTotals, store_stats, summarize_session
+from .common import (
+    EXIT_USAGE,
+    CliError,
+    JsonOption,
+    SessionArg,
+    console,
+    emit_json,
+    human_size,
+    open_read_only,
+    progress,
+    resolve_session,
+)
+from .common import agent_dir as current_agent_dir
+from .render import TreeOptions, preview, render_tree, time_ago
+
+AllOption = Annotated[bool, typer.Option("--all", "-a", help="Every project, not just this one.")]
+
+
+def _iso(moment: object) -> str | None:
+    """A datetime as the store writes timestamps (`2026-02-16T10:20:30.000Z`)."""
+    if isinstance(moment, datetime):
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return format_iso(int(moment.timestamp() * 1000))
+    return None
+
+
+def _listing(all_projects: bool) -> list[SessionInfo]:
+    if all_projects:
+        return list(list_all_sessions(agent_dir=current_agent_dir()))
+    return list(list_sessions(os.getcwd()))
+
+
+def _size(info: SessionInfo) -> int:
+    size = getattr(info, "size", None)
+    if isinstance(size, int):
+        return size
+    try:
+        return os.stat(info.path).st_size
+    except OSError:
+        return 0
+
+
+def list_command(
+    all_projects: AllOption = False,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=0, help="Show at most N.")] = 50,
+    as_json: JsonOption = False,
+) -> None:
+    """List sessions, newest first: this directory's project, or every project with --all."""
+    sessions = _listing(all_projects)
+    shown = sessions[:limit] if limit else sessions
+    if as_json:
+        emit_json(
+            {
+                "total": len(sessions),
+                "sessions": [
+                    {
+                        "path": s.path,
+                        "id": s.id,
+                        "cwd": s.cwd,
+                        "title": s.title,
+                        "firstMessage": s.first_message,
+                        "messageCount": s.message_count,
+                        "created": _iso(s.created),
+                        "modified": _iso(s.modified),
+                        "size": _size(s),
+                        "parentSessionPath": s.parent_session_path,
+                    }
+                    for s in shown
+                ],
+            }
+        )
+        return
+    if not sessions:
+        where = "any project" if all_projects else os.getcwd()
+        console.print(f"No sessions for {where}.", markup=False)
+        return
+    headers = ["Modified", "ID", "Msgs", "Size"] + (["Project"] if all_projects else [])
+    rows: list[list[str]] = []
+    for s in shown:
+        row = [time_ago(s.modified), s.id, str(s.message_count), human_size(_size(s))]
+        if all_projects:
+            row.append((os.path.basename(s.cwd.rstrip("/")) or s.cwd)[:16])
+        row.append(" ".join(str(s.title or s.first_message).split()))
+        rows.append(row)
+    # Only the title is cut to fit the terminal; ids and sizes are shown whole.
+    fixed = sum(max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)) + 3 * len(
+        headers
+    )
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
+    for name in headers:
+        table.add_column(
+            name, no_wrap=True, justify="right" if name in ("Msgs", "Size") else "left"
+        )
+    table.add_column(
+        "Title / first prompt",
+        no_wrap=True,
+        overflow="ellipsis",
+        max_width=max(20, console.width - fixed),
+    )
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
+    console.print(table)
+    if len(sessions) > len(shown):
+        console.print(f"[dim]{len(sessions) - len(shown)} more; use --limit 0 to show all.[/dim]")
+
+
+def _usage_table(rows: dict[str, UsageTotals], first: str) -> Table:
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
+    widest = max([len(first)] + [len(name) for name in rows])
+    table.add_column(first, no_wrap=True, min_width=min(widest, 40))
+    for name in ("Replies", "Input", "Output", "Cache read", "Cache write", "Cost $"):
+        table.add_column(name, justify="right")
+    for name, usage in rows.items():
+        table.add_row(
+            Text(name),
+            str(usage.messages),
+            f"{usage.input:,}",
+            f"{usage.output:,}",
+            f"{usage.cache_read:,}",
+            f"{usage.cache_write:,}",
+            f"{usage.cost:.4f}",
+        )
+    return table
+
+
+def _version_text(path: str, loaded: int) -> str:
+    on_disk = file_version(path)
+    if on_disk is not None and on_disk < loaded:
+        return f"{on_disk} on disk (read as {loaded}; `sessiontree migrate` upgrades the file)"
+    return str(loaded)
+
+
+def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
+    """Header, entry counts, branches and leaf, models, token usage and cost, labels."""
+    path = resolve_session(session)
+    with open_read_only(path) as sm:
+        summary = summarize_session(sm)
+        leaf = sm.get_leaf_entry()
+        leaf_preview = preview(leaf, 70) if leaf is not None else None
+    if as_json:
+        emit_json(
+            {
+                "path": summary.path,
+                "id": summary.id,
+                "title": summary.title,
+                "version": file_version(path),
+                "header": summary.header,
+                "size": os.stat(path).st_size,
+                "entries": summary.entries,
+                "types": summary.types,
+                "roles": summary.roles,
+                "leafId": summary.leaf_id,
+                "activePathLength": summary.active_path_length,
+                "tips": summary.tips,
+                "branchPoints": summary.branch_points,
+                "roots": summary.roots,
+                "models": {name: u.to_json() for name, u in summary.models.items()},
+                "usage": summary.usage.to_json(),
+                "labels": summary.labels,
+            }
+        )
+        return
+    header = summary.header
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    rows: list[tuple[str, object]] = [
+        ("Session", summary.id),
+        ("Title", summary.title or "(untitled)"),
+        ("File", f"{path} ({human_size(os.stat(path).st_size)})"),
+        ("Directory", header.get("cwd", "")),
+        ("Created", header.get("timestamp", "")),
+        ("Version", _version_text(path, summary.version)),
+    ]
+    if header.get("parentSession"):
+        rows.append(("Parent", header["parentSession"]))
+    types = ", ".join(f"{k} {v}" for k, v in sorted(summary.types.items(), key=lambda kv: -kv[1]))
+    roles = ", ".join(f"{k} {v}" for k, v in sorted(summary.roles.items(), key=lambda kv: -kv[1]))
+    rows += [
+        ("Entries", f"{summary.entries} ({types})" if types else "0"),
+        ("Messages", roles or "none"),
+        (
+            "Branches",
+            f"{len(summary.tips)} tip(s), {summary.branch_points} branch point(s), "
+            f"{summary.roots} root(s)",
+        ),
+        (
+            "Leaf",
+            f"{summary.leaf_id} ({summary.active_path_length} entries on its path): {leaf_preview}"
+            if summary.leaf_id
+            else "none",
+        ),
+    ]
+    for key, value in rows:
+        grid.add_row(key, Text(str(value), overflow="fold"))
+    console.print(grid)
+    if summary.models:
+        console.print()
+        models = dict(summary.models)
+        if len(models) > 1:
+            models["total"] = summary.usage
+        console.print(_usage_table(models, "Model"))
+    if summary.labels:
+        console.print()
+        console.print(Text("Labels", style="bold"))
+        for target, label in summary.labels.items():
+            console.print(Text(f"  #{label} → {target}"))
+
+
+def tree_command(
+    session: SessionArg,
+    full: Annotated[bool, typer.Option("--full", help="Do not collapse long linear runs.")] = False,
+    depth: Annotated[
+        int | None,
+        typer.Option("--depth", min=0, help="Show branches nested at most this deep."),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """The entry tree: roles, one-line previews, labels, the current leaf marked."""
+    path = resolve_session(session)
+    with open_read_only(path) as sm:
+        if as_json:
+            active = {id(e) for e in sm.get_branch()}
+            entries = sm.get_entries()
+            emit_json(
+                {
+                    "sessionId": sm.get_session_id(),
+                    "path": path,
+                    "leafId": sm.get_leaf_id(),
+                    "roots": [node.entry.get("id") for node in sm.get_tree()],
+                    "entries": [
+                        {
+                            "id": e.get("id"),
+                            "parentId": e.get("parentId"),
+                            "type": e.get("type"),
+                            "role": entry_role(e),
+                            "timestamp": e.get("timestamp"),
+                            "label": sm.get_label(e["id"])
+                            if isinstance(e.get("id"), str)
+                            else None,
+                            "preview": preview(e, 120),
+                            "children": [c.get("id") for c in sm.get_children(e.get("id"))]
+                            if isinstance(e.get("id"), str)
+                            else [],
+                            "onActivePath": id(e) in active,
+                        }
+                        for e in entries
+                    ],
+                }
+            )
+            return
+        title = Text.assemble(
+            (sm.get_session_id(), "bold"), "  ", sm.get_session_name() or "(untitled)"
+        )
+        console.print(render_tree(sm, title, TreeOptions(full=full, depth=depth)))
+
+
+def _context_text(message: dict[str, Any], full: bool) -> str:
+    text = message_text(message, thinking=False)
+    lines = text.split("\n")
+    if not full and len(lines) > 12:
+        text = "\n".join(lines[:12]) + f"\n… ({len(lines) - 12} more lines; --full shows all)"
+    return text
+
+
+def context_command(
+    session: SessionArg,
+    leaf: Annotated[
+        str | None, typer.Option("--leaf", help="Entry id to build the context at.")
+    ] = None,
+    llm: Annotated[
+        bool, typer.Option("--llm", help="Convert to provider messages (convert_to_llm).")
+    ] = False,
+    full: Annotated[bool, typer.Option("--full", help="Do not shorten long messages.")] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """The context the model sees at the leaf (or --leaf), as text or JSON."""
+    path = resolve_session(session)
+    with open_read_only(path) as sm:
+        if leaf is not None:
+            sm.branch(leaf)
+        ctx = sm.build_session_context()
+        leaf_id = sm.get_leaf_id()
+    messages = convert_to_llm(ctx.messages) if llm else ctx.messages
+    if as_json:
+        payload: dict[str, Any] = {
+            "path": path,
+            "leafId": leaf_id,
+            "llm": llm,
+            "messages": messages,
+            "thinkingLevel": ctx.thinking_level,
+            "models": ctx.models,
+            "injectedTtsrRules": ctx.injected_ttsr_rules,
+            "mode": ctx.mode,
+        }
+        if ctx.mode_data is not None:
+            payload["modeData"] = ctx.mode_data
+        emit_json(payload)
+        return
+    console.print(
+        Text.assemble(
+            ("Context at ", "bold"),
+            (str(leaf_id), "bold"),
+            f"  {len(messages)} messages · thinking {ctx.thinking_level} · "
+            f"models {json.dumps(ctx.models)}",
+        )
+    )
+    for message in messages:
+        role = str(message.get("role"))
+        console.print()
+        console.print(Text(f"[{role}]", style="bold"))
+        console.print(Text(_context_text(message, full)))
+
+
+def search_command(
+    text: Annotated[str, typer.Argument(help="Text to look for (case-insensitive).")],
+    all_projects: AllOption = False,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="Stop after N hits.")] = 100,
+    case_sensitive: Annotated[
+        bool, typer.Option("--case-sensitive", "-s", help="Match case exactly.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Full-text search across session contents: session, entry id and a snippet per hit."""
+    if not text.strip():
+        raise CliError("search text is empty", EXIT_USAGE)
+    sessions = _listing(all_projects)
+    titles = {s.path: (s.title or s.first_message) for s in sessions}
+    paths = [s.path for s in sessions]
+    with progress("Searching", len(paths)) as advance:
+        hits = list(
+            search_sessions(
+                paths, text, case_sensitive=case_sensitive, limit=limit, progress=advance
+            )
+        )
+    if as_json:
+        emit_json(
+            {
+                "query": text,
+                "hits": [
+                    {
+                        "path": h.path,
+                        "sessionId": h.session_id,
+                        "entryId": h.entry_id,
+                        "line": h.line,
+                        "role": h.role,
+                        "snippet": h.snippet,
+                        "matchStart": len(h.before),
+                        "matchEnd": len(h.before) + len(h.match),
+                    }
+                    for h in hits
+                ],
+            }
+        )
+        if not hits:
+            raise typer.Exit(1)  # like grep: 1 means no match
+        return
+    if not hits:
+        console.print(Text(f"No match for {text!r} in {len(paths)} session(s)."))
+        raise typer.Exit(1)
+    current = None
+    for hit in hits:
+        if hit.path != current:
+            current = hit.path
+            console.print()
+            title = " ".join(str(titles.get(hit.path) or "").split())[:70]
+            console.print(
+                Text.assemble((hit.session_id, "bold"), "  ", title, "  ", (hit.path, "dim")),
+                soft_wrap=True,
+            )
+        console.print(
+            Text.assemble(
+                "  ",
+                (str(hit.entry_id or f"line {hit.line}"), "dim"),
+                " ",
+                (hit.role, "cyan"),
+                "  ",
+                hit.before,
+                (hit.match, "bold reverse"),
+                hit.after,
+            )
+        )
+    if len(hits) >= limit:
+        console.print(Text(f"\nStopped after {limit} hits (--limit).", style="dim"))
+
+
+def history_command(
+    search: Annotated[
+        str | None, typer.Option("--search", "-s", help="Prompts containing these words.")
+    ] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", "-n", min=1, max=1000, help="Show at most N prompts.")
+    ] = 20,
+    as_json: JsonOption = False,
+) -> None:
+    """The prompt history (history.db), newest first; opened read-only."""
+    entries = read_history(os.path.join(current_agent_dir(), "history.db"), search, limit)
+    if as_json:
+        emit_json(
+            {
+                "entries": [
+                    {"id": e.id, "prompt": e.prompt, "createdAt": e.created_at, "cwd": e.cwd}
+                    for e in entries
+                ]
+            }
+        )
+        return
+    if not entries:
+        console.print("No prompts found.", markup=False)
+        return
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
+    table.add_column("When", no_wrap=True)
+    table.add_column("Directory", overflow="ellipsis", max_width=30, no_wrap=True, style="dim")
+    table.add_column("Prompt", overflow="ellipsis", no_wrap=True, ratio=1)
+    for e in entries:
+        when = time_ago(datetime.fromtimestamp(e.created_at, UTC))
+        table.add_row(when, Text(e.cwd or ""), Text(" ".join(e.prompt.split())))
+    console.print(table)
+
+
+def stats_command(
+    all_projects: AllOption = False,
+    days: Annotated[int, typer.Option("--days", min=0, help="Days shown in the table.")] = 14,
+    as_json: JsonOption = False,
+) -> None:
+    """Store-wide figures: sessions, bytes, blobs, tokens and cost per model and per day."""
+    agent = current_agent_dir()
+    paths = session_files(agent, cwd=None if all_projects else os.getcwd(), nested=False)
+    blob_dir = os.path.join(agent, "blobs")
+    with progress("Reading sessions", len(paths)) as advance:
+        stats = store_stats(paths, blob_dir, progress=advance)
+    if as_json:
+        emit_json(
+            {
+                "scope": "all" if all_projects else os.getcwd(),
+                "sessions": stats.sessions,
+                "invalidFiles": stats.invalid,
+                "projects": stats.projects,
+                "bytes": stats.bytes,
+                "entries": stats.entries,
+                "blobs": stats.blobs,
+                "blobBytes": stats.blob_bytes,
+                "usage": stats.usage.to_json(),
+                "byModel": {k: v.to_json() for k, v in sorted(stats.by_model.items())},
+                "byDay": {k: v.to_json() for k, v in sorted(stats.by_day.items())},
+            }
+        )
+        return
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    grid.add_row("Scope", Text("all projects" if all_projects else os.getcwd()))
+    grid.add_row("Sessions", f"{stats.sessions} in {stats.projects} project dir(s)")
+    if stats.invalid:
+        grid.add_row("Not sessions", f"{stats.invalid} file(s) (see `sessiontree verify`)")
+    grid.add_row("Size", f"{human_size(stats.bytes)}, {stats.entries:,} entries")
+    grid.add_row("Blobs", f"{stats.blobs} ({human_size(stats.blob_bytes)}), whole store")
+    u = stats.usage
+    grid.add_row(
+        "Tokens",
+        f"in {u.input:,} · out {u.output:,} · cache read {u.cache_read:,} · "
+        f"cache write {u.cache_write:,}",
+    )
+    grid.add_row("Cost", f"${u.cost:.4f} over {u.messages:,} replies")
+    console.print(grid)
+    if stats.by_model:
+        console.print()
+        by_model = dict(sorted(stats.by_model.items(), key=lambda kv: -kv[1].cost))
+        console.print(_usage_table(by_model, "Model"))
+    if stats.by_day and days:
+        console.print()
+        recent = dict(sorted(stats.by_day.items())[-days:])
+        console.print(_usage_table(recent, "Day (UTC)"))
+
+
+def register(app: typer.Typer) -> None:
+    app.command("list")(list_command)
+    app.command("show")(show_command)
+    app.command("tree")(tree_command)
+    app.command("context")(context_command)
+    app.command("search")(search_command)
+    app.command("history")(history_command)
+    app.command("stats")(stats_command)

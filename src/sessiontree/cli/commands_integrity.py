@@ -1,0 +1,279 @@
+"""Integrity commands: verify (read-only), repair (writes a copy), gc (blob collection)."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from ..check import Finding, check_session, repair_session
+from ..errors import SessionTreeError
+from ..gc import DEFAULT_MIN_AGE_SECONDS, BlobFile, collect_garbage
+from .common import (
+    EXIT_ERROR,
+    EXIT_USAGE,
+    CliError,
+    JsonOption,
+    SessionArg,
+    blob_store_for,
+    console,
+    emit_json,
+    err_console,
+    human_size,
+    progress,
+    resolve_session,
+    select_files,
+)
+from .common import agent_dir as current_agent_dir
+
+
+def _finding_json(f: Finding) -> dict[str, Any]:
+    return {"kind": f.kind, "line": f.line, "entryId": f.entry_id, "message": f.message}
+
+
+def _finding_text(f: Finding) -> Text:
+    where = f"line {f.line}" if f.line is not None else "file"
+    return Text.assemble("  ", (f"{where:>10}", "dim"), "  ", (f.kind, "yellow"), "  ", f.message)
+
+
+def verify_command(
+    paths: Annotated[
+        list[str] | None,
+        typer.Argument(help="Session files or prefixes (default: this project's sessions)."),
+    ] = None,
+    all_projects: Annotated[
+        bool, typer.Option("--all", "-a", help="Every session file in the store.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Check session files for damage; exit 1 when a problem is found.
+
+    Reports unparseable lines, a torn final line, an invalid header, duplicate
+    ids, dangling parentIds, cycles, compactions keeping entries off their
+    path, labels on unknown entries, missing blobs and conflict copies.
+    """
+    files = select_files(paths, all_projects)
+    report: list[tuple[str, list[Finding] | str]] = []
+    with progress("Verifying", len(files)) as advance:
+        for path in files:
+            advance(path)
+            try:
+                report.append((path, check_session(path, blobs=blob_store_for(path))))
+            except (OSError, SessionTreeError) as exc:
+                report.append((path, f"cannot read: {exc}"))
+    bad = sum(1 for _, result in report if not isinstance(result, list) or result)
+    if as_json:
+        emit_json(
+            {
+                "files": [
+                    {
+                        "path": path,
+                        "ok": isinstance(result, list) and not result,
+                        "findings": [_finding_json(f) for f in result]
+                        if isinstance(result, list)
+                        else [
+                            {"kind": "unreadable", "line": None, "entryId": None, "message": result}
+                        ],
+                    }
+                    for path, result in report
+                ],
+                "checked": len(report),
+                "withProblems": bad,
+            }
+        )
+    else:
+        for path, result in report:
+            if isinstance(result, list) and not result:
+                continue
+            console.print(Text(path, style="bold"), soft_wrap=True)
+            if isinstance(result, str):
+                console.print(Text(f"  {result}", style="red"))
+                continue
+            for finding in result:
+                console.print(_finding_text(finding), soft_wrap=True)
+        summary = f"{len(report)} file(s) checked, {bad} with problems"
+        console.print(Text(summary, style="bold red" if bad else "bold green"))
+    if bad:
+        raise typer.Exit(EXIT_ERROR)
+
+
+def repair_command(
+    session: SessionArg,
+    output: Annotated[
+        str | None,
+        typer.Option("--output", "-o", help="Where to write the copy (default: <file>.repaired)."),
+    ] = None,
+    in_place: Annotated[
+        bool,
+        typer.Option("--in-place", help="Replace the file itself, keeping the original as .bak."),
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", "-n", help="Report the changes; write nothing.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Write a repaired copy of a session next to it, reporting every change.
+
+    Unparseable and torn lines are dropped, duplicate ids renamed, dangling
+    parents and cycles made roots. The original is only replaced with --in-place.
+    """
+    if in_place and output is not None:
+        raise CliError("--in-place and --output exclude each other", EXIT_USAGE)
+    path = resolve_session(session)
+    out = os.path.abspath(os.path.expanduser(output)) if output is not None else None
+    report = repair_session(
+        path, out, in_place=in_place, blobs=blob_store_for(path), dry_run=dry_run
+    )
+    if as_json:
+        emit_json(
+            {
+                "path": report.path,
+                "dryRun": dry_run,
+                "outPath": report.out_path,
+                "backupPath": report.backup_path,
+                "changes": [_finding_json(f) for f in report.changes],
+                "remaining": [_finding_json(f) for f in report.remaining],
+            }
+        )
+        return
+    if not report.changes:
+        console.print(Text(f"{path}: nothing to repair"), soft_wrap=True)
+    else:
+        console.print(Text(path, style="bold"), soft_wrap=True)
+        for change in report.changes:
+            console.print(_finding_text(change), soft_wrap=True)
+        if dry_run:
+            console.print(Text(f"{len(report.changes)} change(s) would be made; nothing written"))
+        elif report.backup_path:
+            console.print(
+                Text(f"Repaired in place; the original is kept as {report.backup_path}"),
+                soft_wrap=True,
+            )
+        else:
+            console.print(
+                Text(f"Wrote {report.out_path}; the original is unchanged"), soft_wrap=True
+            )
+    if report.remaining:
+        console.print(Text("Left as they are:", style="bold"))
+        for finding in report.remaining:
+            console.print(_finding_text(finding), soft_wrap=True)
+
+
+def _blob_json(blob: BlobFile, now: float) -> dict[str, Any]:
+    return {
+        "hash": blob.hash,
+        "size": blob.size,
+        "paths": list(blob.paths),
+        "ageSeconds": round(now - blob.newest, 3),
+    }
+
+
+def _age(seconds: float) -> str:
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)}h"
+    return f"{int(seconds // 86400)}d"
+
+
+def gc_command(
+    delete: Annotated[
+        bool, typer.Option("--delete", help="Delete the unreferenced blobs (default: list them).")
+    ] = False,
+    min_age: Annotated[
+        float,
+        typer.Option(
+            "--min-age",
+            min=DEFAULT_MIN_AGE_SECONDS,
+            help="Keep blobs younger than this many seconds (at least 600).",
+        ),
+    ] = DEFAULT_MIN_AGE_SECONDS,
+    as_json: JsonOption = False,
+) -> None:
+    """Find blobs that no session references; --delete removes them.
+
+    Every file under <agent>/sessions (all projects, subagent sessions, .bak and
+    conflict copies) and every breadcrumb target is read; a blob younger than
+    10 minutes is never deleted, and nothing is deleted if any file is unreadable.
+    """
+    agent = current_agent_dir()
+    with progress("Reading session files", None) as advance:
+        report = collect_garbage(agent, delete=delete, min_age_seconds=min_age, progress=advance)
+    now = time.time()
+    if as_json:
+        emit_json(
+            {
+                "delete": delete,
+                "blobDir": report.blob_dir,
+                "filesScanned": report.files_scanned,
+                "bytesScanned": report.bytes_scanned,
+                "referenced": report.referenced,
+                "blobs": report.blobs,
+                "blobBytes": report.blob_bytes,
+                "unreferenced": [_blob_json(b, now) for b in report.unreferenced],
+                "unreferencedBytes": report.unreferenced_bytes,
+                "young": [_blob_json(b, now) for b in report.young],
+                "unreadable": [{"path": p, "error": e} for p, e in report.unreadable],
+                "deleted": [b.hash for b in report.deleted],
+                "freedBytes": report.freed_bytes,
+                "refused": report.refused,
+            }
+        )
+    else:
+        console.print(
+            Text(
+                f"Read {report.files_scanned} file(s) ({human_size(report.bytes_scanned)}); "
+                f"{report.blobs} blob(s) ({human_size(report.blob_bytes)}) in {report.blob_dir}"
+            ),
+            soft_wrap=True,
+        )
+        for path, error in report.unreadable:
+            err_console.print(Text(f"sessiontree: cannot read {path}: {error}"), soft_wrap=True)
+        if report.unreferenced:
+            table = Table(show_edge=False, pad_edge=False, header_style="bold")
+            table.add_column("Blob")
+            table.add_column("Size", justify="right")
+            table.add_column("Age", justify="right")
+            table.add_column("Files", justify="right")
+            for blob in report.unreferenced:
+                table.add_row(
+                    blob.hash[:16] + "…",
+                    human_size(blob.size),
+                    _age(now - blob.newest),
+                    str(len(blob.paths)),
+                )
+            console.print(table)
+        console.print(
+            Text(
+                f"{len(report.unreferenced)} unreferenced blob(s) holding "
+                f"{human_size(report.unreferenced_bytes)}"
+                + (
+                    f"; {len(report.young)} more younger than {int(min_age // 60)} min kept"
+                    if report.young
+                    else ""
+                )
+            )
+        )
+        if delete and report.refused is None:
+            console.print(
+                Text(
+                    f"Deleted {len(report.deleted)} blob(s), "
+                    f"freed {human_size(report.freed_bytes)}",
+                    style="bold",
+                )
+            )
+        elif not delete and report.unreferenced:
+            console.print(Text("Dry run: --delete removes them.", style="dim"))
+    if delete and report.refused is not None:
+        err_console.print(Text(f"sessiontree: error: {report.refused}"), soft_wrap=True)
+        raise typer.Exit(EXIT_ERROR)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("verify")(verify_command)
+    app.command("repair")(repair_command)
+    app.command("gc")(gc_command)

@@ -1,0 +1,246 @@
+"""Commands that locate, change or produce sessions: resume, rename, rm, fork, extract,
+migrate, export."""
+
+from __future__ import annotations
+
+import os
+import sys
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+from rich.text import Text
+
+from ..discovery import resolve_resumable_session
+from ..errors import AmbiguousSessionError, SessionTreeError
+from ..export import export_html, export_jsonl, export_markdown
+from ..maintenance import delete_session, migrate_session_file
+from ..manager import SessionManager
+from ..storage.file import FileSessionStorage
+from .common import (
+    EXIT_AMBIGUOUS,
+    EXIT_ERROR,
+    CliError,
+    JsonOption,
+    SessionArg,
+    blob_store_for,
+    console,
+    emit_json,
+    err_console,
+    open_read_only,
+    open_writable,
+    progress,
+    resolve_session,
+    select_files,
+)
+
+LeafOption = Annotated[
+    str | None, typer.Option("--leaf", help="Entry id ending the path (default: the leaf).")
+]
+
+
+def resume_command(
+    arg: Annotated[str, typer.Argument(help="A session-id prefix, file-name prefix or path.")],
+) -> None:
+    """Print the path of the session ARG names (for shell integration).
+
+    Exit 1 when nothing matches, 3 when ARG is ambiguous (candidates on stderr).
+    """
+    expanded = os.path.expanduser(arg)
+    if os.path.isfile(expanded):
+        typer.echo(os.path.abspath(expanded))
+        return
+    try:
+        match = resolve_resumable_session(arg, os.getcwd())
+    except AmbiguousSessionError as exc:
+        err_console.print(
+            Text(f"sessiontree: {arg!r} matches {len(exc.candidates)} sessions:"), soft_wrap=True
+        )
+        for candidate in exc.candidates:
+            title = " ".join(str(candidate.title or candidate.first_message).split())[:60]
+            err_console.print(Text(f"  {candidate.path}  {title}"), soft_wrap=True)
+        raise typer.Exit(EXIT_AMBIGUOUS) from None
+    if match is None:
+        raise CliError(f"no session matches {arg!r}")
+    typer.echo(match.session.path)
+
+
+def rename_command(
+    session: SessionArg,
+    name: Annotated[str, typer.Argument(help="The new title.", show_default=False)],
+) -> None:
+    """Set a session's title (a user title, which later automatic titles do not replace)."""
+    path = resolve_session(session)
+    with open_writable(path) as sm:
+        if not sm.set_session_name(name, "user"):
+            if not " ".join(name.split()):
+                raise CliError("the name is empty")
+        title = sm.get_session_name()
+    console.print(Text(f"Renamed {os.path.basename(path)} to {title!r}"))
+
+
+def rm_command(
+    session: SessionArg,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete a session file and its artifacts directory."""
+    path = resolve_session(session)
+    artifacts = path[: -len(".jsonl")] if path.endswith(".jsonl") else None
+    if not yes:
+        extra = f" and {artifacts}{os.sep}" if artifacts and os.path.isdir(artifacts) else ""
+        try:
+            confirmed = typer.confirm(f"Delete {path}{extra}?", default=False, err=True)
+        except typer.Abort:
+            confirmed = False
+        if not confirmed:
+            raise CliError("nothing deleted (not confirmed; --yes skips the question)")
+    for removed in delete_session(path):
+        console.print(Text(f"Deleted {removed}"), soft_wrap=True)
+
+
+def fork_command(
+    session: SessionArg,
+    cwd: Annotated[
+        str | None,
+        typer.Option("--cwd", help="Project directory of the fork (default: the session's)."),
+    ] = None,
+) -> None:
+    """Copy a session into a new one (new id; parentSession names the source). Prints its path."""
+    path = resolve_session(session)
+    if cwd is None:
+        with open_read_only(path) as source:
+            header = source.get_header() or {}
+            cwd = str(header.get("cwd") or os.getcwd())
+    with SessionManager.fork_from(path, cwd, blob_store=blob_store_for(path)) as sm:
+        new_path = sm.get_session_file()
+    typer.echo(new_path)
+
+
+def extract_command(
+    session: SessionArg,
+    leaf: Annotated[
+        str, typer.Option("--leaf", help="Entry id ending the path to keep.", show_default=False)
+    ],
+) -> None:
+    """Write the root -> --leaf path (with its labels) as a new session. Prints its path."""
+    path = resolve_session(session)
+    with open_writable(path) as sm:
+        new_path = sm.create_branched_session(leaf)
+        sm.ensure_on_disk()
+    typer.echo(new_path)
+
+
+class ExportFormat(StrEnum):
+    md = "md"
+    html = "html"
+    jsonl = "jsonl"
+
+
+def export_command(
+    session: SessionArg,
+    fmt: Annotated[
+        ExportFormat,
+        typer.Option("--format", "-f", help="md, html or jsonl.", case_sensitive=False),
+    ] = ExportFormat.md,
+    leaf: LeafOption = None,
+    output: Annotated[
+        str | None, typer.Option("--output", "-o", help="Write to FILE instead of stdout.")
+    ] = None,
+) -> None:
+    """Export the path to the leaf as Markdown or JSONL, or the whole tree as one HTML file."""
+    path = resolve_session(session)
+    with open_read_only(path) as sm:
+        if fmt is ExportFormat.md:
+            data = export_markdown(sm, leaf).encode("utf-8")
+        elif fmt is ExportFormat.html:
+            data = export_html(sm, leaf).encode("utf-8")
+        else:
+            data = export_jsonl(sm, leaf)
+    if output is None or output == "-":
+        sys.stdout.flush()
+        buffer = getattr(sys.stdout, "buffer", None)
+        if buffer is not None:
+            buffer.write(data)
+            buffer.flush()
+        else:
+            sys.stdout.write(data.decode("utf-8"))
+        return
+    target = os.path.abspath(os.path.expanduser(output))
+    if os.path.isdir(target):
+        raise CliError(f"{output}: is a directory")
+    FileSessionStorage().write_atomic(target, [data])
+    err_console.print(Text(f"Wrote {target} ({len(data):,} bytes)"))
+
+
+def migrate_command(
+    paths: Annotated[
+        list[str] | None, typer.Argument(help="Session files or prefixes (default: this project).")
+    ] = None,
+    all_projects: Annotated[bool, typer.Option("--all", "-a", help="Every session file.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", "-n", help="Report what would change; write nothing.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Bring session files to the current format version (v3), atomically."""
+    files = select_files(paths, all_projects)
+    results: list[dict[str, Any]] = []
+    failed = 0
+    with progress("Migrating", len(files)) as advance:
+        for path in files:
+            advance(path)
+            try:
+                result = migrate_session_file(
+                    path, dry_run=dry_run, blob_store=blob_store_for(path)
+                )
+            except (SessionTreeError, OSError) as exc:
+                failed += 1
+                results.append({"path": path, "error": str(exc)})
+                continue
+            results.append(
+                {
+                    "path": path,
+                    "fromVersion": result.from_version,
+                    "toVersion": result.to_version,
+                    "needed": result.needed,
+                    "written": result.written,
+                    "changes": result.changes,
+                }
+            )
+    if as_json:
+        emit_json({"dryRun": dry_run, "files": results})
+    else:
+        needed = [r for r in results if r.get("needed")]
+        for r in results:
+            if "error" in r:
+                err_console.print(Text(f"sessiontree: error: {r['error']}"), soft_wrap=True)
+            elif r["needed"]:
+                verb = "would migrate" if dry_run else "migrated"
+                console.print(
+                    Text.assemble(
+                        (r["path"], "bold"), f": {verb} v{r['fromVersion']} -> v{r['toVersion']}"
+                    ),
+                    soft_wrap=True,
+                )
+                for change in r["changes"]:
+                    console.print(Text(f"  - {change}"))
+        current = len(results) - len(needed) - failed
+        console.print(
+            Text(
+                f"{len(needed)} file(s) {'to migrate' if dry_run else 'migrated'}, "
+                f"{current} already current, {failed} failed",
+                style="dim",
+            )
+        )
+    if failed:
+        raise typer.Exit(EXIT_ERROR)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("resume")(resume_command)
+    app.command("rename")(rename_command)
+    app.command("rm")(rm_command)
+    app.command("fork")(fork_command)
+    app.command("extract")(extract_command)
+    app.command("export")(export_command)
+    app.command("migrate")(migrate_command)

@@ -1,0 +1,346 @@
+"""Blob garbage collection: find (and optionally delete) blobs no session references.
+
+Deleting a blob that a session still needs loses a user's image for good, so
+the rules lean to keeping:
+
+- Marking reads the raw bytes of *every* regular file under `<agent>/sessions`
+  (all projects, subagent sessions in artifacts dirs, `.bak` and conflict
+  copies, temp files), the files named by terminal breadcrumbs, and any extra
+  roots given. A blob is referenced by `blob:sha256:<hex>` and, to be safe, by
+  its bare 64-hex hash anywhere (a display path `blobs/<hash>.png` in a tool
+  result counts).
+- The walk is repeated until two passes see the same files with the same
+  sizes and mtimes, so a session written or moved during marking is read again.
+- A blob (with its `<hash>.<ext>` sidecars) younger than `min_age_seconds`
+  (10 minutes) by mtime or ctime is never deleted: a writer may have just put it.
+- If any session file or directory cannot be read, nothing is deleted; nor when
+  the store holds no session file at all (a wrong or unmounted agent dir).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from .paths import get_agent_dir
+from .storage.file import fsync_directory
+
+__all__ = [
+    "DEFAULT_MIN_AGE_SECONDS",
+    "BlobFile",
+    "GcReport",
+    "collect_garbage",
+    "find_referenced_hashes",
+    "list_blobs",
+]
+
+DEFAULT_MIN_AGE_SECONDS = 600.0
+
+# One pass over every run of 64+ hex digits (twice as fast as separate patterns
+# for refs and bare hashes): a run of exactly 64 is a hash, whether it follows
+# `blob:sha256:` or not; a longer run may be a ref followed by more hex, so both
+# its ends are kept too (a false mark only keeps a blob, never loses one).
+_HEX_RUN = re.compile(rb"[0-9a-fA-F]{64,}")
+_BLOB_NAME = re.compile(r"([0-9a-f]{64})(?:\.([A-Za-z0-9][A-Za-z0-9._-]*))?")
+_CHUNK = 1 << 20
+_OVERLAP = 128  # a hash cut by a chunk boundary is found in the next window
+_MAX_ROUNDS = 5
+
+Progress = Callable[[str], None]
+"""Called with each file's path as marking reads it."""
+
+
+@dataclass(frozen=True, slots=True)
+class BlobFile:
+    """One blob in the store: its file and sidecars."""
+
+    hash: str
+    paths: tuple[str, ...]
+    """The blob file (if present) first, then its `<hash>.<ext>` sidecars."""
+    size: int
+    """Bytes held (hard-linked sidecars counted once)."""
+    newest: float
+    """The latest mtime or ctime among the files, in epoch seconds."""
+
+
+@dataclass(slots=True)
+class GcReport:
+    """The outcome of a collection (a dry run when `deleted` stays empty)."""
+
+    blob_dir: str
+    files_scanned: int = 0
+    bytes_scanned: int = 0
+    referenced: int = 0
+    """Distinct hashes found in session files (present in the store or not)."""
+    blobs: int = 0
+    blob_bytes: int = 0
+    unreferenced: list[BlobFile] = field(default_factory=list)
+    """Referenced by nothing and old enough to delete."""
+    young: list[BlobFile] = field(default_factory=list)
+    """Referenced by nothing but too young to delete."""
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
+    deleted: list[BlobFile] = field(default_factory=list)
+    refused: str | None = None
+    """Why deletion was not attempted, when it was asked for and refused."""
+
+    @property
+    def unreferenced_bytes(self) -> int:
+        return sum(b.size for b in self.unreferenced)
+
+    @property
+    def freed_bytes(self) -> int:
+        return sum(b.size for b in self.deleted)
+
+
+def list_blobs(blob_dir: str) -> list[BlobFile]:
+    """Every blob in `blob_dir` grouped with its sidecars, sorted by hash.
+
+    Temp files (`.…tmp`) and names that are not `<64 hex>[.<ext>]` are ignored.
+    """
+    groups: dict[str, list[tuple[bool, str, os.stat_result]]] = {}
+    try:
+        with os.scandir(blob_dir) as it:
+            for item in it:
+                match = _BLOB_NAME.fullmatch(item.name)
+                if match is None:
+                    continue
+                try:
+                    st = item.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                groups.setdefault(match.group(1), []).append(
+                    (match.group(2) is not None, item.path, st)
+                )
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    blobs = []
+    for digest in sorted(groups):
+        members = sorted(groups[digest], key=lambda m: (m[0], m[1]))
+        inodes = {(st.st_dev, st.st_ino): st.st_size for _, _, st in members}
+        newest = max(max(st.st_mtime, st.st_ctime) for _, _, st in members)
+        blobs.append(
+            BlobFile(digest, tuple(p for _, p, _ in members), sum(inodes.values()), newest)
+        )
+    return blobs
+
+
+def _scan_file(path: str, found: set[str]) -> int:
+    """Add every hash in the file's bytes to `found`; returns the bytes read."""
+    total = 0
+    tail = b""
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(_CHUNK)
+            if not chunk:
+                break
+            total += len(chunk)
+            window = tail + chunk
+            for match in _HEX_RUN.finditer(window):
+                run = match.group(0)
+                found.add(run[:64].decode("ascii").lower())
+                if len(run) > 64:
+                    found.add(run[-64:].decode("ascii").lower())
+            tail = window[-_OVERLAP:]
+    return total
+
+
+Snapshot = dict[str, tuple[int, int, int]]
+
+
+def _walk(roots: Iterable[str], errors: list[tuple[str, str]]) -> Snapshot:
+    """Regular files under `roots` (symlinks followed, loops cut) -> (size, mtime_ns, ino)."""
+    snapshot: Snapshot = {}
+    seen_dirs: set[tuple[int, int]] = set()
+
+    def on_error(exc: OSError) -> None:
+        if isinstance(exc, FileNotFoundError):
+            return  # a directory removed mid-walk: its sessions are gone
+        errors.append((str(exc.filename or ""), exc.strerror or str(exc)))
+
+    for root in roots:
+        if os.path.isfile(root):
+            _add_file(root, snapshot, errors)
+            continue
+        for directory, dirs, files in os.walk(root, onerror=on_error, followlinks=True):
+            try:
+                st = os.stat(directory)
+            except OSError:
+                dirs[:] = []
+                continue
+            key = (st.st_dev, st.st_ino)
+            if key in seen_dirs:
+                dirs[:] = []
+                continue
+            seen_dirs.add(key)
+            for name in files:
+                _add_file(os.path.join(directory, name), snapshot, errors)
+    return snapshot
+
+
+def _add_file(path: str, snapshot: Snapshot, errors: list[tuple[str, str]]) -> None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return  # removed or renamed mid-walk; the next pass sees where it went
+    except OSError as exc:
+        errors.append((path, exc.strerror or str(exc)))
+        return
+    if stat.S_ISREG(st.st_mode):
+        snapshot[path] = (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def _breadcrumb_targets(agent_dir: str, errors: list[tuple[str, str]]) -> list[str]:
+    """Session files named by terminal breadcrumbs (`<agent>/terminal-sessions/*`, line 2)."""
+    directory = os.path.join(agent_dir, "terminal-sessions")
+    targets = []
+    try:
+        names = sorted(os.listdir(directory))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as exc:
+        errors.append((directory, exc.strerror or str(exc)))
+        return []
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            if not os.path.isfile(path):
+                continue
+            with open(path, "rb") as f:
+                text = f.read(16384).decode("utf-8", "replace")
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            errors.append((path, exc.strerror or str(exc)))
+            continue
+        lines = text.split("\n")
+        if len(lines) >= 2 and lines[1] and os.path.isfile(lines[1]):
+            targets.append(lines[1])
+    return targets
+
+
+def find_referenced_hashes(
+    agent_dir: str | None = None,
+    extra_roots: Iterable[str] = (),
+    progress: Progress | None = None,
+    report: GcReport | None = None,
+) -> tuple[set[str], list[tuple[str, str]], bool]:
+    """Mark: every hash referenced by the store's files.
+
+    Returns (hashes, unreadable (path, reason) pairs, stable). `stable` is False
+    when files kept changing for several passes.
+    """
+    agent = agent_dir if agent_dir is not None else get_agent_dir()
+    sessions = os.path.join(agent, "sessions")
+    found: set[str] = set()
+    errors: list[tuple[str, str]] = []
+    scanned: Snapshot = {}
+    stable = False
+    for _ in range(_MAX_ROUNDS):
+        walk_errors: list[tuple[str, str]] = []
+        roots = [sessions, *_breadcrumb_targets(agent, walk_errors), *extra_roots]
+        snapshot = _walk(roots, walk_errors)
+        errors = walk_errors
+        changed = [p for p, sig in snapshot.items() if scanned.get(p) != sig]
+        if not changed and scanned:
+            stable = True
+            break
+        for path in changed:
+            if progress is not None:
+                progress(path)
+            try:
+                read = _scan_file(path, found)
+            except FileNotFoundError:
+                continue  # gone since the walk; the next pass decides
+            except OSError as exc:
+                errors.append((path, exc.strerror or str(exc)))
+                continue
+            if report is not None:
+                report.bytes_scanned += read
+            scanned[path] = snapshot[path]
+        if not snapshot:
+            stable = True
+            break
+    # Files that failed to read stay unscanned; report each once.
+    unreadable = list(dict.fromkeys(errors))
+    if report is not None:
+        report.files_scanned = len(scanned)
+    return found, unreadable, stable
+
+
+def collect_garbage(
+    agent_dir: str | None = None,
+    *,
+    delete: bool = False,
+    min_age_seconds: float = DEFAULT_MIN_AGE_SECONDS,
+    extra_roots: Iterable[str] = (),
+    now: float | None = None,
+    progress: Progress | None = None,
+) -> GcReport:
+    """Find blobs no session references; with `delete=True`, remove the old enough ones.
+
+    See the module docstring for the marking rules. Deletion is refused (and
+    `refused` says why) when a file could not be read, the store kept changing,
+    or there is no session file at all.
+    """
+    agent = agent_dir if agent_dir is not None else get_agent_dir()
+    blob_dir = os.path.join(agent, "blobs")
+    report = GcReport(blob_dir)
+    referenced, unreadable, stable = find_referenced_hashes(agent, extra_roots, progress, report)
+    report.unreadable = unreadable
+    report.referenced = len(referenced)
+    blobs = list_blobs(blob_dir)
+    report.blobs = len(blobs)
+    report.blob_bytes = sum(b.size for b in blobs)
+    clock = now if now is not None else time.time()
+    for blob in blobs:
+        if blob.hash in referenced:
+            continue
+        if clock - blob.newest < min_age_seconds:
+            report.young.append(blob)
+        else:
+            report.unreferenced.append(blob)
+    if not delete:
+        return report
+    if unreadable:
+        report.refused = f"{len(unreadable)} file(s) could not be read; deleting nothing"
+    elif not stable:
+        report.refused = "session files kept changing while being read; deleting nothing"
+    elif report.files_scanned == 0 and blobs:
+        report.refused = (
+            f"no session file found under {os.path.join(agent, 'sessions')}; "
+            "refusing to delete every blob"
+        )
+    if report.refused is not None:
+        return report
+    for blob in report.unreferenced:
+        if _delete_blob(blob, min_age_seconds, now):
+            report.deleted.append(blob)
+    if report.deleted:
+        fsync_directory(blob_dir)
+    return report
+
+
+def _delete_blob(blob: BlobFile, min_age_seconds: float, now: float | None) -> bool:
+    """Unlink the sidecars, then the blob; skipped if any file got younger meanwhile."""
+    clock = now if now is not None else time.time()
+    for path in blob.paths:
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if clock - max(st.st_mtime, st.st_ctime) < min_age_seconds or (
+            max(st.st_mtime, st.st_ctime) > blob.newest
+        ):
+            return False
+    for path in reversed(blob.paths):  # sidecars first: the blob itself goes last
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    return True

@@ -1,0 +1,193 @@
+"""Store maintenance: finding session files, migrating them in place, deleting them.
+
+`session_files` enumerates what a store holds (valid or not, which discovery's
+listings skip); `migrate_session_file` brings one file to the current version
+through `SessionManager.open` (an atomic rewrite) and says what changed;
+`delete_session` removes a session file together with its artifacts directory.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from .blobs import BlobStore, BlobStoreLike
+from .check import blob_dir_for, scan_session
+from .entries import CURRENT_SESSION_VERSION, is_valid_header
+from .errors import InvalidSessionFileError
+from .jsonl import parse_jsonl_lenient
+from .locks import acquire_session_lock
+from .manager import SessionManager
+from .migrations import session_version
+from .paths import encode_session_dir_name, get_agent_dir, home_relative_dir_name
+from .storage.base import SessionStorage
+from .storage.file import FileSessionStorage
+
+__all__ = [
+    "MigrationResult",
+    "artifacts_dir",
+    "delete_session",
+    "file_version",
+    "migrate_session_file",
+    "project_session_dirs",
+    "session_files",
+    "sessions_root",
+]
+
+
+def sessions_root(agent_dir: str | None = None) -> str:
+    """`<agent dir>/sessions`."""
+    return os.path.join(agent_dir if agent_dir is not None else get_agent_dir(), "sessions")
+
+
+def project_session_dirs(cwd: str, agent_dir: str | None = None) -> list[str]:
+    """The existing session dirs of `cwd`'s project (both naming schemes the agents use)."""
+    root = sessions_root(agent_dir)
+    names = [encode_session_dir_name(cwd)]
+    home_relative = home_relative_dir_name(cwd)
+    if home_relative is not None and home_relative not in names:
+        names.append(home_relative)
+    return [os.path.join(root, n) for n in names if os.path.isdir(os.path.join(root, n))]
+
+
+def session_files(
+    agent_dir: str | None = None, cwd: str | None = None, *, nested: bool = True
+) -> list[str]:
+    """Every `*.jsonl` session file of the store, sorted (dot files skipped).
+
+    With `cwd`, only that project's dirs. `nested` includes sessions kept
+    inside artifacts dirs (subagents). Files that are not valid sessions are
+    included: they are what `verify` is for.
+    """
+    roots = [sessions_root(agent_dir)] if cwd is None else project_session_dirs(cwd, agent_dir)
+    found: list[str] = []
+    for root in roots:
+        depth0 = root.rstrip(os.sep).count(os.sep)
+        for directory, dirs, files in os.walk(root):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            if not nested and directory.count(os.sep) - depth0 >= (2 if cwd is None else 1):
+                dirs[:] = []
+                continue
+            found.extend(
+                os.path.join(directory, f)
+                for f in sorted(files)
+                if f.endswith(".jsonl") and not f.startswith(".")
+            )
+    return sorted(found)
+
+
+def file_version(path: str, storage: SessionStorage | None = None) -> int | None:
+    """The format version written in a session file's header (1 when absent), None if none.
+
+    Reads only the start of the file.
+    """
+    storage = storage if storage is not None else FileSessionStorage()
+    text = storage.read_text_prefix(path, 1 << 16)
+    for value in parse_jsonl_lenient(text)[:2]:
+        if is_valid_header(value):
+            return session_version([value])
+    return None
+
+
+def artifacts_dir(path: str) -> str | None:
+    """The artifacts directory of a session file: its path without `.jsonl`."""
+    return path[: -len(".jsonl")] if path.endswith(".jsonl") else None
+
+
+def delete_session(path: str, storage: SessionStorage | None = None) -> list[str]:
+    """Remove a session file and its artifacts dir; returns what was removed.
+
+    FileNotFoundError when the session file does not exist, SessionLockError
+    when a live writer holds it.
+    """
+    storage = storage if storage is not None else FileSessionStorage()
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such session file")
+    removed = []
+    artifacts = artifacts_dir(path)
+    # SessionLockError when a live agent is writing this session.
+    lock = acquire_session_lock(storage, path)
+    try:
+        storage.unlink(path)
+        removed.append(path)
+        if artifacts is not None and os.path.isdir(artifacts):
+            storage.remove_tree(artifacts)
+            removed.append(artifacts + os.sep)
+    finally:
+        if lock is not None:
+            lock.release()
+    storage.fsync_dir(os.path.dirname(path) or ".")
+    return removed
+
+
+@dataclass(slots=True)
+class MigrationResult:
+    """What migrating one file did (or, on a dry run, would do)."""
+
+    path: str
+    from_version: int
+    to_version: int
+    changes: list[str] = field(default_factory=list)
+    written: bool = False
+
+    @property
+    def needed(self) -> bool:
+        return self.from_version < self.to_version
+
+
+def migrate_session_file(
+    path: str,
+    *,
+    dry_run: bool = False,
+    storage: SessionStorage | None = None,
+    blob_store: BlobStoreLike | None = None,
+) -> MigrationResult:
+    """Bring one session file to the current version, atomically; report what changed.
+
+    A current file is not touched. The rewrite is `SessionManager.open`'s (temp
+    file, fsync, rename), so lines no reader can parse are not carried over;
+    they are counted in the changes. InvalidSessionFileError for a file without
+    a valid header, FileNotFoundError for a missing one.
+    """
+    storage = storage if storage is not None else FileSessionStorage()
+    scanned = scan_session(path, storage)
+    if scanned.header is None:
+        if scanned.blank:
+            raise InvalidSessionFileError(path, f"{path}: empty file, nothing to migrate")
+        raise InvalidSessionFileError(path, line=scanned.invalid_header_line)
+    version = scanned.version
+    result = MigrationResult(path, version, max(version, CURRENT_SESSION_VERSION))
+    if not result.needed:
+        return result
+    entries = [line.entry for line in scanned.entries]
+    if version < 2:
+        result.changes.append(
+            f"gave {len(entries)} entries ids and parentIds (a linear chain in file order)"
+        )
+        converted = sum(
+            1 for e in entries if e.get("type") == "compaction" and "firstKeptEntryIndex" in e
+        )
+        if converted:
+            result.changes.append(
+                f"converted firstKeptEntryIndex to firstKeptEntryId in {converted} compaction(s)"
+            )
+    hook = sum(
+        1
+        for e in entries
+        if e.get("type") == "message"
+        and isinstance(e.get("message"), dict)
+        and e["message"].get("role") == "hookMessage"
+    )
+    if hook:
+        result.changes.append(f"renamed message role hookMessage to custom in {hook} entries")
+    dropped = len(scanned.malformed)
+    if dropped:
+        result.changes.append(f"dropped {dropped} unparseable line(s)")
+    result.changes.append(f"header version {version} -> {result.to_version}")
+    if dry_run:
+        return result
+    blobs = blob_store if blob_store is not None else BlobStore(blob_dir_for(path))
+    manager = SessionManager.open(path, storage=storage, blob_store=blobs, breadcrumb=False)
+    manager.close()
+    result.written = True
+    return result

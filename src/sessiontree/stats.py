@@ -1,0 +1,252 @@
+"""Figures about one session (`summarize_session`) and a whole store (`store_stats`).
+
+Token usage and cost come from assistant messages' `usage` (`input`, `output`,
+`cacheRead`, `cacheWrite`, `cost.total`) over every entry of every branch, as
+`SessionManager.get_usage_statistics` sums them, broken down per model
+(`provider/model`) and per UTC day.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from .entries import Entry, parse_iso_ms
+from .gc import list_blobs
+from .loader import read_session
+from .manager import SessionManager
+from .migrations import session_version
+from .storage.base import SessionStorage
+from .storage.file import FileSessionStorage
+
+__all__ = [
+    "SessionSummary",
+    "StoreStats",
+    "UsageTotals",
+    "assistant_model",
+    "store_stats",
+    "summarize_session",
+]
+
+Progress = Callable[[str], None]
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    return None
+
+
+@dataclass(slots=True)
+class UsageTotals:
+    """Summed usage of some assistant messages."""
+
+    messages: int = 0
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    cost: float = 0.0
+
+    def add_usage(self, usage: object) -> None:
+        """Add one assistant message's `usage` object (anything else counts the message only)."""
+        self.messages += 1
+        if not isinstance(usage, dict):
+            return
+        for attr, key in (
+            ("input", "input"),
+            ("output", "output"),
+            ("cache_read", "cacheRead"),
+            ("cache_write", "cacheWrite"),
+        ):
+            value = _number(usage.get(key))
+            if value is not None:
+                setattr(self, attr, getattr(self, attr) + int(value))
+        cost = usage.get("cost")
+        if isinstance(cost, dict):
+            total = _number(cost.get("total"))
+            if total is not None:
+                self.cost += total
+
+    def merge(self, other: UsageTotals) -> None:
+        self.messages += other.messages
+        self.input += other.input
+        self.output += other.output
+        self.cache_read += other.cache_read
+        self.cache_write += other.cache_write
+        self.cost += other.cost
+
+    def to_json(self) -> dict[str, Any]:
+        """The on-disk key names: input, output, cacheRead, cacheWrite, cost."""
+        return {
+            "messages": self.messages,
+            "input": self.input,
+            "output": self.output,
+            "cacheRead": self.cache_read,
+            "cacheWrite": self.cache_write,
+            "cost": round(self.cost, 10),
+        }
+
+
+def assistant_model(message: dict[str, Any]) -> str:
+    """`provider/model` of an assistant message (`?` for a missing part)."""
+    provider = message.get("provider")
+    model = message.get("model")
+    left = provider if isinstance(provider, str) else "?"
+    return f"{left}/{model if isinstance(model, str) else '?'}"
+
+
+def _assistant(entry: Entry) -> dict[str, Any] | None:
+    if entry.get("type") != "message":
+        return None
+    message = entry.get("message")
+    if isinstance(message, dict) and message.get("role") == "assistant":
+        return message
+    return None
+
+
+def _day(entry: Entry, message: dict[str, Any]) -> str:
+    ms = _number(message.get("timestamp"))
+    if ms is None:
+        parsed = parse_iso_ms(entry.get("timestamp"))
+        ms = float(parsed) if parsed is not None else None
+    if ms is None:
+        return "unknown"
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d")
+    except (OverflowError, OSError, ValueError):
+        return "unknown"
+
+
+@dataclass(slots=True)
+class SessionSummary:
+    """What `sessiontree show` prints about one session."""
+
+    path: str | None
+    id: str
+    header: dict[str, Any]
+    title: str | None
+    version: int
+    entries: int
+    types: dict[str, int] = field(default_factory=dict)
+    roles: dict[str, int] = field(default_factory=dict)
+    """Message entries by message role."""
+    leaf_id: str | None = None
+    active_path_length: int = 0
+    tips: list[str] = field(default_factory=list)
+    """Entries without children: the ends of the branches."""
+    branch_points: int = 0
+    roots: int = 0
+    models: dict[str, UsageTotals] = field(default_factory=dict)
+    """Every model seen (assistant messages and model changes) with its usage."""
+    usage: UsageTotals = field(default_factory=UsageTotals)
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def summarize_session(sm: SessionManager) -> SessionSummary:
+    """Counts, branches, models, usage and labels of an open session."""
+    header = sm.get_header() or {}
+    entries = sm.get_entries()
+    summary = SessionSummary(
+        path=sm.get_session_file(),
+        id=sm.get_session_id(),
+        header=dict(header),
+        title=sm.get_session_name(),
+        version=session_version([header]) if header else 0,
+        entries=len(entries),
+        leaf_id=sm.get_leaf_id(),
+        labels=sm.get_labels(),
+    )
+    child_count: dict[str, int] = {}
+    for entry in entries:
+        kind = str(entry.get("type"))
+        summary.types[kind] = summary.types.get(kind, 0) + 1
+        parent = entry.get("parentId")
+        if isinstance(parent, str) and sm.get_entry(parent) is not None:
+            child_count[parent] = child_count.get(parent, 0) + 1
+        else:
+            summary.roots += 1
+        if kind == "message":
+            message = entry.get("message")
+            role = str(message.get("role")) if isinstance(message, dict) else "?"
+            summary.roles[role] = summary.roles.get(role, 0) + 1
+        elif kind == "model_change":
+            model = entry.get("model")
+            if not isinstance(model, str) or not model:
+                model = f"{entry.get('provider')}/{entry.get('modelId')}"
+            summary.models.setdefault(model, UsageTotals())
+        assistant = _assistant(entry)
+        if assistant is not None:
+            usage = assistant.get("usage")
+            summary.models.setdefault(assistant_model(assistant), UsageTotals()).add_usage(usage)
+            summary.usage.add_usage(usage)
+    summary.tips = [
+        str(e.get("id"))
+        for e in entries
+        if isinstance(e.get("id"), str) and e.get("id") not in child_count
+    ]
+    summary.branch_points = sum(1 for n in child_count.values() if n > 1)
+    summary.active_path_length = len(sm.get_branch()) if summary.leaf_id else 0
+    return summary
+
+
+@dataclass(slots=True)
+class StoreStats:
+    """Store-wide figures."""
+
+    sessions: int = 0
+    invalid: int = 0
+    """Files that are not readable sessions (no valid header, unreadable)."""
+    bytes: int = 0
+    entries: int = 0
+    projects: int = 0
+    blobs: int = 0
+    blob_bytes: int = 0
+    usage: UsageTotals = field(default_factory=UsageTotals)
+    by_model: dict[str, UsageTotals] = field(default_factory=dict)
+    by_day: dict[str, UsageTotals] = field(default_factory=dict)
+
+
+def store_stats(
+    paths: Iterable[str],
+    blob_dir: str | None = None,
+    *,
+    storage: SessionStorage | None = None,
+    progress: Progress | None = None,
+) -> StoreStats:
+    """Sessions, bytes, blobs, and usage per model and per day over `paths` (never writes)."""
+    storage = storage if storage is not None else FileSessionStorage()
+    stats = StoreStats()
+    projects: set[str] = set()
+    for path in paths:
+        if progress is not None:
+            progress(path)
+        try:
+            loaded = read_session(path, storage)
+        except OSError:
+            stats.invalid += 1
+            continue
+        stats.bytes += loaded.size
+        if loaded.header is None:
+            stats.invalid += 1
+            continue
+        stats.sessions += 1
+        projects.add(os.path.dirname(path))
+        stats.entries += len(loaded.entries)
+        for entry in loaded.entries:
+            message = _assistant(entry)
+            if message is None:
+                continue
+            usage = message.get("usage")
+            stats.usage.add_usage(usage)
+            stats.by_model.setdefault(assistant_model(message), UsageTotals()).add_usage(usage)
+            stats.by_day.setdefault(_day(entry, message), UsageTotals()).add_usage(usage)
+    stats.projects = len(projects)
+    if blob_dir is not None:
+        blobs = list_blobs(blob_dir)
+        stats.blobs = len(blobs)
+        stats.blob_bytes = sum(b.size for b in blobs)
+    return stats

@@ -1,0 +1,351 @@
+"""The consistency checker and the repair: findings with line numbers, byte-exact copies."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers import assistant, user
+from sessiontree import (
+    BlobStore,
+    InvalidSessionFileError,
+    SessionLockError,
+    SessionManager,
+    serialize_entry,
+)
+from sessiontree.check import check_session, repair_session, scan_session
+from sessiontree.locks import FileLock
+
+LARGE_FIXTURE = Path("/work/shared/fixtures/pi-v1-large-session.jsonl")
+
+
+def header(session_id: str = "0123456789abcdef") -> dict[str, Any]:
+    return {
+        "type": "session",
+        "version": 3,
+        "id": session_id,
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "cwd": "/proj",
+    }
+
+
+def entry(entry_id: str, parent: str | None, text: str = "x", **extra: Any) -> dict[str, Any]:
+    value: dict[str, Any] = {
+        "type": "message",
+        "id": entry_id,
+        "parentId": parent,
+        "timestamp": "2026-01-01T00:00:01.000Z",
+        "message": user(text),
+    }
+    value.update(extra)
+    return value
+
+
+def write_lines(path: Path, values: list[Any], tail: bytes = b"") -> Path:
+    body = b"".join(
+        (v if isinstance(v, bytes) else serialize_entry(v).encode()) + b"\n" for v in values
+    )
+    path.write_bytes(body + tail)
+    return path
+
+
+def kinds(findings: list[Any]) -> list[tuple[str, int | None]]:
+    return [(f.kind, f.line) for f in findings]
+
+
+def sound_session(agent_dir: Path) -> str:
+    """A branched session with labels, a compaction and an externalized image."""
+    sm = SessionManager.create("/proj")
+    first = sm.append_message(user("question"))
+    answer = sm.append_message(assistant("answer"))
+    sm.append_label_change(answer, "good")
+    image = base64.b64encode(os.urandom(3000)).decode()
+    sm.append_message(
+        {
+            "role": "user",
+            "content": [{"type": "image", "data": image, "mimeType": "image/png"}],
+            "timestamp": 1,
+        }
+    )
+    sm.append_compaction("summary", "short", answer, 100)
+    sm.branch(first)
+    sm.append_message(assistant("other branch"))
+    sm.close()
+    path = sm.get_session_file()
+    assert path is not None
+    return path
+
+
+def test_sound_session_has_no_findings(agent_dir: Path) -> None:
+    path = sound_session(agent_dir)
+    assert "blob:sha256:" in Path(path).read_text()
+    assert check_session(path) == []
+
+
+def test_check_never_writes(agent_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMUX_PANE", "%1")  # a terminal: a writable open would leave a breadcrumb
+    path = Path(sound_session(agent_dir))
+    shutil.rmtree(agent_dir / "terminal-sessions", ignore_errors=True)
+    with path.open("ab") as f:
+        f.write(b'{"type":"message","id":"torn')
+    before = {
+        p: (p.stat().st_mtime_ns, p.read_bytes()) for p in agent_dir.rglob("*") if p.is_file()
+    }
+    findings = check_session(str(path))
+    assert kinds(findings) == [("torn_final_line", 8)]
+    after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in agent_dir.rglob("*") if p.is_file()}
+    assert after == before
+
+
+def test_line_findings_carry_physical_line_numbers(tmp_path: Path) -> None:
+    path = write_lines(
+        tmp_path / "s.jsonl",
+        [header(), entry("a1", None), b"{not json", b"[1,2]", entry("a2", "a1"), b""],
+        tail=b'{"type":"mess',
+    )
+    findings = check_session(str(path))
+    assert kinds(findings) == [
+        ("unparseable_line", 3),
+        ("unparseable_line", 4),
+        ("torn_final_line", 7),
+    ]
+    assert "{not json" in findings[0].message
+
+
+def test_title_slot_line_is_not_a_problem(tmp_path: Path) -> None:
+    slot = {"type": "title", "v": 1, "title": "t", "updatedAt": "2026-01-01T00:00:00.000Z"}
+    unpadded = serialize_entry({**slot, "pad": ""})
+    slot["pad"] = " " * (255 - len(unpadded))
+    path = write_lines(tmp_path / "s.jsonl", [slot, header(), entry("a1", None)])
+    assert check_session(str(path)) == []
+
+
+def test_invalid_header_and_empty_file(tmp_path: Path) -> None:
+    bad = write_lines(tmp_path / "bad.jsonl", [entry("a1", None), header()])
+    assert kinds(check_session(str(bad))) == [("invalid_header", 1)]
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    assert kinds(check_session(str(empty))) == [("empty_file", None)]
+    with pytest.raises(FileNotFoundError):
+        check_session(str(tmp_path / "missing.jsonl"))
+
+
+def test_tree_findings(tmp_path: Path) -> None:
+    path = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            header(),
+            entry("a1", None),  # 2
+            entry("a2", "a1"),  # 3
+            entry("a2", "a1"),  # 4 duplicate id
+            entry("a3", "gone"),  # 5 dangling parent
+            entry("c1", "c2"),  # 6 cycle c1 <-> c2
+            entry("c2", "c1"),  # 7
+            {  # 8 compaction keeping an entry that is not on its path
+                "type": "compaction",
+                "id": "k1",
+                "parentId": "a2",
+                "timestamp": "2026-01-01T00:00:02.000Z",
+                "summary": "s",
+                "firstKeptEntryId": "a3",
+                "tokensBefore": 1,
+            },
+            {  # 9 label on an unknown entry
+                "type": "label",
+                "id": "l1",
+                "parentId": "k1",
+                "timestamp": "2026-01-01T00:00:03.000Z",
+                "targetId": "nope",
+                "label": "x",
+            },
+            entry("s1", "s1"),  # 10 self-parented: a cycle of one
+        ],
+    )
+    found = kinds(check_session(str(path)))
+    assert found == [
+        ("duplicate_id", 4),
+        ("dangling_parent", 5),
+        ("cycle", 6),
+        ("compaction_off_path", 8),
+        ("label_unknown_target", 9),
+        ("cycle", 10),
+    ]
+
+
+def test_compaction_keeping_an_ancestor_is_fine(tmp_path: Path) -> None:
+    path = write_lines(
+        tmp_path / "s.jsonl",
+        [
+            header(),
+            entry("a1", None),
+            entry("a2", "a1"),
+            {
+                "type": "compaction",
+                "id": "k1",
+                "parentId": "a2",
+                "timestamp": "2026-01-01T00:00:02.000Z",
+                "summary": "s",
+                "firstKeptEntryId": "a1",
+                "tokensBefore": 1,
+            },
+        ],
+    )
+    assert check_session(str(path)) == []
+
+
+def test_missing_blob_and_conflict_copy(agent_dir: Path) -> None:
+    path = sound_session(agent_dir)
+    blobs = agent_dir / "blobs"
+    for blob in blobs.iterdir():
+        blob.unlink()
+    Path(path + ".conflict-1700000000000").write_text("x")
+    found = check_session(path)
+    assert [f.kind for f in found] == ["missing_blob", "conflict_file"]
+    assert found[0].line == 5 and found[0].entry_id is not None
+
+
+def test_explicit_blob_store_is_used(agent_dir: Path, tmp_path: Path) -> None:
+    path = sound_session(agent_dir)
+    assert [f.kind for f in check_session(path, blobs=BlobStore(str(tmp_path / "empty")))] == [
+        "missing_blob"
+    ]
+
+
+def test_v1_fixture_is_sound(tmp_path: Path) -> None:
+    if not LARGE_FIXTURE.exists():
+        pytest.skip("shared fixture absent")
+    copy = tmp_path / "big.jsonl"
+    shutil.copyfile(LARGE_FIXTURE, copy)
+    assert check_session(str(copy)) == []
+    scanned = scan_session(str(copy))
+    assert scanned.version == 1 and len(scanned.entries) == 1018
+    assert copy.read_bytes() == LARGE_FIXTURE.read_bytes()
+
+
+# ---------------------------------------------------------------------- repair
+
+
+def damaged(tmp_path: Path) -> Path:
+    return write_lines(
+        tmp_path / "s.jsonl",
+        [
+            header(),
+            entry("a1", None, "one"),  # 2
+            b"garbage",  # 3
+            entry("a2", "a1", "two"),  # 4
+            entry("a2", "a1", "dup"),  # 5: a second a2
+            entry("a3", "a2", "after dup"),  # 6: written after the duplicate, means it
+            entry("a4", "gone", "orphan"),  # 7
+            entry("c1", "c2"),  # 8
+            entry("c2", "c1"),  # 9
+        ],
+        tail=b'{"type":"message","id":"zz',
+    )
+
+
+def test_repair_writes_a_copy_and_reports_every_change(tmp_path: Path) -> None:
+    path = damaged(tmp_path)
+    original = path.read_bytes()
+    report = repair_session(str(path))
+    assert path.read_bytes() == original  # never in place by default
+    assert report.out_path == str(path) + ".repaired"
+    assert [(c.kind, c.line) for c in report.changes] == [
+        ("dropped_line", 3),
+        ("renamed_duplicate_id", 5),
+        ("cleared_dangling_parent", 7),
+        ("broke_cycle", 8),
+        ("dropped_torn_line", 10),
+    ]
+    assert report.remaining == []
+    out = Path(report.out_path)
+    assert check_session(str(out)) == []
+    lines = out.read_bytes().split(b"\n")
+    assert lines[-1] == b""
+    original_lines = original.split(b"\n")
+    # Untouched lines are copied byte for byte.
+    assert lines[0] == original_lines[0]
+    assert lines[1] == original_lines[1]
+    assert lines[2] == original_lines[3]
+    values = [json.loads(line) for line in lines[:-1]]
+    renamed = report.changes[1].entry_id
+    assert values[3]["id"] == renamed != "a2"
+    assert values[4]["parentId"] == renamed  # a3 follows the duplicate it was written after
+    assert values[5]["parentId"] is None
+    assert values[6]["parentId"] is None and values[7]["parentId"] == "c1"
+    with SessionManager.open(str(out), read_only=True) as sm:
+        # The leaf is c2, whose loop was broken at c1 (now a root).
+        assert [m["content"] for m in sm.build_session_context().messages] == ["x", "x"]
+        sm.branch("a3")
+        contents = [m["content"] for m in sm.build_session_context().messages]
+    assert contents == ["one", "dup", "after dup"]
+
+
+def test_repair_in_place_keeps_a_backup(tmp_path: Path) -> None:
+    path = damaged(tmp_path)
+    original = path.read_bytes()
+    report = repair_session(str(path), in_place=True)
+    assert report.backup_path == str(path) + ".bak"
+    assert Path(report.backup_path).read_bytes() == original
+    assert report.out_path == str(path)
+    assert check_session(str(path)) == []
+    second = damaged(tmp_path)
+    report2 = repair_session(str(second), in_place=True)
+    assert report2.backup_path == str(path) + ".bak.1"
+
+
+def test_repair_with_nothing_to_do_writes_nothing(agent_dir: Path) -> None:
+    path = sound_session(agent_dir)
+    before = sorted(os.listdir(os.path.dirname(path)))
+    report = repair_session(path)
+    assert not report.changed and report.out_path is None
+    assert sorted(os.listdir(os.path.dirname(path))) == before
+
+
+def test_repair_dry_run_and_unterminated_line(tmp_path: Path) -> None:
+    path = write_lines(
+        tmp_path / "s.jsonl", [header()], tail=serialize_entry(entry("a1", None)).encode()
+    )
+    report = repair_session(str(path), dry_run=True)
+    assert [c.kind for c in report.changes] == ["terminated_last_line"]
+    assert report.out_path is None and not Path(str(path) + ".repaired").exists()
+    report = repair_session(str(path), str(tmp_path / "fixed.jsonl"))
+    assert (tmp_path / "fixed.jsonl").read_bytes() == path.read_bytes() + b"\n"
+
+
+def test_repair_refuses_a_file_without_header(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "s.jsonl", [entry("a1", None)])
+    with pytest.raises(InvalidSessionFileError):
+        repair_session(str(path))
+    assert not Path(str(path) + ".repaired").exists()
+
+
+def test_repair_in_place_refuses_a_live_writer(tmp_path: Path) -> None:
+    path = damaged(tmp_path)
+    original = path.read_bytes()
+    lock = FileLock(str(path))
+    try:
+        with pytest.raises(SessionLockError):
+            repair_session(str(path), in_place=True)
+    finally:
+        lock.release()
+    assert path.read_bytes() == original
+
+
+def test_repair_keeps_unresolvable_problems_as_remaining(agent_dir: Path) -> None:
+    path = sound_session(agent_dir)
+    for blob in (agent_dir / "blobs").iterdir():
+        blob.unlink()
+    with open(path, "ab") as f:
+        f.write(b"oops\n")
+    report = repair_session(path)
+    assert [c.kind for c in report.changes] == ["dropped_line"]
+    assert [f.kind for f in report.remaining] == ["missing_blob"]
+    digest = hashlib.sha256(b"").hexdigest()
+    assert digest not in report.remaining[0].message

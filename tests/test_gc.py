@@ -1,0 +1,227 @@
+"""Blob garbage collection: never delete a blob that any file could still reference."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+import sessiontree.gc as gc_module
+from helpers import assistant, user
+from sessiontree import BlobStore, SessionManager
+from sessiontree.gc import collect_garbage, list_blobs
+
+LATER = time.time() + 3600  # "now" for tests that need every blob to be old
+
+
+def put(agent_dir: Path, data: bytes, mime: str | None = "image/png") -> str:
+    return BlobStore(str(agent_dir / "blobs")).put(data, mime).hash
+
+
+def session_with_image(cwd: str = "/proj") -> tuple[str, str]:
+    """A persisted session whose image went to the blob store; (path, hash)."""
+    data = os.urandom(2000)
+    sm = SessionManager.create(cwd)
+    sm.append_message(
+        {
+            "role": "user",
+            "content": [
+                {"type": "image", "data": base64.b64encode(data).decode(), "mimeType": "image/png"}
+            ],
+            "timestamp": 1,
+        }
+    )
+    sm.append_message(assistant("nice picture"))
+    sm.close()
+    path = sm.get_session_file()
+    assert path is not None
+    return path, hashlib.sha256(data).hexdigest()
+
+
+def hashes(blobs: list[gc_module.BlobFile]) -> set[str]:
+    return {b.hash for b in blobs}
+
+
+def test_dry_run_lists_unreferenced_blobs_and_deletes_nothing(agent_dir: Path) -> None:
+    _, kept = session_with_image()
+    orphan = put(agent_dir, b"orphan bytes")
+    report = collect_garbage(str(agent_dir), now=LATER)
+    assert hashes(report.unreferenced) == {orphan}
+    assert report.unreferenced_bytes == len(b"orphan bytes")
+    assert report.deleted == [] and report.refused is None
+    assert report.files_scanned >= 1 and report.referenced >= 1
+    assert {b.hash for b in list_blobs(str(agent_dir / "blobs"))} == {kept, orphan}
+
+
+def test_delete_removes_old_unreferenced_blobs_with_their_sidecars(agent_dir: Path) -> None:
+    _, kept = session_with_image()
+    orphan = put(agent_dir, b"orphan bytes", "image/png")
+    assert (agent_dir / "blobs" / f"{orphan}.png").exists()
+    report = collect_garbage(str(agent_dir), delete=True, now=LATER)
+    assert hashes(report.deleted) == {orphan}
+    assert report.freed_bytes == len(b"orphan bytes")  # the hard-linked sidecar counts once
+    left = sorted(p.name for p in (agent_dir / "blobs").iterdir())
+    assert left == sorted([kept, f"{kept}.png"])
+
+
+def test_young_blobs_are_never_deleted(agent_dir: Path) -> None:
+    session_with_image()
+    orphan = put(agent_dir, b"just written")
+    report = collect_garbage(str(agent_dir), delete=True)
+    assert report.deleted == [] and hashes(report.young) == {orphan}
+    assert (agent_dir / "blobs" / orphan).exists()
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        "sessions/--other--/2026_x.jsonl.bak",
+        "sessions/--other--/2026_x.jsonl.conflict-1700000000000",
+        "sessions/--proj--/2026_parent/subagents/2026_child.jsonl",
+        "sessions/--proj--/notes.txt",
+        "sessions/--proj--/.2026_x.jsonl.abc123.tmp",
+    ],
+)
+def test_any_file_under_sessions_keeps_its_blobs(agent_dir: Path, where: str) -> None:
+    session_with_image()
+    digest = put(agent_dir, b"referenced from an odd place")
+    target = agent_dir / where
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text('{"data":"blob:sha256:' + digest + '"}\n')
+    report = collect_garbage(str(agent_dir), delete=True, now=LATER)
+    assert digest not in hashes(report.deleted) | hashes(report.unreferenced)
+    assert (agent_dir / "blobs" / digest).exists()
+
+
+def test_a_bare_hash_or_sidecar_path_counts_as_a_reference(agent_dir: Path) -> None:
+    path, _ = session_with_image()
+    digest = put(agent_dir, b"shown to the model by path")
+    with SessionManager.open(path) as sm:
+        sm.append_message(user(f"see {agent_dir}/blobs/{digest.upper()}.png"))
+        sm.append_message(assistant("ok"))
+    report = collect_garbage(str(agent_dir), delete=True, now=LATER)
+    assert report.deleted == []
+
+
+def test_breadcrumb_targets_outside_the_store_are_read(agent_dir: Path, tmp_path: Path) -> None:
+    session_with_image()
+    elsewhere = tmp_path / "custom-dir"
+    sm = SessionManager.create("/proj", str(elsewhere))
+    data = os.urandom(1500)
+    sm.append_message(
+        {
+            "role": "user",
+            "content": [
+                {"type": "image", "data": base64.b64encode(data).decode(), "mimeType": "image/png"}
+            ],
+            "timestamp": 1,
+        }
+    )
+    sm.append_message(assistant())
+    sm.close()
+    digest = hashlib.sha256(data).hexdigest()
+    crumbs = agent_dir / "terminal-sessions"
+    crumbs.mkdir(parents=True, exist_ok=True)
+    (crumbs / "pts-9").write_text(f"/proj\n{sm.get_session_file()}\n")
+    report = collect_garbage(str(agent_dir), delete=True, now=LATER)
+    assert digest not in hashes(report.deleted)
+    (crumbs / "pts-9").unlink()
+    report = collect_garbage(str(agent_dir), delete=True, now=LATER)
+    assert digest in hashes(report.deleted)
+
+
+def test_extra_roots_are_read(agent_dir: Path, tmp_path: Path) -> None:
+    session_with_image()
+    digest = put(agent_dir, b"x" * 100)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "s.jsonl").write_text(f"blob:sha256:{digest}")
+    report = collect_garbage(
+        str(agent_dir), delete=True, now=LATER, extra_roots=[str(tmp_path / "elsewhere")]
+    )
+    assert report.deleted == []
+
+
+def test_an_unreadable_file_aborts_deletion(
+    agent_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path, _ = session_with_image()
+    orphan = put(agent_dir, b"orphan")
+    real_scan = gc_module._scan_file
+
+    def failing(p: str, found: set[str]) -> int:
+        if p == path:
+            raise PermissionError(13, "Permission denied", p)
+        return real_scan(p, found)
+
+    monkeypatch.setattr(gc_module, "_scan_file", failing)
+    report = collect_garbage(str(agent_dir), delete=True, now=LATER)
+    assert report.refused is not None and "could not be read" in report.refused
+    assert report.unreadable and report.unreadable[0][0] == path
+    assert report.deleted == []
+    assert (agent_dir / "blobs" / orphan).exists()
+
+
+def test_no_session_files_refuses_to_delete_everything(agent_dir: Path) -> None:
+    digest = put(agent_dir, b"lonely")
+    report = collect_garbage(str(agent_dir), delete=True, now=LATER)
+    assert report.refused is not None and report.deleted == []
+    assert (agent_dir / "blobs" / digest).exists()
+
+
+def test_a_session_written_during_marking_is_read(agent_dir: Path) -> None:
+    session_with_image()
+    digest = put(agent_dir, b"about to be referenced")
+    written = []
+
+    def progress(path: str) -> None:
+        if not written:  # a writer appends while the collector is reading
+            late = agent_dir / "sessions" / "--late--" / "2026_late.jsonl"
+            late.parent.mkdir(parents=True)
+            late.write_text(f"blob:sha256:{digest}\n")
+            written.append(late)
+
+    report = collect_garbage(str(agent_dir), delete=True, now=LATER, progress=progress)
+    assert written and report.refused is None
+    assert report.deleted == [] and digest not in hashes(report.unreferenced)
+
+
+def test_hash_cut_by_a_read_chunk_is_found(
+    agent_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gc_module, "_CHUNK", 50)
+    session_with_image()
+    digest = put(agent_dir, b"split")
+    target = agent_dir / "sessions" / "--x--" / "s.jsonl"
+    target.parent.mkdir(parents=True)
+    target.write_text("y" * 37 + "blob:sha256:" + digest + "z" * 80)
+    report = collect_garbage(str(agent_dir), delete=True, now=LATER)
+    assert report.deleted == []
+
+
+def test_other_files_in_the_blob_dir_are_left_alone(agent_dir: Path) -> None:
+    session_with_image()
+    blobs = agent_dir / "blobs"
+    (blobs / "README").write_text("not a blob")
+    (blobs / f".{'a' * 64}.123.tmp").write_text("in progress")
+    collect_garbage(str(agent_dir), delete=True, now=LATER)
+    assert (blobs / "README").exists() and (blobs / f".{'a' * 64}.123.tmp").exists()
+
+
+def test_missing_blob_dir_is_empty(agent_dir: Path) -> None:
+    report = collect_garbage(str(agent_dir), delete=True)
+    assert report.blobs == 0 and report.deleted == [] and report.refused is None
+
+
+@pytest.mark.parametrize("text", ["blob:sha256:{h}ff0", "0a{h}", "{h}"])
+def test_hashes_inside_longer_hex_runs_are_kept(agent_dir: Path, text: str) -> None:
+    session_with_image()
+    digest = put(agent_dir, text.encode())
+    target = agent_dir / "sessions" / "--x--" / "s.jsonl"
+    target.parent.mkdir(parents=True)
+    target.write_text(text.format(h=digest))
+    report = collect_garbage(str(agent_dir), delete=True, now=LATER)
+    assert report.deleted == []
