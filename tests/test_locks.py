@@ -153,3 +153,44 @@ def test_appends_without_a_gap_and_own_rewrites_are_not_conflicts(tmp_path: Path
         sm.append_message(user("after gap"))
         sm.rewrite_entries()
     assert len(load_entries_from_file(path)) == 24
+
+
+def test_continue_recent_passes_over_a_session_another_process_writes(
+    tmp_path: Path, agent_dir: Path
+) -> None:
+    older = make_session(tmp_path)
+    time.sleep(0.01)
+    newer = make_session(tmp_path)
+    os.utime(older, (1_700_000_000, 1_700_000_000))
+    proc = start_holder(newer, 30)
+    try:
+        with SessionManager.continue_recent("/proj", str(tmp_path)) as sm:
+            assert sm.get_session_file() == older
+    finally:
+        proc.kill()
+        proc.wait()
+        assert proc.stdout is not None
+        proc.stdout.close()
+    with SessionManager.continue_recent("/proj", str(tmp_path)) as sm:
+        assert sm.get_session_file() == newer  # free again once its writer died
+
+
+def test_continue_recent_prefers_this_terminals_breadcrumb(
+    tmp_path: Path, agent_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sys.stdin", None)
+    monkeypatch.setenv("TMUX_PANE", "%7")
+    sessions = agent_dir / "sessions" / "--proj--"
+    first = make_session(sessions)  # writes this terminal's breadcrumb
+    crumb = agent_dir / "terminal-sessions" / "tmux-%7"
+    assert crumb.read_text().splitlines() == ["/proj", os.path.abspath(first)]
+    time.sleep(0.01)
+    monkeypatch.delenv("TMUX_PANE")
+    make_session(sessions)  # newer, from another terminal
+    monkeypatch.setenv("TMUX_PANE", "%7")
+    with SessionManager.continue_recent("/proj") as sm:
+        assert sm.get_session_file() == first
+    # A breadcrumb pointing outside the store is ignored.
+    crumb.write_text("/proj\n/etc/passwd.jsonl\n")
+    with SessionManager.continue_recent("/proj") as sm:
+        assert sm.get_session_file() != "/etc/passwd.jsonl"

@@ -364,8 +364,20 @@ def slot_line(title: str, source: str | None = "auto") -> bytes:
 
 def test_title_slot_is_read_kept_and_updated_in_place(tmp_path: Path) -> None:
     path = tmp_path / "omp.jsonl"
-    header = {"type": "session", "version": 3, "id": "s1", "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/p"}
-    entry = {"type": "message", "id": "a", "parentId": None, "timestamp": "2026-01-01T00:00:01.000Z", "message": user("x")}
+    header = {
+        "type": "session",
+        "version": 3,
+        "id": "s1",
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "cwd": "/p",
+    }
+    entry = {
+        "type": "message",
+        "id": "a",
+        "parentId": None,
+        "timestamp": "2026-01-01T00:00:01.000Z",
+        "message": user("x"),
+    }
     body = (serialize_entry(header) + "\n" + serialize_entry(entry) + "\n").encode()
     path.write_bytes(slot_line("Slot title") + body)
     sm = SessionManager.open(str(path))
@@ -390,11 +402,30 @@ def test_title_slot_is_read_kept_and_updated_in_place(tmp_path: Path) -> None:
 
 def test_names_from_other_writers_entries(tmp_path: Path) -> None:
     path = tmp_path / "pi.jsonl"
-    header = {"type": "session", "version": 3, "id": "s1", "timestamp": "2026-01-01T00:00:00.000Z", "cwd": "/p"}
+    header = {
+        "type": "session",
+        "version": 3,
+        "id": "s1",
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "cwd": "/p",
+    }
     lines = [
         header,
-        {"type": "session_info", "id": "a", "parentId": None, "timestamp": "2026-01-01T00:00:01.000Z", "name": "first"},
-        {"type": "title_change", "id": "b", "parentId": "a", "timestamp": "2026-01-01T00:00:02.000Z", "title": "second", "source": "auto"},
+        {
+            "type": "session_info",
+            "id": "a",
+            "parentId": None,
+            "timestamp": "2026-01-01T00:00:01.000Z",
+            "name": "first",
+        },
+        {
+            "type": "title_change",
+            "id": "b",
+            "parentId": "a",
+            "timestamp": "2026-01-01T00:00:02.000Z",
+            "title": "second",
+            "source": "auto",
+        },
     ]
     path.write_text("".join(serialize_entry(x) + "\n" for x in lines))
     assert SessionManager.open(str(path), read_only=True).get_session_name() == "second"

@@ -1112,10 +1112,21 @@ def _prefix_state(storage: SessionStorage, path: str) -> tuple[_State, bytes] | 
     return final, data
 
 
-def find_most_recent_session(session_dir: str, storage: SessionStorage | None = None) -> str | None:
-    """The newest (by mtime) session file in `session_dir` with a valid header, or None."""
+def find_most_recent_session(
+    session_dir: str,
+    storage: SessionStorage | None = None,
+    *,
+    skip: Callable[[str], bool] | None = None,
+) -> str | None:
+    """The newest (by mtime) session file in `session_dir` with a valid header, or None.
+
+    `skip(path)` passes over candidates (continue_recent skips sessions that another
+    live process is writing).
+    """
     storage = storage if storage is not None else FileSessionStorage()
     for path, _, _, _ in _by_mtime(session_dir, storage):
+        if skip is not None and skip(path):
+            continue
         found = _prefix_state(storage, path)
         if found is not None and found[0].phase == _OK:
             return path

@@ -42,9 +42,15 @@ from .errors import (
 )
 from .jsonl import allow_deep_nesting, serialize_entry_bytes
 from .loader import TITLE_SLOT_BYTES, LoadedSession, read_session
-from .locks import SessionLock, acquire_session_lock
+from .locks import SessionLock, acquire_session_lock, is_locked
 from .migrations import migrate_session_entries
-from .paths import get_agent_dir, get_default_session_dir, get_terminal_id, session_file_name
+from .paths import (
+    get_agent_dir,
+    get_default_session_dir,
+    get_terminal_id,
+    home_relative_dir_name,
+    session_file_name,
+)
 from .storage.base import SessionStorage, SessionStorageWriter
 from .storage.file import FileSessionStorage
 from .storage.memory import MemorySessionStorage
@@ -274,14 +280,32 @@ class SessionManager:
         *,
         blob_store: BlobStoreLike | None = None,
     ) -> SessionManager:
-        """Resume this terminal's session, else the newest one for `cwd`, else a new one."""
+        """Resume this terminal's session, else the newest one for `cwd`, else a new one.
+
+        Sessions that another live process is writing are passed over. Without a
+        `session_dir`, the directory newer TypeScript agents use for `cwd`
+        (`-<path relative to home>`) is searched too; new sessions go to the spec's.
+        """
         from .discovery import find_most_recent_session
 
         storage = storage if storage is not None else FileSessionStorage()
         directory = session_dir if session_dir is not None else get_default_session_dir(cwd)
+
+        def busy(path: str) -> bool:
+            return is_locked(storage, path)
+
         candidate = _read_breadcrumb(cwd, storage)
+        if candidate is not None and busy(candidate):
+            candidate = None
         if candidate is None:
-            candidate = find_most_recent_session(directory, storage=storage)
+            dirs = [directory]
+            alt = home_relative_dir_name(cwd)
+            if session_dir is None and alt is not None:
+                dirs.append(os.path.join(get_agent_dir(), "sessions", alt))
+            found = [find_most_recent_session(d, storage=storage, skip=busy) for d in dirs]
+            newest = [p for p in found if p is not None]
+            if newest:
+                candidate = max(newest, key=lambda p: storage.stat(p).mtime_ns)
         if candidate is not None:
             return cls(cwd, directory, candidate, True, storage, blob_store=blob_store)
         return cls(cwd, directory, None, True, storage, blob_store=blob_store)

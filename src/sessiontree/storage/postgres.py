@@ -1,0 +1,1439 @@
+"""`PostgresSessionStorage`: session files in PostgreSQL, shared by agents on many hosts.
+
+Paths are keys. A store has a `root` (default: the agent dir of the process that
+opens it); an absolute path under the root is stored as its path relative to the
+root (`sessions/--proj--/2026-..._id.jsonl`), and a relative path *is* a key. So a
+host whose agent dir is `/home/ann/.xcsh/agent` and one whose agent dir is
+`/Users/bob/.xcsh/agent` see the same sessions, each under its own absolute paths.
+An absolute path outside the root raises `PathOutsideStoreError`.
+
+Tables (in `schema`, created and migrated by the package, see `_MIGRATIONS`)::
+
+    nodes   one row per directory or file: the "inode". `id` is the inode number
+            (`stat().ino`): a full rewrite creates a new row, so the manager's
+            ino/size/tail conflict check works across hosts unchanged. Files also
+            carry their session metadata, kept up to date by every write in the
+            same statement or transaction (see `list_session_meta`).
+    lines   the content: one row per appended line (per `write_bytes` call),
+            keyed by (file id, byte offset). An append is one INSERT and one
+            UPDATE of the file's row, O(1) in the session's size.
+    blobs   content-addressed images (`PostgresBlobStore`).
+
+Semantics follow the filesystem: `write_atomic` and `rename` are one transaction
+(readers see the old or the new file), a writer keeps appending to the file it
+opened (a replaced file's writer writes into the void, like an unlinked inode),
+missing parents are FileNotFoundError. Database failures surface as OSError
+(EIO; ETIMEDOUT when the pool is exhausted), as filesystem failures do.
+
+Durability: appends commit with `synchronous_commit = off` (a committed line
+survives the writer's death at once and a server crash after at most a few
+hundred ms) and `fsync()` is the barrier, a synchronous commit that flushes the
+WAL up to every earlier commit; whole-file writes, renames and blobs commit
+synchronously. `durable_appends=True` makes every append synchronous.
+
+One writer per session across hosts: `acquire_lock(path)` takes a session-level
+advisory lock on a dedicated connection, so PostgreSQL releases it when the
+holder's process or host dies.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import posixpath
+import re
+import secrets
+import socket
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from types import TracebackType
+from typing import Any, Final
+
+from sessiontree.blobs import (
+    BLOB_REF_PREFIX,
+    BlobPutResult,
+    _check_hash,
+    blob_extension_for_mime_type,
+)
+from sessiontree.entries import is_valid_header, parse_iso_ms
+from sessiontree.errors import BackendUnavailableError, SessionLockError, SessionTreeError
+from sessiontree.jsonl import loads_line
+from sessiontree.loader import is_title_slot
+from sessiontree.paths import get_agent_dir
+from sessiontree.storage.base import SessionMeta, StorageStat
+from sessiontree.storage.file import glob_match_name, utf8_prefix_text
+
+try:
+    import psycopg
+    from psycopg import errors as pg_errors
+    from psycopg import sql
+    from psycopg_pool import ConnectionPool, PoolTimeout
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
+    raise BackendUnavailableError(
+        "the PostgreSQL storage needs psycopg 3 and psycopg-pool: "
+        "pip install 'sessiontree[postgres]'"
+    ) from exc
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "PathOutsideStoreError",
+    "PostgresBlobStore",
+    "PostgresSessionLock",
+    "PostgresSessionStorage",
+    "PostgresSessionWriter",
+    "PostgresStoreError",
+    "validate_schema_name",
+]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SCHEMA_RE: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_BOM: Final = b"\xef\xbb\xbf"
+_READ_BATCH: Final = 4 << 20  # bytes of content fetched per round trip when streaming
+# Server time in ns (microsecond resolution): every host agrees on one clock.
+_NOW_NS: Final = "((floor(extract(epoch FROM clock_timestamp()) * 1000000))::bigint * 1000)"
+
+
+class PostgresStoreError(SessionTreeError):
+    """The PostgreSQL store cannot be used: bad schema name, unreachable server, newer schema."""
+
+
+class PathOutsideStoreError(PostgresStoreError, ValueError):
+    """An absolute path that is not under the store's root (it has no key)."""
+
+    def __init__(self, path: str, root: str) -> None:
+        super().__init__(f"{path}: outside the store root {root}")
+        self.path = path
+        self.root = root
+
+
+def validate_schema_name(schema: str) -> str:
+    """`schema` if it is a plain lowercase identifier (not `pg_*`), else PostgresStoreError."""
+    if not isinstance(schema, str) or not _SCHEMA_RE.fullmatch(schema) or schema.startswith("pg_"):
+        raise PostgresStoreError(
+            f"invalid schema name {schema!r}: use lowercase letters, digits and _ "
+            "(at most 63, not starting with a digit or pg_)"
+        )
+    return schema
+
+
+# -- migrations ------------------------------------------------------------------------------
+
+# Ordered, never reordered or edited once released: a store records the versions it
+# has applied, and each step runs in one transaction. `{s}` is the schema.
+_MIGRATIONS: Final[tuple[tuple[int, str, str], ...]] = (
+    (
+        1,
+        "nodes, lines and blobs",
+        # key/parent/name use the C collation: byte order sorts like Python's sorted()
+        # and makes `key >= 'a/' AND key < 'a0'` an index range over a directory's subtree.
+        # A NULL key is a file being written by write_atomic (invisible until renamed).
+        f"""
+        CREATE TABLE {{s}}.nodes (
+            id bigserial PRIMARY KEY,
+            key text COLLATE "C" UNIQUE,
+            parent text COLLATE "C" REFERENCES {{s}}.nodes (key) ON DELETE CASCADE,
+            name text COLLATE "C" NOT NULL,
+            is_dir boolean NOT NULL,
+            size bigint NOT NULL DEFAULT 0,
+            line_count bigint NOT NULL DEFAULT 0,
+            ends_with_newline boolean NOT NULL DEFAULT true,
+            mtime_ns bigint NOT NULL,
+            meta_state smallint NOT NULL DEFAULT 0,
+            header_id text,
+            cwd text,
+            slot boolean NOT NULL DEFAULT false,
+            slot_title text,
+            header_title text,
+            title_source text,
+            session_name text,
+            short_summary text,
+            parent_session text,
+            created text,
+            message_count integer NOT NULL DEFAULT 0,
+            first_message text,
+            last_activity_ms bigint
+        );
+        CREATE INDEX nodes_parent_idx ON {{s}}.nodes (parent, name);
+        INSERT INTO {{s}}.nodes (key, parent, name, is_dir, mtime_ns)
+            VALUES ('', NULL, '', true, {_NOW_NS});
+        CREATE TABLE {{s}}.lines (
+            file_id bigint NOT NULL REFERENCES {{s}}.nodes (id) ON DELETE CASCADE,
+            off bigint NOT NULL,
+            data bytea NOT NULL,
+            msg_text text,
+            PRIMARY KEY (file_id, off)
+        );
+        CREATE TABLE {{s}}.blobs (
+            hash text PRIMARY KEY CHECK (hash ~ '^[0-9a-f]{{{{64}}}}$'),
+            data bytea NOT NULL,
+            size bigint NOT NULL,
+            exts text[] NOT NULL DEFAULT ARRAY[]::text[],
+            created_at timestamptz NOT NULL DEFAULT now()
+        );
+        """,
+    ),
+)
+SCHEMA_VERSION: Final = _MIGRATIONS[-1][0]
+
+
+# -- session metadata ------------------------------------------------------------------------
+
+# meta_state: what the lines so far make of the file, as the loader reads it.
+_AWAITING_HEADER: Final = 0
+_SESSION: Final = 1
+_NOT_A_SESSION: Final = 2
+
+
+def _message_text(content: object) -> str:
+    """A message's text: string content, or its text blocks joined by a space."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(
+            block["text"]
+            for block in content
+            if isinstance(block, dict)
+            and block.get("type") == "text"
+            and isinstance(block.get("text"), str)
+        )
+    return ""
+
+
+class _Scan:
+    """Session metadata folded from complete lines, with the loader's rules."""
+
+    __slots__ = (
+        "activity",
+        "created",
+        "cwd",
+        "first_message",
+        "header_id",
+        "header_title",
+        "line_no",
+        "messages",
+        "name",
+        "name_set",
+        "parent_session",
+        "short_summary",
+        "slot",
+        "slot_source",
+        "slot_title",
+        "state",
+        "title_source",
+    )
+
+    def __init__(self, state: int = _AWAITING_HEADER, line_no: int = 0) -> None:
+        self.state = state
+        self.line_no = line_no
+        self.header_id: str | None = None
+        self.cwd: str | None = None
+        self.header_title: str | None = None
+        self.title_source: str | None = None
+        self.parent_session: str | None = None
+        self.created: str | None = None
+        self.slot = False
+        self.slot_title: str | None = None
+        self.slot_source: str | None = None
+        self.name: str | None = None  # the latest session_info name / title_change title
+        self.name_set = False  # whether the lines fed set (or cleared) `name`
+        self.short_summary: str | None = None  # the latest compaction shortSummary
+        self.messages = 0
+        self.first_message: str | None = None
+        self.activity: int | None = None
+
+    def feed(self, raw: bytes) -> str | None:
+        """Fold one line (without its newline); returns its message text, if any."""
+        self.line_no += 1
+        if self.state == _NOT_A_SESSION:
+            return None
+        if self.line_no == 1 and raw.startswith(_BOM):
+            raw = raw[3:]
+        if not raw or raw.isspace():
+            return None
+        try:
+            value = loads_line(raw)
+        except (ValueError, UnicodeError, RecursionError):
+            return None
+        if not isinstance(value, dict):
+            return None
+        if self.state == _AWAITING_HEADER:
+            self._header(value)
+            return None
+        kind = value.get("type")
+        if kind != "message":
+            if kind == "session_info":  # pi: the latest name wins, a blank one clears
+                name = value.get("name")
+                self.name, self.name_set = (name.strip() if isinstance(name, str) else None), True
+            elif kind == "title_change":  # omp
+                title = value.get("title")
+                self.name, self.name_set = (title if isinstance(title, str) else None), True
+            elif kind == "compaction":
+                short = value.get("shortSummary")
+                if isinstance(short, str):
+                    self.short_summary = short
+            return None
+        self.messages += 1
+        message = value.get("message")
+        if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
+            return None
+        stamp = message.get("timestamp")
+        if isinstance(stamp, (int, float)) and not isinstance(stamp, bool):
+            at: int | None = int(stamp)
+        else:
+            at = parse_iso_ms(value.get("timestamp"))
+        if at is not None and (self.activity is None or at > self.activity):
+            self.activity = at
+        text = _message_text(message.get("content"))
+        if text and self.first_message is None and message.get("role") == "user":
+            self.first_message = text
+        return text or None
+
+    def _header(self, value: dict[str, Any]) -> None:
+        if self.line_no == 1 and is_title_slot(value):
+            self.slot = True
+            self.slot_title = value.get("title")
+            source = value.get("source")
+            self.slot_source = self.title_source = source if isinstance(source, str) else None
+            return
+        if not is_valid_header(value):
+            self.state = _NOT_A_SESSION
+            return
+        self.state = _SESSION
+
+        def text(key: str) -> str | None:
+            item = value.get(key)
+            return item if isinstance(item, str) else None
+
+        self.header_id = text("id")
+        self.cwd = text("cwd")
+        self.parent_session = text("parentSession")
+        self.created = text("timestamp")
+        self.header_title = text("title")
+        self.title_source = self.slot_source if self.slot else text("titleSource")
+
+
+def _raw_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Lines with their `\\n` (the last one may lack it); no quadratic joins."""
+    pending: list[bytes] = []
+    for chunk in chunks:
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            if end < 0:
+                break
+            if pending:
+                pending.append(chunk[start : end + 1])
+                yield b"".join(pending)
+                pending = []
+            else:
+                yield chunk[start : end + 1]
+            start = end + 1
+        if start < len(chunk):
+            pending.append(chunk[start:])
+    if pending:
+        yield b"".join(pending)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _oserror(cls: type[OSError], code: int, path: str) -> OSError:
+    return cls(code, os.strerror(code), path)
+
+
+@contextmanager
+def _io(path: str) -> Iterator[None]:
+    """Database failures as the OSError a filesystem would raise."""
+    try:
+        yield
+    except PoolTimeout as exc:
+        raise OSError(errno.ETIMEDOUT, f"PostgreSQL connection pool: {exc}", path) from exc
+    except pg_errors.ForeignKeyViolation as exc:  # the parent vanished under us
+        raise OSError(errno.ENOENT, os.strerror(errno.ENOENT), path) from exc
+    except pg_errors.UniqueViolation as exc:
+        raise OSError(errno.EEXIST, os.strerror(errno.EEXIST), path) from exc
+    except psycopg.Error as exc:
+        raise OSError(errno.EIO, f"PostgreSQL: {exc}".strip(), path) from exc
+
+
+def _stat(node_id: int, size: int, mtime_ns: int) -> StorageStat:
+    return StorageStat(
+        size=size,
+        mtime=_EPOCH + timedelta(microseconds=mtime_ns // 1000),
+        mtime_ms=mtime_ns / 1e6,
+        mtime_ns=mtime_ns,
+        ino=node_id,
+    )
+
+
+def _split_key(key: str) -> tuple[str, str]:
+    parent, _, name = key.rpartition("/")
+    return parent, name
+
+
+class _Sql:
+    """Every statement, composed once with the schema as a quoted identifier."""
+
+    def __init__(self, schema: str) -> None:
+        s = sql.Identifier(schema)
+
+        def q(text: str) -> sql.Composed:
+            return sql.SQL(text.replace("NOW_NS", _NOW_NS)).format(s=s)
+
+        self.node = q("SELECT id, is_dir, size, mtime_ns FROM {s}.nodes WHERE key = %s")
+        self.node_kinds = q("SELECT key, is_dir FROM {s}.nodes WHERE key = ANY(%s)")
+        self.is_dir = q("SELECT is_dir FROM {s}.nodes WHERE key = %s")
+        self.exists = q("SELECT 1 FROM {s}.nodes WHERE key = %s")
+        self.make_dirs = q(
+            "INSERT INTO {s}.nodes (key, parent, name, is_dir, mtime_ns) "
+            "SELECT k, p, n, true, NOW_NS FROM unnest(%s::text[], %s::text[], %s::text[]) "
+            "AS u(k, p, n) ON CONFLICT (key) DO NOTHING"
+        )
+        self.children = q(
+            "SELECT name FROM {s}.nodes WHERE parent = %s AND is_dir = %s AND key IS NOT NULL"
+        )
+        self.has_children = q("SELECT 1 FROM {s}.nodes WHERE parent = %s LIMIT 1")
+        self.xact_lock = q("SELECT pg_advisory_xact_lock(%s)")
+        self.xact_lock2 = q("SELECT pg_advisory_xact_lock(%s), pg_advisory_xact_lock(%s)")
+        self.new_file = q(
+            "INSERT INTO {s}.nodes (key, parent, name, is_dir, mtime_ns) "
+            "VALUES (%s, %s, %s, false, NOW_NS) RETURNING id"
+        )
+        self.delete_node = q("DELETE FROM {s}.nodes WHERE id = %s")
+        self.delete_file = q("DELETE FROM {s}.nodes WHERE key = %s AND NOT is_dir RETURNING id")
+        self.delete_children = q("DELETE FROM {s}.nodes WHERE parent = %s")
+        self.copy_lines = q(
+            "COPY {s}.lines (file_id, off, data, msg_text) FROM STDIN (FORMAT BINARY)"
+        )
+        self.publish = q(
+            "UPDATE {s}.nodes SET key = %(key)s, size = %(size)s, line_count = %(lines)s, "
+            "ends_with_newline = %(ends)s, mtime_ns = NOW_NS, meta_state = %(state)s, "
+            "header_id = %(hid)s, cwd = %(cwd)s, slot = %(slot)s, slot_title = %(stitle)s, "
+            "header_title = %(htitle)s, title_source = %(tsrc)s, session_name = %(name)s, "
+            "short_summary = %(short)s, parent_session = %(psess)s, created = %(created)s, "
+            "message_count = %(msgs)s, first_message = %(first)s, "
+            "last_activity_ms = %(act)s WHERE id = %(id)s"
+        )
+        self.truncate_lines = q("DELETE FROM {s}.lines WHERE file_id = %s")
+        self.reset_file = q(
+            "UPDATE {s}.nodes SET size = 0, line_count = 0, ends_with_newline = true, "
+            "mtime_ns = greatest(mtime_ns + 1, NOW_NS), meta_state = 0, header_id = NULL, "
+            "cwd = NULL, slot = false, slot_title = NULL, header_title = NULL, "
+            "title_source = NULL, session_name = NULL, short_summary = NULL, "
+            "parent_session = NULL, "
+            "created = NULL, message_count = 0, first_message = NULL, "
+            "last_activity_ms = NULL WHERE id = %s"
+        )
+        self.writer_state = q("SELECT meta_state, ends_with_newline FROM {s}.nodes WHERE id = %s")
+        # One statement per append: bump the file's size and metadata, insert the
+        # line at the old size. `set_config(..., true)` makes this commit asynchronous.
+        self.append = q(
+            "WITH f AS (UPDATE {s}.nodes SET size = size + %(n)s, "
+            "line_count = line_count + %(nl)s, ends_with_newline = %(ends)s, "
+            "mtime_ns = greatest(mtime_ns + 1, NOW_NS), "
+            "message_count = message_count + %(msgs)s, "
+            "first_message = coalesce(first_message, %(first)s), "
+            "session_name = CASE WHEN %(name_set)s THEN %(name)s ELSE session_name END, "
+            "short_summary = coalesce(%(short)s, short_summary), "
+            "last_activity_ms = greatest(last_activity_ms, %(act)s) "
+            "WHERE id = %(id)s RETURNING size - %(n)s AS off), "
+            "c AS (SELECT set_config('synchronous_commit', %(sync)s, true)) "
+            "INSERT INTO {s}.lines (file_id, off, data, msg_text) "
+            "SELECT %(id)s, f.off, %(data)s, %(text)s FROM f, c"
+        )
+        self.lock_file_row = q(
+            "SELECT size, line_count, meta_state, slot, slot_title, title_source "
+            "FROM {s}.nodes WHERE id = %s FOR UPDATE"
+        )
+        self.append_slow = q(
+            "UPDATE {s}.nodes SET size = size + %(n)s, line_count = line_count + %(nl)s, "
+            "ends_with_newline = %(ends)s, mtime_ns = greatest(mtime_ns + 1, NOW_NS), "
+            "meta_state = %(state)s, header_id = %(hid)s, cwd = %(cwd)s, "
+            "slot = %(slot)s, slot_title = %(stitle)s, header_title = %(htitle)s, "
+            "title_source = %(tsrc)s, session_name = %(name)s, short_summary = %(short)s, "
+            "parent_session = %(psess)s, "
+            "created = %(created)s, message_count = message_count + %(msgs)s, "
+            "first_message = coalesce(first_message, %(first)s), "
+            "last_activity_ms = greatest(last_activity_ms, %(act)s) WHERE id = %(id)s"
+        )
+        self.insert_line = q(
+            "INSERT INTO {s}.lines (file_id, off, data, msg_text) VALUES (%s, %s, %s, %s)"
+        )
+        self.barrier = q(
+            "SELECT set_config('synchronous_commit', 'on', true), txid_current() IS NOT NULL"
+        )
+        self.all_data = q(
+            "SELECT n.is_dir, l.data FROM {s}.nodes n LEFT JOIN {s}.lines l "
+            "ON l.file_id = n.id WHERE n.key = %s ORDER BY l.off"
+        )
+        self.range = q(
+            "SELECT substring(data FROM (greatest(%(s)s - off, 0) + 1)::int "
+            "FOR (%(e)s - greatest(off, %(s)s))::int) FROM {s}.lines "
+            "WHERE file_id = %(id)s AND off < %(e)s AND off >= (SELECT coalesce(max(off), 0) "
+            "FROM {s}.lines WHERE file_id = %(id)s AND off <= %(s)s) ORDER BY off"
+        )
+        self.batch = q(
+            "SELECT off, data FROM {s}.lines WHERE file_id = %s AND off >= %s AND off < %s "
+            "ORDER BY off"
+        )
+        self.file_for_read = q("SELECT id, size FROM {s}.nodes WHERE key = %s AND NOT is_dir")
+        self.move_file = q("UPDATE {s}.nodes SET key = %s, parent = %s, name = %s WHERE id = %s")
+        # Directory rename: the directory and its subtree, in one statement.
+        self.move_tree = q(
+            "UPDATE {s}.nodes SET "
+            "key = %(dst)s || substr(key, %(n)s + 1), "
+            "parent = CASE WHEN key = %(src)s THEN %(dparent)s "
+            "ELSE %(dst)s || substr(parent, %(n)s + 1) END, "
+            "name = CASE WHEN key = %(src)s THEN %(dname)s ELSE name END "
+            "WHERE key = %(src)s OR (key >= %(lo)s AND key < %(hi)s)"
+        )
+        # `%s` NULL keeps the session's synchronous_commit; 'off' inside bulk().
+        self.set_mtime = q(
+            "UPDATE {s}.nodes SET mtime_ns = %s FROM (SELECT set_config('synchronous_commit', "
+            "coalesce(%s, current_setting('synchronous_commit')), true)) AS c WHERE key = %s"
+        )
+        self.write_lock = q(
+            "SELECT pg_advisory_xact_lock(%s), set_config('synchronous_commit', "
+            "coalesce(%s, current_setting('synchronous_commit')), true)"
+        )
+        self.meta_columns = (
+            "n.key, n.size, n.line_count, n.mtime_ns, n.meta_state, n.header_id, n.cwd, "
+            "n.slot, n.slot_title, n.header_title, n.session_name, n.short_summary, "
+            "n.title_source, "
+            "n.parent_session, n.created, n.message_count, n.first_message, "
+            "n.last_activity_ms, n.id"
+        )
+        text_col = (
+            ", (SELECT string_agg(l.msg_text, E'\\n' ORDER BY l.off) FROM {s}.lines l "
+            "WHERE l.file_id = n.id AND l.msg_text IS NOT NULL)"
+        )
+        where_jsonl = (
+            "NOT n.is_dir AND n.key IS NOT NULL AND n.name LIKE '%%.jsonl' "
+            "AND n.name NOT LIKE '.%%'"
+        )
+        for with_text in (False, True):
+            cols = self.meta_columns + (text_col if with_text else "")
+            setattr(
+                self,
+                f"meta_dir_{with_text}",
+                q(f"SELECT {cols} FROM {{s}}.nodes n WHERE n.parent = %s AND {where_jsonl}"),
+            )
+            setattr(
+                self,
+                f"meta_tree_{with_text}",
+                q(
+                    f"SELECT {cols} FROM {{s}}.nodes n WHERE n.key >= %s AND n.key < %s "
+                    f"AND {where_jsonl}"
+                ),
+            )
+        self.blob_exts = q("SELECT exts FROM {s}.blobs WHERE hash = %s")
+        self.blob_insert = q(
+            "INSERT INTO {s}.blobs (hash, data, size, exts) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (hash) DO NOTHING"
+        )
+        self.blob_add_ext = q(
+            "UPDATE {s}.blobs SET exts = array_append(exts, %s) "
+            "WHERE hash = %s AND NOT (%s = ANY(exts))"
+        )
+        self.blob_get = q("SELECT data FROM {s}.blobs WHERE hash = %s")
+        self.blob_has = q("SELECT 1 FROM {s}.blobs WHERE hash = %s")
+        self.blob_list = q("SELECT hash, exts FROM {s}.blobs ORDER BY hash")
+        self.migrations_table = q(
+            "CREATE TABLE IF NOT EXISTS {s}.schema_migrations (version integer PRIMARY KEY, "
+            "name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        self.create_schema = q("CREATE SCHEMA IF NOT EXISTS {s}")
+        self.current_version = q("SELECT coalesce(max(version), 0) FROM {s}.schema_migrations")
+        self.record_version = q("INSERT INTO {s}.schema_migrations (version, name) VALUES (%s, %s)")
+        self.migration_bodies = {
+            version: sql.SQL(body).format(s=s) for version, _, body in _MIGRATIONS
+        }
+
+
+# -- the storage -----------------------------------------------------------------------------
+
+
+class PostgresSessionStorage:
+    """`SessionStorage` in a PostgreSQL schema, shared by every host that opens it.
+
+    Args:
+        conninfo: a libpq connection string or `postgresql://` URL (the storage then
+            owns a connection pool and closes it in `close()`), or an open
+            `psycopg_pool.ConnectionPool` that the caller keeps and closes (its
+            connections should be autocommit; the storage manages transactions).
+        schema: where the tables live; created and migrated on open.
+        root: the absolute directory that paths are relative to (default: the
+            agent dir). Hosts sharing a store each use their own root.
+        durable_appends: commit every append synchronously (slower; by default
+            `fsync()`/`SessionManager.flush()` is the durability barrier).
+        min_size, max_size, timeout: the owned pool's size and wait limit. A
+            session being loaded or fully rewritten holds one connection while
+            blobs use another, so keep `max_size >= 2`.
+
+    Example::
+
+        with PostgresSessionStorage("postgresql://agent@db/agents") as storage:
+            sm = SessionManager.create("/work/proj", storage=storage)
+    """
+
+    def __init__(
+        self,
+        conninfo: str | ConnectionPool,
+        *,
+        schema: str = "sessiontree",
+        root: str | None = None,
+        durable_appends: bool = False,
+        migrate: bool = True,
+        min_size: int = 1,
+        max_size: int = 8,
+        timeout: float = 30.0,
+    ) -> None:
+        self.schema = validate_schema_name(schema)
+        self.root = os.path.normpath(os.path.abspath(root if root is not None else get_agent_dir()))
+        self._root_prefix = self.root if self.root.endswith(os.sep) else self.root + os.sep
+        self.durable_appends = durable_appends
+        self._sql = _Sql(self.schema)
+        self._blobs: PostgresBlobStore | None = None
+        self._closed = False
+        self._bulk = 0
+        if isinstance(conninfo, ConnectionPool):
+            self._pool = conninfo
+            self._own_pool = False
+            info, kwargs = conninfo.conninfo, conninfo.kwargs
+            # psycopg_pool also accepts callables producing them (rotating credentials).
+            self._conninfo: str = info() if callable(info) else info
+            self._connect_kwargs: dict[str, Any] = dict(
+                (kwargs() if callable(kwargs) else kwargs) or {}
+            )
+        else:
+            self._conninfo = conninfo
+            self._connect_kwargs = {}
+            # Fail fast with libpq's own message (refused, bad password...), not a pool timeout.
+            try:
+                probe = psycopg.connect(conninfo, autocommit=True, connect_timeout=10)
+            except psycopg.Error as exc:
+                raise PostgresStoreError(f"cannot connect to PostgreSQL: {exc}") from exc
+            try:
+                if migrate:
+                    self._migrate(probe)
+            finally:
+                probe.close()
+            self._own_pool = True
+            self._pool = ConnectionPool(
+                conninfo,
+                min_size=min_size,
+                max_size=max_size,
+                timeout=timeout,
+                kwargs={"autocommit": True},
+                name=f"sessiontree-{self.schema}",
+                open=True,
+            )
+            return
+        if migrate:
+            self.migrate()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection pool if this storage created it (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            if self._own_pool:
+                self._pool.close()
+
+    def __enter__(self) -> PostgresSessionStorage:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PostgresSessionStorage(schema={self.schema!r}, root={self.root!r})"
+
+    @contextmanager
+    def bulk(self) -> Iterator[None]:
+        """Commit whole-file writes asynchronously inside, with one durability barrier at the end.
+
+        For imports of many files: each file is still atomic, but the WAL is flushed
+        once at the end instead of once per file.
+        """
+        self._bulk += 1
+        try:
+            yield
+        finally:
+            self._bulk -= 1
+            if not self._bulk:
+                with _io(self.root), self._conn() as conn:
+                    conn.execute(self._sql.barrier)
+
+    def migrate(self) -> int:
+        """Create the schema and apply pending migrations; returns the schema version."""
+        with _io(self.schema), self._pool.connection() as conn:
+            return self._migrate(conn)
+
+    def _migrate(self, conn: psycopg.Connection[Any]) -> int:
+        s = self._sql
+        # Hosts starting together queue here; each step is its own transaction.
+        lock = self._lock_id("migrate", "")
+        conn.execute("SELECT pg_advisory_lock(%s)", (lock,))
+        try:
+            with conn.transaction():
+                conn.execute(s.create_schema)
+                conn.execute(s.migrations_table)
+            row = conn.execute(s.current_version).fetchone()
+            current = int(row[0]) if row else 0
+            if current > SCHEMA_VERSION:
+                raise PostgresStoreError(
+                    f"schema {self.schema!r} is at version {current}, newer than this "
+                    f"sessiontree understands ({SCHEMA_VERSION}): upgrade sessiontree"
+                )
+            for version, name, _ in _MIGRATIONS:
+                if version <= current:
+                    continue
+                with conn.transaction():
+                    conn.execute(s.migration_bodies[version])
+                    conn.execute(s.record_version, (version, name))
+                current = version
+            return current
+        finally:
+            conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
+
+    # -- keys --------------------------------------------------------------------------------
+
+    def key_for(self, path: str) -> str:
+        """The key of `path`: relative to the root ('' is the root itself)."""
+        p = os.fspath(path)
+        if "\x00" in p:
+            raise ValueError("embedded null byte")
+        if os.path.isabs(p):
+            norm = os.path.normpath(p)
+            if norm == self.root:
+                return ""
+            if not norm.startswith(self._root_prefix):
+                raise PathOutsideStoreError(p, self.root)
+            rel = norm[len(self._root_prefix) :]
+        else:
+            rel = posixpath.normpath(p.replace(os.sep, "/"))
+            if rel == ".":
+                return ""
+            if rel == ".." or rel.startswith("../"):
+                raise PathOutsideStoreError(p, self.root)
+        return rel.replace(os.sep, "/")
+
+    def path_for(self, key: str) -> str:
+        """This host's absolute path of a key."""
+        return os.path.join(self.root, *key.split("/")) if key else self.root
+
+    def _lock_id(self, space: str, key: str) -> int:
+        digest = hashlib.blake2b(
+            f"sessiontree\x00{self.schema}\x00{space}\x00{key}".encode(), digest_size=8
+        ).digest()
+        return int.from_bytes(digest, "big", signed=True)
+
+    def _conn(self) -> Any:
+        if self._closed:
+            raise ValueError("PostgresSessionStorage is closed")
+        return self._pool.connection()
+
+    def _node(self, conn: psycopg.Connection[Any], key: str) -> tuple[int, bool, int, int] | None:
+        row = conn.execute(self._sql.node, (key,)).fetchone()
+        return (int(row[0]), bool(row[1]), int(row[2]), int(row[3])) if row else None
+
+    def _file_node(
+        self, conn: psycopg.Connection[Any], key: str, path: str
+    ) -> tuple[int, bool, int, int]:
+        node = self._node(conn, key)
+        if node is None:
+            raise _oserror(FileNotFoundError, errno.ENOENT, path)
+        if node[1]:
+            raise _oserror(IsADirectoryError, errno.EISDIR, path)
+        return node
+
+    def _check_parent(self, conn: psycopg.Connection[Any], key: str, path: str) -> None:
+        if key == "":
+            raise _oserror(IsADirectoryError, errno.EISDIR, path)
+        row = conn.execute(self._sql.is_dir, (_split_key(key)[0],)).fetchone()
+        if row is None:
+            raise _oserror(FileNotFoundError, errno.ENOENT, path)
+        if not row[0]:
+            raise _oserror(NotADirectoryError, errno.ENOTDIR, path)
+
+    # -- SessionStorage ----------------------------------------------------------------------
+
+    def ensure_dir(self, path: str) -> None:
+        """Create `path` and its parents if missing (FileExistsError over a file)."""
+        key = self.key_for(path)
+        if key == "":
+            return
+        parts = key.split("/")
+        chain = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        with _io(path), self._conn() as conn:
+            for attempt in range(2):
+                kinds = dict(conn.execute(self._sql.node_kinds, (chain,)).fetchall())
+                for k in chain:
+                    if k in kinds and not kinds[k]:
+                        raise _oserror(FileExistsError, errno.EEXIST, path)
+                missing = [k for k in chain if k not in kinds]
+                if not missing or attempt:
+                    return
+                parents = [_split_key(k)[0] for k in missing]
+                names = [_split_key(k)[1] for k in missing]
+                conn.execute(self._sql.make_dirs, (missing, parents, names))
+                # A second pass catches a file another host created at the same key.
+
+    def exists(self, path: str) -> bool:
+        """Whether a file or directory exists at `path`."""
+        key = self.key_for(path)
+        with _io(path), self._conn() as conn:
+            return conn.execute(self._sql.exists, (key,)).fetchone() is not None
+
+    def write_text(self, path: str, content: str) -> None:
+        """Atomically replace `path` with `content` (UTF-8)."""
+        self.write_atomic(path, (content.encode("utf-8"),))
+
+    def stat(self, path: str) -> StorageStat:
+        """Size, mtime (server clock) and ino (the file's row id; new on every rewrite)."""
+        key = self.key_for(path)
+        with _io(path), self._conn() as conn:
+            node = self._node(conn, key)
+        if node is None:
+            raise _oserror(FileNotFoundError, errno.ENOENT, path)
+        node_id, is_dir, size, mtime_ns = node
+        return _stat(node_id, 0 if is_dir else size, mtime_ns)
+
+    def _children(self, dir: str, is_dir: bool) -> list[str]:
+        key = self.key_for(dir)
+        with _io(dir), self._conn() as conn:
+            rows = conn.execute(self._sql.children, (key, is_dir)).fetchall()
+        return sorted(str(r[0]) for r in rows)
+
+    def list_files(self, dir: str, pattern: str) -> list[str]:
+        """Full paths of the files directly in `dir` matching `pattern`, sorted."""
+        names = [n for n in self._children(dir, False) if glob_match_name(n, pattern)]
+        return [os.path.join(dir, n) for n in names]
+
+    def read_text(self, path: str) -> str:
+        """The whole file as text (invalid UTF-8 becomes U+FFFD)."""
+        key = self.key_for(path)
+        with _io(path), self._conn() as conn, conn.cursor(binary=True) as cur:
+            rows = cur.execute(self._sql.all_data, (key,)).fetchall()
+        if not rows:
+            raise _oserror(FileNotFoundError, errno.ENOENT, path)
+        if rows[0][0]:
+            raise _oserror(IsADirectoryError, errno.EISDIR, path)
+        return b"".join(r[1] for r in rows if r[1] is not None).decode("utf-8", "replace")
+
+    def read_text_prefix(self, path: str, max_bytes: int) -> str:
+        """At most `max_bytes` from the start (only those rows are read)."""
+        return utf8_prefix_text(self.read_bytes_range(path, 0, max(0, max_bytes)))
+
+    def rename(self, path: str, new_path: str) -> None:
+        """Move a file or directory in one transaction, replacing a file at `new_path`."""
+        src, dst = self.key_for(path), self.key_for(new_path)
+        s = self._sql
+        with _io(path), self._conn() as conn, conn.transaction():
+            a, b = sorted((self._lock_id("path", src), self._lock_id("path", dst)))
+            conn.execute(s.xact_lock2, (a, b))
+            node = self._node(conn, src)
+            if node is None:
+                raise _oserror(FileNotFoundError, errno.ENOENT, path)
+            self._check_parent(conn, dst, new_path)
+            if src == dst:
+                return
+            target = self._node(conn, dst)
+            parent, name = _split_key(dst)
+            if not node[1]:
+                if target is not None:
+                    if target[1]:
+                        raise _oserror(IsADirectoryError, errno.EISDIR, new_path)
+                    conn.execute(s.delete_node, (target[0],))
+                conn.execute(s.move_file, (dst, parent, name, node[0]))
+                return
+            if src == "":
+                raise _oserror(OSError, errno.EBUSY, path)
+            if target is not None and not target[1]:
+                raise _oserror(NotADirectoryError, errno.ENOTDIR, new_path)
+            if dst.startswith(src + "/"):
+                raise _oserror(OSError, errno.EINVAL, new_path)
+            if target is not None:
+                if conn.execute(s.has_children, (dst,)).fetchone() is not None:
+                    raise _oserror(OSError, errno.ENOTEMPTY, new_path)
+                conn.execute(s.delete_node, (target[0],))
+            conn.execute(
+                s.move_tree,
+                {
+                    "src": src,
+                    "dst": dst,
+                    "n": len(src),
+                    "dparent": parent,
+                    "dname": name,
+                    "lo": src + "/",
+                    "hi": src + "0",  # '0' follows '/': the subtree is [src/, src0)
+                },
+            )
+
+    def unlink(self, path: str) -> None:
+        """Remove a file; FileNotFoundError when missing, IsADirectoryError for a directory."""
+        key = self.key_for(path)
+        with _io(path), self._conn() as conn, conn.transaction():
+            conn.execute(self._sql.xact_lock, (self._lock_id("path", key),))
+            if conn.execute(self._sql.delete_file, (key,)).fetchone() is None:
+                if conn.execute(self._sql.exists, (key,)).fetchone() is not None:
+                    raise _oserror(IsADirectoryError, errno.EISDIR, path)
+                raise _oserror(FileNotFoundError, errno.ENOENT, path)
+
+    def open_writer(self, path: str, flags: str = "a") -> PostgresSessionWriter:
+        """An appending (`"a"`) or truncating (`"w"`) writer; creates the file if missing."""
+        if flags not in ("a", "w"):
+            raise ValueError(f"unsupported writer flags {flags!r} (use 'a' or 'w')")
+        key = self.key_for(path)
+        s = self._sql
+        with _io(path), self._conn() as conn, conn.transaction():
+            conn.execute(s.xact_lock, (self._lock_id("path", key),))
+            self._check_parent(conn, key, path)
+            node = self._node(conn, key)
+            if node is None:
+                parent, name = _split_key(key)
+                row = conn.execute(s.new_file, (key, parent, name)).fetchone()
+                assert row is not None
+                node_id = int(row[0])
+            else:
+                if node[1]:
+                    raise _oserror(IsADirectoryError, errno.EISDIR, path)
+                node_id = node[0]
+                if flags == "w":
+                    conn.execute(s.truncate_lines, (node_id,))
+                    conn.execute(s.reset_file, (node_id,))
+            state = conn.execute(s.writer_state, (node_id,)).fetchone()
+            assert state is not None
+        return PostgresSessionWriter(self, node_id, path, int(state[0]), bool(state[1]))
+
+    # -- capabilities ------------------------------------------------------------------------
+
+    def iter_chunks(self, path: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+        """The file's bytes in `chunk_size` pieces, from one consistent snapshot.
+
+        FileNotFoundError is raised by this call; the rows are then streamed in
+        batches of about 4 MB inside one REPEATABLE READ transaction, so a
+        concurrent rewrite never tears the read.
+        """
+        if chunk_size <= 0:
+            raise ValueError("chunk_size must be positive")
+        key = self.key_for(path)
+        with _io(path), self._conn() as conn:
+            self._file_node(conn, key, path)
+        return self._stream(key, path, chunk_size)
+
+    def _stream(self, key: str, path: str, chunk_size: int) -> Iterator[bytes]:
+        s = self._sql
+        buffer = bytearray()
+        with _io(path), self._conn() as conn, conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            row = conn.execute(s.file_for_read, (key,)).fetchone()
+            if row is None:
+                raise _oserror(FileNotFoundError, errno.ENOENT, path)
+            file_id, size = int(row[0]), int(row[1])
+            pos = 0
+            with conn.cursor(binary=True) as cur:
+                while pos < size:
+                    rows = cur.execute(s.batch, (file_id, pos, pos + _READ_BATCH)).fetchall()
+                    if not rows:
+                        break
+                    for off, data in rows:
+                        buffer += data
+                        pos = int(off) + len(data)
+                    while len(buffer) >= chunk_size:
+                        yield bytes(buffer[:chunk_size])
+                        del buffer[:chunk_size]
+        if buffer:
+            yield bytes(buffer)
+
+    def read_bytes_range(self, path: str, offset: int, length: int) -> bytes:
+        """Up to `length` bytes from `offset` (negative: from the end); reads only those rows."""
+        key = self.key_for(path)
+        with _io(path), self._conn() as conn:
+            node_id, _, size, _ = self._file_node(conn, key, path)
+            if offset < 0:
+                offset = max(0, size + offset)
+            end = min(size, offset + max(0, length))
+            if offset >= end:
+                return b""
+            with conn.cursor(binary=True) as cur:
+                rows = cur.execute(self._sql.range, {"s": offset, "e": end, "id": node_id})
+                return b"".join(r[0] for r in rows.fetchall())
+
+    def write_atomic(self, path: str, chunks: Iterable[bytes]) -> None:
+        """Replace `path` with the concatenated chunks in one transaction (a new inode).
+
+        The content is streamed with COPY into a new, nameless file row that takes
+        the name at commit; a failure (also one raised by `chunks`) rolls
+        everything back, leaving the old file as it was.
+        """
+        key = self.key_for(path)
+        s = self._sql
+        with _io(path), self._conn() as conn, conn.transaction():
+            commit_mode = "off" if self._bulk else None
+            conn.execute(s.write_lock, (self._lock_id("path", key), commit_mode))
+            self._check_parent(conn, key, path)
+            old = self._node(conn, key)
+            if old is not None and old[1]:
+                raise _oserror(IsADirectoryError, errno.EISDIR, path)
+            parent, name = _split_key(key)
+            row = conn.execute(s.new_file, (None, parent, name)).fetchone()
+            assert row is not None
+            node_id = int(row[0])
+            scan = _Scan()
+            size = newlines = 0
+            ends = True
+            with conn.cursor() as cur, cur.copy(s.copy_lines) as copy:
+                copy.set_types(["int8", "int8", "bytea", "text"])
+                for line in _raw_lines(chunks):
+                    ends = line.endswith(b"\n")
+                    text = scan.feed(line[:-1] if ends else line)
+                    copy.write_row((node_id, size, line, text))
+                    size += len(line)
+                    newlines += ends
+            if old is not None:
+                conn.execute(s.delete_node, (old[0],))
+            conn.execute(
+                s.publish,
+                {
+                    "key": key,
+                    "size": size,
+                    "lines": newlines,
+                    "ends": ends,
+                    **_meta_params(scan),
+                    "msgs": scan.messages,
+                    "id": node_id,
+                },
+            )
+
+    def fsync_dir(self, path: str) -> None:
+        """Structural changes commit synchronously: only checks that the directory exists."""
+        key = self.key_for(path)
+        with _io(path), self._conn() as conn:
+            row = conn.execute(self._sql.is_dir, (key,)).fetchone()
+        if row is None:
+            raise _oserror(FileNotFoundError, errno.ENOENT, path)
+        if not row[0]:
+            raise _oserror(NotADirectoryError, errno.ENOTDIR, path)
+
+    def list_dirs(self, dir: str) -> list[str]:
+        """Full paths of the directories directly in `dir`, sorted ([] if missing)."""
+        return [os.path.join(dir, n) for n in self._children(dir, True)]
+
+    def remove_tree(self, path: str) -> None:
+        """Remove a directory and its subtree in one statement; missing is fine."""
+        key = self.key_for(path)
+        with _io(path), self._conn() as conn, conn.transaction():
+            node = self._node(conn, key)
+            if node is None:
+                return
+            if not node[1]:
+                raise _oserror(NotADirectoryError, errno.ENOTDIR, path)
+            if key == "":
+                conn.execute(self._sql.delete_children, ("",))  # the root itself stays
+            else:
+                conn.execute(self._sql.delete_node, (node[0],))  # children cascade
+
+    def acquire_lock(self, path: str) -> PostgresSessionLock:
+        """Take the session's writer lock for every host using this store.
+
+        A session-level advisory lock on a dedicated connection: PostgreSQL drops
+        it when this process dies or its host stops answering TCP keepalives.
+        """
+        key = self.key_for(path)
+        return PostgresSessionLock(self, path, self._lock_id("writer", key))
+
+    def blob_store(self) -> PostgresBlobStore:
+        """The blob store in this schema, shared by every host."""
+        if self._blobs is None:
+            self._blobs = PostgresBlobStore(self)
+        return self._blobs
+
+    def list_session_meta(
+        self, dir: str | None = None, *, with_text: bool = False
+    ) -> list[SessionMeta]:
+        """Metadata of the `*.jsonl` files directly in `dir` (None: every one under
+        `<root>/sessions`), sorted by path, from the metadata columns alone."""
+        s = self._sql
+        with _io(dir or self.root), self._conn() as conn:
+            if dir is None:
+                query = getattr(s, f"meta_tree_{with_text}")
+                rows = conn.execute(query, ("sessions/", "sessions0")).fetchall()
+                base = None
+            else:
+                query = getattr(s, f"meta_dir_{with_text}")
+                rows = conn.execute(query, (self.key_for(dir),)).fetchall()
+                base = dir
+        metas = []
+        for row in rows:
+            key = str(row[0])
+            if base is not None:
+                path = os.path.join(base, _split_key(key)[1])
+            else:
+                path = self.path_for(key)
+            mtime_ns = int(row[3])
+            common: dict[str, Any] = {
+                "path": path,
+                "size": int(row[1]),
+                "line_count": int(row[2]),
+                "mtime": _EPOCH + timedelta(microseconds=mtime_ns // 1000),
+                "mtime_ns": mtime_ns,
+                "ino": int(row[18]),
+            }
+            if row[4] != _SESSION:
+                metas.append(SessionMeta(valid=False, **common))
+                continue
+            slot, slot_title, header_title, name, short = row[7:12]
+            metas.append(
+                SessionMeta(
+                    valid=True,
+                    id=row[5],
+                    cwd=row[6],
+                    title=_title(slot_title if slot else header_title, name, short),
+                    title_source=row[12],
+                    parent_session=row[13],
+                    created=row[14],
+                    message_count=int(row[15]),
+                    first_message=row[16],
+                    last_activity_ms=int(row[17]) if row[17] is not None else None,
+                    all_messages_text=(row[19] or "") if with_text else None,
+                    **common,
+                )
+            )
+        metas.sort(key=lambda m: m.path)
+        return metas
+
+    def set_mtime(self, path: str, mtime_ns: int) -> None:
+        """Set a file's or directory's mtime (like `os.utime`; used by imports)."""
+        key = self.key_for(path)
+        with _io(path), self._conn() as conn:
+            commit_mode = "off" if self._bulk else None
+            if conn.execute(self._sql.set_mtime, (mtime_ns, commit_mode, key)).rowcount == 0:
+                raise _oserror(FileNotFoundError, errno.ENOENT, path)
+
+
+def _title(*candidates: str | None) -> str | None:
+    """The first non-blank of: the header's (or title slot's) title, the latest
+    session name, the latest compaction short summary (as discovery ranks them)."""
+    for candidate in candidates:
+        if candidate and not candidate.isspace():
+            return candidate
+    return None
+
+
+def _meta_params(scan: _Scan) -> dict[str, Any]:
+    return {
+        "state": scan.state,
+        "hid": scan.header_id,
+        "cwd": scan.cwd,
+        "slot": scan.slot,
+        "stitle": scan.slot_title,
+        "htitle": scan.header_title,
+        "tsrc": scan.title_source,
+        "name": scan.name,
+        "short": scan.short_summary,
+        "psess": scan.parent_session,
+        "created": scan.created,
+        "first": scan.first_message,
+        "act": scan.activity,
+    }
+
+
+class PostgresSessionWriter:
+    """Appends to one stored file: one row and one statement per `write_bytes`.
+
+    Follows the file it opened (its row id) through renames; after the file was
+    replaced or removed, writes go nowhere, as into an unlinked inode.
+    """
+
+    __slots__ = ("_closed", "_ends", "_error", "_id", "_state", "_storage", "path")
+
+    def __init__(
+        self, storage: PostgresSessionStorage, node_id: int, path: str, state: int, ends: bool
+    ) -> None:
+        self._storage = storage
+        self._id = node_id
+        self._state = state
+        self._ends = ends
+        self._error: BaseException | None = None
+        self._closed = False
+        self.path = path
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise ValueError(f"writer for {self.path} is closed")
+
+    def write_bytes(self, data: bytes) -> None:
+        """Append pre-encoded bytes (normally one complete line) in one statement."""
+        self._check()
+        if not data:
+            return
+        try:
+            with _io(self.path):
+                self._append(bytes(data))
+        except Exception as exc:
+            self._error = exc
+            raise
+
+    def write_line(self, line: str) -> None:
+        """Append `line` (already newline-terminated), UTF-8 encoded."""
+        self.write_bytes(line.encode("utf-8"))
+
+    def _append(self, data: bytes) -> None:
+        storage = self._storage
+        s = storage._sql
+        pieces = data.split(b"\n")
+        # Complete lines only: a piece continuing an unterminated line, or one the
+        # next write will finish, carries no metadata of its own.
+        complete = pieces[:-1]
+        if not self._ends and complete:
+            complete = complete[1:]
+        ends = data.endswith(b"\n")
+        newlines = len(pieces) - 1
+        with storage._conn() as conn:
+            if self._state == _AWAITING_HEADER:
+                self._append_slow(conn, data, complete, newlines, ends)
+            else:
+                scan = _Scan(self._state, line_no=2)  # past any title slot
+                texts = [t for t in (scan.feed(p) for p in complete) if t]
+                conn.execute(
+                    s.append,
+                    {
+                        "n": len(data),
+                        "nl": newlines,
+                        "ends": ends,
+                        "msgs": scan.messages,
+                        "first": scan.first_message,
+                        "act": scan.activity,
+                        "name_set": scan.name_set,
+                        "name": scan.name,
+                        "short": scan.short_summary,
+                        "id": self._id,
+                        "sync": "on" if storage.durable_appends else "off",
+                        "data": data,
+                        "text": " ".join(texts) or None,
+                    },
+                )
+        self._ends = ends
+
+    def _append_slow(
+        self,
+        conn: psycopg.Connection[Any],
+        data: bytes,
+        complete: Sequence[bytes],
+        newlines: int,
+        ends: bool,
+    ) -> None:
+        """An append while the header is still to come: read and update the state."""
+        s = self._storage._sql
+        with conn.transaction():
+            row = conn.execute(s.lock_file_row, (self._id,)).fetchone()
+            if row is None:
+                return  # the file was replaced or removed: the bytes go nowhere
+            size, line_count, state = int(row[0]), int(row[1]), int(row[2])
+            scan = _Scan(state, line_no=int(line_count))
+            # A title slot read by an earlier write (the header is still to come).
+            scan.slot, scan.slot_title = bool(row[3]), row[4]
+            scan.slot_source = scan.title_source = row[5]
+            texts = [t for t in (scan.feed(p) for p in complete) if t]
+            conn.execute(
+                s.append_slow,
+                {"n": len(data), "nl": newlines, "ends": ends, **_meta_params(scan)}
+                | {"msgs": scan.messages, "id": self._id},
+            )
+            conn.execute(s.insert_line, (self._id, size, data, " ".join(texts) or None))
+        self._state = scan.state
+
+    def flush(self) -> None:
+        """Every write is already committed; re-raises a stored error."""
+        self._check()
+
+    def fsync(self) -> None:
+        """Durability barrier: a synchronous commit flushes the WAL past every append."""
+        self._check()
+        if self._storage.durable_appends:
+            return
+        try:
+            with _io(self.path), self._storage._conn() as conn:
+                conn.execute(self._storage._sql.barrier)
+        except Exception as exc:
+            self._error = exc
+            raise
+
+    def close(self) -> None:
+        """Release the writer; raises the stored error, if any."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._error is not None:
+            raise self._error
+
+    def get_error(self) -> BaseException | None:
+        """The first error this writer hit, if any."""
+        return self._error
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called."""
+        return self._closed
+
+    def __enter__(self) -> PostgresSessionWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class PostgresSessionLock:
+    """A session's writer lock: an advisory lock held by a dedicated connection."""
+
+    def __init__(self, storage: PostgresSessionStorage, session_file: str, lock_id: int) -> None:
+        self.session_file = session_file
+        self._conn: psycopg.Connection[Any] | None = None
+        me = f"sessiontree pid {os.getpid()} on {socket.gethostname()}"[:63]
+        kwargs = dict(storage._connect_kwargs)
+        kwargs.update(
+            autocommit=True,
+            application_name=me,
+            # A host that vanishes without closing its socket loses the lock in ~1 min.
+            keepalives=1,
+            keepalives_idle=30,
+            keepalives_interval=10,
+            keepalives_count=3,
+        )
+        try:
+            conn = psycopg.connect(storage._conninfo, **kwargs)
+        except psycopg.Error as exc:
+            raise OSError(errno.EIO, f"PostgreSQL: {exc}", session_file) from exc
+        try:
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_id,)).fetchone()
+            if row is None or not row[0]:
+                holder = _lock_holder(conn, lock_id)
+                pid = _holder_pid(holder)
+                who = holder or "another process"
+                raise SessionLockError(
+                    session_file, pid, f"{session_file}: session is being written by {who}"
+                )
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+
+    @property
+    def held(self) -> bool:
+        """Whether this object still holds the lock."""
+        return self._conn is not None
+
+    def release(self) -> None:
+        """Unlock by closing the lock's connection (idempotent)."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+
+    def __del__(self) -> None:
+        self.release()
+
+
+def _lock_holder(conn: psycopg.Connection[Any], lock_id: int) -> str | None:
+    """The application_name of the connection holding an advisory lock, if visible."""
+    unsigned = lock_id & 0xFFFFFFFFFFFFFFFF
+    try:
+        row = conn.execute(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
+            "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+            "AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid",
+            (unsigned >> 32, unsigned & 0xFFFFFFFF),
+        ).fetchone()
+    except psycopg.Error:
+        return None
+    return str(row[0]) if row and row[0] else None
+
+
+def _holder_pid(holder: str | None) -> int | None:
+    match = re.match(r"sessiontree pid (\d+)", holder or "")
+    return int(match.group(1)) if match else None
+
+
+class PostgresBlobStore:
+    """Content-addressed blobs in the store's `blobs` table (`BlobStoreLike`).
+
+    Inserts are insert-if-absent, so hosts putting the same image race harmlessly;
+    a blob's image extensions are remembered so an export can recreate the
+    `<hash>.<ext>` sidecars a file store has.
+    """
+
+    def __init__(self, storage: PostgresSessionStorage) -> None:
+        self._storage = storage
+        self.dir = os.path.join(storage.root, "blobs")
+
+    def put(self, data: bytes, mime_type: str | None = None) -> BlobPutResult:
+        """Store `data` under its sha256 (sent only when the blob is new)."""
+        digest = hashlib.sha256(data).hexdigest()
+        ext = blob_extension_for_mime_type(mime_type)
+        s = self._storage._sql
+        with _io(self.dir), self._storage._conn() as conn:
+            row = conn.execute(s.blob_exts, (digest,)).fetchone()
+            if row is None:
+                conn.execute(s.blob_insert, (digest, bytes(data), len(data), [ext] if ext else []))
+            if ext and (row is None or ext not in row[0]):
+                conn.execute(s.blob_add_ext, (ext, digest, ext))
+        path = os.path.join(self.dir, digest)
+        return BlobPutResult(
+            digest, path, BLOB_REF_PREFIX + digest, f"{path}.{ext}" if ext else None
+        )
+
+    def get(self, hash: str) -> bytes | None:
+        """The blob's bytes, or None when missing; InvalidBlobRefError for a bad hash."""
+        digest = _check_hash(hash)
+        with (
+            _io(self.dir),
+            self._storage._conn() as conn,
+            conn.cursor(binary=True) as cur,
+        ):
+            row = cur.execute(self._storage._sql.blob_get, (digest,)).fetchone()
+        return bytes(row[0]) if row else None
+
+    def has(self, hash: str) -> bool:
+        """Whether the blob exists; InvalidBlobRefError for a bad hash."""
+        digest = _check_hash(hash)
+        with _io(self.dir), self._storage._conn() as conn:
+            return conn.execute(self._storage._sql.blob_has, (digest,)).fetchone() is not None
+
+    def sync(self) -> None:
+        """Nothing to do: blob inserts commit synchronously."""
+
+    def add_extension(self, hash: str, ext: str) -> None:
+        """Remember a `<hash>.<ext>` sidecar of a stored blob (file-store imports)."""
+        digest = _check_hash(hash)
+        if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9._-]{0,31}", ext):
+            raise ValueError(f"invalid blob extension {ext!r}")
+        with _io(self.dir), self._storage._conn() as conn:
+            conn.execute(self._storage._sql.blob_add_ext, (ext, digest, ext))
+
+    def list(self) -> list[tuple[str, list[str]]]:
+        """Every blob's hash and its sidecar extensions, by hash."""
+        with _io(self.dir), self._storage._conn() as conn:
+            rows = conn.execute(self._storage._sql.blob_list).fetchall()
+        return [(str(h), [str(e) for e in exts]) for h, exts in rows]
+
+
+def new_schema_name(prefix: str = "sessiontree") -> str:
+    """A fresh, valid schema name (`<prefix>_<random hex>`), e.g. for tests."""
+    return validate_schema_name(f"{prefix}_{secrets.token_hex(6)}")

@@ -1,0 +1,259 @@
+"""Opening a session store by URL, and moving a file store into a database and back.
+
+`open_store` is what the CLI's `--store` option (or `SESSIONTREE_STORE`) calls:
+
+- nothing, a path or a `file:` URL: the agent dir's files (`FileSessionStorage`);
+- `postgresql://...` (or `postgres://`): `PostgresSessionStorage`; a `schema`
+  query parameter picks the schema (default `sessiontree`), every other parameter
+  goes to libpq. Paths map to keys relative to the agent dir (see
+  `sessiontree.storage.postgres`).
+
+`import_files` / `export_files` copy `sessions/` (every directory and file, byte
+for byte, mtimes kept) and `blobs/` between an agent dir and any storage. Only
+those two trees move: `history.db`, terminal breadcrumbs and settings (which may
+hold credentials) stay on the host. Lock sidecars and temp files are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Final
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from .blobs import BlobStore, BlobStoreLike, parse_blob_ref
+from .errors import SessionLockError, SessionTreeError
+from .locks import is_locked, lock_path_for
+from .paths import get_agent_dir
+from .storage.base import BlobBackedStorage, SessionStorage
+from .storage.file import FileSessionStorage, fsync_directory
+
+__all__ = [
+    "STORE_ENV",
+    "TransferReport",
+    "close_store",
+    "export_files",
+    "import_files",
+    "open_store",
+]
+
+STORE_ENV: Final = "SESSIONTREE_STORE"
+_PG_SCHEMES: Final = ("postgresql", "postgres")
+_BLOB_NAME: Final = re.compile(r"([0-9a-f]{64})(?:\.([a-zA-Z0-9][a-zA-Z0-9._-]*))?")
+_TREES: Final = ("sessions",)
+
+
+def open_store(url_or_path: str | None = None, *, agent_dir: str | None = None) -> SessionStorage:
+    """The storage a URL or path names (None: `$SESSIONTREE_STORE`, else the agent dir's files).
+
+    A path (or `file:` URL) names the agent dir of a file store: the caller keeps
+    using it as its `agent_dir`. A PostgreSQL URL opens (and migrates) the
+    database; its paths are relative to `agent_dir` (default: the agent dir).
+    Close what this returns with `close_store`.
+
+    Raises:
+        BackendUnavailableError: psycopg is not installed (the message says what to install).
+        SessionTreeError: an unsupported URL scheme, or the database cannot be used.
+    """
+    target = url_or_path if url_or_path else os.environ.get(STORE_ENV) or None
+    if target is None:
+        return FileSessionStorage()
+    scheme = (
+        urlsplit(target).scheme.lower() if "://" in target or target.startswith("file:") else ""
+    )
+    if scheme in ("", "file"):
+        return FileSessionStorage()
+    if scheme not in _PG_SCHEMES:
+        raise SessionTreeError(
+            f"unsupported store {_redact(target)!r}: use a path or a postgresql:// URL"
+        )
+    from .storage.postgres import PostgresSessionStorage
+
+    conninfo, schema = _split_schema(target)
+    return PostgresSessionStorage(conninfo, schema=schema or "sessiontree", root=agent_dir)
+
+
+def close_store(storage: SessionStorage) -> None:
+    """Release what `open_store` opened (a database pool); files need nothing."""
+    close = getattr(storage, "close", None)
+    if callable(close):
+        close()
+
+
+def _split_schema(url: str) -> tuple[str, str | None]:
+    """The URL without its `schema` query parameter, and that parameter."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schema = next((v for k, v in query if k == "schema"), None)
+    rest = urlencode([(k, v) for k, v in query if k != "schema"])
+    return urlunsplit(parts._replace(query=rest)), schema
+
+
+def _redact(url: str) -> str:
+    """A URL without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+# -- moving stores ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class TransferReport:
+    """What `import_files` / `export_files` copied."""
+
+    dirs: int = 0
+    files: int = 0
+    bytes: int = 0
+    blobs: int = 0
+
+
+def _skipped(name: str) -> bool:
+    """Host-local leftovers: writer-lock sidecars and temp files of atomic writes."""
+    return name.startswith(".") and name.endswith((".writer-lock", ".tmp"))
+
+
+def _walk(storage: SessionStorage, top: str) -> Iterator[tuple[str, list[str]]]:
+    """(directory, files in it) for `top` and every directory below, parents first."""
+    pending = [top]
+    while pending:
+        directory = pending.pop()
+        names = storage.list_files(directory, "*") + storage.list_files(directory, ".*")
+        yield directory, sorted(p for p in names if not _skipped(os.path.basename(p)))
+        pending.extend(reversed(storage.list_dirs(directory)))
+
+
+def _maybe_locked(storage: SessionStorage, path: str) -> bool:
+    """Whether a live writer holds the session (files: only probed when a lock sidecar exists)."""
+    if isinstance(storage, FileSessionStorage) and not os.path.exists(lock_path_for(path)):
+        return False  # a writer keeps its sidecar while it holds the lock
+    return is_locked(storage, path)
+
+
+def _root_of(storage: SessionStorage, agent_dir: str) -> str:
+    """Where a storage keeps the agent dir's trees: its `root` if it has one."""
+    root = getattr(storage, "root", None)
+    return root if isinstance(root, str) else agent_dir
+
+
+def _set_mtime(storage: SessionStorage, path: str, mtime_ns: int) -> None:
+    if isinstance(storage, FileSessionStorage):
+        os.utime(path, ns=(mtime_ns, mtime_ns))
+        return
+    set_mtime = getattr(storage, "set_mtime", None)
+    if callable(set_mtime):
+        set_mtime(path, mtime_ns)
+
+
+def _copy_trees(
+    source: SessionStorage, src_root: str, target: SessionStorage, dst_root: str
+) -> TransferReport:
+    report = TransferReport()
+    for tree in _TREES:
+        top = os.path.join(src_root, tree)
+        if not source.exists(top):
+            continue
+        dirs: list[tuple[str, int]] = []
+        for directory, files in _walk(source, top):
+            rel = os.path.relpath(directory, src_root)
+            dst_dir = os.path.join(dst_root, rel)
+            target.ensure_dir(dst_dir)
+            dirs.append((dst_dir, source.stat(directory).mtime_ns))
+            report.dirs += 1
+            for path in files:
+                name = os.path.basename(path)
+                if name.endswith(".jsonl") and _maybe_locked(source, path):
+                    raise SessionLockError(path, message=f"{path}: a writer is active; retry later")
+                st = source.stat(path)
+                dst = os.path.join(dst_dir, name)
+                target.write_atomic(dst, source.iter_chunks(path))
+                _set_mtime(target, dst, st.mtime_ns)
+                report.files += 1
+                report.bytes += st.size
+        # Children first, so creating a child does not move its parent's mtime again.
+        for dst_dir, mtime_ns in reversed(dirs):
+            _set_mtime(target, dst_dir, mtime_ns)
+    return report
+
+
+def import_files(agent_dir: str | None, storage: SessionStorage) -> TransferReport:
+    """Copy an agent dir's `sessions/` and `blobs/` into `storage`, byte for byte.
+
+    Files already in `storage` at the same paths are replaced; a session being
+    written by a live process raises SessionLockError (import it once it is done).
+    """
+    agent_dir = os.path.abspath(agent_dir if agent_dir is not None else get_agent_dir())
+    files = FileSessionStorage()
+    bulk = getattr(storage, "bulk", None)  # one durability barrier for the whole import
+    with bulk() if callable(bulk) else nullcontext():
+        report = _copy_trees(files, agent_dir, storage, _root_of(storage, agent_dir))
+    blob_dir = os.path.join(agent_dir, "blobs")
+    if not os.path.isdir(blob_dir):
+        return report
+    target = _blob_store_of(storage, agent_dir)
+    sidecars: list[tuple[str, str]] = []
+    for name in sorted(os.listdir(blob_dir)):
+        match = _BLOB_NAME.fullmatch(name)
+        if match is None or not os.path.isfile(os.path.join(blob_dir, name)):
+            continue
+        digest, ext = match.group(1), match.group(2)
+        if ext is not None:
+            sidecars.append((digest, ext))
+            continue
+        with open(os.path.join(blob_dir, name), "rb") as f:
+            data = f.read()
+        if target.put(data).hash != digest:
+            raise SessionTreeError(
+                f"{os.path.join(blob_dir, name)}: content does not match its hash"
+            )
+        report.blobs += 1
+    add_extension = getattr(target, "add_extension", None)
+    for digest, ext in sidecars:
+        if callable(add_extension) and target.has(digest):
+            add_extension(digest, ext)
+    target.sync()
+    return report
+
+
+def export_files(storage: SessionStorage, agent_dir: str | None) -> TransferReport:
+    """Copy `storage`'s `sessions/` and blobs into an agent dir, byte for byte (mtimes too)."""
+    agent_dir = os.path.abspath(agent_dir if agent_dir is not None else get_agent_dir())
+    files = FileSessionStorage()
+    report = _copy_trees(storage, _root_of(storage, agent_dir), files, agent_dir)
+    source = storage.blob_store() if isinstance(storage, BlobBackedStorage) else None
+    listing = getattr(source, "list", None)
+    if source is None or not callable(listing):
+        return report
+    blob_dir = os.path.join(agent_dir, "blobs")
+    blobs = BlobStore(blob_dir)
+    for digest, exts in listing():
+        if parse_blob_ref("blob:sha256:" + digest) is None:
+            continue
+        data = source.get(digest)
+        if data is None:
+            continue
+        blobs.put(data)
+        path = os.path.join(blob_dir, digest)
+        for ext in exts:
+            sidecar = f"{path}.{ext}"
+            if not os.path.exists(sidecar):
+                os.link(path, sidecar)  # as BlobStore makes them: a hard link
+        report.blobs += 1
+    blobs.sync()
+    if report.blobs:
+        fsync_directory(blob_dir)
+    return report
+
+
+def _blob_store_of(storage: SessionStorage, agent_dir: str) -> BlobStoreLike:
+    if isinstance(storage, BlobBackedStorage):
+        own = storage.blob_store()
+        if own is not None:
+            return own
+    return BlobStore(os.path.join(_root_of(storage, agent_dir), "blobs"))
