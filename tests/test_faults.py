@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from helpers import assistant, user
-from sessiontree import SessionManager, SessionPersistenceError
+from sessiontree import SessionManager, SessionPersistenceError, SessionTreeError
 from sessiontree.storage import file as file_backend
 
 ENOSPC = OSError(errno.ENOSPC, "No space left on device")
@@ -116,3 +116,34 @@ def test_first_write_fault_creates_no_file(tmp_path: Path, monkeypatch: pytest.M
     assert len(sm.get_entries()) == 2  # memory is intact
     with pytest.raises(SessionPersistenceError):
         sm.close()
+
+
+def test_failed_move_rolls_back_file_and_artifacts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sm = SessionManager.create("/old/project")
+    sm.append_message(assistant())
+    old = sm.get_session_file() or ""
+    artifacts = Path(old[: -len(".jsonl")])
+    artifacts.mkdir()
+    (artifacts / "out.txt").write_text("x")
+    before = Path(old).read_bytes()
+    real_unlink = os.unlink
+
+    def failing_unlink(path: Any, *args: Any, **kwargs: Any) -> None:
+        if str(path) == old:
+            raise OSError(errno.EACCES, "Permission denied")
+        real_unlink(path, *args, **kwargs)
+
+    monkeypatch.setattr(file_backend.os, "unlink", failing_unlink)
+    with pytest.raises(SessionTreeError):
+        sm.move_to("/new/project")
+    monkeypatch.undo()
+    # Everything is where it was: the file, its artifacts, and the manager's idea of both.
+    assert Path(old).read_bytes() == before
+    assert (artifacts / "out.txt").read_text() == "x"
+    assert sm.get_session_file() == old and sm.get_cwd() == "/old/project"
+    new_dir = Path(sm.get_session_dir()).parent / "--new-project--"
+    assert not list(new_dir.glob("*.jsonl")) if new_dir.exists() else True
+    sm.append_message(user("still writable"))
+    sm.close()
