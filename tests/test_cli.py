@@ -144,6 +144,8 @@ def test_every_command_and_parameter_has_help() -> None:
         "verify",
         "repair",
         "gc",
+        "import-files",
+        "export-files",
     } <= names
     for name, command in group.commands.items():
         assert command.help and command.help.strip(), name
@@ -392,6 +394,31 @@ def test_agent_dir_option(store: Store, tmp_path: Path) -> None:
     os.environ["PI_CODING_AGENT_DIR"] = str(tmp_path / "agent")
     document = as_json("--agent-dir", str(other_store), "list", "--all")
     assert [s["path"] for s in document["sessions"]] == [path]
+
+
+def test_store_option_with_a_path_is_the_agent_dir(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other_store = tmp_path / "pi-agent"
+    os.environ["PI_CODING_AGENT_DIR"] = str(other_store)
+    path = make_session("/somewhere", "in the other store", "yes")
+    for value in (str(other_store), f"file://{other_store}"):
+        os.environ["PI_CODING_AGENT_DIR"] = str(tmp_path / "agent")
+        document = as_json("--store", value, "list", "--all")
+        assert [s["path"] for s in document["sessions"]] == [path]
+    os.environ["PI_CODING_AGENT_DIR"] = str(tmp_path / "agent")
+    monkeypatch.setenv("SESSIONTREE_STORE", str(other_store))
+    assert [s["path"] for s in as_json("list", "--all")["sessions"]] == [path]
+    monkeypatch.delenv("SESSIONTREE_STORE")
+    os.environ["PI_CODING_AGENT_DIR"] = str(tmp_path / "agent")
+    # The same dir twice is fine; two different ones are a usage error.
+    assert as_json("--agent-dir", str(other_store), "--store", str(other_store), "list", "--all")
+    message = assert_user_error(
+        run("--agent-dir", str(tmp_path / "agent"), "--store", str(other_store), "list"), 2
+    )
+    assert "--agent-dir" in message
+    assert "postgresql://" in assert_user_error(run("--store", "mysql://db/x", "list"))
+    assert "--store postgresql://" in assert_user_error(run("import-files"), 2)
 
 
 # ---------------------------------------------------------------------- changing

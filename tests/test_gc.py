@@ -7,6 +7,7 @@ import hashlib
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,6 +15,7 @@ import sessiontree.gc as gc_module
 from helpers import assistant, user
 from sessiontree import BlobStore, SessionManager
 from sessiontree.gc import collect_garbage, list_blobs
+from sessiontree.storage import MemorySessionStorage
 
 LATER = time.time() + 3600  # "now" for tests that need every blob to be old
 
@@ -225,3 +227,96 @@ def test_hashes_inside_longer_hex_runs_are_kept(agent_dir: Path, text: str) -> N
     target.write_text(text.format(h=digest))
     report = collect_garbage(str(agent_dir), delete=True, now=LATER)
     assert report.deleted == []
+
+
+# ---------------------------------------------------------------------- other storages
+
+
+def _memory_store(agent_dir: Path) -> tuple[MemorySessionStorage, dict[str, str]]:
+    """Sessions and blobs in memory: an image session, references hidden in odd files
+    (nested, not `.jsonl`, dotfiles), and an orphan blob."""
+    storage = MemorySessionStorage()
+    blobs = storage.blob_store()
+    data = os.urandom(1000)
+    sm = SessionManager.create("/proj", storage=storage)
+    sm.append_message(
+        {
+            "role": "user",
+            "content": [
+                {"type": "image", "data": base64.b64encode(data).decode(), "mimeType": "image/png"}
+            ],
+            "timestamp": 1,
+        }
+    )
+    sm.append_message(assistant("nice picture"))
+    sm.close()
+    digests = {"image": hashlib.sha256(data).hexdigest()}
+    sessions = str(agent_dir / "sessions")
+    for name, rel in (
+        ("nested", "--proj--/artifacts/sub/agent.jsonl"),
+        ("backup", "--proj--/old.jsonl.bak"),
+        ("dotfile", "--x--/.hidden"),
+    ):
+        digests[name] = blobs.put(name.encode()).hash
+        path = os.path.join(sessions, rel)
+        storage.ensure_dir(os.path.dirname(path))
+        storage.write_text(path, f"see blobs/{digests[name]}.png\n")
+    digests["orphan"] = blobs.put(b"orphan", "image/png").hash
+    return storage, digests
+
+
+def test_gc_on_a_storage_marks_every_stored_file_and_uses_its_blob_store(
+    agent_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage, digests = _memory_store(agent_dir)
+    blobs = storage.blob_store()
+    young = collect_garbage(str(agent_dir), delete=True, storage=storage)
+    assert young.files_scanned == 4 and young.blobs == 5
+    assert hashes(young.young) == {digests["orphan"]} and young.deleted == []
+    assert not (agent_dir / "blobs").exists()  # nothing about files on this host
+    monkeypatch.setattr(blobs, "now", lambda: time.time() + 3600)  # an hour later
+    report = collect_garbage(str(agent_dir), delete=True, storage=storage)
+    assert hashes(report.deleted) == {digests["orphan"]}
+    assert report.deleted[0].paths[1].endswith(f"{digests['orphan']}.png")
+    assert report.freed_bytes == len(b"orphan") and report.refused is None
+    assert blobs.list_hashes() == sorted(v for k, v in digests.items() if k != "orphan")
+
+
+def test_gc_on_a_storage_never_deletes_what_its_clock_calls_young(agent_dir: Path) -> None:
+    storage, digests = _memory_store(agent_dir)
+    # `now` may say an hour has passed; the blob store's own clock decides deletion.
+    report = collect_garbage(str(agent_dir), delete=True, now=LATER, storage=storage)
+    assert hashes(report.unreferenced) == {digests["orphan"]} and report.deleted == []
+    assert storage.blob_store().has(digests["orphan"])
+
+
+def test_gc_on_a_storage_aborts_on_an_unreadable_file(
+    agent_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage, digests = _memory_store(agent_dir)
+    blobs = storage.blob_store()
+    monkeypatch.setattr(blobs, "now", lambda: time.time() + 3600)
+    real = storage.iter_chunks
+
+    def failing(path: str, chunk_size: int = 1 << 20) -> Any:
+        if path.endswith(".hidden"):
+            raise PermissionError(13, "Permission denied", path)
+        return real(path, chunk_size)
+
+    monkeypatch.setattr(storage, "iter_chunks", failing)
+    report = collect_garbage(str(agent_dir), delete=True, storage=storage)
+    assert report.refused is not None and "could not be read" in report.refused
+    assert report.unreadable[0][0].endswith(".hidden") and report.deleted == []
+    assert blobs.has(digests["orphan"])
+
+
+def test_gc_on_an_empty_storage_refuses_to_delete_every_blob(
+    agent_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage = MemorySessionStorage()
+    blobs = storage.blob_store()
+    blobs.put(b"lonely")
+    monkeypatch.setattr(blobs, "now", lambda: time.time() + 3600)
+    report = collect_garbage(str(agent_dir), delete=True, storage=storage)
+    assert report.refused is not None and "no session file" in report.refused
+    assert len(blobs) == 1

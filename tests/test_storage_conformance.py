@@ -19,6 +19,7 @@ import pytest
 
 from pg_support import pg_storage
 from sessiontree import InvalidBlobRefError, SessionLockError, serialize_entry
+from sessiontree.blobs import CollectableBlobStore
 from sessiontree.locks import is_locked
 from sessiontree.storage import (
     FileSessionStorage,
@@ -483,6 +484,35 @@ def test_blob_store_round_trip(storage: SessionStorage, root: str) -> None:
             blobs.get(bad)
         with pytest.raises(InvalidBlobRefError):
             blobs.has(bad)
+
+
+def test_blob_store_is_collectable(storage: SessionStorage, root: str) -> None:
+    """What `gc` needs of a storage's own blob store: inventory, mtimes, guarded delete."""
+    _require(storage, "blobs")
+    assert isinstance(storage, BlobBackedStorage)
+    blobs = storage.blob_store()
+    assert isinstance(blobs, CollectableBlobStore)
+    assert blobs.list_hashes() == [] and blobs.list_info() == []
+    first = blobs.put(b"first image", "image/png").hash
+    second = blobs.put(b"second").hash
+    assert blobs.list_hashes() == sorted([first, second])
+    now = blobs.now()
+    infos = {info.hash: info for info in blobs.list_info()}
+    assert [i.hash for i in blobs.list_info()] == sorted([first, second])
+    assert infos[first].size == len(b"first image") and infos[first].exts == ("png",)
+    assert infos[second].exts == ()
+    for digest in (first, second):
+        mtime = blobs.mtime(digest)
+        assert mtime is not None and abs(mtime - now) < 60 and mtime == infos[digest].mtime
+    assert blobs.mtime("0" * 64) is None
+    with pytest.raises(InvalidBlobRefError):
+        blobs.mtime("../x")
+    assert not blobs.delete(first, min_age_seconds=600)  # put just now: kept
+    assert blobs.has(first)
+    assert blobs.delete(first) and not blobs.has(first) and blobs.get(first) is None
+    assert not blobs.delete(first)  # already gone
+    assert blobs.list_hashes() == [second]
+    assert blobs.put(b"first image").hash == first and blobs.has(first)  # back again
 
 
 def _session_bytes() -> bytes:

@@ -352,3 +352,61 @@ def test_discovery_from_the_index_equals_scanning_the_files(tmp_path: Path) -> N
             assert get_recent_sessions(directory, 20, storage=pg) == get_recent_sessions(
                 directory, 20
             )
+
+
+def _set_blob_age(pg: Any, digest: str, seconds: float) -> None:
+    from psycopg import sql
+
+    with psycopg.connect(pg._conninfo, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL(
+                "UPDATE {}.blobs SET created_at = now() - make_interval(secs => %s) WHERE hash = %s"
+            ).format(sql.Identifier(pg.schema)),
+            (seconds, digest),
+        )
+
+
+def test_a_re_put_keeps_a_blob_from_gc(pg: Any) -> None:
+    blobs = pg.blob_store()
+    digest = blobs.put(b"image").hash
+    _set_blob_age(pg, digest, 3600)
+    old = blobs.mtime(digest)
+    assert old is not None and blobs.now() - old > 3500
+    blobs.put(b"image")  # a writer about to reference it again
+    fresh = blobs.mtime(digest)
+    assert fresh is not None and blobs.now() - fresh < 60
+    assert not blobs.delete(digest, min_age_seconds=600)
+    _set_blob_age(pg, digest, 30)
+    blobs.put(b"image")  # used within the last minute: no write needed
+    mtime = blobs.mtime(digest)
+    assert mtime is not None and blobs.now() - mtime > 25
+    _set_blob_age(pg, digest, 700)
+    assert blobs.delete(digest, min_age_seconds=600) and not blobs.has(digest)
+
+
+def test_a_re_put_racing_gc_stores_the_blob_again(pg: Any) -> None:
+    blobs = pg.blob_store()
+    digest = blobs.put(b"image", "image/png").hash
+    _set_blob_age(pg, digest, 3600)
+    touch = pg._sql.blob_touch
+    deleted: list[bool] = []
+    original_execute = psycopg.Connection.execute
+
+    def execute(self: Any, query: Any, params: Any = None, **kwargs: Any) -> Any:
+        # gc deletes the blob between put's look-up and its touch.
+        if query is touch and not deleted:
+            deleted.append(True)
+            with psycopg.connect(pg._conninfo, autocommit=True) as other:
+                other.execute(
+                    psycopg.sql.SQL("DELETE FROM {}.blobs WHERE hash = %s").format(
+                        psycopg.sql.Identifier(pg.schema)
+                    ),
+                    (digest,),
+                )
+        return original_execute(self, query, params, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(psycopg.Connection, "execute", execute)
+        blobs.put(b"image", "image/png")
+    assert deleted and blobs.get(digest) == b"image"
+    assert [i.exts for i in blobs.list_info()] == [("png",)]

@@ -13,17 +13,20 @@ import os
 import re
 import secrets
 import threading
+import time
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Final, Protocol, runtime_checkable
 
 from sessiontree.errors import InvalidBlobRefError
 from sessiontree.storage.file import FILE_MODE, ensure_private_dir, fsync_directory
 
 __all__ = [
     "BLOB_REF_PREFIX",
+    "BlobInfo",
     "BlobPutResult",
     "BlobStore",
     "BlobStoreLike",
+    "CollectableBlobStore",
     "MemoryBlobStore",
     "blob_extension_for_mime_type",
     "is_blob_ref",
@@ -111,6 +114,48 @@ class BlobStoreLike(Protocol):
 
     def sync(self) -> None:
         """Make the blobs written since the last sync durable."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class BlobInfo:
+    """One blob as `CollectableBlobStore.list_info` describes it."""
+
+    hash: str
+    size: int
+    mtime: float
+    """When the blob was last put (a re-put counts), epoch seconds on the store's clock."""
+    exts: tuple[str, ...] = ()
+    """Image extensions of its `<hash>.<ext>` sidecars."""
+
+
+@runtime_checkable
+class CollectableBlobStore(Protocol):
+    """A blob store that `sessiontree.gc` can inventory and prune (beyond a blob directory).
+
+    Like `BlobStore.put` touching a blob's file, a re-put refreshes a blob's mtime:
+    `gc` never deletes a blob put within its minimum age.
+    """
+
+    def list_hashes(self) -> list[str]:
+        """Every stored blob's hash, sorted."""
+        ...
+
+    def list_info(self) -> list[BlobInfo]:
+        """Every stored blob with its size and mtime, sorted by hash."""
+        ...
+
+    def mtime(self, hash: str) -> float | None:
+        """When the blob was last put (epoch seconds), None when missing."""
+        ...
+
+    def now(self) -> float:
+        """The current time on the clock `mtime` uses (epoch seconds)."""
+        ...
+
+    def delete(self, hash: str, *, min_age_seconds: float = 0.0) -> bool:
+        """Remove the blob unless it was put less than `min_age_seconds` ago (checked
+        atomically with the removal); True when it was removed."""
         ...
 
 
@@ -244,13 +289,21 @@ class MemoryBlobStore:
     def __init__(self, dir: str = "/memory/blobs") -> None:
         self.dir = dir
         self._blobs: dict[str, bytes] = {}
+        self._mtimes: dict[str, float] = {}
+        self._exts: dict[str, list[str]] = {}
 
     def put(self, data: bytes, mime_type: str | None = None) -> BlobPutResult:
-        """Store `data` under its sha256; identical content is stored once."""
+        """Store `data` under its sha256; identical content is stored once (a re-put
+        refreshes its mtime)."""
         digest = hashlib.sha256(data).hexdigest()
         self._blobs.setdefault(digest, bytes(data))
+        self._mtimes[digest] = self.now()
         path = os.path.join(self.dir, digest)
         ext = blob_extension_for_mime_type(mime_type)
+        if ext:
+            exts = self._exts.setdefault(digest, [])
+            if ext not in exts:
+                exts.append(ext)
         return BlobPutResult(
             digest, path, BLOB_REF_PREFIX + digest, f"{path}.{ext}" if ext else None
         )
@@ -265,6 +318,35 @@ class MemoryBlobStore:
 
     def sync(self) -> None:
         """Nothing to make durable."""
+
+    def list_hashes(self) -> list[str]:
+        """Every stored blob's hash, sorted."""
+        return sorted(self._blobs)
+
+    def list_info(self) -> list[BlobInfo]:
+        """Every stored blob with its size and mtime, sorted by hash."""
+        return [
+            BlobInfo(h, len(self._blobs[h]), self._mtimes[h], tuple(self._exts.get(h, ())))
+            for h in sorted(self._blobs)
+        ]
+
+    def mtime(self, hash: str) -> float | None:
+        """When the blob was last put, None when missing."""
+        return self._mtimes.get(_check_hash(hash))
+
+    def now(self) -> float:
+        """This process's clock."""
+        return time.time()
+
+    def delete(self, hash: str, *, min_age_seconds: float = 0.0) -> bool:
+        """Remove the blob unless it was put less than `min_age_seconds` ago."""
+        digest = _check_hash(hash)
+        mtime = self._mtimes.get(digest)
+        if mtime is None or self.now() - mtime < min_age_seconds:
+            return False
+        del self._blobs[digest], self._mtimes[digest]
+        self._exts.pop(digest, None)
+        return True
 
     def __len__(self) -> int:
         return len(self._blobs)

@@ -41,7 +41,7 @@ from .loader import is_title_slot
 from .locks import acquire_session_lock
 from .migrations import migrate_session_entries, session_version
 from .paths import get_agent_dir
-from .storage.base import SessionStorage
+from .storage.base import BlobBackedStorage, SessionStorage
 from .storage.file import FileSessionStorage
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "check_entries",
     "check_session",
     "conflict_siblings",
+    "default_blob_store",
     "find_cycles",
     "repair_session",
     "scan_session",
@@ -185,6 +186,23 @@ def blob_dir_for(path: str) -> str:
         if parent == current:
             return os.path.join(get_agent_dir(), "blobs")
         current = parent
+
+
+def default_blob_store(path: str, storage: SessionStorage | None = None) -> BlobStoreLike:
+    """The blob store a session at `path` in `storage` resolves its images from.
+
+    A storage's own blob store (`BlobBackedStorage`, e.g. PostgreSQL's), else the
+    files of `blob_dir_for(path)`.
+    """
+    if (
+        storage is not None
+        and not isinstance(storage, FileSessionStorage)
+        and isinstance(storage, BlobBackedStorage)
+    ):
+        own = storage.blob_store()
+        if own is not None:
+            return own
+    return BlobStore(blob_dir_for(path))
 
 
 def conflict_siblings(path: str, storage: SessionStorage | None = None) -> list[str]:
@@ -423,11 +441,11 @@ def check_session(
     """Everything wrong with one session file, in line order; [] when it is sound.
 
     Never writes. `blobs` defaults to the blob store of the store holding `path`
-    (see `blob_dir_for`). FileNotFoundError when the file is missing.
+    (see `default_blob_store`). FileNotFoundError when the file is missing.
     """
     storage = storage if storage is not None else FileSessionStorage()
     scanned = scan_session(path, storage)
-    findings = _findings(scanned, blobs if blobs is not None else BlobStore(blob_dir_for(path)))
+    findings = _findings(scanned, blobs if blobs is not None else default_blob_store(path, storage))
     if conflicts:
         for sibling in conflict_siblings(path, storage):
             findings.append(
@@ -590,7 +608,7 @@ def repair_session(
     be repaired: InvalidSessionFileError.
     """
     storage = storage if storage is not None else FileSessionStorage()
-    blob_store = blobs if blobs is not None else BlobStore(blob_dir_for(path))
+    blob_store = blobs if blobs is not None else default_blob_store(path, storage)
     before = storage.stat(path)
     scanned = scan_session(path, storage)
     if scanned.header is None:

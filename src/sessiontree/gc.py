@@ -15,6 +15,12 @@ the rules lean to keeping:
   (10 minutes) by mtime or ctime is never deleted: a writer may have just put it.
 - If any session file or directory cannot be read, nothing is deleted; nor when
   the store holds no session file at all (a wrong or unmounted agent dir).
+
+Any storage works (`storage=`): for one other than the files, marking walks every
+file under `<root>/sessions` through `list_dirs`/`list_files` and reads it with
+`iter_chunks`, and the blobs are the storage's own blob store (a
+`CollectableBlobStore`, e.g. PostgreSQL's table), whose `delete` checks the
+minimum age on the store's clock in the same step as the removal.
 """
 
 from __future__ import annotations
@@ -26,8 +32,11 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from .blobs import CollectableBlobStore
+from .errors import SessionTreeError
 from .paths import get_agent_dir
-from .storage.file import fsync_directory
+from .storage.base import BlobBackedStorage, SessionStorage
+from .storage.file import FileSessionStorage, fsync_directory
 
 __all__ = [
     "DEFAULT_MIN_AGE_SECONDS",
@@ -36,6 +45,8 @@ __all__ = [
     "collect_garbage",
     "find_referenced_hashes",
     "list_blobs",
+    "list_store_blobs",
+    "storage_blob_store",
 ]
 
 DEFAULT_MIN_AGE_SECONDS = 600.0
@@ -130,24 +141,77 @@ def list_blobs(blob_dir: str) -> list[BlobFile]:
     return blobs
 
 
-def _scan_file(path: str, found: set[str]) -> int:
-    """Add every hash in the file's bytes to `found`; returns the bytes read."""
+def list_store_blobs(store: CollectableBlobStore) -> list[BlobFile]:
+    """Every blob of a `CollectableBlobStore`, as `list_blobs` describes a directory's.
+
+    `paths` are the blob's and its sidecars' paths under the store's `dir` (where
+    an export puts them), `newest` its last put on the store's clock.
+    """
+    directory = str(getattr(store, "dir", "") or "")
+    blobs = []
+    for info in store.list_info():
+        base = os.path.join(directory, info.hash)
+        paths = (base, *(f"{base}.{ext}" for ext in info.exts))
+        blobs.append(BlobFile(info.hash, paths, info.size, info.mtime))
+    return blobs
+
+
+def storage_blob_store(storage: SessionStorage | None) -> CollectableBlobStore | None:
+    """The storage's own blob store, for `gc` and `stats`; None when its blobs are files.
+
+    Raises SessionTreeError when the storage keeps blobs in a store that cannot
+    list or delete them (gc cannot run on it).
+    """
+    if storage is None or isinstance(storage, FileSessionStorage):
+        return None
+    if not isinstance(storage, BlobBackedStorage):
+        return None
+    own = storage.blob_store()
+    if own is None:
+        return None
+    if not isinstance(own, CollectableBlobStore):
+        raise SessionTreeError(
+            f"the blob store of {storage!r} cannot list or delete blobs "
+            "(it is not a CollectableBlobStore)"
+        )
+    return own
+
+
+def _scan_chunks(chunks: Iterable[bytes], found: set[str]) -> int:
+    """Add every hash in the bytes to `found`; returns the bytes read."""
     total = 0
     tail = b""
+    for chunk in chunks:
+        if not chunk:
+            continue
+        total += len(chunk)
+        window = tail + chunk
+        for match in _HEX_RUN.finditer(window):
+            run = match.group(0)
+            found.add(run[:64].decode("ascii").lower())
+            if len(run) > 64:
+                found.add(run[-64:].decode("ascii").lower())
+        tail = window[-_OVERLAP:]
+    return total
+
+
+def _file_chunks(path: str) -> Iterable[bytes]:
     with open(path, "rb") as f:
         while True:
             chunk = f.read(_CHUNK)
             if not chunk:
-                break
-            total += len(chunk)
-            window = tail + chunk
-            for match in _HEX_RUN.finditer(window):
-                run = match.group(0)
-                found.add(run[:64].decode("ascii").lower())
-                if len(run) > 64:
-                    found.add(run[-64:].decode("ascii").lower())
-            tail = window[-_OVERLAP:]
-    return total
+                return
+            yield chunk
+
+
+def _scan_file(path: str, found: set[str]) -> int:
+    """Add every hash in the file's bytes to `found`; returns the bytes read."""
+    return _scan_chunks(_file_chunks(path), found)
+
+
+def _scan_stored(storage: SessionStorage, path: str, found: set[str]) -> int:
+    """`_scan_file` for a file in a storage."""
+    return _scan_chunks(storage.iter_chunks(path, _CHUNK), found)
 
 
 Snapshot = dict[str, tuple[int, int, int]]
@@ -195,6 +259,72 @@ def _add_file(path: str, snapshot: Snapshot, errors: list[tuple[str, str]]) -> N
         snapshot[path] = (st.st_size, st.st_mtime_ns, st.st_ino)
 
 
+def _all_files(storage: SessionStorage, directory: str) -> list[str]:
+    """Every file directly in `directory`: `*` and `.*` where the storage matches any
+    name, else the `*.jsonl` files (the one pattern every storage supports)."""
+    try:
+        names = storage.list_files(directory, "*") + storage.list_files(directory, ".*")
+    except NotImplementedError:
+        names = storage.list_files(directory, "*.jsonl")
+    return sorted(set(names))
+
+
+def _is_stored_file(storage: SessionStorage, path: str) -> bool:
+    from .check import glob_escape
+
+    directory, name = os.path.split(path)
+    return bool(name) and path in storage.list_files(directory, glob_escape(name))
+
+
+def _walk_storage(
+    storage: SessionStorage, roots: Iterable[str], errors: list[tuple[str, str]]
+) -> Snapshot:
+    """Every file under `roots` in `storage` -> (size, mtime_ns, ino)."""
+    snapshot: Snapshot = {}
+
+    def fail(path: str, exc: Exception) -> None:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        errors.append((path, reason or type(exc).__name__))
+
+    def add(path: str) -> None:
+        try:
+            st = storage.stat(path)
+        except FileNotFoundError:
+            return  # removed or renamed mid-walk; the next pass sees where it went
+        except (OSError, ValueError) as exc:
+            fail(path, exc)
+            return
+        snapshot[path] = (st.size, st.mtime_ns, st.ino)
+
+    pending: list[str] = []
+    for root in roots:
+        try:
+            if _is_stored_file(storage, root):
+                add(root)
+            else:
+                pending.append(root)
+        except (OSError, ValueError) as exc:
+            fail(root, exc)
+    seen: set[str] = set()
+    while pending:
+        directory = pending.pop()
+        if directory in seen:
+            continue
+        seen.add(directory)
+        try:
+            files = _all_files(storage, directory)
+            dirs = storage.list_dirs(directory)
+        except FileNotFoundError:
+            continue  # a directory removed mid-walk: its sessions are gone
+        except (OSError, ValueError) as exc:
+            fail(directory, exc)
+            continue
+        for path in files:
+            add(path)
+        pending.extend(reversed(dirs))
+    return snapshot
+
+
 def _breadcrumb_targets(agent_dir: str, errors: list[tuple[str, str]]) -> list[str]:
     """Session files named by terminal breadcrumbs (`<agent>/terminal-sessions/*`, line 2)."""
     directory = os.path.join(agent_dir, "terminal-sessions")
@@ -224,27 +354,42 @@ def _breadcrumb_targets(agent_dir: str, errors: list[tuple[str, str]]) -> list[s
     return targets
 
 
+def _root_of(storage: SessionStorage | None, agent_dir: str) -> str:
+    """Where a storage keeps the agent dir's trees: its `root` if it has one."""
+    root = getattr(storage, "root", None)
+    return root if isinstance(root, str) else agent_dir
+
+
 def find_referenced_hashes(
     agent_dir: str | None = None,
     extra_roots: Iterable[str] = (),
     progress: Progress | None = None,
     report: GcReport | None = None,
+    *,
+    storage: SessionStorage | None = None,
 ) -> tuple[set[str], list[tuple[str, str]], bool]:
     """Mark: every hash referenced by the store's files.
 
-    Returns (hashes, unreadable (path, reason) pairs, stable). `stable` is False
-    when files kept changing for several passes.
+    With a `storage` other than the files, its `<root>/sessions` (and `extra_roots`,
+    paths in that storage) are walked instead; terminal breadcrumbs are a file
+    store's only. Returns (hashes, unreadable (path, reason) pairs, stable).
+    `stable` is False when files kept changing for several passes.
     """
     agent = agent_dir if agent_dir is not None else get_agent_dir()
-    sessions = os.path.join(agent, "sessions")
+    files = storage is None or isinstance(storage, FileSessionStorage)
+    via = None if files else storage
+    sessions = os.path.join(agent if files else _root_of(storage, agent), "sessions")
     found: set[str] = set()
     errors: list[tuple[str, str]] = []
     scanned: Snapshot = {}
     stable = False
     for _ in range(_MAX_ROUNDS):
         walk_errors: list[tuple[str, str]] = []
-        roots = [sessions, *_breadcrumb_targets(agent, walk_errors), *extra_roots]
-        snapshot = _walk(roots, walk_errors)
+        if via is None:
+            roots = [sessions, *_breadcrumb_targets(agent, walk_errors), *extra_roots]
+            snapshot = _walk(roots, walk_errors)
+        else:
+            snapshot = _walk_storage(via, [sessions, *extra_roots], walk_errors)
         errors = walk_errors
         changed = [p for p, sig in snapshot.items() if scanned.get(p) != sig]
         if not changed and scanned:
@@ -254,11 +399,15 @@ def find_referenced_hashes(
             if progress is not None:
                 progress(path)
             try:
-                read = _scan_file(path, found)
+                if via is None:
+                    read = _scan_file(path, found)
+                else:
+                    read = _scan_stored(via, path, found)
             except FileNotFoundError:
                 continue  # gone since the walk; the next pass decides
-            except OSError as exc:
-                errors.append((path, exc.strerror or str(exc)))
+            except (OSError, ValueError) as exc:
+                reason = exc.strerror if isinstance(exc, OSError) else None
+                errors.append((path, reason or str(exc)))
                 continue
             if report is not None:
                 report.bytes_scanned += read
@@ -281,23 +430,35 @@ def collect_garbage(
     extra_roots: Iterable[str] = (),
     now: float | None = None,
     progress: Progress | None = None,
+    storage: SessionStorage | None = None,
 ) -> GcReport:
     """Find blobs no session references; with `delete=True`, remove the old enough ones.
 
     See the module docstring for the marking rules. Deletion is refused (and
     `refused` says why) when a file could not be read, the store kept changing,
-    or there is no session file at all.
+    or there is no session file at all. `storage` (default: the files) is where
+    the sessions are; its own blob store, when it has one, is where the blobs
+    are, else `<agent dir>/blobs`. `now` sorts blobs into young and old for the
+    report; a blob store's `delete` still checks the age on its own clock.
     """
     agent = agent_dir if agent_dir is not None else get_agent_dir()
-    blob_dir = os.path.join(agent, "blobs")
+    store = storage_blob_store(storage)
+    blob_dir = (
+        os.path.join(agent, "blobs") if store is None else str(getattr(store, "dir", "") or "")
+    )
     report = GcReport(blob_dir)
-    referenced, unreadable, stable = find_referenced_hashes(agent, extra_roots, progress, report)
+    referenced, unreadable, stable = find_referenced_hashes(
+        agent, extra_roots, progress, report, storage=storage
+    )
     report.unreadable = unreadable
     report.referenced = len(referenced)
-    blobs = list_blobs(blob_dir)
+    blobs = list_blobs(blob_dir) if store is None else list_store_blobs(store)
     report.blobs = len(blobs)
     report.blob_bytes = sum(b.size for b in blobs)
-    clock = now if now is not None else time.time()
+    if now is not None:
+        clock = now
+    else:
+        clock = time.time() if store is None else store.now()
     for blob in blobs:
         if blob.hash in referenced:
             continue
@@ -312,16 +473,18 @@ def collect_garbage(
     elif not stable:
         report.refused = "session files kept changing while being read; deleting nothing"
     elif report.files_scanned == 0 and blobs:
-        report.refused = (
-            f"no session file found under {os.path.join(agent, 'sessions')}; "
-            "refusing to delete every blob"
-        )
+        where = os.path.join(agent if store is None else _root_of(storage, agent), "sessions")
+        report.refused = f"no session file found under {where}; refusing to delete every blob"
     if report.refused is not None:
         return report
     for blob in report.unreferenced:
-        if _delete_blob(blob, min_age_seconds, now):
+        if store is not None:
+            deleted = store.delete(blob.hash, min_age_seconds=min_age_seconds)
+        else:
+            deleted = _delete_blob(blob, min_age_seconds, now)
+        if deleted:
             report.deleted.append(blob)
-    if report.deleted:
+    if report.deleted and store is None:
         fsync_directory(blob_dir)
     return report
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from .blobs import BlobStore, BlobStoreLike
-from .check import blob_dir_for, scan_session
+from .blobs import BlobStoreLike
+from .check import default_blob_store, scan_session
 from .entries import CURRENT_SESSION_VERSION, is_valid_header
 from .errors import InvalidSessionFileError
 from .jsonl import parse_jsonl_lenient
@@ -40,26 +40,64 @@ def sessions_root(agent_dir: str | None = None) -> str:
     return os.path.join(agent_dir if agent_dir is not None else get_agent_dir(), "sessions")
 
 
-def project_session_dirs(cwd: str, agent_dir: str | None = None) -> list[str]:
+def _is_file_storage(storage: SessionStorage | None) -> bool:
+    return storage is None or isinstance(storage, FileSessionStorage)
+
+
+def project_session_dirs(
+    cwd: str, agent_dir: str | None = None, storage: SessionStorage | None = None
+) -> list[str]:
     """The existing session dirs of `cwd`'s project (both naming schemes the agents use)."""
     root = sessions_root(agent_dir)
     names = [encode_session_dir_name(cwd)]
     home_relative = home_relative_dir_name(cwd)
     if home_relative is not None and home_relative not in names:
         names.append(home_relative)
-    return [os.path.join(root, n) for n in names if os.path.isdir(os.path.join(root, n))]
+    if _is_file_storage(storage):
+        return [os.path.join(root, n) for n in names if os.path.isdir(os.path.join(root, n))]
+    assert storage is not None
+    listed = set(storage.list_dirs(root))
+    return [os.path.join(root, n) for n in names if os.path.join(root, n) in listed]
+
+
+def _stored_session_files(storage: SessionStorage, root: str, max_depth: int | None) -> list[str]:
+    """`session_files` through a storage's `list_dirs`/`list_files`."""
+    found: list[str] = []
+    pending = [(root, 0)]
+    while pending:
+        directory, depth = pending.pop()
+        found.extend(storage.list_files(directory, "*.jsonl"))
+        if max_depth is not None and depth >= max_depth:
+            continue
+        pending.extend(
+            (d, depth + 1)
+            for d in storage.list_dirs(directory)
+            if not os.path.basename(d).startswith(".")
+        )
+    return found
 
 
 def session_files(
-    agent_dir: str | None = None, cwd: str | None = None, *, nested: bool = True
+    agent_dir: str | None = None,
+    cwd: str | None = None,
+    *,
+    nested: bool = True,
+    storage: SessionStorage | None = None,
 ) -> list[str]:
     """Every `*.jsonl` session file of the store, sorted (dot files skipped).
 
     With `cwd`, only that project's dirs. `nested` includes sessions kept
     inside artifacts dirs (subagents). Files that are not valid sessions are
-    included: they are what `verify` is for.
+    included: they are what `verify` is for. `storage` (default: the files) is
+    where to look; for another storage, paths are under `agent_dir` as it maps them.
     """
-    roots = [sessions_root(agent_dir)] if cwd is None else project_session_dirs(cwd, agent_dir)
+    roots = (
+        [sessions_root(agent_dir)] if cwd is None else project_session_dirs(cwd, agent_dir, storage)
+    )
+    if not _is_file_storage(storage):
+        assert storage is not None
+        depth = None if nested else (1 if cwd is None else 0)
+        return sorted(p for r in roots for p in _stored_session_files(storage, r, depth))
     found: list[str] = []
     for root in roots:
         depth0 = root.rstrip(os.sep).count(os.sep)
@@ -101,7 +139,8 @@ def delete_session(path: str, storage: SessionStorage | None = None) -> list[str
     when a live writer holds it.
     """
     storage = storage if storage is not None else FileSessionStorage()
-    if not os.path.isfile(path):
+    files = isinstance(storage, FileSessionStorage)
+    if not (os.path.isfile(path) if files else storage.exists(path)):
         raise FileNotFoundError(f"{path}: no such session file")
     removed = []
     artifacts = artifacts_dir(path)
@@ -110,7 +149,9 @@ def delete_session(path: str, storage: SessionStorage | None = None) -> list[str
     try:
         storage.unlink(path)
         removed.append(path)
-        if artifacts is not None and os.path.isdir(artifacts):
+        if artifacts is not None and (
+            os.path.isdir(artifacts) if files else storage.exists(artifacts)
+        ):
             storage.remove_tree(artifacts)
             removed.append(artifacts + os.sep)
     finally:
@@ -186,7 +227,7 @@ def migrate_session_file(
     result.changes.append(f"header version {version} -> {result.to_version}")
     if dry_run:
         return result
-    blobs = blob_store if blob_store is not None else BlobStore(blob_dir_for(path))
+    blobs = blob_store if blob_store is not None else default_blob_store(path, storage)
     manager = SessionManager.open(path, storage=storage, blob_store=blobs, breadcrumb=False)
     manager.close()
     result.written = True

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from .blobs import CollectableBlobStore
 from .entries import Entry, parse_iso_ms
-from .gc import list_blobs
+from .gc import list_blobs, list_store_blobs
 from .loader import read_session
 from .manager import SessionManager
 from .migrations import session_version
@@ -216,8 +217,13 @@ def store_stats(
     *,
     storage: SessionStorage | None = None,
     progress: Progress | None = None,
+    blob_store: CollectableBlobStore | None = None,
 ) -> StoreStats:
-    """Sessions, bytes, blobs, and usage per model and per day over `paths` (never writes)."""
+    """Sessions, bytes, blobs, and usage per model and per day over `paths` (never writes).
+
+    Blobs are counted in `blob_store` when given (a storage's own, e.g. PostgreSQL's),
+    else in the files of `blob_dir`.
+    """
     storage = storage if storage is not None else FileSessionStorage()
     stats = StoreStats()
     projects: set[str] = set()
@@ -245,8 +251,10 @@ def store_stats(
             stats.by_model.setdefault(assistant_model(message), UsageTotals()).add_usage(usage)
             stats.by_day.setdefault(_day(entry, message), UsageTotals()).add_usage(usage)
     stats.projects = len(projects)
-    if blob_dir is not None:
-        blobs = list_blobs(blob_dir)
+    if blob_store is not None or blob_dir is not None:
+        blobs = (
+            list_store_blobs(blob_store) if blob_store is not None else list_blobs(blob_dir or "")
+        )
         stats.blobs = len(blobs)
         stats.blob_bytes = sum(b.size for b in blobs)
     return stats

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Final
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from .blobs import BlobStore, BlobStoreLike, parse_blob_ref
 from .errors import SessionLockError, SessionTreeError
@@ -36,6 +36,7 @@ __all__ = [
     "TransferReport",
     "close_store",
     "export_files",
+    "file_store_dir",
     "import_files",
     "open_store",
 ]
@@ -44,6 +45,29 @@ STORE_ENV: Final = "SESSIONTREE_STORE"
 _PG_SCHEMES: Final = ("postgresql", "postgres")
 _BLOB_NAME: Final = re.compile(r"([0-9a-f]{64})(?:\.([a-zA-Z0-9][a-zA-Z0-9._-]*))?")
 _TREES: Final = ("sessions",)
+
+
+def _scheme(target: str) -> str:
+    return urlsplit(target).scheme.lower() if "://" in target or target.startswith("file:") else ""
+
+
+def file_store_dir(url_or_path: str) -> str | None:
+    """The agent dir a path or `file:` URL names (absolute, `~` expanded); None for a
+    PostgreSQL URL.
+
+    Raises:
+        SessionTreeError: an unsupported URL scheme.
+    """
+    scheme = _scheme(url_or_path)
+    if scheme == "":
+        return os.path.abspath(os.path.expanduser(url_or_path))
+    if scheme == "file":
+        return os.path.abspath(os.path.expanduser(unquote(urlsplit(url_or_path).path)))
+    if scheme in _PG_SCHEMES:
+        return None
+    raise SessionTreeError(
+        f"unsupported store {_redact(url_or_path)!r}: use a path or a postgresql:// URL"
+    )
 
 
 def open_store(url_or_path: str | None = None, *, agent_dir: str | None = None) -> SessionStorage:
@@ -61,9 +85,7 @@ def open_store(url_or_path: str | None = None, *, agent_dir: str | None = None) 
     target = url_or_path if url_or_path else os.environ.get(STORE_ENV) or None
     if target is None:
         return FileSessionStorage()
-    scheme = (
-        urlsplit(target).scheme.lower() if "://" in target or target.startswith("file:") else ""
-    )
+    scheme = _scheme(target)
     if scheme in ("", "file"):
         return FileSessionStorage()
     if scheme not in _PG_SCHEMES:

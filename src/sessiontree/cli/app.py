@@ -21,12 +21,15 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from ..errors import AmbiguousSessionError, SessionTreeError
+from ..stores import STORE_ENV, file_store_dir
 from . import commands_inspect, commands_integrity, commands_manage
 from .common import (
     EXIT_AMBIGUOUS,
     EXIT_ERROR,
+    EXIT_USAGE,
     CliError,
     ambiguous_message,
+    begin_invocation,
     console,
     emit_json,
     err_console,
@@ -38,6 +41,8 @@ __all__ = ["app", "main", "preview", "render_tree"]
 
 
 def _error(message: str, code: int) -> typer.Exit:
+    # One line, whatever the message (a database driver's may span several).
+    message = " ".join(part.strip() for part in message.splitlines() if part.strip())
     err_console.print(Text(f"sessiontree: error: {message}"), soft_wrap=True)
     return typer.Exit(code)
 
@@ -79,6 +84,7 @@ app = typer.Typer(
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     agent_dir: Annotated[
         str | None,
         typer.Option(
@@ -89,12 +95,38 @@ def _root(
             show_default=False,
         ),
     ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            "--store",
+            metavar="URL",
+            envvar=STORE_ENV,
+            help="Sessions in a database: postgresql://user@host/db[?schema=NAME] "
+            "(default schema sessiontree); paths map to the agent dir. A path means "
+            "that agent dir's files (as --agent-dir).",
+            show_default=False,
+            show_envvar=True,
+        ),
+    ] = None,
 ) -> None:
     """Inspect, search, export, repair and migrate coding-agent session stores."""
     if agent_dir is not None:
+        agent_dir = os.path.abspath(os.path.expanduser(agent_dir))
+    url = store or None
+    if url is not None:
+        files = file_store_dir(url)  # SessionTreeError for an unsupported scheme
+        if files is not None:
+            if agent_dir is not None and agent_dir != files:
+                raise CliError(
+                    f"--store names the files of {files} but --agent-dir says {agent_dir}",
+                    EXIT_USAGE,
+                )
+            agent_dir, url = files, None
+    if agent_dir is not None:
         # The library finds the store through this variable (blobs, breadcrumbs,
         # session dirs), exactly as the agents do.
-        os.environ["PI_CODING_AGENT_DIR"] = os.path.abspath(os.path.expanduser(agent_dir))
+        os.environ["PI_CODING_AGENT_DIR"] = agent_dir
+    begin_invocation(ctx, url)
 
 
 @app.command()

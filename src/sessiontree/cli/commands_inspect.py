@@ -18,6 +18,7 @@ from ..context import convert_to_llm
 from ..discovery import SessionInfo, list_all_sessions, list_sessions
 from ..entries import format_iso
 from ..export import entry_role, message_text
+from ..gc import storage_blob_store
 from ..maintenance import file_version, session_files
 from ..search import read_history, search_sessions
 from ..stats import UsageTotals, store_stats, summarize_session
@@ -27,8 +28,10 @@ from .common import (
     JsonOption,
     SessionArg,
     console,
+    current_storage,
     emit_json,
     human_size,
+    is_file_store,
     open_read_only,
     progress,
     resolve_session,
@@ -49,19 +52,25 @@ def _iso(moment: object) -> str | None:
 
 
 def _listing(all_projects: bool) -> list[SessionInfo]:
+    storage = current_storage()
     if all_projects:
-        return list(list_all_sessions(agent_dir=current_agent_dir()))
-    return list(list_sessions(os.getcwd()))
+        return list(list_all_sessions(storage, agent_dir=current_agent_dir()))
+    return list(list_sessions(os.getcwd(), storage=storage, agent_dir=current_agent_dir()))
+
+
+def _file_size(path: str) -> int:
+    """A session file's size in the store in effect (0 when it cannot be read)."""
+    try:
+        return current_storage().stat(path).size
+    except (OSError, ValueError):
+        return 0
 
 
 def _size(info: SessionInfo) -> int:
     size = getattr(info, "size", None)
     if isinstance(size, int):
         return size
-    try:
-        return os.stat(info.path).st_size
-    except OSError:
-        return 0
+    return _file_size(info.path)
 
 
 def list_command(
@@ -148,7 +157,7 @@ def _usage_table(rows: dict[str, UsageTotals], first: str) -> Table:
 
 
 def _version_text(path: str, loaded: int) -> str:
-    on_disk = file_version(path)
+    on_disk = file_version(path, current_storage())
     if on_disk is not None and on_disk < loaded:
         return f"{on_disk} on disk (read as {loaded}; `sessiontree migrate` upgrades the file)"
     return str(loaded)
@@ -167,9 +176,9 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
                 "path": summary.path,
                 "id": summary.id,
                 "title": summary.title,
-                "version": file_version(path),
+                "version": file_version(path, current_storage()),
                 "header": summary.header,
-                "size": os.stat(path).st_size,
+                "size": _file_size(path),
                 "entries": summary.entries,
                 "types": summary.types,
                 "roles": summary.roles,
@@ -191,7 +200,7 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
     rows: list[tuple[str, object]] = [
         ("Session", summary.id),
         ("Title", summary.title or "(untitled)"),
-        ("File", f"{path} ({human_size(os.stat(path).st_size)})"),
+        ("File", f"{path} ({human_size(_file_size(path))})"),
         ("Directory", header.get("cwd", "")),
         ("Created", header.get("timestamp", "")),
         ("Version", _version_text(path, summary.version)),
@@ -354,7 +363,12 @@ def search_command(
     with progress("Searching", len(paths)) as advance:
         hits = list(
             search_sessions(
-                paths, text, case_sensitive=case_sensitive, limit=limit, progress=advance
+                paths,
+                text,
+                case_sensitive=case_sensitive,
+                limit=limit,
+                storage=current_storage(),
+                progress=advance,
             )
         )
     if as_json:
@@ -449,10 +463,14 @@ def stats_command(
 ) -> None:
     """Store-wide figures: sessions, bytes, blobs, tokens and cost per model and per day."""
     agent = current_agent_dir()
-    paths = session_files(agent, cwd=None if all_projects else os.getcwd(), nested=False)
+    storage = current_storage()
+    paths = session_files(
+        agent, cwd=None if all_projects else os.getcwd(), nested=False, storage=storage
+    )
     blob_dir = os.path.join(agent, "blobs")
+    blobs = None if is_file_store(storage) else storage_blob_store(storage)
     with progress("Reading sessions", len(paths)) as advance:
-        stats = store_stats(paths, blob_dir, progress=advance)
+        stats = store_stats(paths, blob_dir, storage=storage, progress=advance, blob_store=blobs)
     if as_json:
         emit_json(
             {

@@ -21,9 +21,11 @@ from .common import (
     SessionArg,
     blob_store_for,
     console,
+    current_storage,
     emit_json,
     err_console,
     human_size,
+    is_file_store,
     progress,
     resolve_session,
     select_files,
@@ -62,7 +64,10 @@ def verify_command(
         for path in files:
             advance(path)
             try:
-                report.append((path, check_session(path, blobs=blob_store_for(path))))
+                findings = check_session(
+                    path, storage=current_storage(), blobs=blob_store_for(path)
+                )
+                report.append((path, findings))
             except (OSError, SessionTreeError) as exc:
                 report.append((path, f"cannot read: {exc}"))
     bad = sum(1 for _, result in report if not isinstance(result, list) or result)
@@ -126,7 +131,12 @@ def repair_command(
     path = resolve_session(session)
     out = os.path.abspath(os.path.expanduser(output)) if output is not None else None
     report = repair_session(
-        path, out, in_place=in_place, blobs=blob_store_for(path), dry_run=dry_run
+        path,
+        out,
+        in_place=in_place,
+        storage=current_storage(),
+        blobs=blob_store_for(path),
+        dry_run=dry_run,
     )
     if as_json:
         emit_json(
@@ -201,8 +211,12 @@ def gc_command(
     10 minutes is never deleted, and nothing is deleted if any file is unreadable.
     """
     agent = current_agent_dir()
+    storage = current_storage()
     with progress("Reading session files", None) as advance:
-        report = collect_garbage(agent, delete=delete, min_age_seconds=min_age, progress=advance)
+        report = collect_garbage(
+            agent, delete=delete, min_age_seconds=min_age, progress=advance, storage=storage
+        )
+    where = report.blob_dir if is_file_store(storage) else f"{report.blob_dir} (in the database)"
     now = time.time()
     if as_json:
         emit_json(
@@ -227,7 +241,7 @@ def gc_command(
         console.print(
             Text(
                 f"Read {report.files_scanned} file(s) ({human_size(report.bytes_scanned)}); "
-                f"{report.blobs} blob(s) ({human_size(report.blob_bytes)}) in {report.blob_dir}"
+                f"{report.blobs} blob(s) ({human_size(report.blob_bytes)}) in {where}"
             ),
             soft_wrap=True,
         )

@@ -1,5 +1,6 @@
 """Commands that locate, change or produce sessions: resume, rename, rm, fork, extract,
-migrate, export."""
+migrate, export; and moving a file store into a database and back: import-files,
+export-files."""
 
 from __future__ import annotations
 
@@ -16,23 +17,31 @@ from ..errors import AmbiguousSessionError, SessionTreeError
 from ..export import export_html, export_jsonl, export_markdown
 from ..maintenance import delete_session, migrate_session_file
 from ..manager import SessionManager
+from ..storage.base import SessionStorage
 from ..storage.file import FileSessionStorage
+from ..stores import TransferReport, export_files, import_files
 from .common import (
     EXIT_AMBIGUOUS,
     EXIT_ERROR,
+    EXIT_USAGE,
     CliError,
     JsonOption,
     SessionArg,
     blob_store_for,
     console,
+    current_storage,
     emit_json,
     err_console,
+    human_size,
+    is_file_store,
     open_read_only,
     open_writable,
     progress,
     resolve_session,
     select_files,
+    stored_session_path,
 )
+from .common import agent_dir as current_agent_dir
 
 LeafOption = Annotated[
     str | None, typer.Option("--leaf", help="Entry id ending the path (default: the leaf).")
@@ -46,12 +55,14 @@ def resume_command(
 
     Exit 1 when nothing matches, 3 when ARG is ambiguous (candidates on stderr).
     """
-    expanded = os.path.expanduser(arg)
-    if os.path.isfile(expanded):
-        typer.echo(os.path.abspath(expanded))
+    direct = stored_session_path(arg)
+    if direct is not None:
+        typer.echo(direct)
         return
     try:
-        match = resolve_resumable_session(arg, os.getcwd())
+        match = resolve_resumable_session(
+            arg, os.getcwd(), storage=current_storage(), agent_dir=current_agent_dir()
+        )
     except AmbiguousSessionError as exc:
         err_console.print(
             Text(f"sessiontree: {arg!r} matches {len(exc.candidates)} sessions:"), soft_wrap=True
@@ -85,16 +96,20 @@ def rm_command(
 ) -> None:
     """Delete a session file and its artifacts directory."""
     path = resolve_session(session)
+    storage = current_storage()
     artifacts = path[: -len(".jsonl")] if path.endswith(".jsonl") else None
     if not yes:
-        extra = f" and {artifacts}{os.sep}" if artifacts and os.path.isdir(artifacts) else ""
+        has_artifacts = artifacts is not None and (
+            os.path.isdir(artifacts) if is_file_store(storage) else storage.exists(artifacts)
+        )
+        extra = f" and {artifacts}{os.sep}" if has_artifacts else ""
         try:
             confirmed = typer.confirm(f"Delete {path}{extra}?", default=False, err=True)
         except typer.Abort:
             confirmed = False
         if not confirmed:
             raise CliError("nothing deleted (not confirmed; --yes skips the question)")
-    for removed in delete_session(path):
+    for removed in delete_session(path, storage):
         console.print(Text(f"Deleted {removed}"), soft_wrap=True)
 
 
@@ -111,7 +126,9 @@ def fork_command(
         with open_read_only(path) as source:
             header = source.get_header() or {}
             cwd = str(header.get("cwd") or os.getcwd())
-    with SessionManager.fork_from(path, cwd, blob_store=blob_store_for(path)) as sm:
+    with SessionManager.fork_from(
+        path, cwd, storage=current_storage(), blob_store=blob_store_for(path)
+    ) as sm:
         new_path = sm.get_session_file()
     typer.echo(new_path)
 
@@ -191,7 +208,10 @@ def migrate_command(
             advance(path)
             try:
                 result = migrate_session_file(
-                    path, dry_run=dry_run, blob_store=blob_store_for(path)
+                    path,
+                    dry_run=dry_run,
+                    storage=current_storage(),
+                    blob_store=blob_store_for(path),
                 )
             except (SessionTreeError, OSError) as exc:
                 failed += 1
@@ -236,6 +256,100 @@ def migrate_command(
         raise typer.Exit(EXIT_ERROR)
 
 
+def _database_store(command: str) -> SessionStorage:
+    storage = current_storage()
+    if is_file_store(storage):
+        raise CliError(
+            f"{command} moves sessions between files and a database: give the database "
+            "with --store postgresql://... (or $SESSIONTREE_STORE)",
+            EXIT_USAGE,
+        )
+    return storage
+
+
+def _store_name(storage: SessionStorage) -> str:
+    schema = getattr(storage, "schema", None)
+    return f"the database (schema {schema})" if isinstance(schema, str) else "the database"
+
+
+def _transfer_json(agent: str, report: TransferReport) -> dict[str, Any]:
+    return {
+        "agentDir": agent,
+        "dirs": report.dirs,
+        "files": report.files,
+        "bytes": report.bytes,
+        "blobs": report.blobs,
+    }
+
+
+def _transfer_text(report: TransferReport) -> str:
+    return (
+        f"{report.files} file(s) ({human_size(report.bytes)}) in {report.dirs} dir(s), "
+        f"{report.blobs} blob(s)"
+    )
+
+
+def import_files_command(
+    source: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[AGENT_DIR]",
+            help="The agent dir whose sessions/ and blobs/ to copy (default: the agent dir).",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Copy an agent dir's sessions/ and blobs/ into the --store database, byte for byte.
+
+    Files already in the database at the same paths are replaced; a session that a
+    live agent is writing stops the import (retry once it is done). Prompt history,
+    breadcrumbs and settings stay on this host.
+    """
+    storage = _database_store("import-files")
+    agent = os.path.abspath(os.path.expanduser(source)) if source else current_agent_dir()
+    if not os.path.isdir(agent):
+        raise CliError(f"{source or agent}: no such directory")
+    report = import_files(agent, storage)
+    if as_json:
+        emit_json(_transfer_json(agent, report))
+        return
+    console.print(
+        Text(f"Imported {_transfer_text(report)} from {agent} into {_store_name(storage)}"),
+        soft_wrap=True,
+    )
+
+
+def export_files_command(
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="AGENT_DIR",
+            help="Where to write sessions/ and blobs/ (created if missing).",
+            show_default=False,
+        ),
+    ],
+    as_json: JsonOption = False,
+) -> None:
+    """Copy the --store database's sessions and blobs into an agent dir, byte for byte.
+
+    Files keep their modification times; files already there at the same paths are
+    replaced, others are left alone.
+    """
+    storage = _database_store("export-files")
+    agent = os.path.abspath(os.path.expanduser(target))
+    if os.path.exists(agent) and not os.path.isdir(agent):
+        raise CliError(f"{target}: is not a directory")
+    report = export_files(storage, agent)
+    if as_json:
+        emit_json(_transfer_json(agent, report))
+        return
+    console.print(
+        Text(f"Exported {_transfer_text(report)} from {_store_name(storage)} to {agent}"),
+        soft_wrap=True,
+    )
+
+
 def register(app: typer.Typer) -> None:
     app.command("resume")(resume_command)
     app.command("rename")(rename_command)
@@ -244,3 +358,5 @@ def register(app: typer.Typer) -> None:
     app.command("extract")(extract_command)
     app.command("export")(export_command)
     app.command("migrate")(migrate_command)
+    app.command("import-files")(import_files_command)
+    app.command("export-files")(export_files_command)

@@ -1,7 +1,12 @@
-"""Shared CLI plumbing: consoles, errors and exit codes, JSON output, session lookup, progress.
+"""Shared CLI plumbing: consoles, errors and exit codes, JSON output, the store,
+session lookup, progress.
 
 Exit codes: 0 success, 1 error (unknown session, unreadable file, problems
 found by `verify`), 2 usage error (typer's), 3 ambiguous session prefix.
+
+The store (`--store` / `$SESSIONTREE_STORE`) is opened on first use by
+`current_storage()`, once per invocation, and closed when the command ends;
+without one it is the agent dir's files, as always.
 """
 
 from __future__ import annotations
@@ -17,13 +22,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 
 from ..blobs import BlobStore
-from ..check import blob_dir_for
+from ..check import blob_dir_for, glob_escape
 from ..discovery import resolve_resumable_session
 from ..errors import AmbiguousSessionError
 from ..jsonl import serialize_entry
 from ..maintenance import session_files
 from ..manager import SessionManager
 from ..paths import get_agent_dir
+from ..storage.base import SessionStorage
+from ..storage.file import FileSessionStorage
+from ..stores import close_store, open_store
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -60,8 +68,62 @@ def agent_dir() -> str:
     return get_agent_dir()
 
 
-def blob_store_for(path: str) -> BlobStore:
-    """The blob store of the store that holds `path`."""
+class _Invocation:
+    """The store of one command-line invocation: opened on first use, closed at its end."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = url or None
+        self._storage: SessionStorage | None = None
+
+    def storage(self) -> SessionStorage:
+        if self._storage is None:
+            if self.url is None:
+                self._storage = FileSessionStorage()
+            else:
+                self._storage = open_store(self.url, agent_dir=agent_dir())
+        return self._storage
+
+    def close(self) -> None:
+        global _invocation
+        if _invocation is self:
+            _invocation = None
+        storage, self._storage = self._storage, None
+        if storage is not None:
+            close_store(storage)
+
+
+_invocation: _Invocation | None = None
+
+
+def begin_invocation(ctx: typer.Context, url: str | None) -> None:
+    """Use the database at `url` (`--store`; None: the files) until the command ends."""
+    global _invocation
+    invocation = _Invocation(url)
+    _invocation = invocation
+    ctx.call_on_close(invocation.close)
+
+
+def current_storage() -> SessionStorage:
+    """The storage of this invocation: the database `--store` names, else the files.
+
+    Opened on first use (commands that need no store never connect) and closed
+    when the command ends.
+    """
+    if _invocation is None:
+        return FileSessionStorage()
+    return _invocation.storage()
+
+
+def is_file_store(storage: SessionStorage | None = None) -> bool:
+    """Whether the store in effect (or `storage`) is the agent dir's files."""
+    return isinstance(storage if storage is not None else current_storage(), FileSessionStorage)
+
+
+def blob_store_for(path: str) -> BlobStore | None:
+    """The blob store of the store that holds `path`: the files' `blobs/` dir next to
+    its `sessions/`; None for a database store (whose own blob store the library uses)."""
+    if not is_file_store():
+        return None
     return BlobStore(blob_dir_for(path))
 
 
@@ -76,20 +138,42 @@ def _looks_like_path(arg: str) -> bool:
     return os.sep in arg or (os.altsep is not None and os.altsep in arg) or arg.endswith(".jsonl")
 
 
+def _stored_kind(storage: SessionStorage, path: str) -> str | None:
+    """'file', 'dir' or None (missing, or outside a database store's root)."""
+    if isinstance(storage, FileSessionStorage):
+        return "file" if os.path.isfile(path) else "dir" if os.path.isdir(path) else None
+    directory, name = os.path.split(path)
+    try:
+        if name and path in storage.list_files(directory, glob_escape(name)):
+            return "file"
+        return "dir" if storage.exists(path) else None
+    except ValueError:  # a path outside the store's root names nothing in it
+        return None
+
+
+def stored_session_path(arg: str) -> str | None:
+    """`arg` as the path of a file in the store in effect (absolute), else None."""
+    path = os.path.abspath(os.path.expanduser(arg))
+    return path if _stored_kind(current_storage(), path) == "file" else None
+
+
 def resolve_session(arg: str) -> str:
     """A session file path from a path, a session-id prefix or a file-name prefix.
 
     Raises CliError (exit 1) when nothing matches, (exit 3) when several do.
     """
-    expanded = os.path.expanduser(arg)
-    if os.path.isfile(expanded):
-        return os.path.abspath(expanded)
+    storage = current_storage()
+    path = os.path.abspath(os.path.expanduser(arg))
+    kind = _stored_kind(storage, path)
+    if kind == "file":
+        return path
     if _looks_like_path(arg):
-        if os.path.isdir(expanded):
+        if kind == "dir":
             raise CliError(f"{arg}: is a directory, not a session file")
-        raise CliError(f"{arg}: no such session file")
+        where = "" if is_file_store(storage) else " in the store"
+        raise CliError(f"{arg}: no such session file{where}")
     try:
-        match = resolve_resumable_session(arg, os.getcwd())
+        match = resolve_resumable_session(arg, os.getcwd(), storage=storage, agent_dir=agent_dir())
     except AmbiguousSessionError as exc:
         raise CliError(ambiguous_message(arg, exc.candidates), EXIT_AMBIGUOUS) from None
     if match is None:
@@ -105,12 +189,16 @@ def ambiguous_message(arg: str, candidates: list[Any]) -> str:
 
 def open_read_only(path: str) -> SessionManager:
     """Open a session without writing anything (no migration rewrite, breadcrumb, or file)."""
-    return SessionManager.open(path, read_only=True, blob_store=blob_store_for(path))
+    return SessionManager.open(
+        path, storage=current_storage(), read_only=True, blob_store=blob_store_for(path)
+    )
 
 
 def open_writable(path: str) -> SessionManager:
     """Open a session for a command that changes it."""
-    return SessionManager.open(path, blob_store=blob_store_for(path), breadcrumb=False)
+    return SessionManager.open(
+        path, storage=current_storage(), blob_store=blob_store_for(path), breadcrumb=False
+    )
 
 
 def select_files(paths: list[str] | None, all_projects: bool) -> list[str]:
@@ -119,9 +207,10 @@ def select_files(paths: list[str] | None, all_projects: bool) -> list[str]:
         if all_projects:
             raise CliError("give PATHS or --all, not both", EXIT_USAGE)
         return [resolve_session(p) for p in paths]
+    storage = current_storage()
     if all_projects:
-        return session_files(agent_dir())
-    return session_files(agent_dir(), cwd=os.getcwd())
+        return session_files(agent_dir(), storage=storage)
+    return session_files(agent_dir(), cwd=os.getcwd(), storage=storage)
 
 
 @contextmanager

@@ -38,6 +38,7 @@ holder's process or host dies.
 
 from __future__ import annotations
 
+import builtins
 import errno
 import hashlib
 import os
@@ -53,6 +54,7 @@ from typing import Any, Final
 
 from sessiontree.blobs import (
     BLOB_REF_PREFIX,
+    BlobInfo,
     BlobPutResult,
     _check_hash,
     blob_extension_for_mime_type,
@@ -528,7 +530,28 @@ class _Sql:
                     f"AND {where_jsonl}"
                 ),
             )
-        self.blob_exts = q("SELECT exts FROM {s}.blobs WHERE hash = %s")
+        # `created_at` is when the blob was last put: a re-put of a blob older than a
+        # minute refreshes it (as `BlobStore.put` touches the file), and `gc` never
+        # deletes a blob put within its minimum age (10 minutes).
+        self.blob_exts = q(
+            "SELECT exts, created_at < now() - interval '60 seconds' FROM {s}.blobs WHERE hash = %s"
+        )
+        self.blob_touch = q(
+            "UPDATE {s}.blobs SET created_at = now() WHERE hash = %s RETURNING exts"
+        )
+        self.blob_info = q(
+            "SELECT hash, size, extract(epoch FROM created_at)::float8, exts FROM {s}.blobs "
+            "ORDER BY hash"
+        )
+        self.blob_hashes = q("SELECT hash FROM {s}.blobs ORDER BY hash")
+        self.blob_mtime = q(
+            "SELECT extract(epoch FROM created_at)::float8 FROM {s}.blobs WHERE hash = %s"
+        )
+        self.blob_now = q("SELECT extract(epoch FROM clock_timestamp())::float8")
+        self.blob_delete = q(
+            "DELETE FROM {s}.blobs WHERE hash = %s "
+            "AND created_at <= clock_timestamp() - make_interval(secs => %s)"
+        )
         self.blob_insert = q(
             "INSERT INTO {s}.blobs (hash, data, size, exts) VALUES (%s, %s, %s, %s) "
             "ON CONFLICT (hash) DO NOTHING"
@@ -1372,11 +1395,15 @@ def _holder_pid(holder: str | None) -> int | None:
 
 
 class PostgresBlobStore:
-    """Content-addressed blobs in the store's `blobs` table (`BlobStoreLike`).
+    """Content-addressed blobs in the store's `blobs` table (`BlobStoreLike`,
+    `CollectableBlobStore`).
 
     Inserts are insert-if-absent, so hosts putting the same image race harmlessly;
     a blob's image extensions are remembered so an export can recreate the
-    `<hash>.<ext>` sidecars a file store has.
+    `<hash>.<ext>` sidecars a file store has. A blob's mtime (`created_at`, the
+    server's clock) is its last put: a re-put refreshes it when it is over a minute
+    old, so `gc` (which deletes only blobs older than 10 minutes, checked in the
+    DELETE itself) never takes a blob a writer is about to reference.
     """
 
     def __init__(self, storage: PostgresSessionStorage) -> None:
@@ -1390,6 +1417,10 @@ class PostgresBlobStore:
         s = self._storage._sql
         with _io(self.dir), self._storage._conn() as conn:
             row = conn.execute(s.blob_exts, (digest,)).fetchone()
+            if row is not None and row[1]:
+                # A fresh use keeps the blob from gc; if gc took it meanwhile, insert it.
+                if conn.execute(s.blob_touch, (digest,)).fetchone() is None:
+                    row = None
             if row is None:
                 conn.execute(s.blob_insert, (digest, bytes(data), len(data), [ext] if ext else []))
             if ext and (row is None or ext not in row[0]):
@@ -1432,6 +1463,43 @@ class PostgresBlobStore:
         with _io(self.dir), self._storage._conn() as conn:
             rows = conn.execute(self._storage._sql.blob_list).fetchall()
         return [(str(h), [str(e) for e in exts]) for h, exts in rows]
+
+    def list_hashes(self) -> builtins.list[str]:
+        """Every stored blob's hash, sorted."""
+        with _io(self.dir), self._storage._conn() as conn:
+            rows = conn.execute(self._storage._sql.blob_hashes).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def list_info(self) -> builtins.list[BlobInfo]:
+        """Every stored blob with its size and mtime (server clock), sorted by hash."""
+        with _io(self.dir), self._storage._conn() as conn:
+            rows = conn.execute(self._storage._sql.blob_info).fetchall()
+        return [
+            BlobInfo(str(h), int(size), float(mtime), tuple(str(e) for e in exts))
+            for h, size, mtime, exts in rows
+        ]
+
+    def mtime(self, hash: str) -> float | None:
+        """When the blob was last put (epoch seconds, server clock), None when missing."""
+        digest = _check_hash(hash)
+        with _io(self.dir), self._storage._conn() as conn:
+            row = conn.execute(self._storage._sql.blob_mtime, (digest,)).fetchone()
+        return float(row[0]) if row else None
+
+    def now(self) -> float:
+        """The server's clock (epoch seconds): what `mtime` is measured on."""
+        with _io(self.dir), self._storage._conn() as conn:
+            row = conn.execute(self._storage._sql.blob_now).fetchone()
+        assert row is not None
+        return float(row[0])
+
+    def delete(self, hash: str, *, min_age_seconds: float = 0.0) -> bool:
+        """Remove the blob unless it was put less than `min_age_seconds` ago (one statement,
+        so a concurrent re-put either keeps it or comes after); True when removed."""
+        digest = _check_hash(hash)
+        with _io(self.dir), self._storage._conn() as conn:
+            cur = conn.execute(self._storage._sql.blob_delete, (digest, float(min_age_seconds)))
+            return bool(cur.rowcount > 0)
 
 
 def new_schema_name(prefix: str = "sessiontree") -> str:
