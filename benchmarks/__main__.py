@@ -28,7 +28,7 @@ PEERS_DIR = ROOT.parent / "shared" / "peers"
 
 
 def run_workload(name: str, args: dict[str, Any]) -> dict[str, Any]:
-    """Run one workload in a child process; adds its peak RSS in MB."""
+    """Run one workload in a child process (which reports its own peak RSS)."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.workloads", name, json.dumps(args)],
@@ -39,12 +39,9 @@ def run_workload(name: str, args: dict[str, Any]) -> dict[str, Any]:
     assert proc.stdout is not None
     out = proc.stdout.read()
     proc.stdout.close()
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
+    if proc.wait() != 0:
         raise SystemExit(f"workload {name} failed with exit code {proc.returncode}")
     result: dict[str, Any] = json.loads(out)
-    result["rss_mb"] = usage.ru_maxrss / 1024
     return result
 
 
@@ -72,6 +69,7 @@ def ms(seconds: float) -> str:
 class Table:
     def __init__(self) -> None:
         self.rows: list[list[str]] = []
+        self.notes: list[str] = []
 
     def add(
         self,
@@ -99,7 +97,7 @@ class Table:
         )
 
     def note(self, name: str, text: str) -> None:
-        self.rows.append([name, text, "", "", "", "", "", ""])
+        self.notes.append(f"{name}: {text}")
 
     def print(self) -> None:
         head = [
@@ -118,6 +116,8 @@ class Table:
         print("-|-".join("-" * w for w in widths))
         for row in self.rows:
             print(" | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
+        for note in self.notes:
+            print(note)
 
 
 def main() -> None:
@@ -216,14 +216,16 @@ def main() -> None:
 
     if wanted("listing"):
         files = 100 if args.quick else 2_000
+        # One project dir, so the peers' `list DIR` sees the same 2,000 files.
         agent = work / f"store-{files}"
         if not (agent / "sessions").exists():
-            write_store(agent / "sessions", files, 20, 500)
+            write_store(agent / "sessions", files, 20, 500, projects=1)
         common = {"agent": str(agent), "repeat": runs}
         cold = run_workload("listing", {**common, "mode": "cold"})
         peer = ""
         if args.peers:
-            figures = [peer_bench(p, "list", str(agent / "sessions")) for p in ("omp", "pi")]
+            flat = next((agent / "sessions").iterdir())
+            figures = [peer_bench(p, "list", str(flat)) for p in ("omp", "pi")]
             peer = " / ".join(
                 f"{p} {f['ms']:.0f}" for p, f in zip(("omp", "pi"), figures, strict=True) if f
             )

@@ -209,13 +209,15 @@ def write_big_session(path: Path, spec: SessionSpec, blob_dir: Path) -> dict[str
     return {"path": str(path), "entries": len(ids), "bytes": path.stat().st_size, "leaf": leaf}
 
 
-def write_store(root: Path, files: int, min_entries: int, max_entries: int, seed: int = 1) -> int:
-    """`files` sessions of `min_entries`..`max_entries` entries in 20 project dirs."""
+def write_store(
+    root: Path, files: int, min_entries: int, max_entries: int, seed: int = 1, projects: int = 20
+) -> int:
+    """`files` sessions of `min_entries`..`max_entries` entries in `projects` project dirs."""
     rng = random.Random(seed)
     total = 0
-    projects = [f"/work/project-{i:02d}" for i in range(20)]
+    cwds = [f"/work/project-{i:02d}" for i in range(projects)]
     for n in range(files):
-        cwd = projects[n % len(projects)]
+        cwd = cwds[n % len(cwds)]
         directory = root / encode_session_dir_name(cwd)
         directory.mkdir(parents=True, exist_ok=True)
         created = START_MS + n * 60_000

@@ -62,6 +62,7 @@ def context(args: dict[str, Any]) -> dict[str, Any]:
     (the manager's incremental context); floor: one pass over the path entries."""
     sm = SessionManager.open(args["path"], read_only=True, blob_store=BlobStore(args["blobs"]))
     entries, leaf = sm.get_entries(), sm.get_leaf_id()
+    by_id = {e["id"]: e for e in entries}  # the index an open session has (as the peers pass)
     path = sm.get_branch()
     repeat = args.get("repeat", 10)
 
@@ -69,7 +70,7 @@ def context(args: dict[str, Any]) -> dict[str, Any]:
         for entry in path:
             entry.get("type")
 
-    cold = _timed(lambda: build_session_context(entries, leaf), repeat)
+    cold = _timed(lambda: build_session_context(entries, leaf, by_id), repeat)
     warm = _timed(sm.build_session_context, repeat)
     return {
         "times": cold,
@@ -164,6 +165,15 @@ def listing(args: dict[str, Any]) -> dict[str, Any]:
         for f in files:
             os.stat(f)
 
+    def read_floor() -> None:
+        # A cold listing must read every file: bytes + orjson.loads of each line.
+        loads = orjson.loads
+        for f in files:
+            with open(f, "rb") as fh:
+                for line in fh:
+                    if len(line) > 1:
+                        loads(line)
+
     mode = args["mode"]
     if mode == "cold":
         times = []
@@ -181,15 +191,14 @@ def listing(args: dict[str, Any]) -> dict[str, Any]:
         SessionManager.list_all(agent_dir=agent)
         times = _timed(lambda: SessionManager.list_all(agent_dir=agent), args.get("repeat", 5))
         count = len(SessionManager.list_all(agent_dir=agent))
-    return {"times": times, "floor": _timed(floor, 3), "count": count, "files": len(files)}
+    floor_times = _timed(read_floor if mode == "cold" else floor, 3)
+    return {"times": times, "floor": floor_times, "count": count, "files": len(files)}
 
 
 def _forget_in_process_caches() -> None:
-    from sessiontree import discovery
+    from sessiontree.discovery import clear_listing_cache
 
-    reset = getattr(discovery, "clear_caches", None)
-    if callable(reset):
-        reset()
+    clear_listing_cache()
 
 
 def history(args: dict[str, Any]) -> dict[str, Any]:
@@ -265,7 +274,18 @@ WORKLOADS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
 }
 
 
+def peak_rss_mb() -> float:
+    """This process's own peak RSS (VmHWM): unlike rusage's ru_maxrss it does not
+    include the parent's memory inherited across fork + exec."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 if __name__ == "__main__":
     name, raw = sys.argv[1], sys.argv[2]
     result = WORKLOADS[name](json.loads(raw))
+    result["rss_mb"] = peak_rss_mb()
     sys.stdout.write(json.dumps(result) + "\n")

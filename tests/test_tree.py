@@ -19,7 +19,8 @@ from sessiontree import (
     build_session_context,
     serialize_entry,
 )
-from sessiontree.tree import build_tree
+from sessiontree.context import ContextBuilder
+from sessiontree.tree import build_tree, path_to_root
 
 ID = re.compile(r"^[0-9a-f]{8}$")
 
@@ -299,6 +300,10 @@ ops = st.lists(
         st.tuples(st.just("summary"), st.integers(-1, 50)),
         st.tuples(st.just("custom_message"), st.text(max_size=3)),
         st.tuples(st.just("custom"), st.none()),
+        st.tuples(st.just("model"), st.sampled_from(["default", "smol", "slow", None])),
+        st.tuples(st.just("thinking"), st.sampled_from(["low", "high", None])),
+        st.tuples(st.just("ttsr"), st.lists(st.sampled_from("abc"), max_size=3)),
+        st.tuples(st.just("mode"), st.sampled_from(["plan", "none"])),
     ),
     max_size=40,
 )
@@ -335,6 +340,14 @@ def test_random_operations_keep_tree_invariants(script: list[tuple[str, Any]]) -
             ids.append(sm.append_custom_message_entry("t", arg, True))
         elif op == "custom":
             ids.append(sm.append_custom_entry("t"))
+        elif op == "model":
+            ids.append(sm.append_model_change(f"p/{arg}", arg))
+        elif op == "thinking":
+            ids.append(sm.append_thinking_level_change(arg))
+        elif op == "ttsr":
+            ids.append(sm.append_ttsr_injection(arg))
+        elif op == "mode":
+            ids.append(sm.append_mode_change(arg, {"n": len(ids)}))
         if len(ids) > before:
             last_appended = ids[-1]
             assert sm.get_leaf_id() == last_appended
@@ -358,5 +371,12 @@ def test_random_operations_keep_tree_invariants(script: list[tuple[str, Any]]) -
         seen.append(node.entry["id"])
         stack.extend(node.children)
     assert sorted(seen) == sorted(known)
+    by_id = {x["id"]: x for x in entries}
     for leaf in [None, *ids]:
         assert shape(build_session_context(entries, leaf)) == naive_context(entries, leaf)
+        if leaf is not None:
+            # The one-walk build equals the two-phase build, key order included.
+            walked = ContextBuilder.from_leaf(by_id, by_id[leaf]).snapshot()
+            phased = ContextBuilder.from_path(path_to_root(by_id, by_id[leaf])).snapshot()
+            assert walked == phased
+            assert list(walked.models) == list(phased.models)

@@ -7,6 +7,7 @@ user/assistant/toolResult messages a provider accepts.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,30 +136,201 @@ class ContextBuilder:
     per new entry instead of O(path).
     """
 
-    __slots__ = ("_compaction_index", "_ctx", "_path", "_rules_seen", "leaf_id")
+    __slots__ = ("_by_id", "_compaction_index", "_ctx", "_path", "_rules_seen", "leaf_id")
 
     def __init__(self) -> None:
-        self._path: list[dict[str, Any]] = []
+        self._path: list[dict[str, Any]] | None = []
+        self._by_id: Mapping[Any, dict[str, Any]] | None = None
         self._ctx = SessionContext()
         self._rules_seen: set[str] = set()
         self._compaction_index = -1
         self.leaf_id: str | None = None
 
     @classmethod
+    def from_leaf(cls, by_id: Mapping[Any, dict[str, Any]], leaf: dict[str, Any]) -> ContextBuilder:
+        """The context at `leaf`, built in one walk from the leaf to the root.
+
+        Walking backwards turns "the last one on the path wins" into "the first
+        one seen wins", so settings and messages are taken during the walk itself,
+        without first materializing and reversing the path. A parent cycle falls
+        back to the path-based build, which detects it.
+        """
+        builder = cls()
+        builder._by_id = by_id
+        builder._path = None  # not materialized; rebuilt from the leaf when needed
+        ctx = builder._ctx
+        get = by_id.get
+        limit = len(by_id) + 1
+        steps = 0
+        messages: list[dict[str, Any]] = []  # newest first; reversed at the end
+        add = messages.append
+        kept: list[dict[str, Any]] = []  # before a compaction, until firstKeptEntryId
+        compaction: dict[str, Any] | None = None
+        first_kept: object = None
+        found_first_kept = False
+        thinking: str | None = None
+        mode_entry: dict[str, Any] | None = None
+        roles_seen: dict[str, int] = {}  # role -> step of its earliest (forward-first) setter
+        ttsr: list[dict[str, Any]] = []
+        current: dict[str, Any] | None = leaf
+        while current is not None:
+            steps += 1
+            if steps > limit:
+                return cls.from_path(path_to_root(by_id, leaf))
+            entry = current
+            kind = entry.get("type")
+            if kind == "message":
+                message = entry.get("message")
+                if message.__class__ is dict:
+                    if message.get("role") == "assistant":
+                        provider = message.get("provider")
+                        model = message.get("model")
+                        if isinstance(provider, str) and isinstance(model, str):
+                            if "default" not in roles_seen:
+                                ctx.models["default"] = f"{provider}/{model}"
+                            roles_seen["default"] = steps
+                    if compaction is None:
+                        add(message)
+                    elif not found_first_kept:
+                        kept.append(message)
+            else:
+                if kind == "thinking_level_change":
+                    if thinking is None:
+                        level = entry.get("thinkingLevel")
+                        thinking = level if isinstance(level, str) else "off"
+                elif kind == "model_change":
+                    model = entry.get("model")
+                    role = entry.get("role") or "default"
+                    key: str | None = None
+                    value = ""
+                    if isinstance(model, str) and model:
+                        key = role if isinstance(role, str) else "default"
+                        value = model
+                    elif isinstance(entry.get("provider"), str) and isinstance(
+                        entry.get("modelId"), str
+                    ):
+                        key, value = "default", f"{entry['provider']}/{entry['modelId']}"
+                    if key is not None:
+                        if key not in roles_seen:
+                            ctx.models[key] = value
+                        roles_seen[key] = steps
+                elif kind == "compaction":
+                    if compaction is None:
+                        compaction = entry
+                        first_kept = entry.get("firstKeptEntryId")
+                        builder._compaction_index = 0  # marks "the path has a compaction"
+                elif kind == "ttsr_injection":
+                    ttsr.append(entry)
+                elif kind == "mode_change":
+                    if mode_entry is None:
+                        mode_entry = entry
+                if kind == "custom_message" or kind == "branch_summary":
+                    converted = _entry_message(entry)
+                    if converted is not None:
+                        if compaction is None:
+                            add(converted)
+                        elif not found_first_kept:
+                            kept.append(converted)
+            if compaction is not None and not found_first_kept and entry is not compaction:
+                if entry.get("id") == first_kept:
+                    found_first_kept = True
+            parent_id = entry.get("parentId")
+            current = get(parent_id) if parent_id and parent_id.__class__ is str else None
+        if thinking is not None:
+            ctx.thinking_level = thinking
+        if mode_entry is not None:
+            mode = mode_entry.get("mode")
+            ctx.mode = mode if isinstance(mode, str) else "none"
+            data = mode_entry.get("data")
+            ctx.mode_data = data if isinstance(data, dict) else None
+        for rules_entry in reversed(ttsr):
+            rules = rules_entry.get("injectedRules")
+            if isinstance(rules, list):
+                for rule in rules:
+                    if isinstance(rule, str) and rule not in builder._rules_seen:
+                        builder._rules_seen.add(rule)
+                        ctx.injected_ttsr_rules.append(rule)
+        if len(roles_seen) > 1:
+            # Keys in the order a forward walk would have first set them.
+            order = sorted(roles_seen, key=roles_seen.__getitem__, reverse=True)
+            ctx.models = {role: ctx.models[role] for role in order}
+        messages.reverse()
+        if compaction is not None:
+            summary = create_compaction_summary_message(
+                compaction.get("summary"),  # type: ignore[arg-type]
+                compaction.get("tokensBefore"),  # type: ignore[arg-type]
+                compaction.get("timestamp"),  # type: ignore[arg-type]
+                compaction.get("shortSummary", UNSET),
+            )
+            # Nothing is kept when firstKeptEntryId is not on the path before it.
+            kept.reverse()
+            messages = [summary, *(kept if found_first_kept else ()), *messages]
+        ctx.messages = messages
+        leaf_id = leaf.get("id")
+        builder.leaf_id = leaf_id if isinstance(leaf_id, str) else None
+        return builder
+
+    @classmethod
     def from_path(cls, path: list[dict[str, Any]]) -> ContextBuilder:
-        """Build the context of a root->leaf path (the list is kept, not copied)."""
+        """Build the context of a root->leaf path (the list is kept, not copied).
+
+        One pass: settings are applied and every entry's message is collected with
+        its path position; a compaction then only slices that list.
+        """
         builder = cls()
         builder._path = path
+        models = builder._ctx.models
+        out: list[dict[str, Any]] = []
+        owners: list[int] = []  # path index of each message in `out`, ascending
+        add, own = out.append, owners.append
         for index, entry in enumerate(path):
-            if entry.get("type") != "message":
-                builder._apply_setting(entry, index)
-            else:
-                builder._apply_model(entry)
-        builder._rebuild_messages()
+            if entry.get("type") == "message":
+                message = entry.get("message")
+                if message.__class__ is not dict:
+                    continue
+                if message.get("role") == "assistant":
+                    provider, model = message.get("provider"), message.get("model")
+                    if isinstance(provider, str) and isinstance(model, str):
+                        models["default"] = f"{provider}/{model}"
+                add(message)
+                own(index)
+                continue
+            builder._apply_setting(entry, index)
+            converted = _entry_message(entry)
+            if converted is not None:
+                add(converted)
+                own(index)
+        if builder._compaction_index >= 0:
+            builder._ctx.messages = builder._compacted(out, owners)
+        else:
+            builder._ctx.messages = out
         if path:
             leaf_id = path[-1].get("id")
             builder.leaf_id = leaf_id if isinstance(leaf_id, str) else None
         return builder
+
+    def _compacted(self, out: list[dict[str, Any]], owners: list[int]) -> list[dict[str, Any]]:
+        """Summary, then the kept entries before the compaction, then what follows it."""
+        path, index = self._materialized_path(), self._compaction_index
+        compaction = path[index]
+        first_kept = compaction.get("firstKeptEntryId")
+        start = index  # nothing is kept when firstKeptEntryId is not on the path
+        for i in range(index):
+            if path[i].get("id") == first_kept:
+                start = i
+                break
+        summary = create_compaction_summary_message(
+            compaction.get("summary"),  # type: ignore[arg-type]
+            compaction.get("tokensBefore"),  # type: ignore[arg-type]
+            compaction.get("timestamp"),  # type: ignore[arg-type]
+            compaction.get("shortSummary", UNSET),
+        )
+        lo, mid, hi = (
+            bisect_left(owners, start),
+            bisect_left(owners, index),
+            bisect_right(owners, index),
+        )
+        return [summary, *out[lo:mid], *out[hi:]]
 
     def _apply_model(self, entry: dict[str, Any]) -> None:
         message = entry.get("message")
@@ -198,7 +370,7 @@ class ContextBuilder:
             ctx.mode_data = data if isinstance(data, dict) else None
 
     def _rebuild_messages(self) -> None:
-        path = self._path
+        path = self._materialized_path()
         messages: list[dict[str, Any]] = []
         index = self._compaction_index
         if index >= 0:
@@ -234,14 +406,21 @@ class ContextBuilder:
 
     def add(self, entry: dict[str, Any]) -> None:
         """Extend the context with an entry appended as the child of the leaf."""
-        self._path.append(entry)
+        if entry.get("type") == "compaction" and self._by_id is not None:
+            # The message list starts over from the new compaction: rebuild.
+            rebuilt = ContextBuilder.from_leaf(self._by_id, entry)
+            self._ctx, self._rules_seen = rebuilt._ctx, rebuilt._rules_seen
+            self.leaf_id = rebuilt.leaf_id
+            return
+        if self._path is not None:
+            self._path.append(entry)
         if entry.get("type") == "message":
             self._apply_model(entry)
             message = entry.get("message")
             if message.__class__ is dict:
                 self._ctx.messages.append(message)
         else:
-            self._apply_setting(entry, len(self._path) - 1)
+            self._apply_setting(entry, len(self._path) - 1 if self._path is not None else -1)
             if entry.get("type") == "compaction":
                 self._rebuild_messages()
             else:
@@ -265,6 +444,13 @@ class ContextBuilder:
 
     @property
     def path(self) -> list[dict[str, Any]]:
+        return self._materialized_path()
+
+    def _materialized_path(self) -> list[dict[str, Any]]:
+        if self._path is None:
+            by_id = self._by_id or {}
+            leaf = by_id.get(self.leaf_id) if self.leaf_id is not None else None
+            self._path = path_to_root(by_id, leaf)
         return self._path
 
 
@@ -290,7 +476,7 @@ def build_session_context(
                 break
     if leaf is None:
         return SessionContext()
-    return ContextBuilder.from_path(path_to_root(by_id, leaf))._ctx
+    return ContextBuilder.from_leaf(by_id, leaf)._ctx
 
 
 def _text_block(text: str) -> dict[str, Any]:

@@ -957,9 +957,7 @@ class SessionManager:
             return build_session_context(self._entries, leaf_id, self._by_id)
         context = self._context
         if context is None or context.leaf_id != leaf_id:
-            context = self._context = ContextBuilder.from_path(
-                path_to_root(self._by_id, self._by_id[leaf_id])
-            )
+            context = self._context = ContextBuilder.from_leaf(self._by_id, self._by_id[leaf_id])
         return context.snapshot()
 
     def get_injected_ttsr_rules(self) -> builtins.list[str]:

@@ -37,37 +37,41 @@ def build_tree(
 def _build_tree(
     entries: Sequence[dict[str, Any]], labels: Mapping[str, str]
 ) -> list[SessionTreeNode]:
-    by_id: dict[Any, SessionTreeNode] = {}
-    nodes: list[SessionTreeNode] = []
-    label_of = labels.get
-    for entry in entries:
-        entry_id = entry.get("id")
-        node = SessionTreeNode(entry, [], label_of(entry_id) if labels else None)  # type: ignore[arg-type]
-        nodes.append(node)
-        if isinstance(entry_id, str):
-            by_id[entry_id] = node
+    node_cls = SessionTreeNode
+    nodes = [node_cls(e, [], None) for e in entries]
+    # Only string ids index (a hostile file may carry lists or objects as ids).
+    by_id = {i: n for n in nodes if (i := n.entry.get("id")).__class__ is str}
+    for target, label in labels.items():
+        node = by_id.get(target)
+        if node is not None:
+            node.label = label
     roots: list[SessionTreeNode] = []
+    add_root = roots.append
     find = by_id.get
+    multi: list[SessionTreeNode] = []  # parents with more than one child, to sort
     for node in nodes:
         entry = node.entry
         parent_id = entry.get("parentId")
         # Ids are strings; anything else (hostile or broken files) cannot name a parent.
-        parent = (
-            find(parent_id) if parent_id.__class__ is str and parent_id != entry.get("id") else None
-        )
+        if parent_id.__class__ is not str or parent_id == entry.get("id"):
+            add_root(node)
+            continue
+        parent = find(parent_id)
         if parent is None:
-            roots.append(node)
-        else:
-            parent.children.append(node)
+            add_root(node)
+            continue
+        children = parent.children
+        children.append(node)
+        if len(children) == 2:
+            multi.append(parent)
     inf = float("inf")
 
     def sort_key(n: SessionTreeNode) -> float:
         ms = parse_iso_ms(n.entry.get("timestamp"))
         return inf if ms is None else ms
 
-    for node in nodes:
-        if len(node.children) > 1:
-            node.children.sort(key=sort_key)
+    for parent in multi:
+        parent.children.sort(key=sort_key)
     return roots
 
 
