@@ -1,0 +1,27 @@
+"""The benchmark suite itself runs (tiny sizes): a broken benchmark is caught here."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_quick_benchmark_suite_prints_every_workload(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--work", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    out = proc.stdout
+    for workload in ["open + context", "context,", "get_tree", "append", "list_all", "history"]:
+        assert workload in out, out
+    assert "ratio" in out and "peak RSS MB" in out
