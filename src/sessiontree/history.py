@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ._closing import ClosesOnExit
 from .paths import get_agent_dir
 
 __all__ = ["MAX_LIMIT", "MAX_QUERY_WORDS", "SCHEMA_VERSION", "HistoryEntry", "HistoryStorage"]
@@ -117,7 +118,7 @@ class HistoryEntry:
     cwd: str | None
 
 
-class HistoryStorage:
+class HistoryStorage(ClosesOnExit):
     """Thread-safe prompt history backed by SQLite with an FTS5 index.
 
     Use `open` to share one instance per database file; the constructor makes a
@@ -257,12 +258,6 @@ class HistoryStorage:
                     self._reader.close()
                     self._writer.close()
         atexit.unregister(self.close)
-
-    def __enter__(self) -> HistoryStorage:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._closing else "open"

@@ -19,10 +19,10 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
-from types import TracebackType
 from typing import Any
 
 from . import persistence
+from ._closing import ClosesOnExit
 from ._unset import UNSET, Maybe, UnsetType
 from .blobs import BlobPutResult, BlobStore, BlobStoreLike, MemoryBlobStore
 from .context import ContextBuilder, SessionContext, build_session_context
@@ -169,7 +169,7 @@ def _title_slot_line(title: str, source: str | None, updated_at: str) -> bytes:
     return line(best, " " * (TITLE_SLOT_BYTES - len(unpadded)))
 
 
-class SessionManager:
+class SessionManager(ClosesOnExit):
     """One session: an append-only entry tree plus a movable leaf pointer.
 
     Use the factories (`create`, `open`, `continue_recent`, `fork_from`,
@@ -367,17 +367,6 @@ class SessionManager:
         return list_all_sessions(storage=storage, agent_dir=agent_dir)
 
     # ------------------------------------------------------------------ context manager
-
-    def __enter__(self) -> SessionManager:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # ------------------------------------------------------------------ state
 

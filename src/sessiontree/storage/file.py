@@ -13,9 +13,9 @@ import secrets
 import shutil
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from types import TracebackType
 from typing import TYPE_CHECKING
 
+from sessiontree._closing import WriterState
 from sessiontree.storage.base import StorageStat
 
 if TYPE_CHECKING:
@@ -123,7 +123,7 @@ def glob_match_name(name: str, pattern: str) -> bool:
     return fnmatch.fnmatchcase(name, pattern)
 
 
-class FileSessionWriter:
+class FileSessionWriter(WriterState):
     """Appends lines to one file through a single O_APPEND descriptor.
 
     Nothing is buffered in Python: every `write_line` is handed to the kernel at
@@ -206,26 +206,6 @@ class FileSessionWriter:
                 self._error = exc
         if self._error is not None:
             raise self._error
-
-    def get_error(self) -> BaseException | None:
-        """The first error this writer hit, if any."""
-        return self._error
-
-    @property
-    def closed(self) -> bool:
-        """Whether `close` was called."""
-        return self._closed
-
-    def __enter__(self) -> FileSessionWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __del__(self) -> None:
         # Leaked writers must not leak descriptors; raw fds raise no ResourceWarning.

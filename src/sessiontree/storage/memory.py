@@ -13,9 +13,9 @@ import os
 import time
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from types import TracebackType
 from typing import TYPE_CHECKING
 
+from sessiontree._closing import WriterState
 from sessiontree.locks import MemoryLockTable, SessionLock
 from sessiontree.storage.base import StorageStat
 from sessiontree.storage.file import glob_match_name, utf8_prefix_text
@@ -43,7 +43,7 @@ def _oserror(cls: type[OSError], code: int, path: str) -> OSError:
     return cls(code, os.strerror(code), path)
 
 
-class MemorySessionWriter:
+class MemorySessionWriter(WriterState):
     """Appends to an in-memory file in O(1) per line (bytearray extend)."""
 
     __slots__ = ("_closed", "_error", "_node", "_storage", "path")
@@ -85,31 +85,8 @@ class MemorySessionWriter:
 
     def close(self) -> None:
         """Release the writer; raises the stored error, if any."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._error is not None:
-            raise self._error
-
-    def get_error(self) -> BaseException | None:
-        """The first error this writer hit, if any."""
-        return self._error
-
-    @property
-    def closed(self) -> bool:
-        """Whether `close` was called."""
-        return self._closed
-
-    def __enter__(self) -> MemorySessionWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+        if self._close_state():
+            self._raise_stored()
 
 
 class MemorySessionStorage:

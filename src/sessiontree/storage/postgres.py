@@ -49,9 +49,9 @@ import socket
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from types import TracebackType
 from typing import Any, Final
 
+from sessiontree._closing import ClosesOnExit, WriterState
 from sessiontree.blobs import (
     BLOB_REF_PREFIX,
     BlobInfo,
@@ -578,7 +578,7 @@ class _Sql:
 # -- the storage -----------------------------------------------------------------------------
 
 
-class PostgresSessionStorage:
+class PostgresSessionStorage(ClosesOnExit):
     """`SessionStorage` in a PostgreSQL schema, shared by every host that opens it.
 
     Args:
@@ -665,17 +665,6 @@ class PostgresSessionStorage:
             self._closed = True
             if self._own_pool:
                 self._pool.close()
-
-    def __enter__(self) -> PostgresSessionStorage:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"PostgresSessionStorage(schema={self.schema!r}, root={self.root!r})"
@@ -1171,7 +1160,7 @@ def _meta_params(scan: _Scan) -> dict[str, Any]:
     }
 
 
-class PostgresSessionWriter:
+class PostgresSessionWriter(WriterState):
     """Appends to one stored file: one row and one statement per `write_bytes`.
 
     Follows the file it opened (its row id) through renames; after the file was
@@ -1296,31 +1285,8 @@ class PostgresSessionWriter:
 
     def close(self) -> None:
         """Release the writer; raises the stored error, if any."""
-        if self._closed:
-            return
-        self._closed = True
-        if self._error is not None:
-            raise self._error
-
-    def get_error(self) -> BaseException | None:
-        """The first error this writer hit, if any."""
-        return self._error
-
-    @property
-    def closed(self) -> bool:
-        """Whether `close` was called."""
-        return self._closed
-
-    def __enter__(self) -> PostgresSessionWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+        if self._close_state():
+            self._raise_stored()
 
 
 class PostgresSessionLock:
