@@ -104,6 +104,15 @@ def create_compaction_summary_message(
     return message
 
 
+def _compaction_summary(compaction: dict[str, Any]) -> dict[str, Any]:
+    return create_compaction_summary_message(
+        compaction.get("summary"),  # type: ignore[arg-type]
+        compaction.get("tokensBefore"),  # type: ignore[arg-type]
+        compaction.get("timestamp"),  # type: ignore[arg-type]
+        compaction.get("shortSummary", UNSET),
+    )
+
+
 def _entry_message(entry: dict[str, Any]) -> dict[str, Any] | None:
     kind = entry.get("type")
     if kind == "message":
@@ -256,12 +265,7 @@ class ContextBuilder:
             ctx.models = {role: ctx.models[role] for role in order}
         messages.reverse()
         if compaction is not None:
-            summary = create_compaction_summary_message(
-                compaction.get("summary"),  # type: ignore[arg-type]
-                compaction.get("tokensBefore"),  # type: ignore[arg-type]
-                compaction.get("timestamp"),  # type: ignore[arg-type]
-                compaction.get("shortSummary", UNSET),
-            )
+            summary = _compaction_summary(compaction)
             # Nothing is kept when firstKeptEntryId is not on the path before it.
             kept.reverse()
             messages = [summary, *(kept if found_first_kept else ()), *messages]
@@ -319,12 +323,7 @@ class ContextBuilder:
             if path[i].get("id") == first_kept:
                 start = i
                 break
-        summary = create_compaction_summary_message(
-            compaction.get("summary"),  # type: ignore[arg-type]
-            compaction.get("tokensBefore"),  # type: ignore[arg-type]
-            compaction.get("timestamp"),  # type: ignore[arg-type]
-            compaction.get("shortSummary", UNSET),
-        )
+        summary = _compaction_summary(compaction)
         lo, mid, hi = (
             bisect_left(owners, start),
             bisect_left(owners, index),
@@ -375,14 +374,7 @@ class ContextBuilder:
         index = self._compaction_index
         if index >= 0:
             compaction = path[index]
-            messages.append(
-                create_compaction_summary_message(
-                    compaction.get("summary"),  # type: ignore[arg-type]
-                    compaction.get("tokensBefore"),  # type: ignore[arg-type]
-                    compaction.get("timestamp"),  # type: ignore[arg-type]
-                    compaction.get("shortSummary", UNSET),
-                )
-            )
+            messages.append(_compaction_summary(compaction))
             first_kept = compaction.get("firstKeptEntryId")
             start = index  # nothing is kept when firstKeptEntryId is not on the path
             for i in range(index):

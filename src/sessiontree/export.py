@@ -21,11 +21,11 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from .entries import CURRENT_SESSION_VERSION, Entry, generate_entry_id, generate_session_id, iso_now
+from .entries import CURRENT_SESSION_VERSION, Entry, generate_session_id, iso_now
 from .errors import EntryNotFoundError
 from .jsonl import serialize_entry_bytes
 from .manager import SessionManager
-from .tree import build_tree
+from .tree import branch_with_labels, build_tree
 
 __all__ = [
     "branch_entries",
@@ -171,28 +171,7 @@ def branch_entries(sm: SessionManager, leaf_id: str | None = None) -> list[Entry
 
     The same selection `create_branched_session` keeps, as new dicts.
     """
-    path = [e for e in _path(sm, leaf_id) if e.get("type") != "label"]
-    ids = {e.get("id") for e in path}
-    used: set[str] = {i for i in ids if isinstance(i, str)}
-    entries = [dict(e) for e in path]
-    parent = path[-1].get("id") if path else None
-    for target, label in sm.get_labels().items():
-        if target not in ids:
-            continue
-        label_id = generate_entry_id(used)
-        used.add(label_id)
-        entries.append(
-            {
-                "type": "label",
-                "id": label_id,
-                "parentId": parent,
-                "timestamp": iso_now(),
-                "targetId": target,
-                "label": label,
-            }
-        )
-        parent = label_id
-    return entries
+    return [dict(e) for e in branch_with_labels(_path(sm, leaf_id), sm.get_labels())]
 
 
 def export_jsonl(sm: SessionManager, leaf_id: str | None = None) -> bytes:

@@ -54,7 +54,7 @@ from .paths import (
 from .storage.base import SessionStorage, SessionStorageWriter
 from .storage.file import FileSessionStorage
 from .storage.memory import MemorySessionStorage
-from .tree import SessionTreeNode, build_tree, path_to_root
+from .tree import SessionTreeNode, branch_with_labels, build_tree, path_to_root
 
 __all__ = ["SessionManager", "UsageStatistics"]
 
@@ -1066,10 +1066,8 @@ class SessionManager(ClosesOnExit):
         path = self.get_branch(leaf_id)
         if not path:
             raise EntryNotFoundError(leaf_id)
-        kept = [e for e in path if e.get("type") != "label"]
-        kept_ids = {e.get("id") for e in kept}
+        entries = branch_with_labels(path, self._labels)
         previous_file = self._session_file
-        labels = [(t, label) for t, label in self._labels.items() if t in kept_ids]
         self._close_writer()
         header: Entry = {
             "type": "session",
@@ -1083,23 +1081,6 @@ class SessionManager(ClosesOnExit):
                 header[key] = self._header[key]
         if self._persist and previous_file:
             header["parentSession"] = previous_file
-        entries = list(kept)
-        ids: set[str] = {e["id"] for e in kept if isinstance(e.get("id"), str)}
-        parent = kept[-1].get("id") if kept else None
-        for target, label in labels:
-            label_id = generate_entry_id(ids)
-            ids.add(label_id)
-            entries.append(
-                {
-                    "type": "label",
-                    "id": label_id,
-                    "parentId": parent,
-                    "timestamp": iso_now(),
-                    "targetId": target,
-                    "label": label,
-                }
-            )
-            parent = label_id
         self._header = header
         self._title_slot_raw = None
         self._load_entries(entries)

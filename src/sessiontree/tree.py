@@ -7,9 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._gc import gc_paused
-from .entries import parse_iso_ms
+from .entries import generate_entry_id, iso_now, parse_iso_ms
 
-__all__ = ["SessionTreeNode", "build_tree", "path_to_root"]
+__all__ = ["SessionTreeNode", "branch_with_labels", "build_tree", "path_to_root"]
 
 
 @dataclass(slots=True, eq=False)
@@ -110,3 +110,35 @@ def _path_to_root_checked(
         current = get(parent_id) if parent_id and parent_id.__class__ is str else None
     path.reverse()
     return path
+
+
+def branch_with_labels(
+    path: Sequence[dict[str, Any]], labels: Mapping[str, str]
+) -> list[dict[str, Any]]:
+    """A root->leaf path as a branched session keeps it: label entries dropped, then
+    one fresh label entry per label in effect on a kept entry, chained after the path.
+
+    Entries of `path` are returned as they are (not copied); label entries are new.
+    """
+    kept = [e for e in path if e.get("type") != "label"]
+    kept_ids = {e.get("id") for e in kept}
+    used: set[str] = {i for i in kept_ids if isinstance(i, str)}
+    out = list(kept)
+    parent = kept[-1].get("id") if kept else None
+    for target, label in labels.items():
+        if target not in kept_ids:
+            continue
+        label_id = generate_entry_id(used)
+        used.add(label_id)
+        out.append(
+            {
+                "type": "label",
+                "id": label_id,
+                "parentId": parent,
+                "timestamp": iso_now(),
+                "targetId": target,
+                "label": label,
+            }
+        )
+        parent = label_id
+    return out
