@@ -50,14 +50,10 @@ def _build_tree(
     find = by_id.get
     multi: list[SessionTreeNode] = []  # parents with more than one child, to sort
     for node in nodes:
-        entry = node.entry
-        parent_id = entry.get("parentId")
+        parent_id = node.entry.get("parentId")
         # Ids are strings; anything else (hostile or broken files) cannot name a parent.
-        if parent_id.__class__ is not str or parent_id == entry.get("id"):
-            add_root(node)
-            continue
-        parent = find(parent_id)
-        if parent is None:
+        parent = find(parent_id) if parent_id.__class__ is str else None
+        if parent is None or parent is node or parent_id == node.entry.get("id"):
             add_root(node)
             continue
         children = parent.children
