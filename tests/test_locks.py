@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from helpers import assistant, user
 from sessiontree import (
@@ -19,7 +21,7 @@ from sessiontree import (
     load_entries_from_file,
 )
 from sessiontree.locks import is_locked, lock_path_for
-from sessiontree.manager import _GAP_SECONDS
+from sessiontree.manager import _GAP_SECONDS, _DiskState
 
 HOLDER = textwrap.dedent(
     """
@@ -194,3 +196,15 @@ def test_continue_recent_prefers_this_terminals_breadcrumb(
     crumb.write_text("/proj\n/etc/passwd.jsonl\n")
     with SessionManager.continue_recent("/proj") as sm:
         assert sm.get_session_file() != "/etc/passwd.jsonl"
+
+
+@given(st.lists(st.integers(0, 9000), max_size=60), st.binary(max_size=5000))
+def test_tracked_tail_is_the_last_4_kb_written(sizes: list[int], start: bytes) -> None:
+    state = _DiskState(1, len(start), start[-4096:], 0.0)
+    written = start
+    for i, size in enumerate(sizes):
+        line = bytes([65 + i % 26]) * size
+        state.wrote(line, 1.0)
+        written += line
+    assert state.tail == written[-4096:]
+    assert state.size == len(written)

@@ -85,14 +85,21 @@ class _DiskState:
     size: int
     _tail: bytes
     checked: float
-    _recent: list[bytes] = field(default_factory=list)  # lines written since `_tail`
+    _recent: list[bytes] = field(default_factory=list)  # short lines written since `_tail`
+    _recent_bytes: int = 0
 
     def wrote(self, line: bytes, now: float) -> None:
         self.size += len(line)
         self.checked = now
-        recent = self._recent
-        recent.append(line)
-        if len(recent) >= 64:  # keep memory bounded without copying on every append
+        if len(line) >= _TAIL:
+            # A long line alone is the new tail: keep 4 KB of it, never the line.
+            self._tail = line[-_TAIL:]
+            self._recent.clear()
+            self._recent_bytes = 0
+            return
+        self._recent.append(line)
+        self._recent_bytes += len(line)
+        if self._recent_bytes >= 4 * _TAIL:  # bounded memory, no copy per append
             self._tail = self.tail
 
     @property
@@ -100,6 +107,7 @@ class _DiskState:
         if self._recent:
             self._tail = (self._tail + b"".join(self._recent))[-_TAIL:]
             self._recent.clear()
+            self._recent_bytes = 0
         return self._tail
 
 
