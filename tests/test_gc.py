@@ -129,6 +129,8 @@ def test_breadcrumb_targets_outside_the_store_are_read(agent_dir: Path, tmp_path
     crumbs = agent_dir / "terminal-sessions"
     crumbs.mkdir(parents=True, exist_ok=True)
     (crumbs / "pts-9").write_text(f"/proj\n{sm.get_session_file()}\n")
+    # Only the breadcrumb names that session here (not the registry of outside dirs).
+    (agent_dir / "external-session-dirs").unlink()
     report = collect_garbage(str(agent_dir), delete=True, now=LATER)
     assert digest not in hashes(report.deleted)
     (crumbs / "pts-9").unlink()
@@ -320,3 +322,26 @@ def test_gc_on_an_empty_storage_refuses_to_delete_every_blob(
     report = collect_garbage(str(agent_dir), delete=True, storage=storage)
     assert report.refused is not None and "no session file" in report.refused
     assert len(blobs) == 1
+
+
+def test_sessions_kept_outside_the_store_keep_their_blobs(agent_dir: Path, tmp_path: Path) -> None:
+    data = os.urandom(3000)
+    outside = tmp_path / "custom-session-dir"
+    with SessionManager.create("/proj", str(outside)) as sm:  # blobs still go to the agent dir
+        sm.append_message(
+            {
+                "role": "user",
+                "content": [{"type": "image", "data": base64.b64encode(data).decode()}],
+                "timestamp": 1,
+            }
+        )
+        sm.append_message(assistant("seen"))
+    digest = hashlib.sha256(data).hexdigest()
+    assert (agent_dir / "external-session-dirs").read_text().splitlines() == [
+        os.path.realpath(outside)
+    ]
+    orphan = put(agent_dir, b"nobody's")
+    session_with_image()  # the store itself is not empty
+    report = collect_garbage(str(agent_dir), delete=True, now=LATER)
+    assert hashes(report.deleted) == {orphan}
+    assert (agent_dir / "blobs" / digest).exists()

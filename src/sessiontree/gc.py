@@ -5,8 +5,9 @@ the rules lean to keeping:
 
 - Marking reads the raw bytes of *every* regular file under `<agent>/sessions`
   (all projects, subagent sessions in artifacts dirs, `.bak` and conflict
-  copies, temp files), the files named by terminal breadcrumbs, and any extra
-  roots given. A blob is referenced by `blob:sha256:<hex>` and, to be safe, by
+  copies, temp files), the files named by terminal breadcrumbs, the session dirs
+  outside the store that managers recorded in `<agent>/external-session-dirs`,
+  and any extra roots given. A blob is referenced by `blob:sha256:<hex>` and, to be safe, by
   its bare 64-hex hash anywhere (a display path `blobs/<hash>.png` in a tool
   result counts).
 - The walk is repeated until two passes see the same files with the same
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field
 
 from .blobs import CollectableBlobStore
 from .errors import SessionTreeError
-from .paths import get_agent_dir
+from .paths import EXTERNAL_SESSION_DIRS, get_agent_dir
 from .storage.base import BlobBackedStorage, SessionStorage
 from .storage.file import FileSessionStorage, fsync_directory
 
@@ -354,6 +355,20 @@ def _breadcrumb_targets(agent_dir: str, errors: list[tuple[str, str]]) -> list[s
     return targets
 
 
+def _external_dirs(agent_dir: str, errors: list[tuple[str, str]]) -> list[str]:
+    """Session dirs outside `<agent>/sessions` that managers recorded as using our blobs."""
+    registry = os.path.join(agent_dir, EXTERNAL_SESSION_DIRS)
+    try:
+        with open(registry, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        errors.append((registry, exc.strerror or str(exc)))
+        return []
+    return [line for line in lines if line and os.path.isabs(line) and os.path.isdir(line)]
+
+
 def _root_of(storage: SessionStorage | None, agent_dir: str) -> str:
     """Where a storage keeps the agent dir's trees: its `root` if it has one."""
     root = getattr(storage, "root", None)
@@ -386,7 +401,12 @@ def find_referenced_hashes(
     for _ in range(_MAX_ROUNDS):
         walk_errors: list[tuple[str, str]] = []
         if via is None:
-            roots = [sessions, *_breadcrumb_targets(agent, walk_errors), *extra_roots]
+            roots = [
+                sessions,
+                *_breadcrumb_targets(agent, walk_errors),
+                *_external_dirs(agent, walk_errors),
+                *extra_roots,
+            ]
             snapshot = _walk(roots, walk_errors)
         else:
             snapshot = _walk_storage(via, [sessions, *extra_roots], walk_errors)

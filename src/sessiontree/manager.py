@@ -45,6 +45,7 @@ from .loader import TITLE_SLOT_BYTES, LoadedSession, read_session
 from .locks import SessionLock, acquire_session_lock, is_locked
 from .migrations import migrate_session_entries
 from .paths import (
+    EXTERNAL_SESSION_DIRS,
     get_agent_dir,
     get_default_session_dir,
     get_terminal_id,
@@ -649,6 +650,8 @@ class SessionManager(ClosesOnExit):
         self._needs_newline = False
         self._disk = self._observe_disk(path)
         if not was_on_disk:
+            _register_external_dir(path, self._storage, self._blobs)
+        if not was_on_disk:
             self._leave_breadcrumb(path)
 
     def _persist_entry(self, entry: Entry) -> None:
@@ -1223,6 +1226,35 @@ def _default_blobs(storage: SessionStorage) -> BlobStoreLike:
     if isinstance(storage, MemorySessionStorage):
         return MemoryBlobStore()
     return BlobStore(os.path.join(get_agent_dir(), "blobs"))
+
+
+def _register_external_dir(path: str, storage: SessionStorage, blobs: BlobStoreLike) -> None:
+    """Remember a session dir outside `<agent>/sessions` that uses the agent's blobs.
+
+    `gc` marks blobs by reading every session file it knows of; a session kept
+    elsewhere (a custom `session_dir`) must not lose its images to it. Best effort.
+    """
+    if not isinstance(storage, FileSessionStorage) or not isinstance(blobs, BlobStore):
+        return
+    agent = get_agent_dir()
+    if os.path.realpath(blobs.dir) != os.path.realpath(os.path.join(agent, "blobs")):
+        return
+    directory = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+    sessions = os.path.realpath(os.path.join(agent, "sessions"))
+    if os.path.commonpath([directory, sessions]) == sessions:
+        return
+    registry = os.path.join(agent, EXTERNAL_SESSION_DIRS)
+    try:
+        try:
+            known = storage.read_text(registry).splitlines()
+        except FileNotFoundError:
+            known = []
+        if directory in known:
+            return
+        storage.ensure_dir(agent)
+        storage.write_text(registry, "".join(f"{d}\n" for d in [*known, directory]))
+    except OSError as exc:
+        log.warning("could not record session dir %s in %s: %s", directory, registry, exc)
 
 
 def _breadcrumb_path() -> str | None:

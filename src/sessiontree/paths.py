@@ -11,6 +11,7 @@ import re
 import sys
 
 __all__ = [
+    "EXTERNAL_SESSION_DIRS",
     "encode_session_dir_name",
     "get_agent_dir",
     "get_default_session_dir",
@@ -20,6 +21,10 @@ __all__ = [
 ]
 
 _UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f/\\]")
+
+EXTERNAL_SESSION_DIRS = "external-session-dirs"
+"""File in the agent dir listing session dirs outside `<agent>/sessions` whose
+sessions use the agent's blob store (so `gc` marks their references too)."""
 
 
 def get_agent_dir() -> str:
