@@ -208,3 +208,24 @@ def test_tracked_tail_is_the_last_4_kb_written(sizes: list[int], start: bytes) -
         written += line
     assert state.tail == written[-4096:]
     assert state.size == len(written)
+
+
+def test_a_lost_lock_stops_the_writer_and_saves_the_session(tmp_path: Path) -> None:
+    path = make_session(tmp_path)
+    sm = SessionManager.open(path)
+    sm.append_message(user("before"))
+    # Someone removes our lock file; a second writer then locks a new one.
+    os.unlink(lock_path_for(path))
+    intruder = SessionManager.open(path)
+    time.sleep(_GAP_SECONDS + 0.1)
+    with pytest.raises(SessionLockError) as info:
+        sm.append_message(user("after"))
+    assert "writer lock lost" in str(info.value) and "saved to" in str(info.value)
+    saved = [p for p in os.listdir(tmp_path) if ".jsonl.conflict-" in p]
+    assert len(saved) == 1
+    assert load_entries_from_file(str(tmp_path / saved[0]))[-1]["message"]["content"] == "after"
+    with pytest.raises(SessionLockError):
+        sm.close()
+    assert os.path.exists(lock_path_for(path))  # the intruder's lock file is not ours to remove
+    intruder.close()
+    assert not os.path.exists(lock_path_for(path))

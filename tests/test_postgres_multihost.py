@@ -193,3 +193,30 @@ def test_killed_writer_releases_its_lock_and_keeps_every_flushed_entry(
             sm.append_message({"role": "user", "content": "survivor", "timestamp": 3})
         text = storage.read_text(path)
         assert text.endswith("\n") and text.count("\n") == len(entries) + 2
+
+
+def test_a_dropped_lock_connection_stops_the_writer(store: tuple[str, str], tmp_path: Path) -> None:
+    """If the server drops the lock's connection, the lock is gone: stop writing."""
+    import psycopg
+
+    from sessiontree import SessionLockError, SessionManager
+    from sessiontree.manager import _GAP_SECONDS
+
+    root = tmp_path / "agent"
+    url, _ = store
+    with open_storage(store, root) as storage:
+        sm = SessionManager.create("/p", str(root / "sessions" / "--p--"), storage=storage)
+        sm.append_message({"role": "assistant", "content": [], "timestamp": 1})
+        me = f"sessiontree pid {os.getpid()}"
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name LIKE %s",
+                (me + "%",),
+            )
+        time.sleep(_GAP_SECONDS + 0.1)
+        with pytest.raises(SessionLockError) as info:
+            sm.append_message({"role": "user", "content": "after", "timestamp": 2})
+        assert "writer lock lost" in str(info.value)
+        with pytest.raises(SessionLockError):
+            sm.close()

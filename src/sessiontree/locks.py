@@ -25,6 +25,7 @@ __all__ = [
     "acquire_session_lock",
     "is_locked",
     "lock_path_for",
+    "verify_lock",
 ]
 
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -37,6 +38,13 @@ class SessionLock(Protocol):
     def session_file(self) -> str: ...
 
     def release(self) -> None: ...
+
+
+def verify_lock(lock: SessionLock | None) -> None:
+    """Raise SessionLockError when a held lock was lost (backends that can tell)."""
+    verify = getattr(lock, "verify", None)
+    if callable(verify):
+        verify()
 
 
 def acquire_session_lock(storage: object, session_file: str) -> SessionLock | None:
@@ -124,13 +132,35 @@ class FileLock:
     def held(self) -> bool:
         return self._fd is not None
 
+    def verify(self) -> None:
+        """Raise SessionLockError unless we still hold the lock that guards the path.
+
+        The flock cannot be taken from us, but the lock file can be deleted (and
+        then another process locks a new file under the same name).
+        """
+        fd = self._fd
+        if fd is None:
+            raise SessionLockError(self.session_file, message=f"{self.session_file}: not locked")
+        try:
+            same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            raise SessionLockError(
+                self.session_file,
+                _read_pid(self.path),
+                f"{self.session_file}: writer lock lost (lock file {self.path} was replaced)",
+            )
+
     def release(self) -> None:
         """Remove the lock file (while still holding it) and unlock."""
         fd, self._fd = self._fd, None
         if fd is None:
             return
         try:
-            os.unlink(self.path)
+            # Only our own lock file: after a lost lock the name may be another's.
+            if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                os.unlink(self.path)
         except OSError:
             pass  # already gone or unwritable dir: the flock still goes with the fd
         os.close(fd)
@@ -162,6 +192,10 @@ class _MemoryLock:
     def __init__(self, table: MemoryLockTable, path: str) -> None:
         self._table: MemoryLockTable | None = table
         self.session_file = path
+
+    def verify(self) -> None:
+        if self._table is None:
+            raise SessionLockError(self.session_file, message=f"{self.session_file}: not locked")
 
     def release(self) -> None:
         table, self._table = self._table, None

@@ -36,13 +36,14 @@ from .entries import (
 from .errors import (
     EntryNotFoundError,
     InvalidSessionFileError,
+    SessionLockError,
     SessionPersistenceError,
     SessionTreeError,
     SessionWriteConflictError,
 )
 from .jsonl import allow_deep_nesting, serialize_entry_bytes
 from .loader import TITLE_SLOT_BYTES, LoadedSession, read_session
-from .locks import SessionLock, acquire_session_lock, is_locked
+from .locks import SessionLock, acquire_session_lock, is_locked, verify_lock
 from .migrations import migrate_session_entries
 from .paths import (
     EXTERNAL_SESSION_DIRS,
@@ -542,7 +543,13 @@ class SessionManager(ClosesOnExit):
         return _DiskState(st.ino, st.size, tail, time.monotonic())
 
     def _verify_unchanged(self) -> None:
-        """Raise SessionWriteConflictError if the file changed since our last write."""
+        """Raise if another writer may have touched the file since our last write.
+
+        SessionLockError when our writer lock was lost; SessionWriteConflictError
+        when the file changed (inode, size or its last 4 KB). Either way the whole
+        in-memory session is saved beside the file first, and the error sticks.
+        """
+        self._verify_lock()
         expected = self._disk
         path = self._session_file
         if expected is None or path is None:
@@ -563,6 +570,17 @@ class SessionManager(ClosesOnExit):
             self._error = error
             log.error("%s", error)
             raise error
+
+    def _verify_lock(self) -> None:
+        try:
+            verify_lock(self._lock)
+        except SessionLockError as exc:
+            saved = self._save_rescue_copy()
+            message = str(exc) + (f"; in-memory session saved to {saved}" if saved else "")
+            error = SessionLockError(exc.path, exc.pid, message)
+            self._error = error
+            log.error("%s", error)
+            raise error from exc
 
     def _save_rescue_copy(self) -> str | None:
         """Write the whole in-memory session beside the file; never raises.

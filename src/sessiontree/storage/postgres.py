@@ -1329,6 +1329,20 @@ class PostgresSessionLock:
         """Whether this object still holds the lock."""
         return self._conn is not None
 
+    def verify(self) -> None:
+        """Raise SessionLockError when the lock's connection is gone (the server then
+        released the lock, and another host may hold it now)."""
+        conn = self._conn
+        try:
+            if conn is None or conn.closed:
+                raise psycopg.OperationalError("lock connection closed")
+            conn.execute("SELECT 1")
+        except psycopg.Error as exc:
+            self.release()
+            raise SessionLockError(
+                self.session_file, message=f"{self.session_file}: writer lock lost ({exc})"
+            ) from exc
+
     def release(self) -> None:
         """Unlock by closing the lock's connection (idempotent)."""
         conn, self._conn = self._conn, None
