@@ -529,3 +529,9 @@ def test_gc(store: Store, agent_dir: Path, monkeypatch: pytest.MonkeyPatch) -> N
     assert not (agent_dir / "blobs" / orphan).exists()
     assert len(list((agent_dir / "blobs").iterdir())) == 2  # the session's image and its sidecar
     assert run("gc", "--min-age", "5").exit_code == 2
+
+
+def test_demo_puts_its_image_in_the_blob_store() -> None:
+    result = CliRunner().invoke(app, ["demo"])
+    assert result.exit_code == 0, result.output
+    assert "1 image(s) in the blob store" in result.output

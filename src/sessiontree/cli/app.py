@@ -176,9 +176,14 @@ def demo(
             for message in ctx.messages:
                 console.print(Text(f"  • {preview({'type': 'message', 'message': message}, 100)}"))
             stats = sm.get_usage_statistics()
+            blob_dir = os.path.join(agent_dir, "blobs")
+            blobs = (
+                [n for n in os.listdir(blob_dir) if "." not in n] if os.path.isdir(blob_dir) else []
+            )
             console.print(
                 f"\nTokens in {stats.input} / out {stats.output}, cost ${stats.cost:.4f}; "
-                f"blobs in {os.path.join(agent_dir, 'blobs')}",
+                f"{len(blobs)} image(s) in the blob store"
+                + ("" if keep else " (temporary agent dir, removed now; --keep keeps it)"),
                 markup=False,
                 soft_wrap=True,
             )

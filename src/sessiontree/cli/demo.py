@@ -93,7 +93,7 @@ def build_demo_session(agent_dir: str, cwd: str) -> SessionManager:
         _assistant("CI images ship Python 3.11; pin the version in .ci/run.", ts + 3000)
     )
     sm.append_label_change(answer, "diagnosis")
-    screenshot = base64.b64encode(_png(48, 32)).decode()
+    screenshot = base64.b64encode(_png(96, 64)).decode()  # big enough for the blob store
     sm.append_message(
         {
             "role": "user",
