@@ -39,7 +39,7 @@ def is_title_slot(value: object) -> bool:
         and isinstance(value.get("title"), str)
         and isinstance(value.get("updatedAt"), str)
         and isinstance(value.get("pad"), str)
-        and value.get("source") in (None, "auto", "user")
+        and ("source" not in value or value["source"] in ("auto", "user"))
     )
 
 
