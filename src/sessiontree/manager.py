@@ -43,7 +43,7 @@ from .errors import (
 )
 from .jsonl import allow_deep_nesting, serialize_entry_bytes
 from .loader import TITLE_SLOT_BYTES, LoadedSession, read_session
-from .locks import SessionLock, acquire_session_lock, is_locked, verify_lock
+from .locks import SessionLock, acquire_session_lock, verify_lock
 from .migrations import migrate_session_entries
 from .paths import (
     EXTERNAL_SESSION_DIRS,
@@ -300,24 +300,28 @@ class SessionManager(ClosesOnExit):
 
         storage = storage if storage is not None else FileSessionStorage()
         directory = session_dir if session_dir is not None else get_default_session_dir(cwd)
+        dirs = [directory]
+        alt = home_relative_dir_name(cwd)
+        if session_dir is None and alt is not None:
+            dirs.append(os.path.join(get_agent_dir(), "sessions", alt))
+        taken: set[str] = set()  # sessions another live process holds
 
-        def busy(path: str) -> bool:
-            return is_locked(storage, path)
+        def newest() -> str | None:
+            found = [
+                find_most_recent_session(d, storage=storage, skip=taken.__contains__) for d in dirs
+            ]
+            paths = [p for p in found if p is not None]
+            return max(paths, key=lambda p: storage.stat(p).mtime_ns) if paths else None
 
-        candidate = _read_breadcrumb(cwd, storage)
-        if candidate is not None and busy(candidate):
-            candidate = None
-        if candidate is None:
-            dirs = [directory]
-            alt = home_relative_dir_name(cwd)
-            if session_dir is None and alt is not None:
-                dirs.append(os.path.join(get_agent_dir(), "sessions", alt))
-            found = [find_most_recent_session(d, storage=storage, skip=busy) for d in dirs]
-            newest = [p for p in found if p is not None]
-            if newest:
-                candidate = max(newest, key=lambda p: storage.stat(p).mtime_ns)
-        if candidate is not None:
-            return cls(cwd, directory, candidate, True, storage, blob_store=blob_store)
+        candidate = _read_breadcrumb(cwd, storage) or newest()
+        while candidate is not None:
+            try:
+                return cls(cwd, directory, candidate, True, storage, blob_store=blob_store)
+            except (SessionLockError, InvalidSessionFileError):
+                # Taking the writer lock is the test (no probe that could race); a
+                # damaged file a breadcrumb named is passed over too, untouched.
+                taken.add(candidate)
+                candidate = newest()
         return cls(cwd, directory, None, True, storage, blob_store=blob_store)
 
     @classmethod
