@@ -78,15 +78,27 @@ def snippet(text: str, start: int, end: int, width: int = 100) -> tuple[str, str
     return left, _oneline(text[start:end]), right
 
 
-def _prefilter(query: str) -> Callable[[bytes], bool]:
+def _prefilter(query: str, case_sensitive: bool = False) -> Callable[[bytes], bool]:
     """A cheap test on raw line bytes that never rejects a line that could match."""
-    if any(c in query for c in '"\\') or any(ord(c) < 0x20 for c in query):
-        return lambda raw: True  # JSON escapes these: the raw bytes differ from the text
+    if any(c in query for c in '"\\/') or any(ord(c) < 0x20 for c in query):
+        return lambda raw: True  # JSON may escape these: the raw bytes differ from the text
     if query.isascii():
+        if case_sensitive:
+            exact = query.encode()
+            return lambda raw: exact in raw
         needle = query.lower().encode()
-        return lambda raw: needle in raw.lower()
+        folded_ascii = query.casefold()
+        # casefold() maps a few non-ASCII letters to ASCII ("ß" -> "ss", Kelvin "K" -> "k").
+        return lambda raw: (
+            needle in raw.lower()
+            or (not raw.isascii() and folded_ascii in raw.decode("utf-8", "replace").casefold())
+        )
+    # Writers other than JavaScript may escape non-ASCII text as \uXXXX.
+    if case_sensitive:
+        exact = query.encode()
+        return lambda raw: exact in raw or b"\\u" in raw
     folded = query.casefold()
-    return lambda raw: folded in raw.decode("utf-8", "replace").casefold()
+    return lambda raw: b"\\u" in raw or folded in raw.decode("utf-8", "replace").casefold()
 
 
 def search_sessions(
@@ -105,7 +117,7 @@ def search_sessions(
     if not query:
         return
     storage = storage if storage is not None else FileSessionStorage()
-    may_match = _prefilter(query) if not case_sensitive else (lambda raw: query.encode() in raw)
+    may_match = _prefilter(query, case_sensitive)
     needle = query if case_sensitive else query.casefold()
     found = 0
     for path in paths:
