@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import assistant, user
 
+from helpers import assistant, user
 from sessiontree import SessionManager, serialize_entry
 from sessiontree.search import search_sessions
 
