@@ -29,13 +29,21 @@ class ClosesOnExit:
 class WriterState(ClosesOnExit):
     """The stored first error and closed flag every storage writer keeps.
 
-    Subclasses declare the `_closed` and `_error` slots (or attributes) and call
+    Subclasses declare the `_closed`, `_error` and `path` slots (or attributes) and call
     `_close_state()` from their `close`. (No `__slots__` here: a slotted base
     could not assign attributes its subclasses declare.)
     """
 
     _closed: bool
     _error: BaseException | None
+    path: str
+
+    def _check(self) -> None:
+        """Raise the stored error, or ValueError once closed."""
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise ValueError(f"writer for {self.path} is closed")
 
     def _close_state(self) -> bool:
         """Mark closed; False when it already was (close is idempotent)."""

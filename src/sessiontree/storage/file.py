@@ -145,12 +145,6 @@ class FileSessionWriter(WriterState):
         self._fd = os.open(path, mode, FILE_MODE)
         self._closed = False  # set last: __del__ only closes a descriptor we own
 
-    def _check(self) -> None:
-        if self._error is not None:
-            raise self._error
-        if self._closed:
-            raise ValueError(f"writer for {self.path} is closed")
-
     def write_bytes(self, data: bytes) -> None:
         """Append pre-encoded bytes (one or more complete lines)."""
         self._check()

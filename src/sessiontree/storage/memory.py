@@ -55,12 +55,6 @@ class MemorySessionWriter(WriterState):
         self._closed = False
         self.path = path
 
-    def _check(self) -> None:
-        if self._error is not None:
-            raise self._error
-        if self._closed:
-            raise ValueError(f"writer for {self.path} is closed")
-
     def write_bytes(self, data: bytes) -> None:
         """Append pre-encoded bytes."""
         self._check()
