@@ -952,7 +952,7 @@ def reference(storage: Any, path: str) -> tuple[Any, ...] | None:
             count += 1
             m = e.get("message")
             if isinstance(m, dict) and m.get("role") in ("user", "assistant"):
-                text = discovery._content_text(m.get("content"))
+                text = discovery.content_text(m.get("content"))
                 if text:
                     texts.append(text)
                     if first is None and m["role"] == "user":

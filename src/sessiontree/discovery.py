@@ -241,7 +241,8 @@ class _State:
         return None
 
 
-def _content_text(content: object) -> str:
+def content_text(content: object) -> str:
+    """A message's text: string content, or its text blocks joined by a space."""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -301,7 +302,7 @@ def _apply(st: _State, obj: dict[str, Any], texts: list[str] | None) -> None:
             if isinstance(message, dict):
                 role = message.get("role")
                 if role == "user" or role == "assistant":
-                    text = _content_text(message.get("content"))
+                    text = content_text(message.get("content"))
                     if text:
                         if texts is not None:
                             texts.append(text)

@@ -59,6 +59,7 @@ from sessiontree.blobs import (
     _check_hash,
     blob_extension_for_mime_type,
 )
+from sessiontree.discovery import content_text
 from sessiontree.entries import is_valid_header, parse_iso_ms
 from sessiontree.errors import BackendUnavailableError, SessionLockError, SessionTreeError
 from sessiontree.jsonl import loads_line
@@ -188,21 +189,6 @@ _SESSION: Final = 1
 _NOT_A_SESSION: Final = 2
 
 
-def _message_text(content: object) -> str:
-    """A message's text: string content, or its text blocks joined by a space."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(
-            block["text"]
-            for block in content
-            if isinstance(block, dict)
-            and block.get("type") == "text"
-            and isinstance(block.get("text"), str)
-        )
-    return ""
-
-
 class _Scan:
     """Session metadata folded from complete lines, with the loader's rules."""
 
@@ -287,7 +273,7 @@ class _Scan:
             at = parse_iso_ms(value.get("timestamp"))
         if at is not None and (self.activity is None or at > self.activity):
             self.activity = at
-        text = _message_text(message.get("content"))
+        text = content_text(message.get("content"))
         if text and self.first_message is None and message.get("role") == "user":
             self.first_message = text
         return text or None
@@ -1179,12 +1165,6 @@ class PostgresSessionWriter(WriterState):
         self._error: BaseException | None = None
         self._closed = False
         self.path = path
-
-    def _check(self) -> None:
-        if self._error is not None:
-            raise self._error
-        if self._closed:
-            raise ValueError(f"writer for {self.path} is closed")
 
     def write_bytes(self, data: bytes) -> None:
         """Append pre-encoded bytes (normally one complete line) in one statement."""
