@@ -57,6 +57,7 @@ from .storage.base import SessionStorage, SessionStorageWriter
 from .storage.file import FileSessionStorage
 from .storage.memory import MemorySessionStorage
 from .tree import SessionTreeNode, branch_with_labels, build_tree, path_to_root
+from .usage import UsageTotals
 
 __all__ = ["SessionManager", "UsageStatistics"]
 
@@ -1192,25 +1193,13 @@ class SessionManager(ClosesOnExit):
 
     def get_usage_statistics(self) -> UsageStatistics:
         """Tokens and cost summed over the assistant messages of every entry."""
-        totals = [0, 0, 0, 0]
-        cost = 0.0
-        keys = ("input", "output", "cacheRead", "cacheWrite")
+        totals = UsageTotals()
         for entry in self._entries:
-            if not _is_assistant(entry):
-                continue
-            usage = entry["message"].get("usage")
-            if not isinstance(usage, dict):
-                continue
-            for i, key in enumerate(keys):
-                value = usage.get(key)
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    totals[i] += int(value)
-            cost_info = usage.get("cost")
-            if isinstance(cost_info, dict):
-                total = cost_info.get("total")
-                if isinstance(total, (int, float)) and not isinstance(total, bool):
-                    cost += total
-        return UsageStatistics(totals[0], totals[1], totals[2], totals[3], cost)
+            if _is_assistant(entry):
+                totals.add_usage(entry["message"].get("usage"))
+        return UsageStatistics(
+            totals.input, totals.output, totals.cache_read, totals.cache_write, totals.cost
+        )
 
 
 def _apply_label(entry: Entry, labels: dict[str, str]) -> None:

@@ -22,6 +22,8 @@ from .manager import SessionManager
 from .migrations import session_version
 from .storage.base import SessionStorage
 from .storage.file import FileSessionStorage
+from .usage import UsageTotals
+from .usage import number as _number
 
 __all__ = [
     "SessionSummary",
@@ -33,63 +35,6 @@ __all__ = [
 ]
 
 Progress = Callable[[str], None]
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return value
-    return None
-
-
-@dataclass(slots=True)
-class UsageTotals:
-    """Summed usage of some assistant messages."""
-
-    messages: int = 0
-    input: int = 0
-    output: int = 0
-    cache_read: int = 0
-    cache_write: int = 0
-    cost: float = 0.0
-
-    def add_usage(self, usage: object) -> None:
-        """Add one assistant message's `usage` object (anything else counts the message only)."""
-        self.messages += 1
-        if not isinstance(usage, dict):
-            return
-        for attr, key in (
-            ("input", "input"),
-            ("output", "output"),
-            ("cache_read", "cacheRead"),
-            ("cache_write", "cacheWrite"),
-        ):
-            value = _number(usage.get(key))
-            if value is not None:
-                setattr(self, attr, getattr(self, attr) + int(value))
-        cost = usage.get("cost")
-        if isinstance(cost, dict):
-            total = _number(cost.get("total"))
-            if total is not None:
-                self.cost += total
-
-    def merge(self, other: UsageTotals) -> None:
-        self.messages += other.messages
-        self.input += other.input
-        self.output += other.output
-        self.cache_read += other.cache_read
-        self.cache_write += other.cache_write
-        self.cost += other.cost
-
-    def to_json(self) -> dict[str, Any]:
-        """The on-disk key names: input, output, cacheRead, cacheWrite, cost."""
-        return {
-            "messages": self.messages,
-            "input": self.input,
-            "output": self.output,
-            "cacheRead": self.cache_read,
-            "cacheWrite": self.cache_write,
-            "cost": round(self.cost, 10),
-        }
 
 
 def assistant_model(message: dict[str, Any]) -> str:
