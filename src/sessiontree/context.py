@@ -104,6 +104,18 @@ def create_compaction_summary_message(
     return message
 
 
+def _model_setting(entry: dict[str, Any]) -> tuple[str, str] | None:
+    """(role, "provider/model") that a model_change sets, if any."""
+    model = entry.get("model")
+    if isinstance(model, str) and model:
+        role = entry.get("role") or "default"
+        return (role if isinstance(role, str) else "default"), model
+    provider, model_id = entry.get("provider"), entry.get("modelId")
+    if isinstance(provider, str) and isinstance(model_id, str):
+        return "default", f"{provider}/{model_id}"  # pi's shape, which has no roles
+    return None
+
+
 def _compaction_summary(compaction: dict[str, Any]) -> dict[str, Any]:
     return create_compaction_summary_message(
         compaction.get("summary"),  # type: ignore[arg-type]
@@ -177,7 +189,7 @@ class ContextBuilder:
         compaction: dict[str, Any] | None = None
         first_kept: object = None
         found_first_kept = False
-        thinking: str | None = None
+        thinking_entry: dict[str, Any] | None = None
         mode_entry: dict[str, Any] | None = None
         roles_seen: dict[str, int] = {}  # role -> step of its earliest (forward-first) setter
         ttsr: list[dict[str, Any]] = []
@@ -204,22 +216,12 @@ class ContextBuilder:
                         kept.append(message)
             else:
                 if kind == "thinking_level_change":
-                    if thinking is None:
-                        level = entry.get("thinkingLevel")
-                        thinking = level if isinstance(level, str) else "off"
+                    if thinking_entry is None:
+                        thinking_entry = entry
                 elif kind == "model_change":
-                    model = entry.get("model")
-                    role = entry.get("role") or "default"
-                    key: str | None = None
-                    value = ""
-                    if isinstance(model, str) and model:
-                        key = role if isinstance(role, str) else "default"
-                        value = model
-                    elif isinstance(entry.get("provider"), str) and isinstance(
-                        entry.get("modelId"), str
-                    ):
-                        key, value = "default", f"{entry['provider']}/{entry['modelId']}"
-                    if key is not None:
+                    setting = _model_setting(entry)
+                    if setting is not None:
+                        key, value = setting
                         if key not in roles_seen:
                             ctx.models[key] = value
                         roles_seen[key] = steps
@@ -245,20 +247,10 @@ class ContextBuilder:
                     found_first_kept = True
             parent_id = entry.get("parentId")
             current = get(parent_id) if parent_id and parent_id.__class__ is str else None
-        if thinking is not None:
-            ctx.thinking_level = thinking
-        if mode_entry is not None:
-            mode = mode_entry.get("mode")
-            ctx.mode = mode if isinstance(mode, str) else "none"
-            data = mode_entry.get("data")
-            ctx.mode_data = data if isinstance(data, dict) else None
-        for rules_entry in reversed(ttsr):
-            rules = rules_entry.get("injectedRules")
-            if isinstance(rules, list):
-                for rule in rules:
-                    if isinstance(rule, str) and rule not in builder._rules_seen:
-                        builder._rules_seen.add(rule)
-                        ctx.injected_ttsr_rules.append(rule)
+        # The winning settings, replayed forward through the one place that applies them.
+        for setting in [*reversed(ttsr), thinking_entry, mode_entry]:
+            if setting is not None:
+                builder._apply_setting(setting, -1)
         if len(roles_seen) > 1:
             # Keys in the order a forward walk would have first set them.
             order = sorted(roles_seen, key=roles_seen.__getitem__, reverse=True)
@@ -346,13 +338,9 @@ class ContextBuilder:
             level = entry.get("thinkingLevel")
             ctx.thinking_level = level if isinstance(level, str) else "off"
         elif kind == "model_change":
-            model = entry.get("model")
-            role = entry.get("role") or "default"
-            if isinstance(model, str) and model:
-                ctx.models[role if isinstance(role, str) else "default"] = model
-            elif isinstance(entry.get("provider"), str) and isinstance(entry.get("modelId"), str):
-                # pi writes {provider, modelId} and has no roles.
-                ctx.models["default"] = f"{entry['provider']}/{entry['modelId']}"
+            setting = _model_setting(entry)
+            if setting is not None:
+                ctx.models[setting[0]] = setting[1]
         elif kind == "compaction":
             self._compaction_index = index
         elif kind == "ttsr_injection":
