@@ -200,7 +200,7 @@ def test_a_dropped_lock_connection_stops_the_writer(store: tuple[str, str], tmp_
     import psycopg
 
     from sessiontree import SessionLockError, SessionManager
-    from sessiontree.manager import _GAP_SECONDS
+    from sessiontree.session_file import LOCK_CHECK_SECONDS as _GAP_SECONDS
 
     root = tmp_path / "agent"
     url, _ = store

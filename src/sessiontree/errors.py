@@ -10,6 +10,8 @@ Every error derives from one root, so callers can catch the whole family::
       InvalidBlobRefError        # untrusted blob ref refused before the filesystem
       SessionLockError           # another live writer holds the session; .pid
       SessionWriteConflictError  # the file changed on disk behind this writer's back
+      SessionClosedError         # an operation on a closed manager (also a ValueError)
+      EntryNotSerializableError  # an entry holds a value JSON cannot hold (also a TypeError)
       BackendUnavailableError    # an optional backend's packages are missing (also an ImportError)
 """
 
@@ -88,6 +90,29 @@ class SessionWriteConflictError(SessionTreeError):
         super().__init__(text)
         self.path = path
         self.saved_to = saved_to
+
+
+class SessionClosedError(SessionTreeError, ValueError):
+    """The session was closed: nothing more can be written or read from storage."""
+
+    def __init__(self, path: str | None) -> None:
+        super().__init__(f"{path or 'session'}: the session is closed")
+        self.path = path
+
+
+class EntryNotSerializableError(SessionTreeError, TypeError):
+    """An entry holds a value that JSON cannot hold; nothing was appended.
+
+    `key_path` names the offending value (`message.content[1].data`).
+    """
+
+    def __init__(self, key_path: str, value: object) -> None:
+        where = key_path or "the entry"
+        super().__init__(
+            f"cannot append: {where} is a {type(value).__name__}, which JSON cannot hold; "
+            "nothing was appended"
+        )
+        self.key_path = key_path
 
 
 class BackendUnavailableError(SessionTreeError, ImportError):

@@ -25,6 +25,7 @@ from ._unset import UnsetType
 
 __all__ = [
     "allow_deep_nesting",
+    "find_unserializable",
     "iter_jsonl_bytes",
     "js_number",
     "loads_line",
@@ -276,17 +277,56 @@ def _encode_exact(obj: Any) -> bytes:
     return "".join(parts).encode("utf-8")
 
 
+# orjson would write datetimes and dataclasses in its own way; JSON.stringify has no
+# such values, so they go to the exact encoder, which refuses them.
+_DUMPS_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+
+
 def serialize_entry_bytes(obj: Any) -> bytes:
-    """`serialize_entry` as UTF-8 bytes, without a trailing newline (the hot path)."""
+    """`serialize_entry` as UTF-8 bytes, without a trailing newline (the hot path).
+
+    TypeError for a value JSON cannot hold (a set, bytes, a datetime, an object).
+    """
     try:
         try:
             prepared = _jsify(obj)
         except RecursionError:
             prepared = allow_deep_nesting(lambda: _jsify(obj))
-        return orjson.dumps(prepared)
+        return orjson.dumps(prepared, option=_DUMPS_OPTIONS)
     except (TypeError, orjson.JSONEncodeError):
         # Lone surrogates, nesting beyond orjson's limit, ints beyond 64 bits, ...
         return allow_deep_nesting(lambda: _encode_exact(obj))
+
+
+def _path_step(path: str, key: object) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    text = str(key)
+    if text.isidentifier():
+        return f"{path}.{text}" if path else text
+    return f"{path}[{text!r}]"
+
+
+def find_unserializable(obj: Any) -> tuple[str, Any] | None:
+    """The key path (`message.content[1].data`) and value of the first thing in `obj`
+    that JSON cannot hold, or None when it all serializes."""
+    stack: list[tuple[str, Any]] = [("", obj)]
+    while stack:
+        path, value = stack.pop()
+        if value is None or isinstance(value, (str, int, float, UnsetType)):
+            continue
+        if isinstance(value, dict):
+            items = [
+                (_path_step(path, k), v)
+                for k, v in value.items()
+                if not callable(v)  # dropped, as JSON.stringify drops functions
+            ]
+            stack.extend(reversed(items))
+        elif isinstance(value, (list, tuple)):
+            stack.extend(reversed([(_path_step(path, i), v) for i, v in enumerate(value)]))
+        else:
+            return path, value
+    return None
 
 
 def serialize_entry(obj: Any) -> str:

@@ -7,7 +7,7 @@ tools can report them; nothing valid is ever dropped.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,20 +67,28 @@ class LoadedSession:
         return self.header is not None
 
 
-def read_session(path: str, storage: SessionStorage) -> LoadedSession:
-    """Stream a session file into a `LoadedSession` (FileNotFoundError propagates)."""
+def read_session(
+    path: str, storage: SessionStorage, observe: Callable[[bytes], object] | None = None
+) -> LoadedSession:
+    """Stream a session file into a `LoadedSession` (FileNotFoundError propagates).
+
+    `observe` sees every chunk of raw bytes read (e.g. to hash the file in the same pass).
+    """
     with gc_paused():
-        return _read_session(path, storage)
+        return _read_session(path, storage, observe)
 
 
-def _read_session(path: str, storage: SessionStorage) -> LoadedSession:
+def _read_session(
+    path: str, storage: SessionStorage, observe: Callable[[bytes], object] | None
+) -> LoadedSession:
     result = LoadedSession(exists=True)
     entries = result.entries
     append = entries.append
     loads = orjson.loads
     header_seen = False
     last_has_newline = True
-    for number, raw, has_newline in iter_jsonl_bytes(_sized(storage.iter_chunks(path), result)):
+    chunks = _sized(storage.iter_chunks(path), result, observe)
+    for number, raw, has_newline in iter_jsonl_bytes(chunks):
         last_has_newline = has_newline
         if not raw or raw.isspace():
             continue
@@ -116,9 +124,13 @@ def _read_session(path: str, storage: SessionStorage) -> LoadedSession:
     return result
 
 
-def _sized(chunks: Iterable[bytes], result: LoadedSession) -> Iterator[bytes]:
+def _sized(
+    chunks: Iterable[bytes], result: LoadedSession, observe: Callable[[bytes], object] | None
+) -> Iterator[bytes]:
     for chunk in chunks:
         result.size += len(chunk)
+        if observe is not None:
+            observe(chunk)
         yield chunk
 
 

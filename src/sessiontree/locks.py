@@ -16,6 +16,7 @@ import os
 import threading
 from typing import Protocol
 
+from ._fs import ensure_private_dir, open_regular, side_path
 from .errors import SessionLockError
 
 __all__ = [
@@ -27,8 +28,6 @@ __all__ = [
     "lock_path_for",
     "verify_lock",
 ]
-
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 class SessionLock(Protocol):
@@ -78,17 +77,21 @@ def is_locked(storage: object, session_file: str) -> bool:
 
 
 def lock_path_for(session_file: str) -> str:
-    """The sidecar lock file of a session file."""
-    directory, name = os.path.split(session_file)
-    return os.path.join(directory, f".{name}.writer-lock")
+    """The sidecar lock file of a session file (`.<name>.writer-lock`, within NAME_MAX)."""
+    return side_path(session_file, ".writer-lock", hidden=True)
 
 
 def _read_pid(path: str) -> int | None:
     try:
-        with open(path, "rb") as f:
-            text = f.read(32).decode("ascii", "replace").strip()
+        fd = open_regular(path, os.O_RDONLY)
     except OSError:
         return None
+    try:
+        text = os.read(fd, 32).decode("ascii", "replace").strip()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     return int(text) if text.isdigit() else None
 
 
@@ -104,9 +107,19 @@ class FileLock:
     def _acquire(self) -> None:
         for _ in range(100):
             try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | _O_CLOEXEC, 0o600)
+                # Never through a symlink, never a FIFO or device: the lock file is
+                # truncated below, and a planted link must not truncate its target.
+                fd = open_regular(self.path, os.O_RDWR | os.O_CREAT)
             except FileNotFoundError:
                 raise  # the session's directory does not exist
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.EINVAL):
+                    raise SessionLockError(
+                        self.session_file,
+                        message=f"{self.path}: lock file is not a regular file (a symlink?); "
+                        "refusing to use it",
+                    ) from None
+                raise
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as exc:
@@ -136,7 +149,9 @@ class FileLock:
         """Raise SessionLockError unless we still hold the lock that guards the path.
 
         The flock cannot be taken from us, but the lock file can be deleted (and
-        then another process locks a new file under the same name).
+        then another process may lock a new file under the same name). A lock file
+        that merely vanished (its directory removed, say) is taken again at once
+        when nobody else holds the name now.
         """
         fd = self._fd
         if fd is None:
@@ -144,13 +159,33 @@ class FileLock:
         try:
             same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
         except FileNotFoundError:
-            same = False
+            self._retake(fd)
+            return
         if not same:
             raise SessionLockError(
                 self.session_file,
                 _read_pid(self.path),
                 f"{self.session_file}: writer lock lost (lock file {self.path} was replaced)",
             )
+
+    def _retake(self, old_fd: int) -> None:
+        self._fd = None
+        os.close(old_fd)
+        try:
+            ensure_private_dir(os.path.dirname(self.path) or ".")
+            self._acquire()
+        except SessionLockError as exc:
+            raise SessionLockError(
+                self.session_file,
+                exc.pid,
+                f"{self.session_file}: writer lock lost (its lock file was removed and "
+                "another process took it)",
+            ) from None
+        except OSError as exc:
+            raise SessionLockError(
+                self.session_file,
+                message=f"{self.session_file}: writer lock lost (lock file removed: {exc})",
+            ) from exc
 
     def release(self) -> None:
         """Remove the lock file (while still holding it) and unlock."""

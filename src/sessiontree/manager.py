@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import itertools
 import logging
 import os
 import re
-import time
 import weakref
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
+
+import orjson
 
 from . import persistence
 from ._closing import ClosesOnExit
 from ._unset import UNSET, Maybe, UnsetType
+from .agent_dir import read_breadcrumb, register_session_dir, write_breadcrumb
 from .blobs import BlobPutResult, BlobStore, BlobStoreLike, MemoryBlobStore
 from .context import ContextBuilder, SessionContext, build_session_context
 from .entries import (
@@ -35,25 +38,23 @@ from .entries import (
 )
 from .errors import (
     EntryNotFoundError,
+    EntryNotSerializableError,
     InvalidSessionFileError,
+    SessionClosedError,
     SessionLockError,
-    SessionPersistenceError,
     SessionTreeError,
-    SessionWriteConflictError,
 )
-from .jsonl import allow_deep_nesting, serialize_entry_bytes
-from .loader import TITLE_SLOT_BYTES, LoadedSession, read_session
-from .locks import SessionLock, acquire_session_lock, verify_lock
+from .jsonl import allow_deep_nesting, find_unserializable, serialize_entry_bytes
+from .loader import TITLE_SLOT_BYTES
 from .migrations import migrate_session_entries
 from .paths import (
-    EXTERNAL_SESSION_DIRS,
     get_agent_dir,
     get_default_session_dir,
-    get_terminal_id,
     home_relative_dir_name,
     session_file_name,
 )
-from .storage.base import SessionStorage, SessionStorageWriter
+from .session_file import SessionFile
+from .storage.base import SessionStorage
 from .storage.file import FileSessionStorage
 from .storage.memory import MemorySessionStorage
 from .tree import SessionTreeNode, branch_with_labels, build_tree, path_to_root
@@ -74,44 +75,6 @@ _HEADER_KEY_ORDER = (
     "titleSource",
     "parentSession",
 )
-
-
-_TAIL = 4096
-_GAP_SECONDS = 1.0
-
-
-@dataclass(slots=True)
-class _DiskState:
-    """The session file as we left it: inode, size and its last 4 KB."""
-
-    ino: int
-    size: int
-    _tail: bytes
-    checked: float
-    _recent: list[bytes] = field(default_factory=list)  # short lines written since `_tail`
-    _recent_bytes: int = 0
-
-    def wrote(self, line: bytes, now: float) -> None:
-        self.size += len(line)
-        self.checked = now
-        if len(line) >= _TAIL:
-            # A long line alone is the new tail: keep 4 KB of it, never the line.
-            self._tail = line[-_TAIL:]
-            self._recent.clear()
-            self._recent_bytes = 0
-            return
-        self._recent.append(line)
-        self._recent_bytes += len(line)
-        if self._recent_bytes >= 4 * _TAIL:  # bounded memory, no copy per append
-            self._tail = self.tail
-
-    @property
-    def tail(self) -> bytes:
-        if self._recent:
-            self._tail = (self._tail + b"".join(self._recent))[-_TAIL:]
-            self._recent.clear()
-            self._recent_bytes = 0
-        return self._tail
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +171,6 @@ class SessionManager(ClosesOnExit):
         self._blobs: BlobStoreLike = (
             blob_store if blob_store is not None else _default_blobs(storage)
         )
-        self._session_file: str | None = None
         self._header: Entry = {}
         self._title_slot_raw: bytes | None = None
         self._slot_title: str | None = None
@@ -220,15 +182,8 @@ class SessionManager(ClosesOnExit):
         self._leaf_id: str | None = None
         self._has_assistant: bool | None = False
         self._context: ContextBuilder | None = None  # incremental context at the leaf
-        self._on_disk = False  # the file holds everything; appends add one line each
-        self._needs_newline = False  # the file ends without "\n" (torn or unterminated line)
-        self._writer: SessionStorageWriter | None = None
-        self._write: Callable[[bytes], None] | None = None  # the writer's bytes method
-        self._error: SessionTreeError | None = None
+        self._file: SessionFile | None = None  # None: in memory
         self._closed = False
-        self._lock: SessionLock | None = None
-        # What the file looked like after our last write, to notice edits behind our back.
-        self._disk: _DiskState | None = None
         if session_file is not None:
             self.set_session_file(session_file)
         else:
@@ -314,7 +269,8 @@ class SessionManager(ClosesOnExit):
             paths = [p for p in found if p is not None]
             return max(paths, key=lambda p: storage.stat(p).mtime_ns) if paths else None
 
-        candidate = _read_breadcrumb(cwd, storage) or newest()
+        breadcrumb = read_breadcrumb(cwd) if isinstance(storage, FileSessionStorage) else None
+        candidate = breadcrumb or newest()
         while candidate is not None:
             try:
                 return cls(cwd, directory, candidate, True, storage, blob_store=blob_store)
@@ -340,18 +296,8 @@ class SessionManager(ClosesOnExit):
         source = cls.open(source_path, storage=storage, read_only=True, blob_store=blob_store)
         directory = session_dir if session_dir is not None else get_default_session_dir(cwd)
         manager = cls(cwd, directory, None, True, storage, blob_store=blob_store)
-        header = manager._header
-        header["parentSession"] = source.get_session_id()
-        for key in ("title", "titleSource"):
-            if key in source._header:
-                header[key] = source._header[key]
-        if "title" not in header and source._slot_title:
-            header["title"] = source._slot_title
-            if source._slot_source:
-                header["titleSource"] = source._slot_source
-        manager._header = _ordered_header(header)
-        manager._load_entries(source._entries)
-        manager._write_full()
+        header = source._header_with_title(manager._fresh_header(source.get_session_id()))
+        manager._write_new_file(header, source._entries)
         return manager
 
     @classmethod
@@ -381,35 +327,60 @@ class SessionManager(ClosesOnExit):
 
         return list_all_sessions(storage=storage, agent_dir=agent_dir)
 
-    # ------------------------------------------------------------------ context manager
-
     # ------------------------------------------------------------------ state
 
-    def _new_session_state(self, parent_session: str | None) -> None:
-        session_id = generate_session_id()
-        timestamp = iso_now()
+    def _fresh_header(self, parent_session: str | None = None) -> Entry:
         header: Entry = {
             "type": "session",
             "version": CURRENT_SESSION_VERSION,
-            "id": session_id,
-            "timestamp": timestamp,
+            "id": generate_session_id(),
+            "timestamp": iso_now(),
             "cwd": self._cwd,
         }
         if parent_session is not None:
             header["parentSession"] = parent_session
-        self._header = header
+        return header
+
+    def _path_for(self, header: Entry) -> str:
+        return os.path.join(self._session_dir, session_file_name(header["timestamp"], header["id"]))
+
+    def _new_session_state(
+        self, parent_session: str | None, file: SessionFile | None = None
+    ) -> None:
+        """An empty session with a new id; persistent, at `file` or a new path in the dir.
+
+        Nothing is written, and no lock taken, until the first write.
+        """
+        self._header = self._fresh_header(parent_session)
         self._title_slot_raw = None
         self._slot_title = self._slot_source = None
         self._load_entries([])
-        self._on_disk = False
-        self._needs_newline = False
-        self._disk = None
         if self._persist:
-            path = os.path.join(self._session_dir, session_file_name(timestamp, session_id))
-            self._switch_lock(path)
-            self._session_file = path
-        else:
-            self._session_file = None
+            self._use_file(
+                file if file is not None else self._new_file(self._path_for(self._header))
+            )
+
+    def _new_file(self, path: str, read_only: bool = False) -> SessionFile:
+        return SessionFile(self._storage, path, self._content, self._blobs, read_only=read_only)
+
+    def _use_file(self, file: SessionFile) -> None:
+        """Switch to `file`; the previous one is closed (flushed, its lock released)."""
+        old, self._file = self._file, file
+        if old is not None and old is not file:
+            try:
+                old.close()
+            except SessionTreeError as exc:
+                # Already saved to a rescue copy when it was raised; this session moves on.
+                log.warning("closing %s: %s", old.path, exc)
+
+    def _content(self, rescue: bool) -> Iterator[bytes]:
+        """The whole session as file bytes; a rescue copy gets its own id."""
+        if not rescue:
+            return self._file_chunks()
+        header = dict(self._header)
+        header["id"] = generate_session_id()
+        header["parentSession"] = self.get_session_file() or ""
+        return self._file_chunks(_ordered_header(header))
 
     def _load_entries(self, entries: builtins.list[Entry]) -> None:
         """Replace the entries and rebuild the indexes in one pass."""
@@ -454,29 +425,35 @@ class SessionManager(ClosesOnExit):
         header written at once). A non-empty file without a valid header raises
         `InvalidSessionFileError` and is left untouched.
         """
-        self._close_writer()
-        previous_lock = self._lock
-        if self._persist and not self._read_only:
-            self._switch_lock(path, keep_old=True)
+        self._check_open()
+        read_only = self._read_only or not self._persist
+        if not read_only and isinstance(self._storage, FileSessionStorage) and os.path.islink(path):
+            # Writes never go through a symlink: work on the file it names.
+            path = os.path.realpath(path)
+        file = self._new_file(path, read_only=read_only)
+        old = self._file
+        if old is not None and not read_only and old.path == path:
+            file.adopt_lock(old)  # reopening our own file: the lock is already ours
         try:
-            loaded = self._read_for_open(path)
+            loaded = file.load()
         except BaseException:
-            if self._lock is not previous_lock and self._lock is not None:
-                self._lock.release()
-                self._lock = previous_lock
+            if old is not None and old.path == path:
+                old.adopt_lock(file)
             raise
-        if previous_lock is not None and previous_lock is not self._lock:
-            previous_lock.release()
         if not loaded.valid:
-            self._new_session_state(None)
-            self._switch_lock(path)
-            self._session_file = path
+            if not loaded.blank:
+                raise InvalidSessionFileError(path, line=loaded.header_line)
+            if read_only:
+                raise FileNotFoundError(f"{path}: empty session file")
+            self._use_file(file)
             self._session_dir = os.path.dirname(path) or self._session_dir
-            self._write_full()
+            self._new_session_state(None, file)
+            file.create(self._file_chunks())
+            self._after_first_write()
             return
         header = loaded.header
         assert header is not None
-        self._session_file = path
+        self._use_file(file)
         self._header = header
         cwd = header.get("cwd")
         if isinstance(cwd, str):
@@ -492,156 +469,67 @@ class SessionManager(ClosesOnExit):
             resolve = partial(persistence.resolve_blob_refs, entries[index], self._blobs)
             entries[index] = allow_deep_nesting(resolve)
         self._load_entries(entries)
-        self._on_disk = True
-        self._needs_newline = not loaded.ends_with_newline
-        if self._read_only:
+        if read_only:
             return
-        self._disk = self._observe_disk(path)
         if migrated:
-            self._write_full()
-        else:
-            self._leave_breadcrumb(path)
+            file.rewrite(self._file_chunks())
+        self._after_first_write()
 
-    def _read_for_open(self, path: str) -> LoadedSession:
-        try:
-            loaded = read_session(path, self._storage)
-        except (FileNotFoundError, NotADirectoryError):
-            if self._read_only:
-                raise
-            return LoadedSession(exists=False)
-        if not loaded.valid:
-            if not loaded.blank:
-                raise InvalidSessionFileError(path, line=loaded.header_line)
-            if self._read_only:
-                raise FileNotFoundError(f"{path}: empty session file")
-        return loaded
-
-    # ------------------------------------------------------------------ locks and conflicts
-
-    def _switch_lock(self, path: str, keep_old: bool = False) -> None:
-        """Take the writer lock of `path` (SessionLockError if held), release the old one."""
-        if not self._persist or self._read_only:
-            return
-        old = self._lock
-        if old is not None and old.session_file == path:
-            return
-        self._storage.ensure_dir(os.path.dirname(path) or ".")
-        self._lock = acquire_session_lock(self._storage, path)
-        if old is not None and not keep_old:
-            old.release()
+    def _after_first_write(self) -> None:
+        """The file exists now: record where it is (breadcrumb, outside-dir registry)."""
+        file = self._file
+        assert file is not None
+        self._leave_breadcrumb(file.path)
+        if isinstance(self._storage, FileSessionStorage) and isinstance(self._blobs, BlobStore):
+            agent = get_agent_dir()
+            if os.path.realpath(self._blobs.dir) == os.path.realpath(os.path.join(agent, "blobs")):
+                register_session_dir(file.path, agent)
 
     def _leave_breadcrumb(self, path: str) -> None:
-        if self._breadcrumb:
-            _write_breadcrumb(self._cwd, path, self._storage)
-
-    def _release_lock(self) -> None:
-        lock, self._lock = self._lock, None
-        if lock is not None:
-            lock.release()
-
-    def _observe_disk(self, path: str) -> _DiskState | None:
-        try:
-            st = self._storage.stat(path)
-            tail = self._storage.read_bytes_range(path, max(0, st.size - _TAIL), _TAIL)
-        except OSError:
-            return None
-        return _DiskState(st.ino, st.size, tail, time.monotonic())
-
-    def _verify_unchanged(self) -> None:
-        """Raise if another writer may have touched the file since our last write.
-
-        SessionLockError when our writer lock was lost; SessionWriteConflictError
-        when the file changed (inode, size or its last 4 KB). Either way the whole
-        in-memory session is saved beside the file first, and the error sticks.
-        """
-        self._verify_lock()
-        expected = self._disk
-        path = self._session_file
-        if expected is None or path is None:
-            return
-        try:
-            st = self._storage.stat(path)
-            changed = (expected.ino and st.ino != expected.ino) or st.size != expected.size
-            if not changed:
-                tail = self._storage.read_bytes_range(path, max(0, st.size - _TAIL), _TAIL)
-                changed = tail != expected.tail
-        except FileNotFoundError:
-            changed = True
-        if changed:
-            saved = self._save_rescue_copy()
-            error = SessionWriteConflictError(
-                path, f"{path}: the file changed on disk behind this writer's back", saved
-            )
-            self._error = error
-            log.error("%s", error)
-            raise error
-
-    def _verify_lock(self) -> None:
-        try:
-            verify_lock(self._lock)
-        except SessionLockError as exc:
-            saved = self._save_rescue_copy()
-            message = str(exc) + (f"; in-memory session saved to {saved}" if saved else "")
-            error = SessionLockError(exc.path, exc.pid, message)
-            self._error = error
-            log.error("%s", error)
-            raise error from exc
-
-    def _save_rescue_copy(self) -> str | None:
-        """Write the whole in-memory session beside the file; never raises.
-
-        Named `<file>.conflict-<time>` (not `*.jsonl`), so listings and
-        continue_recent never pick it up; its header names the original file.
-        """
-        path = self._session_file
-        if path is None:
-            return None
-        target = f"{path}.conflict-{iso_now().replace(':', '-').replace('.', '-')}"
-        header = dict(self._header)
-        header["id"] = generate_session_id()
-        header["parentSession"] = path
-        try:
-            self._storage.write_atomic(target, self._file_chunks(_ordered_header(header)))
-        except Exception as exc:  # best effort while already failing
-            log.error("could not save the session to %s: %s", target, exc)
-            return None
-        return target
+        if self._breadcrumb and isinstance(self._storage, FileSessionStorage):
+            write_breadcrumb(self._cwd, path)
 
     # ------------------------------------------------------------------ persistence
 
-    def _check_writable(self) -> None:
-        if self._read_only:
-            raise SessionTreeError(f"{self._session_file}: session is open read-only")
-        if self._error is not None:
-            raise self._error
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError(self.get_session_file())
 
-    def _fail(self, exc: BaseException, action: str) -> SessionTreeError:
-        if self._error is None:
-            message = f"{self._session_file}: {action} failed: {exc}"
-            saved = self._save_rescue_copy() if self._on_disk else None
-            if saved:
-                message += f"; in-memory session saved to {saved}"
-            error = SessionPersistenceError(message, self._session_file)
-            error.__cause__ = exc
-            self._error = error
-            log.error("session persistence failed: %s", message)
-        return self._error
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise SessionClosedError(self.get_session_file())
+        if self._read_only:
+            raise SessionTreeError(f"{self.get_session_file()}: session is open read-only")
+        file = self._file
+        if file is not None and file.error is not None:
+            raise file.error
 
     def _serialize(self, entry: Entry) -> bytes:
+        """The entry's line as written (persistence transforms applied)."""
         blobs = self._blobs
         try:
-            prepared = persistence.prepare_for_persist(entry, blobs)
-        except RecursionError:
-            prepared = allow_deep_nesting(lambda: persistence.prepare_for_persist(entry, blobs))
-        return serialize_entry_bytes(prepared) + b"\n"
+            try:
+                prepared = persistence.prepare_for_persist(entry, blobs)
+            except RecursionError:
+                prepared = allow_deep_nesting(lambda: persistence.prepare_for_persist(entry, blobs))
+            return serialize_entry_bytes(prepared) + b"\n"
+        except (TypeError, ValueError) as exc:
+            raise _not_serializable(entry, exc) from exc
 
     def _file_chunks(self, header: Entry | None = None) -> Iterator[bytes]:
-        if self._title_slot_raw is not None:
-            yield self._title_slot_raw
-        yield serialize_entry_bytes(header if header is not None else self._header) + b"\n"
+        """This session as file bytes (with `header` instead of its own, if given)."""
+        header = header if header is not None else self._header
+        return self._chunks(self._title_slot_raw, header, self._entries)
+
+    def _chunks(
+        self, title_slot: bytes | None, header: Entry, entries: builtins.list[Entry]
+    ) -> Iterator[bytes]:
+        if title_slot is not None:
+            yield title_slot
+        yield serialize_entry_bytes(header) + b"\n"
         batch: builtins.list[bytes] = []
         size = 0
-        for entry in self._entries:
+        for entry in entries:
             line = self._serialize(entry)
             batch.append(line)
             size += len(line)
@@ -654,107 +542,46 @@ class SessionManager(ClosesOnExit):
         # references a blob that is not.
         self._blobs.sync()
 
-    def _write_full(self) -> None:
-        """Atomically (re)write the whole session file; persistence is then active."""
-        if not self._persist or self._read_only or self._session_file is None:
-            return
-        self._check_writable()
-        self._close_writer()
-        path = self._session_file
-        if self._on_disk:
-            self._verify_unchanged()
-        try:
-            self._storage.ensure_dir(os.path.dirname(path) or ".")
-            self._storage.write_atomic(path, self._file_chunks())
-        except OSError as exc:
-            raise self._fail(exc, "rewrite") from exc
-        was_on_disk = self._on_disk
-        self._on_disk = True
-        self._needs_newline = False
-        self._disk = self._observe_disk(path)
-        if not was_on_disk:
-            _register_external_dir(path, self._storage, self._blobs)
-        if not was_on_disk:
-            self._leave_breadcrumb(path)
-
-    def _persist_entry(self, entry: Entry) -> None:
-        if not self._persist:
-            return
-        if not self._on_disk:
-            if self._session_has_assistant():
-                self._write_full()
-            return
-        disk = self._disk
-        now = time.monotonic()
-        if disk is not None and now - disk.checked > _GAP_SECONDS:
-            self._verify_unchanged()
-        write = self._write
-        if write is None:
-            try:
-                writer = self._writer = self._storage.open_writer(self._session_file or "", "a")
-            except OSError as exc:
-                raise self._fail(exc, "open for append") from exc
-            write = self._write = _bytes_writer(writer)
-        try:
-            line = self._serialize(entry)
-            if self._needs_newline:
-                # Never glue an entry onto a torn or unterminated last line.
-                line = b"\n" + line
-            write(line)
-            self._needs_newline = False
-        except OSError as exc:
-            raise self._fail(exc, "append") from exc
-        if disk is not None:
-            disk.wrote(line, now)
-
-    def _close_writer(self) -> None:
-        writer, self._writer = self._writer, None
-        self._write = None
-        if writer is not None:
-            try:
-                writer.close()
-            except OSError as exc:
-                raise self._fail(exc, "close") from exc
+    def _rewrite(self) -> None:
+        """Atomically rewrite the whole file, if it exists yet."""
+        file = self._file
+        if file is not None and file.on_disk and not self._read_only:
+            file.rewrite(self._file_chunks())
 
     def ensure_on_disk(self) -> None:
         """Write the session now, even before an assistant message; every entry after too."""
         self._check_writable()
-        if self._persist and not self._on_disk:
-            self._write_full()
+        file = self._file
+        if file is not None and not file.on_disk:
+            file.create(self._file_chunks())
+            self._after_first_write()
 
     def flush(self) -> None:
         """Make every write so far durable: blobs first, then the session file."""
-        if self._error is not None:
-            raise self._error
-        try:
-            self._blobs.sync()
-            if self._writer is not None:
-                self._writer.fsync()
-        except OSError as exc:
-            raise self._fail(exc, "fsync") from exc
+        self._check_open()
+        file = self._file
+        if file is not None:
+            file.flush()
 
     def close(self) -> None:
-        """Flush and release the file; raises the stored persistence error, if any."""
+        """Flush and release the file; raises the stored persistence error, if any.
+
+        Afterwards the in-memory session can still be read, but every operation that
+        would change it or touch storage raises SessionClosedError.
+        """
         if self._closed:
             return
         self._closed = True
         _open_managers.discard(self)
-        try:
-            self.flush()
-        finally:
-            try:
-                self._close_writer()
-            finally:
-                self._release_lock()
-        if self._error is not None:
-            raise self._error
+        if self._file is not None:
+            self._file.close()
 
     def rewrite_entries(self) -> None:
         """Atomically rewrite the file after in-place edits of entries."""
         self._check_writable()
         self._context = None  # entries may have changed in place
-        if self._on_disk:
-            self._write_full()
+        self._has_assistant = None
+        self._rewrite()
 
     def is_persisted(self) -> bool:
         """Whether this session writes to storage at all."""
@@ -765,12 +592,30 @@ class SessionManager(ClosesOnExit):
 
     def put_blob(self, data: bytes) -> BlobPutResult:
         """Store bytes in the blob store (content addressed)."""
+        self._check_writable()
         return self._blobs.put(data)
 
     # ------------------------------------------------------------------ appending
 
     def _append(self, entry: Entry) -> str:
+        """Persist (or, not yet on disk, validate) the entry, then add it to memory.
+
+        An entry that cannot be written changes nothing: it is refused before it
+        joins the tree, and a failed write leaves it out of memory too.
+        """
         self._check_writable()
+        file = self._file
+        if file is None:
+            _validate(entry)
+        elif file.on_disk:
+            file.append(self._serialize(entry))
+        elif _is_assistant(entry) or self._session_has_assistant():
+            # The first assistant message: the whole session, this entry included.
+            line = self._serialize(entry)
+            file.create(itertools.chain(self._file_chunks(), (line,)))
+            self._after_first_write()
+        else:
+            _validate(entry)
         self._entries.append(entry)
         entry_id: str = entry["id"]
         self._by_id[entry_id] = entry
@@ -787,7 +632,6 @@ class SessionManager(ClosesOnExit):
         self._leaf_id = entry_id
         if self._has_assistant is False and _is_assistant(entry):
             self._has_assistant = True
-        self._persist_entry(entry)
         return entry_id
 
     def _base(self, kind: str) -> Entry:
@@ -1001,7 +845,7 @@ class SessionManager(ClosesOnExit):
         return str(self._header.get("id", ""))
 
     def get_session_file(self) -> str | None:
-        return self._session_file
+        return self._file.path if self._file is not None else None
 
     def get_session_dir(self) -> str:
         return self._session_dir
@@ -1053,8 +897,7 @@ class SessionManager(ClosesOnExit):
         if self._title_slot_raw is not None:
             self._title_slot_raw = _title_slot_line(cleaned, source, iso_now())
             self._slot_title, self._slot_source = cleaned, source
-        if self._on_disk:
-            self._write_full()
+        self._rewrite()
         return True
 
     # ------------------------------------------------------------------ lifecycle
@@ -1062,134 +905,134 @@ class SessionManager(ClosesOnExit):
     def new_session(self, parent_session: str | None = None) -> str | None:
         """Start a fresh session (new id and file); returns its path (None in memory)."""
         self._check_writable()
-        self._close_writer()
         self._new_session_state(parent_session)
-        return self._session_file
+        return self.get_session_file()
+
+    def _header_with_title(self, header: Entry) -> Entry:
+        """`header` carrying this session's name, also one held only by a title slot
+        (a new file gets no slot, so the name must not stay behind in it)."""
+        for key in ("title", "titleSource"):
+            if key in self._header:
+                header[key] = self._header[key]
+        if "title" not in header and self._slot_title:
+            header["title"] = self._slot_title
+            if self._slot_source:
+                header["titleSource"] = self._slot_source
+        return _ordered_header(header)
+
+    def _write_new_file(self, header: Entry, entries: builtins.list[Entry]) -> str:
+        """Write `header` + `entries` as a new session file at once and switch to it.
+
+        On failure the manager stays on its current session, unchanged.
+        """
+        current = self._file
+        if current is not None and current.on_disk:
+            current.flush()  # a conflict in the current file surfaces before the switch
+        file = self._new_file(self._path_for(header))
+        try:
+            file.create(self._chunks(None, header, entries))
+        except BaseException:
+            file.release_lock()
+            raise
+        self._use_file(file)
+        self._header = header
+        self._title_slot_raw = None
+        self._slot_title = self._slot_source = None
+        if entries is not self._entries:
+            self._load_entries(entries)
+        self._after_first_write()
+        return file.path
 
     def fork(self) -> tuple[str, str] | None:
         """Copy this session to a new file with a new id; `parentSession` = old id."""
+        self._check_writable()
         if not self._persist:
             return None
-        self._check_writable()
-        old_file = self._session_file or ""
-        old_id = self.get_session_id()
-        self._close_writer()
+        old_file = self.get_session_file() or ""
         header = dict(self._header)
         header["id"] = generate_session_id()
         header["timestamp"] = iso_now()
-        header["parentSession"] = old_id
-        new_file = os.path.join(
-            self._session_dir, session_file_name(header["timestamp"], header["id"])
-        )
-        self._switch_lock(new_file)
-        self._header = _ordered_header(header)
-        self._title_slot_raw = None
-        self._session_file = new_file
-        self._on_disk = False
-        self._disk = None
-        self._write_full()
+        header["parentSession"] = self.get_session_id()
+        new_file = self._write_new_file(self._header_with_title(header), self._entries)
         return old_file, new_file
 
     def create_branched_session(self, leaf_id: str) -> str | None:
         """Keep only the root->`leaf_id` path (labels re-created after it) in a new session.
 
         Persistent: a new file whose `parentSession` is the previous file, which
-        the manager switches to. In memory the session is replaced and None returned.
+        the manager switches to (written at once, as oh-my-pi does: the user asked
+        for this file explicitly). In memory the session is replaced and None returned.
         """
         self._check_writable()
         path = self.get_branch(leaf_id)
         if not path:
             raise EntryNotFoundError(leaf_id)
         entries = branch_with_labels(path, self._labels)
-        previous_file = self._session_file
-        self._close_writer()
-        header: Entry = {
-            "type": "session",
-            "version": CURRENT_SESSION_VERSION,
-            "id": generate_session_id(),
-            "timestamp": iso_now(),
-            "cwd": self._cwd,
-        }
-        for key in ("title", "titleSource"):
-            if key in self._header:
-                header[key] = self._header[key]
-        if self._persist and previous_file:
-            header["parentSession"] = previous_file
-        self._header = header
-        self._title_slot_raw = None
-        self._load_entries(entries)
-        self._on_disk = False
+        previous_file = self.get_session_file()
+        header = self._fresh_header(previous_file if self._persist else None)
+        header = self._header_with_title(header)
         if not self._persist:
-            self._session_file = None
+            self._header = header
+            self._title_slot_raw = None
+            self._slot_title = self._slot_source = None
+            self._load_entries(entries)
             return None
-        new_file = os.path.join(
-            self._session_dir, session_file_name(header["timestamp"], header["id"])
-        )
-        self._switch_lock(new_file)
-        self._session_file = new_file
-        self._disk = None
-        # Written at once (as oh-my-pi does): the user asked for this file explicitly.
-        self._write_full()
-        return self._session_file
+        return self._write_new_file(header, entries)
 
     def move_to(self, new_cwd: str) -> None:
-        """Move the session (file and artifacts dir) to `new_cwd`'s session dir."""
+        """Move the session (file and artifacts dir) to `new_cwd`'s session dir.
+
+        When that is the directory the session is in already (the same cwd, or one
+        whose name encodes the same way), the file stays where it is and only its
+        header's cwd changes. Refuses to move onto an existing file.
+        """
         self._check_writable()
         new_dir = get_default_session_dir(new_cwd)
-        old_file = self._session_file
         header = dict(self._header)
         header["cwd"] = new_cwd
-        if not self._persist or old_file is None:
+        file = self._file
+        if file is None:
             self._header, self._cwd = header, new_cwd
             return
-        new_file = os.path.join(new_dir, os.path.basename(old_file))
-        old_artifacts = old_file[: -len(".jsonl")] if old_file.endswith(".jsonl") else None
-        new_artifacts = new_file[: -len(".jsonl")] if new_file.endswith(".jsonl") else None
-        storage = self._storage
-        old_lock = self._lock
-        self._switch_lock(new_file, keep_old=True)
-        if not self._on_disk:
-            if old_lock is not None and old_lock is not self._lock:
-                old_lock.release()
-            self._header, self._cwd = header, new_cwd
-            self._session_dir, self._session_file = new_dir, new_file
+        old_path = file.path
+        new_path = os.path.join(new_dir, os.path.basename(old_path))
+        if self._same_place(old_path, new_path):
+            if header != self._header:
+                self._header, self._cwd = header, new_cwd
+                self._rewrite()
             return
-        self._close_writer()
-        self._verify_unchanged()
+        if not file.on_disk:
+            # Nothing written yet (and no lock taken): the first write goes there.
+            self._use_file(self._new_file(new_path))
+            self._header, self._cwd, self._session_dir = header, new_cwd, new_dir
+            return
+        artifacts = None
+        if old_path.endswith(".jsonl") and new_path.endswith(".jsonl"):
+            artifacts = (old_path[: -len(".jsonl")], new_path[: -len(".jsonl")])
         old_header = self._header
         self._header = header
-        moved_artifacts = False
         try:
-            storage.write_atomic(new_file, self._file_chunks())
-            if old_artifacts and new_artifacts and storage.exists(old_artifacts):
-                storage.rename(old_artifacts, new_artifacts)
-                moved_artifacts = True
-            storage.unlink(old_file)
-            storage.fsync_dir(os.path.dirname(old_file))
-        except OSError as exc:
-            # Roll back: the old file stays authoritative.
+            file.move(new_path, self._file_chunks(), artifacts)
+        except BaseException:
             self._header = old_header
-            if moved_artifacts and old_artifacts and new_artifacts:
-                try:
-                    storage.rename(new_artifacts, old_artifacts)
-                except OSError:
-                    log.error("could not move artifacts back to %s", old_artifacts)
-            if storage.exists(old_file) and storage.exists(new_file):
-                try:
-                    storage.unlink(new_file)
-                except OSError:
-                    pass
-            if self._lock is not old_lock and self._lock is not None:
-                self._lock.release()
-                self._lock = old_lock
-            raise SessionTreeError(f"{old_file}: move to {new_dir} failed: {exc}") from exc
-        if old_lock is not None and old_lock is not self._lock:
-            old_lock.release()
-        self._disk = self._observe_disk(new_file)
-        self._cwd = new_cwd
-        self._session_dir = new_dir
-        self._session_file = new_file
-        self._leave_breadcrumb(new_file)
+            raise
+        self._cwd, self._session_dir = new_cwd, new_dir
+        self._after_first_write()
+
+    def _same_place(self, a: str, b: str) -> bool:
+        """Whether two session paths name one file (however the names are spelled)."""
+        if os.path.normpath(a) == os.path.normpath(b):
+            return True
+        if not isinstance(self._storage, FileSessionStorage):
+            return False
+        if os.path.realpath(a) == os.path.realpath(b):
+            return True
+        try:
+            return os.path.samefile(os.path.dirname(a), os.path.dirname(b)) and (
+                os.path.basename(a) == os.path.basename(b)
+            )
+        except OSError:
+            return False
 
     def get_usage_statistics(self) -> UsageStatistics:
         """Tokens and cost summed over the assistant messages of every entry."""
@@ -1220,12 +1063,29 @@ def _put(entry: Entry, key: str, value: object) -> None:
         entry[key] = value
 
 
-def _bytes_writer(writer: SessionStorageWriter) -> Callable[[bytes], None]:
-    """The writer's `write_bytes` when it has one (the hot path), else via `write_line`."""
-    write_bytes: Callable[[bytes], None] | None = getattr(writer, "write_bytes", None)
-    if write_bytes is not None:
-        return write_bytes
-    return lambda data: writer.write_line(data.decode("utf-8"))
+_DUMPS_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+
+
+def _validate(entry: Entry) -> None:
+    """Raise EntryNotSerializableError unless the entry can be written as JSON."""
+    try:
+        orjson.dumps(
+            entry, option=orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+        )
+    except (TypeError, orjson.JSONEncodeError):
+        # orjson refuses some things JSON.stringify writes (lone surrogates, huge
+        # ints, deep nesting, undefined): the exact encoder decides.
+        try:
+            serialize_entry_bytes(entry)
+        except (TypeError, ValueError) as exc:
+            raise _not_serializable(entry, exc) from exc
+
+
+def _not_serializable(entry: Entry, exc: BaseException) -> SessionTreeError:
+    found = allow_deep_nesting(lambda: find_unserializable(entry))
+    if found is None:
+        return EntryNotSerializableError("", exc)
+    return EntryNotSerializableError(*found)
 
 
 def _default_blobs(storage: SessionStorage) -> BlobStoreLike:
@@ -1237,79 +1097,3 @@ def _default_blobs(storage: SessionStorage) -> BlobStoreLike:
     if isinstance(storage, MemorySessionStorage):
         return MemoryBlobStore()
     return BlobStore(os.path.join(get_agent_dir(), "blobs"))
-
-
-def _register_external_dir(path: str, storage: SessionStorage, blobs: BlobStoreLike) -> None:
-    """Remember a session dir outside `<agent>/sessions` that uses the agent's blobs.
-
-    `gc` marks blobs by reading every session file it knows of; a session kept
-    elsewhere (a custom `session_dir`) must not lose its images to it. Best effort.
-    """
-    if not isinstance(storage, FileSessionStorage) or not isinstance(blobs, BlobStore):
-        return
-    agent = get_agent_dir()
-    if os.path.realpath(blobs.dir) != os.path.realpath(os.path.join(agent, "blobs")):
-        return
-    directory = os.path.realpath(os.path.dirname(os.path.abspath(path)))
-    sessions = os.path.realpath(os.path.join(agent, "sessions"))
-    if os.path.commonpath([directory, sessions]) == sessions:
-        return
-    registry = os.path.join(agent, EXTERNAL_SESSION_DIRS)
-    try:
-        try:
-            known = storage.read_text(registry).splitlines()
-        except FileNotFoundError:
-            known = []
-        if directory in known:
-            return
-        storage.ensure_dir(agent)
-        storage.write_text(registry, "".join(f"{d}\n" for d in [*known, directory]))
-    except OSError as exc:
-        log.warning("could not record session dir %s in %s: %s", directory, registry, exc)
-
-
-def _breadcrumb_path() -> str | None:
-    terminal = get_terminal_id()
-    if terminal is None:
-        return None
-    return os.path.join(get_agent_dir(), "terminal-sessions", terminal)
-
-
-def _write_breadcrumb(cwd: str, session_file: str, storage: SessionStorage) -> None:
-    """Remember this terminal's session (best effort: never fails the caller)."""
-    if not isinstance(storage, FileSessionStorage):
-        return
-    path = _breadcrumb_path()
-    if path is None:
-        return
-    try:
-        storage.ensure_dir(os.path.dirname(path))
-        storage.write_text(path, f"{cwd}\n{os.path.abspath(session_file)}\n")
-    except OSError as exc:
-        log.debug("could not write terminal breadcrumb %s: %s", path, exc)
-
-
-def _read_breadcrumb(cwd: str, storage: SessionStorage) -> str | None:
-    """This terminal's last session file, if its cwd matches and the file exists."""
-    path = _breadcrumb_path()
-    if path is None or not isinstance(storage, FileSessionStorage):
-        return None
-    try:
-        text = storage.read_text_prefix(path, 8192)
-    except OSError:
-        return None
-    lines = text.split("\n")
-    if len(lines) < 2 or lines[0] != cwd:
-        return None
-    target = lines[1]
-    if not target.endswith(".jsonl") or "\x00" in target or not os.path.isabs(target):
-        return None
-    # A breadcrumb is a file anyone could have edited: follow it only into our store.
-    sessions_root = os.path.realpath(os.path.join(get_agent_dir(), "sessions"))
-    real = os.path.realpath(target)
-    if os.path.commonpath([real, sessions_root]) != sessions_root:
-        log.warning(
-            "ignoring terminal breadcrumb %s: %s is outside %s", path, target, sessions_root
-        )
-        return None
-    return target if storage.exists(target) else None

@@ -37,6 +37,8 @@ class StorageStat:
     mtime_ms: float
     mtime_ns: int = 0
     ino: int = 0
+    nlink: int = 1
+    """Links to the file; 0 for an open file that was deleted or replaced since."""
 
 
 @runtime_checkable
@@ -101,8 +103,12 @@ class SessionStorage(Protocol):
     def read_bytes_range(self, path: str, offset: int, length: int) -> bytes:
         """Up to `length` bytes starting at `offset` (negative offset: from the end)."""
 
-    def write_atomic(self, path: str, chunks: Iterable[bytes]) -> None:
-        """Write a new file via temp file + fsync + rename + directory fsync."""
+    def write_atomic(self, path: str, chunks: Iterable[bytes]) -> StorageStat | None:
+        """Write a new file via temp file + fsync + rename + directory fsync.
+
+        Returns the stat of the file written where the backend knows it (its `ino`
+        is then the file now at `path`, with no window for another writer).
+        """
 
     def fsync_dir(self, path: str) -> None:
         """Make a directory's entries (creations, renames) durable."""

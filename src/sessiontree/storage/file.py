@@ -6,22 +6,32 @@ directory this backend creates is 0700 and every file 0600.
 
 from __future__ import annotations
 
-import errno
-import fnmatch
 import os
-import secrets
 import shutil
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from sessiontree._closing import WriterState
+from sessiontree._fs import (
+    DIR_MODE,
+    FILE_MODE,
+    O_CLOEXEC,
+    O_NOFOLLOW,
+    atomic_write,
+    ensure_private_dir,
+    fsync_directory,
+    glob_match_name,
+    utf8_prefix_text,
+)
 from sessiontree.storage.base import StorageStat
 
 if TYPE_CHECKING:
     from sessiontree.locks import FileLock
 
 __all__ = [
+    "DIR_MODE",
+    "FILE_MODE",
     "FileSessionStorage",
     "FileSessionWriter",
     "ensure_private_dir",
@@ -30,49 +40,7 @@ __all__ = [
     "utf8_prefix_text",
 ]
 
-DIR_MODE = 0o700
-FILE_MODE = 0o600
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def ensure_private_dir(path: str) -> None:
-    """Create `path` and any missing parents with mode 0700 (existing ones are left alone)."""
-    # os.makedirs applies `mode` to the leaf only; parents would get 0777 & ~umask.
-    missing: list[str] = []
-    current = os.path.abspath(path)
-    while not os.path.isdir(current):
-        missing.append(current)
-        parent = os.path.dirname(current)
-        if parent == current:
-            break
-        current = parent
-    for directory in reversed(missing):
-        try:
-            os.mkdir(directory, DIR_MODE)
-        except FileExistsError:
-            if not os.path.isdir(directory):
-                raise
-
-
-def utf8_prefix_text(data: bytes) -> str:
-    """Decode `data`, dropping a multibyte character cut off at the end."""
-    end = len(data)
-    # An incomplete sequence is at most 3 bytes long: find its lead byte among them.
-    for back in (1, 2, 3):
-        i = end - back
-        if i < 0:
-            break
-        byte = data[i]
-        if byte & 0xC0 == 0x80:
-            continue
-        if byte >= 0xC0:
-            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
-            if back < need:
-                end = i
-        break
-    return data[:end].decode("utf-8", "replace")
 
 
 def _stat_result(st: os.stat_result) -> StorageStat:
@@ -83,44 +51,8 @@ def _stat_result(st: os.stat_result) -> StorageStat:
         mtime_ms=ns / 1e6,
         mtime_ns=ns,
         ino=st.st_ino,
+        nlink=st.st_nlink,
     )
-
-
-def _write_all(fd: int, data: bytes | bytearray | memoryview) -> int:
-    """os.write until every byte is written (writes can be short); returns the count."""
-    view = memoryview(data)
-    total = len(view)
-    written = 0
-    while written < total:
-        written += os.write(fd, view[written:])
-    return written
-
-
-def fsync_directory(path: str) -> None:
-    """fsync a directory so entries created or renamed in it survive a crash."""
-    try:
-        fd = os.open(path or ".", os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
-    except OSError as exc:
-        # Some platforms/filesystems cannot open directories; nothing to sync there.
-        if exc.errno in (errno.EACCES, errno.EISDIR, errno.EINVAL):
-            return
-        raise
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF):
-            raise
-    finally:
-        os.close(fd)
-
-
-def glob_match_name(name: str, pattern: str) -> bool:
-    """Shell-style match of one file name (case-sensitive; `*` skips dotfiles)."""
-    # Like shell globs, wildcards do not match a leading dot: temp files and lock
-    # sidecars (`.<name>.jsonl.tmp`) never show up as sessions.
-    if name.startswith(".") and not pattern.startswith("."):
-        return False
-    return fnmatch.fnmatchcase(name, pattern)
 
 
 class FileSessionWriter(WriterState):
@@ -137,13 +69,25 @@ class FileSessionWriter(WriterState):
     def __init__(self, path: str, flags: str = "a") -> None:
         if flags not in ("a", "w"):
             raise ValueError(f"unsupported writer flags {flags!r} (use 'a' or 'w')")
-        mode = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _O_CLOEXEC
+        # Never through a symlink: a link planted under a session's name must not
+        # make us append to (or truncate) whatever it points at.
+        mode = os.O_WRONLY | os.O_APPEND | os.O_CREAT | O_CLOEXEC | O_NOFOLLOW
         if flags == "w":
             mode |= os.O_TRUNC
         self.path = path
         self._error: BaseException | None = None
         self._fd = os.open(path, mode, FILE_MODE)
         self._closed = False  # set last: __del__ only closes a descriptor we own
+
+    def stat(self) -> StorageStat:
+        """The open file's stat (fstat): `nlink == 0` once it was deleted or replaced."""
+        self._check()
+        return _stat_result(os.fstat(self._fd))
+
+    def probe(self) -> tuple[int, int]:
+        """(links, size) of the open file, from one fstat: cheap enough for every append."""
+        st = os.fstat(self._fd)
+        return st.st_nlink, st.st_size
 
     def write_bytes(self, data: bytes) -> None:
         """Append pre-encoded bytes (one or more complete lines)."""
@@ -220,7 +164,7 @@ class _ChunkReader:
         if chunk_size <= 0:
             raise ValueError("chunk_size must be positive")
         self._chunk_size = chunk_size
-        self._fd: int | None = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+        self._fd: int | None = os.open(path, os.O_RDONLY | O_CLOEXEC)
 
     def __iter__(self) -> _ChunkReader:
         return self
@@ -306,7 +250,7 @@ class FileSessionStorage:
 
     def read_bytes_range(self, path: str, offset: int, length: int) -> bytes:
         """Up to `length` bytes from `offset` (negative: from the end, clamped to 0)."""
-        fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | O_CLOEXEC)
         try:
             if offset < 0:
                 offset = max(0, os.fstat(fd).st_size + offset)
@@ -323,30 +267,13 @@ class FileSessionStorage:
         finally:
             os.close(fd)
 
-    def write_atomic(self, path: str, chunks: Iterable[bytes]) -> None:
+    def write_atomic(self, path: str, chunks: Iterable[bytes]) -> StorageStat:
         """Temp file (same dir, 0600) + fsync + rename + directory fsync.
 
         On any failure before the rename the temp file is removed and the target
-        is left exactly as it was.
+        is left exactly as it was. Returns the stat of the file written.
         """
-        directory, name = os.path.split(path)
-        tmp = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC, FILE_MODE)
-        try:
-            try:
-                for chunk in chunks:
-                    _write_all(fd, chunk)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        fsync_directory(directory)
+        return _stat_result(atomic_write(path, chunks))
 
     def fsync_dir(self, path: str) -> None:
         """Make a directory's entries durable (no-op where unsupported)."""

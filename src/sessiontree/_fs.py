@@ -1,0 +1,205 @@
+"""Filesystem primitives every layer shares (a leaf module: it imports nothing of ours).
+
+Sessions hold secrets (prompts, tool output, keys pasted by users), so every
+directory the package creates is 0700 and every file 0600. Files the package
+creates beside a session or in the agent dir (locks, temp files, registries)
+are opened with `O_NOFOLLOW` and checked to be regular files: a symlink planted
+under one of those names must never make us truncate or write its target.
+Side-file names are derived by `side_path`, which keeps them within `NAME_MAX`
+however long the session's own name is.
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import hashlib
+import os
+import secrets
+import stat
+from collections.abc import Iterable
+
+__all__ = [
+    "DIR_MODE",
+    "FILE_MODE",
+    "NAME_MAX",
+    "O_CLOEXEC",
+    "O_NOFOLLOW",
+    "atomic_write",
+    "ensure_private_dir",
+    "fsync_directory",
+    "glob_match_name",
+    "open_regular",
+    "side_path",
+    "side_stem",
+    "utf8_prefix_text",
+    "write_all",
+]
+
+DIR_MODE = 0o700
+FILE_MODE = 0o600
+NAME_MAX = 255
+"""Bytes in one path component on every filesystem the agents run on."""
+O_CLOEXEC: int = getattr(os, "O_CLOEXEC", 0)
+O_NOFOLLOW: int = getattr(os, "O_NOFOLLOW", 0)
+_O_DIRECTORY: int = getattr(os, "O_DIRECTORY", 0)
+_O_NONBLOCK: int = getattr(os, "O_NONBLOCK", 0)
+
+# Room kept for what side files add to a session's name: a leading dot plus the
+# longest suffix (".conflict-2026-12-01T07-25-07-123Z", ".<12 hex>.tmp", ...).
+_SIDE_RESERVE = 40
+_DIGEST_CHARS = 16
+
+
+def ensure_private_dir(path: str) -> None:
+    """Create `path` and any missing parents with mode 0700 (existing ones are left alone)."""
+    # os.makedirs applies `mode` to the leaf only; parents would get 0777 & ~umask.
+    missing: list[str] = []
+    current = os.path.abspath(path)
+    while not os.path.isdir(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    for directory in reversed(missing):
+        try:
+            os.mkdir(directory, DIR_MODE)
+        except FileExistsError:
+            if not os.path.isdir(directory):
+                raise
+
+
+def fsync_directory(path: str) -> None:
+    """fsync a directory so entries created or renamed in it survive a crash."""
+    try:
+        fd = os.open(path or ".", os.O_RDONLY | _O_DIRECTORY | O_CLOEXEC)
+    except OSError as exc:
+        # Some platforms/filesystems cannot open directories; nothing to sync there.
+        if exc.errno in (errno.EACCES, errno.EISDIR, errno.EINVAL):
+            return
+        raise
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes | bytearray | memoryview) -> int:
+    """os.write until every byte is written (writes can be short); returns the count."""
+    view = memoryview(data)
+    total = len(view)
+    written = 0
+    while written < total:
+        written += os.write(fd, view[written:])
+    return written
+
+
+def side_stem(name: str) -> str:
+    """The part of a side file's name that stands for the file `name`.
+
+    `name` itself when a side file fits in `NAME_MAX` with any suffix we use;
+    else a cut of it plus `~` and a digest of the whole name, so that every
+    process derives the same lock name and siblings stay findable by prefix.
+    """
+    encoded = os.fsencode(name)
+    if len(encoded) <= NAME_MAX - _SIDE_RESERVE:
+        return name
+    digest = hashlib.blake2b(encoded, digest_size=_DIGEST_CHARS // 2).hexdigest()
+    room = NAME_MAX - _SIDE_RESERVE - 1 - _DIGEST_CHARS
+    cut = ""
+    size = 0
+    for char in name:
+        width = len(os.fsencode(char))
+        if size + width > room:
+            break
+        cut += char
+        size += width
+    return f"{cut}~{digest}"
+
+
+def side_path(path: str, suffix: str, *, hidden: bool = False) -> str:
+    """`<dir>/[.]<stem><suffix>`: a side file of `path` whose name fits in NAME_MAX."""
+    directory, name = os.path.split(path)
+    prefix = "." if hidden else ""
+    return os.path.join(directory, f"{prefix}{side_stem(name)}{suffix}")
+
+
+def open_regular(path: str, flags: int, mode: int = FILE_MODE) -> int:
+    """`os.open` that never follows a symlink at `path` and refuses anything but a file.
+
+    A FIFO or device planted under the name is neither blocked on nor written:
+    the open is non-blocking and the descriptor is checked with fstat.
+    """
+    fd = os.open(path, flags | O_NOFOLLOW | O_CLOEXEC | _O_NONBLOCK, mode)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", path)
+        if _O_NONBLOCK:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def atomic_write(path: str, chunks: Iterable[bytes]) -> os.stat_result:
+    """Write a new file at `path`: temp file (same dir, 0600) + fsync + rename + dir fsync.
+
+    Returns the stat of the file written (its inode is the one now at `path`).
+    On any failure before the rename the temp file is removed and the target is
+    left exactly as it was. The temp file is created exclusively, so nothing
+    planted under its name (a symlink included) is ever written through.
+    """
+    directory = os.path.dirname(path)
+    tmp = side_path(path, f".{secrets.token_hex(6)}.tmp", hidden=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC | O_NOFOLLOW, FILE_MODE)
+    try:
+        try:
+            for chunk in chunks:
+                write_all(fd, chunk)
+            os.fsync(fd)
+            written = os.fstat(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    fsync_directory(directory)
+    return written
+
+
+def glob_match_name(name: str, pattern: str) -> bool:
+    """Shell-style match of one file name (case-sensitive; `*` skips dotfiles)."""
+    # Like shell globs, wildcards do not match a leading dot: temp files and lock
+    # sidecars (`.<name>.jsonl.tmp`) never show up as sessions.
+    if name.startswith(".") and not pattern.startswith("."):
+        return False
+    return fnmatch.fnmatchcase(name, pattern)
+
+
+def utf8_prefix_text(data: bytes) -> str:
+    """Decode `data`, dropping a multibyte character cut off at the end."""
+    end = len(data)
+    # An incomplete sequence is at most 3 bytes long: find its lead byte among them.
+    for back in (1, 2, 3):
+        i = end - back
+        if i < 0:
+            break
+        byte = data[i]
+        if byte & 0xC0 == 0x80:
+            continue
+        if byte >= 0xC0:
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            if back < need:
+                end = i
+        break
+    return data[:end].decode("utf-8", "replace")

@@ -1,0 +1,161 @@
+"""What a session leaves in the agent dir besides itself: terminal breadcrumbs and the
+registry of session dirs outside the store.
+
+- `terminal-sessions/<terminal id>`: two lines, the cwd and the session file, so
+  the next `continue_recent` in this terminal resumes it. Names are bytes on
+  disk (`os.fsencode`), so a project dir whose name is not UTF-8 works too.
+- `external-session-dirs`: one absolute directory per line, each holding sessions
+  whose images live in the agent's `blobs/` (so `gc` must read them before it
+  deletes anything). Several processes append to it at once: every update is one
+  `O_APPEND` write of one whole line, so no update is lost, and readers drop
+  duplicates and an unterminated last line (a write in progress).
+
+Both are best effort for the caller (a failure is logged, never raised) and are
+written without following symlinks.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from ._fs import atomic_write, ensure_private_dir, open_regular, write_all
+from .paths import EXTERNAL_SESSION_DIRS, get_agent_dir, get_terminal_id
+
+__all__ = [
+    "breadcrumb_path",
+    "read_breadcrumb",
+    "register_session_dir",
+    "registered_session_dirs",
+    "write_breadcrumb",
+]
+
+log = logging.getLogger("sessiontree")
+
+_registered: set[tuple[str, str]] = set()  # (registry, dir) known to be recorded
+_registered_lock = threading.Lock()
+
+
+def breadcrumb_path() -> str | None:
+    """This terminal's breadcrumb file, None without a terminal."""
+    terminal = get_terminal_id()
+    if terminal is None:
+        return None
+    return os.path.join(get_agent_dir(), "terminal-sessions", terminal)
+
+
+def write_breadcrumb(cwd: str, session_file: str) -> None:
+    """Remember this terminal's session (best effort: never fails the caller)."""
+    path = breadcrumb_path()
+    if path is None:
+        return
+    try:
+        data = os.fsencode(cwd) + b"\n" + os.fsencode(os.path.abspath(session_file)) + b"\n"
+        ensure_private_dir(os.path.dirname(path))
+        atomic_write(path, [data])
+    except (OSError, ValueError) as exc:
+        log.debug("could not write terminal breadcrumb %s: %s", path, exc)
+
+
+def read_breadcrumb(cwd: str) -> str | None:
+    """This terminal's last session file, if its cwd matches and it lies in the store."""
+    path = breadcrumb_path()
+    if path is None:
+        return None
+    try:
+        fd = open_regular(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 16384)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    lines = data.split(b"\n")
+    if len(lines) < 2 or lines[0] != os.fsencode(cwd):
+        return None
+    target = os.fsdecode(lines[1])
+    if not target.endswith(".jsonl") or "\x00" in target or not os.path.isabs(target):
+        return None
+    # A breadcrumb is a file anyone could have edited: follow it only into our store.
+    sessions_root = os.path.realpath(os.path.join(get_agent_dir(), "sessions"))
+    real = os.path.realpath(target)
+    if os.path.commonpath([real, sessions_root]) != sessions_root:
+        log.warning(
+            "ignoring terminal breadcrumb %s: %s is outside %s", path, target, sessions_root
+        )
+        return None
+    return target if os.path.isfile(target) else None
+
+
+def _read_registry(registry: str) -> bytes:
+    try:
+        fd = open_regular(registry, os.O_RDONLY)
+    except FileNotFoundError:
+        return b""
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def _parse_registry(data: bytes) -> list[str]:
+    lines = data.split(b"\n")[:-1]  # the piece after the last "\n" is unfinished
+    seen: dict[str, None] = {}
+    for line in lines:
+        directory = os.fsdecode(line)
+        if directory and os.path.isabs(directory):
+            seen.setdefault(directory, None)
+    return list(seen)
+
+
+def registered_session_dirs(agent_dir: str | None = None) -> list[str]:
+    """The recorded outside session dirs, first-recorded first, without duplicates.
+
+    An unterminated last line is skipped: it may be a path still being written,
+    and a cut path could name another directory. Relative paths are ignored.
+    OSError when the registry exists but cannot be read.
+    """
+    registry = os.path.join(agent_dir or get_agent_dir(), EXTERNAL_SESSION_DIRS)
+    return _parse_registry(_read_registry(registry))
+
+
+def register_session_dir(session_file: str, agent_dir: str | None = None) -> None:
+    """Record the dir of a session outside `<agent>/sessions` that uses the agent's blobs.
+
+    Best effort; a dir already recorded is not written again.
+    """
+    agent = agent_dir or get_agent_dir()
+    directory = os.path.realpath(os.path.dirname(os.path.abspath(session_file)))
+    sessions = os.path.realpath(os.path.join(agent, "sessions"))
+    if os.path.commonpath([directory, sessions]) == sessions:
+        return
+    registry = os.path.join(agent, EXTERNAL_SESSION_DIRS)
+    key = (registry, directory)
+    with _registered_lock:
+        if key in _registered:
+            return
+    try:
+        current = _read_registry(registry)
+        if directory not in _parse_registry(current):
+            ensure_private_dir(agent)
+            # A crash may have left half a line: start ours on a line of its own.
+            line = os.fsencode(directory) + b"\n"
+            if current and not current.endswith(b"\n"):
+                line = b"\n" + line
+            fd = open_regular(registry, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            try:
+                # One write of whole lines: concurrent appenders never interleave.
+                write_all(fd, line)
+            finally:
+                os.close(fd)
+    except (OSError, ValueError) as exc:
+        log.warning("could not record session dir %s in %s: %s", directory, registry, exc)
+        return
+    with _registered_lock:
+        _registered.add(key)

@@ -1,0 +1,563 @@
+"""`SessionFile`: one session's file on a storage, and everything that keeps it safe.
+
+It owns the writer lock, the append writer, the torn-line state, the stored
+error, the rescue copy and the *guard*: what the file looked like after our own
+last write (its inode, size and a running xxh3-128 hash of every byte). One
+policy answers a file that changed behind our back, applied alike by append,
+flush, close, rewrite and move:
+
+- the file was **deleted**: it is recreated from memory at its path, with a
+  warning (the writer holds the whole session, so nothing is lost);
+- the file was **replaced or changed** (another inode, another size, or, before
+  a rewrite, other bytes): the whole in-memory session is saved beside it as a
+  rescue copy and `SessionWriteConflictError` is raised, and stays raised.
+
+Checks cost what they can afford: every append compares the open file's link
+count and size (one fstat); flush, close and a lock check after a quiet second
+also stat the path; a rewrite or move first hashes the whole file.
+
+A new session takes its lock and creates its file only at the first write; it
+never writes over a file that is already there.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import xxhash
+
+from ._fs import side_path
+from .blobs import BlobStoreLike
+from .entries import iso_now
+from .errors import (
+    SessionClosedError,
+    SessionLockError,
+    SessionPersistenceError,
+    SessionTreeError,
+    SessionWriteConflictError,
+)
+from .loader import LoadedSession, read_session
+from .locks import SessionLock, acquire_session_lock, verify_lock
+from .paths import get_agent_dir
+from .storage.base import SessionStorage, SessionStorageWriter, StorageStat
+from .storage.file import FileSessionStorage
+
+__all__ = ["LOCK_CHECK_SECONDS", "ContentSource", "SessionFile", "WriterProbe", "rescue_dir"]
+
+log = logging.getLogger("sessiontree")
+
+LOCK_CHECK_SECONDS = 1.0
+_BLANK_PROBE = 4096
+
+ContentSource = Callable[[bool], Iterable[bytes]]
+"""The manager's whole session as file bytes; `True` asks for a rescue copy (a new
+session id whose `parentSession` names the file)."""
+
+
+@runtime_checkable
+class WriterProbe(Protocol):
+    """A writer that can tell, cheaply enough for every append, what it appends to."""
+
+    def probe(self) -> tuple[int, int]:
+        """(links, size) of the open file: links is 0 once it was deleted or replaced."""
+        ...
+
+
+def rescue_dir() -> str:
+    """Where rescue copies go when they cannot be written beside the session."""
+    return os.path.join(get_agent_dir(), "rescue")
+
+
+@dataclass(slots=True)
+class _Guard:
+    """The file as our last write left it."""
+
+    ino: int
+    size: int
+    digest: xxhash.xxh3_128
+    lock_checked: float
+
+    def wrote(self, data: bytes) -> None:
+        self.size += len(data)
+        self.digest.update(data)
+
+
+class _Hashing:
+    """Chunks passed through while counting and hashing them."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = chunks
+        self.size = 0
+        self.digest = xxhash.xxh3_128()
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._chunks:
+            self.size += len(chunk)
+            self.digest.update(chunk)
+            yield chunk
+
+
+def _bytes_writer(writer: SessionStorageWriter) -> Callable[[bytes], None]:
+    """The writer's `write_bytes` when it has one (the hot path), else via `write_line`."""
+    write_bytes: Callable[[bytes], None] | None = getattr(writer, "write_bytes", None)
+    if write_bytes is not None:
+        return write_bytes
+    return lambda data: writer.write_line(data.decode("utf-8"))
+
+
+class SessionFile:
+    """The file of one persistent session (see the module docstring for the policy)."""
+
+    __slots__ = (
+        "_closed",
+        "_content",
+        "_guard",
+        "_lock",
+        "_needs_newline",
+        "_probe",
+        "_write",
+        "_writer",
+        "blobs",
+        "error",
+        "path",
+        "read_only",
+        "storage",
+    )
+
+    def __init__(
+        self,
+        storage: SessionStorage,
+        path: str,
+        content: ContentSource,
+        blobs: BlobStoreLike,
+        *,
+        read_only: bool = False,
+    ) -> None:
+        self.storage = storage
+        self.path = path
+        self.blobs = blobs
+        self.read_only = read_only
+        self.error: SessionTreeError | None = None
+        self._content = content
+        self._lock: SessionLock | None = None
+        self._writer: SessionStorageWriter | None = None
+        self._write: Callable[[bytes], None] | None = None
+        self._probe: Callable[[], tuple[int, int]] | None = None
+        self._guard: _Guard | None = None
+        self._needs_newline = False
+        self._closed = False
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def on_disk(self) -> bool:
+        """Whether the file holds the session (appends then add one line each)."""
+        return self._guard is not None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def check_usable(self) -> None:
+        """Raise the stored error, or SessionClosedError once closed."""
+        if self._closed:
+            raise SessionClosedError(self.path)
+        if self.error is not None:
+            raise self.error
+
+    # ------------------------------------------------------------------ opening
+
+    def load(self) -> LoadedSession:
+        """Read the file, taking the writer lock first unless read-only.
+
+        Writable: a missing file reads as blank, and the lock is kept (a new
+        session starts there); a file without a valid header releases it.
+        Read-only: FileNotFoundError propagates.
+        """
+        if self.read_only:
+            return read_session(self.path, self.storage)
+        self._take_lock()
+        try:
+            loaded = self._load_guarded()
+        except (FileNotFoundError, NotADirectoryError):
+            return LoadedSession(exists=False)
+        except BaseException:
+            self.release_lock()
+            raise
+        if not loaded.valid and not loaded.blank:
+            self.release_lock()
+        return loaded
+
+    def _load_guarded(self) -> LoadedSession:
+        storage, path = self.storage, self.path
+        for _ in range(3):
+            before = storage.stat(path)
+            digest = xxhash.xxh3_128()
+            loaded = read_session(path, storage, observe=digest.update)
+            after = storage.stat(path)
+            if after.ino == before.ino and after.size == loaded.size:
+                if loaded.valid:
+                    self._guard = _Guard(after.ino, loaded.size, digest, time.monotonic())
+                    self._needs_newline = not loaded.ends_with_newline
+                return loaded
+        raise SessionWriteConflictError(path, f"{path}: the file kept changing while being read")
+
+    def _take_lock(self) -> None:
+        if self._lock is None:
+            self.storage.ensure_dir(os.path.dirname(self.path) or ".")
+            self._lock = acquire_session_lock(self.storage, self.path)
+
+    def adopt_lock(self, other: SessionFile) -> None:
+        """Take over `other`'s lock (the same path, reopened)."""
+        self._lock, other._lock = other._lock, None
+
+    def release_lock(self) -> None:
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
+
+    # ------------------------------------------------------------------ writing
+
+    def create(self, chunks: Iterable[bytes]) -> None:
+        """The first write of a new session: lock, then write the whole file atomically.
+
+        Refuses (SessionWriteConflictError) to replace a file that is already there,
+        unless it is blank (a session may be initialised in an empty file).
+        """
+        self.check_usable()
+        self._check_writable()
+        try:
+            self._take_lock()
+        except OSError as exc:
+            raise self.fail(exc, "create") from exc
+        self._refuse_existing()
+        self._write_whole(chunks, "create")
+
+    def _refuse_existing(self) -> None:
+        storage, path = self.storage, self.path
+        try:
+            st = storage.stat(path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise self.fail(exc, "create") from exc
+        if st.size <= _BLANK_PROBE:
+            try:
+                if not storage.read_text_prefix(path, _BLANK_PROBE).strip():
+                    return
+            except OSError as exc:
+                raise self.fail(exc, "create") from exc
+        error = SessionWriteConflictError(
+            path, f"{path}: a file is already there; refusing to write a new session over it"
+        )
+        self._latch(error)
+        raise error
+
+    def append(self, line: bytes) -> None:
+        """Append one complete line, after checking the file is still ours."""
+        if self.error is not None or self._closed:
+            self.check_usable()
+        guard = self._guard
+        assert guard is not None
+        if self._write is not None:
+            probe = self._probe
+            if probe is not None:
+                links, size = probe()
+                if links == 0 or size != guard.size:
+                    self.verify()
+            if time.monotonic() - guard.lock_checked > LOCK_CHECK_SECONDS:
+                self.verify()
+        write = self._write
+        if write is None:  # first append since open or a rewrite (or a recreation)
+            self._open_writer()
+            write = self._write
+            assert write is not None
+        if self._needs_newline:
+            # Never glue an entry onto a torn or unterminated last line.
+            line = b"\n" + line
+        try:
+            write(line)
+        except OSError as exc:
+            raise self.fail(exc, "append") from exc
+        self._needs_newline = False
+        guard = self._guard
+        assert guard is not None
+        guard.wrote(line)
+
+    def _open_writer(self) -> None:
+        self.verify()
+        guard = self._guard
+        assert guard is not None
+        try:
+            writer = self.storage.open_writer(self.path, "a")
+        except OSError as exc:
+            raise self.fail(exc, "open for append") from exc
+        self._writer = writer
+        self._write = _bytes_writer(writer)
+        probe = writer.probe if isinstance(writer, WriterProbe) else None
+        self._probe = probe
+        if probe is not None:
+            # The file opened must be the one verified: nothing slipped in between.
+            links, size = probe()
+            if links == 0 or size != guard.size:
+                self._close_writer()
+                self.verify()
+                self._open_writer()
+
+    def _close_writer(self) -> None:
+        writer, self._writer = self._writer, None
+        self._write = None
+        self._probe = None
+        if writer is not None:
+            try:
+                writer.close()
+            except OSError as exc:
+                raise self.fail(exc, "close") from exc
+
+    def rewrite(self, chunks: Iterable[bytes]) -> None:
+        """Replace the whole file atomically, after checking every byte is what we left."""
+        self.check_usable()
+        self._check_writable()
+        self.verify(full=True)
+        self._close_writer()
+        self._write_whole(chunks, "rewrite")
+
+    def _write_whole(self, chunks: Iterable[bytes], action: str) -> None:
+        storage, path = self.storage, self.path
+        hashing = _Hashing(chunks)
+        try:
+            storage.ensure_dir(os.path.dirname(path) or ".")
+            written = storage.write_atomic(path, hashing)
+            if not isinstance(written, StorageStat):
+                written = storage.stat(path)
+        except OSError as exc:
+            raise self.fail(exc, action) from exc
+        self._guard = _Guard(written.ino, hashing.size, hashing.digest, time.monotonic())
+        self._needs_newline = False
+
+    def move(
+        self, new_path: str, chunks: Iterable[bytes], artifacts: tuple[str, str] | None
+    ) -> None:
+        """Write the session at `new_path`, then remove it (and move its artifacts dir) here.
+
+        Refuses when anything is already at `new_path` or at the new artifacts path,
+        so a move can never unlink what it has just written. On failure the old
+        file stays authoritative and the new one is removed.
+        """
+        self.check_usable()
+        self._check_writable()
+        storage, old_path = self.storage, self.path
+        storage.ensure_dir(os.path.dirname(new_path) or ".")
+        new_lock = acquire_session_lock(storage, new_path)
+        try:
+            taken = [p for p in (new_path, artifacts and artifacts[1]) if p and storage.exists(p)]
+            if taken:
+                raise SessionTreeError(
+                    f"{old_path}: cannot move to {new_path}: {taken[0]} already exists"
+                )
+            self.verify(full=True)
+            self._close_writer()
+            hashing = _Hashing(chunks)
+            try:
+                written = storage.write_atomic(new_path, hashing)
+                if not isinstance(written, StorageStat):
+                    written = storage.stat(new_path)
+            except OSError as exc:
+                raise SessionTreeError(f"{old_path}: move to {new_path} failed: {exc}") from exc
+            self._finish_move(new_path, written.ino, artifacts)
+        except BaseException:
+            if new_lock is not None:
+                new_lock.release()
+            raise
+        old_lock, self._lock = self._lock, new_lock
+        if old_lock is not None:
+            old_lock.release()
+        self.path = new_path
+        self._guard = _Guard(written.ino, hashing.size, hashing.digest, time.monotonic())
+        self._needs_newline = False
+
+    def _finish_move(self, new_path: str, new_ino: int, artifacts: tuple[str, str] | None) -> None:
+        storage, old_path = self.storage, self.path
+        moved = False
+        try:
+            if artifacts is not None and storage.exists(artifacts[0]):
+                storage.rename(artifacts[0], artifacts[1])
+                moved = True
+            storage.unlink(old_path)
+        except OSError as exc:
+            # The old file stays authoritative: undo what was done, then remove the
+            # new file, but only while it is still the one we wrote.
+            if moved and artifacts is not None:
+                try:
+                    storage.rename(artifacts[1], artifacts[0])
+                except OSError:
+                    log.error("could not move artifacts back to %s", artifacts[0])
+            try:
+                if storage.exists(old_path) and storage.stat(new_path).ino == new_ino:
+                    storage.unlink(new_path)
+            except OSError:
+                pass
+            raise SessionTreeError(f"{old_path}: move to {new_path} failed: {exc}") from exc
+        try:
+            storage.fsync_dir(os.path.dirname(old_path) or ".")
+        except OSError as exc:  # the move is done; only its durability is in doubt
+            log.warning("could not fsync %s after a move: %s", os.path.dirname(old_path), exc)
+
+    def _check_writable(self) -> None:
+        if self.read_only:
+            raise SessionTreeError(f"{self.path}: session is open read-only")
+
+    # ------------------------------------------------------------------ durability
+
+    def flush(self) -> None:
+        """Check the file is still ours, then make every write durable (blobs first)."""
+        self.check_usable()
+        if self.read_only:
+            return
+        self.verify()
+        try:
+            self.blobs.sync()
+            if self._writer is not None:
+                self._writer.fsync()
+        except OSError as exc:
+            raise self.fail(exc, "fsync") from exc
+
+    def close(self) -> None:
+        """Flush, release the writer and the lock; raises the stored error, if any."""
+        if self._closed:
+            return
+        try:
+            if self.error is None and self.on_disk and not self.read_only:
+                self.flush()
+        finally:
+            self._closed = True
+            try:
+                writer, self._writer = self._writer, None
+                self._write = self._probe = None
+                if writer is not None:
+                    try:
+                        writer.close()
+                    except OSError as exc:
+                        self.fail(exc, "close")
+            finally:
+                self.release_lock()
+        if self.error is not None:
+            raise self.error
+
+    # ------------------------------------------------------------------ the guard
+
+    def verify(self, full: bool = False) -> None:
+        """Apply the policy: our lock still guards the file, and the file is what we left.
+
+        A deleted file is recreated from memory; a changed one raises
+        SessionWriteConflictError after the rescue copy. `full` also compares
+        every byte (by hash) before a rewrite.
+        """
+        guard = self._guard
+        if guard is None or self.read_only:
+            return
+        self._verify_lock()
+        state = self._observe(guard, full)
+        if state == "deleted":
+            log.warning("%s was deleted behind this writer; recreating it from memory", self.path)
+            self._close_writer()
+            self._write_whole(self._content(False), "recreate")
+        elif state is not None:
+            self._conflict(state)
+
+    def _observe(self, guard: _Guard, full: bool) -> str | None:
+        """None when the file is as we left it, "deleted", or what changed."""
+        storage, path = self.storage, self.path
+        try:
+            st = storage.stat(path)
+        except FileNotFoundError:
+            return "deleted"
+        except OSError as exc:
+            raise self.fail(exc, "check") from exc
+        if guard.ino and st.ino != guard.ino:
+            return "the file was replaced"
+        if st.size != guard.size:
+            return f"its size changed ({guard.size} -> {st.size} bytes)"
+        if full:
+            digest = xxhash.xxh3_128()
+            try:
+                for chunk in storage.iter_chunks(path):
+                    digest.update(chunk)
+            except OSError as exc:
+                raise self.fail(exc, "check") from exc
+            if digest.digest() != guard.digest.digest():
+                return "its bytes changed"
+        return None
+
+    def _verify_lock(self) -> None:
+        guard = self._guard
+        try:
+            verify_lock(self._lock)
+        except SessionLockError as exc:
+            saved = self.rescue()
+            message = str(exc) + (f"; in-memory session saved to {saved}" if saved else "")
+            error = SessionLockError(exc.path, exc.pid, message)
+            self._latch(error)
+            raise error from exc
+        if guard is not None:
+            guard.lock_checked = time.monotonic()
+
+    def _conflict(self, what: str) -> None:
+        saved = self.rescue()
+        error = SessionWriteConflictError(
+            self.path, f"{self.path}: changed on disk behind this writer's back ({what})", saved
+        )
+        self._latch(error)
+        raise error
+
+    def _latch(self, error: SessionTreeError) -> None:
+        if self.error is None:
+            self.error = error
+            log.error("%s", error)
+
+    def fail(self, exc: BaseException, action: str) -> SessionTreeError:
+        """Store (once) and return the persistence error for a failed `action`."""
+        if self.error is None:
+            message = f"{self.path}: {action} failed: {exc}"
+            saved = self.rescue()
+            if saved:
+                message += f"; in-memory session saved to {saved}"
+            error = SessionPersistenceError(message, self.path)
+            error.__cause__ = exc
+            self._latch(error)
+        assert self.error is not None
+        return self.error
+
+    # ------------------------------------------------------------------ rescue
+
+    def rescue(self) -> str | None:
+        """Save the whole in-memory session as `<file>.conflict-<time>`; never raises.
+
+        Beside the file when the storage allows it, else in the agent dir's
+        `rescue/` folder, else in the temp dir: the session is never only in memory.
+        """
+        stamp = iso_now().replace(":", "-").replace(".", "-")
+        target = side_path(self.path, f".conflict-{stamp}")
+        name = os.path.basename(target)
+        places: list[tuple[SessionStorage, str]] = [(self.storage, target)]
+        local = FileSessionStorage()
+        places.append((local, os.path.join(rescue_dir(), name)))
+        uid = os.getuid() if hasattr(os, "getuid") else 0
+        places.append(
+            (local, os.path.join(tempfile.gettempdir(), f"sessiontree-rescue-{uid}", name))
+        )
+        for storage, path in places:
+            try:
+                storage.ensure_dir(os.path.dirname(path) or ".")
+                storage.write_atomic(path, self._content(True))
+            except Exception as exc:  # best effort while already failing
+                log.error("could not save the session to %s: %s", path, exc)
+                continue
+            return path
+        return None

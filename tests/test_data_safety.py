@@ -1,0 +1,354 @@
+"""Regression tests for the data-loss paths a review found (each failed on the old code).
+
+Each test names the review item it answers. The stateful model test
+(`test_manager_model.py`) looks for the paths nobody listed.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from helpers import assistant, user
+from sessiontree import (
+    EntryNotSerializableError,
+    SessionClosedError,
+    SessionManager,
+    SessionTreeError,
+    SessionWriteConflictError,
+    load_entries_from_file,
+)
+from sessiontree.locks import lock_path_for
+from sessiontree.paths import get_default_session_dir
+
+
+def persisted(cwd: str = "/proj", session_dir: str | None = None) -> SessionManager:
+    sm = SessionManager.create(cwd, session_dir)
+    sm.append_message(user("question"))
+    sm.append_message(assistant("answer"))
+    return sm
+
+
+def ids(path: str) -> list[str]:
+    return [e["id"] for e in load_entries_from_file(path)[1:]]
+
+
+# -- 1. move_to onto itself ------------------------------------------------------------------
+
+
+def test_move_to_the_same_cwd_changes_nothing_on_disk(agent_dir: Path) -> None:
+    sm = persisted()
+    path = sm.get_session_file() or ""
+    before = Path(path).read_bytes()
+    sm.move_to(sm.get_cwd())
+    assert Path(path).read_bytes() == before
+    sm.append_message(user("still here"))
+    sm.close()
+    assert len(ids(path)) == 3 and load_entries_from_file(path)[0]["type"] == "session"
+
+
+def test_move_to_a_cwd_that_encodes_the_same_rewrites_in_place(agent_dir: Path) -> None:
+    sm = persisted("/a/b")
+    path = sm.get_session_file() or ""
+    assert get_default_session_dir("/a-b") == os.path.dirname(path)
+    sm.move_to("/a-b")
+    assert sm.get_session_file() == path
+    sm.append_message(user("after"))
+    sm.close()
+    loaded = load_entries_from_file(path)
+    assert loaded[0]["cwd"] == "/a-b" and len(loaded) == 4
+
+
+def test_move_to_refuses_a_target_that_exists(agent_dir: Path) -> None:
+    sm = persisted("/one")
+    path = sm.get_session_file() or ""
+    target_dir = Path(get_default_session_dir("/two"))
+    target_dir.mkdir(parents=True)
+    squatter = target_dir / os.path.basename(path)
+    squatter.write_text("someone else's file\n")
+    with pytest.raises(SessionTreeError, match="already exists"):
+        sm.move_to("/two")
+    assert squatter.read_text() == "someone else's file\n"
+    assert sm.get_session_file() == path and os.path.exists(path)
+    sm.append_message(user("fine"))
+    sm.close()
+    assert len(ids(path)) == 3
+
+
+def test_move_to_another_dir_moves_and_removes_only_the_old_file(agent_dir: Path) -> None:
+    sm = persisted("/one")
+    old = sm.get_session_file() or ""
+    sm.move_to("/two")
+    new = sm.get_session_file() or ""
+    assert new != old and not os.path.exists(old) and os.path.exists(new)
+    assert not os.path.exists(lock_path_for(old)) and os.path.exists(lock_path_for(new))
+    sm.close()
+    assert len(ids(new)) == 2
+
+
+# -- 3. a rejected append changes nothing ----------------------------------------------------
+
+
+@pytest.mark.parametrize("stage", ["memory", "before-first-write", "on-disk"])
+def test_an_unserializable_entry_is_refused_and_changes_nothing(tmp_path: Path, stage: str) -> None:
+    if stage == "memory":
+        sm = SessionManager.in_memory("/proj")
+        sm.append_message(user("q"))
+    else:
+        sm = SessionManager.create("/proj", str(tmp_path))
+        sm.append_message(user("q"))
+        if stage == "on-disk":
+            sm.append_message(assistant("a"))
+    leaf, count = sm.get_leaf_id(), len(sm.get_entries())
+    bad = {"role": "assistant", "content": [{"type": "text", "text": "x", "tags": {1, 2}}]}
+    with pytest.raises(EntryNotSerializableError) as info:
+        sm.append_message(bad)
+    assert isinstance(info.value, TypeError)  # callers that catch TypeError keep working
+    assert info.value.key_path == "message.content[0].tags"
+    assert "message.content[0].tags" in str(info.value)
+    assert sm.get_leaf_id() == leaf and len(sm.get_entries()) == count
+    # The session goes on: the next entry's parent is on disk too.
+    sm.append_message(assistant("next"))
+    path = sm.get_session_file()
+    sm.close()
+    if path is not None:
+        assert ids(path) == [e["id"] for e in sm.get_entries()]
+        assert load_entries_from_file(path)[-1]["parentId"] == leaf
+
+
+def test_values_orjson_would_stringify_are_refused_too(tmp_path: Path) -> None:
+    import datetime
+
+    sm = SessionManager.in_memory("/proj")
+    with pytest.raises(EntryNotSerializableError, match=r"message\.when"):
+        sm.append_message({"role": "user", "content": "x", "when": datetime.datetime.now()})
+    with pytest.raises(EntryNotSerializableError, match="data"):
+        sm.append_custom_entry("x", data=b"bytes")
+
+
+# -- 4. an append after the file was deleted or replaced -------------------------------------
+
+
+def test_an_append_right_after_a_delete_recreates_the_file(tmp_path: Path) -> None:
+    sm = persisted(session_dir=str(tmp_path))
+    path = sm.get_session_file() or ""
+    os.unlink(path)
+    sm.append_message(user("after delete"))  # within the same second
+    sm.close()
+    assert [e["id"] for e in load_entries_from_file(path)[1:]] == [
+        e["id"] for e in sm.get_entries()
+    ]
+
+
+@pytest.mark.parametrize("when", ["append", "flush", "close"])
+def test_a_replaced_file_raises_a_conflict_at_once(tmp_path: Path, when: str) -> None:
+    sm = persisted(session_dir=str(tmp_path))
+    sm.append_message(user("more"))
+    path = sm.get_session_file() or ""
+    other = b'{"type":"session","version":3,"id":"other","timestamp":"x","cwd":"/x"}\n'
+    tmp = Path(path + ".new")
+    tmp.write_bytes(other)
+    os.replace(tmp, path)
+    with pytest.raises(SessionWriteConflictError) as info:
+        if when == "append":
+            sm.append_message(user("lost?"))
+        elif when == "flush":
+            sm.flush()
+        else:
+            sm.close()
+    saved = info.value.saved_to
+    assert saved is not None
+    assert ids(saved) == [e["id"] for e in sm.get_entries()]
+    assert Path(path).read_bytes() == other  # the other program's file is not overwritten
+    if when != "close":
+        with pytest.raises(SessionWriteConflictError):
+            sm.close()
+
+
+def test_flush_and_close_recreate_a_deleted_file(tmp_path: Path) -> None:
+    sm = persisted(session_dir=str(tmp_path))
+    path = sm.get_session_file() or ""
+    os.unlink(path)
+    sm.flush()
+    assert ids(path) == [e["id"] for e in sm.get_entries()]
+    os.unlink(path)
+    sm.close()
+    assert ids(path) == [e["id"] for e in sm.get_entries()]
+
+
+def test_a_deleted_session_dir_is_recreated_with_its_lock(tmp_path: Path) -> None:
+    directory = tmp_path / "sessions"
+    sm = persisted(session_dir=str(directory))
+    path = sm.get_session_file() or ""
+    for name in os.listdir(directory):
+        os.unlink(directory / name)
+    directory.rmdir()
+    sm.append_message(user("after rm -r"))
+    assert os.path.exists(lock_path_for(path))
+    sm.close()
+    assert len(ids(path)) == 3
+
+
+# -- 5. a same-length edit anywhere in the file ----------------------------------------------
+
+
+def test_a_same_length_edit_far_from_the_end_stops_the_rewrite(tmp_path: Path) -> None:
+    sm = SessionManager.create("/proj", str(tmp_path))
+    sm.append_message(user("first words"))
+    sm.append_message(assistant("a"))
+    for i in range(200):
+        sm.append_message(user("x" * 100 + str(i)))
+    path = sm.get_session_file() or ""
+    data = Path(path).read_bytes()
+    edited = data.replace(b"first words", b"FIRST WORDS")
+    assert len(edited) == len(data) and edited.index(b"FIRST") < len(data) - 8192
+    Path(path).write_bytes(edited)  # same inode, same size
+    with pytest.raises(SessionWriteConflictError):
+        sm.set_session_name("renamed")
+    assert Path(path).read_bytes() == edited
+
+
+# -- 7. symlinks under our side-file names ---------------------------------------------------
+
+
+def test_a_symlinked_lock_file_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
+    sm = persisted(session_dir=str(tmp_path))
+    path = sm.get_session_file() or ""
+    sm.close()
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    os.symlink(victim, lock_path_for(path))
+    with pytest.raises(SessionTreeError, match="not a regular file"):
+        SessionManager.open(path)
+    assert victim.read_text() == "precious\n"
+    assert os.path.islink(lock_path_for(path))
+
+
+def test_a_fifo_lock_file_neither_blocks_nor_is_used(tmp_path: Path) -> None:
+    sm = persisted(session_dir=str(tmp_path))
+    path = sm.get_session_file() or ""
+    sm.close()
+    os.mkfifo(lock_path_for(path))
+    with pytest.raises(SessionTreeError, match="not a regular file"):
+        SessionManager.open(path)
+    assert stat.S_ISFIFO(os.lstat(lock_path_for(path)).st_mode)
+
+
+def test_opening_a_symlinked_session_writes_the_file_it_names(tmp_path: Path) -> None:
+    sm = persisted(session_dir=str(tmp_path / "real"))
+    real = sm.get_session_file() or ""
+    sm.close()
+    link = tmp_path / "link.jsonl"
+    os.symlink(real, link)
+    with SessionManager.open(str(link)) as sm2:
+        assert sm2.get_session_file() == real
+        sm2.append_message(user("through the link"))
+        sm2.set_session_name("renamed")
+    assert os.path.islink(link) and len(ids(real)) == 3
+
+
+# -- 8. a read-only manager writes nothing ---------------------------------------------------
+
+
+def test_read_only_put_blob_raises(tmp_path: Path, agent_dir: Path) -> None:
+    sm = persisted(session_dir=str(tmp_path))
+    path = sm.get_session_file() or ""
+    sm.close()
+    ro = SessionManager.open(path, read_only=True)
+    with pytest.raises(SessionTreeError, match="read-only"):
+        ro.put_blob(b"\x89PNG" * 400)
+    assert not (agent_dir / "blobs").exists()
+
+
+# -- 14. a closed manager ---------------------------------------------------------------------
+
+
+def test_every_operation_after_close_raises(tmp_path: Path) -> None:
+    sm = persisted(session_dir=str(tmp_path))
+    path = sm.get_session_file() or ""
+    first = sm.get_entries()[0]["id"]
+    sm.close()
+    size = os.path.getsize(path)
+    operations = [
+        lambda: sm.append_message(user("late")),
+        lambda: sm.append_label_change(first, "x"),
+        lambda: sm.set_session_name("late"),
+        lambda: sm.rewrite_entries(),
+        lambda: sm.flush(),
+        lambda: sm.fork(),
+        lambda: sm.new_session(),
+        lambda: sm.create_branched_session(first),
+        lambda: sm.move_to("/elsewhere"),
+        lambda: sm.ensure_on_disk(),
+        lambda: sm.put_blob(b"x"),
+        lambda: sm.set_session_file(path),
+    ]
+    for operation in operations:
+        with pytest.raises(SessionClosedError):
+            operation()
+    assert os.path.getsize(path) == size and not os.path.exists(lock_path_for(path))
+    assert len(sm.get_entries()) == 2  # reading the in-memory session still works
+    sm.close()  # idempotent
+
+
+def test_a_closed_in_memory_manager_refuses_appends() -> None:
+    sm = SessionManager.in_memory("/proj")
+    sm.close()
+    with pytest.raises(SessionClosedError):
+        sm.append_message(user("late"))
+
+
+# -- suspected: the lock window when opening an empty file ---------------------------------
+
+
+def test_opening_an_empty_file_keeps_the_lock_throughout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sessiontree import locks
+
+    path = tmp_path / "empty.jsonl"
+    path.write_bytes(b"")
+    taken: list[str] = []
+    real = locks.FileLock.release
+
+    def spy_release(self: locks.FileLock) -> None:
+        taken.append("release")
+        real(self)
+
+    monkeypatch.setattr(locks.FileLock, "release", spy_release)
+    sm = SessionManager.open(str(path))
+    assert taken == []  # never released between reading the file and writing its header
+    assert load_entries_from_file(str(path))[0]["id"] == sm.get_session_id()
+    sm.close()
+
+
+# -- suspected: a name held only by oh-my-pi's title slot ------------------------------------
+
+
+@pytest.mark.parametrize("how", ["fork", "branched"])
+def test_a_title_slot_name_survives_fork_and_branching(tmp_path: Path, how: str) -> None:
+    sm = persisted(session_dir=str(tmp_path))
+    path = sm.get_session_file() or ""
+    sm.close()
+    data = Path(path).read_bytes()
+    slot_line = _slot(b"Slot name")
+    Path(path).write_bytes(slot_line + data)
+    with SessionManager.open(path) as sm2:
+        assert sm2.get_session_name() == "Slot name"
+        if how == "fork":
+            result = sm2.fork()
+            assert result is not None
+            new = result[1]
+        else:
+            new = sm2.create_branched_session(sm2.get_entries()[-1]["id"]) or ""
+    with SessionManager.open(new, read_only=True) as reopened:
+        assert reopened.get_session_name() == "Slot name"
+
+
+def _slot(title: bytes) -> bytes:
+    head = b'{"type":"title","v":1,"title":"' + title + b'","source":"user",'
+    head += b'"updatedAt":"2026-01-01T00:00:00.000Z","pad":"'
+    return head + b" " * (256 - len(head) - 3) + b'"}\n'
