@@ -352,3 +352,130 @@ def _slot(title: bytes) -> bytes:
     head = b'{"type":"title","v":1,"title":"' + title + b'","source":"user",'
     head += b'"updatedAt":"2026-01-01T00:00:00.000Z","pad":"'
     return head + b" " * (256 - len(head) - 3) + b'"}\n'
+
+
+# -- 16. a header version that is not a number -----------------------------------------------
+
+
+def _branched_file(path: Path, version: object) -> list[dict[str, object]]:
+    import json
+
+    header: dict[str, object] = {"type": "session", "id": "s1", "timestamp": "t", "cwd": "/p"}
+    if version is not None:
+        header["version"] = version
+    entries: list[dict[str, object]] = [
+        {"type": "message", "id": "a", "parentId": None, "timestamp": "t", "message": user("q")},
+        {"type": "message", "id": "b", "parentId": "a", "timestamp": "t", "message": assistant()},
+        {"type": "message", "id": "c", "parentId": "a", "timestamp": "t", "message": user("r")},
+        {
+            "type": "label",
+            "id": "d",
+            "parentId": "c",
+            "timestamp": "t",
+            "targetId": "b",
+            "label": "x",
+        },
+    ]
+    path.write_text(
+        "".join(json.dumps(e, separators=(",", ":")) + "\n" for e in [header, *entries])
+    )
+    return entries
+
+
+@pytest.mark.parametrize("version", ["3", "abc", {"v": 3}, 3.5])
+def test_a_version_that_is_not_a_number_never_rechains_the_tree(
+    tmp_path: Path, version: object
+) -> None:
+    path = tmp_path / "s.jsonl"
+    entries = _branched_file(path, version)
+    before = path.read_bytes()
+    with SessionManager.open(str(path)) as sm:
+        assert [(e["id"], e["parentId"]) for e in sm.get_entries()] == [
+            (e["id"], e["parentId"]) for e in entries
+        ]
+        assert sm.get_label("b") == "x"
+    assert path.read_bytes() == before  # nothing to migrate, nothing rewritten
+
+
+@pytest.mark.parametrize("version", [None, 1, "1", ""])
+def test_a_v1_header_over_entries_with_ids_keeps_the_tree(tmp_path: Path, version: object) -> None:
+    path = tmp_path / "s.jsonl"
+    entries = _branched_file(path, version)
+    with SessionManager.open(str(path)) as sm:
+        assert [(e["id"], e["parentId"]) for e in sm.get_entries()] == [
+            (e["id"], e["parentId"]) for e in entries
+        ]
+        assert len(sm.get_children("a")) == 2
+    assert load_entries_from_file(str(path))[0]["version"] == 3
+
+
+def test_version_two_as_a_string_runs_only_the_v3_step(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    _branched_file(path, "2")
+    with SessionManager.open(str(path)) as sm:
+        assert [e["id"] for e in sm.get_entries()] == ["a", "b", "c", "d"]
+    assert load_entries_from_file(str(path))[0]["version"] == 3
+
+
+# -- 17. forked workers ----------------------------------------------------------------------
+
+
+def test_forked_workers_mint_distinct_session_ids_and_never_collide(tmp_path: Path) -> None:
+    import multiprocessing
+
+    from sessiontree.entries import generate_entry_id, generate_session_id
+
+    generate_session_id()  # the parent's state is set up before the fork, as with --preload
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+
+    def worker(n: int) -> None:
+        sessions = []
+        for _ in range(n):
+            sm = SessionManager.create("/proj", str(tmp_path))
+            sm.append_message(assistant("a"))
+            sm.close()
+            sessions.append(sm.get_session_id())
+        ids = [generate_session_id() for _ in range(200)]
+        entries = [generate_entry_id(()) for _ in range(200)]
+        queue.put((sessions, ids, entries))
+
+    workers = [context.Process(target=worker, args=(20,)) for _ in range(4)]
+    for process in workers:
+        process.start()
+    results = [queue.get(timeout=60) for _ in workers]
+    for process in workers:
+        process.join(timeout=60)
+        assert process.exitcode == 0  # no SessionLockError, no refused file
+    sessions = [s for r in results for s in r[0]]
+    ids = [i for r in results for i in r[1]]
+    entries = [e for r in results for e in r[2]]
+    assert len(set(sessions)) == len(sessions) == 80
+    assert len(set(ids)) == len(ids) and len(set(entries)) == len(entries)
+    assert len([n for n in os.listdir(tmp_path) if n.endswith(".jsonl")]) == 80, os.listdir(
+        tmp_path
+    )
+
+
+# -- 18. a project dir whose name is not UTF-8 -----------------------------------------------
+
+
+def test_a_project_dir_that_is_not_utf8_works_end_to_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("sys.stdin", None)
+    monkeypatch.setenv("TMUX_PANE", "%3")  # so a breadcrumb is written and followed
+    raw = os.fsencode(tmp_path) + b"/proj-\xff\xfe"
+    os.mkdir(raw)
+    cwd = os.fsdecode(raw)
+    sm = SessionManager.create(cwd)
+    sm.append_message(user("q"))
+    sm.append_message(assistant("a"))
+    path = sm.get_session_file() or ""
+    sm.close()
+    assert os.fsencode(path).count(b"\xff\xfe") == 1
+    with SessionManager.continue_recent(cwd) as again:
+        assert again.get_session_file() == path and again.get_cwd() == cwd
+        again.append_message(user("more"))
+    assert [s.path for s in SessionManager.list(cwd)] == [path]
+    assert load_entries_from_file(path)[0]["cwd"] == cwd

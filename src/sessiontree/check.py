@@ -27,15 +27,17 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import xxhash
 
+from ._fs import side_path, side_stem
 from .blobs import BlobStore, BlobStoreLike
 from .entries import Entry, generate_entry_id, is_valid_header
-from .errors import InvalidSessionFileError, SessionWriteConflictError
+from .errors import InvalidSessionFileError, SessionTreeError, SessionWriteConflictError
 from .jsonl import iter_jsonl_bytes, loads_line, serialize_entry_bytes
 from .loader import is_title_slot
 from .locks import acquire_session_lock
@@ -113,17 +115,27 @@ class ScannedSession:
         return session_version([self.header.entry])
 
 
-def _chunks_counting(chunks: Iterator[bytes], scanned: ScannedSession) -> Iterator[bytes]:
+def _chunks_counting(
+    chunks: Iterator[bytes],
+    scanned: ScannedSession,
+    observe: Callable[[bytes], object] | None = None,
+) -> Iterator[bytes]:
     first = True
     for chunk in chunks:
         scanned.size += len(chunk)
+        if observe is not None:
+            observe(chunk)
         if first and chunk:
             scanned.has_bom = chunk.startswith(_BOM)
             first = False
         yield chunk
 
 
-def scan_session(path: str, storage: SessionStorage | None = None) -> ScannedSession:
+def scan_session(
+    path: str,
+    storage: SessionStorage | None = None,
+    observe: Callable[[bytes], object] | None = None,
+) -> ScannedSession:
     """Read a session file line by line (FileNotFoundError propagates).
 
     Mirrors `loader.read_session` (a title slot on line 1, the first object
@@ -134,7 +146,7 @@ def scan_session(path: str, storage: SessionStorage | None = None) -> ScannedSes
     scanned = ScannedSession(path)
     last_has_newline = True
     header_done = False
-    chunks = _chunks_counting(iter(storage.iter_chunks(path)), scanned)
+    chunks = _chunks_counting(iter(storage.iter_chunks(path)), scanned, observe)
     for number, raw, has_newline in iter_jsonl_bytes(chunks):
         last_has_newline = has_newline
         scanned.last_line = number
@@ -206,10 +218,10 @@ def default_blob_store(path: str, storage: SessionStorage | None = None) -> Blob
 
 
 def conflict_siblings(path: str, storage: SessionStorage | None = None) -> list[str]:
-    """Files named `<session file>.conflict-*` next to `path`."""
+    """Files named `<session file>.conflict-*` next to `path` (see `side_path`)."""
     storage = storage if storage is not None else FileSessionStorage()
     directory, name = os.path.split(path)
-    return storage.list_files(directory or ".", glob_escape(name) + ".conflict-*")
+    return storage.list_files(directory or ".", glob_escape(side_stem(name)) + ".conflict-*")
 
 
 def glob_escape(name: str) -> str:
@@ -576,16 +588,27 @@ def _repair_lines(scanned: ScannedSession, changes: list[Finding]) -> dict[int, 
 
 
 def _default_repair_path(path: str) -> str:
-    return path + ".repaired"
+    return side_path(path, ".repaired")
 
 
 def _backup_path(path: str, storage: SessionStorage) -> str:
-    candidate = path + ".bak"
+    candidate = side_path(path, ".bak")
     n = 1
     while storage.exists(candidate):
-        candidate = f"{path}.bak.{n}"
+        candidate = side_path(path, f".bak.{n}")
         n += 1
     return candidate
+
+
+def _same_file(storage: SessionStorage, a: str, b: str) -> bool:
+    if os.path.normpath(a) == os.path.normpath(b):
+        return True
+    if isinstance(storage, FileSessionStorage):
+        try:
+            return os.path.samefile(a, b)
+        except OSError:
+            return False
+    return False
 
 
 def repair_session(
@@ -609,8 +632,20 @@ def repair_session(
     """
     storage = storage if storage is not None else FileSessionStorage()
     blob_store = blobs if blobs is not None else default_blob_store(path, storage)
+    if in_place and isinstance(storage, FileSessionStorage) and os.path.islink(path):
+        path = os.path.realpath(path)  # repair the file, not the link that names it
+    target = None
+    if not in_place:
+        target = out_path if out_path is not None else _default_repair_path(path)
+        if _same_file(storage, target, path):
+            raise SessionTreeError(
+                f"{target}: is the session being repaired; use --in-place to replace it"
+            )
+        if out_path is not None and storage.exists(target):
+            raise SessionTreeError(f"{target}: already exists; not overwritten")
     before = storage.stat(path)
-    scanned = scan_session(path, storage)
+    digest = xxhash.xxh3_128()
+    scanned = scan_session(path, storage, observe=digest.update)
     if scanned.header is None:
         raise InvalidSessionFileError(
             path,
@@ -678,8 +713,7 @@ def repair_session(
         if batch:
             yield b"".join(batch)
 
-    if not in_place:
-        target = out_path if out_path is not None else _default_repair_path(path)
+    if target is not None:
         storage.write_atomic(target, chunks())
         report.out_path = target
         return report
@@ -687,8 +721,21 @@ def repair_session(
     lock = acquire_session_lock(storage, path)
     try:
         backup = _backup_path(path, storage)
-        storage.write_atomic(backup, iter(storage.iter_chunks(path)))
+        copied = xxhash.xxh3_128()
+
+        def original() -> Iterator[bytes]:
+            for chunk in storage.iter_chunks(path):
+                copied.update(chunk)
+                yield chunk
+
+        storage.write_atomic(backup, original())
         report.backup_path = backup
+        # The backup must hold exactly the bytes that were repaired, and the file
+        # must still be them: otherwise a live writer got in between.
+        if copied.digest() != digest.digest():
+            raise SessionWriteConflictError(
+                path, f"{path}: changed while being repaired (a live writer?); nothing was replaced"
+            )
         _check_unchanged(path, before, storage)
         storage.write_atomic(path, chunks())
     finally:

@@ -197,8 +197,6 @@ _ONE_MS = timedelta(milliseconds=1)
 
 
 _id_random = random.Random(secrets.randbits(128))  # ids need uniqueness, not secrecy
-# A forked child must not mint the same ids as its parent.
-os.register_at_fork(after_in_child=lambda: _id_random.seed(secrets.randbits(128)))
 
 
 def generate_entry_id(existing: Container[str]) -> str:
@@ -217,28 +215,46 @@ def generate_entry_id(existing: Container[str]) -> str:
 _snowflake_lock = threading.Lock()
 _snowflake_last = 0
 _snowflake_seq = 0
+_snowflake_seq_start = 0
 
 
 def generate_session_id() -> str:
     """A 16-hex-char, time-ordered session id (snowflake style).
 
-    Layout: 42 bits of milliseconds since 2020-01-01, 10 bits of process
-    entropy, 12 bits of sequence within the millisecond.
+    Layout: 42 bits of milliseconds since 2020-01-01, 10 bits of node (the low
+    bits of the pid, so processes forked from one parent differ), 12 bits of
+    sequence within the millisecond, counting up from a random point per process.
     """
     global _snowflake_last, _snowflake_seq
     with _snowflake_lock:
         now = time.time_ns() // 1_000_000 - 1_577_836_800_000
         if now <= _snowflake_last:
             _snowflake_seq += 1
-            if _snowflake_seq >= 4096:
+            if _snowflake_seq > 0xFFF:  # the millisecond is used up: borrow the next one
                 _snowflake_last += 1
-                _snowflake_seq = 0
+                _snowflake_seq = _snowflake_seq_start
             now = _snowflake_last
         else:
             _snowflake_last = now
-            _snowflake_seq = 0
-        value = (now & ((1 << 42) - 1)) << 22 | _NODE_BITS << 12 | _snowflake_seq
+            _snowflake_seq = _snowflake_seq_start
+        value = (now & ((1 << 42) - 1)) << 22 | _node_bits << 12 | _snowflake_seq
     return f"{value:016x}"
 
 
-_NODE_BITS = (os.getpid() ^ secrets.randbits(10)) & 0x3FF
+_node_bits = 0
+
+
+def _seed_ids() -> None:
+    """Fresh id state for this process; runs at import and again in every forked child,
+    which would otherwise mint exactly the ids its parent and siblings mint."""
+    global _node_bits, _snowflake_seq_start, _snowflake_lock, _snowflake_last, _snowflake_seq
+    _id_random.seed(secrets.randbits(128))
+    _node_bits = os.getpid() & 0x3FF
+    _snowflake_seq_start = secrets.randbits(11)
+    _snowflake_lock = threading.Lock()  # a lock held by another thread at fork stays held
+    _snowflake_last = 0
+    _snowflake_seq = 0
+
+
+_seed_ids()
+os.register_at_fork(after_in_child=_seed_ids)

@@ -9,13 +9,16 @@ through `SessionManager.open` (an atomic rewrite) and says what changed;
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
+from .agent_dir import registered_session_dirs
 from .blobs import BlobStoreLike
 from .check import default_blob_store, scan_session
-from .entries import CURRENT_SESSION_VERSION, is_valid_header
-from .errors import InvalidSessionFileError
+from .entries import CURRENT_SESSION_VERSION, Entry, is_valid_header
+from .errors import InvalidSessionFileError, SessionTreeError, SessionWriteConflictError
 from .jsonl import parse_jsonl_lenient
+from .loader import is_title_slot
 from .locks import acquire_session_lock
 from .manager import SessionManager
 from .migrations import session_version
@@ -24,11 +27,13 @@ from .storage.base import SessionStorage
 from .storage.file import FileSessionStorage
 
 __all__ = [
+    "DeletePlan",
     "MigrationResult",
     "artifacts_dir",
     "delete_session",
     "file_version",
     "migrate_session_file",
+    "plan_delete",
     "project_session_dirs",
     "session_files",
     "sessions_root",
@@ -132,28 +137,125 @@ def artifacts_dir(path: str) -> str | None:
     return path[: -len(".jsonl")] if path.endswith(".jsonl") else None
 
 
-def delete_session(path: str, storage: SessionStorage | None = None) -> list[str]:
-    """Remove a session file and its artifacts dir; returns what was removed.
+_STORE_NAME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-\d{3}Z_(.+)")
+_HEADER_PROBE = 1 << 20
 
-    FileNotFoundError when the session file does not exist, SessionLockError
-    when a live writer holds it.
+
+@dataclass(frozen=True, slots=True)
+class DeletePlan:
+    """What `delete_session` removes: the file, and its artifacts dir when it has one."""
+
+    path: str
+    artifacts: str | None
+    valid: bool
+    """The file starts with a valid session header (else only `force` deletes it)."""
+    ino: int
+
+
+def _session_roots(storage: SessionStorage, agent: str) -> list[str]:
+    root = getattr(storage, "root", None)
+    if not isinstance(storage, FileSessionStorage) and isinstance(root, str):
+        return [os.path.join(root, "sessions")]
+    roots = [os.path.join(agent, "sessions")]
+    try:
+        roots += registered_session_dirs(agent)
+    except OSError:
+        pass
+    return [os.path.realpath(r) for r in roots]
+
+
+def _inside(path: str, roots: list[str]) -> bool:
+    return any(os.path.commonpath([path, root]) == root for root in roots)
+
+
+def _header_of(path: str, storage: SessionStorage) -> Entry | None:
+    """The session header of a file (after an optional title slot), None if it has none."""
+    text = storage.read_text_prefix(path, _HEADER_PROBE)
+    for number, value in enumerate(parse_jsonl_lenient(text)[:2]):
+        if number == 0 and is_title_slot(value):
+            continue
+        return value if is_valid_header(value) else None
+    return None
+
+
+def plan_delete(
+    path: str,
+    storage: SessionStorage | None = None,
+    *,
+    agent_dir: str | None = None,
+    force: bool = False,
+) -> DeletePlan:
+    """Check that `path` is a session of this store before anything deletes it.
+
+    Refuses (SessionTreeError) a symlink, a file that is not `*.jsonl`, a file
+    outside `<agent>/sessions` and the registered outside session dirs, and (unless
+    `force`) a file without a valid session header. The artifacts dir is included
+    only for a file named `<timestamp>_<header id>.jsonl` whose sibling dir has
+    exactly that stem. FileNotFoundError when there is no such file.
     """
     storage = storage if storage is not None else FileSessionStorage()
+    agent = agent_dir if agent_dir is not None else get_agent_dir()
     files = isinstance(storage, FileSessionStorage)
-    if not (os.path.isfile(path) if files else storage.exists(path)):
-        raise FileNotFoundError(f"{path}: no such session file")
+    if files:
+        if os.path.islink(path):
+            raise SessionTreeError(f"{path}: is a symbolic link, not a session file; not deleted")
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: no such session file")
+        where = os.path.realpath(path)
+    else:
+        if not storage.exists(path):
+            raise FileNotFoundError(f"{path}: no such session file")
+        where = os.path.normpath(path)
+    if not path.endswith(".jsonl"):
+        raise SessionTreeError(f"{path}: not a session file (not *.jsonl); not deleted")
+    if not _inside(where, _session_roots(storage, agent)):
+        raise SessionTreeError(
+            f"{path}: not in the session store ({os.path.join(agent, 'sessions')} or a "
+            "registered session dir); not deleted"
+        )
+    header = _header_of(path, storage)
+    if header is None and not force:
+        raise InvalidSessionFileError(
+            path,
+            f"{path}: not a valid session file (no session header); "
+            "--force deletes a damaged session",
+        )
+    artifacts = None
+    stem = artifacts_dir(path)
+    match = _STORE_NAME.fullmatch(os.path.basename(stem or ""))
+    if header is not None and stem is not None and match and match.group(1) == header["id"]:
+        if (os.path.isdir(stem) and not os.path.islink(stem)) if files else storage.exists(stem):
+            artifacts = stem
+    return DeletePlan(path, artifacts, header is not None, storage.stat(path).ino)
+
+
+def delete_session(
+    path: str,
+    storage: SessionStorage | None = None,
+    *,
+    agent_dir: str | None = None,
+    force: bool = False,
+) -> list[str]:
+    """Remove a session file and its artifacts dir; returns what was removed.
+
+    `plan_delete` decides what may go. SessionLockError when a live writer holds
+    the session; SessionWriteConflictError when the file changed since it was checked.
+    """
+    storage = storage if storage is not None else FileSessionStorage()
+    plan = plan_delete(path, storage, agent_dir=agent_dir, force=force)
     removed = []
-    artifacts = artifacts_dir(path)
     # SessionLockError when a live agent is writing this session.
     lock = acquire_session_lock(storage, path)
     try:
+        if storage.stat(path).ino != plan.ino:
+            raise SessionWriteConflictError(
+                path, f"{path}: replaced while being deleted; nothing was deleted"
+            )
         storage.unlink(path)
         removed.append(path)
-        if artifacts is not None and (
-            os.path.isdir(artifacts) if files else storage.exists(artifacts)
-        ):
-            storage.remove_tree(artifacts)
-            removed.append(artifacts + os.sep)
+        if plan.artifacts is not None:
+            storage.remove_tree(plan.artifacts)
+            removed.append(plan.artifacts + os.sep)
     finally:
         if lock is not None:
             lock.release()

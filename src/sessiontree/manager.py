@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import copy as copy_module
 import itertools
 import logging
 import os
@@ -978,6 +979,41 @@ class SessionManager(ClosesOnExit):
             self._load_entries(entries)
             return None
         return self._write_new_file(header, entries)
+
+    def persist_copy(
+        self,
+        session_dir: str | None = None,
+        storage: SessionStorage | None = None,
+        breadcrumb: bool = True,
+        *,
+        leaf_id: str | None = None,
+        blob_store: BlobStoreLike | None = None,
+    ) -> SessionManager:
+        """A new persistent session holding a copy of this one (in memory or not).
+
+        New id and file in `session_dir` (default: the cwd's dir in the agent dir),
+        the same entries (deep copies), name and title source; written at once,
+        images into the new storage's blob store (oh-my-pi's `persistCopy`). With
+        `leaf_id`, only the root -> `leaf_id` path (with its labels) is copied and
+        `parentSession` names this session's file, as `create_branched_session` does.
+        """
+        self._check_open()
+        if leaf_id is not None:
+            path = self.get_branch(leaf_id)
+            if not path:
+                raise EntryNotFoundError(leaf_id)
+            entries = branch_with_labels(path, self._labels)
+        else:
+            entries = self._entries
+        storage = storage if storage is not None else FileSessionStorage()
+        directory = session_dir if session_dir is not None else get_default_session_dir(self._cwd)
+        copy = SessionManager(
+            self._cwd, directory, None, True, storage, blob_store=blob_store, breadcrumb=breadcrumb
+        )
+        parent = self.get_session_file() if leaf_id is not None else None
+        header = self._header_with_title(copy._fresh_header(parent))
+        copy._write_new_file(header, copy_module.deepcopy(entries))
+        return copy
 
     def move_to(self, new_cwd: str) -> None:
         """Move the session (file and artifacts dir) to `new_cwd`'s session dir.

@@ -7,6 +7,7 @@ depend on each running exactly as it did.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable
 
@@ -67,15 +68,67 @@ _STEPS: list[tuple[int, Callable[[list[Entry]], None]]] = [
 ]
 
 
-def session_version(entries: list[Entry]) -> int:
-    """The version of the session whose raw entries are given (missing means 1)."""
+def _js_to_number(value: object) -> float:
+    """JavaScript's `Number(value)` for the values JSON can hold."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, list):  # ToPrimitive joins the items with ","
+        text = ",".join("" if v is None else str(_js_to_number(v)) for v in value)
+        return _js_to_number(text) if len(value) <= 1 else math.nan
+    if not isinstance(value, str):
+        return math.nan  # an object: "[object Object]"
+    text = value.strip()
+    if not text:
+        return 0.0
+    try:
+        if text[:2].lower() in ("0x", "0o", "0b"):
+            return float(int(text, 0))
+        if text.lstrip("+-") == "Infinity":
+            return -math.inf if text.startswith("-") else math.inf
+        if not text.lstrip("+-")[:1].isdigit() and not text.lstrip("+-").startswith("."):
+            return math.nan  # "nan", "inf" are not JavaScript numbers
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
+def _header_version(entries: list[Entry]) -> float:
+    """The header's `version ?? 1` as JavaScript compares it (a string "3" is 3)."""
     for entry in entries:
         if entry.get("type") == "session":
             version = entry.get("version")
-            if isinstance(version, (int, float)) and not isinstance(version, bool):
-                return int(version)
-            return 1
-    return CURRENT_SESSION_VERSION
+            return 1.0 if version is None else _js_to_number(version)
+    return float(CURRENT_SESSION_VERSION)
+
+
+def _has_tree(entries: list[Entry]) -> bool:
+    """Every entry already carries a string id and a parentId: not a v1 file, whatever
+    its header says (re-chaining it would flatten its branches and orphan its labels)."""
+    body = [e for e in entries if e.get("type") != "session"]
+    return bool(body) and all(
+        isinstance(e.get("id"), str)
+        and "parentId" in e
+        and (e["parentId"] is None or isinstance(e["parentId"], str))
+        for e in body
+    )
+
+
+def session_version(entries: list[Entry]) -> int:
+    """The version of the session whose raw entries are given (missing means 1).
+
+    Compared as the TypeScript agents compare it; a version that is no number at
+    all (NaN there, which no migration step matches) counts as current.
+    """
+    version = _header_version(entries)
+    if math.isnan(version):
+        return CURRENT_SESSION_VERSION
+    if math.isinf(version):
+        return CURRENT_SESSION_VERSION if version > 0 else 0
+    return math.floor(version)
 
 
 def migrate_session_entries(entries: list[Entry]) -> bool:
@@ -83,10 +136,14 @@ def migrate_session_entries(entries: list[Entry]) -> bool:
 
     Returns True when any step ran (the file then needs a rewrite).
     """
-    version = session_version(entries)
+    version = _header_version(entries)
+    if not version < CURRENT_SESSION_VERSION:  # NaN too: no step would run
+        return False
     changed = False
     for target, step in _STEPS:
         if version < target:
+            if step is _v1_to_v2 and _has_tree(entries):
+                continue
             step(entries)
             changed = True
     return changed

@@ -15,7 +15,7 @@ from rich.text import Text
 from ..discovery import resolve_resumable_session
 from ..errors import AmbiguousSessionError, SessionTreeError
 from ..export import export_html, export_jsonl, export_markdown
-from ..maintenance import delete_session, migrate_session_file
+from ..maintenance import delete_session, migrate_session_file, plan_delete
 from ..manager import SessionManager
 from ..storage.base import SessionStorage
 from ..storage.file import FileSessionStorage
@@ -93,23 +93,28 @@ def rename_command(
 def rm_command(
     session: SessionArg,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Also delete a damaged session (no valid header).")
+    ] = False,
 ) -> None:
-    """Delete a session file and its artifacts directory."""
+    """Delete a session file and its artifacts directory.
+
+    Only session files of the store (under sessions/ or a registered session dir) are
+    deleted; a file without a valid session header needs --force. The artifacts dir
+    goes only with a file named <timestamp>_<session id>.jsonl.
+    """
     path = resolve_session(session)
     storage = current_storage()
-    artifacts = path[: -len(".jsonl")] if path.endswith(".jsonl") else None
+    plan = plan_delete(path, storage, agent_dir=current_agent_dir(), force=force)
     if not yes:
-        has_artifacts = artifacts is not None and (
-            os.path.isdir(artifacts) if is_file_store(storage) else storage.exists(artifacts)
-        )
-        extra = f" and {artifacts}{os.sep}" if has_artifacts else ""
+        extra = f" and {plan.artifacts}{os.sep}" if plan.artifacts else ""
         try:
             confirmed = typer.confirm(f"Delete {path}{extra}?", default=False, err=True)
         except typer.Abort:
             confirmed = False
         if not confirmed:
             raise CliError("nothing deleted (not confirmed; --yes skips the question)")
-    for removed in delete_session(path, storage):
+    for removed in delete_session(path, storage, agent_dir=current_agent_dir(), force=force):
         console.print(Text(f"Deleted {removed}"), soft_wrap=True)
 
 
@@ -139,11 +144,21 @@ def extract_command(
         str, typer.Option("--leaf", help="Entry id ending the path to keep.", show_default=False)
     ],
 ) -> None:
-    """Write the root -> --leaf path (with its labels) as a new session. Prints its path."""
+    """Write the root -> --leaf path (with its labels) as a new session. Prints its path.
+
+    The source is only read: it is neither migrated nor locked.
+    """
     path = resolve_session(session)
-    with open_writable(path) as sm:
-        new_path = sm.create_branched_session(leaf)
-        sm.ensure_on_disk()
+    with open_read_only(path) as source:
+        copy = source.persist_copy(
+            os.path.dirname(path),
+            current_storage(),
+            breadcrumb=False,
+            leaf_id=leaf,
+            blob_store=blob_store_for(path),
+        )
+    with copy:
+        new_path = copy.get_session_file()
     typer.echo(new_path)
 
 
