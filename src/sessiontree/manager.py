@@ -352,14 +352,15 @@ class SessionManager(ClosesOnExit):
 
         Nothing is written, and no lock taken, until the first write.
         """
-        self._header = self._fresh_header(parent_session)
+        header = self._fresh_header(parent_session)
+        if self._persist:
+            # The old file is closed first: until then it may still need this session's
+            # content (to recreate a deleted file, or for a rescue copy).
+            self._use_file(file if file is not None else self._new_file(self._path_for(header)))
+        self._header = header
         self._title_slot_raw = None
         self._slot_title = self._slot_source = None
         self._load_entries([])
-        if self._persist:
-            self._use_file(
-                file if file is not None else self._new_file(self._path_for(self._header))
-            )
 
     def _new_file(self, path: str, read_only: bool = False) -> SessionFile:
         return SessionFile(self._storage, path, self._content, self._blobs, read_only=read_only)
@@ -931,10 +932,18 @@ class SessionManager(ClosesOnExit):
             current.flush()  # a conflict in the current file surfaces before the switch
         file = self._new_file(self._path_for(header))
         try:
-            file.create(self._chunks(None, header, entries))
+            file.create(self._chunks(None, header, entries), rescue=False)
         except BaseException:
+            # A fresh name that nothing else could have taken: whatever is there now
+            # (a rename whose directory fsync failed) is our half-made copy.
+            try:
+                if self._storage.exists(file.path):
+                    self._storage.unlink(file.path)
+            except OSError:
+                pass
             file.release_lock()
             raise
+        file.restore_content(self._content)
         self._use_file(file)
         self._header = header
         self._title_slot_raw = None

@@ -103,6 +103,10 @@ class _Hashing:
             yield chunk
 
 
+def _no_rescue(rescue: bool) -> Iterable[bytes]:
+    raise AssertionError("no content: this file is not the session's only copy")
+
+
 def _bytes_writer(writer: SessionStorageWriter) -> Callable[[bytes], None]:
     """The writer's `write_bytes` when it has one (the hot path), else via `write_line`."""
     write_bytes: Callable[[bytes], None] | None = getattr(writer, "write_bytes", None)
@@ -213,6 +217,10 @@ class SessionFile:
             self.storage.ensure_dir(os.path.dirname(self.path) or ".")
             self._lock = acquire_session_lock(self.storage, self.path)
 
+    def restore_content(self, content: ContentSource) -> None:
+        """Rescue copies come from `content` again (after `create(rescue=False)`)."""
+        self._content = content
+
     def adopt_lock(self, other: SessionFile) -> None:
         """Take over `other`'s lock (the same path, reopened)."""
         self._lock, other._lock = other._lock, None
@@ -224,14 +232,18 @@ class SessionFile:
 
     # ------------------------------------------------------------------ writing
 
-    def create(self, chunks: Iterable[bytes]) -> None:
+    def create(self, chunks: Iterable[bytes], *, rescue: bool = True) -> None:
         """The first write of a new session: lock, then write the whole file atomically.
 
         Refuses (SessionWriteConflictError) to replace a file that is already there,
         unless it is blank (a session may be initialised in an empty file).
+        `rescue=False`: a failure saves no rescue copy (the caller still holds the
+        session elsewhere, e.g. a fork that failed leaves the manager on its source).
         """
         self.check_usable()
         self._check_writable()
+        if not rescue:
+            self._content = _no_rescue
         try:
             self._take_lock()
         except OSError as exc:
@@ -253,8 +265,9 @@ class SessionFile:
                     return
             except OSError as exc:
                 raise self.fail(exc, "create") from exc
+        saved = self.rescue()
         error = SessionWriteConflictError(
-            path, f"{path}: a file is already there; refusing to write a new session over it"
+            path, f"{path}: a file is already there; refusing to write a new session over it", saved
         )
         self._latch(error)
         raise error
@@ -552,6 +565,8 @@ class SessionFile:
         places.append(
             (local, os.path.join(tempfile.gettempdir(), f"sessiontree-rescue-{uid}", name))
         )
+        if self._content is _no_rescue:
+            return None
         for storage, path in places:
             try:
                 storage.ensure_dir(os.path.dirname(path) or ".")

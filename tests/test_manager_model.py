@@ -1,0 +1,712 @@
+"""A stateful model of the manager on real files, with interference and injected faults.
+
+hypothesis drives every public operation in random order (appends of every entry
+type, values JSON cannot hold, branching, labels, names, rewrites, flush, close and
+reopen, moves between cwds whose dir names collide, fork, branched and new
+sessions), interleaved with another program that appends to, replaces, deletes,
+edits (same length, anywhere) or truncates the session file, and with I/O faults
+(ENOSPC, EIO, EACCES, EROFS on write, fsync, rename or open) injected into the
+calls the package makes. After every manager operation it checks:
+
+- every session file the manager wrote loads;
+- the manager's entries equal what a fresh read-only open sees (both through the
+  persistence transforms and a JSON round trip), unless the manager raised, and then
+  a conflict copy holds all of its entries;
+- no entry that was flushed is missing from every file;
+- every file created, changed or removed is in the operation's allowed set
+  (`ALLOWED` below, written down once per operation), and no temp file is left.
+
+Run size: `SESSIONTREE_MODEL_EXAMPLES` (default 300) examples of up to
+`SESSIONTREE_MODEL_STEPS` (default 60; about 40 on average) steps; what ran is printed.
+"""
+
+from __future__ import annotations
+
+import copy
+import errno
+import fnmatch
+import hashlib
+import os
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+
+from sessiontree import (
+    EntryNotFoundError,
+    EntryNotSerializableError,
+    InvalidSessionFileError,
+    SessionManager,
+    SessionTreeError,
+)
+from sessiontree._fs import side_stem
+from sessiontree.blobs import MemoryBlobStore
+from sessiontree.jsonl import loads_line, serialize_entry_bytes
+from sessiontree.loader import read_session
+from sessiontree.locks import lock_path_for
+from sessiontree.paths import get_default_session_dir
+from sessiontree.persistence import prepare_for_persist
+from sessiontree.storage.file import FileSessionStorage
+
+EXAMPLES = int(os.environ.get("SESSIONTREE_MODEL_EXAMPLES", "300"))
+STEPS = int(os.environ.get("SESSIONTREE_MODEL_STEPS", "60"))
+RAN: Counter[str] = Counter()  # operations run and outcomes seen, printed after the run
+
+# Cwds whose session dirs collide: "/w/a/b" and "/w/a-b" both encode as "--w-a-b--".
+CWDS = ["/w/a/b", "/w/a-b", "/w/c"]
+ERRNOS = [errno.ENOSPC, errno.EIO, errno.EACCES, errno.EROFS]
+FAULTABLE = ["write", "fsync", "replace", "open"]
+
+# What each operation may create, change or remove, by kind of path:
+#   session   the session file before or after the operation
+#   lock      their writer locks        conflict  their conflict copies
+#   dirs      their directories         artifacts their artifacts dirs
+#   agent     blobs/, the outside-dir registry, breadcrumbs, rescue/
+#   new       a new session file this operation made (fork, branched)
+# and what it may remove besides lock and temp files.
+ALLOWED: dict[str, tuple[frozenset[str], frozenset[str]]] = {
+    "append": (frozenset({"session", "lock", "conflict", "dirs", "agent"}), frozenset()),
+    "append-first": (frozenset({"session", "lock", "conflict", "dirs", "agent"}), frozenset()),
+    "rewrite": (frozenset({"session", "lock", "conflict", "dirs", "agent"}), frozenset()),
+    "flush": (frozenset({"session", "lock", "conflict", "dirs", "agent"}), frozenset()),
+    "reopen": (frozenset({"session", "lock", "conflict", "dirs", "agent"}), frozenset()),
+    "move": (
+        frozenset({"session", "lock", "conflict", "dirs", "artifacts", "agent"}),
+        frozenset({"old-session", "artifacts"}),
+    ),
+    "fork": (frozenset({"session", "lock", "conflict", "dirs", "agent", "new"}), frozenset()),
+    "new": (frozenset({"session", "lock", "conflict", "dirs", "agent"}), frozenset()),
+    "memory": (frozenset(), frozenset()),  # branch, reset_leaf, refused appends
+}
+
+
+# Operations that check the file before touching it: a deleted file must be
+# recreated, any other change must stop the manager (after a rescue copy).
+ANSWERING = frozenset({"append", "flush", "reopen"})
+
+
+class Faults:
+    """Fail the n-th call of one `os` function, once, while armed."""
+
+    def __init__(self) -> None:
+        self.name: str | None = None
+        self.code = 0
+        self.countdown = 0
+        self.fired = False
+
+    @contextmanager
+    def armed(self) -> Iterator[None]:
+        name = self.name
+        if name is None:
+            yield
+            return
+        real = getattr(os, name)
+
+        def failing(*args: Any, **kwargs: Any) -> Any:
+            self.countdown -= 1
+            if self.countdown == 0:
+                self.fired = True
+                raise OSError(self.code, os.strerror(self.code))
+            return real(*args, **kwargs)
+
+        setattr(os, name, failing)
+        try:
+            yield
+        finally:
+            setattr(os, name, real)
+            self.name = None
+
+
+def normalize(entry: dict[str, Any]) -> Any:
+    """An entry as a reader sees it after a write: transforms applied, JSON round trip."""
+    return loads_line(serialize_entry_bytes(prepare_for_persist(entry, MemoryBlobStore())))
+
+
+def file_ids(path: str) -> list[str]:
+    loaded = read_session(path, FileSessionStorage())
+    return [e.get("id") for e in loaded.entries if isinstance(e.get("id"), str)]
+
+
+def digest(path: str) -> str:
+    with open(path, "rb") as f:
+        return hashlib.blake2b(f.read(), digest_size=16).hexdigest()
+
+
+Snapshot = dict[str, tuple[str, int, str]]
+
+
+def snapshot(root: str) -> Snapshot:
+    """Every path under `root` -> (kind, inode, content digest)."""
+    found: Snapshot = {}
+    for directory, dirs, files in os.walk(root):
+        for name in dirs:
+            path = os.path.join(directory, name)
+            found[path] = ("link" if os.path.islink(path) else "dir", 0, "")
+        for name in files:
+            path = os.path.join(directory, name)
+            st_ = os.lstat(path)
+            if os.path.islink(path):
+                found[path] = ("link", st_.st_ino, os.readlink(path))
+            else:
+                found[path] = ("file", st_.st_ino, digest(path))
+    return found
+
+
+IMAGE = "iVBORw0KGgo" + "A" * 2000
+
+
+def message(kind: str, text: str) -> dict[str, Any]:
+    if kind == "user":
+        return {"role": "user", "content": text, "timestamp": 1}
+    if kind == "image":
+        return {
+            "role": "user",
+            "content": [
+                {"type": "text", "text": text},
+                {"type": "image", "data": IMAGE + text.encode().hex(), "mimeType": "image/png"},
+            ],
+            "timestamp": 2,
+        }
+    if kind == "tool":
+        return {
+            "role": "toolResult",
+            "toolCallId": "call-1",
+            "toolName": "bash",
+            "content": [{"type": "text", "text": text}],
+            "isError": False,
+            "timestamp": 3,
+        }
+    return {
+        "role": "assistant",
+        "content": [{"type": "text", "text": text}],
+        "provider": "p",
+        "model": "m",
+        "usage": {"input": 1, "output": 2, "cacheRead": 0, "cacheWrite": 0, "cost": {"total": 0.5}},
+        "stopReason": "stop",
+        "timestamp": 4,
+    }
+
+
+texts = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
+
+
+class ManagerModel(RuleBasedStateMachine):
+    """See the module docstring."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.root = tempfile.mkdtemp(prefix="st-model-")
+        self.agent = os.path.join(self.root, "agent")
+        self.saved_env = {k: os.environ.get(k) for k in ("PI_CODING_AGENT_DIR", "TMUX_PANE")}
+        os.environ["PI_CODING_AGENT_DIR"] = self.agent
+        os.environ["TMUX_PANE"] = "%1"  # breadcrumbs are written (and must stay in bounds)
+        self.faults = Faults()
+        self.sm: SessionManager | None = None
+        self.expected: list[dict[str, Any]] = []
+        self.flushed: dict[str, Any] = {}  # id -> normalized entry
+        self.written: set[str] = set()  # session files the manager wrote
+        self.trusted = True  # the file is what the manager wrote (no interference since)
+        self.pending = ""  # interference not yet answered by a manager operation
+        self.tampered: set[str] = set()  # files another program changed since we wrote them
+        self.decoys: Snapshot = {}
+
+    def teardown(self) -> None:
+        try:
+            if self.sm is not None:
+                try:
+                    self.sm.close()
+                except SessionTreeError:
+                    pass
+        finally:
+            for key, value in self.saved_env.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    # ------------------------------------------------------------------ setup
+
+    @initialize(cwd=st.sampled_from(CWDS))
+    def start(self, cwd: str) -> None:
+        RAN["examples"] += 1
+        self.sm = SessionManager.create(cwd)
+        directory = get_default_session_dir("/w/a/b")
+        os.makedirs(directory)
+        # Things in the session dir that are not this session's: they never change.
+        foreign = SessionManager.create("/w/a/b", directory)
+        foreign.append_message(message("assistant", "foreign"))
+        foreign.close()
+        decoy_path = foreign.get_session_file() or ""
+        with open(os.path.join(directory, "notes.jsonl"), "w") as f:
+            f.write("not a session\n")
+        os.makedirs(os.path.join(directory, "2026-01-01T00-00-00-000Z_ffffffffffffffff"))
+        os.symlink(decoy_path, os.path.join(directory, "link.jsonl"))
+        self.decoys = {
+            p: v for p, v in snapshot(directory).items() if not p.endswith(".writer-lock")
+        }
+
+    # ------------------------------------------------------------------ helpers
+
+    @property
+    def manager(self) -> SessionManager:
+        assert self.sm is not None
+        return self.sm
+
+    def dead(self) -> bool:
+        file = self.manager._file
+        return file is not None and file.error is not None
+
+    def on_disk(self) -> bool:
+        file = self.manager._file
+        return file is not None and file.on_disk
+
+    def run(
+        self, kind: str, action: Callable[[], Any], targets: tuple[str, ...] = ()
+    ) -> Exception | None:
+        """Run one manager operation with faults armed, then check every invariant.
+
+        `action` updates the model itself once the call returns; the error it
+        raised (if any) is returned after the checks. `targets` are session paths
+        the operation may create besides the manager's own.
+        """
+        before_path = self.manager.get_session_file()
+        pending = self.pending
+        before = snapshot(self.root)
+        error: Exception | None = None
+        with self.faults.armed():
+            try:
+                action()
+            except Exception as exc:
+                error = exc
+        RAN["operations"] += 1
+        RAN[f"op {kind}"] += 1
+        if error is not None:
+            RAN[f"raised {type(error).__name__}"] += 1
+        after = snapshot(self.root)
+        after_path = self.manager.get_session_file()
+        self.check_files_changed(kind, before, after, before_path, after_path, targets)
+        self.update_trust(kind, before, after, before_path, after_path)
+        if pending and kind in ANSWERING and pending != "edit" and self.pending == pending:
+            # An operation that touches the file must answer a delete (recreate it) or
+            # any other change (conflict): never go on writing into the void.
+            assert self.dead(), f"{kind} did not answer the {pending} of the file"
+        self.check_state(error)
+        return error
+
+    def update_trust(
+        self,
+        kind: str,
+        before: Snapshot,
+        after: Snapshot,
+        before_path: str | None,
+        after_path: str | None,
+    ) -> None:
+        if self.dead():
+            return
+        if after_path != before_path:
+            # The manager moved to another file (fork, branched, new, reopen elsewhere).
+            self.trusted, self.pending = True, ""
+            return
+        if after_path is None or not self.pending:
+            return
+        old, new = before.get(after_path), after.get(after_path)
+        if new is not None and (old is None or old[1] != new[1]):
+            # A new inode at the path: the manager recreated or rewrote the file.
+            self.trusted, self.pending = True, ""
+            self.tampered.discard(after_path)
+
+    def check_files_changed(
+        self,
+        kind: str,
+        before: Snapshot,
+        after: Snapshot,
+        before_path: str | None,
+        after_path: str | None,
+        targets: tuple[str, ...] = (),
+    ) -> None:
+        allowed_kinds, removable = ALLOWED[kind]
+        sessions = [p for p in (before_path, after_path, *targets) if p]
+        patterns: list[str] = []
+        if "session" in allowed_kinds or "new" in allowed_kinds:
+            patterns += sessions
+        if "lock" in allowed_kinds:
+            patterns += [lock_path_for(p) for p in sessions]
+        if "conflict" in allowed_kinds:
+            for p in sessions:
+                d, name = os.path.split(p)
+                patterns.append(os.path.join(d, glob_escape(side_stem(name)) + ".conflict-*"))
+        if "dirs" in allowed_kinds:
+            patterns += [os.path.dirname(p) for p in sessions]
+            patterns += [self.agent, os.path.join(self.agent, "sessions")]
+        if "artifacts" in allowed_kinds:
+            patterns += [p[: -len(".jsonl")] + suffix for p in sessions for suffix in ("", "/*")]
+        if "agent" in allowed_kinds:
+            patterns += [
+                os.path.join(self.agent, name)
+                for name in ("blobs", "blobs/*", "external-session-dirs", "terminal-sessions")
+            ]
+            patterns += [os.path.join(self.agent, "terminal-sessions", "*")]
+            patterns += [os.path.join(self.agent, "rescue"), os.path.join(self.agent, "rescue/*")]
+        for path in sorted(set(before) | set(after)):
+            if before.get(path) == after.get(path):
+                continue
+            if path.endswith(".tmp"):
+                assert path not in after, f"temp file left: {path}"
+                continue
+            assert path not in self.decoys, f"{kind} touched {path}, which is not this session's"
+            assert any(fnmatch.fnmatchcase(path, pattern) for pattern in patterns), (
+                f"{kind} touched {path} (allowed: {patterns})"
+            )
+            if path in before and path not in after:
+                removal_ok = path.endswith(".writer-lock") or (
+                    "old-session" in removable and path == before_path and path != after_path
+                )
+                if "artifacts" in removable and before_path is not None:
+                    removal_ok = removal_ok or path.startswith(before_path[: -len(".jsonl")])
+                assert removal_ok, f"{kind} removed {path}"
+
+    def check_state(self, error: Exception | None) -> None:
+        sm = self.manager
+        entries = sm.get_entries()
+        assert [e["id"] for e in entries] == [e["id"] for e in self.expected]
+        path = sm.get_session_file()
+        if self.on_disk() and path is not None:
+            self.written.add(path)
+        for written in self.written - self.tampered:
+            if os.path.exists(written):
+                assert read_session(written, FileSessionStorage()).valid, written
+        if self.dead():
+            # The manager raised and stopped: a conflict copy holds all of its entries.
+            assert error is not None
+            RAN["dead managers, rescued"] += 1
+            copies = self.conflict_copies()
+            assert copies, "a dead manager left no rescue copy"
+            newest = max(copies, key=os.path.getmtime)
+            assert file_ids(newest) == [e["id"] for e in entries]
+            self.restart()
+            return
+        if self.on_disk() and path is not None and self.trusted:
+            with SessionManager.open(path, read_only=True) as fresh:
+                assert [normalize(e) for e in fresh.get_entries()] == [
+                    normalize(e) for e in entries
+                ]
+        if not self.pending:
+            self.check_flushed()
+
+    def conflict_copies(self) -> list[str]:
+        found = []
+        for directory, _, files in os.walk(self.root):
+            found += [os.path.join(directory, f) for f in files if ".conflict-" in f]
+        return found
+
+    def check_flushed(self) -> None:
+        present: set[str] = set()
+        for directory, _, files in os.walk(self.root):
+            for name in files:
+                full = os.path.join(directory, name)
+                if name.endswith(".tmp") or os.path.islink(full):
+                    continue
+                try:
+                    present.update(file_ids(full))
+                except (OSError, ValueError):
+                    continue
+        missing = set(self.flushed) - present
+        assert not missing, f"flushed entries lost: {missing}"
+
+    def restart(self) -> None:
+        """The dead manager is closed (it raises its error) and a new session starts."""
+        try:
+            self.manager.close()
+        except SessionTreeError:
+            pass
+        self.sm = SessionManager.create(CWDS[0])
+        self.expected = []
+        self.trusted, self.pending = True, ""
+
+    # ------------------------------------------------------------------ appends
+
+    def append(self, build: Callable[[SessionManager], str]) -> None:
+        sm = self.manager
+
+        def action() -> None:
+            entry_id = build(sm)
+            self.expected.append(copy.deepcopy(sm.get_entry(entry_id)) or {})
+
+        self.run("append" if self.on_disk() else "append-first", action)
+
+    @rule(kind=st.sampled_from(["user", "assistant", "tool", "image"]), text=texts)
+    def append_message(self, kind: str, text: str) -> None:
+        self.append(lambda sm: sm.append_message(message(kind, text)))
+
+    @rule(bad=st.sampled_from([{1, 2}, b"bytes", object(), frozenset()]))
+    def append_unserializable(self, bad: object) -> None:
+        sm = self.manager
+        leaf = sm.get_leaf_id()
+        msg = message("assistant", "x")
+        msg["content"][0]["extra"] = bad
+        error = self.run("memory", lambda: sm.append_message(msg))
+        if self.sm is not sm:
+            return  # the manager had died of an earlier interference
+        assert isinstance(error, EntryNotSerializableError), error
+        assert isinstance(error, TypeError) and "extra" in str(error)
+        assert sm.get_leaf_id() == leaf
+
+    @rule(
+        kind=st.sampled_from(
+            ["thinking", "model", "custom", "custom_message", "ttsr", "init", "mode", "compaction"]
+        ),
+        text=texts,
+    )
+    def append_other(self, kind: str, text: str) -> None:
+        def build(sm: SessionManager) -> str:
+            if kind == "thinking":
+                return sm.append_thinking_level_change(text or None)
+            if kind == "model":
+                return sm.append_model_change(f"p/{text}", role=text or None)
+            if kind == "custom":
+                return sm.append_custom_entry("ext", {"state": text})
+            if kind == "custom_message":
+                return sm.append_custom_message_entry("ext", text, True)
+            if kind == "ttsr":
+                return sm.append_ttsr_injection([text])
+            if kind == "init":
+                return sm.append_session_init("system", text, [])
+            if kind == "mode":
+                return sm.append_mode_change(text or "plan", {"x": 1})
+            first = sm.get_entries()[0]["id"] if sm.get_entries() else "none"
+            return sm.append_compaction(text, None, first, 100)
+
+        self.append(build)
+
+    @rule(data=st.data(), label=st.one_of(st.none(), texts))
+    def append_label(self, data: st.DataObject, label: str | None) -> None:
+        ids = [e["id"] for e in self.expected]
+        target = data.draw(st.sampled_from([*ids, "unknown"]))
+        if target == "unknown":
+            sm = self.manager
+            error = self.run("memory", lambda: sm.append_label_change(target, label))
+            assert self.sm is not sm or isinstance(error, EntryNotFoundError), error
+            return
+        self.append(lambda sm: sm.append_label_change(target, label))
+
+    # ------------------------------------------------------------------ tree
+
+    @precondition(lambda self: bool(self.expected))
+    @rule(data=st.data())
+    def branch(self, data: st.DataObject) -> None:
+        target = data.draw(st.sampled_from([e["id"] for e in self.expected]))
+        self.run("memory", lambda: self.manager.branch(target))
+
+    @rule()
+    def reset_leaf(self) -> None:
+        self.run("memory", self.manager.reset_leaf)
+
+    @rule(data=st.data(), summary=texts)
+    def branch_with_summary(self, data: st.DataObject, summary: str) -> None:
+        target = data.draw(st.sampled_from([None, *[e["id"] for e in self.expected]]))
+        self.append(lambda sm: sm.branch_with_summary(target, summary))
+
+    # ------------------------------------------------------------------ rewrites
+
+    @rule(name=texts, source=st.sampled_from(["auto", "user"]))
+    def set_session_name(self, name: str, source: str) -> None:
+        self.run("rewrite", lambda: self.manager.set_session_name(name, source))
+
+    @precondition(lambda self: bool(self.expected))
+    @rule(data=st.data(), text=texts)
+    def rewrite_entries(self, data: st.DataObject, text: str) -> None:
+        index = data.draw(st.integers(0, len(self.expected) - 1))
+        sm = self.manager
+        entry = sm.get_entries()[index]
+        entry["edited"] = text  # an in-place edit, as tools make them
+        self.expected[index] = copy.deepcopy(entry)
+        self.run("rewrite", sm.rewrite_entries)
+
+    @rule()
+    def flush(self) -> None:
+        sm = self.manager
+
+        def action() -> None:
+            sm.flush()
+            if self.on_disk() and not self.pending:
+                self.flushed.update({e["id"]: normalize(e) for e in sm.get_entries()})
+
+        self.run("flush", action)
+
+    @rule()
+    def close_and_reopen(self) -> None:
+        sm = self.manager
+        path = sm.get_session_file()
+        was_on_disk = self.on_disk()
+
+        def action() -> None:
+            sm.close()
+            if not was_on_disk or path is None:
+                # Never written (no assistant yet): nothing to reopen, start over.
+                self.sm = SessionManager.create(CWDS[0])
+                self.expected, self.trusted, self.pending = [], True, ""
+                return
+            if not self.pending:
+                self.flushed.update({e["id"]: normalize(e) for e in sm.get_entries()})
+            try:
+                self.sm = SessionManager.open(path)
+            except InvalidSessionFileError:
+                # Another program's edit broke the header: the file is left as it is.
+                assert path in self.tampered
+                self.sm = SessionManager.create(CWDS[0])
+                self.expected, self.trusted, self.pending = [], True, ""
+                return
+            # The reopened session is what the file holds (another program's edit included).
+            self.expected = copy.deepcopy(self.manager.get_entries())
+            self.trusted, self.pending = True, ""
+            self.tampered.discard(path)
+
+        error = self.run("reopen", action)
+        if error is not None and self.sm is sm and not self.dead():
+            # close went well, but the reopen met an injected fault: open again.
+            assert path is not None
+            self.sm = SessionManager.open(path)
+            self.expected = copy.deepcopy(self.manager.get_entries())
+            self.trusted, self.pending = True, ""
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @rule(cwd=st.sampled_from(CWDS))
+    def move_to(self, cwd: str) -> None:
+        sm = self.manager
+        path = sm.get_session_file() or ""
+        target = os.path.join(get_default_session_dir(cwd), os.path.basename(path))
+        self.run("move", lambda: sm.move_to(cwd), (target,))
+
+    @rule()
+    def fork(self) -> None:
+        self.run("fork", self.manager.fork)
+
+    @precondition(lambda self: bool(self.expected))
+    @rule(data=st.data())
+    def create_branched_session(self, data: st.DataObject) -> None:
+        target = data.draw(st.sampled_from([e["id"] for e in self.expected]))
+        sm = self.manager
+        # The path, without its label entries (the labels in effect are re-created after it).
+        path_ids = [e["id"] for e in sm.get_branch(target) if e["type"] != "label"]
+
+        def action() -> None:
+            sm.create_branched_session(target)
+            ids = [e["id"] for e in sm.get_entries()]
+            assert ids[: len(path_ids)] == path_ids
+            self.expected = copy.deepcopy(sm.get_entries())
+
+        self.run("fork", action)
+
+    @rule()
+    def new_session(self) -> None:
+        sm = self.manager
+
+        def action() -> None:
+            sm.new_session()
+            self.expected = []
+
+        self.run("new", action)
+
+    # ------------------------------------------------------------------ the outside world
+
+    def session_path(self) -> str | None:
+        path = self.manager.get_session_file()
+        return path if path is not None and os.path.exists(path) else None
+
+    @rule(
+        kind=st.sampled_from(["append", "replace", "delete", "edit", "truncate"]),
+        where=st.floats(0, 1),
+    )
+    def interfere(self, kind: str, where: float) -> None:
+        path = self.session_path()
+        if path is None or self.dead():
+            return
+        with open(path, "rb") as f:
+            data = f.read()
+        if kind == "append":
+            line = b'{"type":"custom","customType":"other","id":"ffff0000","parentId":null,'
+            line += b'"timestamp":"2026-01-01T00:00:00.000Z"}\n'
+            with open(path, "ab") as f:
+                f.write(line)
+        elif kind == "replace":
+            # Another program rewrites the session (with one more line of its own).
+            tmp = path + ".other"
+            with open(tmp, "wb") as f:
+                f.write(data + b'{"type":"custom","customType":"other","id":"ffff0001"}\n')
+            os.replace(tmp, path)
+        elif kind == "delete":
+            os.unlink(path)
+        elif kind == "edit":
+            # Flip one ASCII letter's case inside the file: same length, same inode.
+            letters = [i for i, b in enumerate(data) if 97 <= b <= 122]
+            if not letters:
+                return
+            i = letters[int(where * (len(letters) - 1))]
+            with open(path, "r+b") as f:
+                f.seek(i)
+                f.write(bytes([data[i] - 32]))
+        else:
+            if not data:
+                return
+            with open(path, "r+b") as f:
+                f.truncate(min(int(len(data) * where), len(data) - 1))
+        self.trusted = False
+        self.tampered.add(path)
+        RAN[f"interference {kind}"] += 1
+        if kind == "edit":
+            # An edit may hit an id: entries it renamed are the other program's doing.
+            try:
+                left = set(file_ids(path))
+            except (OSError, ValueError):
+                left = set()
+            for entry_id in [i for i in self.flushed if i not in left]:
+                del self.flushed[entry_id]
+        if not self.pending or kind != "edit":
+            self.pending = kind
+
+    @rule(
+        name=st.sampled_from(FAULTABLE),
+        code=st.sampled_from(ERRNOS),
+        nth=st.integers(1, 3),
+    )
+    def arm_fault(self, name: str, code: int, nth: int) -> None:
+        self.faults.name, self.faults.code, self.faults.countdown = name, code, nth
+        RAN["faults armed"] += 1
+
+
+def glob_escape(text: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
+
+
+ManagerModel.TestCase.settings = settings(
+    max_examples=EXAMPLES,
+    stateful_step_count=STEPS,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+
+
+class TestManagerModel(ManagerModel.TestCase):  # type: ignore[name-defined,misc]
+    """The model, as a pytest test."""
+
+
+def test_model_run_size_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    """Runs after the model (file order): says how much it did."""
+    with capsys.disabled():
+        examples = max(1, RAN["examples"])
+        print(
+            f"\nmanager model: {EXAMPLES} examples x up to {STEPS} steps "
+            f"({RAN['operations'] / examples:.1f} operations per example on average); ran:"
+        )
+        for key, count in sorted(RAN.items()):
+            print(f"  {key}: {count}")
+    assert RAN["examples"] >= EXAMPLES or not RAN
