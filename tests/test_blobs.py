@@ -2,27 +2,34 @@
 
 from __future__ import annotations
 
+import base64
 import errno
 import hashlib
+import logging
 import os
 import shutil
 import stat as stat_mod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from pg_support import pg_storage, pg_url
 from sessiontree.blobs import (
     BLOB_REF_PREFIX,
     BlobPutResult,
     BlobStore,
     BlobStoreLike,
+    CollectableBlobStore,
     MemoryBlobStore,
+    VerifiableBlobStore,
     blob_extension_for_mime_type,
     is_blob_ref,
     parse_blob_ref,
 )
 from sessiontree.errors import InvalidBlobRefError
+from sessiontree.persistence import prepare_for_persist, resolve_blob_refs
 
 BLOB_FACTORIES: dict[str, Callable[[Path], BlobStoreLike]] = {
     "file": lambda tmp: BlobStore(str(tmp / "agent" / "blobs")),
@@ -232,3 +239,179 @@ def test_put_recreates_a_removed_directory(tmp_path: Path) -> None:
     store.sync()  # the pending blob is gone: skipped, not an error
     result = store.put(b"two")
     assert store.get(result.hash) == b"two"
+
+
+# -- damaged blobs: every store holds itself to its hashes ----------------------------------
+
+Damage = Callable[[str, bytes], None]
+"""Overwrite a stored blob's bytes behind the store's back (a disk fault, a bad copy)."""
+
+
+@contextmanager
+def _file_store(tmp: Path) -> Iterator[tuple[BlobStoreLike, Damage]]:
+    store = BlobStore(str(tmp / "agent" / "blobs"))
+
+    def damage(digest: str, data: bytes) -> None:
+        with open(os.path.join(store.dir, digest), "r+b") as f:  # in place: same inode
+            f.write(data)
+            f.truncate()
+
+    yield store, damage
+
+
+@contextmanager
+def _memory_store(tmp: Path) -> Iterator[tuple[BlobStoreLike, Damage]]:
+    store = MemoryBlobStore()
+
+    def damage(digest: str, data: bytes) -> None:
+        store._blobs[digest] = data
+
+    yield store, damage
+
+
+@contextmanager
+def _postgres_store(tmp: Path) -> Iterator[tuple[BlobStoreLike, Damage]]:
+    import psycopg
+    from psycopg import sql
+
+    with pg_storage(root=tmp) as storage:
+        store = storage.blob_store()
+
+        def damage(digest: str, data: bytes) -> None:
+            with psycopg.connect(pg_url(), autocommit=True) as conn:
+                conn.execute(
+                    sql.SQL("UPDATE {}.blobs SET data = %s WHERE hash = %s").format(
+                        sql.Identifier(storage.schema)
+                    ),
+                    (data, digest),
+                )
+
+        yield store, damage
+
+
+DAMAGEABLE = {"file": _file_store, "memory": _memory_store, "postgres": _postgres_store}
+DAMAGES = {
+    "same-size": lambda data: bytes(b ^ 0xFF for b in data[:5]) + data[5:],
+    "truncated": lambda data: data[: len(data) // 2],
+    "longer": lambda data: data + b"\0",
+}
+
+
+@pytest.fixture(params=list(DAMAGEABLE))
+def damageable(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[BlobStoreLike, Damage]]:
+    with DAMAGEABLE[request.param](tmp_path) as opened:
+        yield opened
+
+
+@pytest.mark.parametrize("how", list(DAMAGES))
+def test_get_refuses_a_damaged_blob_and_names_it(
+    damageable: tuple[BlobStoreLike, Damage], how: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store, damage = damageable
+    digest = store.put(PNG, "image/png").hash
+    damage(digest, DAMAGES[how](PNG))
+    with caplog.at_level(logging.WARNING, logger="sessiontree"):
+        assert store.get(digest) is None
+    assert any(digest in r.getMessage() and "damaged" in r.getMessage() for r in caplog.records)
+    assert store.has(digest)  # still there: `has` answers presence only
+    assert isinstance(store, VerifiableBlobStore)
+    assert store.verify(digest) == "damaged"
+
+
+def test_verify_tells_an_intact_blob_from_a_missing_one(
+    damageable: tuple[BlobStoreLike, Damage],
+) -> None:
+    store, _ = damageable
+    digest = store.put(PNG).hash
+    assert isinstance(store, VerifiableBlobStore)
+    assert store.verify(digest) == "ok"
+    assert store.verify("0" * 64) == "missing" and store.get("0" * 64) is None
+    with pytest.raises(InvalidBlobRefError):
+        store.verify("../x")
+
+
+@pytest.mark.parametrize("how", list(DAMAGES))
+def test_put_replaces_a_damaged_blob_with_the_good_bytes(
+    damageable: tuple[BlobStoreLike, Damage], how: str
+) -> None:
+    store, damage = damageable
+    digest = store.put(PNG, "image/png").hash
+    damage(digest, DAMAGES[how](PNG))
+    assert store.put(PNG, "image/png").hash == digest
+    assert store.get(digest) == PNG
+    assert isinstance(store, VerifiableBlobStore) and store.verify(digest) == "ok"
+    if isinstance(store, CollectableBlobStore):
+        [info] = store.list_info()
+        assert info.size == len(PNG) and info.exts == ("png",)
+
+
+def test_a_damaged_blob_stays_a_ref_through_load_and_rewrite(
+    damageable: tuple[BlobStoreLike, Damage],
+) -> None:
+    store, damage = damageable
+    image = {"type": "image", "data": base64.b64encode(PNG).decode(), "mimeType": "image/png"}
+    entry = {"type": "message", "id": "a", "message": {"role": "user", "content": [image]}}
+    stored = prepare_for_persist(entry, store)
+    ref = stored["message"]["content"][0]["data"]
+    digest = parse_blob_ref(ref)
+    assert digest is not None
+    damage(digest, DAMAGES["same-size"](PNG))
+    loaded = resolve_blob_refs(stored, store)
+    assert loaded["message"]["content"][0]["data"] == ref  # not the damaged bytes
+    assert prepare_for_persist(loaded, store)["message"]["content"][0]["data"] == ref
+    # Nothing was re-stored under a new hash.
+    if isinstance(store, CollectableBlobStore):
+        assert store.list_hashes() == [digest]
+    else:
+        assert isinstance(store, BlobStore)
+        assert {name.split(".")[0] for name in os.listdir(store.dir)} == {digest}
+    store.put(PNG)  # whoever still holds the image repairs it
+    assert resolve_blob_refs(stored, store)["message"]["content"][0]["data"] == image["data"]
+
+
+def test_a_failed_repair_leaves_the_old_file_and_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = BlobStore(str(tmp_path / "blobs"))
+    digest = store.put(PNG).hash
+    path = os.path.join(store.dir, digest)
+    damaged = DAMAGES["same-size"](PNG)
+    Path(path).write_bytes(damaged)
+
+    def no_rename(src: str, dst: str) -> None:
+        raise OSError(errno.EIO, "I/O error")
+
+    monkeypatch.setattr(os, "replace", no_rename)
+    with pytest.raises(OSError, match="I/O error"):
+        store.put(PNG)
+    assert Path(path).read_bytes() == damaged  # never rewritten in place
+    assert os.listdir(store.dir) == [digest]
+
+
+def test_a_repair_renames_a_new_file_into_place_and_fixes_its_sidecars(tmp_path: Path) -> None:
+    store = BlobStore(str(tmp_path / "blobs"))
+    digest = store.put(PNG, "image/png").hash
+    store.put(PNG, "image/webp")
+    path = os.path.join(store.dir, digest)
+    before = os.stat(path).st_ino
+    with open(path, "r+b") as f:  # damages the hard-linked sidecars with it
+        f.write(b"\0\0\0\0")
+    assert Path(path + ".webp").read_bytes() != PNG
+    store.put(PNG)  # no MIME type this time: every sidecar is repaired anyway
+    assert os.stat(path).st_ino != before  # a new file renamed over the old one
+    for name in (digest, f"{digest}.png", f"{digest}.webp"):
+        assert Path(store.dir, name).read_bytes() == PNG
+        assert os.stat(os.path.join(store.dir, name)).st_ino == os.stat(path).st_ino
+    assert sorted(os.listdir(store.dir)) == sorted([digest, f"{digest}.png", f"{digest}.webp"])
+
+
+def test_an_intact_re_put_does_not_rewrite_the_file(tmp_path: Path) -> None:
+    store = BlobStore(str(tmp_path / "blobs"))
+    digest = store.put(PNG, "image/png").hash
+    path = os.path.join(store.dir, digest)
+    before = os.stat(path).st_ino
+    store.put(PNG, "image/png")
+    assert os.stat(path).st_ino == before
+    assert os.stat(path + ".png").st_ino == before

@@ -349,3 +349,119 @@ def test_repair_keeps_unresolvable_problems_as_remaining(agent_dir: Path) -> Non
     assert [f.kind for f in report.remaining] == ["missing_blob"]
     digest = hashlib.sha256(b"").hexdigest()
     assert digest not in report.remaining[0].message
+
+
+def _image_blob(agent_dir: Path) -> Path:
+    [blob] = [p for p in (agent_dir / "blobs").iterdir() if "." not in p.name]
+    return blob
+
+
+@pytest.mark.parametrize("how", ["same-size", "truncated"])
+def test_a_damaged_blob_is_reported(agent_dir: Path, how: str) -> None:
+    path = sound_session(agent_dir)
+    blob = _image_blob(agent_dir)
+    good = blob.read_bytes()
+    with open(blob, "r+b") as f:  # in place, as a disk fault would
+        if how == "same-size":
+            f.write(bytes(b ^ 0xFF for b in good[:8]))
+        else:
+            f.truncate(len(good) // 2)
+    found = check_session(path)
+    assert [f.kind for f in found] == ["damaged_blob"]
+    assert found[0].line == 5 and found[0].entry_id is not None
+    assert blob.name[:12] in found[0].message
+    assert [f.kind for f in repair_session(path, dry_run=True).remaining] == ["damaged_blob"]
+    BlobStore(str(agent_dir / "blobs")).put(good)  # the image's owner puts it back
+    assert check_session(path) == []
+
+
+class _TrustingBlobs:
+    """A third-party store that hands out whatever bytes it holds, unchecked."""
+
+    def __init__(self, held: dict[str, bytes]) -> None:
+        self.held = held
+
+    def put(self, data: bytes, mime_type: str | None = None) -> Any:
+        raise AssertionError("check never writes")
+
+    def get(self, hash: str) -> bytes | None:
+        return self.held.get(hash)
+
+    def has(self, hash: str) -> bool:
+        return hash in self.held
+
+    def sync(self) -> None:
+        pass
+
+
+def test_a_store_that_does_not_check_hashes_still_gets_damaged_blobs_reported(
+    agent_dir: Path,
+) -> None:
+    path = sound_session(agent_dir)
+    blob = _image_blob(agent_dir)
+    store = _TrustingBlobs({blob.name: blob.read_bytes()})
+    assert check_session(path, blobs=store) == []
+    store.held[blob.name] = b"not the image"
+    assert [f.kind for f in check_session(path, blobs=store)] == ["damaged_blob"]
+    del store.held[blob.name]
+    assert [f.kind for f in check_session(path, blobs=store)] == ["missing_blob"]
+
+
+def test_verify_command_reports_a_damaged_blob_and_exits_1(agent_dir: Path) -> None:
+    from typer.testing import CliRunner
+
+    from sessiontree.cli import app
+
+    path = sound_session(agent_dir)
+    _image_blob(agent_dir).write_bytes(b"\0" * 3000)
+    runner = CliRunner()
+    result = runner.invoke(app, ["verify", path, "--json"])
+    assert result.exit_code == 1, result.output
+    [checked] = json.loads(result.stdout)["files"]
+    assert [f["kind"] for f in checked["findings"]] == ["damaged_blob"]
+    human = runner.invoke(app, ["verify", path])
+    assert human.exit_code == 1 and "damaged_blob" in human.stdout
+
+
+def test_verify_command_reports_a_damaged_blob_in_postgresql(
+    agent_dir: Path, tmp_path: Path
+) -> None:
+    import psycopg
+    from psycopg import sql
+    from typer.testing import CliRunner
+
+    from pg_support import fresh_schema
+    from sessiontree.cli import app
+    from sessiontree.storage.postgres import PostgresSessionStorage
+
+    with fresh_schema() as (server, schema):
+        storage = PostgresSessionStorage(server, schema=schema)
+        try:
+            sm = SessionManager.create("/proj", storage=storage)
+            image = os.urandom(3000)
+            sm.append_message(
+                {
+                    "role": "user",
+                    "content": [{"type": "image", "data": base64.b64encode(image).decode()}],
+                    "timestamp": 1,
+                }
+            )
+            sm.append_message(assistant("seen"))
+            sm.close()
+            path = sm.get_session_file()
+            assert path is not None
+        finally:
+            storage.close()
+        url = f"{server}{'&' if '?' in server else '?'}schema={schema}"
+        runner = CliRunner()
+        assert runner.invoke(app, ["--store", url, "verify", path]).exit_code == 0
+        with psycopg.connect(server, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("UPDATE {}.blobs SET data = %s").format(sql.Identifier(schema)),
+                (b"\0" * 3000,),
+            )
+        result = runner.invoke(app, ["--store", url, "verify", path, "--json"])
+        assert result.exit_code == 1, result.output
+        [checked] = json.loads(result.stdout)["files"]
+        assert [f["kind"] for f in checked["findings"]] == ["damaged_blob"]
+        assert hashlib.sha256(image).hexdigest()[:12] in checked["findings"][0]["message"]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import time
+import types
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +46,15 @@ def session_with_image(cwd: str = "/proj") -> tuple[str, str]:
     return path, hashlib.sha256(data).hexdigest()
 
 
+@pytest.fixture
+def an_hour_later(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gc's real clock reads an hour ahead, so the blobs a test just put are old enough.
+
+    A ctime cannot be set back, so this is the only way to age a file blob here.
+    """
+    monkeypatch.setattr(gc_module, "time", types.SimpleNamespace(time=lambda: LATER))
+
+
 def hashes(blobs: list[gc_module.BlobFile]) -> set[str]:
     return {b.hash for b in blobs}
 
@@ -59,11 +70,12 @@ def test_dry_run_lists_unreferenced_blobs_and_deletes_nothing(agent_dir: Path) -
     assert {b.hash for b in list_blobs(str(agent_dir / "blobs"))} == {kept, orphan}
 
 
+@pytest.mark.usefixtures("an_hour_later")
 def test_delete_removes_old_unreferenced_blobs_with_their_sidecars(agent_dir: Path) -> None:
     _, kept = session_with_image()
     orphan = put(agent_dir, b"orphan bytes", "image/png")
     assert (agent_dir / "blobs" / f"{orphan}.png").exists()
-    report = collect_garbage(str(agent_dir), delete=True, now=LATER)
+    report = collect_garbage(str(agent_dir), delete=True)
     assert hashes(report.deleted) == {orphan}
     assert report.freed_bytes == len(b"orphan bytes")  # the hard-linked sidecar counts once
     left = sorted(p.name for p in (agent_dir / "blobs").iterdir())
@@ -88,27 +100,30 @@ def test_young_blobs_are_never_deleted(agent_dir: Path) -> None:
         "sessions/--proj--/.2026_x.jsonl.abc123.tmp",
     ],
 )
+@pytest.mark.usefixtures("an_hour_later")
 def test_any_file_under_sessions_keeps_its_blobs(agent_dir: Path, where: str) -> None:
     session_with_image()
     digest = put(agent_dir, b"referenced from an odd place")
     target = agent_dir / where
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text('{"data":"blob:sha256:' + digest + '"}\n')
-    report = collect_garbage(str(agent_dir), delete=True, now=LATER)
+    report = collect_garbage(str(agent_dir), delete=True)
     assert digest not in hashes(report.deleted) | hashes(report.unreferenced)
     assert (agent_dir / "blobs" / digest).exists()
 
 
+@pytest.mark.usefixtures("an_hour_later")
 def test_a_bare_hash_or_sidecar_path_counts_as_a_reference(agent_dir: Path) -> None:
     path, _ = session_with_image()
     digest = put(agent_dir, b"shown to the model by path")
     with SessionManager.open(path) as sm:
         sm.append_message(user(f"see {agent_dir}/blobs/{digest.upper()}.png"))
         sm.append_message(assistant("ok"))
-    report = collect_garbage(str(agent_dir), delete=True, now=LATER)
+    report = collect_garbage(str(agent_dir), delete=True)
     assert report.deleted == []
 
 
+@pytest.mark.usefixtures("an_hour_later")
 def test_breadcrumb_targets_outside_the_store_are_read(agent_dir: Path, tmp_path: Path) -> None:
     session_with_image()
     elsewhere = tmp_path / "custom-dir"
@@ -131,24 +146,24 @@ def test_breadcrumb_targets_outside_the_store_are_read(agent_dir: Path, tmp_path
     (crumbs / "pts-9").write_text(f"/proj\n{sm.get_session_file()}\n")
     # Only the breadcrumb names that session here (not the registry of outside dirs).
     (agent_dir / "external-session-dirs").unlink()
-    report = collect_garbage(str(agent_dir), delete=True, now=LATER)
+    report = collect_garbage(str(agent_dir), delete=True)
     assert digest not in hashes(report.deleted)
     (crumbs / "pts-9").unlink()
-    report = collect_garbage(str(agent_dir), delete=True, now=LATER)
+    report = collect_garbage(str(agent_dir), delete=True)
     assert digest in hashes(report.deleted)
 
 
+@pytest.mark.usefixtures("an_hour_later")
 def test_extra_roots_are_read(agent_dir: Path, tmp_path: Path) -> None:
     session_with_image()
     digest = put(agent_dir, b"x" * 100)
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "elsewhere" / "s.jsonl").write_text(f"blob:sha256:{digest}")
-    report = collect_garbage(
-        str(agent_dir), delete=True, now=LATER, extra_roots=[str(tmp_path / "elsewhere")]
-    )
+    report = collect_garbage(str(agent_dir), delete=True, extra_roots=[str(tmp_path / "elsewhere")])
     assert report.deleted == []
 
 
+@pytest.mark.usefixtures("an_hour_later")
 def test_an_unreadable_file_aborts_deletion(
     agent_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -162,20 +177,22 @@ def test_an_unreadable_file_aborts_deletion(
         return real_scan(p, found)
 
     monkeypatch.setattr(gc_module, "_scan_file", failing)
-    report = collect_garbage(str(agent_dir), delete=True, now=LATER)
+    report = collect_garbage(str(agent_dir), delete=True)
     assert report.refused is not None and "could not be read" in report.refused
     assert report.unreadable and report.unreadable[0][0] == path
     assert report.deleted == []
     assert (agent_dir / "blobs" / orphan).exists()
 
 
+@pytest.mark.usefixtures("an_hour_later")
 def test_no_session_files_refuses_to_delete_everything(agent_dir: Path) -> None:
     digest = put(agent_dir, b"lonely")
-    report = collect_garbage(str(agent_dir), delete=True, now=LATER)
+    report = collect_garbage(str(agent_dir), delete=True)
     assert report.refused is not None and report.deleted == []
     assert (agent_dir / "blobs" / digest).exists()
 
 
+@pytest.mark.usefixtures("an_hour_later")
 def test_a_session_written_during_marking_is_read(agent_dir: Path) -> None:
     session_with_image()
     digest = put(agent_dir, b"about to be referenced")
@@ -188,11 +205,12 @@ def test_a_session_written_during_marking_is_read(agent_dir: Path) -> None:
             late.write_text(f"blob:sha256:{digest}\n")
             written.append(late)
 
-    report = collect_garbage(str(agent_dir), delete=True, now=LATER, progress=progress)
+    report = collect_garbage(str(agent_dir), delete=True, progress=progress)
     assert written and report.refused is None
     assert report.deleted == [] and digest not in hashes(report.unreferenced)
 
 
+@pytest.mark.usefixtures("an_hour_later")
 def test_hash_cut_by_a_read_chunk_is_found(
     agent_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -202,16 +220,17 @@ def test_hash_cut_by_a_read_chunk_is_found(
     target = agent_dir / "sessions" / "--x--" / "s.jsonl"
     target.parent.mkdir(parents=True)
     target.write_text("y" * 37 + "blob:sha256:" + digest + "z" * 80)
-    report = collect_garbage(str(agent_dir), delete=True, now=LATER)
+    report = collect_garbage(str(agent_dir), delete=True)
     assert report.deleted == []
 
 
+@pytest.mark.usefixtures("an_hour_later")
 def test_other_files_in_the_blob_dir_are_left_alone(agent_dir: Path) -> None:
     session_with_image()
     blobs = agent_dir / "blobs"
     (blobs / "README").write_text("not a blob")
     (blobs / f".{'a' * 64}.123.tmp").write_text("in progress")
-    collect_garbage(str(agent_dir), delete=True, now=LATER)
+    collect_garbage(str(agent_dir), delete=True)
     assert (blobs / "README").exists() and (blobs / f".{'a' * 64}.123.tmp").exists()
 
 
@@ -221,13 +240,14 @@ def test_missing_blob_dir_is_empty(agent_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("text", ["blob:sha256:{h}ff0", "0a{h}", "{h}"])
+@pytest.mark.usefixtures("an_hour_later")
 def test_hashes_inside_longer_hex_runs_are_kept(agent_dir: Path, text: str) -> None:
     session_with_image()
     digest = put(agent_dir, text.encode())
     target = agent_dir / "sessions" / "--x--" / "s.jsonl"
     target.parent.mkdir(parents=True)
     target.write_text(text.format(h=digest))
-    report = collect_garbage(str(agent_dir), delete=True, now=LATER)
+    report = collect_garbage(str(agent_dir), delete=True)
     assert report.deleted == []
 
 
@@ -284,9 +304,11 @@ def test_gc_on_a_storage_marks_every_stored_file_and_uses_its_blob_store(
     assert blobs.list_hashes() == sorted(v for k, v in digests.items() if k != "orphan")
 
 
+@pytest.mark.usefixtures("an_hour_later")
 def test_gc_on_a_storage_never_deletes_what_its_clock_calls_young(agent_dir: Path) -> None:
     storage, digests = _memory_store(agent_dir)
-    # `now` may say an hour has passed; the blob store's own clock decides deletion.
+    # `now` and this host's clock may say an hour has passed; the blob store's own
+    # clock decides deletion.
     report = collect_garbage(str(agent_dir), delete=True, now=LATER, storage=storage)
     assert hashes(report.unreferenced) == {digests["orphan"]} and report.deleted == []
     assert storage.blob_store().has(digests["orphan"])
@@ -324,6 +346,7 @@ def test_gc_on_an_empty_storage_refuses_to_delete_every_blob(
     assert len(blobs) == 1
 
 
+@pytest.mark.usefixtures("an_hour_later")
 def test_sessions_kept_outside_the_store_keep_their_blobs(agent_dir: Path, tmp_path: Path) -> None:
     data = os.urandom(3000)
     outside = tmp_path / "custom-session-dir"
@@ -342,6 +365,106 @@ def test_sessions_kept_outside_the_store_keep_their_blobs(agent_dir: Path, tmp_p
     ]
     orphan = put(agent_dir, b"nobody's")
     session_with_image()  # the store itself is not empty
-    report = collect_garbage(str(agent_dir), delete=True, now=LATER)
+    report = collect_garbage(str(agent_dir), delete=True)
     assert hashes(report.deleted) == {orphan}
     assert (agent_dir / "blobs" / digest).exists()
+
+
+def test_a_blob_young_by_the_real_clock_is_never_deleted_whatever_now_says(
+    agent_dir: Path,
+) -> None:
+    session_with_image()
+    orphan = put(agent_dir, b"put a moment ago", "image/png")
+    report = collect_garbage(str(agent_dir), delete=True, now=LATER)
+    assert hashes(report.unreferenced) == {orphan}  # `now` still sorts the report
+    assert report.refused is None and report.deleted == []
+    assert (agent_dir / "blobs" / orphan).exists()
+    assert (agent_dir / "blobs" / f"{orphan}.png").exists()
+
+
+def referencing_session(directory: Path, digest: str) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "2026_s.jsonl").write_text('{"data":"blob:sha256:' + digest + '"}\n')
+
+
+@pytest.mark.usefixtures("an_hour_later")
+def test_the_outside_dirs_registry_is_read_tolerantly(agent_dir: Path, tmp_path: Path) -> None:
+    session_with_image()
+    first, second = tmp_path / "first", tmp_path / "caf\udce9"  # not UTF-8 on disk
+    kept = {put(agent_dir, b"in first"), put(agent_dir, b"in second")}
+    referencing_session(first, sorted(kept)[0])
+    referencing_session(second, sorted(kept)[1])
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    lines = [
+        os.fsencode(first),
+        b"",
+        os.fsencode(first),  # appended twice by two managers
+        b"relative/dir",
+        os.fsencode(tmp_path / "removed-since"),
+        os.fsencode(a_file),
+        os.fsencode(second),
+        os.fsencode(second),
+    ]
+    (agent_dir / "external-session-dirs").write_bytes(b"\n".join(lines) + b"\n")
+    orphan = put(agent_dir, b"nobody's")
+    report = collect_garbage(str(agent_dir), delete=True)
+    assert report.external_dirs == [str(first), str(second)]
+    assert report.refused is None and report.unreadable == []
+    assert hashes(report.deleted) == {orphan}
+    assert all((agent_dir / "blobs" / digest).exists() for digest in kept)
+
+
+@pytest.mark.usefixtures("an_hour_later")
+def test_an_unterminated_last_registry_line_is_not_read_and_nothing_is_deleted(
+    agent_dir: Path, tmp_path: Path
+) -> None:
+    session_with_image()
+    # Cut short mid-append, `<tmp>/proj` names another existing directory than the
+    # `<tmp>/project` being recorded.
+    project, proj = tmp_path / "project", tmp_path / "proj"
+    in_project, in_proj = put(agent_dir, b"in project"), put(agent_dir, b"in proj")
+    referencing_session(project, in_project)
+    referencing_session(proj, in_proj)
+    registry = agent_dir / "external-session-dirs"
+    registry.write_bytes(os.fsencode(proj))
+    report = collect_garbage(str(agent_dir), delete=True)
+    assert report.external_dirs == []
+    assert [path for path, _ in report.unreadable] == [str(registry)]
+    assert "no newline" in report.unreadable[0][1]
+    assert report.refused is not None and report.deleted == []
+    assert (agent_dir / "blobs" / in_project).exists()
+    with open(registry, "ab") as f:  # the append completes
+        f.write(b"ect\n")
+    report = collect_garbage(str(agent_dir), delete=True)
+    assert report.external_dirs == [str(project)] and report.refused is None
+    assert hashes(report.deleted) == {in_proj}
+    assert (agent_dir / "blobs" / in_project).exists()
+
+
+def test_the_cli_says_which_outside_dirs_it_read_and_what_it_cannot_see(
+    agent_dir: Path, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from sessiontree.cli import app
+
+    session_with_image()
+    outside = tmp_path / "outside"
+    referencing_session(outside, put(agent_dir, b"outside"))
+    (agent_dir / "external-session-dirs").write_text(f"{outside}\n{outside}\n")
+    runner = CliRunner()
+    for args in (["gc"], ["gc", "--delete"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, result.output
+        text = " ".join(result.stdout.split())  # rich may wrap long lines
+        registry = agent_dir / "external-session-dirs"
+        assert f"outside {agent_dir / 'sessions'} read (from {registry}): 1" in text
+        assert f" {outside} " in text + " "
+        assert "sessions gc cannot see" in text and "may still reference" in text
+        document = json.loads(runner.invoke(app, [*args, "--json"]).stdout)
+        assert document["externalDirs"] == [str(outside)]
+    (agent_dir / "external-session-dirs").unlink()
+    result = runner.invoke(app, ["gc"])
+    assert "external-session-dirs): none" in " ".join(result.stdout.split())
+    assert json.loads(runner.invoke(app, ["gc", "--json"]).stdout)["externalDirs"] == []

@@ -6,6 +6,7 @@ import base64
 import copy
 import hashlib
 import logging
+import os
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sessiontree.blobs import BlobStore, MemoryBlobStore
+from sessiontree import SessionManager
+from sessiontree.blobs import BlobPutResult, BlobStore, MemoryBlobStore
 from sessiontree.persistence import (
     BLOB_EXTERNALIZE_THRESHOLD,
     MAX_PERSIST_CHARS,
@@ -551,3 +553,95 @@ def test_dict_subclasses_and_tuples_are_walked(blobs: MemoryBlobStore) -> None:
     out = prepare_for_persist(entry, blobs)
     assert out["message"]["content"][0]["text"].endswith(TRUNCATION_NOTICE)
     assert out["message"]["extra"] == ["x", {}]
+
+
+class _UncheckedBlobs:
+    """A third-party store that hands out whatever bytes it holds, never checking them."""
+
+    def __init__(self) -> None:
+        self.held: dict[str, bytes] = {}
+
+    def put(self, data: bytes, mime_type: str | None = None) -> BlobPutResult:
+        digest = hashlib.sha256(data).hexdigest()
+        self.held.setdefault(digest, data)
+        return BlobPutResult(digest, f"/unchecked/{digest}", "blob:sha256:" + digest)
+
+    def get(self, hash: str) -> bytes | None:
+        return self.held.get(hash)
+
+    def has(self, hash: str) -> bool:
+        return hash in self.held
+
+    def sync(self) -> None:
+        pass
+
+
+def test_damaged_bytes_from_an_unchecking_store_keep_the_ref(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    store = _UncheckedBlobs()
+    data = image_b64(3000)
+    stored = prepare_for_persist(msg_entry([{"type": "image", "data": data}], role="user"), store)
+    ref = stored["message"]["content"][0]["data"]
+    digest = ref.removeprefix("blob:sha256:")
+    store.held[digest] = store.held[digest][:100]  # truncated behind the store's back
+    with caplog.at_level(logging.WARNING, logger="sessiontree"):
+        loaded = resolve_blob_refs(stored, store)
+    assert loaded["message"]["content"][0]["data"] == ref
+    assert any(digest in r.getMessage() and "damaged" in r.getMessage() for r in caplog.records)
+    assert prepare_for_persist(loaded, store) is loaded  # written back as the same ref
+    assert list(store.held) == [digest]
+
+
+def _image_session(data: bytes) -> str:
+    sm = SessionManager.create("/proj")
+    image = {"type": "image", "data": base64.b64encode(data).decode(), "mimeType": "image/png"}
+    sm.append_message({"role": "user", "content": [image], "timestamp": 1})
+    sm.append_message(
+        {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "ok"}],
+            "timestamp": 2,
+            "api": "x",
+            "provider": "x",
+            "model": "x",
+            "usage": {},
+            "stopReason": "stop",
+        }
+    )
+    sm.close()
+    path = sm.get_session_file()
+    assert path is not None
+    return path
+
+
+def _image_data(sm: SessionManager) -> str:
+    [entry] = [
+        e for e in sm.get_entries() if e["type"] == "message" and e["message"]["role"] == "user"
+    ]
+    data: str = entry["message"]["content"][0]["data"]
+    return data
+
+
+@pytest.mark.parametrize("how", ["same-size", "truncated"])
+def test_a_session_with_a_damaged_blob_keeps_its_ref_through_load_and_rewrite(
+    agent_dir: Path, how: str
+) -> None:
+    good = os.urandom(4000)
+    path = _image_session(good)
+    digest = hashlib.sha256(good).hexdigest()
+    blob = agent_dir / "blobs" / digest
+    with open(blob, "r+b") as f:  # damaged in place: the sidecar (a hard link) too
+        if how == "same-size":
+            f.write(b"\0" * 16)
+        else:
+            f.truncate(1000)
+    with SessionManager.open(path) as sm:
+        assert _image_data(sm) == "blob:sha256:" + digest
+        sm.rewrite_entries()
+    assert f"blob:sha256:{digest}" in Path(path).read_text()
+    assert {p.name.split(".")[0] for p in (agent_dir / "blobs").iterdir()} == {digest}
+    BlobStore(str(agent_dir / "blobs")).put(good)  # whoever holds the image repairs it
+    with SessionManager.open(path, read_only=True) as sm:
+        assert _image_data(sm) == base64.b64encode(good).decode()
+    assert (agent_dir / "blobs" / f"{digest}.png").read_bytes() == good

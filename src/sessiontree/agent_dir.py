@@ -26,6 +26,7 @@ from .paths import EXTERNAL_SESSION_DIRS, get_agent_dir, get_terminal_id
 __all__ = [
     "breadcrumb_path",
     "read_breadcrumb",
+    "read_registry",
     "register_session_dir",
     "registered_session_dirs",
     "write_breadcrumb",
@@ -104,14 +105,27 @@ def _read_registry(registry: str) -> bytes:
     return b"".join(chunks)
 
 
-def _parse_registry(data: bytes) -> list[str]:
-    lines = data.split(b"\n")[:-1]  # the piece after the last "\n" is unfinished
+def _parse_registry(data: bytes) -> tuple[list[str], bytes]:
+    """(absolute dirs, first recorded first, without duplicates; the unterminated rest)."""
+    lines = data.split(b"\n")
+    torn = lines.pop()  # b"" when the data ends with a newline
     seen: dict[str, None] = {}
     for line in lines:
         directory = os.fsdecode(line)
-        if directory and os.path.isabs(directory):
+        if directory and os.path.isabs(directory) and "\0" not in directory:
             seen.setdefault(directory, None)
-    return list(seen)
+    return list(seen), torn
+
+
+def read_registry(agent_dir: str | None = None) -> tuple[list[str], bytes]:
+    """The recorded outside session dirs and an unterminated last line (b"" if none).
+
+    An unterminated last line is a path still being written or cut by a crash: it
+    is not a dir of the list, and a reader that must not miss a dir (gc) should
+    treat it as unreadable. OSError when the registry exists but cannot be read.
+    """
+    registry = os.path.join(agent_dir or get_agent_dir(), EXTERNAL_SESSION_DIRS)
+    return _parse_registry(_read_registry(registry))
 
 
 def registered_session_dirs(agent_dir: str | None = None) -> list[str]:
@@ -121,8 +135,7 @@ def registered_session_dirs(agent_dir: str | None = None) -> list[str]:
     and a cut path could name another directory. Relative paths are ignored.
     OSError when the registry exists but cannot be read.
     """
-    registry = os.path.join(agent_dir or get_agent_dir(), EXTERNAL_SESSION_DIRS)
-    return _parse_registry(_read_registry(registry))
+    return read_registry(agent_dir)[0]
 
 
 def register_session_dir(session_file: str, agent_dir: str | None = None) -> None:
@@ -142,7 +155,7 @@ def register_session_dir(session_file: str, agent_dir: str | None = None) -> Non
             return
     try:
         current = _read_registry(registry)
-        if directory not in _parse_registry(current):
+        if directory not in _parse_registry(current)[0]:
             ensure_private_dir(agent)
             # A crash may have left half a line: start ours on a line of its own.
             line = os.fsencode(directory) + b"\n"

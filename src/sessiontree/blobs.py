@@ -4,18 +4,26 @@ Blobs live at `<dir>/<sha256 hex of the raw bytes>`, exactly where omp puts them
 and are referenced from entries as `blob:sha256:<hex>`. Refs come from files that
 may have been edited by anyone, so a hash is only ever accepted as 64 lowercase
 hex characters: nothing else reaches a filesystem path.
+
+A blob's name is its content's hash, and every store holds itself to it: `get`
+hands out only bytes that hash to the name (a damaged blob reads as absent, with a
+warning naming it, so a session keeps its ref instead of re-storing bad bytes
+under a new hash), `put` replaces a damaged blob with the good bytes it was given,
+and `verify` tells a missing blob from a damaged one.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import secrets
+import stat
 import threading
 import time
 from dataclasses import dataclass
-from typing import Final, Protocol, runtime_checkable
+from typing import Final, Literal, Protocol, runtime_checkable
 
 from sessiontree.errors import InvalidBlobRefError
 from sessiontree.storage.file import FILE_MODE, ensure_private_dir, fsync_directory
@@ -24,14 +32,21 @@ __all__ = [
     "BLOB_REF_PREFIX",
     "BlobInfo",
     "BlobPutResult",
+    "BlobStatus",
     "BlobStore",
     "BlobStoreLike",
     "CollectableBlobStore",
     "MemoryBlobStore",
+    "VerifiableBlobStore",
     "blob_extension_for_mime_type",
     "is_blob_ref",
     "parse_blob_ref",
 ]
+
+_log = logging.getLogger("sessiontree")
+
+BlobStatus = Literal["ok", "missing", "damaged"]
+"""What `verify` found: the blob is intact, absent, or holds bytes that do not hash to its name."""
 
 BLOB_REF_PREFIX: Final = "blob:sha256:"
 _HASH_RE: Final = re.compile(r"[0-9a-f]{64}")
@@ -81,6 +96,22 @@ def _check_hash(digest: object) -> str:
     return digest
 
 
+def _intact(data: bytes, digest: str) -> bool:
+    return hashlib.sha256(data).hexdigest() == digest
+
+
+def _warn_damaged(where: str, size: int) -> None:
+    _log.warning(
+        "Blob %s is damaged (%d bytes that do not hash to its name); treating it as missing",
+        where,
+        size,
+    )
+
+
+def _warn_replaced(where: str) -> None:
+    _log.warning("Replaced damaged blob %s with the bytes being stored", where)
+
+
 def blob_extension_for_mime_type(mime_type: object) -> str | None:
     """The sidecar extension omp derives from an image MIME type (`image/png` -> `png`)."""
     if not isinstance(mime_type, str) or not mime_type:
@@ -105,7 +136,7 @@ class BlobStoreLike(Protocol):
         ...
 
     def get(self, hash: str) -> bytes | None:
-        """The blob's bytes, or None when missing."""
+        """The blob's bytes, or None when missing or damaged."""
         ...
 
     def has(self, hash: str) -> bool:
@@ -114,6 +145,17 @@ class BlobStoreLike(Protocol):
 
     def sync(self) -> None:
         """Make the blobs written since the last sync durable."""
+        ...
+
+
+@runtime_checkable
+class VerifiableBlobStore(Protocol):
+    """A blob store that holds itself to its hashes: its `get` never returns bytes that
+    do not hash to the name asked for, and `verify` tells a damaged blob from a missing one
+    (without the warning `get` logs)."""
+
+    def verify(self, hash: str) -> BlobStatus:
+        """`ok`, `missing`, or `damaged` (stored bytes that do not hash to `hash`)."""
         ...
 
 
@@ -159,6 +201,26 @@ class CollectableBlobStore(Protocol):
         ...
 
 
+def _holds(path: str, data: bytes) -> bool:
+    """Whether the file holds exactly `data` (an unreadable or vanished file does not)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(data) + 1) == data
+    except OSError:
+        return False
+
+
+def _sidecar_intact(path: str, display: str, data: bytes) -> bool:
+    try:
+        blob = os.stat(path)
+        sidecar = os.stat(display, follow_symlinks=False)
+    except OSError:
+        return False
+    if (blob.st_dev, blob.st_ino) == (sidecar.st_dev, sidecar.st_ino):
+        return True
+    return stat.S_ISREG(sidecar.st_mode) and _holds(display, data)
+
+
 class BlobStore:
     """Blobs on the real filesystem (directory 0700, files 0600), written atomically."""
 
@@ -176,8 +238,11 @@ class BlobStore:
         """Store `data` under its sha256; identical content is stored once.
 
         The bytes go to a temp file that is renamed into place, so a blob file is
-        never partial. With an image `mime_type`, a hard-linked `<hash>.<ext>`
-        sidecar is created too (as omp does, for OS image viewers).
+        never partial. A blob already there is kept only if it holds exactly
+        `data`; a damaged one (short, or same size with other bytes) is replaced
+        the same atomic way, and its sidecars with it. With an image `mime_type`, a
+        hard-linked `<hash>.<ext>` sidecar is created too (as omp does, for OS
+        image viewers).
         """
         digest = hashlib.sha256(data).hexdigest()
         path = self._path(digest)
@@ -185,19 +250,24 @@ class BlobStore:
             ensure_private_dir(self.dir)
             self._dir_ready = True
         try:
-            complete = os.stat(path).st_size == len(data)
+            size: int | None = os.stat(path).st_size
         except FileNotFoundError:
-            complete = False
-        if not complete:
-            # Missing, or left short by a crashed non-atomic writer: (re)write it.
-            self._write_new(path, digest, data)
-        else:
+            size = None
+        if size == len(data) and _holds(path, data):
             # A re-put is a fresh use: `gc` never deletes a blob touched in the last
             # 10 minutes, so a writer about to reference an old blob keeps it alive.
             try:
                 os.utime(path)
             except OSError:
                 pass
+        else:
+            damaged = size is not None and os.path.lexists(path)
+            self._write_new(path, data)
+            if damaged:
+                # Left short by a crashed non-atomic writer, or damaged on disk: the
+                # caller holds the true bytes, so they win.
+                _warn_replaced(path)
+                self._relink_sidecars(digest, path, data)
         ext = blob_extension_for_mime_type(mime_type)
         display = f"{path}.{ext}" if ext else None
         if display is not None:
@@ -207,8 +277,11 @@ class BlobStore:
             self._pending[path] = None
         return BlobPutResult(digest, path, BLOB_REF_PREFIX + digest, display)
 
-    def _write_new(self, path: str, digest: str, data: bytes) -> None:
-        tmp = os.path.join(self.dir, f".{digest}.{secrets.token_hex(6)}.tmp")
+    def _tmp_path(self, path: str) -> str:
+        return os.path.join(self.dir, f".{os.path.basename(path)}.{secrets.token_hex(6)}.tmp")
+
+    def _write_new(self, path: str, data: bytes) -> None:
+        tmp = self._tmp_path(path)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC
         try:
             fd = os.open(tmp, flags, FILE_MODE)
@@ -235,21 +308,67 @@ class BlobStore:
     def _link_sidecar(self, path: str, display: str, data: bytes) -> None:
         try:
             os.link(path, display)
-        except FileExistsError:
-            pass
+            return
         except OSError:
-            # Filesystems without hard links get a copy, still written atomically.
-            if not os.path.exists(display):
-                self._write_new(display, os.path.basename(display), data)
+            pass  # already there (checked below), or no hard links here
+        if not _sidecar_intact(path, display, data):
+            self._replace_sidecar(path, display, data)
 
-    def get(self, hash: str) -> bytes | None:
-        """The blob's bytes, or None when missing; InvalidBlobRefError for a bad hash."""
-        path = self._path(_check_hash(hash))
+    def _replace_sidecar(self, path: str, display: str, data: bytes) -> None:
+        """Atomically make `display` a hard link to the blob (a copy without hard links)."""
+        tmp = self._tmp_path(display)
         try:
-            with open(path, "rb") as f:
+            os.link(path, tmp)
+        except OSError:
+            self._write_new(display, data)
+            return
+        try:
+            os.replace(tmp, display)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+
+    def _relink_sidecars(self, digest: str, path: str, data: bytes) -> None:
+        """After a repair: sidecars hard-linked to the damaged file are damaged too."""
+        prefix = digest + "."
+        try:
+            names = [n for n in os.listdir(self.dir) if n.startswith(prefix)]
+        except OSError:
+            return
+        for name in names:
+            if not _EXTENSION_RE.fullmatch(name[len(prefix) :]):
+                continue
+            display = os.path.join(self.dir, name)
+            if not _sidecar_intact(path, display, data):
+                self._replace_sidecar(path, display, data)
+
+    def _read(self, digest: str) -> bytes | None:
+        try:
+            with open(self._path(digest), "rb") as f:
                 return f.read()
         except FileNotFoundError:
             return None
+
+    def get(self, hash: str) -> bytes | None:
+        """The blob's bytes, or None when missing or damaged (a warning names the file);
+        InvalidBlobRefError for a bad hash."""
+        digest = _check_hash(hash)
+        data = self._read(digest)
+        if data is not None and not _intact(data, digest):
+            _warn_damaged(self._path(digest), len(data))
+            return None
+        return data
+
+    def verify(self, hash: str) -> BlobStatus:
+        """Whether the blob is there and holds bytes that hash to its name; reads it whole."""
+        digest = _check_hash(hash)
+        data = self._read(digest)
+        if data is None:
+            return "missing"
+        return "ok" if _intact(data, digest) else "damaged"
 
     def has(self, hash: str) -> bool:
         """Whether the blob exists; InvalidBlobRefError for a bad hash."""
@@ -294,9 +413,13 @@ class MemoryBlobStore:
 
     def put(self, data: bytes, mime_type: str | None = None) -> BlobPutResult:
         """Store `data` under its sha256; identical content is stored once (a re-put
-        refreshes its mtime)."""
+        refreshes its mtime and replaces a damaged copy)."""
         digest = hashlib.sha256(data).hexdigest()
-        self._blobs.setdefault(digest, bytes(data))
+        held = self._blobs.get(digest)
+        if held is None or held != data:
+            if held is not None:
+                _warn_replaced(os.path.join(self.dir, digest))
+            self._blobs[digest] = bytes(data)
         self._mtimes[digest] = self.now()
         path = os.path.join(self.dir, digest)
         ext = blob_extension_for_mime_type(mime_type)
@@ -309,8 +432,22 @@ class MemoryBlobStore:
         )
 
     def get(self, hash: str) -> bytes | None:
-        """The blob's bytes, or None when missing; InvalidBlobRefError for a bad hash."""
-        return self._blobs.get(_check_hash(hash))
+        """The blob's bytes, or None when missing or damaged (with a warning);
+        InvalidBlobRefError for a bad hash."""
+        digest = _check_hash(hash)
+        data = self._blobs.get(digest)
+        if data is not None and not _intact(data, digest):
+            _warn_damaged(os.path.join(self.dir, digest), len(data))
+            return None
+        return data
+
+    def verify(self, hash: str) -> BlobStatus:
+        """Whether the blob is there and holds bytes that hash to its name."""
+        digest = _check_hash(hash)
+        data = self._blobs.get(digest)
+        if data is None:
+            return "missing"
+        return "ok" if _intact(data, digest) else "damaged"
 
     def has(self, hash: str) -> bool:
         """Whether the blob exists; InvalidBlobRefError for a bad hash."""

@@ -15,6 +15,7 @@ never writing) and reports what a reader would trip over::
     compaction_off_path  a compaction whose firstKeptEntryId is not on its path
     label_unknown_target a label whose targetId names no entry
     missing_blob         a `blob:sha256:` ref whose blob is not in the blob store
+    damaged_blob         a `blob:sha256:` ref whose stored blob does not hash to it
     conflict_file        a `<file>.conflict-*` sibling left by a write conflict
 
 `repair_session` keeps every line it can and writes the result atomically to a
@@ -25,6 +26,7 @@ turned into roots. Untouched lines are copied byte for byte.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -35,7 +37,7 @@ import orjson
 import xxhash
 
 from ._fs import side_path, side_stem
-from .blobs import BlobStore, BlobStoreLike
+from .blobs import BlobStatus, BlobStore, BlobStoreLike, VerifiableBlobStore
 from .entries import Entry, generate_entry_id, is_valid_header
 from .errors import InvalidSessionFileError, SessionTreeError, SessionWriteConflictError
 from .jsonl import iter_jsonl_bytes, loads_line, serialize_entry_bytes
@@ -409,23 +411,44 @@ def _compaction_findings(lines: list[ScannedLine], by_id: dict[str, ScannedLine]
     return findings
 
 
+def _blob_status(blobs: BlobStoreLike, digest: str) -> BlobStatus:
+    if isinstance(blobs, VerifiableBlobStore):
+        return blobs.verify(digest)
+    if not blobs.has(digest):
+        return "missing"
+    data = blobs.get(digest)
+    # Present but unreadable as its hash says: get refused it, or handed out other bytes.
+    if data is None or hashlib.sha256(data).hexdigest() != digest:
+        return "damaged"
+    return "ok"
+
+
 def _blob_findings(lines: list[ScannedLine], blobs: BlobStoreLike) -> list[Finding]:
     findings = []
-    known: dict[str, bool] = {}
+    known: dict[str, BlobStatus] = {}
     for line in lines:
         if b"blob:sha256:" not in line.raw:
             continue
         for digest in dict.fromkeys(m.decode() for m in BLOB_REF_PATTERN.findall(line.raw)):
-            present = known.get(digest)
-            if present is None:
-                present = known[digest] = blobs.has(digest)
-            if not present:
+            status = known.get(digest)
+            if status is None:
+                status = known[digest] = _blob_status(blobs, digest)
+            if status == "missing":
                 findings.append(
                     Finding(
                         "missing_blob",
                         line.number,
                         line.entry.get("id"),
                         f"blob {digest[:12]}… is not in the blob store",
+                    )
+                )
+            elif status == "damaged":
+                findings.append(
+                    Finding(
+                        "damaged_blob",
+                        line.number,
+                        line.entry.get("id"),
+                        f"blob {digest[:12]}… is damaged: its bytes do not match its hash",
                     )
                 )
     return findings

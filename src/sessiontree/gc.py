@@ -5,15 +5,18 @@ the rules lean to keeping:
 
 - Marking reads the raw bytes of *every* regular file under `<agent>/sessions`
   (all projects, subagent sessions in artifacts dirs, `.bak` and conflict
-  copies, temp files), the files named by terminal breadcrumbs, the session dirs
-  outside the store that managers recorded in `<agent>/external-session-dirs`,
-  and any extra roots given. A blob is referenced by `blob:sha256:<hex>` and, to be safe, by
-  its bare 64-hex hash anywhere (a display path `blobs/<hash>.png` in a tool
-  result counts).
+  copies, temp files), rescue copies in `<agent>/rescue`, the files named by
+  terminal breadcrumbs, the session dirs
+  outside the store that managers recorded in `<agent>/external-session-dirs`
+  (complete lines only; see `_external_dirs`), and any extra roots given.
+  Sessions anywhere else (another agent dir, another host) are invisible to it.
+  A blob is referenced by `blob:sha256:<hex>` and, to be safe, by its bare
+  64-hex hash anywhere (a display path `blobs/<hash>.png` in a tool result counts).
 - The walk is repeated until two passes see the same files with the same
   sizes and mtimes, so a session written or moved during marking is read again.
 - A blob (with its `<hash>.<ext>` sidecars) younger than `min_age_seconds`
-  (10 minutes) by mtime or ctime is never deleted: a writer may have just put it.
+  (10 minutes) by mtime or ctime on the real clock is never deleted: a writer may
+  have just put it.
 - If any session file or directory cannot be read, nothing is deleted; nor when
   the store holds no session file at all (a wrong or unmounted agent dir).
 
@@ -33,6 +36,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from .agent_dir import read_registry
 from .blobs import CollectableBlobStore
 from .errors import SessionTreeError
 from .paths import EXTERNAL_SESSION_DIRS, get_agent_dir
@@ -95,6 +99,9 @@ class GcReport:
     young: list[BlobFile] = field(default_factory=list)
     """Referenced by nothing but too young to delete."""
     unreadable: list[tuple[str, str]] = field(default_factory=list)
+    external_dirs: list[str] = field(default_factory=list)
+    """Session dirs outside `<agent>/sessions` that were read, from the registry
+    `<agent>/external-session-dirs` (a file store's only)."""
     deleted: list[BlobFile] = field(default_factory=list)
     refused: str | None = None
     """Why deletion was not attempted, when it was asked for and refused."""
@@ -356,17 +363,43 @@ def _breadcrumb_targets(agent_dir: str, errors: list[tuple[str, str]]) -> list[s
 
 
 def _external_dirs(agent_dir: str, errors: list[tuple[str, str]]) -> list[str]:
-    """Session dirs outside `<agent>/sessions` that managers recorded as using our blobs."""
+    """Session dirs outside `<agent>/sessions` that managers recorded as using our blobs.
+
+    The registry is appended to by managers while gc may read it, so a line counts
+    only once its newline is there: an unterminated last line is a path still being
+    written (or cut by a crash), and a prefix of a path may name another directory
+    (`/` or `$HOME`) whose reading would be wrong. It is reported as unreadable, so
+    nothing is deleted while it is there (marking repeats until the walk is stable,
+    so an append in flight is usually complete by the last pass). Blank, relative
+    and duplicate lines are skipped, and so are paths that no longer exist (their
+    sessions are gone); a path that cannot be looked at is reported.
+    """
     registry = os.path.join(agent_dir, EXTERNAL_SESSION_DIRS)
     try:
-        with open(registry, encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
-    except FileNotFoundError:
-        return []
+        recorded, torn = read_registry(agent_dir)
     except OSError as exc:
         errors.append((registry, exc.strerror or str(exc)))
         return []
-    return [line for line in lines if line and os.path.isabs(line) and os.path.isdir(line)]
+    if torn:
+        errors.append(
+            (
+                registry,
+                f"its last line has no newline (being written, or cut short): "
+                f"{os.fsdecode(torn)!r}",
+            )
+        )
+    dirs: list[str] = []
+    for line in recorded:
+        try:
+            st = os.stat(line)
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        except OSError as exc:
+            errors.append((line, exc.strerror or str(exc)))
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            dirs.append(line)
+    return dirs
 
 
 def _root_of(storage: SessionStorage | None, agent_dir: str) -> str:
@@ -394,6 +427,7 @@ def find_referenced_hashes(
     files = storage is None or isinstance(storage, FileSessionStorage)
     via = None if files else storage
     sessions = os.path.join(agent if files else _root_of(storage, agent), "sessions")
+    extra = list(extra_roots)  # walked again on every pass
     found: set[str] = set()
     errors: list[tuple[str, str]] = []
     scanned: Snapshot = {}
@@ -401,15 +435,21 @@ def find_referenced_hashes(
     for _ in range(_MAX_ROUNDS):
         walk_errors: list[tuple[str, str]] = []
         if via is None:
+            external = _external_dirs(agent, walk_errors)
+            if report is not None:
+                report.external_dirs = external
+            # Rescue copies saved outside the session dirs reference blobs too.
+            rescue = os.path.join(agent, "rescue")
             roots = [
                 sessions,
+                rescue,
                 *_breadcrumb_targets(agent, walk_errors),
-                *_external_dirs(agent, walk_errors),
-                *extra_roots,
+                *external,
+                *extra,
             ]
             snapshot = _walk(roots, walk_errors)
         else:
-            snapshot = _walk_storage(via, [sessions, *extra_roots], walk_errors)
+            snapshot = _walk_storage(via, [sessions, *extra], walk_errors)
         errors = walk_errors
         changed = [p for p, sig in snapshot.items() if scanned.get(p) != sig]
         if not changed and scanned:
@@ -459,7 +499,8 @@ def collect_garbage(
     or there is no session file at all. `storage` (default: the files) is where
     the sessions are; its own blob store, when it has one, is where the blobs
     are, else `<agent dir>/blobs`. `now` sorts blobs into young and old for the
-    report; a blob store's `delete` still checks the age on its own clock.
+    report only: deletion checks each blob's age again on the real clock (a blob
+    store's `delete` on its own clock), whatever `now` says.
     """
     agent = agent_dir if agent_dir is not None else get_agent_dir()
     store = storage_blob_store(storage)
@@ -501,7 +542,7 @@ def collect_garbage(
         if store is not None:
             deleted = store.delete(blob.hash, min_age_seconds=min_age_seconds)
         else:
-            deleted = _delete_blob(blob, min_age_seconds, now)
+            deleted = _delete_blob(blob, min_age_seconds)
         if deleted:
             report.deleted.append(blob)
     if report.deleted and store is None:
@@ -509,17 +550,20 @@ def collect_garbage(
     return report
 
 
-def _delete_blob(blob: BlobFile, min_age_seconds: float, now: float | None) -> bool:
-    """Unlink the sidecars, then the blob; skipped if any file got younger meanwhile."""
-    clock = now if now is not None else time.time()
+def _delete_blob(blob: BlobFile, min_age_seconds: float) -> bool:
+    """Unlink the sidecars, then the blob; skipped if any file got younger meanwhile.
+
+    The age is taken on the real clock, never the caller's `now`: a `now` in the
+    future must not make a blob a writer just put look old enough to delete.
+    """
+    clock = time.time()
     for path in blob.paths:
         try:
             st = os.stat(path, follow_symlinks=False)
         except FileNotFoundError:
             continue
-        if clock - max(st.st_mtime, st.st_ctime) < min_age_seconds or (
-            max(st.st_mtime, st.st_ctime) > blob.newest
-        ):
+        newest = max(st.st_mtime, st.st_ctime)
+        if clock - newest < min_age_seconds or newest > blob.newest:
             return False
     for path in reversed(blob.paths):  # sidecars first: the blob itself goes last
         try:

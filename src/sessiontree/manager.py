@@ -43,6 +43,7 @@ from .errors import (
     InvalidSessionFileError,
     SessionClosedError,
     SessionLockError,
+    SessionPersistenceError,
     SessionTreeError,
 )
 from .jsonl import allow_deep_nesting, find_unserializable, serialize_entry_bytes
@@ -518,6 +519,18 @@ class SessionManager(ClosesOnExit):
         except (TypeError, ValueError) as exc:
             raise _not_serializable(entry, exc) from exc
 
+    def _line(self, entry: Entry) -> bytes:
+        """`_serialize` for an append: a blob store that cannot take the entry's images
+        refuses the append (nothing changed, so nothing is stored as an error)."""
+        try:
+            return self._serialize(entry)
+        except OSError as exc:
+            raise SessionPersistenceError(
+                f"{self.get_session_file()}: could not store the entry's images: {exc}; "
+                "nothing was appended",
+                self.get_session_file(),
+            ) from exc
+
     def _file_chunks(self, header: Entry | None = None) -> Iterator[bytes]:
         """This session as file bytes (with `header` instead of its own, if given)."""
         header = header if header is not None else self._header
@@ -610,10 +623,10 @@ class SessionManager(ClosesOnExit):
         if file is None:
             _validate(entry)
         elif file.on_disk:
-            file.append(self._serialize(entry))
+            file.append(self._line(entry))
         elif _is_assistant(entry) or self._session_has_assistant():
             # The first assistant message: the whole session, this entry included.
-            line = self._serialize(entry)
+            line = self._line(entry)
             file.create(itertools.chain(self._file_chunks(), (line,)))
             self._after_first_write()
         else:

@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 import logging
 import re
 from typing import Any, Final
 
-from sessiontree.blobs import BLOB_REF_PREFIX, BlobStoreLike, parse_blob_ref
+from sessiontree.blobs import (
+    BLOB_REF_PREFIX,
+    BlobStoreLike,
+    VerifiableBlobStore,
+    parse_blob_ref,
+)
 from sessiontree.errors import InvalidBlobRefError
 
 __all__ = [
@@ -483,7 +489,14 @@ def _resolve_ref(ref: str, as_text: bool, blobs: BlobStoreLike) -> str:
         _log.warning("Could not read blob %s: %s", digest, exc)
         return ref
     if data is None:
-        _log.warning("Blob not found for image reference %s", digest)
+        # Missing, or damaged (the store warned): the entry keeps its ref, so a rewrite
+        # writes the ref back and the blob can still be restored under its name.
+        _log.warning("Blob %s is missing or damaged; the image stays a reference", digest)
+        return ref
+    if not isinstance(blobs, VerifiableBlobStore) and hashlib.sha256(data).hexdigest() != digest:
+        # A store that does not check its hashes handed out damaged bytes: turned into
+        # base64 here, they would be stored again under a new hash on the next rewrite.
+        _log.warning("Blob %s is damaged; the image stays a reference", digest)
         return ref
     return data.decode("utf-8", "replace") if as_text else base64.b64encode(data).decode("ascii")
 
@@ -536,9 +549,10 @@ def resolve_blob_refs(entry: JSONDict, blobs: BlobStoreLike) -> JSONDict:
 
     Image payloads in `content`/`images` positions get the canonical base64 of
     their blob (snapcompact `frames` stay refs), `image_generation_call.result`
-    too, and `image_url` refs their UTF-8 data URL. A missing blob or malformed
-    ref is left in place with a warning on the `sessiontree` logger; this never
-    raises. Copy-on-write: `entry` is not mutated and is returned when it holds
+    too, and `image_url` refs their UTF-8 data URL. A missing or damaged blob
+    (bytes that do not hash to the ref) or a malformed ref is left in place with a
+    warning on the `sessiontree` logger, so writing the entry back keeps the ref;
+    this never raises. Copy-on-write: `entry` is not mutated and is returned when it holds
     no ref.
     """
     if entry.get("type") == "session" or not _contains_ref(entry):

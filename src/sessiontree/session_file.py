@@ -366,8 +366,11 @@ class SessionFile:
         self.check_usable()
         self._check_writable()
         storage, old_path = self.storage, self.path
-        storage.ensure_dir(os.path.dirname(new_path) or ".")
-        new_lock = acquire_session_lock(storage, new_path)
+        try:
+            storage.ensure_dir(os.path.dirname(new_path) or ".")
+            new_lock = acquire_session_lock(storage, new_path)
+        except OSError as exc:
+            raise SessionTreeError(f"{old_path}: cannot move to {new_path}: {exc}") from exc
         try:
             taken = [p for p in (new_path, artifacts and artifacts[1]) if p and storage.exists(p)]
             if taken:

@@ -13,6 +13,7 @@ from rich.text import Text
 from ..check import Finding, check_session, repair_session
 from ..errors import SessionTreeError
 from ..gc import DEFAULT_MIN_AGE_SECONDS, BlobFile, collect_garbage
+from ..paths import EXTERNAL_SESSION_DIRS
 from .common import (
     EXIT_ERROR,
     EXIT_USAGE,
@@ -56,7 +57,7 @@ def verify_command(
 
     Reports unparseable lines, a torn final line, an invalid header, duplicate
     ids, dangling parentIds, cycles, compactions keeping entries off their
-    path, labels on unknown entries, missing blobs and conflict copies.
+    path, labels on unknown entries, missing or damaged blobs and conflict copies.
     """
     files = select_files(paths, all_projects)
     report: list[tuple[str, list[Finding] | str]] = []
@@ -190,6 +191,12 @@ def _age(seconds: float) -> str:
     return f"{int(seconds // 86400)}d"
 
 
+_UNSEEN_WARNING = (
+    "Warning: sessions gc cannot see (in another agent dir, on another host, in a dir "
+    "not recorded) may still reference blobs it calls unreferenced."
+)
+
+
 def gc_command(
     delete: Annotated[
         bool, typer.Option("--delete", help="Delete the unreferenced blobs (default: list them).")
@@ -207,8 +214,10 @@ def gc_command(
     """Find blobs that no session references; --delete removes them.
 
     Every file under <agent>/sessions (all projects, subagent sessions, .bak and
-    conflict copies) and every breadcrumb target is read; a blob younger than
-    10 minutes is never deleted, and nothing is deleted if any file is unreadable.
+    conflict copies), every breadcrumb target and every session dir recorded in
+    <agent>/external-session-dirs is read; sessions anywhere else are not seen. A
+    blob younger than 10 minutes is never deleted, and nothing is deleted if any
+    file is unreadable.
     """
     agent = current_agent_dir()
     storage = current_storage()
@@ -232,6 +241,7 @@ def gc_command(
                 "unreferencedBytes": report.unreferenced_bytes,
                 "young": [_blob_json(b, now) for b in report.young],
                 "unreadable": [{"path": p, "error": e} for p, e in report.unreadable],
+                "externalDirs": report.external_dirs,
                 "deleted": [b.hash for b in report.deleted],
                 "freedBytes": report.freed_bytes,
                 "refused": report.refused,
@@ -245,6 +255,17 @@ def gc_command(
             ),
             soft_wrap=True,
         )
+        if is_file_store(storage):
+            registry = os.path.join(agent, EXTERNAL_SESSION_DIRS)
+            console.print(
+                Text(
+                    f"Session dirs outside {os.path.join(agent, 'sessions')} read "
+                    f"(from {registry}): {len(report.external_dirs) or 'none'}"
+                ),
+                soft_wrap=True,
+            )
+            for directory in report.external_dirs:
+                console.print(Text(f"  {directory}"), soft_wrap=True)
         for path, error in report.unreadable:
             err_console.print(Text(f"sessiontree: cannot read {path}: {error}"), soft_wrap=True)
         if report.unreferenced:
@@ -282,6 +303,7 @@ def gc_command(
             )
         elif not delete and report.unreferenced:
             console.print(Text("Dry run: --delete removes them.", style="dim"))
+        console.print(Text(_UNSEEN_WARNING, style="yellow"), soft_wrap=True)
     if delete and report.refused is not None:
         err_console.print(Text(f"sessiontree: error: {report.refused}"), soft_wrap=True)
         raise typer.Exit(EXIT_ERROR)

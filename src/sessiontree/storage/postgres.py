@@ -56,7 +56,11 @@ from sessiontree.blobs import (
     BLOB_REF_PREFIX,
     BlobInfo,
     BlobPutResult,
+    BlobStatus,
     _check_hash,
+    _intact,
+    _warn_damaged,
+    _warn_replaced,
     blob_extension_for_mime_type,
 )
 from sessiontree.discovery import content_text
@@ -519,9 +523,6 @@ class _Sql:
         # `created_at` is when the blob was last put: a re-put of a blob older than a
         # minute refreshes it (as `BlobStore.put` touches the file), and `gc` never
         # deletes a blob put within its minimum age (10 minutes).
-        self.blob_exts = q(
-            "SELECT exts, created_at < now() - interval '60 seconds' FROM {s}.blobs WHERE hash = %s"
-        )
         self.blob_touch = q(
             "UPDATE {s}.blobs SET created_at = now() WHERE hash = %s RETURNING exts"
         )
@@ -1369,29 +1370,46 @@ class PostgresBlobStore:
     def __init__(self, storage: PostgresSessionStorage) -> None:
         self._storage = storage
         self.dir = os.path.join(storage.root, "blobs")
+        s = sql.Identifier(storage.schema)
+        # The server hashes the stored bytes, so a re-put or `verify` never fetches them.
+        self._state_sql = sql.SQL(
+            "SELECT exts, created_at < now() - interval '60 seconds', "
+            "encode(sha256(data), 'hex') = hash FROM {s}.blobs WHERE hash = %s"
+        ).format(s=s)
+        self._repair_sql = sql.SQL(
+            "UPDATE {s}.blobs SET data = %s, size = %s, created_at = now() "
+            "WHERE hash = %s RETURNING exts"
+        ).format(s=s)
+        self._verify_sql = sql.SQL(
+            "SELECT encode(sha256(data), 'hex') = hash FROM {s}.blobs WHERE hash = %s"
+        ).format(s=s)
 
     def put(self, data: bytes, mime_type: str | None = None) -> BlobPutResult:
-        """Store `data` under its sha256 (sent only when the blob is new)."""
+        """Store `data` under its sha256 (sent only when the blob is new or damaged)."""
         digest = hashlib.sha256(data).hexdigest()
         ext = blob_extension_for_mime_type(mime_type)
         s = self._storage._sql
+        path = os.path.join(self.dir, digest)
         with _io(self.dir), self._storage._conn() as conn:
-            row = conn.execute(s.blob_exts, (digest,)).fetchone()
-            if row is not None and row[1]:
+            row = conn.execute(self._state_sql, (digest,)).fetchone()
+            if row is not None and not row[2]:
+                # Stored bytes that do not hash to their name: the caller's are the true ones.
+                _warn_replaced(f"{path} (table {self._storage.schema}.blobs)")
+                row = conn.execute(self._repair_sql, (bytes(data), len(data), digest)).fetchone()
+            elif row is not None and row[1]:
                 # A fresh use keeps the blob from gc; if gc took it meanwhile, insert it.
-                if conn.execute(s.blob_touch, (digest,)).fetchone() is None:
-                    row = None
+                row = conn.execute(s.blob_touch, (digest,)).fetchone()
             if row is None:
                 conn.execute(s.blob_insert, (digest, bytes(data), len(data), [ext] if ext else []))
             if ext and (row is None or ext not in row[0]):
                 conn.execute(s.blob_add_ext, (ext, digest, ext))
-        path = os.path.join(self.dir, digest)
         return BlobPutResult(
             digest, path, BLOB_REF_PREFIX + digest, f"{path}.{ext}" if ext else None
         )
 
     def get(self, hash: str) -> bytes | None:
-        """The blob's bytes, or None when missing; InvalidBlobRefError for a bad hash."""
+        """The blob's bytes, or None when missing or damaged (a warning names it);
+        InvalidBlobRefError for a bad hash."""
         digest = _check_hash(hash)
         with (
             _io(self.dir),
@@ -1399,7 +1417,24 @@ class PostgresBlobStore:
             conn.cursor(binary=True) as cur,
         ):
             row = cur.execute(self._storage._sql.blob_get, (digest,)).fetchone()
-        return bytes(row[0]) if row else None
+        if row is None:
+            return None
+        data = bytes(row[0])
+        if not _intact(data, digest):
+            _warn_damaged(
+                f"{os.path.join(self.dir, digest)} (table {self._storage.schema}.blobs)", len(data)
+            )
+            return None
+        return data
+
+    def verify(self, hash: str) -> BlobStatus:
+        """Whether the blob is there and holds bytes that hash to its name (the server hashes)."""
+        digest = _check_hash(hash)
+        with _io(self.dir), self._storage._conn() as conn:
+            row = conn.execute(self._verify_sql, (digest,)).fetchone()
+        if row is None:
+            return "missing"
+        return "ok" if row[0] else "damaged"
 
     def has(self, hash: str) -> bool:
         """Whether the blob exists; InvalidBlobRefError for a bad hash."""
