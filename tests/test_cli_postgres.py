@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
+from conftest import unique_prefix
 from helpers import assistant, user
 from pg_support import fresh_schema
 from sessiontree import BlobStore, SessionManager
@@ -189,7 +190,10 @@ def test_reading_commands_see_what_the_files_show(stores: Stores) -> None:
         stores.other,
     }
     session_id = next(s["id"] for s in every["sessions"] if s["path"] == stores.branched)
-    shown = _same(stores, "show", session_id[:12])
+    # Sessions made in the same millisecond share their first 13 hex digits: the
+    # prefix is made unique against the others' ids, not assumed to be.
+    prefix = unique_prefix(session_id, [s["id"] for s in every["sessions"]])
+    shown = _same(stores, "show", prefix)
     assert shown["title"] == "Slow homepage" and shown["path"] == stores.branched
     assert shown["size"] == os.path.getsize(
         stores.original / os.path.relpath(stores.branched, stores.agent)
@@ -210,7 +214,7 @@ def test_reading_commands_see_what_the_files_show(stores: Stores) -> None:
     assert (stats["sessions"], stats["blobs"]) == (3, 3)
     verified = _same(stores, "verify", "--all")
     assert verified["checked"] == 3 and verified["withProblems"] == 0
-    assert ok(*stores.db("resume", session_id[:10])).stdout.strip() == stores.branched
+    assert ok(*stores.db("resume", prefix)).stdout.strip() == stores.branched
     text = ok(*stores.db("list")).stdout
     assert "Slow homepage" in text and "hello there" in text
     assert "flame graph" in ok(*stores.db("context", session_id, "--leaf", stores.ids["a2"])).stdout
