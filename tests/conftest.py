@@ -1,13 +1,69 @@
-"""Shared fixtures: every test gets its own agent dir and no terminal identity."""
+"""Shared fixtures: every test gets its own agent dir and no terminal identity.
+
+What a test needs from outside the repository (the shared fixtures beside it,
+psycopg) is found here, in one place. When it is missing the test skips locally
+but FAILS under CI (`CI` set): there, a missing prerequisite must never pass as a
+skip.
+"""
 
 from __future__ import annotations
 
+import importlib
+import os
+from collections.abc import Iterable
 from pathlib import Path
+from types import ModuleType
+from typing import NoReturn
 
 import pytest
 
 FIXTURES = Path(__file__).resolve().parent / "data"
-SHARED_FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
+"""`shared/fixtures` beside the repository (a clone anywhere, with shared/ next to it)."""
+
+
+def unavailable(reason: str) -> NoReturn:
+    """Skip the test for a missing prerequisite; under CI, fail it instead."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (required under CI)", pytrace=False)
+    pytest.skip(reason)
+
+
+def shared_fixture(name: str) -> Path:
+    """The path of a file in `shared/fixtures`; skips (locally) or fails (CI) without it."""
+    path = SHARED_FIXTURES / name
+    if not path.is_file():
+        unavailable(f"shared fixture {path} is missing")
+    return path
+
+
+def require_module(name: str) -> ModuleType:
+    """`pytest.importorskip`, but failing under CI. Usable at module level."""
+    if os.environ.get("CI"):
+        try:
+            return importlib.import_module(name)
+        except ImportError as exc:
+            pytest.fail(f"{name} cannot be imported under CI: {exc}", pytrace=False)
+    return pytest.importorskip(name)
+
+
+def unique_prefix(target: str, ids: Iterable[str], least: int = 8) -> str:
+    """The shortest prefix of `target` (at least `least` chars) that no other id shares.
+
+    Ids made in the same millisecond share their first 13 hex digits, so a fixed
+    `id[:10]` is ambiguous now and then; this one is unique by construction.
+    """
+
+    def shared(other: str) -> int:
+        n = 0
+        while n < min(len(target), len(other)) and target[n] == other[n]:
+            n += 1
+        return n
+
+    longest = max((shared(i) for i in ids if i != target), default=0)
+    assert longest < len(target), f"{target} is a prefix of another id"
+    return target[: max(least, longest + 1)]
 
 
 @pytest.fixture(autouse=True)

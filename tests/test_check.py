@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from conftest import shared_fixture
 from helpers import assistant, user
 from sessiontree import (
     BlobStore,
@@ -23,7 +24,7 @@ from sessiontree import (
 from sessiontree.check import check_session, repair_session, scan_session
 from sessiontree.locks import FileLock
 
-LARGE_FIXTURE = Path("/work/shared/fixtures/pi-v1-large-session.jsonl")
+LARGE_FIXTURE = "pi-v1-large-session.jsonl"
 
 
 def header(session_id: str = "0123456789abcdef") -> dict[str, Any]:
@@ -219,14 +220,13 @@ def test_explicit_blob_store_is_used(agent_dir: Path, tmp_path: Path) -> None:
 
 
 def test_v1_fixture_is_sound(tmp_path: Path) -> None:
-    if not LARGE_FIXTURE.exists():
-        pytest.skip("shared fixture absent")
+    fixture = shared_fixture(LARGE_FIXTURE)
     copy = tmp_path / "big.jsonl"
-    shutil.copyfile(LARGE_FIXTURE, copy)
+    shutil.copyfile(fixture, copy)
     assert check_session(str(copy)) == []
     scanned = scan_session(str(copy))
     assert scanned.version == 1 and len(scanned.entries) == 1018
-    assert copy.read_bytes() == LARGE_FIXTURE.read_bytes()
+    assert copy.read_bytes() == fixture.read_bytes()
 
 
 # ---------------------------------------------------------------------- repair

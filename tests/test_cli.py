@@ -16,12 +16,13 @@ from typer.main import get_command
 from typer.testing import CliRunner, Result
 
 import sessiontree.gc as gc_module
+from conftest import shared_fixture, unique_prefix
 from helpers import assistant, user
 from sessiontree import BlobStore, HistoryStorage, SessionManager, get_default_session_dir
 from sessiontree.cli import app
 from sessiontree.maintenance import file_version
 
-LARGE_FIXTURE = Path("/work/shared/fixtures/pi-v1-large-session.jsonl")
+LARGE_FIXTURE = "pi-v1-large-session.jsonl"
 runner = CliRunner()
 
 
@@ -313,15 +314,14 @@ def test_stats(store: Store, agent_dir: Path) -> None:
 def test_inspecting_writes_nothing(
     agent_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    if not LARGE_FIXTURE.exists():
-        pytest.skip("shared fixture absent")
+    fixture = shared_fixture(LARGE_FIXTURE)
     monkeypatch.setenv("TMUX_PANE", "%7")  # a terminal: a writable open would drop a breadcrumb
     project = tmp_path / "proj"
     project.mkdir()
     monkeypatch.chdir(project)
     target = Path(get_default_session_dir(str(project))) / "2025_old.jsonl"
     target.parent.mkdir(parents=True)
-    shutil.copyfile(LARGE_FIXTURE, target)
+    shutil.copyfile(fixture, target)
     with target.open("ab") as f:
         f.write(b'{"type":"message","torn')  # a torn line a writer would repair
     # The listing cache (<agent>/cache/sessions-meta.db) is the one thing a read may
@@ -374,7 +374,8 @@ def test_resume_exit_codes(store: Store) -> None:
 
 def test_session_prefixes_and_user_errors(store: Store, tmp_path: Path) -> None:
     branched_id = Path(store.branched).stem.split("_")[-1]
-    assert as_json("show", branched_id[:12])["leafId"] == store.ids["b1"]
+    ids = [Path(p).stem.split("_")[-1] for p in (store.branched, store.simple, store.other)]
+    assert as_json("show", unique_prefix(branched_id, ids))["leafId"] == store.ids["b1"]
     assert_user_error(run("show", "ffffffffffff"))
     assert_user_error(run("show", str(tmp_path / "missing.jsonl")))
     bad = tmp_path / "bad.jsonl"
@@ -461,17 +462,16 @@ def test_fork_and_extract(store: Store) -> None:
 
 
 def test_migrate(agent_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    if not LARGE_FIXTURE.exists():
-        pytest.skip("shared fixture absent")
+    fixture = shared_fixture(LARGE_FIXTURE)
     project = tmp_path / "proj"
     project.mkdir()
     monkeypatch.chdir(project)
     target = Path(get_default_session_dir(str(project))) / "2025_old.jsonl"
     target.parent.mkdir(parents=True)
-    shutil.copyfile(LARGE_FIXTURE, target)
+    shutil.copyfile(fixture, target)
     dry = as_json("migrate", "--dry-run")
     assert dry["files"][0]["fromVersion"] == 1 and dry["files"][0]["written"] is False
-    assert target.read_bytes() == LARGE_FIXTURE.read_bytes()
+    assert target.read_bytes() == fixture.read_bytes()
     result = ok("migrate")
     assert "v1 -> v3" in result.stdout
     assert file_version(str(target)) == 3

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
+from conftest import unique_prefix
 from helpers import assistant, user
 from pg_support import fresh_schema
 from sessiontree import BlobStore, SessionManager
@@ -189,7 +190,10 @@ def test_reading_commands_see_what_the_files_show(stores: Stores) -> None:
         stores.other,
     }
     session_id = next(s["id"] for s in every["sessions"] if s["path"] == stores.branched)
-    shown = _same(stores, "show", session_id[:12])
+    # Sessions made in the same millisecond share their first 13 hex digits: the
+    # prefix is made unique against the others' ids, not assumed to be.
+    prefix = unique_prefix(session_id, [s["id"] for s in every["sessions"]])
+    shown = _same(stores, "show", prefix)
     assert shown["title"] == "Slow homepage" and shown["path"] == stores.branched
     assert shown["size"] == os.path.getsize(
         stores.original / os.path.relpath(stores.branched, stores.agent)
@@ -210,7 +214,7 @@ def test_reading_commands_see_what_the_files_show(stores: Stores) -> None:
     assert (stats["sessions"], stats["blobs"]) == (3, 3)
     verified = _same(stores, "verify", "--all")
     assert verified["checked"] == 3 and verified["withProblems"] == 0
-    assert ok(*stores.db("resume", session_id[:10])).stdout.strip() == stores.branched
+    assert ok(*stores.db("resume", prefix)).stdout.strip() == stores.branched
     text = ok(*stores.db("list")).stdout
     assert "Slow homepage" in text and "hello there" in text
     assert "flame graph" in ok(*stores.db("context", session_id, "--leaf", stores.ids["a2"])).stdout
@@ -377,3 +381,106 @@ def test_import_files_from_another_dir_and_again(stores: Stores) -> None:
     assert f"schema {stores.schema}" in text and "3 file(s)" in text
     missing = error_line(run(*stores.db("import-files", str(stores.original / "nope"))), 1)
     assert "no such directory" in missing
+
+
+def _session_bytes(cwd: str) -> bytes:
+    """A small, complete session file written by the manager (in a scratch agent dir)."""
+    sm = SessionManager.create(cwd)
+    sm.append_message(user("a question"))
+    sm.append_message(assistant("an answer"))
+    sm.close()
+    path = sm.get_session_file()
+    assert path is not None
+    data = Path(path).read_bytes()
+    os.remove(path)
+    return data
+
+
+def test_import_skips_names_that_are_not_utf8_and_says_so(
+    agent_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    sessions = agent_dir / "sessions"
+    good = sessions / "--p--"
+    good.mkdir(parents=True)
+    (good / "good.jsonl").write_bytes(_session_bytes("/p"))
+    # A project dir from a Latin-1 cwd, and a file name with a stray byte: a database
+    # key is text, so neither can be stored under its name.
+    latin = os.path.join(os.fsencode(sessions), b"--caf\xe9--")
+    os.mkdir(latin)
+    with open(os.path.join(latin, b"s.jsonl"), "wb") as f:
+        f.write(_session_bytes("/caf"))
+    with open(os.path.join(os.fsencode(good), b"b\xff.jsonl"), "wb") as f:
+        f.write(b"kept on disk\n")
+    # A blob damaged on disk: copying it would spread the damage.
+    digest = BlobStore(str(agent_dir / "blobs")).put(b"fine image").hash
+    bad_digest = "0" * 64
+    (agent_dir / "blobs" / bad_digest).write_bytes(b"not what the name says")
+    with fresh_schema() as (server, schema):
+        url = f"{server}{'&' if '?' in server else '?'}schema={schema}"
+        result = run("--store", url, "import-files")
+        assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+        assert "Imported 1 file(s)" in result.stdout and "1 blob(s)" in result.stdout
+        lines = result.stderr.strip().splitlines()
+        assert lines[-1] == "sessiontree: error: 3 path(s) not imported (listed above)"
+        skipped = "\n".join(lines[:-1])
+        assert f"{sessions}/--caf\\xe9--: the name is not UTF-8" in skipped
+        assert "nothing in it copied" in skipped
+        assert f"{good}/b\\xff.jsonl: the name is not UTF-8" in skipped
+        assert f"blobs/{bad_digest}: the content does not match its name" in skipped
+        # Running it again is the same: nothing duplicated, the same paths skipped.
+        again = run("--store", url, "import-files", "--json")
+        assert again.exit_code == 1
+        document = json.loads(again.stdout)
+        assert (document["files"], document["blobs"]) == (1, 1)
+        assert sorted(os.fsencode(s["path"]) for s in document["skipped"]) == sorted(
+            [
+                latin,
+                os.path.join(os.fsencode(good), b"b\xff.jsonl"),
+                os.fsencode(agent_dir / "blobs" / bad_digest),
+            ]
+        )
+        assert "see skipped" in again.stderr
+        listing = as_json("--store", url, "list", "--all")
+        assert [s["path"] for s in listing["sessions"]] == [str(good / "good.jsonl")]
+        exported = tmp_path / "exported"
+        report = as_json("--store", url, "export-files", str(exported))
+        assert (report["files"], report["blobs"], report["skipped"]) == (1, 1, [])
+        assert (exported / "blobs" / digest).read_bytes() == b"fine image"
+        assert not (exported / "blobs" / bad_digest).exists()
+
+
+def test_a_stopped_import_says_what_it_copied_and_a_rerun_finishes(
+    agent_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    first = agent_dir / "sessions" / "--a--"
+    first.mkdir(parents=True)
+    (first / "done.jsonl").write_bytes(_session_bytes("/a"))
+    with fresh_schema() as (server, schema):
+        url = f"{server}{'&' if '?' in server else '?'}schema={schema}"
+        # A live agent holds a session in a later directory: the import stops there.
+        with SessionManager.create("/b", str(agent_dir / "sessions" / "--b--")) as live:
+            live.append_message(user("still typing"))
+            live.append_message(assistant("still answering"))
+            line = error_line(run("--store", url, "import-files"), 1)
+            live_path = live.get_session_file()
+        assert live_path is not None
+        assert f"{live_path}: a writer is active" in line
+        assert "import stopped after copying 1 file(s)" in line and "again" in line
+        assert [s["path"] for s in as_json("--store", url, "list", "--all")["sessions"]] == [
+            str(first / "done.jsonl")
+        ]
+        # The writer is done: running it again finishes the import, nothing twice.
+        report = as_json("--store", url, "import-files")
+        assert (report["files"], report["skipped"]) == (2, [])
+        listing = as_json("--store", url, "list", "--all")["sessions"]
+        assert sorted(s["path"] for s in listing) == sorted([str(first / "done.jsonl"), live_path])
+        exported = tmp_path / "exported"
+        as_json("--store", url, "export-files", str(exported))
+        assert sorted(p.name for p in exported.rglob("*.jsonl")) == sorted(
+            ["done.jsonl", os.path.basename(live_path)]
+        )
+        assert (exported / os.path.relpath(live_path, agent_dir)).read_bytes() == Path(
+            live_path
+        ).read_bytes()

@@ -19,9 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
-from conftest import SHARED_FIXTURES
+from conftest import shared_fixture
 from sessiontree import SessionManager, load_entries_from_file
 from sessiontree.loader import read_session
 from sessiontree.storage import FileSessionStorage
@@ -158,12 +156,9 @@ def test_sigkill_during_full_rewrites_leaves_old_or_new_file(tmp_path: Path) -> 
     assert all(not p.endswith(".jsonl") for p in leftovers)
 
 
-@pytest.mark.skipif(
-    not (SHARED_FIXTURES / "pi-v1-large-session.jsonl").exists(), reason="no shared fixtures"
-)
 def test_sigkill_during_migration_on_open_leaves_v1_or_v3(tmp_path: Path) -> None:
     rng = random.Random(7)
-    original = (SHARED_FIXTURES / "pi-v1-large-session.jsonl").read_bytes()
+    original = shared_fixture("pi-v1-large-session.jsonl").read_bytes()
     count = original.count(b"\n")
     for kill in range(max(10, KILLS // 20)):
         path = tmp_path / f"v1-{kill}.jsonl"

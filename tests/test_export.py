@@ -11,12 +11,13 @@ from typing import Any
 
 import pytest
 
+from conftest import shared_fixture
 from helpers import assistant, user
 from sessiontree import EntryNotFoundError, SessionManager
 from sessiontree.check import check_session
 from sessiontree.export import export_html, export_jsonl, export_markdown, message_text
 
-LARGE_FIXTURE = Path("/work/shared/fixtures/pi-v1-large-session.jsonl")
+LARGE_FIXTURE = "pi-v1-large-session.jsonl"
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8).decode()
 
 
@@ -246,16 +247,15 @@ def test_jsonl_export_is_a_new_valid_session_of_the_path(agent_dir: Path, tmp_pa
 
 
 def test_exports_of_the_large_v1_fixture(tmp_path: Path) -> None:
-    if not LARGE_FIXTURE.exists():
-        pytest.skip("shared fixture absent")
+    fixture = shared_fixture(LARGE_FIXTURE)
     copy = tmp_path / "big.jsonl"
-    shutil.copyfile(LARGE_FIXTURE, copy)
+    shutil.copyfile(fixture, copy)
     with SessionManager.open(str(copy), read_only=True) as sm:
         last = sm.get_branch()[-1]
         md = export_markdown(sm)
         page = export_html(sm)
         data = export_jsonl(sm)
-    assert copy.read_bytes() == LARGE_FIXTURE.read_bytes()
+    assert copy.read_bytes() == fixture.read_bytes()
     text = message_text(last["message"], tools=False).split("\n")[0]
     assert text[:40] in md
     doc = parse(page)

@@ -7,9 +7,7 @@ import shutil
 import time
 from pathlib import Path
 
-import pytest
-
-from conftest import SHARED_FIXTURES
+from conftest import shared_fixture
 from sessiontree import (
     CURRENT_SESSION_VERSION,
     SessionManager,
@@ -18,7 +16,7 @@ from sessiontree import (
     serialize_entry,
 )
 
-V1_FIXTURE = SHARED_FIXTURES / "pi-v1-large-session.jsonl"
+V1_FIXTURE = "pi-v1-large-session.jsonl"
 
 
 def v1_entries() -> list[dict[str, object]]:
@@ -108,11 +106,11 @@ def test_current_version_is_untouched() -> None:
     assert entries[1]["message"] == {"role": "hookMessage"}
 
 
-@pytest.mark.skipif(not V1_FIXTURE.exists(), reason="shared fixtures not present")
 def test_real_v1_file_migrates_and_builds_a_sensible_context(tmp_path: Path) -> None:
+    fixture = shared_fixture(V1_FIXTURE)
     path = tmp_path / "v1.jsonl"
-    shutil.copy(V1_FIXTURE, path)
-    raw_lines = V1_FIXTURE.read_text().splitlines()
+    shutil.copy(fixture, path)
+    raw_lines = fixture.read_text().splitlines()
     started = time.perf_counter()
     sm = SessionManager.open(str(path))
     ctx = sm.build_session_context()
@@ -137,10 +135,9 @@ def test_real_v1_file_migrates_and_builds_a_sensible_context(tmp_path: Path) -> 
     assert elapsed < 30  # sanity only; the figure that matters is in the benchmarks
 
 
-@pytest.mark.skipif(not V1_FIXTURE.exists(), reason="shared fixtures not present")
 def test_read_only_open_does_not_migrate_the_file(tmp_path: Path) -> None:
     path = tmp_path / "v1.jsonl"
-    shutil.copy(V1_FIXTURE, path)
+    shutil.copy(shared_fixture(V1_FIXTURE), path)
     before = path.read_bytes()
     sm = SessionManager.open(str(path), read_only=True)
     assert sm.get_header()["version"] == 3  # type: ignore[index]

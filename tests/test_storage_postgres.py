@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from conftest import require_module
 from pg_support import fresh_schema, pg_storage
 
-psycopg = pytest.importorskip("psycopg")
+psycopg = require_module("psycopg")
 
 
 @pytest.fixture

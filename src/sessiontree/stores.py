@@ -11,16 +11,24 @@
 `import_files` / `export_files` copy `sessions/` (every directory and file, byte
 for byte, mtimes kept) and `blobs/` between an agent dir and any storage. Only
 those two trees move: `history.db`, terminal breadcrumbs and settings (which may
-hold credentials) stay on the host. Lock sidecars and temp files are skipped.
+hold credentials) stay on the host. Lock sidecars and temp files are left out.
+
+A name that is not UTF-8 (a file or directory, with everything in it) is skipped
+and reported: a database key is text, which cannot hold those bytes, and changing
+the name would break the agents' path rules. A blob whose content does not match
+its name is skipped and reported too. A copy that stops (a live writer, a lost
+connection) leaves every file it copied whole; running it again finishes the job,
+replacing those files rather than adding copies.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from collections.abc import Iterator
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
@@ -128,27 +136,62 @@ def _redact(url: str) -> str:
 
 @dataclass(slots=True)
 class TransferReport:
-    """What `import_files` / `export_files` copied."""
+    """What `import_files` / `export_files` copied, and what they skipped.
+
+    Pass one in to read what was copied when the copy stops with an exception.
+    """
 
     dirs: int = 0
     files: int = 0
     bytes: int = 0
     blobs: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    """(path, why) of each file, directory or blob not copied."""
 
 
-def _skipped(name: str) -> bool:
+NOT_UTF8: Final = "the name is not UTF-8, which a database key cannot hold"
+
+
+def _host_local(name: str) -> bool:
     """Host-local leftovers: writer-lock sidecars and temp files of atomic writes."""
     return name.startswith(".") and name.endswith((".writer-lock", ".tmp"))
 
 
-def _walk(storage: SessionStorage, top: str) -> Iterator[tuple[str, list[str]]]:
-    """(directory, files in it) for `top` and every directory below, parents first."""
+def _is_utf8(name: str) -> bool:
+    """Whether a name read from the file system (surrogateescape) was valid UTF-8."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _walk(
+    storage: SessionStorage, top: str, report: TransferReport
+) -> Iterator[tuple[str, list[str]]]:
+    """(directory, files in it) for `top` and every directory below, parents first.
+
+    Names that are not UTF-8 go to `report.skipped` (a directory with all it holds).
+    """
     pending = [top]
     while pending:
         directory = pending.pop()
         names = storage.list_files(directory, "*") + storage.list_files(directory, ".*")
-        yield directory, sorted(p for p in names if not _skipped(os.path.basename(p)))
-        pending.extend(reversed(storage.list_dirs(directory)))
+        files = []
+        for path in sorted(names):
+            name = os.path.basename(path)
+            if not _is_utf8(name):
+                report.skipped.append((path, NOT_UTF8))
+            elif not _host_local(name):
+                files.append(path)
+        yield directory, files
+        subdirs = []
+        for path in storage.list_dirs(directory):
+            if _is_utf8(os.path.basename(path)):
+                subdirs.append(path)
+            else:
+                report.skipped.append((path, NOT_UTF8 + " (a directory: nothing in it copied)"))
+        pending.extend(reversed(subdirs))
 
 
 def _maybe_locked(storage: SessionStorage, path: str) -> bool:
@@ -174,15 +217,18 @@ def _set_mtime(storage: SessionStorage, path: str, mtime_ns: int) -> None:
 
 
 def _copy_trees(
-    source: SessionStorage, src_root: str, target: SessionStorage, dst_root: str
-) -> TransferReport:
-    report = TransferReport()
+    source: SessionStorage,
+    src_root: str,
+    target: SessionStorage,
+    dst_root: str,
+    report: TransferReport,
+) -> None:
     for tree in _TREES:
         top = os.path.join(src_root, tree)
         if not source.exists(top):
             continue
         dirs: list[tuple[str, int]] = []
-        for directory, files in _walk(source, top):
+        for directory, files in _walk(source, top, report):
             rel = os.path.relpath(directory, src_root)
             dst_dir = os.path.join(dst_root, rel)
             target.ensure_dir(dst_dir)
@@ -201,20 +247,26 @@ def _copy_trees(
         # Children first, so creating a child does not move its parent's mtime again.
         for dst_dir, mtime_ns in reversed(dirs):
             _set_mtime(target, dst_dir, mtime_ns)
-    return report
 
 
-def import_files(agent_dir: str | None, storage: SessionStorage) -> TransferReport:
+def import_files(
+    agent_dir: str | None, storage: SessionStorage, report: TransferReport | None = None
+) -> TransferReport:
     """Copy an agent dir's `sessions/` and `blobs/` into `storage`, byte for byte.
 
-    Files already in `storage` at the same paths are replaced; a session being
-    written by a live process raises SessionLockError (import it once it is done).
+    Files already in `storage` at the same paths are replaced, so running it again
+    after it stopped finishes the import without duplicating anything. A session
+    being written by a live process raises SessionLockError (import it once it is
+    done). Names that are not UTF-8 and blobs whose content does not match their
+    name are skipped (`report.skipped`). `report` (new if None) is filled as files
+    are copied, so after an exception it says what was.
     """
+    report = report if report is not None else TransferReport()
     agent_dir = os.path.abspath(agent_dir if agent_dir is not None else get_agent_dir())
     files = FileSessionStorage()
     bulk = getattr(storage, "bulk", None)  # one durability barrier for the whole import
     with bulk() if callable(bulk) else nullcontext():
-        report = _copy_trees(files, agent_dir, storage, _root_of(storage, agent_dir))
+        _copy_trees(files, agent_dir, storage, _root_of(storage, agent_dir), report)
     blob_dir = os.path.join(agent_dir, "blobs")
     if not os.path.isdir(blob_dir):
         return report
@@ -228,12 +280,15 @@ def import_files(agent_dir: str | None, storage: SessionStorage) -> TransferRepo
         if ext is not None:
             sidecars.append((digest, ext))
             continue
-        with open(os.path.join(blob_dir, name), "rb") as f:
+        path = os.path.join(blob_dir, name)
+        with open(path, "rb") as f:
             data = f.read()
-        if target.put(data).hash != digest:
-            raise SessionTreeError(
-                f"{os.path.join(blob_dir, name)}: content does not match its hash"
-            )
+        if hashlib.sha256(data).hexdigest() != digest:
+            # Damaged on disk: copying it would spread the damage, and stopping here
+            # would make the import impossible to finish.
+            report.skipped.append((path, "the content does not match its name (hash)"))
+            continue
+        target.put(data)
         report.blobs += 1
     add_extension = getattr(target, "add_extension", None)
     for digest, ext in sidecars:
@@ -243,11 +298,17 @@ def import_files(agent_dir: str | None, storage: SessionStorage) -> TransferRepo
     return report
 
 
-def export_files(storage: SessionStorage, agent_dir: str | None) -> TransferReport:
-    """Copy `storage`'s `sessions/` and blobs into an agent dir, byte for byte (mtimes too)."""
+def export_files(
+    storage: SessionStorage, agent_dir: str | None, report: TransferReport | None = None
+) -> TransferReport:
+    """Copy `storage`'s `sessions/` and blobs into an agent dir, byte for byte (mtimes too).
+
+    `report` (new if None) is filled as files are copied, as for `import_files`.
+    """
+    report = report if report is not None else TransferReport()
     agent_dir = os.path.abspath(agent_dir if agent_dir is not None else get_agent_dir())
     files = FileSessionStorage()
-    report = _copy_trees(storage, _root_of(storage, agent_dir), files, agent_dir)
+    _copy_trees(storage, _root_of(storage, agent_dir), files, agent_dir, report)
     source = storage.blob_store() if isinstance(storage, BlobBackedStorage) else None
     listing = getattr(source, "list", None)
     if source is None or not callable(listing):

@@ -33,6 +33,7 @@ from .common import (
     console,
     emit_json,
     err_console,
+    error_text,
 )
 from .demo import build_demo_session
 from .render import TreeOptions, preview, render_tree
@@ -45,12 +46,6 @@ def _error(message: str, code: int) -> typer.Exit:
     message = " ".join(part.strip() for part in message.splitlines() if part.strip())
     err_console.print(Text(f"sessiontree: error: {message}"), soft_wrap=True)
     return typer.Exit(code)
-
-
-def _os_error_message(exc: OSError) -> str:
-    if exc.filename and exc.strerror:
-        return f"{exc.filename}: {exc.strerror}"
-    return str(exc) or type(exc).__name__
 
 
 class _Group(TyperGroup):
@@ -68,7 +63,7 @@ class _Group(TyperGroup):
         except OSError as exc:
             if exc.errno == errno.EPIPE:
                 raise  # the reader went away (`| head`): the toolkit exits quietly
-            raise _error(_os_error_message(exc), EXIT_ERROR) from None
+            raise _error(error_text(exc), EXIT_ERROR) from None
 
 
 app = typer.Typer(

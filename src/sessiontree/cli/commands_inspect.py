@@ -134,7 +134,8 @@ def list_command(
         table.add_row(*(Text(cell) for cell in row))
     console.print(table)
     if len(sessions) > len(shown):
-        console.print(f"[dim]{len(sessions) - len(shown)} more; use --limit 0 to show all.[/dim]")
+        more = len(sessions) - len(shown)
+        console.print(Text(f"{more} more; use --limit 0 to show all.", style="dim"))
 
 
 def _usage_table(rows: dict[str, UsageTotals], first: str) -> Table:

@@ -5,7 +5,7 @@ export-files."""
 from __future__ import annotations
 
 import os
-import sys
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -30,8 +30,10 @@ from .common import (
     blob_store_for,
     console,
     current_storage,
+    echo_path,
     emit_json,
     err_console,
+    error_text,
     human_size,
     is_file_store,
     open_read_only,
@@ -40,8 +42,10 @@ from .common import (
     resolve_session,
     select_files,
     stored_session_path,
+    write_document,
 )
 from .common import agent_dir as current_agent_dir
+from .render import terminal_safe
 
 LeafOption = Annotated[
     str | None, typer.Option("--leaf", help="Entry id ending the path (default: the leaf).")
@@ -57,7 +61,7 @@ def resume_command(
     """
     direct = stored_session_path(arg)
     if direct is not None:
-        typer.echo(direct)
+        echo_path(direct)
         return
     try:
         match = resolve_resumable_session(
@@ -73,7 +77,7 @@ def resume_command(
         raise typer.Exit(EXIT_AMBIGUOUS) from None
     if match is None:
         raise CliError(f"no session matches {arg!r}")
-    typer.echo(match.session.path)
+    echo_path(match.session.path)
 
 
 def rename_command(
@@ -109,7 +113,9 @@ def rm_command(
     if not yes:
         extra = f" and {plan.artifacts}{os.sep}" if plan.artifacts else ""
         try:
-            confirmed = typer.confirm(f"Delete {path}{extra}?", default=False, err=True)
+            confirmed = typer.confirm(
+                terminal_safe(f"Delete {path}{extra}?"), default=False, err=True
+            )
         except typer.Abort:
             confirmed = False
         if not confirmed:
@@ -135,7 +141,7 @@ def fork_command(
         path, cwd, storage=current_storage(), blob_store=blob_store_for(path)
     ) as sm:
         new_path = sm.get_session_file()
-    typer.echo(new_path)
+    echo_path(new_path)
 
 
 def extract_command(
@@ -159,7 +165,7 @@ def extract_command(
         )
     with copy:
         new_path = copy.get_session_file()
-    typer.echo(new_path)
+    echo_path(new_path)
 
 
 class ExportFormat(StrEnum):
@@ -189,13 +195,7 @@ def export_command(
         else:
             data = export_jsonl(sm, leaf)
     if output is None or output == "-":
-        sys.stdout.flush()
-        buffer = getattr(sys.stdout, "buffer", None)
-        if buffer is not None:
-            buffer.write(data)
-            buffer.flush()
-        else:
-            sys.stdout.write(data.decode("utf-8"))
+        write_document(data)
         return
     target = os.path.abspath(os.path.expanduser(output))
     if os.path.isdir(target):
@@ -294,7 +294,36 @@ def _transfer_json(agent: str, report: TransferReport) -> dict[str, Any]:
         "files": report.files,
         "bytes": report.bytes,
         "blobs": report.blobs,
+        "skipped": [{"path": path, "reason": why} for path, why in report.skipped],
     }
+
+
+def _transfer(verb: str, copy: Callable[[TransferReport], object]) -> TransferReport:
+    """Run a copy; when it stops, say what it had copied (running it again finishes it)."""
+    report = TransferReport()
+    try:
+        copy(report)
+    except BaseException as exc:
+        stopped = (
+            f"{verb} stopped after copying {_transfer_text(report)}; running it again "
+            "finishes it (copied files are replaced, not duplicated)"
+        )
+        if isinstance(exc, (SessionTreeError, OSError)):
+            raise CliError(f"{error_text(exc)}; {stopped}") from None
+        err_console.print(Text(f"sessiontree: {stopped}"), soft_wrap=True)
+        raise
+    return report
+
+
+def _report_skipped(verb: str, report: TransferReport, as_json: bool) -> None:
+    """Exit 1 when a path was not copied, naming each on stderr (in the JSON with --json)."""
+    if not report.skipped:
+        return
+    if as_json:
+        raise CliError(f"{len(report.skipped)} path(s) not {verb} (see skipped)")
+    for path, why in report.skipped:
+        err_console.print(Text(f"sessiontree: skipped {path}: {why}"), soft_wrap=True)
+    raise CliError(f"{len(report.skipped)} path(s) not {verb} (listed above)")
 
 
 def _transfer_text(report: TransferReport) -> str:
@@ -318,21 +347,23 @@ def import_files_command(
     """Copy an agent dir's sessions/ and blobs/ into the --store database, byte for byte.
 
     Files already in the database at the same paths are replaced; a session that a
-    live agent is writing stops the import (retry once it is done). Prompt history,
-    breadcrumbs and settings stay on this host.
+    live agent is writing stops the import (retry once it is done). Names that are
+    not UTF-8 are skipped and listed (exit 1). Prompt history, breadcrumbs and
+    settings stay on this host.
     """
     storage = _database_store("import-files")
     agent = os.path.abspath(os.path.expanduser(source)) if source else current_agent_dir()
     if not os.path.isdir(agent):
         raise CliError(f"{source or agent}: no such directory")
-    report = import_files(agent, storage)
+    report = _transfer("import", lambda report: import_files(agent, storage, report))
     if as_json:
         emit_json(_transfer_json(agent, report))
-        return
-    console.print(
-        Text(f"Imported {_transfer_text(report)} from {agent} into {_store_name(storage)}"),
-        soft_wrap=True,
-    )
+    else:
+        console.print(
+            Text(f"Imported {_transfer_text(report)} from {agent} into {_store_name(storage)}"),
+            soft_wrap=True,
+        )
+    _report_skipped("imported", report, as_json)
 
 
 def export_files_command(
@@ -355,14 +386,15 @@ def export_files_command(
     agent = os.path.abspath(os.path.expanduser(target))
     if os.path.exists(agent) and not os.path.isdir(agent):
         raise CliError(f"{target}: is not a directory")
-    report = export_files(storage, agent)
+    report = _transfer("export", lambda report: export_files(storage, agent, report))
     if as_json:
         emit_json(_transfer_json(agent, report))
-        return
-    console.print(
-        Text(f"Exported {_transfer_text(report)} from {_store_name(storage)} to {agent}"),
-        soft_wrap=True,
-    )
+    else:
+        console.print(
+            Text(f"Exported {_transfer_text(report)} from {_store_name(storage)} to {agent}"),
+            soft_wrap=True,
+        )
+    _report_skipped("exported", report, as_json)
 
 
 def register(app: typer.Typer) -> None:

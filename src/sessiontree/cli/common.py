@@ -1,6 +1,11 @@
 """Shared CLI plumbing: consoles, errors and exit codes, JSON output, the store,
 session lookup, progress.
 
+Everything printed for people goes through `console` / `err_console`, whose
+every segment of text passes `render.terminal_safe` on its way out: session
+text (titles, previews, labels, paths, cwds) cannot drive the terminal, and
+markup in it is never interpreted. `--json` output bypasses them, unchanged.
+
 Exit codes: 0 success, 1 error (unknown session, unreadable file, problems
 found by `verify`), 2 usage error (typer's), 3 ambiguous session prefix.
 
@@ -11,15 +16,18 @@ without one it is the agent dir's files, as always.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderableType
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+from rich.segment import Segment
+from rich.text import Text
 
 from ..blobs import BlobStore
 from ..check import blob_dir_for, glob_escape
@@ -32,6 +40,7 @@ from ..paths import get_agent_dir
 from ..storage.base import SessionStorage
 from ..storage.file import FileSessionStorage
 from ..stores import close_store, open_store
+from .render import terminal_safe, terminal_safe_text
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -41,8 +50,37 @@ EXIT_AMBIGUOUS = 3
 SCHEMA_VERSION = 1
 """`schemaVersion` of every `--json` document this CLI prints."""
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+
+class _TerminalConsole(Console):
+    """A console whose output cannot drive the terminal: the one choke point.
+
+    Every renderable passes `render` (tables and trees render each cell through
+    it): text and strings are made terminal-safe there, before they are laid out,
+    so wrapping counts the escapes; and every segment of text that comes out is
+    passed through `terminal_safe` again, whatever produced it. Control segments
+    are the console's own (progress bars' cursor moves) and pass. Markup and emoji
+    codes are off, so a `str` prints as typed, too.
+    """
+
+    def __init__(self, *, stderr: bool = False) -> None:
+        super().__init__(stderr=stderr, highlight=False, markup=False, emoji=False)
+
+    def render(
+        self, renderable: RenderableType, options: ConsoleOptions | None = None
+    ) -> Iterable[Segment]:
+        if isinstance(renderable, str):
+            renderable = terminal_safe(renderable)
+        elif isinstance(renderable, Text):
+            renderable = terminal_safe_text(renderable)
+        for segment in super().render(renderable, options):
+            if segment.control or not segment.text:
+                yield segment
+            else:
+                yield Segment(terminal_safe(segment.text), segment.style)
+
+
+console: Console = _TerminalConsole()
+err_console: Console = _TerminalConsole(stderr=True)
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (see README) instead.")]
 SessionArg = Annotated[
@@ -61,6 +99,13 @@ class CliError(Exception):
         super().__init__(message)
         self.message = message
         self.code = code
+
+
+def error_text(exc: BaseException) -> str:
+    """An exception as one line for people: `path: reason` for an OSError."""
+    if isinstance(exc, OSError) and exc.filename and exc.strerror:
+        return f"{exc.filename}: {exc.strerror}"
+    return str(exc) or type(exc).__name__
 
 
 def agent_dir() -> str:
@@ -95,12 +140,28 @@ class _Invocation:
 _invocation: _Invocation | None = None
 
 
+class _LogToConsole(logging.Handler):
+    """The library's warnings (a bad blob reference, a failed save) as `sessiontree:
+    warning: ...` lines on `err_console`, so they are made terminal-safe like the rest."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = f"sessiontree: {record.levelname.lower()}: {record.getMessage()}"
+            err_console.print(Text(message), soft_wrap=True)
+        except Exception:  # a logging handler must not raise
+            self.handleError(record)
+
+
 def begin_invocation(ctx: typer.Context, url: str | None) -> None:
     """Use the database at `url` (`--store`; None: the files) until the command ends."""
     global _invocation
     invocation = _Invocation(url)
     _invocation = invocation
     ctx.call_on_close(invocation.close)
+    logger = logging.getLogger("sessiontree")
+    handler = _LogToConsole(logging.WARNING)
+    logger.addHandler(handler)
+    ctx.call_on_close(lambda: logger.removeHandler(handler))
 
 
 def current_storage() -> SessionStorage:
@@ -132,6 +193,37 @@ def emit_json(payload: dict[str, Any]) -> None:
     document = {"schemaVersion": SCHEMA_VERSION, **payload}
     sys.stdout.write(serialize_entry(document) + "\n")
     sys.stdout.flush()
+
+
+def stdout_is_terminal() -> bool:
+    """Whether stdout is a terminal (people read it) rather than a pipe or file."""
+    isatty = getattr(sys.stdout, "isatty", None)
+    return bool(callable(isatty) and isatty())
+
+
+def _write_stdout(data: bytes) -> None:
+    sys.stdout.flush()
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is not None:
+        buffer.write(data)
+        buffer.flush()
+    else:
+        sys.stdout.write(data.decode("utf-8", "surrogateescape"))
+        sys.stdout.flush()
+
+
+def write_document(data: bytes) -> None:
+    """Write an export (Markdown, HTML, JSONL) on stdout: its exact bytes into a pipe or
+    file; on a terminal, made terminal-safe (as `ls` escapes names only for a terminal)."""
+    if stdout_is_terminal():
+        data = terminal_safe(data.decode("utf-8", "surrogateescape")).encode("utf-8")
+    _write_stdout(data)
+
+
+def echo_path(path: str | None) -> None:
+    """Print a path for scripts (`resume`, `fork`, `extract`): its exact bytes into a pipe
+    (a non-UTF-8 name too), made terminal-safe on a terminal."""
+    write_document(os.fsencode(path or "") + b"\n")
 
 
 def _looks_like_path(arg: str) -> bool:

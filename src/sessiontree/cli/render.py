@@ -1,4 +1,5 @@
-"""Rendering for people: entry previews, the session tree, relative times.
+"""Rendering for people: entry previews, the session tree, relative times, and
+`terminal_safe`, which every character printed for people passes through.
 
 All text that comes from a session goes into `rich.text.Text` objects, never
 into markup strings, so `[bold]` typed by a user is printed as typed.
@@ -6,18 +7,73 @@ into markup strings, so `[bold]` typed by a user is printed as typed.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from rich.text import Text
+from rich.text import Span, Text
 from rich.tree import Tree
 
 from ..export import entry_preview
 from ..manager import SessionManager
 from ..tree import SessionTreeNode
 
-__all__ = ["TreeOptions", "preview", "render_tree", "time_ago"]
+__all__ = [
+    "TreeOptions",
+    "preview",
+    "render_tree",
+    "terminal_safe",
+    "terminal_safe_text",
+    "time_ago",
+]
+
+# What a terminal would act on instead of showing: C0 controls but tab and newline
+# (ESC starts CSI/OSC sequences: cursor moves, OSC 52 clipboard writes), DEL, the C1
+# controls (U+009B is a one-character CSI on some terminals), the bidi embeddings,
+# overrides and isolates that reorder what is shown ("Trojan Source"), and lone
+# surrogates, which cannot be encoded for output at all (a non-UTF-8 file name
+# decoded with surrogateescape, or a `\ud83d` escape in session JSON).
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape's stand-in for the undecodable byte
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with nothing a terminal would act on: every control character (tab and
+    newline excepted), bidi override and lone surrogate shown as a visible escape
+    (`\\x1b`, `\\x9b`, `\\u202e`; `\\xe9` for an undecodable file-name byte).
+
+    CRLF becomes a newline first, so Windows line endings read as lines.
+    """
+    if _UNSAFE.search(text) is None:
+        return text
+    return _UNSAFE.sub(_escape, text.replace("\r\n", "\n"))
+
+
+def terminal_safe_text(text: Text) -> Text:
+    """A rich Text made terminal-safe, its styles kept (an escape takes its character's).
+
+    Done before the text is laid out, so wrapping and cropping count the escapes.
+    """
+    plain = text.plain
+    if _UNSAFE.search(plain) is None:
+        return text
+    cuts = sorted({i for m in _UNSAFE.finditer(plain) for i in (m.start(), m.end())})
+    out = text.blank_copy()
+    for piece in text.divide(cuts):
+        if _UNSAFE.fullmatch(piece.plain):
+            shown = terminal_safe(piece.plain)
+            spans = [Span(0, len(shown), span.style) for span in piece.spans]
+            piece = Text(shown, style=piece.style, spans=spans)
+        out.append_text(piece)
+    return out
+
 
 COLLAPSE_AFTER = 12
 """Linear runs longer than this are shortened unless `--full`."""
