@@ -11,6 +11,7 @@ after the pool's 30 s timeout.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -232,17 +233,20 @@ def test_a_down_server_rescue_copy_is_a_local_file(
     server: PrivateServer, storage: PostgresSessionStorage, agent_dir: Path
 ) -> None:
     sm = live_session(storage, agent_dir)
+    for i in range(2):
+        sm.append_message(msg("user", f"unflushed {i}"))
     server.halt()
     try:
         with pytest.raises((SessionPersistenceError, SessionLockError)) as info:
-            sm.append_message(msg("assistant", "only in memory"))
+            sm.append_message(msg("assistant", "refused"))
     finally:
         server.resume()
-    text = str(info.value)
-    assert "saved to " in text
-    saved = text.rsplit("saved to ", 1)[1].strip()
-    assert Path(saved).is_file()
-    assert "only in memory" in Path(saved).read_text()
+    saved = Path(_saved_copy(info.value))
+    assert saved.is_file()  # a local file: the store was down
+    kept = {json.loads(line).get("id") for line in saved.read_text().splitlines()}
+    assert {e["id"] for e in sm.get_entries()} <= kept  # the whole in-memory session
+    with pytest.raises((SessionPersistenceError, SessionLockError)):
+        sm.close()
 
 
 # -- cut connections: a commit the client never heard of -------------------------------------
@@ -420,6 +424,8 @@ def test_a_crash_losing_unflushed_appends_loses_nothing_of_the_live_session(
         with SessionManager.open(path, storage=storage, read_only=True) as stored:
             on_file = stored.get_entries()
         assert on_file == sm.get_entries()[: len(on_file)]  # a prefix: no hole, no stray line
+        with pytest.raises(type(exc)):
+            sm.close()  # the error stays
     else:  # the crash happened to lose nothing
         assert_all_stored(storage, sm)
         sm.close()
