@@ -394,6 +394,22 @@ def test_fsync_is_durable_across_a_crash(
         assert fresh.read_text(path) == "".join(lines)
 
 
+def test_a_bulk_import_is_durable_across_a_crash(
+    server: PrivateServer, schema: str, agent_dir: Path
+) -> None:
+    """Regression, as above: `bulk()` commits its files asynchronously and ends with
+    the same barrier, which did not flush them."""
+    paths = [str(agent_dir / f"{i}.jsonl") for i in range(5)]
+    with _open(server.url, agent_dir, schema=schema) as store:
+        store.ensure_dir(str(agent_dir))
+        with store.bulk():
+            for path in paths:
+                store.write_atomic(path, [HEADER.encode()])
+        server.restart("immediate")
+    with _open(server.url, agent_dir, schema=schema) as fresh:
+        assert [fresh.read_text(path) for path in paths] == [HEADER] * len(paths)
+
+
 def _saved_copy(error: BaseException) -> str:
     saved = getattr(error, "saved_to", None)
     if saved:
