@@ -195,8 +195,12 @@ def test_killed_writer_releases_its_lock_and_keeps_every_flushed_entry(
         assert text.endswith("\n") and text.count("\n") == len(entries) + 2
 
 
-def test_a_dropped_lock_connection_stops_the_writer(store: tuple[str, str], tmp_path: Path) -> None:
-    """If the server drops the lock's connection, the lock is gone: stop writing."""
+def test_a_dropped_lock_taken_by_another_stops_the_writer(
+    store: tuple[str, str], tmp_path: Path
+) -> None:
+    """If the server drops the lock's connection and another writer takes the lock in
+    the gap, the lock is gone for good: stop writing. (Re-taking a lock no one took
+    is in test_postgres_restart.py.)"""
     import psycopg
 
     from sessiontree import SessionLockError, SessionManager
@@ -214,9 +218,14 @@ def test_a_dropped_lock_connection_stops_the_writer(store: tuple[str, str], tmp_
                 "WHERE application_name LIKE %s",
                 (me + "%",),
             )
-        time.sleep(_GAP_SECONDS + 0.1)
-        with pytest.raises(SessionLockError) as info:
-            sm.append_message({"role": "user", "content": "after", "timestamp": 2})
-        assert "writer lock lost" in str(info.value)
-        with pytest.raises(SessionLockError):
-            sm.close()
+        other = storage.acquire_lock(sm.get_session_file() or "")  # its own connection
+        try:
+            time.sleep(_GAP_SECONDS + 0.1)
+            with pytest.raises(SessionLockError) as info:
+                sm.append_message({"role": "user", "content": "after", "timestamp": 2})
+            assert "writer lock lost" in str(info.value)
+            assert "being written by sessiontree pid" in str(info.value)
+            with pytest.raises(SessionLockError):
+                sm.close()
+        finally:
+            other.release()

@@ -34,6 +34,31 @@ synchronously. `durable_appends=True` makes every append synchronous.
 One writer per session across hosts: `acquire_lock(path)` takes a session-level
 advisory lock on a dedicated connection, so PostgreSQL releases it when the
 holder's process or host dies.
+
+Lost connections (a server restart, a killed backend, a failover): pooled
+connections are checked on checkout, and an operation whose connection dies
+under it runs once more on a fresh one when running it twice cannot do harm:
+
+- reads, `ensure_dir`, `set_mtime`, `remove_tree`, `open_writer`, blob puts
+  (content-addressed) are idempotent and simply run again;
+- an append knows the byte offset it expects to land at (the writer tracks the
+  file's size); the retry first looks for its own bytes in the row at (file id,
+  offset) and appends only when they are not there, so a commit that did happen
+  is never duplicated and one that did not is never lost (with one writer per
+  file, as the session lock ensures: another writer's appends move the end);
+- `write_atomic`, `rename` and `unlink` are one transaction each. A failure
+  before COMMIT was sent rolled it back: run it again (`write_atomic` only when
+  its chunks can be replayed: a sequence, or an iterator nothing was drawn
+  from). A failure during COMMIT is ambiguous: the retry asks the database
+  whether the transaction's effect is there (the new file row exists, the moved
+  row has its new key, the removed row is gone) and runs it again only if not.
+
+A server that is down fails an operation with OSError (EIO) in about a second
+(`_POOL_PATIENCE`, then a direct connection attempt that is refused), not after
+the pool's `timeout`; an unreachable host within `connect_timeout` (default 5 s)
+more. A writer whose server lost appends it had committed asynchronously (a
+server crash before its WAL reached disk) fails with OSError at its next append
+or `fsync()` instead of writing after the hole.
 """
 
 from __future__ import annotations
@@ -41,15 +66,17 @@ from __future__ import annotations
 import builtins
 import errno
 import hashlib
+import logging
 import os
 import posixpath
 import re
 import secrets
 import socket
-from collections.abc import Iterable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from sessiontree._closing import ClosesOnExit, WriterState
 from sessiontree.blobs import (
@@ -76,6 +103,7 @@ try:
     import psycopg
     from psycopg import errors as pg_errors
     from psycopg import sql
+    from psycopg.conninfo import conninfo_to_dict
     from psycopg_pool import ConnectionPool, PoolTimeout
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise BackendUnavailableError(
@@ -94,12 +122,23 @@ __all__ = [
     "validate_schema_name",
 ]
 
+_log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SCHEMA_RE: Final = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _BOM: Final = b"\xef\xbb\xbf"
 _READ_BATCH: Final = 4 << 20  # bytes of content fetched per round trip when streaming
 # Server time in ns (microsecond resolution): every host agrees on one clock.
 _NOW_NS: Final = "((floor(extract(epoch FROM clock_timestamp()) * 1000000))::bigint * 1000)"
+# Seconds an operation waits for a pooled connection before it asks the server
+# directly whether it is up at all: a down server fails fast instead of after the
+# pool's `timeout` (which stays the limit for a pool that is merely busy).
+_POOL_PATIENCE: Final = 1.0
+# Defaults for the storage's own connections, unless the conninfo sets them: give up
+# connecting to an unreachable host after 5 s, and on a host that stops acknowledging
+# what we send after 10 s (instead of TCP's ~15 minutes of retransmissions).
+_NET_DEFAULTS: Final[dict[str, Any]] = {"connect_timeout": 5, "tcp_user_timeout": 10_000}
 
 
 class PostgresStoreError(SessionTreeError):
@@ -350,6 +389,82 @@ def _io(path: str) -> Iterator[None]:
         raise OSError(errno.EIO, f"PostgreSQL: {exc}".strip(), path) from exc
 
 
+class _Try:
+    """One attempt at an operation: whether it sent COMMIT, whether its connection died."""
+
+    __slots__ = ("committing", "dead", "error")
+
+    def __init__(self) -> None:
+        self.committing = False
+        self.dead = False
+        self.error: BaseException | None = None
+
+    @contextmanager
+    def on(self, conn: psycopg.Connection[Any]) -> Iterator[psycopg.Connection[Any]]:
+        """Run the attempt on `conn`, noting whether a failure came with `conn` dying
+        (judged at once: returned to the pool or closed, it no longer says)."""
+        try:
+            yield conn
+        except psycopg.Error:
+            self.dead = conn.broken
+            raise
+
+    def lost(self, exc: BaseException) -> bool:
+        """Whether `exc` is the connection dying (restart, killed backend), as opposed
+        to an error of the statement on a live connection."""
+        return isinstance(exc, psycopg.OperationalError) and self.dead
+
+
+@contextmanager
+def _tx(conn: psycopg.Connection[Any], attempt: _Try) -> Iterator[None]:
+    """A transaction that records, in `attempt`, when its body is done and COMMIT goes
+    out: a failure after that point is ambiguous (the commit may have happened)."""
+    with conn.transaction():
+        yield
+        attempt.committing = True
+
+
+class _Replayable:
+    """`chunks`, remembering whether any was drawn: a one-shot iterator can be
+    written again only if nothing was."""
+
+    __slots__ = ("_chunks", "drawn")
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = chunks
+        self.drawn = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        for chunk in self._chunks:
+            self.drawn = True
+            yield chunk
+
+    @property
+    def replayable(self) -> bool:
+        return not self.drawn or isinstance(self._chunks, (list, tuple))
+
+
+def _shrunk(path: str, size: int, expected: int) -> OSError:
+    return OSError(
+        errno.EIO,
+        f"the stored file has {size} bytes, fewer than the {expected} this writer wrote: "
+        "PostgreSQL lost committed appends (a server crash before they reached its WAL on "
+        "disk), or another writer truncated it",
+        path,
+    )
+
+
+def _net_kwargs(conninfo: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`kwargs` plus `_NET_DEFAULTS` for what neither the conninfo nor `kwargs` set."""
+    try:
+        given = set(conninfo_to_dict(conninfo)) | set(kwargs)
+    except psycopg.Error:  # unparsable: libpq will say so when connecting
+        given = set(kwargs)
+    if psycopg.pq.version() < 120000:  # libpq before 12 knows no tcp_user_timeout
+        given.add("tcp_user_timeout")
+    return {k: v for k, v in _NET_DEFAULTS.items() if k not in given} | kwargs
+
+
 def _stat(node_id: int, size: int, mtime_ns: int) -> StorageStat:
     return StorageStat(
         size=size,
@@ -418,9 +533,13 @@ class _Sql:
             "created = NULL, message_count = 0, first_message = NULL, "
             "last_activity_ms = NULL WHERE id = %s"
         )
-        self.writer_state = q("SELECT meta_state, ends_with_newline FROM {s}.nodes WHERE id = %s")
+        self.writer_state = q(
+            "SELECT meta_state, ends_with_newline, size FROM {s}.nodes WHERE id = %s"
+        )
         # One statement per append: bump the file's size and metadata, insert the
         # line at the old size. `set_config(..., true)` makes this commit asynchronous.
+        # Nothing happens when the file is gone or shorter than the writer knows it
+        # (`off`: the writer's end of file), so a line never lands after a hole.
         self.append = q(
             "WITH f AS (UPDATE {s}.nodes SET size = size + %(n)s, "
             "line_count = line_count + %(nl)s, ends_with_newline = %(ends)s, "
@@ -430,11 +549,15 @@ class _Sql:
             "session_name = CASE WHEN %(name_set)s THEN %(name)s ELSE session_name END, "
             "short_summary = coalesce(%(short)s, short_summary), "
             "last_activity_ms = greatest(last_activity_ms, %(act)s) "
-            "WHERE id = %(id)s RETURNING size - %(n)s AS off), "
+            "WHERE id = %(id)s AND size >= %(off)s RETURNING size - %(n)s AS off), "
             "c AS (SELECT set_config('synchronous_commit', %(sync)s, true)) "
             "INSERT INTO {s}.lines (file_id, off, data, msg_text) "
-            "SELECT %(id)s, f.off, %(data)s, %(text)s FROM f, c"
+            "SELECT %(id)s, f.off, %(data)s, %(text)s FROM f, c RETURNING off"
         )
+        self.file_size = q("SELECT size FROM {s}.nodes WHERE id = %s")
+        self.key_of = q("SELECT key FROM {s}.nodes WHERE id = %s")
+        # Did an append whose commit went unconfirmed land? Its bytes at its offset.
+        self.line_at = q("SELECT 1 FROM {s}.lines WHERE file_id = %s AND off = %s AND data = %s")
         self.lock_file_row = q(
             "SELECT size, line_count, meta_state, slot, slot_title, title_source "
             "FROM {s}.nodes WHERE id = %s FOR UPDATE"
@@ -453,8 +576,19 @@ class _Sql:
         self.insert_line = q(
             "INSERT INTO {s}.lines (file_id, off, data, msg_text) VALUES (%s, %s, %s, %s)"
         )
+        # The durability barrier: a synchronous commit of a transaction that wrote WAL
+        # flushes the WAL up to its commit record, past every earlier (asynchronous)
+        # commit. It must write: PostgreSQL commits a transaction that wrote no WAL
+        # asynchronously whatever synchronous_commit says (an xid alone is not enough).
+        # So it rewrites one row unchanged: the writer's file row (returning its size),
+        # or the root's after a bulk import.
         self.barrier = q(
-            "SELECT set_config('synchronous_commit', 'on', true), txid_current() IS NOT NULL"
+            "WITH c AS (SELECT set_config('synchronous_commit', 'on', true)) "
+            "UPDATE {s}.nodes SET mtime_ns = mtime_ns FROM c WHERE key = ''"
+        )
+        self.writer_barrier = q(
+            "WITH c AS (SELECT set_config('synchronous_commit', 'on', true)) "
+            "UPDATE {s}.nodes SET size = size FROM c WHERE id = %s RETURNING size"
         )
         self.all_data = q(
             "SELECT n.is_dir, l.data FROM {s}.nodes n LEFT JOIN {s}.lines l "
@@ -580,7 +714,9 @@ class PostgresSessionStorage(ClosesOnExit):
             `fsync()`/`SessionManager.flush()` is the durability barrier).
         min_size, max_size, timeout: the owned pool's size and wait limit. A
             session being loaded or fully rewritten holds one connection while
-            blobs use another, so keep `max_size >= 2`.
+            blobs use another, so keep `max_size >= 2`. The owned pool checks a
+            connection before handing it out; when it has none within a second,
+            the server is asked directly (see the module docs on lost connections).
 
     Example::
 
@@ -608,18 +744,20 @@ class PostgresSessionStorage(ClosesOnExit):
         self._blobs: PostgresBlobStore | None = None
         self._closed = False
         self._bulk = 0
+        self._busy = 0  # connections of the owned pool checked out right now
+        self._busy_lock = threading.Lock()
         if isinstance(conninfo, ConnectionPool):
             self._pool = conninfo
             self._own_pool = False
             info, kwargs = conninfo.conninfo, conninfo.kwargs
             # psycopg_pool also accepts callables producing them (rotating credentials).
             self._conninfo: str = info() if callable(info) else info
-            self._connect_kwargs: dict[str, Any] = dict(
-                (kwargs() if callable(kwargs) else kwargs) or {}
+            self._connect_kwargs: dict[str, Any] = _net_kwargs(
+                self._conninfo, dict((kwargs() if callable(kwargs) else kwargs) or {})
             )
         else:
             self._conninfo = conninfo
-            self._connect_kwargs = {}
+            self._connect_kwargs = _net_kwargs(conninfo, {})
             # Fail fast with libpq's own message (refused, bad password...), not a pool timeout.
             try:
                 probe = psycopg.connect(conninfo, autocommit=True, connect_timeout=10)
@@ -636,7 +774,8 @@ class PostgresSessionStorage(ClosesOnExit):
                 min_size=min_size,
                 max_size=max_size,
                 timeout=timeout,
-                kwargs={"autocommit": True},
+                kwargs={"autocommit": True, **self._connect_kwargs},
+                check=self._check_pooled,
                 name=f"sessiontree-{self.schema}",
                 open=True,
             )
@@ -669,8 +808,7 @@ class PostgresSessionStorage(ClosesOnExit):
         finally:
             self._bulk -= 1
             if not self._bulk:
-                with _io(self.root), self._conn() as conn:
-                    conn.execute(self._sql.barrier)
+                self._run(self.root, lambda conn, _: conn.execute(self._sql.barrier))
 
     def migrate(self) -> int:
         """Create the schema and apply pending migrations; returns the schema version."""
@@ -736,10 +874,99 @@ class PostgresSessionStorage(ClosesOnExit):
         ).digest()
         return int.from_bytes(digest, "big", signed=True)
 
-    def _conn(self) -> Any:
+    # -- connections ---------------------------------------------------------------------------
+
+    def _check_pooled(self, conn: psycopg.Connection[Any]) -> None:
+        """The owned pool's checkout check (`ConnectionPool.check_connection`)."""
+        try:
+            ConnectionPool.check_connection(conn)
+        except psycopg.Error:
+            # One dead connection usually means every idle one died with it (a restart):
+            # drop them all now, not one per checkout with the pool's backoff sleep
+            # (0 s, 1 s, 2 s...) in between.
+            self._purge_idle()
+            raise
+
+    def _purge_idle(self) -> None:
+        """Replace the pool's dead idle connections (best effort)."""
+        try:
+            self._pool.check()
+        except Exception as exc:  # a closed pool, or the server gone again
+            _log.debug("checking the pool's connections failed: %s", exc)
+
+    @contextmanager
+    def _conn(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection for one operation: the pool's, or, when the pool has none for
+        `_POOL_PATIENCE` seconds, maybe one straight from the server (`_past_pool`)."""
         if self._closed:
             raise ValueError("PostgresSessionStorage is closed")
-        return self._pool.connection()
+        pool = self._pool
+        patience = min(_POOL_PATIENCE, pool.timeout)
+        try:
+            conn = pool.getconn(patience)
+        except PoolTimeout:
+            direct = self._past_pool()
+            if direct is not None:
+                with direct:
+                    yield direct
+                return
+            conn = pool.getconn(max(0.0, pool.timeout - patience))
+        with self._busy_lock:
+            self._busy += 1
+        try:
+            with conn:
+                yield conn
+        finally:
+            with self._busy_lock:
+                self._busy -= 1
+            pool.putconn(conn)
+
+    def _past_pool(self) -> psycopg.Connection[Any] | None:
+        """The pool kept us waiting: is the server there at all?
+
+        Unreachable: the connection error, at once (a down server refuses within
+        milliseconds). Reachable while the owned pool is not busy with our own work:
+        the pool is reconnecting after an outage (with its backoff delays), so this
+        direct connection serves the operation. Otherwise None: wait for the pool.
+        """
+        try:
+            conn = psycopg.connect(self._conninfo, **{**self._connect_kwargs, "autocommit": True})
+        except psycopg.OperationalError as exc:
+            if exc.sqlstate == "53300" or "too many clients" in str(exc):  # up, but full
+                return None
+            raise
+        with self._busy_lock:
+            idle_pool = self._own_pool and self._busy < self._pool.max_size
+        if idle_pool:
+            return conn
+        conn.close()
+        return None
+
+    def _run(
+        self,
+        path: str,
+        op: Callable[[psycopg.Connection[Any], _Try], _T],
+        again: Callable[[psycopg.Connection[Any], _Try], _T] | None = None,
+    ) -> _T:
+        """`op` on a connection; if that connection dies under it, once more on a fresh one.
+
+        `again(conn, first)` runs instead of `op` the second time, with the first
+        attempt (whether it reached COMMIT, its error) to decide what is left to do;
+        without it, `op` must be idempotent. Errors become OSErrors naming `path`.
+        """
+        with _io(path):
+            first = _Try()
+            try:
+                with self._conn() as pooled, first.on(pooled) as conn:
+                    return op(conn, first)
+            except psycopg.Error as exc:
+                if not first.lost(exc):
+                    raise
+                first.error = exc
+                _log.info("%s: PostgreSQL connection lost (%s); trying again", path, exc)
+            self._purge_idle()
+            with self._conn() as conn:
+                return (again or op)(conn, first if again else _Try())
 
     def _node(self, conn: psycopg.Connection[Any], key: str) -> tuple[int, bool, int, int] | None:
         row = conn.execute(self._sql.node, (key,)).fetchone()
@@ -773,7 +1000,8 @@ class PostgresSessionStorage(ClosesOnExit):
             return
         parts = key.split("/")
         chain = ["/".join(parts[: i + 1]) for i in range(len(parts))]
-        with _io(path), self._conn() as conn:
+
+        def op(conn: psycopg.Connection[Any], _: _Try) -> None:
             for attempt in range(2):
                 kinds = dict(conn.execute(self._sql.node_kinds, (chain,)).fetchall())
                 for k in chain:
@@ -787,11 +1015,14 @@ class PostgresSessionStorage(ClosesOnExit):
                 conn.execute(self._sql.make_dirs, (missing, parents, names))
                 # A second pass catches a file another host created at the same key.
 
+        self._run(path, op)
+
     def exists(self, path: str) -> bool:
         """Whether a file or directory exists at `path`."""
         key = self.key_for(path)
-        with _io(path), self._conn() as conn:
-            return conn.execute(self._sql.exists, (key,)).fetchone() is not None
+        return self._run(
+            path, lambda conn, _: conn.execute(self._sql.exists, (key,)).fetchone() is not None
+        )
 
     def write_text(self, path: str, content: str) -> None:
         """Atomically replace `path` with `content` (UTF-8)."""
@@ -800,8 +1031,7 @@ class PostgresSessionStorage(ClosesOnExit):
     def stat(self, path: str) -> StorageStat:
         """Size, mtime (server clock) and ino (the file's row id; new on every rewrite)."""
         key = self.key_for(path)
-        with _io(path), self._conn() as conn:
-            node = self._node(conn, key)
+        node = self._run(path, lambda conn, _: self._node(conn, key))
         if node is None:
             raise _oserror(FileNotFoundError, errno.ENOENT, path)
         node_id, is_dir, size, mtime_ns = node
@@ -809,8 +1039,9 @@ class PostgresSessionStorage(ClosesOnExit):
 
     def _children(self, dir: str, is_dir: bool) -> list[str]:
         key = self.key_for(dir)
-        with _io(dir), self._conn() as conn:
-            rows = conn.execute(self._sql.children, (key, is_dir)).fetchall()
+        rows = self._run(
+            dir, lambda conn, _: conn.execute(self._sql.children, (key, is_dir)).fetchall()
+        )
         return sorted(str(r[0]) for r in rows)
 
     def list_files(self, dir: str, pattern: str) -> list[str]:
@@ -821,8 +1052,12 @@ class PostgresSessionStorage(ClosesOnExit):
     def read_text(self, path: str) -> str:
         """The whole file as text (invalid UTF-8 becomes U+FFFD)."""
         key = self.key_for(path)
-        with _io(path), self._conn() as conn, conn.cursor(binary=True) as cur:
-            rows = cur.execute(self._sql.all_data, (key,)).fetchall()
+
+        def op(conn: psycopg.Connection[Any], _: _Try) -> list[tuple[Any, ...]]:
+            with conn.cursor(binary=True) as cur:
+                return cur.execute(self._sql.all_data, (key,)).fetchall()
+
+        rows = self._run(path, op)
         if not rows:
             raise _oserror(FileNotFoundError, errno.ENOENT, path)
         if rows[0][0]:
@@ -837,56 +1072,97 @@ class PostgresSessionStorage(ClosesOnExit):
         """Move a file or directory in one transaction, replacing a file at `new_path`."""
         src, dst = self.key_for(path), self.key_for(new_path)
         s = self._sql
-        with _io(path), self._conn() as conn, conn.transaction():
-            a, b = sorted((self._lock_id("path", src), self._lock_id("path", dst)))
-            conn.execute(s.xact_lock2, (a, b))
-            node = self._node(conn, src)
-            if node is None:
-                raise _oserror(FileNotFoundError, errno.ENOENT, path)
-            self._check_parent(conn, dst, new_path)
-            if src == dst:
-                return
-            target = self._node(conn, dst)
-            parent, name = _split_key(dst)
-            if not node[1]:
-                if target is not None:
-                    if target[1]:
-                        raise _oserror(IsADirectoryError, errno.EISDIR, new_path)
-                    conn.execute(s.delete_node, (target[0],))
-                conn.execute(s.move_file, (dst, parent, name, node[0]))
-                return
-            if src == "":
-                raise _oserror(OSError, errno.EBUSY, path)
-            if target is not None and not target[1]:
-                raise _oserror(NotADirectoryError, errno.ENOTDIR, new_path)
-            if dst.startswith(src + "/"):
-                raise _oserror(OSError, errno.EINVAL, new_path)
+        moved: list[int] = []  # the row being moved (its id survives the move)
+
+        def op(conn: psycopg.Connection[Any], attempt: _Try) -> None:
+            with _tx(conn, attempt):
+                self._rename(conn, src, dst, path, new_path, moved)
+
+        def again(conn: psycopg.Connection[Any], first: _Try) -> None:
+            if first.committing and moved:  # did the unconfirmed COMMIT happen?
+                row = conn.execute(s.key_of, (moved[-1],)).fetchone()
+                if row is not None and row[0] == dst:
+                    return
+            op(conn, _Try())
+
+        self._run(path, op, again)
+
+    def _rename(
+        self,
+        conn: psycopg.Connection[Any],
+        src: str,
+        dst: str,
+        path: str,
+        new_path: str,
+        moved: list[int],
+    ) -> None:
+        s = self._sql
+        a, b = sorted((self._lock_id("path", src), self._lock_id("path", dst)))
+        conn.execute(s.xact_lock2, (a, b))
+        node = self._node(conn, src)
+        if node is None:
+            raise _oserror(FileNotFoundError, errno.ENOENT, path)
+        self._check_parent(conn, dst, new_path)
+        if src == dst:
+            return
+        moved.append(node[0])
+        target = self._node(conn, dst)
+        parent, name = _split_key(dst)
+        if not node[1]:
             if target is not None:
-                if conn.execute(s.has_children, (dst,)).fetchone() is not None:
-                    raise _oserror(OSError, errno.ENOTEMPTY, new_path)
+                if target[1]:
+                    raise _oserror(IsADirectoryError, errno.EISDIR, new_path)
                 conn.execute(s.delete_node, (target[0],))
-            conn.execute(
-                s.move_tree,
-                {
-                    "src": src,
-                    "dst": dst,
-                    "n": len(src),
-                    "dparent": parent,
-                    "dname": name,
-                    "lo": src + "/",
-                    "hi": src + "0",  # '0' follows '/': the subtree is [src/, src0)
-                },
-            )
+            conn.execute(s.move_file, (dst, parent, name, node[0]))
+            return
+        if src == "":
+            raise _oserror(OSError, errno.EBUSY, path)
+        if target is not None and not target[1]:
+            raise _oserror(NotADirectoryError, errno.ENOTDIR, new_path)
+        if dst.startswith(src + "/"):
+            raise _oserror(OSError, errno.EINVAL, new_path)
+        if target is not None:
+            if conn.execute(s.has_children, (dst,)).fetchone() is not None:
+                raise _oserror(OSError, errno.ENOTEMPTY, new_path)
+            conn.execute(s.delete_node, (target[0],))
+        conn.execute(
+            s.move_tree,
+            {
+                "src": src,
+                "dst": dst,
+                "n": len(src),
+                "dparent": parent,
+                "dname": name,
+                "lo": src + "/",
+                "hi": src + "0",  # '0' follows '/': the subtree is [src/, src0)
+            },
+        )
 
     def unlink(self, path: str) -> None:
         """Remove a file; FileNotFoundError when missing, IsADirectoryError for a directory."""
         key = self.key_for(path)
-        with _io(path), self._conn() as conn, conn.transaction():
-            conn.execute(self._sql.xact_lock, (self._lock_id("path", key),))
-            if conn.execute(self._sql.delete_file, (key,)).fetchone() is None:
-                if conn.execute(self._sql.exists, (key,)).fetchone() is not None:
-                    raise _oserror(IsADirectoryError, errno.EISDIR, path)
-                raise _oserror(FileNotFoundError, errno.ENOENT, path)
+        s = self._sql
+        removed: list[int] = []
+
+        def op(conn: psycopg.Connection[Any], attempt: _Try) -> None:
+            with _tx(conn, attempt):
+                conn.execute(s.xact_lock, (self._lock_id("path", key),))
+                row = conn.execute(s.delete_file, (key,)).fetchone()
+                if row is None:
+                    if conn.execute(s.exists, (key,)).fetchone() is not None:
+                        raise _oserror(IsADirectoryError, errno.EISDIR, path)
+                    raise _oserror(FileNotFoundError, errno.ENOENT, path)
+                removed.append(int(row[0]))
+
+        def again(conn: psycopg.Connection[Any], first: _Try) -> None:
+            # An unconfirmed COMMIT that happened: the row is gone, and running the
+            # delete again would wrongly say FileNotFoundError.
+            if first.committing and removed:
+                if conn.execute(s.key_of, (removed[-1],)).fetchone() is None:
+                    return
+            op(conn, _Try())
+
+        self._run(path, op, again)
 
     def open_writer(self, path: str, flags: str = "a") -> PostgresSessionWriter:
         """An appending (`"a"`) or truncating (`"w"`) writer; creates the file if missing."""
@@ -894,25 +1170,33 @@ class PostgresSessionStorage(ClosesOnExit):
             raise ValueError(f"unsupported writer flags {flags!r} (use 'a' or 'w')")
         key = self.key_for(path)
         s = self._sql
-        with _io(path), self._conn() as conn, conn.transaction():
-            conn.execute(s.xact_lock, (self._lock_id("path", key),))
-            self._check_parent(conn, key, path)
-            node = self._node(conn, key)
-            if node is None:
-                parent, name = _split_key(key)
-                row = conn.execute(s.new_file, (key, parent, name)).fetchone()
-                assert row is not None
-                node_id = int(row[0])
-            else:
-                if node[1]:
-                    raise _oserror(IsADirectoryError, errno.EISDIR, path)
-                node_id = node[0]
-                if flags == "w":
-                    conn.execute(s.truncate_lines, (node_id,))
-                    conn.execute(s.reset_file, (node_id,))
-            state = conn.execute(s.writer_state, (node_id,)).fetchone()
-            assert state is not None
-        return PostgresSessionWriter(self, node_id, path, int(state[0]), bool(state[1]))
+
+        # Idempotent, so it may run twice: creating a file that exists opens it, and
+        # truncating a truncated file changes nothing.
+        def op(conn: psycopg.Connection[Any], attempt: _Try) -> PostgresSessionWriter:
+            with _tx(conn, attempt):
+                conn.execute(s.xact_lock, (self._lock_id("path", key),))
+                self._check_parent(conn, key, path)
+                node = self._node(conn, key)
+                if node is None:
+                    parent, name = _split_key(key)
+                    row = conn.execute(s.new_file, (key, parent, name)).fetchone()
+                    assert row is not None
+                    node_id = int(row[0])
+                else:
+                    if node[1]:
+                        raise _oserror(IsADirectoryError, errno.EISDIR, path)
+                    node_id = node[0]
+                    if flags == "w":
+                        conn.execute(s.truncate_lines, (node_id,))
+                        conn.execute(s.reset_file, (node_id,))
+                state = conn.execute(s.writer_state, (node_id,)).fetchone()
+                assert state is not None
+            return PostgresSessionWriter(
+                self, node_id, path, int(state[0]), bool(state[1]), int(state[2])
+            )
+
+        return self._run(path, op)
 
     # -- capabilities ------------------------------------------------------------------------
 
@@ -921,19 +1205,35 @@ class PostgresSessionStorage(ClosesOnExit):
 
         FileNotFoundError is raised by this call; the rows are then streamed in
         batches of about 4 MB inside one REPEATABLE READ transaction, so a
-        concurrent rewrite never tears the read.
+        concurrent rewrite never tears the read. A connection lost before the
+        first chunk is retried; one lost after it fails the read (OSError).
         """
         if chunk_size <= 0:
             raise ValueError("chunk_size must be positive")
         key = self.key_for(path)
-        with _io(path), self._conn() as conn:
-            self._file_node(conn, key, path)
+        self._run(path, lambda conn, _: self._file_node(conn, key, path))
         return self._stream(key, path, chunk_size)
 
     def _stream(self, key: str, path: str, chunk_size: int) -> Iterator[bytes]:
+        with _io(path):
+            first = _Try()
+            started = False
+            try:
+                for chunk in self._stream_once(key, path, chunk_size, first):
+                    started = True
+                    yield chunk
+                return
+            except psycopg.Error as exc:
+                if started or not first.lost(exc):
+                    raise
+                _log.info("%s: PostgreSQL connection lost (%s); reading again", path, exc)
+            self._purge_idle()
+            yield from self._stream_once(key, path, chunk_size, _Try())
+
+    def _stream_once(self, key: str, path: str, chunk_size: int, attempt: _Try) -> Iterator[bytes]:
         s = self._sql
         buffer = bytearray()
-        with _io(path), self._conn() as conn, conn.transaction():
+        with self._conn() as pooled, attempt.on(pooled) as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             row = conn.execute(s.file_for_read, (key,)).fetchone()
             if row is None:
@@ -957,16 +1257,18 @@ class PostgresSessionStorage(ClosesOnExit):
     def read_bytes_range(self, path: str, offset: int, length: int) -> bytes:
         """Up to `length` bytes from `offset` (negative: from the end); reads only those rows."""
         key = self.key_for(path)
-        with _io(path), self._conn() as conn:
-            node_id, _, size, _ = self._file_node(conn, key, path)
-            if offset < 0:
-                offset = max(0, size + offset)
-            end = min(size, offset + max(0, length))
-            if offset >= end:
+
+        def op(conn: psycopg.Connection[Any], _: _Try) -> bytes:
+            node_id, _is_dir, size, _mtime = self._file_node(conn, key, path)
+            start = max(0, size + offset) if offset < 0 else offset
+            end = min(size, start + max(0, length))
+            if start >= end:
                 return b""
             with conn.cursor(binary=True) as cur:
-                rows = cur.execute(self._sql.range, {"s": offset, "e": end, "id": node_id})
+                rows = cur.execute(self._sql.range, {"s": start, "e": end, "id": node_id})
                 return b"".join(r[0] for r in rows.fetchall())
+
+        return self._run(path, op)
 
     def write_atomic(self, path: str, chunks: Iterable[bytes]) -> None:
         """Replace `path` with the concatenated chunks in one transaction (a new inode).
@@ -977,48 +1279,71 @@ class PostgresSessionStorage(ClosesOnExit):
         """
         key = self.key_for(path)
         s = self._sql
-        with _io(path), self._conn() as conn, conn.transaction():
-            commit_mode = "off" if self._bulk else None
-            conn.execute(s.write_lock, (self._lock_id("path", key), commit_mode))
-            self._check_parent(conn, key, path)
-            old = self._node(conn, key)
-            if old is not None and old[1]:
-                raise _oserror(IsADirectoryError, errno.EISDIR, path)
-            parent, name = _split_key(key)
-            row = conn.execute(s.new_file, (None, parent, name)).fetchone()
-            assert row is not None
-            node_id = int(row[0])
-            scan = _Scan()
-            size = newlines = 0
-            ends = True
-            with conn.cursor() as cur, cur.copy(s.copy_lines) as copy:
-                copy.set_types(["int8", "int8", "bytea", "text"])
-                for line in _raw_lines(chunks):
-                    ends = line.endswith(b"\n")
-                    text = scan.feed(line[:-1] if ends else line)
-                    copy.write_row((node_id, size, line, text))
-                    size += len(line)
-                    newlines += ends
-            if old is not None:
-                conn.execute(s.delete_node, (old[0],))
-            conn.execute(
-                s.publish,
-                {
-                    "key": key,
-                    "size": size,
-                    "lines": newlines,
-                    "ends": ends,
-                    **_meta_params(scan),
-                    "msgs": scan.messages,
-                    "id": node_id,
-                },
-            )
+        source = _Replayable(chunks)
+        created: list[int] = []  # the new file row: it exists iff the transaction committed
+
+        def op(conn: psycopg.Connection[Any], attempt: _Try) -> None:
+            with _tx(conn, attempt):
+                created.append(self._write_atomic(conn, key, path, source))
+
+        def again(conn: psycopg.Connection[Any], first: _Try) -> None:
+            if first.committing and created:  # did the unconfirmed COMMIT happen?
+                row = conn.execute(s.key_of, (created[-1],)).fetchone()
+                if row is not None and row[0] == key:
+                    return
+                # Not committed (or replaced by another host since: then ours comes last).
+            if not source.replayable:  # the chunks are spent: nothing to write again
+                assert first.error is not None
+                raise first.error
+            op(conn, _Try())
+
+        self._run(path, op, again)
+
+    def _write_atomic(
+        self, conn: psycopg.Connection[Any], key: str, path: str, chunks: Iterable[bytes]
+    ) -> int:
+        s = self._sql
+        commit_mode = "off" if self._bulk else None
+        conn.execute(s.write_lock, (self._lock_id("path", key), commit_mode))
+        self._check_parent(conn, key, path)
+        old = self._node(conn, key)
+        if old is not None and old[1]:
+            raise _oserror(IsADirectoryError, errno.EISDIR, path)
+        parent, name = _split_key(key)
+        row = conn.execute(s.new_file, (None, parent, name)).fetchone()
+        assert row is not None
+        node_id = int(row[0])
+        scan = _Scan()
+        size = newlines = 0
+        ends = True
+        with conn.cursor() as cur, cur.copy(s.copy_lines) as copy:
+            copy.set_types(["int8", "int8", "bytea", "text"])
+            for line in _raw_lines(chunks):
+                ends = line.endswith(b"\n")
+                text = scan.feed(line[:-1] if ends else line)
+                copy.write_row((node_id, size, line, text))
+                size += len(line)
+                newlines += ends
+        if old is not None:
+            conn.execute(s.delete_node, (old[0],))
+        conn.execute(
+            s.publish,
+            {
+                "key": key,
+                "size": size,
+                "lines": newlines,
+                "ends": ends,
+                **_meta_params(scan),
+                "msgs": scan.messages,
+                "id": node_id,
+            },
+        )
+        return node_id
 
     def fsync_dir(self, path: str) -> None:
         """Structural changes commit synchronously: only checks that the directory exists."""
         key = self.key_for(path)
-        with _io(path), self._conn() as conn:
-            row = conn.execute(self._sql.is_dir, (key,)).fetchone()
+        row = self._run(path, lambda conn, _: conn.execute(self._sql.is_dir, (key,)).fetchone())
         if row is None:
             raise _oserror(FileNotFoundError, errno.ENOENT, path)
         if not row[0]:
@@ -1031,16 +1356,20 @@ class PostgresSessionStorage(ClosesOnExit):
     def remove_tree(self, path: str) -> None:
         """Remove a directory and its subtree in one statement; missing is fine."""
         key = self.key_for(path)
-        with _io(path), self._conn() as conn, conn.transaction():
-            node = self._node(conn, key)
-            if node is None:
-                return
-            if not node[1]:
-                raise _oserror(NotADirectoryError, errno.ENOTDIR, path)
-            if key == "":
-                conn.execute(self._sql.delete_children, ("",))  # the root itself stays
-            else:
-                conn.execute(self._sql.delete_node, (node[0],))  # children cascade
+
+        def op(conn: psycopg.Connection[Any], attempt: _Try) -> None:  # idempotent
+            with _tx(conn, attempt):
+                node = self._node(conn, key)
+                if node is None:
+                    return
+                if not node[1]:
+                    raise _oserror(NotADirectoryError, errno.ENOTDIR, path)
+                if key == "":
+                    conn.execute(self._sql.delete_children, ("",))  # the root itself stays
+                else:
+                    conn.execute(self._sql.delete_node, (node[0],))  # children cascade
+
+        self._run(path, op)
 
     def acquire_lock(self, path: str) -> PostgresSessionLock:
         """Take the session's writer lock for every host using this store.
@@ -1063,15 +1392,14 @@ class PostgresSessionStorage(ClosesOnExit):
         """Metadata of the `*.jsonl` files directly in `dir` (None: every one under
         `<root>/sessions`), sorted by path, from the metadata columns alone."""
         s = self._sql
-        with _io(dir or self.root), self._conn() as conn:
-            if dir is None:
-                query = getattr(s, f"meta_tree_{with_text}")
-                rows = conn.execute(query, ("sessions/", "sessions0")).fetchall()
-                base = None
-            else:
-                query = getattr(s, f"meta_dir_{with_text}")
-                rows = conn.execute(query, (self.key_for(dir),)).fetchall()
-                base = dir
+        if dir is None:
+            query = getattr(s, f"meta_tree_{with_text}")
+            params: tuple[str, ...] = ("sessions/", "sessions0")
+        else:
+            query = getattr(s, f"meta_dir_{with_text}")
+            params = (self.key_for(dir),)
+        base = dir
+        rows = self._run(dir or self.root, lambda conn, _: conn.execute(query, params).fetchall())
         metas = []
         for row in rows:
             key = str(row[0])
@@ -1114,10 +1442,12 @@ class PostgresSessionStorage(ClosesOnExit):
     def set_mtime(self, path: str, mtime_ns: int) -> None:
         """Set a file's or directory's mtime (like `os.utime`; used by imports)."""
         key = self.key_for(path)
-        with _io(path), self._conn() as conn:
-            commit_mode = "off" if self._bulk else None
-            if conn.execute(self._sql.set_mtime, (mtime_ns, commit_mode, key)).rowcount == 0:
-                raise _oserror(FileNotFoundError, errno.ENOENT, path)
+        commit_mode = "off" if self._bulk else None
+        cur = self._run(
+            path, lambda conn, _: conn.execute(self._sql.set_mtime, (mtime_ns, commit_mode, key))
+        )
+        if cur.rowcount == 0:
+            raise _oserror(FileNotFoundError, errno.ENOENT, path)
 
 
 def _title(*candidates: str | None) -> str | None:
@@ -1151,18 +1481,28 @@ class PostgresSessionWriter(WriterState):
     """Appends to one stored file: one row and one statement per `write_bytes`.
 
     Follows the file it opened (its row id) through renames; after the file was
-    replaced or removed, writes go nowhere, as into an unlinked inode.
+    replaced or removed, writes go nowhere, as into an unlinked inode. Tracks the
+    file's end as it wrote it (`_off`): an append that lost its connection is
+    retried at that offset without duplicating it, and a file that shrank under
+    the writer (lost commits) fails the append instead of leaving a hole.
     """
 
-    __slots__ = ("_closed", "_ends", "_error", "_id", "_state", "_storage", "path")
+    __slots__ = ("_closed", "_ends", "_error", "_id", "_off", "_state", "_storage", "path")
 
     def __init__(
-        self, storage: PostgresSessionStorage, node_id: int, path: str, state: int, ends: bool
+        self,
+        storage: PostgresSessionStorage,
+        node_id: int,
+        path: str,
+        state: int,
+        ends: bool,
+        size: int = 0,
     ) -> None:
         self._storage = storage
         self._id = node_id
         self._state = state
         self._ends = ends
+        self._off = size
         self._error: BaseException | None = None
         self._closed = False
         self.path = path
@@ -1173,8 +1513,7 @@ class PostgresSessionWriter(WriterState):
         if not data:
             return
         try:
-            with _io(self.path):
-                self._append(bytes(data))
+            self._append(bytes(data))
         except Exception as exc:
             self._error = exc
             raise
@@ -1184,8 +1523,7 @@ class PostgresSessionWriter(WriterState):
         self.write_bytes(line.encode("utf-8"))
 
     def _append(self, data: bytes) -> None:
-        storage = self._storage
-        s = storage._sql
+        s = self._storage._sql
         pieces = data.split(b"\n")
         # Complete lines only: a piece continuing an unterminated line, or one the
         # next write will finish, carries no metadata of its own.
@@ -1194,31 +1532,69 @@ class PostgresSessionWriter(WriterState):
             complete = complete[1:]
         ends = data.endswith(b"\n")
         newlines = len(pieces) - 1
-        with storage._conn() as conn:
-            if self._state == _AWAITING_HEADER:
-                self._append_slow(conn, data, complete, newlines, ends)
-            else:
-                scan = _Scan(self._state, line_no=2)  # past any title slot
-                texts = [t for t in (scan.feed(p) for p in complete) if t]
-                conn.execute(
-                    s.append,
-                    {
-                        "n": len(data),
-                        "nl": newlines,
-                        "ends": ends,
-                        "msgs": scan.messages,
-                        "first": scan.first_message,
-                        "act": scan.activity,
-                        "name_set": scan.name_set,
-                        "name": scan.name,
-                        "short": scan.short_summary,
-                        "id": self._id,
-                        "sync": "on" if storage.durable_appends else "off",
-                        "data": data,
-                        "text": " ".join(texts) or None,
-                    },
-                )
+        expected = self._off
+
+        def op(conn: psycopg.Connection[Any], _: _Try) -> int | None:
+            return self._append_once(conn, data, complete, newlines, ends, expected)
+
+        def again(conn: psycopg.Connection[Any], _: _Try) -> int | None:
+            # The first try's connection died: maybe before, maybe after its commit.
+            # Its bytes at the offset it expected mean it committed.
+            with conn.transaction():
+                row = conn.execute(s.lock_file_row, (self._id,)).fetchone()
+                if row is None:
+                    return None  # the file was replaced or removed meanwhile
+                if conn.execute(s.line_at, (self._id, expected, data)).fetchone() is not None:
+                    self._state = int(row[2])
+                    return expected
+                return self._append_once(conn, data, complete, newlines, ends, expected)
+
+        off = self._storage._run(self.path, op, again)
+        if off is not None:
+            self._off = off + len(data)
         self._ends = ends
+
+    def _append_once(
+        self,
+        conn: psycopg.Connection[Any],
+        data: bytes,
+        complete: Sequence[bytes],
+        newlines: int,
+        ends: bool,
+        expected: int,
+    ) -> int | None:
+        """Append `data`; the offset it landed at, None when the file is gone."""
+        storage = self._storage
+        s = storage._sql
+        if self._state == _AWAITING_HEADER:
+            return self._append_slow(conn, data, complete, newlines, ends, expected)
+        scan = _Scan(self._state, line_no=2)  # past any title slot
+        texts = [t for t in (scan.feed(p) for p in complete) if t]
+        row = conn.execute(
+            s.append,
+            {
+                "n": len(data),
+                "nl": newlines,
+                "ends": ends,
+                "msgs": scan.messages,
+                "first": scan.first_message,
+                "act": scan.activity,
+                "name_set": scan.name_set,
+                "name": scan.name,
+                "short": scan.short_summary,
+                "id": self._id,
+                "off": expected,
+                "sync": "on" if storage.durable_appends else "off",
+                "data": data,
+                "text": " ".join(texts) or None,
+            },
+        ).fetchone()
+        if row is not None:
+            return int(row[0])
+        size = conn.execute(s.file_size, (self._id,)).fetchone()
+        if size is not None and int(size[0]) < expected:
+            raise _shrunk(self.path, int(size[0]), expected)
+        return None  # the file was replaced or removed: the bytes go nowhere
 
     def _append_slow(
         self,
@@ -1227,14 +1603,17 @@ class PostgresSessionWriter(WriterState):
         complete: Sequence[bytes],
         newlines: int,
         ends: bool,
-    ) -> None:
+        expected: int,
+    ) -> int | None:
         """An append while the header is still to come: read and update the state."""
         s = self._storage._sql
         with conn.transaction():
             row = conn.execute(s.lock_file_row, (self._id,)).fetchone()
             if row is None:
-                return  # the file was replaced or removed: the bytes go nowhere
+                return None  # the file was replaced or removed: the bytes go nowhere
             size, line_count, state = int(row[0]), int(row[1]), int(row[2])
+            if size < expected:
+                raise _shrunk(self.path, size, expected)
             scan = _Scan(state, line_no=int(line_count))
             # A title slot read by an earlier write (the header is still to come).
             scan.slot, scan.slot_title = bool(row[3]), row[4]
@@ -1247,19 +1626,29 @@ class PostgresSessionWriter(WriterState):
             )
             conn.execute(s.insert_line, (self._id, size, data, " ".join(texts) or None))
         self._state = scan.state
+        return size
 
     def flush(self) -> None:
         """Every write is already committed; re-raises a stored error."""
         self._check()
 
     def fsync(self) -> None:
-        """Durability barrier: a synchronous commit flushes the WAL past every append."""
+        """Durability barrier: a synchronous commit flushes the WAL past every append.
+
+        Also checks that the server still has every byte this writer appended (a
+        crash of the server loses the asynchronous commits not yet on disk).
+        """
         self._check()
         if self._storage.durable_appends:
             return
+        s = self._storage._sql
         try:
-            with _io(self.path), self._storage._conn() as conn:
-                conn.execute(self._storage._sql.barrier)
+            row = self._storage._run(
+                self.path, lambda conn, _: conn.execute(s.writer_barrier, (self._id,)).fetchone()
+            )
+            size = row[0] if row is not None else None  # None: the file is gone
+            if size is not None and int(size) < self._off:
+                raise _shrunk(self.path, int(size), self._off)
         except Exception as exc:
             self._error = exc
             raise
@@ -1276,9 +1665,11 @@ class PostgresSessionLock:
     def __init__(self, storage: PostgresSessionStorage, session_file: str, lock_id: int) -> None:
         self.session_file = session_file
         self._conn: psycopg.Connection[Any] | None = None
+        self._conninfo = storage._conninfo
+        self._lock_id = lock_id
         me = f"sessiontree pid {os.getpid()} on {socket.gethostname()}"[:63]
-        kwargs = dict(storage._connect_kwargs)
-        kwargs.update(
+        self._kwargs = dict(storage._connect_kwargs)
+        self._kwargs.update(
             autocommit=True,
             application_name=me,
             # A host that vanishes without closing its socket loses the lock in ~1 min.
@@ -1287,23 +1678,30 @@ class PostgresSessionLock:
             keepalives_interval=10,
             keepalives_count=3,
         )
+        self._conn = self._take()
+
+    def _take(self) -> psycopg.Connection[Any]:
+        """A new connection holding the lock; SessionLockError when another one holds it."""
+        path = self.session_file
         try:
-            conn = psycopg.connect(storage._conninfo, **kwargs)
+            conn = psycopg.connect(self._conninfo, **self._kwargs)
         except psycopg.Error as exc:
-            raise OSError(errno.EIO, f"PostgreSQL: {exc}", session_file) from exc
+            raise OSError(errno.EIO, f"PostgreSQL: {exc}", path) from exc
         try:
-            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (lock_id,)).fetchone()
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (self._lock_id,)).fetchone()
             if row is None or not row[0]:
-                holder = _lock_holder(conn, lock_id)
-                pid = _holder_pid(holder)
+                holder = _lock_holder(conn, self._lock_id)
                 who = holder or "another process"
                 raise SessionLockError(
-                    session_file, pid, f"{session_file}: session is being written by {who}"
+                    path, _holder_pid(holder), f"{path}: session is being written by {who}"
                 )
+        except psycopg.Error as exc:
+            conn.close()
+            raise OSError(errno.EIO, f"PostgreSQL: {exc}", path) from exc
         except BaseException:
             conn.close()
             raise
-        self._conn = conn
+        return conn
 
     @property
     def held(self) -> bool:
@@ -1311,18 +1709,36 @@ class PostgresSessionLock:
         return self._conn is not None
 
     def verify(self) -> None:
-        """Raise SessionLockError when the lock's connection is gone (the server then
-        released the lock, and another host may hold it now)."""
+        """Raise SessionLockError unless this object holds the lock.
+
+        When the lock's connection died (a server restart, a killed backend), the
+        server released the lock with it: it is taken again on a new connection
+        unless another process took it meanwhile (SessionLockError naming it) or
+        the server cannot be reached (SessionLockError). A file changed by another
+        writer in the gap is the manager's to notice (it checks the file itself).
+        """
+        path = self.session_file
         conn = self._conn
+        if conn is None:
+            raise SessionLockError(path, message=f"{path}: writer lock released")
         try:
-            if conn is None or conn.closed:
-                raise psycopg.OperationalError("lock connection closed")
             conn.execute("SELECT 1")
+            return
         except psycopg.Error as exc:
-            self.release()
+            lost = exc
+        self._conn = None
+        conn.close()
+        try:
+            self._conn = self._take()
+        except SessionLockError as exc:
             raise SessionLockError(
-                self.session_file, message=f"{self.session_file}: writer lock lost ({exc})"
-            ) from exc
+                path, exc.pid, f"{path}: writer lock lost ({lost}); {exc}"
+            ) from lost
+        except OSError as exc:
+            raise SessionLockError(
+                path, message=f"{path}: writer lock lost ({lost}) and not taken again: {exc}"
+            ) from lost
+        _log.warning("%s: writer lock lost (%s) and taken again", path, lost)
 
     def release(self) -> None:
         """Unlock by closing the lock's connection (idempotent)."""
@@ -1390,7 +1806,8 @@ class PostgresBlobStore:
         ext = blob_extension_for_mime_type(mime_type)
         s = self._storage._sql
         path = os.path.join(self.dir, digest)
-        with _io(self.dir), self._storage._conn() as conn:
+
+        def op(conn: psycopg.Connection[Any], _: _Try) -> None:  # content-addressed: idempotent
             row = conn.execute(self._state_sql, (digest,)).fetchone()
             if row is not None and not row[2]:
                 # Stored bytes that do not hash to their name: the caller's are the true ones.
@@ -1403,6 +1820,8 @@ class PostgresBlobStore:
                 conn.execute(s.blob_insert, (digest, bytes(data), len(data), [ext] if ext else []))
             if ext and (row is None or ext not in row[0]):
                 conn.execute(s.blob_add_ext, (ext, digest, ext))
+
+        self._storage._run(self.dir, op)
         return BlobPutResult(
             digest, path, BLOB_REF_PREFIX + digest, f"{path}.{ext}" if ext else None
         )
@@ -1411,12 +1830,12 @@ class PostgresBlobStore:
         """The blob's bytes, or None when missing or damaged (a warning names it);
         InvalidBlobRefError for a bad hash."""
         digest = _check_hash(hash)
-        with (
-            _io(self.dir),
-            self._storage._conn() as conn,
-            conn.cursor(binary=True) as cur,
-        ):
-            row = cur.execute(self._storage._sql.blob_get, (digest,)).fetchone()
+
+        def op(conn: psycopg.Connection[Any], _: _Try) -> tuple[Any, ...] | None:
+            with conn.cursor(binary=True) as cur:
+                return cur.execute(self._storage._sql.blob_get, (digest,)).fetchone()
+
+        row = self._storage._run(self.dir, op)
         if row is None:
             return None
         data = bytes(row[0])
@@ -1430,8 +1849,9 @@ class PostgresBlobStore:
     def verify(self, hash: str) -> BlobStatus:
         """Whether the blob is there and holds bytes that hash to its name (the server hashes)."""
         digest = _check_hash(hash)
-        with _io(self.dir), self._storage._conn() as conn:
-            row = conn.execute(self._verify_sql, (digest,)).fetchone()
+        row = self._storage._run(
+            self.dir, lambda conn, _: conn.execute(self._verify_sql, (digest,)).fetchone()
+        )
         if row is None:
             return "missing"
         return "ok" if row[0] else "damaged"
@@ -1439,8 +1859,7 @@ class PostgresBlobStore:
     def has(self, hash: str) -> bool:
         """Whether the blob exists; InvalidBlobRefError for a bad hash."""
         digest = _check_hash(hash)
-        with _io(self.dir), self._storage._conn() as conn:
-            return conn.execute(self._storage._sql.blob_has, (digest,)).fetchone() is not None
+        return self._query(self._storage._sql.blob_has, (digest,)) != []
 
     def sync(self) -> None:
         """Nothing to do: blob inserts commit synchronously."""
@@ -1450,25 +1869,24 @@ class PostgresBlobStore:
         digest = _check_hash(hash)
         if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9._-]{0,31}", ext):
             raise ValueError(f"invalid blob extension {ext!r}")
-        with _io(self.dir), self._storage._conn() as conn:
-            conn.execute(self._storage._sql.blob_add_ext, (ext, digest, ext))
+        self._storage._run(
+            self.dir,
+            lambda conn, _: conn.execute(self._storage._sql.blob_add_ext, (ext, digest, ext)),
+        )
 
     def list(self) -> list[tuple[str, list[str]]]:
         """Every blob's hash and its sidecar extensions, by hash."""
-        with _io(self.dir), self._storage._conn() as conn:
-            rows = conn.execute(self._storage._sql.blob_list).fetchall()
+        rows = self._query(self._storage._sql.blob_list)
         return [(str(h), [str(e) for e in exts]) for h, exts in rows]
 
     def list_hashes(self) -> builtins.list[str]:
         """Every stored blob's hash, sorted."""
-        with _io(self.dir), self._storage._conn() as conn:
-            rows = conn.execute(self._storage._sql.blob_hashes).fetchall()
+        rows = self._query(self._storage._sql.blob_hashes)
         return [str(r[0]) for r in rows]
 
     def list_info(self) -> builtins.list[BlobInfo]:
         """Every stored blob with its size and mtime (server clock), sorted by hash."""
-        with _io(self.dir), self._storage._conn() as conn:
-            rows = conn.execute(self._storage._sql.blob_info).fetchall()
+        rows = self._query(self._storage._sql.blob_info)
         return [
             BlobInfo(str(h), int(size), float(mtime), tuple(str(e) for e in exts))
             for h, size, mtime, exts in rows
@@ -1477,24 +1895,34 @@ class PostgresBlobStore:
     def mtime(self, hash: str) -> float | None:
         """When the blob was last put (epoch seconds, server clock), None when missing."""
         digest = _check_hash(hash)
-        with _io(self.dir), self._storage._conn() as conn:
-            row = conn.execute(self._storage._sql.blob_mtime, (digest,)).fetchone()
-        return float(row[0]) if row else None
+        rows = self._query(self._storage._sql.blob_mtime, (digest,))
+        return float(rows[0][0]) if rows else None
 
     def now(self) -> float:
         """The server's clock (epoch seconds): what `mtime` is measured on."""
-        with _io(self.dir), self._storage._conn() as conn:
-            row = conn.execute(self._storage._sql.blob_now).fetchone()
-        assert row is not None
-        return float(row[0])
+        ((now,),) = self._query(self._storage._sql.blob_now)
+        return float(now)
 
     def delete(self, hash: str, *, min_age_seconds: float = 0.0) -> bool:
         """Remove the blob unless it was put less than `min_age_seconds` ago (one statement,
         so a concurrent re-put either keeps it or comes after); True when removed."""
         digest = _check_hash(hash)
-        with _io(self.dir), self._storage._conn() as conn:
-            cur = conn.execute(self._storage._sql.blob_delete, (digest, float(min_age_seconds)))
+        s = self._storage._sql
+
+        def op(conn: psycopg.Connection[Any], _: _Try) -> bool:
+            cur = conn.execute(s.blob_delete, (digest, float(min_age_seconds)))
             return bool(cur.rowcount > 0)
+
+        def again(conn: psycopg.Connection[Any], _: _Try) -> bool:
+            # The first DELETE may have gone through unconfirmed: gone now counts as removed.
+            return op(conn, _) or conn.execute(s.blob_has, (digest,)).fetchone() is None
+
+        return self._storage._run(self.dir, op, again)
+
+    def _query(
+        self, query: sql.Composed, params: tuple[Any, ...] = ()
+    ) -> builtins.list[tuple[Any, ...]]:
+        return self._storage._run(self.dir, lambda conn, _: conn.execute(query, params).fetchall())
 
 
 def new_schema_name(prefix: str = "sessiontree") -> str:
