@@ -479,3 +479,62 @@ def test_a_project_dir_that_is_not_utf8_works_end_to_end(
         again.append_message(user("more"))
     assert [s.path for s in SessionManager.list(cwd)] == [path]
     assert load_entries_from_file(path)[0]["cwd"] == cwd
+
+
+# -- 6. the outside-dir registry ---------------------------------------------------------------
+
+
+def test_two_processes_registering_at_once_lose_no_dir(tmp_path: Path, agent_dir: Path) -> None:
+    import multiprocessing
+
+    from sessiontree.agent_dir import register_session_dir, registered_session_dirs
+
+    dirs = [tmp_path / f"outside-{i}" for i in range(40)]
+    for d in dirs:
+        d.mkdir()
+    context = multiprocessing.get_context("fork")
+    start = context.Event()
+
+    def worker(mine: list[Path]) -> None:
+        start.wait()
+        for d in mine:
+            register_session_dir(str(d / "s.jsonl"), str(agent_dir))
+
+    workers = [context.Process(target=worker, args=(dirs[i::4],)) for i in range(4)]
+    for process in workers:
+        process.start()
+    start.set()
+    for process in workers:
+        process.join(timeout=60)
+        assert process.exitcode == 0
+    assert sorted(registered_session_dirs(str(agent_dir))) == sorted(
+        os.path.realpath(d) for d in dirs
+    )
+
+
+def test_opening_a_session_elsewhere_registers_its_dir(tmp_path: Path, agent_dir: Path) -> None:
+    from sessiontree.agent_dir import registered_session_dirs
+
+    # Written by another agent (not by us), then opened here with the agent's blobs.
+    elsewhere = tmp_path / "elsewhere"
+    sm = persisted(session_dir=str(elsewhere))
+    path = sm.get_session_file() or ""
+    sm.close()
+    (agent_dir / "external-session-dirs").unlink()
+    with SessionManager.open(path):
+        pass
+    assert registered_session_dirs(str(agent_dir)) == [os.path.realpath(elsewhere)]
+
+
+def test_a_torn_registry_line_does_not_swallow_the_next_dir(
+    tmp_path: Path, agent_dir: Path
+) -> None:
+    from sessiontree.agent_dir import read_registry, register_session_dir
+
+    agent_dir.mkdir(parents=True, exist_ok=True)
+    (agent_dir / "external-session-dirs").write_bytes(b"/home/someone/pro")  # a crash mid-line
+    target = tmp_path / "new-dir"
+    target.mkdir()
+    register_session_dir(str(target / "s.jsonl"), str(agent_dir))
+    dirs, torn = read_registry(str(agent_dir))
+    assert os.path.realpath(target) in dirs and torn == b""

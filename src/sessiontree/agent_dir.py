@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 
 from ._fs import atomic_write, ensure_private_dir, open_regular, write_all
 from .paths import EXTERNAL_SESSION_DIRS, get_agent_dir, get_terminal_id
@@ -33,9 +32,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("sessiontree")
-
-_registered: set[tuple[str, str]] = set()  # (registry, dir) known to be recorded
-_registered_lock = threading.Lock()
 
 
 def breadcrumb_path() -> str | None:
@@ -149,10 +145,6 @@ def register_session_dir(session_file: str, agent_dir: str | None = None) -> Non
     if os.path.commonpath([directory, sessions]) == sessions:
         return
     registry = os.path.join(agent, EXTERNAL_SESSION_DIRS)
-    key = (registry, directory)
-    with _registered_lock:
-        if key in _registered:
-            return
     try:
         current = _read_registry(registry)
         if directory not in _parse_registry(current)[0]:
@@ -169,6 +161,3 @@ def register_session_dir(session_file: str, agent_dir: str | None = None) -> Non
                 os.close(fd)
     except (OSError, ValueError) as exc:
         log.warning("could not record session dir %s in %s: %s", directory, registry, exc)
-        return
-    with _registered_lock:
-        _registered.add(key)
