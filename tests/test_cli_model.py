@@ -1,0 +1,338 @@
+"""Every CLI command that writes or deletes touches only its written-down allowed set.
+
+hypothesis builds random agent dirs holding sessions (current and v1, with and
+without images and artifacts dirs), damaged sessions, non-session `.jsonl` files,
+directories named like artifacts dirs that belong to no session, symlinks into and
+out of the store, `.bak` and conflict copies, files of other agents, and a project
+dir with a `src.jsonl` beside a `src/`. It then runs one command on a random target
+(a session or anything else) and compares a snapshot of the whole tree before and
+after with the command's allowed set (`ALLOWED` below). Reading commands may only
+write `<agent>/cache/`.
+"""
+
+from __future__ import annotations
+
+import base64
+import fnmatch
+import hashlib
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from helpers import assistant, user
+from sessiontree import SessionManager
+from sessiontree.cli import app
+from sessiontree.locks import lock_path_for
+
+EXAMPLES = int(os.environ.get("SESSIONTREE_CLI_MODEL_EXAMPLES", "200"))
+runner = CliRunner()
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8).decode()
+
+Snapshot = dict[str, tuple[str, int, str, float]]
+
+
+def snapshot(root: str) -> Snapshot:
+    """Every path under `root` -> (kind, inode, content digest or link target, mtime)."""
+    found: Snapshot = {}
+    for directory, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = os.path.join(directory, name)
+            st_ = os.lstat(path)
+            if os.path.islink(path):
+                found[path] = ("link", st_.st_ino, os.readlink(path), 0.0)
+            elif os.path.isdir(path):
+                found[path] = ("dir", st_.st_ino, "", 0.0)
+            else:
+                with open(path, "rb") as f:
+                    digest = hashlib.blake2b(f.read(), digest_size=16).hexdigest()
+                found[path] = ("file", st_.st_ino, digest, st_.st_mtime)
+    return found
+
+
+@dataclass
+class Store:
+    root: str
+    agent: str
+    project: str
+    sessions: list[str] = field(default_factory=list)
+    """Valid sessions of the store (files that `rm` may delete)."""
+    targets: list[str] = field(default_factory=list)
+    """Everything a command may be pointed at, sessions or not."""
+    leaves: dict[str, str] = field(default_factory=dict)
+    referenced_blobs: set[str] = field(default_factory=set)
+
+
+def build_store(data: st.DataObject) -> Store:
+    root = tempfile.mkdtemp(prefix="st-cli-model-")
+    agent = os.path.join(root, "agent")
+    project = os.path.join(root, "project")
+    os.makedirs(os.path.join(project, "src"))
+    with open(os.path.join(project, "src", "main.py"), "w") as f:
+        f.write("print('hi')\n")
+    with open(os.path.join(project, "src.jsonl"), "w") as f:
+        f.write("not a session, beside a directory of the same stem\n")
+    store = Store(root, agent, project)
+    os.environ["PI_CODING_AGENT_DIR"] = agent
+    session_dir = os.path.join(
+        agent, "sessions", "--" + project.strip("/").replace("/", "-") + "--"
+    )
+    for i in range(data.draw(st.integers(1, 4), label="sessions")):
+        cwd = project if i % 2 == 0 else "/elsewhere/other"
+        with SessionManager.create(cwd) as sm:
+            first = sm.append_message(user(f"question {i}"))
+            if data.draw(st.booleans(), label="image"):
+                content = [
+                    {"type": "text", "text": "see"},
+                    {"type": "image", "data": PNG + str(i), "mimeType": "image/png"},
+                ]
+                sm.append_message({"role": "user", "content": content, "timestamp": 1})
+            sm.append_message(assistant(f"answer {i}"))
+            sm.branch(first)
+            sm.append_message(assistant(f"other branch {i}"))
+            path = sm.get_session_file() or ""
+        store.sessions.append(path)
+        store.leaves[path] = first
+        if data.draw(st.booleans(), label="artifacts"):
+            os.makedirs(path[: -len(".jsonl")])
+            with open(os.path.join(path[: -len(".jsonl")], "subagent.jsonl"), "w") as f:
+                f.write("{}\n")
+    os.makedirs(session_dir, exist_ok=True)
+    extras: dict[str, bytes] = {
+        "notes.jsonl": b"just notes\n",
+        "damaged.jsonl": b"garbage first line\n" + b'{"type":"message"}\n',
+        "2026-01-01T00-00-00-000Z_0cb0000000000000.jsonl.bak": b"a backup\n",
+        "v1.jsonl": (
+            b'{"type":"session","id":"0cb00000000000aa","timestamp":"2026-01-01T00:00:00.000Z",'
+            b'"cwd":"' + project.encode() + b'"}\n'
+            b'{"type":"message","timestamp":"2026-01-01T00:00:01.000Z","message":'
+            b'{"role":"user","content":"old","timestamp":1}}\n'
+        ),
+        "pi-session.jsonl": (
+            b'{"type":"session","version":3,"id":"0cb00000000000bb","timestamp":'
+            b'"2026-01-01T00:00:00.000Z","cwd":"/pi"}\n'
+            b'{"type":"session_info","id":"aa000001","parentId":null,"timestamp":'
+            b'"2026-01-01T00:00:01.000Z","name":"named by pi"}\n'
+        ),
+    }
+    for name, content in extras.items():
+        if data.draw(st.booleans(), label=name):
+            with open(os.path.join(session_dir, name), "wb") as f:
+                f.write(content)
+            store.targets.append(os.path.join(session_dir, name))
+            if name in ("v1.jsonl", "pi-session.jsonl"):
+                store.sessions.append(os.path.join(session_dir, name))
+    # A directory named like an artifacts dir of a session that is not there.
+    orphan = os.path.join(session_dir, "2026-01-01T00-00-00-000Z_0cb00000000000cc")
+    os.makedirs(orphan)
+    with open(os.path.join(orphan, "keep.txt"), "w") as f:
+        f.write("not yours\n")
+    # Symlinks: into the store from outside, and out of the store from inside.
+    outside = os.path.join(root, "outside.jsonl")
+    with open(outside, "w") as f:
+        f.write("a file that is not the store's\n")
+    link = os.path.join(session_dir, "2026-01-01T00-00-00-000Z_0cb00000000000dd.jsonl")
+    os.symlink(outside, link)
+    store.targets += [link, outside, os.path.join(project, "src.jsonl"), orphan + ".jsonl"]
+    store.targets += store.sessions
+    # Blobs: the ones sessions reference, and old ones nothing references.
+    blobs = os.path.join(agent, "blobs")
+    if os.path.isdir(blobs):
+        store.referenced_blobs = {n for n in os.listdir(blobs) if len(n) == 64}
+    os.makedirs(blobs, exist_ok=True)
+    for i in range(data.draw(st.integers(0, 2), label="garbage blobs")):
+        payload = f"garbage {i}".encode()
+        path = os.path.join(blobs, hashlib.sha256(payload).hexdigest())
+        with open(path, "wb") as f:
+            f.write(payload)
+        old = time.time() - 3600
+        os.utime(path, (old, old))
+    return store
+
+
+@contextmanager
+def inside(store: Store) -> Iterator[None]:
+    previous = os.getcwd()
+    os.chdir(store.project)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
+        shutil.rmtree(store.root, ignore_errors=True)
+
+
+def sibling(path: str, pattern: str) -> str:
+    directory, name = os.path.split(path)
+    return os.path.join(directory, pattern.replace("{name}", name))
+
+
+Rule = Callable[[Store, str, list[str]], list[str]]
+"""The paths (glob patterns) a command on `target` may create, change or remove."""
+
+
+def _session_side(store: Store, target: str) -> list[str]:
+    return [target, lock_path_for(target), sibling(target, ".{name}.*.tmp")]
+
+
+def _blobs(store: Store, target: str) -> list[str]:
+    return [os.path.join(store.agent, "blobs"), os.path.join(store.agent, "blobs", "*")]
+
+
+def _new_sessions(store: Store, target: str) -> list[str]:
+    sessions = os.path.join(store.agent, "sessions")
+    return [
+        os.path.join(sessions, "*"),
+        os.path.join(sessions, "*", "*.jsonl"),
+        os.path.join(sessions, "*", ".*.writer-lock"),
+        os.path.join(sessions, "*", ".*.tmp"),
+        os.path.join(store.agent, "external-session-dirs"),
+    ]
+
+
+def _cache(store: Store, target: str) -> list[str]:
+    return [os.path.join(store.agent, "cache"), os.path.join(store.agent, "cache", "*")]
+
+
+def _in_store(store: Store, target: str) -> bool:
+    return target in store.sessions and not os.path.islink(target)
+
+
+def _rm(store: Store, target: str, args: list[str]) -> list[str]:
+    """A valid session of the store, with its own artifacts dir; with --force also a
+    damaged `*.jsonl` in the store's session dirs (never its neighbours)."""
+    if _in_store(store, target):
+        return [*_session_side(store, target), target[:-6], target[:-6] + "/*"]
+    in_sessions = target.startswith(os.path.join(store.agent, "sessions") + os.sep)
+    if "--force" in args and in_sessions and target.endswith(".jsonl"):
+        if os.path.isfile(target) and not os.path.islink(target):
+            return _session_side(store, target)
+    return []
+
+
+ALLOWED: dict[str, Rule] = {
+    # rm: the session file and its own artifacts dir, nothing else, ever.
+    "rm": _rm,
+    "repair": lambda s, t, a: [*_session_side(s, t), sibling(t, "{name}.bak*")],
+    "migrate": lambda s, t, a: [*_session_side(s, t), *_blobs(s, t)],
+    "rename": lambda s, t, a: [*_session_side(s, t), *_blobs(s, t)],
+    "fork": lambda s, t, a: [*_new_sessions(s, t), *_blobs(s, t), *_cache(s, t)],
+    "extract": lambda s, t, a: [*_new_sessions(s, t), *_blobs(s, t), *_cache(s, t)],
+    "gc": lambda s, t, a: [os.path.join(s.agent, "blobs", "*")],
+    "read": lambda s, t, a: _cache(s, t),
+}
+
+READING = [
+    ["list", "--all"],
+    ["show", "{t}"],
+    ["tree", "{t}"],
+    ["context", "{t}"],
+    ["export", "{t}", "-f", "md"],
+    ["search", "question", "--all"],
+    ["stats", "--all"],
+    ["verify", "--all"],
+    ["gc"],
+]
+
+
+def command_line(kind: str, store: Store, target: str, data: st.DataObject) -> list[str]:
+    if kind == "rm":
+        return ["rm", target, "--yes", *(["--force"] if data.draw(st.booleans()) else [])]
+    if kind == "repair":
+        return ["repair", target, "--in-place"]
+    if kind == "migrate":
+        return ["migrate", target]
+    if kind == "rename":
+        return ["rename", target, "a new name"]
+    if kind == "fork":
+        return ["fork", target]
+    if kind == "extract":
+        return ["extract", target, "--leaf", store.leaves.get(target, "00000000")]
+    if kind == "gc":
+        return ["gc", "--delete"]
+    template = data.draw(st.sampled_from(READING))
+    return [part.replace("{t}", target) for part in template]
+
+
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(data=st.data(), kind=st.sampled_from(sorted(ALLOWED)))
+def test_each_command_touches_only_its_allowed_set(data: st.DataObject, kind: str) -> None:
+    saved = os.environ.get("PI_CODING_AGENT_DIR")
+    store = build_store(data)
+    try:
+        with inside(store):
+            target = data.draw(st.sampled_from(store.targets), label="target")
+            args = command_line(kind, store, target, data)
+            allowed = ALLOWED[kind](store, target, args)  # decided before the command runs
+            before = snapshot(store.root)
+            result = runner.invoke(app, args)
+            after = snapshot(store.root)
+            assert "Traceback" not in result.output, (args, result.output)
+            assert result.exception is None or isinstance(result.exception, SystemExit), (
+                args,
+                result.exception,
+            )
+            check_changes(kind, args, before, after, allowed, store)
+    finally:
+        if saved is None:
+            os.environ.pop("PI_CODING_AGENT_DIR", None)
+        else:
+            os.environ["PI_CODING_AGENT_DIR"] = saved
+
+
+def check_changes(
+    kind: str,
+    args: list[str],
+    before: Snapshot,
+    after: Snapshot,
+    allowed: list[str],
+    store: Store,
+) -> None:
+    for path in sorted(set(before) | set(after)):
+        old, new = before.get(path), after.get(path)
+        if old == new or (old and new and old[:3] == new[:3] and old[0] == "dir"):
+            continue
+        if old is not None and new is not None and old[:3] == new[:3]:
+            continue  # only an mtime (a re-put blob is touched, by design)
+        assert any(fnmatch.fnmatchcase(path, pattern) for pattern in allowed), (
+            f"{args} changed {path} ({old} -> {new}); allowed: {allowed}"
+        )
+        if kind == "gc":
+            # Only old, unreferenced blobs go; nothing is created or changed.
+            assert new is None and os.path.basename(path)[:64] not in store.referenced_blobs, (
+                f"gc removed a referenced blob {path}"
+            )
+
+
+def test_the_model_covers_every_writing_command() -> None:
+    writing = {"rm", "repair", "migrate", "gc", "rename", "fork", "extract"}
+    assert writing <= set(ALLOWED)
+
+
+def test_a_store_is_built_as_described() -> None:
+    @given(st.data())
+    @settings(max_examples=3, deadline=None)
+    def check(data: st.DataObject) -> None:
+        saved = os.environ.get("PI_CODING_AGENT_DIR")
+        store = build_store(data)
+        try:
+            assert store.sessions and all(os.path.exists(p) for p in store.sessions)
+            assert any(os.path.islink(t) for t in store.targets)
+        finally:
+            shutil.rmtree(store.root, ignore_errors=True)
+            if saved is None:
+                os.environ.pop("PI_CODING_AGENT_DIR", None)
+            else:
+                os.environ["PI_CODING_AGENT_DIR"] = saved
+
+    check()
