@@ -87,9 +87,15 @@ ALLOWED: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 }
 
 
-# Operations that check the file before touching it: a deleted file must be
-# recreated, any other change must stop the manager (after a rescue copy).
-ANSWERING = frozenset({"append", "flush", "reopen"})
+# Operations that check the file before touching it, and what they must notice: a
+# deleted file is recreated, any other change stops the manager (after a rescue copy).
+# An append checks the size every time and the links every few milliseconds, so a
+# delete (or a same-size replacement) may be noticed by a later operation instead.
+ANSWERING = {
+    "append": frozenset({"append", "truncate", "replace"}),
+    "flush": frozenset({"append", "truncate", "replace", "delete"}),
+    "reopen": frozenset({"append", "truncate", "replace", "delete"}),
+}
 
 
 class Faults:
@@ -297,7 +303,7 @@ class ManagerModel(RuleBasedStateMachine):
         self.check_files_changed(kind, before, after, before_path, after_path, targets)
         self.update_trust(kind, before, after, before_path, after_path)
         touched = error is None or self.dead()  # else refused before touching the file
-        if pending and kind in ANSWERING and pending != "edit" and self.pending == pending:
+        if pending in ANSWERING.get(kind, ()) and self.pending == pending:
             # An operation that touches the file must answer a delete (recreate it) or
             # any other change (conflict): never go on writing into the void.
             assert self.dead() or not touched, f"{kind} did not answer the {pending} of the file"

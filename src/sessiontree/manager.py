@@ -519,17 +519,13 @@ class SessionManager(ClosesOnExit):
         except (TypeError, ValueError) as exc:
             raise _not_serializable(entry, exc) from exc
 
-    def _line(self, entry: Entry) -> bytes:
-        """`_serialize` for an append: a blob store that cannot take the entry's images
-        refuses the append (nothing changed, so nothing is stored as an error)."""
-        try:
-            return self._serialize(entry)
-        except OSError as exc:
-            raise SessionPersistenceError(
-                f"{self.get_session_file()}: could not store the entry's images: {exc}; "
-                "nothing was appended",
-                self.get_session_file(),
-            ) from exc
+    def _images_refused(self, exc: OSError) -> SessionTreeError:
+        """A blob store that cannot take an entry's images refuses the append (nothing
+        changed, so nothing is stored as an error)."""
+        path = self.get_session_file()
+        return SessionPersistenceError(
+            f"{path}: could not store the entry's images: {exc}; nothing was appended", path
+        )
 
     def _file_chunks(self, header: Entry | None = None) -> Iterator[bytes]:
         """This session as file bytes (with `header` instead of its own, if given)."""
@@ -623,10 +619,17 @@ class SessionManager(ClosesOnExit):
         if file is None:
             _validate(entry)
         elif file.on_disk:
-            file.append(self._line(entry))
+            try:
+                line = self._serialize(entry)
+            except OSError as exc:
+                raise self._images_refused(exc) from exc
+            file.append(line)
         elif _is_assistant(entry) or self._session_has_assistant():
             # The first assistant message: the whole session, this entry included.
-            line = self._line(entry)
+            try:
+                line = self._serialize(entry)
+            except OSError as exc:
+                raise self._images_refused(exc) from exc
             file.create(itertools.chain(self._file_chunks(), (line,)))
             self._after_first_write()
         else:

@@ -53,6 +53,10 @@ __all__ = ["LOCK_CHECK_SECONDS", "ContentSource", "SessionFile", "WriterProbe", 
 log = logging.getLogger("sessiontree")
 
 LOCK_CHECK_SECONDS = 1.0
+LINK_CHECK_SECONDS = 0.005
+"""An append checks the file's link count (a deleted or replaced file has none) when
+the last check is older than this: every append of an agent, at most 200 fstat calls a
+second in a burst. Its size is checked on every append."""
 _BLANK_PROBE = 4096
 
 ContentSource = Callable[[bool], Iterable[bytes]]
@@ -60,13 +64,25 @@ ContentSource = Callable[[bool], Iterable[bytes]]
 session id whose `parentSession` names the file)."""
 
 
+class Probed(Protocol):
+    """What a probe tells: the open file's link count (0 once it was deleted or
+    replaced) and size. `os.stat_result` is one."""
+
+    @property
+    def st_nlink(self) -> int: ...
+
+    @property
+    def st_size(self) -> int: ...
+
+
 @runtime_checkable
 class WriterProbe(Protocol):
-    """A writer that can tell, cheaply enough for every append, what it appends to."""
+    """A writer that can tell, cheaply enough for appends, what it appends to."""
 
-    def probe(self) -> tuple[int, int]:
-        """(links, size) of the open file: links is 0 once it was deleted or replaced."""
-        ...
+    end: Callable[[], int]
+    """The open file's size (e.g. `functools.partial(os.lseek, fd, 0, SEEK_END)`)."""
+    probe: Callable[[], Probed]
+    """Its link count and size (e.g. `functools.partial(os.fstat, fd)`)."""
 
 
 def rescue_dir() -> str:
@@ -82,10 +98,8 @@ class _Guard:
     size: int
     digest: xxhash.xxh3_128
     lock_checked: float
-
-    def wrote(self, data: bytes) -> None:
-        self.size += len(data)
-        self.digest.update(data)
+    linked: float = 0.0
+    """When the link count was last checked (monotonic)."""
 
 
 class _Hashing:
@@ -121,6 +135,7 @@ class SessionFile:
     __slots__ = (
         "_closed",
         "_content",
+        "_end",
         "_guard",
         "_lock",
         "_needs_newline",
@@ -152,7 +167,8 @@ class SessionFile:
         self._lock: SessionLock | None = None
         self._writer: SessionStorageWriter | None = None
         self._write: Callable[[bytes], None] | None = None
-        self._probe: Callable[[], tuple[int, int]] | None = None
+        self._probe: Callable[[], Probed] | None = None
+        self._end: Callable[[], int] | None = None
         self._guard: _Guard | None = None
         self._needs_newline = False
         self._closed = False
@@ -279,13 +295,7 @@ class SessionFile:
         guard = self._guard
         assert guard is not None
         if self._write is not None:
-            probe = self._probe
-            if probe is not None:
-                links, size = probe()
-                if links == 0 or size != guard.size:
-                    self.verify()
-            if time.monotonic() - guard.lock_checked > LOCK_CHECK_SECONDS:
-                self.verify()
+            self._quick_check(guard)
         write = self._write
         if write is None:  # first append since open or a rewrite (or a recreation)
             self._open_writer()
@@ -301,7 +311,25 @@ class SessionFile:
         self._needs_newline = False
         guard = self._guard
         assert guard is not None
-        guard.wrote(line)
+        guard.size += len(line)
+        guard.digest.update(line)
+
+    def _quick_check(self, guard: _Guard) -> None:
+        """The per-append check: the size (one lseek), the links when not checked for
+        a few milliseconds (one fstat), the lock after a quiet second."""
+        end, probe = self._end, self._probe
+        now = time.monotonic()
+        if end is not None and probe is not None:
+            if end() != guard.size:
+                self.verify()
+                return
+            if now - guard.linked > LINK_CHECK_SECONDS:
+                guard.linked = now
+                if probe().st_nlink == 0:
+                    self.verify()
+                    return
+        if now - guard.lock_checked > LOCK_CHECK_SECONDS:
+            self.verify()
 
     def _open_writer(self) -> None:
         self.verify()
@@ -313,12 +341,12 @@ class SessionFile:
             raise self.fail(exc, "open for append") from exc
         self._writer = writer
         self._write = _bytes_writer(writer)
-        probe = writer.probe if isinstance(writer, WriterProbe) else None
-        self._probe = probe
+        probe = self._probe = writer.probe if isinstance(writer, WriterProbe) else None
+        self._end = writer.end if isinstance(writer, WriterProbe) else None
         if probe is not None:
             # The file opened must be the one verified: nothing slipped in between.
-            links, size = probe()
-            if links == 0 or size != guard.size:
+            st = probe()
+            if st.st_nlink == 0 or st.st_size != guard.size:
                 self._close_writer()
                 self.verify()
                 self._open_writer()
@@ -326,7 +354,7 @@ class SessionFile:
     def _close_writer(self) -> None:
         writer, self._writer = self._writer, None
         self._write = None
-        self._probe = None
+        self._probe = self._end = None
         if writer is not None:
             try:
                 writer.close()
@@ -455,7 +483,7 @@ class SessionFile:
             self._closed = True
             try:
                 writer, self._writer = self._writer, None
-                self._write = self._probe = None
+                self._write = self._probe = self._end = None
                 if writer is not None:
                     try:
                         writer.close()

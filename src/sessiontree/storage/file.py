@@ -6,6 +6,7 @@ directory this backend creates is 0700 and every file 0600.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 from collections.abc import Iterable, Iterator
@@ -64,7 +65,7 @@ class FileSessionWriter(WriterState):
     file never ends in half a line, and the error is stored and re-raised.
     """
 
-    __slots__ = ("_closed", "_error", "_fd", "path")
+    __slots__ = ("_closed", "_error", "_fd", "end", "path", "probe")
 
     def __init__(self, path: str, flags: str = "a") -> None:
         if flags not in ("a", "w"):
@@ -77,17 +78,17 @@ class FileSessionWriter(WriterState):
         self.path = path
         self._error: BaseException | None = None
         self._fd = os.open(path, mode, FILE_MODE)
+        # For the checks before appends: the open file's size (lseek) and its fstat
+        # (`st_nlink == 0` once it was deleted or replaced). One system call each, no
+        # Python frame.
+        self.end = functools.partial(os.lseek, self._fd, 0, os.SEEK_END)
+        self.probe = functools.partial(os.fstat, self._fd)
         self._closed = False  # set last: __del__ only closes a descriptor we own
 
     def stat(self) -> StorageStat:
         """The open file's stat (fstat): `nlink == 0` once it was deleted or replaced."""
         self._check()
         return _stat_result(os.fstat(self._fd))
-
-    def probe(self) -> tuple[int, int]:
-        """(links, size) of the open file, from one fstat: cheap enough for every append."""
-        st = os.fstat(self._fd)
-        return st.st_nlink, st.st_size
 
     def write_bytes(self, data: bytes) -> None:
         """Append pre-encoded bytes (one or more complete lines)."""

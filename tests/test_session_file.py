@@ -1,0 +1,170 @@
+"""`SessionFile` on its own: the guard's policy, without a manager in between."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+import pytest
+
+from sessiontree import (
+    FileSessionStorage,
+    SessionLockError,
+    SessionPersistenceError,
+    SessionWriteConflictError,
+)
+from sessiontree.blobs import MemoryBlobStore
+from sessiontree.errors import SessionClosedError
+from sessiontree.locks import lock_path_for
+from sessiontree.session_file import LINK_CHECK_SECONDS, SessionFile, rescue_dir
+
+HEADER = b'{"type":"session","version":3,"id":"s1","timestamp":"t","cwd":"/p"}\n'
+
+
+def line(n: int) -> bytes:
+    return b'{"type":"custom","customType":"x","id":"%08d","parentId":null}\n' % n
+
+
+class Memory:
+    """What the manager would hand over: the whole session as bytes."""
+
+    def __init__(self) -> None:
+        self.lines = [HEADER]
+
+    def __call__(self, rescue: bool) -> Iterable[bytes]:
+        return [b"".join(self.lines)]
+
+
+def new_file(path: Path, storage: object | None = None) -> tuple[SessionFile, Memory]:
+    memory = Memory()
+    file = SessionFile(
+        storage or FileSessionStorage(),  # type: ignore[arg-type]
+        str(path),
+        memory,
+        MemoryBlobStore(),
+    )
+    return file, memory
+
+
+def append(file: SessionFile, memory: Memory, n: int) -> None:
+    file.append(line(n))
+    memory.lines.append(line(n))
+
+
+def test_nothing_exists_until_create_then_appends_are_lines(tmp_path: Path) -> None:
+    path = tmp_path / "dir" / "s.jsonl"
+    file, memory = new_file(path)
+    assert not file.on_disk and not (tmp_path / "dir").exists()
+    file.create(memory(False))
+    assert file.on_disk and os.path.exists(lock_path_for(str(path)))
+    for n in range(3):
+        append(file, memory, n)
+    file.close()
+    assert path.read_bytes() == b"".join(memory.lines)
+    assert not os.path.exists(lock_path_for(str(path)))
+    with pytest.raises(SessionClosedError):
+        file.append(line(9))
+
+
+def test_create_refuses_a_file_that_is_there_and_saves_a_rescue(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"someone's\n")
+    file, memory = new_file(path)
+    with pytest.raises(SessionWriteConflictError) as info:
+        file.create(memory(False))
+    assert path.read_bytes() == b"someone's\n"
+    assert info.value.saved_to and Path(info.value.saved_to).read_bytes() == HEADER
+    blank = tmp_path / "blank.jsonl"
+    blank.write_bytes(b"  \n")
+    other, memory = new_file(blank)
+    other.create(memory(False))  # a blank file may be initialised
+    assert blank.read_bytes() == HEADER
+    other.close()
+
+
+def test_an_append_by_another_program_is_caught_by_the_next_append(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    file, memory = new_file(path)
+    file.create(memory(False))
+    append(file, memory, 1)  # the writer is open from here on
+    with open(path, "ab") as f:
+        f.write(line(99))
+    with pytest.raises(SessionWriteConflictError, match="size changed"):
+        file.append(line(2))
+    assert path.read_bytes().endswith(line(99))  # their line, and nothing of ours after it
+
+
+def test_a_delete_is_caught_once_the_link_check_is_due(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    file, memory = new_file(path)
+    file.create(memory(False))
+    append(file, memory, 1)
+    os.unlink(path)
+    time.sleep(LINK_CHECK_SECONDS * 2)
+    append(file, memory, 2)  # notices, recreates from memory, then appends
+    assert path.read_bytes() == b"".join(memory.lines)
+    file.close()
+
+
+def test_a_delete_between_link_checks_is_answered_by_flush(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    file, memory = new_file(path)
+    file.create(memory(False))
+    append(file, memory, 1)
+    os.unlink(path)
+    append(file, memory, 2)  # may land in the unlinked inode ...
+    file.flush()  # ... but flush checks the path and recreates it from memory
+    assert path.read_bytes() == b"".join(memory.lines)
+    file.close()
+
+
+def test_a_rewrite_compares_every_byte(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    file, memory = new_file(path)
+    file.create(memory(False))
+    for n in range(50):
+        append(file, memory, n)
+    data = path.read_bytes()
+    path.write_bytes(data.replace(b"00000003", b"00000004", 1))  # same size, same inode
+    with pytest.raises(SessionWriteConflictError, match="bytes changed"):
+        file.rewrite(memory(False))
+    with pytest.raises(SessionWriteConflictError):
+        file.flush()  # the error stays
+
+
+def test_a_lost_lock_is_retaken_when_only_its_file_vanished(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    file, memory = new_file(path)
+    file.create(memory(False))
+    os.unlink(lock_path_for(str(path)))
+    file.flush()  # re-takes it: nobody else holds the name
+    assert os.path.exists(lock_path_for(str(path)))
+    os.unlink(lock_path_for(str(path)))
+    intruder, _ = new_file(path)
+    intruder.load()  # someone else takes the lock meanwhile
+    with pytest.raises(SessionLockError, match="writer lock lost"):
+        file.flush()
+    intruder.close()
+
+
+class UnwritableBeside(FileSessionStorage):
+    """A storage where nothing new can be written (a full or read-only volume)."""
+
+    def write_atomic(self, path: str, chunks: Iterable[bytes]) -> None:  # type: ignore[override]
+        raise OSError(28, "No space left on device", path)
+
+
+def test_a_rescue_goes_to_the_agent_dir_when_the_sessions_volume_refuses(
+    tmp_path: Path, agent_dir: Path
+) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(HEADER)
+    file, memory = new_file(path, UnwritableBeside())
+    file.load()
+    with pytest.raises(SessionPersistenceError) as info:
+        file.rewrite(memory(False))
+    saved = [p for p in os.listdir(rescue_dir())]
+    assert len(saved) == 1 and saved[0] in str(info.value)
+    assert (Path(rescue_dir()) / saved[0]).read_bytes() == HEADER
