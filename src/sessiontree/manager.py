@@ -17,7 +17,7 @@ import logging
 import os
 import re
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -55,7 +55,7 @@ from .paths import (
     home_relative_dir_name,
     session_file_name,
 )
-from .session_file import SessionFile
+from .session_file import ContentSource, SessionFile
 from .storage.base import SessionStorage
 from .storage.file import FileSessionStorage
 from .storage.memory import MemorySessionStorage
@@ -364,7 +364,20 @@ class SessionManager(ClosesOnExit):
         self._load_entries([])
 
     def _new_file(self, path: str, read_only: bool = False) -> SessionFile:
-        return SessionFile(self._storage, path, self._content, self._blobs, read_only=read_only)
+        return SessionFile(
+            self._storage, path, self._content_source(), self._blobs, read_only=read_only
+        )
+
+    def _content_source(self) -> ContentSource:
+        """`_content` for the file, without a reference cycle (the manager owns the file:
+        a cycle would keep a closed session's entries alive until the cyclic GC)."""
+        manager = weakref.ref(self)
+
+        def content(rescue: bool) -> Iterable[bytes]:
+            owner = manager()
+            return owner._content(rescue) if owner is not None else ()
+
+        return content
 
     def _use_file(self, file: SessionFile) -> None:
         """Switch to `file`; the previous one is closed (flushed, its lock released)."""
@@ -959,7 +972,7 @@ class SessionManager(ClosesOnExit):
                 pass
             file.release_lock()
             raise
-        file.restore_content(self._content)
+        file.restore_content(self._content_source())
         self._use_file(file)
         self._header = header
         self._title_slot_raw = None
