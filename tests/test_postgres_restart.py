@@ -31,10 +31,7 @@ from sessiontree import (
 )
 from sessiontree.storage.postgres import PostgresSessionStorage, new_schema_name
 
-try:
-    from sessiontree.session_file import LOCK_CHECK_SECONDS
-except ImportError:  # the manager before its SessionFile rewrite
-    from sessiontree.manager import _GAP_SECONDS as LOCK_CHECK_SECONDS
+from sessiontree.session_file import LOCK_CHECK_SECONDS
 
 # A down server must fail a storage call within about a second (see the module
 # doc); this bound is far above that and far below the pool's 30 s timeout.

@@ -1,5 +1,5 @@
-"""What a session leaves in the agent dir besides itself: terminal breadcrumbs and the
-registry of session dirs outside the store.
+"""What a session has in the agent dir besides itself: its blob store, terminal
+breadcrumbs, and the registry of session dirs outside the store.
 
 - `terminal-sessions/<terminal id>`: two lines, the cwd and the session file, so
   the next `continue_recent` in this terminal resumes it. Names are bytes on
@@ -20,9 +20,13 @@ import logging
 import os
 
 from ._fs import atomic_write, ensure_private_dir, open_regular, write_all
+from .blobs import BlobStore, BlobStoreLike
 from .paths import EXTERNAL_SESSION_DIRS, get_agent_dir, get_terminal_id
+from .storage.base import BlobBackedStorage
 
 __all__ = [
+    "agent_dir_of",
+    "blob_store_for",
     "breadcrumb_path",
     "read_breadcrumb",
     "read_registry",
@@ -161,3 +165,38 @@ def register_session_dir(session_file: str, agent_dir: str | None = None) -> Non
                 os.close(fd)
     except (OSError, ValueError) as exc:
         log.warning("could not record session dir %s in %s: %s", directory, registry, exc)
+
+
+def agent_dir_of(session_path: str) -> str | None:
+    """The agent dir holding `session_path` (a session file or dir) under its
+    `sessions/`, if there is one.
+
+    The nearest ancestor named `sessions` counts when its parent is the configured
+    agent dir or holds a `blobs/` dir: a project's own `sessions/` folder is not an
+    agent dir.
+    """
+    current = os.path.abspath(session_path)
+    configured = os.path.abspath(get_agent_dir())
+    while True:
+        parent = os.path.dirname(current)
+        if os.path.basename(current) == "sessions":
+            if parent == configured or os.path.isdir(os.path.join(parent, "blobs")):
+                return parent
+        if parent == current:
+            return None
+        current = parent
+
+
+def blob_store_for(session_path: str | None, storage: object = None) -> BlobStoreLike:
+    """The one rule for where a session's images live.
+
+    The storage's own blob store when it has one (PostgreSQL's table); else the
+    `blobs/` of the agent dir that holds the session under `sessions/`; else the
+    configured agent dir's (`$PI_CODING_AGENT_DIR`, else `~/.xcsh/agent`).
+    """
+    if isinstance(storage, BlobBackedStorage):
+        own = storage.blob_store()
+        if own is not None:
+            return own
+    agent = agent_dir_of(session_path) if session_path else None
+    return BlobStore(os.path.join(agent or get_agent_dir(), "blobs"))

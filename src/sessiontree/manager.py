@@ -1,17 +1,25 @@
-"""`SessionManager`: the session tree in memory, persisted as one JSONL file.
+"""`SessionManager`: one session, as the agents use it.
 
-Appends update memory first and, once persistence is active, hand exactly one
-line to the OS before returning. Persistence starts with the first assistant
-message (a session that never got an answer leaves no file) or `ensure_on_disk()`.
-Full rewrites (migration, rename, fork, move) go through `write_atomic`: temp
-file, fsync, rename, directory fsync — a crash leaves the old or the new file.
+A facade over three parts, each with one job and tests of its own:
+
+- `EntryIndex` (`index.py`): the entries, ids, children, labels, the leaf and the
+  incremental context; no I/O;
+- `SessionHead` (`naming.py`): the header and oh-my-pi's title slot, and the naming rule;
+- `SessionFile` (`session_file.py`): the file on a storage, with the writer lock, the
+  guard against changes behind our back, the stored error and the rescue copy.
+
+The manager builds entries, and expresses each lifecycle operation as "a head and
+entries -> a file": a session in memory has no file at all. Persistence starts with
+the first assistant message (a session that never got an answer leaves nothing on
+disk) or `ensure_on_disk()`; from then on every append is one line handed to the OS
+before it returns, and full rewrites are atomic.
 """
 
 from __future__ import annotations
 
 import atexit
 import builtins
-import copy as copy_module
+import copy
 import itertools
 import logging
 import os
@@ -22,44 +30,35 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-import orjson
-
-from . import persistence
 from ._closing import ClosesOnExit
 from ._unset import UNSET, Maybe, UnsetType
-from .agent_dir import read_breadcrumb, register_session_dir, write_breadcrumb
-from .blobs import BlobPutResult, BlobStore, BlobStoreLike, MemoryBlobStore
-from .context import ContextBuilder, SessionContext, build_session_context
-from .entries import (
-    CURRENT_SESSION_VERSION,
-    Entry,
-    generate_entry_id,
-    generate_session_id,
-    iso_now,
+from .agent_dir import (
+    blob_store_for,
+    read_breadcrumb,
+    register_session_dir,
+    write_breadcrumb,
 )
+from .blobs import BlobPutResult, BlobStore, BlobStoreLike
+from .context import SessionContext
+from .entries import Entry, generate_session_id, iso_now
 from .errors import (
-    EntryNotFoundError,
-    EntryNotSerializableError,
     InvalidSessionFileError,
     SessionClosedError,
     SessionLockError,
     SessionPersistenceError,
     SessionTreeError,
 )
-from .jsonl import allow_deep_nesting, find_unserializable, serialize_entry_bytes
-from .loader import TITLE_SLOT_BYTES
+from .index import EntryIndex, is_assistant_message
+from .jsonl import allow_deep_nesting
 from .migrations import migrate_session_entries
-from .paths import (
-    get_agent_dir,
-    get_default_session_dir,
-    home_relative_dir_name,
-    session_file_name,
-)
+from .naming import SessionHead, new_header, ordered_header, session_name, session_path
+from .paths import get_agent_dir, get_default_session_dir, home_relative_dir_name
+from .persistence import entry_line, resolve_blob_refs, session_chunks, validate_entry
 from .session_file import ContentSource, SessionFile
 from .storage.base import SessionStorage
 from .storage.file import FileSessionStorage
 from .storage.memory import MemorySessionStorage
-from .tree import SessionTreeNode, branch_with_labels, build_tree, path_to_root
+from .tree import SessionTreeNode
 from .usage import UsageTotals
 
 __all__ = ["SessionManager", "UsageStatistics"]
@@ -67,16 +66,6 @@ __all__ = ["SessionManager", "UsageStatistics"]
 log = logging.getLogger("sessiontree")
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_HEADER_KEY_ORDER = (
-    "type",
-    "version",
-    "id",
-    "timestamp",
-    "cwd",
-    "title",
-    "titleSource",
-    "parentSession",
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,47 +91,9 @@ def _close_open_managers() -> None:
             log.warning("closing session at exit failed: %s", exc)
 
 
-def _is_assistant(entry: Entry) -> bool:
-    if entry.get("type") != "message":
-        return False
-    message = entry.get("message")
-    return isinstance(message, dict) and message.get("role") == "assistant"
-
-
 def clean_session_name(name: str) -> str:
     """Control characters become spaces, runs of whitespace collapse, ends trimmed."""
     return " ".join(_CONTROL.sub(" ", name).split())
-
-
-def _ordered_header(header: Entry) -> Entry:
-    """The header with known keys in the reference order, unknown keys after."""
-    ordered = {k: header[k] for k in _HEADER_KEY_ORDER if k in header}
-    for key, value in header.items():
-        if key not in ordered:
-            ordered[key] = value
-    return ordered
-
-
-def _title_slot_line(title: str, source: str | None, updated_at: str) -> bytes:
-    """The fixed-width (256-byte) title line of oh-my-pi, title cut by code points to fit."""
-
-    def line(text: str, pad: str) -> bytes:
-        slot: dict[str, Any] = {"type": "title", "v": 1, "title": text}
-        if source:
-            slot["source"] = source
-        slot["updatedAt"] = updated_at
-        slot["pad"] = pad
-        return serialize_entry_bytes(slot) + b"\n"
-
-    low, high, best = 0, len(title), ""
-    while low <= high:
-        mid = (low + high) // 2
-        if len(line(title[:mid], "")) <= TITLE_SLOT_BYTES:
-            best, low = title[:mid], mid + 1
-        else:
-            high = mid - 1
-    unpadded = line(best, "")
-    return line(best, " " * (TITLE_SLOT_BYTES - len(unpadded)))
 
 
 class SessionManager(ClosesOnExit):
@@ -167,29 +118,21 @@ class SessionManager(ClosesOnExit):
         self._cwd = cwd
         self._session_dir = session_dir
         self._storage = storage
-        self._persist = persist
-        self._read_only = read_only
         self._breadcrumb = breadcrumb
         self._blobs: BlobStoreLike = (
-            blob_store if blob_store is not None else _default_blobs(storage)
+            blob_store
+            if blob_store is not None
+            else blob_store_for(session_file or session_dir or None, storage)
         )
-        self._header: Entry = {}
-        self._title_slot_raw: bytes | None = None
-        self._slot_title: str | None = None
-        self._slot_source: str | None = None
-        self._entries: builtins.list[Entry] = []
-        self._by_id: dict[str, Entry] = {}
-        self._children: dict[str | None, builtins.list[Entry]] | None = None
-        self._labels: dict[str, str] = {}
-        self._leaf_id: str | None = None
-        self._has_assistant: bool | None = False
-        self._context: ContextBuilder | None = None  # incremental context at the leaf
-        self._file: SessionFile | None = None  # None: in memory
+        self._index = EntryIndex()
+        self._head = SessionHead(new_header(cwd))
+        # None: in memory. A persistent session always has one, even before it is written.
+        self._file: SessionFile | None = None
         self._closed = False
         if session_file is not None:
-            self.set_session_file(session_file)
-        else:
-            self._new_session_state(None)
+            self._open_file(session_file, read_only)
+        elif persist:
+            self._start_new_session(None, persistent=True)
         if persist and not read_only:
             _open_managers.add(self)
 
@@ -298,18 +241,25 @@ class SessionManager(ClosesOnExit):
         source = cls.open(source_path, storage=storage, read_only=True, blob_store=blob_store)
         directory = session_dir if session_dir is not None else get_default_session_dir(cwd)
         manager = cls(cwd, directory, None, True, storage, blob_store=blob_store)
-        header = source._header_with_title(manager._fresh_header(source.get_session_id()))
-        manager._write_new_file(header, source._entries)
+        header = source._head.carried_title(new_header(cwd, source.get_session_id()))
+        manager._write_new_file(header, source._index.entries)
         return manager
 
     @classmethod
     def in_memory(
         cls, cwd: str | None = None, storage: SessionStorage | None = None
     ) -> SessionManager:
-        """A session that is never persisted (MemorySessionStorage)."""
+        """A session that is never persisted (MemorySessionStorage).
+
+        Blobs it is given (`put_blob`) go to the agent dir's store, as oh-my-pi's do,
+        so their refs resolve once the session is persisted (`persist_copy`).
+        """
+        blobs = blob_store_for(None, storage) if storage is not None else None
         storage = storage if storage is not None else MemorySessionStorage()
         cwd = cwd if cwd is not None else os.getcwd()
-        return cls(cwd, "", None, False, storage)
+        if blobs is None:
+            blobs = BlobStore(os.path.join(get_agent_dir(), "blobs"))
+        return cls(cwd, "", None, False, storage, blob_store=blobs)
 
     @staticmethod
     def list(
@@ -329,39 +279,7 @@ class SessionManager(ClosesOnExit):
 
         return list_all_sessions(storage=storage, agent_dir=agent_dir)
 
-    # ------------------------------------------------------------------ state
-
-    def _fresh_header(self, parent_session: str | None = None) -> Entry:
-        header: Entry = {
-            "type": "session",
-            "version": CURRENT_SESSION_VERSION,
-            "id": generate_session_id(),
-            "timestamp": iso_now(),
-            "cwd": self._cwd,
-        }
-        if parent_session is not None:
-            header["parentSession"] = parent_session
-        return header
-
-    def _path_for(self, header: Entry) -> str:
-        return os.path.join(self._session_dir, session_file_name(header["timestamp"], header["id"]))
-
-    def _new_session_state(
-        self, parent_session: str | None, file: SessionFile | None = None
-    ) -> None:
-        """An empty session with a new id; persistent, at `file` or a new path in the dir.
-
-        Nothing is written, and no lock taken, until the first write.
-        """
-        header = self._fresh_header(parent_session)
-        if self._persist:
-            # The old file is closed first: until then it may still need this session's
-            # content (to recreate a deleted file, or for a rescue copy).
-            self._use_file(file if file is not None else self._new_file(self._path_for(header)))
-        self._header = header
-        self._title_slot_raw = None
-        self._slot_title = self._slot_source = None
-        self._load_entries([])
+    # ------------------------------------------------------------------ files
 
     def _new_file(self, path: str, read_only: bool = False) -> SessionFile:
         return SessionFile(
@@ -379,8 +297,25 @@ class SessionManager(ClosesOnExit):
 
         return content
 
+    def _content(self, rescue: bool) -> Iterator[bytes]:
+        """The whole session as file bytes; a rescue copy gets its own id."""
+        head = self._head
+        if rescue:
+            header = {**head.header, "id": generate_session_id()}
+            header["parentSession"] = self.get_session_file() or ""
+            return self._chunks(head.lines(ordered_header(header)), self._index.entries)
+        return self._chunks(head.lines(), self._index.entries)
+
+    def _chunks(self, head: bytes, entries: Iterable[Entry]) -> Iterator[bytes]:
+        return session_chunks(head, entries, self._blobs)
+
     def _use_file(self, file: SessionFile) -> None:
-        """Switch to `file`; the previous one is closed (flushed, its lock released)."""
+        """Switch to `file`; the previous one is closed (flushed, its lock released).
+
+        Call it before the session's state changes: until it is closed, the old file
+        may still need this session's content (to recreate a deleted file, or for a
+        rescue copy).
+        """
         old, self._file = self._file, file
         if old is not None and old is not file:
             try:
@@ -389,50 +324,131 @@ class SessionManager(ClosesOnExit):
                 # Already saved to a rescue copy when it was raised; this session moves on.
                 log.warning("closing %s: %s", old.path, exc)
 
-    def _content(self, rescue: bool) -> Iterator[bytes]:
-        """The whole session as file bytes; a rescue copy gets its own id."""
-        if not rescue:
-            return self._file_chunks()
-        header = dict(self._header)
-        header["id"] = generate_session_id()
-        header["parentSession"] = self.get_session_file() or ""
-        return self._file_chunks(_ordered_header(header))
+    def _start_new_session(
+        self, parent_session: str | None, file: SessionFile | None = None, persistent: bool = False
+    ) -> None:
+        """An empty session with a new id; persistent, at `file` or a new path in the dir.
 
-    def _load_entries(self, entries: builtins.list[Entry]) -> None:
-        """Replace the entries and rebuild the indexes in one pass."""
-        self._entries = entries
-        by_id: dict[str, Entry] = {}
-        labels: dict[str, str] = {}
-        for entry in entries:
-            entry_id = entry.get("id")
-            if entry_id.__class__ is str:
-                by_id[entry_id] = entry
-            if entry.get("type") == "label":
-                _apply_label(entry, labels)
-        self._by_id, self._labels = by_id, labels
-        self._children = None  # built on first use: most sessions never ask
-        self._has_assistant = None  # computed on first use
-        self._context = None
-        last_id = entries[-1].get("id") if entries else None
-        self._leaf_id = last_id if isinstance(last_id, str) else None
+        Nothing is written, and no lock taken, until the first write.
+        """
+        header = new_header(self._cwd, parent_session)
+        if file is None and persistent:
+            file = self._new_file(session_path(self._session_dir, header))
+        if file is not None:
+            self._use_file(file)
+        self._head = SessionHead(header)
+        self._index.reset([])
 
-    def _children_index(self) -> dict[str | None, builtins.list[Entry]]:
-        children = self._children
-        if children is None:
-            children = {}
-            for entry in self._entries:
-                parent = entry.get("parentId")
-                if parent is None or parent.__class__ is str:
-                    children.setdefault(parent, []).append(entry)
-            self._children = children
-        return children
+    def _open_file(self, path: str, read_only: bool) -> None:
+        """Switch to the session at `path` (see `set_session_file`)."""
+        if not read_only and isinstance(self._storage, FileSessionStorage) and os.path.islink(path):
+            # Writes never go through a symlink: work on the file it names.
+            path = os.path.realpath(path)
+        file = self._new_file(path, read_only=read_only)
+        old = self._file
+        same = old is not None and not read_only and old.path == path
+        if same:
+            assert old is not None
+            file.adopt_lock(old)  # reopening our own file: the lock is already ours
+        try:
+            loaded = file.load()
+        except BaseException:
+            if same:
+                assert old is not None
+                old.adopt_lock(file)
+            raise
+        if not loaded.valid:
+            if not loaded.blank:
+                raise InvalidSessionFileError(path, line=loaded.header_line)
+            if read_only:
+                raise FileNotFoundError(f"{path}: empty session file")
+            # A missing or blank file: a new session at exactly that path, written at once.
+            self._session_dir = os.path.dirname(path) or self._session_dir
+            self._start_new_session(None, file)
+            file.create(self._content(False))
+            self._after_first_write()
+            return
+        header = loaded.header
+        assert header is not None
+        self._use_file(file)
+        cwd = header.get("cwd")
+        if isinstance(cwd, str):
+            self._cwd = cwd
+        raw = [header, *loaded.entries]
+        migrated = migrate_session_entries(raw)
+        self._head = SessionHead(header, loaded.title_slot, loaded.title_slot_raw)
+        entries = raw[1:]
+        for index in loaded.blob_ref_entries:
+            entries[index] = allow_deep_nesting(
+                partial(resolve_blob_refs, entries[index], self._blobs)
+            )
+        self._index.reset(entries)
+        if read_only:
+            return
+        if migrated:
+            file.rewrite(self._content(False))
+        self._after_first_write()
 
-    def _session_has_assistant(self) -> bool:
-        if self._has_assistant is None:
-            self._has_assistant = any(_is_assistant(e) for e in self._entries)
-        return self._has_assistant
+    def _after_first_write(self) -> None:
+        """The file exists: record where (the terminal's breadcrumb, and the registry of
+        session dirs outside the store when its images are in the agent's blobs)."""
+        file = self._file
+        assert file is not None
+        if not isinstance(self._storage, FileSessionStorage):
+            return
+        if self._breadcrumb:
+            write_breadcrumb(self._cwd, file.path)
+        if isinstance(self._blobs, BlobStore):
+            agent = get_agent_dir()
+            if os.path.realpath(self._blobs.dir) == os.path.realpath(os.path.join(agent, "blobs")):
+                register_session_dir(file.path, agent)
 
-    # ------------------------------------------------------------------ loading
+    def _write_new_file(self, header: Entry, entries: builtins.list[Entry]) -> str:
+        """Write `header` + `entries` as a new session file at once and switch to it.
+
+        On failure the manager stays on its current session, unchanged.
+        """
+        current = self._file
+        if current is not None and current.on_disk:
+            current.flush()  # a conflict in the current file surfaces before the switch
+        file = self._new_file(session_path(self._session_dir, header))
+        try:
+            file.create(self._chunks(SessionHead(header).lines(), entries), rescue=False)
+        except BaseException:
+            # A fresh name that nothing else could have taken: whatever is there now
+            # (a rename whose directory fsync failed) is our half-made copy.
+            try:
+                if self._storage.exists(file.path):
+                    self._storage.unlink(file.path)
+            except OSError:
+                pass
+            file.release_lock()
+            raise
+        file.restore_content(self._content_source())
+        self._use_file(file)
+        self._head = SessionHead(header)
+        if entries is not self._index.entries:
+            self._index.reset(entries)
+        self._after_first_write()
+        return file.path
+
+    # ------------------------------------------------------------------ checks
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError(self.get_session_file())
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise SessionClosedError(self.get_session_file())
+        file = self._file
+        if file is not None:
+            if file.read_only:
+                raise SessionTreeError(f"{file.path}: session is open read-only")
+            if file.error is not None:
+                raise file.error
+
+    # ------------------------------------------------------------------ persistence
 
     def set_session_file(self, path: str) -> None:
         """Switch to the session at `path`: load, migrate (rewriting), resolve blobs.
@@ -442,150 +458,31 @@ class SessionManager(ClosesOnExit):
         `InvalidSessionFileError` and is left untouched.
         """
         self._check_open()
-        read_only = self._read_only or not self._persist
-        if not read_only and isinstance(self._storage, FileSessionStorage) and os.path.islink(path):
-            # Writes never go through a symlink: work on the file it names.
-            path = os.path.realpath(path)
-        file = self._new_file(path, read_only=read_only)
-        old = self._file
-        if old is not None and not read_only and old.path == path:
-            file.adopt_lock(old)  # reopening our own file: the lock is already ours
-        try:
-            loaded = file.load()
-        except BaseException:
-            if old is not None and old.path == path:
-                old.adopt_lock(file)
-            raise
-        if not loaded.valid:
-            if not loaded.blank:
-                raise InvalidSessionFileError(path, line=loaded.header_line)
-            if read_only:
-                raise FileNotFoundError(f"{path}: empty session file")
-            self._use_file(file)
-            self._session_dir = os.path.dirname(path) or self._session_dir
-            self._new_session_state(None, file)
-            file.create(self._file_chunks())
-            self._after_first_write()
-            return
-        header = loaded.header
-        assert header is not None
-        self._use_file(file)
-        self._header = header
-        cwd = header.get("cwd")
-        if isinstance(cwd, str):
-            self._cwd = cwd
-        self._title_slot_raw = loaded.title_slot_raw
-        slot = loaded.title_slot
-        self._slot_title = slot.get("title") if slot else None
-        self._slot_source = slot.get("source") if slot else None
-        raw = [header, *loaded.entries]
-        migrated = migrate_session_entries(raw)
-        entries = raw[1:]
-        for index in loaded.blob_ref_entries:
-            resolve = partial(persistence.resolve_blob_refs, entries[index], self._blobs)
-            entries[index] = allow_deep_nesting(resolve)
-        self._load_entries(entries)
-        if read_only:
-            return
-        if migrated:
-            file.rewrite(self._file_chunks())
-        self._after_first_write()
-
-    def _after_first_write(self) -> None:
-        """The file exists now: record where it is (breadcrumb, outside-dir registry)."""
-        file = self._file
-        assert file is not None
-        self._leave_breadcrumb(file.path)
-        if isinstance(self._storage, FileSessionStorage) and isinstance(self._blobs, BlobStore):
-            agent = get_agent_dir()
-            if os.path.realpath(self._blobs.dir) == os.path.realpath(os.path.join(agent, "blobs")):
-                register_session_dir(file.path, agent)
-
-    def _leave_breadcrumb(self, path: str) -> None:
-        if self._breadcrumb and isinstance(self._storage, FileSessionStorage):
-            write_breadcrumb(self._cwd, path)
-
-    # ------------------------------------------------------------------ persistence
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise SessionClosedError(self.get_session_file())
-
-    def _check_writable(self) -> None:
-        if self._closed:
-            raise SessionClosedError(self.get_session_file())
-        if self._read_only:
-            raise SessionTreeError(f"{self.get_session_file()}: session is open read-only")
-        file = self._file
-        if file is not None and file.error is not None:
-            raise file.error
-
-    def _serialize(self, entry: Entry) -> bytes:
-        """The entry's line as written (persistence transforms applied)."""
-        blobs = self._blobs
-        try:
-            try:
-                prepared = persistence.prepare_for_persist(entry, blobs)
-            except RecursionError:
-                prepared = allow_deep_nesting(lambda: persistence.prepare_for_persist(entry, blobs))
-            return serialize_entry_bytes(prepared) + b"\n"
-        except (TypeError, ValueError) as exc:
-            raise _not_serializable(entry, exc) from exc
-
-    def _images_refused(self, exc: OSError) -> SessionTreeError:
-        """A blob store that cannot take an entry's images refuses the append (nothing
-        changed, so nothing is stored as an error)."""
-        path = self.get_session_file()
-        return SessionPersistenceError(
-            f"{path}: could not store the entry's images: {exc}; nothing was appended", path
-        )
-
-    def _file_chunks(self, header: Entry | None = None) -> Iterator[bytes]:
-        """This session as file bytes (with `header` instead of its own, if given)."""
-        header = header if header is not None else self._header
-        return self._chunks(self._title_slot_raw, header, self._entries)
-
-    def _chunks(
-        self, title_slot: bytes | None, header: Entry, entries: builtins.list[Entry]
-    ) -> Iterator[bytes]:
-        if title_slot is not None:
-            yield title_slot
-        yield serialize_entry_bytes(header) + b"\n"
-        batch: builtins.list[bytes] = []
-        size = 0
-        for entry in entries:
-            line = self._serialize(entry)
-            batch.append(line)
-            size += len(line)
-            if size >= 1 << 20:
-                yield b"".join(batch)
-                batch, size = [], 0
-        if batch:
-            yield b"".join(batch)
-        # Runs before write_atomic fsyncs and renames: a durable line never
-        # references a blob that is not.
-        self._blobs.sync()
+        self._open_file(path, self._file is None or self._file.read_only)
 
     def _rewrite(self) -> None:
         """Atomically rewrite the whole file, if it exists yet."""
         file = self._file
-        if file is not None and file.on_disk and not self._read_only:
-            file.rewrite(self._file_chunks())
+        if file is not None and file.on_disk:
+            file.rewrite(self._content(False))
 
     def ensure_on_disk(self) -> None:
         """Write the session now, even before an assistant message; every entry after too."""
         self._check_writable()
         file = self._file
         if file is not None and not file.on_disk:
-            file.create(self._file_chunks())
+            file.create(self._content(False))
             self._after_first_write()
 
     def flush(self) -> None:
-        """Make every write so far durable: blobs first, then the session file."""
+        """Make every write so far durable: blobs first, then the session file.
+
+        (A storage writer's own `flush` only hands data to the OS; this is the
+        durability barrier: it fsyncs.)
+        """
         self._check_open()
-        file = self._file
-        if file is not None:
-            file.flush()
+        if self._file is not None:
+            self._file.flush()
 
     def close(self) -> None:
         """Flush and release the file; raises the stored persistence error, if any.
@@ -603,16 +500,15 @@ class SessionManager(ClosesOnExit):
     def rewrite_entries(self) -> None:
         """Atomically rewrite the file after in-place edits of entries."""
         self._check_writable()
-        self._context = None  # entries may have changed in place
-        self._has_assistant = None
+        self._index.changed_in_place()
         self._rewrite()
 
     def is_persisted(self) -> bool:
         """Whether this session writes to storage at all."""
-        return self._persist
+        return self._file is not None
 
     def is_read_only(self) -> bool:
-        return self._read_only
+        return self._file is not None and self._file.read_only
 
     def put_blob(self, data: bytes) -> BlobPutResult:
         """Store bytes in the blob store (content addressed)."""
@@ -629,47 +525,33 @@ class SessionManager(ClosesOnExit):
         """
         self._check_writable()
         file = self._file
-        if file is None:
-            _validate(entry)
-        elif file.on_disk:
+        if file is not None and (
+            file.on_disk or is_assistant_message(entry) or self._index.has_assistant()
+        ):
             try:
-                line = self._serialize(entry)
+                line = entry_line(entry, self._blobs)
             except OSError as exc:
-                raise self._images_refused(exc) from exc
-            file.append(line)
-        elif _is_assistant(entry) or self._session_has_assistant():
-            # The first assistant message: the whole session, this entry included.
-            try:
-                line = self._serialize(entry)
-            except OSError as exc:
-                raise self._images_refused(exc) from exc
-            file.create(itertools.chain(self._file_chunks(), (line,)))
-            self._after_first_write()
-        else:
-            _validate(entry)
-        self._entries.append(entry)
-        entry_id: str = entry["id"]
-        self._by_id[entry_id] = entry
-        if self._children is not None:
-            self._children.setdefault(entry["parentId"], []).append(entry)
-        if entry["type"] == "label":
-            _apply_label(entry, self._labels)
-        context = self._context
-        if context is not None:
-            if context.leaf_id is not None and context.leaf_id == entry["parentId"]:
-                context.add(entry)
+                path = file.path
+                raise SessionPersistenceError(
+                    f"{path}: could not store the entry's images: {exc}; nothing was appended",
+                    path,
+                ) from exc
+            if file.on_disk:
+                file.append(line)
             else:
-                self._context = None
-        self._leaf_id = entry_id
-        if self._has_assistant is False and _is_assistant(entry):
-            self._has_assistant = True
-        return entry_id
+                # The first assistant message: the whole session, this entry included.
+                file.create(itertools.chain(self._content(False), (line,)))
+                self._after_first_write()
+        else:
+            validate_entry(entry)
+        self._index.add(entry)
+        return str(entry["id"])
 
     def _base(self, kind: str) -> Entry:
         return {
             "type": kind,
-            "id": generate_entry_id(self._by_id),
-            "parentId": self._leaf_id,
+            "id": self._index.new_id(),
+            "parentId": self._index.leaf,
             "timestamp": iso_now(),
         }
 
@@ -689,8 +571,7 @@ class SessionManager(ClosesOnExit):
         """Append a model change (`"provider/id"`); role omitted when None."""
         entry = self._base("model_change")
         entry["model"] = model
-        if role is not None:
-            entry["role"] = role
+        _put(entry, "role", role)
         return self._append(entry)
 
     def append_compaction(
@@ -741,14 +622,12 @@ class SessionManager(ClosesOnExit):
         entry.update(self._base("custom_message"))
         return self._append(entry)
 
-    def append_label_change(self, target_id: str, label: str | None) -> str:
-        """Set (or with None/"" clear) the label of an entry."""
-        if target_id not in self._by_id:
-            raise EntryNotFoundError(target_id)
+    def append_label_change(self, target_id: str, label: Maybe[str | None]) -> str:
+        """Set (or with None/""/UNSET clear) the label of an entry."""
+        self._index.require(target_id)
         entry = self._base("label")
         entry["targetId"] = target_id
-        if label is not None:
-            entry["label"] = label
+        _put(entry, "label", label)
         return self._append(entry)
 
     def append_ttsr_injection(self, rule_names: builtins.list[str]) -> str:
@@ -780,13 +659,14 @@ class SessionManager(ClosesOnExit):
 
     def branch(self, entry_id: str) -> None:
         """Move the leaf to `entry_id`; the next append becomes its child."""
-        if entry_id not in self._by_id:
-            raise EntryNotFoundError(entry_id)
-        self._leaf_id = entry_id
+        self._check_open()
+        self._index.require(entry_id)
+        self._index.leaf = entry_id
 
     def reset_leaf(self) -> None:
         """Leaf = None: the next append creates a new root."""
-        self._leaf_id = None
+        self._check_open()
+        self._index.leaf = None
 
     def branch_with_summary(
         self,
@@ -796,9 +676,10 @@ class SessionManager(ClosesOnExit):
         from_extension: Maybe[bool | None] = UNSET,
     ) -> str:
         """Branch to `branch_from_id` (None: the root) and record a summary of what was left."""
-        if branch_from_id is not None and branch_from_id not in self._by_id:
-            raise EntryNotFoundError(branch_from_id)
-        self._leaf_id = branch_from_id
+        self._check_writable()
+        if branch_from_id is not None:
+            self._index.require(branch_from_id)
+        self._index.leaf = branch_from_id
         entry = self._base("branch_summary")
         entry["fromId"] = branch_from_id if branch_from_id is not None else "root"
         entry["summary"] = summary
@@ -807,42 +688,40 @@ class SessionManager(ClosesOnExit):
         return self._append(entry)
 
     def get_leaf_id(self) -> str | None:
-        return self._leaf_id
+        return self._index.leaf
 
     def get_leaf_entry(self) -> Entry | None:
-        return self._by_id.get(self._leaf_id) if self._leaf_id is not None else None
+        leaf = self._index.leaf
+        return self._index.get(leaf) if leaf is not None else None
 
     def get_entry(self, entry_id: str) -> Entry | None:
-        return self._by_id.get(entry_id)
+        return self._index.get(entry_id)
 
     def get_children(self, parent_id: str | None) -> builtins.list[Entry]:
         """Direct children of an entry (None: the roots), in insertion order."""
-        return list(self._children_index().get(parent_id, ()))
+        return self._index.children(parent_id)
 
     def get_label(self, entry_id: str) -> str | None:
-        return self._labels.get(entry_id)
+        return self._index.label(entry_id)
 
     def get_labels(self) -> dict[str, str]:
         """Every label in effect: target id -> label."""
-        return dict(self._labels)
+        return self._index.labels()
 
     def get_branch(self, from_id: str | None = None) -> builtins.list[Entry]:
         """Entries from the root to `from_id` (default: the leaf); [] if unknown."""
-        start_id = from_id if from_id is not None else self._leaf_id
-        if start_id is None:
-            return []
-        return path_to_root(self._by_id, self._by_id.get(start_id))
+        return self._index.branch(from_id)
 
     def get_header(self) -> Entry | None:
-        return self._header or None
+        return self._head.header or None
 
     def get_entries(self) -> builtins.list[Entry]:
         """All non-header entries in insertion order (a shallow copy)."""
-        return list(self._entries)
+        return list(self._index.entries)
 
     def get_tree(self) -> builtins.list[SessionTreeNode]:
         """Roots of the entry tree (orphans are roots), children oldest first."""
-        return build_tree(self._entries, self._labels)
+        return self._index.tree()
 
     def build_session_context(self) -> SessionContext:
         """The model context at the current leaf.
@@ -850,22 +729,15 @@ class SessionManager(ClosesOnExit):
         Kept incrementally: appending to the leaf extends the cached context, so an
         agent that rebuilds its context every turn pays O(1) per new entry.
         """
-        leaf_id = self._leaf_id
-        if leaf_id is None or leaf_id not in self._by_id:
-            return build_session_context(self._entries, leaf_id, self._by_id)
-        context = self._context
-        if context is None or context.leaf_id != leaf_id:
-            context = self._context = ContextBuilder.from_leaf(self._by_id, self._by_id[leaf_id])
-        return context.snapshot()
+        return self._index.context()
 
     def get_injected_ttsr_rules(self) -> builtins.list[str]:
         """Rules injected on the current path, de-duplicated, first seen first."""
         seen: dict[str, None] = {}
         for entry in self.get_branch():
-            if entry.get("type") == "ttsr_injection" and isinstance(
-                entry.get("injectedRules"), list
-            ):
-                for rule in entry["injectedRules"]:
+            rules = entry.get("injectedRules")
+            if entry.get("type") == "ttsr_injection" and isinstance(rules, list):
+                for rule in rules:
                     if isinstance(rule, str):
                         seen.setdefault(rule, None)
         return list(seen)
@@ -873,7 +745,7 @@ class SessionManager(ClosesOnExit):
     # ------------------------------------------------------------------ identity
 
     def get_session_id(self) -> str:
-        return str(self._header.get("id", ""))
+        return str(self._head.header.get("id", ""))
 
     def get_session_file(self) -> str | None:
         return self._file.path if self._file is not None else None
@@ -885,27 +757,9 @@ class SessionManager(ClosesOnExit):
         return self._cwd
 
     def get_session_name(self) -> str | None:
-        """The header title, else oh-my-pi's title slot, else the latest name entry.
-
-        Other writers name sessions with entries: pi with `session_info` (`name`),
-        oh-my-pi with `title_change` (`title`).
-        """
-        title = self._header.get("title")
-        if isinstance(title, str) and title:
-            return title
-        if self._slot_title:
-            return self._slot_title
-        for entry in reversed(self._entries):
-            kind = entry.get("type")
-            if kind == "title_change" or kind == "session_info":
-                name = entry.get("title" if kind == "title_change" else "name")
-                if isinstance(name, str) and name.strip():
-                    return name.strip()
-        return None
-
-    def _title_source(self) -> str | None:
-        source = self._header.get("titleSource")
-        return source if isinstance(source, str) else self._slot_source
+        """The session's name by the rule in `sessiontree.naming`: the header title (a
+        title slot replacing it), else the latest `session_info`/`title_change` entry."""
+        return session_name(self._head.title(), self._index.latest_name)
 
     def set_session_name(self, name: str, source: str = "auto") -> bool:
         """Name the session (header `title`/`titleSource`); never appends an entry.
@@ -917,17 +771,12 @@ class SessionManager(ClosesOnExit):
         cleaned = clean_session_name(name)
         if not cleaned:
             return False
-        if source == "auto" and self._title_source() == "user":
+        current_source = self._head.title_source()
+        if source == "auto" and current_source == "user":
             return False
-        if self.get_session_name() == cleaned and self._title_source() == source:
+        if self.get_session_name() == cleaned and current_source == source:
             return False
-        header = dict(self._header)
-        header["title"] = cleaned
-        header["titleSource"] = source
-        self._header = _ordered_header(header)
-        if self._title_slot_raw is not None:
-            self._title_slot_raw = _title_slot_line(cleaned, source, iso_now())
-            self._slot_title, self._slot_source = cleaned, source
+        self._head = self._head.renamed(cleaned, source)
         self._rewrite()
         return True
 
@@ -936,63 +785,22 @@ class SessionManager(ClosesOnExit):
     def new_session(self, parent_session: str | None = None) -> str | None:
         """Start a fresh session (new id and file); returns its path (None in memory)."""
         self._check_writable()
-        self._new_session_state(parent_session)
+        self._start_new_session(parent_session, persistent=self._file is not None)
         return self.get_session_file()
-
-    def _header_with_title(self, header: Entry) -> Entry:
-        """`header` carrying this session's name, also one held only by a title slot
-        (a new file gets no slot, so the name must not stay behind in it)."""
-        for key in ("title", "titleSource"):
-            if key in self._header:
-                header[key] = self._header[key]
-        if "title" not in header and self._slot_title:
-            header["title"] = self._slot_title
-            if self._slot_source:
-                header["titleSource"] = self._slot_source
-        return _ordered_header(header)
-
-    def _write_new_file(self, header: Entry, entries: builtins.list[Entry]) -> str:
-        """Write `header` + `entries` as a new session file at once and switch to it.
-
-        On failure the manager stays on its current session, unchanged.
-        """
-        current = self._file
-        if current is not None and current.on_disk:
-            current.flush()  # a conflict in the current file surfaces before the switch
-        file = self._new_file(self._path_for(header))
-        try:
-            file.create(self._chunks(None, header, entries), rescue=False)
-        except BaseException:
-            # A fresh name that nothing else could have taken: whatever is there now
-            # (a rename whose directory fsync failed) is our half-made copy.
-            try:
-                if self._storage.exists(file.path):
-                    self._storage.unlink(file.path)
-            except OSError:
-                pass
-            file.release_lock()
-            raise
-        file.restore_content(self._content_source())
-        self._use_file(file)
-        self._header = header
-        self._title_slot_raw = None
-        self._slot_title = self._slot_source = None
-        if entries is not self._entries:
-            self._load_entries(entries)
-        self._after_first_write()
-        return file.path
 
     def fork(self) -> tuple[str, str] | None:
         """Copy this session to a new file with a new id; `parentSession` = old id."""
         self._check_writable()
-        if not self._persist:
+        if self._file is None:
             return None
-        old_file = self.get_session_file() or ""
-        header = dict(self._header)
-        header["id"] = generate_session_id()
-        header["timestamp"] = iso_now()
-        header["parentSession"] = self.get_session_id()
-        new_file = self._write_new_file(self._header_with_title(header), self._entries)
+        old_file = self._file.path
+        header = {
+            **self._head.header,
+            "id": generate_session_id(),
+            "timestamp": iso_now(),
+            "parentSession": self.get_session_id(),
+        }
+        new_file = self._write_new_file(self._head.carried_title(header), self._index.entries)
         return old_file, new_file
 
     def create_branched_session(self, leaf_id: str) -> str | None:
@@ -1003,18 +811,11 @@ class SessionManager(ClosesOnExit):
         for this file explicitly). In memory the session is replaced and None returned.
         """
         self._check_writable()
-        path = self.get_branch(leaf_id)
-        if not path:
-            raise EntryNotFoundError(leaf_id)
-        entries = branch_with_labels(path, self._labels)
-        previous_file = self.get_session_file()
-        header = self._fresh_header(previous_file if self._persist else None)
-        header = self._header_with_title(header)
-        if not self._persist:
-            self._header = header
-            self._title_slot_raw = None
-            self._slot_title = self._slot_source = None
-            self._load_entries(entries)
+        entries = self._index.branch_with_labels(leaf_id)
+        header = self._head.carried_title(new_header(self._cwd, self.get_session_file()))
+        if self._file is None:
+            self._head = SessionHead(header)
+            self._index.reset(entries)
             return None
         return self._write_new_file(header, entries)
 
@@ -1036,22 +837,18 @@ class SessionManager(ClosesOnExit):
         `parentSession` names this session's file, as `create_branched_session` does.
         """
         self._check_open()
-        if leaf_id is not None:
-            path = self.get_branch(leaf_id)
-            if not path:
-                raise EntryNotFoundError(leaf_id)
-            entries = branch_with_labels(path, self._labels)
-        else:
-            entries = self._entries
+        entries = (
+            self._index.branch_with_labels(leaf_id) if leaf_id is not None else self._index.entries
+        )
         storage = storage if storage is not None else FileSessionStorage()
         directory = session_dir if session_dir is not None else get_default_session_dir(self._cwd)
-        copy = SessionManager(
+        copy_ = SessionManager(
             self._cwd, directory, None, True, storage, blob_store=blob_store, breadcrumb=breadcrumb
         )
         parent = self.get_session_file() if leaf_id is not None else None
-        header = self._header_with_title(copy._fresh_header(parent))
-        copy._write_new_file(header, copy_module.deepcopy(entries))
-        return copy
+        header = self._head.carried_title(new_header(self._cwd, parent))
+        copy_._write_new_file(header, copy.deepcopy(entries))
+        return copy_
 
     def move_to(self, new_cwd: str) -> None:
         """Move the session (file and artifacts dir) to `new_cwd`'s session dir.
@@ -1062,33 +859,31 @@ class SessionManager(ClosesOnExit):
         """
         self._check_writable()
         new_dir = get_default_session_dir(new_cwd)
-        header = dict(self._header)
-        header["cwd"] = new_cwd
+        head = self._head.with_header({**self._head.header, "cwd": new_cwd})
         file = self._file
         if file is None:
-            self._header, self._cwd = header, new_cwd
+            self._head, self._cwd = head, new_cwd
             return
         old_path = file.path
         new_path = os.path.join(new_dir, os.path.basename(old_path))
         if self._same_place(old_path, new_path):
-            if header != self._header:
-                self._header, self._cwd = header, new_cwd
+            if head.header != self._head.header:
+                self._head, self._cwd = head, new_cwd
                 self._rewrite()
             return
         if not file.on_disk:
             # Nothing written yet (and no lock taken): the first write goes there.
             self._use_file(self._new_file(new_path))
-            self._header, self._cwd, self._session_dir = header, new_cwd, new_dir
+            self._head, self._cwd, self._session_dir = head, new_cwd, new_dir
             return
         artifacts = None
         if old_path.endswith(".jsonl") and new_path.endswith(".jsonl"):
             artifacts = (old_path[: -len(".jsonl")], new_path[: -len(".jsonl")])
-        old_header = self._header
-        self._header = header
+        old_head, self._head = self._head, head
         try:
-            file.move(new_path, self._file_chunks(), artifacts)
+            file.move(new_path, self._content(False), artifacts)
         except BaseException:
-            self._header = old_header
+            self._head = old_head
             raise
         self._cwd, self._session_dir = new_cwd, new_dir
         self._after_first_write()
@@ -1111,63 +906,15 @@ class SessionManager(ClosesOnExit):
     def get_usage_statistics(self) -> UsageStatistics:
         """Tokens and cost summed over the assistant messages of every entry."""
         totals = UsageTotals()
-        for entry in self._entries:
-            if _is_assistant(entry):
+        for entry in self._index.entries:
+            if is_assistant_message(entry):
                 totals.add_usage(entry["message"].get("usage"))
         return UsageStatistics(
             totals.input, totals.output, totals.cache_read, totals.cache_write, totals.cost
         )
 
 
-def _apply_label(entry: Entry, labels: dict[str, str]) -> None:
-    """Fold a label entry into the labels in effect, with the reference's Map
-    semantics: re-setting keeps the position, clearing deletes."""
-    target = entry.get("targetId")
-    if isinstance(target, str):
-        label = entry.get("label")
-        if isinstance(label, str) and label:
-            labels[target] = label
-        else:
-            labels.pop(target, None)
-
-
 def _put(entry: Entry, key: str, value: object) -> None:
     """Set `key` unless the value is UNSET or None (both mean JS `undefined`)."""
     if value is not None and not isinstance(value, UnsetType):
         entry[key] = value
-
-
-_DUMPS_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
-
-
-def _validate(entry: Entry) -> None:
-    """Raise EntryNotSerializableError unless the entry can be written as JSON."""
-    try:
-        orjson.dumps(
-            entry, option=orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
-        )
-    except (TypeError, orjson.JSONEncodeError):
-        # orjson refuses some things JSON.stringify writes (lone surrogates, huge
-        # ints, deep nesting, undefined): the exact encoder decides.
-        try:
-            serialize_entry_bytes(entry)
-        except (TypeError, ValueError) as exc:
-            raise _not_serializable(entry, exc) from exc
-
-
-def _not_serializable(entry: Entry, exc: BaseException) -> SessionTreeError:
-    found = allow_deep_nesting(lambda: find_unserializable(entry))
-    if found is None:
-        return EntryNotSerializableError("", exc)
-    return EntryNotSerializableError(*found)
-
-
-def _default_blobs(storage: SessionStorage) -> BlobStoreLike:
-    own = getattr(storage, "blob_store", None)
-    if callable(own):
-        store = own()
-        if store is not None:
-            return store  # type: ignore[no-any-return]  # a backend's own blob store
-    if isinstance(storage, MemorySessionStorage):
-        return MemoryBlobStore()
-    return BlobStore(os.path.join(get_agent_dir(), "blobs"))

@@ -18,7 +18,10 @@ import hashlib
 import json
 import logging
 import re
+from collections.abc import Iterable, Iterator
 from typing import Any, Final
+
+import orjson
 
 from sessiontree.blobs import (
     BLOB_REF_PREFIX,
@@ -26,17 +29,21 @@ from sessiontree.blobs import (
     VerifiableBlobStore,
     parse_blob_ref,
 )
-from sessiontree.errors import InvalidBlobRefError
+from sessiontree.errors import EntryNotSerializableError, InvalidBlobRefError
+from sessiontree.jsonl import allow_deep_nesting, find_unserializable, serialize_entry_bytes
 
 __all__ = [
     "BLOB_EXTERNALIZE_THRESHOLD",
     "MAX_PERSIST_CHARS",
     "TRUNCATION_NOTICE",
     "b64decode_lenient",
+    "entry_line",
     "js_len",
     "prepare_for_persist",
     "resolve_blob_refs",
+    "session_chunks",
     "truncate_for_persist",
+    "validate_entry",
 ]
 
 MAX_PERSIST_CHARS: Final = 500_000
@@ -559,3 +566,67 @@ def resolve_blob_refs(entry: JSONDict, blobs: BlobStoreLike) -> JSONDict:
         return entry
     resolved: JSONDict = _resolve(entry, None, blobs)
     return resolved
+
+
+# -- entries as lines ---------------------------------------------------------------------
+
+_DUMPS_OPTIONS: Final = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+_BATCH_BYTES: Final = 1 << 20
+
+
+def _not_serializable(entry: JSONDict, exc: BaseException) -> EntryNotSerializableError:
+    found = allow_deep_nesting(lambda: find_unserializable(entry))
+    if found is None:
+        return EntryNotSerializableError("", exc)
+    return EntryNotSerializableError(*found)
+
+
+def validate_entry(entry: JSONDict) -> None:
+    """Raise EntryNotSerializableError (naming the key path) unless `entry` can be
+    written as JSON; what an entry not yet written must pass before it is added."""
+    try:
+        orjson.dumps(entry, option=_DUMPS_OPTIONS)
+    except (TypeError, orjson.JSONEncodeError):
+        # orjson refuses some things JSON.stringify writes (lone surrogates, huge
+        # ints, deep nesting, undefined): the exact encoder decides.
+        try:
+            serialize_entry_bytes(entry)
+        except (TypeError, ValueError) as exc:
+            raise _not_serializable(entry, exc) from exc
+
+
+def entry_line(entry: JSONDict, blobs: BlobStoreLike) -> bytes:
+    """The entry's line as written (the transforms above applied, newline included).
+
+    EntryNotSerializableError for a value JSON cannot hold; OSError when the blob
+    store cannot take the entry's images.
+    """
+    try:
+        try:
+            prepared = prepare_for_persist(entry, blobs)
+        except RecursionError:
+            prepared = allow_deep_nesting(lambda: prepare_for_persist(entry, blobs))
+        return serialize_entry_bytes(prepared) + b"\n"
+    except (TypeError, ValueError) as exc:
+        raise _not_serializable(entry, exc) from exc
+
+
+def session_chunks(
+    head: bytes, entries: Iterable[JSONDict], blobs: BlobStoreLike
+) -> Iterator[bytes]:
+    """A whole session file: `head` (title slot and header lines), then each entry's
+    line, in batches of about 1 MB. The blobs are synced before the last chunk is
+    handed over, so a durable line never references a blob that is not."""
+    yield head
+    batch: list[bytes] = []
+    size = 0
+    for entry in entries:
+        line = entry_line(entry, blobs)
+        batch.append(line)
+        size += len(line)
+        if size >= _BATCH_BYTES:
+            yield b"".join(batch)
+            batch, size = [], 0
+    if batch:
+        yield b"".join(batch)
+    blobs.sync()
