@@ -89,12 +89,13 @@ ALLOWED: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 
 # Operations that check the file before touching it, and what they must notice: a
 # deleted file is recreated, any other change stops the manager (after a rescue copy).
-# An append checks the size every time and the links every few milliseconds, so a
-# delete (or a same-size replacement) may be noticed by a later operation instead.
+# An append checks the open file's size every time and its links every few
+# milliseconds, so a delete or a replacement (the open file is then unlinked, its
+# size unchanged) may be noticed by a later operation instead.
 ANSWERING = {
-    "append": frozenset({"append", "truncate", "replace"}),
-    "flush": frozenset({"append", "truncate", "replace", "delete"}),
-    "reopen": frozenset({"append", "truncate", "replace", "delete"}),
+    "append": frozenset({"append", "truncate"}),
+    "flush": frozenset({"append", "truncate", "replace", "delete", "mixed"}),
+    "reopen": frozenset({"append", "truncate", "replace", "delete", "mixed"}),
 }
 
 
@@ -679,8 +680,12 @@ class ManagerModel(RuleBasedStateMachine):
                 left = set()
             for entry_id in [i for i in self.flushed if i not in left]:
                 del self.flushed[entry_id]
-        if not self.pending or kind != "edit":
+        if not self.pending or self.pending == kind:
             self.pending = kind
+        elif kind != "edit":
+            # Several changes before an answer (say, a replacement, then an append to the
+            # new file): only a check of the path itself must notice.
+            self.pending = "mixed"
 
     @rule(
         name=st.sampled_from(FAULTABLE),
