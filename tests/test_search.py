@@ -113,6 +113,8 @@ def message_line(message: str) -> str:
         ('{"role":"bashExecution","command":["ls","-la"],"output":true}', "$ ['ls', '-la']\nTrue"),
         # repr() escapes a character the raw line holds as is
         ('{"role":"bashExecution","command":["a\x7fbc"],"output":""}', "x7fbc"),
+        ('{"role":"bashExecution","command":["\\badd"],"output":""}', "08add"),
+        ('{"role":"bashExecution","command":["cafe"],"output":""}', "['cafe'"),
         # a shell output escape (ANSI colour), written as JavaScript writes it
         ('{"role":"toolResult","content":"\\u001b[31mFAILED\\u001b[0m"}', "31mFAILED"),
     ],

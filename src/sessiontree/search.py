@@ -97,10 +97,14 @@ _NUMBER_CHARS = frozenset("0123456789.e+-")
 _ESCAPE_TAIL = re.compile("[uUxX]?[0-9a-fA-F]{0,8}")
 # A regex finds these two bytes ~3x faster than `in` (backslashes are frequent).
 _UNICODE_ESCAPE = re.compile(rb"\\u").search
+_REPR_ESCAPED = re.compile(rb"\x7f|\\[bf]").search
 
 
-def _anchors(needle: str, case_sensitive: bool) -> list[str]:
-    """Pieces of `needle` that the raw bytes of a matching line must contain (see `_prefilter`)."""
+def _anchors(needle: str, case_sensitive: bool, repr_escapes: bool = True) -> list[str]:
+    """Pieces of `needle` that the raw bytes of a matching line must contain (see `_prefilter`).
+
+    `repr_escapes=False`: for a line whose text can hold no repr() escape.
+    """
     made_up = _MADE_UP if case_sensitive else _MADE_UP_FOLDED
     anchors: list[str] = []
     for run in _RUN.finditer(needle):
@@ -108,7 +112,7 @@ def _anchors(needle: str, case_sensitive: bool) -> list[str]:
         after = needle[run.start() - 1] if run.start() else ""
         if text[0] == " ":
             text = text[1:]  # may be the space after "$", ">", "]", ":" or ","
-        elif after in ("", "\\"):
+        elif repr_escapes and after in ("", "\\"):
             # May begin inside an escape that repr() wrote: drop the longest prefix
             # that could be the tail of one.
             cut = _ESCAPE_TAIL.match(text)
@@ -148,7 +152,9 @@ def _prefilter(query: str, case_sensitive: bool = False) -> _Prefilter:
        run, less a leading space, that is not in a made-up word or a number is
        in case (a) or (c); (c) needs a backslash before it, or it is the first
        run: then the longest prefix that could end an escape is dropped. What is
-       left (an anchor) lies inside one copied piece.
+       left (an anchor) lies inside one copied piece. repr() escapes \\b, \\f (short
+       escapes in JSON), DEL and non-ASCII characters only: when dropping leaves
+       no anchor, a line holding none of those keeps the whole runs.
     4. A copied piece without excluded characters is in the raw line as UTF-8,
        unless a character of it was written as \\uXXXX: any writer may do that
        to any character, so a line holding the bytes `\\u` is always parsed.
@@ -162,7 +168,23 @@ def _prefilter(query: str, case_sensitive: bool = False) -> _Prefilter:
     every line.
     """
     needle = query if case_sensitive else query.casefold()
-    return _Prefilter(_unescaped_test(_anchors(needle, case_sensitive), case_sensitive))
+    anchors = _anchors(needle, case_sensitive)
+    whole = _anchors(needle, case_sensitive, repr_escapes=False)
+    if anchors or not whole:
+        return _Prefilter(_unescaped_test(anchors, case_sensitive))
+    # Only the escape tails left nothing ("add", "cafe"): keep the whole anchors for
+    # lines whose text can hold no repr() escape, the usual case.
+    test = _unescaped_test(whole, case_sensitive)
+    return _Prefilter(lambda raw: test(raw) or _may_hold_repr_escapes(raw))
+
+
+def _may_hold_repr_escapes(raw: bytes) -> bool:
+    """Whether str() of a value in this line (no `\\u`) may write \\xHH, \\uHHHH or \\UHHHHHHHH.
+
+    repr() writes those for \\b, \\f (JSON: short escapes), DEL and non-ASCII
+    characters; \\t \\n \\r as the raw line does.
+    """
+    return not raw.isascii() or _REPR_ESCAPED(raw) is not None
 
 
 @dataclass(frozen=True, slots=True)
