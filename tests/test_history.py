@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sessiontree import history as history_module
+from sessiontree.errors import SessionPersistenceError
 from sessiontree.history import (
     MAX_LIMIT,
     MAX_QUERY_WORDS,
@@ -691,3 +692,105 @@ def test_exit_without_close_writes_queued_prompts(db_path: Path) -> None:
     )
     subprocess.run([sys.executable, "-c", script, str(db_path)], check=True, timeout=60)
     assert len(raw_rows(db_path)) == 200
+
+
+# --- failures inside the writer thread -----------------------------------------------
+
+
+def _add_as_one_batch(history: HistoryStorage, db_path: Path, texts: list[str]) -> None:
+    """Add `texts` while another connection holds the write lock, so they queue up."""
+    blocker = sqlite3.connect(db_path, isolation_level=None)
+    try:
+        blocker.execute("BEGIN IMMEDIATE")
+        for text in texts:
+            history.add(text)
+        blocker.execute("COMMIT")
+    finally:
+        blocker.close()
+
+
+def test_a_prompt_that_cannot_be_bound_costs_only_itself(
+    store: HistoryStorage,
+    db_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Without the surrogate clean-up, binding raises UnicodeEncodeError (not a
+    # sqlite3.Error) in the worker; it used to kill the thread, after which adds
+    # queued forever and flush() returned as if they were saved.
+    monkeypatch.setattr(history_module, "_valid_text", lambda text: text)
+    _add_as_one_batch(store, db_path, ["before", "hunter2 \udcff", "after"])
+    store.flush()
+    assert prompts(store) == ["after", "before"]
+    assert "could not save a prompt of 9 chars" in caplog.text
+    assert "hunter2" not in caplog.text  # prompts can hold secrets: never logged
+    assert store._worker.is_alive()
+    store.add("later")
+    assert prompts(store) == ["later", "after", "before"]
+
+
+def test_a_row_too_big_for_sqlite_costs_only_itself(
+    store: HistoryStorage, db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # sqlite3.DataError ("string or blob too big") used to drop the whole batch.
+    store._writer.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 1000)
+    _add_as_one_batch(store, db_path, ["one", "x" * 5000, "two", "three"])
+    store.flush()
+    assert prompts(store) == ["three", "two", "one"]
+    assert "could not save a prompt of 5000 chars" in caplog.text
+    assert_fts_consistent(db_path)
+
+
+def test_a_transient_failure_is_retried_row_by_row(
+    store: HistoryStorage, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = history_module._transaction
+    failures = [MemoryError("simulated")]
+
+    def flaky(conn: sqlite3.Connection) -> Iterator[None]:
+        if failures:
+            raise failures.pop()
+        return real(conn)
+
+    monkeypatch.setattr(history_module, "_transaction", flaky)
+    _add_as_one_batch(store, db_path, ["a", "b", "c"])
+    store.flush()
+    assert failures == []
+    assert sorted(prompts(store)) == ["a", "b", "c"]
+
+
+def test_a_dead_writer_makes_every_later_call_raise(
+    db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    history = HistoryStorage(db_path)
+    history.add("saved")
+    history.flush()
+    writing = threading.Event()
+    release = threading.Event()
+
+    def broken_write(batch: list[tuple[str, int, str | None]]) -> None:
+        writing.set()
+        release.wait(10)
+        raise RuntimeError("bug in the writer")
+
+    history._write = broken_write  # type: ignore[method-assign]
+    history.add("in flight")
+    assert writing.wait(10)
+    history.add("queued 1")
+    history.add("queued 2")
+    release.set()
+    with pytest.raises(SessionPersistenceError, match="3 prompt\\(s\\) were not saved") as info:
+        history.flush()
+    assert str(db_path) in str(info.value)
+    assert "bug in the writer" in str(info.value)
+    assert "3 prompt(s) were not saved" in caplog.text
+    with pytest.raises(SessionPersistenceError):
+        history.add("after the death")  # refused, not queued into the void
+    with pytest.raises(SessionPersistenceError):
+        history.get_recent(10)
+    with pytest.raises(SessionPersistenceError):
+        history.search("saved", 10)
+    with pytest.raises(SessionPersistenceError):
+        history.close()
+    history.close()  # idempotent: reported once
+    assert [row[1] for row in raw_rows(db_path)] == ["saved"]

@@ -10,7 +10,10 @@ and delete/update triggers that their code never notices::
     history_ai/_ad/_au           # triggers keeping history_fts in sync
 
 `add()` never blocks on the database: rows go to a queue that a daemon thread
-writes in batches, one transaction per batch::
+writes in batches, one transaction per batch. A batch that fails for a reason
+other than the database being unusable is retried row by row, so one bad row
+costs only itself (logged). Should the thread itself die, every later call
+raises `SessionPersistenceError` saying how many prompts were not saved::
 
     history = HistoryStorage.open()
     history.add("fix the failing test", cwd="/repo")
@@ -32,6 +35,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from ._closing import ClosesOnExit
+from .errors import SessionPersistenceError
 from .paths import get_agent_dir
 
 __all__ = ["MAX_LIMIT", "MAX_QUERY_WORDS", "SCHEMA_VERSION", "HistoryEntry", "HistoryStorage"]
@@ -154,6 +158,7 @@ class HistoryStorage(ClosesOnExit):
         self._done = 0  # rows ever handled by the worker (written, or dropped on error)
         self._closing = False
         self._worker_exited = False
+        self._error: SessionPersistenceError | None = None  # set if the worker died
         self._read_lock = threading.Lock()  # one reader connection shared by all threads
         self._closed = False
         self._worker = threading.Thread(
@@ -190,12 +195,15 @@ class HistoryStorage(ClosesOnExit):
 
         Raises:
             ValueError: the storage is closed.
+            SessionPersistenceError: the writer thread died; nothing more can be saved.
         """
         text = _valid_text(prompt.strip())
         if not text:
             return
         row = (text, int(time.time()), None if cwd is None else _valid_text(cwd))
         with self._cond:
+            if self._error is not None:
+                raise self._error
             if self._closing:
                 raise ValueError("HistoryStorage is closed")
             if text == self._last_prompt:
@@ -208,11 +216,19 @@ class HistoryStorage(ClosesOnExit):
     def flush(self) -> None:
         """Wait until every prompt added before this call is committed.
 
-        A batch that fails to commit is logged and dropped rather than retried.
+        A prompt that cannot be written is logged and skipped rather than raised,
+        as is a batch that fails because the database is unusable (locked past the
+        busy timeout, read-only, disk full).
+
+        Raises:
+            SessionPersistenceError: the writer thread died (it names how many
+                prompts were not saved).
         """
         with self._cond:
             target = self._queued
             self._cond.wait_for(lambda: self._done >= target or self._worker_exited)
+            if self._error is not None:
+                raise self._error
 
     def get_recent(self, limit: int) -> list[HistoryEntry]:
         """Return up to `limit` (clamped to 0..1000) prompts, newest first."""
@@ -242,7 +258,12 @@ class HistoryStorage(ClosesOnExit):
             return []
 
     def close(self) -> None:
-        """Write queued prompts, stop the worker and close the database; idempotent."""
+        """Write queued prompts, stop the worker and close the database; idempotent.
+
+        Raises:
+            SessionPersistenceError: (once, after closing) the writer thread had
+                died, so prompts were not saved.
+        """
         # Held throughout, so an open() racing with close() gets a fresh instance.
         with HistoryStorage._registry_lock:
             with self._cond:
@@ -253,11 +274,14 @@ class HistoryStorage(ClosesOnExit):
             if HistoryStorage._registry.get(self.path) is self:
                 del HistoryStorage._registry[self.path]
             with self._read_lock:
-                if not self._closed:
+                first = not self._closed
+                if first:
                     self._closed = True
                     self._reader.close()
                     self._writer.close()
         atexit.unregister(self.close)
+        if first and self._error is not None:
+            raise self._error
 
     def __repr__(self) -> str:
         state = "closed" if self._closing else "open"
@@ -273,6 +297,7 @@ class HistoryStorage(ClosesOnExit):
 
     def _run(self) -> None:
         """Worker loop: take everything queued, write it in one transaction, repeat."""
+        batch: list[tuple[str, int, str | None]] = []
         try:
             while True:
                 with self._cond:
@@ -283,7 +308,24 @@ class HistoryStorage(ClosesOnExit):
                 self._write(batch)
                 with self._cond:
                     self._done += len(batch)
+                    batch = []
                     self._cond.notify_all()
+        except BaseException as exc:
+            # _write handles every Exception; this is a failure of the loop itself
+            # (or a BaseException). Nothing can be written any more: say so now,
+            # and make every later call raise instead of queueing into the void.
+            with self._cond:
+                lost = len(batch) + len(self._pending)
+                self._pending = []
+                error = SessionPersistenceError(
+                    f"{self.path}: the prompt history writer stopped "
+                    f"({type(exc).__name__}: {exc}); {lost} prompt(s) were not saved "
+                    "and no more can be",
+                    self.path,
+                )
+                error.__cause__ = exc
+                self._error = error
+            _log.error("%s", error, exc_info=exc)
         finally:
             # Wakes flush() even if the loop died, so it can never hang.
             with self._cond:
@@ -291,13 +333,47 @@ class HistoryStorage(ClosesOnExit):
                 self._cond.notify_all()
 
     def _write(self, batch: list[tuple[str, int, str | None]]) -> None:
+        """Write `batch` in one transaction; on failure, row by row, skipping bad rows.
+
+        History is a convenience: losing a prompt must not break the turn that
+        produced it, so failures are logged instead of raised into the caller.
+        """
         try:
-            with _transaction(self._writer):
-                self._writer.executemany(_INSERT, batch)
-        except sqlite3.Error:
-            # History is a convenience: losing prompts must not break the turn
-            # that produced them, so log instead of raising into the caller.
+            self._insert(batch)
+        except sqlite3.OperationalError:
+            # Locked past the busy timeout, read-only, I/O error, disk full: the
+            # database, not a row, is at fault, and retrying each row would wait
+            # out the busy timeout once per row.
             _log.warning("could not save %d prompt(s) to %s", len(batch), self.path, exc_info=True)
+        except Exception:
+            # Something in the batch (a value that cannot be bound, a row too big,
+            # a transient MemoryError): retry each row alone, so only a bad row is lost.
+            self._write_rows(batch)
+
+    def _write_rows(self, batch: list[tuple[str, int, str | None]]) -> None:
+        for n, row in enumerate(batch):
+            try:
+                self._insert([row])
+            except sqlite3.OperationalError:
+                left = len(batch) - n
+                _log.warning("could not save %d prompt(s) to %s", left, self.path, exc_info=True)
+                return
+            except Exception:
+                self._skip(row)
+
+    def _insert(self, rows: list[tuple[str, int, str | None]]) -> None:
+        with _transaction(self._writer):
+            self._writer.executemany(_INSERT, rows)
+
+    def _skip(self, row: tuple[str, int, str | None]) -> None:
+        # The text is not logged: prompts can hold secrets.
+        _log.warning(
+            "could not save a prompt of %d chars (added at %d) to %s; skipped",
+            len(row[0]),
+            row[1],
+            self.path,
+            exc_info=True,
+        )
 
 
 def _resolve(db_path: str | os.PathLike[str] | None) -> str:

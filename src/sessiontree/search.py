@@ -3,8 +3,9 @@
 `search_sessions` looks for a plain substring (case-insensitive by default) in
 the text of every entry (messages, tool calls and results, summaries, extension
 messages) and yields one hit per matching entry with a snippet around the
-match. A line whose raw bytes cannot contain the query is never parsed, so a
-search over a large store costs little more than reading it.
+match. A line whose raw bytes cannot hold the query is not parsed (`_prefilter`
+says why that never hides a match), so a search costs little more than reading
+the files.
 
 `read_history` queries `history.db` without writing to it (no schema upgrade,
 no file creation), unlike `HistoryStorage.open`.
@@ -13,9 +14,11 @@ no file creation), unlike `HistoryStorage.open`.
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import orjson
@@ -24,7 +27,7 @@ from .entries import is_valid_header
 from .errors import SessionTreeError
 from .export import entry_role, entry_text
 from .history import HistoryEntry
-from .jsonl import iter_jsonl_bytes, loads_line
+from .jsonl import allow_deep_nesting, iter_jsonl_bytes, loads_line
 from .loader import is_title_slot
 from .paths import get_agent_dir
 from .storage.base import SessionStorage
@@ -78,27 +81,171 @@ def snippet(text: str, start: int, end: int, width: int = 100) -> tuple[str, str
     return left, _oneline(text[start:end]), right
 
 
-def _prefilter(query: str, case_sensitive: bool = False) -> Callable[[bytes], bool]:
-    """A cheap test on raw line bytes that never rejects a line that could match."""
-    if any(c in query for c in '"\\/') or any(ord(c) < 0x20 for c in query):
-        return lambda raw: True  # JSON may escape these: the raw bytes differ from the text
-    if query.isascii():
-        if case_sensitive:
-            exact = query.encode()
-            return lambda raw: exact in raw
-        needle = query.lower().encode()
-        folded_ascii = query.casefold()
-        # casefold() maps a few non-ASCII letters to ASCII ("ß" -> "ss", Kelvin "K" -> "k").
-        return lambda raw: (
-            needle in raw.lower()
-            or (not raw.isascii() and folded_ascii in raw.decode("utf-8", "replace").casefold())
-        )
-    # Writers other than JavaScript may escape non-ASCII text as \uXXXX.
+# Characters that end a run of "plain" characters (see `_prefilter`): every character
+# JSON may write as a short escape (quote, backslash, slash, controls), every character
+# entry_text puts around or between the pieces it copies from the entry, and those
+# that never stand for themselves in the raw bytes (surrogates, U+FFFD from invalid UTF-8).
+_RUN = re.compile(r"""[^\x00-\x1f"\\/\[\]{}:,'$>\ud800-\udfff\ufffd]+""")
+# Text entry_text makes up rather than copies, as whole runs: `[image]`, str() and
+# json.dumps() of non-strings (Python spellings, reformatted numbers).
+_MADE_UP: tuple[str, ...] = ("image", "None", "True", "False", "true", "false", "null")
+_MADE_UP += ("NaN", "nan", "-Infinity", "-inf")
+_MADE_UP_FOLDED = tuple(dict.fromkeys(word.casefold() for word in _MADE_UP))
+_NUMBER_CHARS = frozenset("0123456789.e+-")
+# What follows the backslash of an escape that repr() writes for a character the raw
+# line may hold as it is (\x7f, \xa0, \u2028, \U000e0001).
+_ESCAPE_TAIL = re.compile("[uUxX]?[0-9a-fA-F]{0,8}")
+# A regex finds these two bytes ~3x faster than `in` (backslashes are frequent).
+_UNICODE_ESCAPE = re.compile(rb"\\u").search
+_SHORT_BF = re.compile(rb"\\[bf]").search  # an alternation with DEL would scan 10x slower
+
+
+def _anchors(needle: str, case_sensitive: bool, repr_escapes: bool = True) -> list[str]:
+    """Pieces of `needle` that the raw bytes of a matching line must contain (see `_prefilter`).
+
+    `repr_escapes=False`: for a line whose text can hold no repr() escape.
+    """
+    made_up = _MADE_UP if case_sensitive else _MADE_UP_FOLDED
+    anchors: list[str] = []
+    for run in _RUN.finditer(needle):
+        text = run.group()
+        after = needle[run.start() - 1] if run.start() else ""
+        if text[0] == " ":
+            text = text[1:]  # may be the space after "$", ">", "]", ":" or ","
+        elif repr_escapes and after in ("", "\\"):
+            # May begin inside an escape that repr() wrote: drop the longest prefix
+            # that could be the tail of one.
+            cut = _ESCAPE_TAIL.match(text)
+            text = text[cut.end() if cut is not None else 0 :]
+        if not text or all(c in _NUMBER_CHARS for c in text):
+            continue
+        if any(text in word for word in made_up):
+            continue  # could lie wholly in made-up text
+        anchors.append(text)
+    return sorted(set(anchors), key=len, reverse=True)
+
+
+def _prefilter(query: str, case_sensitive: bool = False) -> _Prefilter:
+    """A test on a line's raw bytes that is true for every line `query` can match.
+
+    The match runs on `entry_text(entry)` (casefolded unless `case_sensitive`),
+    call it T. Why the test never rejects a line that matches:
+
+    1. T is made of pieces copied from strings in the entry (text, thinking,
+       command, output, summary, label, task, model, tool name, the keys and
+       strings inside tool arguments) and of made-up text: "$ ", ">>> ", "[image]",
+       "[" and "] " around a tool name, the "\\n" between blocks, json.dumps() of
+       tool arguments (`{"k": v}` with spaces, its own escapes and spelling of
+       numbers) and str() of non-strings (None, True, 1e+100, reprs of lists).
+    2. Cut T into runs at the characters `_RUN` excludes. A run never holds
+       parts of two pieces, as entry_text always puts an excluded character
+       between two pieces, and between a piece and made-up text, except that a
+       made-up space (after "$", ">", "]", ":" or ",") may start a run. So a run
+       is, after that space: (a) inside one copied piece; (b) made-up: one of
+       `_MADE_UP` or a number; (c) an escape repr() wrote after a backslash
+       (xHH, uHHHH, UHHHHHHHH), then copied text. The other escapes json.dumps()
+       and repr() write are the raw line's own (\\n \\t \\r, json.dumps' \\b \\f:
+       JSON must escape those characters, as \\uXXXX or so), stand for characters
+       JSON must write as \\uXXXX (point 4), or end at an excluded character.
+    3. Cut the (casefolded) query the same way. Each query run is a whole run of
+       T, but the first may start and the last may end inside one. So a query
+       run, less a leading space, that is not in a made-up word or a number is
+       in case (a) or (c); (c) needs a backslash before it, or it is the first
+       run: then the longest prefix that could end an escape is dropped. What is
+       left (an anchor) lies inside one copied piece. repr() escapes \\b, \\f (short
+       escapes in JSON), DEL and non-ASCII characters only: when dropping leaves
+       no anchor, a line holding none of those keeps the whole runs.
+    4. A copied piece without excluded characters is in the raw line as UTF-8,
+       unless a character of it was written as \\uXXXX: any writer may do that
+       to any character, so a line holding the bytes `\\u` is always parsed.
+       Short escapes stand for excluded characters only; invalid UTF-8 becomes
+       U+FFFD, which is excluded.
+    5. casefold() maps each character on its own, so casefold(piece) lies in
+       casefold(decoded line); for an ASCII line that is line.lower(), and an
+       ASCII anchor in line.lower() is in the casefolded line.
+
+    A query with no anchor (only digits, `image`, `add`, punctuation) parses
+    every line.
+    """
+    needle = query if case_sensitive else query.casefold()
+    anchors = _anchors(needle, case_sensitive)
+    whole = _anchors(needle, case_sensitive, repr_escapes=False)
+    if anchors or not whole:
+        return _Prefilter(_unescaped_test(anchors, case_sensitive))
+    # Only the escape tails left nothing ("add", "cafe"): keep the whole anchors for
+    # lines whose text can hold no repr() escape, the usual case.
+    test = _unescaped_test(whole, case_sensitive)
+    return _Prefilter(lambda raw: test(raw) or _may_hold_repr_escapes(raw))
+
+
+def _may_hold_repr_escapes(raw: bytes) -> bool:
+    """Whether str() of a value in this line (no `\\u`) may write \\xHH, \\uHHHH or \\UHHHHHHHH.
+
+    repr() writes those for \\b, \\f (JSON: short escapes), DEL and non-ASCII
+    characters; \\t \\n \\r as the raw line does.
+    """
+    return not raw.isascii() or b"\x7f" in raw or _SHORT_BF(raw) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class _Prefilter:
+    """`_prefilter`'s test; `unescaped` alone is enough for a line without `\\u`."""
+
+    unescaped: Callable[[bytes], bool]
+
+    def __call__(self, raw: bytes) -> bool:
+        return self.unescaped(raw) or _UNICODE_ESCAPE(raw) is not None
+
+
+def _unescaped_test(anchors: list[str], case_sensitive: bool) -> Callable[[bytes], bool]:
+    """Whether a line holding no `\\u` may match: it contains every anchor."""
+    if not anchors:
+        return lambda raw: True
+    encoded = [anchor.encode() for anchor in anchors]
+    # The longest anchor first and alone: most lines fail it, and cheaply.
+    first, rest = encoded[0], encoded[1:]
     if case_sensitive:
-        exact = query.encode()
-        return lambda raw: exact in raw or b"\\u" in raw
-    folded = query.casefold()
-    return lambda raw: b"\\u" in raw or folded in raw.decode("utf-8", "replace").casefold()
+        return lambda raw: first in raw and all(anchor in raw for anchor in rest)
+
+    def folded(raw: bytes) -> bool:
+        # casefold() maps a few non-ASCII letters to ASCII ("ß" -> "ss", Kelvin "K" -> "k");
+        # an ASCII line casefolds to ASCII.
+        if raw.isascii():
+            return False
+        text = raw.decode("utf-8", "replace").casefold()
+        return all(anchor in text for anchor in anchors)
+
+    if not first.isascii() or not all(anchor.isascii() for anchor in rest):
+        return folded
+
+    def ascii_anchors(raw: bytes) -> bool:
+        lowered = raw.lower()
+        if first in lowered and all(anchor in lowered for anchor in rest):
+            return True
+        return folded(raw)
+
+    return ascii_anchors
+
+
+class _EscapeWatch:
+    """Passes a file's chunks through, noting once any of them holds the bytes `\\u`."""
+
+    __slots__ = ("_chunks", "seen")
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = chunks
+        self.seen = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        last = b""
+        for chunk in self._chunks:
+            if not self.seen and (
+                _UNICODE_ESCAPE(chunk) is not None or (last == b"\\" and chunk[:1] == b"u")
+            ):
+                self.seen = True
+            if chunk:
+                last = chunk[-1:]
+            yield chunk
 
 
 def search_sessions(
@@ -139,11 +286,14 @@ def _search_file(
     query: str,
     needle: str,
     case_sensitive: bool,
-    may_match: Callable[[bytes], bool],
+    may_match: _Prefilter,
     storage: SessionStorage,
 ) -> Iterator[SearchHit]:
     session_id: str | None = None
-    for number, raw, _ in iter_jsonl_bytes(storage.iter_chunks(path)):
+    # Until a chunk holds `\u`, no line read so far does: the cheaper test is enough.
+    chunks = _EscapeWatch(storage.iter_chunks(path))
+    unescaped = may_match.unescaped
+    for number, raw, _ in iter_jsonl_bytes(chunks):
         if not raw or raw.isspace():
             continue
         if session_id is None:
@@ -157,7 +307,7 @@ def _search_file(
                 return
             session_id = str(value["id"])
             continue
-        if not may_match(raw):
+        if not (may_match(raw) if chunks.seen else unescaped(raw)):
             continue
         try:
             entry = orjson.loads(raw)
@@ -168,7 +318,10 @@ def _search_file(
                 continue
         if not isinstance(entry, dict):
             continue
-        text = entry_text(entry)
+        try:
+            text = entry_text(entry)
+        except RecursionError:  # tool arguments nested deeper than json.dumps goes by default
+            text = allow_deep_nesting(partial(entry_text, entry))
         haystack = text if case_sensitive else text.casefold()
         start = haystack.find(needle)
         if start < 0:
