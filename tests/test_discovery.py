@@ -322,7 +322,8 @@ def test_list_fields_and_order(store: Store) -> None:
     assert ia.id == "aaaa000000000001" and ia.cwd == CWD
     assert ia.message_count == 4
     assert ia.first_message == "first prompt"
-    assert ia.all_messages_text == "first prompt\nanswer one\nsecond"
+    # Joined by a space, as both TypeScript peers join them (`allMessages.join(" ")`).
+    assert ia.all_messages_text == "first prompt answer one second"
     assert ia.created == datetime(2026, 2, 16, 10, 0, tzinfo=UTC)
     st = store.storage.stat(a)
     assert ia.modified == datetime(1970, 1, 1, tzinfo=UTC) + timedelta(
@@ -330,7 +331,7 @@ def test_list_fields_and_order(store: Store) -> None:
     )
     assert ia.title is None and ia.parent_session_path is None
     assert ib.first_message == "block"
-    assert ib.all_messages_text == "block\na b"
+    assert ib.all_messages_text == "block a b"
     assert ib.parent_session_path == "/old/session.jsonl"
     assert ic.message_count == 0 and ic.first_message == "(no messages)"
     assert ic.all_messages_text == ""
@@ -386,13 +387,7 @@ def test_lenient_lines_like_the_loader(store: Store) -> None:
     # crlf prompt, spaced, escaped, dup, lone, bad byte = 6 messages
     assert info.message_count == 6
     assert info.first_message == "crlf prompt"
-    assert info.all_messages_text.split("\n")[:5] == [
-        "crlf prompt",
-        "spaced",
-        "escaped",
-        "dup",
-        "\ud800 lone",
-    ]
+    assert info.all_messages_text.startswith("crlf prompt spaced escaped dup \ud800 lone")
 
 
 def test_unterminated_last_line(store: Store) -> None:
@@ -695,7 +690,7 @@ def test_sessions_written_by_the_manager(agent_dir: Path) -> None:
     (info,) = SessionManager.list(CWD)
     assert (info.path, info.id, info.cwd) == (path, sid, CWD)
     assert (info.message_count, info.first_message, info.title) == (2, "hello manager", "Named")
-    assert info.all_messages_text == "hello manager\nhi"
+    assert info.all_messages_text == "hello manager hi"
     assert [i.id for i in SessionManager.list_all()] == [sid]
     match = resolve_resumable_session(sid[:10], CWD)
     assert match is not None and match.session == info and match.scope == "local"
@@ -740,7 +735,7 @@ def test_growth_over_an_unterminated_line(store: Store) -> None:
     store.append(path, (line[20:] + "\n").encode())
     (info,) = list_sessions(CWD, storage=store.storage)
     assert info.message_count == 2
-    assert info.all_messages_text == "u\nhalf"
+    assert info.all_messages_text == "u half"
     # the unterminated line becomes valid as it is
     store.append(path, serialize_entry(user("last")).encode())
     assert list_sessions(CWD, storage=store.storage)[0].message_count == 3
@@ -966,7 +961,7 @@ def reference(storage: Any, path: str) -> tuple[Any, ...] | None:
     slot = loaded.title_slot
     head_title = slot["title"] if slot is not None else loaded.header.get("title")
     title = next((t for t in (head_title, name, short) if isinstance(t, str) and t.strip()), None)
-    return (loaded.header["id"], count, first or "(no messages)", "\n".join(texts), title)
+    return (loaded.header["id"], count, first or "(no messages)", " ".join(texts), title)
 
 
 def random_line(r: random.Random) -> str:

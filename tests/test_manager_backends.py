@@ -271,4 +271,4 @@ def test_list_finds_every_session_newest_first(storage: SessionStorage, session_
     assert [i.title for i in listed] == [None, "named", None]
     assert [i.first_message for i in listed] == ["question 2", "question 1", "question 0"]
     assert [i.message_count for i in listed] == [2, 2, 2]
-    assert listed[0].all_messages_text == "question 2\nanswer 2"
+    assert listed[0].all_messages_text == "question 2 answer 2"

@@ -29,9 +29,8 @@ from sessiontree import (
     SessionPersistenceError,
     SessionWriteConflictError,
 )
-from sessiontree.storage.postgres import PostgresSessionStorage, new_schema_name
-
 from sessiontree.session_file import LOCK_CHECK_SECONDS
+from sessiontree.storage.postgres import PostgresSessionStorage, new_schema_name
 
 # A down server must fail a storage call within about a second (see the module
 # doc); this bound is far above that and far below the pool's 30 s timeout.

@@ -600,7 +600,7 @@ def test_session_index_tracks_writes(storage: SessionStorage, root: str) -> None
     assert (after.message_count, after.line_count, after.first_message) == (3, 5, "first question")
     assert after.size == storage.stat(path).size
     assert after.last_activity_ms == 1767323100000
-    assert after.all_messages_text == "first question\nan answer\nsecond"
+    assert after.all_messages_text == "first question an answer second"
 
 
 def test_session_index_header_written_by_a_writer(storage: SessionStorage, root: str) -> None:

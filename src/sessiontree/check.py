@@ -38,12 +38,12 @@ import xxhash
 
 from ._fs import side_path, side_stem
 from .blobs import BlobStatus, BlobStore, BlobStoreLike, VerifiableBlobStore
-from .entries import Entry, generate_entry_id, is_valid_header
+from .entries import Entry, generate_entry_id
 from .errors import InvalidSessionFileError, SessionTreeError, SessionWriteConflictError
 from .jsonl import iter_jsonl_bytes, loads_line, serialize_entry_bytes
-from .loader import is_title_slot
 from .locks import acquire_session_lock
 from .migrations import migrate_session_entries, session_version
+from .naming import head_kind
 from .paths import get_agent_dir
 from .storage.base import BlobBackedStorage, SessionStorage
 from .storage.file import FileSessionStorage
@@ -174,11 +174,12 @@ def scan_session(
             if scanned.header is not None:
                 scanned.entries.append(line)
             continue
-        if number == 1 and scanned.title_slot is None and is_title_slot(value):
+        kind = head_kind(value, number == 1)
+        if kind == "slot":
             scanned.title_slot = line
             continue
         header_done = True
-        if is_valid_header(value):
+        if kind == "header":
             scanned.header = line
         else:
             scanned.invalid_header_line = number

@@ -40,10 +40,10 @@ from typing import Any, Literal, overload
 
 import orjson
 
-from .entries import is_valid_header, parse_iso_ms
+from .entries import parse_iso_ms
 from .errors import AmbiguousSessionError
 from .jsonl import loads_line, serialize_entry_bytes
-from .loader import is_title_slot
+from .naming import entry_name, head_kind, listing_title, session_name
 from .paths import (
     get_agent_dir,
     get_default_session_dir,
@@ -104,7 +104,7 @@ class _TextLoader:
             _scan_file(self.storage, self.path, self.size, None, texts)
         except OSError:
             return ""
-        return "\n".join(texts)
+        return " ".join(texts)
 
 
 class _LazyText:
@@ -140,7 +140,7 @@ class _LazyText:
 class SessionInfo:
     """Metadata of one session file, as listings return it.
 
-    `all_messages_text` (every user/assistant text, joined with newlines) is read
+    `all_messages_text` (every user/assistant text, joined by a space as both peers do) is read
     from the file on first access when the listing came from the cache; it takes
     no part in equality or repr.
     """
@@ -233,12 +233,9 @@ class _State:
         return cls(*values)
 
     def title(self) -> str | None:
-        # omp copies a title slot's title onto the header (an empty one removes it).
+        """`SessionInfo.title` by the rule in `sessiontree.naming`."""
         header_title = self.slot_title if self.slot else self.header_title
-        for candidate in (header_title, self.name, self.short_summary):
-            if candidate and not candidate.isspace():
-                return candidate
-        return None
+        return listing_title(session_name(header_title, self.name), self.short_summary)
 
 
 def content_text(content: object) -> str:
@@ -274,12 +271,13 @@ def _feed_head(st: _State, line: bytes, first_line: bool) -> None:
         obj = _parse_slow(line)
     if not isinstance(obj, dict):
         return  # blank, malformed or non-object lines are skipped, as the loader does
-    if first_line and is_title_slot(obj):
+    kind = head_kind(obj, first_line)
+    if kind == "slot":
         st.slot = True
         title = obj.get("title")
         st.slot_title = title if isinstance(title, str) else None
         return
-    if not is_valid_header(obj):
+    if kind == "invalid":
         st.phase = _INVALID
         return
     st.phase = _OK
@@ -308,12 +306,8 @@ def _apply(st: _State, obj: dict[str, Any], texts: list[str] | None) -> None:
                             texts.append(text)
                         if st.first is None and role == "user":
                             st.first = text
-    elif kind == "session_info":  # pi: the latest name wins, a blank one clears
-        name = obj.get("name")
-        st.name = name.strip() if isinstance(name, str) else None
-    elif kind == "title_change":  # omp
-        title = obj.get("title")
-        st.name = title if isinstance(title, str) else None
+    elif kind == "session_info" or kind == "title_change":
+        st.name = entry_name(obj)  # the latest name entry decides; a blank one clears
     elif kind == "compaction":
         short = obj.get("shortSummary")
         if isinstance(short, str):

@@ -14,33 +14,18 @@ from typing import Any
 import orjson
 
 from ._gc import gc_paused
-from .entries import Entry, is_valid_header
+from .entries import Entry
 from .jsonl import iter_jsonl_bytes, loads_line
+from .naming import head_kind
 from .storage.base import SessionStorage
 
 __all__ = [
-    "TITLE_SLOT_BYTES",
     "LoadedSession",
-    "is_title_slot",
     "load_entries_from_file",
     "read_session",
 ]
 
-TITLE_SLOT_BYTES = 256
 _BLOB_MARK = b"blob:sha256:"
-
-
-def is_title_slot(value: object) -> bool:
-    """A fixed-width title line of newer oh-my-pi files (not an entry)."""
-    return (
-        isinstance(value, dict)
-        and value.get("type") == "title"
-        and value.get("v") == 1
-        and isinstance(value.get("title"), str)
-        and isinstance(value.get("updatedAt"), str)
-        and isinstance(value.get("pad"), str)
-        and ("source" not in value or value["source"] in ("auto", "user"))
-    )
 
 
 @dataclass(slots=True)
@@ -109,12 +94,13 @@ def _read_session(
                 result.blob_ref_entries.append(len(entries))
             append(value)
             continue
-        if number == 1 and result.title_slot is None and is_title_slot(value):
+        kind = head_kind(value, number == 1)
+        if kind == "slot":
             result.title_slot = value
             result.title_slot_raw = raw + b"\n" if has_newline else raw
             continue
         # The first parsed object decides: a header, or not a session file.
-        if not is_valid_header(value):
+        if kind == "invalid":
             result.header_line = number
             return result
         header_seen = True

@@ -15,13 +15,12 @@ from dataclasses import dataclass, field
 from .agent_dir import registered_session_dirs
 from .blobs import BlobStoreLike
 from .check import default_blob_store, scan_session
-from .entries import CURRENT_SESSION_VERSION, Entry, is_valid_header
+from .entries import CURRENT_SESSION_VERSION, Entry
 from .errors import InvalidSessionFileError, SessionTreeError, SessionWriteConflictError
-from .jsonl import parse_jsonl_lenient
-from .loader import is_title_slot
 from .locks import acquire_session_lock
 from .manager import SessionManager
 from .migrations import session_version
+from .naming import header_in
 from .paths import encode_session_dir_name, get_agent_dir, home_relative_dir_name
 from .storage.base import SessionStorage
 from .storage.file import FileSessionStorage
@@ -125,11 +124,8 @@ def file_version(path: str, storage: SessionStorage | None = None) -> int | None
     Reads only the start of the file.
     """
     storage = storage if storage is not None else FileSessionStorage()
-    text = storage.read_text_prefix(path, 1 << 16)
-    for value in parse_jsonl_lenient(text)[:2]:
-        if is_valid_header(value):
-            return session_version([value])
-    return None
+    header = header_in(storage.read_text_prefix(path, 1 << 16))
+    return session_version([header]) if header is not None else None
 
 
 def artifacts_dir(path: str) -> str | None:
@@ -170,12 +166,7 @@ def _inside(path: str, roots: list[str]) -> bool:
 
 def _header_of(path: str, storage: SessionStorage) -> Entry | None:
     """The session header of a file (after an optional title slot), None if it has none."""
-    text = storage.read_text_prefix(path, _HEADER_PROBE)
-    for number, value in enumerate(parse_jsonl_lenient(text)[:2]):
-        if number == 0 and is_title_slot(value):
-            continue
-        return value if is_valid_header(value) else None
-    return None
+    return header_in(storage.read_text_prefix(path, _HEADER_PROBE))
 
 
 def plan_delete(

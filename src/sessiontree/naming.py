@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from .entries import CURRENT_SESSION_VERSION, Entry, generate_session_id, is_valid_header, iso_now
-from .jsonl import serialize_entry_bytes
+from .jsonl import loads_line, serialize_entry_bytes
 
 __all__ = [
     "NAME_ENTRY_TYPES",
@@ -39,6 +39,7 @@ __all__ = [
     "SessionHead",
     "entry_name",
     "head_kind",
+    "header_in",
     "is_title_slot",
     "listing_title",
     "new_header",
@@ -86,6 +87,22 @@ def head_kind(value: object, first_line: bool) -> HeadKind:
     if first_line and is_title_slot(value):
         return "slot"
     return "header" if is_valid_header(value) else "invalid"
+
+
+def header_in(text: str) -> Entry | None:
+    """The session header at the start of `text` (the file's first lines), or None
+    when the first object after an optional title slot is not one."""
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = loads_line(line)
+        except (ValueError, UnicodeError):
+            continue  # a malformed line is skipped, as every reader skips it
+        kind = head_kind(value, number == 1)
+        if kind != "slot":
+            return value if kind == "header" else None
+    return None
 
 
 def _blank(text: object) -> bool:

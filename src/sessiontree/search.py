@@ -23,12 +23,11 @@ from typing import Any
 
 import orjson
 
-from .entries import is_valid_header
 from .errors import SessionTreeError
 from .export import entry_role, entry_text
 from .history import HistoryEntry
 from .jsonl import allow_deep_nesting, iter_jsonl_bytes, loads_line
-from .loader import is_title_slot
+from .naming import head_kind
 from .paths import get_agent_dir
 from .storage.base import SessionStorage
 from .storage.file import FileSessionStorage
@@ -301,9 +300,10 @@ def _search_file(
                 value = loads_line(raw)
             except (ValueError, UnicodeError):
                 continue
-            if number == 1 and is_title_slot(value):
+            kind = head_kind(value, number == 1)
+            if kind == "slot":
                 continue
-            if not is_valid_header(value):
+            if kind == "invalid":
                 return
             session_id = str(value["id"])
             continue

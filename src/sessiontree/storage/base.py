@@ -190,7 +190,8 @@ class SessionMeta:
     last_activity_ms: int | None = None
     """Newest user/assistant message time: `message.timestamp`, else the entry's `timestamp`."""
     all_messages_text: str | None = None
-    """Non-empty user/assistant message texts joined by newlines (only when asked for)."""
+    """Non-empty user/assistant message texts joined by a space, as the peers join them
+    (`allMessages.join(" ")`); only when asked for."""
 
 
 @runtime_checkable

@@ -91,10 +91,10 @@ from sessiontree.blobs import (
     blob_extension_for_mime_type,
 )
 from sessiontree.discovery import content_text
-from sessiontree.entries import is_valid_header, parse_iso_ms
+from sessiontree.entries import parse_iso_ms
 from sessiontree.errors import BackendUnavailableError, SessionLockError, SessionTreeError
 from sessiontree.jsonl import loads_line
-from sessiontree.loader import is_title_slot
+from sessiontree.naming import entry_name, head_kind, listing_title, session_name
 from sessiontree.paths import get_agent_dir
 from sessiontree.storage.base import SessionMeta, StorageStat
 from sessiontree.storage.file import glob_match_name, utf8_prefix_text
@@ -294,12 +294,9 @@ class _Scan:
             return None
         kind = value.get("type")
         if kind != "message":
-            if kind == "session_info":  # pi: the latest name wins, a blank one clears
-                name = value.get("name")
-                self.name, self.name_set = (name.strip() if isinstance(name, str) else None), True
-            elif kind == "title_change":  # omp
-                title = value.get("title")
-                self.name, self.name_set = (title if isinstance(title, str) else None), True
+            name = entry_name(value)
+            if name is not None:  # the latest name entry decides; a blank one clears
+                self.name, self.name_set = name, True
             elif kind == "compaction":
                 short = value.get("shortSummary")
                 if isinstance(short, str):
@@ -322,13 +319,14 @@ class _Scan:
         return text or None
 
     def _header(self, value: dict[str, Any]) -> None:
-        if self.line_no == 1 and is_title_slot(value):
+        kind = head_kind(value, self.line_no == 1)
+        if kind == "slot":
             self.slot = True
             self.slot_title = value.get("title")
             source = value.get("source")
             self.slot_source = self.title_source = source if isinstance(source, str) else None
             return
-        if not is_valid_header(value):
+        if kind == "invalid":
             self.state = _NOT_A_SESSION
             return
         self.state = _SESSION
@@ -632,7 +630,7 @@ class _Sql:
             "n.last_activity_ms, n.id"
         )
         text_col = (
-            ", (SELECT string_agg(l.msg_text, E'\\n' ORDER BY l.off) FROM {s}.lines l "
+            ", (SELECT string_agg(l.msg_text, ' ' ORDER BY l.off) FROM {s}.lines l "
             "WHERE l.file_id = n.id AND l.msg_text IS NOT NULL)"
         )
         where_jsonl = (
@@ -1425,7 +1423,9 @@ class PostgresSessionStorage(ClosesOnExit):
                     valid=True,
                     id=row[5],
                     cwd=row[6],
-                    title=_title(slot_title if slot else header_title, name, short),
+                    title=listing_title(
+                        session_name(slot_title if slot else header_title, name), short
+                    ),
                     title_source=row[12],
                     parent_session=row[13],
                     created=row[14],
@@ -1448,15 +1448,6 @@ class PostgresSessionStorage(ClosesOnExit):
         )
         if cur.rowcount == 0:
             raise _oserror(FileNotFoundError, errno.ENOENT, path)
-
-
-def _title(*candidates: str | None) -> str | None:
-    """The first non-blank of: the header's (or title slot's) title, the latest
-    session name, the latest compaction short summary (as discovery ranks them)."""
-    for candidate in candidates:
-        if candidate and not candidate.isspace():
-            return candidate
-    return None
 
 
 def _meta_params(scan: _Scan) -> dict[str, Any]:
