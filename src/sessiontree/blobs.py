@@ -25,8 +25,8 @@ import time
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, runtime_checkable
 
+from sessiontree._fs import FILE_MODE, ensure_private_dir, fsync_directory
 from sessiontree.errors import InvalidBlobRefError
-from sessiontree.storage.file import FILE_MODE, ensure_private_dir, fsync_directory
 
 __all__ = [
     "BLOB_REF_PREFIX",
@@ -39,6 +39,7 @@ __all__ = [
     "MemoryBlobStore",
     "VerifiableBlobStore",
     "blob_extension_for_mime_type",
+    "check_hash",
     "is_blob_ref",
     "parse_blob_ref",
 ]
@@ -90,7 +91,7 @@ def parse_blob_ref(s: object) -> str | None:
     return digest if _HASH_RE.fullmatch(digest) else None
 
 
-def _check_hash(digest: object) -> str:
+def check_hash(digest: object) -> str:
     if type(digest) is not str or not _HASH_RE.fullmatch(digest):
         raise InvalidBlobRefError(f"invalid blob hash {digest!r}: expected 64 lowercase hex chars")
     return digest
@@ -355,7 +356,7 @@ class BlobStore:
     def get(self, hash: str) -> bytes | None:
         """The blob's bytes, or None when missing or damaged (a warning names the file);
         InvalidBlobRefError for a bad hash."""
-        digest = _check_hash(hash)
+        digest = check_hash(hash)
         data = self._read(digest)
         if data is not None and not _intact(data, digest):
             _warn_damaged(self._path(digest), len(data))
@@ -364,7 +365,7 @@ class BlobStore:
 
     def verify(self, hash: str) -> BlobStatus:
         """Whether the blob is there and holds bytes that hash to its name; reads it whole."""
-        digest = _check_hash(hash)
+        digest = check_hash(hash)
         data = self._read(digest)
         if data is None:
             return "missing"
@@ -372,7 +373,7 @@ class BlobStore:
 
     def has(self, hash: str) -> bool:
         """Whether the blob exists; InvalidBlobRefError for a bad hash."""
-        return os.path.isfile(self._path(_check_hash(hash)))
+        return os.path.isfile(self._path(check_hash(hash)))
 
     def sync(self) -> None:
         """fsync the blobs written since the last sync, then the blob directory.
@@ -434,7 +435,7 @@ class MemoryBlobStore:
     def get(self, hash: str) -> bytes | None:
         """The blob's bytes, or None when missing or damaged (with a warning);
         InvalidBlobRefError for a bad hash."""
-        digest = _check_hash(hash)
+        digest = check_hash(hash)
         data = self._blobs.get(digest)
         if data is not None and not _intact(data, digest):
             _warn_damaged(os.path.join(self.dir, digest), len(data))
@@ -443,7 +444,7 @@ class MemoryBlobStore:
 
     def verify(self, hash: str) -> BlobStatus:
         """Whether the blob is there and holds bytes that hash to its name."""
-        digest = _check_hash(hash)
+        digest = check_hash(hash)
         data = self._blobs.get(digest)
         if data is None:
             return "missing"
@@ -451,7 +452,7 @@ class MemoryBlobStore:
 
     def has(self, hash: str) -> bool:
         """Whether the blob exists; InvalidBlobRefError for a bad hash."""
-        return _check_hash(hash) in self._blobs
+        return check_hash(hash) in self._blobs
 
     def sync(self) -> None:
         """Nothing to make durable."""
@@ -469,7 +470,7 @@ class MemoryBlobStore:
 
     def mtime(self, hash: str) -> float | None:
         """When the blob was last put, None when missing."""
-        return self._mtimes.get(_check_hash(hash))
+        return self._mtimes.get(check_hash(hash))
 
     def now(self) -> float:
         """This process's clock."""
@@ -477,7 +478,7 @@ class MemoryBlobStore:
 
     def delete(self, hash: str, *, min_age_seconds: float = 0.0) -> bool:
         """Remove the blob unless it was put less than `min_age_seconds` ago."""
-        digest = _check_hash(hash)
+        digest = check_hash(hash)
         mtime = self._mtimes.get(digest)
         if mtime is None or self.now() - mtime < min_age_seconds:
             return False

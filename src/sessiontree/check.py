@@ -37,15 +37,20 @@ import orjson
 import xxhash
 
 from ._fs import side_path, side_stem
-from .blobs import BlobStatus, BlobStore, BlobStoreLike, VerifiableBlobStore
+from .agent_dir import blob_store_for
+from .blobs import BlobStatus, BlobStoreLike, VerifiableBlobStore
 from .entries import Entry, generate_entry_id
 from .errors import InvalidSessionFileError, SessionTreeError, SessionWriteConflictError
 from .jsonl import iter_jsonl_bytes, loads_line, serialize_entry_bytes
 from .locks import acquire_session_lock
 from .migrations import migrate_session_entries, session_version
 from .naming import head_kind
-from .paths import get_agent_dir
-from .storage.base import BlobBackedStorage, SessionStorage
+from .storage.base import (
+    HostFilesystem,
+    SessionStorage,
+    read_chunks,
+    write_whole,
+)
 from .storage.file import FileSessionStorage
 
 __all__ = [
@@ -54,11 +59,9 @@ __all__ = [
     "RepairReport",
     "ScannedLine",
     "ScannedSession",
-    "blob_dir_for",
     "check_entries",
     "check_session",
     "conflict_siblings",
-    "default_blob_store",
     "find_cycles",
     "repair_session",
     "scan_session",
@@ -148,7 +151,7 @@ def scan_session(
     scanned = ScannedSession(path)
     last_has_newline = True
     header_done = False
-    chunks = _chunks_counting(iter(storage.iter_chunks(path)), scanned, observe)
+    chunks = _chunks_counting(iter(read_chunks(storage, path)), scanned, observe)
     for number, raw, has_newline in iter_jsonl_bytes(chunks):
         last_has_newline = has_newline
         scanned.last_line = number
@@ -185,39 +188,6 @@ def scan_session(
             scanned.invalid_header_line = number
     scanned.ends_with_newline = last_has_newline
     return scanned
-
-
-def blob_dir_for(path: str) -> str:
-    """The blob dir of the store holding `path`: `<agent>/blobs` next to its `sessions` dir.
-
-    Falls back to the current agent dir's blobs when `path` is not inside a
-    `sessions` directory.
-    """
-    current = os.path.dirname(os.path.abspath(path))
-    while True:
-        if os.path.basename(current) == "sessions":
-            return os.path.join(os.path.dirname(current), "blobs")
-        parent = os.path.dirname(current)
-        if parent == current:
-            return os.path.join(get_agent_dir(), "blobs")
-        current = parent
-
-
-def default_blob_store(path: str, storage: SessionStorage | None = None) -> BlobStoreLike:
-    """The blob store a session at `path` in `storage` resolves its images from.
-
-    A storage's own blob store (`BlobBackedStorage`, e.g. PostgreSQL's), else the
-    files of `blob_dir_for(path)`.
-    """
-    if (
-        storage is not None
-        and not isinstance(storage, FileSessionStorage)
-        and isinstance(storage, BlobBackedStorage)
-    ):
-        own = storage.blob_store()
-        if own is not None:
-            return own
-    return BlobStore(blob_dir_for(path))
 
 
 def conflict_siblings(path: str, storage: SessionStorage | None = None) -> list[str]:
@@ -477,11 +447,11 @@ def check_session(
     """Everything wrong with one session file, in line order; [] when it is sound.
 
     Never writes. `blobs` defaults to the blob store of the store holding `path`
-    (see `default_blob_store`). FileNotFoundError when the file is missing.
+    (see `sessiontree.agent_dir.blob_store_for`). FileNotFoundError when the file is missing.
     """
     storage = storage if storage is not None else FileSessionStorage()
     scanned = scan_session(path, storage)
-    findings = _findings(scanned, blobs if blobs is not None else default_blob_store(path, storage))
+    findings = _findings(scanned, blobs if blobs is not None else blob_store_for(path, storage))
     if conflicts:
         for sibling in conflict_siblings(path, storage):
             findings.append(
@@ -627,7 +597,7 @@ def _backup_path(path: str, storage: SessionStorage) -> str:
 def _same_file(storage: SessionStorage, a: str, b: str) -> bool:
     if os.path.normpath(a) == os.path.normpath(b):
         return True
-    if isinstance(storage, FileSessionStorage):
+    if isinstance(storage, HostFilesystem):
         try:
             return os.path.samefile(a, b)
         except OSError:
@@ -655,8 +625,8 @@ def repair_session(
     be repaired: InvalidSessionFileError.
     """
     storage = storage if storage is not None else FileSessionStorage()
-    blob_store = blobs if blobs is not None else default_blob_store(path, storage)
-    if in_place and isinstance(storage, FileSessionStorage) and os.path.islink(path):
+    blob_store = blobs if blobs is not None else blob_store_for(path, storage)
+    if in_place and isinstance(storage, HostFilesystem) and os.path.islink(path):
         path = os.path.realpath(path)  # repair the file, not the link that names it
     target = None
     if not in_place:
@@ -738,7 +708,7 @@ def repair_session(
             yield b"".join(batch)
 
     if target is not None:
-        storage.write_atomic(target, chunks())
+        write_whole(storage, target, chunks())
         report.out_path = target
         return report
     # SessionLockError when a live agent is writing this session.
@@ -748,11 +718,11 @@ def repair_session(
         copied = xxhash.xxh3_128()
 
         def original() -> Iterator[bytes]:
-            for chunk in storage.iter_chunks(path):
+            for chunk in read_chunks(storage, path):
                 copied.update(chunk)
                 yield chunk
 
-        storage.write_atomic(backup, original())
+        write_whole(storage, backup, original())
         report.backup_path = backup
         # The backup must hold exactly the bytes that were repaired, and the file
         # must still be them: otherwise a live writer got in between.
@@ -761,7 +731,7 @@ def repair_session(
                 path, f"{path}: changed while being repaired (a live writer?); nothing was replaced"
             )
         _check_unchanged(path, before, storage)
-        storage.write_atomic(path, chunks())
+        write_whole(storage, path, chunks())
     finally:
         if lock is not None:
             lock.release()

@@ -40,7 +40,7 @@ from typing import Any, Literal, overload
 
 import orjson
 
-from .entries import parse_iso_ms
+from .entries import content_text, parse_iso_ms
 from .errors import AmbiguousSessionError
 from .jsonl import loads_line, serialize_entry_bytes
 from .naming import entry_name, head_kind, listing_title, session_name
@@ -50,7 +50,15 @@ from .paths import (
     home_relative_dir_name,
     is_safe_name,
 )
-from .storage.base import SessionIndexStorage, SessionStorage, StorageStat
+from .storage.base import (
+    HostFilesystem,
+    SessionIndexStorage,
+    SessionStorage,
+    StorageStat,
+    directory_tree,
+    read_chunks,
+    read_range,
+)
 from .storage.file import FileSessionStorage, ensure_private_dir
 
 __all__ = [
@@ -236,21 +244,6 @@ class _State:
         """`SessionInfo.title` by the rule in `sessiontree.naming`."""
         header_title = self.slot_title if self.slot else self.header_title
         return listing_title(session_name(header_title, self.name), self.short_summary)
-
-
-def content_text(content: object) -> str:
-    """A message's text: string content, or its text blocks joined by a space."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(
-            block["text"]
-            for block in content
-            if isinstance(block, dict)
-            and block.get("type") == "text"
-            and isinstance(block.get("text"), str)
-        )
-    return ""
 
 
 _FAIL = object()
@@ -462,7 +455,7 @@ def _feed_line(st: _State, line: bytes, first_line: bool, texts: list[str] | Non
 
 def _range_chunks(storage: SessionStorage, path: str, offset: int) -> Iterator[bytes]:
     while True:
-        chunk = storage.read_bytes_range(path, offset, _CHUNK)
+        chunk = read_range(storage, path, offset, _CHUNK)
         if not chunk:
             return
         yield chunk
@@ -487,7 +480,7 @@ def _scan_file(
         resume = None
         st = _State()
         offset = 0
-        chunks = storage.iter_chunks(path, _CHUNK)
+        chunks = read_chunks(storage, path, _CHUNK)
     try:
         committed, state, final, head_len, head, tail = _scan_chunks(
             chunks, size, offset, st, texts
@@ -498,7 +491,7 @@ def _scan_file(
             close()
     want = min(_TAIL_CHECK, size)
     if len(tail) < want:
-        tail = storage.read_bytes_range(path, size - want, want)
+        tail = read_range(storage, path, size - want, want)
     if resume is not None:
         head_len, head_digest = resume.head_len, resume.head
     else:
@@ -592,10 +585,10 @@ def _grew(storage: SessionStorage, path: str, old: _Record, size: int, ino: int)
         return False
     try:
         if old.head_len:
-            if _digest(storage.read_bytes_range(path, 0, old.head_len)) != old.head:
+            if _digest(read_range(storage, path, 0, old.head_len)) != old.head:
                 return False
         want = min(_TAIL_CHECK, old.size)
-        end = storage.read_bytes_range(path, old.size - want, want)
+        end = read_range(storage, path, old.size - want, want)
     except OSError:
         return False
     return _digest(end) == old.tail
@@ -629,7 +622,7 @@ def _stat_dir(directory: str, storage: SessionStorage) -> list[_Stat]:
             ]
         except OSError:
             return []
-    if isinstance(storage, FileSessionStorage):
+    if isinstance(storage, HostFilesystem):
         # One scandir instead of list_files + stat: the DirEntry carries the file type.
         try:
             with os.scandir(directory) as entries:
@@ -661,14 +654,14 @@ def _stat_dir(directory: str, storage: SessionStorage) -> list[_Stat]:
 
 
 def _project_dirs(root: str, storage: SessionStorage) -> list[str]:
-    if isinstance(storage, FileSessionStorage):
+    if isinstance(storage, HostFilesystem):
         try:
             with os.scandir(root) as entries:
                 return sorted(e.path for e in entries if e.is_dir())
         except OSError:
             return []
     try:
-        return storage.list_dirs(root)
+        return directory_tree(storage, "listing every project").list_dirs(root)
     except OSError:
         return []
 
@@ -683,7 +676,7 @@ _other_caches: weakref.WeakKeyDictionary[object, _DirCache] = weakref.WeakKeyDic
 
 
 def _memory_cache(storage: SessionStorage) -> _DirCache | None:
-    if isinstance(storage, FileSessionStorage):
+    if isinstance(storage, HostFilesystem):
         return _file_cache  # every instance sees the same filesystem
     try:
         cache = _other_caches.get(storage)
@@ -958,7 +951,7 @@ def _collect(
                 else:
                     misses.append((d, s, rec))
     db = None
-    if cache and misses and isinstance(storage, FileSessionStorage):
+    if cache and misses and isinstance(storage, HostFilesystem):
         db = _MetaDB(agent_dir if agent_dir is not None else get_agent_dir())
     fresh: list[tuple[str, str, _Record]] = []  # (dir, path, record) loaded or scanned now
     stale_db: list[str] = []

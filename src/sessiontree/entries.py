@@ -258,3 +258,18 @@ def _seed_ids() -> None:
 
 _seed_ids()
 os.register_at_fork(after_in_child=_seed_ids)
+
+
+def content_text(content: object) -> str:
+    """A message's text: string content, or its text blocks joined by a space."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(
+            block["text"]
+            for block in content
+            if isinstance(block, dict)
+            and block.get("type") == "text"
+            and isinstance(block.get("text"), str)
+        )
+    return ""

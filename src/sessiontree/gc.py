@@ -40,8 +40,14 @@ from .agent_dir import read_registry
 from .blobs import CollectableBlobStore
 from .errors import SessionTreeError
 from .paths import EXTERNAL_SESSION_DIRS, get_agent_dir
-from .storage.base import BlobBackedStorage, SessionStorage
-from .storage.file import FileSessionStorage, fsync_directory
+from .storage.base import (
+    BlobBackedStorage,
+    HostFilesystem,
+    SessionStorage,
+    directory_tree,
+    read_chunks,
+)
+from .storage.file import fsync_directory
 
 __all__ = [
     "DEFAULT_MIN_AGE_SECONDS",
@@ -170,7 +176,7 @@ def storage_blob_store(storage: SessionStorage | None) -> CollectableBlobStore |
     Raises SessionTreeError when the storage keeps blobs in a store that cannot
     list or delete them (gc cannot run on it).
     """
-    if storage is None or isinstance(storage, FileSessionStorage):
+    if storage is None or isinstance(storage, HostFilesystem):
         return None
     if not isinstance(storage, BlobBackedStorage):
         return None
@@ -219,7 +225,7 @@ def _scan_file(path: str, found: set[str]) -> int:
 
 def _scan_stored(storage: SessionStorage, path: str, found: set[str]) -> int:
     """`_scan_file` for a file in a storage."""
-    return _scan_chunks(storage.iter_chunks(path, _CHUNK), found)
+    return _scan_chunks(read_chunks(storage, path, _CHUNK), found)
 
 
 Snapshot = dict[str, tuple[int, int, int]]
@@ -321,7 +327,7 @@ def _walk_storage(
         seen.add(directory)
         try:
             files = _all_files(storage, directory)
-            dirs = storage.list_dirs(directory)
+            dirs = directory_tree(storage, "gc").list_dirs(directory)
         except FileNotFoundError:
             continue  # a directory removed mid-walk: its sessions are gone
         except (OSError, ValueError) as exc:
@@ -424,7 +430,7 @@ def find_referenced_hashes(
     `stable` is False when files kept changing for several passes.
     """
     agent = agent_dir if agent_dir is not None else get_agent_dir()
-    files = storage is None or isinstance(storage, FileSessionStorage)
+    files = storage is None or isinstance(storage, HostFilesystem)
     via = None if files else storage
     sessions = os.path.join(agent if files else _root_of(storage, agent), "sessions")
     extra = list(extra_roots)  # walked again on every pass

@@ -17,7 +17,7 @@ from ._gc import gc_paused
 from .entries import Entry
 from .jsonl import iter_jsonl_bytes, loads_line
 from .naming import head_kind
-from .storage.base import SessionStorage
+from .storage.base import SessionStorage, read_chunks
 
 __all__ = [
     "LoadedSession",
@@ -72,7 +72,7 @@ def _read_session(
     loads = orjson.loads
     header_seen = False
     last_has_newline = True
-    chunks = _sized(storage.iter_chunks(path), result, observe)
+    chunks = _sized(read_chunks(storage, path), result, observe)
     for number, raw, has_newline in iter_jsonl_bytes(chunks):
         last_has_newline = has_newline
         if not raw or raw.isspace():

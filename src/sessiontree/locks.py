@@ -14,15 +14,14 @@ import errno
 import fcntl
 import os
 import threading
-from typing import Protocol
 
 from ._fs import ensure_private_dir, open_regular, side_path
 from .errors import SessionLockError
+from .storage.base import LockingStorage, VerifiableLock, WriterLock
 
 __all__ = [
     "FileLock",
     "MemoryLockTable",
-    "SessionLock",
     "acquire_session_lock",
     "is_locked",
     "lock_path_for",
@@ -30,36 +29,20 @@ __all__ = [
 ]
 
 
-class SessionLock(Protocol):
-    """A held writer lock; `release()` is idempotent."""
-
-    @property
-    def session_file(self) -> str: ...
-
-    def release(self) -> None: ...
+def verify_lock(lock: WriterLock | None) -> None:
+    """Raise SessionLockError when a held lock was lost (locks that can tell)."""
+    if isinstance(lock, VerifiableLock):
+        lock.verify()
 
 
-def verify_lock(lock: SessionLock | None) -> None:
-    """Raise SessionLockError when a held lock was lost (backends that can tell)."""
-    verify = getattr(lock, "verify", None)
-    if callable(verify):
-        verify()
+def acquire_session_lock(storage: object, session_file: str) -> WriterLock | None:
+    """Take the writer lock of a session (None: the storage has no locks).
 
-
-def acquire_session_lock(storage: object, session_file: str) -> SessionLock | None:
-    """Take the writer lock of a session on any backend (None: backend has no locks).
-
-    A backend declares the capability with an `acquire_lock(path)` method;
-    the real filesystem uses `FileLock`.
+    A storage declares the capability as `LockingStorage` (`acquire_lock(path)`);
+    SessionLockError when another live writer holds it.
     """
-    acquire = getattr(storage, "acquire_lock", None)
-    if callable(acquire):
-        lock: SessionLock | None = acquire(session_file)
-        return lock
-    from .storage.file import FileSessionStorage
-
-    if isinstance(storage, FileSessionStorage):
-        return FileLock(session_file)
+    if isinstance(storage, LockingStorage):
+        return storage.acquire_lock(session_file)
     return None
 
 
@@ -211,7 +194,7 @@ class MemoryLockTable:
         self._held: set[str] = set()
         self._mutex = threading.Lock()
 
-    def acquire(self, session_file: str) -> SessionLock:
+    def acquire(self, session_file: str) -> WriterLock:
         with self._mutex:
             if session_file in self._held:
                 raise SessionLockError(session_file, os.getpid())

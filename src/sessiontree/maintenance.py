@@ -12,9 +12,9 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from .agent_dir import registered_session_dirs
+from .agent_dir import blob_store_for, registered_session_dirs
 from .blobs import BlobStoreLike
-from .check import default_blob_store, scan_session
+from .check import scan_session
 from .entries import CURRENT_SESSION_VERSION, Entry
 from .errors import InvalidSessionFileError, SessionTreeError, SessionWriteConflictError
 from .locks import acquire_session_lock
@@ -22,7 +22,7 @@ from .manager import SessionManager
 from .migrations import session_version
 from .naming import header_in
 from .paths import encode_session_dir_name, get_agent_dir, home_relative_dir_name
-from .storage.base import SessionStorage
+from .storage.base import HostFilesystem, SessionStorage, directory_tree, sync_dir
 from .storage.file import FileSessionStorage
 
 __all__ = [
@@ -45,7 +45,7 @@ def sessions_root(agent_dir: str | None = None) -> str:
 
 
 def _is_file_storage(storage: SessionStorage | None) -> bool:
-    return storage is None or isinstance(storage, FileSessionStorage)
+    return storage is None or isinstance(storage, HostFilesystem)
 
 
 def project_session_dirs(
@@ -60,7 +60,7 @@ def project_session_dirs(
     if _is_file_storage(storage):
         return [os.path.join(root, n) for n in names if os.path.isdir(os.path.join(root, n))]
     assert storage is not None
-    listed = set(storage.list_dirs(root))
+    listed = set(directory_tree(storage, "finding a project's sessions").list_dirs(root))
     return [os.path.join(root, n) for n in names if os.path.join(root, n) in listed]
 
 
@@ -75,7 +75,7 @@ def _stored_session_files(storage: SessionStorage, root: str, max_depth: int | N
             continue
         pending.extend(
             (d, depth + 1)
-            for d in storage.list_dirs(directory)
+            for d in directory_tree(storage, "finding every session").list_dirs(directory)
             if not os.path.basename(d).startswith(".")
         )
     return found
@@ -150,7 +150,7 @@ class DeletePlan:
 
 def _session_roots(storage: SessionStorage, agent: str) -> list[str]:
     root = getattr(storage, "root", None)
-    if not isinstance(storage, FileSessionStorage) and isinstance(root, str):
+    if not isinstance(storage, HostFilesystem) and isinstance(root, str):
         return [os.path.join(root, "sessions")]
     roots = [os.path.join(agent, "sessions")]
     try:
@@ -186,7 +186,7 @@ def plan_delete(
     """
     storage = storage if storage is not None else FileSessionStorage()
     agent = agent_dir if agent_dir is not None else get_agent_dir()
-    files = isinstance(storage, FileSessionStorage)
+    files = isinstance(storage, HostFilesystem)
     if files:
         if os.path.islink(path):
             raise SessionTreeError(f"{path}: is a symbolic link, not a session file; not deleted")
@@ -245,12 +245,12 @@ def delete_session(
         storage.unlink(path)
         removed.append(path)
         if plan.artifacts is not None:
-            storage.remove_tree(plan.artifacts)
+            directory_tree(storage, "removing an artifacts dir").remove_tree(plan.artifacts)
             removed.append(plan.artifacts + os.sep)
     finally:
         if lock is not None:
             lock.release()
-    storage.fsync_dir(os.path.dirname(path) or ".")
+    sync_dir(storage, os.path.dirname(path) or ".")
     return removed
 
 
@@ -320,7 +320,7 @@ def migrate_session_file(
     result.changes.append(f"header version {version} -> {result.to_version}")
     if dry_run:
         return result
-    blobs = blob_store if blob_store is not None else default_blob_store(path, storage)
+    blobs = blob_store if blob_store is not None else blob_store_for(path, storage)
     manager = SessionManager.open(path, storage=storage, blob_store=blobs, breadcrumb=False)
     manager.close()
     result.written = True

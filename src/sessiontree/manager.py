@@ -55,7 +55,7 @@ from .naming import SessionHead, new_header, ordered_header, session_name, sessi
 from .paths import get_agent_dir, get_default_session_dir, home_relative_dir_name
 from .persistence import entry_line, resolve_blob_refs, session_chunks, validate_entry
 from .session_file import ContentSource, SessionFile
-from .storage.base import SessionStorage
+from .storage.base import HostFilesystem, SessionStorage
 from .storage.file import FileSessionStorage
 from .storage.memory import MemorySessionStorage
 from .tree import SessionTreeNode
@@ -214,7 +214,7 @@ class SessionManager(ClosesOnExit):
             paths = [p for p in found if p is not None]
             return max(paths, key=lambda p: storage.stat(p).mtime_ns) if paths else None
 
-        breadcrumb = read_breadcrumb(cwd) if isinstance(storage, FileSessionStorage) else None
+        breadcrumb = read_breadcrumb(cwd) if isinstance(storage, HostFilesystem) else None
         candidate = breadcrumb or newest()
         while candidate is not None:
             try:
@@ -341,7 +341,7 @@ class SessionManager(ClosesOnExit):
 
     def _open_file(self, path: str, read_only: bool) -> None:
         """Switch to the session at `path` (see `set_session_file`)."""
-        if not read_only and isinstance(self._storage, FileSessionStorage) and os.path.islink(path):
+        if not read_only and isinstance(self._storage, HostFilesystem) and os.path.islink(path):
             # Writes never go through a symlink: work on the file it names.
             path = os.path.realpath(path)
         file = self._new_file(path, read_only=read_only)
@@ -394,7 +394,7 @@ class SessionManager(ClosesOnExit):
         session dirs outside the store when its images are in the agent's blobs)."""
         file = self._file
         assert file is not None
-        if not isinstance(self._storage, FileSessionStorage):
+        if not isinstance(self._storage, HostFilesystem):
             return
         if self._breadcrumb:
             write_breadcrumb(self._cwd, file.path)
@@ -892,7 +892,7 @@ class SessionManager(ClosesOnExit):
         """Whether two session paths name one file (however the names are spelled)."""
         if os.path.normpath(a) == os.path.normpath(b):
             return True
-        if not isinstance(self._storage, FileSessionStorage):
+        if not isinstance(self._storage, HostFilesystem):
             return False
         if os.path.realpath(a) == os.path.realpath(b):
             return True

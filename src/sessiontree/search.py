@@ -29,7 +29,7 @@ from .history import HistoryEntry
 from .jsonl import allow_deep_nesting, iter_jsonl_bytes, loads_line
 from .naming import head_kind
 from .paths import get_agent_dir
-from .storage.base import SessionStorage
+from .storage.base import SessionStorage, read_chunks
 from .storage.file import FileSessionStorage
 
 __all__ = ["SearchHit", "read_history", "search_sessions", "snippet"]
@@ -290,7 +290,7 @@ def _search_file(
 ) -> Iterator[SearchHit]:
     session_id: str | None = None
     # Until a chunk holds `\u`, no line read so far does: the cheaper test is enough.
-    chunks = _EscapeWatch(storage.iter_chunks(path))
+    chunks = _EscapeWatch(read_chunks(storage, path))
     unescaped = may_match.unescaped
     for number, raw, _ in iter_jsonl_bytes(chunks):
         if not raw or raw.isspace():

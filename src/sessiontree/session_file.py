@@ -43,9 +43,17 @@ from .errors import (
     SessionWriteConflictError,
 )
 from .loader import LoadedSession, read_session
-from .locks import SessionLock, acquire_session_lock, verify_lock
+from .locks import acquire_session_lock, verify_lock
 from .paths import get_agent_dir
-from .storage.base import SessionStorage, SessionStorageWriter, StorageStat
+from .storage.base import (
+    SessionStorage,
+    SessionStorageWriter,
+    StorageStat,
+    WriterLock,
+    read_chunks,
+    sync_dir,
+    write_whole,
+)
 from .storage.file import FileSessionStorage
 
 __all__ = ["LOCK_CHECK_SECONDS", "ContentSource", "SessionFile", "WriterProbe", "rescue_dir"]
@@ -164,7 +172,7 @@ class SessionFile:
         self.read_only = read_only
         self.error: SessionTreeError | None = None
         self._content = content
-        self._lock: SessionLock | None = None
+        self._lock: WriterLock | None = None
         self._writer: SessionStorageWriter | None = None
         self._write: Callable[[bytes], None] | None = None
         self._probe: Callable[[], Probed] | None = None
@@ -374,7 +382,7 @@ class SessionFile:
         hashing = _Hashing(chunks)
         try:
             storage.ensure_dir(os.path.dirname(path) or ".")
-            written = storage.write_atomic(path, hashing)
+            written = write_whole(storage, path, hashing)
             if not isinstance(written, StorageStat):
                 written = storage.stat(path)
         except OSError as exc:
@@ -409,7 +417,7 @@ class SessionFile:
             self._close_writer()
             hashing = _Hashing(chunks)
             try:
-                written = storage.write_atomic(new_path, hashing)
+                written = write_whole(storage, new_path, hashing)
                 if not isinstance(written, StorageStat):
                     written = storage.stat(new_path)
             except OSError as exc:
@@ -449,7 +457,7 @@ class SessionFile:
                 pass
             raise SessionTreeError(f"{old_path}: move to {new_path} failed: {exc}") from exc
         try:
-            storage.fsync_dir(os.path.dirname(old_path) or ".")
+            sync_dir(storage, os.path.dirname(old_path) or ".")
         except OSError as exc:  # the move is done; only its durability is in doubt
             log.warning("could not fsync %s after a move: %s", os.path.dirname(old_path), exc)
 
@@ -531,7 +539,7 @@ class SessionFile:
         if full:
             digest = xxhash.xxh3_128()
             try:
-                for chunk in storage.iter_chunks(path):
+                for chunk in read_chunks(storage, path):
                     digest.update(chunk)
             except OSError as exc:
                 raise self.fail(exc, "check") from exc
@@ -601,7 +609,7 @@ class SessionFile:
         for storage, path in places:
             try:
                 storage.ensure_dir(os.path.dirname(path) or ".")
-                storage.write_atomic(path, self._content(True))
+                write_whole(storage, path, self._content(True))
             except Exception as exc:  # best effort while already failing
                 log.error("could not save the session to %s: %s", path, exc)
                 continue

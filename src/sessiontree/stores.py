@@ -36,7 +36,14 @@ from .blobs import BlobStore, BlobStoreLike, parse_blob_ref
 from .errors import SessionLockError, SessionTreeError
 from .locks import is_locked, lock_path_for
 from .paths import get_agent_dir
-from .storage.base import BlobBackedStorage, SessionStorage
+from .storage.base import (
+    BlobBackedStorage,
+    HostFilesystem,
+    SessionStorage,
+    directory_tree,
+    read_chunks,
+    write_whole,
+)
 from .storage.file import FileSessionStorage, fsync_directory
 
 __all__ = [
@@ -186,7 +193,7 @@ def _walk(
                 files.append(path)
         yield directory, files
         subdirs = []
-        for path in storage.list_dirs(directory):
+        for path in directory_tree(storage, "copying a store").list_dirs(directory):
             if _is_utf8(os.path.basename(path)):
                 subdirs.append(path)
             else:
@@ -196,7 +203,7 @@ def _walk(
 
 def _maybe_locked(storage: SessionStorage, path: str) -> bool:
     """Whether a live writer holds the session (files: only probed when a lock sidecar exists)."""
-    if isinstance(storage, FileSessionStorage) and not os.path.exists(lock_path_for(path)):
+    if isinstance(storage, HostFilesystem) and not os.path.exists(lock_path_for(path)):
         return False  # a writer keeps its sidecar while it holds the lock
     return is_locked(storage, path)
 
@@ -208,7 +215,7 @@ def _root_of(storage: SessionStorage, agent_dir: str) -> str:
 
 
 def _set_mtime(storage: SessionStorage, path: str, mtime_ns: int) -> None:
-    if isinstance(storage, FileSessionStorage):
+    if isinstance(storage, HostFilesystem):
         os.utime(path, ns=(mtime_ns, mtime_ns))
         return
     set_mtime = getattr(storage, "set_mtime", None)
@@ -240,7 +247,7 @@ def _copy_trees(
                     raise SessionLockError(path, message=f"{path}: a writer is active; retry later")
                 st = source.stat(path)
                 dst = os.path.join(dst_dir, name)
-                target.write_atomic(dst, source.iter_chunks(path))
+                write_whole(target, dst, read_chunks(source, path))
                 _set_mtime(target, dst, st.mtime_ns)
                 report.files += 1
                 report.bytes += st.size

@@ -29,8 +29,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.segment import Segment
 from rich.text import Text
 
-from ..blobs import BlobStore
-from ..check import blob_dir_for, glob_escape
+from ..agent_dir import blob_store_for as agent_blob_store_for
+from ..blobs import BlobStoreLike
+from ..check import glob_escape
 from ..discovery import resolve_resumable_session
 from ..errors import AmbiguousSessionError
 from ..jsonl import serialize_entry
@@ -180,12 +181,10 @@ def is_file_store(storage: SessionStorage | None = None) -> bool:
     return isinstance(storage if storage is not None else current_storage(), FileSessionStorage)
 
 
-def blob_store_for(path: str) -> BlobStore | None:
-    """The blob store of the store that holds `path`: the files' `blobs/` dir next to
-    its `sessions/`; None for a database store (whose own blob store the library uses)."""
-    if not is_file_store():
-        return None
-    return BlobStore(blob_dir_for(path))
+def blob_store_for(path: str) -> BlobStoreLike:
+    """The blob store of the session at `path` in the store in effect (one rule:
+    `sessiontree.agent_dir.blob_store_for`)."""
+    return agent_blob_store_for(path, current_storage())
 
 
 def emit_json(payload: dict[str, Any]) -> None:

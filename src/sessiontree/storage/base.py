@@ -1,20 +1,29 @@
-"""The storage Protocols every backend implements.
+"""The storage Protocols: what every backend must do, and what it may do besides.
 
-`SessionStorage` holds every filesystem-like operation the session manager uses;
-paths are strings. Beyond the API contract's methods, backends provide a few
-capabilities the manager needs to be fast and crash safe (`iter_chunks`,
-`read_bytes_range`, `write_atomic`, `fsync_dir`, `remove_tree`, `list_dirs`).
+`SessionStorage` is the API contract's ten methods, and it is enough for every
+operation on one session: create, open (with migration), append, flush, rewrite,
+rename it, fork it, build its context, and list one directory. Beyond it, a
+backend declares optional capabilities as their own Protocols; callers test for
+them with `isinstance` (never with a backend's class) and fall back where they can
+(`read_chunks`, `read_range`, `write_whole`, `sync_dir` below):
 
-Optional capabilities are declared as their own Protocols; callers test for them
-with `isinstance` (never with a backend's class), and the conformance suite checks
-each one on every backend that declares it:
+- `ChunkedReads` (`iter_chunks`, `read_bytes_range`): streaming loads and the
+  guard's checks without reading a whole file into one string;
+- `AtomicWrites` (`write_atomic`, `fsync_dir`): temp file + fsync + rename, so a
+  crash leaves the old or the new file (without it, `write_text` is used);
+- `DirectoryTree` (`list_dirs`, `remove_tree`): store-wide walks (`list_all`, gc,
+  `rm` of an artifacts dir);
+- `LockingStorage` (`acquire_lock`): one writer per session; **a storage without it
+  has no writer lock**, and two processes may then write one session;
+- `HostFilesystem` (`host_path`): paths are this host's files (terminal
+  breadcrumbs, the outside-dir registry, symlink checks apply);
+- `BlobBackedStorage` (`blob_store`): images live beside the sessions;
+- `SessionIndexStorage` (`list_session_meta`): listings without reading content.
 
-- `LockingStorage.acquire_lock(path)`: the one-writer-per-session lock
-  (`sessiontree.locks.acquire_session_lock` uses it);
-- `BlobBackedStorage.blob_store()`: a blob store living beside the sessions, so
-  images resolve wherever the sessions are read (the manager's default blobs);
-- `SessionIndexStorage.list_session_meta(dir)`: per-session metadata kept up to
-  date by every write, so listings need not read session content.
+Store-wide operations that need a capability the storage lacks (`list_all`,
+`rm`, gc) raise `MissingCapabilityError`, which names it (`directory_tree`).
+Every file stat has an `ino`; 0 means the backend cannot tell files apart, and the
+inode-based half of the conflict check is then skipped.
 """
 
 from __future__ import annotations
@@ -23,6 +32,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from sessiontree.errors import SessionTreeError
 
 if TYPE_CHECKING:
     from sessiontree.blobs import BlobStoreLike
@@ -95,13 +106,23 @@ class SessionStorage(Protocol):
     def open_writer(self, path: str, flags: str = "a") -> SessionStorageWriter:
         """An appending writer (`"a"`) or a truncating one (`"w"`)."""
 
-    # -- capabilities beyond the API contract -------------------------------------------
+
+@runtime_checkable
+class ChunkedReads(Protocol):
+    """A backend that streams a file's bytes and reads ranges of them."""
 
     def iter_chunks(self, path: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:
         """The file's bytes in chunks, for streaming loads."""
+        ...
 
     def read_bytes_range(self, path: str, offset: int, length: int) -> bytes:
         """Up to `length` bytes starting at `offset` (negative offset: from the end)."""
+        ...
+
+
+@runtime_checkable
+class AtomicWrites(Protocol):
+    """A backend that replaces a whole file atomically and durably."""
 
     def write_atomic(self, path: str, chunks: Iterable[bytes]) -> StorageStat | None:
         """Write a new file via temp file + fsync + rename + directory fsync.
@@ -109,15 +130,33 @@ class SessionStorage(Protocol):
         Returns the stat of the file written where the backend knows it (its `ino`
         is then the file now at `path`, with no window for another writer).
         """
+        ...
 
     def fsync_dir(self, path: str) -> None:
         """Make a directory's entries (creations, renames) durable."""
+        ...
+
+
+@runtime_checkable
+class DirectoryTree(Protocol):
+    """A backend that lists and removes directories."""
 
     def list_dirs(self, dir: str) -> list[str]:
         """Full paths of the directories directly in `dir` (empty if `dir` is missing)."""
+        ...
 
     def remove_tree(self, path: str) -> None:
         """Remove a directory and everything below it (no error if missing)."""
+        ...
+
+
+@runtime_checkable
+class HostFilesystem(Protocol):
+    """A backend whose paths are this host's files."""
+
+    def host_path(self, path: str) -> str:
+        """`path` as an OS path of this host."""
+        ...
 
 
 # -- optional capabilities -----------------------------------------------------------------
@@ -125,7 +164,10 @@ class SessionStorage(Protocol):
 
 @runtime_checkable
 class WriterLock(Protocol):
-    """A held writer lock of one session; `release()` is idempotent."""
+    """A held writer lock of one session; `release()` is idempotent.
+
+    A lock that can tell whether it is still held also has `verify()` (`VerifiableLock`).
+    """
 
     @property
     def session_file(self) -> str:
@@ -134,6 +176,15 @@ class WriterLock(Protocol):
 
     def release(self) -> None:
         """Give the lock up (also done by the backend when the holder dies)."""
+        ...
+
+
+@runtime_checkable
+class VerifiableLock(Protocol):
+    """A lock that can tell it was lost (its file replaced, its connection dropped)."""
+
+    def verify(self) -> None:
+        """Raise SessionLockError unless the lock is still held."""
         ...
 
 
@@ -207,3 +258,55 @@ class SessionIndexStorage(Protocol):
         `with_text=True` also fills `all_messages_text` (costs a read of the message texts).
         """
         ...
+
+
+# -- capabilities, with fallbacks ----------------------------------------------------------
+
+
+class MissingCapabilityError(SessionTreeError, NotImplementedError):
+    """An operation needs a storage capability the storage does not have."""
+
+    def __init__(self, storage: object, capability: str, operation: str) -> None:
+        super().__init__(
+            f"{operation} needs a storage with {capability}; "
+            f"{type(storage).__name__} does not have it"
+        )
+        self.capability = capability
+        self.operation = operation
+
+
+def directory_tree(storage: object, operation: str) -> DirectoryTree:
+    """`storage` as a `DirectoryTree`, or MissingCapabilityError naming the operation."""
+    if not isinstance(storage, DirectoryTree):
+        raise MissingCapabilityError(storage, "DirectoryTree (list_dirs, remove_tree)", operation)
+    return storage
+
+
+def read_chunks(storage: SessionStorage, path: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+    """The file's bytes in chunks (`iter_chunks`, else one `read_text`)."""
+    if isinstance(storage, ChunkedReads):
+        return storage.iter_chunks(path, chunk_size)
+    return iter((storage.read_text(path).encode("utf-8", "surrogatepass"),))
+
+
+def read_range(storage: SessionStorage, path: str, offset: int, length: int) -> bytes:
+    """Up to `length` bytes at `offset` (`read_bytes_range`, else a whole read)."""
+    if isinstance(storage, ChunkedReads):
+        return storage.read_bytes_range(path, offset, length)
+    data = storage.read_text(path).encode("utf-8", "surrogatepass")
+    start = max(0, len(data) + offset) if offset < 0 else offset
+    return data[start : start + length]
+
+
+def write_whole(storage: SessionStorage, path: str, chunks: Iterable[bytes]) -> StorageStat | None:
+    """Replace `path` with the chunks: atomically where the backend can, else `write_text`."""
+    if isinstance(storage, AtomicWrites):
+        return storage.write_atomic(path, chunks)
+    storage.write_text(path, b"".join(chunks).decode("utf-8", "surrogateescape"))
+    return None
+
+
+def sync_dir(storage: SessionStorage, path: str) -> None:
+    """Make `path`'s entries durable where the backend can."""
+    if isinstance(storage, AtomicWrites):
+        storage.fsync_dir(path)

@@ -195,7 +195,14 @@ class _ChunkReader:
 
 
 class FileSessionStorage:
-    """`SessionStorage` on the local filesystem (paths are plain strings)."""
+    """`SessionStorage` on the local filesystem (paths are plain strings).
+
+    It has every optional capability of `sessiontree.storage.base`.
+    """
+
+    def host_path(self, path: str) -> str:
+        """Paths are this host's files."""
+        return path
 
     def ensure_dir(self, path: str) -> None:
         """Create `path` and its parents (0700) if missing."""

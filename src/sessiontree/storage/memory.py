@@ -16,9 +16,9 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from sessiontree._closing import WriterState
-from sessiontree.locks import MemoryLockTable, SessionLock
-from sessiontree.storage.base import StorageStat
-from sessiontree.storage.file import glob_match_name, utf8_prefix_text
+from sessiontree._fs import glob_match_name, utf8_prefix_text
+from sessiontree.locks import MemoryLockTable
+from sessiontree.storage.base import StorageStat, WriterLock
 
 if TYPE_CHECKING:
     from sessiontree.blobs import MemoryBlobStore
@@ -352,7 +352,7 @@ class MemorySessionStorage:
             # Removing the root empties the store but keeps the root itself.
             self._dirs[p] = (self._tick(), set())
 
-    def acquire_lock(self, path: str) -> SessionLock:
+    def acquire_lock(self, path: str) -> WriterLock:
         """The session's writer lock, held in this storage (one writer per path)."""
         return self._locks.acquire(path)
 

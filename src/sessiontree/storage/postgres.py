@@ -79,25 +79,24 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar
 
 from sessiontree._closing import ClosesOnExit, WriterState
+from sessiontree._fs import glob_match_name, utf8_prefix_text
 from sessiontree.blobs import (
     BLOB_REF_PREFIX,
     BlobInfo,
     BlobPutResult,
     BlobStatus,
-    _check_hash,
     _intact,
     _warn_damaged,
     _warn_replaced,
     blob_extension_for_mime_type,
+    check_hash,
 )
-from sessiontree.discovery import content_text
-from sessiontree.entries import parse_iso_ms
+from sessiontree.entries import content_text, parse_iso_ms
 from sessiontree.errors import BackendUnavailableError, SessionLockError, SessionTreeError
 from sessiontree.jsonl import loads_line
 from sessiontree.naming import entry_name, head_kind, listing_title, session_name
 from sessiontree.paths import get_agent_dir
 from sessiontree.storage.base import SessionMeta, StorageStat
-from sessiontree.storage.file import glob_match_name, utf8_prefix_text
 
 try:
     import psycopg
@@ -1820,7 +1819,7 @@ class PostgresBlobStore:
     def get(self, hash: str) -> bytes | None:
         """The blob's bytes, or None when missing or damaged (a warning names it);
         InvalidBlobRefError for a bad hash."""
-        digest = _check_hash(hash)
+        digest = check_hash(hash)
 
         def op(conn: psycopg.Connection[Any], _: _Try) -> tuple[Any, ...] | None:
             with conn.cursor(binary=True) as cur:
@@ -1839,7 +1838,7 @@ class PostgresBlobStore:
 
     def verify(self, hash: str) -> BlobStatus:
         """Whether the blob is there and holds bytes that hash to its name (the server hashes)."""
-        digest = _check_hash(hash)
+        digest = check_hash(hash)
         row = self._storage._run(
             self.dir, lambda conn, _: conn.execute(self._verify_sql, (digest,)).fetchone()
         )
@@ -1849,7 +1848,7 @@ class PostgresBlobStore:
 
     def has(self, hash: str) -> bool:
         """Whether the blob exists; InvalidBlobRefError for a bad hash."""
-        digest = _check_hash(hash)
+        digest = check_hash(hash)
         return self._query(self._storage._sql.blob_has, (digest,)) != []
 
     def sync(self) -> None:
@@ -1857,7 +1856,7 @@ class PostgresBlobStore:
 
     def add_extension(self, hash: str, ext: str) -> None:
         """Remember a `<hash>.<ext>` sidecar of a stored blob (file-store imports)."""
-        digest = _check_hash(hash)
+        digest = check_hash(hash)
         if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9._-]{0,31}", ext):
             raise ValueError(f"invalid blob extension {ext!r}")
         self._storage._run(
@@ -1885,7 +1884,7 @@ class PostgresBlobStore:
 
     def mtime(self, hash: str) -> float | None:
         """When the blob was last put (epoch seconds, server clock), None when missing."""
-        digest = _check_hash(hash)
+        digest = check_hash(hash)
         rows = self._query(self._storage._sql.blob_mtime, (digest,))
         return float(rows[0][0]) if rows else None
 
@@ -1897,7 +1896,7 @@ class PostgresBlobStore:
     def delete(self, hash: str, *, min_age_seconds: float = 0.0) -> bool:
         """Remove the blob unless it was put less than `min_age_seconds` ago (one statement,
         so a concurrent re-put either keeps it or comes after); True when removed."""
-        digest = _check_hash(hash)
+        digest = check_hash(hash)
         s = self._storage._sql
 
         def op(conn: psycopg.Connection[Any], _: _Try) -> bool:
