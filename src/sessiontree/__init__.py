@@ -51,6 +51,7 @@ from .storage import (
     SessionStorageWriter,
     StorageStat,
 )
+from .storage.base import MissingCapabilityError
 from .tree import SessionTreeNode
 
 __version__ = "0.1.0"
@@ -72,6 +73,7 @@ __all__ = [
     "InvalidBlobRefError",
     "InvalidSessionFileError",
     "MemorySessionStorage",
+    "MissingCapabilityError",
     "RecentSessionInfo",
     "ResolvedSessionMatch",
     "SessionClosedError",

@@ -13,6 +13,7 @@ Every error derives from one root, so callers can catch the whole family::
       SessionClosedError         # an operation on a closed manager (also a ValueError)
       EntryNotSerializableError  # an entry holds a value JSON cannot hold (also a TypeError)
       BackendUnavailableError    # an optional backend's packages are missing (also an ImportError)
+      MissingCapabilityError     # a storage lacks what an operation needs (storage.base)
 """
 
 from __future__ import annotations

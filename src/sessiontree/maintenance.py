@@ -22,7 +22,14 @@ from .manager import SessionManager
 from .migrations import session_version
 from .naming import header_in
 from .paths import encode_session_dir_name, get_agent_dir, home_relative_dir_name
-from .storage.base import HostFilesystem, SessionStorage, directory_tree, sync_dir
+from .storage.base import (
+    HostFilesystem,
+    LockingStorage,
+    MissingCapabilityError,
+    SessionStorage,
+    directory_tree,
+    sync_dir,
+)
 from .storage.file import FileSessionStorage
 
 __all__ = [
@@ -233,6 +240,11 @@ def delete_session(
     the session; SessionWriteConflictError when the file changed since it was checked.
     """
     storage = storage if storage is not None else FileSessionStorage()
+    directory_tree(storage, "rm (it removes the artifacts dir too)")
+    if not isinstance(storage, LockingStorage):
+        raise MissingCapabilityError(
+            storage, "LockingStorage (acquire_lock)", "rm (a live writer must be able to refuse it)"
+        )
     plan = plan_delete(path, storage, agent_dir=agent_dir, force=force)
     removed = []
     # SessionLockError when a live agent is writing this session.

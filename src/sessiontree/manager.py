@@ -55,7 +55,7 @@ from .naming import SessionHead, new_header, ordered_header, session_name, sessi
 from .paths import get_agent_dir, get_default_session_dir, home_relative_dir_name
 from .persistence import entry_line, resolve_blob_refs, session_chunks, validate_entry
 from .session_file import ContentSource, SessionFile
-from .storage.base import HostFilesystem, SessionStorage
+from .storage.base import HostFilesystem, SessionStorage, directory_tree
 from .storage.file import FileSessionStorage
 from .storage.memory import MemorySessionStorage
 from .tree import SessionTreeNode
@@ -858,6 +858,8 @@ class SessionManager(ClosesOnExit):
         header's cwd changes. Refuses to move onto an existing file.
         """
         self._check_writable()
+        if self._file is not None:
+            directory_tree(self._storage, "move_to (it moves the artifacts dir too)")
         new_dir = get_default_session_dir(new_cwd)
         head = self._head.with_header({**self._head.header, "cwd": new_cwd})
         file = self._file
