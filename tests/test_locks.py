@@ -230,3 +230,12 @@ def test_a_lost_lock_stops_the_writer_and_saves_the_session(tmp_path: Path) -> N
     assert os.path.exists(lock_path_for(path))  # the intruder's lock file is not ours to remove
     intruder.close()
     assert not os.path.exists(lock_path_for(path))
+
+
+def test_the_lock_error_says_how_to_read_the_session_meanwhile(tmp_path: Path) -> None:
+    path = make_session(tmp_path)
+    with SessionManager.open(path), pytest.raises(SessionLockError) as info:
+        SessionManager.open(path)
+    assert "read_only=True" in str(info.value)
+    with SessionManager.open(path, read_only=True) as reader:  # works while it is held
+        assert reader.get_session_id()

@@ -116,6 +116,30 @@ def _model_setting(entry: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+def _assistant_model(message: dict[str, Any]) -> str | None:
+    """The "provider/model" an assistant message sets as the default model.
+
+    Every assistant message on the path sets it (the spec, and both peers), so the
+    later of a default-role model_change and an assistant message wins.
+    """
+    if message.get("role") != "assistant":
+        return None
+    provider, model = message.get("provider"), message.get("model")
+    if isinstance(provider, str) and isinstance(model, str):
+        return f"{provider}/{model}"
+    return None
+
+
+def _kept_start(path: list[dict[str, Any]], index: int) -> int:
+    """Where the entries a compaction at `path[index]` keeps begin: its
+    firstKeptEntryId, or `index` (nothing kept) when that is not on the path before it."""
+    first_kept = path[index].get("firstKeptEntryId")
+    for i in range(index):
+        if path[i].get("id") == first_kept:
+            return i
+    return index
+
+
 def _compaction_summary(compaction: dict[str, Any]) -> dict[str, Any]:
     return create_compaction_summary_message(
         compaction.get("summary"),  # type: ignore[arg-type]
@@ -203,13 +227,11 @@ class ContextBuilder:
             if kind == "message":
                 message = entry.get("message")
                 if message.__class__ is dict:
-                    if message.get("role") == "assistant":
-                        provider = message.get("provider")
-                        model = message.get("model")
-                        if isinstance(provider, str) and isinstance(model, str):
-                            if "default" not in roles_seen:
-                                ctx.models["default"] = f"{provider}/{model}"
-                            roles_seen["default"] = steps
+                    default = _assistant_model(message)
+                    if default is not None:
+                        if "default" not in roles_seen:
+                            ctx.models["default"] = default
+                        roles_seen["default"] = steps
                     if compaction is None:
                         add(message)
                     elif not found_first_kept:
@@ -247,24 +269,41 @@ class ContextBuilder:
                     found_first_kept = True
             parent_id = entry.get("parentId")
             current = get(parent_id) if parent_id and parent_id.__class__ is str else None
+        builder._finish_walk(
+            [*reversed(ttsr), thinking_entry, mode_entry],
+            roles_seen,
+            messages,
+            compaction,
+            kept if found_first_kept else [],
+        )
+        leaf_id = leaf.get("id")
+        builder.leaf_id = leaf_id if isinstance(leaf_id, str) else None
+        return builder
+
+    def _finish_walk(
+        self,
+        settings: list[dict[str, Any] | None],
+        roles_seen: dict[str, int],
+        messages: list[dict[str, Any]],
+        compaction: dict[str, Any] | None,
+        kept: list[dict[str, Any]],
+    ) -> None:
+        """Turn what the backward walk collected (newest first) into the context."""
+        ctx = self._ctx
         # The winning settings, replayed forward through the one place that applies them.
-        for setting in [*reversed(ttsr), thinking_entry, mode_entry]:
+        for setting in settings:
             if setting is not None:
-                builder._apply_setting(setting, -1)
+                self._apply_setting(setting, -1)
         if len(roles_seen) > 1:
             # Keys in the order a forward walk would have first set them.
             order = sorted(roles_seen, key=roles_seen.__getitem__, reverse=True)
             ctx.models = {role: ctx.models[role] for role in order}
         messages.reverse()
         if compaction is not None:
-            summary = _compaction_summary(compaction)
             # Nothing is kept when firstKeptEntryId is not on the path before it.
             kept.reverse()
-            messages = [summary, *(kept if found_first_kept else ()), *messages]
+            messages = [_compaction_summary(compaction), *kept, *messages]
         ctx.messages = messages
-        leaf_id = leaf.get("id")
-        builder.leaf_id = leaf_id if isinstance(leaf_id, str) else None
-        return builder
 
     @classmethod
     def from_path(cls, path: list[dict[str, Any]]) -> ContextBuilder:
@@ -284,10 +323,9 @@ class ContextBuilder:
                 message = entry.get("message")
                 if message.__class__ is not dict:
                     continue
-                if message.get("role") == "assistant":
-                    provider, model = message.get("provider"), message.get("model")
-                    if isinstance(provider, str) and isinstance(model, str):
-                        models["default"] = f"{provider}/{model}"
+                default = _assistant_model(message)
+                if default is not None:
+                    models["default"] = default
                 add(message)
                 own(index)
                 continue
@@ -308,14 +346,8 @@ class ContextBuilder:
     def _compacted(self, out: list[dict[str, Any]], owners: list[int]) -> list[dict[str, Any]]:
         """Summary, then the kept entries before the compaction, then what follows it."""
         path, index = self._materialized_path(), self._compaction_index
-        compaction = path[index]
-        first_kept = compaction.get("firstKeptEntryId")
-        start = index  # nothing is kept when firstKeptEntryId is not on the path
-        for i in range(index):
-            if path[i].get("id") == first_kept:
-                start = i
-                break
-        summary = _compaction_summary(compaction)
+        start = _kept_start(path, index)
+        summary = _compaction_summary(path[index])
         lo, mid, hi = (
             bisect_left(owners, start),
             bisect_left(owners, index),
@@ -325,11 +357,9 @@ class ContextBuilder:
 
     def _apply_model(self, entry: dict[str, Any]) -> None:
         message = entry.get("message")
-        # Every assistant message on the path sets the default model (spec).
-        if message.__class__ is dict and message.get("role") == "assistant":
-            provider, model = message.get("provider"), message.get("model")
-            if isinstance(provider, str) and isinstance(model, str):
-                self._ctx.models["default"] = f"{provider}/{model}"
+        default = _assistant_model(message) if message.__class__ is dict else None
+        if default is not None:
+            self._ctx.models["default"] = default
 
     def _apply_setting(self, entry: dict[str, Any], index: int) -> None:
         ctx = self._ctx
@@ -361,15 +391,8 @@ class ContextBuilder:
         messages: list[dict[str, Any]] = []
         index = self._compaction_index
         if index >= 0:
-            compaction = path[index]
-            messages.append(_compaction_summary(compaction))
-            first_kept = compaction.get("firstKeptEntryId")
-            start = index  # nothing is kept when firstKeptEntryId is not on the path
-            for i in range(index):
-                if path[i].get("id") == first_kept:
-                    start = i
-                    break
-            selected = path[start:index] + path[index + 1 :]
+            messages.append(_compaction_summary(path[index]))
+            selected = path[_kept_start(path, index) : index] + path[index + 1 :]
         else:
             selected = path
         append = messages.append

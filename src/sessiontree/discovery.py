@@ -1004,7 +1004,7 @@ def _collect(
 
 # [storage index] A backend that keeps each session's metadata up to date as it
 # writes (SessionIndexStorage: PostgreSQL) answers listings from it, one query per
-# directory; the fields follow `_State` (see SessionMeta). Added with issue #8.
+# directory; the fields follow `_State` (see SessionMeta).
 def _collect_indexed(dirs: list[str], storage: SessionIndexStorage) -> list[SessionInfo]:
     ordered: list[tuple[int, datetime, str, SessionInfo]] = []
     for d in dirs:

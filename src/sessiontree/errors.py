@@ -76,7 +76,11 @@ class SessionLockError(SessionTreeError):
 
     def __init__(self, path: str, pid: int | None = None, message: str | None = None) -> None:
         who = f"process {pid}" if pid else "another process"
-        super().__init__(message or f"{path}: session is being written by {who}")
+        super().__init__(
+            message
+            or f"{path}: session is being written by {who}; to read it meanwhile, open it "
+            "with read_only=True"
+        )
         self.path = path
         self.pid = pid
 

@@ -1683,7 +1683,10 @@ class PostgresSessionLock:
                 holder = _lock_holder(conn, self._lock_id)
                 who = holder or "another process"
                 raise SessionLockError(
-                    path, _holder_pid(holder), f"{path}: session is being written by {who}"
+                    path,
+                    _holder_pid(holder),
+                    f"{path}: session is being written by {who}; to read it meanwhile, "
+                    "open it with read_only=True",
                 )
         except psycopg.Error as exc:
             conn.close()
