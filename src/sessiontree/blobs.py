@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, runtime_checkable
 
-from sessiontree._fs import FILE_MODE, ensure_private_dir, fsync_directory
+from sessiontree._fs import atomic_write, ensure_private_dir, fsync_directory, side_path
 from sessiontree.errors import InvalidBlobRefError
 
 __all__ = [
@@ -279,32 +279,16 @@ class BlobStore:
         return BlobPutResult(digest, path, BLOB_REF_PREFIX + digest, display)
 
     def _tmp_path(self, path: str) -> str:
-        return os.path.join(self.dir, f".{os.path.basename(path)}.{secrets.token_hex(6)}.tmp")
+        return side_path(path, f".{secrets.token_hex(6)}.tmp", hidden=True)
 
     def _write_new(self, path: str, data: bytes) -> None:
-        tmp = self._tmp_path(path)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_CLOEXEC
+        # Not fsynced here: `sync()` makes every blob put since the last one durable.
         try:
-            fd = os.open(tmp, flags, FILE_MODE)
+            atomic_write(path, (data,), durable=False)
         except FileNotFoundError:
             # The blob directory was removed behind our back: recreate it once.
             ensure_private_dir(self.dir)
-            fd = os.open(tmp, flags, FILE_MODE)
-        try:
-            try:
-                view = memoryview(data)
-                written = 0
-                while written < len(view):
-                    written += os.write(fd, view[written:])
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+            atomic_write(path, (data,), durable=False)
 
     def _link_sidecar(self, path: str, display: str, data: bytes) -> None:
         try:

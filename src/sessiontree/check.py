@@ -394,6 +394,12 @@ def _blob_status(blobs: BlobStoreLike, digest: str) -> BlobStatus:
     return "ok"
 
 
+_BLOB_PROBLEMS = {
+    "missing": ("missing_blob", "is not in the blob store"),
+    "damaged": ("damaged_blob", "is damaged: its bytes do not match its hash"),
+}
+
+
 def _blob_findings(lines: list[ScannedLine], blobs: BlobStoreLike) -> list[Finding]:
     findings = []
     known: dict[str, BlobStatus] = {}
@@ -404,23 +410,11 @@ def _blob_findings(lines: list[ScannedLine], blobs: BlobStoreLike) -> list[Findi
             status = known.get(digest)
             if status is None:
                 status = known[digest] = _blob_status(blobs, digest)
-            if status == "missing":
+            problem = _BLOB_PROBLEMS.get(status)
+            if problem is not None:
+                kind, what = problem
                 findings.append(
-                    Finding(
-                        "missing_blob",
-                        line.number,
-                        line.entry.get("id"),
-                        f"blob {digest[:12]}… is not in the blob store",
-                    )
-                )
-            elif status == "damaged":
-                findings.append(
-                    Finding(
-                        "damaged_blob",
-                        line.number,
-                        line.entry.get("id"),
-                        f"blob {digest[:12]}… is damaged: its bytes do not match its hash",
-                    )
+                    Finding(kind, line.number, line.entry.get("id"), f"blob {digest[:12]}… {what}")
                 )
     return findings
 
