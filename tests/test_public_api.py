@@ -60,3 +60,18 @@ def test_readme_example_runs() -> None:
     readme = Path(__file__).resolve().parents[1] / "README.md"
     result = doctest.testfile(str(readme), module_relative=False, verbose=False)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_public_names_belong_to_the_package() -> None:
+    import pickle
+
+    import sessiontree
+
+    for name in sessiontree.__all__:
+        obj = getattr(sessiontree, name)
+        if isinstance(obj, type):
+            assert obj.__module__ == "sessiontree", name
+    stats = sessiontree.UsageStatistics(1, 2)
+    assert pickle.loads(pickle.dumps(stats)) == stats
+    error = sessiontree.EntryNotFoundError("x")
+    assert isinstance(pickle.loads(pickle.dumps(error)), sessiontree.EntryNotFoundError)

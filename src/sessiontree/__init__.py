@@ -107,3 +107,21 @@ __all__ = [
     "resolve_resumable_session",
     "serialize_entry",
 ]
+
+
+def _publish() -> None:
+    """Public names say they are `sessiontree.X` (in reprs, docs and tracebacks), so
+    the private modules behind them can move without breaking anyone; pickles refer
+    to `sessiontree.X`, which stays."""
+    for name in __all__:
+        obj = globals()[name]
+        if (isinstance(obj, type) or callable(obj)) and getattr(obj, "__module__", "").startswith(
+            "sessiontree."
+        ):
+            try:
+                obj.__module__ = __name__
+            except (AttributeError, TypeError):  # a builtin-backed callable
+                pass
+
+
+_publish()
