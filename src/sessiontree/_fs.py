@@ -147,9 +147,7 @@ def open_regular(path: str, flags: int, mode: int = FILE_MODE) -> int:
     return fd
 
 
-def atomic_write(
-    path: str, chunks: Iterable[bytes], *, durable: bool = True
-) -> os.stat_result:
+def atomic_write(path: str, chunks: Iterable[bytes], *, durable: bool = True) -> os.stat_result:
     """Write a new file at `path`: temp file (same dir, 0600) + fsync + rename + dir fsync.
 
     Returns the stat of the file written (its inode is the one now at `path`).

@@ -599,6 +599,30 @@ def _same_file(storage: SessionStorage, a: str, b: str) -> bool:
     return False
 
 
+def _line_repairs(scanned: ScannedSession) -> list[Finding]:
+    """What repairing the file's lines changes: BOM, unparseable, torn and blank lines,
+    a missing final newline."""
+    changes = []
+    if scanned.has_bom:
+        changes.append(Finding("removed_bom", 1, None, "removed a UTF-8 byte order mark"))
+    torn = _torn_line(scanned)
+    for number, raw in scanned.malformed:
+        if number == torn:
+            kind, what = "dropped_torn_line", "dropped the cut-off last line"
+        else:
+            kind, what = "dropped_line", "dropped unparseable line"
+        changes.append(Finding(kind, number, None, f"{what}: {_short(raw)}"))
+    for number in scanned.blank_lines:
+        changes.append(Finding("dropped_blank_line", number, None, "dropped a blank line"))
+    if not scanned.ends_with_newline and torn is None:
+        changes.append(
+            Finding(
+                "terminated_last_line", scanned.last_line, None, "added the missing final newline"
+            )
+        )
+    return changes
+
+
 def repair_session(
     path: str,
     out_path: str | None = None,
@@ -643,31 +667,7 @@ def repair_session(
         )
     report = RepairReport(path, None)
     changes = report.changes
-    if scanned.has_bom:
-        changes.append(Finding("removed_bom", 1, None, "removed a UTF-8 byte order mark"))
-    torn = _torn_line(scanned)
-    for number, raw in scanned.malformed:
-        if number == torn:
-            changes.append(
-                Finding(
-                    "dropped_torn_line",
-                    number,
-                    None,
-                    f"dropped the cut-off last line: {_short(raw)}",
-                )
-            )
-        else:
-            changes.append(
-                Finding("dropped_line", number, None, f"dropped unparseable line: {_short(raw)}")
-            )
-    for number in scanned.blank_lines:
-        changes.append(Finding("dropped_blank_line", number, None, "dropped a blank line"))
-    if not scanned.ends_with_newline and torn is None:
-        changes.append(
-            Finding(
-                "terminated_last_line", scanned.last_line, None, "added the missing final newline"
-            )
-        )
+    changes.extend(_line_repairs(scanned))
     replaced = _repair_lines(scanned, changes)
     changes.sort(key=lambda f: f.line or 0)
 

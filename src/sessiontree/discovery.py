@@ -979,17 +979,35 @@ def _collect(
     if db is not None and (scanned or stale_db):
         db.store(scanned, stale_db)
     if memory is not None:
-        with _lock:
-            for d, stats in listing.items():
-                known = memory.get(d)
-                if known is None:
-                    known = memory[d] = {}
-                elif known:
-                    present = {s[0] for s in stats}
-                    for p in [p for p in known if p not in present]:
-                        del known[p]
-            for d, p, rec in fresh:
-                memory[d][p] = rec
+        _remember(memory, listing, fresh)
+    return _newest_first(dirs, listing, records, storage)
+
+
+def _remember(
+    memory: dict[str, dict[str, _Record]],
+    listing: dict[str, list[_Stat]],
+    fresh: list[tuple[str, str, _Record]],
+) -> None:
+    """Keep this listing in the in-process cache (files gone from a dir are forgotten)."""
+    with _lock:
+        for d, stats in listing.items():
+            known = memory.get(d)
+            if known is None:
+                known = memory[d] = {}
+            elif known:
+                present = {s[0] for s in stats}
+                for p in [p for p in known if p not in present]:
+                    del known[p]
+        for d, p, rec in fresh:
+            memory[d][p] = rec
+
+
+def _newest_first(
+    dirs: list[str],
+    listing: dict[str, list[_Stat]],
+    records: dict[str, _Record | None],
+    storage: SessionStorage,
+) -> list[SessionInfo]:
     ordered: list[tuple[int, datetime, str, SessionInfo]] = []
     for d in dirs:
         for s in listing[d]:

@@ -12,7 +12,7 @@ from rich.text import Text
 
 from ..check import Finding, check_session, repair_session
 from ..errors import SessionTreeError
-from ..gc import DEFAULT_MIN_AGE_SECONDS, BlobFile, collect_garbage
+from ..gc import DEFAULT_MIN_AGE_SECONDS, BlobFile, GcReport, collect_garbage
 from ..paths import EXTERNAL_SESSION_DIRS
 from .common import (
     EXIT_ERROR,
@@ -225,88 +225,94 @@ def gc_command(
         report = collect_garbage(
             agent, delete=delete, min_age_seconds=min_age, progress=advance, storage=storage
         )
-    where = report.blob_dir if is_file_store(storage) else f"{report.blob_dir} (in the database)"
-    now = time.time()
     if as_json:
-        emit_json(
-            {
-                "delete": delete,
-                "blobDir": report.blob_dir,
-                "filesScanned": report.files_scanned,
-                "bytesScanned": report.bytes_scanned,
-                "referenced": report.referenced,
-                "blobs": report.blobs,
-                "blobBytes": report.blob_bytes,
-                "unreferenced": [_blob_json(b, now) for b in report.unreferenced],
-                "unreferencedBytes": report.unreferenced_bytes,
-                "young": [_blob_json(b, now) for b in report.young],
-                "unreadable": [{"path": p, "error": e} for p, e in report.unreadable],
-                "externalDirs": report.external_dirs,
-                "deleted": [b.hash for b in report.deleted],
-                "freedBytes": report.freed_bytes,
-                "refused": report.refused,
-            }
-        )
+        emit_json(_gc_json(report, delete))
     else:
-        console.print(
-            Text(
-                f"Read {report.files_scanned} file(s) ({human_size(report.bytes_scanned)}); "
-                f"{report.blobs} blob(s) ({human_size(report.blob_bytes)}) in {where}"
-            ),
-            soft_wrap=True,
-        )
-        if is_file_store(storage):
-            registry = os.path.join(agent, EXTERNAL_SESSION_DIRS)
-            console.print(
-                Text(
-                    f"Session dirs outside {os.path.join(agent, 'sessions')} read "
-                    f"(from {registry}): {len(report.external_dirs) or 'none'}"
-                ),
-                soft_wrap=True,
-            )
-            for directory in report.external_dirs:
-                console.print(Text(f"  {directory}"), soft_wrap=True)
-        for path, error in report.unreadable:
-            err_console.print(Text(f"sessiontree: cannot read {path}: {error}"), soft_wrap=True)
-        if report.unreferenced:
-            table = Table(show_edge=False, pad_edge=False, header_style="bold")
-            table.add_column("Blob")
-            table.add_column("Size", justify="right")
-            table.add_column("Age", justify="right")
-            table.add_column("Files", justify="right")
-            for blob in report.unreferenced:
-                table.add_row(
-                    blob.hash[:16] + "…",
-                    human_size(blob.size),
-                    _age(now - blob.newest),
-                    str(len(blob.paths)),
-                )
-            console.print(table)
-        console.print(
-            Text(
-                f"{len(report.unreferenced)} unreferenced blob(s) holding "
-                f"{human_size(report.unreferenced_bytes)}"
-                + (
-                    f"; {len(report.young)} more younger than {int(min_age // 60)} min kept"
-                    if report.young
-                    else ""
-                )
-            )
-        )
-        if delete and report.refused is None:
-            console.print(
-                Text(
-                    f"Deleted {len(report.deleted)} blob(s), "
-                    f"freed {human_size(report.freed_bytes)}",
-                    style="bold",
-                )
-            )
-        elif not delete and report.unreferenced:
-            console.print(Text("Dry run: --delete removes them.", style="dim"))
-        console.print(Text(_UNSEEN_WARNING, style="yellow"), soft_wrap=True)
+        _print_gc(report, agent, is_file_store(storage), delete, min_age)
     if delete and report.refused is not None:
         err_console.print(Text(f"sessiontree: error: {report.refused}"), soft_wrap=True)
         raise typer.Exit(EXIT_ERROR)
+
+
+def _gc_json(report: GcReport, delete: bool) -> dict[str, Any]:
+    now = time.time()
+    return {
+        "delete": delete,
+        "blobDir": report.blob_dir,
+        "filesScanned": report.files_scanned,
+        "bytesScanned": report.bytes_scanned,
+        "referenced": report.referenced,
+        "blobs": report.blobs,
+        "blobBytes": report.blob_bytes,
+        "unreferenced": [_blob_json(b, now) for b in report.unreferenced],
+        "unreferencedBytes": report.unreferenced_bytes,
+        "young": [_blob_json(b, now) for b in report.young],
+        "unreadable": [{"path": p, "error": e} for p, e in report.unreadable],
+        "externalDirs": report.external_dirs,
+        "deleted": [b.hash for b in report.deleted],
+        "freedBytes": report.freed_bytes,
+        "refused": report.refused,
+    }
+
+
+def _print_gc(report: GcReport, agent: str, files: bool, delete: bool, min_age: float) -> None:
+    where = report.blob_dir if files else f"{report.blob_dir} (in the database)"
+    console.print(
+        Text(
+            f"Read {report.files_scanned} file(s) ({human_size(report.bytes_scanned)}); "
+            f"{report.blobs} blob(s) ({human_size(report.blob_bytes)}) in {where}"
+        ),
+        soft_wrap=True,
+    )
+    if files:
+        registry = os.path.join(agent, EXTERNAL_SESSION_DIRS)
+        console.print(
+            Text(
+                f"Session dirs outside {os.path.join(agent, 'sessions')} read "
+                f"(from {registry}): {len(report.external_dirs) or 'none'}"
+            ),
+            soft_wrap=True,
+        )
+        for directory in report.external_dirs:
+            console.print(Text(f"  {directory}"), soft_wrap=True)
+    for path, error in report.unreadable:
+        err_console.print(Text(f"sessiontree: cannot read {path}: {error}"), soft_wrap=True)
+    if report.unreferenced:
+        console.print(_blob_table(report.unreferenced))
+    young = f"; {len(report.young)} more younger than {int(min_age // 60)} min kept"
+    console.print(
+        Text(
+            f"{len(report.unreferenced)} unreferenced blob(s) holding "
+            f"{human_size(report.unreferenced_bytes)}" + (young if report.young else "")
+        )
+    )
+    if delete and report.refused is None:
+        console.print(
+            Text(
+                f"Deleted {len(report.deleted)} blob(s), freed {human_size(report.freed_bytes)}",
+                style="bold",
+            )
+        )
+    elif not delete and report.unreferenced:
+        console.print(Text("Dry run: --delete removes them.", style="dim"))
+    console.print(Text(_UNSEEN_WARNING, style="yellow"), soft_wrap=True)
+
+
+def _blob_table(blobs: list[BlobFile]) -> Table:
+    now = time.time()
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
+    table.add_column("Blob")
+    table.add_column("Size", justify="right")
+    table.add_column("Age", justify="right")
+    table.add_column("Files", justify="right")
+    for blob in blobs:
+        table.add_row(
+            blob.hash[:16] + "…",
+            human_size(blob.size),
+            _age(now - blob.newest),
+            str(len(blob.paths)),
+        )
+    return table
 
 
 def register(app: typer.Typer) -> None:
