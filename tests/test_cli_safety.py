@@ -172,3 +172,15 @@ def test_a_conflict_copy_of_a_long_name_is_found_by_verify(tmp_path: Path) -> No
     with pytest.raises(Exception, match="changed on disk"):
         sm.append_message(user("x"))
     assert len(conflict_siblings(str(path))) == 1
+
+
+def test_export_of_a_lone_surrogate_writes_a_replacement_character(tmp_path: Path) -> None:
+    with SessionManager.create("/proj") as sm:
+        sm.append_message(user("half a pair: \ud83d here"))
+        sm.append_message(assistant("a"))
+        path = sm.get_session_file() or ""
+    for fmt in ("md", "html"):
+        out = tmp_path / f"out.{fmt}"
+        result = run("export", path, "-f", fmt, "-o", str(out))
+        assert result.exit_code == 0, result.output
+        assert "half a pair: \ufffd here" in out.read_text(encoding="utf-8")

@@ -168,6 +168,16 @@ def extract_command(
     echo_path(new_path)
 
 
+def _utf8(text: str) -> bytes:
+    """UTF-8 for a document: a lone surrogate (valid in a JSON string, not in UTF-8)
+    becomes U+FFFD, as Node writes such a string."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        fixed = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        return fixed.encode("utf-8")
+
+
 class ExportFormat(StrEnum):
     md = "md"
     html = "html"
@@ -189,9 +199,9 @@ def export_command(
     path = resolve_session(session)
     with open_read_only(path) as sm:
         if fmt is ExportFormat.md:
-            data = export_markdown(sm, leaf).encode("utf-8")
+            data = _utf8(export_markdown(sm, leaf))
         elif fmt is ExportFormat.html:
-            data = export_html(sm, leaf).encode("utf-8")
+            data = _utf8(export_html(sm, leaf))
         else:
             data = export_jsonl(sm, leaf)
     if output is None or output == "-":
