@@ -23,7 +23,7 @@ from typing import Any
 
 from .entries import CURRENT_SESSION_VERSION, Entry, generate_session_id, iso_now
 from .errors import EntryNotFoundError
-from .jsonl import serialize_entry_bytes
+from .jsonl import allow_deep_nesting, serialize_entry_bytes
 from .manager import SessionManager
 from .tree import branch_with_labels, build_tree
 
@@ -64,7 +64,7 @@ def _blocks_text(content: object, *, tools: bool = True, thinking: bool = False)
             parts.append(str(block.get("thinking", "")))
         elif kind == "toolCall" and tools:
             args = block.get("arguments")
-            parts.append(f"[{block.get('name')}] {json.dumps(args, ensure_ascii=False)}")
+            parts.append(f"[{block.get('name')}] {_deep_dumps(args)}")
         elif kind == "image":
             parts.append("[image]")
     return "\n".join(p for p in parts if p)
@@ -211,7 +211,12 @@ def _when(entry: Entry) -> str:
 
 
 def _json(value: object) -> str:
-    return json.dumps(value, ensure_ascii=False, indent=2)
+    return allow_deep_nesting(lambda: json.dumps(value, ensure_ascii=False, indent=2))
+
+
+def _deep_dumps(value: object) -> str:
+    """`json.dumps` even of arguments nested as deep as JavaScript allows."""
+    return allow_deep_nesting(lambda: json.dumps(value, ensure_ascii=False))
 
 
 def _md_blocks(content: object) -> list[str]:

@@ -18,7 +18,6 @@ import re
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 import orjson
@@ -26,7 +25,7 @@ import orjson
 from .errors import SessionTreeError
 from .export import entry_role, entry_text
 from .history import HistoryEntry
-from .jsonl import allow_deep_nesting, iter_jsonl_bytes, loads_line
+from .jsonl import iter_jsonl_bytes, loads_line
 from .naming import head_kind
 from .paths import get_agent_dir
 from .storage.base import SessionStorage, read_chunks
@@ -318,10 +317,7 @@ def _search_file(
                 continue
         if not isinstance(entry, dict):
             continue
-        try:
-            text = entry_text(entry)
-        except RecursionError:  # tool arguments nested deeper than json.dumps goes by default
-            text = allow_deep_nesting(partial(entry_text, entry))
+        text = entry_text(entry)  # deep tool arguments included (export handles them)
         haystack = text if case_sensitive else text.casefold()
         start = haystack.find(needle)
         if start < 0:
