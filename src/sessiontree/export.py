@@ -4,7 +4,8 @@
 - `export_html(sm, leaf_id)`: one HTML file, no network assets (a Content
   Security Policy forbids any fetch), holding every entry of the tree; the
   chosen path is visible without JavaScript, and inline JS switches to any
-  other branch (a leaf picker and a clickable tree).
+  other branch (a leaf picker and a clickable tree). It is drawn by the Jinja2
+  templates in `sessiontree/templates`, which `sessiontree serve` draws with too.
 - `export_jsonl(sm, leaf_id)`: the path as a new, valid session file (new id,
   `parentSession` naming the source, labels on the path re-created after it),
   with images inlined so the file stands alone.
@@ -15,27 +16,44 @@ Also the plain-text helpers the CLI and search use (`message_text`, `entry_text`
 
 from __future__ import annotations
 
-import html
+import functools
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
 from typing import Any
+
+import jinja2
+from markupsafe import Markup
 
 from .entries import CURRENT_SESSION_VERSION, Entry, generate_session_id, iso_now
 from .errors import EntryNotFoundError
 from .jsonl import allow_deep_nesting, serialize_entry_bytes
 from .manager import SessionManager
-from .tree import branch_with_labels, build_tree
+from .tree import SessionTreeNode, branch_with_labels, build_tree
 
 __all__ = [
+    "EXPORT_CSP",
+    "HtmlBlock",
+    "HtmlEntry",
+    "NavItem",
+    "asset_text",
     "branch_entries",
+    "entry_images",
     "entry_preview",
     "entry_role",
     "entry_text",
     "export_html",
     "export_jsonl",
     "export_markdown",
+    "html_entry",
+    "html_environment",
+    "is_raster_image",
+    "json_island",
+    "leaf_choice_text",
     "message_text",
+    "nav_items",
 ]
 
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
@@ -331,228 +349,346 @@ def export_markdown(sm: SessionManager, leaf_id: str | None = None) -> str:
 
 
 # ---------------------------------------------------------------------- html
+#
+# One renderer for HTML: the Jinja2 templates in `sessiontree/templates`, autoescaped,
+# used by `export_html` here and by `sessiontree serve` (`sessiontree.web`). Python
+# builds plain view objects (`HtmlEntry`, `HtmlBlock`, `NavItem`); the templates only
+# lay them out, so every string from a session reaches the page escaped.
 
-_CSS = """
-:root { color-scheme: light dark; --fg: #1d232a; --bg: #fafafa; --muted: #6b7280;
-  --line: #d7dbe0; --user: #e8f0fe; --assistant: #ffffff; --tool: #f3f4f6; --accent: #2563eb; }
-@media (prefers-color-scheme: dark) { :root { --fg: #e5e7eb; --bg: #111418; --muted: #9ca3af;
-  --line: #2d333b; --user: #1c2a44; --assistant: #161b22; --tool: #1b1f24; --accent: #60a5fa; } }
-* { box-sizing: border-box; }
-body { margin: 0; font: 15px/1.5 system-ui, sans-serif; color: var(--fg); background: var(--bg);
-  display: grid; grid-template-columns: minmax(220px, 28%) 1fr; height: 100vh; }
-header { grid-column: 1 / 3; padding: .6rem 1rem; border-bottom: 1px solid var(--line); }
-header h1 { font-size: 1.15rem; margin: 0 0 .2rem; }
-header .meta { color: var(--muted); font-size: .85rem; }
-nav { overflow: auto; border-right: 1px solid var(--line); padding: .5rem; font-size: .83rem; }
-nav ul { list-style: none; margin: 0; padding-left: .9rem; border-left: 1px dashed var(--line); }
-nav > ul { padding-left: 0; border-left: 0; }
-nav li.branch > ul { margin-top: .1rem; }
-nav button { all: unset; cursor: pointer; display: block; padding: .05rem .3rem; border-radius: 4px;
-  white-space: nowrap; overflow: hidden; text-overflow: ellipsis; max-width: 100%; }
-nav button:hover { background: var(--tool); }
-nav button.on-path { font-weight: 600; }
-nav button.selected { outline: 2px solid var(--accent); }
-nav .fork { color: var(--accent); font-size: .75rem; margin-left: .3rem; }
-main { overflow: auto; padding: 1rem; display: flex; flex-direction: column; gap: .6rem; }
-.controls { order: -1; display: flex; gap: .5rem; align-items: center; flex-wrap: wrap; }
-.entry { border: 1px solid var(--line); border-radius: 8px; padding: .5rem .75rem;
-  background: var(--assistant); }
-.entry[hidden] { display: none; }
-.entry.user { background: var(--user); }
-.entry.toolResult, .entry.bashExecution { background: var(--tool); }
-.entry.note { border-style: dashed; color: var(--muted); padding: .25rem .75rem; }
-.entry h2 { font-size: .8rem; margin: 0 0 .3rem; color: var(--muted); font-weight: 600; }
-.text { white-space: pre-wrap; word-wrap: break-word; }
-pre { white-space: pre-wrap; word-wrap: break-word; margin: .3rem 0; font-size: .85rem; }
-.label { background: var(--accent); color: #fff; border-radius: 4px; padding: 0 .3rem;
-  font-size: .75rem; }
-img { max-width: 100%; border-radius: 4px; }
-"""
-
-_JS = """
-(function () {
-  var data = JSON.parse(document.getElementById('session-data').textContent);
-  var parents = data.parents, articles = {}, buttons = {};
-  document.querySelectorAll('article.entry').forEach(function (a) { articles[a.dataset.n] = a; });
-  document.querySelectorAll('nav button[data-n]').forEach(function (b) {
-    buttons[b.dataset.n] = b;
-  });
-  var picker = document.getElementById('leaf-picker');
-  function show(n) {
-    var path = [], seen = {}, cur = n;
-    while (cur !== null && cur !== undefined && !seen[cur]) {
-      seen[cur] = 1; path.push(String(cur)); cur = parents[cur];
-    }
-    path.reverse();
-    var order = {};
-    path.forEach(function (m, i) { order[m] = i; });
-    Object.keys(articles).forEach(function (m) {
-      var a = articles[m], on = Object.prototype.hasOwnProperty.call(order, m);
-      a.hidden = !on; a.style.order = on ? order[m] : '';
-    });
-    Object.keys(buttons).forEach(function (m) {
-      buttons[m].classList.toggle('on-path', Object.prototype.hasOwnProperty.call(order, m));
-      buttons[m].classList.toggle('selected', m === String(n));
-    });
-    if (picker) { picker.value = String(n); }
-    document.getElementById('path-info').textContent = path.length + ' entries on this path';
-  }
-  Object.keys(buttons).forEach(function (m) {
-    buttons[m].addEventListener('click', function () { show(m); });
-  });
-  if (picker) { picker.addEventListener('change', function () { show(picker.value); }); }
-  if (data.leaf !== null) { show(String(data.leaf)); }
-})();
-"""
-
-_CSP = (
+EXPORT_CSP = (
     "default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
     "script-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 )
+"""The exported page's policy: nothing is fetched, from anywhere."""
+
+ImageSource = Callable[[Entry, int, dict[str, Any]], str | None]
+"""(entry, image number within the entry, image block) -> the URL of the image, or None."""
 
 
-def _e(value: object) -> str:
-    return html.escape(str(value), quote=True)
+@dataclass(slots=True)
+class HtmlBlock:
+    """One piece of an entry's body, as the `block` macro draws it."""
+
+    kind: str
+    """text | thinking | tool_call | pre | image | em | note"""
+    text: str = ""
+    name: str = ""
+    """The tool's name (tool_call)."""
+    src: str | None = None
+    """The image's URL (image); None: `text` says why there is none."""
+    omitted: int = 0
+    """Characters cut from the end of `text` (the page can fetch the whole)."""
+    index: int = 0
+    """Position among the entry's blocks."""
 
 
-def _html_image(block: dict[str, Any]) -> str:
+@dataclass(slots=True)
+class HtmlEntry:
+    """One entry as an `<article>`: the `entry` macro's input."""
+
+    n: int
+    id: str
+    parent_id: str | None
+    css: str
+    heading: str
+    label: str | None
+    blocks: list[HtmlBlock]
+    usage: str | None = None
+    hidden: bool = False
+
+
+@dataclass(slots=True)
+class NavItem:
+    """One token of the tree navigation, a flat list however deep the tree is:
+    `open`/`close` start and end a branch's nested list; `entry` is a button;
+    `gap` stands for a run of entries left out."""
+
+    kind: str
+    n: int | None = None
+    id: str = ""
+    text: str = ""
+    label: str | None = None
+    forks: int = 0
+    count: int = 0
+    on_path: bool = False
+
+
+def _asset(name: str) -> Markup:
+    return Markup(_asset_text(name))
+
+
+@functools.cache
+def _asset_text(name: str) -> str:
+    """A stylesheet or script shipped with the templates (our own text, never a session's)."""
+    return (resources.files("sessiontree") / "templates" / "assets" / name).read_text("utf-8")
+
+
+def asset_text(name: str) -> str:
+    """The text of a file in `sessiontree/templates/assets` (CSS and JavaScript)."""
+    return _asset_text(name)
+
+
+@functools.cache
+def html_environment() -> jinja2.Environment:
+    """The Jinja2 environment of the shared templates: autoescaped, strict about names."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("sessiontree", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.globals["asset"] = _asset
+    env.filters["thousands"] = lambda n: f"{n:,}"
+    return env
+
+
+def json_island(value: object) -> Markup:
+    """JSON for a `<script type="application/json">` element: `<`, `>` and `&` escaped,
+    so no string in it can close the element or open a comment."""
+    text = json.dumps(value, separators=(",", ":"))  # ASCII: U+2028 and the like escaped
+    return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
+
+
+def _data_url(block: dict[str, Any]) -> str | None:
     mime = str(block.get("mimeType", ""))
     data = block.get("data")
     if mime.lower() in _RASTER and isinstance(data, str) and _BASE64.fullmatch(data):
-        clean = "".join(data.split())
-        return f'<img alt="image" src="data:{_e(mime)};base64,{clean}">'
-    if isinstance(data, str) and data.startswith("blob:"):
-        return f'<p class="text"><em>[image missing from the blob store: {_e(data)}]</em></p>'
-    return f'<p class="text"><em>[image: {_e(mime or "unknown type")}]</em></p>'
+        return f"data:{mime};base64,{''.join(data.split())}"
+    return None
 
 
-def _html_blocks(content: object) -> str:
-    if isinstance(content, str):
-        return f'<div class="text">{_e(content)}</div>'
-    if not isinstance(content, list):
-        return ""
-    out: list[str] = []
-    for block in content:
-        if not isinstance(block, dict):
-            continue
-        kind = block.get("type")
-        if kind == "text":
-            out.append(f'<div class="text">{_e(block.get("text", ""))}</div>')
-        elif kind == "thinking":
-            out.append(
-                "<details><summary>thinking</summary>"
-                f'<div class="text">{_e(block.get("thinking", ""))}</div></details>'
-            )
-        elif kind == "toolCall":
-            out.append(
-                f"<details><summary>tool call: {_e(block.get('name'))}</summary>"
-                f"<pre>{_e(_json(block.get('arguments')))}</pre></details>"
-            )
-        elif kind == "image":
-            out.append(_html_image(block))
-        else:
-            out.append(f'<p class="text"><em>[{_e(kind)} block]</em></p>')
-    return "".join(out)
+def is_raster_image(block: dict[str, Any]) -> bool:
+    """Whether an image block holds base64 of a type browsers show without running it."""
+    mime = block.get("mimeType")
+    data = block.get("data")
+    return (
+        isinstance(mime, str)
+        and mime.lower() in _RASTER
+        and isinstance(data, str)
+        and not data.startswith("blob:")
+        and _BASE64.fullmatch(data) is not None
+    )
 
 
-def _html_entry(entry: Entry) -> tuple[str, str, str]:
-    """(css class, heading, body html) of one entry."""
+def entry_images(entry: Entry) -> list[dict[str, Any]]:
+    """The image blocks of an entry, in the order its page shows them."""
+    return [b for b in _content_blocks(entry) if isinstance(b, dict) and b.get("type") == "image"]
+
+
+def _content_blocks(entry: Entry) -> list[Any]:
     kind = entry.get("type")
+    content: object = None
+    if kind == "message":
+        message = entry.get("message")
+        if isinstance(message, dict) and message.get("role") not in (
+            "bashExecution",
+            "pythonExecution",
+            "branchSummary",
+            "compactionSummary",
+        ):
+            content = message.get("content")
+    elif kind == "custom_message":
+        content = entry.get("content")
+    return content if isinstance(content, list) else []
+
+
+class _Blocks:
+    """Collects an entry's blocks, cutting long text at `limit` characters."""
+
+    def __init__(self, entry: Entry, image_src: ImageSource, limit: int | None) -> None:
+        self.entry = entry
+        self.image_src = image_src
+        self.limit = limit
+        self.blocks: list[HtmlBlock] = []
+        self.images = 0
+
+    def add(self, kind: str, text: str = "", name: str = "") -> None:
+        omitted = 0
+        if self.limit is not None and len(text) > self.limit and kind != "em":
+            omitted = len(text) - self.limit
+            text = text[: self.limit]
+        self.blocks.append(HtmlBlock(kind, text, name, omitted=omitted, index=len(self.blocks)))
+
+    def image(self, block: dict[str, Any]) -> None:
+        number = self.images
+        self.images += 1
+        src = self.image_src(self.entry, number, block)
+        if src is not None:
+            self.blocks.append(HtmlBlock("image", src=src, index=len(self.blocks)))
+            return
+        data = block.get("data")
+        if isinstance(data, str) and data.startswith("blob:"):
+            self.add("em", f"[image missing from the blob store: {data}]")
+        else:
+            self.add("em", f"[image: {block.get('mimeType') or 'unknown type'}]")
+
+    def content(self, content: object) -> None:
+        if isinstance(content, str):
+            self.add("text", content)
+            return
+        if not isinstance(content, list):
+            return
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            kind = block.get("type")
+            if kind == "text":
+                self.add("text", str(block.get("text", "")))
+            elif kind == "thinking":
+                self.add("thinking", str(block.get("thinking", "")))
+            elif kind == "toolCall":
+                self.add("tool_call", _json(block.get("arguments")), str(block.get("name")))
+            elif kind == "image":
+                self.image(block)
+            else:
+                self.add("em", f"[{kind} block]")
+
+
+def _usage_line(message: dict[str, Any]) -> str | None:
+    usage = message.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    parts = []
+    for key, name in (("input", "in"), ("output", "out"), ("cacheRead", "cache read")):
+        value = usage.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            parts.append(f"{name} {int(value):,}")
+    write = usage.get("cacheWrite")
+    if isinstance(write, int | float) and not isinstance(write, bool) and write:
+        parts.append(f"cache write {int(write):,}")
+    cost = usage.get("cost")
+    total = cost.get("total") if isinstance(cost, dict) else None
+    if isinstance(total, int | float) and not isinstance(total, bool):
+        parts.append(f"${total:.4f}")
+    return " · ".join(parts) or None
+
+
+def _export_image(entry: Entry, number: int, block: dict[str, Any]) -> str | None:
+    return _data_url(block)
+
+
+def html_entry(
+    entry: Entry,
+    n: int,
+    labels: dict[str, str],
+    *,
+    image_src: ImageSource = _export_image,
+    limit: int | None = None,
+) -> HtmlEntry:
+    """The view of one entry: css class, heading, blocks (text cut at `limit` characters)."""
+    kind = entry.get("type")
+    out = _Blocks(entry, image_src, limit)
+    css, heading, usage = "note", "", None
     if kind == "message":
         message = entry.get("message")
         message = message if isinstance(message, dict) else {}
-        role = str(message.get("role", "message"))
+        css = role = str(message.get("role", "message"))
+        heading = role
         if role == "assistant":
-            body = _html_blocks(message.get("content"))
+            heading = f"assistant · {message.get('provider')}/{message.get('model')}"
+            out.content(message.get("content"))
             if message.get("errorMessage"):
-                body += f'<p class="text"><em>error: {_e(message["errorMessage"])}</em></p>'
-            return role, f"assistant · {message.get('provider')}/{message.get('model')}", body
-        if role == "toolResult":
-            text = _blocks_text(message.get("content"), tools=False)
-            images = "".join(
-                _html_image(b)
-                for b in message.get("content") or []
-                if isinstance(b, dict) and b.get("type") == "image"
-            )
+                out.add("em", f"error: {message['errorMessage']}")
+            usage = _usage_line(message)
+        elif role == "toolResult":
             error = " (error)" if message.get("isError") else ""
-            return (
-                role,
-                f"tool result · {message.get('toolName')}{error}",
-                (f"<pre>{_e(text)}</pre>{images}"),
-            )
-        if role in ("bashExecution", "pythonExecution"):
-            return role, role, f"<pre>{_e(message_text(message))}</pre>"
-        if role in ("branchSummary", "compactionSummary"):
-            return role, role, f'<div class="text">{_e(message.get("summary", ""))}</div>'
-        return role, role, _html_blocks(message.get("content"))
-    if kind == "compaction":
-        return (
-            "compaction",
-            f"compaction · kept from {entry.get('firstKeptEntryId')}",
-            f'<div class="text">{_e(entry.get("summary", ""))}</div>',
-        )
-    if kind == "branch_summary":
-        return (
-            "branch_summary",
-            "branch summary",
-            f'<div class="text">{_e(entry.get("summary", ""))}</div>',
-        )
-    if kind == "custom_message":
-        return (
-            "custom",
-            f"extension · {entry.get('customType')}",
-            _html_blocks(entry.get("content")),
-        )
-    if kind == "session_init":
-        return (
-            "session_init",
-            "session init",
-            f'<div class="text">{_e(entry.get("task", ""))}</div>',
-        )
-    return "note", "", f"<span>{_e(entry_preview(entry, 0))}</span>"
+            heading = f"tool result · {message.get('toolName')}{error}"
+            out.add("pre", _blocks_text(message.get("content"), tools=False))
+            for block in entry_images(entry):
+                out.image(block)
+        elif role in ("bashExecution", "pythonExecution"):
+            out.add("pre", message_text(message))
+        elif role in ("branchSummary", "compactionSummary"):
+            out.add("text", str(message.get("summary", "")))
+        else:
+            out.content(message.get("content"))
+    elif kind == "compaction":
+        css, heading = "compaction", f"compaction · kept from {entry.get('firstKeptEntryId')}"
+        out.add("text", str(entry.get("summary", "")))
+    elif kind == "branch_summary":
+        css, heading = "branch_summary", "branch summary"
+        out.add("text", str(entry.get("summary", "")))
+    elif kind == "custom_message":
+        css, heading = "custom", f"extension · {entry.get('customType')}"
+        out.content(entry.get("content"))
+    elif kind == "session_init":
+        css, heading = "session_init", "session init"
+        out.add("text", str(entry.get("task", "")))
+    else:
+        out.add("note", entry_preview(entry, 0))
+    entry_id = str(entry.get("id", ""))
+    parent = entry.get("parentId")
+    return HtmlEntry(
+        n,
+        entry_id,
+        parent if isinstance(parent, str) else None,
+        css,
+        heading,
+        labels.get(entry_id),
+        out.blocks,
+        usage,
+    )
 
 
-def _nav(roots: Sequence[Any], index: dict[int, int], labels: dict[str, str]) -> str:
-    """Nested lists: a linear run stays in one list, each child of a branch point nests."""
-    out: list[str] = ["<ul>"]
-    # Stack items: a node to render, or a closing tag to emit.
-    stack: list[Any] = []
+def nav_items(
+    roots: Sequence[SessionTreeNode],
+    number: Callable[[Entry], int | None],
+    on_path: set[str],
+    *,
+    keep: Callable[[SessionTreeNode, SessionTreeNode | None], bool] | None = None,
+) -> list[NavItem]:
+    """The tree as flat tokens: a linear run stays in one list, each child of a branch
+    point opens a nested one. With `keep`, entries it rejects inside a run are left
+    out (a `gap` token counts them); `keep(node, parent)` sees each node once."""
+    out: list[NavItem] = []
+    stack: list[SessionTreeNode | str] = []
     if len(roots) == 1:
         stack.append(roots[0])
     else:
         for root in reversed(roots):
-            stack.extend(["</ul></li>", root, "__branch__"])
+            stack.extend(["close", root, "open"])
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            out.append('<li class="branch"><ul>' if item == "__branch__" else item)
+            out.append(NavItem(item))
             continue
-        node = item
+        node: SessionTreeNode = item
+        parent: SessionTreeNode | None = None
+        skipped = 0
         while True:
             entry = node.entry
-            n = index[id(entry)]
-            label = labels.get(str(entry.get("id")))
-            badge = f' <span class="label">{_e(label)}</span>' if label else ""
-            fork = (
-                f'<span class="fork">⑂ {len(node.children)}</span>'
-                if len(node.children) > 1
-                else ""
-            )
-            out.append(
-                f'<li><button type="button" data-n="{n}" title="{_e(entry.get("id"))}">'
-                f"{_e(entry_preview(entry, 70))}{badge}{fork}</button></li>"
-            )
+            entry_id = str(entry.get("id", ""))
+            if keep is None or keep(node, parent):
+                if skipped:
+                    out.append(NavItem("gap", count=skipped))
+                    skipped = 0
+                out.append(
+                    NavItem(
+                        "entry",
+                        number(entry),
+                        entry_id,
+                        entry_preview(entry, 70),
+                        node.label,
+                        len(node.children) if len(node.children) > 1 else 0,
+                        on_path=entry_id in on_path,
+                    )
+                )
+            else:
+                skipped += 1
             if len(node.children) == 1:
-                node = node.children[0]
+                parent, node = node, node.children[0]
                 continue
+            if skipped:
+                out.append(NavItem("gap", count=skipped))
             for child in reversed(node.children):
-                stack.extend(["</ul></li>", child, "__branch__"])
+                stack.extend(["close", child, "open"])
             break
-    out.append("</ul>")
-    return "".join(out)
+    return out
 
 
-def _leaf_option(sm: SessionManager, entry: Entry) -> str:
+def leaf_choice_text(sm: SessionManager, entry: Entry) -> str:
+    """`<id> · <the last user prompt on its path>` for a leaf picker."""
     last_prompt = ""
     seen: set[int] = set()
     item: Entry | None = entry
@@ -587,56 +723,36 @@ def export_html(sm: SessionManager, leaf_id: str | None = None) -> str:
     on_path = {id(e) for e in path}
     leaf_n = index[id(path[-1])] if path else None
 
-    articles: list[str] = []
+    views = []
     for n, entry in enumerate(entries):
-        css, heading, body = _html_entry(entry)
-        entry_id = str(entry.get("id", ""))
-        label = labels.get(entry_id)
-        badge = f' <span class="label">{_e(label)}</span>' if label else ""
-        hidden = "" if id(entry) in on_path else " hidden"
-        title = f"<h2>{_e(heading)} · {_e(entry_id)}{badge}</h2>" if heading else ""
-        if not heading:
-            body = f"{body} <small>{_e(entry_id)}</small>{badge}"
-        articles.append(
-            f'<article class="entry {_e(css)}" data-n="{n}" data-id="{_e(entry_id)}"{hidden}>'
-            f"{title}{body}</article>"
-        )
-
+        view = html_entry(entry, n, labels)
+        view.hidden = id(entry) not in on_path
+        views.append(view)
     tree = build_tree(entries, labels)
     tips = [e for e in entries if not sm.get_children(e.get("id"))]
     choices = list(tips)
     if path and not any(e is path[-1] for e in tips):
         choices.append(path[-1])
-    options = "".join(
-        f'<option value="{index[id(e)]}"{" selected" if index[id(e)] == leaf_n else ""}>'
-        f"{_e(_leaf_option(sm, e))}</option>"
+    options = [
+        {"value": index[id(e)], "selected": index[id(e)] == leaf_n, "text": leaf_choice_text(sm, e)}
         for e in choices
-    )
-    data = {"leaf": leaf_n, "parents": parents}
-    data_json = (
-        json.dumps(data, separators=(",", ":"))
-        .replace("<", "\\u003c")
-        .replace(">", "\\u003e")
-        .replace("&", "\\u0026")
-    )
+    ]
     name = sm.get_session_name() or f"Session {sm.get_session_id()}"
     header = sm.get_header() or {}
-    return "".join(
-        [
-            '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">',
-            f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">',
-            '<meta name="viewport" content="width=device-width, initial-scale=1">',
-            f"<title>{_e(name)}</title><style>{_CSS}</style></head><body>",
-            f'<header><h1>{_e(name)}</h1><div class="meta">session {_e(sm.get_session_id())}'
-            f" · {_e(header.get('cwd', ''))} · created {_e(_when(header))}"
-            f" · {len(entries)} entries, {len(tips)} branch tip(s)</div></header>",
-            f'<nav aria-label="session tree">{_nav(tree, index, labels)}</nav>',
-            '<main><div class="controls"><label>Branch: <select id="leaf-picker">',
-            options,
-            '</select></label> <span id="path-info"></span></div>',
-            "".join(articles),
-            "</main>",
-            f'<script type="application/json" id="session-data">{data_json}</script>',
-            f"<script>{_JS}</script></body></html>\n",
-        ]
+    return (
+        html_environment()
+        .get_template("export.html")
+        .render(
+            csp=EXPORT_CSP,
+            name=name,
+            session_id=sm.get_session_id(),
+            cwd=header.get("cwd", ""),
+            created=_when(header),
+            entry_count=len(entries),
+            tip_count=len(tips),
+            nav=nav_items(tree, lambda e: index[id(e)], set()),
+            options=options,
+            entries=views,
+            data=json_island({"leaf": leaf_n, "parents": parents}),
+        )
     )

@@ -1,0 +1,87 @@
+"""`sessiontree serve`: the read-only web app (the optional `web` extra)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+from rich.text import Text
+
+from .common import EXIT_USAGE, CliError, agent_dir, console, current_storage, err_console
+
+INSTALL_HINT = "sessiontree serve needs the web extra: pip install 'sessiontree[web]'"
+
+
+def serve_command(
+    port: Annotated[
+        int, typer.Option("--port", "-p", min=0, max=65535, help="TCP port (0: any free port).")
+    ] = 0,
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host",
+            help="Address to listen on. Anything but loopback lets other machines reach "
+            "the app (they still need the printed link).",
+        ),
+    ] = "127.0.0.1",
+    open_browser: Annotated[
+        bool, typer.Option("--open", help="Open the app in the default browser.")
+    ] = False,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            metavar="NAME",
+            help="Also answer requests for this host name (besides localhost and IP "
+            "addresses), e.g. the machine's name when listening on all addresses.",
+        ),
+    ] = None,
+    no_index: Annotated[
+        bool, typer.Option("--no-index", help="Search and usage without the content index.")
+    ] = False,
+) -> None:
+    """Browse the store in a web browser: projects, sessions, branches, search, usage.
+
+    Read-only. It prints a link with a random token; requests without it are refused.
+    """
+    try:
+        from ..web.server import is_loopback, serve
+    except ImportError as exc:
+        missing = getattr(exc, "name", None) or str(exc)
+        raise CliError(f"{INSTALL_HINT} ({missing} is missing)") from None
+    if not host:
+        raise CliError("--host must not be empty", EXIT_USAGE)
+    if not is_loopback(host):
+        err_console.print(
+            Text(
+                f"sessiontree: warning: listening on {host}: anyone who can reach it and "
+                "has the link can read every session"
+            ),
+            soft_wrap=True,
+        )
+    directory = agent_dir()
+
+    def announce(url: str) -> None:
+        console.print(Text(f"Serving {directory} read-only at"), soft_wrap=True)
+        console.print(Text(url), soft_wrap=True)
+        console.print(Text("(Ctrl-C stops)"), soft_wrap=True)
+        sys.stdout.flush()
+
+    try:
+        serve(
+            current_storage(),
+            directory,
+            host=host,
+            port=port,
+            announce=announce,
+            open_browser=open_browser,
+            allowed_hosts=allow_host or (),
+            use_index=not no_index,
+        )
+    except OSError as exc:
+        raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve")(serve_command)

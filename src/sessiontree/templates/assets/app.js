@@ -1,0 +1,160 @@
+// sessiontree serve: copy buttons; on a session page, branch switching without a
+// reload, earlier entries and whole texts on demand, and the live view (server-sent
+// events). HTML inserted here comes from the server's own escaping templates.
+(function () {
+  'use strict';
+
+  document.addEventListener('click', function (event) {
+    var button = event.target.closest('button.copy');
+    if (!button) { return; }
+    var text = button.dataset.copy;
+    var done = function () {
+      var label = button.textContent;
+      button.textContent = 'Copied';
+      setTimeout(function () { button.textContent = label; }, 1500);
+    };
+    if (navigator.clipboard && navigator.clipboard.writeText) {
+      navigator.clipboard.writeText(text).then(done, function () { button.textContent = 'Copy failed'; });
+    }
+  });
+
+  var root = document.getElementById('session');
+  if (!root) { return; }
+  var handle = root.dataset.handle;
+  var leaf = root.dataset.leaf;
+  var earlier = parseInt(root.dataset.earlier, 10) || 0;
+  var entries = document.getElementById('entries');
+  var tree = document.getElementById('tree');
+  var picker = document.getElementById('leaf-picker');
+  var info = document.getElementById('path-info');
+  var earlierButton = document.getElementById('earlier');
+  var notice = document.getElementById('notice');
+  var live = document.getElementById('live');
+  var base = '/s/' + encodeURIComponent(handle);
+  var pathLength = entries.children.length + earlier;
+
+  function get(url) {
+    return fetch(url, { headers: { 'Accept': 'application/json' } }).then(function (r) {
+      if (!r.ok) { throw new Error(r.status + ' ' + r.statusText); }
+      return r.json();
+    });
+  }
+  function say(text) { notice.textContent = text; notice.hidden = !text; }
+  function showEarlier() {
+    earlierButton.hidden = earlier <= 0;
+    earlierButton.textContent = 'Show earlier entries (' + earlier.toLocaleString() + ' not shown)';
+  }
+  function article(id) {
+    var found = null;
+    entries.querySelectorAll('article.entry').forEach(function (a) { if (a.dataset.id === id) { found = a; } });
+    return found;
+  }
+  function atBottom() {
+    return window.innerHeight + window.scrollY >= document.body.scrollHeight - 40;
+  }
+  function toBottom() { window.scrollTo(0, document.body.scrollHeight); }
+  function hasOption(id) {
+    return Array.prototype.some.call(picker.options, function (o) { return o.value === id; });
+  }
+
+  function switchTo(id) {
+    if (!id) { return; }
+    var url = base + '/path?leaf=' + encodeURIComponent(id) + '&from=' + encodeURIComponent(leaf);
+    root.classList.add('loading');
+    get(url).then(function (data) {
+      var keep = data.ancestor !== null ? article(data.ancestor) : null;
+      if (keep) {
+        while (keep.nextElementSibling) { keep.nextElementSibling.remove(); }
+        entries.insertAdjacentHTML('beforeend', data.html);
+      } else {
+        entries.innerHTML = data.html;
+        earlier = data.earlier;
+      }
+      leaf = data.leaf || '';
+      root.dataset.leaf = leaf;
+      pathLength = data.length;
+      info.textContent = pathLength.toLocaleString() + ' entries on this path';
+      tree.innerHTML = data.nav;
+      if (hasOption(leaf)) { picker.value = leaf; }
+      showEarlier();
+      history.replaceState(null, '', base + '?leaf=' + encodeURIComponent(leaf));
+      root.classList.remove('loading');
+      toBottom();
+    }).catch(function (error) { say('Could not load that branch: ' + error.message); });
+  }
+
+  tree.addEventListener('click', function (event) {
+    var button = event.target.closest('button[data-id]');
+    if (button) { switchTo(button.dataset.id); }
+  });
+  picker.addEventListener('change', function () { switchTo(picker.value); });
+
+  earlierButton.addEventListener('click', function () {
+    var first = entries.querySelector('article.entry');
+    if (!first) { return; }
+    var url = base + '/path?leaf=' + encodeURIComponent(leaf) + '&before=' + encodeURIComponent(first.dataset.id);
+    get(url).then(function (data) {
+      entries.insertAdjacentHTML('afterbegin', data.html);
+      earlier = data.earlier;
+      showEarlier();
+    }).catch(function (error) { say('Could not load earlier entries: ' + error.message); });
+  });
+
+  entries.addEventListener('click', function (event) {
+    var button = event.target.closest('button.more');
+    if (!button) { return; }
+    var entry = button.closest('article.entry');
+    var url = base + '/text?entry=' + encodeURIComponent(entry.dataset.id) + '&block=' + encodeURIComponent(button.dataset.block);
+    button.disabled = true;
+    get(url).then(function (data) {
+      button.parentElement.textContent = data.text;
+    }).catch(function (error) { button.disabled = false; say('Could not load the text: ' + error.message); });
+  });
+
+  var elsewhere = 0;
+  if (window.EventSource) {
+    var source = new EventSource(base + '/events?from=' + encodeURIComponent(root.dataset.offset));
+    source.onopen = function () { live.textContent = 'live'; live.className = 'live on'; };
+    source.onerror = function () { live.textContent = 'live: reconnecting…'; live.className = 'live off'; };
+    source.addEventListener('entry', function (event) {
+      var data = JSON.parse(event.data);
+      var follow = atBottom();
+      if (data.parentId !== null && hasOption(data.parentId)) {
+        Array.prototype.forEach.call(picker.options, function (o) {
+          if (o.value === data.parentId) { o.remove(); }
+        });
+      }
+      if (!hasOption(data.id)) {
+        var option = document.createElement('option');
+        option.value = data.id;
+        option.textContent = data.option;
+        picker.appendChild(option);
+      }
+      if (article(data.id)) { return; }
+      if (data.parentId === leaf) {
+        entries.insertAdjacentHTML('beforeend', data.html);
+        var added = entries.lastElementChild;
+        added.classList.add('fresh');
+        leaf = data.id;
+        root.dataset.leaf = leaf;
+        picker.value = leaf;
+        pathLength += 1;
+        info.textContent = pathLength.toLocaleString() + ' entries on this path';
+        if (follow) { toBottom(); }
+      } else {
+        elsewhere += 1;
+        say(elsewhere + ' new entr' + (elsewhere === 1 ? 'y' : 'ies') + ' on other branches (pick them in the branch list).');
+      }
+    });
+    source.addEventListener('rewritten', function () {
+      source.close();
+      live.textContent = 'not live'; live.className = 'live off';
+      say('The session file was rewritten or replaced: reload the page to see it as it is now.');
+    });
+  } else {
+    live.textContent = '';
+  }
+
+  showEarlier();
+  toBottom();
+})();

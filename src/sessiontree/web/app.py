@@ -1,0 +1,689 @@
+"""The Starlette application of `sessiontree serve`: routes, pages, the live stream.
+
+Every route is a GET and reads; the only files the server may write are the
+caches under `<agent dir>/cache` that the reading CLI commands write too (the
+listing cache; the content index where this build has one). Sessions and projects
+are named by handles the server issued (`data.handle_of`), never by paths; entry
+ids, image numbers and blob hashes from a request are looked up in what the
+server loaded, or validated (`check_hash`) before the blob store sees them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shlex
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+import anyio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from ..agent_dir import blob_store_for
+from ..blobs import check_hash
+from ..errors import InvalidBlobRefError, SessionTreeError
+from ..export import (
+    asset_text,
+    export_html,
+    export_jsonl,
+    export_markdown,
+    html_entry,
+    html_environment,
+    leaf_choice_text,
+)
+from ..paths import get_agent_dir
+from ..storage.base import SessionStorage
+from . import charts
+from .data import Data, SessionRow, Tally, UsageSnapshot, handle_of
+from .security import Guard
+from .sessions import (
+    OpenSession,
+    SessionCache,
+    Tail,
+    find_image,
+    image_bytes,
+    image_url_for,
+    leaf_choices,
+    nav,
+    path_slice,
+    render_entries,
+    sniff_image,
+)
+
+__all__ = ["ServeOptions", "create_app"]
+
+PAGE_ROWS = 100
+SEARCH_LIMIT = 200
+POLL_SECONDS = 0.25
+_ASSETS = {
+    "app.css": "text/css; charset=utf-8",
+    "session.css": "text/css; charset=utf-8",
+    "app.js": "text/javascript; charset=utf-8",
+}
+_AGENTS = {".xcsh": ("xcsh", "--resume", "id"), ".omp": ("omp", "--resume", "id")}
+_AGENTS[".pi"] = ("pi", "--session", "path")
+
+
+@dataclass(slots=True)
+class ServeOptions:
+    """What the server needs to know besides the store."""
+
+    token: str
+    cookie: str
+    allowed_hosts: Sequence[str] = ()
+    use_index: bool = True
+    poll_seconds: float = POLL_SECONDS
+
+
+def _utf8(text: str) -> bytes:
+    """A lone surrogate (valid in a session's JSON, not in UTF-8) becomes U+FFFD."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        fixed = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        return fixed.encode("utf-8")
+
+
+def _page(template: str, status: int = 200, **context: Any) -> Response:
+    body = html_environment().get_template(f"web/{template}").render(**context)
+    return Response(_utf8(body), status, media_type="text/html; charset=utf-8")
+
+
+def _json(value: object, status: int = 200) -> Response:
+    # ASCII JSON: a lone surrogate is written as its escape, as JSON.stringify does.
+    body = json.dumps(value, separators=(",", ":")).encode("ascii")
+    return Response(body, status, media_type="application/json")
+
+
+def _not_found(what: str) -> Response:
+    return _page("error.html", 404, title="Not found", message=what)
+
+
+def _when(moment: datetime) -> str:
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M")
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GB"  # pragma: no cover
+
+
+def _int(text: str | None, default: int) -> int:
+    try:
+        return int(text) if text is not None else default
+    except ValueError:
+        return default
+
+
+class _App:
+    """The routes, over one store."""
+
+    def __init__(self, storage: SessionStorage, agent_dir: str, options: ServeOptions) -> None:
+        self.storage = storage
+        self.agent_dir = agent_dir
+        self.options = options
+        self.data = Data(storage, agent_dir, use_index=options.use_index)
+        self.cache = SessionCache(storage)
+
+    def close(self) -> None:
+        self.data.close()
+        self.cache.close()
+
+    # ------------------------------------------------------------------ helpers
+
+    def _row(self, request: Request) -> SessionRow | None:
+        return self.data.session(request.path_params["handle"])
+
+    def _open(self, row: SessionRow) -> OpenSession:
+        return self.cache.get(row.handle, row.path)
+
+    def _resume(self, row: SessionRow, rows: Sequence[SessionRow]) -> list[dict[str, str]]:
+        unique = sum(1 for r in rows if r.id == row.id) == 1
+        target = row.id if unique else row.path
+        prefix = []
+        if os.path.abspath(self.agent_dir) != os.path.abspath(_default_agent_dir()):
+            prefix = ["--agent-dir", self.agent_dir]
+        commands = [
+            {
+                "name": "sessiontree",
+                "command": shlex.join(["sessiontree", *prefix, "resume", target]),
+            }
+        ]
+        parent, leaf = os.path.split(os.path.abspath(self.agent_dir))
+        agent = _AGENTS.get(os.path.basename(parent)) if leaf == "agent" else None
+        home = os.path.expanduser("~")
+        if agent is not None and os.path.dirname(parent) == home:
+            program, flag, by = agent
+            resume = shlex.join([program, flag, row.id if by == "id" else row.path])
+            command = f"cd {shlex.quote(row.cwd)} && {resume}" if row.cwd else resume
+            commands.append({"name": program, "command": command})
+        return commands
+
+    # ------------------------------------------------------------------ pages
+
+    def projects(self, request: Request) -> Response:
+        rows = self.data.sessions()
+        snapshot, _ = self.data.usage()
+        groups: dict[str, dict[str, Any]] = {}
+        for row in rows:  # newest first: a project's first row names it
+            group = groups.get(row.project)
+            if group is None:
+                group = groups[row.project] = {
+                    "handle": handle_of("p", row.project),
+                    "cwd": row.cwd,
+                    "dir": os.path.basename(row.project),
+                    "sessions": 0,
+                    "messages": 0,
+                    "bytes": 0,
+                    "modified": _when(row.modified),
+                    "cost": None,
+                }
+            group["sessions"] += 1
+            group["messages"] += row.message_count
+            group["bytes"] += row.size
+        for project, group in groups.items():
+            group["size"] = _size(group["bytes"])
+            if snapshot is not None and snapshot.complete:
+                tally = snapshot.by_project.get(project)
+                group["cost"] = charts.money(tally.cost) if tally is not None else "$0"
+        return _page(
+            "projects.html",
+            title="Projects",
+            projects=list(groups.values()),
+            total=len(rows),
+            agent_dir=self.agent_dir,
+            usage_note=_usage_state(snapshot),
+        )
+
+    def sessions(self, request: Request) -> Response:
+        rows = self.data.sessions()
+        params = request.query_params
+        project_handle = params.get("project")
+        project = self.data.project(project_handle) if project_handle else None
+        if project_handle and project is None:
+            return _not_found("No such project (the server names projects itself).")
+        if project is not None:
+            rows = [r for r in rows if r.project == project]
+        query = params.get("q", "").strip()
+        if query:
+            needle = query.casefold()
+            rows = [
+                r
+                for r in rows
+                if needle in (r.title or "").casefold()
+                or needle in r.first_message.casefold()
+                or needle in r.id.casefold()
+            ]
+        snapshot, _ = self.data.usage()
+        costs = snapshot.by_session if snapshot is not None else {}
+
+        def cost_of(r: SessionRow) -> float:
+            tally = costs.get(r.path)
+            return tally.cost if tally is not None else -1.0
+
+        keys: dict[str, Callable[[SessionRow], Any]] = {
+            "modified": lambda r: r.modified,
+            "created": lambda r: r.created,
+            "size": lambda r: r.size,
+            "messages": lambda r: r.message_count,
+            "cost": cost_of,
+            "title": lambda r: (r.title or r.first_message).casefold(),
+        }
+        sort = params.get("sort", "modified")
+        sort = sort if sort in keys else "modified"
+        order = params.get("order", "asc" if sort == "title" else "desc")
+        order = order if order in ("asc", "desc") else "desc"
+        rows = sorted(rows, key=keys[sort], reverse=order == "desc")
+        page = max(1, _int(params.get("page"), 1))
+        pages = max(1, (len(rows) + PAGE_ROWS - 1) // PAGE_ROWS)
+        page = min(page, pages)
+        shown = rows[(page - 1) * PAGE_ROWS : page * PAGE_ROWS]
+        base = {k: v for k, v in (("project", project_handle), ("q", query)) if v}
+
+        def link(**changes: Any) -> str:
+            merged = {**base, "sort": sort, "order": order, **changes}
+            return "/sessions?" + urlencode({k: v for k, v in merged.items() if v})
+
+        columns = []
+        for key, name in (
+            ("title", "Title"),
+            ("size", "Size"),
+            ("messages", "Messages"),
+            ("cost", "Cost"),
+            ("modified", "Modified"),
+        ):
+            flip = "asc" if (sort == key and order == "desc") else "desc"
+            if sort != key:
+                flip = "asc" if key == "title" else "desc"
+            mark = ("▲" if order == "asc" else "▼") if sort == key else ""
+            columns.append(
+                {"key": key, "name": name, "href": link(sort=key, order=flip), "mark": mark}
+            )
+        items = []
+        for r in shown:
+            tally = costs.get(r.path)
+            items.append(
+                {
+                    "handle": r.handle,
+                    "title": r.title,
+                    "first": r.first_message,
+                    "id": r.id,
+                    "size": _size(r.size),
+                    "messages": r.message_count,
+                    "cost": charts.money(tally.cost) if tally is not None else None,
+                    "estimated": bool(tally is not None and tally.estimated_cost),
+                    "modified": _when(r.modified),
+                    "cwd": r.cwd,
+                }
+            )
+        return _page(
+            "sessions.html",
+            title="Sessions",
+            project=project,
+            project_handle=project_handle,
+            query=query,
+            columns=columns,
+            sessions=items,
+            total=len(rows),
+            page=page,
+            pages=pages,
+            prev=link(page=page - 1) if page > 1 else None,
+            next=link(page=page + 1) if page < pages else None,
+            usage_note=_usage_state(snapshot),
+        )
+
+    def session(self, request: Request) -> Response:
+        row = self._row(request)
+        if row is None:
+            return _not_found("No such session (the server names sessions itself).")
+        try:
+            session = self._open(row)
+        except (OSError, SessionTreeError) as exc:
+            return _page("error.html", 500, title="Unreadable", message=f"{row.path}: {exc}")
+        with session.lock:
+            leaf = session.leaf(request.query_params.get("leaf"))
+            part = path_slice(session, leaf)
+            context: dict[str, Any] = {
+                "row": row,
+                "handle": row.handle,
+                "name": session.sm.get_session_name() or row.first_message or row.id,
+                "leaf_id": leaf.get("id") if leaf is not None else "",
+                "part": part,
+                "nav": nav(session, leaf, part.ids),
+                "options": leaf_choices(session, leaf),
+                "entry_count": len(session.sm.get_entries()),
+                "tip_count": len(session.tips()),
+                "size": _size(session.mark.size),
+                "offset": session.mark.size,
+                "commands": self._resume(row, list(self.data._rows.values())),
+                "exports": [
+                    (fmt, f"/s/{row.handle}/export/{fmt}?" + urlencode({"leaf": leaf["id"]}))
+                    if leaf is not None
+                    else (fmt, f"/s/{row.handle}/export/{fmt}")
+                    for fmt in ("md", "html", "jsonl")
+                ],
+            }
+        return _page("session.html", title=context["name"], **context)
+
+    def path(self, request: Request) -> Response:
+        row = self._row(request)
+        if row is None:
+            return _json({"error": "no such session"}, 404)
+        params = request.query_params
+        session = self._open(row)
+        with session.lock:
+            leaf = session.leaf(params.get("leaf"))
+            before = params.get("before")
+            if before is not None:
+                part = path_slice(session, leaf, before=before)
+                return _json(
+                    {"html": _articles(part.entries), "earlier": part.earlier, "ancestor": None}
+                )
+            ancestor = None
+            current = params.get("from")
+            part = path_slice(session, leaf)
+            if current and session.sm.get_entry(current) is not None and leaf is not None:
+                shown = {str(e.get("id")) for e in session.sm.get_branch(current)}
+                common = [i for i in part.ids if i in shown]
+                if common:
+                    ancestor = common[-1]
+                    part = path_slice(session, leaf, after=ancestor)
+                    if part.earlier != part.ids.index(ancestor) + 1:
+                        ancestor = None  # too far back: the page starts over
+            items = nav(session, leaf, part.ids)
+            macros = html_environment().get_template("_macros.html").module
+            return _json(
+                {
+                    "html": _articles(part.entries),
+                    "earlier": part.earlier,
+                    "ancestor": ancestor,
+                    "leaf": leaf.get("id") if leaf is not None else None,
+                    "length": part.length,
+                    "nav": str(macros.tree(items, leaf.get("id") if leaf else None)),  # type: ignore[attr-defined]
+                }
+            )
+
+    def text(self, request: Request) -> Response:
+        row = self._row(request)
+        if row is None:
+            return _json({"error": "no such session"}, 404)
+        session = self._open(row)
+        entry_id = request.query_params.get("entry", "")
+        index = _int(request.query_params.get("block"), -1)
+        with session.lock:
+            entry = session.sm.get_entry(entry_id)
+            if entry is None:
+                return _json({"error": "no such entry"}, 404)
+            blocks = html_entry(
+                entry, 0, {}, image_src=image_url_for(row.handle), limit=None
+            ).blocks
+        if not 0 <= index < len(blocks):
+            return _json({"error": "no such block"}, 404)
+        return _json({"text": blocks[index].text})
+
+    def image(self, request: Request) -> Response:
+        row = self._row(request)
+        if row is None:
+            return Response(b"no such session", 404, media_type="text/plain")
+        number = _int(request.path_params["number"], -1)
+        session = self._open(row)
+        with session.lock:
+            block = find_image(session, request.query_params.get("entry", ""), number)
+        found = image_bytes(block) if block is not None else None
+        if found is None:
+            return Response(b"no such image", 404, media_type="text/plain")
+        data, mime = found
+        return Response(data, media_type=mime)
+
+    def blob(self, request: Request) -> Response:
+        try:
+            digest = check_hash(request.path_params["hash"])
+        except InvalidBlobRefError:
+            return Response(b"not a blob hash", 400, media_type="text/plain")
+        row = self.data.session(request.query_params.get("s", ""))
+        if row is None:
+            return Response(b"no such session", 404, media_type="text/plain")
+        data = blob_store_for(row.path, self.storage).get(digest)
+        mime = sniff_image(data) if data is not None else None
+        if data is None or mime is None:
+            return Response(b"no such image", 404, media_type="text/plain")
+        return Response(data, media_type=mime)
+
+    def export(self, request: Request) -> Response:
+        row = self._row(request)
+        fmt = request.path_params["fmt"]
+        if row is None or fmt not in ("md", "html", "jsonl"):
+            return _not_found("No such session or format.")
+        session = self._open(row)
+        leaf = request.query_params.get("leaf") or None
+        with session.lock:
+            if leaf is not None and session.sm.get_entry(leaf) is None:
+                return _not_found("No such entry.")
+            if fmt == "md":
+                data, mime = _utf8(export_markdown(session.sm, leaf)), "text/markdown"
+            elif fmt == "html":
+                data, mime = _utf8(export_html(session.sm, leaf)), "text/html"
+            else:
+                data, mime = export_jsonl(session.sm, leaf), "application/x-ndjson"
+        name = "".join(c if c.isalnum() or c in "-_." else "_" for c in row.id)[:80] or "session"
+        return Response(
+            data,
+            media_type=f"{mime}; charset=utf-8",
+            headers={"content-disposition": f'attachment; filename="{name}.{fmt}"'},
+        )
+
+    def search(self, request: Request) -> Response:
+        query = request.query_params.get("q", "").strip()
+        rows = self.data.sessions()
+        project_handle = request.query_params.get("project") or None
+        project = self.data.project(project_handle) if project_handle else None
+        if project is not None:
+            rows = [r for r in rows if r.project == project]
+        outcome = None
+        groups: list[dict[str, Any]] = []
+        elapsed = 0.0
+        if query:
+            by_path = {r.path: r for r in rows}
+            started = time.perf_counter()
+            outcome = self.data.search(query, [r.path for r in rows], SEARCH_LIMIT)
+            elapsed = time.perf_counter() - started
+            index: dict[str, dict[str, Any]] = {}
+            for hit in outcome.hits:
+                row = by_path.get(hit.path)
+                if row is None:
+                    continue
+                group = index.get(hit.path)
+                if group is None:
+                    group = index[hit.path] = {"row": row, "hits": []}
+                    groups.append(group)
+                href = f"/s/{row.handle}"
+                if hit.entry_id:
+                    href += "?" + urlencode({"leaf": hit.entry_id})
+                group["hits"].append({"hit": hit, "href": href})
+        return _page(
+            "search.html",
+            title="Search",
+            query=query,
+            project=project,
+            project_handle=project_handle,
+            outcome=outcome,
+            groups=groups,
+            elapsed=f"{elapsed * 1000:.0f} ms",
+        )
+
+    def usage(self, request: Request) -> Response:
+        labels = _project_labels(self.data.sessions())
+        snapshot, error = self.data.usage(wait=3.0)
+        return _page(
+            "usage.html",
+            title="Usage",
+            snapshot=snapshot,
+            error=error,
+            state=_usage_state(snapshot),
+            **(_usage_charts(snapshot, labels) if snapshot is not None else {}),
+        )
+
+    def static(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in _ASSETS:
+            return Response(b"not found", 404, media_type="text/plain")
+        return Response(asset_text(name).encode("utf-8"), media_type=_ASSETS[name])
+
+    # ------------------------------------------------------------------ live
+
+    async def events(self, request: Request) -> Response:
+        row = self._row(request)
+        if row is None:
+            return Response(b"no such session", 404, media_type="text/plain")
+        offset = _int(request.query_params.get("from"), -1)
+        if offset < 0:
+            return Response(b"from= is required", 400, media_type="text/plain")
+        tail = Tail(self.storage, row.path, offset)
+        interval = self.options.poll_seconds
+        app = self
+
+        async def stream() -> AsyncIterator[bytes]:
+            yield b"retry: 3000\n: following appends\n\n"
+            quiet = 0.0
+            while True:
+                change = await anyio.to_thread.run_sync(tail.poll)
+                if change.rewritten:
+                    yield b"event: rewritten\ndata: {}\n\n"
+                    return
+                if change.entries:
+                    for payload in await anyio.to_thread.run_sync(
+                        app._live_entries, row, change.entries
+                    ):
+                        yield b"event: entry\ndata: " + payload + b"\n\n"
+                    quiet = 0.0
+                quiet += interval
+                if quiet >= 15:
+                    quiet = 0.0
+                    yield b": keep-alive\n\n"
+                await asyncio.sleep(interval)
+
+        return StreamingResponse(
+            stream(), media_type="text/event-stream", headers={"x-accel-buffering": "no"}
+        )
+
+    def _live_entries(self, row: SessionRow, entries: list[dict[str, Any]]) -> list[bytes]:
+        session = self._open(row)
+        macros = html_environment().get_template("_macros.html").module
+        out = []
+        with session.lock:
+            views = render_entries(session, entries)
+            for entry, view in zip(entries, views, strict=True):
+                parent = entry.get("parentId")
+                payload = {
+                    "id": entry["id"],
+                    "parentId": parent if isinstance(parent, str) else None,
+                    "html": str(macros.entry(view)),  # type: ignore[attr-defined]
+                    "option": leaf_choice_text(session.sm, entry),
+                }
+                out.append(json.dumps(payload, separators=(",", ":")).encode("ascii"))
+        return out
+
+
+def _articles(entries: Sequence[Any]) -> str:
+    macros = html_environment().get_template("_macros.html").module
+    return "".join(str(macros.entry(e)) for e in entries)  # type: ignore[attr-defined]
+
+
+def _default_agent_dir() -> str:
+    saved = os.environ.pop("PI_CODING_AGENT_DIR", None)
+    try:
+        return get_agent_dir()
+    finally:
+        if saved is not None:
+            os.environ["PI_CODING_AGENT_DIR"] = saved
+
+
+def _usage_state(snapshot: UsageSnapshot | None) -> str | None:
+    if snapshot is None:
+        return "Usage is being computed."
+    if not snapshot.complete:
+        done, total = snapshot.sessions_read, snapshot.sessions_total
+        return f"Usage read so far: {done:,} of {total:,} sessions."
+    return None
+
+
+def _top(table: dict[str, Tally], most: int = 15) -> list[tuple[str, Tally]]:
+    ranked = sorted(table.items(), key=lambda kv: (-kv[1].cost, -kv[1].tokens, kv[0]))
+    return ranked[:most]
+
+
+def _token_series(tallies: Sequence[Tally]) -> list[charts.Series]:
+    return [
+        charts.Series("input", [t.input for t in tallies]),
+        charts.Series("output", [t.output for t in tallies]),
+        charts.Series("cache read", [t.cache_read for t in tallies]),
+        charts.Series("cache write", [t.cache_write for t in tallies]),
+    ]
+
+
+def _short_path(path: str) -> str:
+    home = os.path.expanduser("~")
+    if path == home or path.startswith(home + os.sep):
+        path = "~" + path[len(home) :]
+    return path if len(path) <= 34 else "…" + path[-33:]
+
+
+def _project_labels(rows: Sequence[SessionRow]) -> dict[str, str]:
+    """Each session dir's name for people: the cwd of its newest session (and the dir's
+    own name when another dir has sessions of the same cwd)."""
+    cwd: dict[str, str] = {}
+    for row in rows:  # newest first
+        cwd.setdefault(row.project, row.cwd or os.path.basename(row.project))
+    seen: dict[str, int] = {}
+    for name in cwd.values():
+        seen[name] = seen.get(name, 0) + 1
+    return {
+        d: name if seen[name] == 1 else f"{name} ({os.path.basename(d)})" for d, name in cwd.items()
+    }
+
+
+def _usage_charts(snapshot: UsageSnapshot, labels: dict[str, str]) -> dict[str, Any]:
+    days = charts.day_range([d for d in snapshot.by_day if d != "unknown"])
+    day_tallies = [snapshot.by_day.get(d, Tally()) for d in days]
+    models = _top(snapshot.by_model)
+    projects = _top({labels.get(k, k): t for k, t in snapshot.by_project.items()})
+
+    def rows(
+        items: list[tuple[str, Tally]], shorten: Callable[[str], str] | None = None
+    ) -> dict[str, Any]:
+        keys = [k for k, _ in items]
+        tallies = [t for _, t in items]
+        return {
+            "cost": charts.row_chart(
+                "Cost",
+                keys,
+                [charts.Series("cost", [t.cost for t in tallies])],
+                charts.money,
+                shorten=shorten,
+            ),
+            "tokens": charts.row_chart(
+                "Tokens", keys, _token_series(tallies), charts.tokens, shorten=shorten
+            ),
+            "table": items,
+        }
+
+    return {
+        "day_cost": charts.column_chart(
+            "Cost per day (UTC)",
+            days,
+            [charts.Series("cost", [t.cost for t in day_tallies])],
+            charts.money,
+        ),
+        "day_tokens": charts.column_chart(
+            "Tokens per day (UTC)", days, _token_series(day_tallies), charts.tokens
+        ),
+        "day_table": [(d, snapshot.by_day[d]) for d in reversed(days) if d in snapshot.by_day],
+        "models": rows(models),
+        "projects": rows(projects, _short_path),
+        "money": charts.money,
+        "tokens": charts.tokens,
+    }
+
+
+async def _unknown_url(request: Request, exc: Exception) -> Response:
+    return _not_found("There is no such page here.")
+
+
+def create_app(storage: SessionStorage, agent_dir: str, options: ServeOptions) -> Starlette:
+    """The web app over `storage` (sessions under `agent_dir`), guarded by `options.token`."""
+    routes = _App(storage, agent_dir, options)
+    app = Starlette(
+        routes=[
+            Route("/", routes.projects),
+            Route("/sessions", routes.sessions),
+            Route("/search", routes.search),
+            Route("/usage", routes.usage),
+            Route("/s/{handle}", routes.session),
+            Route("/s/{handle}/path", routes.path),
+            Route("/s/{handle}/text", routes.text),
+            Route("/s/{handle}/img/{number}", routes.image),
+            Route("/s/{handle}/events", routes.events),
+            Route("/s/{handle}/export/{fmt}", routes.export),
+            Route("/blob/{hash}", routes.blob),
+            Route("/static/{name}", routes.static),
+            Route("/favicon.ico", lambda _request: Response(status_code=204)),
+        ],
+        exception_handlers={404: _unknown_url},
+    )
+    app.state.routes = routes
+    app.add_middleware(
+        Guard, token=options.token, cookie=options.cookie, allowed_hosts=options.allowed_hosts
+    )
+    return app

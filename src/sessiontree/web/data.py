@@ -1,0 +1,522 @@
+"""Everything the web app asks of the store besides single sessions: the listing, search
+and usage. One module, so that the backends can change here alone.
+
+* The listing is `discovery.list_all_sessions` (the persistent listing cache: a warm
+  store costs one `stat` per file) plus each file's size.
+* Search uses the content index (`sessiontree.search.search`, issue 15) when this
+  build has it, else a scan of every file (`search_sessions`); the outcome says which.
+* Usage (cost and tokens per day, model, project and session) is computed in a
+  background thread, so no page waits for it: from the usage library over the
+  content index (`sessiontree.usage_report`) when this build has it, else by reading
+  each session file once (`stats.store_stats`) and again only when it changed. The
+  snapshot says what it covers, whether costs include estimates, and how it was made.
+
+Switching to the index for good is: import `usage_report` and `search.search`
+directly instead of through `_optional` (the code paths below stay as they are).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import ModuleType
+from typing import Any
+
+from .. import search as search_module
+from ..discovery import SessionInfo, list_all_sessions
+from ..stats import store_stats
+from ..storage.base import SessionStorage
+from ..usage import UsageTotals
+
+__all__ = [
+    "Data",
+    "Hit",
+    "SearchOutcome",
+    "SessionRow",
+    "Tally",
+    "UsageSnapshot",
+    "handle_of",
+]
+
+log = logging.getLogger("sessiontree")
+
+
+def _optional(name: str) -> ModuleType | None:
+    """The module `name`, or None when this build does not have it."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:
+            raise
+        return None
+
+
+_usage_report = _optional("sessiontree.usage_report")
+_index_search: Callable[..., Any] | None = getattr(search_module, "search", None)
+
+NO_INDEX = "this build of sessiontree has no content index"
+
+
+def handle_of(kind: str, path: str) -> str:
+    """A short name for a path that the server issues and resolves itself: requests
+    name sessions and projects by handle, never by path."""
+    digest = hashlib.sha256(kind.encode() + b"\0" + os.fsencode(path)).hexdigest()
+    return digest[:20]
+
+
+# ---------------------------------------------------------------------------- listing
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRow:
+    """One session of the listing."""
+
+    handle: str
+    path: str
+    id: str
+    cwd: str
+    project: str
+    """The directory holding the file (a project's session dir)."""
+    title: str | None
+    first_message: str
+    message_count: int
+    size: int
+    created: datetime
+    modified: datetime
+    parent_session_path: str | None
+
+
+def _size(info: SessionInfo, storage: SessionStorage) -> int:
+    size = getattr(info, "size", None)  # the listing may carry it (index-first loads)
+    if isinstance(size, int):
+        return size
+    try:
+        return storage.stat(info.path).size
+    except (OSError, ValueError):
+        return 0
+
+
+# ---------------------------------------------------------------------------- search
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    path: str
+    session_id: str
+    entry_id: str | None
+    role: str
+    before: str
+    match: str
+    after: str
+    timestamp: int | None
+
+
+@dataclass(slots=True)
+class SearchOutcome:
+    hits: list[Hit]
+    mode: str
+    """index | scan | mixed: how the sessions were searched."""
+    notes: list[str]
+    more: bool
+    """More hits exist than `hits` holds."""
+
+
+def _hit(raw: Any) -> Hit:
+    return Hit(
+        raw.path,
+        raw.session_id,
+        raw.entry_id,
+        raw.role,
+        raw.before,
+        raw.match,
+        raw.after,
+        getattr(raw, "timestamp", None),
+    )
+
+
+# ---------------------------------------------------------------------------- usage
+
+
+@dataclass(slots=True)
+class Tally:
+    """Summed assistant replies."""
+
+    messages: int = 0
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    cost: float = 0.0
+    estimated_cost: float = 0.0
+    """The part of `cost` estimated from a price table (the files record none)."""
+
+    @property
+    def tokens(self) -> int:
+        return self.input + self.output + self.cache_read + self.cache_write
+
+    def merge(self, other: Tally) -> None:
+        self.messages += other.messages
+        self.input += other.input
+        self.output += other.output
+        self.cache_read += other.cache_read
+        self.cache_write += other.cache_write
+        self.cost += other.cost
+        self.estimated_cost += other.estimated_cost
+
+    @classmethod
+    def of(cls, totals: UsageTotals) -> Tally:
+        return cls(
+            totals.messages,
+            totals.input,
+            totals.output,
+            totals.cache_read,
+            totals.cache_write,
+            totals.cost,
+        )
+
+
+@dataclass(slots=True)
+class UsageSnapshot:
+    """Usage over the sessions read so far."""
+
+    by_day: dict[str, Tally] = field(default_factory=dict)
+    """UTC days."""
+    by_model: dict[str, Tally] = field(default_factory=dict)
+    by_project: dict[str, Tally] = field(default_factory=dict)
+    """Keyed by the project's session dir (`SessionRow.project`)."""
+    by_session: dict[str, Tally] = field(default_factory=dict)
+    """Keyed by path."""
+    total: Tally = field(default_factory=Tally)
+    sessions_read: int = 0
+    sessions_total: int = 0
+    source: str = ""
+    notes: list[str] = field(default_factory=list)
+    estimates: bool = False
+    """Whether costs may include estimates (the usage library prices unrecorded costs)."""
+    complete: bool = False
+    taken: float = 0.0
+
+    def add(self, day: str, model: str, project: str, path: str, tally: Tally) -> None:
+        for table, key in (
+            (self.by_day, day),
+            (self.by_model, model),
+            (self.by_project, project),
+            (self.by_session, path),
+        ):
+            table.setdefault(key, Tally()).merge(tally)
+        self.total.merge(tally)
+
+
+def _day_of(ms: int | None) -> str:
+    if ms is None:
+        return "unknown"
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d")
+    except (OverflowError, OSError, ValueError):
+        return "unknown"
+
+
+@dataclass(slots=True)
+class _FileUsage:
+    mark: tuple[int, float]
+    by_day: dict[str, Tally]
+    by_model: dict[str, Tally]
+    total: Tally
+
+
+class _ScanUsage:
+    """Usage by reading the files (no usage library): each file once per change."""
+
+    source = "each session file, read by this server"
+    notes = (
+        f"{NO_INDEX} or usage library: costs are those the sessions record "
+        "(no estimates for replies without one), and every reply of every file counts "
+        "(a fork counts the replies it copied again)",
+    )
+
+    def __init__(self, storage: SessionStorage) -> None:
+        self.storage = storage
+        self.files: dict[str, _FileUsage] = {}
+
+    def _read(self, row: SessionRow) -> _FileUsage:
+        mark = (row.size, row.modified.timestamp())
+        known = self.files.get(row.path)
+        if known is not None and known.mark == mark:
+            return known
+        stats = store_stats([row.path], storage=self.storage)
+        usage = _FileUsage(
+            mark,
+            {day: Tally.of(t) for day, t in stats.by_day.items()},
+            {model: Tally.of(t) for model, t in stats.by_model.items()},
+            Tally.of(stats.usage),
+        )
+        self.files[row.path] = usage
+        return usage
+
+    def compute(self, rows: Sequence[SessionRow], publish: Callable[[UsageSnapshot], None]) -> None:
+        snap = UsageSnapshot(sessions_total=len(rows), source=self.source, notes=list(self.notes))
+        last = time.monotonic()
+        for row in rows:
+            usage = self._read(row)
+            for day, tally in usage.by_day.items():
+                snap.by_day.setdefault(day, Tally()).merge(tally)
+            for model, tally in usage.by_model.items():
+                snap.by_model.setdefault(model, Tally()).merge(tally)
+            for table, key in ((snap.by_project, row.project), (snap.by_session, row.path)):
+                table.setdefault(key, Tally()).merge(usage.total)
+            snap.total.merge(usage.total)
+            snap.sessions_read += 1
+            if time.monotonic() - last > 0.5:
+                last = time.monotonic()
+                publish(_copy(snap))
+        wanted = {row.path for row in rows}
+        for path in [p for p in self.files if p not in wanted]:
+            del self.files[path]
+        snap.complete = True
+        publish(snap)
+
+
+class _IndexUsage:
+    """Usage from the usage library over the content index (issue 15)."""
+
+    source = "the content index"
+
+    def __init__(self, module: ModuleType, storage: SessionStorage, agent_dir: str) -> None:
+        self.module = module
+        self.storage = storage
+        self.agent_dir = agent_dir
+
+    def compute(self, rows: Sequence[SessionRow], publish: Callable[[UsageSnapshot], None]) -> None:
+        lib = self.module
+        data = lib.load_usage(
+            [row.path for row in rows], storage=self.storage, agent_dir=self.agent_dir
+        )
+        counted, _duplicates = lib.count_once(data.sessions)
+        replies = lib.price(counted)
+        snap = UsageSnapshot(
+            sessions_total=len(rows),
+            sessions_read=len(rows),
+            source=self.source if data.indexed else "each session file (the index was not used)",
+            notes=[
+                *data.notes,
+                "each reply counted once (forks and imports do not count copied replies again)",
+            ],
+            estimates=True,
+        )
+        for reply in replies:
+            record = reply.record
+            tally = Tally(
+                1,
+                record.input,
+                record.output,
+                record.cache_read,
+                record.cache_write,
+                reply.cost,
+                reply.cost if reply.estimated else 0.0,
+            )
+            path = reply.session.path
+            snap.add(_day_of(record.timestamp), reply.model, os.path.dirname(path), path, tally)
+        if snap.total.estimated_cost:
+            snap.notes.append("costs marked ~ include estimates from a price table")
+        snap.complete = True
+        publish(snap)
+
+
+def _copy(snap: UsageSnapshot) -> UsageSnapshot:
+    def tally(t: Tally) -> Tally:
+        copy = Tally()
+        copy.merge(t)
+        return copy
+
+    def tables(d: dict[str, Tally]) -> dict[str, Tally]:
+        return {k: tally(v) for k, v in d.items()}
+
+    total = tally(snap.total)
+    return UsageSnapshot(
+        tables(snap.by_day),
+        tables(snap.by_model),
+        tables(snap.by_project),
+        tables(snap.by_session),
+        total,
+        snap.sessions_read,
+        snap.sessions_total,
+        snap.source,
+        list(snap.notes),
+        snap.estimates,
+        snap.complete,
+    )
+
+
+class _UsageWorker:
+    """Computes usage snapshots in one background thread, for the latest listing asked."""
+
+    def __init__(self, backend: _ScanUsage | _IndexUsage) -> None:
+        self.backend = backend
+        self.cond = threading.Condition()
+        self.snapshot: UsageSnapshot | None = None
+        self.wanted: tuple[tuple[str, int, float], ...] | None = None
+        self.rows: list[SessionRow] = []
+        self.done_for: tuple[tuple[str, int, float], ...] | None = None
+        self.error: str | None = None
+        self.thread: threading.Thread | None = None
+        self.stopped = False
+
+    def request(self, rows: Sequence[SessionRow]) -> None:
+        key = tuple((r.path, r.size, r.modified.timestamp()) for r in rows)
+        with self.cond:
+            if key == self.wanted:
+                return
+            self.wanted, self.rows = key, list(rows)
+            if self.thread is None:
+                self.thread = threading.Thread(
+                    target=self._run, name="sessiontree-usage", daemon=True
+                )
+                self.thread.start()
+            self.cond.notify_all()
+
+    def _publish(self, snap: UsageSnapshot) -> None:
+        snap.taken = time.time()
+        with self.cond:
+            self.snapshot = snap
+            self.cond.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self.cond:
+                while not self.stopped and self.wanted == self.done_for:
+                    self.cond.wait()
+                if self.stopped:
+                    return
+                key, rows = self.wanted, self.rows
+            try:
+                self.backend.compute(rows, self._publish)
+                self.error = None
+            except Exception as exc:  # reported on the page; the next request retries
+                log.warning("usage could not be computed: %s", exc)
+                self.error = str(exc) or type(exc).__name__
+            with self.cond:
+                self.done_for = key
+                self.cond.notify_all()
+
+    def wait(self, timeout: float) -> UsageSnapshot | None:
+        """The latest snapshot, waiting up to `timeout` s for one of the listing asked."""
+        deadline = time.monotonic() + timeout
+        with self.cond:
+            while self.done_for != self.wanted and not self.stopped:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.cond.wait(left)
+            return self.snapshot
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+
+
+# ---------------------------------------------------------------------------- facade
+
+
+class Data:
+    """The store as the web app sees it (thread-safe)."""
+
+    def __init__(self, storage: SessionStorage, agent_dir: str, *, use_index: bool = True) -> None:
+        self.storage = storage
+        self.agent_dir = agent_dir
+        self.use_index = use_index
+        self._lock = threading.Lock()
+        self._rows: dict[str, SessionRow] = {}
+        self._projects: dict[str, str] = {}
+        usage: _ScanUsage | _IndexUsage
+        if use_index and _usage_report is not None:
+            usage = _IndexUsage(_usage_report, storage, agent_dir)
+        else:
+            usage = _ScanUsage(storage)
+        self._usage = _UsageWorker(usage)
+
+    @property
+    def has_index(self) -> bool:
+        return self.use_index and _index_search is not None
+
+    def sessions(self) -> list[SessionRow]:
+        """Every session of the store, newest first (and the handles that name them)."""
+        with self._lock:
+            infos = list_all_sessions(self.storage, agent_dir=self.agent_dir)
+            rows = []
+            for info in infos:
+                rows.append(
+                    SessionRow(
+                        handle_of("s", info.path),
+                        info.path,
+                        info.id,
+                        info.cwd,
+                        os.path.dirname(info.path),
+                        info.title,
+                        info.first_message,
+                        info.message_count,
+                        _size(info, self.storage),
+                        info.created,
+                        info.modified,
+                        info.parent_session_path,
+                    )
+                )
+            self._rows = {row.handle: row for row in rows}
+            self._projects = {handle_of("p", row.project): row.project for row in rows}
+        self._usage.request(rows)
+        return rows
+
+    def session(self, handle: str) -> SessionRow | None:
+        """The session a handle names (listing again once when it is not known yet)."""
+        row = self._rows.get(handle)
+        if row is None:
+            self.sessions()
+            row = self._rows.get(handle)
+        return row
+
+    def project(self, handle: str) -> str | None:
+        """The session dir a project handle names."""
+        directory = self._projects.get(handle)
+        if directory is None:
+            self.sessions()
+            directory = self._projects.get(handle)
+        return directory
+
+    def search(self, query: str, paths: Iterable[str], limit: int = 200) -> SearchOutcome:
+        """Entries whose text holds `query` (case-insensitive), up to `limit` hits."""
+        paths = list(paths)
+        if self.has_index:
+            assert _index_search is not None
+            result = _index_search(
+                paths, query, limit=limit + 1, storage=self.storage, agent_dir=self.agent_dir
+            )
+            hits = [_hit(h) for h in result.hits]
+            notes = list(result.notes)
+            mode = str(result.mode)
+        else:
+            hits = [
+                _hit(h)
+                for h in search_module.search_sessions(
+                    paths, query, limit=limit + 1, storage=self.storage
+                )
+            ]
+            mode = "scan"
+            reason = NO_INDEX if self.use_index else "the content index is off (--no-index)"
+            notes = [f"{reason}: every session file was read for this search"]
+        return SearchOutcome(hits[:limit], mode, notes, len(hits) > limit)
+
+    def usage(self, wait: float = 0.0) -> tuple[UsageSnapshot | None, str | None]:
+        """The latest usage snapshot (None before the first one) and the last error."""
+        if self._usage.wanted is None:
+            self.sessions()
+        return self._usage.wait(wait), self._usage.error
+
+    def close(self) -> None:
+        self._usage.stop()

@@ -1,0 +1,757 @@
+"""`sessiontree serve` through HTTP: a real uvicorn server on loopback, driven by httpx.
+
+The browser tests (test_web_browser.py) click through the same app; these check each
+route's answers and the security promises one by one.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import REPO_ROOT, require_module
+from helpers import assistant, user
+from sessiontree import SessionManager
+from sessiontree.check import check_session
+from sessiontree.export import export_markdown, message_text
+from sessiontree.stats import store_stats
+from sessiontree.storage.file import FileSessionStorage
+from web_support import (
+    HOSTILE,
+    HOSTILE_ID,
+    LONG_PATH,
+    LONG_TEXT_CHARS,
+    Markup,
+    WebStore,
+    build_store,
+    fingerprint,
+)
+
+httpx = require_module("httpx")
+require_module("starlette")
+require_module("uvicorn")
+
+from sessiontree.web import data as web_data  # noqa: E402
+from sessiontree.web.app import PAGE_ROWS  # noqa: E402
+from sessiontree.web.data import handle_of  # noqa: E402
+from sessiontree.web.security import CSP, host_allowed  # noqa: E402
+from sessiontree.web.server import BackgroundServer  # noqa: E402
+from sessiontree.web.sessions import PATH_CHUNK, TEXT_LIMIT, Tail  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> WebStore:
+    agent = tmp_path_factory.mktemp("web") / "agent"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PI_CODING_AGENT_DIR", str(agent))
+        return build_store(agent)
+
+
+@pytest.fixture(scope="module")
+def server(store: WebStore) -> Iterator[BackgroundServer]:
+    with BackgroundServer(FileSessionStorage(), str(store.agent), poll_seconds=0.05) as s:
+        yield s
+
+
+@pytest.fixture()
+def client(server: BackgroundServer) -> Iterator[Any]:
+    with httpx.Client(
+        base_url=server.base, cookies={server.options.cookie: server.token}, timeout=30
+    ) as c:
+        yield c
+
+
+def page(client: Any, url: str, status: int = 200) -> Markup:
+    r = client.get(url)
+    assert r.status_code == status, (url, r.status_code, r.text[:300])
+    return Markup(r.text)
+
+
+def raw_get(
+    server: BackgroundServer, target: str, cookie: bool = False
+) -> tuple[int, dict[str, str]]:
+    """GET exactly `target` (httpx would read `//host/...` as another host, and
+    resolve `..`)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        request = (
+            f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
+            + (f"Cookie: {server.options.cookie}={server.token}\r\n" if cookie else "")
+            + "Connection: close\r\n\r\n"
+        )
+        sock.sendall(request.encode())
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    head = data.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+    headers = {}
+    for line in head[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return int(head[0].split()[1]), headers
+
+
+def handle(path: str) -> str:
+    return handle_of("s", path)
+
+
+def articles(doc: Markup) -> list[dict[str, str | None]]:
+    return doc.all("article")
+
+
+# ---------------------------------------------------------------------------- the gate
+
+
+ROUTES = [
+    "/",
+    "/sessions",
+    "/search?q=python",
+    "/usage",
+    "/s/{h}",
+    "/s/{h}/path?leaf=x",
+    "/s/{h}/text?entry=x&block=0",
+    "/s/{h}/img/0?entry=x",
+    "/s/{h}/events?from=0",
+    "/s/{h}/export/md",
+    "/blob/" + "0" * 64,
+    "/static/app.js",
+]
+
+
+def test_without_the_token_every_route_is_refused(
+    server: BackgroundServer, store: WebStore
+) -> None:
+    h = handle(store.demo)
+    wrong = server.token[:-1] + ("A" if server.token[-1] != "A" else "B")
+    with httpx.Client(base_url=server.base, timeout=10) as anonymous:
+        for route in ROUTES:
+            url = route.format(h=h)
+            r = anonymous.get(url)
+            assert r.status_code == 403, url
+            assert "the link it printed" in r.text
+            assert "CI fails" not in r.text
+            r = anonymous.get(url, headers={"cookie": f"{server.options.cookie}={wrong}"})
+            assert r.status_code == 403, url
+            r = anonymous.get(url + ("&" if "?" in url else "?") + f"token={wrong}")
+            assert r.status_code == 403, url
+        # Another server's cookie name (another port) is no pass either.
+        r = anonymous.get("/", headers={"cookie": f"sessiontree-1={server.token}"})
+        assert r.status_code == 403
+
+
+def test_the_token_becomes_a_strict_cookie_and_leaves_the_url(server: BackgroundServer) -> None:
+    with httpx.Client(base_url=server.base, timeout=10) as fresh:
+        r = fresh.get(f"/sessions?q=site&token={server.token}")
+        assert r.status_code == 303
+        assert r.headers["location"] == "/sessions?q=site"
+        cookie = r.headers["set-cookie"]
+        assert cookie.startswith(f"{server.options.cookie}={server.token};")
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie
+        # A path that would be another host (//evil.example) stays on this one.
+    status, headers = raw_get(
+        server, f"//evil.example/x%0d%0aSet-Cookie:%20a=b?token={server.token}"
+    )
+    assert status == 303 and headers["location"] == "/evil.example/x%0D%0ASet-Cookie%3A%20a%3Db"
+    with httpx.Client(base_url=server.base, timeout=10) as fresh:
+        r = fresh.get(
+            "/sessions?q=site", headers={"cookie": f"{server.options.cookie}={server.token}"}
+        )
+        assert r.status_code == 200
+
+
+def test_the_host_header_is_checked(server: BackgroundServer, client: Any) -> None:
+    port = server.port
+    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.nip.io", "", "localhost:x"):
+        r = client.get("/", headers={"host": host})
+        assert r.status_code in (400, 421), host  # h11 itself refuses an empty Host
+        assert "CI fails" not in r.text
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", "127.0.0.1", f"[::1]:{port}"):
+        assert client.get("/", headers={"host": host}).status_code == 200, host
+    assert host_allowed("mybox:8000", ["MyBox"])
+    assert not host_allowed("mybox.evil:8000", ["mybox"])
+    assert not host_allowed(None)
+
+
+def test_every_response_has_a_strict_policy_and_nothing_off_the_machine(
+    client: Any, store: WebStore
+) -> None:
+    h = handle(store.demo)
+    for url in ("/", "/sessions", "/search?q=python", "/usage", f"/s/{h}", "/nope"):
+        r = client.get(url)
+        assert r.headers["content-security-policy"] == CSP
+        assert r.headers["x-content-type-options"] == "nosniff"
+        assert r.headers["x-frame-options"] == "DENY"
+        assert r.headers["referrer-policy"] == "no-referrer"
+        doc = Markup(r.text)
+        assert all(u.startswith(("/", "#", "?")) and not u.startswith("//") for u in doc.urls())
+        assert doc.handlers() == []
+        # One script, ours, from this server; no inline script at all.
+        scripts = doc.all("script")
+        assert scripts == [{"src": "/static/app.js", "defer": None}], scripts
+    assert "'unsafe-inline'" not in CSP and "http" not in CSP
+    assert "default-src 'none'" in CSP and "frame-ancestors 'none'" in CSP
+
+
+# ---------------------------------------------------------------------------- pages
+
+
+def test_projects_then_sessions(client: Any, store: WebStore) -> None:
+    doc = page(client, "/")
+    text = doc.all_text
+    for cwd in ("/work/app", "/work/site", "/work/long", "/work/live"):
+        assert cwd in text
+    assert "--work-site-copy--" in text  # the copy's dir (its cwd is /work/site)
+    assert "<b>hostile</b>" in text  # a cwd with markup, as text
+    links = [a["href"] for a in doc.all("a") if str(a.get("href")).startswith("/sessions?project=")]
+    assert len(links) == 6
+    project = f"/sessions?project={handle_of('p', os.path.dirname(store.demo))}"
+    assert project in links
+    doc = page(client, project)
+    rows = [a for a in doc.all("a") if str(a.get("href")).startswith("/s/")]
+    assert [r["href"] for r in rows] == [f"/s/{handle(store.demo)}"]
+    assert "CI fails on Python version" in doc.all_text
+    assert "Why does the build fail on CI only?" in doc.all_text  # the first prompt
+
+
+def _session_order(doc: Markup) -> list[str]:
+    return [str(a["href"])[3:] for a in doc.all("a") if str(a.get("href")).startswith("/s/")]
+
+
+def test_sessions_sort_and_filter(client: Any, store: WebStore) -> None:
+    sizes = {handle(p): os.path.getsize(p) for p in store.sessions}
+    order = _session_order(page(client, "/sessions?sort=size&order=desc"))
+    assert sorted(order) == sorted(sizes)
+    assert [sizes[h] for h in order] == sorted(sizes.values(), reverse=True)
+    order = _session_order(page(client, "/sessions?sort=size&order=asc"))
+    assert [sizes[h] for h in order] == sorted(sizes.values())
+    mtimes = {handle(p): os.stat(p).st_mtime_ns for p in store.sessions}
+    order = _session_order(page(client, "/sessions"))
+    assert [mtimes[h] for h in order] == sorted(mtimes.values(), reverse=True)
+    doc = page(client, "/sessions?q=HOMEPAGE")
+    assert sorted(_session_order(doc)) == sorted([handle(store.other), handle(store.copy)])
+    assert _session_order(page(client, "/sessions?q=no-such-words")) == []
+    messages = {handle(store.long): LONG_PATH}
+    order = _session_order(page(client, "/sessions?sort=messages&order=desc"))
+    assert order[0] == handle(store.long) and messages[order[0]] == LONG_PATH
+    page(client, "/sessions?project=nonsense", 404)
+    assert PAGE_ROWS >= len(store.sessions)
+
+
+def test_the_session_page_holds_the_active_path_and_the_tree(client: Any, store: WebStore) -> None:
+    h = handle(store.demo)
+    doc = page(client, f"/s/{h}")
+    with SessionManager.open(store.demo, read_only=True) as sm:
+        path = sm.get_branch()
+        entries = sm.get_entries()
+        tips = {e["id"] for e in entries if not sm.get_children(e["id"])}
+    shown = [a["data-id"] for a in articles(doc)]
+    assert shown == [e["id"] for e in path]  # only the active path is sent
+    # The tree names every entry; the path is marked; the leaf is selected.
+    buttons = {b["data-id"]: str(b.get("class")) for b in doc.all("button") if b.get("data-id")}
+    assert set(buttons) == {e["id"] for e in entries}
+    assert {i for i, c in buttons.items() if "on-path" in c} == {e["id"] for e in path}
+    assert [i for i, c in buttons.items() if "selected" in c] == [path[-1]["id"]]
+    options = {o["value"] for o in doc.all("option")}
+    assert options == tips
+    text = doc.all_text
+    assert "Tried reading the CI log; found a version mismatch." in text  # branch summary
+    assert "Alternatively we could install 3.12 in the image." in text
+    assert "in 100 · out 20 · cache read 5 · cache write 1 · $0.3000" in text  # usage
+    assert "openai/gpt-5" in text
+    # Another branch by ?leaf=: its compaction, label, image, tool call, thinking.
+    doc = page(client, f"/s/{h}?leaf={store.ids['a3']}")
+    shown = [a["data-id"] for a in articles(doc)]
+    with SessionManager.open(store.demo, read_only=True) as sm:
+        assert shown == [e["id"] for e in sm.get_branch(store.ids["a3"])]
+    text = doc.all_text
+    for piece in (
+        "CI python mismatch found",
+        "diagnosis",
+        "tool call: bash",
+        '"command": "cat ci.log"',
+        "thinking",
+        "Probably the Python version.",
+        "error: python3.12 not found",
+        "tool result · bash (error)",
+    ):
+        assert piece in text, piece
+    assert any(d.get("class") == "thinking" for d in doc.all("details"))
+    images = [i["src"] for i in doc.all("img")]
+    assert len(images) == 1 and str(images[0]).startswith(f"/s/{h}/img/0?entry=")
+    r = client.get(str(images[0]))
+    assert r.status_code == 200 and r.headers["content-type"] == "image/png"
+    assert r.content == store.image
+    # An unknown leaf shows the session's own leaf.
+    assert [a["data-id"] for a in articles(page(client, f"/s/{h}?leaf=nope"))][-1] == path[-1]["id"]
+
+
+def test_branch_switching_sends_only_what_changes(client: Any, store: WebStore) -> None:
+    h = handle(store.demo)
+    ids = store.ids
+    r = client.get(f"/s/{h}/path", params={"leaf": ids["a3"], "from": ids["b1"]})
+    data = r.json()
+    assert r.status_code == 200 and data["leaf"] == ids["a3"]
+    assert data["ancestor"] == ids["q"]  # the pages share the path up to the question
+    sent = [a["data-id"] for a in articles(Markup(data["html"]))]
+    with SessionManager.open(store.demo, read_only=True) as sm:
+        path = [e["id"] for e in sm.get_branch(ids["a3"])]
+    assert sent == path[path.index(ids["q"]) + 1 :]
+    assert data["length"] == len(path) and data["earlier"] == path.index(ids["q"]) + 1
+    nav = Markup(data["nav"])
+    selected = [b["data-id"] for b in nav.all("button") if "selected" in str(b.get("class"))]
+    assert selected == [ids["a3"]]
+    # Without a known current leaf the whole path comes.
+    data = client.get(f"/s/{h}/path", params={"leaf": ids["a3"]}).json()
+    assert data["ancestor"] is None
+    assert [a["data-id"] for a in articles(Markup(data["html"]))] == path
+
+
+def test_long_paths_and_texts_load_on_demand(client: Any, store: WebStore) -> None:
+    h = handle(store.long)
+    doc = page(client, f"/s/{h}")
+    shown = [a["data-id"] for a in articles(doc)]
+    with SessionManager.open(store.long, read_only=True) as sm:
+        path = sm.get_branch()
+    ids = [e["id"] for e in path]
+    assert len(ids) == LONG_PATH and len(shown) == PATH_CHUNK
+    assert shown == ids[-PATH_CHUNK:]
+    earlier = doc.all("div")
+    assert any(d.get("data-earlier") == str(LONG_PATH - PATH_CHUNK) for d in earlier)
+    # Earlier entries, chunk by chunk, until the root.
+    first, collected = shown[0], list(shown)
+    while True:
+        data = client.get(f"/s/{h}/path", params={"leaf": ids[-1], "before": first}).json()
+        chunk = [a["data-id"] for a in articles(Markup(data["html"]))]
+        collected = chunk + collected
+        assert data["earlier"] == len(ids) - len(collected)
+        if not data["earlier"]:
+            break
+        first = chunk[0]
+    assert collected == ids
+    # The long tool output is cut, with a button; the whole text comes on demand.
+    result = next(
+        e for e in path if e["type"] == "message" and e["message"]["role"] == "toolResult"
+    )
+    r = client.get(f"/s/{h}?leaf={result['id']}")
+    assert "x" * TEXT_LIMIT in r.text and "x" * (TEXT_LIMIT + 1) not in r.text
+    button = next(b for b in Markup(r.text).all("button") if b.get("class") == "more")
+    text = client.get(
+        f"/s/{h}/text", params={"entry": result["id"], "block": button["data-block"]}
+    ).json()["text"]
+    assert len(text) == LONG_TEXT_CHARS and text.endswith("END")
+    assert client.get(f"/s/{h}/text", params={"entry": "nope", "block": "0"}).status_code == 404
+    assert (
+        client.get(f"/s/{h}/text", params={"entry": result["id"], "block": "9"}).status_code == 404
+    )
+
+
+def test_sessions_are_named_by_handles_never_paths(client: Any, store: WebStore) -> None:
+    for path in (store.demo, store.demo.lstrip("/"), "..%2F..%2Fetc%2Fpasswd", "../../etc/passwd"):
+        assert client.get(f"/s/{path}").status_code == 404
+    assert client.get("/s/" + handle_of("s", "/etc/passwd")).status_code == 404
+    # The same id at two paths: two handles, each page its own file.
+    a, b = handle(store.other), handle(store.copy)
+    assert a != b
+    for h, path in ((a, store.other), (b, store.copy)):
+        doc = page(client, f"/s/{h}")
+        assert path in [d.get("data-path") for d in doc.all("div")] or path in doc.all_text
+        commands = [str(btn["data-copy"]) for btn in doc.all("button") if btn.get("data-copy")]
+        # The id names two sessions: the resume command names the file.
+        assert any(c.endswith(f"resume {path}") for c in commands), commands
+
+
+def test_resume_commands(client: Any, store: WebStore) -> None:
+    doc = page(client, f"/s/{handle(store.demo)}")
+    commands = [str(b["data-copy"]) for b in doc.all("button") if b.get("data-copy")]
+    with SessionManager.open(store.demo, read_only=True) as sm:
+        sid = sm.get_session_id()
+    assert commands == [f"sessiontree --agent-dir {store.agent} resume {sid}"]
+
+
+def test_images_and_blobs_are_checked_before_the_store(
+    client: Any, store: WebStore, server: BackgroundServer
+) -> None:
+    digest = hashlib.sha256(store.image).hexdigest()
+    h = handle(store.demo)
+    r = client.get(f"/blob/{digest}", params={"s": h})
+    assert r.status_code == 200 and r.content == store.image
+    assert r.headers["content-type"] == "image/png"
+    for bad in (
+        digest.upper(),
+        digest[:-1],
+        digest + "0",
+        "..",
+        "x" * 64,
+        "%2e%2e",
+        "%2e%2e%2fetc",
+        "../../etc/passwd",
+        "." * 64,
+    ):
+        status, _ = raw_get(server, f"/blob/{bad}?s={h}", cookie=True)
+        assert status in (400, 404), bad
+    assert client.get(f"/blob/{digest.upper()}", params={"s": h}).status_code == 400
+    assert client.get(f"/blob/{'0' * 64}", params={"s": h}).status_code == 404
+    assert client.get(f"/blob/{digest}", params={"s": "nope"}).status_code == 404
+    # A blob that is not an image is not served as one.
+    text_blob = store.agent / "blobs" / hashlib.sha256(b"<script>alert(1)</script>").hexdigest()
+    text_blob.write_bytes(b"<script>alert(1)</script>")
+    assert client.get(f"/blob/{text_blob.name}", params={"s": h}).status_code == 404
+    # Image numbers and entries come from the loaded session.
+    assert client.get(f"/s/{h}/img/5", params={"entry": store.ids["img"]}).status_code == 404
+    assert client.get(f"/s/{h}/img/x", params={"entry": store.ids["img"]}).status_code == 404
+    assert client.get(f"/s/{h}/img/0", params={"entry": "nope"}).status_code == 404
+
+
+def test_a_hostile_session_renders_as_text(client: Any, store: WebStore) -> None:
+    h = handle(store.hostile)
+    for url in (f"/s/{h}", "/sessions", "/", "/search?q=window.pwned", "/usage"):
+        r = client.get(url)
+        assert r.status_code == 200, url
+        doc = Markup(r.text)
+        assert doc.handlers() == [], url
+        assert [s.get("src") for s in doc.all("script")] == ["/static/app.js"], url
+        assert not [i for i in doc.all("img") if i.get("src") == "x"], url
+        assert 'onerror="window' not in r.text and "<img src=x" not in r.text, url
+    doc = page(client, f"/s/{h}")
+    text = doc.all_text
+    assert text.count(HOSTILE) >= 8  # title, model, message, thinking, tool name, ...
+    assert HOSTILE_ID in text
+    assert [a["data-id"] for a in articles(doc)][1] == HOSTILE_ID
+    assert "[image: image/svg+xml]" in text  # an SVG image is named, never shown
+    assert "[image missing from the blob store: blob:sha256:../../../etc/passwd]" in text
+    # The PNG whose type carries an attribute is an image of ours: escaped src, no handler.
+    assert all(str(i["src"]).startswith(f"/s/{h}/img/") for i in doc.all("img"))
+    r = client.get(f"/s/{h}/img/1", params={"entry": "a1"})
+    assert r.status_code == 404  # SVG is never served
+    # The live stream's JSON and the branch endpoint escape the same way.
+    data = client.get(f"/s/{h}/path", params={"leaf": "u2"}).json()
+    assert Markup(data["html"]).handlers() == [] and "<script>" not in data["html"]
+
+
+def test_exports(client: Any, store: WebStore, tmp_path: Path) -> None:
+    h = handle(store.demo)
+    r = client.get(f"/s/{h}/export/md", params={"leaf": store.ids["a3"]})
+    assert r.status_code == 200
+    assert r.headers["content-disposition"].startswith("attachment;")
+    with SessionManager.open(store.demo, read_only=True) as sm:
+        assert r.text == export_markdown(sm, store.ids["a3"])
+    r = client.get(f"/s/{h}/export/html")
+    assert r.headers["content-disposition"].startswith("attachment;")
+    metas = Markup(r.text).all("meta")
+    assert any("default-src 'none'" in str(m.get("content")) for m in metas)
+    assert "<article" in r.text
+    r = client.get(f"/s/{h}/export/jsonl", params={"leaf": store.ids["b1"]})
+    out = tmp_path / "copy.jsonl"
+    out.write_bytes(r.content)
+    assert check_session(str(out)) == []
+    with SessionManager.open(str(out), read_only=True) as copy:
+        assert copy.get_leaf_id() == store.ids["b1"]
+    assert client.get(f"/s/{h}/export/exe").status_code == 404
+    assert client.get(f"/s/{h}/export/md", params={"leaf": "nope"}).status_code == 404
+
+
+# ---------------------------------------------------------------------------- search, usage
+
+
+def test_search_finds_entries_and_says_how(client: Any, store: WebStore) -> None:
+    doc = page(client, "/search?q=HOMEPAGE")
+    links = [a["href"] for a in doc.all("a") if "leaf=" in str(a.get("href"))]
+    assert len(links) == 2  # the session and its copy
+    assert {str(link).split("?")[0] for link in links} == {
+        f"/s/{handle(store.other)}",
+        f"/s/{handle(store.copy)}",
+    }
+    assert [m for m in doc.text if m.lower() == "homepage"]  # the match is marked
+    assert len(doc.all("mark")) == 2
+    summary = doc.all_text
+    if web_data._index_search is None:
+        assert "searched by reading every session" in summary
+        assert "no content index: every session file was read" in summary
+    else:
+        assert "content index" in summary
+    # The hit's link opens the path to the entry.
+    hit = page(client, str(links[0]))
+    assert "Why is the homepage slow?" in hit.all_text
+    assert "Nothing matches." in page(client, "/search?q=zzzz-not-there").all_text
+    assert page(client, "/search").all("mark") == []
+
+
+def test_usage_matches_the_store(client: Any, store: WebStore) -> None:
+    expected = store_stats(store.sessions)
+    doc = page(client, "/usage")
+    text = doc.all_text
+    assert "Usage is being computed" not in text
+    rows = {}
+    table = re.search(r'id="table-models".*?</table>', client.get("/usage").text, re.S)
+    assert table is not None
+    for row in Markup(table.group()).text:
+        rows.setdefault("text", []).append(row)
+    joined = " ".join(rows["text"])
+    for model, totals in expected.by_model.items():
+        assert model in joined
+        assert f"{totals.input:,}" in joined
+    svgs = re.findall(r"<svg.*?</svg>", client.get("/usage").text, re.S)
+    assert len(svgs) == 6
+    day_rects = re.findall(r"<rect class=\"s0\"", svgs[0])
+    days = {d for d in expected.by_day if d != "unknown"}
+    assert len(day_rects) == len(days)
+    titles = re.findall(r"<title>([^<]*)</title>", svgs[0])
+    for day in days:
+        cost = expected.by_day[day].cost
+        assert any(t.startswith(day) and f"${cost:,.2f}" in t for t in titles), (day, titles)
+    # Per project: each cwd with assistant replies has its row.
+    project_table = re.search(r'id="table-projects".*?</table>', client.get("/usage").text, re.S)
+    assert project_table is not None
+    assert "/work/app" in project_table.group() and "/work/site" in project_table.group()
+
+
+# ---------------------------------------------------------------------------- live
+
+
+def _events(client: Any, url: str, found: list[dict[str, Any]], stop: threading.Event) -> None:
+    with client.stream("GET", url) as r:
+        found.append({"event": "open", "type": r.headers["content-type"]})
+        event = None
+        try:
+            for line in r.iter_lines():
+                if line.startswith("event: "):
+                    event = line[7:]
+                elif line.startswith("data: ") and event:
+                    found.append({"event": event, **json.loads(line[6:])})
+                    event = None
+                if stop.is_set():
+                    return
+        except httpx.HTTPError:
+            if not stop.is_set():  # the test closed the connection: the end
+                raise
+
+
+def test_live_appends_arrive_as_events(server: BackgroundServer, store: WebStore) -> None:
+    h = handle(store.live)
+    size = os.path.getsize(store.live)
+    found: list[dict[str, Any]] = []
+    stop = threading.Event()
+    with httpx.Client(
+        base_url=server.base, cookies={server.options.cookie: server.token}, timeout=30
+    ) as c:
+        reader = threading.Thread(
+            target=_events, args=(c, f"/s/{h}/events?from={size}", found, stop), daemon=True
+        )
+        reader.start()
+        deadline = time.monotonic() + 10
+        while not found and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert found[0]["type"].startswith("text/event-stream")
+        with SessionManager.open(store.live) as sm:
+            leaf = sm.get_leaf_id()
+            new = sm.append_message(user("a live question <b>bold?</b>"))
+            sm.flush()
+            deadline = time.monotonic() + 10
+            while len(found) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            later = sm.append_message(assistant("a live answer"))
+            sm.flush()
+        deadline = time.monotonic() + 10
+        while len(found) < 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stop.set()
+    found = found[1:]
+    assert [f["event"] for f in found] == ["entry", "entry"]
+    assert [f["id"] for f in found] == [new, later]
+    assert found[0]["parentId"] == leaf and found[1]["parentId"] == new
+    assert "a live question &lt;b&gt;bold?&lt;/b&gt;" in found[0]["html"]
+    assert found[1]["option"].startswith(f"{later} · user: a live question")
+
+
+def test_the_tail_reads_only_appends_and_sees_rewrites(tmp_path: Path) -> None:
+    storage = FileSessionStorage()
+    path = tmp_path / "s.jsonl"
+    head = json.dumps({"type": "session", "version": 3, "id": "s", "cwd": "/", "timestamp": "x"})
+    path.write_text(head + "\n")
+    tail = Tail(storage, str(path), path.stat().st_size)
+    assert tail.poll().entries == []
+    line = json.dumps({"type": "message", "id": "a", "parentId": None, "message": {}})
+    with open(path, "a") as f:
+        f.write(line + "\n" + line.replace('"a"', '"b"')[:20])  # one line and a torn one
+    assert [e["id"] for e in tail.poll().entries] == ["a"]
+    assert tail.poll().entries == []
+    with open(path, "a") as f:
+        f.write(line.replace('"a"', '"b"')[20:] + "\n")
+    assert [e["id"] for e in tail.poll().entries] == ["b"]
+    # Bytes before the old end changed: a rewrite, and the tail ends.
+    data = path.read_bytes()
+    path.write_bytes(data[:-10] + b"X" * 9 + b"\n" + b"{}\n")
+    change = tail.poll()
+    assert change.rewritten and tail.poll().rewritten
+    # Truncated, or replaced by another file: rewrites too.
+    for damage in ("truncate", "replace"):
+        path.write_text(head + "\n")
+        tail = Tail(storage, str(path), path.stat().st_size)
+        tail.poll()
+        if damage == "truncate":
+            path.write_text("")
+        else:
+            other = tmp_path / "other"
+            other.write_text(head + "\n" + line + "\n")
+            os.replace(other, path)
+        assert tail.poll().rewritten, damage
+
+
+# ---------------------------------------------------------------------------- writes, odd text
+
+
+def test_the_server_never_writes_to_the_store(store: WebStore, tmp_path: Path) -> None:
+    before = fingerprint(store.agent)
+    with BackgroundServer(FileSessionStorage(), str(store.agent), poll_seconds=0.05) as s:
+        with httpx.Client(base_url=s.base, cookies={s.options.cookie: s.token}, timeout=30) as c:
+            for path in store.sessions:
+                h = handle(path)
+                for url in (
+                    f"/s/{h}",
+                    f"/s/{h}/path?leaf=x",
+                    f"/s/{h}/export/jsonl",
+                    f"/s/{h}/export/html",
+                    f"/s/{h}/export/md",
+                ):
+                    assert c.get(url).status_code in (200, 404)
+                with c.stream("GET", f"/s/{h}/events?from=0") as r:
+                    next(r.iter_lines())
+            for url in ("/", "/sessions", "/usage", "/search?q=python", "/search?q=ci"):
+                assert c.get(url).status_code == 200
+    assert fingerprint(store.agent) == before
+    written = {p.name for p in (store.agent / "cache").iterdir()}
+    assert written <= {
+        "sessions-meta.db",
+        "content-index.db",
+        "sessions-meta.db-journal",
+        "content-index.db-journal",
+        "sessions-meta.db-wal",
+        "sessions-meta.db-shm",
+        "content-index.db-wal",
+        "content-index.db-shm",
+    }
+
+
+def test_lone_surrogates_and_odd_text_do_not_break_pages(agent_dir: Path) -> None:
+    directory = agent_dir / "sessions" / "--odd--"
+    directory.mkdir(parents=True)
+    path = directory / "2026-01-01T00-00-00-000Z_odd.jsonl"
+    path.write_text(
+        '{"type":"session","version":3,"id":"odd","timestamp":"2026-01-01T00:00:00.000Z","cwd":"/odd"}\n'
+        '{"type":"message","id":"a","parentId":null,"timestamp":"2026-01-01T00:00:01.000Z",'
+        '"message":{"role":"user","content":"bad \\ud800 half \\u2028 line","timestamp":1}}\n'
+    )
+    with BackgroundServer(FileSessionStorage(), str(agent_dir)) as s:
+        with httpx.Client(base_url=s.base, cookies={s.options.cookie: s.token}) as c:
+            r = c.get(f"/s/{handle(str(path))}")
+            assert r.status_code == 200
+            assert "bad \ufffd half \u2028 line" in r.text
+            data = c.get(f"/s/{handle(str(path))}/path", params={"leaf": "a"}).json()
+            assert "bad" in data["html"]
+            assert c.get("/sessions").status_code == 200
+            assert c.get("/search", params={"q": "half"}).status_code == 200
+
+
+def test_an_empty_store(agent_dir: Path) -> None:
+    with BackgroundServer(FileSessionStorage(), str(agent_dir)) as s:
+        with httpx.Client(base_url=s.base, cookies={s.options.cookie: s.token}) as c:
+            assert "No sessions in this store." in c.get("/").text
+            assert "No session matches." in c.get("/sessions").text
+            assert "No usage recorded." in c.get("/usage").text
+            assert c.get("/search?q=x").status_code == 200
+
+
+# ---------------------------------------------------------------------------- the command
+
+
+def test_serve_prints_a_link_and_serves_until_interrupted(store: WebStore) -> None:
+    env = dict(os.environ, PI_CODING_AGENT_DIR=str(store.agent), PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).parent / "sessiontree"), "serve", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=REPO_ROOT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = [proc.stdout.readline() for _ in range(3)]
+        assert lines[0].startswith(f"Serving {store.agent} read-only at")
+        url = lines[1].strip()
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/\?token=[A-Za-z0-9_-]{32}", url), url
+        with httpx.Client(timeout=10, follow_redirects=True) as c:
+            assert "CI fails on Python version" in c.get(url.replace("/?", "/sessions?")).text
+        with httpx.Client(timeout=10) as c:
+            assert c.get(url.split("?")[0]).status_code == 403
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+
+
+def test_serve_without_the_web_extra_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from typer.testing import CliRunner
+
+    from sessiontree.cli import app
+
+    monkeypatch.setitem(sys.modules, "sessiontree.web.server", None)
+    result = CliRunner().invoke(app, ["serve"])
+    assert result.exit_code == 1
+    assert "pip install 'sessiontree[web]'" in result.stderr
+
+
+def test_serve_refuses_a_port_in_use(store: WebStore) -> None:
+    import socket
+
+    from typer.testing import CliRunner
+
+    from sessiontree.cli import app
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    try:
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(app, ["serve", "--port", str(port)])
+    finally:
+        taken.close()
+    assert result.exit_code == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+
+
+def test_export_html_is_drawn_by_the_shared_templates(store: WebStore) -> None:
+    from sessiontree.export import export_html
+
+    with SessionManager.open(store.demo, read_only=True) as sm:
+        page_text = export_html(sm)
+        doc = Markup(page_text)
+        # The same macro draws the export's entries and the app's.
+        assert len(articles(doc)) == len(sm.get_entries())
+        for entry in sm.get_branch():
+            if entry["type"] == "message":
+                for line in message_text(entry["message"], tools=False).split("\n"):
+                    if line and line != "[image]":
+                        assert line in doc.all_text
+        assert any(str(u).startswith("data:image/png;base64,") for u in doc.urls())
+        png = base64.b64decode(
+            next(str(u) for u in doc.urls() if str(u).startswith("data:image/png"))[22:]
+        )
+        assert png == store.image
