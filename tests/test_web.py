@@ -755,3 +755,52 @@ def test_export_html_is_drawn_by_the_shared_templates(store: WebStore) -> None:
             next(str(u) for u in doc.urls() if str(u).startswith("data:image/png"))[22:]
         )
         assert png == store.image
+
+
+def test_a_database_store(store: WebStore, tmp_path: Path) -> None:
+    """With `--store postgresql://...` the app reads the database and nothing on the host."""
+    import shutil
+
+    from pg_support import pg_storage
+    from sessiontree.stores import import_files
+
+    agent = tmp_path / "agent"
+    shutil.copytree(store.agent, agent, ignore=shutil.ignore_patterns("cache"))
+    with pg_storage(root=agent) as storage:
+        import_files(str(agent), storage)
+        os.rename(agent, tmp_path / "moved")  # from now on only the database has them
+        with BackgroundServer(storage, str(agent), poll_seconds=0.05) as s:
+            with httpx.Client(
+                base_url=s.base, cookies={s.options.cookie: s.token}, timeout=30
+            ) as c:
+                assert "/work/app" in c.get("/").text
+                demo = store.demo.replace(str(store.agent), str(agent))
+                doc = Markup(c.get(f"/s/{handle(demo)}?leaf={store.ids['img']}").text)
+                assert "Here is the dashboard:" in doc.all_text
+                image = c.get(str(doc.all("img")[0]["src"]))
+                assert image.status_code == 200 and image.content == store.image
+                digest = hashlib.sha256(store.image).hexdigest()
+                blob = c.get(f"/blob/{digest}", params={"s": handle(demo)})
+                assert blob.content == store.image
+                hits = Markup(c.get("/search?q=homepage").text)
+                assert len(hits.all("mark")) == 2
+                assert "anthropic/claude-sonnet-4-5" in c.get("/usage").text
+                live = store.live.replace(str(store.agent), str(agent))
+                found: list[dict[str, Any]] = []
+                stop = threading.Event()
+                size = storage.stat(live).size
+                reader = threading.Thread(
+                    target=_events,
+                    args=(c, f"/s/{handle(live)}/events?from={size}", found, stop),
+                    daemon=True,
+                )
+                reader.start()
+                with SessionManager.open(live, storage=storage) as sm:
+                    new = sm.append_message(user("appended to the database"))
+                    sm.flush()
+                deadline = time.monotonic() + 10
+                while len(found) < 2 and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                stop.set()
+                assert [f.get("id") for f in found[1:]] == [new]
+    assert not agent.exists()  # nothing was written on this host

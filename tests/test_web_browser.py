@@ -1,0 +1,272 @@
+"""`sessiontree serve` in a real browser: Debian's Chromium driven by Playwright.
+
+A person's walk through the app: the printed link, projects, sessions, branches,
+search, usage, a live append; screenshots checked against the session's content;
+the hostile session runs no script; no token, no page.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from conftest import require_module, unavailable
+from helpers import assistant, user
+from sessiontree import SessionManager
+from sessiontree.export import message_text
+from sessiontree.storage.file import FileSessionStorage
+from web_support import (
+    BROWSER_ARGS,
+    CHROMIUM,
+    HOSTILE,
+    LONG_TEXT_CHARS,
+    WebStore,
+    build_store,
+    decode_png,
+)
+
+sync_api = require_module("playwright.sync_api")
+require_module("starlette")
+require_module("uvicorn")
+
+from sessiontree.web.data import handle_of  # noqa: E402
+from sessiontree.web.server import BackgroundServer  # noqa: E402
+from sessiontree.web.sessions import PATH_CHUNK  # noqa: E402
+
+# Records every Content-Security-Policy violation and alert, before any page script runs.
+WATCH = """
+window.__violations = [];
+document.addEventListener('securitypolicyviolation', e => window.__violations.push(e.violatedDirective));
+window.alert = () => { window.__alerted = true; };
+"""
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory) -> WebStore:
+    agent = tmp_path_factory.mktemp("browser") / "agent"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PI_CODING_AGENT_DIR", str(agent))
+        return build_store(agent)
+
+
+@pytest.fixture(scope="module")
+def server(store: WebStore) -> Iterator[BackgroundServer]:
+    with BackgroundServer(FileSessionStorage(), str(store.agent), poll_seconds=0.05) as s:
+        yield s
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    if not os.access(CHROMIUM, os.X_OK):
+        unavailable(f"{CHROMIUM} is missing (apt-get install chromium; scripts/test does)")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture()
+def page(browser: Any, server: BackgroundServer) -> Iterator[Any]:
+    """A fresh browser profile that followed the printed link (so it has the cookie)."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.add_init_script(WATCH)
+    context.set_default_timeout(10_000)
+    p = context.new_page()
+    errors: list[str] = []
+    p.on("pageerror", lambda exc: errors.append(str(exc)))
+    p.goto(server.url)
+    yield p
+    assert errors == []
+    assert p.evaluate("window.__violations") == []
+    context.close()
+
+
+def shown_ids(page: Any) -> list[str]:
+    return list(page.eval_on_selector_all("#entries article.entry", "as => as.map(a => a.dataset.id)"))
+
+
+def path_ids(path: str, leaf: str | None = None) -> list[str]:
+    with SessionManager.open(path, read_only=True) as sm:
+        return [e["id"] for e in sm.get_branch(leaf)]
+
+
+def test_the_printed_link_then_projects_sessions_and_branches(
+    page: Any, server: BackgroundServer, store: WebStore
+) -> None:
+    assert page.url == server.base + "/"  # the token left the address bar
+    assert page.locator("#projects").get_by_text("/work/app").is_visible()
+    page.locator("#projects").get_by_role("link", name="/work/app").click()
+    page.get_by_role("link", name="CI fails on Python version").click()
+    page.wait_for_url(f"**/s/{handle_of('s', store.demo)}")
+    assert shown_ids(page) == path_ids(store.demo)
+    assert page.locator("#live").inner_text() == "live"
+    # Switch branches in the tree: no reload (a marker survives), the URL follows.
+    page.evaluate("window.__marker = 'still here'")
+    page.locator("#tree button", has_text="assistant: Pinned python3.11").click()
+    page.wait_for_url(f"**?leaf={store.ids['a3']}")
+    page.locator("#entries").get_by_text("Pinned python3.11 in .ci/run.").wait_for()
+    assert shown_ids(page) == path_ids(store.demo, store.ids["a3"])
+    assert page.evaluate("window.__marker") == "still here"
+    assert page.locator("#path-info").inner_text() == f"{len(shown_ids(page))} entries on this path"
+    selected = page.locator("#tree button.selected")
+    assert selected.get_attribute("data-id") == store.ids["a3"]
+    # The leaf picker: back to the other branch.
+    page.select_option("#leaf-picker", store.ids["b1"])
+    page.locator("#entries").get_by_text("Alternatively we could install 3.12").wait_for()
+    assert shown_ids(page) == path_ids(store.demo, store.ids["b1"])
+    assert page.evaluate("window.__marker") == "still here"
+    # Thinking is folded until opened.
+    page.select_option("#leaf-picker", store.ids["a3"])
+    thought = page.get_by_text("Probably the Python version.")
+    thought.wait_for(state="attached")
+    assert not thought.is_visible()
+    page.locator("details.thinking summary").click()
+    assert thought.is_visible()
+
+
+def test_screenshot_shows_the_session_as_it_is(
+    page: Any, server: BackgroundServer, store: WebStore, tmp_path: Path
+) -> None:
+    page.goto(f"{server.base}/s/{handle_of('s', store.demo)}?leaf={store.ids['img']}")
+    image = page.locator("#entries img")
+    image.wait_for()
+    page.wait_for_function("() => document.querySelector('#entries img').complete")
+    shot = page.screenshot(path=str(tmp_path / "session.png"))
+    width, height, rows = decode_png(shot)
+    assert (width, height) == (1280, 900)
+    # The image is drawn where the page puts it: its left half is the red of the PNG.
+    box = image.bounding_box()
+    assert box is not None and box["width"] == 96 and box["height"] == 64
+    x, y = int(box["x"] + box["width"] / 4), int(box["y"] + box["height"] / 2)
+    channels = len(rows[0]) // width
+    pixel = tuple(rows[y][x * channels : x * channels + 3])
+    assert all(abs(a - b) <= 3 for a, b in zip(pixel, (220, 38, 38), strict=True)), pixel
+    # What is on screen is the session's path, entry by entry, in order.
+    with SessionManager.open(store.demo, read_only=True) as sm:
+        path = sm.get_branch(store.ids["img"])
+    visible = []
+    for entry in path:
+        article = page.locator(f'#entries article[data-id="{entry["id"]}"]')
+        box = article.bounding_box()
+        assert box is not None and box["y"] < height and box["y"] + box["height"] > 0
+        visible.append(box["y"])
+        if entry["type"] == "message":
+            text = message_text(entry["message"], tools=False).replace("[image]", "").strip()
+            assert text.split("\n")[0] in article.inner_text()
+    assert visible == sorted(visible)
+    # The clip of one entry is its own pixels: the user's message on its colour.
+    user_box = page.locator(f'#entries article[data-id="{store.ids["q"]}"]').bounding_box()
+    assert user_box is not None
+    corner = rows[int(user_box["y"] + 4)][int(user_box["x"] + 8) * channels :][:3]
+    assert tuple(corner) == (0xE8, 0xF0, 0xFE)  # --user in the light scheme
+
+
+def test_a_live_append_arrives(page: Any, server: BackgroundServer, store: WebStore) -> None:
+    page.goto(f"{server.base}/s/{handle_of('s', store.live)}")
+    page.wait_for_function("() => document.getElementById('live').textContent === 'live'")
+    before = shown_ids(page)
+    with SessionManager.open(store.live) as sm:
+        new = sm.append_message(user("appended while the page was open"))
+        sm.flush()
+        page.locator("#entries").get_by_text("appended while the page was open").wait_for()
+        answer = sm.append_message(assistant("and the answer too"))
+        sm.flush()
+        page.locator("#entries").get_by_text("and the answer too").wait_for()
+    assert shown_ids(page) == [*before, new, answer]
+    assert page.locator("#leaf-picker").input_value() == answer
+    assert page.locator("#path-info").inner_text() == f"{len(before) + 2} entries on this path"
+    # A rewrite of the file ends the live view and says so.
+    data = Path(store.live).read_bytes()
+    Path(store.live).write_bytes(data.replace(b"and the answer too", b"and the answer 2!"))
+    page.locator("#notice").get_by_text("rewritten").wait_for()
+    assert page.locator("#live").inner_text() == "not live"
+
+
+def test_search_from_the_header(page: Any, store: WebStore) -> None:
+    page.get_by_role("searchbox", name="Search every session").fill("homepage")
+    page.keyboard.press("Enter")
+    page.wait_for_url("**/search?q=homepage")
+    assert page.locator("section.hits").count() == 2  # the session and its copy
+    assert page.locator("mark").first.inner_text().lower() == "homepage"
+    page.locator("section.hits a", has_text="Why is the").first.click()
+    page.locator("#entries").get_by_text("Why is the homepage slow?").wait_for()
+
+
+def test_the_usage_page(page: Any, server: BackgroundServer) -> None:
+    page.goto(server.base + "/usage")
+    bars = page.locator("#chart-day-cost rect")
+    assert bars.count() >= 1
+    assert page.locator("#chart-model-cost svg").is_visible()
+    models = page.locator("#table-models").inner_text()
+    assert "anthropic/claude-sonnet-4-5" in models and "openai/gpt-5" in models
+    title = bars.first.locator("title").text_content()
+    assert title is not None and " · cost: $" in title
+
+
+def test_the_hostile_session_runs_no_script(
+    page: Any, server: BackgroundServer, store: WebStore
+) -> None:
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    for url in (f"/s/{handle_of('s', store.hostile)}", "/sessions", "/search?q=pwned", "/usage"):
+        page.goto(server.base + url)
+        page.wait_for_load_state("load")
+        for summary in page.locator("details summary").all():
+            summary.click()
+        assert page.evaluate("window.pwned") is None, url
+        assert page.evaluate("window.__alerted") is None, url
+        assert page.locator('img[src="x"]').count() == 0, url
+        assert page.locator("script").count() == 1, url
+    page.goto(f"{server.base}/s/{handle_of('s', store.hostile)}")
+    assert page.title() == f"{HOSTILE} · sessiontree"
+    assert page.locator("#entries").get_by_text(HOSTILE, exact=True).first.is_visible()
+    assert page.locator("#entries").get_by_text("the hostile session ends here").is_visible()
+    assert dialogs == []
+
+
+def test_without_the_token_the_browser_gets_nothing(browser: Any, server: BackgroundServer) -> None:
+    context = browser.new_context()
+    try:
+        p = context.new_page()
+        response = p.goto(server.base + "/sessions")
+        assert response is not None and response.status == 403
+        assert "the link it printed" in p.content()
+        assert "CI fails" not in p.content()
+    finally:
+        context.close()
+
+
+def test_copy_earlier_entries_and_whole_texts(
+    page: Any, browser: Any, server: BackgroundServer, store: WebStore
+) -> None:
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.base)
+    page.goto(f"{server.base}/s/{handle_of('s', store.long)}")
+    # The end of the path is on screen; earlier entries come when asked.
+    assert len(shown_ids(page)) == PATH_CHUNK
+    last = page.locator("#entries article.entry").last
+    assert "the last answer" in last.inner_text() and last.is_visible()
+    assert page.evaluate(
+        "() => { const r = document.querySelector('#entries article:last-child')"
+        ".getBoundingClientRect(); return r.top < innerHeight && r.bottom > 0; }"
+    )
+    copy = page.locator("button.copy").first
+    command = copy.get_attribute("data-copy")
+    copy.click()
+    page.get_by_role("button", name="Copied").wait_for()
+    assert page.evaluate("navigator.clipboard.readText()") == command
+    page.locator("#earlier").click()
+    page.wait_for_function(f"() => document.querySelectorAll('#entries article').length > {PATH_CHUNK}")
+    assert shown_ids(page) == path_ids(store.long)[-2 * PATH_CHUNK :]
+    # The long tool output: cut, then whole on request.
+    pre = page.locator("#entries pre", has_text="xxxxx").last
+    assert len(pre.inner_text()) < LONG_TEXT_CHARS
+    pre.locator("button.more").click()
+    page.wait_for_function(
+        "(n) => [...document.querySelectorAll('#entries pre')].some(p => p.textContent.length === n)",
+        arg=LONG_TEXT_CHARS,
+    )
+    assert page.locator("#entries pre", has_text="END").count() == 1
