@@ -438,7 +438,9 @@ def test_a_hostile_session_renders_as_text(client: Any, store: WebStore) -> None
     r = client.get(f"/s/{h}/img/1", params={"entry": "a1"})
     assert r.status_code == 404  # SVG is never served
     # The live stream's JSON and the branch endpoint escape the same way.
-    data = client.get(f"/s/{h}/path", params={"leaf": "u2"}).json()
+    r = client.get(f"/s/{h}/path", params={"leaf": "u2"})
+    assert not {"<", ">", "&"} & set(r.text)  # escaped in the JSON itself, as export does
+    data = r.json()
     assert Markup(data["html"]).handlers() == [] and "<script>" not in data["html"]
 
 

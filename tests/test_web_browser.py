@@ -86,7 +86,9 @@ def page(browser: Any, server: BackgroundServer) -> Iterator[Any]:
 
 
 def shown_ids(page: Any) -> list[str]:
-    return list(page.eval_on_selector_all("#entries article.entry", "as => as.map(a => a.dataset.id)"))
+    return list(
+        page.eval_on_selector_all("#entries article.entry", "as => as.map(a => a.dataset.id)")
+    )
 
 
 def path_ids(path: str, leaf: str | None = None) -> list[str]:
@@ -259,7 +261,9 @@ def test_copy_earlier_entries_and_whole_texts(
     page.get_by_role("button", name="Copied").wait_for()
     assert page.evaluate("navigator.clipboard.readText()") == command
     page.locator("#earlier").click()
-    page.wait_for_function(f"() => document.querySelectorAll('#entries article').length > {PATH_CHUNK}")
+    page.wait_for_function(
+        f"() => document.querySelectorAll('#entries article').length > {PATH_CHUNK}"
+    )
     assert shown_ids(page) == path_ids(store.long)[-2 * PATH_CHUNK :]
     # The long tool output: cut, then whole on request.
     pre = page.locator("#entries pre", has_text="xxxxx").last
@@ -270,3 +274,35 @@ def test_copy_earlier_entries_and_whole_texts(
         arg=LONG_TEXT_CHARS,
     )
     assert page.locator("#entries pre", has_text="END").count() == 1
+
+
+def test_the_web_benchmark_runs(browser: Any, tmp_path: Path) -> None:
+    """benchmarks/bench_web.py at tiny sizes: a broken benchmark is caught here."""
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO_ROOT / "benchmarks" / "bench_web.py"),
+            "--files",
+            "20",
+            "--mb",
+            "1",
+            "--runs",
+            "1",
+            "--work",
+            str(tmp_path / "bench"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split()[:2] == ["measurement", "median"]
+    assert any(line.startswith("GET / (projects), 20 sessions, warm") for line in lines)
+    assert any("page until the leaf's message shows" in line for line in lines)

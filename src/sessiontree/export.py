@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -440,7 +441,18 @@ def html_environment() -> jinja2.Environment:
     )
     env.globals["asset"] = _asset
     env.filters["thousands"] = lambda n: f"{n:,}"
+    env.filters["sentence"] = lambda text: str(text)[:1].upper() + str(text)[1:]
+    env.filters["home"] = _home_relative
     return env
+
+
+def _home_relative(path: object) -> str:
+    """`~/...` for a path under the home directory, else the path."""
+    text = str(path)
+    home = os.path.expanduser("~")
+    if home not in ("", "/") and (text == home or text.startswith(home + os.sep)):
+        return "~" + text[len(home) :]
+    return text
 
 
 def json_island(value: object) -> Markup:

@@ -11,7 +11,6 @@ server loaded, or validated (`check_hash`) before the blob store sees them.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shlex
 import time
@@ -37,6 +36,7 @@ from ..export import (
     export_markdown,
     html_entry,
     html_environment,
+    json_island,
     leaf_choice_text,
 )
 from ..paths import get_agent_dir
@@ -97,10 +97,14 @@ def _page(template: str, status: int = 200, **context: Any) -> Response:
     return Response(_utf8(body), status, media_type="text/html; charset=utf-8")
 
 
+def _json_bytes(value: object) -> bytes:
+    """ASCII JSON with `<`, `>`, `&` escaped (as `export.json_island`): no string in it
+    reads as markup wherever it ends up; a lone surrogate stays an escape."""
+    return str(json_island(value)).encode("ascii")
+
+
 def _json(value: object, status: int = 200) -> Response:
-    # ASCII JSON: a lone surrogate is written as its escape, as JSON.stringify does.
-    body = json.dumps(value, separators=(",", ":")).encode("ascii")
-    return Response(body, status, media_type="application/json")
+    return Response(_json_bytes(value), status, media_type="application/json")
 
 
 def _not_found(what: str) -> Response:
@@ -327,7 +331,7 @@ class _App:
                 "tip_count": len(session.tips()),
                 "size": _size(session.mark.size),
                 "offset": session.mark.size,
-                "commands": self._resume(row, list(self.data._rows.values())),
+                "commands": self._resume(row, self.data.rows()),
                 "exports": [
                     (fmt, f"/s/{row.handle}/export/{fmt}?" + urlencode({"leaf": leaf["id"]}))
                     if leaf is not None
@@ -552,7 +556,7 @@ class _App:
                     "html": str(macros.entry(view)),  # type: ignore[attr-defined]
                     "option": leaf_choice_text(session.sm, entry),
                 }
-                out.append(json.dumps(payload, separators=(",", ":")).encode("ascii"))
+                out.append(_json_bytes(payload))
         return out
 
 

@@ -323,6 +323,8 @@ class _IndexUsage:
             )
             path = reply.session.path
             snap.add(_day_of(record.timestamp), reply.model, os.path.dirname(path), path, tally)
+        for row in rows:  # sessions without a reply cost nothing (rather than unknown)
+            snap.by_session.setdefault(row.path, Tally())
         if snap.total.estimated_cost:
             snap.notes.append("costs marked ~ include estimates from a price table")
         snap.complete = True
@@ -472,6 +474,10 @@ class Data:
             self._projects = {handle_of("p", row.project): row.project for row in rows}
         self._usage.request(rows)
         return rows
+
+    def rows(self) -> list[SessionRow]:
+        """The sessions of the latest listing (without listing again)."""
+        return list(self._rows.values())
 
     def session(self, handle: str) -> SessionRow | None:
         """The session a handle names (listing again once when it is not known yet)."""

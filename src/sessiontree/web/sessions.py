@@ -46,9 +46,9 @@ __all__ = [
     "image_bytes",
 ]
 
-PATH_CHUNK = 150
+PATH_CHUNK = 100
 """Entries of the active path a page holds at first; earlier ones load on demand."""
-TEXT_LIMIT = 6000
+TEXT_LIMIT = 4000
 """Characters of one block a page holds; the rest loads on demand."""
 NAV_FULL = 400
 """Sessions with up to this many entries show every entry in the tree; larger ones
