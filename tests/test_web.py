@@ -806,3 +806,20 @@ def test_a_database_store(store: WebStore, tmp_path: Path) -> None:
                 stop.set()
                 assert [f.get("id") for f in found[1:]] == [new]
     assert not agent.exists()  # nothing was written on this host
+
+
+def test_a_session_that_went_bad_is_reported_not_a_traceback(agent_dir: Path) -> None:
+    with SessionManager.create("/bad", str(agent_dir / "sessions" / "--bad--")) as sm:
+        sm.append_message(user("soon gone"))
+        sm.append_message(assistant("yes"))
+        path = str(sm.get_session_file())
+    with BackgroundServer(FileSessionStorage(), str(agent_dir)) as s:
+        with httpx.Client(base_url=s.base, cookies={s.options.cookie: s.token}) as c:
+            assert c.get("/sessions").status_code == 200  # listed while it was good
+            Path(path).write_text("not a session\n")
+            r = c.get(f"/s/{handle(path)}")
+            assert r.status_code == 500 and "Unreadable" in r.text and path in r.text
+            assert "Traceback" not in r.text
+            os.unlink(path)
+            r = c.get(f"/s/{handle(path)}/path", headers={"accept": "application/json"})
+            assert r.status_code == 500 and path in r.json()["error"]

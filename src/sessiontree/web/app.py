@@ -312,10 +312,7 @@ class _App:
         row = self._row(request)
         if row is None:
             return _not_found("No such session (the server names sessions itself).")
-        try:
-            session = self._open(row)
-        except (OSError, SessionTreeError) as exc:
-            return _page("error.html", 500, title="Unreadable", message=f"{row.path}: {exc}")
+        session = self._open(row)
         with session.lock:
             leaf = session.leaf(request.query_params.get("leaf"))
             part = path_slice(session, leaf)
@@ -665,6 +662,14 @@ async def _unknown_url(request: Request, exc: Exception) -> Response:
     return _not_found("There is no such page here.")
 
 
+async def _unreadable(request: Request, exc: Exception) -> Response:
+    """A session that cannot be read (gone, damaged, not a session): said, not a traceback."""
+    message = f"{exc.filename}: {exc.strerror}" if isinstance(exc, OSError) else str(exc)
+    if request.headers.get("accept") == "application/json":
+        return _json({"error": message}, 500)
+    return _page("error.html", 500, title="Unreadable", message=message)
+
+
 def create_app(storage: SessionStorage, agent_dir: str, options: ServeOptions) -> Starlette:
     """The web app over `storage` (sessions under `agent_dir`), guarded by `options.token`."""
     routes = _App(storage, agent_dir, options)
@@ -684,7 +689,11 @@ def create_app(storage: SessionStorage, agent_dir: str, options: ServeOptions) -
             Route("/static/{name}", routes.static),
             Route("/favicon.ico", lambda _request: Response(status_code=204)),
         ],
-        exception_handlers={404: _unknown_url},
+        exception_handlers={
+            404: _unknown_url,
+            OSError: _unreadable,
+            SessionTreeError: _unreadable,
+        },
     )
     app.state.routes = routes
     app.add_middleware(
