@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from ..agent_dir import blob_store_for
 from ..blobs import parse_blob_ref
@@ -218,16 +219,10 @@ def image_url_for(handle: str) -> ImageUrl:
             digest = parse_blob_ref(data)
             return f"/blob/{digest}?s={handle}" if digest is not None else None
         if is_raster_image(block) and isinstance(entry_id, str):
-            return f"/s/{handle}/img/{number}?entry={_q(entry_id)}"
+            return f"/s/{handle}/img/{number}?entry={quote(entry_id, safe='')}"
         return None
 
     return url
-
-
-def _q(value: str) -> str:
-    from urllib.parse import quote
-
-    return quote(value, safe="")
 
 
 def render_entries(session: OpenSession, entries: list[Entry], start: int = 0) -> list[HtmlEntry]:
