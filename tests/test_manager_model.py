@@ -45,6 +45,7 @@ from sessiontree import (
     InvalidSessionFileError,
     SessionManager,
     SessionTreeError,
+    session_file,
 )
 from sessiontree._fs import side_stem
 from sessiontree.blobs import MemoryBlobStore
@@ -89,11 +90,10 @@ ALLOWED: dict[str, tuple[frozenset[str], frozenset[str]]] = {
 
 # Operations that check the file before touching it, and what they must notice: a
 # deleted file is recreated, any other change stops the manager (after a rescue copy).
-# An append checks the open file's size every time and its links every few
-# milliseconds, so a delete or a replacement (the open file is then unlinked, its
-# size unchanged) may be noticed by a later operation instead.
+# With the link check on every append (see `ManagerModel.__init__`), an append must
+# notice a delete or a replacement too; several changes are left to flush and reopen.
 ANSWERING = {
-    "append": frozenset({"append", "truncate"}),
+    "append": frozenset({"append", "truncate", "replace", "delete"}),
     "flush": frozenset({"append", "truncate", "replace", "delete", "mixed"}),
     "reopen": frozenset({"append", "truncate", "replace", "delete", "mixed"}),
 }
@@ -214,6 +214,11 @@ class ManagerModel(RuleBasedStateMachine):
         self.saved_env = {k: os.environ.get(k) for k in ("PI_CODING_AGENT_DIR", "TMUX_PANE")}
         os.environ["PI_CODING_AGENT_DIR"] = self.agent
         os.environ["TMUX_PANE"] = "%1"  # breadcrumbs are written (and must stay in bounds)
+        # No clock in the model: every append checks the links (the strictest rate), and
+        # no lock check waits for a quiet second. Outcomes then never depend on timing.
+        self.saved_checks = (session_file.LINK_CHECK_SECONDS, session_file.LOCK_CHECK_SECONDS)
+        session_file.LINK_CHECK_SECONDS = -1.0
+        session_file.LOCK_CHECK_SECONDS = 1e9
         self.faults = Faults()
         self.sm: SessionManager | None = None
         self.expected: list[dict[str, Any]] = []
@@ -232,6 +237,7 @@ class ManagerModel(RuleBasedStateMachine):
                 except SessionTreeError:
                     pass
         finally:
+            session_file.LINK_CHECK_SECONDS, session_file.LOCK_CHECK_SECONDS = self.saved_checks
             for key, value in self.saved_env.items():
                 if value is None:
                     os.environ.pop(key, None)
