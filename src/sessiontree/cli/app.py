@@ -22,7 +22,7 @@ from typer.core import TyperGroup
 
 from ..errors import AmbiguousSessionError, SessionTreeError
 from ..stores import STORE_ENV, file_store_dir
-from . import commands_inspect, commands_integrity, commands_manage
+from . import commands_foreign, commands_inspect, commands_integrity, commands_manage
 from .common import (
     EXIT_AMBIGUOUS,
     EXIT_ERROR,
@@ -103,11 +103,18 @@ def _root(
             show_envvar=True,
         ),
     ] = None,
+    agent: commands_foreign.AgentOption = None,
 ) -> None:
     """Inspect, search, export, repair and migrate coding-agent session stores."""
     if agent_dir is not None:
         agent_dir = os.path.abspath(os.path.expanduser(agent_dir))
     url = store or None
+    foreign = None
+    if agent is not None or agent_dir is not None:
+        # Another agent's store (Claude Code, Codex) is read through its own storage.
+        agent_dir, foreign = commands_foreign.resolve_agent(
+            agent, agent_dir, ctx.invoked_subcommand, database=url is not None
+        )
     if url is not None:
         files = file_store_dir(url)  # SessionTreeError for an unsupported scheme
         if files is not None:
@@ -121,7 +128,7 @@ def _root(
         # The library finds the store through this variable (blobs, breadcrumbs,
         # session dirs), exactly as the agents do.
         os.environ["PI_CODING_AGENT_DIR"] = agent_dir
-    begin_invocation(ctx, url)
+    begin_invocation(ctx, url, foreign)
 
 
 @app.command()
@@ -197,6 +204,7 @@ def demo(
 commands_inspect.register(app)
 commands_manage.register(app)
 commands_integrity.register(app)
+commands_foreign.register(app)
 
 
 def main() -> None:
