@@ -129,6 +129,8 @@ class TreeBuilder:
         key: str,
         ms: int,
         details: Any = None,
+        *,
+        inline: bool = False,
     ) -> str:
         """An injected message the model saw but the user did not (`display: false`)."""
         return self._add(
@@ -136,6 +138,7 @@ class TreeBuilder:
             key,
             ms,
             lambda: self.sm.append_custom_message_entry(custom_type, content, False, details),
+            inline=inline,
         )
 
     def compaction(

@@ -75,6 +75,14 @@ def _parse(raw: bytes) -> Any:
         return loads_line(raw)
 
 
+def _why(line: bytes) -> str:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return "not valid UTF-8"
+    return "not valid JSON"
+
+
 def read_transcript(path: str) -> Transcript:
     """Every JSON object line of `path`; blank lines are ignored, others reported.
 
@@ -89,9 +97,8 @@ def read_transcript(path: str) -> Transcript:
             line = line[3:]
         try:
             value = _parse(line)
-        except (ValueError, UnicodeError) as exc:
-            reason = "not valid JSON" if isinstance(exc, ValueError) else "not valid UTF-8"
-            transcript.damaged.append(Damaged(number, reason))
+        except (ValueError, UnicodeError):
+            transcript.damaged.append(Damaged(number, _why(line)))
             continue
         if not isinstance(value, dict):
             transcript.damaged.append(Damaged(number, "not a JSON object"))

@@ -14,7 +14,8 @@ kind of line becomes entries:
   no branch; a `/rewind` (two prompts under one parent) stays a branch.
 * `isMeta` user lines (skill text, command expansions, hook feedback: sent to the
   model, hidden from the user) become `custom_message` entries
-  (`claude-code:meta`, `display: false`), so the context keeps them.
+  (`claude-code:meta`, `display: false`), so the context keeps them; one a tool
+  injects with its result (`sourceToolUseID`) is chained after that result.
 * `system` lines with subtype `compact_boundary` become a compaction entry whose
   summary is the following `isCompactSummary` message; it hangs under the
   boundary's `logicalParentUuid`, so the history before it stays on the path.
@@ -385,7 +386,16 @@ class _Transcript:
                 meta_content = [_user_block(b) for b in content]
             else:
                 meta_content = content if isinstance(content, str) else text_of(content)
-            entry = self.builder.custom_message(parent, "claude-code:meta", meta_content, key, ms)
+            # Text a tool injects with its result (a skill's instructions) belongs in the
+            # result's chain; other meta lines (a command's caveat) start what follows.
+            entry = self.builder.custom_message(
+                parent,
+                "claude-code:meta",
+                meta_content,
+                key,
+                ms,
+                inline=isinstance(value.get("sourceToolUseID"), str),
+            )
             self._keep(value, entry)
             return
         if isinstance(content, str) or not isinstance(content, list):

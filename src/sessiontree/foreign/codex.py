@@ -10,10 +10,12 @@ How each becomes entries:
   `function_call`, `custom_tool_call`, `local_shell_call`, `web_search_call`, ...)
   become **one** assistant message: `thinking` (the reasoning summary, the item
   itself as `thinkingSignature`, as pi's OpenAI Responses provider keeps it),
-  `text` and `toolCall` blocks. Its usage is the next `event_msg.token_count`'s
-  `info.last_token_usage` (`total_token_usage` is cumulative); `input_tokens`
-  includes `cached_input_tokens`, so `input` is the difference and `cacheRead`
-  the cached part. No cost: Codex records none.
+  `text` and `toolCall` blocks. Its usage is its `event_msg.token_count`'s
+  `info.last_token_usage` (`total_token_usage` is cumulative): the count after the
+  items, or before them in rollouts that write it first (Codex 0.5x); a count
+  that repeats the total before it is no new response's. `input_tokens` includes
+  `cached_input_tokens`, so `input` is the difference and `cacheRead` the cached
+  part. No cost: Codex records none.
 * `function_call_output` and the like become `toolResult` messages.
 * User `message` items are prompts when the user typed them (the rollout also has
   an `event_msg.user_message` with the same text; files without such events: when
@@ -250,6 +252,9 @@ class _Rollout:
     last_ms: int = 0
     last_total: dict[str, Any] | None = None
     context_tokens: int = 0
+    counts_lead: bool = False
+    """The rollout writes a response's token count before its items (Codex 0.5x)."""
+    next_usage: dict[str, Any] | None = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -281,19 +286,21 @@ class _Rollout:
         """The assistant message being assembled, started if there is none."""
         if self.assistant is not None:
             return self.assistant
+        counted, self.next_usage = self.next_usage, None
         message: dict[str, Any] = {
             "role": "assistant",
             "content": [],
             "api": API,
             "provider": self.provider,
             "model": self.model,
-            "usage": usage(0, 0, 0, 0),
+            "usage": counted if counted is not None else usage(0, 0, 0, 0),
             "stopReason": "stop",
             "timestamp": ms,
         }
         self.add_message(message, key, ms)
         self.assistant = message
-        self.unpriced.append(message)
+        if counted is None:
+            self.unpriced.append(message)
         return message
 
     def add_block(self, block: dict[str, Any], key: str, ms: int) -> None:
@@ -617,6 +624,10 @@ class _Rollout:
             return
         last = info.get("last_token_usage")
         total = info.get("total_token_usage")
+        if isinstance(total, dict) and total == self.last_total:
+            # Codex repeats the last count (on a rate-limit update, while a response
+            # streams): no tokens were spent since, so it belongs to no response.
+            return
         if not isinstance(last, dict) and isinstance(total, dict):
             previous = self.last_total or {}
             last = {k: int_field(total, k) - int_field(previous, k) for k in total}
@@ -625,17 +636,17 @@ class _Rollout:
         if not isinstance(last, dict):
             return
         self.context_tokens = int_field(last, "input_tokens") + int_field(last, "output_tokens")
-        if not self.unpriced:
-            return
-        message = self.unpriced.pop()
-        self.unpriced.clear()
         cached = int_field(last, "cached_input_tokens")
         input_tokens = int_field(last, "input_tokens")
         output_tokens = int_field(last, "output_tokens")
         total_tokens = int_field(last, "total_tokens") or input_tokens + output_tokens
-        message["usage"] = usage(
-            max(input_tokens - cached, 0), output_tokens, cached, 0, total_tokens
-        )
+        counted = usage(max(input_tokens - cached, 0), output_tokens, cached, 0, total_tokens)
+        if self.counts_lead:
+            self.next_usage = counted  # for the response whose items follow
+            return
+        if self.unpriced:
+            self.unpriced.pop()["usage"] = counted
+            self.unpriced.clear()
 
     def turn_context(self, payload: dict[str, Any], key: str, ms: int) -> None:
         self.close()
@@ -711,13 +722,19 @@ def _query(action: object) -> object:
     return action.get("query") if isinstance(action, dict) else None
 
 
-def _scan(records: list[Record], legacy: bool) -> tuple[set[str] | None, set[str], set[str], bool]:
-    """What the events repeat: prompts, call ids and texts that response items hold."""
+def _scan(
+    records: list[Record], legacy: bool
+) -> tuple[set[str] | None, set[str], set[str], bool, bool]:
+    """What the events repeat (prompts, call ids and texts that response items hold),
+    whether there are response items, and whether token counts lead their response."""
     prompts: set[str] = set()
     calls: set[str] = set()
     texts: set[str] = set()
     has_prompt_events = False
     has_items = False
+    # Whether the first token count comes before any response item: then every
+    # count precedes the items of its response (Codex 0.5x), else it follows them.
+    leads: bool | None = None
     for record in records:
         value = record.value
         payload = value if legacy else value.get("payload")
@@ -729,9 +746,15 @@ def _scan(records: list[Record], legacy: bool) -> tuple[set[str] | None, set[str
                 has_prompt_events = True
                 prompts.add(payload["message"])
                 prompts.add(payload["message"].strip())
+            if kind == "token_count" and isinstance(payload.get("info"), dict) and leads is None:
+                leads = True
             continue
         if not legacy and value.get("type") != "response_item":
             continue
+        if leads is None and (
+            kind in _ASSISTANT_ITEMS or (kind == "message" and payload.get("role") == "assistant")
+        ):
+            leads = False
         has_items = True
         for field_name in ("call_id", "id"):
             call = payload.get(field_name)
@@ -745,7 +768,7 @@ def _scan(records: list[Record], legacy: bool) -> tuple[set[str] | None, set[str
             for part in list(payload.get("summary") or ()) + list(payload.get("content") or ()):
                 if isinstance(part, dict) and isinstance(part.get("text"), str):
                     texts.add(part["text"])
-    return (prompts if has_prompt_events else None), calls, texts, has_items
+    return (prompts if has_prompt_events else None), calls, texts, has_items, leads is True
 
 
 def read_codex_session(path: str, *, title: str | None = None) -> ForeignSession:
@@ -780,7 +803,7 @@ def read_codex_session(path: str, *, title: str | None = None) -> ForeignSession
             fallback_ms,
         )
     provider = str_field(meta, "model_provider") or "openai"
-    prompts, calls, texts, has_items = _scan(records, legacy)
+    prompts, calls, texts, has_items, counts_lead = _scan(records, legacy)
     builder = TreeBuilder(cwd, session_id)
     rollout = _Rollout(
         builder,
@@ -792,6 +815,7 @@ def read_codex_session(path: str, *, title: str | None = None) -> ForeignSession
         has_items,
         session_id=None if legacy else session_id,
         last_ms=created,
+        counts_lead=counts_lead,
     )
     if legacy and isinstance(meta.get("instructions"), str) and meta["instructions"]:
         rollout.current = builder.custom_message(
