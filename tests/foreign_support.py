@@ -11,6 +11,7 @@ checkout is.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -196,10 +197,12 @@ def env_without(*names: str) -> dict[str, str]:
 #   codex-rs/protocol), a fork (`session_meta.forked_from_id`) and a rollback
 #   (`event_msg` `thread_rolled_back` with `num_turns`).
 
-PNG = (
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+PNG = base64.b64encode(
+    base64.b64decode(
+        "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+    )
     * 24
-)
+).decode()
 """Base64 well over the 1024-character blob threshold (an import stores it as a blob)."""
 
 CLAUDE_SESSION = "7d1c4f0e-0b7e-4c8e-9a51-3f0c2d9e8a11"

@@ -127,6 +127,8 @@ def _root(
     if agent_dir is not None:
         # The library finds the store through this variable (blobs, breadcrumbs,
         # session dirs), exactly as the agents do.
+        if foreign is not None:
+            ctx.call_on_close(commands_foreign.restore_env("PI_CODING_AGENT_DIR"))
         os.environ["PI_CODING_AGENT_DIR"] = agent_dir
     begin_invocation(ctx, url, foreign)
 

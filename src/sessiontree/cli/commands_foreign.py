@@ -9,6 +9,7 @@ one session (or, with `--all`, every one not imported yet) into this agent's sto
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -47,7 +48,7 @@ from .common import (
 )
 from .common import agent_dir as current_agent_dir
 
-__all__ = ["READING_COMMANDS", "register", "resolve_agent"]
+__all__ = ["READING_COMMANDS", "register", "resolve_agent", "restore_env"]
 
 READING_COMMANDS = frozenset(
     {"list", "show", "tree", "context", "export", "search", "stats", "resume"}
@@ -88,7 +89,7 @@ def resolve_agent(
                 EXIT_USAGE,
             )
         return agent_dir, None
-    cache = get_agent_dir()  # this agent's listing cache, before --agent points elsewhere
+    cache: str | None = get_agent_dir()  # this agent's listing cache, not the other's
     if kind == "claude":
         store = (
             ForeignStore.default("claude", cache)
@@ -101,6 +102,8 @@ def resolve_agent(
             if agent_dir is None
             else ForeignStore.at("codex", agent_dir, cache)
         )
+    if cache is not None and _inside(cache, store.home):
+        store.cache_dir = None  # never write into the other agent's directory
     if database:
         raise CliError(f"--store and the {store.name} store cannot be used together", EXIT_USAGE)
     if command is not None and command not in READING_COMMANDS:
@@ -111,6 +114,24 @@ def resolve_agent(
             EXIT_USAGE,
         )
     return store.home, ForeignStorage(store)
+
+
+def _inside(path: str, directory: str) -> bool:
+    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return path == directory or path.startswith(os.path.join(directory, ""))
+
+
+def restore_env(name: str) -> Callable[[], None]:
+    """A callback that puts environment variable `name` back as it is now."""
+    saved = os.environ.get(name)
+
+    def restore() -> None:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
+
+    return restore
 
 
 # ---------------------------------------------------------------------------- import
@@ -241,7 +262,7 @@ def _import_all(
             advance(item.path)
             try:
                 foreign = store.read(item.path)
-            except OSError as exc:
+            except (OSError, SessionTreeError) as exc:
                 failed.append({"sourcePath": item.path, "error": str(exc)})
                 continue
             previous = earlier_import(foreign, earlier)

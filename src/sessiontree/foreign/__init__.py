@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._model import ForeignSession, ForeignSubsession
+from ._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
 from ._records import Damaged
 from .claude import read_claude_session
 from .codex import read_codex_session
@@ -11,6 +11,7 @@ __all__ = [
     "Damaged",
     "ForeignSession",
     "ForeignSubsession",
+    "NotAForeignSessionError",
     "read_claude_session",
     "read_codex_session",
 ]

@@ -6,13 +6,22 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..entries import CURRENT_SESSION_VERSION, Entry
+from ..errors import SessionTreeError
 from ..manager import SessionManager
 from ..naming import ordered_header
 from ._records import Damaged, iso
 
-__all__ = ["ForeignSession", "ForeignSubsession", "Source"]
+__all__ = ["ForeignSession", "ForeignSubsession", "NotAForeignSessionError", "Source"]
 
 Source = Literal["claude", "codex"]
+
+
+class NotAForeignSessionError(SessionTreeError):
+    """The file is not a Claude Code transcript / Codex rollout (nothing was read)."""
+
+    def __init__(self, path: str, what: str) -> None:
+        super().__init__(f"{path}: not a {what} session file")
+        self.path = path
 
 
 @dataclass(slots=True)

@@ -53,7 +53,7 @@ import orjson
 
 from ._builder import TreeBuilder
 from ._content import block_as_text, int_field, str_field, text_of, usage
-from ._model import ForeignSession, ForeignSubsession
+from ._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
 from ._records import Record, Transcript, read_transcript, timestamp_ms
 
 __all__ = ["claude_session_id", "read_claude_session"]
@@ -683,14 +683,28 @@ def _subsession(
     return ForeignSubsession(key, manager, name, source_path, call_id)
 
 
+def _is_transcript(records: list[Record]) -> bool:
+    """Whether the lines are a Claude Code transcript (not a v3 session, not empty)."""
+    if records and records[0].value.get("type") in ("session", "title"):
+        return False
+    return any(
+        isinstance(r.value.get("sessionId"), str)
+        or (r.value.get("type") in _NAME_KINDS and isinstance(r.value.get("leafUuid"), str))
+        for r in records
+    )
+
+
 def read_claude_session(path: str, *, subagents: bool = True) -> ForeignSession:
     """Read a Claude Code transcript into an in-memory v3 session (see the module doc).
 
     Lines that are not JSON objects are skipped and listed in `damaged`. Raises
-    OSError when the file cannot be read.
+    OSError when the file cannot be read, NotAForeignSessionError when it is not a
+    transcript.
     """
     transcript: Transcript = read_transcript(path)
     records = transcript.records
+    if not _is_transcript(records):
+        raise NotAForeignSessionError(path, "Claude Code")
     fallback_ms = int(os.stat(path).st_mtime * 1000)
     session_id = claude_session_id(path, records)
     cwd = _first(records, "cwd") or ""

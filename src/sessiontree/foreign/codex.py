@@ -50,7 +50,7 @@ from typing import Any
 from ..jsonl import serialize_entry
 from ._builder import TreeBuilder
 from ._content import block_as_text, int_field, str_field, usage
-from ._model import ForeignSession
+from ._model import ForeignSession, NotAForeignSessionError
 from ._records import Record, read_transcript, timestamp_ms
 
 __all__ = ["environment_cwd", "is_injected_text", "read_codex_session", "rollout_id"]
@@ -776,13 +776,16 @@ def read_codex_session(path: str, *, title: str | None = None) -> ForeignSession
 
     `title`: the thread name from Codex's index (`session_index.jsonl`), used when
     the rollout itself names none. Lines that are not JSON objects are skipped and
-    listed in `damaged`. Raises OSError when the file cannot be read.
+    listed in `damaged`. Raises OSError when the file cannot be read,
+    NotAForeignSessionError when it is not a rollout.
     """
     transcript = read_transcript(path)
     records = transcript.records
     fallback_ms = int(os.stat(path).st_mtime * 1000)
     first = records[0].value if records else {}
     legacy = bool(records) and "payload" not in first and "id" in first and "type" not in first
+    if not legacy and not any(isinstance(r.value.get("payload"), dict) for r in records[:50]):
+        raise NotAForeignSessionError(path, "Codex")
     meta: dict[str, Any] = {}
     if legacy:
         meta = first

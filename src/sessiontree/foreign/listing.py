@@ -201,7 +201,11 @@ def scan_claude(path: str, size: int) -> ForeignMeta:
     head = windows.head
     records = windows.all()
     first = head[0] if head else {}
-    listed = not (first.get("isSidechain") is True or os.path.basename(path).startswith("agent-"))
+    listed = not (
+        first.get("isSidechain") is True
+        or os.path.basename(path).startswith("agent-")
+        or not any(isinstance(v.get("sessionId"), str) or v.get("type") == "summary" for v in head)
+    )
     from ._records import Record
 
     session_id = claude_session_id(path, [Record(0, v) for v in head])

@@ -13,6 +13,7 @@ working directory the sessions were recorded in. Every write raises.
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import logging
 import os
@@ -25,7 +26,7 @@ from ..errors import SessionTreeError
 from ..jsonl import serialize_entry_bytes
 from ..paths import encode_session_dir_name
 from ..storage.base import SessionMeta, SessionStorageWriter, StorageStat
-from ._model import ForeignSession
+from ._model import ForeignSession, NotAForeignSessionError
 from ._records import iso
 from .store import ForeignListing, ForeignStore
 
@@ -102,7 +103,11 @@ class ForeignStorage:
         if kept is not None and kept[0] == identity:
             self._views.move_to_end(path)
             return kept[1]
-        session = self.store.read(path, subagents=False)
+        try:
+            session = self.store.read(path, subagents=False)
+        except NotAForeignSessionError:
+            # An OSError, as for any unreadable file: search and stats pass over it.
+            raise OSError(errno.EINVAL, f"not a {self.store.name} session file", path) from None
         if session.damaged:
             shown = ", ".join(str(d) for d in session.damaged[:3])
             more = f" and {len(session.damaged) - 3} more" if len(session.damaged) > 3 else ""
