@@ -316,3 +316,40 @@ def test_import_arguments(stores: dict[str, Any]) -> None:
     assert run("import", "zzzz", "--from", "claude").exit_code == 1
     assert run("import", "/nowhere/x.jsonl", "--from", "claude").exit_code == 1
     assert run("import", "x", "--from", "gemini").exit_code == 2
+
+
+def test_a_subagent_transcript_reads_by_its_path(stores: dict[str, Any]) -> None:
+    agent = stores["subagent"].with_suffix("") / "subagents" / "agent-a5f0c2.jsonl"
+    shown = as_json("--agent", "claude", "show", str(agent))
+    assert shown["roles"] == {"user": 1, "assistant": 2}
+
+
+def test_no_store_where_the_agent_keeps_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "nothing"))
+    result = run("--agent", "claude", "list")
+    assert result.exit_code == 1
+    assert f"no Claude Code sessions found (looked in {tmp_path / 'nothing' / 'projects'})" in (
+        result.output
+    )
+
+
+def test_a_session_without_a_cwd_goes_under_this_directory(
+    stores: dict[str, Any], tmp_path: Path, agent_dir: Path
+) -> None:
+    legacy = FOREIGN / "codex" / "AcidicSoil__codex-session-viewer__docs__example.jsonl"
+    lines = legacy.read_text(encoding="utf-8").splitlines()
+    # The same rollout without the environment message that names its cwd.
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text(
+        "\n".join(line for line in lines if "<environment_context>" not in line) + "\n",
+        encoding="utf-8",
+    )
+    here = tmp_path / "here"
+    here.mkdir()
+    previous = os.getcwd()
+    os.chdir(here)
+    try:
+        done = as_json("import", str(bare), "--from", "codex")
+    finally:
+        os.chdir(previous)
+    assert load_entries_from_file(done["path"])[0]["cwd"] == str(here)

@@ -32,6 +32,7 @@ from ..foreign.store import (
     ForeignStore,
     detect_agent,
     native_agent_dir,
+    require_store_exists,
 )
 from ..paths import get_agent_dir
 from ..storage.base import SessionStorage
@@ -102,6 +103,8 @@ def resolve_agent(
             if agent_dir is None
             else ForeignStore.at("codex", agent_dir, cache)
         )
+    if agent_dir is None:
+        require_store_exists(store)
     if cache is not None and _inside(cache, store.home):
         store.cache_dir = None  # never write into the other agent's directory
     if database:

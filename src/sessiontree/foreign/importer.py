@@ -214,6 +214,8 @@ def import_session(
     if blob_store is None and isinstance(storage, FileSessionStorage):
         blob_store = BlobStore(os.path.join(agent, "blobs"))
     sm = session.manager
+    if cwd is None and not session.cwd:
+        cwd = os.getcwd()  # the source names none: file it under this directory's project
     if cwd is not None:
         sm.move_to(cwd)
     record = {**session.import_record(), "sourceBytes": session.size}

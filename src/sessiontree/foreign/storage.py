@@ -147,9 +147,18 @@ class ForeignStorage:
         )
 
     def list_files(self, dir: str, pattern: str) -> list[str]:
-        return sorted(
-            i.path for i in self._in(dir) if fnmatch.fnmatchcase(os.path.basename(i.path), pattern)
-        )
+        directory = os.path.normpath(os.path.abspath(dir))
+        if self._virtual(directory):
+            paths = [i.path for i in self._in(directory)]
+        else:
+            # A real directory: every transcript in it (a subagent's too, by its path).
+            try:
+                names = os.listdir(directory)
+            except OSError:
+                return []
+            paths = [os.path.join(directory, n) for n in names]
+            paths = [p for p in paths if self._is_session_file(p)]
+        return sorted(p for p in paths if fnmatch.fnmatchcase(os.path.basename(p), pattern))
 
     def list_dirs(self, dir: str) -> list[str]:
         if os.path.normpath(os.path.abspath(dir)) == os.path.normpath(self.sessions_root):
