@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import re
 import shutil
 import uuid
@@ -168,15 +167,6 @@ def import_all(fixtures: Path, agent: Path) -> dict[str, list[str]]:
             done = import_session(reader(str(path)), agent_dir=str(agent), again=True)
             written[path.name] = [done.path, *done.subsessions]
     return written
-
-
-def cleanup(path: Path) -> None:
-    if path.exists():
-        shutil.rmtree(path)
-
-
-def env_without(*names: str) -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in names}
 
 
 # ---------------------------------------------------------------------------- generated files

@@ -303,11 +303,18 @@ def test_import_codex_with_an_image_and_its_fork(stores: dict[str, Any], agent_d
 def test_import_all_then_nothing_new(stores: dict[str, Any], agent_dir: Path) -> None:
     first = as_json("import", "--all", "--from", "codex")
     assert len(first["imported"]) == 12 and not first["failed"] and not first["skipped"]
+    with open(stores["codex_child"], "a", encoding="utf-8") as f:
+        f.write(json.dumps({"timestamp": "2026-06-05T05:00:00.000Z", "type": "x", "payload": {}}))
+        f.write("\n")
     second = as_json("import", "--all", "--from", "codex")
     assert second["imported"] == [] and len(second["skipped"]) == 12
     assert {s["importedAs"] for s in second["skipped"]} == {i["path"] for i in first["imported"]}
+    assert [s["sourcePath"] for s in second["skipped"] if s["grown"]] == [
+        str(stores["codex_child"])
+    ]
     text = run("import", "--all", "--from", "codex")
-    assert text.exit_code == 0 and "Imported 0 Codex session(s); 12 imported before" in text.output
+    assert text.exit_code == 0
+    assert "Imported 0 Codex session(s); 12 imported before (1 grown since" in text.output
 
 
 def test_import_arguments(stores: dict[str, Any]) -> None:

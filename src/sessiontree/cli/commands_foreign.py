@@ -20,7 +20,6 @@ from ..foreign import ForeignSession
 from ..foreign.importer import (
     AlreadyImportedError,
     EarlierImport,
-    earlier_import,
     find_imports,
     import_session,
 )
@@ -263,17 +262,26 @@ def _import_all(
     with progress(f"Importing from {store.name}", len(listing)) as advance:
         for item in sorted(listing, key=lambda i: i.path):
             advance(item.path)
+            # What the listing knows is enough to pass over a source imported before.
+            previous = next(
+                (
+                    e
+                    for e in reversed(earlier)
+                    if e.source == store.agent
+                    and (e.source_id == item.meta.id or e.source_path == item.path)
+                ),
+                None,
+            )
+            if previous is not None and not again:
+                grown = previous.source_bytes is not None and item.size > previous.source_bytes
+                skipped.append(
+                    {"sourcePath": item.path, "importedAs": previous.path, "grown": grown}
+                )
+                continue
             try:
                 foreign = store.read(item.path)
             except (OSError, SessionTreeError) as exc:
                 failed.append({"sourcePath": item.path, "error": str(exc)})
-                continue
-            previous = earlier_import(foreign, earlier)
-            if previous is not None and not again:
-                grown = previous.source_bytes is not None and foreign.size > previous.source_bytes
-                skipped.append(
-                    {"sourcePath": item.path, "importedAs": previous.path, "grown": grown}
-                )
                 continue
             try:
                 done = import_session(

@@ -54,7 +54,7 @@ import orjson
 from ._builder import TreeBuilder
 from ._content import block_as_text, int_field, str_field, text_of, usage
 from ._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
-from ._records import Record, Transcript, read_transcript, timestamp_ms
+from ._records import Damaged, Record, Transcript, read_transcript, timestamp_ms
 
 __all__ = ["claude_session_id", "read_claude_session"]
 
@@ -757,7 +757,7 @@ def read_claude_session(path: str, *, subagents: bool = True) -> ForeignSession:
         try:
             sub = read_transcript(file)
         except OSError as exc:
-            session.damaged.append(_unreadable(file, exc))
+            session.damaged.append(Damaged(0, f"{file}: {exc.strerror or exc}"))
             continue
         agent = os.path.basename(file)[len("agent-") : -len(".jsonl")]
         meta = _read_meta(file)
@@ -784,8 +784,3 @@ def read_claude_session(path: str, *, subagents: bool = True) -> ForeignSession:
         )
     return session
 
-
-def _unreadable(path: str, exc: OSError) -> Any:
-    from ._records import Damaged
-
-    return Damaged(0, f"{path}: {exc.strerror or exc}")

@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from ..errors import SessionTreeError
-from ..paths import get_agent_dir
 from ._cache import Identity, IdentityCache
 from ._model import ForeignSession, Source
 from ._records import read_transcript
@@ -294,11 +293,6 @@ class ForeignStore:
             elif any(i.startswith(needle) for i in ids):
                 prefix.append(item)
         return exact or prefix
-
-
-def cache_agent_dir() -> str:
-    """The agent dir whose listing cache foreign listings use (this store's own)."""
-    return get_agent_dir()
 
 
 def require_store_exists(store: ForeignStore) -> None:
