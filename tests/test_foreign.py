@@ -411,6 +411,8 @@ def test_claude_fork_names_its_parent(tmp_path: Path) -> None:
     assert fork.parent_source_id == fs.CLAUDE_SESSION
     assert (fork.name, fork.name_source) == ("Find the bug (fork)", "user")
     assert fork.header()["parentSession"] == fs.CLAUDE_SESSION
+    header = fork.manager.get_header()
+    assert header is not None and header["parentSession"] == fs.CLAUDE_SESSION
 
 
 def test_codex_image_rollback_and_fork(tmp_path: Path) -> None:

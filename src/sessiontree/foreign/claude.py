@@ -712,7 +712,7 @@ def read_claude_session(path: str, *, subagents: bool = True) -> ForeignSession:
     side = [r for r in records if r.value.get("isSidechain") is True]
     if not any(r.value.get("type") in ("user", "assistant") for r in main) and side:
         main, side = records, []  # a subagent's own file: every line is a sidechain line
-    builder = TreeBuilder(cwd, session_id)
+    builder = TreeBuilder(cwd, session_id, _fork_parent(records))
     conversion, leaf = _convert(main, builder, fallback_ms, main_only=True)
     name, source = _name(records)
     first_ms = next(

@@ -807,7 +807,8 @@ def read_codex_session(path: str, *, title: str | None = None) -> ForeignSession
         )
     provider = str_field(meta, "model_provider") or "openai"
     prompts, calls, texts, has_items, counts_lead = _scan(records, legacy)
-    builder = TreeBuilder(cwd, session_id)
+    forked = str_field(meta, "forked_from_id")
+    builder = TreeBuilder(cwd, session_id, forked)
     rollout = _Rollout(
         builder,
         provider,
@@ -828,7 +829,6 @@ def read_codex_session(path: str, *, title: str | None = None) -> ForeignSession
         rollout.feed(record, legacy)
     rollout.close()
     name = rollout.name or title
-    forked = str_field(meta, "forked_from_id")
     return ForeignSession(
         source="codex",
         source_id=session_id,
