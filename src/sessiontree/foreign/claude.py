@@ -783,4 +783,3 @@ def read_claude_session(path: str, *, subagents: bool = True) -> ForeignSession:
             )
         )
     return session
-
