@@ -22,11 +22,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+import foreign_support as fs
 from helpers import assistant, user
 from sessiontree import SessionManager
 from sessiontree.cli import app
@@ -68,6 +70,8 @@ class Store:
     """Everything a command may be pointed at, sessions or not."""
     leaves: dict[str, str] = field(default_factory=dict)
     referenced_blobs: set[str] = field(default_factory=set)
+    foreign: list[str] = field(default_factory=list)
+    """Claude Code and Codex session files (in `root/claude`, `root/codex`) to import."""
 
 
 def build_store(data: st.DataObject) -> Store:
@@ -154,6 +158,9 @@ def build_store(data: st.DataObject) -> Store:
             f.write(payload)
         old = time.time() - 3600
         os.utime(path, (old, old))
+    # Other agents' stores, for `import` (which must only read them).
+    store.foreign.append(str(fs.claude_subagent_session(Path(root, "claude", "projects"))))
+    store.foreign += [str(p) for p in fs.codex_rollouts(Path(root, "codex"))]
     return store
 
 
@@ -216,6 +223,21 @@ def _rm(store: Store, target: str, args: list[str]) -> list[str]:
     return []
 
 
+def _imports(store: Store, target: str, args: list[str]) -> list[str]:
+    """New sessions with their artifacts dirs (subagents), blobs, the listing cache; that
+    nothing existing changes is checked apart (`check_changes`)."""
+    sessions = os.path.join(store.agent, "sessions")
+    artifacts = [
+        os.path.join(sessions, "*", "*", name) for name in ("*.jsonl", ".*.writer-lock", ".*.tmp")
+    ]
+    return [
+        *_new_sessions(store, target),
+        *artifacts,
+        *_blobs(store, target),
+        *_cache(store, target),
+    ]
+
+
 ALLOWED: dict[str, Rule] = {
     # rm: the session file and its own artifacts dir, nothing else, ever.
     "rm": _rm,
@@ -225,6 +247,7 @@ ALLOWED: dict[str, Rule] = {
     "fork": lambda s, t, a: [*_new_sessions(s, t), *_blobs(s, t), *_cache(s, t)],
     "extract": lambda s, t, a: [*_new_sessions(s, t), *_blobs(s, t), *_cache(s, t)],
     "gc": lambda s, t, a: [os.path.join(s.agent, "blobs", "*")],
+    "import": _imports,
     "read": lambda s, t, a: _cache(s, t),
 }
 
@@ -256,6 +279,13 @@ def command_line(kind: str, store: Store, target: str, data: st.DataObject) -> l
         return ["extract", target, "--leaf", store.leaves.get(target, "00000000")]
     if kind == "gc":
         return ["gc", "--delete"]
+    if kind == "import":
+        source = data.draw(st.sampled_from(["claude", "codex"]), label="from")
+        again = ["--again"] if data.draw(st.booleans(), label="again") else []
+        if data.draw(st.booleans(), label="all"):
+            return ["import", "--all", "--from", source, *again]
+        what = data.draw(st.sampled_from(store.foreign + store.targets), label="source")
+        return ["import", what, "--from", source, *again]
     template = data.draw(st.sampled_from(READING))
     return [part.replace("{t}", target) for part in template]
 
@@ -267,8 +297,12 @@ def command_line(kind: str, store: Store, target: str, data: st.DataObject) -> l
 )
 @given(data=st.data(), kind=st.sampled_from(sorted(ALLOWED)))
 def test_each_command_touches_only_its_allowed_set(data: st.DataObject, kind: str) -> None:
-    saved = os.environ.get("PI_CODING_AGENT_DIR")
+    saved = {
+        v: os.environ.get(v) for v in ("PI_CODING_AGENT_DIR", "CLAUDE_CONFIG_DIR", "CODEX_HOME")
+    }
     store = build_store(data)
+    os.environ["CLAUDE_CONFIG_DIR"] = os.path.join(store.root, "claude")
+    os.environ["CODEX_HOME"] = os.path.join(store.root, "codex")
     try:
         with inside(store):
             target = data.draw(st.sampled_from(store.targets), label="target")
@@ -284,10 +318,11 @@ def test_each_command_touches_only_its_allowed_set(data: st.DataObject, kind: st
             )
             check_changes(kind, args, before, after, allowed, store)
     finally:
-        if saved is None:
-            os.environ.pop("PI_CODING_AGENT_DIR", None)
-        else:
-            os.environ["PI_CODING_AGENT_DIR"] = saved
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def check_changes(
@@ -307,6 +342,9 @@ def check_changes(
         assert any(fnmatch.fnmatchcase(path, pattern) for pattern in allowed), (
             f"{args} changed {path} ({old} -> {new}); allowed: {allowed}"
         )
+        if kind == "import" and not path.startswith(os.path.join(store.agent, "cache")):
+            # Only new files: no session, blob or source that was there changes.
+            assert old is None or old[0] == "dir", f"{args} changed {path}"
         if kind == "gc":
             # Only old, unreferenced blobs go; nothing is created or changed.
             assert new is None and os.path.basename(path)[:64] not in store.referenced_blobs, (
@@ -315,7 +353,7 @@ def check_changes(
 
 
 def test_the_model_covers_every_writing_command() -> None:
-    writing = {"rm", "repair", "migrate", "gc", "rename", "fork", "extract"}
+    writing = {"rm", "repair", "migrate", "gc", "rename", "fork", "extract", "import"}
     assert writing <= set(ALLOWED)
 
 

@@ -827,6 +827,7 @@ class SessionManager(ClosesOnExit):
         *,
         leaf_id: str | None = None,
         blob_store: BlobStoreLike | None = None,
+        parent_session: str | None = None,
     ) -> SessionManager:
         """A new persistent session holding a copy of this one (in memory or not).
 
@@ -835,6 +836,8 @@ class SessionManager(ClosesOnExit):
         images into the new storage's blob store (oh-my-pi's `persistCopy`). With
         `leaf_id`, only the root -> `leaf_id` path (with its labels) is copied and
         `parentSession` names this session's file, as `create_branched_session` does.
+        `parent_session` sets the new header's `parentSession` (an import names the
+        session its source was forked from, a subagent's copy its parent's file).
         """
         self._check_open()
         entries = (
@@ -846,6 +849,8 @@ class SessionManager(ClosesOnExit):
             self._cwd, directory, None, True, storage, blob_store=blob_store, breadcrumb=breadcrumb
         )
         parent = self.get_session_file() if leaf_id is not None else None
+        if parent_session is not None:
+            parent = parent_session
         header = self._head.carried_title(new_header(self._cwd, parent))
         copy_._write_new_file(header, copy.deepcopy(entries))
         return copy_

@@ -22,7 +22,13 @@ from typer.core import TyperGroup
 
 from ..errors import AmbiguousSessionError, SessionTreeError
 from ..stores import STORE_ENV, file_store_dir
-from . import commands_inspect, commands_integrity, commands_manage, commands_serve
+from . import (
+    commands_foreign,
+    commands_inspect,
+    commands_integrity,
+    commands_manage,
+    commands_serve,
+)
 from .common import (
     EXIT_AMBIGUOUS,
     EXIT_ERROR,
@@ -103,11 +109,18 @@ def _root(
             show_envvar=True,
         ),
     ] = None,
+    agent: commands_foreign.AgentOption = None,
 ) -> None:
     """Inspect, search, export, repair and migrate coding-agent session stores."""
     if agent_dir is not None:
         agent_dir = os.path.abspath(os.path.expanduser(agent_dir))
     url = store or None
+    foreign = None
+    if agent is not None or agent_dir is not None:
+        # Another agent's store (Claude Code, Codex) is read through its own storage.
+        agent_dir, foreign = commands_foreign.resolve_agent(
+            agent, agent_dir, ctx.invoked_subcommand, database=url is not None
+        )
     if url is not None:
         files = file_store_dir(url)  # SessionTreeError for an unsupported scheme
         if files is not None:
@@ -120,8 +133,10 @@ def _root(
     if agent_dir is not None:
         # The library finds the store through this variable (blobs, breadcrumbs,
         # session dirs), exactly as the agents do.
+        if foreign is not None:
+            ctx.call_on_close(commands_foreign.restore_env("PI_CODING_AGENT_DIR"))
         os.environ["PI_CODING_AGENT_DIR"] = agent_dir
-    begin_invocation(ctx, url)
+    begin_invocation(ctx, url, foreign)
 
 
 @app.command()
@@ -198,6 +213,7 @@ commands_inspect.register(app)
 commands_manage.register(app)
 commands_integrity.register(app)
 commands_serve.register(app)
+commands_foreign.register(app)
 
 
 def main() -> None:

@@ -117,9 +117,9 @@ def agent_dir() -> str:
 class _Invocation:
     """The store of one command-line invocation: opened on first use, closed at its end."""
 
-    def __init__(self, url: str | None) -> None:
+    def __init__(self, url: str | None, storage: SessionStorage | None = None) -> None:
         self.url = url or None
-        self._storage: SessionStorage | None = None
+        self._storage: SessionStorage | None = storage
 
     def storage(self) -> SessionStorage:
         if self._storage is None:
@@ -153,10 +153,13 @@ class _LogToConsole(logging.Handler):
             self.handleError(record)
 
 
-def begin_invocation(ctx: typer.Context, url: str | None) -> None:
-    """Use the database at `url` (`--store`; None: the files) until the command ends."""
+def begin_invocation(
+    ctx: typer.Context, url: str | None, storage: SessionStorage | None = None
+) -> None:
+    """Use the database at `url` (`--store`; None: the files), or `storage` (another
+    agent's store, read-only), until the command ends."""
     global _invocation
-    invocation = _Invocation(url)
+    invocation = _Invocation(url, storage)
     _invocation = invocation
     ctx.call_on_close(invocation.close)
     logger = logging.getLogger("sessiontree")

@@ -1,0 +1,315 @@
+"""Other agents' stores: `--agent` (read Claude Code and Codex stores in place) and `import`.
+
+With `--agent claude|codex` (or an `--agent-dir` that is such a store), the store
+of the invocation is a read-only `ForeignStorage`: the reading commands work on it
+unchanged, and every other command is refused before it runs. `import` copies
+one session (or, with `--all`, every one not imported yet) into this agent's store.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+from rich.text import Text
+
+from ..errors import SessionTreeError
+from ..foreign import ForeignSession
+from ..foreign.importer import (
+    AlreadyImportedError,
+    EarlierImport,
+    find_imports,
+    import_session,
+)
+from ..foreign.storage import ForeignStorage
+from ..foreign.store import (
+    AGENTS,
+    FOREIGN_AGENTS,
+    ForeignListing,
+    ForeignStore,
+    detect_agent,
+    native_agent_dir,
+    require_store_exists,
+)
+from ..paths import get_agent_dir
+from ..storage.base import SessionStorage
+from .common import (
+    EXIT_AMBIGUOUS,
+    EXIT_USAGE,
+    CliError,
+    JsonOption,
+    console,
+    current_storage,
+    emit_json,
+    err_console,
+    progress,
+)
+from .common import agent_dir as current_agent_dir
+
+__all__ = ["READING_COMMANDS", "register", "resolve_agent", "restore_env"]
+
+READING_COMMANDS = frozenset(
+    {"list", "show", "tree", "context", "export", "search", "stats", "resume"}
+)
+"""The commands that work on a Claude Code or Codex store (read-only)."""
+
+AgentOption = Annotated[
+    str | None,
+    typer.Option(
+        "--agent",
+        metavar="NAME",
+        help="Use an agent's default store: claude, codex (read-only), pi, omp or xcsh.",
+        show_default=False,
+    ),
+]
+
+
+def resolve_agent(
+    agent: str | None, agent_dir: str | None, command: str | None, database: bool
+) -> tuple[str | None, SessionStorage | None]:
+    """The agent dir and, for a Claude Code or Codex store, its read-only storage.
+
+    `agent_dir` (absolute) is where the store is when given; `agent` says whose it is
+    (without it, the format of `agent_dir` is detected). Raises CliError (usage) for
+    an unknown agent, a command that would write a foreign store, or a database.
+    """
+    if agent is not None and agent not in AGENTS:
+        raise CliError(f"--agent must be one of {', '.join(AGENTS)}, not {agent!r}", EXIT_USAGE)
+    kind = agent
+    if kind is None and agent_dir is not None:
+        kind = detect_agent(agent_dir)
+    if kind not in FOREIGN_AGENTS:
+        if agent_dir is None and kind is not None:
+            agent_dir = native_agent_dir(kind)
+        elif agent_dir is not None and kind is not None and detect_agent(agent_dir):
+            raise CliError(
+                f"{agent_dir} is a {detect_agent(agent_dir)} store, not a {kind} agent dir",
+                EXIT_USAGE,
+            )
+        return agent_dir, None
+    cache: str | None = get_agent_dir()  # this agent's listing cache, not the other's
+    if kind == "claude":
+        store = (
+            ForeignStore.default("claude", cache)
+            if agent_dir is None
+            else ForeignStore.at("claude", agent_dir, cache)
+        )
+    else:
+        store = (
+            ForeignStore.default("codex", cache)
+            if agent_dir is None
+            else ForeignStore.at("codex", agent_dir, cache)
+        )
+    if agent_dir is None:
+        require_store_exists(store)
+    if cache is not None and _inside(cache, store.home):
+        store.cache_dir = None  # never write into the other agent's directory
+    if database:
+        raise CliError(f"--store and the {store.name} store cannot be used together", EXIT_USAGE)
+    if command is not None and command not in READING_COMMANDS:
+        raise CliError(
+            f"`{command}` does not work on the {store.name} store, which sessiontree only "
+            f"reads ({', '.join(sorted(READING_COMMANDS))}); `sessiontree import --from "
+            f"{store.agent}` copies its sessions into this agent's store",
+            EXIT_USAGE,
+        )
+    return store.home, ForeignStorage(store)
+
+
+def _inside(path: str, directory: str) -> bool:
+    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return path == directory or path.startswith(os.path.join(directory, ""))
+
+
+def restore_env(name: str) -> Callable[[], None]:
+    """A callback that puts environment variable `name` back as it is now."""
+    saved = os.environ.get(name)
+
+    def restore() -> None:
+        if saved is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = saved
+
+    return restore
+
+
+# ---------------------------------------------------------------------------- import
+
+
+def _source_store(source: str) -> ForeignStore:
+    if source not in FOREIGN_AGENTS:
+        raise CliError(f"--from must be claude or codex, not {source!r}", EXIT_USAGE)
+    return ForeignStore.default("claude" if source == "claude" else "codex", current_agent_dir())
+
+
+def _source_path(store: ForeignStore, arg: str) -> str:
+    """SESSION as a file: a path, else a session-id or file-name prefix in the store."""
+    path = os.path.abspath(os.path.expanduser(arg))
+    if os.path.isfile(path):
+        return path
+    if os.sep in arg or arg.endswith(".jsonl"):
+        raise CliError(f"{arg}: no such file")
+    found = store.find(arg)
+    if not found:
+        where = ", ".join(store.roots)
+        raise CliError(f"no {store.name} session matches {arg!r} (looked in {where})")
+    if len({f.meta.id for f in found}) > 1:
+        names = ", ".join(os.path.basename(f.path) for f in found[:5])
+        raise CliError(
+            f"{arg!r} matches {len(found)} {store.name} sessions ({names}); give a longer prefix",
+            EXIT_AMBIGUOUS,
+        )
+    return found[0].path
+
+
+def _read(store: ForeignStore, path: str) -> ForeignSession:
+    session = store.read(path)
+    if session.damaged:
+        shown = ", ".join(str(d) for d in session.damaged[:3])
+        more = f" and {len(session.damaged) - 3} more" if len(session.damaged) > 3 else ""
+        err_console.print(Text(f"sessiontree: warning: {path}: skipped {shown}{more}"))
+    return session
+
+
+def _summary(path: str, session: ForeignSession, subsessions: list[str]) -> dict[str, Any]:
+    return {
+        "path": path,
+        "source": session.source,
+        "sourceId": session.source_id,
+        "sourcePath": session.path,
+        "title": session.name,
+        "entries": len(session.manager.get_entries()),
+        "subsessions": subsessions,
+        "skipped": session.skipped,
+        "damagedLines": [d.line for d in session.damaged],
+    }
+
+
+def import_command(
+    session: Annotated[
+        str | None,
+        typer.Argument(
+            help="A Claude Code transcript or Codex rollout: its path, or a session-id "
+            "prefix in the agent's default store.",
+            show_default=False,
+        ),
+    ] = None,
+    source: Annotated[
+        str,
+        typer.Option("--from", metavar="AGENT", help="Whose session: claude or codex."),
+    ] = "",
+    cwd: Annotated[
+        str | None,
+        typer.Option("--cwd", help="The working directory to file it under (default: its own)."),
+    ] = None,
+    again: Annotated[
+        bool, typer.Option("--again", help="Import a source imported before, as a new session.")
+    ] = False,
+    every: Annotated[
+        bool, typer.Option("--all", help="Import every session of the store not imported yet.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Copy a Claude Code or Codex session into this agent's store as a new v3 session.
+
+    Writes the new session (subagents into its artifacts dir) and its images, nothing
+    else. A source imported before is refused unless --again.
+    """
+    if not source:
+        raise CliError("--from claude|codex is required", EXIT_USAGE)
+    store = _source_store(source)
+    if (session is None) == (not every):
+        raise CliError("give SESSION or --all", EXIT_USAGE)
+    if cwd is not None:
+        cwd = os.path.abspath(os.path.expanduser(cwd))
+    storage = current_storage()
+    agent = current_agent_dir()
+    earlier = find_imports(agent, storage)
+    if session is not None:
+        path = _source_path(store, session)
+        foreign = _read(store, path)
+        try:
+            done = import_session(
+                foreign, agent_dir=agent, storage=storage, cwd=cwd, again=again, earlier=earlier
+            )
+        except AlreadyImportedError as exc:
+            raise CliError(str(exc)) from None
+        if as_json:
+            emit_json(_summary(done.path, foreign, done.subsessions))
+            return
+        subs = f" (+{len(done.subsessions)} subagent session(s))" if done.subsessions else ""
+        console.print(Text(f"Imported {foreign.path}\n      -> {done.path}{subs}"), soft_wrap=True)
+        return
+    _import_all(store, agent, storage, cwd, again, earlier, as_json)
+
+
+def _import_all(
+    store: ForeignStore,
+    agent: str,
+    storage: SessionStorage,
+    cwd: str | None,
+    again: bool,
+    earlier: list[EarlierImport],
+    as_json: bool,
+) -> None:
+    listing: list[ForeignListing] = store.list()
+    imported: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    with progress(f"Importing from {store.name}", len(listing)) as advance:
+        for item in sorted(listing, key=lambda i: i.path):
+            advance(item.path)
+            # What the listing knows is enough to pass over a source imported before.
+            previous = next(
+                (
+                    e
+                    for e in reversed(earlier)
+                    if e.source == store.agent
+                    and (e.source_id == item.meta.id or e.source_path == item.path)
+                ),
+                None,
+            )
+            if previous is not None and not again:
+                grown = previous.source_bytes is not None and item.size > previous.source_bytes
+                skipped.append(
+                    {"sourcePath": item.path, "importedAs": previous.path, "grown": grown}
+                )
+                continue
+            try:
+                foreign = store.read(item.path)
+            except (OSError, SessionTreeError) as exc:
+                failed.append({"sourcePath": item.path, "error": str(exc)})
+                continue
+            try:
+                done = import_session(
+                    foreign, agent_dir=agent, storage=storage, cwd=cwd, again=True, earlier=earlier
+                )
+            except (SessionTreeError, OSError) as exc:
+                failed.append({"sourcePath": item.path, "error": str(exc)})
+                continue
+            imported.append(_summary(done.path, foreign, done.subsessions))
+            record = (foreign.source, foreign.source_id, foreign.path, foreign.size)
+            earlier.append(EarlierImport(done.path, *record))
+    if as_json:
+        emit_json({"imported": imported, "skipped": skipped, "failed": failed})
+    else:
+        changed = sum(1 for s in skipped if s["grown"])
+        note = f" ({changed} grown since: import one with --again)" if changed else ""
+        console.print(
+            Text(
+                f"Imported {len(imported)} {store.name} session(s); {len(skipped)} imported "
+                f"before{note}; {len(failed)} failed"
+            ),
+            soft_wrap=True,
+        )
+        for fail in failed:
+            err_console.print(Text(f"  {fail['sourcePath']}: {fail['error']}"), soft_wrap=True)
+    if failed:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("import")(import_command)

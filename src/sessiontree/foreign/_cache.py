@@ -1,0 +1,115 @@
+"""Foreign listings and import records in the persistent listing cache.
+
+The same SQLite file as the native listing (`<agent dir>/cache/sessions-meta.db`,
+see `sessiontree.discovery`), in tables of its own, with the same rule: a row is
+valid for one file identity (path, size, mtime_ns, inode), and every failure
+degrades to "no cache" (a locked, read-only or damaged database is passed over;
+the file is only a cache and safe to delete). Nothing creates an agent dir just
+to hold a cache.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Callable, Iterable
+from contextlib import closing
+from typing import Any, TypeVar
+
+from ..discovery import CACHE_DB_NAME
+from ..jsonl import loads_line, serialize_entry_bytes
+from ..storage.file import ensure_private_dir
+
+__all__ = ["Identity", "IdentityCache"]
+
+Identity = tuple[int, int, int]  # size, mtime_ns, inode
+T = TypeVar("T")
+
+_TABLES = {
+    "foreign_files": "listing metadata of Claude Code and Codex session files",
+    "foreign_imports": "the foreign_session_import records found in this store's sessions",
+}
+
+
+class IdentityCache:
+    """One table: path -> (identity, JSON value)."""
+
+    def __init__(self, agent_dir: str | None, table: str) -> None:
+        assert table in _TABLES
+        self.table = table
+        self.agent_dir = agent_dir
+        self.path = os.path.join(agent_dir, CACHE_DB_NAME) if agent_dir else None
+
+    def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T | None:
+        if self.path is None or self.agent_dir is None or not os.path.isdir(self.agent_dir):
+            return None
+        try:
+            ensure_private_dir(os.path.dirname(self.path))
+            if not os.path.exists(self.path):
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+                os.close(fd)
+            conn = sqlite3.connect(self.path, timeout=2.0, isolation_level=None)
+        except (OSError, sqlite3.Error):
+            return None
+        try:
+            with closing(conn):
+                conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {self.table} (path TEXT PRIMARY KEY, "
+                    "size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, ino INTEGER NOT NULL, "
+                    "value BLOB NOT NULL) WITHOUT ROWID"
+                )
+                return fn(conn)
+        except (sqlite3.Error, ValueError, TypeError, OSError):
+            return None
+
+    def fetch(self, paths: Iterable[str]) -> dict[str, tuple[Identity, Any]]:
+        """Cached values of `paths` (whatever identity they were stored with)."""
+        wanted = {p for p in paths if _encodable(p)}
+
+        def run(conn: sqlite3.Connection) -> dict[str, tuple[Identity, Any]]:
+            found: dict[str, tuple[Identity, Any]] = {}
+            query = f"SELECT path, size, mtime_ns, ino, value FROM {self.table}"
+            for row in conn.execute(query):
+                if row[0] not in wanted:
+                    continue
+                try:
+                    found[row[0]] = ((row[1], row[2], row[3]), loads_line(row[4]))
+                except (ValueError, UnicodeError):
+                    continue
+            return found
+
+        return self._run(run) or {}
+
+    def store(self, rows: Iterable[tuple[str, Identity, Any]], stale: Iterable[str] = ()) -> None:
+        values = [
+            (path, *identity, serialize_entry_bytes(value))
+            for path, identity, value in rows
+            if _encodable(path)
+        ]
+        gone = [(p,) for p in stale if _encodable(p)]
+        if not values and not gone:
+            return
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(
+                    f"INSERT OR REPLACE INTO {self.table} (path, size, mtime_ns, ino, value) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    values,
+                )
+                conn.executemany(f"DELETE FROM {self.table} WHERE path = ?", gone)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+        self._run(run)
+
+
+def _encodable(path: str) -> bool:
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -1,0 +1,127 @@
+"""Reading another agent's JSONL transcript: every object line, and what was skipped.
+
+Both foreign formats are one JSON object per line. A line that does not parse (a
+torn last line while the agent writes, a damaged byte) is skipped and reported
+with its number, never fatal: the rest of the transcript is still worth reading.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from ..entries import format_iso, parse_iso_ms
+from ..jsonl import loads_line
+
+__all__ = ["Damaged", "Record", "Transcript", "iso", "read_transcript", "timestamp_ms"]
+
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Damaged:
+    """A line that was skipped: its number (1-based) and why."""
+
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One object line of a transcript."""
+
+    line: int
+    value: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Transcript:
+    path: str
+    records: list[Record] = field(default_factory=list)
+    damaged: list[Damaged] = field(default_factory=list)
+    size: int = 0
+
+
+def _lines(path: str) -> Iterator[tuple[int, bytes]]:
+    with open(path, "rb") as f:
+        pending = b""
+        number = 0
+        while True:
+            chunk = f.read(_CHUNK)
+            if not chunk:
+                break
+            data = pending + chunk if pending else chunk
+            parts = data.split(b"\n")
+            pending = parts.pop()
+            for part in parts:
+                number += 1
+                yield number, part
+        if pending:
+            yield number + 1, pending
+
+
+def _parse(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        # orjson refuses lone surrogates and the like that JSON.parse accepts.
+        return loads_line(raw)
+
+
+def _why(line: bytes) -> str:
+    try:
+        line.decode("utf-8")
+    except UnicodeDecodeError:
+        return "not valid UTF-8"
+    return "not valid JSON"
+
+
+def read_transcript(path: str) -> Transcript:
+    """Every JSON object line of `path`; blank lines are ignored, others reported.
+
+    Raises OSError when the file cannot be read at all.
+    """
+    transcript = Transcript(path, size=os.path.getsize(path))
+    for number, raw in _lines(path):
+        line = raw.rstrip(b"\r")
+        if not line.strip():
+            continue
+        if number == 1 and line.startswith(b"\xef\xbb\xbf"):
+            line = line[3:]
+        try:
+            value = _parse(line)
+        except (ValueError, UnicodeError):
+            transcript.damaged.append(Damaged(number, _why(line)))
+            continue
+        if not isinstance(value, dict):
+            transcript.damaged.append(Damaged(number, "not a JSON object"))
+            continue
+        transcript.records.append(Record(number, value))
+    return transcript
+
+
+def timestamp_ms(value: object) -> int | None:
+    """Epoch milliseconds of an ISO string or an epoch number (seconds or ms)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return None
+        number = float(value)
+        return int(number * 1000) if abs(number) < 10_000_000_000 else int(number)
+    return parse_iso_ms(value)
+
+
+def iso(ms: int) -> str:
+    """Epoch milliseconds as the ISO string entries carry."""
+    try:
+        return format_iso(ms)
+    except (OverflowError, OSError, ValueError):
+        return format_iso(0)

@@ -1,0 +1,263 @@
+"""Importing a foreign session: a new v3 session in this agent's store, nothing else.
+
+`import_session` appends the record oh-my-pi's importer writes, a `custom` entry
+`foreign_session_import` with `source`, `sourceId`, `sourcePath` and `sourceCwd`
+(plus `sourceBytes`: how much of the source it read), at the leaf, and persists a
+copy with `SessionManager.persist_copy`: one new file, its images into the blob
+store. Subagents and sidechains go into that file's artifacts directory, each a
+session whose `parentSession` is the new file, as oh-my-pi keeps its subagents.
+
+An import never changes an existing session. A source imported before is refused
+(`AlreadyImportedError`, naming the session that holds it) unless `again=True`;
+that includes a source that has grown since (it says so): a second import is a
+second, complete session, and the first stays as it was. Earlier imports are
+found from the `foreign_session_import` records in this store's sessions, read
+once per file identity and kept in the listing cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..blobs import BlobStore
+from ..errors import SessionTreeError
+from ..jsonl import loads_line
+from ..maintenance import artifacts_dir, session_files
+from ..manager import SessionManager
+from ..paths import get_agent_dir, get_default_session_dir
+from ..storage.base import SessionStorage, read_chunks
+from ..storage.file import FileSessionStorage
+from ._cache import Identity, IdentityCache
+from ._model import ForeignSession
+
+__all__ = [
+    "IMPORT_TYPE",
+    "AlreadyImportedError",
+    "EarlierImport",
+    "ImportedSession",
+    "find_imports",
+    "import_session",
+]
+
+IMPORT_TYPE = "foreign_session_import"
+SUBAGENT_TYPE = "foreign_subagent"
+_MARKER = b'"' + IMPORT_TYPE.encode() + b'"'
+
+
+@dataclass(frozen=True, slots=True)
+class EarlierImport:
+    """A `foreign_session_import` record found in a session of this store."""
+
+    path: str
+    source: str
+    source_id: str
+    source_path: str
+    source_bytes: int | None
+
+
+class AlreadyImportedError(SessionTreeError):
+    """The source was imported before (into `earlier.path`)."""
+
+    def __init__(self, session: ForeignSession, earlier: EarlierImport) -> None:
+        self.earlier = earlier
+        self.grown = earlier.source_bytes is not None and session.size > earlier.source_bytes
+        grown = (
+            f"; the source has grown since ({earlier.source_bytes:,} -> {session.size:,} bytes)"
+            if self.grown
+            else ""
+        )
+        super().__init__(
+            f"{session.path} was imported before, into {earlier.path}{grown}; "
+            "--again imports it again as a new session (the earlier one stays as it is)"
+        )
+
+
+@dataclass(slots=True)
+class ImportedSession:
+    path: str
+    session: ForeignSession
+    subsessions: list[str] = field(default_factory=list)
+
+
+def _records_in(chunks: Iterable[bytes]) -> list[dict[str, Any]]:
+    """The data of every `foreign_session_import` entry in a file's bytes."""
+    found: list[dict[str, Any]] = []
+    pending = b""
+    for chunk in chunks:
+        data = pending + chunk
+        lines = data.split(b"\n")
+        pending = lines.pop()
+        for line in lines:
+            if _MARKER in line:
+                _collect(line, found)
+    if pending and _MARKER in pending:
+        _collect(pending, found)
+    return found
+
+
+def _collect(line: bytes, found: list[dict[str, Any]]) -> None:
+    try:
+        entry = loads_line(line)
+    except (ValueError, UnicodeError):
+        return
+    if (
+        isinstance(entry, dict)
+        and entry.get("type") == "custom"
+        and entry.get("customType") == IMPORT_TYPE
+        and isinstance(entry.get("data"), dict)
+    ):
+        found.append(entry["data"])
+
+
+def find_imports(
+    agent_dir: str | None = None, storage: SessionStorage | None = None
+) -> list[EarlierImport]:
+    """Every import recorded in the store's sessions (artifacts dirs not included)."""
+    agent = agent_dir if agent_dir is not None else get_agent_dir()
+    storage = storage if storage is not None else FileSessionStorage()
+    paths = session_files(agent, nested=False, storage=storage)
+    file_store = isinstance(storage, FileSessionStorage)
+    cache = IdentityCache(agent, "foreign_imports")
+    cached = cache.fetch(paths) if file_store else {}
+    fresh: list[tuple[str, Identity, Any]] = []
+    result: list[EarlierImport] = []
+    for path in paths:
+        try:
+            st = storage.stat(path)
+        except (OSError, ValueError):
+            continue
+        identity: Identity = (st.size, st.mtime_ns or int(st.mtime_ms * 1e6), st.ino)
+        hit = cached.get(path)
+        if hit is not None and tuple(hit[0]) == identity and isinstance(hit[1], list):
+            records = [r for r in hit[1] if isinstance(r, dict)]
+        else:
+            try:
+                records = _records_in(read_chunks(storage, path))
+            except OSError:
+                continue
+            fresh.append((path, identity, records))
+        for data in records:
+            source, source_id = data.get("source"), data.get("sourceId")
+            if not isinstance(source, str) or not isinstance(source_id, str):
+                continue
+            size = data.get("sourceBytes")
+            source_path = data.get("sourcePath")
+            result.append(
+                EarlierImport(
+                    path,
+                    source,
+                    source_id,
+                    source_path if isinstance(source_path, str) else "",
+                    size if isinstance(size, int) and not isinstance(size, bool) else None,
+                )
+            )
+    if fresh and file_store:
+        cache.store(fresh, [p for p in cached if p not in set(paths)])
+    return result
+
+
+def earlier_import(session: ForeignSession, earlier: list[EarlierImport]) -> EarlierImport | None:
+    """The newest earlier import of the same source session, if any."""
+    matches = [
+        e
+        for e in earlier
+        if e.source == session.source
+        and (e.source_id == session.source_id or e.source_path == session.path)
+    ]
+    return max(matches, key=lambda e: e.path) if matches else None
+
+
+def _append_stable(sm: SessionManager, custom_type: str, data: Any, seed: str) -> None:
+    """Append a custom entry at the leaf whose id derives from `seed` (like every other
+    entry of an import), so importing the same source twice gives the same tree."""
+    entry_id = sm.append_custom_entry(custom_type, data)
+    taken = {e["id"] for e in sm.get_entries()}
+    attempt = 0
+    while True:
+        stable = hashlib.blake2b(f"{seed}\0{attempt}".encode(), digest_size=4).hexdigest()
+        if stable == entry_id or stable not in taken:
+            break
+        attempt += 1
+    entry = sm.get_entry(entry_id)
+    assert entry is not None
+    entry["id"] = stable
+    sm.rewrite_entries()
+    sm.branch(stable)
+
+
+def import_session(
+    session: ForeignSession,
+    *,
+    agent_dir: str | None = None,
+    storage: SessionStorage | None = None,
+    cwd: str | None = None,
+    again: bool = False,
+    earlier: list[EarlierImport] | None = None,
+    blob_store: BlobStore | None = None,
+    on_write: Callable[[str], None] | None = None,
+) -> ImportedSession:
+    """Write `session` into the agent dir's store as a new session (see the module doc).
+
+    `earlier`: the store's imports when the caller has them already (`find_imports`).
+    Raises AlreadyImportedError for a source imported before, unless `again`.
+    """
+    agent = agent_dir if agent_dir is not None else get_agent_dir()
+    storage = storage if storage is not None else FileSessionStorage()
+    known = earlier if earlier is not None else find_imports(agent, storage)
+    previous = earlier_import(session, known)
+    if previous is not None and not again:
+        raise AlreadyImportedError(session, previous)
+    if blob_store is None and isinstance(storage, FileSessionStorage):
+        blob_store = BlobStore(os.path.join(agent, "blobs"))
+    sm = session.manager
+    if cwd is None and not session.cwd:
+        cwd = os.getcwd()  # the source names none: file it under this directory's project
+    if cwd is not None:
+        sm.move_to(cwd)
+    record = {**session.import_record(), "sourceBytes": session.size}
+    _append_stable(sm, IMPORT_TYPE, record, f"{session.source_id}\0import")
+    parent = None
+    if session.parent_source_id:
+        forked = [
+            e
+            for e in known
+            if e.source == session.source and e.source_id == session.parent_source_id
+        ]
+        parent = max(forked, key=lambda e: e.path).path if forked else session.parent_source_id
+    directory = get_default_session_dir(sm.get_cwd(), agent)
+    copy = sm.persist_copy(
+        directory,
+        storage,
+        breadcrumb=False,
+        blob_store=blob_store,
+        parent_session=parent,
+    )
+    path = copy.get_session_file()
+    copy.close()
+    assert path is not None
+    if on_write is not None:
+        on_write(path)
+    imported = ImportedSession(path, session)
+    if session.subsessions:
+        where = artifacts_dir(path)
+        assert where is not None
+        for sub in session.subsessions:
+            sub.manager.move_to(sm.get_cwd())
+            data = {"source": session.source, "sourceId": sub.key, "sourcePath": sub.source_path}
+            if sub.tool_call_id:
+                data["toolCallId"] = sub.tool_call_id
+            _append_stable(sub.manager, SUBAGENT_TYPE, data, f"{sub.key}\0import")
+            written = sub.manager.persist_copy(
+                where, storage, breadcrumb=False, blob_store=blob_store, parent_session=path
+            )
+            sub_path = written.get_session_file()
+            written.close()
+            if sub_path is not None:
+                imported.subsessions.append(sub_path)
+                if on_write is not None:
+                    on_write(sub_path)
+    return imported

@@ -1,0 +1,245 @@
+"""A Claude Code or Codex store seen through the `SessionStorage` protocol, read-only.
+
+This is how the CLI's reading commands (`list`, `show`, `tree`, `context`,
+`export`, `search`, `stats`) work on those stores unchanged: every session file
+reads as the v3 session its reader builds (a header with the source's session
+id and start time, then the entries, the leaf last), so the loader, the search
+and the statistics see an ordinary session at the file's real path. Listings
+come from `list_session_meta` (the `SessionIndexStorage` capability), which reads
+only the ends of each file (`listing`). The store appears under
+`<home>/sessions/--<cwd>--/` as an agent dir's sessions do, one directory per
+working directory the sessions were recorded in. Every write raises.
+"""
+
+from __future__ import annotations
+
+import errno
+import fnmatch
+import logging
+import os
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+
+from ..entries import Entry
+from ..errors import SessionTreeError
+from ..jsonl import serialize_entry_bytes
+from ..paths import encode_session_dir_name
+from ..storage.base import SessionMeta, SessionStorageWriter, StorageStat
+from ._model import ForeignSession, NotAForeignSessionError
+from ._records import iso
+from .store import ForeignListing, ForeignStore
+
+__all__ = ["ForeignStorage", "session_bytes"]
+
+log = logging.getLogger("sessiontree")
+
+_VIEWS_KEPT = 4
+
+
+def session_bytes(session: ForeignSession, parent_session: str | None = None) -> bytes:
+    """The session as a v3 file: header, entries in source order, the leaf moved last
+    (a reader takes the last entry as the leaf; the leaf has no children, so moving
+    it changes no branch)."""
+    manager = session.manager
+    entries = manager.get_entries()
+    leaf = manager.get_leaf_id()
+    ordered: list[Entry] = [e for e in entries if e.get("id") != leaf]
+    ordered += [e for e in entries if e.get("id") == leaf]
+    lines = [serialize_entry_bytes(session.header(parent_session))]
+    lines += [serialize_entry_bytes(e) for e in ordered]
+    return b"\n".join(lines) + b"\n"
+
+
+class ForeignStorage:
+    """`SessionStorage` + `SessionIndexStorage` over a `ForeignStore` (see the module doc)."""
+
+    def __init__(self, store: ForeignStore) -> None:
+        self.store = store
+        self.sessions_root = os.path.join(store.home, "sessions")
+        self._views: OrderedDict[str, tuple[tuple[int, int, int], bytes]] = OrderedDict()
+        self._listing: list[ForeignListing] | None = None
+
+    def __repr__(self) -> str:
+        return f"ForeignStorage({self.store.agent}, {self.store.home!r})"
+
+    # ------------------------------------------------------------------ layout
+
+    def _all(self) -> list[ForeignListing]:
+        if self._listing is None:
+            self._listing = self.store.list()
+        return self._listing
+
+    def _dir_of(self, item: ForeignListing) -> str:
+        return os.path.join(self.sessions_root, encode_session_dir_name(item.meta.cwd or "/"))
+
+    def _virtual(self, directory: str) -> bool:
+        """A `--<cwd>--` directory (a Codex home's real `sessions/2025` is not one)."""
+        directory = os.path.normpath(directory)
+        parent, name = os.path.split(directory)
+        return parent == os.path.normpath(self.sessions_root) and name.startswith("--")
+
+    def _is_session_file(self, path: str) -> bool:
+        return path.endswith(".jsonl") and self.store.owns(path) and os.path.isfile(path)
+
+    def _in(self, directory: str | None) -> list[ForeignListing]:
+        items = self._all()
+        if directory is None:
+            return items
+        directory = os.path.normpath(os.path.abspath(directory))
+        if self._virtual(directory):
+            return [i for i in items if self._dir_of(i) == directory]
+        return [i for i in items if os.path.dirname(i.path) == directory]
+
+    # ------------------------------------------------------------------ reading
+
+    def _view(self, path: str) -> bytes:
+        path = os.path.abspath(path)
+        if not self._is_session_file(path):
+            raise FileNotFoundError(2, "No such session file", path)
+        st = os.stat(path)
+        identity = (st.st_size, st.st_mtime_ns, st.st_ino)
+        kept = self._views.get(path)
+        if kept is not None and kept[0] == identity:
+            self._views.move_to_end(path)
+            return kept[1]
+        try:
+            session = self.store.read(path, subagents=False)
+        except NotAForeignSessionError:
+            # An OSError, as for any unreadable file: search and stats pass over it.
+            raise OSError(errno.EINVAL, f"not a {self.store.name} session file", path) from None
+        if session.damaged:
+            shown = ", ".join(str(d) for d in session.damaged[:3])
+            more = f" and {len(session.damaged) - 3} more" if len(session.damaged) > 3 else ""
+            log.warning("%s: skipped %s%s", path, shown, more)
+        parent = None
+        if session.parent_source_id:
+            sibling = os.path.join(os.path.dirname(path), f"{session.parent_source_id}.jsonl")
+            parent = sibling if os.path.isfile(sibling) else session.parent_source_id
+        data = session_bytes(session, parent)
+        self._views[path] = (identity, data)
+        while len(self._views) > _VIEWS_KEPT:
+            self._views.popitem(last=False)
+        return data
+
+    def exists(self, path: str) -> bool:
+        path = os.path.normpath(os.path.abspath(path))
+        if path in (os.path.normpath(self.store.home), os.path.normpath(self.sessions_root)):
+            return True
+        if self._virtual(path):
+            return bool(self._in(path))
+        return self._is_session_file(path) or (
+            os.path.isdir(path) and (self.store.owns(path) or path in self.store.roots)
+        )
+
+    def stat(self, path: str) -> StorageStat:
+        path = os.path.abspath(path)
+        if not self._is_session_file(path):
+            raise FileNotFoundError(2, "No such session file", path)
+        st = os.stat(path)
+        return StorageStat(
+            size=st.st_size,
+            mtime=datetime.fromtimestamp(st.st_mtime, UTC),
+            mtime_ms=st.st_mtime * 1000,
+            mtime_ns=st.st_mtime_ns,
+            ino=st.st_ino,
+            nlink=st.st_nlink,
+        )
+
+    def list_files(self, dir: str, pattern: str) -> list[str]:
+        directory = os.path.normpath(os.path.abspath(dir))
+        if self._virtual(directory):
+            paths = [i.path for i in self._in(directory)]
+        else:
+            # A real directory: every transcript in it (a subagent's too, by its path).
+            try:
+                names = os.listdir(directory)
+            except OSError:
+                return []
+            paths = [os.path.join(directory, n) for n in names]
+            paths = [p for p in paths if self._is_session_file(p)]
+        return sorted(p for p in paths if fnmatch.fnmatchcase(os.path.basename(p), pattern))
+
+    def list_dirs(self, dir: str) -> list[str]:
+        if os.path.normpath(os.path.abspath(dir)) == os.path.normpath(self.sessions_root):
+            return sorted({self._dir_of(i) for i in self._all()})
+        return []
+
+    def read_text(self, path: str) -> str:
+        return self._view(path).decode("utf-8", "surrogateescape")
+
+    def read_text_prefix(self, path: str, max_bytes: int) -> str:
+        return self._view(path)[:max_bytes].decode("utf-8", "ignore")
+
+    def iter_chunks(self, path: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+        data = self._view(path)
+        for start in range(0, len(data), chunk_size):
+            yield data[start : start + chunk_size]
+
+    def read_bytes_range(self, path: str, offset: int, length: int) -> bytes:
+        data = self._view(path)
+        if offset < 0:
+            offset = max(len(data) + offset, 0)
+        return data[offset : offset + length]
+
+    def list_session_meta(
+        self, dir: str | None = None, *, with_text: bool = False
+    ) -> list[SessionMeta]:
+        """Listing metadata from the ends of each file (never whole transcripts)."""
+        metas = []
+        for item in sorted(self._in(dir), key=lambda i: i.path):
+            meta = item.meta
+            st_mtime = item.mtime_ns / 1e9
+            metas.append(
+                SessionMeta(
+                    path=item.path,
+                    size=item.size,
+                    line_count=0,
+                    mtime=datetime.fromtimestamp(st_mtime, UTC),
+                    mtime_ns=item.mtime_ns,
+                    valid=True,
+                    ino=item.ino,
+                    id=meta.id,
+                    cwd=meta.cwd,
+                    title=meta.title,
+                    title_source=meta.title_source,
+                    parent_session=meta.parent,
+                    created=iso(meta.created_ms) if meta.created_ms is not None else None,
+                    message_count=meta.message_count,
+                    first_message=meta.first_message,
+                    last_activity_ms=meta.last_activity_ms,
+                )
+            )
+        return metas
+
+    # ------------------------------------------------------------------ writing
+
+    def _refuse(self, path: str) -> SessionTreeError:
+        return SessionTreeError(
+            f"{path}: the {self.store.name} store is read-only here "
+            "(`sessiontree import` copies a session into this agent's store)"
+        )
+
+    def ensure_dir(self, path: str) -> None:
+        raise self._refuse(path)
+
+    def write_text(self, path: str, content: str) -> None:
+        raise self._refuse(path)
+
+    def rename(self, path: str, new_path: str) -> None:
+        raise self._refuse(path)
+
+    def unlink(self, path: str) -> None:
+        raise self._refuse(path)
+
+    def open_writer(self, path: str, flags: str = "a") -> SessionStorageWriter:
+        raise self._refuse(path)
+
+    def write_atomic(self, path: str, chunks: Iterable[bytes]) -> StorageStat | None:
+        raise self._refuse(path)
+
+    def fsync_dir(self, path: str) -> None:
+        raise self._refuse(path)
+
+    def remove_tree(self, path: str) -> None:
+        raise self._refuse(path)

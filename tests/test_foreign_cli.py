@@ -1,0 +1,362 @@
+"""`--agent claude|codex` (reading commands on those stores, read-only) and `import`."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import foreign_support as fs
+from conftest import SHARED_FIXTURES, unavailable
+from sessiontree import SessionManager, load_entries_from_file
+from sessiontree.cli import app
+from sessiontree.foreign import read_claude_session, read_codex_session
+from sessiontree.foreign import store as store_module
+from sessiontree.foreign.store import ForeignStore
+
+runner = CliRunner()
+FOREIGN = SHARED_FIXTURES / "foreign"
+REWIND = "entireio__cli__de__22551397e1__0__full.jsonl"
+SKILLS = "entireio__skills__15__94d668ead7__0__raw_transcript.jsonl"
+
+
+@pytest.fixture
+def stores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """The real files laid out as the agents store them, plus the generated shapes;
+    CLAUDE_CONFIG_DIR and CODEX_HOME point at them."""
+    if not FOREIGN.is_dir():
+        unavailable(f"shared fixtures {FOREIGN} are missing")
+    claude, codex, placed = fs.layout(FOREIGN, tmp_path / "stores")
+    subagent = fs.claude_subagent_session(claude / "projects")
+    fork = fs.claude_fork(claude / "projects")
+    parent, child = fs.codex_rollouts(codex)
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(claude))
+    monkeypatch.setenv("CODEX_HOME", str(codex))
+    monkeypatch.setenv("COLUMNS", "200")
+    return {
+        "claude": claude,
+        "codex": codex,
+        "placed": placed,
+        "subagent": subagent,
+        "fork": fork,
+        "codex_parent": parent,
+        "codex_child": child,
+    }
+
+
+def run(*args: str) -> Any:
+    result = runner.invoke(app, list(args))
+    assert "Traceback" not in result.output, result.output
+    return result
+
+
+def as_json(*args: str) -> dict[str, Any]:
+    result = run(*args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    return {
+        str(p): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        for p in sorted(root.rglob("*"))
+    }
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def test_list_a_claude_code_store(stores: dict[str, Any]) -> None:
+    doc = as_json("--agent", "claude", "list", "--all", "--limit", "0")
+    paths = {s["path"] for s in doc["sessions"]}
+    assert str(stores["placed"][REWIND]) in paths
+    assert str(stores["subagent"]) in paths
+    # A subagent's transcript is not a session of its own.
+    assert not any("subagents" in p for p in paths)
+    rewind = next(s for s in doc["sessions"] if s["path"] == str(stores["placed"][REWIND]))
+    assert rewind["id"] == "20b81bf8-77cd-4205-8ac9-727b573a70e4"
+    assert rewind["cwd"] == "/Users/soph/Work/entire/devenv/cli"
+    assert rewind["created"] == "2026-01-20T15:42:19.685Z"
+    fork = next(s for s in doc["sessions"] if s["path"] == str(stores["fork"]))
+    assert fork["title"] == "Find the bug (fork)"
+    assert fork["messageCount"] == 2
+
+
+def test_list_this_projects_sessions_only(stores: dict[str, Any], tmp_path: Path) -> None:
+    project = tmp_path / "work-app"
+    project.mkdir()
+    previous = os.getcwd()
+    os.chdir(project)
+    try:
+        # The generated sessions were recorded in /work/app; none here.
+        assert as_json("--agent", "claude", "list")["total"] == 0
+    finally:
+        os.chdir(previous)
+
+
+def test_show_tree_context_of_a_claude_session(stores: dict[str, Any]) -> None:
+    path = stores["placed"][REWIND]
+    session = read_claude_session(str(path))
+    show = as_json("--agent", "claude", "show", "20b81bf8")
+    assert show["path"] == str(path)
+    assert show["id"] == session.source_id
+    assert show["entries"] == len(session.manager.get_entries())
+    assert show["leafId"] == session.manager.get_leaf_id()
+    assert show["branchPoints"] == 1
+    tree = as_json("--agent", "claude", "tree", str(path))
+    assert [e["id"] for e in tree["entries"]][-1] == session.manager.get_leaf_id()
+    context = as_json("--agent", "claude", "context", "20b81bf8")
+    assert context["messages"] == session.manager.build_session_context().messages
+    # Another leaf, by the id `tree` showed: ids are the same in every run.
+    other = next(e["id"] for e in tree["entries"] if not e["onActivePath"] and e["role"] == "user")
+    at = as_json("--agent", "claude", "context", "20b81bf8", "--leaf", other)
+    assert at["leafId"] == other and at["messages"] != context["messages"]
+
+
+def test_export_search_stats_of_a_codex_store(stores: dict[str, Any]) -> None:
+    result = run("--agent", "codex", "export", "019df94c", "-f", "md")
+    assert result.exit_code == 0 and "check out main; pull the latest" in result.stdout
+    exported = run("--agent", "codex", "export", "019df94c", "-f", "jsonl")
+    lines = [json.loads(x) for x in exported.stdout.splitlines()]
+    assert lines[0]["type"] == "session" and lines[0]["cwd"] == "/Users/rizel/Documents/work/skills"
+    hits = as_json("--agent", "codex", "search", "explain", "--all")["hits"]
+    assert hits and {h["sessionId"] for h in hits} >= {"019df94c-2cb3-7ca0-9b30-dc36c840bfcc"}
+    stats = as_json("--agent", "codex", "stats", "--all")
+    summed = 0
+    for path in stores["codex"].rglob("rollout-*.jsonl"):
+        for e in read_codex_session(str(path)).manager.get_entries():
+            if e["type"] == "message" and e["message"]["role"] == "assistant":
+                summed += e["message"]["usage"]["output"]
+    assert stats["usage"]["output"] == summed > 0
+    assert stats["usage"]["cost"] == 0
+
+
+def test_agent_dir_is_detected(stores: dict[str, Any]) -> None:
+    by_dir = as_json("--agent-dir", str(stores["codex"]), "list", "--all", "--limit", "0")
+    by_name = as_json("--agent", "codex", "list", "--all", "--limit", "0")
+    assert by_dir == by_name and by_dir["total"] == 12
+    projects = as_json("--agent-dir", str(stores["claude"] / "projects"), "list", "--all")
+    assert projects["total"] == as_json("--agent", "claude", "list", "--all")["total"]
+
+
+def test_agent_names_a_native_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with SessionManager.create(
+        "/work/app", str(tmp_path / ".pi/agent/sessions/--work-app--")
+    ) as sm:
+        sm.append_message({"role": "user", "content": "from pi", "timestamp": 1})
+        sm.append_message({"role": "assistant", "content": [], "timestamp": 2})
+    doc = as_json("--agent", "pi", "list", "--all")
+    assert [s["firstMessage"] for s in doc["sessions"]] == ["from pi"]
+    assert run("--agent", "nobody", "list").exit_code == 2
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["rename", "20b81bf8", "new name"],
+        ["rm", "20b81bf8", "--yes"],
+        ["migrate", "--all"],
+        ["repair", "20b81bf8", "--in-place"],
+        ["verify", "--all"],
+        ["gc", "--delete"],
+        ["fork", "20b81bf8"],
+        ["import", "20b81bf8", "--from", "claude"],
+    ],
+)
+def test_a_foreign_store_is_never_written(stores: dict[str, Any], args: list[str]) -> None:
+    before = snapshot(stores["claude"])
+    result = run("--agent", "claude", *args)
+    assert result.exit_code == 2
+    assert "only reads" in result.output and "sessiontree import --from claude" in result.output
+    assert snapshot(stores["claude"]) == before
+
+
+def test_listing_reads_no_whole_transcript(
+    stores: dict[str, Any], monkeypatch: pytest.MonkeyPatch, agent_dir: Path
+) -> None:
+    """`list` reads the ends of each file, once: the readers are never called, and a
+    second listing in a fresh store object comes from the persistent cache."""
+    agent_dir.mkdir(parents=True)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a listing read a whole transcript")
+
+    monkeypatch.setattr(store_module, "read_claude_session", refuse)
+    monkeypatch.setattr(store_module, "read_codex_session", refuse)
+    first = as_json("--agent", "claude", "list", "--all", "--limit", "0")
+    assert (agent_dir / "cache" / "sessions-meta.db").is_file()
+    monkeypatch.setattr(store_module, "scan_claude", refuse)
+    again = as_json("--agent", "claude", "list", "--all", "--limit", "0")
+    assert again == first
+    fresh = ForeignStore.default("claude", str(agent_dir)).list()
+    assert len(fresh) == first["total"]
+
+
+def test_a_large_file_lists_an_estimate_and_shows_the_count(stores: dict[str, Any]) -> None:
+    path = stores["placed"]["entireio__cli__26__dcd5518fea__0__full.jsonl"]
+    listed = as_json("--agent", "claude", "list", "--all", "--limit", "0")
+    item = next(s for s in listed["sessions"] if s["path"] == str(path))
+    exact = sum(
+        1 for e in read_claude_session(str(path)).manager.get_entries() if e["type"] == "message"
+    )
+    assert exact / 2 <= item["messageCount"] <= exact * 2
+    shown = as_json("--agent", "claude", "show", str(path))
+    assert sum(shown["roles"].values()) == exact
+
+
+# ----------------------------------------------------------------------------- import
+
+
+def test_import_writes_one_session_and_refuses_a_second_time(
+    stores: dict[str, Any], agent_dir: Path
+) -> None:
+    source = stores["placed"][REWIND]
+    done = as_json("import", "20b81bf8", "--from", "claude")
+    path = Path(done["path"])
+    assert path.parent == agent_dir / "sessions" / "--Users-soph-Work-entire-devenv-cli--"
+    entries = load_entries_from_file(str(path))
+    header, last = entries[0], entries[-1]
+    assert header["version"] == 3 and "parentSession" not in header
+    assert (last["type"], last["customType"]) == ("custom", "foreign_session_import")
+    assert last["data"] == {
+        "source": "claude",
+        "sourceId": "20b81bf8-77cd-4205-8ac9-727b573a70e4",
+        "sourcePath": str(source),
+        "sourceCwd": "/Users/soph/Work/entire/devenv/cli",
+        "sourceBytes": source.stat().st_size,
+    }
+    with SessionManager.open(str(path), read_only=True) as sm:
+        assert sm.get_leaf_id() == last["id"]
+        read = read_claude_session(str(source)).manager
+        assert sm.build_session_context().messages == read.build_session_context().messages
+    before = snapshot(agent_dir / "sessions")
+    refused = run("import", str(source), "--from", "claude")
+    assert refused.exit_code == 1
+    assert f"imported before, into {path}" in refused.output
+    assert "grown" not in refused.output
+    assert snapshot(agent_dir / "sessions") == before
+    again = as_json("import", str(source), "--from", "claude", "--again")
+    assert again["path"] != str(path) and Path(again["path"]).is_file()
+
+
+def test_a_grown_source_says_so(stores: dict[str, Any], agent_dir: Path) -> None:
+    source = stores["fork"]
+    as_json("import", str(source), "--from", "claude")
+    with open(source, "a", encoding="utf-8") as f:
+        f.write(
+            json.dumps({"type": "ai-title", "sessionId": fs.CLAUDE_FORK, "aiTitle": "x"}) + "\n"
+        )
+    refused = run("import", str(source), "--from", "claude")
+    assert refused.exit_code == 1 and "has grown since" in refused.output
+
+
+def test_import_subagents_into_the_artifacts_dir(stores: dict[str, Any]) -> None:
+    done = as_json("import", fs.CLAUDE_SESSION[:8], "--from", "claude")
+    (sub,) = done["subsessions"]
+    assert Path(sub).parent == Path(done["path"][: -len(".jsonl")])
+    header = load_entries_from_file(sub)[0]
+    assert header["parentSession"] == done["path"] and header["title"] == "Find the bug"
+    last = load_entries_from_file(sub)[-1]
+    assert last["customType"] == "foreign_subagent"
+    assert last["data"]["toolCallId"] == "toolu_task"
+    # The list of this store shows the session, not its subagent.
+    listed = as_json("list", "--all")["sessions"]
+    assert [s["path"] for s in listed] == [done["path"]]
+
+
+def test_import_codex_with_an_image_and_its_fork(stores: dict[str, Any], agent_dir: Path) -> None:
+    parent = as_json("import", fs.CODEX_PARENT, "--from", "codex")
+    entries = load_entries_from_file(parent["path"])
+    image = next(
+        b
+        for e in entries
+        if e["type"] == "message" and isinstance(e["message"]["content"], list)
+        for b in e["message"]["content"]
+        if b["type"] == "image"
+    )
+    assert image["data"].startswith("blob:sha256:")
+    assert (agent_dir / "blobs" / image["data"][len("blob:sha256:") :]).is_file()
+    with SessionManager.open(parent["path"], read_only=True) as sm:
+        restored = sm.get_entry(
+            next(
+                e["id"]
+                for e in entries
+                if e["type"] == "message" and e["message"]["role"] == "user"
+            )
+        )
+        assert restored is not None
+        assert restored["message"]["content"][1]["data"] == fs.PNG
+    assert entries[0]["title"] == "Screenshot colors"
+    child = as_json("import", str(stores["codex_child"]), "--from", "codex", "--cwd", "/elsewhere")
+    header = load_entries_from_file(child["path"])[0]
+    assert header["parentSession"] == parent["path"]
+    assert header["cwd"] == "/elsewhere"
+    assert "--elsewhere--" in child["path"]
+
+
+def test_import_all_then_nothing_new(stores: dict[str, Any], agent_dir: Path) -> None:
+    first = as_json("import", "--all", "--from", "codex")
+    assert len(first["imported"]) == 12 and not first["failed"] and not first["skipped"]
+    with open(stores["codex_child"], "a", encoding="utf-8") as f:
+        f.write(json.dumps({"timestamp": "2026-06-05T05:00:00.000Z", "type": "x", "payload": {}}))
+        f.write("\n")
+    second = as_json("import", "--all", "--from", "codex")
+    assert second["imported"] == [] and len(second["skipped"]) == 12
+    assert {s["importedAs"] for s in second["skipped"]} == {i["path"] for i in first["imported"]}
+    assert [s["sourcePath"] for s in second["skipped"] if s["grown"]] == [
+        str(stores["codex_child"])
+    ]
+    text = run("import", "--all", "--from", "codex")
+    assert text.exit_code == 0
+    assert "Imported 0 Codex session(s); 12 imported before (1 grown since" in text.output
+
+
+def test_import_arguments(stores: dict[str, Any]) -> None:
+    assert run("import", "20b81bf8").exit_code == 2  # no --from
+    assert run("import", "--from", "claude").exit_code == 2  # neither SESSION nor --all
+    assert run("import", "zzzz", "--from", "claude").exit_code == 1
+    assert run("import", "/nowhere/x.jsonl", "--from", "claude").exit_code == 1
+    assert run("import", "x", "--from", "gemini").exit_code == 2
+
+
+def test_a_subagent_transcript_reads_by_its_path(stores: dict[str, Any]) -> None:
+    agent = stores["subagent"].with_suffix("") / "subagents" / "agent-a5f0c2.jsonl"
+    shown = as_json("--agent", "claude", "show", str(agent))
+    assert shown["roles"] == {"user": 1, "assistant": 2}
+
+
+def test_no_store_where_the_agent_keeps_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path / "nothing"))
+    result = run("--agent", "claude", "list")
+    assert result.exit_code == 1
+    assert f"no Claude Code sessions found (looked in {tmp_path / 'nothing' / 'projects'})" in (
+        result.output
+    )
+
+
+def test_a_session_without_a_cwd_goes_under_this_directory(
+    stores: dict[str, Any], tmp_path: Path, agent_dir: Path
+) -> None:
+    legacy = FOREIGN / "codex" / "AcidicSoil__codex-session-viewer__docs__example.jsonl"
+    lines = legacy.read_text(encoding="utf-8").splitlines()
+    # The same rollout without the environment message that names its cwd.
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text(
+        "\n".join(line for line in lines if "<environment_context>" not in line) + "\n",
+        encoding="utf-8",
+    )
+    here = tmp_path / "here"
+    here.mkdir()
+    previous = os.getcwd()
+    os.chdir(here)
+    try:
+        done = as_json("import", str(bare), "--from", "codex")
+    finally:
+        os.chdir(previous)
+    assert load_entries_from_file(done["path"])[0]["cwd"] == str(here)
