@@ -22,7 +22,7 @@ from typer.core import TyperGroup
 
 from ..errors import AmbiguousSessionError, SessionTreeError
 from ..stores import STORE_ENV, file_store_dir
-from . import commands_inspect, commands_integrity, commands_manage
+from . import commands_inspect, commands_integrity, commands_manage, commands_usage
 from .common import (
     EXIT_AMBIGUOUS,
     EXIT_ERROR,
@@ -197,6 +197,7 @@ def demo(
 commands_inspect.register(app)
 commands_manage.register(app)
 commands_integrity.register(app)
+commands_usage.register(app)
 
 
 def main() -> None:
