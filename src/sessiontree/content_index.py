@@ -13,7 +13,8 @@ per session file, what `search` and the usage reports need:
   query must be a trigram of any text that contains it, so a query's trigrams
   select a superset of the matching entries, in the index's key order. The key
   of an entry is its time (epoch ms, moved up to the next free number on a
-  collision), so the newest entries come first and a time range is a key range.
+  collision), so the newest entries come first (`search` restores the exact
+  order of entries moved past another) and a time range is a key range.
 * ``usage`` and ``imports``: each assistant message's usage and each
   `foreign_session_import` marker, for `sessiontree.usage_report`.
 
@@ -137,6 +138,8 @@ class Candidate:
     entry_id: str | None
     role: str
     timestamp: int | None
+    key: int
+    """The index's key: at or after `timestamp`, before the key of any later entry's."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,7 +351,7 @@ def _add_entry(
             )
         )
         rows.texts.append(stored)
-        rows.order.append(ts if ts is not None else order)
+        rows.order.append(ts if ts is not None else 0)  # no time: after every timed entry
         st.text_bytes += size
     kind = entry.get("type")
     if kind == "message":
@@ -940,7 +943,7 @@ class ContentIndex:
         if not trigrams:
             raise ValueError("a query needs at least one trigram")
         sql = [
-            "SELECT e.file, e.line, e.offset, e.length, e.entry_id, e.role, e.ts "
+            "SELECT e.file, e.line, e.offset, e.length, e.entry_id, e.role, e.ts, e.key "
             "FROM fts JOIN entries e ON e.key = fts.rowid WHERE fts MATCH ?"
         ]
         args: list[object] = [_match_expression(trigrams)]
@@ -963,11 +966,13 @@ class ContentIndex:
         names = self._file_names()
         cursor = conn.execute(" ".join(sql), args)
         try:
-            for file_id, line, offset, length, entry_id, role, ts in cursor:
+            for file_id, line, offset, length, entry_id, role, ts, key in cursor:
                 name = names.get(file_id)
                 if name is None:
                     continue
-                yield Candidate(name[0], name[1], name[2], line, offset, length, entry_id, role, ts)
+                yield Candidate(
+                    name[0], name[1], name[2], line, offset, length, entry_id, role, ts, key
+                )
         finally:
             cursor.close()
 

@@ -659,11 +659,7 @@ def _indexed(
     uncovered = [s for s in sources if s.path not in ids]
     # Files the index does not hold as they are now: read them (a vanished file
     # is skipped there too).
-    scanned = sorted(
-        _scan(uncovered, matcher, filters, storage, None),
-        key=lambda hit: hit.timestamp if hit.timestamp is not None else -1,
-        reverse=True,
-    )
+    scanned = sorted(_scan(uncovered, matcher, filters, storage, None), key=_time, reverse=True)
     if refreshed.stale:
         notes.append(
             f"{len(refreshed.stale)} file(s) the index could not bring up to date were read"
@@ -684,8 +680,8 @@ def _indexed(
         loaded,
     )
     merged = heapq.merge(
-        ((hit.timestamp if hit.timestamp is not None else -1, n, hit) for n, hit in verified),
-        ((hit.timestamp if hit.timestamp is not None else -1, 0, hit) for hit in scanned),
+        ((_time(hit), n, hit) for n, hit in enumerate(_in_time_order(verified))),
+        ((_time(hit), 0, hit) for hit in scanned),
         key=lambda item: item[0],
         reverse=True,
     )
@@ -698,6 +694,22 @@ def _indexed(
     return SearchResult(hits, mode, notes, scanned=len(uncovered), refreshed=refreshed)
 
 
+def _time(hit: SearchHit) -> int:
+    return hit.timestamp if hit.timestamp is not None else -1
+
+
+def _in_time_order(keyed: Iterator[tuple[int, SearchHit]]) -> Iterator[SearchHit]:
+    """Hits newest first from hits in key order. A key is at or after its entry's time
+    and every later key is smaller, so a hit held back can go once the keys pass it."""
+    held: list[tuple[int, int, SearchHit]] = []
+    for n, (key, hit) in enumerate(keyed):
+        heapq.heappush(held, (-_time(hit), n, hit))
+        while held and -held[0][0] >= key:
+            yield heapq.heappop(held)[2]
+    while held:
+        yield heapq.heappop(held)[2]
+
+
 def _verify(
     candidates: Iterator[Candidate],
     matcher: _Matcher,
@@ -708,7 +720,7 @@ def _verify(
 ) -> Iterator[tuple[int, SearchHit]]:
     """The candidates whose entry, read again from its file, matches."""
     loaders = {s.path: s.load for s in sources if s.load is not None}
-    for n, candidate in enumerate(candidates):
+    for candidate in candidates:
         entry = _candidate_entry(candidate, storage, loaders, loaded)
         if entry is None:
             continue
@@ -718,7 +730,7 @@ def _verify(
             candidate.path, candidate.session_id, entry, candidate.line, matcher, filters
         )
         if hit is not None:
-            yield n, hit
+            yield candidate.key, hit
 
 
 def _candidate_entry(
