@@ -15,12 +15,12 @@ One library for `sessiontree usage`, `sessiontree stats` and the web viewer:
    * **R2 split replies**: within a file, assistant messages that carry the same
      `responseId` (another agent's reply written as several lines) are one
      reply: the one with the most tokens counts (the first of equals).
-   * **R3 forks**: a session whose header names a visible parent
-     (`parentSession`, a path or a session id; followed up to the first
-     session without a visible parent) repeats the parent's entries. A reply
-     whose entry id and time an ancestor (or an earlier copy in the same line
-     of descent) already holds is a copy and not counted again; parents are
-     counted before their forks.
+   * **R3 forks**: a session whose header names a parent (`parentSession`, a
+     path or a session id) repeats the parent's entries. Parents are followed
+     up to the first session without a visible parent; that one, or the id of
+     the parent it names when that file is gone, is the line of descent. A
+     reply whose entry id and time an earlier session of the same line (a
+     parent before its forks) already holds is a copy and not counted again.
    * **R4 imports**: a session holding a `foreign_session_import` marker
      (`custom` entry) copied another agent's session `sourceId`. Its copied
      replies are those before the marker, or for markers of version 2+ those
@@ -239,7 +239,7 @@ def count_once(
         kept[index] = _within_file(session.records, dups)
     _imports(valid, kept, dups)
     out: list[tuple[SessionUsage, UsageRecord]] = []
-    seen_by_root: dict[int, set[tuple[str, int | None]]] = {}
+    seen_by_root: dict[tuple[str, object], set[tuple[str, int | None]]] = {}
     order, roots = _ancestors_first(valid)
     for index in order:
         root = roots[index]
@@ -354,12 +354,24 @@ def _parents(sessions: list[SessionUsage]) -> list[int | None]:
     return out
 
 
-def _ancestors_first(sessions: list[SessionUsage]) -> tuple[list[int], dict[int, int]]:
-    """Session indexes with every visible parent before its forks, and each one's root
-    (the first ancestor without a visible parent; a cycle is cut where it closes)."""
+def _reference_id(parent: str) -> str:
+    """The session id a `parentSession` names: an id, or a path `<time>_<id>.jsonl`."""
+    name = os.path.basename(parent)
+    if name.endswith(".jsonl") and "_" in name:
+        return name[: -len(".jsonl")].rsplit("_", 1)[1]
+    return parent
+
+
+def _ancestors_first(
+    sessions: list[SessionUsage],
+) -> tuple[list[int], dict[int, tuple[str, object]]]:
+    """Session indexes with every visible parent before its forks, and each one's line
+    of descent: its first ancestor without a visible parent, or, when that one names a
+    parent nobody can see (deleted), that parent's id, so its forks still share what
+    they copied from it. A cycle is cut where it closes."""
     parents = _parents(sessions)
     order: list[int] = []
-    roots: dict[int, int] = {}
+    roots: dict[int, tuple[str, object]] = {}
     state = [0] * len(sessions)  # 0 new, 1 on the current chain, 2 placed
     for start in range(len(sessions)):
         chain = []
@@ -368,10 +380,15 @@ def _ancestors_first(sessions: list[SessionUsage]) -> tuple[list[int], dict[int,
             state[node] = 1
             chain.append(node)
             node = parents[node]
-        # `node` is placed already (its root known), or None / on this chain (a cycle).
-        root = (
-            roots[node] if node is not None and state[node] == 2 else chain[-1] if chain else start
-        )
+        root: tuple[str, object]
+        if node is not None and state[node] == 2:
+            root = roots[node]
+        elif node is None and chain:
+            top = chain[-1]
+            missing = sessions[top].file.parent
+            root = ("ref", _reference_id(missing)) if missing else ("session", top)
+        else:
+            root = ("session", chain[-1] if chain else start)
         for n in reversed(chain):
             state[n] = 2
             roots[n] = root
