@@ -43,7 +43,9 @@ def reply(
     provider: str = "anthropic",
     response_id: str | None = None,
 ) -> dict[str, Any]:
-    usage: dict[str, Any] = dict(zip(("input", "output", "cacheRead", "cacheWrite"), tokens))
+    usage: dict[str, Any] = dict(
+        zip(("input", "output", "cacheRead", "cacheWrite"), tokens, strict=True)
+    )
     if cost is not None:
         usage["cost"] = {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": cost}
     message: dict[str, Any] = {
