@@ -119,7 +119,7 @@ def test_the_index_finds_what_a_brute_force_scan_finds(
         assert len(result.hits) == len(expected)
         scan = search_sessions(paths, query, regex=regex, case_sensitive=case_sensitive)
         assert {(h.path, h.line) for h in scan} == expected
-        if result.mode != "scan" and len(result.hits) > 1:  # newest first
+        if len(result.hits) > 1:  # newest first
             times = [h.timestamp or 0 for h in result.hits]
             assert times == sorted(times, reverse=True)
 

@@ -1094,7 +1094,7 @@ def _prepare(conn: sqlite3.Connection) -> None:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if not _TABLES <= tables:
             raise _Corrupt("tables missing")
-        conn.execute("PRAGMA synchronous=NORMAL")
+        _tune(conn)
         return
     if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
         raise _Corrupt("not the content index (or another version of it)")
@@ -1110,7 +1110,12 @@ def _prepare(conn: sqlite3.Connection) -> None:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
-    conn.execute("PRAGMA synchronous=NORMAL")
+    _tune(conn)
+
+
+def _tune(conn: sqlite3.Connection) -> None:
+    conn.execute("PRAGMA synchronous=NORMAL")  # a lost commit is re-read from the files
+    conn.execute("PRAGMA journal_size_limit=4194304")  # the -wal file shrinks back after a build
 
 
 def _delete_db(path: str) -> None:

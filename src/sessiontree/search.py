@@ -572,8 +572,7 @@ def search(
         if index is None:
             notes.append("the content index cannot be opened or created: every session was read")
     if index is None or not trigrams:
-        hits = list(_scan(srcs, matcher, filters, storage, limit))
-        return SearchResult(hits, "scan", notes, scanned=len(srcs))
+        return _scanned(srcs, matcher, filters, storage, limit, notes)
     try:
         for attempt in range(2):
             try:
@@ -591,8 +590,20 @@ def search(
     finally:
         index.close()
     notes.append("the content index could not be read: every session was read")
-    hits = list(_scan(srcs, matcher, filters, storage, limit))
-    return SearchResult(hits, "scan", notes, scanned=len(srcs))
+    return _scanned(srcs, matcher, filters, storage, limit, notes)
+
+
+def _scanned(
+    sources: list[SessionSource],
+    matcher: _Matcher,
+    filters: _Filters,
+    storage: SessionStorage,
+    limit: int | None,
+    notes: list[str],
+) -> SearchResult:
+    """Every file read; hits newest first, as the index answers (file order for ties)."""
+    hits = sorted(_scan(sources, matcher, filters, storage, None), key=_order)
+    return SearchResult(hits[:limit], "scan", notes, scanned=len(sources))
 
 
 def _trigrams(matcher: _Matcher) -> list[str]:
@@ -659,7 +670,7 @@ def _indexed(
     uncovered = [s for s in sources if s.path not in ids]
     # Files the index does not hold as they are now: read them (a vanished file
     # is skipped there too).
-    scanned = sorted(_scan(uncovered, matcher, filters, storage, None), key=_time, reverse=True)
+    scanned = sorted(_scan(uncovered, matcher, filters, storage, None), key=_order)
     if refreshed.stale:
         notes.append(
             f"{len(refreshed.stale)} file(s) the index could not bring up to date were read"
@@ -679,14 +690,9 @@ def _indexed(
         sources,
         loaded,
     )
-    merged = heapq.merge(
-        ((_time(hit), n, hit) for n, hit in enumerate(_in_time_order(verified))),
-        ((_time(hit), 0, hit) for hit in scanned),
-        key=lambda item: item[0],
-        reverse=True,
-    )
+    merged = heapq.merge(_in_time_order(verified), scanned, key=_order)
     hits: list[SearchHit] = []
-    for _, _, hit in merged:
+    for hit in merged:
         hits.append(hit)
         if limit is not None and len(hits) >= limit:
             break
@@ -698,16 +704,21 @@ def _time(hit: SearchHit) -> int:
     return hit.timestamp if hit.timestamp is not None else -1
 
 
+def _order(hit: SearchHit) -> tuple[int, str, int]:
+    """Hits are listed newest first; entries of the same millisecond by path and line."""
+    return -_time(hit), hit.path, hit.line
+
+
 def _in_time_order(keyed: Iterator[tuple[int, SearchHit]]) -> Iterator[SearchHit]:
-    """Hits newest first from hits in key order. A key is at or after its entry's time
+    """Hits in `_order` from hits in key order. A key is at or after its entry's time
     and every later key is smaller, so a hit held back can go once the keys pass it."""
-    held: list[tuple[int, int, SearchHit]] = []
-    for n, (key, hit) in enumerate(keyed):
-        heapq.heappush(held, (-_time(hit), n, hit))
-        while held and -held[0][0] >= key:
-            yield heapq.heappop(held)[2]
+    held: list[tuple[tuple[int, str, int], SearchHit]] = []
+    for key, hit in keyed:
+        heapq.heappush(held, (_order(hit), hit))
+        while held and -held[0][0][0] > key:
+            yield heapq.heappop(held)[1]
     while held:
-        yield heapq.heappop(held)[2]
+        yield heapq.heappop(held)[1]
 
 
 def _verify(
