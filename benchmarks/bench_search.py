@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sqlite3
 import statistics
 import sys
@@ -59,7 +60,7 @@ def texts(paths: list[str]) -> list[str]:
 
 def match(variant: str, query: str) -> str:
     if variant.startswith("unicode61"):
-        return " AND ".join('"' + w.replace('"', '""') + '"' for w in query.split())
+        return " AND ".join('"' + w + '"' for w in re.findall(r"\w+", query))
     return " AND ".join('"' + t.replace('"', '""') + '"' for t in query_trigrams(query))
 
 

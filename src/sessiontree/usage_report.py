@@ -161,7 +161,8 @@ def _from_index(
     notes: list[str],
     progress: Callable[[int, int], None] | None,
 ) -> UsageData:
-    refreshed = index.refresh(sources, storage=storage, progress=progress)
+    # Reports cover the whole store: files deleted since are forgotten here.
+    refreshed = index.refresh(sources, storage=storage, progress=progress, prune=True)
     stale = set(refreshed.stale)
     wanted = {s.path for s in sources if s.path not in stale}
     files = index.files(wanted)
