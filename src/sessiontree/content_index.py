@@ -543,14 +543,23 @@ class _Keys:
         self.next: dict[int, int] = {}
         self.known_all = False
         self.max_shift = 0
+        self.version: int | None = None
 
     def begin(self) -> None:
-        """At each write transaction: whether every stored key is one we took."""
-        count = self.conn.execute("SELECT count(*) FROM entries").fetchone()[0]
-        self.known_all = count == 0 or count == len(self.taken)
-        if count == 0:
+        """At each write transaction: whether every stored key is one we took (the
+        table was empty when we started, and no other connection wrote since)."""
+        version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        if self.known_all and version == self.version:
+            return
+        empty = self.conn.execute("SELECT 1 FROM entries LIMIT 1").fetchone() is None
+        self.known_all = empty
+        if empty:
             self.taken.clear()
             self.next.clear()
+
+    def end(self) -> None:
+        """After our commit (our own commits leave `data_version` alone)."""
+        self.version = self.conn.execute("PRAGMA data_version").fetchone()[0]
 
     def take(self, ms: int) -> int:
         ms = min(max(ms, 1), _KEY_MAX)
@@ -703,7 +712,6 @@ class ContentIndex:
         try:
             if gone:
                 with _write(conn):
-                    self._keys.begin()
                     for file_id in gone:
                         self._forget(file_id, None)
                     result.removed = len(gone)
@@ -730,6 +738,7 @@ class ContentIndex:
                         if progress is not None:
                             progress(done, total)
                     self._save_meta()
+                self._keys.end()
         except sqlite3.OperationalError as exc:
             if not _locked(exc):
                 raise
@@ -993,13 +1002,18 @@ class ContentIndex:
         """Assistant messages' usage per file, in file order."""
         ids = set(file_ids)
         out: dict[int, list[UsageRecord]] = {i: [] for i in ids}
+        make = UsageRecord._make
+        current = -1
+        records: list[UsageRecord] | None = None
         for row in self._conn.execute(
             "SELECT file, entry_id, line, ts, provider, model, response_id, input, output, "
             "cache_read, cache_write, cost FROM usage ORDER BY file, line"
         ):
-            records = out.get(row[0])
+            if row[0] != current:
+                current = row[0]
+                records = out.get(current)
             if records is not None:
-                records.append(UsageRecord(*row[1:]))
+                records.append(make(row[1:]))
         return out
 
     def import_markers(self, file_ids: Iterable[int]) -> dict[int, list[ImportMarker]]:

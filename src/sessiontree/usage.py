@@ -10,7 +10,7 @@ writes (source, sourceId, which entries came from the source).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from .entries import Entry, parse_iso_ms
 
@@ -46,9 +46,9 @@ def _count(usage: dict[str, Any], key: str) -> int:
 _BIG = 1 << 60
 
 
-@dataclass(frozen=True, slots=True)
-class UsageRecord:
-    """One assistant message's usage, as its file records it."""
+class UsageRecord(NamedTuple):
+    """One assistant message's usage, as its file records it (a tuple: reports build
+    millions of these)."""
 
     entry_id: str | None
     """None in v1 files (ids are assigned on load); `line` tells the messages apart then."""

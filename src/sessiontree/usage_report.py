@@ -54,7 +54,7 @@ import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta, tzinfo
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from .content_index import ContentIndex, IndexedFile, SessionSource, read_source
@@ -194,8 +194,7 @@ def _read_all(sources: Sequence[SessionSource], storage: SessionStorage) -> list
 # ---------------------------------------------------------------------------- counting once
 
 
-@dataclass(frozen=True, slots=True)
-class Reply:
+class Reply(NamedTuple):
     """A reply counted once, with its cost resolved."""
 
     session: SessionUsage
@@ -242,8 +241,14 @@ def count_once(
     out: list[tuple[SessionUsage, UsageRecord]] = []
     seen_by_root: dict[tuple[str, object], set[tuple[str, int | None]]] = {}
     order, roots = _ancestors_first(valid)
+    members: dict[tuple[str, object], int] = {}
+    for root in roots.values():
+        members[root] = members.get(root, 0) + 1
     for index in order:
         root = roots[index]
+        if members[root] == 1:  # nobody else in this line of descent: nothing to copy
+            out.extend((valid[index], record) for record in kept[index])
+            continue
         seen = seen_by_root.setdefault(root, set())
         for record in kept[index]:
             if record.entry_id is not None:
@@ -258,6 +263,9 @@ def count_once(
 
 def _within_file(records: list[UsageRecord], dups: Duplicates) -> list[UsageRecord]:
     """R1 (an entry id once) and R2 (a response id once, the fullest)."""
+    distinct = {r.entry_id for r in records}
+    if len(distinct) == len(records) and all(r.response_id is None for r in records):
+        return records  # the usual file: nothing repeated
     ids: set[str] = set()
     first: list[UsageRecord] = []
     for record in records:
@@ -464,6 +472,21 @@ class Totals:
             self.first = r.timestamp if self.first is None else min(self.first, r.timestamp)
             self.last = r.timestamp if self.last is None else max(self.last, r.timestamp)
 
+    def merge(self, other: Totals) -> None:
+        self.messages += other.messages
+        self.input += other.input
+        self.output += other.output
+        self.cache_read += other.cache_read
+        self.cache_write += other.cache_write
+        self.cost += other.cost
+        self.estimated_cost += other.estimated_cost
+        self.estimated_messages += other.estimated_messages
+        self.unpriced_messages += other.unpriced_messages
+        for ms in (other.first, other.last):
+            if ms is not None:
+                self.first = ms if self.first is None else min(self.first, ms)
+                self.last = ms if self.last is None else max(self.last, ms)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "messages": self.messages,
@@ -599,23 +622,38 @@ def report(
     wanted = set(projects) if projects is not None else None
     rows: dict[str, Row] = {}
     totals = Totals()
+    cells: dict[tuple[str, str, str], Totals] = {}  # (row key, provider, model)
+    sessions: dict[str, SessionUsage] = {}
+    keys: dict[int | None, str] = {}  # period of each quarter hour (zones move by those)
     for reply in replies:
-        if not in_range(reply, since, until):
+        record = reply.record
+        ts = record.timestamp
+        if (since is not None or until is not None) and not in_range(reply, since, until):
             continue
         if wanted is not None and reply.session.project not in wanted:
             continue
         if kind == "session":
             key = reply.session.path
+            sessions[key] = reply.session
         elif kind == "project":
             key = reply.session.project
         else:
-            key = _period_key(kind, reply.record.timestamp, tz)
+            quarter = ts // 900_000 if ts is not None else None
+            found = keys.get(quarter)
+            if found is None:
+                found = keys[quarter] = _period_key(kind, ts, tz)
+            key = found
+        cell = cells.get((key, record.provider, record.model))
+        if cell is None:
+            cell = cells[(key, record.provider, record.model)] = Totals()
+        cell.add(reply)
+    for (key, provider, model), cell in cells.items():
         row = rows.get(key)
         if row is None:
-            row = rows[key] = Row(key, session=reply.session if kind == "session" else None)
-        row.totals.add(reply)
-        row.models.setdefault(reply.model, Totals()).add(reply)
-        totals.add(reply)
+            row = rows[key] = Row(key, session=sessions.get(key))
+        row.totals.merge(cell)
+        row.models[f"{provider}/{model}"] = cell
+        totals.merge(cell)
     if kind == "session":
         ordered = sorted(rows.values(), key=lambda r: (r.totals.last or 0, r.key))
     else:
