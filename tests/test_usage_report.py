@@ -385,3 +385,46 @@ def test_stats_is_a_view_over_the_usage_report(store: Store) -> None:
     assert stats.usage.messages == 2 and stats.usage.estimated_messages == 1
     assert stats.sessions == 2 and stats.duplicates.fork_copies == 1
     assert stats.entries == 5
+
+
+def test_totals_equal_a_hand_computed_sum(store: Store) -> None:
+    """One store with a shared prefix, a repeated line, a split reply, a fork and an import."""
+    a1 = reply("a1", "u1", T0 + 1, (100, 10, 1000, 50), 0.25)
+    main = [
+        prompt("u1", None, T0),
+        a1,
+        reply("a2", "u1", T0 + 2, (200, 20, 0, 0), 0.5),  # another branch from u1
+        a1,  # repeated line
+        reply("s1", "a1", T0 + 3, (300, 1, 0, 0), 0.1, response_id="r"),
+        reply("s2", "s1", T0 + 4, (300, 30, 0, 0), 0.75, response_id="r"),  # same reply, full
+    ]
+    parent = store.session("M", main)
+    store.session(
+        "F", [*main[:3], reply("f1", "a2", T0 + 5, (7, 3, 0, 0), 1.0)], parentSession=parent
+    )
+    store.session("X", [prompt("x0", None, T0), reply("x1", "x0", T0 + 6, (40, 4, 0, 0), 2.0)])
+    store.session(
+        "I",
+        [
+            prompt("c0", None, T0),
+            reply("c1", "c0", T0 + 6, (40, 4, 0, 0), 0.0),  # omp's importer writes 0
+            marker("m", "c1", "X"),
+            reply("l1", "m", T0 + 7, (1, 1, 0, 0), 0.125),
+        ],
+    )
+    counted, duplicates = store.counted()
+    rep = report(price(counted), "daily", duplicates=duplicates)
+    t = rep.totals
+    # a1 + a2 + s2 + f1 + x1 + l1
+    assert t.messages == 6
+    assert t.input == 100 + 200 + 300 + 7 + 40 + 1
+    assert t.output == 10 + 20 + 30 + 3 + 4 + 1
+    assert (t.cache_read, t.cache_write) == (1000, 50)
+    assert t.cost == pytest.approx(0.25 + 0.5 + 0.75 + 1.0 + 2.0 + 0.125)
+    assert t.estimated_messages == 0
+    assert rep.duplicates.to_json() == {
+        "repeatedLines": 1,
+        "splitReplies": 1,
+        "forkCopies": 2,
+        "importCopies": 1,
+    }

@@ -618,7 +618,12 @@ class ContentIndex:
         ensure_private_dir(os.path.dirname(path))
         for suffix in ("", "-wal", "-shm", "-journal"):
             _clear_path(path + suffix)
-        os.close(open_regular(path, os.O_RDWR | os.O_CREAT, 0o600))
+        fd = open_regular(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            if stat_module.S_IMODE(os.fstat(fd).st_mode) != 0o600:
+                os.fchmod(fd, 0o600)  # it holds what the sessions say: private
+        finally:
+            os.close(fd)
         conn = sqlite3.connect(path, timeout=_LOCK_TIMEOUT, isolation_level=None)
         try:
             _prepare(conn)
