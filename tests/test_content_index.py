@@ -470,3 +470,26 @@ def test_the_same_sessions_through_the_manager(agent_dir: Path) -> None:
     assert path is not None
     result = search([path], "needle", agent_dir=str(agent_dir))
     assert sorted(h.role for h in result.hits) == ["label", "user"]
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 64])
+def test_chunk_boundaries_and_a_bom_do_not_change_what_is_indexed(
+    store: Path, agent_dir: Path, size: int
+) -> None:
+    from test_search import SmallChunks
+
+    a = write(store / "a.jsonl", entry_line(1, "alpha needle"), entry_line(2, "beta"))
+    b = store / "b.jsonl"
+    b.write_bytes(b"\xef\xbb\xbf" + Path(a).read_bytes().replace(b'"s1"', b'"s2"'))
+    with open(a, "a") as f:
+        f.write(entry_line(3, "torn needle"))
+    paths = [a, str(b)]
+    result = search(paths, "needle", agent_dir=str(agent_dir), storage=SmallChunks(size))
+    assert result.mode == "index"
+    assert lines_of(result) == {(a, 2), (a, 4), (str(b), 2)}
+    hit = next(h for h in result.hits if h.path == str(b))
+    assert hit.session_id == "s2" and hit.snippet == "alpha needle"
+    with open(a, "a") as f:
+        f.write("\n" + entry_line(4, "last needle") + "\n")
+    grown = search(paths, "needle", agent_dir=str(agent_dir), storage=SmallChunks(size))
+    assert lines_of(grown) == {(a, 2), (a, 4), (a, 5), (str(b), 2)}

@@ -175,7 +175,7 @@ class Refreshed:
 
 @dataclass(frozen=True, slots=True)
 class IndexStats:
-    """Sizes of the index, for `search --stats` and the benchmarks."""
+    """Sizes of the index (the benchmarks report them)."""
 
     files: int
     entries: int
