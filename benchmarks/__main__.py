@@ -252,6 +252,55 @@ def main() -> None:
             run_workload("listing", {**common, "mode": "warm"}),
         )
 
+    if wanted("search"):
+        files = 100 if args.quick else 2_000
+        agent = work / f"search-store-{files}"
+        if not (agent / "sessions").exists():
+            write_store(agent / "sessions", files, 20, 500, projects=20)
+        words = ["session", "compaction summary", "serialize migrate", "nothing-like-this"]
+        build = run_workload("index_build", {"agent": str(agent), "repeat": 1})
+        mb = build["bytes"] / 2**20
+        table.add(
+            f"index build, {files:,} sessions, {mb:,.0f} MB "
+            f"({mb / statistics.median(build['times']):,.1f} MB/s)",
+            build,
+            floor=False,
+        )
+        table.note(
+            "index size",
+            f"{build['db_bytes'] / 2**20:,.1f} MB on disk ({build['fts_bytes'] / 2**20:,.1f} MB "
+            f"FTS) for {build['text_bytes'] / 2**20:,.1f} MB of text indexed: "
+            f"{build['db_bytes'] / build['text_bytes']:.2f}x "
+            f"(FTS {build['fts_bytes'] / build['text_bytes']:.2f}x), "
+            f"{build['entries']:,} entries, no text stored",
+        )
+        lib = run_workload("search_index", {"agent": str(agent), "queries": words, "repeat": runs})
+        table.add(f"search a word, {files:,} sessions, warm index, in process", lib)
+        grown = run_workload(
+            "search_refresh",
+            {"agent": str(agent), "grow": 10, "entries": 100, "repeat": runs},
+        )
+        table.add("index refresh after 10 sessions grew by 100 entries", grown, floor=False)
+        cli = run_workload(
+            "cli_run",
+            {
+                "agent": str(agent),
+                "argv": ["search", "compaction summary", "--all", "-n", "10"],
+                "repeat": runs,
+            },
+        )
+        listing = run_workload(
+            "cli_run",
+            {"agent": str(agent), "argv": ["list", "--all", "--limit", "1"], "repeat": runs},
+        )
+        ratio = statistics.median(cli["times"]) / statistics.median(listing["times"])
+        table.add(f"CLI search --all, fresh process ({ratio:.2f}x a warm list)", cli, floor=False)
+        table.add("CLI list --all --limit 1, fresh process, warm cache", listing, floor=False)
+        big = os.environ.get("SESSIONTREE_BENCH_BIG_STORE")
+        if big and not args.quick:
+            lib = run_workload("search_index", {"agent": big, "queries": words, "repeat": runs})
+            table.add(f"search a word, {lib['files']:,}-session big store ({big})", lib)
+
     if wanted("history"):
         n = 5_000 if args.quick else 100_000
         result = run_workload("history", {"n": n, "repeat": 5 if args.quick else 20})

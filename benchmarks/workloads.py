@@ -264,7 +264,129 @@ def history(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _session_paths(agent: str) -> list[str]:
+    return sorted(
+        os.path.join(d, f)
+        for d, _, names in os.walk(os.path.join(agent, "sessions"))
+        for f in names
+        if f.endswith(".jsonl")
+    )
+
+
+def index_build(args: dict[str, Any]) -> dict[str, Any]:
+    """The content index built from nothing (cache deleted); figures: MB/s and sizes."""
+    from sessiontree.content_index import ContentIndex, SessionSource
+
+    agent = args["agent"]
+    paths = _session_paths(agent)
+    times = []
+    for _ in range(args.get("repeat", 1)):
+        shutil.rmtree(os.path.join(agent, "cache"), ignore_errors=True)
+        start = time.perf_counter()
+        index = ContentIndex.open(agent)
+        assert index is not None
+        refreshed = index.refresh([SessionSource(p) for p in paths])
+        times.append(time.perf_counter() - start)
+        index.close()
+        index = ContentIndex.open(agent)  # sizes once the -wal file is checkpointed
+        assert index is not None
+        stats = index.stats()
+        index.close()
+    return {
+        "times": times,
+        "floor": [],
+        "bytes": refreshed.bytes_read,
+        "entries": stats.entries,
+        "text_bytes": stats.text_bytes,
+        "db_bytes": stats.db_bytes,
+        "fts_bytes": stats.fts_bytes,
+    }
+
+
+def search_index(args: dict[str, Any]) -> dict[str, Any]:
+    """`search.search` over every session (index warm), per query; floor: os.stat of
+    every file (what any refresh must do)."""
+    from sessiontree.search import search
+
+    agent = args["agent"]
+    paths = _session_paths(agent)
+    search(paths, "warm up", agent_dir=agent, limit=1)
+    times = []
+    hits = 0
+    for _ in range(args.get("repeat", 5)):
+        for query in args["queries"]:
+            start = time.perf_counter()
+            result = search(paths, query, agent_dir=agent, limit=args.get("limit", 100))
+            times.append(time.perf_counter() - start)
+            hits += len(result.hits)
+            assert result.mode == "index", result.notes
+
+    def floor() -> None:
+        for p in paths:
+            os.stat(p)
+
+    return {"times": times, "floor": _timed(floor, 5), "hits": hits, "files": len(paths)}
+
+
+def search_refresh(args: dict[str, Any]) -> dict[str, Any]:
+    """The index refresh after `grow` sessions each grew by `entries` entries."""
+    from sessiontree.content_index import ContentIndex, SessionSource
+
+    agent = args["agent"]
+    paths = _session_paths(agent)
+    sources = [SessionSource(p) for p in paths]
+    index = ContentIndex.open(agent)
+    assert index is not None
+    index.refresh(sources)
+    times = []
+    for run in range(args.get("repeat", 5)):
+        for n, path in enumerate(paths[: args["grow"]]):
+            with open(path, "ab") as out:
+                for i in range(args["entries"]):
+                    out.write(
+                        serialize_entry_bytes(
+                            {
+                                "type": "message",
+                                "id": f"g{run:02d}{n:03d}{i:04d}",
+                                "parentId": None,
+                                "timestamp": "2026-06-01T00:00:00.000Z",
+                                "message": {
+                                    "role": "user",
+                                    "content": f"grown entry {run} {n} {i} " + "word " * 60,
+                                },
+                            }
+                        )
+                        + b"\n"
+                    )
+        start = time.perf_counter()
+        refreshed = index.refresh(sources)
+        times.append(time.perf_counter() - start)
+        assert refreshed.files_read == args["grow"], refreshed
+    index.close()
+    return {"times": times, "floor": []}
+
+
+def cli_run(args: dict[str, Any]) -> dict[str, Any]:
+    """A command in a fresh process each time (interpreter start and imports included)."""
+    env = dict(os.environ, PI_CODING_AGENT_DIR=args["agent"])
+    command = [sys.executable, "-c", "from sessiontree.cli import main; main()", *args["argv"]]
+    import subprocess
+
+    subprocess.run(command, env=env, capture_output=True, check=False)  # warm
+    times = []
+    for _ in range(args.get("repeat", 5)):
+        start = time.perf_counter()
+        proc = subprocess.run(command, env=env, capture_output=True, check=False)
+        times.append(time.perf_counter() - start)
+        assert proc.returncode in (0, 1), proc.stderr
+    return {"times": times, "floor": []}
+
+
 WORKLOADS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
+    "index_build": index_build,
+    "search_index": search_index,
+    "search_refresh": search_refresh,
+    "cli_run": cli_run,
     "load": load,
     "context": context,
     "tree": tree,

@@ -22,6 +22,17 @@ def test_quick_benchmark_suite_prints_every_workload(tmp_path: Path) -> None:
         check=True,
     )
     out = proc.stdout
-    for workload in ["open + context", "context,", "get_tree", "append", "list_all", "history"]:
+    for workload in [
+        "open + context",
+        "context,",
+        "get_tree",
+        "append",
+        "list_all",
+        "history",
+        "index build",
+        "search a word",
+        "index refresh",
+        "CLI search",
+    ]:
         assert workload in out, out
     assert "ratio" in out and "peak RSS MB" in out

@@ -147,6 +147,7 @@ def test_every_command_and_parameter_has_help() -> None:
         "gc",
         "import-files",
         "export-files",
+        "usage",
     } <= names
     for name, command in group.commands.items():
         assert command.help and command.help.strip(), name
@@ -324,8 +325,9 @@ def test_inspecting_writes_nothing(
     shutil.copyfile(fixture, target)
     with target.open("ab") as f:
         f.write(b'{"type":"message","torn')  # a torn line a writer would repair
-    # The listing cache (<agent>/cache/sessions-meta.db) is the one thing a read may
-    # write: derived data, shared with the agents, safe to delete.
+    # The caches in <agent>/cache/ (the listing cache sessions-meta.db, the content
+    # index content-index.db) are the one thing a read may write: derived data,
+    # private (0600), safe to delete.
     before = snapshot(agent_dir, skip="cache/")
     path = str(target)
     for args in (
@@ -339,18 +341,28 @@ def test_inspecting_writes_nothing(
         ["export", path, "-f", "html"],
         ["export", path, "-f", "jsonl"],
         ["search", "theme"],
+        ["search", "theme", "--all", "--regex", "--role", "user", "--since", "3000d"],
+        ["search", "th", "--all"],
         ["stats", "--all"],
+        ["usage", "daily"],
+        ["usage", "session", "--breakdown"],
+        ["usage", "blocks"],
         ["history"],
         ["gc"],
         ["migrate", "--dry-run", path],
         ["repair", "--dry-run", path],
     ):
         result = (
-            run(*args, "--json") if args[0] in ("show", "tree", "context", "stats") else run(*args)
+            run(*args, "--json")
+            if args[0] in ("show", "tree", "context", "stats", "usage")
+            else run(*args)
         )
         assert result.exit_code == 0, (args, result.stderr)
     assert run("verify", path).exit_code == 1  # the torn line
     assert snapshot(agent_dir, skip="cache/") == before
+    assert (agent_dir / "cache" / "content-index.db").is_file()
+    for cached in (agent_dir / "cache").iterdir():
+        assert cached.stat().st_mode & 0o777 == 0o600, cached
 
 
 # ---------------------------------------------------------------------- locating

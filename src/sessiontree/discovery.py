@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, overload
+from typing import Any, Literal, Protocol, overload
 
 import orjson
 
@@ -64,6 +64,7 @@ from .storage.file import FileSessionStorage, ensure_private_dir
 __all__ = [
     "CACHE_DB_NAME",
     "PREFIX_BYTES",
+    "FileMark",
     "RecentSessionInfo",
     "ResolvedSessionMatch",
     "SessionInfo",
@@ -72,6 +73,8 @@ __all__ = [
     "get_recent_sessions",
     "list_all_sessions",
     "list_sessions",
+    "mark_file",
+    "only_appended",
     "resolve_resumable_session",
 ]
 
@@ -579,8 +582,70 @@ def _make_info(path: str, rec: _Record, storage: SessionStorage) -> SessionInfo 
     return info
 
 
-def _grew(storage: SessionStorage, path: str, old: _Record, size: int, ino: int) -> bool:
-    """Whether the file only had bytes appended since `old` was scanned."""
+class FileMarkLike(Protocol):
+    """What a reader of a growing file remembers about it (see `FileMark`)."""
+
+    @property
+    def size(self) -> int: ...
+    @property
+    def ino(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def head_len(self) -> int: ...
+    @property
+    def head(self) -> bytes: ...
+    @property
+    def tail(self) -> bytes: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FileMark:
+    """A file's identity when it was read, and where reading may resume.
+
+    The listing cache keeps one per file and so does the content index
+    (`sessiontree.content_index`): `only_appended` tells from it whether the file
+    only grew since, so that only the bytes after `offset` need reading.
+    """
+
+    size: int
+    mtime_ns: int
+    ino: int
+    offset: int
+    """End of the last complete line read (where a resumed read starts)."""
+    head_len: int
+    """Bytes of the file start (title slot + header, at most 4 KB) whose digest is `head`."""
+    head: bytes
+    tail: bytes
+    """Digest of the (at most 64) bytes before `size`."""
+
+    def same_identity(self, size: int, mtime_ns: int, ino: int) -> bool:
+        """Whether a stat says the file is exactly as it was read."""
+        return size == self.size and mtime_ns == self.mtime_ns and ino == self.ino
+
+
+def mark_file(
+    storage: SessionStorage,
+    path: str,
+    size: int,
+    mtime_ns: int,
+    ino: int,
+    offset: int,
+    head_len: int,
+) -> FileMark:
+    """A `FileMark` for `path` read up to `size` bytes (reads the head and the tail bytes)."""
+    head_len = min(head_len, _HEAD_MAX, size)
+    head = read_range(storage, path, 0, head_len) if head_len else b""
+    want = min(_TAIL_CHECK, size)
+    tail = read_range(storage, path, size - want, want) if want else b""
+    return FileMark(size, mtime_ns, ino, offset, head_len, _digest(head), _digest(tail))
+
+
+def only_appended(
+    storage: SessionStorage, path: str, old: FileMarkLike, size: int, ino: int
+) -> bool:
+    """Whether the file only had bytes appended since `old` was taken: same inode,
+    larger, and the head and the bytes before the old end unchanged."""
     if ino != old.ino or size <= old.size or old.offset <= 0:
         return False
     try:
@@ -592,6 +657,9 @@ def _grew(storage: SessionStorage, path: str, old: _Record, size: int, ino: int)
     except OSError:
         return False
     return _digest(end) == old.tail
+
+
+_grew = only_appended
 
 
 def _rescan(

@@ -1,9 +1,10 @@
 """Figures about one session (`summarize_session`) and a whole store (`store_stats`).
 
 Token usage and cost come from assistant messages' `usage` (`input`, `output`,
-`cacheRead`, `cacheWrite`, `cost.total`) over every entry of every branch, as
-`SessionManager.get_usage_statistics` sums them, broken down per model
-(`provider/model`) and per UTC day.
+`cacheRead`, `cacheWrite`, `cost.total`). For one session, over every entry of
+every branch, as `SessionManager.get_usage_statistics` sums them; for a store,
+through `sessiontree.usage_report` (each reply counted once, unrecorded costs
+estimated), broken down per model (`provider/model`) and per UTC day.
 """
 
 from __future__ import annotations
@@ -15,15 +16,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from .blobs import CollectableBlobStore
-from .entries import Entry, parse_iso_ms
+from .entries import Entry
 from .gc import list_blobs, list_store_blobs
-from .loader import read_session
 from .manager import SessionManager
 from .migrations import session_version
+from .pricing import price_table
 from .storage.base import SessionStorage
 from .storage.file import FileSessionStorage
 from .usage import UsageTotals
-from .usage import number as _number
+from .usage_report import Duplicates, Totals, count_once, load_usage, price
 
 __all__ = [
     "SessionSummary",
@@ -33,8 +34,6 @@ __all__ = [
     "store_stats",
     "summarize_session",
 ]
-
-Progress = Callable[[str], None]
 
 
 def assistant_model(message: dict[str, Any]) -> str:
@@ -52,19 +51,6 @@ def _assistant(entry: Entry) -> dict[str, Any] | None:
     if isinstance(message, dict) and message.get("role") == "assistant":
         return message
     return None
-
-
-def _day(entry: Entry, message: dict[str, Any]) -> str:
-    ms = _number(message.get("timestamp"))
-    if ms is None:
-        parsed = parse_iso_ms(entry.get("timestamp"))
-        ms = float(parsed) if parsed is not None else None
-    if ms is None:
-        return "unknown"
-    try:
-        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d")
-    except (OverflowError, OSError, ValueError):
-        return "unknown"
 
 
 @dataclass(slots=True)
@@ -141,7 +127,7 @@ def summarize_session(sm: SessionManager) -> SessionSummary:
 
 @dataclass(slots=True)
 class StoreStats:
-    """Store-wide figures."""
+    """Store-wide figures (usage counted once and priced as `sessiontree usage` does)."""
 
     sessions: int = 0
     invalid: int = 0
@@ -151,9 +137,11 @@ class StoreStats:
     projects: int = 0
     blobs: int = 0
     blob_bytes: int = 0
-    usage: UsageTotals = field(default_factory=UsageTotals)
-    by_model: dict[str, UsageTotals] = field(default_factory=dict)
-    by_day: dict[str, UsageTotals] = field(default_factory=dict)
+    usage: Totals = field(default_factory=Totals)
+    by_model: dict[str, Totals] = field(default_factory=dict)
+    by_day: dict[str, Totals] = field(default_factory=dict)
+    duplicates: Duplicates = field(default_factory=Duplicates)
+    prices: dict[str, str | None] = field(default_factory=dict)
 
 
 def store_stats(
@@ -161,41 +149,49 @@ def store_stats(
     blob_dir: str | None = None,
     *,
     storage: SessionStorage | None = None,
-    progress: Progress | None = None,
+    index_progress: Callable[[int, int], None] | None = None,
     blob_store: CollectableBlobStore | None = None,
+    context: Iterable[str] | None = None,
+    agent_dir: str | None = None,
 ) -> StoreStats:
-    """Sessions, bytes, blobs, and usage per model and per day over `paths` (never writes).
+    """Sessions, bytes, blobs, and usage per model and per UTC day over `paths` (never
+    writes but the content index in the agent dir's cache).
 
-    Blobs are counted in `blob_store` when given (a storage's own, e.g. PostgreSQL's),
-    else in the files of `blob_dir`.
+    A view over `sessiontree.usage_report`: each reply is counted once across
+    `context` (the files whose copies `paths` may hold: the whole store; default
+    `paths`), then those of `paths` are summed. Blobs are counted in `blob_store`
+    when given (a storage's own, e.g. PostgreSQL's), else in the files of `blob_dir`.
     """
     storage = storage if storage is not None else FileSessionStorage()
+    wanted = list(dict.fromkeys(paths))
+    everything = list(dict.fromkeys([*wanted, *(context or ())]))
+    data = load_usage(everything, storage=storage, agent_dir=agent_dir, progress=index_progress)
     stats = StoreStats()
+    scope = set(wanted)
+    read = {s.path: s for s in data.sessions}
     projects: set[str] = set()
-    for path in paths:
-        if progress is not None:
-            progress(path)
-        try:
-            loaded = read_session(path, storage)
-        except OSError:
-            stats.invalid += 1
+    for path in wanted:
+        session = read.get(path)
+        if session is None:
+            stats.invalid += 1  # unreadable
             continue
-        stats.bytes += loaded.size
-        if loaded.header is None:
+        stats.bytes += session.file.size
+        if not session.file.valid:
             stats.invalid += 1
             continue
         stats.sessions += 1
         projects.add(os.path.dirname(path))
-        stats.entries += len(loaded.entries)
-        for entry in loaded.entries:
-            message = _assistant(entry)
-            if message is None:
-                continue
-            usage = message.get("usage")
-            stats.usage.add_usage(usage)
-            stats.by_model.setdefault(assistant_model(message), UsageTotals()).add_usage(usage)
-            stats.by_day.setdefault(_day(entry, message), UsageTotals()).add_usage(usage)
+        stats.entries += session.file.entries
     stats.projects = len(projects)
+    counted, stats.duplicates = count_once(data.sessions)
+    table = price_table()
+    stats.prices = {"table": table.name, "version": table.version}
+    for reply in price(counted, table):
+        if reply.session.path not in scope:
+            continue
+        stats.usage.add(reply)
+        stats.by_model.setdefault(reply.model, Totals()).add(reply)
+        stats.by_day.setdefault(_utc_day(reply.record.timestamp), Totals()).add(reply)
     if blob_store is not None or blob_dir is not None:
         blobs = (
             list_store_blobs(blob_store) if blob_store is not None else list_blobs(blob_dir or "")
@@ -203,3 +199,12 @@ def store_stats(
         stats.blobs = len(blobs)
         stats.blob_bytes = sum(b.size for b in blobs)
     return stats
+
+
+def _utc_day(ms: int | None) -> str:
+    if ms is None:
+        return "unknown"
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d")
+    except (OverflowError, OSError, ValueError):
+        return "unknown"

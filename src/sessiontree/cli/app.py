@@ -28,6 +28,7 @@ from . import (
     commands_integrity,
     commands_manage,
     commands_serve,
+    commands_usage,
 )
 from .common import (
     EXIT_AMBIGUOUS,
@@ -212,6 +213,7 @@ def demo(
 commands_inspect.register(app)
 commands_manage.register(app)
 commands_integrity.register(app)
+commands_usage.register(app)
 commands_serve.register(app)
 commands_foreign.register(app)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -20,20 +21,22 @@ from ..entries import format_iso
 from ..export import entry_role, message_text
 from ..gc import storage_blob_store
 from ..maintenance import file_version, session_files
-from ..search import read_history, search_sessions
+from ..search import SearchHit, read_history, search
 from ..stats import UsageTotals, store_stats, summarize_session
+from ..usage_report import Totals, parse_time, time_zone
 from .common import (
     EXIT_USAGE,
     CliError,
     JsonOption,
     SessionArg,
+    byte_progress,
     console,
     current_storage,
     emit_json,
+    err_console,
     human_size,
     is_file_store,
     open_read_only,
-    progress,
     resolve_session,
 )
 from .common import agent_dir as current_agent_dir
@@ -138,7 +141,7 @@ def list_command(
         console.print(Text(f"{more} more; use --limit 0 to show all.", style="dim"))
 
 
-def _usage_table(rows: dict[str, UsageTotals], first: str) -> Table:
+def _usage_table(rows: Mapping[str, UsageTotals | Totals], first: str) -> Table:
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
     widest = max([len(first)] + [len(name) for name in rows])
     table.add_column(first, no_wrap=True, min_width=min(widest, 40))
@@ -346,79 +349,143 @@ def context_command(
         console.print(Text(_context_text(message, full)))
 
 
+def _scope(all_projects: bool, project: str | None) -> list[SessionInfo]:
+    if all_projects and project is not None:
+        raise CliError("give --all or --project, not both", EXIT_USAGE)
+    if project is not None:
+        directory = os.path.abspath(os.path.expanduser(project))
+        storage = current_storage()
+        return list(list_sessions(directory, storage=storage, agent_dir=current_agent_dir()))
+    return _listing(all_projects)
+
+
+def _hit_json(hit: SearchHit) -> dict[str, Any]:
+    return {
+        "path": hit.path,
+        "sessionId": hit.session_id,
+        "entryId": hit.entry_id,
+        "line": hit.line,
+        "role": hit.role,
+        "timestamp": format_iso(hit.timestamp) if hit.timestamp is not None else None,
+        "snippet": hit.snippet,
+        "matchStart": len(hit.before),
+        "matchEnd": len(hit.before) + len(hit.match),
+    }
+
+
 def search_command(
-    text: Annotated[str, typer.Argument(help="Text to look for (case-insensitive).")],
+    text: Annotated[
+        str,
+        typer.Argument(
+            help="Text to look for, spaces included (a phrase); case-insensitive unless -s."
+        ),
+    ],
     all_projects: AllOption = False,
+    project: Annotated[
+        str | None,
+        typer.Option("--project", "-p", metavar="DIR", help="The sessions of the project in DIR."),
+    ] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="Stop after N hits.")] = 100,
     case_sensitive: Annotated[
         bool, typer.Option("--case-sensitive", "-s", help="Match case exactly.")
     ] = False,
+    regex: Annotated[
+        bool,
+        typer.Option("--regex", "-e", help="TEXT is a regular expression (Python syntax)."),
+    ] = False,
+    role: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--role",
+            "-r",
+            help="Only entries of this role (user, assistant, toolResult, label, ...); repeatable.",
+        ),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(help="Entries from this time: YYYY-MM-DD, ISO date-time, or 30m/12h/7d ago."),
+    ] = None,
+    until: Annotated[
+        str | None, typer.Option(help="Entries up to this time (a date: to its end).")
+    ] = None,
+    no_index: Annotated[
+        bool, typer.Option("--no-index", help="Read every session instead of the content index.")
+    ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Full-text search across session contents: session, entry id and a snippet per hit."""
+    """Full-text search across session contents: newest hits first, with a snippet each."""
     if not text.strip():
         raise CliError("search text is empty", EXIT_USAGE)
-    sessions = _listing(all_projects)
+    tz, _ = time_zone(None)
+    since_ms = parse_time(since, tz) if since else None
+    until_ms = parse_time(until, tz, end=True) if until else None
+    sessions = _scope(all_projects, project)
     titles = {s.path: (s.title or s.first_message) for s in sessions}
-    paths = [s.path for s in sessions]
-    with progress("Searching", len(paths)) as advance:
-        hits = list(
-            search_sessions(
-                paths,
-                text,
-                case_sensitive=case_sensitive,
-                limit=limit,
-                storage=current_storage(),
-                progress=advance,
-            )
+    with byte_progress("Indexing sessions") as advance:
+        result = search(
+            [s.path for s in sessions],
+            text,
+            regex=regex,
+            case_sensitive=case_sensitive,
+            roles=role or None,
+            since=since_ms,
+            until=until_ms,
+            limit=limit,
+            storage=current_storage(),
+            agent_dir=current_agent_dir(),
+            use_index=not no_index,
+            index_progress=advance,
         )
+    hits = result.hits
     if as_json:
         emit_json(
             {
                 "query": text,
-                "hits": [
-                    {
-                        "path": h.path,
-                        "sessionId": h.session_id,
-                        "entryId": h.entry_id,
-                        "line": h.line,
-                        "role": h.role,
-                        "snippet": h.snippet,
-                        "matchStart": len(h.before),
-                        "matchEnd": len(h.before) + len(h.match),
-                    }
-                    for h in hits
-                ],
+                "regex": regex,
+                "mode": result.mode,
+                "notes": result.notes,
+                "hits": [_hit_json(h) for h in hits],
             }
         )
         if not hits:
             raise typer.Exit(1)  # like grep: 1 means no match
         return
+    for note in result.notes:
+        err_console.print(Text(f"sessiontree: note: {note}", style="dim"), soft_wrap=True)
     if not hits:
-        console.print(Text(f"No match for {text!r} in {len(paths)} session(s)."))
+        console.print(Text(f"No match for {text!r} in {len(sessions)} session(s)."))
         raise typer.Exit(1)
-    current = None
+    # Newest first, each session's hits together (in file order) under its title.
+    grouped: dict[str, list[SearchHit]] = {}
     for hit in hits:
-        if hit.path != current:
-            current = hit.path
-            console.print()
-            title = " ".join(str(titles.get(hit.path) or "").split())[:70]
-            console.print(
-                Text.assemble((hit.session_id, "bold"), "  ", title, "  ", (hit.path, "dim")),
-                soft_wrap=True,
-            )
+        grouped.setdefault(hit.path, []).append(hit)
+    for path, group in grouped.items():
+        console.print()
+        title = " ".join(str(titles.get(path) or "").split())[:70]
         console.print(
-            Text.assemble(
-                "  ",
-                (str(hit.entry_id or f"line {hit.line}"), "dim"),
-                " ",
-                (hit.role, "cyan"),
-                "  ",
-                hit.before,
-                (hit.match, "bold reverse"),
-                hit.after,
-            )
+            Text.assemble((group[0].session_id, "bold"), "  ", title, "  ", (path, "dim")),
+            soft_wrap=True,
         )
+        for hit in sorted(group, key=lambda h: h.line):
+            when = (
+                time_ago(datetime.fromtimestamp(hit.timestamp / 1000, UTC))
+                if hit.timestamp is not None
+                else ""
+            )
+            console.print(
+                Text.assemble(
+                    "  ",
+                    (str(hit.entry_id or f"line {hit.line}"), "dim"),
+                    " ",
+                    (hit.role, "cyan"),
+                    " ",
+                    (when, "dim"),
+                    "  ",
+                    hit.before,
+                    (hit.match, "bold reverse"),
+                    hit.after,
+                )
+            )
     if len(hits) >= limit:
         console.print(Text(f"\nStopped after {limit} hits (--limit).", style="dim"))
 
@@ -465,13 +532,24 @@ def stats_command(
     """Store-wide figures: sessions, bytes, blobs, tokens and cost per model and per day."""
     agent = current_agent_dir()
     storage = current_storage()
-    paths = session_files(
-        agent, cwd=None if all_projects else os.getcwd(), nested=False, storage=storage
+    every = session_files(agent, nested=False, storage=storage)
+    paths = (
+        every
+        if all_projects
+        else session_files(agent, cwd=os.getcwd(), nested=False, storage=storage)
     )
     blob_dir = os.path.join(agent, "blobs")
     blobs = None if is_file_store(storage) else storage_blob_store(storage)
-    with progress("Reading sessions", len(paths)) as advance:
-        stats = store_stats(paths, blob_dir, storage=storage, progress=advance, blob_store=blobs)
+    with byte_progress("Indexing sessions") as advance:
+        stats = store_stats(
+            paths,
+            blob_dir,
+            storage=storage,
+            index_progress=advance,
+            blob_store=blobs,
+            context=every,
+            agent_dir=agent,
+        )
     if as_json:
         emit_json(
             {
@@ -486,6 +564,8 @@ def stats_command(
                 "usage": stats.usage.to_json(),
                 "byModel": {k: v.to_json() for k, v in sorted(stats.by_model.items())},
                 "byDay": {k: v.to_json() for k, v in sorted(stats.by_day.items())},
+                "duplicates": stats.duplicates.to_json(),
+                "prices": stats.prices,
             }
         )
         return
@@ -504,7 +584,13 @@ def stats_command(
         f"in {u.input:,} · out {u.output:,} · cache read {u.cache_read:,} · "
         f"cache write {u.cache_write:,}",
     )
-    grid.add_row("Cost", f"${u.cost:.4f} over {u.messages:,} replies")
+    cost = f"${u.cost:.4f} over {u.messages:,} replies"
+    if u.estimated_messages:
+        cost += (
+            f" (${u.estimated_cost:.4f} of it estimated for {u.estimated_messages:,} replies "
+            f"from {stats.prices.get('table')} {stats.prices.get('version')})"
+        )
+    grid.add_row("Cost", cost)
     console.print(grid)
     if stats.by_model:
         console.print()

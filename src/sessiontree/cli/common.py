@@ -25,7 +25,15 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console, ConsoleOptions, RenderableType
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TransferSpeedColumn,
+)
 from rich.segment import Segment
 from rich.text import Text
 
@@ -323,6 +331,43 @@ def progress(description: str, total: int | None) -> Iterator[Callable[[str], No
             bar.advance(task)
 
         yield advance
+
+
+@contextmanager
+def byte_progress(
+    description: str, threshold: int = 8 << 20
+) -> Iterator[Callable[[int, int], None]]:
+    """A progress bar (bytes, speed) on stderr for a long read, only on a terminal and
+    only once the work is `threshold` bytes or more (a refresh of a few files shows none)."""
+    if not sys.stderr.isatty():
+        yield lambda _done, _total: None
+        return
+    bar: Progress | None = None
+    task: Any = None
+
+    def update(done: int, total: int) -> None:
+        nonlocal bar, task
+        if bar is None:
+            if total < threshold:
+                return
+            bar = Progress(
+                SpinnerColumn(),
+                TextColumn("{task.description}"),
+                BarColumn(),
+                DownloadColumn(),
+                TransferSpeedColumn(),
+                console=err_console,
+                transient=True,
+            )
+            bar.start()
+            task = bar.add_task(description, total=total)
+        bar.update(task, completed=done)
+
+    try:
+        yield update
+    finally:
+        if bar is not None:
+            bar.stop()
 
 
 def human_size(size: int | float) -> str:

@@ -3,22 +3,16 @@ and usage. One module, so that the backends can change here alone.
 
 * The listing is `discovery.list_all_sessions` (the persistent listing cache: a warm
   store costs one `stat` per file) plus each file's size.
-* Search uses the content index (`sessiontree.search.search`, issue 15) when this
-  build has it, else a scan of every file (`search_sessions`); the outcome says which.
-* Usage (cost and tokens per day, model, project and session) is computed in a
-  background thread, so no page waits for it: from the usage library over the
-  content index (`sessiontree.usage_report`) when this build has it, else by reading
-  each session file once (`stats.store_stats`) and again only when it changed. The
-  snapshot says what it covers, whether costs include estimates, and how it was made.
-
-Switching to the index for good is: import `usage_report` and `search.search`
-directly instead of through `_optional` (the code paths below stay as they are).
+* Search is `sessiontree.search.search`: the content index where it can answer, a scan
+  where it cannot; the outcome says which and why.
+* Usage (cost and tokens per day, model, project and session) is the usage library
+  (`sessiontree.usage_report`: each reply counted once, unrecorded costs estimated and
+  marked), computed in a background thread so no page waits for it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib
 import logging
 import os
 import threading
@@ -26,14 +20,12 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from types import ModuleType
 from typing import Any
 
-from .. import search as search_module
+from .. import usage_report
 from ..discovery import SessionInfo, list_all_sessions
-from ..stats import store_stats
+from ..search import search
 from ..storage.base import SessionStorage
-from ..usage import UsageTotals
 
 __all__ = [
     "Data",
@@ -46,22 +38,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("sessiontree")
-
-
-def _optional(name: str) -> ModuleType | None:
-    """The module `name`, or None when this build does not have it."""
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name != name:
-            raise
-        return None
-
-
-_usage_report = _optional("sessiontree.usage_report")
-_index_search: Callable[..., Any] | None = getattr(search_module, "search", None)
-
-NO_INDEX = "this build of sessiontree has no content index"
 
 
 def handle_of(kind: str, path: str) -> str:
@@ -170,17 +146,6 @@ class Tally:
         self.cost += other.cost
         self.estimated_cost += other.estimated_cost
 
-    @classmethod
-    def of(cls, totals: UsageTotals) -> Tally:
-        return cls(
-            totals.messages,
-            totals.input,
-            totals.output,
-            totals.cache_read,
-            totals.cache_write,
-            totals.cost,
-        )
-
 
 @dataclass(slots=True)
 class UsageSnapshot:
@@ -223,80 +188,23 @@ def _day_of(ms: int | None) -> str:
         return "unknown"
 
 
-@dataclass(slots=True)
-class _FileUsage:
-    mark: tuple[int, float]
-    by_day: dict[str, Tally]
-    by_model: dict[str, Tally]
-    total: Tally
-
-
-class _ScanUsage:
-    """Usage by reading the files (no usage library): each file once per change."""
-
-    source = "each session file, read by this server"
-    notes = (
-        f"{NO_INDEX} or usage library: costs are those the sessions record "
-        "(no estimates for replies without one), and every reply of every file counts "
-        "(a fork counts the replies it copied again)",
-    )
-
-    def __init__(self, storage: SessionStorage) -> None:
-        self.storage = storage
-        self.files: dict[str, _FileUsage] = {}
-
-    def _read(self, row: SessionRow) -> _FileUsage:
-        mark = (row.size, row.modified.timestamp())
-        known = self.files.get(row.path)
-        if known is not None and known.mark == mark:
-            return known
-        stats = store_stats([row.path], storage=self.storage)
-        usage = _FileUsage(
-            mark,
-            {day: Tally.of(t) for day, t in stats.by_day.items()},
-            {model: Tally.of(t) for model, t in stats.by_model.items()},
-            Tally.of(stats.usage),
-        )
-        self.files[row.path] = usage
-        return usage
-
-    def compute(self, rows: Sequence[SessionRow], publish: Callable[[UsageSnapshot], None]) -> None:
-        snap = UsageSnapshot(sessions_total=len(rows), source=self.source, notes=list(self.notes))
-        last = time.monotonic()
-        for row in rows:
-            usage = self._read(row)
-            for day, tally in usage.by_day.items():
-                snap.by_day.setdefault(day, Tally()).merge(tally)
-            for model, tally in usage.by_model.items():
-                snap.by_model.setdefault(model, Tally()).merge(tally)
-            for table, key in ((snap.by_project, row.project), (snap.by_session, row.path)):
-                table.setdefault(key, Tally()).merge(usage.total)
-            snap.total.merge(usage.total)
-            snap.sessions_read += 1
-            if time.monotonic() - last > 0.5:
-                last = time.monotonic()
-                publish(_copy(snap))
-        wanted = {row.path for row in rows}
-        for path in [p for p in self.files if p not in wanted]:
-            del self.files[path]
-        snap.complete = True
-        publish(snap)
-
-
-class _IndexUsage:
-    """Usage from the usage library over the content index (issue 15)."""
+class _Usage:
+    """Usage from the usage library (over the content index where it can be used)."""
 
     source = "the content index"
 
-    def __init__(self, module: ModuleType, storage: SessionStorage, agent_dir: str) -> None:
-        self.module = module
+    def __init__(self, storage: SessionStorage, agent_dir: str, use_index: bool) -> None:
         self.storage = storage
         self.agent_dir = agent_dir
+        self.use_index = use_index
 
     def compute(self, rows: Sequence[SessionRow], publish: Callable[[UsageSnapshot], None]) -> None:
-        lib = self.module
+        lib = usage_report
         data = lib.load_usage(
-            [row.path for row in rows], storage=self.storage, agent_dir=self.agent_dir
+            [row.path for row in rows],
+            storage=self.storage,
+            agent_dir=self.agent_dir,
+            use_index=self.use_index,
         )
         counted, _duplicates = lib.count_once(data.sessions)
         replies = lib.price(counted)
@@ -331,35 +239,10 @@ class _IndexUsage:
         publish(snap)
 
 
-def _copy(snap: UsageSnapshot) -> UsageSnapshot:
-    def tally(t: Tally) -> Tally:
-        copy = Tally()
-        copy.merge(t)
-        return copy
-
-    def tables(d: dict[str, Tally]) -> dict[str, Tally]:
-        return {k: tally(v) for k, v in d.items()}
-
-    total = tally(snap.total)
-    return UsageSnapshot(
-        tables(snap.by_day),
-        tables(snap.by_model),
-        tables(snap.by_project),
-        tables(snap.by_session),
-        total,
-        snap.sessions_read,
-        snap.sessions_total,
-        snap.source,
-        list(snap.notes),
-        snap.estimates,
-        snap.complete,
-    )
-
-
 class _UsageWorker:
     """Computes usage snapshots in one background thread, for the latest listing asked."""
 
-    def __init__(self, backend: _ScanUsage | _IndexUsage) -> None:
+    def __init__(self, backend: _Usage) -> None:
         self.backend = backend
         self.cond = threading.Condition()
         self.snapshot: UsageSnapshot | None = None
@@ -437,16 +320,7 @@ class Data:
         self._lock = threading.Lock()
         self._rows: dict[str, SessionRow] = {}
         self._projects: dict[str, str] = {}
-        usage: _ScanUsage | _IndexUsage
-        if use_index and _usage_report is not None:
-            usage = _IndexUsage(_usage_report, storage, agent_dir)
-        else:
-            usage = _ScanUsage(storage)
-        self._usage = _UsageWorker(usage)
-
-    @property
-    def has_index(self) -> bool:
-        return self.use_index and _index_search is not None
+        self._usage = _UsageWorker(_Usage(storage, agent_dir, use_index))
 
     def sessions(self) -> list[SessionRow]:
         """Every session of the store, newest first (and the handles that name them)."""
@@ -497,25 +371,16 @@ class Data:
 
     def search(self, query: str, paths: Iterable[str], limit: int = 200) -> SearchOutcome:
         """Entries whose text holds `query` (case-insensitive), up to `limit` hits."""
-        paths = list(paths)
-        if self.has_index:
-            assert _index_search is not None
-            result = _index_search(
-                paths, query, limit=limit + 1, storage=self.storage, agent_dir=self.agent_dir
-            )
-            hits = [_hit(h) for h in result.hits]
-            notes = list(result.notes)
-            mode = str(result.mode)
-        else:
-            hits = [
-                _hit(h)
-                for h in search_module.search_sessions(
-                    paths, query, limit=limit + 1, storage=self.storage
-                )
-            ]
-            mode = "scan"
-            reason = NO_INDEX if self.use_index else "the content index is off (--no-index)"
-            notes = [f"{reason}: every session file was read for this search"]
+        result = search(
+            list(paths),
+            query,
+            limit=limit + 1,
+            storage=self.storage,
+            agent_dir=self.agent_dir,
+            use_index=self.use_index,
+        )
+        hits = [_hit(h) for h in result.hits]
+        notes, mode = list(result.notes), str(result.mode)
         return SearchOutcome(hits[:limit], mode, notes, len(hits) > limit)
 
     def usage(self, wait: float = 0.0) -> tuple[UsageSnapshot | None, str | None]:

@@ -1,0 +1,202 @@
+"""The one pricing module: what a reply's tokens would cost, from a maintained table.
+
+Costs recorded in a session (`usage.cost.total`, written by the agent that made
+the call) are the truth and are never replaced. Usage without a recorded cost
+(the field absent, or 0 for a model the table prices) is priced at report time
+from the `genai-prices` package's bundled table (offline: it never fetches),
+and reports mark that cost as estimated and name the table and its version.
+A model the table prices at 0 (local or free) costs 0; a model it does not
+know stays unpriced. Nothing here writes anything.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from functools import cache
+from typing import Any
+
+__all__ = ["PriceTable", "Quote", "price_table"]
+
+TABLE_NAME = "genai-prices"
+
+# Provider names the agents write (pi-ai's ids) -> the table's provider ids. A
+# provider not listed is looked up by its own name, then by the model alone.
+_PROVIDERS = {
+    "amazon-bedrock": "aws",
+    "azure-openai-responses": "azure",
+    "google-gemini-cli": "google",
+    "google-vertex": "google",
+    "google-antigravity": "google",
+    "openai-codex": "openai",
+    "xai": "x-ai",
+    "moonshot": "moonshotai",
+    "moonshotai-cn": "moonshotai",
+    "kimi-coding": "moonshotai",
+    "zai-coding-plan": "zai",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Quote:
+    """The table's price for one reply."""
+
+    cost: float
+    """USD (0 for a model the table prices at 0)."""
+    model: str
+    """The table's name for the model that was priced."""
+    provider: str
+
+
+class PriceTable:
+    """Looks up prices in the `genai-prices` table (imported on first use)."""
+
+    def __init__(self) -> None:
+        self._lookups: dict[tuple[str, str, str], Any] = {}
+        self._rates: dict[tuple[tuple[str, str, str], int], tuple[float, ...] | None] = {}
+        self._calc: Any = None
+        self._usage: Any = None
+        self.name = TABLE_NAME
+        self.version: str | None = None
+        self.error: str | None = None
+        try:
+            import genai_prices
+
+            self._calc = genai_prices.calc_price
+            self._usage = genai_prices.Usage
+            self.version = genai_prices.__version__
+        except Exception as exc:  # not installed, or broken: reports say so
+            self.error = f"{TABLE_NAME} unavailable: {exc}"
+
+    @property
+    def available(self) -> bool:
+        return self._calc is not None
+
+    def quote(
+        self,
+        provider: str,
+        model: str,
+        when_ms: int | None,
+        input: int,
+        output: int,
+        cache_read: int,
+        cache_write: int,
+    ) -> Quote | None:
+        """The price of these tokens (`input` without the cached ones, as the agents
+        record it), or None when the table does not know the model."""
+        if self._calc is None or not model or model == "?":
+            return None
+        when = _when(when_ms)
+        found = self._model_price(provider, model, when)
+        if found is None:
+            return None
+        model_price, model_id, provider_id, starts = found
+        counts = (max(0, input), max(0, output), max(0, cache_read), max(0, cache_write))
+        if starts is None:
+            total = _table_price(self._usage, model_price, *counts)
+            return None if total is None else Quote(total, model_id, provider_id)
+        # Linear within a tier: the tier is set by the whole input (cached included).
+        tier = bisect.bisect_left(starts, counts[0] + counts[2] + counts[3])
+        rates = self._rates.get((key_of(provider, model, when), tier))
+        if rates is None:
+            rates = _rates(self._usage, model_price, starts, tier)
+            self._rates[(key_of(provider, model, when), tier)] = rates
+        if rates is None:
+            total = _table_price(self._usage, model_price, *counts)
+            return None if total is None else Quote(total, model_id, provider_id)
+        cost = sum(rate * count for rate, count in zip(rates, counts, strict=True))
+        return Quote(cost, model_id, provider_id)
+
+    def _model_price(self, provider: str, model: str, when: datetime) -> Any:
+        key = key_of(provider, model, when)
+        if key in self._lookups:
+            return self._lookups[key]
+        found = None
+        mapped = _PROVIDERS.get(provider, provider)
+        names = [model]
+        if "/" in model:
+            names.append(model.rsplit("/", 1)[1])  # "anthropic/claude-…" as routers name them
+        attempts = [(mapped, name) for name in names] + [(None, name) for name in names]
+        probe = self._usage(input_tokens=1, output_tokens=1)
+        for provider_id, name in attempts:
+            try:
+                calc = self._calc(
+                    probe, name, provider_id=provider_id, genai_request_timestamp=when
+                )
+            except Exception:  # LookupError: not in the table (under that provider)
+                continue
+            price = calc.model_price
+            found = (price, str(calc.model.id), str(calc.provider.id), _tier_starts(price))
+            break
+        self._lookups[key] = found
+        return found
+
+
+def _table_price(
+    usage_type: Any, model_price: Any, input: int, output: int, cache_read: int, cache_write: int
+) -> float | None:
+    # The table's input count includes the cached tokens.
+    usage = usage_type(
+        input_tokens=input + cache_read + cache_write,
+        output_tokens=output,
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+    )
+    try:
+        total: Decimal = model_price.calc_price(usage)["total_price"]
+    except Exception:
+        return None
+    return float(total)
+
+
+def _tier_starts(model_price: Any) -> list[int] | None:
+    """Where the price's tiers start (sorted; [] when it has none); None when the
+    price has parts this module does not know to be linear between them."""
+    try:
+        from genai_prices.types import TieredPrices
+    except ImportError:  # pragma: no cover - a table without tiers
+        return []
+    starts: set[int] = set()
+    for value in vars(model_price).values():
+        if isinstance(value, TieredPrices):
+            starts.update(int(tier.start) for tier in value.tiers)
+        elif value is not None and not isinstance(value, Decimal):
+            return None
+    return sorted(starts)
+
+
+def _rates(
+    usage_type: Any, model_price: Any, starts: list[int], tier: int
+) -> tuple[float, float, float, float] | None:
+    """USD per token of (input, output, cache read, cache write) in one tier, from
+    the table's own prices for a whole input inside that tier."""
+    # The smallest whole input in the tier: the tier applies above its start.
+    whole = 1 if tier == 0 else starts[tier - 1] + 1
+    base = _table_price(usage_type, model_price, whole, 0, 0, 0)
+    out = _table_price(usage_type, model_price, whole, 1_000_000, 0, 0)
+    read = _table_price(usage_type, model_price, 0, 0, whole, 0)
+    write = _table_price(usage_type, model_price, 0, 0, 0, whole)
+    if base is None or out is None or read is None or write is None:
+        return None
+    return base / whole, (out - base) / 1_000_000, read / whole, write / whole
+
+
+def key_of(provider: str, model: str, when: datetime) -> tuple[str, str, str]:
+    return provider, model, when.strftime("%Y-%m-%d")
+
+
+def _when(ms: int | None) -> datetime:
+    if ms is None:
+        return datetime.now(UTC)
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC)
+    except (OverflowError, OSError, ValueError):
+        return datetime.now(UTC)
+
+
+@cache
+def price_table() -> PriceTable:
+    """The process's price table (loaded once)."""
+    return PriceTable()
