@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 import foreign_support as fs
-from conftest import SHARED_FIXTURES, unavailable
+from conftest import SHARED_FIXTURES, require_module, unavailable
 from sessiontree import SessionManager, load_entries_from_file
 from sessiontree.cli import app
 from sessiontree.foreign import read_claude_session, read_codex_session
@@ -362,3 +363,31 @@ def test_a_session_without_a_cwd_goes_under_this_directory(
     finally:
         os.chdir(previous)
     assert load_entries_from_file(done["path"])[0]["cwd"] == str(here)
+
+
+def test_usage_and_serve_read_a_foreign_store(stores: dict[str, Any]) -> None:
+    require_module("httpx")
+    require_module("uvicorn")
+    import httpx
+
+    from sessiontree.foreign.storage import ForeignStorage
+    from sessiontree.web.server import BackgroundServer
+
+    report = as_json("--agent", "codex", "usage", "daily")
+    assert report["rows"] and report["totals"]["recordedCost"] == 0
+    before = snapshot(stores["claude"])
+    store = ForeignStore.default("claude", None)
+    with (
+        BackgroundServer(ForeignStorage(store), store.home) as server,
+        httpx.Client(
+            base_url=server.base, cookies={server.options.cookie: server.token}, timeout=30
+        ) as client,
+    ):
+        listing = client.get("/sessions")
+        assert listing.status_code == 200
+        handles = re.findall(r'href="(/s/[0-9a-f]+)', listing.text)
+        assert handles
+        for handle in dict.fromkeys(handles):
+            assert client.get(handle).status_code == 200
+        assert client.get("/search?q=the").status_code == 200
+    assert snapshot(stores["claude"]) == before  # served read-only: nothing changed

@@ -51,7 +51,7 @@ from .common import agent_dir as current_agent_dir
 __all__ = ["READING_COMMANDS", "register", "resolve_agent", "restore_env"]
 
 READING_COMMANDS = frozenset(
-    {"list", "show", "tree", "context", "export", "search", "stats", "resume"}
+    {"list", "show", "tree", "context", "export", "search", "stats", "resume", "usage", "serve"}
 )
 """The commands that work on a Claude Code or Codex store (read-only)."""
 
