@@ -63,7 +63,7 @@ from .paths import get_agent_dir
 from .pricing import PriceTable, price_table
 from .storage.base import HostFilesystem, SessionStorage
 from .storage.file import FileSessionStorage
-from .usage import ImportMarker, UsageRecord
+from .usage import ImportMarker, UsageRecord, UsageTotals
 
 __all__ = [
     "BLOCK_HOURS",
@@ -435,16 +435,10 @@ def price(
 
 
 @dataclass(slots=True)
-class Totals:
-    """Summed replies."""
+class Totals(UsageTotals):
+    """Summed replies: `UsageTotals` (whose `cost` here is recorded plus estimated), what
+    of it was estimated, and the time span."""
 
-    messages: int = 0
-    input: int = 0
-    output: int = 0
-    cache_read: int = 0
-    cache_write: int = 0
-    cost: float = 0.0
-    """Recorded plus estimated."""
     estimated_cost: float = 0.0
     estimated_messages: int = 0
     unpriced_messages: int = 0
@@ -472,13 +466,10 @@ class Totals:
             self.first = r.timestamp if self.first is None else min(self.first, r.timestamp)
             self.last = r.timestamp if self.last is None else max(self.last, r.timestamp)
 
-    def merge(self, other: Totals) -> None:
-        self.messages += other.messages
-        self.input += other.input
-        self.output += other.output
-        self.cache_read += other.cache_read
-        self.cache_write += other.cache_write
-        self.cost += other.cost
+    def merge(self, other: UsageTotals) -> None:
+        UsageTotals.merge(self, other)
+        if not isinstance(other, Totals):
+            return
         self.estimated_cost += other.estimated_cost
         self.estimated_messages += other.estimated_messages
         self.unpriced_messages += other.unpriced_messages

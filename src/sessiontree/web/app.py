@@ -581,7 +581,7 @@ def _usage_state(snapshot: UsageSnapshot | None) -> str | None:
 
 
 def _top(table: dict[str, Tally], most: int = 15) -> list[tuple[str, Tally]]:
-    ranked = sorted(table.items(), key=lambda kv: (-kv[1].cost, -kv[1].tokens, kv[0]))
+    ranked = sorted(table.items(), key=lambda kv: (-kv[1].cost, -kv[1].total_tokens, kv[0]))
     return ranked[:most]
 
 

@@ -120,31 +120,8 @@ def _hit(raw: Any) -> Hit:
 # ---------------------------------------------------------------------------- usage
 
 
-@dataclass(slots=True)
-class Tally:
-    """Summed assistant replies."""
-
-    messages: int = 0
-    input: int = 0
-    output: int = 0
-    cache_read: int = 0
-    cache_write: int = 0
-    cost: float = 0.0
-    estimated_cost: float = 0.0
-    """The part of `cost` estimated from a price table (the files record none)."""
-
-    @property
-    def tokens(self) -> int:
-        return self.input + self.output + self.cache_read + self.cache_write
-
-    def merge(self, other: Tally) -> None:
-        self.messages += other.messages
-        self.input += other.input
-        self.output += other.output
-        self.cache_read += other.cache_read
-        self.cache_write += other.cache_write
-        self.cost += other.cost
-        self.estimated_cost += other.estimated_cost
+Tally = usage_report.Totals
+"""Summed assistant replies (the usage library's own totals)."""
 
 
 @dataclass(slots=True)
@@ -168,15 +145,15 @@ class UsageSnapshot:
     complete: bool = False
     taken: float = 0.0
 
-    def add(self, day: str, model: str, project: str, path: str, tally: Tally) -> None:
+    def add(self, day: str, model: str, project: str, path: str, reply: usage_report.Reply) -> None:
         for table, key in (
             (self.by_day, day),
             (self.by_model, model),
             (self.by_project, project),
             (self.by_session, path),
         ):
-            table.setdefault(key, Tally()).merge(tally)
-        self.total.merge(tally)
+            table.setdefault(key, Tally()).add(reply)
+        self.total.add(reply)
 
 
 def _day_of(ms: int | None) -> str:
@@ -219,18 +196,9 @@ class _Usage:
             estimates=True,
         )
         for reply in replies:
-            record = reply.record
-            tally = Tally(
-                1,
-                record.input,
-                record.output,
-                record.cache_read,
-                record.cache_write,
-                reply.cost,
-                reply.cost if reply.estimated else 0.0,
-            )
             path = reply.session.path
-            snap.add(_day_of(record.timestamp), reply.model, os.path.dirname(path), path, tally)
+            day = _day_of(reply.record.timestamp)
+            snap.add(day, reply.model, os.path.dirname(path), path, reply)
         for row in rows:  # sessions without a reply cost nothing (rather than unknown)
             snap.by_session.setdefault(row.path, Tally())
         if snap.total.estimated_cost:
