@@ -468,3 +468,27 @@ def test_damaged_lines_are_skipped_and_reported(tmp_path: Path, kind: str) -> No
     got = [(e["type"], e.get("message")) for e in session.manager.get_entries()]
     want = [(e["type"], e.get("message")) for e in whole.manager.get_entries()]
     assert got == want[: len(got)] and len(got) >= len(want) - 2
+
+
+@pytest.mark.parametrize("kind", ["claude", "codex"])
+def test_the_same_transcript_gives_the_same_tree_wherever_it_lives(
+    tmp_path: Path, kind: str
+) -> None:
+    """Entry ids derive from the transcript, not from where it lies: a file whose
+    `sessionId` is not a UUID, copied elsewhere (as a clean checkout does), reads the same."""
+    source = fixture(
+        kind, f"jazzyalex__agent-sessions__Resources__Fixtures__stage0__agents__{kind}__small.jsonl"
+    )
+    copy = tmp_path / "elsewhere" / source.name
+    copy.parent.mkdir()
+    copy.write_bytes(source.read_bytes())
+    reader = read_claude_session if kind == "claude" else read_codex_session
+
+    def tree(session: ForeignSession) -> tuple[Any, ...]:
+        return (
+            session.source_id,
+            [(e["id"], e.get("parentId")) for e in session.manager.get_entries()],
+            [[e["id"] for e in s.manager.get_entries()] for s in session.subsessions],
+        )
+
+    assert tree(reader(str(source))) == tree(reader(str(copy)))

@@ -99,15 +99,24 @@ _STOP_REASONS = {
 
 def claude_session_id(path: str, records: list[Record] | None = None) -> str:
     """The session's id: the file name when it is a UUID (Claude Code names files so),
-    else the first `sessionId` in the file, else a UUID derived from the path."""
+    else the first `sessionId` in the file (a UUID derived from it when it is not one),
+    else a UUID derived from the path.
+
+    The id seeds every imported entry id, so it depends on the file's content where it
+    can: the same transcript read from another directory gives the same tree."""
     stem = os.path.basename(path)
     stem = stem[: -len(".jsonl")] if stem.endswith(".jsonl") else stem
     if _UUID.match(stem):
         return stem.lower()
+    named: str | None = None
     for record in records or ():
         sid = record.value.get("sessionId")
         if isinstance(sid, str) and _UUID.match(sid):
             return sid.lower()
+        if named is None and isinstance(sid, str) and sid:
+            named = sid
+    if named is not None:
+        return str(uuid_module.uuid5(uuid_module.NAMESPACE_URL, f"claude-code-session:{named}"))
     return str(uuid_module.uuid5(uuid_module.NAMESPACE_URL, os.path.abspath(path)))
 
 
