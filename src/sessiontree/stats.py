@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from .blobs import CollectableBlobStore
@@ -23,7 +22,7 @@ from .migrations import session_version
 from .pricing import price_table
 from .storage.base import SessionStorage
 from .storage.file import FileSessionStorage
-from .usage import UsageTotals
+from .usage import UsageTotals, utc_day
 from .usage_report import Duplicates, Totals, count_once, load_usage, price
 
 __all__ = [
@@ -191,7 +190,7 @@ def store_stats(
             continue
         stats.usage.add(reply)
         stats.by_model.setdefault(reply.model, Totals()).add(reply)
-        stats.by_day.setdefault(_utc_day(reply.record.timestamp), Totals()).add(reply)
+        stats.by_day.setdefault(utc_day(reply.record.timestamp), Totals()).add(reply)
     if blob_store is not None or blob_dir is not None:
         blobs = (
             list_store_blobs(blob_store) if blob_store is not None else list_blobs(blob_dir or "")
@@ -199,12 +198,3 @@ def store_stats(
         stats.blobs = len(blobs)
         stats.blob_bytes = sum(b.size for b in blobs)
     return stats
-
-
-def _utc_day(ms: int | None) -> str:
-    if ms is None:
-        return "unknown"
-    try:
-        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d")
-    except (OverflowError, OSError, ValueError):
-        return "unknown"

@@ -10,6 +10,7 @@ writes (source, sourceId, which entries came from the source).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from .entries import Entry, parse_iso_ms
@@ -23,6 +24,7 @@ __all__ = [
     "message_time_ms",
     "number",
     "usage_record",
+    "utc_day",
 ]
 
 IMPORT_CUSTOM_TYPE = "foreign_session_import"
@@ -199,3 +201,13 @@ class UsageTotals:
             "cacheWrite": self.cache_write,
             "cost": round(self.cost, 10),
         }
+
+
+def utc_day(ms: int | None) -> str:
+    """The UTC calendar day (`YYYY-MM-DD`) of an epoch-milliseconds time, else "unknown"."""
+    if ms is None:
+        return "unknown"
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d")
+    except (OverflowError, OSError, ValueError):
+        return "unknown"

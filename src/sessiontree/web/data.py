@@ -19,13 +19,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from .. import usage_report
 from ..discovery import SessionInfo, list_all_sessions
 from ..search import search
 from ..storage.base import SessionStorage
+from ..usage import utc_day
 
 __all__ = [
     "Data",
@@ -156,15 +157,6 @@ class UsageSnapshot:
         self.total.add(reply)
 
 
-def _day_of(ms: int | None) -> str:
-    if ms is None:
-        return "unknown"
-    try:
-        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d")
-    except (OverflowError, OSError, ValueError):
-        return "unknown"
-
-
 class _Usage:
     """Usage from the usage library (over the content index where it can be used)."""
 
@@ -197,7 +189,7 @@ class _Usage:
         )
         for reply in replies:
             path = reply.session.path
-            day = _day_of(reply.record.timestamp)
+            day = utc_day(reply.record.timestamp)
             snap.add(day, reply.model, os.path.dirname(path), path, reply)
         for row in rows:  # sessions without a reply cost nothing (rather than unknown)
             snap.by_session.setdefault(row.path, Tally())
