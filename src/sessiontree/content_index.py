@@ -53,7 +53,7 @@ from .entries import Entry, parse_iso_ms
 from .export import entry_role, entry_text
 from .jsonl import allow_deep_nesting, loads_line, serialize_entry_bytes
 from .naming import head_kind
-from .storage.base import SessionStorage, read_chunks, read_range
+from .storage.base import SessionStorage, read_chunks, read_range, read_range_chunks
 from .storage.file import FileSessionStorage
 from .usage import ImportMarker, UsageRecord, import_marker, usage_record
 
@@ -389,15 +389,6 @@ def _feed(rows: _Rows, st: _FileState, raw: bytes, number: int, offset: int, ord
         _add_entry(rows, st, value, number, offset, len(raw), order)
 
 
-def _range_chunks(storage: SessionStorage, path: str, offset: int, end: int) -> Iterator[bytes]:
-    while offset < end:
-        chunk = read_range(storage, path, offset, min(_CHUNK, end - offset))
-        if not chunk:
-            return
-        yield chunk
-        offset += len(chunk)
-
-
 def _read_jsonl(
     storage: SessionStorage,
     path: str,
@@ -420,7 +411,7 @@ def _read_jsonl(
     if start == 0:
         chunks: Iterable[bytes] = read_chunks(storage, path, _CHUNK)
     else:
-        chunks = _range_chunks(storage, path, start, end)
+        chunks = read_range_chunks(storage, path, start, end, _CHUNK)
     remaining = end - start
     at_start = start == 0  # a BOM may still have to be dropped
     try:

@@ -32,7 +32,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -58,6 +58,7 @@ from .storage.base import (
     directory_tree,
     read_chunks,
     read_range,
+    read_range_chunks,
 )
 from .storage.file import FileSessionStorage, ensure_private_dir
 
@@ -456,15 +457,6 @@ def _feed_line(st: _State, line: bytes, first_line: bool, texts: list[str] | Non
             _apply(st, obj, texts)
 
 
-def _range_chunks(storage: SessionStorage, path: str, offset: int) -> Iterator[bytes]:
-    while True:
-        chunk = read_range(storage, path, offset, _CHUNK)
-        if not chunk:
-            return
-        yield chunk
-        offset += len(chunk)
-
-
 def _scan_file(
     storage: SessionStorage,
     path: str,
@@ -477,7 +469,7 @@ def _scan_file(
         st = dataclasses.replace(resume.committed())
         offset = resume.offset
         chunks: Iterable[bytes] = (
-            _range_chunks(storage, path, offset) if st.phase != _INVALID else ()
+            read_range_chunks(storage, path, offset, None, _CHUNK) if st.phase != _INVALID else ()
         )
     else:
         resume = None

@@ -298,6 +298,23 @@ def read_range(storage: SessionStorage, path: str, offset: int, length: int) -> 
     return data[start : start + length]
 
 
+def read_range_chunks(
+    storage: SessionStorage,
+    path: str,
+    offset: int,
+    end: int | None = None,
+    chunk_size: int = 1 << 20,
+) -> Iterator[bytes]:
+    """The bytes from `offset` to `end` (default: the end of the file), in chunks."""
+    while end is None or offset < end:
+        length = chunk_size if end is None else min(chunk_size, end - offset)
+        chunk = read_range(storage, path, offset, length)
+        if not chunk:
+            return
+        yield chunk
+        offset += len(chunk)
+
+
 def write_whole(storage: SessionStorage, path: str, chunks: Iterable[bytes]) -> StorageStat | None:
     """Replace `path` with the chunks: atomically where the backend can, else `write_text`."""
     if isinstance(storage, AtomicWrites):
