@@ -18,7 +18,10 @@ them with `isinstance` (never with a backend's class) and fall back where they c
 - `HostFilesystem` (`host_path`): paths are this host's files (terminal
   breadcrumbs, the outside-dir registry, symlink checks apply);
 - `BlobBackedStorage` (`blob_store`): images live beside the sessions;
-- `SessionIndexStorage` (`list_session_meta`): listings without reading content.
+- `SessionIndexStorage` (`list_session_meta`): listings without reading content;
+- `PinnedReads` (`open_pinned`): a handle that keeps reading
+  the bytes a file had when it was opened or written, so a big session is loaded
+  index first and its lines are read only when asked for (without it, whole).
 
 Store-wide operations that need a capability the storage lacks (`list_all`,
 `rm`, gc) raise `MissingCapabilityError`, which names it (`directory_tree`).
@@ -156,6 +159,43 @@ class HostFilesystem(Protocol):
 
     def host_path(self, path: str) -> str:
         """`path` as an OS path of this host."""
+        ...
+
+
+@runtime_checkable
+class PinnedFile(Protocol):
+    """A read handle on the bytes of one stored file as they were when it was opened
+    (or written): it keeps reading them after the path is replaced or deleted."""
+
+    @property
+    def ino(self) -> int:
+        """The file it reads (as `StorageStat.ino`)."""
+        ...
+
+    def size(self) -> int:
+        """Its size now."""
+        ...
+
+    def pread(self, offset: int, length: int) -> bytes:
+        """Up to `length` bytes at `offset` (fewer only at the end of the file)."""
+        ...
+
+    def readinto(self, buffer: memoryview, offset: int) -> int:
+        """Fill `buffer` from `offset`; the count read (0 at the end)."""
+        ...
+
+    def close(self) -> None:
+        """Release the handle (idempotent)."""
+        ...
+
+
+@runtime_checkable
+class PinnedReads(Protocol):
+    """A backend that reads a file through a handle pinned to its bytes: what lets a
+    session be loaded index first and its lines read only when asked for."""
+
+    def open_pinned(self, path: str) -> PinnedFile:
+        """A pinned handle on `path` (FileNotFoundError when missing)."""
         ...
 
 
