@@ -19,6 +19,8 @@ from sessiontree.naming import (
     TITLE_SLOT_BYTES,
     entry_name,
     head_kind,
+    head_title,
+    head_title_source,
     header_in,
     listing_title,
     session_name,
@@ -122,6 +124,18 @@ def test_session_name_and_listing_title() -> None:
     assert session_name(None, "") is None  # a blank name entry clears
     assert listing_title(None, "short") == "short"
     assert listing_title(None, "  ") is None
+
+
+def test_the_slot_replaces_the_header_title_and_its_source() -> None:
+    # Rule 1 as the listing, PostgreSQL's metadata and SessionHead all apply it.
+    assert head_title(False, None, "Header") == "Header"
+    assert head_title(True, "Slot", "Header") == "Slot"
+    assert head_title(True, "", "Header") is None  # an empty slot removes the title
+    assert head_title(True, None, "Header") is None
+    assert head_title(False, "Slot", 3) is None
+    assert head_title_source(True, "user", "auto") == "user"
+    assert head_title_source(True, None, "auto") is None
+    assert head_title_source(False, "user", "auto") == "auto"
 
 
 def test_head_kind_and_header_in() -> None:

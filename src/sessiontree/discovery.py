@@ -43,7 +43,7 @@ import orjson
 from .entries import content_text, parse_iso_ms
 from .errors import AmbiguousSessionError
 from .jsonl import loads_line, serialize_entry_bytes
-from .naming import entry_name, head_kind, listing_title, session_name
+from .naming import entry_name, head_kind, head_title, listing_title, session_name
 from .paths import (
     get_agent_dir,
     get_default_session_dir,
@@ -246,8 +246,8 @@ class _State:
 
     def title(self) -> str | None:
         """`SessionInfo.title` by the rule in `sessiontree.naming`."""
-        header_title = self.slot_title if self.slot else self.header_title
-        return listing_title(session_name(header_title, self.name), self.short_summary)
+        title = head_title(self.slot, self.slot_title, self.header_title)
+        return listing_title(session_name(title, self.name), self.short_summary)
 
 
 _FAIL = object()
