@@ -163,15 +163,29 @@ def ordered_header(header: Mapping[str, Any]) -> Entry:
     return ordered
 
 
-def new_header(cwd: str, parent_session: str | None = None) -> Entry:
-    """A fresh v3 header: new id, now, `cwd` (and `parentSession` when given)."""
+def new_header(
+    cwd: str,
+    parent_session: str | None = None,
+    *,
+    title: str | None = None,
+    title_source: str | None = None,
+    session_id: str | None = None,
+    timestamp: str | None = None,
+) -> Entry:
+    """A v3 header, keys in the reference order: `session_id` (default: a new id),
+    `timestamp` (default: now), `cwd`, then `title` with its `title_source` and
+    `parentSession`, each only when given. Every new header is built here."""
     header: Entry = {
         "type": "session",
         "version": CURRENT_SESSION_VERSION,
-        "id": generate_session_id(),
-        "timestamp": iso_now(),
+        "id": session_id if session_id is not None else generate_session_id(),
+        "timestamp": timestamp if timestamp is not None else iso_now(),
         "cwd": cwd,
     }
+    if title is not None:
+        header["title"] = title
+        if title_source is not None:
+            header["titleSource"] = title_source
     if parent_session is not None:
         header["parentSession"] = parent_session
     return header
