@@ -492,3 +492,20 @@ def test_the_same_transcript_gives_the_same_tree_wherever_it_lives(
         )
 
     assert tree(reader(str(source))) == tree(reader(str(copy)))
+
+
+def test_an_import_into_a_given_agent_dir_puts_its_images_there(
+    tmp_path: Path, agent_dir: Path
+) -> None:
+    from sessiontree.foreign.importer import import_session
+
+    given = tmp_path / "given"  # not the configured agent dir, and without blobs/ yet
+    parent_path, _ = fs.codex_rollouts(tmp_path / "codex")
+    done = import_session(read_codex_session(str(parent_path)), agent_dir=str(given))
+    assert done.path.startswith(str(given / "sessions"))
+    assert "blob:sha256:" in Path(done.path).read_text()
+    assert len(list((given / "blobs").iterdir())) >= 1
+    assert not (agent_dir / "blobs").exists()
+    with SessionManager.open(done.path, read_only=True) as sm:
+        image = messages(sm, "user")[0]["content"][1]
+    assert image == {"type": "image", "data": fs.PNG, "mimeType": "image/png"}

@@ -260,11 +260,11 @@ class SessionManager(ClosesOnExit):
         Blobs it is given (`put_blob`) go to the agent dir's store, as oh-my-pi's do,
         so their refs resolve once the session is persisted (`persist_copy`).
         """
-        blobs = blob_store_for(None, storage) if storage is not None else None
+        # Chosen before the default storage is made: the agent dir's blobs, not
+        # MemorySessionStorage's own, so that refs outlive this session.
+        blobs = blob_store_for(None, storage)
         storage = storage if storage is not None else MemorySessionStorage()
         cwd = cwd if cwd is not None else os.getcwd()
-        if blobs is None:
-            blobs = BlobStore(os.path.join(get_agent_dir(), "blobs"))
         return cls(cwd, "", None, False, storage, blob_store=blobs)
 
     @staticmethod

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from .blobs import BlobStore, BlobStoreLike, parse_blob_ref
+from .agent_dir import blob_store_for
+from .blobs import BlobStore, parse_blob_ref
 from .errors import SessionLockError, SessionTreeError
 from .locks import is_locked, lock_path_for
 from .paths import get_agent_dir
@@ -277,7 +278,7 @@ def import_files(
     blob_dir = os.path.join(agent_dir, "blobs")
     if not os.path.isdir(blob_dir):
         return report
-    target = _blob_store_of(storage, agent_dir)
+    target = blob_store_for(None, storage, _root_of(storage, agent_dir))
     sidecars: list[tuple[str, str]] = []
     for name in sorted(os.listdir(blob_dir)):
         match = _BLOB_NAME.fullmatch(name)
@@ -339,11 +340,3 @@ def export_files(
     if report.blobs:
         fsync_directory(blob_dir)
     return report
-
-
-def _blob_store_of(storage: SessionStorage, agent_dir: str) -> BlobStoreLike:
-    if isinstance(storage, BlobBackedStorage):
-        own = storage.blob_store()
-        if own is not None:
-            return own
-    return BlobStore(os.path.join(_root_of(storage, agent_dir), "blobs"))
