@@ -38,7 +38,7 @@ from .agent_dir import (
     register_session_dir,
     write_breadcrumb,
 )
-from .blobs import BlobPutResult, BlobStore, BlobStoreLike
+from .blobs import BlobPutResult, BlobStore, BlobStoreLike, same_blob_store
 from .context import SessionContext
 from .entries import Entry, generate_session_id, iso_now
 from .errors import (
@@ -866,7 +866,15 @@ class SessionManager(ClosesOnExit):
         if parent_session is not None:
             parent = parent_session
         header = self._head.carried_title(new_header(self._cwd, parent))
-        copy_._write_new_file(header, EntryIndex(copy.deepcopy(entries)))
+        entries = copy.deepcopy(entries)
+        if not same_blob_store(self._blobs, copy_._blobs):
+            # Refs that `put_blob` handed out name blobs in this session's store, not
+            # the copy's: carry their images over (the copy stores them again).
+            entries = [
+                allow_deep_nesting(partial(resolve_blob_refs, entry, self._blobs))
+                for entry in entries
+            ]
+        copy_._write_new_file(header, EntryIndex(entries))
         return copy_
 
     def move_to(self, new_cwd: str) -> None:
