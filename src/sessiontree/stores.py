@@ -43,6 +43,7 @@ from .storage.base import (
     SessionStorage,
     directory_tree,
     read_chunks,
+    store_root,
     write_whole,
 )
 from .storage.file import FileSessionStorage, fsync_directory
@@ -209,12 +210,6 @@ def _maybe_locked(storage: SessionStorage, path: str) -> bool:
     return is_locked(storage, path)
 
 
-def _root_of(storage: SessionStorage, agent_dir: str) -> str:
-    """Where a storage keeps the agent dir's trees: its `root` if it has one."""
-    root = getattr(storage, "root", None)
-    return root if isinstance(root, str) else agent_dir
-
-
 def _set_mtime(storage: SessionStorage, path: str, mtime_ns: int) -> None:
     if isinstance(storage, HostFilesystem):
         os.utime(path, ns=(mtime_ns, mtime_ns))
@@ -274,11 +269,11 @@ def import_files(
     files = FileSessionStorage()
     bulk = getattr(storage, "bulk", None)  # one durability barrier for the whole import
     with bulk() if callable(bulk) else nullcontext():
-        _copy_trees(files, agent_dir, storage, _root_of(storage, agent_dir), report)
+        _copy_trees(files, agent_dir, storage, store_root(storage, agent_dir), report)
     blob_dir = os.path.join(agent_dir, "blobs")
     if not os.path.isdir(blob_dir):
         return report
-    target = blob_store_for(None, storage, _root_of(storage, agent_dir))
+    target = blob_store_for(None, storage, store_root(storage, agent_dir))
     sidecars: list[tuple[str, str]] = []
     for name in sorted(os.listdir(blob_dir)):
         match = _BLOB_NAME.fullmatch(name)
@@ -316,7 +311,7 @@ def export_files(
     report = report if report is not None else TransferReport()
     agent_dir = os.path.abspath(agent_dir if agent_dir is not None else get_agent_dir())
     files = FileSessionStorage()
-    _copy_trees(storage, _root_of(storage, agent_dir), files, agent_dir, report)
+    _copy_trees(storage, store_root(storage, agent_dir), files, agent_dir, report)
     source = storage.blob_store() if isinstance(storage, BlobBackedStorage) else None
     listing = getattr(source, "list", None)
     if source is None or not callable(listing):
