@@ -28,6 +28,7 @@ __all__ = [
     "atomic_write",
     "ensure_private_dir",
     "fsync_directory",
+    "glob_escape",
     "glob_match_name",
     "open_regular",
     "side_path",
@@ -178,6 +179,11 @@ def atomic_write(path: str, chunks: Iterable[bytes], *, durable: bool = True) ->
     if durable:
         fsync_directory(directory)
     return written
+
+
+def glob_escape(name: str) -> str:
+    """`name` as a glob pattern that matches only itself (metacharacters made literal)."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
 def glob_match_name(name: str, pattern: str) -> bool:

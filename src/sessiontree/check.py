@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 import xxhash
 
-from ._fs import side_path, side_stem
+from ._fs import glob_escape, side_path, side_stem
 from .agent_dir import blob_store_for
 from .blobs import BlobStatus, BlobStoreLike, VerifiableBlobStore
 from .entries import Entry, generate_entry_id
@@ -195,11 +195,6 @@ def conflict_siblings(path: str, storage: SessionStorage | None = None) -> list[
     storage = storage if storage is not None else FileSessionStorage()
     directory, name = os.path.split(path)
     return storage.list_files(directory or ".", glob_escape(side_stem(name)) + ".conflict-*")
-
-
-def glob_escape(name: str) -> str:
-    """`name` with glob metacharacters made literal."""
-    return re.sub(r"([*?\[])", r"[\1]", name)
 
 
 def _short(raw: bytes, width: int = 60) -> str:

@@ -45,6 +45,7 @@ from .storage.base import (
     HostFilesystem,
     SessionStorage,
     directory_tree,
+    is_stored_file,
     read_chunks,
     store_root,
 )
@@ -284,13 +285,6 @@ def _all_files(storage: SessionStorage, directory: str) -> list[str]:
     return sorted(set(names))
 
 
-def _is_stored_file(storage: SessionStorage, path: str) -> bool:
-    from .check import glob_escape
-
-    directory, name = os.path.split(path)
-    return bool(name) and path in storage.list_files(directory, glob_escape(name))
-
-
 def _walk_storage(
     storage: SessionStorage, roots: Iterable[str], errors: list[tuple[str, str]]
 ) -> Snapshot:
@@ -314,7 +308,7 @@ def _walk_storage(
     pending: list[str] = []
     for root in roots:
         try:
-            if _is_stored_file(storage, root):
+            if is_stored_file(storage, root):
                 add(root)
             else:
                 pending.append(root)

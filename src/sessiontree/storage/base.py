@@ -33,11 +33,13 @@ inode-based half of the conflict check is then skipped.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from sessiontree._fs import glob_escape
 from sessiontree.errors import SessionTreeError
 
 if TYPE_CHECKING:
@@ -337,6 +339,13 @@ def store_root(storage: object, agent_dir: str) -> str:
     if isinstance(storage, RootedStorage) and isinstance(storage.root, str):
         return storage.root
     return agent_dir
+
+
+def is_stored_file(storage: SessionStorage, path: str) -> bool:
+    """Whether `path` is a file of the storage: its directory's listing names it.
+    ValueError for a path the storage cannot hold (outside a database's root)."""
+    directory, name = os.path.split(path)
+    return bool(name) and path in storage.list_files(directory, glob_escape(name))
 
 
 def read_chunks(storage: SessionStorage, path: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:
