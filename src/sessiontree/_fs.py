@@ -33,6 +33,7 @@ __all__ = [
     "open_regular",
     "side_path",
     "side_stem",
+    "utf8_encodable",
     "utf8_prefix_text",
     "write_all",
 ]
@@ -193,6 +194,16 @@ def glob_match_name(name: str, pattern: str) -> bool:
     if name.startswith(".") and not pattern.startswith("."):
         return False
     return fnmatch.fnmatchcase(name, pattern)
+
+
+def utf8_encodable(name: str) -> bool:
+    """Whether `name` encodes as UTF-8: a file name that is not UTF-8 decodes to lone
+    surrogates, which SQLite (the listing cache, the content index) cannot store."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def utf8_prefix_text(data: bytes) -> str:

@@ -40,6 +40,7 @@ from typing import Any, Literal, Protocol, overload
 
 import orjson
 
+from ._fs import utf8_encodable
 from .entries import content_text, parse_iso_ms
 from .errors import AmbiguousSessionError
 from .jsonl import loads_line, serialize_entry_bytes
@@ -770,15 +771,6 @@ _CREATE = """CREATE TABLE IF NOT EXISTS files (
 assert _COLUMNS.count(",") == 9
 
 
-def _encodable(path: str) -> bool:
-    """Whether SQLite can store `path` (a non-UTF-8 file name decodes to surrogates)."""
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 class _MetaDB:
     """The on-disk scan cache. Every failure degrades to "no cache": a corrupt file
     is deleted and rebuilt once, a locked or unwritable one is skipped."""
@@ -853,7 +845,7 @@ class _MetaDB:
             found: dict[str, _Record] = {}
             query = f"SELECT {_COLUMNS} FROM files WHERE path >= ? AND path < ?"
             for directory in directories:
-                if not _encodable(directory):
+                if not utf8_encodable(directory):
                     continue
                 low = directory.rstrip(os.sep) + os.sep
                 high = low[:-1] + chr(ord(os.sep) + 1)
@@ -893,9 +885,9 @@ class _MetaDB:
                 r.final.dump(),
             )
             for path, r in records
-            if _encodable(path)
+            if utf8_encodable(path)
         ]
-        stale = [p for p in stale if _encodable(p)]
+        stale = [p for p in stale if utf8_encodable(p)]
 
         def run(conn: sqlite3.Connection) -> None:
             conn.execute("BEGIN IMMEDIATE")
