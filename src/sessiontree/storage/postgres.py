@@ -1688,13 +1688,7 @@ class PostgresSessionLock:
             row = conn.execute("SELECT pg_try_advisory_lock(%s)", (self._lock_id,)).fetchone()
             if row is None or not row[0]:
                 holder = _lock_holder(conn, self._lock_id)
-                who = holder or "another process"
-                raise SessionLockError(
-                    path,
-                    _holder_pid(holder),
-                    f"{path}: session is being written by {who}; to read it meanwhile, "
-                    "open it with read_only=True",
-                )
+                raise SessionLockError(path, _holder_pid(holder), holder=holder)
         except psycopg.Error as exc:
             conn.close()
             raise OSError(errno.EIO, f"PostgreSQL: {exc}", path) from exc
