@@ -48,7 +48,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..jsonl import serialize_entry
+from ..jsonl import loads_line, serialize_entry
 from ._builder import TreeBuilder
 from ._content import block_as_text, int_field, str_field, usage
 from ._model import ForeignSession, NotAForeignSessionError
@@ -188,8 +188,6 @@ def _arguments(value: object) -> dict[str, Any]:
         return value
     if isinstance(value, str):
         try:
-            from ..jsonl import loads_line
-
             parsed = loads_line(value)
         except (ValueError, UnicodeError):
             parsed = None

@@ -20,7 +20,7 @@ import orjson
 
 from ..jsonl import loads_line
 from ._content import str_field, text_of
-from ._records import timestamp_ms
+from ._records import Record, timestamp_ms
 from .claude import claude_fork_parent, claude_session_id, claude_title
 from .codex import environment_cwd, is_injected_text, is_legacy_rollout, rollout_id
 
@@ -206,8 +206,6 @@ def scan_claude(path: str, size: int) -> ForeignMeta:
         or os.path.basename(path).startswith("agent-")
         or not any(isinstance(v.get("sessionId"), str) or v.get("type") == "summary" for v in head)
     )
-    from ._records import Record
-
     session_id = claude_session_id(path, [Record(0, v) for v in head])
     cwd = next((c for v in head if (c := str_field(v, "cwd"))), "")
     prompt = command = None
