@@ -18,7 +18,8 @@ from typing import Any
 from sessiontree.blobs import BlobStore
 from sessiontree.entries import format_iso
 from sessiontree.jsonl import serialize_entry_bytes
-from sessiontree.paths import encode_session_dir_name, session_file_name
+from sessiontree.naming import session_file_name
+from sessiontree.paths import encode_session_dir_name
 
 WORDS = (
     "the session tree leaf branch entry parent compaction summary context message assistant "

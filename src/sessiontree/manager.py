@@ -38,7 +38,7 @@ from .agent_dir import (
     register_session_dir,
     write_breadcrumb,
 )
-from .blobs import BlobPutResult, BlobStore, BlobStoreLike
+from .blobs import BlobPutResult, BlobStore, BlobStoreLike, same_blob_store
 from .context import SessionContext
 from .entries import Entry, generate_session_id, iso_now
 from .errors import (
@@ -260,11 +260,11 @@ class SessionManager(ClosesOnExit):
         Blobs it is given (`put_blob`) go to the agent dir's store, as oh-my-pi's do,
         so their refs resolve once the session is persisted (`persist_copy`).
         """
-        blobs = blob_store_for(None, storage) if storage is not None else None
+        # Chosen before the default storage is made: the agent dir's blobs, not
+        # MemorySessionStorage's own, so that refs outlive this session.
+        blobs = blob_store_for(None, storage)
         storage = storage if storage is not None else MemorySessionStorage()
         cwd = cwd if cwd is not None else os.getcwd()
-        if blobs is None:
-            blobs = BlobStore(os.path.join(get_agent_dir(), "blobs"))
         return cls(cwd, "", None, False, storage, blob_store=blobs)
 
     @staticmethod
@@ -866,7 +866,15 @@ class SessionManager(ClosesOnExit):
         if parent_session is not None:
             parent = parent_session
         header = self._head.carried_title(new_header(self._cwd, parent))
-        copy_._write_new_file(header, EntryIndex(copy.deepcopy(entries)))
+        entries = copy.deepcopy(entries)
+        if not same_blob_store(self._blobs, copy_._blobs):
+            # Refs that `put_blob` handed out name blobs in this session's store, not
+            # the copy's: carry their images over (the copy stores them again).
+            entries = [
+                allow_deep_nesting(partial(resolve_blob_refs, entry, self._blobs))
+                for entry in entries
+            ]
+        copy_._write_new_file(header, EntryIndex(entries))
         return copy_
 
     def move_to(self, new_cwd: str) -> None:

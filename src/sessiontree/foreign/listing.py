@@ -20,9 +20,9 @@ import orjson
 
 from ..jsonl import loads_line
 from ._content import str_field, text_of
-from ._records import timestamp_ms
-from .claude import claude_session_id
-from .codex import environment_cwd, is_injected_text, rollout_id
+from ._records import Record, timestamp_ms
+from .claude import claude_fork_parent, claude_session_id, claude_title
+from .codex import environment_cwd, is_injected_text, is_legacy_rollout, rollout_id
 
 __all__ = ["WINDOW", "ForeignMeta", "scan_claude", "scan_codex"]
 
@@ -206,8 +206,6 @@ def scan_claude(path: str, size: int) -> ForeignMeta:
         or os.path.basename(path).startswith("agent-")
         or not any(isinstance(v.get("sessionId"), str) or v.get("type") == "summary" for v in head)
     )
-    from ._records import Record
-
     session_id = claude_session_id(path, [Record(0, v) for v in head])
     cwd = next((c for v in head if (c := str_field(v, "cwd"))), "")
     prompt = command = None
@@ -217,34 +215,19 @@ def scan_claude(path: str, size: int) -> ForeignMeta:
         if text:
             prompt = text
             break
-    custom = ai = summary = None
-    for value in records:
-        kind = value.get("type")
-        if kind == "custom-title":
-            custom = str_field(value, "customTitle") or custom
-        elif kind == "ai-title":
-            ai = str_field(value, "aiTitle") or ai
-        elif kind == "summary":
-            summary = str_field(value, "summary") or summary
-    title = custom or ai or summary
-    parent = None
-    for value in head:
-        forked = value.get("forkedFrom")
-        if isinstance(forked, dict) and isinstance(forked.get("sessionId"), str):
-            parent = forked["sessionId"]
-            break
+    title, source = claude_title(records)
     count = _claude_messages(records)
     return ForeignMeta(
         id=session_id,
         cwd=cwd,
         title=title,
-        title_source=("user" if custom else "auto") if title else None,
+        title_source=source if title else None,
         created_ms=_first_ms(head),
         first_message=prompt or command,
         message_count=_estimate(count, windows, size),
         exact_count=windows.whole,
         last_activity_ms=_last_ms(records),
-        parent=parent,
+        parent=claude_fork_parent(head),
         listed=listed,
     )
 
@@ -307,7 +290,7 @@ def scan_codex(path: str, size: int, titles: dict[str, str] | None = None) -> Fo
     windows = _read_windows(path, size, first_line_whole=True)
     head = windows.head
     first = head[0] if head else {}
-    legacy = "payload" not in first and "id" in first and "type" not in first
+    legacy = is_legacy_rollout(first)
     meta = first if legacy else first.get("payload") if first.get("type") == "session_meta" else {}
     meta = meta if isinstance(meta, dict) else {}
     session_id = str_field(meta, "id") or rollout_id(path) or os.path.basename(path)

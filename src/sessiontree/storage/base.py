@@ -17,6 +17,8 @@ them with `isinstance` (never with a backend's class) and fall back where they c
   has no writer lock**, and two processes may then write one session;
 - `HostFilesystem` (`host_path`): paths are this host's files (terminal
   breadcrumbs, the outside-dir registry, symlink checks apply);
+- `RootedStorage` (`root`): a database's paths are those of one agent dir, whose
+  `sessions/` (and `blobs/`) store-wide tools find under it (`store_root`);
 - `BlobBackedStorage` (`blob_store`): images live beside the sessions;
 - `SessionIndexStorage` (`list_session_meta`): listings without reading content;
 - `PinnedReads` (`open_pinned`): a handle that keeps reading
@@ -31,11 +33,13 @@ inode-based half of the conflict check is then skipped.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from sessiontree._fs import glob_escape
 from sessiontree.errors import SessionTreeError
 
 if TYPE_CHECKING:
@@ -199,6 +203,13 @@ class PinnedReads(Protocol):
         ...
 
 
+@runtime_checkable
+class RootedStorage(Protocol):
+    """A backend whose paths lie under one agent dir (PostgreSQL's `root`)."""
+
+    root: str
+
+
 # -- optional capabilities -----------------------------------------------------------------
 
 
@@ -320,6 +331,21 @@ def directory_tree(storage: object, operation: str) -> DirectoryTree:
     if not isinstance(storage, DirectoryTree):
         raise MissingCapabilityError(storage, "DirectoryTree (list_dirs, remove_tree)", operation)
     return storage
+
+
+def store_root(storage: object, agent_dir: str) -> str:
+    """The agent dir whose `sessions/` and `blobs/` a storage holds: its `root`
+    (`RootedStorage`), else `agent_dir` (a file store's are where they are)."""
+    if isinstance(storage, RootedStorage) and isinstance(storage.root, str):
+        return storage.root
+    return agent_dir
+
+
+def is_stored_file(storage: SessionStorage, path: str) -> bool:
+    """Whether `path` is a file of the storage: its directory's listing names it.
+    ValueError for a path the storage cannot hold (outside a database's root)."""
+    directory, name = os.path.split(path)
+    return bool(name) and path in storage.list_files(directory, glob_escape(name))
 
 
 def read_chunks(storage: SessionStorage, path: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:

@@ -11,7 +11,6 @@ import os
 import shutil
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
 from sessiontree._closing import WriterState
 from sessiontree._fs import (
@@ -25,10 +24,8 @@ from sessiontree._fs import (
     glob_match_name,
     utf8_prefix_text,
 )
+from sessiontree.locks import FileLock
 from sessiontree.storage.base import StorageStat
-
-if TYPE_CHECKING:
-    from sessiontree.locks import FileLock
 
 __all__ = [
     "DIR_MODE",
@@ -367,6 +364,4 @@ class FileSessionStorage:
 
     def acquire_lock(self, path: str) -> FileLock:
         """The session's writer lock: `flock` on a sidecar (see `sessiontree.locks`)."""
-        from sessiontree.locks import FileLock
-
         return FileLock(path)
