@@ -368,6 +368,25 @@ class EntryIndex:
             return self._read_all()
         return cast("list[Entry]", self._entries)
 
+    def read_so_far(self) -> list[tuple[Any, Entry | None]]:
+        """(id, entry) of every entry in order, the entry None where it was not read
+        yet (reads nothing: for checks that must not change what is read)."""
+        return [
+            (entry_id, entry)
+            for entry_id, entry in zip(self._ids, self._entries, strict=True)
+            if entry is not _SKIP
+        ]
+
+    def is_read(self, entry_id: str) -> bool:
+        """Whether the entry is held as a dict (added in memory, kept, or read)."""
+        p = self._pos.get(entry_id)
+        return p is not None and self._entries[p] is not None
+
+    @property
+    def pinned(self) -> PinnedFile | None:
+        """The handle unread lines are read from (None: every entry is in memory)."""
+        return self._source.pinned if self._source is not None and self._lazy else None
+
     def __len__(self) -> int:
         return len(self._entries) - self._dropped
 
