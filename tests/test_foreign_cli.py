@@ -16,8 +16,9 @@ import foreign_support as fs
 from conftest import SHARED_FIXTURES, require_module, unavailable
 from sessiontree import SessionManager, load_entries_from_file
 from sessiontree.cli import app
-from sessiontree.foreign import read_claude_session, read_codex_session
+from sessiontree.foreign import listing, read_claude_session, read_codex_session
 from sessiontree.foreign import store as store_module
+from sessiontree.foreign.listing import ForeignMeta
 from sessiontree.foreign.store import ForeignStore
 
 runner = CliRunner()
@@ -211,6 +212,46 @@ def test_a_large_file_lists_an_estimate_and_shows_the_count(stores: dict[str, An
     assert exact / 2 <= item["messageCount"] <= exact * 2
     shown = as_json("--agent", "claude", "show", str(path))
     assert sum(shown["roles"].values()) == exact
+
+
+def test_a_first_prompt_past_the_head_window_is_listed(
+    stores: dict[str, Any], tmp_path: Path
+) -> None:
+    """A first prompt the head window misses is looked for further on (up to
+    PROMPT_REACH), not reported as "(no messages)"; a cached record of the older scan is
+    scanned again."""
+    # Real: this rollout's instructions and plugin list fill its first 110 KB.
+    rollout = stores["placed"]["entireio__entire-graph__37__05cde00da0__0__full.jsonl"]
+    listed = as_json("--agent", "codex", "list", "--all", "--limit", "0")
+    item = next(s for s in listed["sessions"] if s["path"] == str(rollout))
+    assert item["firstMessage"] == "Review all open PRs for the entire-graph project"
+    assert item["messageCount"] > 0
+
+    # Generated: Claude Code attachment lines (skill listings, file contents) before
+    # the prompt, then enough conversation that the file is not read whole.
+    def session(filler: int) -> Path:
+        attachment = {"type": "text", "text": "x" * 4000}
+        lines = [
+            fs._cc(f"t{n}", f"t{n - 1}" if n else None, "attachment", attachment, 1)
+            for n in range(filler // 4000)
+        ]
+        last = lines[-1]["uuid"]
+        lines.append(fs._cc("p", last, "user", {"role": "user", "content": "Fix the parser"}, 2))
+        lines += [
+            fs._cc(f"a{n}", "p", "assistant", {"role": "assistant", "content": "y" * 4000}, 3)
+            for n in range(40)
+        ]
+        return fs.write_jsonl(tmp_path / f"{filler}.jsonl", lines)
+
+    near = session(3 * listing.WINDOW)
+    meta = listing.scan_claude(str(near), near.stat().st_size)
+    assert meta.first_message == "Fix the parser" and not meta.exact_count
+    far = session(listing.WINDOW + listing.PROMPT_REACH + 100_000)
+    assert listing.scan_claude(str(far), far.stat().st_size).first_message is None  # bounded
+    old = meta.dump()[:-1]  # what the cache held before the scan looked further
+    with pytest.raises(ValueError):
+        ForeignMeta.load(old)
+    assert ForeignMeta.load(meta.dump()) == meta
 
 
 # ----------------------------------------------------------------------------- import
