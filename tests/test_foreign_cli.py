@@ -16,6 +16,7 @@ import foreign_support as fs
 from conftest import SHARED_FIXTURES, require_module, unavailable
 from sessiontree import SessionManager, load_entries_from_file
 from sessiontree.cli import app
+from sessiontree.content_index import ContentIndex
 from sessiontree.foreign import listing, read_claude_session, read_codex_session
 from sessiontree.foreign import store as store_module
 from sessiontree.foreign.listing import ForeignMeta
@@ -138,6 +139,38 @@ def test_export_search_stats_of_a_codex_store(stores: dict[str, Any]) -> None:
     # Codex records no cost: none is written, and a report estimates it (marked as such).
     assert stats["usage"]["recordedCost"] == 0
     assert stats["usage"]["cost"] == stats["usage"]["estimatedCost"]
+
+
+def test_search_usage_and_stats_of_a_foreign_store_go_through_this_agents_index(
+    stores: dict[str, Any], agent_dir: Path
+) -> None:
+    """Claude Code and Codex sessions are indexed as ours are, in this agent's content
+    index (never in the other agent's directory), and answer as a scan of them does.
+    Without an agent dir to keep an index in, they are scanned, and the note says so."""
+    before = {k: snapshot(stores[k]) for k in ("claude", "codex")}
+    scanned = as_json("--agent", "codex", "search", "explain", "--all")
+    assert scanned["mode"] == "scan" and scanned["notes"]
+    assert not agent_dir.exists()  # no agent dir is made to hold a cache
+    agent_dir.mkdir(parents=True)
+    for agent, query in (("claude", "off by one"), ("claude", "git"), ("codex", "explain")):
+        indexed = as_json("--agent", agent, "search", query, "--all", "-n", "10000")
+        read = as_json("--agent", agent, "search", query, "--all", "-n", "10000", "--no-index")
+        assert indexed["mode"] == "index" and indexed["notes"] == []
+        assert read["mode"] == "scan"
+        assert indexed["hits"] == read["hits"] and indexed["hits"]
+    for agent in ("claude", "codex"):
+        report = as_json("--agent", agent, "usage", "session")
+        unindexed = as_json("--agent", agent, "usage", "session", "--no-index")
+        assert report["notes"] == [] and report["rows"] == unindexed["rows"]
+        assert report["totals"] == unindexed["totals"] and report["totals"]["totalTokens"] > 0
+        stats = as_json("--agent", agent, "stats", "--all")
+        assert stats["usage"] == report["totals"]
+        assert stats["sessions"] == len(report["rows"])
+    with ContentIndex.open(str(agent_dir)) as index:
+        assert index is not None
+        kinds = {f.kind for f in index.files()}
+    assert kinds == {"claude", "codex"}
+    assert {k: snapshot(stores[k]) for k in ("claude", "codex")} == before
 
 
 def test_agent_dir_is_detected(stores: dict[str, Any]) -> None:
@@ -406,7 +439,7 @@ def test_a_session_without_a_cwd_goes_under_this_directory(
     assert load_entries_from_file(done["path"])[0]["cwd"] == str(here)
 
 
-def test_usage_and_serve_read_a_foreign_store(stores: dict[str, Any]) -> None:
+def test_usage_and_serve_read_a_foreign_store(stores: dict[str, Any], agent_dir: Path) -> None:
     require_module("httpx")
     require_module("uvicorn")
     import httpx
@@ -430,5 +463,18 @@ def test_usage_and_serve_read_a_foreign_store(stores: dict[str, Any]) -> None:
         assert handles
         for handle in dict.fromkeys(handles):
             assert client.get(handle).status_code == 200
-        assert client.get("/search?q=the").status_code == 200
+        found = client.get("/search?q=the")
+        assert found.status_code == 200 and "searched by reading every session" in found.text
+    # With an agent dir to keep this agent's content index in, the pages use it.
+    agent_dir.mkdir(parents=True)
+    store = ForeignStore.default("claude", str(agent_dir))
+    with (
+        BackgroundServer(ForeignStorage(store), store.home) as server,
+        httpx.Client(
+            base_url=server.base, cookies={server.options.cookie: server.token}, timeout=30
+        ) as client,
+    ):
+        found = client.get("/search?q=off+by+one")
+        assert "searched by the content index" in found.text and "off by one" in found.text
+        assert "from the content index" in client.get("/usage").text
     assert snapshot(stores["claude"]) == before  # served read-only: nothing changed
