@@ -52,6 +52,13 @@ def stores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     }
 
 
+def fixture_file(kind: str, name: str) -> Path:
+    path = FOREIGN / kind / name
+    if not path.is_file():
+        unavailable(f"shared fixture {path} is missing")
+    return path
+
+
 def run(*args: str) -> Any:
     result = runner.invoke(app, list(args))
     assert "Traceback" not in result.output, result.output
@@ -171,6 +178,50 @@ def test_search_usage_and_stats_of_a_foreign_store_go_through_this_agents_index(
         kinds = {f.kind for f in index.files()}
     assert kinds == {"claude", "codex"}
     assert {k: snapshot(stores[k]) for k in ("claude", "codex")} == before
+
+
+def test_the_agents_default_locations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Claude Code: `$CLAUDE_CONFIG_DIR` (comma-separated dirs), else `~/.claude/projects`
+    and `~/.config/claude/projects`; Codex: `$CODEX_HOME`, else `~/.codex`, with
+    `sessions/` and `archived_sessions/`."""
+    claude = fixture_file(
+        "claude",
+        "kvsankar__agent-history__tests__fixtures__real_sessions__claude__session-01.jsonl",
+    )
+    codex = fixture_file(
+        "codex", "kvsankar__agent-history__tests__fixtures__real_sessions__codex__session-01.jsonl"
+    )
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("CLAUDE_CONFIG_DIR", raising=False)
+    monkeypatch.delenv("CODEX_HOME", raising=False)
+
+    def place(source: Path, target: Path) -> str:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(source.read_bytes())
+        return str(target)
+
+    ids = [f"0000000{n}-1111-4222-8333-444444444444" for n in range(4)]
+    dot = place(claude, home / ".claude" / "projects" / "-a" / f"{ids[0]}.jsonl")
+    xdg = place(claude, home / ".config" / "claude" / "projects" / "-b" / f"{ids[1]}.jsonl")
+    one = place(claude, tmp_path / "one" / "projects" / "-c" / f"{ids[2]}.jsonl")
+    two = place(claude, tmp_path / "two" / "projects" / "-d" / f"{ids[3]}.jsonl")
+
+    def listed(agent: str) -> set[str]:
+        doc = as_json("--agent", agent, "list", "--all", "--limit", "0")
+        return {s["path"] for s in doc["sessions"]}
+
+    assert listed("claude") == {dot, xdg}
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", f"{tmp_path / 'one'}, {tmp_path / 'two'}")
+    assert listed("claude") == {one, two}
+
+    day = "2026/01/02"
+    live = place(codex, home / ".codex" / "sessions" / day / f"rollout-{ids[0]}.jsonl")
+    archived = place(codex, home / ".codex" / "archived_sessions" / f"rollout-{ids[1]}.jsonl")
+    elsewhere = place(codex, tmp_path / "cx" / "sessions" / day / f"rollout-{ids[2]}.jsonl")
+    assert listed("codex") == {live, archived}
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "cx"))
+    assert listed("codex") == {elsewhere}
 
 
 def test_agent_dir_is_detected(stores: dict[str, Any]) -> None:
