@@ -52,6 +52,7 @@ from .sessions import (
     image_bytes,
     image_url_for,
     leaf_choices,
+    load_note,
     nav,
     path_slice,
     render_entries,
@@ -327,6 +328,7 @@ class _App:
                 "entry_count": len(session.sm.get_entries()),
                 "tip_count": len(session.tips()),
                 "size": _size(session.mark.size),
+                "load_note": load_note(session),
                 "offset": session.mark.size,
                 "commands": self._resume(row, self.data.rows()),
                 "exports": [

@@ -4,7 +4,9 @@ that follows a file's appends for the live view.
 
 Only the public `SessionManager` API is used (`open(read_only=True)`, `get_branch`,
 `get_tree`, `get_entry`, `get_children`, `get_labels`, ...), so other readers and
-index-first loads slot in underneath. Nothing here writes.
+index-first loads slot in underneath. Until the manager loads index-first, opening a
+session reads and parses the whole file, and the page of a big one says so
+(`load_note`). Nothing here writes.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -45,12 +48,19 @@ __all__ = [
     "SessionCache",
     "Tail",
     "image_bytes",
+    "load_note",
 ]
 
 PATH_CHUNK = 100
 """Entries of the active path a page holds at first; earlier ones load on demand."""
 TEXT_LIMIT = 4000
 """Characters of one block a page holds; the rest loads on demand."""
+INDEX_FIRST_LOAD = False
+"""Whether `SessionManager.open` reads only what it is asked for (the index-first load).
+It does not yet: every open parses the whole file. Set this when it does, and the
+session pages stop saying so."""
+WHOLE_READ_NOTE_BYTES = 8 << 20
+"""Sessions of at least this size say on their page that they were read whole."""
 NAV_FULL = 400
 """Sessions with up to this many entries show every entry in the tree; larger ones
 show the entries that shape it (roots, branch points and their children, tips,
@@ -112,6 +122,8 @@ class OpenSession:
     sm: SessionManager
     mark: Mark
     lock: threading.Lock = field(default_factory=threading.Lock)
+    load_seconds: float = 0.0
+    """How long opening it took."""
     _tips: list[Entry] | None = None
     _tree: list[SessionTreeNode] | None = None
 
@@ -172,13 +184,16 @@ class SessionCache:
                 if cached is not None and cached.mark == mark:
                     return cached
             mark = _mark(self.storage, path)
+            started = time.perf_counter()
             sm = SessionManager.open(
                 path,
                 storage=self.storage,
                 read_only=True,
                 blob_store=blob_store_for(path, self.storage),
             )
-            session = OpenSession(handle, path, sm, mark)
+            session = OpenSession(
+                handle, path, sm, mark, load_seconds=time.perf_counter() - started
+            )
             with self._lock:
                 old = self._open.pop(path, None)
                 self._open[path] = session
@@ -201,6 +216,18 @@ class SessionCache:
             for session in self._open.values():
                 session.sm.close()
             self._open.clear()
+
+
+def load_note(session: OpenSession) -> str | None:
+    """What the page of a big session says about how it was read (None: nothing to say)."""
+    if INDEX_FIRST_LOAD or session.mark.size < WHOLE_READ_NOTE_BYTES:
+        return None
+    return (
+        f"The server read and parsed this whole file ({session.mark.size / (1 << 20):,.1f} MB)"
+        f" in {session.load_seconds:.2f} s and keeps it in memory while it is open: loading"
+        " only the path shown (index-first loading) is not in this build yet. The page holds"
+        " the last entries of one path; the rest comes on demand."
+    )
 
 
 # ---------------------------------------------------------------------------- page views
