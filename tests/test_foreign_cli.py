@@ -528,4 +528,24 @@ def test_usage_and_serve_read_a_foreign_store(stores: dict[str, Any], agent_dir:
         found = client.get("/search?q=off+by+one")
         assert "searched by the content index" in found.text and "off by one" in found.text
         assert "from the content index" in client.get("/usage").text
+        # The agent's own resume command, in the session's directory, for this store.
+        listing = client.get("/sessions").text
+        handle = re.search(r'href="(/s/[0-9a-f]+)"[^>]*>Find the bug in parse', listing)
+        assert handle is not None
+        copies = re.findall(r'data-copy="([^"]+)"', client.get(handle.group(1)).text)
+        want = f"cd /work/app &amp;&amp; CLAUDE_CONFIG_DIR={stores['claude']} claude --resume {fs.CLAUDE_SESSION}"
+        assert want in copies
+    store = ForeignStore.default("codex", str(agent_dir))
+    with (
+        BackgroundServer(ForeignStorage(store), store.home) as server,
+        httpx.Client(
+            base_url=server.base, cookies={server.options.cookie: server.token}, timeout=30
+        ) as client,
+    ):
+        listing = client.get("/sessions").text
+        handle = re.search(r'href="(/s/[0-9a-f]+)"[^>]*>Now make it red', listing)
+        assert handle is not None
+        copies = re.findall(r'data-copy="([^"]+)"', client.get(handle.group(1)).text)
+        want = f"cd /work/app &amp;&amp; CODEX_HOME={stores['codex']} codex resume {fs.CODEX_CHILD}"
+        assert want in copies
     assert snapshot(stores["claude"]) == before  # served read-only: nothing changed
