@@ -362,8 +362,9 @@ def test_long_paths_and_texts_load_on_demand(client: Any, store: WebStore) -> No
 def test_a_big_session_says_it_was_read_whole(
     client: Any, store: WebStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The index-first load is not there yet: the page of a big session says the server
-    read the whole file (and how long that took), never that it read only the path."""
+    """A session page needs every entry (the tree, the whole active path), which undoes
+    an index-first load: the page of a big session says the server read the whole
+    file, and how long that took, never that it read only what it shows."""
     h = handle(store.long)
 
     def note() -> str | None:
@@ -376,9 +377,9 @@ def test_a_big_session_says_it_was_read_whole(
     monkeypatch.setattr(web_sessions, "WHOLE_READ_NOTE_BYTES", 1)
     text = note()
     assert text is not None
-    assert "read and parsed this whole file" in text and "not in this build yet" in text
+    assert "read every entry of this file" in text and "is not there yet" in text
     assert re.search(r"in \d+\.\d\d s", text)
-    monkeypatch.setattr(web_sessions, "INDEX_FIRST_LOAD", True)
+    monkeypatch.setattr(web_sessions, "PAGE_READS_EVERYTHING", False)
     assert note() is None
 
 
