@@ -361,6 +361,7 @@ class ContextBuilder:
             self._ctx.models["default"] = default
 
     def _apply_setting(self, entry: dict[str, Any], index: int) -> None:
+        """Apply an entry of one of `entries.SETTING_KINDS` (any other does nothing)."""
         ctx = self._ctx
         kind = entry.get("type")
         if kind == "thinking_level_change":

@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import logging
 from array import array
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from functools import partial
+from itertools import repeat
 from typing import Any, Final, cast
 
 from ._gc import gc_paused
@@ -39,7 +40,7 @@ from .context import (
     build_session_context,
     model_setting,
 )
-from .entries import Entry, generate_entry_id
+from .entries import SETTING_KINDS, Entry, generate_entry_id
 from .errors import EntryNotFoundError, SessionWriteConflictError
 from .jsonl import allow_deep_nesting
 from .line_index import ASSISTANT, PREFIX_FORM, IndexedLines, match_prefix, parse_line
@@ -57,7 +58,7 @@ _READ_BYTES: Final = 8 << 20
 """The most one read of adjacent lines fetches at once."""
 _BATCH_BYTES: Final = 1 << 20
 _SKIP: Final[dict[str, Any]] = {}
-"""Stands for a path entry the context does not need (it sets nothing, says nothing)."""
+"""Stands for a line found not to be an entry when it was read (dropped)."""
 _NAME_KINDS: Final = ("session_info", "title_change")
 
 
@@ -448,11 +449,14 @@ class EntryIndex:
     def _parent_positions(self) -> list[int]:
         ppos = self._ppos
         if ppos is None:
-            get = self._pos.get
-            ppos = [
-                get(parent, -1) if parent and parent.__class__ is str else -1
-                for parent in self._parents
-            ]
+            pos, parents = self._pos, self._parents
+            try:
+                lookup = cast("Callable[[Any, int], int]", pos.get)
+                ppos = list(map(lookup, parents, repeat(-1, len(parents))))
+            except TypeError:  # an unhashable parentId (a hostile file): no parent
+                ppos = [pos.get(x, -1) if x.__class__ is str else -1 for x in parents]
+            if "" in pos:  # an empty parentId names no parent, whatever has that id
+                ppos = [-1 if x == "" else q for x, q in zip(parents, ppos, strict=True)]
             self._ppos = ppos
         return ppos
 
@@ -527,18 +531,32 @@ class EntryIndex:
         return context.snapshot()
 
     def _build_context(self, leaf_id: str) -> ContextBuilder:
+        """The context at `leaf_id` from the entries it depends on: the settings on
+        the whole path, the first and the last setter of the default model, and
+        everything from the last compaction's first kept entry on (read if unread)."""
         while True:
             p = self._pos.get(leaf_id)
             if p is None:
                 return ContextBuilder.from_path([])
             path = self._path(p)
             start = self._kept_start(path)
-            if self._read(path[start:]) or self._read_model_setters(path, start):
+            if self._lazy and self._read(path[start:]):
+                continue
+            setters = self._default_setters(path, start)
+            if setters is None:
                 continue
             entries = self._entries
-            return ContextBuilder.from_path(
-                [e if (e := entries[q]) is not None else _SKIP for q in path]
-            )
+            if start == 0:
+                return ContextBuilder.from_path([cast("Entry", entries[q]) for q in path])
+            # Before the kept entries only settings count (messages are compacted away),
+            # and the two setters: the value of the default model, and its key's place.
+            kinds = self._kinds
+            chosen = [k for k in range(start) if kinds[path[k]] in SETTING_KINDS]
+            if setters:
+                chosen = sorted({*chosen, *setters})
+            selected = [cast("Entry", entries[path[k]]) for k in chosen]
+            selected.extend(cast("Entry", entries[q]) for q in path[start:])
+            return ContextBuilder.from_path(selected)
 
     def _kept_start(self, path: list[int]) -> int:
         """Where the entries the context needs begin on `path`: its last compaction's
@@ -549,21 +567,25 @@ class EntryIndex:
                 compaction = self._entries[path[k]]
                 first_kept = compaction.get("firstKeptEntryId") if compaction else None
                 ids = self._ids
-                for j in range(k):
-                    if ids[path[j]] == first_kept:
-                        return j
-                return k
+                try:
+                    return [ids[q] for q in path[:k]].index(first_kept)
+                except ValueError:
+                    return k
         return 0
 
-    def _read_model_setters(self, path: list[int], start: int) -> bool:
-        """Read the assistant messages before `start` that decide the default model:
-        the latest setter (when none is kept) and the earliest (whose position orders
-        the models' keys). True when a record changed."""
+    def _default_setters(self, path: list[int], start: int) -> list[int] | None:
+        """Path indexes before `start` of the default model's earliest setter and, when
+        no kept entry sets it, its latest one (assistant messages read as needed);
+        None when reading one changed a record."""
         entries, flags = self._entries, self._flags
-        if any(_sets_default_model(cast("Entry", entries[q])) for q in path[start:]):
+        if start == 0:
+            return []
+        kept = reversed(path[start:])  # the last setter is most often the last assistant
+        if any(_sets_default_model(cast("Entry", entries[q])) for q in kept):
             searches: list[Iterable[int]] = [range(start)]
         else:
             searches = [range(start - 1, -1, -1), range(start)]
+        found: list[int] = []
         for order in searches:
             for k in order:
                 q = path[k]
@@ -572,11 +594,12 @@ class EntryIndex:
                     if not flags[q] & ASSISTANT:
                         continue
                     if self._read((q,)):
-                        return True
+                        return None
                     entry = entries[q]
                 if entry is not None and _sets_default_model(entry):
+                    found.append(k)
                     break
-        return False
+        return found
 
     # ------------------------------------------------------------------ sums and files
 

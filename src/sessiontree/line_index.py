@@ -29,7 +29,7 @@ from typing import Any, Final
 import orjson
 
 from ._gc import gc_paused
-from .entries import Entry
+from .entries import SETTING_KINDS, Entry
 from .jsonl import loads_line
 from .naming import head_kind
 from .storage.base import PinnedFile
@@ -45,19 +45,7 @@ __all__ = [
     "scan_pinned",
 ]
 
-EAGER_KINDS: Final = frozenset(
-    {
-        "label",
-        "session_info",
-        "title_change",
-        "thinking_level_change",
-        "model_change",
-        "mode_change",
-        "ttsr_injection",
-        "compaction",
-        "branch_summary",
-    }
-)
+EAGER_KINDS: Final = SETTING_KINDS | {"label", "session_info", "title_change", "branch_summary"}
 """Entry kinds parsed at index time and kept: few, small, and what labels, the
 session's name and every context build need."""
 
