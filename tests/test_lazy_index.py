@@ -449,3 +449,63 @@ def test_get_entries_copy_is_independent(work: Path) -> None:
     first.append({"type": "bogus"})
     assert len(sm.get_entries()) == 4
     assert copy.deepcopy(sm.get_entries()) == sm.get_entries()
+
+
+@settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    script=ops,
+    chunk=st.sampled_from([1, 2, 3, 7, 64, 4096]),
+    bom=st.booleans(),
+    tail=st.sampled_from([b"", b"\n", b"  ", b'{"type":"custom","id":"t0r1","parentId":null']),
+    crlf=st.booleans(),
+)
+def test_the_index_pass_reads_every_chunking_as_the_full_loader(
+    tmp_path_factory: Any,
+    script: Any,
+    chunk: int,
+    bom: bool,
+    tail: bytes,
+    crlf: bool,
+) -> None:
+    """Lines across chunk boundaries, lines longer than the buffer (it grows), a
+    leading BOM, CRLF ends, a torn or whitespace tail: the same entries and line
+    facts as `read_session`."""
+    import sessiontree.line_index as line_index
+    from sessiontree.loader import read_session
+    from sessiontree.storage.file import FilePin, FileSessionStorage
+
+    directory = tmp_path_factory.mktemp("s") / "sessions"
+    directory.mkdir()
+    path = write(build(script), directory)
+    data = path.read_bytes()
+    if crlf:
+        data = data.replace(b"\n", b"\r\n")
+    path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + data.rstrip(b"\n") + b"\n" + tail)
+    want = read_session(str(path), FileSessionStorage())
+    original = line_index._CHUNK
+    line_index._CHUNK = chunk  # type: ignore[misc]
+    try:
+        got = line_index.scan_pinned(FilePin.open(str(path)), lambda header: True)
+    finally:
+        line_index._CHUNK = original  # type: ignore[misc]
+    assert (got.header, got.title_slot, got.malformed_lines) == (
+        want.header,
+        want.title_slot,
+        want.malformed_lines,
+    )
+    assert (got.ends_with_newline, got.size, got.blank) == (
+        want.ends_with_newline,
+        want.size,
+        want.blank,
+    )
+    raw = path.read_bytes()
+    lines = got.lines
+    read_back = []
+    for p, entry in enumerate(lines.entries):
+        line = raw[lines.offsets[p] : lines.offsets[p] + lines.lengths[p]]
+        read_back.append(entry if entry is not None else line_index.parse_line(line))
+    assert read_back == want.entries

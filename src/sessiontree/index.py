@@ -53,7 +53,6 @@ __all__ = ["EntryIndex", "LineSource", "SessionChunks", "is_assistant_message"]
 
 log = logging.getLogger("sessiontree")
 
-_BLOB_MARK: Final = b"blob:sha256:"
 _READ_BYTES: Final = 8 << 20
 """The most one read of adjacent lines fetches at once."""
 _BATCH_BYTES: Final = 1 << 20
@@ -318,7 +317,10 @@ class EntryIndex:
                     self._drop(p)
                     changed = True
                     continue
-                if data.find(_BLOB_MARK, lo, hi) >= 0:
+                # Walking the strings for a ref costs less than scanning the bytes for one.
+                try:
+                    value = resolve_blob_refs(value, source.blobs)
+                except RecursionError:
                     value = allow_deep_nesting(partial(resolve_blob_refs, value, source.blobs))
                 entries[p] = value
                 self._lazy -= 1

@@ -21,6 +21,7 @@ loader would have).
 from __future__ import annotations
 
 import re
+import sys
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -64,10 +65,13 @@ match_prefix: Final = _PREFIX.match
 """`match_prefix(buffer, start, end)`: groups type, id, parent id (None for null) and
 the assistant marker, as ASCII bytes; None when the line is not in the writers' form."""
 
+_ASSISTANT_PREFIX: Final = ASSISTANT | PREFIX_FORM
 _BOM: Final = b"\xef\xbb\xbf"
 _BLOB_MARK: Final = b"blob:sha256:"
 _CHUNK: Final = 1 << 20
 _WHITESPACE: Final = b" \t\r"
+_EAGER: Final = "\x00eager"
+"""Stands for every kind in `EAGER_KINDS` in the hot loop's kind table."""
 
 
 @dataclass(slots=True)
@@ -147,7 +151,9 @@ class _Scan:
         self.observe = observe
         self.result = ScannedFile()
         self.lines = self.result.lines
-        self.kind_names: dict[str, str] = {}  # one string object per kind, not per line
+        # Kind names by their bytes: one string object per kind, not per line; a kind
+        # the index keeps in memory maps to `_EAGER`.
+        self.kind_names: dict[bytes, str] = {k.encode(): _EAGER for k in EAGER_KINDS}
 
     def run(self) -> ScannedFile:
         result = self.result
@@ -180,18 +186,18 @@ class _Scan:
                 first = False
                 if buf.startswith(_BOM):
                     start = 3
-            end = buf.find(b"\n", start, filled)
-            while end >= 0:
+            find = buf.find
+            end = find(b"\n", start, filled)
+            while end >= 0 and not header_seen:
                 number += 1
-                if header_seen:
-                    self._entry(buf, view, start, end, base, number)
-                elif not self._head(view, start, end, number):
+                if not self._head(view, start, end, number):
                     result.size = read_at
                     return result
-                else:
-                    header_seen = result.header is not None
+                header_seen = result.header is not None
                 start = end + 1
-                end = buf.find(b"\n", start, filled)
+                end = find(b"\n", start, filled)
+            if end >= 0:
+                start, number = self._entries(buf, view, start, end, filled, base, number)
             if start:
                 rest = filled - start
                 view[:rest] = view[start:filled]
@@ -234,30 +240,76 @@ class _Scan:
         result.stopped = True
         return False
 
-    def _entry(
-        self, buf: bytearray, view: memoryview, start: int, end: int, base: int, number: int
-    ) -> None:
+    def _entries(
+        self,
+        buf: bytearray,
+        view: memoryview,
+        start: int,
+        end: int,
+        filled: int,
+        base: int,
+        number: int,
+    ) -> tuple[int, int]:
+        """Every complete entry line in `buf[start:filled]` (the first ends at `end`);
+        returns where the rest begins and the last line number. The hot loop: a line
+        in the writers' form of a kind kept by position costs one match, no parse."""
         lines = self.lines
-        m = match_prefix(buf, start, end)
-        if m is not None:
-            kind = m.group(1).decode("ascii")
-            if kind not in EAGER_KINDS:
-                last = buf[end - 1]
-                if (
-                    last == 0x7D
-                    or (  # "}": a line that is not torn
-                        last in _WHITESPACE and bytes(view[start:end]).rstrip().endswith(b"}")
-                    )
-                ):
-                    parent = m.group(3)
-                    lines.offsets.append(base + start)
-                    lines.lengths.append(end - start)
-                    lines.ids.append(m.group(2).decode("ascii"))
-                    lines.parents.append(None if parent is None else parent.decode("ascii"))
-                    lines.kinds.append(self.kind_names.setdefault(kind, kind))
-                    lines.flags.append(PREFIX_FORM | (ASSISTANT if m.group(4) else 0))
-                    lines.entries.append(None)
-                    return
+        add_offset, add_length = lines.offsets.append, lines.lengths.append
+        add_id, add_parent = lines.ids.append, lines.parents.append
+        add_kind, add_flag = lines.kinds.append, lines.flags.append
+        add_entry = lines.entries.append
+        kinds = self.kind_names
+        find = buf.find
+        while end >= 0:
+            number += 1
+            m = match_prefix(buf, start, end)
+            if m is not None and buf[end - 1] == 0x7D:  # "}": the line is not torn
+                kind_bytes, entry_id, parent, assistant = m.groups()
+                kind = kinds.get(kind_bytes)
+                if kind is None:
+                    kind = kinds[kind_bytes] = kind_bytes.decode("ascii")
+                if kind is not _EAGER:
+                    add_offset(base + start)
+                    add_length(end - start)
+                    add_id(entry_id.decode("ascii"))
+                    add_parent(None if parent is None else parent.decode("ascii"))
+                    add_kind(kind)
+                    add_flag(_ASSISTANT_PREFIX if assistant else PREFIX_FORM)
+                    add_entry(None)
+                    start = end + 1
+                    end = find(b"\n", start, filled)
+                    continue
+            self._entry(buf, view, start, end, base, number, m)
+            start = end + 1
+            end = find(b"\n", start, filled)
+        return start, number
+
+    def _entry(
+        self,
+        buf: bytearray,
+        view: memoryview,
+        start: int,
+        end: int,
+        base: int,
+        number: int,
+        m: re.Match[bytes] | None = None,
+    ) -> None:
+        """One entry line the hot loop did not take: one with white space after its
+        `}`, or parsed whole."""
+        lines = self.lines
+        if m is None:
+            m = match_prefix(buf, start, end)
+        if m is not None and m.group(1).decode("ascii") not in EAGER_KINDS:
+            if bytes(view[start:end]).rstrip().endswith(b"}"):
+                parent = m.group(3)
+                lines.offsets.append(base + start)
+                lines.lengths.append(end - start)
+                lines.ids.append(m.group(2).decode("ascii"))
+                lines.parents.append(None if parent is None else parent.decode("ascii"))
+                lines.kinds.append(sys.intern(m.group(1).decode("ascii")))
+                lines.flags.append(PREFIX_FORM | (ASSISTANT if m.group(4) else 0))
+                lines.entries.append(None)
+                return
         if start == end or (buf[start] in _WHITESPACE and not buf[start:end].strip()):
             return
         raw = view[start:end]
