@@ -25,6 +25,7 @@ The index does no I/O of its own beyond reading its source.
 from __future__ import annotations
 
 import logging
+import re
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
@@ -53,6 +54,7 @@ __all__ = ["EntryIndex", "LineSource", "SessionChunks", "is_assistant_message"]
 
 log = logging.getLogger("sessiontree")
 
+_BLOB_REF: Final = re.compile(rb"blob:sha256:([0-9a-f]{64})")
 _READ_BYTES: Final = 8 << 20
 """The most one read of adjacent lines fetches at once."""
 _BATCH_BYTES: Final = 1 << 20
@@ -615,10 +617,20 @@ class EntryIndex:
                     yield entry["message"]
 
     def file_chunks(
-        self, head: bytes, blobs: BlobStoreLike, *, rescue: bool = False
+        self,
+        head: bytes,
+        blobs: BlobStoreLike,
+        *,
+        rescue: bool = False,
+        carry_from: BlobStoreLike | None = None,
     ) -> SessionChunks:
         """The whole session as file bytes (see `SessionChunks`)."""
-        return SessionChunks(self, head, blobs, rescue)
+        return SessionChunks(self, head, blobs, rescue, carry_from)
+
+    def use_blobs(self, blobs: BlobStoreLike) -> None:
+        """Unread lines' images are now in `blobs` (the session moved to its store)."""
+        if self._source is not None:
+            self._source.blobs = blobs
 
     def _rebase(self, pinned: PinnedFile, offsets: array[int], lengths: array[int]) -> None:
         """The file written from `file_chunks` is now where the lines are read from."""
@@ -646,11 +658,19 @@ class SessionChunks:
     instead of raising SessionWriteConflictError.
     """
 
-    def __init__(self, index: EntryIndex, head: bytes, blobs: BlobStoreLike, rescue: bool) -> None:
+    def __init__(
+        self,
+        index: EntryIndex,
+        head: bytes,
+        blobs: BlobStoreLike,
+        rescue: bool,
+        carry_from: BlobStoreLike | None = None,
+    ) -> None:
         self._index = index
         self._head = head
         self._blobs = blobs
         self._rescue = rescue
+        self._carry_from = carry_from
         self._written: tuple[array[int], array[int]] | None = None
 
     def __iter__(self) -> Iterator[bytes]:
@@ -671,7 +691,11 @@ class SessionChunks:
                 p += 1
                 continue
             if entry is not None or source is None:
-                line = entry_line(cast("Entry", entry), self._blobs)
+                entry = cast("Entry", entry)
+                if self._carry_from is not None:
+                    # Refs handed out by `put_blob` name the old store: write the images.
+                    entry = allow_deep_nesting(partial(resolve_blob_refs, entry, self._carry_from))
+                line = entry_line(entry, self._blobs)
                 offsets.append(at)
                 lengths.append(len(line) - 1)
                 chunk = line
@@ -726,10 +750,22 @@ class SessionChunks:
                     continue
                 offsets.append(at)
                 lengths.append(length)
-                out.append(data[lo : lo + length])
+                line = data[lo : lo + length]
+                if self._carry_from is not None:
+                    self._carry(line)
+                out.append(line)
                 out.append(b"\n")
                 at += length + 1
         return b"".join(out)
+
+    def _carry(self, line: bytes) -> None:
+        """Copy the blobs a line copied as it is refers to into the store written to."""
+        assert self._carry_from is not None
+        for digest in {m.group(1).decode("ascii") for m in _BLOB_REF.finditer(line)}:
+            if not self._blobs.has(digest):
+                data = self._carry_from.get(digest)
+                if data is not None:
+                    self._blobs.put(data)
 
     def _holds(self, data: bytes, lo: int, length: int, p: int) -> bool:
         """Whether `data[lo:lo+length]` still is the line of the entry at `p`."""

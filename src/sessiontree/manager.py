@@ -908,12 +908,23 @@ class SessionManager(ClosesOnExit):
         artifacts = None
         if old_path.endswith(".jsonl") and new_path.endswith(".jsonl"):
             artifacts = (old_path[: -len(".jsonl")], new_path[: -len(".jsonl")])
+        # Into another agent dir: its images go along into that dir's blob store (a
+        # blob store the caller chose stays the session's).
+        blobs, carry = self._blobs, None
+        if same_blob_store(blobs, blob_store_for(old_path, self._storage)):
+            moved = blob_store_for(new_path, self._storage)
+            if not same_blob_store(blobs, moved):
+                blobs, carry = moved, self._blobs
         old_head, self._head = self._head, head
         try:
-            file.move(new_path, self._content(False), artifacts)
+            chunks = self._index.file_chunks(head.lines(), blobs, carry_from=carry)
+            file.move(new_path, chunks, artifacts)
         except BaseException:
             self._head = old_head
             raise
+        if carry is not None:
+            self._blobs = file.blobs = blobs
+            self._index.use_blobs(blobs)
         self._cwd, self._session_dir = new_cwd, new_dir
         self._after_first_write()
 
