@@ -698,20 +698,25 @@ class SessionChunks:
                 line = entry_line(entry, self._blobs)
                 offsets.append(at)
                 lengths.append(len(line) - 1)
-                chunk = line
+                batch.append(line)
+                size += len(line)
+                at += len(line)
                 p += 1
-            else:
-                q = p
-                while q < n and entries[q] is None:
-                    q += 1
-                chunk = self._copy(source, list(range(p, q)), offsets, lengths, at)
-                p = q
-            batch.append(chunk)
-            size += len(chunk)
-            at += len(chunk)
-            if size >= _BATCH_BYTES:
+                if size >= _BATCH_BYTES:
+                    yield b"".join(batch)
+                    batch, size = [], 0
+                continue
+            q = p
+            while q < n and entries[q] is None:
+                q += 1
+            if batch:
                 yield b"".join(batch)
                 batch, size = [], 0
+            # Unread lines go out as the file holds them, a run of adjacent ones at once.
+            for chunk in self._copy(source, list(range(p, q)), offsets, lengths, at):
+                at += len(chunk)
+                yield chunk
+            p = q
         if batch:
             yield b"".join(batch)
         self._blobs.sync()
@@ -724,42 +729,49 @@ class SessionChunks:
         offsets: array[int],
         lengths: array[int],
         at: int,
-    ) -> bytes:
-        """The lines at `positions` (all unread) as they are in the source file."""
-        out: list[bytes] = []
-        index = self._index
+    ) -> Iterator[bytes]:
+        """The lines at `positions` (all unread) as they are in the source file, each
+        checked to still hold its entry; their new offsets are recorded from `at`."""
         for start, run in source.runs(positions):
             data = source.read(start, run)
+            if self._carry_from is not None:
+                self._carry(data)
+            if all(self._holds(data, source.offsets[p] - start, source.lengths[p], p) for p in run):
+                for p in run:
+                    offsets.append(at + source.offsets[p] - start)
+                    lengths.append(source.lengths[p])
+                yield data
+                yield b"\n"
+                at += len(data) + 1
+                continue
             for p in run:
                 lo = source.offsets[p] - start
                 length = source.lengths[p]
                 if not self._holds(data, lo, length, p):
-                    if not self._rescue:
-                        raise SessionWriteConflictError(
-                            source.path,
-                            f"{source.path}: the line of entry {index._ids[p]} was changed "
-                            "on disk behind this session",
-                        )
-                    log.error(
-                        "%s: the line of entry %s was changed on disk; the copy leaves it out",
-                        source.path,
-                        index._ids[p],
-                    )
+                    self._changed(source.path, p)
                     offsets.append(0)
                     lengths.append(0)
                     continue
                 offsets.append(at)
                 lengths.append(length)
-                line = data[lo : lo + length]
-                if self._carry_from is not None:
-                    self._carry(line)
-                out.append(line)
-                out.append(b"\n")
+                yield data[lo : lo + length] + b"\n"
                 at += length + 1
-        return b"".join(out)
+
+    def _changed(self, path: str, p: int) -> None:
+        """The line of the entry at `p` no longer holds it: refuse, or (rescuing) leave
+        it out with an error logged."""
+        entry_id = self._index._ids[p]
+        if not self._rescue:
+            raise SessionWriteConflictError(
+                path,
+                f"{path}: the line of entry {entry_id} was changed on disk behind this session",
+            )
+        log.error(
+            "%s: the line of entry %s was changed on disk; the copy leaves it out", path, entry_id
+        )
 
     def _carry(self, line: bytes) -> None:
-        """Copy the blobs a line copied as it is refers to into the store written to."""
+        """Copy the blobs that lines copied as they are refer to into the store written to."""
         assert self._carry_from is not None
         for digest in {m.group(1).decode("ascii") for m in _BLOB_REF.finditer(line)}:
             if not self._blobs.has(digest):
@@ -770,7 +782,7 @@ class SessionChunks:
     def _holds(self, data: bytes, lo: int, length: int, p: int) -> bool:
         """Whether `data[lo:lo+length]` still is the line of the entry at `p`."""
         index = self._index
-        if lo + length > len(data):
+        if lo + length > len(data) or (lo and data[lo - 1] != 0x0A):  # cut short, or joined
             return False
         if index._flags[p] & PREFIX_FORM:
             m = match_prefix(data, lo, lo + length)
