@@ -509,3 +509,19 @@ def test_the_index_pass_reads_every_chunking_as_the_full_loader(
         line = raw[lines.offsets[p] : lines.offsets[p] + lines.lengths[p]]
         read_back.append(entry if entry is not None else line_index.parse_line(line))
     assert read_back == want.entries
+
+
+def test_fork_from_a_lazy_source_copies_its_lines(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = big_session(work)
+    monkeypatch.setattr("sessiontree.loader.LAZY_LOAD_BYTES", 0)  # the source opens index first
+    forked = SessionManager.fork_from(str(path), "/elsewhere", str(work / "forks"))
+    assert is_lazy(forked)
+    new = forked.get_session_file()
+    assert new is not None
+    assert Path(new).read_bytes().split(b"\n")[1:] == path.read_bytes().split(b"\n")[1:]
+    leaf = forked.append_message(user("after the fork"))
+    forked.close()
+    again = SessionManager.open(new, read_only=True, lazy=False)
+    assert again.get_leaf_id() == leaf and len(again.get_entries()) == 61
