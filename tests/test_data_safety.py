@@ -538,3 +538,63 @@ def test_a_torn_registry_line_does_not_swallow_the_next_dir(
     register_session_dir(str(target / "s.jsonl"), str(agent_dir))
     dirs, torn = read_registry(str(agent_dir))
     assert os.path.realpath(target) in dirs and torn == b""
+
+
+# -- hunt: a new session's name that is taken ------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["fork", "branched", "persist_copy"])
+@pytest.mark.parametrize("victim_open", [False, True])
+def test_a_new_session_whose_name_is_taken_leaves_the_file_there_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, victim_open: bool
+) -> None:
+    # Two writers whose ids collide (same millisecond, same pid bits, same sequence):
+    # the name is taken, by a closed session or by one being written. The refused copy
+    # must not take the other session with it.
+    victim = persisted(session_dir=str(tmp_path))
+    victim_path = victim.get_session_file() or ""
+    if not victim_open:
+        victim.close()
+    before = Path(victim_path).read_bytes()
+    sm = persisted(session_dir=str(tmp_path))
+    own = sm.get_session_file() or ""
+    monkeypatch.setattr("sessiontree.manager.session_path", lambda *_: victim_path)
+    with pytest.raises(SessionTreeError):
+        if how == "fork":
+            sm.fork()
+        elif how == "branched":
+            sm.create_branched_session(sm.get_entries()[-1]["id"])
+        else:
+            sm.persist_copy(str(tmp_path))
+    assert Path(victim_path).read_bytes() == before
+    # The manager stays on its own session, unchanged, and goes on.
+    assert sm.get_session_file() == own
+    sm.append_message(user("on"))
+    sm.close()
+    assert len(ids(own)) == 3
+    if victim_open:
+        victim.append_message(user("victim goes on"))
+        victim.close()
+        assert len(ids(victim_path)) == 3
+
+
+def test_a_fork_whose_directory_fsync_fails_leaves_no_half_made_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from sessiontree import _fs
+
+    sm = persisted(session_dir=str(tmp_path))
+    own = sm.get_session_file() or ""
+
+    def failing(path: str) -> None:
+        raise OSError(errno.EIO, "injected")
+
+    monkeypatch.setattr(_fs, "fsync_directory", failing)
+    with pytest.raises(SessionTreeError):
+        sm.fork()
+    monkeypatch.undo()
+    assert [n for n in os.listdir(tmp_path) if n.endswith(".jsonl")] == [os.path.basename(own)]
+    assert sm.get_session_file() == own
+    sm.close()

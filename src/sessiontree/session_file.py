@@ -262,7 +262,10 @@ class SessionFile:
         Refuses (SessionWriteConflictError) to replace a file that is already there,
         unless it is blank (a session may be initialised in an empty file).
         `rescue=False`: a failure saves no rescue copy (the caller still holds the
-        session elsewhere, e.g. a fork that failed leaves the manager on its source).
+        session elsewhere, e.g. a fork that failed leaves the manager on its source),
+        and a half-made file (a rename whose directory fsync failed) is removed. What
+        was there before, or another writer's file whose lock we could not take, is
+        never touched.
         """
         self.check_usable()
         self._check_writable()
@@ -273,7 +276,21 @@ class SessionFile:
         except OSError as exc:
             raise self.fail(exc, "create") from exc
         self._refuse_existing()
-        self._write_whole(chunks, "create")
+        try:
+            self._write_whole(chunks, "create")
+        except BaseException:
+            if not rescue:
+                self._remove_half_made()
+            raise
+
+    def _remove_half_made(self) -> None:
+        """After a failed `create`: we hold the lock and nothing was there, so whatever
+        is at the path now is our own incomplete copy."""
+        try:
+            if self.storage.exists(self.path):
+                self.storage.unlink(self.path)
+        except OSError:
+            pass
 
     def _refuse_existing(self) -> None:
         storage, path = self.storage, self.path
