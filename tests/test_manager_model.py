@@ -37,7 +37,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 
 from sessiontree import (
     EntryNotFoundError,
@@ -265,6 +271,11 @@ class ManagerModel(RuleBasedStateMachine):
         self.decoys = {
             p: v for p, v in snapshot(directory).items() if not p.endswith(".writer-lock")
         }
+
+    @invariant()
+    def count_step(self) -> None:
+        # Runs once after `start` and once after every step: the run's step count.
+        RAN["steps"] += 1
 
     # ------------------------------------------------------------------ helpers
 
@@ -724,8 +735,9 @@ def test_model_run_size_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
     with capsys.disabled():
         examples = max(1, RAN["examples"])
         print(
-            f"\nmanager model: {EXAMPLES} examples x up to {STEPS} steps "
-            f"({RAN['operations'] / examples:.1f} operations per example on average); ran:"
+            f"\nmanager model: {RAN['examples']} examples (max_examples={EXAMPLES}) x up to "
+            f"{STEPS} steps: {RAN['steps'] / examples:.1f} steps per example on average "
+            f"({RAN['operations'] / examples:.1f} of them manager operations); ran:"
         )
         for key, count in sorted(RAN.items()):
             print(f"  {key}: {count}")
