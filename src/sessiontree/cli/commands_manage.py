@@ -17,6 +17,7 @@ from ..errors import AmbiguousSessionError, SessionTreeError
 from ..export import export_html, export_jsonl, export_markdown
 from ..maintenance import delete_session, migrate_session_file, plan_delete
 from ..manager import SessionManager
+from ..naming import header_in
 from ..storage.base import SessionStorage
 from ..storage.file import FileSessionStorage
 from ..stores import TransferReport, export_files, import_files
@@ -46,6 +47,9 @@ from .common import (
 )
 from .common import agent_dir as current_agent_dir
 from .render import terminal_safe
+
+_HEADER_PROBE = 1 << 20
+"""How much of an existing file `export -o` reads to tell whether it is a session."""
 
 LeafOption = Annotated[
     str | None, typer.Option("--leaf", help="Entry id ending the path (default: the leaf).")
@@ -210,8 +214,22 @@ def export_command(
     target = os.path.abspath(os.path.expanduser(output))
     if os.path.isdir(target):
         raise CliError(f"{output}: is a directory")
+    _refuse_a_session(target, output)
     FileSessionStorage().write_atomic(target, [data])
     err_console.print(Text(f"Wrote {target} ({len(data):,} bytes)"))
+
+
+def _refuse_a_session(target: str, shown: str) -> None:
+    """`export -o` replaces any file but a session (its own source included): a session
+    is never overwritten by an export of itself or of another."""
+    try:
+        head = FileSessionStorage().read_text_prefix(target, _HEADER_PROBE)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise CliError(f"{shown}: {exc}") from None
+    if header_in(head) is not None:
+        raise CliError(f"{shown}: is a session file; not overwritten (choose another file)")
 
 
 def migrate_command(
