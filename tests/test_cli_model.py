@@ -242,8 +242,9 @@ ALLOWED: dict[str, Rule] = {
     # rm: the session file and its own artifacts dir, nothing else, ever.
     "rm": _rm,
     "repair": lambda s, t, a: [*_session_side(s, t), sibling(t, "{name}.bak*")],
-    "migrate": lambda s, t, a: [*_session_side(s, t), *_blobs(s, t)],
-    "rename": lambda s, t, a: [*_session_side(s, t), *_blobs(s, t)],
+    # migrate and rename rewrite: a file with lines no reader parses is kept as `.bak*`.
+    "migrate": lambda s, t, a: [*_session_side(s, t), sibling(t, "{name}.bak*"), *_blobs(s, t)],
+    "rename": lambda s, t, a: [*_session_side(s, t), sibling(t, "{name}.bak*"), *_blobs(s, t)],
     "fork": lambda s, t, a: [*_new_sessions(s, t), *_blobs(s, t), *_cache(s, t)],
     "extract": lambda s, t, a: [*_new_sessions(s, t), *_blobs(s, t), *_cache(s, t)],
     "gc": lambda s, t, a: [os.path.join(s.agent, "blobs", "*")],

@@ -598,3 +598,69 @@ def test_a_fork_whose_directory_fsync_fails_leaves_no_half_made_copy(
     assert [n for n in os.listdir(tmp_path) if n.endswith(".jsonl")] == [os.path.basename(own)]
     assert sm.get_session_file() == own
     sm.close()
+
+
+# -- hunt: lines no reader can parse, dropped by a rewrite ----------------------------------
+
+_BROKEN = (
+    b'{"type":"message","id":"b2","parentId":"b1","timestamp":"t","message":'
+    b'{"role":"assistant","content":[{"type":"text","text":"the only copy of this"}]\n'
+)
+
+
+def _with_broken_line(tmp_path: Path) -> tuple[str, bytes]:
+    sm = persisted(session_dir=str(tmp_path / "s"))
+    path = sm.get_session_file() or ""
+    sm.close()
+    lines = Path(path).read_bytes().splitlines(keepends=True)
+    data = b"".join([lines[0], lines[1], _BROKEN, *lines[2:]])
+    Path(path).write_bytes(data)
+    return path, data
+
+
+@pytest.mark.parametrize("how", ["name", "rewrite", "move"])
+def test_a_rewrite_keeps_the_lines_it_cannot_parse_in_a_backup(
+    tmp_path: Path, agent_dir: Path, how: str
+) -> None:
+    # A rewrite is made from memory, and a line no reader can parse is not in memory:
+    # its bytes (someone's text) are kept in `<file>.bak` before the file is replaced.
+    path, data = _with_broken_line(tmp_path)
+    with SessionManager.open(path) as sm:
+        if how == "name":
+            sm.set_session_name("renamed")
+        elif how == "rewrite":
+            sm.rewrite_entries()
+        else:
+            sm.move_to("/somewhere/else")
+        new = sm.get_session_file() or ""
+    backups = [n for n in os.listdir(os.path.dirname(path)) if ".bak" in n]
+    assert len(backups) == 1 and backups[0].startswith(os.path.basename(path))
+    assert Path(os.path.dirname(path), backups[0]).read_bytes() == data
+    assert b"the only copy of this" not in Path(new).read_bytes()
+    # Only once: the file now holds what memory holds.
+    with SessionManager.open(new) as again:
+        again.set_session_name("again")
+    assert len([n for n in os.listdir(os.path.dirname(path)) if ".bak" in n]) == 1
+
+
+def test_migrate_keeps_the_lines_it_drops_in_a_backup(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from sessiontree.cli import app
+
+    path = tmp_path / "v2.jsonl"
+    data = (
+        b'{"type":"session","version":2,"id":"0cb00000000000aa","timestamp":"t","cwd":"/p"}\n'
+        b'{"type":"message","id":"b1","parentId":null,"timestamp":"t","message":'
+        b'{"role":"user","content":"q","timestamp":1}}\n' + _BROKEN
+    )
+    path.write_bytes(data)
+    result = CliRunner().invoke(app, ["migrate", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    backup = tmp_path / "v2.jsonl.bak"
+    assert backup.read_bytes() == data
+    changes = json.loads(result.stdout)["files"][0]["changes"]
+    assert f"dropped 1 unparseable line(s) (the file as it was is kept as {backup})" in changes
+    assert load_entries_from_file(str(path))[0]["version"] == 3

@@ -76,16 +76,20 @@ FAULTABLE = ["write", "fsync", "replace", "open"]
 #   lock      their writer locks        conflict  their conflict copies
 #   dirs      their directories         artifacts their artifacts dirs
 #   agent     blobs/, the outside-dir registry, breadcrumbs, rescue/
+#   backup    `<file>.bak*`: the file as it was, when a rewrite drops lines no reader parsed
 #   new       a new session file this operation made (fork, branched)
 # and what it may remove besides lock and temp files.
 ALLOWED: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "append": (frozenset({"session", "lock", "conflict", "dirs", "agent"}), frozenset()),
     "append-first": (frozenset({"session", "lock", "conflict", "dirs", "agent"}), frozenset()),
-    "rewrite": (frozenset({"session", "lock", "conflict", "dirs", "agent"}), frozenset()),
+    "rewrite": (
+        frozenset({"session", "lock", "conflict", "dirs", "agent", "backup"}),
+        frozenset(),
+    ),
     "flush": (frozenset({"session", "lock", "conflict", "dirs", "agent"}), frozenset()),
     "reopen": (frozenset({"session", "lock", "conflict", "dirs", "agent"}), frozenset()),
     "move": (
-        frozenset({"session", "lock", "conflict", "dirs", "artifacts", "agent"}),
+        frozenset({"session", "lock", "conflict", "dirs", "artifacts", "agent", "backup"}),
         frozenset({"old-session", "artifacts"}),
     ),
     "fork": (frozenset({"session", "lock", "conflict", "dirs", "agent", "new"}), frozenset()),
@@ -370,6 +374,10 @@ class ManagerModel(RuleBasedStateMachine):
             for p in sessions:
                 d, name = os.path.split(p)
                 patterns.append(os.path.join(d, glob_escape(side_stem(name)) + ".conflict-*"))
+        if "backup" in allowed_kinds:
+            for p in sessions:
+                d, name = os.path.split(p)
+                patterns.append(os.path.join(d, glob_escape(side_stem(name)) + ".bak*"))
         if "dirs" in allowed_kinds:
             patterns += [os.path.dirname(p) for p in sessions]
             patterns += [self.agent, os.path.join(self.agent, "sessions")]
@@ -389,6 +397,8 @@ class ManagerModel(RuleBasedStateMachine):
                 assert path not in after, f"temp file left: {path}"
                 continue
             assert path not in self.decoys, f"{kind} touched {path}, which is not this session's"
+            if ".bak" in os.path.basename(path) and path not in before:
+                RAN["backups kept of unparseable lines"] += 1
             assert any(fnmatch.fnmatchcase(path, pattern) for pattern in patterns), (
                 f"{kind} touched {path} (allowed: {patterns})"
             )

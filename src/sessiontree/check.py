@@ -45,6 +45,7 @@ from .jsonl import iter_jsonl_bytes, loads_line, serialize_entry_bytes
 from .locks import acquire_session_lock
 from .migrations import migrate_session_entries, session_version
 from .naming import head_kind
+from .session_file import backup_path
 from .storage.base import (
     HostFilesystem,
     SessionStorage,
@@ -579,15 +580,6 @@ def _default_repair_path(path: str) -> str:
     return side_path(path, ".repaired")
 
 
-def _backup_path(path: str, storage: SessionStorage) -> str:
-    candidate = side_path(path, ".bak")
-    n = 1
-    while storage.exists(candidate):
-        candidate = side_path(path, f".bak.{n}")
-        n += 1
-    return candidate
-
-
 def _same_file(storage: SessionStorage, a: str, b: str) -> bool:
     if os.path.normpath(a) == os.path.normpath(b):
         return True
@@ -708,7 +700,7 @@ def repair_session(
     # SessionLockError when a live agent is writing this session.
     lock = acquire_session_lock(storage, path)
     try:
-        backup = _backup_path(path, storage)
+        backup = backup_path(storage, path)
         copied = xxhash.xxh3_128()
 
         def original() -> Iterator[bytes]:

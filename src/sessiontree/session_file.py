@@ -56,7 +56,14 @@ from .storage.base import (
 )
 from .storage.file import FileSessionStorage
 
-__all__ = ["LOCK_CHECK_SECONDS", "ContentSource", "SessionFile", "WriterProbe", "rescue_dir"]
+__all__ = [
+    "LOCK_CHECK_SECONDS",
+    "ContentSource",
+    "SessionFile",
+    "WriterProbe",
+    "backup_path",
+    "rescue_dir",
+]
 
 log = logging.getLogger("sessiontree")
 
@@ -91,6 +98,16 @@ class WriterProbe(Protocol):
     """The open file's size (e.g. `functools.partial(os.lseek, fd, 0, SEEK_END)`)."""
     probe: Callable[[], Probed]
     """Its link count and size (e.g. `functools.partial(os.fstat, fd)`)."""
+
+
+def backup_path(storage: SessionStorage, path: str) -> str:
+    """The first free `<file>.bak`, `<file>.bak.1`, ...: where a file is kept as it was."""
+    candidate = side_path(path, ".bak")
+    n = 1
+    while storage.exists(candidate):
+        candidate = side_path(path, f".bak.{n}")
+        n += 1
+    return candidate
 
 
 def rescue_dir() -> str:
@@ -148,8 +165,10 @@ class SessionFile:
         "_lock",
         "_needs_newline",
         "_probe",
+        "_unparsed",
         "_write",
         "_writer",
+        "backups",
         "blobs",
         "error",
         "path",
@@ -179,6 +198,10 @@ class SessionFile:
         self._end: Callable[[], int] | None = None
         self._guard: _Guard | None = None
         self._needs_newline = False
+        self._unparsed = 0
+        """Lines of the file no reader parsed (not in memory, so not in a rewrite)."""
+        self.backups: list[str] = []
+        """Copies of the file as it was, kept before a rewrite dropped lines of it."""
         self._closed = False
 
     # ------------------------------------------------------------------ state
@@ -233,6 +256,7 @@ class SessionFile:
                 if loaded.valid:
                     self._guard = _Guard(after.ino, loaded.size, digest, time.monotonic())
                     self._needs_newline = not loaded.ends_with_newline
+                    self._unparsed = len(loaded.malformed_lines)
                 return loaded
         raise SessionWriteConflictError(path, f"{path}: the file kept changing while being read")
 
@@ -391,8 +415,34 @@ class SessionFile:
         self.check_usable()
         self._check_writable()
         self.verify(full=True)
+        self._keep_unparsed()
         self._close_writer()
         self._write_whole(chunks, "rewrite")
+
+    def _keep_unparsed(self) -> None:
+        """Before the file is replaced from memory: when it holds lines no reader parsed
+        (someone's bytes, a torn line), copy it as it is (just verified) to `.bak`."""
+        if not self._unparsed:
+            return
+        storage, path = self.storage, self.path
+        backup = backup_path(storage, path)
+        guard = self._guard
+        copied = _Hashing(read_chunks(storage, path))
+        try:
+            write_whole(storage, backup, copied)
+        except OSError as exc:
+            raise self.fail(exc, f"backup to {backup}") from exc
+        if guard is not None and copied.digest.digest() != guard.digest.digest():
+            self._conflict("its bytes changed while being backed up")
+        log.warning(
+            "%s: %d line(s) that no reader can parse are left out of the rewrite; "
+            "the file as it was is kept as %s",
+            path,
+            self._unparsed,
+            backup,
+        )
+        self.backups.append(backup)
+        self._unparsed = 0
 
     def _write_whole(self, chunks: Iterable[bytes], action: str) -> None:
         storage, path = self.storage, self.path
@@ -431,6 +481,7 @@ class SessionFile:
                     f"{old_path}: cannot move to {new_path}: {taken[0]} already exists"
                 )
             self.verify(full=True)
+            self._keep_unparsed()
             self._close_writer()
             hashing = _Hashing(chunks)
             try:
