@@ -200,3 +200,67 @@ def test_storage_package_exports_the_backend_lazily() -> None:
     assert "PostgresSessionStorage" in storage_pkg.__all__
     with pytest.raises(AttributeError):
         _ = storage_pkg.NoSuchStorage  # type: ignore[attr-defined]
+
+
+def test_export_files_never_replaces_what_changed_in_the_target(tmp_path: Path) -> None:
+    # A session continued in the agent dir after it was imported: exporting the
+    # database's (older) copy over it would lose the new turns.
+    source = tmp_path / "agent"
+    with SessionManager.create("/p", str(source / "sessions" / "--p--")) as sm:
+        sm.append_message(user("q"))
+        sm.append_message(assistant("a"))
+        path = Path(sm.get_session_file() or "")
+    with pg_storage(root=tmp_path / "db") as storage:
+        import_files(str(source), storage)
+        with SessionManager.open(str(path)) as sm:
+            sm.append_message(user("asked after the import"))  # grew: a prefix of it is in the db
+        grown = path.read_bytes()
+        with SessionManager.open(str(path)) as sm:
+            sm.set_session_name("renamed here")  # rewritten: no longer a prefix
+        local = path.read_bytes()
+        report = export_files(storage, str(source))
+        assert path.read_bytes() == local
+        ((skipped, why),) = report.skipped  # the source's path, and why: the target's
+        assert skipped.endswith(path.name) and str(path) in why and "newer" in why
+        # An older target that only holds the start of the source's bytes is brought up to
+        # date; one that differs otherwise is kept beside it first.
+        other = tmp_path / "other"
+        export_files(storage, str(other))
+        copy = other / path.relative_to(source)
+        old = os.stat(copy).st_mtime_ns
+        copy.write_bytes(grown[:100])
+        os.utime(copy, ns=(old - 10**9, old - 10**9))
+        assert export_files(storage, str(other)).skipped == []
+        assert copy.read_bytes() == grown[: len(copy.read_bytes())]
+        assert not list(copy.parent.glob("*.bak*"))
+        copy.write_bytes(b"someone else's bytes\n")
+        os.utime(copy, ns=(old - 10**9, old - 10**9))
+        assert export_files(storage, str(other)).skipped == []
+        (backup,) = copy.parent.glob("*.bak*")
+        assert backup.read_bytes() == b"someone else's bytes\n"
+
+
+def test_import_files_never_replaces_what_changed_in_the_database(tmp_path: Path) -> None:
+    source = tmp_path / "agent"
+    with SessionManager.create("/p", str(source / "sessions" / "--p--")) as sm:
+        sm.append_message(user("q"))
+        sm.append_message(assistant("a"))
+        path = sm.get_session_file() or ""
+    with pg_storage(root=tmp_path / "db") as storage:
+        import_files(str(source), storage)
+        in_db = storage.path_for(os.path.relpath(path, source))
+        with SessionManager.open(in_db, storage=storage) as sm:
+            sm.append_message(user("asked in the database"))
+            sm.set_session_name("renamed there")
+        before = storage.read_text(in_db)
+        report = import_files(str(source), storage)
+        assert storage.read_text(in_db) == before
+        assert [p for p, _ in report.skipped] == [path] and "newer" in report.skipped[0][1]
+        # A live writer in the database stops the copy, as one in the source does.
+        from sessiontree import SessionLockError
+
+        with SessionManager.open(in_db, storage=storage):
+            os.utime(path)  # the source looks newer: only the lock stops it now
+            with pytest.raises(SessionLockError):
+                import_files(str(source), storage)
+        assert storage.read_text(in_db) == before

@@ -374,10 +374,12 @@ def import_files_command(
 ) -> None:
     """Copy an agent dir's sessions/ and blobs/ into the --store database, byte for byte.
 
-    Files already in the database at the same paths are replaced; a session that a
-    live agent is writing stops the import (retry once it is done). Names that are
-    not UTF-8 are skipped and listed (exit 1). Prompt history, breadcrumbs and
-    settings stay on this host.
+    Files already in the database at the same paths are replaced when that loses
+    nothing (they hold the start of the file, or are older and kept as .bak first);
+    one changed there since it was copied is skipped and listed (exit 1). A session
+    that a live agent is writing, here or there, stops the import (retry once it is
+    done). Names that are not UTF-8 are skipped and listed (exit 1). Prompt history,
+    breadcrumbs and settings stay on this host.
     """
     storage = _database_store("import-files")
     agent = os.path.abspath(os.path.expanduser(source)) if source else current_agent_dir()
@@ -407,8 +409,10 @@ def export_files_command(
 ) -> None:
     """Copy the --store database's sessions and blobs into an agent dir, byte for byte.
 
-    Files keep their modification times; files already there at the same paths are
-    replaced, others are left alone.
+    Files keep their modification times. Files already there at the same paths are
+    replaced when that loses nothing (as for import-files); one changed there since it
+    was copied (newer than the database's) is skipped and listed (exit 1); others are
+    left alone.
     """
     storage = _database_store("export-files")
     agent = os.path.abspath(os.path.expanduser(target))
