@@ -264,3 +264,28 @@ def test_import_files_never_replaces_what_changed_in_the_database(tmp_path: Path
             with pytest.raises(SessionLockError):
                 import_files(str(source), storage)
         assert storage.read_text(in_db) == before
+
+
+def test_names_as_long_as_a_file_system_allows_move_both_ways(tmp_path: Path) -> None:
+    # Review item 20: export-files stopped halfway on a 238-255 byte name (its temp
+    # name did not fit in NAME_MAX).
+    source = tmp_path / "agent"
+    directory = source / "sessions" / "--p--"
+    directory.mkdir(parents=True)
+    names = ["2026-01-01T00-00-00-000Z_" + c * (255 - 31) + ".jsonl" for c in "ab"]
+    assert all(len(n.encode()) == 255 for n in names)
+    with SessionManager.create("/p", str(tmp_path / "scratch")) as sm:
+        sm.append_message(user("q"))
+        sm.append_message(assistant("a"))
+        data = Path(sm.get_session_file() or "").read_bytes()
+    for name in names:
+        (directory / name).write_bytes(data)
+    with pg_storage(root=tmp_path / "db") as storage:
+        assert import_files(str(source), storage).files == 2
+        target = tmp_path / "back"
+        report = export_files(storage, str(target))
+        assert (report.files, report.skipped) == (2, [])
+        report = export_files(storage, str(target))  # again, over the copies: same bytes
+        assert (report.files, report.skipped) == (2, [])
+    assert sorted(os.listdir(target / "sessions" / "--p--")) == sorted(names)
+    assert all((target / "sessions" / "--p--" / n).read_bytes() == data for n in names)
