@@ -664,3 +664,92 @@ def test_migrate_keeps_the_lines_it_drops_in_a_backup(tmp_path: Path) -> None:
     changes = json.loads(result.stdout)["files"][0]["changes"]
     assert f"dropped 1 unparseable line(s) (the file as it was is kept as {backup})" in changes
     assert load_entries_from_file(str(path))[0]["version"] == 3
+
+
+# -- hunt: another program writes while a rewrite or a move is being written -----------------
+
+
+OTHER_LINE = (
+    b'{"type":"custom","customType":"other","id":"ffff0000","parentId":null,"timestamp":"t"}\n'
+)
+
+
+@pytest.mark.parametrize("how", ["name", "move"])
+@pytest.mark.parametrize("what", ["append", "delete"])
+def test_a_change_while_the_new_file_is_written_is_answered(
+    tmp_path: Path, agent_dir: Path, monkeypatch: pytest.MonkeyPatch, how: str, what: str
+) -> None:
+    # The whole-file check runs before the new file is written; writing a big one takes
+    # a while. Another program's line appended meanwhile went into the replaced (or
+    # removed) inode.
+    from sessiontree import session_file
+
+    sm = persisted(session_dir=str(tmp_path / "s"))
+    path = sm.get_session_file() or ""
+    real = session_file.write_whole
+
+    def meanwhile(storage: object, target: str, chunks: object) -> object:
+        def stream() -> object:
+            for n, chunk in enumerate(chunks):  # type: ignore[attr-defined]
+                if n == 0 and ".conflict-" not in target and ".bak" not in target:
+                    if what == "append" and os.path.exists(path):
+                        with open(path, "ab") as f:
+                            f.write(OTHER_LINE)
+                    elif what == "delete" and os.path.exists(path):
+                        os.unlink(path)
+                yield chunk
+
+        return real(storage, target, stream())  # type: ignore[arg-type]
+
+    monkeypatch.setattr(session_file, "write_whole", meanwhile)
+    if what == "append":
+        with pytest.raises(SessionWriteConflictError) as info:
+            if how == "name":
+                sm.set_session_name("renamed")
+            else:
+                sm.move_to("/elsewhere")
+        monkeypatch.undo()
+        assert OTHER_LINE in Path(path).read_bytes()  # the other program's line is there
+        saved = info.value.saved_to
+        assert saved is not None and ids(saved) == [e["id"] for e in sm.get_entries()]
+        if how == "move":
+            moved = Path(get_default_session_dir("/elsewhere")) / os.path.basename(path)
+            assert not moved.exists()
+        with pytest.raises(SessionWriteConflictError):
+            sm.close()
+        return
+    # A delete meanwhile: the policy for a deleted file, the file is (re)written from memory.
+    if how == "name":
+        sm.set_session_name("renamed")
+    else:
+        sm.move_to("/elsewhere")
+    monkeypatch.undo()
+    new = sm.get_session_file() or ""
+    sm.close()
+    assert ids(new) == [e["id"] for e in sm.get_entries()]
+
+
+def test_a_rewrite_whose_directory_fsync_fails_leaves_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the model: the rewrite's own temp file stayed when the fsync of its
+    # directory failed.
+    import errno
+
+    from sessiontree import SessionPersistenceError, _fs
+
+    sm = persisted(session_dir=str(tmp_path / "s"))
+    path = sm.get_session_file() or ""
+    before = Path(path).read_bytes()
+
+    def failing(directory: str) -> None:
+        raise OSError(errno.EIO, "injected")
+
+    monkeypatch.setattr(_fs, "fsync_directory", failing)
+    with pytest.raises(SessionPersistenceError):
+        sm.set_session_name("renamed")
+    monkeypatch.undo()
+    assert [n for n in os.listdir(tmp_path / "s") if n.endswith(".tmp")] == []
+    assert Path(path).read_bytes() == before
+    with pytest.raises(SessionPersistenceError):
+        sm.close()

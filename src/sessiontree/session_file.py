@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -46,6 +47,7 @@ from .loader import LoadedSession, read_session
 from .locks import acquire_session_lock, verify_lock
 from .paths import get_agent_dir
 from .storage.base import (
+    HostFilesystem,
     SessionStorage,
     SessionStorageWriter,
     StorageStat,
@@ -447,15 +449,46 @@ class SessionFile:
     def _write_whole(self, chunks: Iterable[bytes], action: str) -> None:
         storage, path = self.storage, self.path
         hashing = _Hashing(chunks)
+        replacing = action == "rewrite" and isinstance(storage, HostFilesystem)
         try:
             storage.ensure_dir(os.path.dirname(path) or ".")
-            written = write_whole(storage, path, hashing)
+            if replacing:
+                written = self._replace_checked(hashing)
+            else:
+                written = write_whole(storage, path, hashing)
             if not isinstance(written, StorageStat):
                 written = storage.stat(path)
         except OSError as exc:
             raise self.fail(exc, action) from exc
         self._guard = _Guard(written.ino, hashing.size, hashing.digest, time.monotonic())
         self._needs_newline = False
+
+    def _replace_checked(self, chunks: Iterable[bytes]) -> StorageStat | None:
+        """Write a rewrite beside the file, then check the file once more, then rename.
+
+        The whole-file check ran before the new bytes were written, which takes a while
+        for a big session: another program's append meanwhile would go into the
+        replaced inode. It is answered as any change is (rescue copy, conflict); a
+        delete meanwhile just lets the new file take the path.
+        """
+        storage, path = self.storage, self.path
+        temp = side_path(path, f".{secrets.token_hex(6)}.tmp", hidden=True)
+        try:
+            written = write_whole(storage, temp, chunks)
+            guard = self._guard
+            state = self._observe(guard, False) if guard is not None else None
+            if state is not None and state != "deleted":
+                self._conflict(f"{state} while the rewrite was written")
+            storage.rename(temp, path)
+        except BaseException:
+            try:
+                if storage.exists(temp):
+                    storage.unlink(temp)
+            except OSError:
+                pass
+            raise
+        sync_dir(storage, os.path.dirname(path) or ".")
+        return written
 
     def move(
         self, new_path: str, chunks: Iterable[bytes], artifacts: tuple[str, str] | None
@@ -504,12 +537,20 @@ class SessionFile:
 
     def _finish_move(self, new_path: str, new_ino: int, artifacts: tuple[str, str] | None) -> None:
         storage, old_path = self.storage, self.path
+        guard = self._guard
+        # The old file was checked before the new one was written: check it again before
+        # it goes (another program may have appended to it meanwhile).
+        state = self._observe(guard, False) if guard is not None else None
+        if state is not None and state != "deleted":
+            self._remove_if_ours(new_path, new_ino)
+            self._conflict(f"{state} while it was being moved")
         moved = False
         try:
             if artifacts is not None and storage.exists(artifacts[0]):
                 storage.rename(artifacts[0], artifacts[1])
                 moved = True
-            storage.unlink(old_path)
+            if state != "deleted":
+                storage.unlink(old_path)
         except OSError as exc:
             # The old file stays authoritative: undo what was done, then remove the
             # new file, but only while it is still the one we wrote.
@@ -518,16 +559,21 @@ class SessionFile:
                     storage.rename(artifacts[1], artifacts[0])
                 except OSError:
                     log.error("could not move artifacts back to %s", artifacts[0])
-            try:
-                if storage.exists(old_path) and storage.stat(new_path).ino == new_ino:
-                    storage.unlink(new_path)
-            except OSError:
-                pass
+            if storage.exists(old_path):
+                self._remove_if_ours(new_path, new_ino)
             raise SessionTreeError(f"{old_path}: move to {new_path} failed: {exc}") from exc
         try:
             sync_dir(storage, os.path.dirname(old_path) or ".")
         except OSError as exc:  # the move is done; only its durability is in doubt
             log.warning("could not fsync %s after a move: %s", os.path.dirname(old_path), exc)
+
+    def _remove_if_ours(self, path: str, ino: int) -> None:
+        """Remove the copy a failed move wrote, while it is still the one it wrote."""
+        try:
+            if self.storage.stat(path).ino == ino:
+                self.storage.unlink(path)
+        except OSError:
+            pass
 
     def _check_writable(self) -> None:
         if self.read_only:
