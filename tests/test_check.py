@@ -465,3 +465,32 @@ def test_verify_command_reports_a_damaged_blob_in_postgresql(
         [checked] = json.loads(result.stdout)["files"]
         assert [f["kind"] for f in checked["findings"]] == ["damaged_blob"]
         assert hashlib.sha256(image).hexdigest()[:12] in checked["findings"][0]["message"]
+
+
+def test_repair_in_place_never_replaces_a_line_appended_while_it_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Checked before the repaired file was written; an append by another program while
+    # it was being written went into the replaced inode.
+    from sessiontree import SessionWriteConflictError
+    from sessiontree import check as check_module
+
+    path = damaged(tmp_path)
+    line = b'{"type":"custom","customType":"other","id":"ffff0000","parentId":null}\n'
+    real = check_module.write_whole
+
+    def meanwhile(storage: Any, target: str, chunks: Any) -> Any:
+        def stream() -> Any:
+            for n, chunk in enumerate(chunks):
+                if n == 0 and ".bak" not in target:
+                    with open(path, "ab") as f:
+                        f.write(line)
+                yield chunk
+
+        return real(storage, target, stream())
+
+    monkeypatch.setattr(check_module, "write_whole", meanwhile)
+    with pytest.raises(SessionWriteConflictError):
+        repair_session(str(path), in_place=True)
+    assert path.read_bytes().endswith(line)
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []

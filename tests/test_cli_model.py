@@ -19,11 +19,13 @@ import os
 import shutil
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
@@ -35,6 +37,7 @@ from sessiontree.cli import app
 from sessiontree.locks import lock_path_for
 
 EXAMPLES = int(os.environ.get("SESSIONTREE_CLI_MODEL_EXAMPLES", "200"))
+RAN: Counter[str] = Counter()  # commands run and their exit codes, printed after the run
 runner = CliRunner()
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8).decode()
 
@@ -242,8 +245,9 @@ ALLOWED: dict[str, Rule] = {
     # rm: the session file and its own artifacts dir, nothing else, ever.
     "rm": _rm,
     "repair": lambda s, t, a: [*_session_side(s, t), sibling(t, "{name}.bak*")],
-    "migrate": lambda s, t, a: [*_session_side(s, t), *_blobs(s, t)],
-    "rename": lambda s, t, a: [*_session_side(s, t), *_blobs(s, t)],
+    # migrate and rename rewrite: a file with lines no reader parses is kept as `.bak*`.
+    "migrate": lambda s, t, a: [*_session_side(s, t), sibling(t, "{name}.bak*"), *_blobs(s, t)],
+    "rename": lambda s, t, a: [*_session_side(s, t), sibling(t, "{name}.bak*"), *_blobs(s, t)],
     "fork": lambda s, t, a: [*_new_sessions(s, t), *_blobs(s, t), *_cache(s, t)],
     "extract": lambda s, t, a: [*_new_sessions(s, t), *_blobs(s, t), *_cache(s, t)],
     "gc": lambda s, t, a: [os.path.join(s.agent, "blobs", "*")],
@@ -305,12 +309,19 @@ def test_each_command_touches_only_its_allowed_set(data: st.DataObject, kind: st
     os.environ["CODEX_HOME"] = os.path.join(store.root, "codex")
     try:
         with inside(store):
-            target = data.draw(st.sampled_from(store.targets), label="target")
+            # Half the time a session, so that the commands' successes are checked too.
+            pool = data.draw(st.sampled_from([store.sessions, store.targets]), label="pool")
+            target = data.draw(st.sampled_from(pool), label="target")
             args = command_line(kind, store, target, data)
             allowed = ALLOWED[kind](store, target, args)  # decided before the command runs
             before = snapshot(store.root)
             result = runner.invoke(app, args)
             after = snapshot(store.root)
+            RAN["examples"] += 1
+            RAN[f"{kind} exit {result.exit_code}"] += 1
+            RAN["paths changed"] += sum(
+                1 for p in set(before) | set(after) if before.get(p) != after.get(p)
+            )
             assert "Traceback" not in result.output, (args, result.output)
             assert result.exception is None or isinstance(result.exception, SystemExit), (
                 args,
@@ -374,3 +385,12 @@ def test_a_store_is_built_as_described() -> None:
                 os.environ["PI_CODING_AGENT_DIR"] = saved
 
     check()
+
+
+def test_model_run_size_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
+    """Runs after the model (file order): says how much it did."""
+    with capsys.disabled():
+        print(f"\ncli model: {RAN['examples']} examples (max_examples={EXAMPLES}); ran:")
+        for key, count in sorted(RAN.items()):
+            print(f"  {key}: {count}")
+    assert RAN["examples"] >= 1 or not RAN

@@ -184,3 +184,29 @@ def test_export_of_a_lone_surrogate_writes_a_replacement_character(tmp_path: Pat
         result = run("export", path, "-f", fmt, "-o", str(out))
         assert result.exit_code == 0, result.output
         assert "half a pair: \ufffd here" in out.read_text(encoding="utf-8")
+
+
+def test_export_never_writes_over_its_source_or_another_session(tmp_path: Path) -> None:
+    # `export S -o S` replaced the session with one branch of it (jsonl) or with
+    # Markdown; `-o OTHER` replaced another session.
+    with SessionManager.create("/proj") as sm:
+        first = sm.append_message(user("q"))
+        sm.append_message(assistant("branch one"))
+        sm.branch(first)
+        sm.append_message(assistant("branch two"))
+        path = sm.get_session_file() or ""
+    other = session()
+    link = tmp_path / "link.jsonl"
+    os.symlink(path, link)
+    kept = {p: Path(p).read_bytes() for p in (path, other)}
+    for target in (path, other, str(link)):
+        for fmt in ("jsonl", "md", "html"):
+            result = run("export", path, "-f", fmt, "-o", target)
+            assert result.exit_code == 1, (target, fmt, result.output)
+            assert "not overwritten" in result.stderr
+    assert {p: Path(p).read_bytes() for p in kept} == kept and os.path.islink(link)
+    # A file that is not a session (an earlier Markdown export, say) is replaced.
+    out = tmp_path / "out.md"
+    out.write_text("an earlier export\n")
+    assert run("export", path, "-f", "md", "-o", str(out)).exit_code == 0
+    assert "branch two" in out.read_text()

@@ -563,3 +563,218 @@ def test_a_torn_registry_line_does_not_swallow_the_next_dir(
     register_session_dir(str(target / "s.jsonl"), str(agent_dir))
     dirs, torn = read_registry(str(agent_dir))
     assert os.path.realpath(target) in dirs and torn == b""
+
+
+# -- hunt: a new session's name that is taken ------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["fork", "branched", "persist_copy"])
+@pytest.mark.parametrize("victim_open", [False, True])
+def test_a_new_session_whose_name_is_taken_leaves_the_file_there_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str, victim_open: bool
+) -> None:
+    # Two writers whose ids collide (same millisecond, same pid bits, same sequence):
+    # the name is taken, by a closed session or by one being written. The refused copy
+    # must not take the other session with it.
+    victim = persisted(session_dir=str(tmp_path))
+    victim_path = victim.get_session_file() or ""
+    if not victim_open:
+        victim.close()
+    before = Path(victim_path).read_bytes()
+    sm = persisted(session_dir=str(tmp_path))
+    own = sm.get_session_file() or ""
+    monkeypatch.setattr("sessiontree.manager.session_path", lambda *_: victim_path)
+    with pytest.raises(SessionTreeError):
+        if how == "fork":
+            sm.fork()
+        elif how == "branched":
+            sm.create_branched_session(sm.get_entries()[-1]["id"])
+        else:
+            sm.persist_copy(str(tmp_path))
+    assert Path(victim_path).read_bytes() == before
+    # The manager stays on its own session, unchanged, and goes on.
+    assert sm.get_session_file() == own
+    sm.append_message(user("on"))
+    sm.close()
+    assert len(ids(own)) == 3
+    if victim_open:
+        victim.append_message(user("victim goes on"))
+        victim.close()
+        assert len(ids(victim_path)) == 3
+
+
+def test_a_fork_whose_directory_fsync_fails_leaves_no_half_made_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from sessiontree import _fs
+
+    sm = persisted(session_dir=str(tmp_path))
+    own = sm.get_session_file() or ""
+
+    def failing(path: str) -> None:
+        raise OSError(errno.EIO, "injected")
+
+    monkeypatch.setattr(_fs, "fsync_directory", failing)
+    with pytest.raises(SessionTreeError):
+        sm.fork()
+    monkeypatch.undo()
+    assert [n for n in os.listdir(tmp_path) if n.endswith(".jsonl")] == [os.path.basename(own)]
+    assert sm.get_session_file() == own
+    sm.close()
+
+
+# -- hunt: lines no reader can parse, dropped by a rewrite ----------------------------------
+
+_BROKEN = (
+    b'{"type":"message","id":"b2","parentId":"b1","timestamp":"t","message":'
+    b'{"role":"assistant","content":[{"type":"text","text":"the only copy of this"}]\n'
+)
+
+
+def _with_broken_line(tmp_path: Path) -> tuple[str, bytes]:
+    sm = persisted(session_dir=str(tmp_path / "s"))
+    path = sm.get_session_file() or ""
+    sm.close()
+    lines = Path(path).read_bytes().splitlines(keepends=True)
+    data = b"".join([lines[0], lines[1], _BROKEN, *lines[2:]])
+    Path(path).write_bytes(data)
+    return path, data
+
+
+@pytest.mark.parametrize("how", ["name", "rewrite", "move"])
+def test_a_rewrite_keeps_the_lines_it_cannot_parse_in_a_backup(
+    tmp_path: Path, agent_dir: Path, how: str
+) -> None:
+    # A rewrite is made from memory, and a line no reader can parse is not in memory:
+    # its bytes (someone's text) are kept in `<file>.bak` before the file is replaced.
+    path, data = _with_broken_line(tmp_path)
+    with SessionManager.open(path) as sm:
+        if how == "name":
+            sm.set_session_name("renamed")
+        elif how == "rewrite":
+            sm.rewrite_entries()
+        else:
+            sm.move_to("/somewhere/else")
+        new = sm.get_session_file() or ""
+    backups = [n for n in os.listdir(os.path.dirname(path)) if ".bak" in n]
+    assert len(backups) == 1 and backups[0].startswith(os.path.basename(path))
+    assert Path(os.path.dirname(path), backups[0]).read_bytes() == data
+    assert b"the only copy of this" not in Path(new).read_bytes()
+    # Only once: the file now holds what memory holds.
+    with SessionManager.open(new) as again:
+        again.set_session_name("again")
+    assert len([n for n in os.listdir(os.path.dirname(path)) if ".bak" in n]) == 1
+
+
+def test_migrate_keeps_the_lines_it_drops_in_a_backup(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from sessiontree.cli import app
+
+    path = tmp_path / "v2.jsonl"
+    data = (
+        b'{"type":"session","version":2,"id":"0cb00000000000aa","timestamp":"t","cwd":"/p"}\n'
+        b'{"type":"message","id":"b1","parentId":null,"timestamp":"t","message":'
+        b'{"role":"user","content":"q","timestamp":1}}\n' + _BROKEN
+    )
+    path.write_bytes(data)
+    result = CliRunner().invoke(app, ["migrate", str(path), "--json"])
+    assert result.exit_code == 0, result.output
+    backup = tmp_path / "v2.jsonl.bak"
+    assert backup.read_bytes() == data
+    changes = json.loads(result.stdout)["files"][0]["changes"]
+    assert f"dropped 1 unparseable line(s) (the file as it was is kept as {backup})" in changes
+    assert load_entries_from_file(str(path))[0]["version"] == 3
+
+
+# -- hunt: another program writes while a rewrite or a move is being written -----------------
+
+
+OTHER_LINE = (
+    b'{"type":"custom","customType":"other","id":"ffff0000","parentId":null,"timestamp":"t"}\n'
+)
+
+
+@pytest.mark.parametrize("how", ["name", "move"])
+@pytest.mark.parametrize("what", ["append", "delete"])
+def test_a_change_while_the_new_file_is_written_is_answered(
+    tmp_path: Path, agent_dir: Path, monkeypatch: pytest.MonkeyPatch, how: str, what: str
+) -> None:
+    # The whole-file check runs before the new file is written; writing a big one takes
+    # a while. Another program's line appended meanwhile went into the replaced (or
+    # removed) inode.
+    from sessiontree import session_file
+
+    sm = persisted(session_dir=str(tmp_path / "s"))
+    path = sm.get_session_file() or ""
+    real = session_file.write_whole
+
+    def meanwhile(storage: object, target: str, chunks: object) -> object:
+        def stream() -> object:
+            for n, chunk in enumerate(chunks):  # type: ignore[attr-defined]
+                if n == 0 and ".conflict-" not in target and ".bak" not in target:
+                    if what == "append" and os.path.exists(path):
+                        with open(path, "ab") as f:
+                            f.write(OTHER_LINE)
+                    elif what == "delete" and os.path.exists(path):
+                        os.unlink(path)
+                yield chunk
+
+        return real(storage, target, stream())  # type: ignore[arg-type]
+
+    monkeypatch.setattr(session_file, "write_whole", meanwhile)
+    if what == "append":
+        with pytest.raises(SessionWriteConflictError) as info:
+            if how == "name":
+                sm.set_session_name("renamed")
+            else:
+                sm.move_to("/elsewhere")
+        monkeypatch.undo()
+        assert OTHER_LINE in Path(path).read_bytes()  # the other program's line is there
+        saved = info.value.saved_to
+        assert saved is not None and ids(saved) == [e["id"] for e in sm.get_entries()]
+        if how == "move":
+            moved = Path(get_default_session_dir("/elsewhere")) / os.path.basename(path)
+            assert not moved.exists()
+        with pytest.raises(SessionWriteConflictError):
+            sm.close()
+        return
+    # A delete meanwhile: the policy for a deleted file, the file is (re)written from memory.
+    if how == "name":
+        sm.set_session_name("renamed")
+    else:
+        sm.move_to("/elsewhere")
+    monkeypatch.undo()
+    new = sm.get_session_file() or ""
+    sm.close()
+    assert ids(new) == [e["id"] for e in sm.get_entries()]
+
+
+def test_a_rewrite_whose_directory_fsync_fails_leaves_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the model: the rewrite's own temp file stayed when the fsync of its
+    # directory failed.
+    import errno
+
+    from sessiontree import SessionPersistenceError, _fs
+
+    sm = persisted(session_dir=str(tmp_path / "s"))
+    path = sm.get_session_file() or ""
+    before = Path(path).read_bytes()
+
+    def failing(directory: str) -> None:
+        raise OSError(errno.EIO, "injected")
+
+    monkeypatch.setattr(_fs, "fsync_directory", failing)
+    with pytest.raises(SessionPersistenceError):
+        sm.set_session_name("renamed")
+    monkeypatch.undo()
+    assert [n for n in os.listdir(tmp_path / "s") if n.endswith(".tmp")] == []
+    assert Path(path).read_bytes() == before
+    with pytest.raises(SessionPersistenceError):
+        sm.close()

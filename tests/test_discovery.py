@@ -1117,3 +1117,40 @@ def test_resolve_rejects_traversal(store: Store, projects: dict[str, str], arg: 
     assert resolve(store, arg) is None
     root = os.path.abspath(store.root / "sessions")
     assert all(r[1].startswith(root) for r in store.storage.read_log())
+
+
+@pytest.mark.parametrize("how", ["listing", "foreign"])
+def test_a_symlink_planted_as_the_listing_cache_is_never_followed(
+    tmp_path: Path, agent_dir: Path, how: str
+) -> None:
+    # Review item 7 asks the same of every file the package creates: a link planted at
+    # the cache's name pointed sqlite at another database, whose `files` table the
+    # cache's schema change dropped.
+    from helpers import assistant, user
+    from sessiontree import SessionManager
+    from sessiontree.foreign._cache import IdentityCache
+
+    with SessionManager.create("/proj") as sm:
+        sm.append_message(user("q"))
+        sm.append_message(assistant("a"))
+    victim = tmp_path / "someone-elses.db"
+    with sqlite3.connect(victim) as conn:
+        conn.execute("CREATE TABLE files (name TEXT)")
+        conn.execute("INSERT INTO files VALUES ('precious')")
+    conn.close()
+    before = victim.read_bytes()
+    text = tmp_path / "notes.txt"
+    text.write_text("keep me\n")
+    cache = agent_dir / "cache"
+    cache.mkdir(mode=0o700, exist_ok=True)
+    for name in os.listdir(cache):
+        os.unlink(cache / name)
+    db = agent_dir / discovery.CACHE_DB_NAME
+    db.symlink_to(victim)
+    Path(str(db) + "-wal").symlink_to(text)
+    if how == "listing":
+        assert len(SessionManager.list_all()) == 1
+    else:
+        IdentityCache(str(agent_dir), "foreign_imports").fetch(["x"])
+    assert victim.read_bytes() == before and text.read_text() == "keep me\n"
+    assert not any(p.is_symlink() for p in cache.iterdir())

@@ -525,3 +525,17 @@ def test_fork_from_a_lazy_source_copies_its_lines(
     forked.close()
     again = SessionManager.open(new, read_only=True, lazy=False)
     assert again.get_leaf_id() == leaf and len(again.get_entries()) == 61
+
+
+def test_a_rewrite_after_a_damaged_line_was_read_keeps_the_file_as_a_backup(work: Path) -> None:
+    path = big_session(work, 3)
+    lines = path.read_bytes().split(b"\n")
+    lines[2] = lines[2][:-20] + b"@" * 19 + b"}"  # found out only when read
+    path.write_bytes(b"\n".join(lines))
+    before = path.read_bytes()
+    sm = SessionManager.open(str(path), lazy=True, breadcrumb=False)
+    assert len(sm.get_entries()) == 5  # read: the damaged line is left out
+    assert sm.set_session_name("renamed")
+    backups = list(work.glob("*.bak"))
+    assert len(backups) == 1 and backups[0].read_bytes() == before
+    sm.close()

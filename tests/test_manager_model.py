@@ -34,6 +34,7 @@ import errno
 import fnmatch
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 from collections import Counter
@@ -44,7 +45,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
 
 from sessiontree import (
     EntryNotFoundError,
@@ -77,16 +84,20 @@ FAULTABLE = ["write", "fsync", "replace", "open"]
 #   lock      their writer locks        conflict  their conflict copies
 #   dirs      their directories         artifacts their artifacts dirs
 #   agent     blobs/, the outside-dir registry, breadcrumbs, rescue/
+#   backup    `<file>.bak*`: the file as it was, when a rewrite drops lines no reader parsed
 #   new       a new session file this operation made (fork, branched)
 # and what it may remove besides lock and temp files.
 ALLOWED: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "append": (frozenset({"session", "lock", "conflict", "dirs", "agent"}), frozenset()),
     "append-first": (frozenset({"session", "lock", "conflict", "dirs", "agent"}), frozenset()),
-    "rewrite": (frozenset({"session", "lock", "conflict", "dirs", "agent"}), frozenset()),
+    "rewrite": (
+        frozenset({"session", "lock", "conflict", "dirs", "agent", "backup"}),
+        frozenset(),
+    ),
     "flush": (frozenset({"session", "lock", "conflict", "dirs", "agent"}), frozenset()),
     "reopen": (frozenset({"session", "lock", "conflict", "dirs", "agent"}), frozenset()),
     "move": (
-        frozenset({"session", "lock", "conflict", "dirs", "artifacts", "agent"}),
+        frozenset({"session", "lock", "conflict", "dirs", "artifacts", "agent", "backup"}),
         frozenset({"old-session", "artifacts"}),
     ),
     "fork": (frozenset({"session", "lock", "conflict", "dirs", "agent", "new"}), frozenset()),
@@ -146,6 +157,33 @@ def normalize(entry: dict[str, Any]) -> Any:
 def file_ids(path: str) -> list[str]:
     loaded = read_session(path, FileSessionStorage())
     return [e.get("id") for e in loaded.entries if isinstance(e.get("id"), str)]
+
+
+def with_ids(entries: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """(id, entry) of the entries that have an id (another program's edit may take one
+    away: `"id"` becomes `"Id"`)."""
+    return [(e["id"], e) for e in entries if isinstance(e.get("id"), str)]
+
+
+def ids_of(entries: list[dict[str, Any]]) -> list[str]:
+    return [i for i, _ in with_ids(entries)]
+
+
+_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"')
+_HEX = re.compile(rb"[0-9a-f]{8,}")
+
+
+def stable_letters(data: bytes) -> list[int]:
+    """Offsets of the lowercase ASCII letters whose place does not depend on the run:
+    not inside a string that holds a digit or is hex (ids, timestamps, temp paths),
+    whose letters differ from run to run. An edit picked among these hits the same
+    spot whenever hypothesis replays the example (else its choice is flaky)."""
+    skip = bytearray(len(data))
+    for match in _STRING.finditer(data):
+        inner = match.group()[1:-1]
+        if any(48 <= b <= 57 for b in inner) or _HEX.fullmatch(inner):
+            skip[match.start() : match.end()] = b"\x01" * (match.end() - match.start())
+    return [i for i, b in enumerate(data) if 97 <= b <= 122 and not skip[i]]
 
 
 def digest(path: str) -> str:
@@ -277,6 +315,11 @@ class ManagerModel(RuleBasedStateMachine):
             p: v for p, v in snapshot(directory).items() if not p.endswith(".writer-lock")
         }
 
+    @invariant()
+    def count_step(self) -> None:
+        # Runs once after `start` and once after every step: the run's step count.
+        RAN["steps"] += 1
+
     # ------------------------------------------------------------------ helpers
 
     @property
@@ -370,6 +413,10 @@ class ManagerModel(RuleBasedStateMachine):
             for p in sessions:
                 d, name = os.path.split(p)
                 patterns.append(os.path.join(d, glob_escape(side_stem(name)) + ".conflict-*"))
+        if "backup" in allowed_kinds:
+            for p in sessions:
+                d, name = os.path.split(p)
+                patterns.append(os.path.join(d, glob_escape(side_stem(name)) + ".bak*"))
         if "dirs" in allowed_kinds:
             patterns += [os.path.dirname(p) for p in sessions]
             patterns += [self.agent, os.path.join(self.agent, "sessions")]
@@ -389,6 +436,8 @@ class ManagerModel(RuleBasedStateMachine):
                 assert path not in after, f"temp file left: {path}"
                 continue
             assert path not in self.decoys, f"{kind} touched {path}, which is not this session's"
+            if ".bak" in os.path.basename(path) and path not in before:
+                RAN["backups kept of unparseable lines"] += 1
             assert any(fnmatch.fnmatchcase(path, pattern) for pattern in patterns), (
                 f"{kind} touched {path} (allowed: {patterns})"
             )
@@ -404,14 +453,14 @@ class ManagerModel(RuleBasedStateMachine):
         """`ids` without the entries at risk (and without what their damage renamed)."""
         if not self.at_risk:
             return ids
-        known = {e["id"] for e in self.expected}
+        known = {e.get("id") for e in self.expected}
         return [i for i in ids if i in known and i not in self.at_risk]
 
     def check_state(self, error: Exception | None) -> None:
         sm = self.manager
         held = sm._index.read_so_far()  # reads nothing
         ids = [entry_id for entry_id, _ in held]
-        assert self.kept(ids) == self.kept([e["id"] for e in self.expected])
+        assert self.kept(ids) == self.kept([e.get("id") for e in self.expected])
         path = sm.get_session_file()
         if self.on_disk() and path is not None:
             self.written.add(path)
@@ -425,13 +474,13 @@ class ManagerModel(RuleBasedStateMachine):
             copies = self.conflict_copies()
             assert copies, "a dead manager left no rescue copy"
             newest = max(copies, key=os.path.getmtime)
-            assert self.kept(file_ids(newest)) == self.kept(ids)
+            assert self.kept(file_ids(newest)) == self.kept([i for i in ids if isinstance(i, str)])
             self.restart()
             return
         if self.on_disk() and path is not None and self.trusted:
             with SessionManager.open(path, read_only=True, lazy=False) as fresh:
                 fresh_entries = fresh.get_entries()
-            assert self.kept([e["id"] for e in fresh_entries]) == self.kept(ids)
+            assert self.kept([e.get("id") for e in fresh_entries]) == self.kept(ids)
             if not self.at_risk:
                 for (_, entry), got in zip(held, fresh_entries, strict=True):
                     if entry is not None:  # an unread entry is what the file holds
@@ -538,7 +587,7 @@ class ManagerModel(RuleBasedStateMachine):
 
     @rule(data=st.data(), label=st.one_of(st.none(), texts))
     def append_label(self, data: st.DataObject, label: str | None) -> None:
-        ids = [e["id"] for e in self.expected]
+        ids = ids_of(self.expected)
         target = data.draw(st.sampled_from([*ids, "unknown"]))
         if target == "unknown":
             sm = self.manager
@@ -549,10 +598,10 @@ class ManagerModel(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ tree
 
-    @precondition(lambda self: bool(self.expected))
+    @precondition(lambda self: bool(ids_of(self.expected)))
     @rule(data=st.data())
     def branch(self, data: st.DataObject) -> None:
-        target = data.draw(st.sampled_from([e["id"] for e in self.expected]))
+        target = data.draw(st.sampled_from(ids_of(self.expected)))
         self.run("memory", lambda: self.manager.branch(target))
 
     @rule()
@@ -561,7 +610,7 @@ class ManagerModel(RuleBasedStateMachine):
 
     @rule(data=st.data(), summary=texts)
     def branch_with_summary(self, data: st.DataObject, summary: str) -> None:
-        target = data.draw(st.sampled_from([None, *[e["id"] for e in self.expected]]))
+        target = data.draw(st.sampled_from([None, *ids_of(self.expected)]))
         self.append(lambda sm: sm.branch_with_summary(target, summary))
 
     # ------------------------------------------------------------------ rewrites
@@ -570,7 +619,7 @@ class ManagerModel(RuleBasedStateMachine):
     def set_session_name(self, name: str, source: str) -> None:
         self.run("rewrite", lambda: self.manager.set_session_name(name, source))
 
-    @precondition(lambda self: bool(self.expected))
+    @precondition(lambda self: bool(ids_of(self.expected)))
     @rule(data=st.data(), text=texts)
     def rewrite_entries(self, data: st.DataObject, text: str) -> None:
         index = data.draw(st.integers(0, len(self.expected) - 1))
@@ -640,17 +689,17 @@ class ManagerModel(RuleBasedStateMachine):
     def fork(self) -> None:
         self.run("fork", self.manager.fork)
 
-    @precondition(lambda self: bool(self.expected))
+    @precondition(lambda self: bool(ids_of(self.expected)))
     @rule(data=st.data())
     def create_branched_session(self, data: st.DataObject) -> None:
-        target = data.draw(st.sampled_from([e["id"] for e in self.expected]))
+        target = data.draw(st.sampled_from(ids_of(self.expected)))
         sm = self.manager
         # The path, without its label entries (the labels in effect are re-created after it).
-        path_ids = [e["id"] for e in sm.get_branch(target) if e["type"] != "label"]
+        path_ids = [i for i, e in with_ids(sm.get_branch(target)) if e.get("type") != "label"]
 
         def action() -> None:
             sm.create_branched_session(target)
-            ids = [e["id"] for e in sm.get_entries()]
+            ids = ids_of(sm.get_entries())
             assert ids[: len(path_ids)] == path_ids
             self.expected = copy.deepcopy(sm.get_entries())
             self.at_risk = set()
@@ -685,7 +734,7 @@ class ManagerModel(RuleBasedStateMachine):
         with open(path, "rb") as f:
             data = f.read()
         if kind == "edit":
-            letters = [i for i, b in enumerate(data) if 97 <= b <= 122]
+            letters = stable_letters(data)
             damage = (letters[int(where * (len(letters) - 1))],) * 2 if letters else None
         elif kind == "truncate" and data:
             damage = (min(int(len(data) * where), len(data) - 1), len(data))
@@ -708,7 +757,7 @@ class ManagerModel(RuleBasedStateMachine):
             os.unlink(path)
         elif kind == "edit":
             # Flip one ASCII letter's case inside the file: same length, same inode.
-            letters = [i for i, b in enumerate(data) if 97 <= b <= 122]
+            letters = stable_letters(data)
             if not letters:
                 return
             i = letters[int(where * (len(letters) - 1))]
@@ -739,7 +788,9 @@ class ManagerModel(RuleBasedStateMachine):
             self.pending = "mixed"
 
     def held_ids(self, sm: SessionManager) -> list[str]:
-        return [i for i, _ in sm._index.read_so_far() if i not in self.at_risk]
+        return [
+            i for i, _ in sm._index.read_so_far() if isinstance(i, str) and i not in self.at_risk
+        ]
 
     def mark_at_risk(self, path: str, data: bytes, damage: tuple[int, int]) -> None:
         """Unread entries whose lines the damage (a byte range, ends included) hits, when
@@ -795,8 +846,9 @@ def test_model_run_size_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
     with capsys.disabled():
         examples = max(1, RAN["examples"])
         print(
-            f"\nmanager model: {EXAMPLES} examples x up to {STEPS} steps "
-            f"({RAN['operations'] / examples:.1f} operations per example on average); ran:"
+            f"\nmanager model: {RAN['examples']} examples (max_examples={EXAMPLES}) x up to "
+            f"{STEPS} steps: {RAN['steps'] / examples:.1f} steps per example on average "
+            f"({RAN['operations'] / examples:.1f} of them manager operations); ran:"
         )
         for key, count in sorted(RAN.items()):
             print(f"  {key}: {count}")

@@ -168,3 +168,24 @@ def test_a_rescue_goes_to_the_agent_dir_when_the_sessions_volume_refuses(
     saved = [p for p in os.listdir(rescue_dir())]
     assert len(saved) == 1 and saved[0] in str(info.value)
     assert (Path(rescue_dir()) / saved[0]).read_bytes() == HEADER
+
+
+def test_a_rescue_goes_to_the_temp_dir_when_the_agent_dir_refuses_too(
+    tmp_path: Path, agent_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    agent_dir.parent.mkdir(parents=True, exist_ok=True)
+    agent_dir.write_text("a file where the agent dir should be: nothing goes in it\n")
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(HEADER)
+    file, memory = new_file(path, UnwritableBeside())
+    file.load()
+    with pytest.raises(SessionPersistenceError) as info:
+        file.rewrite(memory(False))
+    (folder,) = os.listdir(tmp_path / "tmp")
+    assert folder == f"sessiontree-rescue-{os.getuid()}"
+    (saved,) = os.listdir(tmp_path / "tmp" / folder)
+    assert saved in str(info.value)
+    assert (tmp_path / "tmp" / folder / saved).read_bytes() == HEADER

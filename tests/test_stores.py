@@ -200,3 +200,92 @@ def test_storage_package_exports_the_backend_lazily() -> None:
     assert "PostgresSessionStorage" in storage_pkg.__all__
     with pytest.raises(AttributeError):
         _ = storage_pkg.NoSuchStorage  # type: ignore[attr-defined]
+
+
+def test_export_files_never_replaces_what_changed_in_the_target(tmp_path: Path) -> None:
+    # A session continued in the agent dir after it was imported: exporting the
+    # database's (older) copy over it would lose the new turns.
+    source = tmp_path / "agent"
+    with SessionManager.create("/p", str(source / "sessions" / "--p--")) as sm:
+        sm.append_message(user("q"))
+        sm.append_message(assistant("a"))
+        path = Path(sm.get_session_file() or "")
+    with pg_storage(root=tmp_path / "db") as storage:
+        import_files(str(source), storage)
+        with SessionManager.open(str(path)) as sm:
+            sm.append_message(user("asked after the import"))  # grew: a prefix of it is in the db
+        grown = path.read_bytes()
+        with SessionManager.open(str(path)) as sm:
+            sm.set_session_name("renamed here")  # rewritten: no longer a prefix
+        local = path.read_bytes()
+        report = export_files(storage, str(source))
+        assert path.read_bytes() == local
+        ((skipped, why),) = report.skipped  # the source's path, and why: the target's
+        assert skipped.endswith(path.name) and str(path) in why and "newer" in why
+        # An older target that only holds the start of the source's bytes is brought up to
+        # date; one that differs otherwise is kept beside it first.
+        other = tmp_path / "other"
+        export_files(storage, str(other))
+        copy = other / path.relative_to(source)
+        old = os.stat(copy).st_mtime_ns
+        copy.write_bytes(grown[:100])
+        os.utime(copy, ns=(old - 10**9, old - 10**9))
+        assert export_files(storage, str(other)).skipped == []
+        assert copy.read_bytes() == grown[: len(copy.read_bytes())]
+        assert not list(copy.parent.glob("*.bak*"))
+        copy.write_bytes(b"someone else's bytes\n")
+        os.utime(copy, ns=(old - 10**9, old - 10**9))
+        assert export_files(storage, str(other)).skipped == []
+        (backup,) = copy.parent.glob("*.bak*")
+        assert backup.read_bytes() == b"someone else's bytes\n"
+
+
+def test_import_files_never_replaces_what_changed_in_the_database(tmp_path: Path) -> None:
+    source = tmp_path / "agent"
+    with SessionManager.create("/p", str(source / "sessions" / "--p--")) as sm:
+        sm.append_message(user("q"))
+        sm.append_message(assistant("a"))
+        path = sm.get_session_file() or ""
+    with pg_storage(root=tmp_path / "db") as storage:
+        import_files(str(source), storage)
+        in_db = storage.path_for(os.path.relpath(path, source))
+        with SessionManager.open(in_db, storage=storage) as sm:
+            sm.append_message(user("asked in the database"))
+            sm.set_session_name("renamed there")
+        before = storage.read_text(in_db)
+        report = import_files(str(source), storage)
+        assert storage.read_text(in_db) == before
+        assert [p for p, _ in report.skipped] == [path] and "newer" in report.skipped[0][1]
+        # A live writer in the database stops the copy, as one in the source does.
+        from sessiontree import SessionLockError
+
+        with SessionManager.open(in_db, storage=storage):
+            os.utime(path)  # the source looks newer: only the lock stops it now
+            with pytest.raises(SessionLockError):
+                import_files(str(source), storage)
+        assert storage.read_text(in_db) == before
+
+
+def test_names_as_long_as_a_file_system_allows_move_both_ways(tmp_path: Path) -> None:
+    # Review item 20: export-files stopped halfway on a 238-255 byte name (its temp
+    # name did not fit in NAME_MAX).
+    source = tmp_path / "agent"
+    directory = source / "sessions" / "--p--"
+    directory.mkdir(parents=True)
+    names = ["2026-01-01T00-00-00-000Z_" + c * (255 - 31) + ".jsonl" for c in "ab"]
+    assert all(len(n.encode()) == 255 for n in names)
+    with SessionManager.create("/p", str(tmp_path / "scratch")) as sm:
+        sm.append_message(user("q"))
+        sm.append_message(assistant("a"))
+        data = Path(sm.get_session_file() or "").read_bytes()
+    for name in names:
+        (directory / name).write_bytes(data)
+    with pg_storage(root=tmp_path / "db") as storage:
+        assert import_files(str(source), storage).files == 2
+        target = tmp_path / "back"
+        report = export_files(storage, str(target))
+        assert (report.files, report.skipped) == (2, [])
+        report = export_files(storage, str(target))  # again, over the copies: same bytes
+        assert (report.files, report.skipped) == (2, [])
+    assert sorted(os.listdir(target / "sessions" / "--p--")) == sorted(names)
+    assert all((target / "sessions" / "--p--" / n).read_bytes() == data for n in names)

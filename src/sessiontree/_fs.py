@@ -26,11 +26,13 @@ __all__ = [
     "O_CLOEXEC",
     "O_NOFOLLOW",
     "atomic_write",
+    "clear_non_regular",
     "ensure_private_dir",
     "fsync_directory",
     "glob_escape",
     "glob_match_name",
     "open_regular",
+    "private_database",
     "side_path",
     "side_stem",
     "utf8_encodable",
@@ -147,6 +149,27 @@ def open_regular(path: str, flags: int, mode: int = FILE_MODE) -> int:
         os.close(fd)
         raise
     return fd
+
+
+def clear_non_regular(path: str) -> None:
+    """Remove what is at `path` when it is not a regular file: a planted symlink (or
+    FIFO, socket) is unlinked, never followed; a directory there raises EISDIR."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        raise OSError(errno.EISDIR, "a directory where a file of ours belongs", path)
+    if not stat.S_ISREG(st.st_mode):
+        os.unlink(path)
+
+
+def private_database(path: str) -> None:
+    """Ready `path` for SQLite, which follows symlinks: no link under its name or its
+    side files' (`-wal`, `-shm`, `-journal`), and the file there, created 0600."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        clear_non_regular(path + suffix)
+    os.close(open_regular(path, os.O_RDWR | os.O_CREAT, FILE_MODE))
 
 
 def atomic_write(path: str, chunks: Iterable[bytes], *, durable: bool = True) -> os.stat_result:

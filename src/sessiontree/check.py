@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,10 +46,12 @@ from .jsonl import iter_jsonl_bytes, loads_line, serialize_entry_bytes
 from .locks import acquire_session_lock
 from .migrations import migrate_session_entries, session_version
 from .naming import head_kind
+from .session_file import backup_path
 from .storage.base import (
     HostFilesystem,
     SessionStorage,
     read_chunks,
+    sync_dir,
     write_whole,
 )
 from .storage.file import FileSessionStorage
@@ -574,15 +577,6 @@ def _default_repair_path(path: str) -> str:
     return side_path(path, ".repaired")
 
 
-def _backup_path(path: str, storage: SessionStorage) -> str:
-    candidate = side_path(path, ".bak")
-    n = 1
-    while storage.exists(candidate):
-        candidate = side_path(path, f".bak.{n}")
-        n += 1
-    return candidate
-
-
 def _same_file(storage: SessionStorage, a: str, b: str) -> bool:
     if os.path.normpath(a) == os.path.normpath(b):
         return True
@@ -721,7 +715,7 @@ def _replace_in_place(
     """
     lock = acquire_session_lock(storage, path)
     try:
-        backup = _backup_path(path, storage)
+        backup = backup_path(storage, path)
         copied = xxhash.xxh3_128()
 
         def original() -> Iterator[bytes]:
@@ -735,11 +729,34 @@ def _replace_in_place(
                 path, f"{path}: changed while being repaired (a live writer?); nothing was replaced"
             )
         _check_unchanged(path, before, storage)
-        write_whole(storage, path, chunks)
+        _replace_unchanged(storage, path, before, chunks)
     finally:
         if lock is not None:
             lock.release()
     return backup
+
+
+def _replace_unchanged(
+    storage: SessionStorage, path: str, before: Any, chunks: Iterator[bytes]
+) -> None:
+    """Replace `path` with `chunks`, checking once more, after they are written, that
+    nothing changed it meanwhile (another program appending while a big file is written)."""
+    if not isinstance(storage, HostFilesystem):
+        write_whole(storage, path, chunks)
+        return
+    temp = side_path(path, f".{secrets.token_hex(6)}.tmp", hidden=True)
+    try:
+        write_whole(storage, temp, chunks)
+        _check_unchanged(path, before, storage)
+        storage.rename(temp, path)
+    except BaseException:
+        try:
+            if storage.exists(temp):
+                storage.unlink(temp)
+        except OSError:
+            pass
+        raise
+    sync_dir(storage, os.path.dirname(path) or ".")
 
 
 def _check_unchanged(path: str, before: Any, storage: SessionStorage) -> None:

@@ -47,7 +47,7 @@ from typing import Any, Final
 
 import orjson
 
-from ._fs import ensure_private_dir, open_regular, utf8_encodable
+from ._fs import clear_non_regular, ensure_private_dir, open_regular, utf8_encodable
 from .discovery import FileMark, mark_file, only_appended
 from .entries import Entry, parse_iso_ms
 from .export import entry_role, entry_text
@@ -258,19 +258,6 @@ _TABLES = frozenset({"meta", "files", "entries", "usage", "imports", "fts"})
 
 class _Corrupt(Exception):
     """The database is damaged or not ours: delete it and start over."""
-
-
-def _clear_path(path: str) -> None:
-    """Remove whatever is at `path` that is not a regular file we could write (a
-    planted symlink is unlinked, never followed); a directory makes it unusable."""
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat_module.S_ISDIR(st.st_mode):
-        raise OSError(errno.EISDIR, "a directory where the content index belongs", path)
-    if not stat_module.S_ISREG(st.st_mode):
-        os.unlink(path)
 
 
 # ---------------------------------------------------------------------------- reading
@@ -600,7 +587,7 @@ class ContentIndex:
             return None
         ensure_private_dir(os.path.dirname(path))
         for suffix in ("", "-wal", "-shm", "-journal"):
-            _clear_path(path + suffix)
+            clear_non_regular(path + suffix)  # a planted link is unlinked, never followed
         fd = open_regular(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             if stat_module.S_IMODE(os.fstat(fd).st_mode) != 0o600:

@@ -40,7 +40,7 @@ from typing import Any, Literal, Protocol, overload
 
 import orjson
 
-from ._fs import utf8_encodable
+from ._fs import private_database, utf8_encodable
 from .entries import content_text, parse_iso_ms
 from .errors import AmbiguousSessionError
 from .jsonl import loads_line, serialize_entry_bytes
@@ -784,9 +784,7 @@ class _MetaDB:
             return None  # never create an agent dir just to hold a cache
         directory = os.path.dirname(self.path)
         ensure_private_dir(directory)
-        if not os.path.exists(self.path):
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
-            os.close(fd)
+        private_database(self.path)  # sqlite follows links: a planted one goes first
         conn = sqlite3.connect(self.path, timeout=2.0, isolation_level=None)
         try:
             version = conn.execute("PRAGMA user_version").fetchone()[0]

@@ -149,6 +149,7 @@ class EntryIndex:
         "_children",
         "_context",
         "_dropped",
+        "_dropped_here",
         "_entries",
         "_flags",
         "_has_assistant",
@@ -179,7 +180,7 @@ class EntryIndex:
         self._parents = [e.get("parentId") for e in entries]
         self._kinds = [e.get("type") for e in entries]
         self._flags = bytearray(_flags_of(e) for e in entries)
-        self._lazy = self._dropped = 0
+        self._lazy = self._dropped = self._dropped_here = 0
         self._derive()
         self._leaf_at_end()
 
@@ -191,7 +192,7 @@ class EntryIndex:
         self._ids, self._parents, self._kinds = lines.ids, lines.parents, lines.kinds
         self._flags = lines.flags
         self._lazy = lines.entries.count(None)
-        self._dropped = 0
+        self._dropped = self._dropped_here = 0
         self._derive()
         self._leaf_at_end()
 
@@ -348,6 +349,7 @@ class EntryIndex:
         self._flags[p] = 0
         self._lazy -= 1
         self._dropped += 1
+        self._dropped_here += 1
 
     def _peek(self, p: int) -> Entry | None:
         """The entry at `p` without keeping it read (for sums over big sessions)."""
@@ -644,6 +646,7 @@ class EntryIndex:
             if entry is not None:
                 flags[p] &= ~PREFIX_FORM  # serialized again: its form is no longer known
         self._use_source(LineSource(pinned, offsets, lengths, blobs, source.path if source else ""))
+        self._dropped_here = 0
 
 
 class SessionChunks:
@@ -672,6 +675,8 @@ class SessionChunks:
         self._rescue = rescue
         self._carry_from = carry_from
         self._written: tuple[array[int], array[int]] | None = None
+        self.left_out = index._dropped_here
+        """Lines of the file read from that were found not to be entries: not written."""
 
     def __iter__(self) -> Iterator[bytes]:
         index = self._index

@@ -22,6 +22,7 @@ from .manager import SessionManager
 from .migrations import session_version
 from .naming import header_in
 from .paths import encode_session_dir_name, get_agent_dir, home_relative_dir_name
+from .session_file import backup_path
 from .storage.base import (
     HostFilesystem,
     LockingStorage,
@@ -332,9 +333,14 @@ def migrate_session_file(
         result.changes.append(f"dropped {dropped} unparseable line(s)")
     result.changes.append(f"header version {version} -> {result.to_version}")
     if dry_run:
+        if dropped:
+            result.changes[-2] += " (the file as it was would be kept as a .bak)"
         return result
     blobs = blob_store if blob_store is not None else blob_store_for(path, storage)
+    backup = backup_path(storage, path)  # where the rewrite keeps the dropped lines
     manager = SessionManager.open(path, storage=storage, blob_store=blobs, breadcrumb=False)
     manager.close()
+    if dropped and storage.exists(backup):
+        result.changes[-2] += f" (the file as it was is kept as {backup})"
     result.written = True
     return result

@@ -436,13 +436,8 @@ class SessionManager(ClosesOnExit):
         try:
             file.create(index.file_chunks(SessionHead(header).lines(), self._blobs), rescue=False)
         except BaseException:
-            # A fresh name that nothing else could have taken: whatever is there now
-            # (a rename whose directory fsync failed) is our half-made copy.
-            try:
-                if self._storage.exists(file.path):
-                    self._storage.unlink(file.path)
-            except OSError:
-                pass
+            # The name may be taken after all (ids of two processes can collide): the
+            # file there is not ours. `create` removed a half-made copy of its own.
             file.release_lock()
             raise
         file.restore_content(self._content_source())

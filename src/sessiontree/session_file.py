@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -46,6 +47,7 @@ from .loader import LoadedSession, load_session
 from .locks import acquire_session_lock, verify_lock
 from .paths import get_agent_dir
 from .storage.base import (
+    HostFilesystem,
     PinnedFile,
     PinnedReads,
     SessionStorage,
@@ -64,6 +66,7 @@ __all__ = [
     "ContentSource",
     "SessionFile",
     "WriterProbe",
+    "backup_path",
     "rescue_dir",
 ]
 
@@ -91,6 +94,12 @@ class CommittableChunks(Protocol):
 
     def commit(self, pinned: PinnedFile) -> None: ...
 
+    @property
+    def left_out(self) -> int:
+        """Lines of the session's file these chunks leave out (not entries, found so
+        when read): a rewrite keeps the file as it was first."""
+        ...
+
 
 class Probed(Protocol):
     """What a probe tells: the open file's link count (0 once it was deleted or
@@ -111,6 +120,16 @@ class WriterProbe(Protocol):
     """The open file's size (e.g. `functools.partial(os.lseek, fd, 0, SEEK_END)`)."""
     probe: Callable[[], Probed]
     """Its link count and size (e.g. `functools.partial(os.fstat, fd)`)."""
+
+
+def backup_path(storage: SessionStorage, path: str) -> str:
+    """The first free `<file>.bak`, `<file>.bak.1`, ...: where a file is kept as it was."""
+    candidate = side_path(path, ".bak")
+    n = 1
+    while storage.exists(candidate):
+        candidate = side_path(path, f".bak.{n}")
+        n += 1
+    return candidate
 
 
 def rescue_dir() -> str:
@@ -178,8 +197,10 @@ class SessionFile:
         "_lock",
         "_needs_newline",
         "_probe",
+        "_unparsed",
         "_write",
         "_writer",
+        "backups",
         "blobs",
         "error",
         "path",
@@ -209,6 +230,10 @@ class SessionFile:
         self._end: Callable[[], int] | None = None
         self._guard: _Guard | None = None
         self._needs_newline = False
+        self._unparsed = 0
+        """Lines of the file no reader parsed (not in memory, so not in a rewrite)."""
+        self.backups: list[str] = []
+        """Copies of the file as it was, kept before a rewrite dropped lines of it."""
         self._closed = False
 
     # ------------------------------------------------------------------ state
@@ -269,6 +294,7 @@ class SessionFile:
                 if loaded.valid:
                     self._guard = _Guard(after.ino, loaded.size, digest, time.monotonic())
                     self._needs_newline = not loaded.ends_with_newline
+                    self._unparsed = len(loaded.malformed_lines)
                 return loaded
             if loaded.pinned is not None:
                 loaded.pinned.close()
@@ -300,7 +326,10 @@ class SessionFile:
         Refuses (SessionWriteConflictError) to replace a file that is already there,
         unless it is blank (a session may be initialised in an empty file).
         `rescue=False`: a failure saves no rescue copy (the caller still holds the
-        session elsewhere, e.g. a fork that failed leaves the manager on its source).
+        session elsewhere, e.g. a fork that failed leaves the manager on its source),
+        and a half-made file (a rename whose directory fsync failed) is removed. What
+        was there before, or another writer's file whose lock we could not take, is
+        never touched.
         """
         self.check_usable()
         self._check_writable()
@@ -311,7 +340,21 @@ class SessionFile:
         except OSError as exc:
             raise self.fail(exc, "create") from exc
         self._refuse_existing()
-        self._write_whole(chunks, "create")
+        try:
+            self._write_whole(chunks, "create")
+        except BaseException:
+            if not rescue:
+                self._remove_half_made()
+            raise
+
+    def _remove_half_made(self) -> None:
+        """After a failed `create`: we hold the lock and nothing was there, so whatever
+        is at the path now is our own incomplete copy."""
+        try:
+            if self.storage.exists(self.path):
+                self.storage.unlink(self.path)
+        except OSError:
+            pass
 
     def _refuse_existing(self) -> None:
         storage, path = self.storage, self.path
@@ -412,15 +455,44 @@ class SessionFile:
         self.check_usable()
         self._check_writable()
         self.verify(full=True)
+        if isinstance(chunks, CommittableChunks):
+            self._unparsed += chunks.left_out  # found damaged when read (index first)
+        self._keep_unparsed()
         self._close_writer()
         self._write_whole(chunks, "rewrite")
+
+    def _keep_unparsed(self) -> None:
+        """Before the file is replaced from memory: when it holds lines no reader parsed
+        (someone's bytes, a torn line), copy it as it is (just verified) to `.bak`."""
+        if not self._unparsed:
+            return
+        storage, path = self.storage, self.path
+        backup = backup_path(storage, path)
+        guard = self._guard
+        copied = _Hashing(read_chunks(storage, path))
+        try:
+            write_whole(storage, backup, copied)
+        except OSError as exc:
+            raise self.fail(exc, f"backup to {backup}") from exc
+        if guard is not None and copied.digest.digest() != guard.digest.digest():
+            self._conflict("its bytes changed while being backed up")
+        log.warning(
+            "%s: %d line(s) that no reader can parse are left out of the rewrite; "
+            "the file as it was is kept as %s",
+            path,
+            self._unparsed,
+            backup,
+        )
+        self.backups.append(backup)
+        self._unparsed = 0
 
     def _write_whole(self, chunks: Iterable[bytes], action: str) -> None:
         storage, path = self.storage, self.path
         hashing = _Hashing(chunks)
+        replacing = action == "rewrite" and isinstance(storage, HostFilesystem)
         try:
             storage.ensure_dir(os.path.dirname(path) or ".")
-            written, pinned = self._write_file(path, hashing)
+            written, pinned = self._write_file(path, hashing, replacing=replacing)
         except OSError as exc:
             raise self.fail(exc, action) from exc
         self._guard = _Guard(written.ino, hashing.size, hashing.digest, time.monotonic())
@@ -428,16 +500,23 @@ class SessionFile:
         _commit(chunks, pinned)
 
     def _write_file(
-        self, path: str, chunks: Iterable[bytes]
+        self, path: str, chunks: Iterable[bytes], *, replacing: bool = False
     ) -> tuple[StorageStat, PinnedFile | None]:
-        """Write a whole file at `path`; the stat of what was written, and a pinned
-        handle on it where the storage has them. A line of the session that changed
-        on disk before it could be copied (SessionWriteConflictError from `chunks`)
-        is answered as every change behind our back is: rescue copy, then raise."""
+        """Write a whole file at `path` (`replacing` the session's own: checked once
+        more before it takes the path, see `_replace_checked`); the stat of what was
+        written, and a pinned handle on it where the storage has them. A line of the
+        session that changed on disk before it could be copied (SessionWriteConflictError
+        from `chunks`) is answered as every change behind our back is: rescue copy,
+        then raise."""
         storage = self.storage
         try:
-            written = write_whole(storage, path, chunks)
+            if replacing:
+                written = self._replace_checked(chunks)
+            else:
+                written = write_whole(storage, path, chunks)
         except SessionWriteConflictError as exc:
+            if self.error is not None:
+                raise  # answered already (rescued and stored by the check)
             saved = self.rescue()
             error = SessionWriteConflictError(exc.path, str(exc), saved)
             self._latch(error)
@@ -459,6 +538,33 @@ class SessionFile:
             pinned.close()
             return None
         return pinned
+
+    def _replace_checked(self, chunks: Iterable[bytes]) -> StorageStat | None:
+        """Write a rewrite beside the file, then check the file once more, then rename.
+
+        The whole-file check ran before the new bytes were written, which takes a while
+        for a big session: another program's append meanwhile would go into the
+        replaced inode. It is answered as any change is (rescue copy, conflict); a
+        delete meanwhile just lets the new file take the path.
+        """
+        storage, path = self.storage, self.path
+        temp = side_path(path, f".{secrets.token_hex(6)}.tmp", hidden=True)
+        try:
+            written = write_whole(storage, temp, chunks)
+            guard = self._guard
+            state = self._observe(guard, False) if guard is not None else None
+            if state is not None and state != "deleted":
+                self._conflict(f"{state} while the rewrite was written")
+            storage.rename(temp, path)
+        except BaseException:
+            try:
+                if storage.exists(temp):
+                    storage.unlink(temp)
+            except OSError:
+                pass
+            raise
+        sync_dir(storage, os.path.dirname(path) or ".")
+        return written
 
     def move(
         self, new_path: str, chunks: Iterable[bytes], artifacts: tuple[str, str] | None
@@ -484,6 +590,7 @@ class SessionFile:
                     f"{old_path}: cannot move to {new_path}: {taken[0]} already exists"
                 )
             self.verify(full=True)
+            self._keep_unparsed()
             self._close_writer()
             hashing = _Hashing(chunks)
             pinned: PinnedFile | None = None
@@ -511,12 +618,20 @@ class SessionFile:
 
     def _finish_move(self, new_path: str, new_ino: int, artifacts: tuple[str, str] | None) -> None:
         storage, old_path = self.storage, self.path
+        guard = self._guard
+        # The old file was checked before the new one was written: check it again before
+        # it goes (another program may have appended to it meanwhile).
+        state = self._observe(guard, False) if guard is not None else None
+        if state is not None and state != "deleted":
+            self._remove_if_ours(new_path, new_ino)
+            self._conflict(f"{state} while it was being moved")
         moved = False
         try:
             if artifacts is not None and storage.exists(artifacts[0]):
                 storage.rename(artifacts[0], artifacts[1])
                 moved = True
-            storage.unlink(old_path)
+            if state != "deleted":
+                storage.unlink(old_path)
         except OSError as exc:
             # The old file stays authoritative: undo what was done, then remove the
             # new file, but only while it is still the one we wrote.
@@ -525,16 +640,21 @@ class SessionFile:
                     storage.rename(artifacts[1], artifacts[0])
                 except OSError:
                     log.error("could not move artifacts back to %s", artifacts[0])
-            try:
-                if storage.exists(old_path) and storage.stat(new_path).ino == new_ino:
-                    storage.unlink(new_path)
-            except OSError:
-                pass
+            if storage.exists(old_path):
+                self._remove_if_ours(new_path, new_ino)
             raise SessionTreeError(f"{old_path}: move to {new_path} failed: {exc}") from exc
         try:
             sync_dir(storage, os.path.dirname(old_path) or ".")
         except OSError as exc:  # the move is done; only its durability is in doubt
             log.warning("could not fsync %s after a move: %s", os.path.dirname(old_path), exc)
+
+    def _remove_if_ours(self, path: str, ino: int) -> None:
+        """Remove the copy a failed move wrote, while it is still the one it wrote."""
+        try:
+            if self.storage.stat(path).ino == ino:
+                self.storage.unlink(path)
+        except OSError:
+            pass
 
     def _check_writable(self) -> None:
         if self.read_only:

@@ -19,6 +19,12 @@ the name would break the agents' path rules. A blob whose content does not match
 its name is skipped and reported too. A copy that stops (a live writer, a lost
 connection) leaves every file it copied whole; running it again finishes the job,
 replacing those files rather than adding copies.
+
+A file already at the target is replaced only when that loses nothing of it: it
+holds the start of the source's bytes (the source grew), or it is older than the
+source and is kept as `<file>.bak` first. A target newer than its source (a session
+continued there after the copy) is kept and reported as skipped; one that a live
+writer holds stops the copy, as a live writer of the source does.
 """
 
 from __future__ import annotations
@@ -32,15 +38,19 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+import xxhash
+
 from .agent_dir import blob_store_for
 from .blobs import BlobStore, parse_blob_ref
 from .errors import SessionLockError, SessionTreeError
 from .locks import is_locked, lock_path_for
 from .paths import get_agent_dir
+from .session_file import backup_path
 from .storage.base import (
     BlobBackedStorage,
     HostFilesystem,
     SessionStorage,
+    StorageStat,
     directory_tree,
     read_chunks,
     store_root,
@@ -239,10 +249,18 @@ def _copy_trees(
             report.dirs += 1
             for path in files:
                 name = os.path.basename(path)
-                if name.endswith(".jsonl") and _maybe_locked(source, path):
-                    raise SessionLockError(path, message=f"{path}: a writer is active; retry later")
-                st = source.stat(path)
                 dst = os.path.join(dst_dir, name)
+                if name.endswith(".jsonl"):
+                    for storage, busy in ((source, path), (target, dst)):
+                        if _maybe_locked(storage, busy):
+                            raise SessionLockError(
+                                busy, message=f"{busy}: a writer is active; retry later"
+                            )
+                st = source.stat(path)
+                kept = _keep_target(source, path, st, target, dst)
+                if kept is not None:
+                    report.skipped.append((path, kept))
+                    continue
                 write_whole(target, dst, read_chunks(source, path))
                 _set_mtime(target, dst, st.mtime_ns)
                 report.files += 1
@@ -250,6 +268,44 @@ def _copy_trees(
         # Children first, so creating a child does not move its parent's mtime again.
         for dst_dir, mtime_ns in reversed(dirs):
             _set_mtime(target, dst_dir, mtime_ns)
+
+
+def _keep_target(
+    source: SessionStorage, path: str, st: StorageStat, target: SessionStorage, dst: str
+) -> str | None:
+    """Why `dst` must not be replaced by `path`'s bytes, or None when it may be.
+
+    A copy keeps the source's mtime, so a target newer than its source changed after
+    it was copied (a session continued there): it is kept, unless its bytes are the
+    start of the source's (replacing it loses nothing). An older target that differs
+    otherwise is kept beside it as `<file>.bak` before it is replaced.
+    """
+    try:
+        there = target.stat(dst)
+    except FileNotFoundError:
+        return None
+    if there.size <= st.size and _starts_with(source, path, target, dst, there.size):
+        return None
+    if there.mtime_ns > st.mtime_ns:
+        return f"{dst} changed after it was copied (newer than the source); not replaced"
+    write_whole(target, backup_path(target, dst), read_chunks(target, dst))
+    return None
+
+
+def _starts_with(
+    source: SessionStorage, path: str, target: SessionStorage, dst: str, size: int
+) -> bool:
+    """Whether `dst` (of `size` bytes) holds exactly the first `size` bytes of `path`."""
+    theirs, ours = xxhash.xxh3_128(), xxhash.xxh3_128()
+    for chunk in read_chunks(target, dst):
+        theirs.update(chunk)
+    left = size
+    for chunk in read_chunks(source, path):
+        if left <= 0:
+            break
+        ours.update(chunk[:left])
+        left -= len(chunk)
+    return left <= 0 and theirs.digest() == ours.digest()
 
 
 def import_files(

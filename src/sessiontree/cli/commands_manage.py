@@ -17,6 +17,7 @@ from ..errors import AmbiguousSessionError, SessionTreeError
 from ..export import export_html, export_jsonl, export_markdown
 from ..maintenance import delete_session, migrate_session_file, plan_delete
 from ..manager import SessionManager
+from ..naming import header_in
 from ..storage.base import SessionStorage
 from ..storage.file import FileSessionStorage
 from ..stores import TransferReport, export_files, import_files
@@ -46,6 +47,9 @@ from .common import (
 )
 from .common import agent_dir as current_agent_dir
 from .render import terminal_safe
+
+_HEADER_PROBE = 1 << 20
+"""How much of an existing file `export -o` reads to tell whether it is a session."""
 
 LeafOption = Annotated[
     str | None, typer.Option("--leaf", help="Entry id ending the path (default: the leaf).")
@@ -210,8 +214,22 @@ def export_command(
     target = os.path.abspath(os.path.expanduser(output))
     if os.path.isdir(target):
         raise CliError(f"{output}: is a directory")
+    _refuse_a_session(target, output)
     FileSessionStorage().write_atomic(target, [data])
     err_console.print(Text(f"Wrote {target} ({len(data):,} bytes)"))
+
+
+def _refuse_a_session(target: str, shown: str) -> None:
+    """`export -o` replaces any file but a session (its own source included): a session
+    is never overwritten by an export of itself or of another."""
+    try:
+        head = FileSessionStorage().read_text_prefix(target, _HEADER_PROBE)
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise CliError(f"{shown}: {exc}") from None
+    if header_in(head) is not None:
+        raise CliError(f"{shown}: is a session file; not overwritten (choose another file)")
 
 
 def migrate_command(
@@ -356,10 +374,12 @@ def import_files_command(
 ) -> None:
     """Copy an agent dir's sessions/ and blobs/ into the --store database, byte for byte.
 
-    Files already in the database at the same paths are replaced; a session that a
-    live agent is writing stops the import (retry once it is done). Names that are
-    not UTF-8 are skipped and listed (exit 1). Prompt history, breadcrumbs and
-    settings stay on this host.
+    Files already in the database at the same paths are replaced when that loses
+    nothing (they hold the start of the file, or are older and kept as .bak first);
+    one changed there since it was copied is skipped and listed (exit 1). A session
+    that a live agent is writing, here or there, stops the import (retry once it is
+    done). Names that are not UTF-8 are skipped and listed (exit 1). Prompt history,
+    breadcrumbs and settings stay on this host.
     """
     storage = _database_store("import-files")
     agent = os.path.abspath(os.path.expanduser(source)) if source else current_agent_dir()
@@ -389,8 +409,10 @@ def export_files_command(
 ) -> None:
     """Copy the --store database's sessions and blobs into an agent dir, byte for byte.
 
-    Files keep their modification times; files already there at the same paths are
-    replaced, others are left alone.
+    Files keep their modification times. Files already there at the same paths are
+    replaced when that loses nothing (as for import-files); one changed there since it
+    was copied (newer than the database's) is skipped and listed (exit 1); others are
+    left alone.
     """
     storage = _database_store("export-files")
     agent = os.path.abspath(os.path.expanduser(target))

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from contextlib import closing
 from typing import Any, TypeVar
 
-from .._fs import utf8_encodable
+from .._fs import private_database, utf8_encodable
 from ..discovery import CACHE_DB_NAME
 from ..jsonl import loads_line, serialize_entry_bytes
 from ..storage.file import ensure_private_dir
@@ -46,9 +46,7 @@ class IdentityCache:
             return None
         try:
             ensure_private_dir(os.path.dirname(self.path))
-            if not os.path.exists(self.path):
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
-                os.close(fd)
+            private_database(self.path)  # sqlite follows links: a planted one goes first
             conn = sqlite3.connect(self.path, timeout=2.0, isolation_level=None)
         except (OSError, sqlite3.Error):
             return None
