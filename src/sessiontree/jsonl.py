@@ -307,37 +307,37 @@ def as_is_checker(attention: dict[str, KeyRule] | None = None) -> Callable[[Any]
             return False
         for value in obj.values():
             cls = value.__class__
-            if cls is str or cls is int or cls is bool or value is None:
+            if cls is str or cls is int:
                 continue
             if cls is dict:
                 if not check_dict(value):
-                    return False
-            elif cls is list:
-                if not check_list(value):
                     return False
             elif cls is float:
                 # _float_is_plain, inlined: the hot path's only per-number cost.
                 if not ((1e-4 <= value < 1e16 or -1e16 < value <= -1e-4) and value % 1.0):
                     return False
-            else:
+            elif cls is list:
+                if not check_list(value):
+                    return False
+            elif cls is not bool and value is not None:
                 return False
         return True
 
     def check_list(items: list[Any]) -> bool:
         for value in items:
             cls = value.__class__
-            if cls is str or cls is int or cls is bool or value is None:
+            if cls is str or cls is int:
                 continue
             if cls is dict:
                 if not check_dict(value):
                     return False
-            elif cls is list:
-                if not check_list(value):
-                    return False
             elif cls is float:
                 if not ((1e-4 <= value < 1e16 or -1e16 < value <= -1e-4) and value % 1.0):
                     return False
-            else:
+            elif cls is list:
+                if not check_list(value):
+                    return False
+            elif cls is not bool and value is not None:
                 return False
         return True
 
