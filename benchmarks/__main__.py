@@ -210,9 +210,23 @@ def main() -> None:
             for p in ("omp", "pi"):
                 shutil.rmtree(work / f"append-{p}", ignore_errors=True)
             peer = " / ".join(
-                f"{p} {f['ms']:.0f}" for p, f in zip(("omp", "pi"), figures, strict=True) if f
+                f"{p} {f['ms']:.0f} ({n / f['ms'] * 1000:,.0f}/s)"
+                for p, f in zip(("omp", "pi"), figures, strict=True)
+                if f
             )
-        table.add(f"append {n:,} x 1 KB + flush ({rate:,.0f}/s)", result, peers=peer)
+            rates = ", ".join(
+                f"{rate / (n / f['ms'] * 1000):.2f}x {p}'s rate"
+                for p, f in zip(("omp", "pi"), figures, strict=True)
+                if f
+            )
+            if rates:
+                table.note("append", f"{rate:,.0f} entries/s: {rates} (same run)")
+        us = statistics.median(result["times"]) / n * 1e6
+        table.add(
+            f"append {n:,} x 1 KB (the peers' messages) + flush ({rate:,.0f}/s, {us:.1f} µs each)",
+            result,
+            peers=peer,
+        )
 
     if wanted("listing"):
         files = 100 if args.quick else 2_000
