@@ -376,3 +376,103 @@ def test_an_unserializable_entry_is_refused_naming_its_path() -> None:
     entry = {"type": "message", "message": {"content": [{"type": "text", "text": {1, 2}}]}}
     outcome = _outcome(entry_line, entry, MemoryBlobStore())
     assert outcome == ("refused", "message.content[0].text")
+
+
+# -- get_tree: the chain pass against the general build ---------------------------------------
+
+TIMESTAMPS = [
+    "2026-01-01T00:00:00.000Z",
+    "2026-01-01T00:00:00.001Z",
+    "2026-01-01T00:00:01.000Z",
+    "2025-12-31T23:59:59.999Z",
+    "2026-01-01T01:00:00.000+01:00",
+    "2026-01-01",
+    "not a time",
+    None,
+    17,
+]
+
+
+@st.composite
+def sessions(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Mostly chains, as appends write them, with branches, orphans, roots, children
+    written before their parent, self-parented and cyclic entries, and sometimes
+    duplicated or non-string ids."""
+    n = draw(st.integers(min_value=0, max_value=40))
+    ids = [f"e{i}" for i in range(n)]
+    if n and draw(st.booleans()):
+        for _ in range(draw(st.integers(min_value=1, max_value=3))):
+            ids[draw(st.integers(0, n - 1))] = draw(
+                st.sampled_from(ids) | st.sampled_from([None, 7, Str("e0"), "", ["x"]])
+            )
+    entries = []
+    for i, entry_id in enumerate(ids):
+        how = draw(
+            st.sampled_from(["chain"] * 6 + ["earlier", "later", "root", "self", "name", "odd"])
+        )
+        if how == "chain":
+            parent = ids[i - 1] if i else None
+        elif how == "earlier":
+            parent = ids[draw(st.integers(0, i - 1))] if i else None
+        elif how == "later":
+            parent = ids[draw(st.integers(i, n - 1))]
+        elif how == "root":
+            parent = None
+        elif how == "self":
+            parent = entry_id
+        elif how == "name":  # a plain string naming any entry, whatever its id's type
+            parent = f"e{draw(st.integers(0, n - 1))}"
+        else:
+            parent = draw(st.sampled_from(["gone", 3, Str(f"e{max(i - 1, 0)}"), ""]))
+        entry: dict[str, Any] = {"type": "message", "id": entry_id, "parentId": parent}
+        if draw(st.integers(0, 9)):
+            entry["timestamp"] = draw(st.sampled_from(TIMESTAMPS))
+        entries.append(entry)
+    string_ids = [i for i in ids if type(i) is str]
+    targets = st.sampled_from(string_ids) if string_ids else st.just("none")
+    labels = draw(st.dictionaries(targets | st.just("gone"), st.text(min_size=1, max_size=3)))
+    return entries, labels
+
+
+def _shape(roots: list[Any], entries: list[dict[str, Any]]) -> list[Any]:
+    """The tree flat, depth first: (entry position, label, children's positions)."""
+    where = {id(e): i for i, e in enumerate(entries)}
+    out: list[Any] = [("roots", [where[id(r.entry)] for r in roots])]
+    stack = list(reversed(roots))
+    while stack:
+        node = stack.pop()
+        out.append((where[id(node.entry)], node.label, [where[id(c.entry)] for c in node.children]))
+        stack.extend(reversed(node.children))
+    return out
+
+
+@settings(max_examples=1500)
+@given(sessions())
+def test_the_chain_build_is_the_general_build(
+    session: tuple[list[dict[str, Any]], dict[str, str]],
+) -> None:
+    from sessiontree import tree
+
+    entries, labels = session
+    fast = tree._build_tree(entries, labels)
+    assert _shape(fast, entries) == _shape(tree._build_tree_general(entries, labels), entries)
+    assert all(type(node) is tree.SessionTreeNode for node in fast)
+
+
+def test_the_chain_build_answers_a_long_chain_with_one_branch() -> None:
+    from sessiontree import tree
+
+    entries: list[dict[str, Any]] = [
+        {"id": f"{i:08x}", "parentId": f"{i - 1:08x}" if i else None, "timestamp": "t"}
+        for i in range(1000)
+    ]
+    entries.append({"id": "branch", "parentId": f"{10:08x}", "timestamp": "t"})
+    entries.insert(0, {"id": "before", "parentId": f"{500:08x}", "timestamp": "t"})
+    roots = tree._build_tree(entries, {"00000002": "L"})
+    assert _shape(roots, entries) == _shape(
+        tree._build_tree_general(entries, {"00000002": "L"}), entries
+    )
+    node = roots[0]
+    for _ in range(10):
+        node = node.children[0]
+    assert [c.entry["id"] for c in node.children] == ["0000000b", "branch"]

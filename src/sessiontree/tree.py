@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from ._gc import gc_paused
 from .entries import generate_entry_id, iso_now, parse_iso_ms
@@ -34,7 +34,103 @@ def build_tree(
         return _build_tree(entries, labels)
 
 
+_STR: Final = frozenset({str})
+
+
 def _build_tree(
+    entries: Sequence[dict[str, Any]], labels: Mapping[str, str]
+) -> list[SessionTreeNode]:
+    """One pass over the entries, linking each to the entry before it when that is
+    its parent (what appends write: a session is mostly one long chain), then one
+    id -> position map built by a builtin for the rest. Duplicated or non-string
+    ids take `_build_tree_general` instead."""
+    node_cls = SessionTreeNode
+    new = object.__new__
+    nodes: list[SessionTreeNode] = []
+    add = nodes.append
+    ids: list[Any] = []
+    add_id = ids.append
+    odd: list[tuple[int, SessionTreeNode, Any]] = []  # (position, node, parent id)
+    add_odd = odd.append
+    prev_id: Any = None
+    prev_children: list[SessionTreeNode] = []
+    for entry in entries:
+        # The dataclass's __init__ is a Python call per node: the slots are set here.
+        node = new(node_cls)
+        node.entry = entry
+        children: list[SessionTreeNode] = []
+        node.children = children
+        node.label = None
+        entry_id = entry.get("id")
+        parent_id = entry.get("parentId")
+        if parent_id.__class__ is str and parent_id == prev_id:
+            prev_children.append(node)  # right once the ids prove unique, below
+        else:
+            add_odd((len(nodes), node, parent_id))
+        add(node)
+        add_id(entry_id)
+        prev_id, prev_children = entry_id, children
+    try:
+        by_id = dict(zip(ids, nodes, strict=True))
+    except TypeError:  # an unhashable id
+        return _build_tree_general(entries, labels)
+    if len(by_id) != len(ids) or not _STR.issuperset(map(type, ids)):
+        return _build_tree_general(entries, labels)
+    for target, label in labels.items():
+        labelled = by_id.get(target)
+        if labelled is not None:
+            labelled.label = label
+    roots: list[SessionTreeNode] = []
+    odd_at: dict[int, int] = {}  # id(node) -> position, for the nodes off the chain
+    multi: dict[int, SessionTreeNode] = {}  # parents with more than one child
+    for at, node, parent_id in odd:
+        odd_at[id(node)] = at
+        parent = by_id.get(parent_id) if parent_id.__class__ is str else None
+        if parent is None or parent is node:  # orphan, root or self-parented
+            roots.append(node)
+            continue
+        if parent.children:
+            multi[id(parent)] = parent
+        parent.children.append(node)
+    if multi:
+        _order_children(multi.values(), odd_at, ids)
+    return roots
+
+
+def _order_children(
+    parents: Iterable[SessionTreeNode], odd_at: Mapping[int, int], ids: list[Any]
+) -> None:
+    """File order, then timestamp (stably), for parents with more than one child.
+
+    A child off the chain knows its position; the one chain child of a parent is
+    the entry right after it. Parent positions are looked up in `ids` for a few
+    parents, from a map built once for more."""
+    inf = float("inf")
+    position: Mapping[Any, int] | None = None
+    lookups = 0
+    for parent in parents:
+        kids = parent.children
+        chain_at = -1
+        if not all(id(c) in odd_at for c in kids):
+            parent_at = odd_at.get(id(parent))
+            if parent_at is None:
+                if position is None and lookups >= 2:
+                    position = dict(zip(ids, range(len(ids)), strict=True))
+                if position is not None:
+                    parent_at = position[parent.entry["id"]]
+                else:
+                    lookups += 1
+                    parent_at = ids.index(parent.entry["id"])
+            chain_at = parent_at + 1
+
+        def key(n: SessionTreeNode, chain_at: int = chain_at) -> tuple[float, int]:
+            ms = parse_iso_ms(n.entry.get("timestamp"))
+            return (inf if ms is None else ms, odd_at.get(id(n), chain_at))
+
+        kids.sort(key=key)
+
+
+def _build_tree_general(
     entries: Sequence[dict[str, Any]], labels: Mapping[str, str]
 ) -> list[SessionTreeNode]:
     node_cls = SessionTreeNode
@@ -60,15 +156,20 @@ def _build_tree(
         children.append(node)
         if len(children) == 2:
             multi.append(parent)
+    _sort_children(multi)
+    return roots
+
+
+def _sort_children(parents: Iterable[SessionTreeNode]) -> None:
+    """Children by timestamp, stably; an unparseable timestamp sorts last."""
     inf = float("inf")
 
     def sort_key(n: SessionTreeNode) -> float:
         ms = parse_iso_ms(n.entry.get("timestamp"))
         return inf if ms is None else ms
 
-    for parent in multi:
+    for parent in parents:
         parent.children.sort(key=sort_key)
-    return roots
 
 
 def path_to_root(
