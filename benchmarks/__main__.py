@@ -120,6 +120,40 @@ class Table:
             print(note)
 
 
+def giant_sessions(work: Path, blobs: Path, quick: bool) -> list[tuple[str, Path]]:
+    """The issue's giant sessions: the peers' own 100 MB generator file (when the peers'
+    scripts are beside the checkout) and a 1 GB session compacted ten times."""
+    out: list[tuple[str, Path]] = []
+    generator = PEERS_DIR / "gen_big_session.py"
+    entries, mb = (2_000, 10) if quick else (20_000, 100)
+    peer_file = work / f"peers-big-{entries}-{mb}.jsonl"
+    if generator.exists() and not peer_file.exists():
+        subprocess.run(
+            [
+                sys.executable,
+                str(generator),
+                str(peer_file),
+                "--entries",
+                str(entries),
+                "--mb",
+                str(mb),
+                "--seed",
+                "1",
+            ],
+            check=True,
+            capture_output=True,
+        )
+    if peer_file.exists():
+        out.append((f"peers' gen_big_session {mb} MB, {entries:,} entries", peer_file))
+    entries, size = (6_000, 40 * 2**20) if quick else (150_000, 2**30)
+    giant = work / f"compacted-{entries}-{size}.jsonl"
+    if not giant.exists():
+        spec = SessionSpec(entries=entries, target_bytes=size, compactions=10)
+        write_big_session(giant, spec, blobs)
+    out.append((f"{size / 2**20:,.0f} MB, {entries:,} entries, 10 compactions", giant))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to check the suite runs")
@@ -144,23 +178,40 @@ def main() -> None:
     table = Table()
     started = time.perf_counter()
     blobs = work / "agent" / "blobs"
+    if wanted("load"):
+        floor_rss = run_workload("import_floor", {})["rss_mb"]
+        table.note("memory floor", f"{floor_rss:,.0f} MB (a fresh interpreter after import)")
+    loads: list[tuple[str, Path]] = []
     for label, entries, size in sizes:
         path = work / f"session-{entries}-{size}.jsonl"
         if not path.exists():
             write_big_session(path, SessionSpec(entries=entries, target_bytes=size), blobs)
-        if wanted("load"):
-            result = run_workload("load", {"path": str(path), "blobs": str(blobs), "repeat": runs})
-            peer = ""
-            if args.peers:
-                figures = [
-                    peer_bench(p, "load", str(path), "--repeat", str(runs)) for p in ("omp", "pi")
-                ]
-                peer = " / ".join(
-                    f"{p} {f.get('medianMs', f.get('ms'))}"
-                    for p, f in zip(("omp", "pi"), figures, strict=True)
-                    if f
-                )
-            table.add(f"{label}: open + context", result, peers=peer)
+        loads.append((label, path))
+    if wanted("load"):
+        loads += giant_sessions(work, blobs, args.quick)
+    for label, path in loads if wanted("load") else []:
+        result = run_workload("load", {"path": str(path), "blobs": str(blobs), "repeat": runs})
+        peer = ""
+        if args.peers:
+            figures = [
+                peer_bench(p, "load", str(path), "--repeat", str(runs)) for p in ("omp", "pi")
+            ]
+            peer = " / ".join(
+                f"{p} {f.get('medianMs', f.get('ms'))}"
+                for p, f in zip(("omp", "pi"), figures, strict=True)
+                if f
+            )
+            omp = figures[0]
+            if omp:
+                ratio = statistics.median(result["times"]) * 1000 / omp.get("medianMs", omp["ms"])
+                peer += f" ({ratio:.2f}x omp)"
+        size_mb = path.stat().st_size / 2**20
+        table.add(f"{label}: open + context", result, peers=peer)
+        table.note(
+            f"{label}",
+            f"peak RSS {result['rss_mb']:,.0f} MB = {result['rss_mb'] / size_mb:.2f}x the file "
+            f"({size_mb:,.0f} MB), {result['rss_mb'] - floor_rss:,.0f} MB above the floor",
+        )
 
     path_entries = 2_000 if args.quick else 20_000
     ctx_file = work / f"path-{path_entries}.jsonl"
@@ -182,7 +233,20 @@ def main() -> None:
                 for p, f in zip(("omp", "pi"), figures, strict=True)
                 if f
             )
-        table.add(f"context, {result['path']:,}-entry path (cold)", result, peers=peer)
+        table.add(
+            f"context, {result['path']:,}-entry path, from scratch (entries read)",
+            result,
+            peers=peer,
+        )
+        table.add(
+            "context, same, first call after an index-first load",
+            result,
+            key="first_lazy",
+            floor=False,
+        )
+        table.add(
+            "context, same, `build_session_context(entries, leaf, by_id)`", result, key="function"
+        )
         table.add("context, same (incremental, per call)", result, key="warm", floor=False)
     if wanted("tree"):
         result = run_workload(
@@ -209,6 +273,10 @@ def main() -> None:
                 table.note("get_tree", f"{ratios} (same run)")
         table.add(f"get_tree, {path_entries:,} entries", result, peers=peer)
         table.note("get_tree", f"first call on the opened manager {ms(result['first'])} ms")
+        first = run_workload(
+            "tree_first_lazy", {"path": str(ctx_file), "blobs": str(blobs), "repeat": runs}
+        )
+        table.add("get_tree, same, first call after an index-first load", first, floor=False)
 
     if wanted("append"):
         n = 1_000 if args.quick else 10_000

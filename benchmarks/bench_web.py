@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.data import SessionSpec, write_big_session, write_store  # noqa: E402
 from sessiontree.entries import format_iso  # noqa: E402
-from sessiontree.paths import encode_session_dir_name, session_file_name  # noqa: E402
+from sessiontree.naming import session_file_name  # noqa: E402
+from sessiontree.paths import encode_session_dir_name  # noqa: E402
 
 PEER_GENERATOR = ROOT.parent / "shared" / "peers" / "gen_big_session.py"
 CHROMIUM = os.environ.get("SESSIONTREE_CHROMIUM", "/usr/bin/chromium")

@@ -18,7 +18,8 @@ from typing import Any
 from sessiontree.blobs import BlobStore
 from sessiontree.entries import format_iso
 from sessiontree.jsonl import serialize_entry_bytes
-from sessiontree.paths import encode_session_dir_name, session_file_name
+from sessiontree.naming import session_file_name
+from sessiontree.paths import encode_session_dir_name
 
 WORDS = (
     "the session tree leaf branch entry parent compaction summary context message assistant "
@@ -64,14 +65,18 @@ class SessionSpec:
     labels: int = 12
     images: int = 6
     seed: int = 1
+    compactions: int = 1
+    """Compactions on the active path: one at 80% of the turns, or this many evenly
+    spaced, the last at 90% (branches then jump back only before the last one)."""
 
 
 def write_big_session(path: Path, spec: SessionSpec, blob_dir: Path) -> dict[str, Any]:
     """A session of about `spec.target_bytes`, mostly large tool results.
 
     It has `branches` jumps back to an earlier user turn (one with a branch
-    summary), `labels` label entries, one compaction at ~80% keeping entries on
-    the active path, and `images` images stored as blobs. The last line is the leaf.
+    summary), `labels` label entries, one compaction at ~80% (or `compactions`
+    evenly spaced up to 90%) keeping 60 entries of the active path before it, and
+    `images` images stored as blobs. The last line is the leaf.
     """
     rng = random.Random(spec.seed)
     blobs = BlobStore(str(blob_dir))
@@ -119,11 +124,20 @@ def write_big_session(path: Path, spec: SessionSpec, blob_dir: Path) -> dict[str
 
     leaf = emit("model_change", None, model="anthropic/claude-sonnet-4-5")
     leaf = emit("thinking_level_change", leaf, thinkingLevel="medium")
+    if spec.compactions > 1:
+        compaction_turns = {
+            int(turns * 0.9 * (k + 1) / spec.compactions) for k in range(spec.compactions)
+        }
+        branch_end = max(compaction_turns)
+    else:
+        compaction_turns = {int(turns * 0.8)}
+        branch_end = turns
     branch_at = set(
-        rng.sample(range(turns // 10, turns), min(spec.branches, max(0, turns - turns // 10)))
+        rng.sample(
+            range(turns // 10, branch_end), min(spec.branches, max(0, branch_end - turns // 10))
+        )
     )
     image_turns = set(rng.sample(range(turns), min(spec.images, turns)))
-    compaction_turn = int(turns * 0.8)
     labels_left = spec.labels
     for turn in range(turns):
         if len(ids) >= spec.entries:
@@ -188,7 +202,7 @@ def write_big_session(path: Path, spec: SessionSpec, blob_dir: Path) -> dict[str
                 leaf = emit("label", leaf, targetId=target)
             else:
                 leaf = emit("label", leaf, targetId=target, label=f"checkpoint-{labels_left}")
-        if turn == compaction_turn:
+        if turn in compaction_turns:
             walk: list[str] = []
             node: str | None = leaf
             while node is not None:

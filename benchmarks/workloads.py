@@ -39,12 +39,20 @@ def _timed(fn: Callable[[], Any], repeat: int) -> list[float]:
 
 
 def load(args: dict[str, Any]) -> dict[str, Any]:
-    """open + build_session_context; floor: read the bytes + orjson.loads each line."""
+    """open + build_session_context, as an agent resuming the session does (writable,
+    lock taken, the file hashed for the guard; `read_only` as a viewer does; `lazy` as
+    the manager's default chooses it, unless given); floor: read the bytes +
+    orjson.loads each line (what loading every entry costs at least)."""
     path, blobs = args["path"], BlobStore(args["blobs"])
+    read_only = args.get("read_only", False)
+    lazy = args.get("lazy")
 
     def work() -> None:
-        sm = SessionManager.open(path, read_only=True, blob_store=blobs)
+        sm = SessionManager.open(
+            path, read_only=read_only, blob_store=blobs, breadcrumb=False, lazy=lazy
+        )
         sm.build_session_context()
+        sm.close()
 
     def floor() -> None:
         loads = orjson.loads
@@ -59,23 +67,39 @@ def load(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def context(args: dict[str, Any]) -> dict[str, Any]:
-    """build_session_context on the whole active path, cold (from scratch) and warm
-    (the manager's incremental context); floor: one pass over the path entries."""
-    sm = SessionManager.open(args["path"], read_only=True, blob_store=BlobStore(args["blobs"]))
+    """The context at the leaf of a long path: from scratch on a manager whose entries
+    are all read (its cached context dropped before each call, as the peers build
+    theirs every time), the first call on a manager loaded index first, the
+    `build_session_context(entries, leaf, by_id)` function, and the manager's
+    incremental context; floor: one pass over the path entries."""
+    blobs = BlobStore(args["blobs"])
+    sm = SessionManager.open(args["path"], read_only=True, blob_store=blobs, lazy=False)
     entries, leaf = sm.get_entries(), sm.get_leaf_id()
     by_id = {e["id"]: e for e in entries}  # the index an open session has (as the peers pass)
     path = sm.get_branch()
     repeat = args.get("repeat", 10)
+    index = sm._index
+    sm.build_session_context()  # the parent positions, built once per loaded session
+
+    def from_scratch() -> None:
+        index._context = None
+        sm.build_session_context()
 
     def floor() -> None:
         for entry in path:
             entry.get("type")
 
-    cold = _timed(lambda: build_session_context(entries, leaf, by_id), repeat)
-    warm = _timed(sm.build_session_context, repeat)
+    first = []
+    for _ in range(max(3, repeat // 4)):
+        lazy = SessionManager.open(args["path"], read_only=True, blob_store=blobs, lazy=True)
+        start = time.perf_counter()
+        lazy.build_session_context()
+        first.append(time.perf_counter() - start)
     return {
-        "times": cold,
-        "warm": warm,
+        "times": _timed(from_scratch, repeat),
+        "first_lazy": first,
+        "function": _timed(lambda: build_session_context(entries, leaf, by_id), repeat),
+        "warm": _timed(sm.build_session_context, repeat),
         "floor": _timed(floor, repeat),
         "path": len(path),
         "messages": len(sm.build_session_context().messages),
@@ -92,6 +116,21 @@ def _timed_keeping(fn: Callable[[], Any], repeat: int) -> list[float]:
         out.append(time.perf_counter() - start)
         del result
     return out
+
+
+def tree_first_lazy(args: dict[str, Any]) -> dict[str, Any]:
+    """get_tree as the first call on a manager loaded index first (it reads every entry)."""
+    blobs = BlobStore(args["blobs"])
+    times = []
+    for _ in range(args.get("repeat", 3)):
+        sm = SessionManager.open(args["path"], read_only=True, blob_store=blobs, lazy=True)
+        times += _timed_keeping(sm.get_tree, 1)
+    return {"times": times, "floor": []}
+
+
+def import_floor(args: dict[str, Any]) -> dict[str, Any]:
+    """Nothing but `import sessiontree`: the memory floor every workload stands on."""
+    return {"times": [0.0], "floor": []}
 
 
 def tree(args: dict[str, Any]) -> dict[str, Any]:
@@ -442,6 +481,8 @@ WORKLOADS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "search_refresh": search_refresh,
     "cli_run": cli_run,
     "load": load,
+    "import_floor": import_floor,
+    "tree_first_lazy": tree_first_lazy,
     "context": context,
     "tree": tree,
     "append": append,

@@ -415,3 +415,49 @@ def test_an_intact_re_put_does_not_rewrite_the_file(tmp_path: Path) -> None:
     store.put(PNG, "image/png")
     assert os.stat(path).st_ino == before
     assert os.stat(path + ".png").st_ino == before
+
+
+# -- the one blob-store rule (agent_dir.blob_store_for) -------------------------------------
+
+
+def _dir_of(store: BlobStoreLike) -> str:
+    assert isinstance(store, BlobStore)
+    return store.dir
+
+
+def test_the_blob_store_rule_in_order(agent_dir: Path, tmp_path: Path) -> None:
+    from sessiontree.agent_dir import blob_store_for
+    from sessiontree.storage.memory import MemorySessionStorage
+
+    memory = MemorySessionStorage()
+    # 1. The storage's own blob store.
+    assert blob_store_for(str(tmp_path / "x.jsonl"), memory) is memory.blob_store()
+    # 2. The blobs/ of the agent dir holding the session under sessions/ (one that has
+    #    blobs/, or the configured one).
+    other = tmp_path / "other"
+    (other / "blobs").mkdir(parents=True)
+    session = str(other / "sessions" / "--p--" / "s.jsonl")
+    assert _dir_of(blob_store_for(session)) == str(other / "blobs")
+    # A project's own sessions/ folder (no blobs/ beside it) is not an agent dir: 3.
+    project = str(tmp_path / "project" / "sessions" / "s.jsonl")
+    assert _dir_of(blob_store_for(project)) == str(agent_dir / "blobs")
+    assert _dir_of(blob_store_for(None)) == str(agent_dir / "blobs")
+    # 3. ... the agent dir in effect: one a caller was given counts as configured.
+    given = tmp_path / "given"  # no blobs/ yet
+    in_given = str(given / "sessions" / "--p--")
+    assert _dir_of(blob_store_for(in_given, None, str(given))) == str(given / "blobs")
+    assert _dir_of(blob_store_for(None, None, str(given))) == str(given / "blobs")
+    assert _dir_of(blob_store_for(session, None, str(given))) == str(other / "blobs")
+
+
+def test_an_in_memory_session_on_a_blob_backed_storage_uses_the_agent_dir_blobs_by_default(
+    agent_dir: Path,
+) -> None:
+    from sessiontree import SessionManager
+    from sessiontree.storage.memory import MemorySessionStorage
+
+    put = SessionManager.in_memory("/p").put_blob(b"image bytes" * 200)
+    assert (agent_dir / "blobs" / put.hash).is_file()
+    storage = MemorySessionStorage()  # given explicitly: its own store, as every manager on it
+    given = SessionManager.in_memory("/p", storage).put_blob(b"other bytes" * 200)
+    assert storage.blob_store().has(given.hash)

@@ -89,6 +89,31 @@ def test_move_to_another_dir_moves_and_removes_only_the_old_file(agent_dir: Path
     assert len(ids(new)) == 2
 
 
+@pytest.mark.parametrize("lazy", [False, True])
+def test_move_to_another_agent_dir_takes_its_images_along(
+    tmp_path: Path, agent_dir: Path, lazy: bool
+) -> None:
+    other = tmp_path / "other-agent"
+    (other / "blobs").mkdir(parents=True)  # an agent dir of its own (another agent's)
+    sm = SessionManager.create("/one", str(other / "sessions" / "--one--"))
+    picture = "iVBORw0KGgo" + "C" * 2000
+    image = [{"type": "image", "data": picture, "mimeType": "image/png"}]
+    first = sm.append_message({"role": "user", "content": image, "timestamp": 1})
+    ref = sm.put_blob(b"bytes handed out as a ref").ref
+    sm.append_message(assistant("seen"))
+    sm.append_message({"role": "user", "content": [{"type": "image", "data": ref}], "timestamp": 2})
+    sm.close()
+    path = sm.get_session_file() or ""
+    sm = SessionManager.open(path, lazy=lazy)  # unread lines keep their refs when lazy
+    sm.move_to("/two")
+    moved = sm.get_session_file() or ""
+    assert moved.startswith(str(agent_dir))
+    sm.close()
+    entries = SessionManager.open(moved, read_only=True).get_entries()
+    assert entries[0]["id"] == first
+    assert not any("blob:sha256:" in str(e) for e in entries), "an image stayed behind"
+
+
 # -- 3. a rejected append changes nothing ----------------------------------------------------
 
 

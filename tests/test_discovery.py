@@ -29,11 +29,8 @@ from sessiontree.discovery import (
 )
 from sessiontree.errors import AmbiguousSessionError
 from sessiontree.jsonl import serialize_entry
-from sessiontree.paths import (
-    encode_session_dir_name,
-    home_relative_dir_name,
-    session_file_name,
-)
+from sessiontree.naming import session_file_name
+from sessiontree.paths import encode_session_dir_name, home_relative_dir_name
 from sessiontree.storage.file import FileSessionStorage
 from sessiontree.storage.memory import MemorySessionStorage
 

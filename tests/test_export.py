@@ -246,6 +246,27 @@ def test_jsonl_export_is_a_new_valid_session_of_the_path(agent_dir: Path, tmp_pa
     assert "blob:sha256:" not in data.decode()
 
 
+def test_jsonl_export_header_carries_the_name_in_the_reference_key_order(
+    agent_dir: Path,
+) -> None:
+    sm = SessionManager.in_memory("/proj")
+    sm.append_message({"role": "user", "content": "q", "timestamp": 1})
+    assert sm.set_session_name("Named", "user")
+    header = json.loads(export_jsonl(sm).decode().splitlines()[0])
+    assert list(header) == [
+        "type",
+        "version",
+        "id",
+        "timestamp",
+        "cwd",
+        "title",
+        "titleSource",
+        "parentSession",
+    ]
+    assert (header["title"], header["titleSource"], header["cwd"]) == ("Named", "user", "/proj")
+    assert header["parentSession"] == sm.get_session_id()  # in memory: no file to name
+
+
 def test_exports_of_the_large_v1_fixture(tmp_path: Path) -> None:
     fixture = shared_fixture(LARGE_FIXTURE)
     copy = tmp_path / "big.jsonl"

@@ -492,3 +492,47 @@ def test_the_same_transcript_gives_the_same_tree_wherever_it_lives(
         )
 
     assert tree(reader(str(source))) == tree(reader(str(copy)))
+
+
+def test_an_import_into_a_given_agent_dir_puts_its_images_there(
+    tmp_path: Path, agent_dir: Path
+) -> None:
+    from sessiontree.foreign.importer import import_session
+
+    given = tmp_path / "given"  # not the configured agent dir, and without blobs/ yet
+    parent_path, _ = fs.codex_rollouts(tmp_path / "codex")
+    done = import_session(read_codex_session(str(parent_path)), agent_dir=str(given))
+    assert done.path.startswith(str(given / "sessions"))
+    assert "blob:sha256:" in Path(done.path).read_text()
+    assert len(list((given / "blobs").iterdir())) >= 1
+    assert not (agent_dir / "blobs").exists()
+    with SessionManager.open(done.path, read_only=True) as sm:
+        image = messages(sm, "user")[0]["content"][1]
+    assert image == {"type": "image", "data": fs.PNG, "mimeType": "image/png"}
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        [],
+        [("summary", "summary", "A summary")],
+        [("ai-title", "aiTitle", "AI title"), ("summary", "summary", "A summary")],
+        [("custom-title", "customTitle", "Mine"), ("ai-title", "aiTitle", "Later AI title")],
+        [("custom-title", "customTitle", "First"), ("custom-title", "customTitle", "Second")],
+    ],
+)
+def test_the_listing_and_the_import_name_a_claude_session_alike(
+    tmp_path: Path, names: list[tuple[str, str, str]]
+) -> None:
+    from sessiontree.foreign.listing import scan_claude
+
+    source = fs.claude_subagent_session(tmp_path / "projects")
+    lines = [json.loads(line) for line in source.read_text().splitlines()]
+    for kind, key, value in names:
+        lines.append({"type": kind, "sessionId": fs.CLAUDE_SESSION, key: value})
+    path = fs.write_jsonl(tmp_path / "named" / source.name, lines)
+    listed = scan_claude(str(path), path.stat().st_size)
+    session = read_claude_session(str(path), subagents=False)
+    assert listed.title == session.name
+    assert listed.title_source == (session.name_source if session.name else None)
+    assert listed.parent == session.parent_source_id

@@ -16,8 +16,10 @@ import foreign_support as fs
 from conftest import SHARED_FIXTURES, require_module, unavailable
 from sessiontree import SessionManager, load_entries_from_file
 from sessiontree.cli import app
-from sessiontree.foreign import read_claude_session, read_codex_session
+from sessiontree.content_index import ContentIndex
+from sessiontree.foreign import listing, read_claude_session, read_codex_session
 from sessiontree.foreign import store as store_module
+from sessiontree.foreign.listing import ForeignMeta
 from sessiontree.foreign.store import ForeignStore
 
 runner = CliRunner()
@@ -48,6 +50,13 @@ def stores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         "codex_parent": parent,
         "codex_child": child,
     }
+
+
+def fixture_file(kind: str, name: str) -> Path:
+    path = FOREIGN / kind / name
+    if not path.is_file():
+        unavailable(f"shared fixture {path} is missing")
+    return path
 
 
 def run(*args: str) -> Any:
@@ -139,6 +148,82 @@ def test_export_search_stats_of_a_codex_store(stores: dict[str, Any]) -> None:
     assert stats["usage"]["cost"] == stats["usage"]["estimatedCost"]
 
 
+def test_search_usage_and_stats_of_a_foreign_store_go_through_this_agents_index(
+    stores: dict[str, Any], agent_dir: Path
+) -> None:
+    """Claude Code and Codex sessions are indexed as ours are, in this agent's content
+    index (never in the other agent's directory), and answer as a scan of them does.
+    Without an agent dir to keep an index in, they are scanned, and the note says so."""
+    before = {k: snapshot(stores[k]) for k in ("claude", "codex")}
+    scanned = as_json("--agent", "codex", "search", "explain", "--all")
+    assert scanned["mode"] == "scan" and scanned["notes"]
+    assert not agent_dir.exists()  # no agent dir is made to hold a cache
+    agent_dir.mkdir(parents=True)
+    for agent, query in (("claude", "off by one"), ("claude", "git"), ("codex", "explain")):
+        indexed = as_json("--agent", agent, "search", query, "--all", "-n", "10000")
+        read = as_json("--agent", agent, "search", query, "--all", "-n", "10000", "--no-index")
+        assert indexed["mode"] == "index" and indexed["notes"] == []
+        assert read["mode"] == "scan"
+        assert indexed["hits"] == read["hits"] and indexed["hits"]
+    for agent in ("claude", "codex"):
+        report = as_json("--agent", agent, "usage", "session")
+        unindexed = as_json("--agent", agent, "usage", "session", "--no-index")
+        assert report["notes"] == [] and report["rows"] == unindexed["rows"]
+        assert report["totals"] == unindexed["totals"] and report["totals"]["totalTokens"] > 0
+        stats = as_json("--agent", agent, "stats", "--all")
+        assert stats["usage"] == report["totals"]
+        assert stats["sessions"] == len(report["rows"])
+    with ContentIndex.open(str(agent_dir)) as index:
+        assert index is not None
+        kinds = {f.kind for f in index.files()}
+    assert kinds == {"claude", "codex"}
+    assert {k: snapshot(stores[k]) for k in ("claude", "codex")} == before
+
+
+def test_the_agents_default_locations(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Claude Code: `$CLAUDE_CONFIG_DIR` (comma-separated dirs), else `~/.claude/projects`
+    and `~/.config/claude/projects`; Codex: `$CODEX_HOME`, else `~/.codex`, with
+    `sessions/` and `archived_sessions/`."""
+    claude = fixture_file(
+        "claude",
+        "kvsankar__agent-history__tests__fixtures__real_sessions__claude__session-01.jsonl",
+    )
+    codex = fixture_file(
+        "codex", "kvsankar__agent-history__tests__fixtures__real_sessions__codex__session-01.jsonl"
+    )
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("CLAUDE_CONFIG_DIR", raising=False)
+    monkeypatch.delenv("CODEX_HOME", raising=False)
+
+    def place(source: Path, target: Path) -> str:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(source.read_bytes())
+        return str(target)
+
+    ids = [f"0000000{n}-1111-4222-8333-444444444444" for n in range(4)]
+    dot = place(claude, home / ".claude" / "projects" / "-a" / f"{ids[0]}.jsonl")
+    xdg = place(claude, home / ".config" / "claude" / "projects" / "-b" / f"{ids[1]}.jsonl")
+    one = place(claude, tmp_path / "one" / "projects" / "-c" / f"{ids[2]}.jsonl")
+    two = place(claude, tmp_path / "two" / "projects" / "-d" / f"{ids[3]}.jsonl")
+
+    def listed(agent: str) -> set[str]:
+        doc = as_json("--agent", agent, "list", "--all", "--limit", "0")
+        return {s["path"] for s in doc["sessions"]}
+
+    assert listed("claude") == {dot, xdg}
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", f"{tmp_path / 'one'}, {tmp_path / 'two'}")
+    assert listed("claude") == {one, two}
+
+    day = "2026/01/02"
+    live = place(codex, home / ".codex" / "sessions" / day / f"rollout-{ids[0]}.jsonl")
+    archived = place(codex, home / ".codex" / "archived_sessions" / f"rollout-{ids[1]}.jsonl")
+    elsewhere = place(codex, tmp_path / "cx" / "sessions" / day / f"rollout-{ids[2]}.jsonl")
+    assert listed("codex") == {live, archived}
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "cx"))
+    assert listed("codex") == {elsewhere}
+
+
 def test_agent_dir_is_detected(stores: dict[str, Any]) -> None:
     by_dir = as_json("--agent-dir", str(stores["codex"]), "list", "--all", "--limit", "0")
     by_name = as_json("--agent", "codex", "list", "--all", "--limit", "0")
@@ -211,6 +296,46 @@ def test_a_large_file_lists_an_estimate_and_shows_the_count(stores: dict[str, An
     assert exact / 2 <= item["messageCount"] <= exact * 2
     shown = as_json("--agent", "claude", "show", str(path))
     assert sum(shown["roles"].values()) == exact
+
+
+def test_a_first_prompt_past_the_head_window_is_listed(
+    stores: dict[str, Any], tmp_path: Path
+) -> None:
+    """A first prompt the head window misses is looked for further on (up to
+    PROMPT_REACH), not reported as "(no messages)"; a cached record of the older scan is
+    scanned again."""
+    # Real: this rollout's instructions and plugin list fill its first 110 KB.
+    rollout = stores["placed"]["entireio__entire-graph__37__05cde00da0__0__full.jsonl"]
+    listed = as_json("--agent", "codex", "list", "--all", "--limit", "0")
+    item = next(s for s in listed["sessions"] if s["path"] == str(rollout))
+    assert item["firstMessage"] == "Review all open PRs for the entire-graph project"
+    assert item["messageCount"] > 0
+
+    # Generated: Claude Code attachment lines (skill listings, file contents) before
+    # the prompt, then enough conversation that the file is not read whole.
+    def session(filler: int) -> Path:
+        attachment = {"type": "text", "text": "x" * 4000}
+        lines = [
+            fs._cc(f"t{n}", f"t{n - 1}" if n else None, "attachment", attachment, 1)
+            for n in range(filler // 4000)
+        ]
+        last = lines[-1]["uuid"]
+        lines.append(fs._cc("p", last, "user", {"role": "user", "content": "Fix the parser"}, 2))
+        lines += [
+            fs._cc(f"a{n}", "p", "assistant", {"role": "assistant", "content": "y" * 4000}, 3)
+            for n in range(40)
+        ]
+        return fs.write_jsonl(tmp_path / f"{filler}.jsonl", lines)
+
+    near = session(3 * listing.WINDOW)
+    meta = listing.scan_claude(str(near), near.stat().st_size)
+    assert meta.first_message == "Fix the parser" and not meta.exact_count
+    far = session(listing.WINDOW + listing.PROMPT_REACH + 100_000)
+    assert listing.scan_claude(str(far), far.stat().st_size).first_message is None  # bounded
+    old = meta.dump()[:-1]  # what the cache held before the scan looked further
+    with pytest.raises(ValueError):
+        ForeignMeta.load(old)
+    assert ForeignMeta.load(meta.dump()) == meta
 
 
 # ----------------------------------------------------------------------------- import
@@ -365,7 +490,7 @@ def test_a_session_without_a_cwd_goes_under_this_directory(
     assert load_entries_from_file(done["path"])[0]["cwd"] == str(here)
 
 
-def test_usage_and_serve_read_a_foreign_store(stores: dict[str, Any]) -> None:
+def test_usage_and_serve_read_a_foreign_store(stores: dict[str, Any], agent_dir: Path) -> None:
     require_module("httpx")
     require_module("uvicorn")
     import httpx
@@ -389,5 +514,38 @@ def test_usage_and_serve_read_a_foreign_store(stores: dict[str, Any]) -> None:
         assert handles
         for handle in dict.fromkeys(handles):
             assert client.get(handle).status_code == 200
-        assert client.get("/search?q=the").status_code == 200
+        found = client.get("/search?q=the")
+        assert found.status_code == 200 and "searched by reading every session" in found.text
+    # With an agent dir to keep this agent's content index in, the pages use it.
+    agent_dir.mkdir(parents=True)
+    store = ForeignStore.default("claude", str(agent_dir))
+    with (
+        BackgroundServer(ForeignStorage(store), store.home) as server,
+        httpx.Client(
+            base_url=server.base, cookies={server.options.cookie: server.token}, timeout=30
+        ) as client,
+    ):
+        found = client.get("/search?q=off+by+one")
+        assert "searched by the content index" in found.text and "off by one" in found.text
+        assert "from the content index" in client.get("/usage").text
+        # The agent's own resume command, in the session's directory, for this store.
+        listing = client.get("/sessions").text
+        handle = re.search(r'href="(/s/[0-9a-f]+)"[^>]*>Find the bug in parse', listing)
+        assert handle is not None
+        copies = re.findall(r'data-copy="([^"]+)"', client.get(handle.group(1)).text)
+        want = f"cd /work/app &amp;&amp; CLAUDE_CONFIG_DIR={stores['claude']} claude --resume {fs.CLAUDE_SESSION}"
+        assert want in copies
+    store = ForeignStore.default("codex", str(agent_dir))
+    with (
+        BackgroundServer(ForeignStorage(store), store.home) as server,
+        httpx.Client(
+            base_url=server.base, cookies={server.options.cookie: server.token}, timeout=30
+        ) as client,
+    ):
+        listing = client.get("/sessions").text
+        handle = re.search(r'href="(/s/[0-9a-f]+)"[^>]*>Now make it red', listing)
+        assert handle is not None
+        copies = re.findall(r'data-copy="([^"]+)"', client.get(handle.group(1)).text)
+        want = f"cd /work/app &amp;&amp; CODEX_HOME={stores['codex']} codex resume {fs.CODEX_CHILD}"
+        assert want in copies
     assert snapshot(stores["claude"]) == before  # served read-only: nothing changed

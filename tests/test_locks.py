@@ -232,6 +232,18 @@ def test_a_lost_lock_stops_the_writer_and_saves_the_session(tmp_path: Path) -> N
     assert not os.path.exists(lock_path_for(path))
 
 
+def test_every_backend_s_lock_error_gives_the_same_hint() -> None:
+    from sessiontree.errors import SessionLockError
+
+    by_pid = str(SessionLockError("/s.jsonl", 42))
+    assert by_pid == (
+        "/s.jsonl: session is being written by process 42; to read it meanwhile, "
+        "open it with read_only=True"
+    )
+    named = str(SessionLockError("/s.jsonl", 42, holder="sessiontree pid 42 on h1"))
+    assert named == by_pid.replace("process 42", "sessiontree pid 42 on h1")
+
+
 def test_the_lock_error_says_how_to_read_the_session_meanwhile(tmp_path: Path) -> None:
     path = make_session(tmp_path)
     with SessionManager.open(path), pytest.raises(SessionLockError) as info:

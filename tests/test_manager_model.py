@@ -16,6 +16,13 @@ calls the package makes. After every manager operation it checks:
 - every file created, changed or removed is in the operation's allowed set
   (`ALLOWED` below, written down once per operation), and no temp file is left.
 
+Half the examples reopen sessions index first (`lazy=True`): entries are then read
+only when an operation asks for them, and the checks read nothing themselves. Such a
+session holds the lines it has not read only on disk, so another program that
+overwrites them in place (an edit, a cut) destroys them: the model marks those
+entries "at risk" at the moment of the damage, and every check then asks that
+nothing *else* is lost (the rescue copy holds every other entry, in order).
+
 Run size: `SESSIONTREE_MODEL_EXAMPLES` (default 300) examples of up to
 `SESSIONTREE_MODEL_STEPS` (default 60; about 40 on average) steps; what ran is printed.
 """
@@ -221,6 +228,8 @@ class ManagerModel(RuleBasedStateMachine):
         session_file.LOCK_CHECK_SECONDS = 1e9
         self.faults = Faults()
         self.sm: SessionManager | None = None
+        self.lazy = False  # reopen index first
+        self.at_risk: set[str] = set()  # unread entries another program overwrote in place
         self.expected: list[dict[str, Any]] = []
         self.flushed: dict[str, Any] = {}  # id -> normalized entry
         self.written: set[str] = set()  # session files the manager wrote
@@ -247,9 +256,11 @@ class ManagerModel(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ setup
 
-    @initialize(cwd=st.sampled_from(CWDS))
-    def start(self, cwd: str) -> None:
+    @initialize(cwd=st.sampled_from(CWDS), lazy=st.booleans())
+    def start(self, cwd: str, lazy: bool) -> None:
         RAN["examples"] += 1
+        RAN["examples reopening index first"] += lazy
+        self.lazy = lazy
         self.sm = SessionManager.create(cwd)
         directory = get_default_session_dir("/w/a/b")
         os.makedirs(directory)
@@ -389,10 +400,18 @@ class ManagerModel(RuleBasedStateMachine):
                     removal_ok = removal_ok or path.startswith(before_path[: -len(".jsonl")])
                 assert removal_ok, f"{kind} removed {path}"
 
+    def kept(self, ids: list[str]) -> list[str]:
+        """`ids` without the entries at risk (and without what their damage renamed)."""
+        if not self.at_risk:
+            return ids
+        known = {e["id"] for e in self.expected}
+        return [i for i in ids if i in known and i not in self.at_risk]
+
     def check_state(self, error: Exception | None) -> None:
         sm = self.manager
-        entries = sm.get_entries()
-        assert [e["id"] for e in entries] == [e["id"] for e in self.expected]
+        held = sm._index.read_so_far()  # reads nothing
+        ids = [entry_id for entry_id, _ in held]
+        assert self.kept(ids) == self.kept([e["id"] for e in self.expected])
         path = sm.get_session_file()
         if self.on_disk() and path is not None:
             self.written.add(path)
@@ -406,14 +425,17 @@ class ManagerModel(RuleBasedStateMachine):
             copies = self.conflict_copies()
             assert copies, "a dead manager left no rescue copy"
             newest = max(copies, key=os.path.getmtime)
-            assert file_ids(newest) == [e["id"] for e in entries]
+            assert self.kept(file_ids(newest)) == self.kept(ids)
             self.restart()
             return
         if self.on_disk() and path is not None and self.trusted:
-            with SessionManager.open(path, read_only=True) as fresh:
-                assert [normalize(e) for e in fresh.get_entries()] == [
-                    normalize(e) for e in entries
-                ]
+            with SessionManager.open(path, read_only=True, lazy=False) as fresh:
+                fresh_entries = fresh.get_entries()
+            assert self.kept([e["id"] for e in fresh_entries]) == self.kept(ids)
+            if not self.at_risk:
+                for (_, entry), got in zip(held, fresh_entries, strict=True):
+                    if entry is not None:  # an unread entry is what the file holds
+                        assert normalize(got) == normalize(entry)
         if not self.pending:
             self.check_flushed()
 
@@ -445,6 +467,18 @@ class ManagerModel(RuleBasedStateMachine):
             pass
         self.sm = SessionManager.create(CWDS[0])
         self.expected = []
+        self.trusted, self.pending = True, ""
+        self.at_risk = set()
+
+    def reopened(self, path: str) -> None:
+        """The session was just opened at `path`: the model takes what it holds."""
+        self.sm = SessionManager.open(path, lazy=self.lazy)
+        held = self.manager._index.read_so_far()
+        self.expected = [copy.deepcopy(e) if e is not None else {"id": i} for i, e in held]
+        # Lines another program's edit left unparseable are indexed by their prefix
+        # (found out when read), where the whole load skips them: at risk from here.
+        whole = set(file_ids(path))
+        self.at_risk = {i for i, _ in held if i not in whole}
         self.trusted, self.pending = True, ""
 
     # ------------------------------------------------------------------ appends
@@ -497,7 +531,7 @@ class ManagerModel(RuleBasedStateMachine):
                 return sm.append_session_init("system", text, [])
             if kind == "mode":
                 return sm.append_mode_change(text or "plan", {"x": 1})
-            first = sm.get_entries()[0]["id"] if sm.get_entries() else "none"
+            first = self.expected[0]["id"] if self.expected else "none"
             return sm.append_compaction(text, None, first, 100)
 
         self.append(build)
@@ -541,7 +575,9 @@ class ManagerModel(RuleBasedStateMachine):
     def rewrite_entries(self, data: st.DataObject, text: str) -> None:
         index = data.draw(st.integers(0, len(self.expected) - 1))
         sm = self.manager
-        entry = sm.get_entries()[index]
+        entry = sm.get_entry(self.expected[index]["id"])
+        if entry is None:  # at risk, and its damage found out
+            return
         entry["edited"] = text  # an in-place edit, as tools make them
         self.expected[index] = copy.deepcopy(entry)
         self.run("rewrite", sm.rewrite_entries)
@@ -553,7 +589,7 @@ class ManagerModel(RuleBasedStateMachine):
         def action() -> None:
             sm.flush()
             if self.on_disk() and not self.pending:
-                self.flushed.update({e["id"]: normalize(e) for e in sm.get_entries()})
+                self.flushed.update(dict.fromkeys(self.held_ids(sm)))
 
         self.run("flush", action)
 
@@ -571,27 +607,25 @@ class ManagerModel(RuleBasedStateMachine):
                 self.expected, self.trusted, self.pending = [], True, ""
                 return
             if not self.pending:
-                self.flushed.update({e["id"]: normalize(e) for e in sm.get_entries()})
+                self.flushed.update(dict.fromkeys(self.held_ids(sm)))
             try:
-                self.sm = SessionManager.open(path)
+                # The reopened session is what the file holds (another program's edit
+                # included).
+                self.reopened(path)
             except InvalidSessionFileError:
                 # Another program's edit broke the header: the file is left as it is.
                 assert path in self.tampered
                 self.sm = SessionManager.create(CWDS[0])
                 self.expected, self.trusted, self.pending = [], True, ""
+                self.at_risk = set()
                 return
-            # The reopened session is what the file holds (another program's edit included).
-            self.expected = copy.deepcopy(self.manager.get_entries())
-            self.trusted, self.pending = True, ""
             self.tampered.discard(path)
 
         error = self.run("reopen", action)
         if error is not None and self.sm is sm and not self.dead():
             # close went well, but the reopen met an injected fault: open again.
             assert path is not None
-            self.sm = SessionManager.open(path)
-            self.expected = copy.deepcopy(self.manager.get_entries())
-            self.trusted, self.pending = True, ""
+            self.reopened(path)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -619,6 +653,7 @@ class ManagerModel(RuleBasedStateMachine):
             ids = [e["id"] for e in sm.get_entries()]
             assert ids[: len(path_ids)] == path_ids
             self.expected = copy.deepcopy(sm.get_entries())
+            self.at_risk = set()
 
         self.run("fork", action)
 
@@ -629,6 +664,7 @@ class ManagerModel(RuleBasedStateMachine):
         def action() -> None:
             sm.new_session()
             self.expected = []
+            self.at_risk = set()
 
         self.run("new", action)
 
@@ -648,6 +684,15 @@ class ManagerModel(RuleBasedStateMachine):
             return
         with open(path, "rb") as f:
             data = f.read()
+        if kind == "edit":
+            letters = [i for i, b in enumerate(data) if 97 <= b <= 122]
+            damage = (letters[int(where * (len(letters) - 1))],) * 2 if letters else None
+        elif kind == "truncate" and data:
+            damage = (min(int(len(data) * where), len(data) - 1), len(data))
+        else:
+            damage = None
+        if damage is not None:
+            self.mark_at_risk(path, data, damage)
         if kind == "append":
             line = b'{"type":"custom","customType":"other","id":"ffff0000","parentId":null,'
             line += b'"timestamp":"2026-01-01T00:00:00.000Z"}\n'
@@ -692,6 +737,32 @@ class ManagerModel(RuleBasedStateMachine):
             # Several changes before an answer (say, a replacement, then an append to the
             # new file): only a check of the path itself must notice.
             self.pending = "mixed"
+
+    def held_ids(self, sm: SessionManager) -> list[str]:
+        return [i for i, _ in sm._index.read_so_far() if i not in self.at_risk]
+
+    def mark_at_risk(self, path: str, data: bytes, damage: tuple[int, int]) -> None:
+        """Unread entries whose lines the damage (a byte range, ends included) hits, when
+        the manager reads its lines from this very file: they are lost with it."""
+        index = self.manager._index
+        pinned = index.pinned
+        if pinned is None or os.stat(path).st_ino != pinned.ino:
+            return
+        first, last = damage
+        at = 0
+        for line in data.split(b"\n"):
+            end = at + len(line)
+            if end > first and at <= last:
+                try:
+                    value = loads_line(line) if line.strip() else None
+                except ValueError:
+                    value = None
+                entry_id = value.get("id") if isinstance(value, dict) else None
+                if isinstance(entry_id, str) and not index.is_read(entry_id):
+                    self.at_risk.add(entry_id)
+                    self.flushed.pop(entry_id, None)
+                    RAN["entries at risk (unread, overwritten in place)"] += 1
+            at = end + 1
 
     @rule(
         name=st.sampled_from(FAULTABLE),

@@ -29,6 +29,8 @@ from sessiontree.storage.base import (
     DirectoryTree,
     HostFilesystem,
     LockingStorage,
+    RootedStorage,
+    store_root,
 )
 
 
@@ -117,8 +119,16 @@ V1 = (
 def test_it_is_exactly_the_contract() -> None:
     storage = MinimalStorage()
     assert isinstance(storage, SessionStorage)
-    for capability in (ChunkedReads, AtomicWrites, DirectoryTree, LockingStorage, HostFilesystem):
+    for capability in (
+        ChunkedReads,
+        AtomicWrites,
+        DirectoryTree,
+        LockingStorage,
+        HostFilesystem,
+        RootedStorage,
+    ):
         assert not isinstance(storage, capability)
+    assert store_root(storage, "/agent") == "/agent"  # no root of its own: the agent dir's
 
 
 def test_every_operation_on_one_session_works(agent_dir: object) -> None:

@@ -19,8 +19,11 @@ from sessiontree.naming import (
     TITLE_SLOT_BYTES,
     entry_name,
     head_kind,
+    head_title,
+    head_title_source,
     header_in,
     listing_title,
+    new_header,
     session_name,
     title_slot_line,
 )
@@ -122,6 +125,41 @@ def test_session_name_and_listing_title() -> None:
     assert session_name(None, "") is None  # a blank name entry clears
     assert listing_title(None, "short") == "short"
     assert listing_title(None, "  ") is None
+
+
+def test_the_slot_replaces_the_header_title_and_its_source() -> None:
+    # Rule 1 as the listing, PostgreSQL's metadata and SessionHead all apply it.
+    assert head_title(False, None, "Header") == "Header"
+    assert head_title(True, "Slot", "Header") == "Slot"
+    assert head_title(True, "", "Header") is None  # an empty slot removes the title
+    assert head_title(True, None, "Header") is None
+    assert head_title(False, "Slot", 3) is None
+    assert head_title_source(True, "user", "auto") == "user"
+    assert head_title_source(True, None, "auto") is None
+    assert head_title_source(False, "user", "auto") == "auto"
+
+
+def test_new_header_orders_its_keys_as_the_reference_writes_them() -> None:
+    header = new_header("/p", "/parent.jsonl", title="T", title_source="user")
+    assert list(header) == [
+        "type",
+        "version",
+        "id",
+        "timestamp",
+        "cwd",
+        "title",
+        "titleSource",
+        "parentSession",
+    ]
+    given = new_header("/p", session_id="0cb0000000000001", timestamp="2026-01-01T00:00:00.000Z")
+    assert given == {
+        "type": "session",
+        "version": 3,
+        "id": "0cb0000000000001",
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "cwd": "/p",
+    }
+    assert "titleSource" not in new_header("/p", title_source="user")  # no title, no source
 
 
 def test_head_kind_and_header_in() -> None:

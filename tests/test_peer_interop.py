@@ -22,6 +22,9 @@ For every committed session file:
     dangling tool calls, which the spec does not);
 (e) appending to a copy keeps every byte already in the file (title slot included).
 
+Every test runs twice: with the files loaded whole, and loaded index first (as
+sessions of 8 MiB and more are), where entries are read only when asked for.
+
 Messages are stringified with `sessiontree.jsonl.serialize_value` when it exists, else as
 `"[" + ",".join(serialize_entry(m) for m in messages) + "]"`, which is what
 `JSON.stringify` writes for an array of objects.
@@ -43,6 +46,14 @@ from sessiontree import BlobStore, SessionManager, load_entries_from_file, seria
 
 DATA = Path(__file__).parent / "data" / "peers"
 MANIFEST = json.loads((DATA / "manifest.json").read_text(encoding="utf-8"))
+
+
+@pytest.fixture(params=["whole", "index-first"], autouse=True)
+def load_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways a session is loaded (see the module doc)."""
+    if request.param == "index-first":
+        monkeypatch.setattr("sessiontree.loader.LAZY_LOAD_BYTES", 0)
+    return str(request.param)
 
 
 def _files(pred: Any = None) -> list[Any]:

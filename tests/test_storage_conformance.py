@@ -207,6 +207,21 @@ def test_list_files_one_level_with_pattern(storage: SessionStorage, root: str) -
     assert storage.list_files(os.path.join(root, "missing"), "*") == []
 
 
+def test_a_stored_file_is_named_by_its_listing_whatever_its_name(
+    storage: SessionStorage, root: str
+) -> None:
+    from sessiontree.storage.base import is_stored_file
+
+    odd = os.path.join(root, "a*b?[c].jsonl")  # glob metacharacters match only themselves
+    storage.write_text(odd, "x")
+    storage.write_text(os.path.join(root, "aXb?[c].jsonl"), "x")
+    storage.ensure_dir(os.path.join(root, "dir"))
+    assert is_stored_file(storage, odd)
+    assert not is_stored_file(storage, os.path.join(root, "a*b?[c]"))
+    assert not is_stored_file(storage, os.path.join(root, "dir"))  # a directory
+    assert not is_stored_file(storage, os.path.join(root, "missing.jsonl"))
+
+
 def test_list_dirs(storage: SessionStorage, root: str) -> None:
     storage.ensure_dir(os.path.join(root, "z"))
     storage.ensure_dir(os.path.join(root, "a", "inner"))

@@ -27,9 +27,12 @@ def pg(tmp_path: Path) -> Iterator[Any]:
 
 
 def test_paths_are_keys_relative_to_the_root(pg: Any, tmp_path: Path) -> None:
+    from sessiontree.storage.base import RootedStorage, store_root
     from sessiontree.storage.postgres import PathOutsideStoreError, PostgresSessionStorage
 
     root = tmp_path / "agent"
+    # Store-wide tools (gc, rm, import/export-files) find sessions/ and blobs/ under it.
+    assert isinstance(pg, RootedStorage) and store_root(pg, "/elsewhere") == str(root)
     path = str(root / "sessions" / "--p--" / "s.jsonl")
     assert pg.key_for(path) == "sessions/--p--/s.jsonl"
     assert pg.key_for(str(root)) == "" and pg.key_for(str(root) + "/") == ""

@@ -44,6 +44,7 @@ httpx = require_module("httpx")
 require_module("starlette")
 require_module("uvicorn")
 
+from sessiontree.web import sessions as web_sessions  # noqa: E402
 from sessiontree.web.app import PAGE_ROWS  # noqa: E402
 from sessiontree.web.data import handle_of  # noqa: E402
 from sessiontree.web.security import CSP, host_allowed  # noqa: E402
@@ -356,6 +357,30 @@ def test_long_paths_and_texts_load_on_demand(client: Any, store: WebStore) -> No
     assert (
         client.get(f"/s/{h}/text", params={"entry": result["id"], "block": "9"}).status_code == 404
     )
+
+
+def test_a_big_session_says_it_was_read_whole(
+    client: Any, store: WebStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A session page needs every entry (the tree, the whole active path), which undoes
+    an index-first load: the page of a big session says the server read the whole
+    file, and how long that took, never that it read only what it shows."""
+    h = handle(store.long)
+
+    def note() -> str | None:
+        r = client.get(f"/s/{h}")
+        assert r.status_code == 200
+        found = re.search(r'<p class="info" id="load-note">([^<]*)</p>', r.text)
+        return found.group(1) if found else None
+
+    assert note() is None  # small: nothing to say
+    monkeypatch.setattr(web_sessions, "WHOLE_READ_NOTE_BYTES", 1)
+    text = note()
+    assert text is not None
+    assert "read every entry of this file" in text and "is not there yet" in text
+    assert re.search(r"in \d+\.\d\d s", text)
+    monkeypatch.setattr(web_sessions, "PAGE_READS_EVERYTHING", False)
+    assert note() is None
 
 
 def test_sessions_are_named_by_handles_never_paths(client: Any, store: WebStore) -> None:

@@ -28,10 +28,12 @@ __all__ = [
     "atomic_write",
     "ensure_private_dir",
     "fsync_directory",
+    "glob_escape",
     "glob_match_name",
     "open_regular",
     "side_path",
     "side_stem",
+    "utf8_encodable",
     "utf8_prefix_text",
     "write_all",
 ]
@@ -180,6 +182,11 @@ def atomic_write(path: str, chunks: Iterable[bytes], *, durable: bool = True) ->
     return written
 
 
+def glob_escape(name: str) -> str:
+    """`name` as a glob pattern that matches only itself (metacharacters made literal)."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
 def glob_match_name(name: str, pattern: str) -> bool:
     """Shell-style match of one file name (case-sensitive; `*` skips dotfiles)."""
     # Like shell globs, wildcards do not match a leading dot: temp files and lock
@@ -187,6 +194,16 @@ def glob_match_name(name: str, pattern: str) -> bool:
     if name.startswith(".") and not pattern.startswith("."):
         return False
     return fnmatch.fnmatchcase(name, pattern)
+
+
+def utf8_encodable(name: str) -> bool:
+    """Whether `name` encodes as UTF-8: a file name that is not UTF-8 decodes to lone
+    surrogates, which SQLite (the listing cache, the content index) cannot store."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def utf8_prefix_text(data: bytes) -> str:

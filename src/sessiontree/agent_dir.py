@@ -167,16 +167,16 @@ def register_session_dir(session_file: str, agent_dir: str | None = None) -> Non
         log.warning("could not record session dir %s in %s: %s", directory, registry, exc)
 
 
-def agent_dir_of(session_path: str) -> str | None:
+def agent_dir_of(session_path: str, agent_dir: str | None = None) -> str | None:
     """The agent dir holding `session_path` (a session file or dir) under its
     `sessions/`, if there is one.
 
-    The nearest ancestor named `sessions` counts when its parent is the configured
-    agent dir or holds a `blobs/` dir: a project's own `sessions/` folder is not an
-    agent dir.
+    The nearest ancestor named `sessions` counts when its parent is the agent dir in
+    effect (`agent_dir`, default the configured one) or holds a `blobs/` dir: a
+    project's own `sessions/` folder is not an agent dir.
     """
     current = os.path.abspath(session_path)
-    configured = os.path.abspath(get_agent_dir())
+    configured = os.path.abspath(agent_dir if agent_dir is not None else get_agent_dir())
     while True:
         parent = os.path.dirname(current)
         if os.path.basename(current) == "sessions":
@@ -187,16 +187,22 @@ def agent_dir_of(session_path: str) -> str | None:
         current = parent
 
 
-def blob_store_for(session_path: str | None, storage: object = None) -> BlobStoreLike:
+def blob_store_for(
+    session_path: str | None, storage: object = None, agent_dir: str | None = None
+) -> BlobStoreLike:
     """The one rule for where a session's images live.
 
     The storage's own blob store when it has one (PostgreSQL's table); else the
     `blobs/` of the agent dir that holds the session under `sessions/`; else the
-    configured agent dir's (`$PI_CODING_AGENT_DIR`, else `~/.xcsh/agent`).
+    agent dir in effect: `agent_dir` when a caller works on one it was given (an
+    import, a store transfer), else the configured one (`$PI_CODING_AGENT_DIR`,
+    else `~/.xcsh/agent`).
     """
     if isinstance(storage, BlobBackedStorage):
         own = storage.blob_store()
         if own is not None:
             return own
-    agent = agent_dir_of(session_path) if session_path else None
-    return BlobStore(os.path.join(agent or get_agent_dir(), "blobs"))
+    agent = agent_dir_of(session_path, agent_dir) if session_path else None
+    if agent is None:
+        agent = agent_dir if agent_dir is not None else get_agent_dir()
+    return BlobStore(os.path.join(agent, "blobs"))

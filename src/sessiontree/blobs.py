@@ -42,6 +42,7 @@ __all__ = [
     "check_hash",
     "is_blob_ref",
     "parse_blob_ref",
+    "same_blob_store",
 ]
 
 _log = logging.getLogger("sessiontree")
@@ -472,3 +473,14 @@ class MemoryBlobStore:
 
     def __len__(self) -> int:
         return len(self._blobs)
+
+
+def same_blob_store(a: BlobStoreLike, b: BlobStoreLike) -> bool:
+    """Whether `a` and `b` hold the same blobs: one object, or one directory on disk."""
+    if a is b:
+        return True
+    return (
+        isinstance(a, BlobStore)
+        and isinstance(b, BlobStore)
+        and os.path.realpath(a.dir) == os.path.realpath(b.dir)
+    )

@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 import xxhash
 
-from ._fs import side_path, side_stem
+from ._fs import glob_escape, side_path, side_stem
 from .agent_dir import blob_store_for
 from .blobs import BlobStatus, BlobStoreLike, VerifiableBlobStore
 from .entries import Entry, generate_entry_id
@@ -195,11 +195,6 @@ def conflict_siblings(path: str, storage: SessionStorage | None = None) -> list[
     storage = storage if storage is not None else FileSessionStorage()
     directory, name = os.path.split(path)
     return storage.list_files(directory or ".", glob_escape(side_stem(name)) + ".conflict-*")
-
-
-def glob_escape(name: str) -> str:
-    """`name` with glob metacharacters made literal."""
-    return re.sub(r"([*?\[])", r"[\1]", name)
 
 
 def _short(raw: bytes, width: int = 60) -> str:
@@ -646,15 +641,7 @@ def repair_session(
     blob_store = blobs if blobs is not None else blob_store_for(path, storage)
     if in_place and isinstance(storage, HostFilesystem) and os.path.islink(path):
         path = os.path.realpath(path)  # repair the file, not the link that names it
-    target = None
-    if not in_place:
-        target = out_path if out_path is not None else _default_repair_path(path)
-        if _same_file(storage, target, path):
-            raise SessionTreeError(
-                f"{target}: is the session being repaired; use --in-place to replace it"
-            )
-        if out_path is not None and storage.exists(target):
-            raise SessionTreeError(f"{target}: already exists; not overwritten")
+    target = None if in_place else _repair_target(path, out_path, storage)
     before = storage.stat(path)
     digest = xxhash.xxh3_128()
     scanned = scan_session(path, storage, observe=digest.update)
@@ -670,7 +657,6 @@ def repair_session(
     changes.extend(_line_repairs(scanned))
     replaced = _repair_lines(scanned, changes)
     changes.sort(key=lambda f: f.line or 0)
-
     repaired = [
         ScannedLine(line.number, replaced.get(line.number, line.entry), line.raw)
         for line in scanned.entries
@@ -681,31 +667,58 @@ def repair_session(
     report.remaining = _findings(fixed, blob_store)
     if not changes or dry_run:
         return report
-
-    def chunks() -> Iterator[bytes]:
-        if scanned.title_slot is not None:
-            yield scanned.title_slot.raw + b"\n"
-        assert scanned.header is not None
-        header_raw = scanned.header.raw
-        if header_raw.startswith(_BOM):
-            header_raw = header_raw[len(_BOM) :]
-        yield header_raw + b"\n"
-        batch: list[bytes] = []
-        for line in scanned.entries:
-            entry = replaced.get(line.number)
-            batch.append(line.raw if entry is None else serialize_entry_bytes(entry))
-            batch.append(b"\n")
-            if len(batch) >= 4096:
-                yield b"".join(batch)
-                batch = []
-        if batch:
-            yield b"".join(batch)
-
+    chunks = _repaired_chunks(scanned, replaced)
     if target is not None:
-        write_whole(storage, target, chunks())
+        write_whole(storage, target, chunks)
         report.out_path = target
         return report
-    # SessionLockError when a live agent is writing this session.
+    report.backup_path = _replace_in_place(storage, path, before, digest.digest(), chunks)
+    report.out_path = path
+    return report
+
+
+def _repair_target(path: str, out_path: str | None, storage: SessionStorage) -> str:
+    """Where a repaired copy goes; refuses the session itself and a file already there."""
+    target = out_path if out_path is not None else _default_repair_path(path)
+    if _same_file(storage, target, path):
+        raise SessionTreeError(
+            f"{target}: is the session being repaired; use --in-place to replace it"
+        )
+    if out_path is not None and storage.exists(target):
+        raise SessionTreeError(f"{target}: already exists; not overwritten")
+    return target
+
+
+def _repaired_chunks(scanned: ScannedSession, replaced: dict[int, Entry]) -> Iterator[bytes]:
+    """The repaired file: every line as it was (bytes kept) unless it was replaced."""
+    if scanned.title_slot is not None:
+        yield scanned.title_slot.raw + b"\n"
+    assert scanned.header is not None
+    header_raw = scanned.header.raw
+    if header_raw.startswith(_BOM):
+        header_raw = header_raw[len(_BOM) :]
+    yield header_raw + b"\n"
+    batch: list[bytes] = []
+    for line in scanned.entries:
+        entry = replaced.get(line.number)
+        batch.append(line.raw if entry is None else serialize_entry_bytes(entry))
+        batch.append(b"\n")
+        if len(batch) >= 4096:
+            yield b"".join(batch)
+            batch = []
+    if batch:
+        yield b"".join(batch)
+
+
+def _replace_in_place(
+    storage: SessionStorage, path: str, before: Any, digest: bytes, chunks: Iterator[bytes]
+) -> str:
+    """Save the original as a backup, then write `chunks` over `path`; the backup's path.
+
+    Under the session's lock (SessionLockError when a live agent is writing it); the
+    backup must hold exactly the bytes that were repaired (`digest`), and the file must
+    still be them: otherwise a live writer got in between and nothing is replaced.
+    """
     lock = acquire_session_lock(storage, path)
     try:
         backup = _backup_path(path, storage)
@@ -717,20 +730,16 @@ def repair_session(
                 yield chunk
 
         write_whole(storage, backup, original())
-        report.backup_path = backup
-        # The backup must hold exactly the bytes that were repaired, and the file
-        # must still be them: otherwise a live writer got in between.
-        if copied.digest() != digest.digest():
+        if copied.digest() != digest:
             raise SessionWriteConflictError(
                 path, f"{path}: changed while being repaired (a live writer?); nothing was replaced"
             )
         _check_unchanged(path, before, storage)
-        write_whole(storage, path, chunks())
+        write_whole(storage, path, chunks)
     finally:
         if lock is not None:
             lock.release()
-    report.out_path = path
-    return report
+    return backup
 
 
 def _check_unchanged(path: str, before: Any, storage: SessionStorage) -> None:

@@ -47,7 +47,7 @@ from typing import Any, Final
 
 import orjson
 
-from ._fs import ensure_private_dir, open_regular
+from ._fs import ensure_private_dir, open_regular, utf8_encodable
 from .discovery import FileMark, mark_file, only_appended
 from .entries import Entry, parse_iso_ms
 from .export import entry_role, entry_text
@@ -258,14 +258,6 @@ _TABLES = frozenset({"meta", "files", "entries", "usage", "imports", "fts"})
 
 class _Corrupt(Exception):
     """The database is damaged or not ours: delete it and start over."""
-
-
-def _storable(path: str) -> bool:
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _clear_path(path: str) -> None:
@@ -691,7 +683,7 @@ class ContentIndex:
                 continue
             if not stat_module.S_ISREG(st.st_mode):
                 continue
-            if not _storable(source.path):
+            if not utf8_encodable(source.path):
                 result.stale.append(source.path)
                 continue
             row = known.get(source.path)

@@ -23,11 +23,13 @@ __all__ = [
     "COMPACTION_SUMMARY_SUFFIX",
     "ContextBuilder",
     "SessionContext",
+    "assistant_model",
     "build_session_context",
     "convert_to_llm",
     "create_branch_summary_message",
     "create_compaction_summary_message",
     "create_custom_message",
+    "model_setting",
 ]
 
 COMPACTION_SUMMARY_PREFIX = (
@@ -104,7 +106,7 @@ def create_compaction_summary_message(
     return message
 
 
-def _model_setting(entry: dict[str, Any]) -> tuple[str, str] | None:
+def model_setting(entry: dict[str, Any]) -> tuple[str, str] | None:
     """(role, "provider/model") that a model_change sets, if any."""
     model = entry.get("model")
     if isinstance(model, str) and model:
@@ -116,7 +118,7 @@ def _model_setting(entry: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def _assistant_model(message: dict[str, Any]) -> str | None:
+def assistant_model(message: dict[str, Any]) -> str | None:
     """The "provider/model" an assistant message sets as the default model.
 
     Every assistant message on the path sets it (the spec, and both peers), so the
@@ -181,11 +183,10 @@ class ContextBuilder:
     per new entry instead of O(path).
     """
 
-    __slots__ = ("_by_id", "_compaction_index", "_ctx", "_path", "_rules_seen", "leaf_id")
+    __slots__ = ("_compaction_index", "_ctx", "_path", "_rules_seen", "leaf_id")
 
     def __init__(self) -> None:
-        self._path: list[dict[str, Any]] | None = []
-        self._by_id: Mapping[Any, dict[str, Any]] | None = None
+        self._path: list[dict[str, Any]] = []
         self._ctx = SessionContext()
         self._rules_seen: set[str] = set()
         self._compaction_index = -1
@@ -201,8 +202,6 @@ class ContextBuilder:
         back to the path-based build, which detects it.
         """
         builder = cls()
-        builder._by_id = by_id
-        builder._path = None  # not materialized; rebuilt from the leaf when needed
         ctx = builder._ctx
         get = by_id.get
         limit = len(by_id) + 1
@@ -227,7 +226,7 @@ class ContextBuilder:
             if kind == "message":
                 message = entry.get("message")
                 if message.__class__ is dict:
-                    default = _assistant_model(message)
+                    default = assistant_model(message)
                     if default is not None:
                         if "default" not in roles_seen:
                             ctx.models["default"] = default
@@ -241,7 +240,7 @@ class ContextBuilder:
                     if thinking_entry is None:
                         thinking_entry = entry
                 elif kind == "model_change":
-                    setting = _model_setting(entry)
+                    setting = model_setting(entry)
                     if setting is not None:
                         key, value = setting
                         if key not in roles_seen:
@@ -323,7 +322,7 @@ class ContextBuilder:
                 message = entry.get("message")
                 if message.__class__ is not dict:
                     continue
-                default = _assistant_model(message)
+                default = assistant_model(message)
                 if default is not None:
                     models["default"] = default
                 add(message)
@@ -345,7 +344,7 @@ class ContextBuilder:
 
     def _compacted(self, out: list[dict[str, Any]], owners: list[int]) -> list[dict[str, Any]]:
         """Summary, then the kept entries before the compaction, then what follows it."""
-        path, index = self._materialized_path(), self._compaction_index
+        path, index = self._path, self._compaction_index
         start = _kept_start(path, index)
         summary = _compaction_summary(path[index])
         lo, mid, hi = (
@@ -357,18 +356,19 @@ class ContextBuilder:
 
     def _apply_model(self, entry: dict[str, Any]) -> None:
         message = entry.get("message")
-        default = _assistant_model(message) if message.__class__ is dict else None
+        default = assistant_model(message) if message.__class__ is dict else None
         if default is not None:
             self._ctx.models["default"] = default
 
     def _apply_setting(self, entry: dict[str, Any], index: int) -> None:
+        """Apply an entry of one of `entries.SETTING_KINDS` (any other does nothing)."""
         ctx = self._ctx
         kind = entry.get("type")
         if kind == "thinking_level_change":
             level = entry.get("thinkingLevel")
             ctx.thinking_level = level if isinstance(level, str) else "off"
         elif kind == "model_change":
-            setting = _model_setting(entry)
+            setting = model_setting(entry)
             if setting is not None:
                 ctx.models[setting[0]] = setting[1]
         elif kind == "compaction":
@@ -386,52 +386,29 @@ class ContextBuilder:
             data = entry.get("data")
             ctx.mode_data = data if isinstance(data, dict) else None
 
-    def _rebuild_messages(self) -> None:
-        path = self._materialized_path()
-        messages: list[dict[str, Any]] = []
-        index = self._compaction_index
-        if index >= 0:
-            messages.append(_compaction_summary(path[index]))
-            selected = path[_kept_start(path, index) : index] + path[index + 1 :]
-        else:
-            selected = path
-        append = messages.append
-        for entry in selected:
-            if entry.get("type") == "message":
-                message = entry.get("message")
-                if message.__class__ is dict:
-                    append(message)
-                continue
-            converted = _entry_message(entry)
-            if converted is not None:
-                append(converted)
-        self._ctx.messages = messages
+    def add(self, entry: dict[str, Any]) -> bool:
+        """Extend the context with an entry appended as the child of the leaf.
 
-    def add(self, entry: dict[str, Any]) -> None:
-        """Extend the context with an entry appended as the child of the leaf."""
-        if entry.get("type") == "compaction" and self._by_id is not None:
-            # The message list starts over from the new compaction: rebuild.
-            rebuilt = ContextBuilder.from_leaf(self._by_id, entry)
-            self._ctx, self._rules_seen = rebuilt._ctx, rebuilt._rules_seen
-            self.leaf_id = rebuilt.leaf_id
-            return
-        if self._path is not None:
-            self._path.append(entry)
-        if entry.get("type") == "message":
+        False for a compaction, which starts the message list over from its first
+        kept entry: the owner of the entries builds the context again instead.
+        """
+        kind = entry.get("type")
+        if kind == "compaction":
+            return False
+        self._path.append(entry)
+        if kind == "message":
             self._apply_model(entry)
             message = entry.get("message")
             if message.__class__ is dict:
                 self._ctx.messages.append(message)
         else:
-            self._apply_setting(entry, len(self._path) - 1 if self._path is not None else -1)
-            if entry.get("type") == "compaction":
-                self._rebuild_messages()
-            else:
-                converted = _entry_message(entry)
-                if converted is not None:
-                    self._ctx.messages.append(converted)
+            self._apply_setting(entry, len(self._path) - 1)
+            converted = _entry_message(entry)
+            if converted is not None:
+                self._ctx.messages.append(converted)
         leaf_id = entry.get("id")
         self.leaf_id = leaf_id if isinstance(leaf_id, str) else None
+        return True
 
     def snapshot(self) -> SessionContext:
         """A copy the caller may change without touching the builder's state."""
@@ -447,13 +424,6 @@ class ContextBuilder:
 
     @property
     def path(self) -> list[dict[str, Any]]:
-        return self._materialized_path()
-
-    def _materialized_path(self) -> list[dict[str, Any]]:
-        if self._path is None:
-            by_id = self._by_id or {}
-            leaf = by_id.get(self.leaf_id) if self.leaf_id is not None else None
-            self._path = path_to_root(by_id, leaf)
         return self._path
 
 

@@ -40,10 +40,11 @@ from typing import Any, Literal, Protocol, overload
 
 import orjson
 
+from ._fs import utf8_encodable
 from .entries import content_text, parse_iso_ms
 from .errors import AmbiguousSessionError
 from .jsonl import loads_line, serialize_entry_bytes
-from .naming import entry_name, head_kind, listing_title, session_name
+from .naming import entry_name, head_kind, head_title, listing_title, session_name
 from .paths import (
     get_agent_dir,
     get_default_session_dir,
@@ -246,8 +247,8 @@ class _State:
 
     def title(self) -> str | None:
         """`SessionInfo.title` by the rule in `sessiontree.naming`."""
-        header_title = self.slot_title if self.slot else self.header_title
-        return listing_title(session_name(header_title, self.name), self.short_summary)
+        title = head_title(self.slot, self.slot_title, self.header_title)
+        return listing_title(session_name(title, self.name), self.short_summary)
 
 
 _FAIL = object()
@@ -770,15 +771,6 @@ _CREATE = """CREATE TABLE IF NOT EXISTS files (
 assert _COLUMNS.count(",") == 9
 
 
-def _encodable(path: str) -> bool:
-    """Whether SQLite can store `path` (a non-UTF-8 file name decodes to surrogates)."""
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 class _MetaDB:
     """The on-disk scan cache. Every failure degrades to "no cache": a corrupt file
     is deleted and rebuilt once, a locked or unwritable one is skipped."""
@@ -853,7 +845,7 @@ class _MetaDB:
             found: dict[str, _Record] = {}
             query = f"SELECT {_COLUMNS} FROM files WHERE path >= ? AND path < ?"
             for directory in directories:
-                if not _encodable(directory):
+                if not utf8_encodable(directory):
                     continue
                 low = directory.rstrip(os.sep) + os.sep
                 high = low[:-1] + chr(ord(os.sep) + 1)
@@ -893,9 +885,9 @@ class _MetaDB:
                 r.final.dump(),
             )
             for path, r in records
-            if _encodable(path)
+            if utf8_encodable(path)
         ]
-        stale = [p for p in stale if _encodable(p)]
+        stale = [p for p in stale if utf8_encodable(p)]
 
         def run(conn: sqlite3.Connection) -> None:
             conn.execute("BEGIN IMMEDIATE")

@@ -15,9 +15,15 @@ import threading
 import time
 from collections.abc import Container
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import Any, Final, Literal, NotRequired, TypedDict
 
 CURRENT_SESSION_VERSION = 3
+
+SETTING_KINDS: Final = frozenset(
+    {"thinking_level_change", "model_change", "compaction", "ttsr_injection", "mode_change"}
+)
+"""Entry kinds that change the context's settings wherever they are on the path (the
+thinking level, the models, the last compaction, the TTSR rules, the mode)."""
 
 Entry = dict[str, Any]
 """A session entry or header as stored: a plain dict with on-disk keys."""

@@ -74,8 +74,17 @@ class InvalidBlobRefError(SessionTreeError, ValueError):
 class SessionLockError(SessionTreeError):
     """Another live process holds the write lock of this session."""
 
-    def __init__(self, path: str, pid: int | None = None, message: str | None = None) -> None:
-        who = f"process {pid}" if pid else "another process"
+    def __init__(
+        self,
+        path: str,
+        pid: int | None = None,
+        message: str | None = None,
+        *,
+        holder: str | None = None,
+    ) -> None:
+        # `holder`: who holds it when the backend can tell more than a pid (a database
+        # names the connection); the hint to read meanwhile is the same for every backend.
+        who = holder or (f"process {pid}" if pid else "another process")
         super().__init__(
             message
             or f"{path}: session is being written by {who}; to read it meanwhile, open it "

@@ -28,10 +28,11 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from .entries import CURRENT_SESSION_VERSION, Entry, generate_session_id, iso_now
+from .entries import Entry
 from .errors import EntryNotFoundError
 from .jsonl import allow_deep_nesting, serialize_entry_bytes
 from .manager import SessionManager
+from .naming import new_header
 from .tree import SessionTreeNode, branch_with_labels, build_tree
 
 __all__ = [
@@ -197,20 +198,13 @@ def export_jsonl(sm: SessionManager, leaf_id: str | None = None) -> bytes:
     """The root -> leaf path as the bytes of a new session file (v3, new id)."""
     entries = branch_entries(sm, leaf_id)
     source = sm.get_header() or {}
-    header: Entry = {
-        "type": "session",
-        "version": CURRENT_SESSION_VERSION,
-        "id": generate_session_id(),
-        "timestamp": iso_now(),
-        "cwd": source.get("cwd", sm.get_cwd()),
-    }
-    name = sm.get_session_name()
-    if name:
-        header["title"] = name
-        source_kind = source.get("titleSource")
-        if isinstance(source_kind, str):
-            header["titleSource"] = source_kind
-    header["parentSession"] = sm.get_session_file() or sm.get_session_id()
+    source_kind = source.get("titleSource")
+    header = new_header(
+        source.get("cwd", sm.get_cwd()),
+        sm.get_session_file() or sm.get_session_id(),
+        title=sm.get_session_name() or None,
+        title_source=source_kind if isinstance(source_kind, str) else None,
+    )
     lines = [serialize_entry_bytes(header), *(serialize_entry_bytes(e) for e in entries)]
     return b"\n".join(lines) + b"\n"
 

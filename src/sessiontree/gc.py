@@ -45,7 +45,9 @@ from .storage.base import (
     HostFilesystem,
     SessionStorage,
     directory_tree,
+    is_stored_file,
     read_chunks,
+    store_root,
 )
 from .storage.file import fsync_directory
 
@@ -283,13 +285,6 @@ def _all_files(storage: SessionStorage, directory: str) -> list[str]:
     return sorted(set(names))
 
 
-def _is_stored_file(storage: SessionStorage, path: str) -> bool:
-    from .check import glob_escape
-
-    directory, name = os.path.split(path)
-    return bool(name) and path in storage.list_files(directory, glob_escape(name))
-
-
 def _walk_storage(
     storage: SessionStorage, roots: Iterable[str], errors: list[tuple[str, str]]
 ) -> Snapshot:
@@ -313,7 +308,7 @@ def _walk_storage(
     pending: list[str] = []
     for root in roots:
         try:
-            if _is_stored_file(storage, root):
+            if is_stored_file(storage, root):
                 add(root)
             else:
                 pending.append(root)
@@ -408,12 +403,6 @@ def _external_dirs(agent_dir: str, errors: list[tuple[str, str]]) -> list[str]:
     return dirs
 
 
-def _root_of(storage: SessionStorage | None, agent_dir: str) -> str:
-    """Where a storage keeps the agent dir's trees: its `root` if it has one."""
-    root = getattr(storage, "root", None)
-    return root if isinstance(root, str) else agent_dir
-
-
 def find_referenced_hashes(
     agent_dir: str | None = None,
     extra_roots: Iterable[str] = (),
@@ -432,7 +421,7 @@ def find_referenced_hashes(
     agent = agent_dir if agent_dir is not None else get_agent_dir()
     files = storage is None or isinstance(storage, HostFilesystem)
     via = None if files else storage
-    sessions = os.path.join(agent if files else _root_of(storage, agent), "sessions")
+    sessions = os.path.join(agent if files else store_root(storage, agent), "sessions")
     extra = list(extra_roots)  # walked again on every pass
     found: set[str] = set()
     errors: list[tuple[str, str]] = []
@@ -540,7 +529,7 @@ def collect_garbage(
     elif not stable:
         report.refused = "session files kept changing while being read; deleting nothing"
     elif report.files_scanned == 0 and blobs:
-        where = os.path.join(agent if store is None else _root_of(storage, agent), "sessions")
+        where = os.path.join(agent if store is None else store_root(storage, agent), "sessions")
         report.refused = f"no session file found under {where}; refusing to delete every blob"
     if report.refused is not None:
         return report

@@ -3,27 +3,49 @@
 A session file is `[title slot]`, header, then one entry per line. Lines that do
 not parse (or are not objects) are skipped and remembered by line number, so
 tools can report them; nothing valid is ever dropped.
+
+`read_session` parses every line. `load_session` reads a big session (at least
+`LAZY_LOAD_BYTES`) on a storage with pinned reads index first instead
+(`line_index`): the entries by position, parsed only where the index keeps them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final, Protocol
 
 import orjson
 
 from ._gc import gc_paused
 from .entries import Entry
 from .jsonl import iter_jsonl_bytes, loads_line
+from .line_index import IndexedLines, scan_pinned
 from .naming import head_kind
-from .storage.base import SessionStorage, read_chunks
+from .storage.base import PinnedFile, PinnedReads, SessionStorage, read_chunks
 
 __all__ = [
+    "LAZY_LOAD_BYTES",
     "LoadedSession",
+    "Observer",
     "load_entries_from_file",
+    "load_session",
     "read_session",
 ]
+
+LAZY_LOAD_BYTES: Final = 8 << 20
+"""Sessions at least this big are loaded index first (where the storage can): below
+it a whole load costs a few milliseconds and holds every line in memory."""
+
+
+class Observer(Protocol):
+    """What sees the bytes of a load (a running hash): `update` each chunk, in order;
+    `reset` when the load starts over."""
+
+    def update(self, data: Any, /) -> object: ...
+
+    def reset(self) -> object: ...
+
 
 _BLOB_MARK = b"blob:sha256:"
 
@@ -46,6 +68,10 @@ class LoadedSession:
     size: int = 0
     blob_ref_entries: list[int] = field(default_factory=list)
     """Indices into `entries` of the entries whose line mentions a blob ref."""
+    lines: IndexedLines | None = None
+    """Loaded index first: the entries by position (`entries` is then empty)."""
+    pinned: PinnedFile | None = None
+    """With `lines`: the handle the lines are read back from (the caller owns it)."""
 
     @property
     def valid(self) -> bool:
@@ -108,6 +134,50 @@ def _read_session(
         result.header_line = number
     result.ends_with_newline = last_has_newline
     return result
+
+
+def load_session(
+    path: str,
+    storage: SessionStorage,
+    observe: Observer | None = None,
+    *,
+    lazy: bool | None = None,
+    index_first_if: Callable[[Entry], bool] = lambda header: True,
+) -> LoadedSession:
+    """The session at `path`, index first when `lazy` (None: when it is at least
+    `LAZY_LOAD_BYTES`), the storage has pinned reads and `index_first_if(header)`
+    (say, no migration is due); else `read_session`. FileNotFoundError propagates."""
+    if lazy is not False and isinstance(storage, PinnedReads):
+        pinned = storage.open_pinned(path)
+        try:
+            if lazy or pinned.size() >= LAZY_LOAD_BYTES:
+                scanned = scan_pinned(
+                    pinned, index_first_if, observe.update if observe is not None else None
+                )
+                if not scanned.stopped:
+                    result = LoadedSession(
+                        exists=True,
+                        blank=scanned.blank,
+                        header=scanned.header,
+                        title_slot=scanned.title_slot,
+                        title_slot_raw=scanned.title_slot_raw,
+                        malformed_lines=scanned.malformed_lines,
+                        header_line=scanned.header_line,
+                        ends_with_newline=scanned.ends_with_newline,
+                        size=scanned.size,
+                    )
+                    if scanned.header is not None:
+                        result.lines, result.pinned = scanned.lines, pinned
+                    else:
+                        pinned.close()
+                    return result
+                if observe is not None:
+                    observe.reset()
+        except BaseException:
+            pinned.close()
+            raise
+        pinned.close()
+    return read_session(path, storage, observe.update if observe is not None else None)
 
 
 def _sized(

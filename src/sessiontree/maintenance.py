@@ -26,8 +26,10 @@ from .storage.base import (
     HostFilesystem,
     LockingStorage,
     MissingCapabilityError,
+    RootedStorage,
     SessionStorage,
     directory_tree,
+    store_root,
     sync_dir,
 )
 from .storage.file import FileSessionStorage
@@ -156,9 +158,8 @@ class DeletePlan:
 
 
 def _session_roots(storage: SessionStorage, agent: str) -> list[str]:
-    root = getattr(storage, "root", None)
-    if not isinstance(storage, HostFilesystem) and isinstance(root, str):
-        return [os.path.join(root, "sessions")]
+    if not isinstance(storage, HostFilesystem) and isinstance(storage, RootedStorage):
+        return [os.path.join(store_root(storage, agent), "sessions")]
     roots = [os.path.join(agent, "sessions")]
     try:
         roots += registered_session_dirs(agent)

@@ -25,7 +25,7 @@ import logging
 import os
 import re
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -38,7 +38,7 @@ from .agent_dir import (
     register_session_dir,
     write_breadcrumb,
 )
-from .blobs import BlobPutResult, BlobStore, BlobStoreLike
+from .blobs import BlobPutResult, BlobStore, BlobStoreLike, same_blob_store
 from .context import SessionContext
 from .entries import Entry, generate_session_id, iso_now
 from .errors import (
@@ -48,12 +48,12 @@ from .errors import (
     SessionPersistenceError,
     SessionTreeError,
 )
-from .index import EntryIndex, is_assistant_message
+from .index import EntryIndex, LineSource, SessionChunks, is_assistant_message
 from .jsonl import allow_deep_nesting
-from .migrations import migrate_session_entries
+from .migrations import header_needs_migration, migrate_session_entries
 from .naming import SessionHead, new_header, ordered_header, session_name, session_path
 from .paths import get_agent_dir, get_default_session_dir, home_relative_dir_name
-from .persistence import entry_line, resolve_blob_refs, session_chunks, validate_entry
+from .persistence import entry_line, resolve_blob_refs, validate_entry
 from .session_file import ContentSource, SessionFile
 from .storage.base import HostFilesystem, SessionStorage, directory_tree
 from .storage.file import FileSessionStorage
@@ -114,6 +114,7 @@ class SessionManager(ClosesOnExit):
         read_only: bool = False,
         blob_store: BlobStoreLike | None = None,
         breadcrumb: bool = True,
+        lazy: bool | None = None,
     ) -> None:
         self._cwd = cwd
         self._session_dir = session_dir
@@ -130,7 +131,7 @@ class SessionManager(ClosesOnExit):
         self._file: SessionFile | None = None
         self._closed = False
         if session_file is not None:
-            self._open_file(session_file, read_only)
+            self._open_file(session_file, read_only, lazy)
         elif persist:
             self._start_new_session(None, persistent=True)
         if persist and not read_only:
@@ -162,12 +163,16 @@ class SessionManager(ClosesOnExit):
         *,
         blob_store: BlobStoreLike | None = None,
         breadcrumb: bool = True,
+        lazy: bool | None = None,
     ) -> SessionManager:
         """Open a session file; its cwd comes from the header.
 
         `read_only=True` writes nothing, ever; a missing file is FileNotFoundError.
         `breadcrumb=False` leaves this terminal's "last session" pointer alone (tools
         that edit a session for the user should not redirect their next resume).
+        `lazy`: load index first, reading entries only when asked for (True), never
+        (False), or when the file is big (None: at least `loader.LAZY_LOAD_BYTES`);
+        see `sessiontree.index` for what reads what.
         """
         storage = storage if storage is not None else FileSessionStorage()
         directory = session_dir if session_dir is not None else os.path.dirname(path)
@@ -180,6 +185,7 @@ class SessionManager(ClosesOnExit):
             read_only=read_only,
             blob_store=blob_store,
             breadcrumb=breadcrumb,
+            lazy=lazy,
         )
 
     @classmethod
@@ -242,7 +248,7 @@ class SessionManager(ClosesOnExit):
         directory = session_dir if session_dir is not None else get_default_session_dir(cwd)
         manager = cls(cwd, directory, None, True, storage, blob_store=blob_store)
         header = source._head.carried_title(new_header(cwd, source.get_session_id()))
-        manager._write_new_file(header, source._index.entries)
+        manager._write_new_file(header, source._index)
         return manager
 
     @classmethod
@@ -254,11 +260,11 @@ class SessionManager(ClosesOnExit):
         Blobs it is given (`put_blob`) go to the agent dir's store, as oh-my-pi's do,
         so their refs resolve once the session is persisted (`persist_copy`).
         """
-        blobs = blob_store_for(None, storage) if storage is not None else None
+        # Chosen before the default storage is made: the agent dir's blobs, not
+        # MemorySessionStorage's own, so that refs outlive this session.
+        blobs = blob_store_for(None, storage)
         storage = storage if storage is not None else MemorySessionStorage()
         cwd = cwd if cwd is not None else os.getcwd()
-        if blobs is None:
-            blobs = BlobStore(os.path.join(get_agent_dir(), "blobs"))
         return cls(cwd, "", None, False, storage, blob_store=blobs)
 
     @staticmethod
@@ -297,17 +303,15 @@ class SessionManager(ClosesOnExit):
 
         return content
 
-    def _content(self, rescue: bool) -> Iterator[bytes]:
+    def _content(self, rescue: bool) -> SessionChunks:
         """The whole session as file bytes; a rescue copy gets its own id."""
         head = self._head
         if rescue:
             header = {**head.header, "id": generate_session_id()}
             header["parentSession"] = self.get_session_file() or ""
-            return self._chunks(head.lines(ordered_header(header)), self._index.entries)
-        return self._chunks(head.lines(), self._index.entries)
-
-    def _chunks(self, head: bytes, entries: Iterable[Entry]) -> Iterator[bytes]:
-        return session_chunks(head, entries, self._blobs)
+            lines = head.lines(ordered_header(header))
+            return self._index.file_chunks(lines, self._blobs, rescue=True)
+        return self._index.file_chunks(head.lines(), self._blobs)
 
     def _use_file(self, file: SessionFile) -> None:
         """Switch to `file`; the previous one is closed (flushed, its lock released).
@@ -339,7 +343,7 @@ class SessionManager(ClosesOnExit):
         self._head = SessionHead(header)
         self._index.reset([])
 
-    def _open_file(self, path: str, read_only: bool) -> None:
+    def _open_file(self, path: str, read_only: bool, lazy: bool | None = None) -> None:
         """Switch to the session at `path` (see `set_session_file`)."""
         if not read_only and isinstance(self._storage, HostFilesystem) and os.path.islink(path):
             # Writes never go through a symlink: work on the file it names.
@@ -351,7 +355,9 @@ class SessionManager(ClosesOnExit):
             assert old is not None
             file.adopt_lock(old)  # reopening our own file: the lock is already ours
         try:
-            loaded = file.load()
+            loaded = file.load(
+                lazy=lazy, index_first_if=lambda header: not header_needs_migration(header)
+            )
         except BaseException:
             if same:
                 assert old is not None
@@ -374,6 +380,20 @@ class SessionManager(ClosesOnExit):
         cwd = header.get("cwd")
         if isinstance(cwd, str):
             self._cwd = cwd
+        if loaded.lines is not None and loaded.pinned is not None:
+            self._head = SessionHead(header, loaded.title_slot, loaded.title_slot_raw)
+            lines = loaded.lines
+            for index in lines.blob_refs:
+                entry = lines.entries[index]
+                assert entry is not None
+                lines.entries[index] = allow_deep_nesting(
+                    partial(resolve_blob_refs, entry, self._blobs)
+                )
+            source = LineSource(loaded.pinned, lines.offsets, lines.lengths, self._blobs, path)
+            self._index.reset_lines(lines, source)
+            if not read_only:
+                self._after_first_write()
+            return
         raw = [header, *loaded.entries]
         migrated = migrate_session_entries(raw)
         self._head = SessionHead(header, loaded.title_slot, loaded.title_slot_raw)
@@ -403,8 +423,9 @@ class SessionManager(ClosesOnExit):
             if os.path.realpath(self._blobs.dir) == os.path.realpath(os.path.join(agent, "blobs")):
                 register_session_dir(file.path, agent)
 
-    def _write_new_file(self, header: Entry, entries: builtins.list[Entry]) -> str:
-        """Write `header` + `entries` as a new session file at once and switch to it.
+    def _write_new_file(self, header: Entry, index: EntryIndex) -> str:
+        """Write `header` + the entries of `index` as a new session file at once and
+        switch to it (and to `index`).
 
         On failure the manager stays on its current session, unchanged.
         """
@@ -413,7 +434,7 @@ class SessionManager(ClosesOnExit):
             current.flush()  # a conflict in the current file surfaces before the switch
         file = self._new_file(session_path(self._session_dir, header))
         try:
-            file.create(self._chunks(SessionHead(header).lines(), entries), rescue=False)
+            file.create(index.file_chunks(SessionHead(header).lines(), self._blobs), rescue=False)
         except BaseException:
             # A fresh name that nothing else could have taken: whatever is there now
             # (a rename whose directory fsync failed) is our half-made copy.
@@ -427,8 +448,7 @@ class SessionManager(ClosesOnExit):
         file.restore_content(self._content_source())
         self._use_file(file)
         self._head = SessionHead(header)
-        if entries is not self._index.entries:
-            self._index.reset(entries)
+        self._index = index
         self._after_first_write()
         return file.path
 
@@ -732,15 +752,9 @@ class SessionManager(ClosesOnExit):
         return self._index.context()
 
     def get_injected_ttsr_rules(self) -> builtins.list[str]:
-        """Rules injected on the current path, de-duplicated, first seen first."""
-        seen: dict[str, None] = {}
-        for entry in self.get_branch():
-            rules = entry.get("injectedRules")
-            if entry.get("type") == "ttsr_injection" and isinstance(rules, list):
-                for rule in rules:
-                    if isinstance(rule, str):
-                        seen.setdefault(rule, None)
-        return list(seen)
+        """Rules injected on the current path, de-duplicated, first seen first (as the
+        context reports them)."""
+        return self._index.context().injected_ttsr_rules
 
     # ------------------------------------------------------------------ identity
 
@@ -800,7 +814,7 @@ class SessionManager(ClosesOnExit):
             "timestamp": iso_now(),
             "parentSession": self.get_session_id(),
         }
-        new_file = self._write_new_file(self._head.carried_title(header), self._index.entries)
+        new_file = self._write_new_file(self._head.carried_title(header), self._index)
         return old_file, new_file
 
     def create_branched_session(self, leaf_id: str) -> str | None:
@@ -817,7 +831,7 @@ class SessionManager(ClosesOnExit):
             self._head = SessionHead(header)
             self._index.reset(entries)
             return None
-        return self._write_new_file(header, entries)
+        return self._write_new_file(header, EntryIndex(entries))
 
     def persist_copy(
         self,
@@ -852,7 +866,15 @@ class SessionManager(ClosesOnExit):
         if parent_session is not None:
             parent = parent_session
         header = self._head.carried_title(new_header(self._cwd, parent))
-        copy_._write_new_file(header, copy.deepcopy(entries))
+        entries = copy.deepcopy(entries)
+        if not same_blob_store(self._blobs, copy_._blobs):
+            # Refs that `put_blob` handed out name blobs in this session's store, not
+            # the copy's: carry their images over (the copy stores them again).
+            entries = [
+                allow_deep_nesting(partial(resolve_blob_refs, entry, self._blobs))
+                for entry in entries
+            ]
+        copy_._write_new_file(header, EntryIndex(entries))
         return copy_
 
     def move_to(self, new_cwd: str) -> None:
@@ -886,12 +908,23 @@ class SessionManager(ClosesOnExit):
         artifacts = None
         if old_path.endswith(".jsonl") and new_path.endswith(".jsonl"):
             artifacts = (old_path[: -len(".jsonl")], new_path[: -len(".jsonl")])
+        # Into another agent dir: its images go along into that dir's blob store (a
+        # blob store the caller chose stays the session's).
+        blobs, carry = self._blobs, None
+        if same_blob_store(blobs, blob_store_for(old_path, self._storage)):
+            moved = blob_store_for(new_path, self._storage)
+            if not same_blob_store(blobs, moved):
+                blobs, carry = moved, self._blobs
         old_head, self._head = self._head, head
         try:
-            file.move(new_path, self._content(False), artifacts)
+            chunks = self._index.file_chunks(head.lines(), blobs, carry_from=carry)
+            file.move(new_path, chunks, artifacts)
         except BaseException:
             self._head = old_head
             raise
+        if carry is not None:
+            self._blobs = file.blobs = blobs
+            self._index.use_blobs(blobs)
         self._cwd, self._session_dir = new_cwd, new_dir
         self._after_first_write()
 
@@ -913,9 +946,8 @@ class SessionManager(ClosesOnExit):
     def get_usage_statistics(self) -> UsageStatistics:
         """Tokens and cost summed over the assistant messages of every entry."""
         totals = UsageTotals()
-        for entry in self._index.entries:
-            if is_assistant_message(entry):
-                totals.add_usage(entry["message"].get("usage"))
+        for message in self._index.assistant_messages():
+            totals.add_usage(message.get("usage"))
         return UsageStatistics(
             totals.input, totals.output, totals.cache_read, totals.cache_write, totals.cost
         )

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from .entries import CURRENT_SESSION_VERSION, Entry
 
-__all__ = ["migrate_session_entries", "session_version"]
+__all__ = ["header_needs_migration", "migrate_session_entries", "session_version"]
 
 
 def _v1_to_v2(entries: list[Entry]) -> None:
@@ -129,6 +129,11 @@ def session_version(entries: list[Entry]) -> int:
     if math.isinf(version):
         return CURRENT_SESSION_VERSION if version > 0 else 0
     return math.floor(version)
+
+
+def header_needs_migration(header: Entry) -> bool:
+    """Whether a file with this header gets migrated on load (its version is older)."""
+    return _header_version([header]) < CURRENT_SESSION_VERSION
 
 
 def migrate_session_entries(entries: list[Entry]) -> bool:

@@ -39,6 +39,8 @@ __all__ = [
     "SessionHead",
     "entry_name",
     "head_kind",
+    "head_title",
+    "head_title_source",
     "header_in",
     "is_title_slot",
     "listing_title",
@@ -109,10 +111,22 @@ def _blank(text: object) -> bool:
     return not isinstance(text, str) or not text.strip()
 
 
+def head_title(has_slot: bool, slot_title: object, header_title: object) -> str | None:
+    """Rule 1 on the fields a listing keeps: the slot's title when the file has a
+    slot (an empty one removes the header's), else the header's."""
+    title = slot_title if has_slot else header_title
+    return title if isinstance(title, str) and title else None
+
+
+def head_title_source(has_slot: bool, slot_source: object, header_source: object) -> str | None:
+    """ "user" or "auto": the slot's `source` replaces the header's `titleSource`."""
+    source = slot_source if has_slot else header_source
+    return source if isinstance(source, str) else None
+
+
 def slot_header_title(header: Mapping[str, Any], slot: Mapping[str, Any] | None) -> str | None:
     """The header's title once a title slot (if any) replaced it (rule 1)."""
-    title = slot.get("title") if slot is not None else header.get("title")
-    return title if isinstance(title, str) and title else None
+    return head_title(slot is not None, slot and slot.get("title"), header.get("title"))
 
 
 def entry_name(entry: Mapping[str, Any]) -> str | None:
@@ -149,15 +163,29 @@ def ordered_header(header: Mapping[str, Any]) -> Entry:
     return ordered
 
 
-def new_header(cwd: str, parent_session: str | None = None) -> Entry:
-    """A fresh v3 header: new id, now, `cwd` (and `parentSession` when given)."""
+def new_header(
+    cwd: str,
+    parent_session: str | None = None,
+    *,
+    title: str | None = None,
+    title_source: str | None = None,
+    session_id: str | None = None,
+    timestamp: str | None = None,
+) -> Entry:
+    """A v3 header, keys in the reference order: `session_id` (default: a new id),
+    `timestamp` (default: now), `cwd`, then `title` with its `title_source` and
+    `parentSession`, each only when given. Every new header is built here."""
     header: Entry = {
         "type": "session",
         "version": CURRENT_SESSION_VERSION,
-        "id": generate_session_id(),
-        "timestamp": iso_now(),
+        "id": session_id if session_id is not None else generate_session_id(),
+        "timestamp": timestamp if timestamp is not None else iso_now(),
         "cwd": cwd,
     }
+    if title is not None:
+        header["title"] = title
+        if title_source is not None:
+            header["titleSource"] = title_source
     if parent_session is not None:
         header["parentSession"] = parent_session
     return header
@@ -213,11 +241,10 @@ class SessionHead:
 
     def title_source(self) -> str | None:
         """ "user" or "auto" (the slot's `source` replaces the header's `titleSource`)."""
-        if self.slot is not None:
-            source = self.slot.get("source")
-        else:
-            source = self.header.get("titleSource")
-        return source if isinstance(source, str) else None
+        slot = self.slot
+        return head_title_source(
+            slot is not None, slot and slot.get("source"), self.header.get("titleSource")
+        )
 
     def renamed(self, title: str, source: str) -> SessionHead:
         header = ordered_header({**self.header, "title": title, "titleSource": source})

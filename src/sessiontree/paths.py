@@ -1,4 +1,5 @@
-"""Where things live: the agent dir, session dirs, file names, terminal ids.
+"""Where things live: the agent dir, session dirs, terminal ids (a session file's
+name is `sessiontree.naming.session_file_name`).
 
 Untrusted names (session ids, terminal ids, file names from resume arguments
 or breadcrumbs) pass `is_safe_name` before they become part of a path.
@@ -17,7 +18,6 @@ __all__ = [
     "get_default_session_dir",
     "get_terminal_id",
     "is_safe_name",
-    "session_file_name",
 ]
 
 _UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f/\\]")
@@ -62,11 +62,6 @@ def get_default_session_dir(cwd: str, agent_dir: str | None = None, storage: obj
     """`<agent dir>/sessions/--<cwd-encoded>--` (not created here)."""
     base = agent_dir if agent_dir is not None else get_agent_dir()
     return os.path.join(base, "sessions", encode_session_dir_name(cwd))
-
-
-def session_file_name(timestamp: str, session_id: str) -> str:
-    """`<timestamp with : and . as ->_<session id>.jsonl`."""
-    return f"{timestamp.replace(':', '-').replace('.', '-')}_{session_id}.jsonl"
 
 
 def is_safe_name(name: str) -> bool:

@@ -18,7 +18,6 @@ import hashlib
 import json
 import logging
 import re
-from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 import orjson
@@ -47,7 +46,6 @@ __all__ = [
     "js_len",
     "prepare_for_persist",
     "resolve_blob_refs",
-    "session_chunks",
     "truncate_for_persist",
     "validate_entry",
 ]
@@ -673,24 +671,3 @@ def _entry_line_slow(entry: JSONDict, blobs: BlobStoreLike) -> bytes:
         return serialize_entry_bytes(prepared) + b"\n"
     except (TypeError, ValueError) as exc:
         raise _not_serializable(entry, exc) from exc
-
-
-def session_chunks(
-    head: bytes, entries: Iterable[JSONDict], blobs: BlobStoreLike
-) -> Iterator[bytes]:
-    """A whole session file: `head` (title slot and header lines), then each entry's
-    line, in batches of about 1 MB. The blobs are synced before the last chunk is
-    handed over, so a durable line never references a blob that is not."""
-    yield head
-    batch: list[bytes] = []
-    size = 0
-    for entry in entries:
-        line = entry_line(entry, blobs)
-        batch.append(line)
-        size += len(line)
-        if size >= _BATCH_BYTES:
-            yield b"".join(batch)
-            batch, size = [], 0
-    if batch:
-        yield b"".join(batch)
-    blobs.sync()

@@ -34,7 +34,7 @@ import xxhash
 
 from ._fs import side_path
 from .blobs import BlobStoreLike
-from .entries import iso_now
+from .entries import Entry, iso_now
 from .errors import (
     SessionClosedError,
     SessionLockError,
@@ -42,10 +42,12 @@ from .errors import (
     SessionTreeError,
     SessionWriteConflictError,
 )
-from .loader import LoadedSession, read_session
+from .loader import LoadedSession, load_session
 from .locks import acquire_session_lock, verify_lock
 from .paths import get_agent_dir
 from .storage.base import (
+    PinnedFile,
+    PinnedReads,
     SessionStorage,
     SessionStorageWriter,
     StorageStat,
@@ -56,7 +58,14 @@ from .storage.base import (
 )
 from .storage.file import FileSessionStorage
 
-__all__ = ["LOCK_CHECK_SECONDS", "ContentSource", "SessionFile", "WriterProbe", "rescue_dir"]
+__all__ = [
+    "LOCK_CHECK_SECONDS",
+    "CommittableChunks",
+    "ContentSource",
+    "SessionFile",
+    "WriterProbe",
+    "rescue_dir",
+]
 
 log = logging.getLogger("sessiontree")
 
@@ -70,6 +79,17 @@ _BLANK_PROBE = 4096
 ContentSource = Callable[[bool], Iterable[bytes]]
 """The manager's whole session as file bytes; `True` asks for a rescue copy (a new
 session id whose `parentSession` names the file)."""
+
+
+@runtime_checkable
+class CommittableChunks(Protocol):
+    """File bytes that want to know when they were written whole as the session's
+    file: `commit(pinned)` hands them a handle on the file written (an index loaded
+    index first then reads its lines from there)."""
+
+    def __iter__(self) -> Iterator[bytes]: ...
+
+    def commit(self, pinned: PinnedFile) -> None: ...
 
 
 class Probed(Protocol):
@@ -123,6 +143,16 @@ class _Hashing:
             self.size += len(chunk)
             self.digest.update(chunk)
             yield chunk
+
+
+def _commit(chunks: Iterable[bytes], pinned: PinnedFile | None) -> None:
+    """Tell `chunks` they are now the session's file (or drop an unwanted handle)."""
+    if pinned is None:
+        return
+    if isinstance(chunks, CommittableChunks):
+        chunks.commit(pinned)
+    else:
+        pinned.close()
 
 
 def _no_rescue(rescue: bool) -> Iterable[bytes]:
@@ -201,18 +231,23 @@ class SessionFile:
 
     # ------------------------------------------------------------------ opening
 
-    def load(self) -> LoadedSession:
+    def load(
+        self, *, lazy: bool | None = None, index_first_if: Callable[[Entry], bool] | None = None
+    ) -> LoadedSession:
         """Read the file, taking the writer lock first unless read-only.
 
         Writable: a missing file reads as blank, and the lock is kept (a new
         session starts there); a file without a valid header releases it.
-        Read-only: FileNotFoundError propagates.
+        Read-only: FileNotFoundError propagates. `lazy` and `index_first_if` choose
+        an index-first load (`loader.load_session`); its `pinned` handle is the
+        caller's.
         """
+        wants = index_first_if if index_first_if is not None else (lambda header: True)
         if self.read_only:
-            return read_session(self.path, self.storage)
+            return load_session(self.path, self.storage, lazy=lazy, index_first_if=wants)
         self._take_lock()
         try:
-            loaded = self._load_guarded()
+            loaded = self._load_guarded(lazy, wants)
         except (FileNotFoundError, NotADirectoryError):
             return LoadedSession(exists=False)
         except BaseException:
@@ -222,18 +257,21 @@ class SessionFile:
             self.release_lock()
         return loaded
 
-    def _load_guarded(self) -> LoadedSession:
+    def _load_guarded(self, lazy: bool | None, wants: Callable[[Entry], bool]) -> LoadedSession:
         storage, path = self.storage, self.path
         for _ in range(3):
             before = storage.stat(path)
             digest = xxhash.xxh3_128()
-            loaded = read_session(path, storage, observe=digest.update)
+            loaded = load_session(path, storage, digest, lazy=lazy, index_first_if=wants)
             after = storage.stat(path)
-            if after.ino == before.ino and after.size == loaded.size:
+            pinned_ino = loaded.pinned.ino if loaded.pinned is not None else after.ino
+            if after.ino == before.ino == pinned_ino and after.size == loaded.size:
                 if loaded.valid:
                     self._guard = _Guard(after.ino, loaded.size, digest, time.monotonic())
                     self._needs_newline = not loaded.ends_with_newline
                 return loaded
+            if loaded.pinned is not None:
+                loaded.pinned.close()
         raise SessionWriteConflictError(path, f"{path}: the file kept changing while being read")
 
     def _take_lock(self) -> None:
@@ -395,13 +433,45 @@ class SessionFile:
         hashing = _Hashing(chunks)
         try:
             storage.ensure_dir(os.path.dirname(path) or ".")
-            written = write_whole(storage, path, hashing)
-            if not isinstance(written, StorageStat):
-                written = storage.stat(path)
+            written, pinned = self._write_file(path, hashing)
         except OSError as exc:
             raise self.fail(exc, action) from exc
         self._guard = _Guard(written.ino, hashing.size, hashing.digest, time.monotonic())
         self._needs_newline = False
+        _commit(chunks, pinned)
+
+    def _write_file(
+        self, path: str, chunks: Iterable[bytes]
+    ) -> tuple[StorageStat, PinnedFile | None]:
+        """Write a whole file at `path`; the stat of what was written, and a pinned
+        handle on it where the storage has them. A line of the session that changed
+        on disk before it could be copied (SessionWriteConflictError from `chunks`)
+        is answered as every change behind our back is: rescue copy, then raise."""
+        storage = self.storage
+        try:
+            written = write_whole(storage, path, chunks)
+        except SessionWriteConflictError as exc:
+            saved = self.rescue()
+            error = SessionWriteConflictError(exc.path, str(exc), saved)
+            self._latch(error)
+            raise error from exc
+        if not isinstance(written, StorageStat):
+            written = storage.stat(path)
+        return written, self._pin(path, written.ino)
+
+    def _pin(self, path: str, ino: int) -> PinnedFile | None:
+        """A pinned handle on the file just written, if it still is the one at `path`
+        (else None: whoever replaced it since is answered by the next check)."""
+        if not isinstance(self.storage, PinnedReads):
+            return None
+        try:
+            pinned = self.storage.open_pinned(path)
+        except OSError:
+            return None
+        if pinned.ino != ino:
+            pinned.close()
+            return None
+        return pinned
 
     def move(
         self, new_path: str, chunks: Iterable[bytes], artifacts: tuple[str, str] | None
@@ -429,13 +499,17 @@ class SessionFile:
             self.verify(full=True)
             self._close_writer()
             hashing = _Hashing(chunks)
+            pinned: PinnedFile | None = None
             try:
-                written = write_whole(storage, new_path, hashing)
-                if not isinstance(written, StorageStat):
-                    written = storage.stat(new_path)
+                written, pinned = self._write_file(new_path, hashing)
             except OSError as exc:
                 raise SessionTreeError(f"{old_path}: move to {new_path} failed: {exc}") from exc
-            self._finish_move(new_path, written.ino, artifacts)
+            try:
+                self._finish_move(new_path, written.ino, artifacts)
+            except BaseException:
+                if pinned is not None:
+                    pinned.close()
+                raise
         except BaseException:
             if new_lock is not None:
                 new_lock.release()
@@ -446,6 +520,7 @@ class SessionFile:
         self.path = new_path
         self._guard = _Guard(written.ino, hashing.size, hashing.digest, time.monotonic())
         self._needs_newline = False
+        _commit(chunks, pinned)
 
     def _finish_move(self, new_path: str, new_ino: int, artifacts: tuple[str, str] | None) -> None:
         storage, old_path = self.storage, self.path

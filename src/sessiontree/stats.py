@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .blobs import CollectableBlobStore
+from .content_index import SessionSource
 from .entries import Entry
 from .gc import list_blobs, list_store_blobs
 from .manager import SessionManager
@@ -143,14 +144,18 @@ class StoreStats:
     prices: dict[str, str | None] = field(default_factory=dict)
 
 
+def _path_of(source: str | SessionSource) -> str:
+    return source.path if isinstance(source, SessionSource) else source
+
+
 def store_stats(
-    paths: Iterable[str],
+    paths: Iterable[str | SessionSource],
     blob_dir: str | None = None,
     *,
     storage: SessionStorage | None = None,
     index_progress: Callable[[int, int], None] | None = None,
     blob_store: CollectableBlobStore | None = None,
-    context: Iterable[str] | None = None,
+    context: Iterable[str | SessionSource] | None = None,
     agent_dir: str | None = None,
 ) -> StoreStats:
     """Sessions, bytes, blobs, and usage per model and per UTC day over `paths` (never
@@ -160,11 +165,20 @@ def store_stats(
     `context` (the files whose copies `paths` may hold: the whole store; default
     `paths`), then those of `paths` are summed. Blobs are counted in `blob_store`
     when given (a storage's own, e.g. PostgreSQL's), else in the files of `blob_dir`.
+    Sources of other formats (`SessionSource` with a loader) are read as `load_usage`
+    reads them.
     """
     storage = storage if storage is not None else FileSessionStorage()
-    wanted = list(dict.fromkeys(paths))
-    everything = list(dict.fromkeys([*wanted, *(context or ())]))
-    data = load_usage(everything, storage=storage, agent_dir=agent_dir, progress=index_progress)
+    given = list(paths)
+    sources = {_path_of(s): s for s in [*(context or ()), *given]}
+    wanted = list(dict.fromkeys(_path_of(s) for s in given))
+    everything = list(dict.fromkeys([*wanted, *sources]))
+    data = load_usage(
+        [sources[p] for p in everything],
+        storage=storage,
+        agent_dir=agent_dir,
+        progress=index_progress,
+    )
     stats = StoreStats()
     scope = set(wanted)
     read = {s.path: s for s in data.sessions}

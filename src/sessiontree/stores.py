@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from .blobs import BlobStore, BlobStoreLike, parse_blob_ref
+from .agent_dir import blob_store_for
+from .blobs import BlobStore, parse_blob_ref
 from .errors import SessionLockError, SessionTreeError
 from .locks import is_locked, lock_path_for
 from .paths import get_agent_dir
@@ -42,6 +43,7 @@ from .storage.base import (
     SessionStorage,
     directory_tree,
     read_chunks,
+    store_root,
     write_whole,
 )
 from .storage.file import FileSessionStorage, fsync_directory
@@ -208,12 +210,6 @@ def _maybe_locked(storage: SessionStorage, path: str) -> bool:
     return is_locked(storage, path)
 
 
-def _root_of(storage: SessionStorage, agent_dir: str) -> str:
-    """Where a storage keeps the agent dir's trees: its `root` if it has one."""
-    root = getattr(storage, "root", None)
-    return root if isinstance(root, str) else agent_dir
-
-
 def _set_mtime(storage: SessionStorage, path: str, mtime_ns: int) -> None:
     if isinstance(storage, HostFilesystem):
         os.utime(path, ns=(mtime_ns, mtime_ns))
@@ -273,11 +269,11 @@ def import_files(
     files = FileSessionStorage()
     bulk = getattr(storage, "bulk", None)  # one durability barrier for the whole import
     with bulk() if callable(bulk) else nullcontext():
-        _copy_trees(files, agent_dir, storage, _root_of(storage, agent_dir), report)
+        _copy_trees(files, agent_dir, storage, store_root(storage, agent_dir), report)
     blob_dir = os.path.join(agent_dir, "blobs")
     if not os.path.isdir(blob_dir):
         return report
-    target = _blob_store_of(storage, agent_dir)
+    target = blob_store_for(None, storage, store_root(storage, agent_dir))
     sidecars: list[tuple[str, str]] = []
     for name in sorted(os.listdir(blob_dir)):
         match = _BLOB_NAME.fullmatch(name)
@@ -315,7 +311,7 @@ def export_files(
     report = report if report is not None else TransferReport()
     agent_dir = os.path.abspath(agent_dir if agent_dir is not None else get_agent_dir())
     files = FileSessionStorage()
-    _copy_trees(storage, _root_of(storage, agent_dir), files, agent_dir, report)
+    _copy_trees(storage, store_root(storage, agent_dir), files, agent_dir, report)
     source = storage.blob_store() if isinstance(storage, BlobBackedStorage) else None
     listing = getattr(source, "list", None)
     if source is None or not callable(listing):
@@ -339,11 +335,3 @@ def export_files(
     if report.blobs:
         fsync_directory(blob_dir)
     return report
-
-
-def _blob_store_of(storage: SessionStorage, agent_dir: str) -> BlobStoreLike:
-    if isinstance(storage, BlobBackedStorage):
-        own = storage.blob_store()
-        if own is not None:
-            return own
-    return BlobStore(os.path.join(_root_of(storage, agent_dir), "blobs"))

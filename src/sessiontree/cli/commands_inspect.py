@@ -19,6 +19,7 @@ from ..context import convert_to_llm
 from ..discovery import SessionInfo, list_all_sessions, list_sessions
 from ..entries import format_iso
 from ..export import entry_role, message_text
+from ..foreign.storage import index_view
 from ..gc import storage_blob_store
 from ..maintenance import file_version, session_files
 from ..search import SearchHit, read_history, search
@@ -421,9 +422,10 @@ def search_command(
     until_ms = parse_time(until, tz, end=True) if until else None
     sessions = _scope(all_projects, project)
     titles = {s.path: (s.title or s.first_message) for s in sessions}
+    view = index_view(current_storage(), [s.path for s in sessions], current_agent_dir())
     with byte_progress("Indexing sessions") as advance:
         result = search(
-            [s.path for s in sessions],
+            view.sources,
             text,
             regex=regex,
             case_sensitive=case_sensitive,
@@ -431,8 +433,8 @@ def search_command(
             since=since_ms,
             until=until_ms,
             limit=limit,
-            storage=current_storage(),
-            agent_dir=current_agent_dir(),
+            storage=view.storage,
+            agent_dir=view.agent_dir,
             use_index=not no_index,
             index_progress=advance,
         )
@@ -540,15 +542,16 @@ def stats_command(
     )
     blob_dir = os.path.join(agent, "blobs")
     blobs = None if is_file_store(storage) else storage_blob_store(storage)
+    view, scope = index_view(storage, every, agent), index_view(storage, paths, agent)
     with byte_progress("Indexing sessions") as advance:
         stats = store_stats(
-            paths,
+            scope.sources,
             blob_dir,
-            storage=storage,
+            storage=view.storage,
             index_progress=advance,
             blob_store=blobs,
-            context=every,
-            agent_dir=agent,
+            context=view.sources,
+            agent_dir=view.agent_dir,
         )
     if as_json:
         emit_json(

@@ -21,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..entries import format_iso
+from ..foreign.storage import index_view
 from ..maintenance import session_files
 from ..pricing import price_table
 from ..usage_report import (
@@ -115,11 +116,12 @@ class _Inputs:
         agent = current_agent_dir()
         storage = current_storage()
         paths = session_files(agent, nested=False, storage=storage)
+        view = index_view(storage, paths, agent)
         with byte_progress("Indexing sessions") as advance:
             data = load_usage(
-                paths,
-                storage=storage,
-                agent_dir=agent,
+                view.sources,
+                storage=view.storage,
+                agent_dir=view.agent_dir,
                 use_index=not self.no_index,
                 progress=advance,
             )

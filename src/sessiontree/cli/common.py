@@ -39,14 +39,13 @@ from rich.text import Text
 
 from ..agent_dir import blob_store_for as agent_blob_store_for
 from ..blobs import BlobStoreLike
-from ..check import glob_escape
 from ..discovery import resolve_resumable_session
 from ..errors import AmbiguousSessionError
 from ..jsonl import serialize_entry
 from ..maintenance import session_files
 from ..manager import SessionManager
 from ..paths import get_agent_dir
-from ..storage.base import SessionStorage
+from ..storage.base import SessionStorage, is_stored_file
 from ..storage.file import FileSessionStorage
 from ..stores import close_store, open_store
 from .render import terminal_safe, terminal_safe_text
@@ -244,9 +243,8 @@ def _stored_kind(storage: SessionStorage, path: str) -> str | None:
     """'file', 'dir' or None (missing, or outside a database store's root)."""
     if isinstance(storage, FileSessionStorage):
         return "file" if os.path.isfile(path) else "dir" if os.path.isdir(path) else None
-    directory, name = os.path.split(path)
     try:
-        if name and path in storage.list_files(directory, glob_escape(name)):
+        if is_stored_file(storage, path):
             return "file"
         return "dir" if storage.exists(path) else None
     except ValueError:  # a path outside the store's root names nothing in it

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from contextlib import closing
 from typing import Any, TypeVar
 
+from .._fs import utf8_encodable
 from ..discovery import CACHE_DB_NAME
 from ..jsonl import loads_line, serialize_entry_bytes
 from ..storage.file import ensure_private_dir
@@ -64,7 +65,7 @@ class IdentityCache:
 
     def fetch(self, paths: Iterable[str]) -> dict[str, tuple[Identity, Any]]:
         """Cached values of `paths` (whatever identity they were stored with)."""
-        wanted = {p for p in paths if _encodable(p)}
+        wanted = {p for p in paths if utf8_encodable(p)}
 
         def run(conn: sqlite3.Connection) -> dict[str, tuple[Identity, Any]]:
             found: dict[str, tuple[Identity, Any]] = {}
@@ -84,9 +85,9 @@ class IdentityCache:
         values = [
             (path, *identity, serialize_entry_bytes(value))
             for path, identity, value in rows
-            if _encodable(path)
+            if utf8_encodable(path)
         ]
-        gone = [(p,) for p in stale if _encodable(p)]
+        gone = [(p,) for p in stale if utf8_encodable(p)]
         if not values and not gone:
             return
 
@@ -105,11 +106,3 @@ class IdentityCache:
             conn.execute("COMMIT")
 
         self._run(run)
-
-
-def _encodable(path: str) -> bool:
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..entries import CURRENT_SESSION_VERSION, Entry
+from ..entries import Entry
 from ..errors import SessionTreeError
 from ..manager import SessionManager
-from ..naming import ordered_header
+from ..naming import new_header
 from ._records import Damaged, iso
 
 __all__ = ["ForeignSession", "ForeignSubsession", "NotAForeignSessionError", "Source"]
@@ -64,20 +64,15 @@ class ForeignSession:
 
     def header(self, parent_session: str | None = None) -> Entry:
         """A v3 header for reading the session in place: the source's id and start time."""
-        header: dict[str, Any] = {
-            "type": "session",
-            "version": CURRENT_SESSION_VERSION,
-            "id": self.source_id,
-            "timestamp": iso(self.created_ms),
-            "cwd": self.cwd,
-        }
-        if self.name:
-            header["title"] = self.name
-            header["titleSource"] = self.name_source
         parent = parent_session if parent_session is not None else self.parent_source_id
-        if parent:
-            header["parentSession"] = parent
-        return ordered_header(header)
+        return new_header(
+            self.cwd,
+            parent or None,
+            title=self.name or None,
+            title_source=self.name_source if self.name else None,
+            session_id=self.source_id,
+            timestamp=iso(self.created_ms),
+        )
 
     def import_record(self) -> dict[str, Any]:
         """The data of the `foreign_session_import` custom entry (oh-my-pi's four keys)."""

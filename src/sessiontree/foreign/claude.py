@@ -46,6 +46,7 @@ from __future__ import annotations
 import os
 import re
 import uuid as uuid_module
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,7 +57,7 @@ from ._content import block_as_text, int_field, str_field, text_of, usage
 from ._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
 from ._records import Damaged, Record, Transcript, read_transcript, timestamp_ms
 
-__all__ = ["claude_session_id", "read_claude_session"]
+__all__ = ["claude_fork_parent", "claude_session_id", "claude_title", "read_claude_session"]
 
 PROVIDER = "anthropic"
 API = "anthropic-messages"
@@ -549,10 +550,11 @@ def _resumed_end(records: list[Record], main_only: bool) -> str | None:
 # ---------------------------------------------------------------------------- sessions
 
 
-def _name(records: list[Record]) -> tuple[str | None, str]:
+def claude_title(values: Iterable[dict[str, Any]]) -> tuple[str | None, str]:
+    """The session's name and its source, for the import and the listing alike: the
+    latest `custom-title` ("user"), else the latest `ai-title`, else `summary` ("auto")."""
     custom = ai = summary = None
-    for record in records:
-        value = record.value
+    for value in values:
         kind = value.get("type")
         if kind == "custom-title":
             custom = str_field(value, "customTitle") or custom
@@ -573,9 +575,10 @@ def _first(records: list[Record], key: str) -> str | None:
     return None
 
 
-def _fork_parent(records: list[Record]) -> str | None:
-    for record in records:
-        forked = record.value.get("forkedFrom")
+def claude_fork_parent(values: Iterable[dict[str, Any]]) -> str | None:
+    """The session this one was forked from (the first `forkedFrom.sessionId`)."""
+    for value in values:
+        forked = value.get("forkedFrom")
         if isinstance(forked, dict) and isinstance(forked.get("sessionId"), str):
             return str(forked["sessionId"])
     return None
@@ -721,9 +724,10 @@ def read_claude_session(path: str, *, subagents: bool = True) -> ForeignSession:
     side = [r for r in records if r.value.get("isSidechain") is True]
     if not any(r.value.get("type") in ("user", "assistant") for r in main) and side:
         main, side = records, []  # a subagent's own file: every line is a sidechain line
-    builder = TreeBuilder(cwd, session_id, _fork_parent(records))
+    parent = claude_fork_parent(r.value for r in records)
+    builder = TreeBuilder(cwd, session_id, parent)
     conversion, leaf = _convert(main, builder, fallback_ms, main_only=True)
-    name, source = _name(records)
+    name, source = claude_title(r.value for r in records)
     first_ms = next(
         (ms for r in records if (ms := timestamp_ms(r.value.get("timestamp"))) is not None),
         fallback_ms,
@@ -737,7 +741,7 @@ def read_claude_session(path: str, *, subagents: bool = True) -> ForeignSession:
         manager=builder.finish(leaf, name, source),
         name=name,
         name_source=source,
-        parent_source_id=_fork_parent(records),
+        parent_source_id=parent,
         damaged=list(transcript.damaged),
         skipped=dict(conversion.skipped),
         size=transcript.size,

@@ -44,16 +44,23 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..jsonl import serialize_entry
+from ..jsonl import loads_line, serialize_entry
 from ._builder import TreeBuilder
 from ._content import block_as_text, int_field, str_field, usage
 from ._model import ForeignSession, NotAForeignSessionError
 from ._records import Record, read_transcript, timestamp_ms
 
-__all__ = ["environment_cwd", "is_injected_text", "read_codex_session", "rollout_id"]
+__all__ = [
+    "environment_cwd",
+    "is_injected_text",
+    "is_legacy_rollout",
+    "read_codex_session",
+    "rollout_id",
+]
 
 API = "openai-responses"
 _ROLLOUT_ID = re.compile(
@@ -112,6 +119,12 @@ _REPEATS = frozenset(
 )
 _EFFORT = {"none": "off", "minimal": "minimal", "low": "low", "medium": "medium"}
 _EFFORT |= {"high": "high", "xhigh": "xhigh"}
+
+
+def is_legacy_rollout(first: Mapping[str, Any]) -> bool:
+    """Whether a rollout's first line is the legacy header (`{"id", "timestamp",
+    ...}` with no `type` or `payload`) rather than a `session_meta` line."""
+    return "payload" not in first and "id" in first and "type" not in first
 
 
 def rollout_id(path: str) -> str | None:
@@ -175,8 +188,6 @@ def _arguments(value: object) -> dict[str, Any]:
         return value
     if isinstance(value, str):
         try:
-            from ..jsonl import loads_line
-
             parsed = loads_line(value)
         except (ValueError, UnicodeError):
             parsed = None
@@ -783,7 +794,7 @@ def read_codex_session(path: str, *, title: str | None = None) -> ForeignSession
     records = transcript.records
     fallback_ms = int(os.stat(path).st_mtime * 1000)
     first = records[0].value if records else {}
-    legacy = bool(records) and "payload" not in first and "id" in first and "type" not in first
+    legacy = is_legacy_rollout(first)
     if not legacy and not any(isinstance(r.value.get("payload"), dict) for r in records[:50]):
         raise NotAForeignSessionError(path, "Codex")
     meta: dict[str, Any] = {}

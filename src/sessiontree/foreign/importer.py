@@ -23,7 +23,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..blobs import BlobStore
+from ..agent_dir import blob_store_for
+from ..blobs import BlobStoreLike
 from ..errors import SessionTreeError
 from ..jsonl import loads_line
 from ..maintenance import artifacts_dir, session_files
@@ -197,7 +198,7 @@ def import_session(
     cwd: str | None = None,
     again: bool = False,
     earlier: list[EarlierImport] | None = None,
-    blob_store: BlobStore | None = None,
+    blob_store: BlobStoreLike | None = None,
     on_write: Callable[[str], None] | None = None,
 ) -> ImportedSession:
     """Write `session` into the agent dir's store as a new session (see the module doc).
@@ -211,8 +212,6 @@ def import_session(
     previous = earlier_import(session, known)
     if previous is not None and not again:
         raise AlreadyImportedError(session, previous)
-    if blob_store is None and isinstance(storage, FileSessionStorage):
-        blob_store = BlobStore(os.path.join(agent, "blobs"))
     sm = session.manager
     if cwd is None and not session.cwd:
         cwd = os.getcwd()  # the source names none: file it under this directory's project
@@ -229,6 +228,8 @@ def import_session(
         ]
         parent = max(forked, key=lambda e: e.path).path if forked else session.parent_source_id
     directory = get_default_session_dir(sm.get_cwd(), agent)
+    if blob_store is None:
+        blob_store = blob_store_for(directory, storage, agent)
     copy = sm.persist_copy(
         directory,
         storage,

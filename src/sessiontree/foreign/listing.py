@@ -6,13 +6,17 @@ result in the persistent listing cache per file identity. From those windows
 come the id, cwd, start time, first prompt, title and last activity. The message
 count is exact when the windows cover the file; for a larger file it is an
 estimate (the count in the windows scaled by the file's size), marked as such
-(`ForeignMeta.exact_count`); `show` counts exactly.
+(`ForeignMeta.exact_count`); `show` counts exactly. When the head window holds no
+first prompt (nor, in Claude Code, a command: a Codex rollout's injected
+instructions or a Claude Code file's attachments can fill it), the listing reads on
+from there, up to `PROMPT_REACH`, for the first prompt alone.
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Iterator
 from dataclasses import astuple, dataclass
 from typing import Any
 
@@ -20,13 +24,17 @@ import orjson
 
 from ..jsonl import loads_line
 from ._content import str_field, text_of
-from ._records import timestamp_ms
-from .claude import claude_session_id
-from .codex import environment_cwd, is_injected_text, rollout_id
+from ._records import Record, timestamp_ms
+from .claude import claude_fork_parent, claude_session_id, claude_title
+from .codex import environment_cwd, is_injected_text, is_legacy_rollout, rollout_id
 
-__all__ = ["WINDOW", "ForeignMeta", "scan_claude", "scan_codex"]
+__all__ = ["PROMPT_REACH", "WINDOW", "ForeignMeta", "scan_claude", "scan_codex"]
 
 WINDOW = 64 * 1024
+PROMPT_REACH = 1 << 20
+"""How far past the head window a listing reads for a first prompt it has not found."""
+_SCAN_VERSION = 2
+"""Kept with each cached listing record: a record of an older scan is scanned again."""
 _FIRST_LINE_MAX = 8 << 20  # a Codex session_meta line carries the base instructions
 _COMMAND = re.compile(r"<command-name>(.*?)</command-name>", re.S)
 _NOT_A_PROMPT = ("<command-", "<local-command", "Caveat:", "[Request interrupted")
@@ -50,13 +58,13 @@ class ForeignMeta:
     """False for a file that is not a session of its own (a subagent's transcript)."""
 
     def dump(self) -> list[Any]:
-        return list(astuple(self))
+        return [*astuple(self), _SCAN_VERSION]
 
     @classmethod
     def load(cls, value: object) -> ForeignMeta:
-        if not isinstance(value, list) or len(value) != 11:
+        if not isinstance(value, list) or len(value) != 12 or value[-1] != _SCAN_VERSION:
             raise ValueError("bad cached listing record")
-        return cls(*value)
+        return cls(*value[:-1])
 
 
 def _parse(line: bytes) -> dict[str, Any] | None:
@@ -79,6 +87,8 @@ class _Windows:
     whole: bool
     scanned: int
     """Bytes of the complete lines parsed (what an estimate scales from)."""
+    head_end: int = 0
+    """Where the head's complete lines end (the file's size when `whole`)."""
 
     def all(self) -> list[dict[str, Any]]:
         return self.head + self.tail
@@ -100,7 +110,7 @@ def _read_windows(path: str, size: int, first_line_whole: bool = False) -> _Wind
         if len(head) + WINDOW >= size:
             data = head + f.read()
             records = [r for r in (_parse(x) for x in data.split(b"\n")) if r is not None]
-            return _Windows(records, [], True, len(data))
+            return _Windows(records, [], True, len(data), len(data))
         cut = head.rfind(b"\n")
         head_lines = head[: cut + 1].split(b"\n") if cut >= 0 else []
         f.seek(size - WINDOW)
@@ -110,7 +120,45 @@ def _read_windows(path: str, size: int, first_line_whole: bool = False) -> _Wind
         scanned = (cut + 1 if cut >= 0 else 0) + (len(tail) - start - 1 if start >= 0 else 0)
     head_records = [r for r in (_parse(x) for x in head_lines) if r is not None]
     tail_records = [r for r in (_parse(x) for x in tail_lines) if r is not None]
-    return _Windows(head_records, tail_records, False, scanned)
+    return _Windows(head_records, tail_records, False, scanned, cut + 1 if cut >= 0 else 0)
+
+
+def _records_from(path: str, start: int, stop: int) -> Iterator[list[dict[str, Any]]]:
+    """The complete lines between byte offsets `start` (a line start) and `stop`,
+    parsed, a window at a time."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        pos, rest = start, b""
+        while pos < stop:
+            chunk = f.read(min(WINDOW, stop - pos))
+            if not chunk:
+                return
+            pos += len(chunk)
+            data = rest + chunk
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                rest = data
+                continue
+            rest = data[cut + 1 :]
+            yield [r for r in (_parse(x) for x in data[:cut].split(b"\n")) if r is not None]
+
+
+def _prompt_further(
+    path: str,
+    windows: _Windows,
+    size: int,
+    find: Callable[[list[dict[str, Any]]], str | None],
+) -> str | None:
+    """The first prompt after the head window, within `PROMPT_REACH` of it."""
+    if windows.whole:
+        return None
+    for records in _records_from(
+        path, windows.head_end, min(size, windows.head_end + PROMPT_REACH)
+    ):
+        found = find(records)
+        if found:
+            return found
+    return None
 
 
 def _estimate(count: int, windows: _Windows, size: int) -> int:
@@ -164,6 +212,17 @@ def _claude_prompt(value: dict[str, Any]) -> tuple[str | None, str | None]:
     return text, None
 
 
+def _claude_first_prompt(records: list[dict[str, Any]]) -> tuple[str | None, str | None]:
+    """(the first typed prompt, the first command name before it) in `records`."""
+    command = None
+    for value in records:
+        text, name = _claude_prompt(value)
+        command = command or name
+        if text:
+            return text, command
+    return None, command
+
+
 def _claude_messages(records: list[dict[str, Any]]) -> int:
     """Messages these lines become (results one each, a response's lines one)."""
     count = 0
@@ -206,45 +265,24 @@ def scan_claude(path: str, size: int) -> ForeignMeta:
         or os.path.basename(path).startswith("agent-")
         or not any(isinstance(v.get("sessionId"), str) or v.get("type") == "summary" for v in head)
     )
-    from ._records import Record
-
     session_id = claude_session_id(path, [Record(0, v) for v in head])
     cwd = next((c for v in head if (c := str_field(v, "cwd"))), "")
-    prompt = command = None
-    for value in head:
-        text, name = _claude_prompt(value)
-        command = command or name
-        if text:
-            prompt = text
-            break
-    custom = ai = summary = None
-    for value in records:
-        kind = value.get("type")
-        if kind == "custom-title":
-            custom = str_field(value, "customTitle") or custom
-        elif kind == "ai-title":
-            ai = str_field(value, "aiTitle") or ai
-        elif kind == "summary":
-            summary = str_field(value, "summary") or summary
-    title = custom or ai or summary
-    parent = None
-    for value in head:
-        forked = value.get("forkedFrom")
-        if isinstance(forked, dict) and isinstance(forked.get("sessionId"), str):
-            parent = forked["sessionId"]
-            break
+    prompt, command = _claude_first_prompt(head)
+    if prompt is None and command is None:
+        prompt = _prompt_further(path, windows, size, lambda rs: _claude_first_prompt(rs)[0])
+    title, source = claude_title(records)
     count = _claude_messages(records)
     return ForeignMeta(
         id=session_id,
         cwd=cwd,
         title=title,
-        title_source=("user" if custom else "auto") if title else None,
+        title_source=source if title else None,
         created_ms=_first_ms(head),
         first_message=prompt or command,
         message_count=_estimate(count, windows, size),
         exact_count=windows.whole,
         last_activity_ms=_last_ms(records),
-        parent=parent,
+        parent=claude_fork_parent(head),
         listed=listed,
     )
 
@@ -307,7 +345,7 @@ def scan_codex(path: str, size: int, titles: dict[str, str] | None = None) -> Fo
     windows = _read_windows(path, size, first_line_whole=True)
     head = windows.head
     first = head[0] if head else {}
-    legacy = "payload" not in first and "id" in first and "type" not in first
+    legacy = is_legacy_rollout(first)
     meta = first if legacy else first.get("payload") if first.get("type") == "session_meta" else {}
     meta = meta if isinstance(meta, dict) else {}
     session_id = str_field(meta, "id") or rollout_id(path) or os.path.basename(path)
@@ -320,6 +358,8 @@ def scan_codex(path: str, size: int, titles: dict[str, str] | None = None) -> Fo
     title = name or (titles or {}).get(session_id)
     body = records[1:] if legacy else records
     count, prompt = _codex_counts(body, legacy)
+    if prompt is None:
+        prompt = _prompt_further(path, windows, size, lambda rs: _codex_counts(rs, legacy)[1])
     created = timestamp_ms(meta.get("timestamp"))
     cwd = str_field(meta, "cwd")
     if cwd is None:

@@ -9,6 +9,11 @@ come from `list_session_meta` (the `SessionIndexStorage` capability), which read
 only the ends of each file (`listing`). The store appears under
 `<home>/sessions/--<cwd>--/` as an agent dir's sessions do, one directory per
 working directory the sessions were recorded in. Every write raises.
+
+`index_view` is how `search`, `usage` and `stats` (and the web app) reach such a
+store: through the content index of this agent's dir (the one that keeps the
+listing cache), each session read by its reader (`SessionSource.load`), so they
+are indexed as our files are; with no such dir, every session is scanned.
 """
 
 from __future__ import annotations
@@ -18,19 +23,24 @@ import fnmatch
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
+import orjson
+
+from ..content_index import SessionSource
 from ..entries import Entry
 from ..errors import SessionTreeError
-from ..jsonl import serialize_entry_bytes
+from ..jsonl import loads_line, serialize_entry_bytes
 from ..paths import encode_session_dir_name
-from ..storage.base import SessionMeta, SessionStorageWriter, StorageStat
+from ..storage.base import SessionMeta, SessionStorage, SessionStorageWriter, StorageStat
+from ..storage.file import FileSessionStorage
 from ._model import ForeignSession, NotAForeignSessionError
 from ._records import iso
 from .store import ForeignListing, ForeignStore
 
-__all__ = ["ForeignStorage", "session_bytes"]
+__all__ = ["ForeignStorage", "IndexView", "index_view", "session_bytes"]
 
 log = logging.getLogger("sessiontree")
 
@@ -121,6 +131,24 @@ class ForeignStorage:
         while len(self._views) > _VIEWS_KEPT:
             self._views.popitem(last=False)
         return data
+
+    def entries(self, path: str) -> tuple[Entry | None, list[Entry]]:
+        """The session at `path` as this storage shows it: (header, entries), or
+        (None, []) for a file that is not a session (a content-index `Loader`)."""
+        try:
+            data = self._view(path)
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:
+                return None, []
+            raise
+        values: list[Entry] = []
+        for line in data.split(b"\n"):
+            if line:
+                try:
+                    values.append(orjson.loads(line))
+                except orjson.JSONDecodeError:
+                    values.append(loads_line(line))  # what orjson refuses (lone surrogates)
+        return (values[0], values[1:]) if values else (None, [])
 
     def exists(self, path: str) -> bool:
         path = os.path.normpath(os.path.abspath(path))
@@ -243,3 +271,33 @@ class ForeignStorage:
 
     def remove_tree(self, path: str) -> None:
         raise self._refuse(path)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexView:
+    """Where `search`, `load_usage` and `store_stats` find a store's sessions."""
+
+    sources: list[str | SessionSource]
+    storage: SessionStorage
+    agent_dir: str | None
+    """The agent dir to pass on (whose content index is used, for a storage that has one)."""
+
+
+def index_view(storage: SessionStorage, paths: Sequence[str], agent_dir: str | None) -> IndexView:
+    """`paths` of `storage` as the content index reads them (see the module doc).
+
+    Our own stores are returned as they are. A Claude Code or Codex store's sessions
+    become sources read by their reader, indexed in the content index of the agent
+    dir that keeps the store's listing cache (never in the other agent's directory);
+    without one they stay paths of the foreign storage, which are scanned.
+    """
+    if not isinstance(storage, ForeignStorage):
+        return IndexView(list(paths), storage, agent_dir)
+    cache = storage.store.cache_dir
+    if cache is None:
+        return IndexView(list(paths), storage, agent_dir)
+    kind = storage.store.agent
+    sources: list[str | SessionSource] = [
+        SessionSource(path, load=storage.entries, kind=kind) for path in paths
+    ]
+    return IndexView(sources, FileSessionStorage(), cache)

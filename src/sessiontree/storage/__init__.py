@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from sessiontree.storage.base import (
     BlobBackedStorage,
     LockingStorage,
+    RootedStorage,
     SessionIndexStorage,
     SessionMeta,
     SessionStorage,
@@ -28,6 +29,7 @@ __all__ = [
     "LockingStorage",
     "MemorySessionStorage",
     "PostgresSessionStorage",
+    "RootedStorage",
     "SessionIndexStorage",
     "SessionMeta",
     "SessionStorage",

@@ -17,8 +17,13 @@ them with `isinstance` (never with a backend's class) and fall back where they c
   has no writer lock**, and two processes may then write one session;
 - `HostFilesystem` (`host_path`): paths are this host's files (terminal
   breadcrumbs, the outside-dir registry, symlink checks apply);
+- `RootedStorage` (`root`): a database's paths are those of one agent dir, whose
+  `sessions/` (and `blobs/`) store-wide tools find under it (`store_root`);
 - `BlobBackedStorage` (`blob_store`): images live beside the sessions;
-- `SessionIndexStorage` (`list_session_meta`): listings without reading content.
+- `SessionIndexStorage` (`list_session_meta`): listings without reading content;
+- `PinnedReads` (`open_pinned`): a handle that keeps reading
+  the bytes a file had when it was opened or written, so a big session is loaded
+  index first and its lines are read only when asked for (without it, whole).
 
 Store-wide operations that need a capability the storage lacks (`list_all`,
 `rm`, gc) raise `MissingCapabilityError`, which names it (`directory_tree`).
@@ -28,11 +33,13 @@ inode-based half of the conflict check is then skipped.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from sessiontree._fs import glob_escape
 from sessiontree.errors import SessionTreeError
 
 if TYPE_CHECKING:
@@ -159,6 +166,50 @@ class HostFilesystem(Protocol):
         ...
 
 
+@runtime_checkable
+class PinnedFile(Protocol):
+    """A read handle on the bytes of one stored file as they were when it was opened
+    (or written): it keeps reading them after the path is replaced or deleted."""
+
+    @property
+    def ino(self) -> int:
+        """The file it reads (as `StorageStat.ino`)."""
+        ...
+
+    def size(self) -> int:
+        """Its size now."""
+        ...
+
+    def pread(self, offset: int, length: int) -> bytes:
+        """Up to `length` bytes at `offset` (fewer only at the end of the file)."""
+        ...
+
+    def readinto(self, buffer: memoryview, offset: int) -> int:
+        """Fill `buffer` from `offset`; the count read (0 at the end)."""
+        ...
+
+    def close(self) -> None:
+        """Release the handle (idempotent)."""
+        ...
+
+
+@runtime_checkable
+class PinnedReads(Protocol):
+    """A backend that reads a file through a handle pinned to its bytes: what lets a
+    session be loaded index first and its lines read only when asked for."""
+
+    def open_pinned(self, path: str) -> PinnedFile:
+        """A pinned handle on `path` (FileNotFoundError when missing)."""
+        ...
+
+
+@runtime_checkable
+class RootedStorage(Protocol):
+    """A backend whose paths lie under one agent dir (PostgreSQL's `root`)."""
+
+    root: str
+
+
 # -- optional capabilities -----------------------------------------------------------------
 
 
@@ -280,6 +331,21 @@ def directory_tree(storage: object, operation: str) -> DirectoryTree:
     if not isinstance(storage, DirectoryTree):
         raise MissingCapabilityError(storage, "DirectoryTree (list_dirs, remove_tree)", operation)
     return storage
+
+
+def store_root(storage: object, agent_dir: str) -> str:
+    """The agent dir whose `sessions/` and `blobs/` a storage holds: its `root`
+    (`RootedStorage`), else `agent_dir` (a file store's are where they are)."""
+    if isinstance(storage, RootedStorage) and isinstance(storage.root, str):
+        return storage.root
+    return agent_dir
+
+
+def is_stored_file(storage: SessionStorage, path: str) -> bool:
+    """Whether `path` is a file of the storage: its directory's listing names it.
+    ValueError for a path the storage cannot hold (outside a database's root)."""
+    directory, name = os.path.split(path)
+    return bool(name) and path in storage.list_files(directory, glob_escape(name))
 
 
 def read_chunks(storage: SessionStorage, path: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:

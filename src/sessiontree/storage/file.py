@@ -11,7 +11,6 @@ import os
 import shutil
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
 from sessiontree._closing import WriterState
 from sessiontree._fs import (
@@ -25,14 +24,13 @@ from sessiontree._fs import (
     glob_match_name,
     utf8_prefix_text,
 )
+from sessiontree.locks import FileLock
 from sessiontree.storage.base import StorageStat
-
-if TYPE_CHECKING:
-    from sessiontree.locks import FileLock
 
 __all__ = [
     "DIR_MODE",
     "FILE_MODE",
+    "FilePin",
     "FileSessionStorage",
     "FileSessionWriter",
     "ensure_private_dir",
@@ -194,6 +192,63 @@ class _ChunkReader:
             self.close()
 
 
+class FilePin:
+    """A read-only descriptor on one inode (`PinnedFile`): a session loaded index first
+    reads its lines from it, so a file replaced or deleted behind the reader still
+    gives the bytes that were indexed. Reads are positional (`pread`): no shared
+    offset, safe from any thread."""
+
+    __slots__ = ("_fd", "ino")
+
+    def __init__(self, fd: int) -> None:
+        self._fd: int | None = fd
+        self.ino = os.fstat(fd).st_ino
+
+    @classmethod
+    def open(cls, path: str) -> FilePin:
+        fd = os.open(path, os.O_RDONLY | O_CLOEXEC)
+        try:
+            return cls(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _descriptor(self) -> int:
+        if self._fd is None:
+            raise ValueError("read from a closed FilePin")
+        return self._fd
+
+    def size(self) -> int:
+        return os.fstat(self._descriptor()).st_size
+
+    def pread(self, offset: int, length: int) -> bytes:
+        fd = self._descriptor()
+        data = os.pread(fd, length, offset)
+        if len(data) == length or not data:
+            return data
+        parts = [data]
+        got = len(data)
+        while got < length:
+            more = os.pread(fd, length - got, offset + got)
+            if not more:
+                break
+            parts.append(more)
+            got += len(more)
+        return b"".join(parts)
+
+    def readinto(self, buffer: memoryview, offset: int) -> int:
+        return os.preadv(self._descriptor(), [buffer], offset)
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        if getattr(self, "_fd", None) is not None:
+            self.close()
+
+
 class FileSessionStorage:
     """`SessionStorage` on the local filesystem (paths are plain strings).
 
@@ -283,6 +338,10 @@ class FileSessionStorage:
         """
         return _stat_result(atomic_write(path, chunks))
 
+    def open_pinned(self, path: str) -> FilePin:
+        """A descriptor on `path`'s inode for index-first loads (`PinnedReads`)."""
+        return FilePin.open(path)
+
     def fsync_dir(self, path: str) -> None:
         """Make a directory's entries durable (no-op where unsupported)."""
         fsync_directory(path)
@@ -305,6 +364,4 @@ class FileSessionStorage:
 
     def acquire_lock(self, path: str) -> FileLock:
         """The session's writer lock: `flock` on a sidecar (see `sessiontree.locks`)."""
-        from sessiontree.locks import FileLock
-
         return FileLock(path)

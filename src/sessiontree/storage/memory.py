@@ -13,15 +13,12 @@ import os
 import time
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
 
 from sessiontree._closing import WriterState
 from sessiontree._fs import glob_match_name, utf8_prefix_text
+from sessiontree.blobs import MemoryBlobStore
 from sessiontree.locks import MemoryLockTable
 from sessiontree.storage.base import StorageStat, WriterLock
-
-if TYPE_CHECKING:
-    from sessiontree.blobs import MemoryBlobStore
 
 __all__ = ["MemorySessionStorage", "MemorySessionWriter"]
 
@@ -359,7 +356,5 @@ class MemorySessionStorage:
     def blob_store(self) -> MemoryBlobStore:
         """The blobs of this storage: every session manager on it shares them."""
         if self._blobs is None:
-            from sessiontree.blobs import MemoryBlobStore
-
             self._blobs = MemoryBlobStore()
         return self._blobs

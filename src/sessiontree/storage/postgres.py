@@ -94,7 +94,14 @@ from sessiontree.blobs import (
 from sessiontree.entries import content_text, parse_iso_ms
 from sessiontree.errors import BackendUnavailableError, SessionLockError, SessionTreeError
 from sessiontree.jsonl import loads_line
-from sessiontree.naming import entry_name, head_kind, listing_title, session_name
+from sessiontree.naming import (
+    entry_name,
+    head_kind,
+    head_title,
+    head_title_source,
+    listing_title,
+    session_name,
+)
 from sessiontree.paths import get_agent_dir
 from sessiontree.storage.base import SessionMeta, StorageStat
 
@@ -339,7 +346,7 @@ class _Scan:
         self.parent_session = text("parentSession")
         self.created = text("timestamp")
         self.header_title = text("title")
-        self.title_source = self.slot_source if self.slot else text("titleSource")
+        self.title_source = head_title_source(self.slot, self.slot_source, value.get("titleSource"))
 
 
 def _raw_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
@@ -1423,7 +1430,7 @@ class PostgresSessionStorage(ClosesOnExit):
                     id=row[5],
                     cwd=row[6],
                     title=listing_title(
-                        session_name(slot_title if slot else header_title, name), short
+                        session_name(head_title(slot, slot_title, header_title), name), short
                     ),
                     title_source=row[12],
                     parent_session=row[13],
@@ -1681,13 +1688,7 @@ class PostgresSessionLock:
             row = conn.execute("SELECT pg_try_advisory_lock(%s)", (self._lock_id,)).fetchone()
             if row is None or not row[0]:
                 holder = _lock_holder(conn, self._lock_id)
-                who = holder or "another process"
-                raise SessionLockError(
-                    path,
-                    _holder_pid(holder),
-                    f"{path}: session is being written by {who}; to read it meanwhile, "
-                    "open it with read_only=True",
-                )
+                raise SessionLockError(path, _holder_pid(holder), holder=holder)
         except psycopg.Error as exc:
             conn.close()
             raise OSError(errno.EIO, f"PostgreSQL: {exc}", path) from exc

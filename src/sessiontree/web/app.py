@@ -39,6 +39,7 @@ from ..export import (
     json_island,
     leaf_choice_text,
 )
+from ..foreign.storage import ForeignStorage
 from ..paths import get_agent_dir
 from ..storage.base import SessionStorage
 from . import charts
@@ -52,6 +53,7 @@ from .sessions import (
     image_bytes,
     image_url_for,
     leaf_choices,
+    load_note,
     nav,
     path_slice,
     render_entries,
@@ -165,6 +167,10 @@ class _App:
                 "command": shlex.join(["sessiontree", *prefix, "resume", target]),
             }
         ]
+        foreign = self._foreign_resume(row)
+        if foreign is not None:
+            commands.append(foreign)
+            return commands
         parent, leaf = os.path.split(os.path.abspath(self.agent_dir))
         agent = _AGENTS.get(os.path.basename(parent)) if leaf == "agent" else None
         home = os.path.expanduser("~")
@@ -174,6 +180,26 @@ class _App:
             command = f"cd {shlex.quote(row.cwd)} && {resume}" if row.cwd else resume
             commands.append({"name": program, "command": command})
         return commands
+
+    def _foreign_resume(self, row: SessionRow) -> dict[str, str] | None:
+        """Claude Code's or Codex's own resume command for a session of their store (in
+        its directory, naming a store away from the default location by its variable)."""
+        if not isinstance(self.storage, ForeignStorage):
+            return None
+        store = self.storage.store
+        home = os.path.expanduser("~")
+        if store.agent == "claude":
+            program, args, variable = "claude", ["claude", "--resume", row.id], "CLAUDE_CONFIG_DIR"
+            usual = os.path.join(home, ".claude")
+        else:
+            program, args, variable = "codex", ["codex", "resume", row.id], "CODEX_HOME"
+            usual = os.path.join(home, ".codex")
+        command = shlex.join(args)
+        if os.path.abspath(store.home) != usual:
+            command = f"{variable}={shlex.quote(store.home)} {command}"
+        if row.cwd:
+            command = f"cd {shlex.quote(row.cwd)} && {command}"
+        return {"name": program, "command": command}
 
     # ------------------------------------------------------------------ pages
 
@@ -327,6 +353,7 @@ class _App:
                 "entry_count": len(session.sm.get_entries()),
                 "tip_count": len(session.tips()),
                 "size": _size(session.mark.size),
+                "load_note": load_note(session),
                 "offset": session.mark.size,
                 "commands": self._resume(row, self.data.rows()),
                 "exports": [

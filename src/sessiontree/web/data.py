@@ -4,7 +4,8 @@ and usage. One module, so that the backends can change here alone.
 * The listing is `discovery.list_all_sessions` (the persistent listing cache: a warm
   store costs one `stat` per file) plus each file's size.
 * Search is `sessiontree.search.search`: the content index where it can answer, a scan
-  where it cannot; the outcome says which and why.
+  where it cannot; the outcome says which and why. A Claude Code or Codex store goes
+  through the content index of this agent's dir (`foreign.storage.index_view`).
 * Usage (cost and tokens per day, model, project and session) is the usage library
   (`sessiontree.usage_report`: each reply counted once, unrecorded costs estimated and
   marked), computed in a background thread so no page waits for it.
@@ -24,6 +25,7 @@ from typing import Any
 
 from .. import usage_report
 from ..discovery import SessionInfo, list_all_sessions
+from ..foreign.storage import index_view
 from ..search import search
 from ..storage.base import SessionStorage
 from ..usage import utc_day
@@ -169,10 +171,11 @@ class _Usage:
 
     def compute(self, rows: Sequence[SessionRow], publish: Callable[[UsageSnapshot], None]) -> None:
         lib = usage_report
+        view = index_view(self.storage, [row.path for row in rows], self.agent_dir)
         data = lib.load_usage(
-            [row.path for row in rows],
-            storage=self.storage,
-            agent_dir=self.agent_dir,
+            view.sources,
+            storage=view.storage,
+            agent_dir=view.agent_dir,
             use_index=self.use_index,
         )
         counted, _duplicates = lib.count_once(data.sessions)
@@ -331,12 +334,13 @@ class Data:
 
     def search(self, query: str, paths: Iterable[str], limit: int = 200) -> SearchOutcome:
         """Entries whose text holds `query` (case-insensitive), up to `limit` hits."""
+        view = index_view(self.storage, list(paths), self.agent_dir)
         result = search(
-            list(paths),
+            view.sources,
             query,
             limit=limit + 1,
-            storage=self.storage,
-            agent_dir=self.agent_dir,
+            storage=view.storage,
+            agent_dir=view.agent_dir,
             use_index=self.use_index,
         )
         hits = [_hit(h) for h in result.hits]

@@ -4,7 +4,10 @@ that follows a file's appends for the live view.
 
 Only the public `SessionManager` API is used (`open(read_only=True)`, `get_branch`,
 `get_tree`, `get_entry`, `get_children`, `get_labels`, ...), so other readers and
-index-first loads slot in underneath. Nothing here writes.
+index-first loads slot in underneath. A session page still asks for every entry (the
+tree, the tips and the whole active path), so a session is read whole when it is first
+opened here, however the manager loads it; the page of a big one says so
+(`load_note`). Nothing here writes.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import base64
 import binascii
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -45,12 +49,20 @@ __all__ = [
     "SessionCache",
     "Tail",
     "image_bytes",
+    "load_note",
 ]
 
 PATH_CHUNK = 100
 """Entries of the active path a page holds at first; earlier ones load on demand."""
 TEXT_LIMIT = 4000
 """Characters of one block a page holds; the rest loads on demand."""
+PAGE_READS_EVERYTHING = True
+"""Whether a session page needs every entry of its session (it does: `get_tree` for the
+tree, `get_entries` for the tips and counts, `get_branch` for the whole active path),
+which turns an index-first load into a whole read. Clear it when the page asks only for
+what it shows, and the pages stop saying so."""
+WHOLE_READ_NOTE_BYTES = 8 << 20
+"""Sessions of at least this size say on their page that they were read whole."""
 NAV_FULL = 400
 """Sessions with up to this many entries show every entry in the tree; larger ones
 show the entries that shape it (roots, branch points and their children, tips,
@@ -112,6 +124,8 @@ class OpenSession:
     sm: SessionManager
     mark: Mark
     lock: threading.Lock = field(default_factory=threading.Lock)
+    load_seconds: float = 0.0
+    """How long opening it and reading what its pages need took."""
     _tips: list[Entry] | None = None
     _tree: list[SessionTreeNode] | None = None
 
@@ -172,6 +186,7 @@ class SessionCache:
                 if cached is not None and cached.mark == mark:
                     return cached
             mark = _mark(self.storage, path)
+            started = time.perf_counter()
             sm = SessionManager.open(
                 path,
                 storage=self.storage,
@@ -179,6 +194,14 @@ class SessionCache:
                 blob_store=blob_store_for(path, self.storage),
             )
             session = OpenSession(handle, path, sm, mark)
+            if PAGE_READS_EVERYTHING:
+                try:
+                    session.tree()  # what the page reads anyway, here, so it is timed
+                    session.tips()
+                except BaseException:
+                    sm.close()
+                    raise
+            session.load_seconds = time.perf_counter() - started
             with self._lock:
                 old = self._open.pop(path, None)
                 self._open[path] = session
@@ -201,6 +224,20 @@ class SessionCache:
             for session in self._open.values():
                 session.sm.close()
             self._open.clear()
+
+
+def load_note(session: OpenSession) -> str | None:
+    """What the page of a big session says about how it was read (None: nothing to say)."""
+    if not PAGE_READS_EVERYTHING or session.mark.size < WHOLE_READ_NOTE_BYTES:
+        return None
+    return (
+        f"To draw this page the server read every entry of this file"
+        f" ({session.mark.size / (1 << 20):,.1f} MB) in {session.load_seconds:.2f} s, and keeps"
+        " them in memory while it is open: the page needs the whole tree and the whole"
+        " active path, so reading only the entries shown is not there yet, even where the"
+        " session is loaded index first. The page holds the last entries of one path; the"
+        " rest comes on demand."
+    )
 
 
 # ---------------------------------------------------------------------------- page views

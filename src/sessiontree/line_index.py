@@ -1,0 +1,341 @@
+"""Index-first reading: one pass over a session file that records, per line, where it
+is and what the tree needs, without turning the big lines into Python objects.
+
+A line that starts the way writers write entries
+(`{"type":…,"id":…,"parentId":…,"timestamp":…`) is indexed from that prefix alone,
+by one regular expression: its type, id and parent, and whether it is an assistant
+message (`,"message":{"role":"assistant"` next). Everything else is parsed whole:
+the head (title slot, header), lines of the kinds the index keeps in memory (labels,
+names, settings, compactions, branch summaries: small, and needed for labels, the
+name and the context), and any line not in that form (`custom` and `custom_message`
+put their payload before the id). Kinds that can be big (messages, custom entries,
+session inits, unknown kinds) are kept by position only: `IndexedLines.entries` holds
+None there, and the session reads them back from the pinned file when asked.
+
+A line taken by its prefix that does not end with `}` is parsed whole at once, so a
+torn line is found here, as the full loader finds it; one whose body is damaged
+further in is found when it is first read (`EntryIndex` then drops it, as the full
+loader would have).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import orjson
+
+from ._gc import gc_paused
+from .entries import SETTING_KINDS, Entry
+from .jsonl import loads_line
+from .naming import head_kind
+from .storage.base import PinnedFile
+
+__all__ = [
+    "ASSISTANT",
+    "EAGER_KINDS",
+    "PREFIX_FORM",
+    "IndexedLines",
+    "ScannedFile",
+    "match_prefix",
+    "parse_line",
+    "scan_pinned",
+]
+
+EAGER_KINDS: Final = SETTING_KINDS | {"label", "session_info", "title_change", "branch_summary"}
+"""Entry kinds parsed at index time and kept: few, small, and what labels, the
+session's name and every context build need."""
+
+ASSISTANT: Final = 1
+"""Flag: the line is a message entry whose role is assistant."""
+PREFIX_FORM: Final = 2
+"""Flag: the line starts in the writers' form, so `match_prefix` can check it."""
+
+_PREFIX = re.compile(
+    rb'\{"type":"([A-Za-z0-9_-]{1,64})","id":"([\x20\x21\x23-\x5b\x5d-\x7e]{1,256})",'
+    rb'"parentId":(?:"([\x20\x21\x23-\x5b\x5d-\x7e]{1,256})"|null),'
+    rb'"timestamp":"[\x20\x21\x23-\x5b\x5d-\x7e]{0,64}"'
+    rb'(,"message":\{"role":"assistant")?'
+)
+match_prefix: Final = _PREFIX.match
+"""`match_prefix(buffer, start, end)`: groups type, id, parent id (None for null) and
+the assistant marker, as ASCII bytes; None when the line is not in the writers' form."""
+
+_ASSISTANT_PREFIX: Final = ASSISTANT | PREFIX_FORM
+_BOM: Final = b"\xef\xbb\xbf"
+_BLOB_MARK: Final = b"blob:sha256:"
+_CHUNK: Final = 1 << 20
+_WHITESPACE: Final = b" \t\r"
+_EAGER: Final = "\x00eager"
+"""Stands for every kind in `EAGER_KINDS` in the hot loop's kind table."""
+
+
+@dataclass(slots=True)
+class IndexedLines:
+    """The entries of a file by position, parallel arrays in file order."""
+
+    offsets: array[int] = field(default_factory=lambda: array("q"))
+    lengths: array[int] = field(default_factory=lambda: array("q"))
+    """Bytes of each line, without its newline."""
+    ids: list[Any] = field(default_factory=list)
+    parents: list[Any] = field(default_factory=list)
+    kinds: list[Any] = field(default_factory=list)
+    flags: bytearray = field(default_factory=bytearray)
+    entries: list[Entry | None] = field(default_factory=list)
+    """The parsed entry where the index keeps one, else None (read it when asked)."""
+    blob_refs: list[int] = field(default_factory=list)
+    """Positions of the kept entries whose line mentions a blob ref."""
+
+
+@dataclass(slots=True)
+class ScannedFile:
+    """What one pass over a session file found (the full loader's `LoadedSession`
+    fields, with the entries by position)."""
+
+    blank: bool = True
+    header: Entry | None = None
+    header_line: int | None = None
+    title_slot: Entry | None = None
+    title_slot_raw: bytes | None = None
+    malformed_lines: list[int] = field(default_factory=list)
+    ends_with_newline: bool = True
+    size: int = 0
+    lines: IndexedLines = field(default_factory=IndexedLines)
+    stopped: bool = False
+    """The pass stopped after the head: the file needs the full loader (a header that
+    is not a session's, or a version that needs migrating)."""
+
+
+def parse_line(raw: bytes | bytearray | memoryview) -> Any:
+    """One line's JSON value as `JSON.parse` reads it; None when it is not JSON."""
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return loads_line(bytes(raw))
+    except (ValueError, UnicodeError):
+        return None
+
+
+def scan_pinned(
+    pinned: PinnedFile,
+    wants_head: Callable[[Entry], bool],
+    observe: Callable[[memoryview], object] | None = None,
+) -> ScannedFile:
+    """Index the file behind `pinned` in one pass (see the module doc).
+
+    `wants_head(header)` says whether to go on past the header; the pass stops
+    (`stopped`) when it says no, or when the first object is not a header.
+    `observe` sees every byte read, in order (to hash the file in the same pass).
+    """
+    with gc_paused():
+        return _Scan(pinned, wants_head, observe).run()
+
+
+class _Scan:
+    __slots__ = ("kind_names", "lines", "observe", "pinned", "result", "wants_head")
+
+    def __init__(
+        self,
+        pinned: PinnedFile,
+        wants_head: Callable[[Entry], bool],
+        observe: Callable[[memoryview], object] | None,
+    ) -> None:
+        self.pinned = pinned
+        self.wants_head = wants_head
+        self.observe = observe
+        self.result = ScannedFile()
+        self.lines = self.result.lines
+        # Kind names by their bytes: one string object per kind, not per line; a kind
+        # the index keeps in memory maps to `_EAGER`.
+        self.kind_names: dict[bytes, str] = {k.encode(): _EAGER for k in EAGER_KINDS}
+
+    def run(self) -> ScannedFile:
+        result = self.result
+        buf = bytearray(_CHUNK)
+        view = memoryview(buf)
+        filled = 0  # bytes of `buf` holding file data
+        base = 0  # file offset of buf[0]
+        read_at = 0
+        number = 0  # physical line number of the last complete line
+        header_seen = False
+        first = True
+        while True:
+            if filled == len(buf):
+                # One line longer than the buffer: grow it (the line is kept whole).
+                bigger = bytearray(len(buf) * 2)
+                bigger[:filled] = buf
+                view.release()
+                buf, view = bigger, memoryview(bigger)
+            got = self.pinned.readinto(view[filled:], read_at)
+            if got == 0:
+                break
+            if self.observe is not None:
+                self.observe(view[filled : filled + got])
+            read_at += got
+            filled += got
+            start = 0
+            if first:
+                if filled < 3 and _BOM.startswith(bytes(buf[:filled])):
+                    continue  # too short yet to tell whether a BOM starts the file
+                first = False
+                if buf.startswith(_BOM):
+                    start = 3
+            find = buf.find
+            end = find(b"\n", start, filled)
+            while end >= 0 and not header_seen:
+                number += 1
+                if not self._head(view, start, end, number):
+                    result.size = read_at
+                    return result
+                header_seen = result.header is not None
+                start = end + 1
+                end = find(b"\n", start, filled)
+            if end >= 0:
+                start, number = self._entries(buf, view, start, end, filled, base, number)
+            if start:
+                rest = filled - start
+                view[:rest] = view[start:filled]
+                base += start
+                filled = rest
+        result.size = read_at
+        start = 3 if first and buf.startswith(_BOM) else 0
+        if filled > start:
+            number += 1
+            result.ends_with_newline = False
+            if header_seen:
+                self._entry(buf, view, start, filled, base, number)
+            else:
+                self._head(view, start, filled, number)
+        return result
+
+    def _head(self, view: memoryview, start: int, end: int, number: int) -> bool:
+        """A line before the header; False when the pass must stop there (not a
+        session file, or `wants_head` said no: `stopped`)."""
+        raw = view[start:end]
+        if not raw or bytes(raw).isspace():
+            return True
+        result = self.result
+        result.blank = False
+        value = parse_line(raw)
+        if not isinstance(value, dict):
+            result.malformed_lines.append(number)
+            return True
+        kind = head_kind(value, number == 1)
+        if kind == "slot":
+            result.title_slot = value
+            result.title_slot_raw = bytes(raw) + b"\n"
+            return True
+        result.header_line = number
+        if kind == "invalid":
+            return False
+        result.header = value
+        if self.wants_head(value):
+            return True
+        result.stopped = True
+        return False
+
+    def _entries(
+        self,
+        buf: bytearray,
+        view: memoryview,
+        start: int,
+        end: int,
+        filled: int,
+        base: int,
+        number: int,
+    ) -> tuple[int, int]:
+        """Every complete entry line in `buf[start:filled]` (the first ends at `end`);
+        returns where the rest begins and the last line number. The hot loop: a line
+        in the writers' form of a kind kept by position costs one match, no parse."""
+        lines = self.lines
+        add_offset, add_length = lines.offsets.append, lines.lengths.append
+        add_id, add_parent = lines.ids.append, lines.parents.append
+        add_kind, add_flag = lines.kinds.append, lines.flags.append
+        add_entry = lines.entries.append
+        kinds = self.kind_names
+        find = buf.find
+        while end >= 0:
+            number += 1
+            m = match_prefix(buf, start, end)
+            if m is not None and buf[end - 1] == 0x7D:  # "}": the line is not torn
+                kind_bytes, entry_id, parent, assistant = m.groups()
+                kind = kinds.get(kind_bytes)
+                if kind is None:
+                    kind = kinds[kind_bytes] = kind_bytes.decode("ascii")
+                if kind is not _EAGER:
+                    add_offset(base + start)
+                    add_length(end - start)
+                    add_id(entry_id.decode("ascii"))
+                    add_parent(None if parent is None else parent.decode("ascii"))
+                    add_kind(kind)
+                    add_flag(_ASSISTANT_PREFIX if assistant else PREFIX_FORM)
+                    add_entry(None)
+                    start = end + 1
+                    end = find(b"\n", start, filled)
+                    continue
+            self._entry(buf, view, start, end, base, number, m)
+            start = end + 1
+            end = find(b"\n", start, filled)
+        return start, number
+
+    def _entry(
+        self,
+        buf: bytearray,
+        view: memoryview,
+        start: int,
+        end: int,
+        base: int,
+        number: int,
+        m: re.Match[bytes] | None = None,
+    ) -> None:
+        """One entry line the hot loop did not take: one with white space after its
+        `}`, or parsed whole."""
+        lines = self.lines
+        if m is None:
+            m = match_prefix(buf, start, end)
+        if m is not None and m.group(1).decode("ascii") not in EAGER_KINDS:
+            if bytes(view[start:end]).rstrip().endswith(b"}"):
+                parent = m.group(3)
+                lines.offsets.append(base + start)
+                lines.lengths.append(end - start)
+                lines.ids.append(m.group(2).decode("ascii"))
+                lines.parents.append(None if parent is None else parent.decode("ascii"))
+                lines.kinds.append(sys.intern(m.group(1).decode("ascii")))
+                lines.flags.append(PREFIX_FORM | (ASSISTANT if m.group(4) else 0))
+                lines.entries.append(None)
+                return
+        if start == end or (buf[start] in _WHITESPACE and not buf[start:end].strip()):
+            return
+        raw = view[start:end]
+        value = parse_line(raw)
+        if not isinstance(value, dict):
+            self.result.malformed_lines.append(number)
+            return
+        kind = value.get("type")
+        entry_id, parent = value.get("id"), value.get("parentId")
+        lazy = (
+            kind.__class__ is str
+            and kind not in EAGER_KINDS
+            and entry_id.__class__ is str
+            and (parent is None or parent.__class__ is str)
+        )
+        assistant = 0
+        if kind == "message":
+            message = value.get("message")
+            if isinstance(message, dict) and message.get("role") == "assistant":
+                assistant = ASSISTANT
+        lines.offsets.append(base + start)
+        lines.lengths.append(end - start)
+        lines.ids.append(entry_id)
+        lines.parents.append(parent)
+        lines.kinds.append(kind)
+        lines.flags.append(assistant | (PREFIX_FORM if m is not None else 0))
+        if not lazy and buf.find(_BLOB_MARK, start, end) >= 0:
+            lines.blob_refs.append(len(lines.entries))
+        lines.entries.append(None if lazy else value)
