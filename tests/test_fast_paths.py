@@ -454,9 +454,17 @@ def test_the_chain_build_is_the_general_build(
     from sessiontree import tree
 
     entries, labels = session
+    general = _shape(tree._build_tree_general(entries, labels), entries)
     fast = tree._build_tree(entries, labels)
-    assert _shape(fast, entries) == _shape(tree._build_tree_general(entries, labels), entries)
+    assert _shape(fast, entries) == general
     assert all(type(node) is tree.SessionTreeNode for node in fast)
+    # From an index's lists (what EntryIndex holds): each id and parentId, and the
+    # last position of each string id.
+    ids = [e.get("id") for e in entries]
+    parents = [e.get("parentId") for e in entries]
+    position = {i: p for p, i in enumerate(ids) if type(i) is str}
+    indexed = tree.build_tree(entries, labels, ids=ids, parents=parents, position=position)
+    assert _shape(indexed, entries) == general
 
 
 def test_the_chain_build_answers_a_long_chain_with_one_branch() -> None:

@@ -22,19 +22,38 @@ class SessionTreeNode:
 
 
 def build_tree(
-    entries: Sequence[dict[str, Any]], labels: Mapping[str, str]
+    entries: Sequence[dict[str, Any]],
+    labels: Mapping[str, str],
+    *,
+    ids: Sequence[Any] | None = None,
+    parents: Sequence[Any] | None = None,
+    position: Mapping[str, int] | None = None,
 ) -> list[SessionTreeNode]:
     """Roots of the tree; orphans and self-parented entries become roots.
 
     Children are sorted by timestamp, stably (same-millisecond entries keep file
     order; an unparseable timestamp sorts last). Entries in a parent cycle are
     reachable from no root, as in the reference. Iterative: 100,000-deep works.
+
+    An index that already holds each entry's `id` and `parentId` (`ids`, `parents`)
+    and the position of the last entry with each string id (`position`) may pass
+    them, which saves reading every entry.
     """
     with gc_paused():
+        if (
+            ids is not None
+            and parents is not None
+            and position is not None
+            and len(position) == len(ids) == len(parents) == len(entries)
+        ):
+            # As many string ids as entries: every id is a string, none twice.
+            return _build_tree_indexed(entries, ids, parents, position, labels)
         return _build_tree(entries, labels)
 
 
 _STR: Final = frozenset({str})
+_Odd = list[tuple[int, "SessionTreeNode", Any]]
+"""The entries not linked by the chain pass: (position, node, parent id)."""
 
 
 def _build_tree(
@@ -50,7 +69,7 @@ def _build_tree(
     add = nodes.append
     ids: list[Any] = []
     add_id = ids.append
-    odd: list[tuple[int, SessionTreeNode, Any]] = []  # (position, node, parent id)
+    odd: _Odd = []
     add_odd = odd.append
     prev_id: Any = None
     prev_children: list[SessionTreeNode] = []
@@ -71,63 +90,82 @@ def _build_tree(
         add_id(entry_id)
         prev_id, prev_children = entry_id, children
     try:
-        by_id = dict(zip(ids, nodes, strict=True))
+        position = dict(zip(ids, range(len(ids)), strict=True))
     except TypeError:  # an unhashable id
         return _build_tree_general(entries, labels)
-    if len(by_id) != len(ids) or not _STR.issuperset(map(type, ids)):
+    if len(position) != len(ids) or not _STR.issuperset(map(type, ids)):
         return _build_tree_general(entries, labels)
+    return _link_the_rest(nodes, odd, position, labels)
+
+
+def _build_tree_indexed(
+    entries: Sequence[dict[str, Any]],
+    ids: Sequence[Any],
+    parents: Sequence[Any],
+    position: Mapping[str, int],
+    labels: Mapping[str, str],
+) -> list[SessionTreeNode]:
+    """`_build_tree` on ids known unique, from the index's lists: no entry is read."""
+    node_cls = SessionTreeNode
+    new = object.__new__
+    nodes: list[SessionTreeNode] = []
+    add = nodes.append
+    odd: _Odd = []
+    add_odd = odd.append
+    prev_id: Any = None
+    prev_children: list[SessionTreeNode] = []
+    for entry, entry_id, parent_id in zip(entries, ids, parents, strict=True):
+        node = new(node_cls)
+        node.entry = entry
+        children: list[SessionTreeNode] = []
+        node.children = children
+        node.label = None
+        if parent_id.__class__ is str and parent_id == prev_id:
+            prev_children.append(node)
+        else:
+            add_odd((len(nodes), node, parent_id))
+        add(node)
+        prev_id, prev_children = entry_id, children
+    return _link_the_rest(nodes, odd, position, labels)
+
+
+def _link_the_rest(
+    nodes: list[SessionTreeNode],
+    odd: _Odd,
+    position: Mapping[str, int],
+    labels: Mapping[str, str],
+) -> list[SessionTreeNode]:
+    """Labels, roots and the children off the chain, once the ids are known unique
+    (so the entry before a node, named as its parent, is its parent)."""
     for target, label in labels.items():
-        labelled = by_id.get(target)
-        if labelled is not None:
-            labelled.label = label
+        at = position.get(target)
+        if at is not None:
+            nodes[at].label = label
     roots: list[SessionTreeNode] = []
     odd_at: dict[int, int] = {}  # id(node) -> position, for the nodes off the chain
-    multi: dict[int, SessionTreeNode] = {}  # parents with more than one child
+    multi: dict[int, SessionTreeNode] = {}  # position -> parent with more than one child
     for at, node, parent_id in odd:
         odd_at[id(node)] = at
-        parent = by_id.get(parent_id) if parent_id.__class__ is str else None
-        if parent is None or parent is node:  # orphan, root or self-parented
+        parent_at = position.get(parent_id) if parent_id.__class__ is str else None
+        if parent_at is None or parent_at == at:  # orphan, root or self-parented
             roots.append(node)
             continue
+        parent = nodes[parent_at]
         if parent.children:
-            multi[id(parent)] = parent
+            multi[parent_at] = parent
         parent.children.append(node)
-    if multi:
-        _order_children(multi.values(), odd_at, ids)
-    return roots
-
-
-def _order_children(
-    parents: Iterable[SessionTreeNode], odd_at: Mapping[int, int], ids: list[Any]
-) -> None:
-    """File order, then timestamp (stably), for parents with more than one child.
-
-    A child off the chain knows its position; the one chain child of a parent is
-    the entry right after it. Parent positions are looked up in `ids` for a few
-    parents, from a map built once for more."""
     inf = float("inf")
-    position: Mapping[Any, int] | None = None
-    lookups = 0
-    for parent in parents:
-        kids = parent.children
-        chain_at = -1
-        if not all(id(c) in odd_at for c in kids):
-            parent_at = odd_at.get(id(parent))
-            if parent_at is None:
-                if position is None and lookups >= 2:
-                    position = dict(zip(ids, range(len(ids)), strict=True))
-                if position is not None:
-                    parent_at = position[parent.entry["id"]]
-                else:
-                    lookups += 1
-                    parent_at = ids.index(parent.entry["id"])
-            chain_at = parent_at + 1
+    for parent_at, parent in multi.items():
+        # File order, then timestamp, stably. A child off the chain knows its
+        # position; a parent's one chain child is the entry right after it.
+        chain_at = parent_at + 1
 
         def key(n: SessionTreeNode, chain_at: int = chain_at) -> tuple[float, int]:
             ms = parse_iso_ms(n.entry.get("timestamp"))
             return (inf if ms is None else ms, odd_at.get(id(n), chain_at))
 
-        kids.sort(key=key)
+        parent.children.sort(key=key)
+    return roots
 
 
 def _build_tree_general(
