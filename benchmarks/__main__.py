@@ -254,13 +254,25 @@ def main() -> None:
         )
         peer = ""
         if args.peers:
-            figures = [peer_bench(p, "tree", str(ctx_file)) for p in ("omp", "pi")]
-            peer = " / ".join(
-                f"{p} {f['getTreeMs']:.1f}"
-                for p, f in zip(("omp", "pi"), figures, strict=True)
-                if f
+            # Their bench times one getTree per process: the median over `runs` processes.
+            tree_ms = {
+                p: [
+                    f["getTreeMs"]
+                    for _ in range(runs)
+                    if (f := peer_bench(p, "tree", str(ctx_file)))
+                ]
+                for p in ("omp", "pi")
+            }
+            peer = " / ".join(f"{p} {statistics.median(v):.1f}" for p, v in tree_ms.items() if v)
+            ratios = ", ".join(
+                f"{statistics.median(result['times']) * 1000 / statistics.median(v):.2f}x {p}"
+                for p, v in tree_ms.items()
+                if v
             )
+            if ratios:
+                table.note("get_tree", f"{ratios} (same run)")
         table.add(f"get_tree, {path_entries:,} entries", result, peers=peer)
+        table.note("get_tree", f"first call on the opened manager {ms(result['first'])} ms")
         first = run_workload(
             "tree_first_lazy", {"path": str(ctx_file), "blobs": str(blobs), "repeat": runs}
         )
@@ -278,9 +290,23 @@ def main() -> None:
             for p in ("omp", "pi"):
                 shutil.rmtree(work / f"append-{p}", ignore_errors=True)
             peer = " / ".join(
-                f"{p} {f['ms']:.0f}" for p, f in zip(("omp", "pi"), figures, strict=True) if f
+                f"{p} {f['ms']:.0f} ({n / f['ms'] * 1000:,.0f}/s)"
+                for p, f in zip(("omp", "pi"), figures, strict=True)
+                if f
             )
-        table.add(f"append {n:,} x 1 KB + flush ({rate:,.0f}/s)", result, peers=peer)
+            rates = ", ".join(
+                f"{rate / (n / f['ms'] * 1000):.2f}x {p}'s rate"
+                for p, f in zip(("omp", "pi"), figures, strict=True)
+                if f
+            )
+            if rates:
+                table.note("append", f"{rate:,.0f} entries/s: {rates} (same run)")
+        us = statistics.median(result["times"]) / n * 1e6
+        table.add(
+            f"append {n:,} x 1 KB (the peers' messages) + flush ({rate:,.0f}/s, {us:.1f} µs each)",
+            result,
+            peers=peer,
+        )
 
     if wanted("listing"):
         files = 100 if args.quick else 2_000

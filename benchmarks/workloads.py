@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 
 from sessiontree import HistoryStorage, SessionManager, build_session_context
+from sessiontree._gc import gc_paused
 from sessiontree.blobs import BlobStore
 from sessiontree.jsonl import serialize_entry_bytes
 
@@ -105,15 +106,25 @@ def context(args: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _timed_keeping(fn: Callable[[], Any], repeat: int) -> list[float]:
+    """`_timed`, but each result is freed after its clock stops (the peers' timings
+    do not include freeing what they built either)."""
+    out = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = fn()
+        out.append(time.perf_counter() - start)
+        del result
+    return out
+
+
 def tree_first_lazy(args: dict[str, Any]) -> dict[str, Any]:
     """get_tree as the first call on a manager loaded index first (it reads every entry)."""
     blobs = BlobStore(args["blobs"])
     times = []
     for _ in range(args.get("repeat", 3)):
         sm = SessionManager.open(args["path"], read_only=True, blob_store=blobs, lazy=True)
-        start = time.perf_counter()
-        sm.get_tree()
-        times.append(time.perf_counter() - start)
+        times += _timed_keeping(sm.get_tree, 1)
     return {"times": times, "floor": []}
 
 
@@ -123,51 +134,92 @@ def import_floor(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def tree(args: dict[str, Any]) -> dict[str, Any]:
-    """get_tree; floor: one small object per entry, linked to its parent's list."""
+    """get_tree on a manager whose entries are in memory (`first`: its first call);
+    floor: one small object per entry, linked to its parent's list (the collector
+    paused, as get_tree pauses it)."""
     sm = SessionManager.open(args["path"], read_only=True, blob_store=BlobStore(args["blobs"]))
     entries = sm.get_entries()
     repeat = args.get("repeat", 10)
 
-    def floor() -> None:
+    def floor() -> dict[Any, list[Any]]:
         children: dict[Any, list[Any]] = {}
-        for entry in entries:
-            children.setdefault(entry.get("parentId"), []).append([entry, []])
+        with gc_paused():
+            for entry in entries:
+                children.setdefault(entry.get("parentId"), []).append([entry, []])
+        return children
 
-    return {"times": _timed(sm.get_tree, repeat), "floor": _timed(floor, repeat)}
+    first = _timed_keeping(sm.get_tree, 1)[0]
+    return {
+        "times": _timed_keeping(sm.get_tree, repeat),
+        "floor": _timed_keeping(floor, repeat),
+        "first": first,
+    }
+
+
+def kb1_text(i: int) -> str:
+    """The peers' append-bench text (`kb1Text` in ../shared/peers): 1,024 characters."""
+    base = (
+        f"Message {i}: the quick brown fox jumps over the lazy dog while the session tree grows. "
+    )
+    return (base * (1024 // len(base) + 1))[:1024]
+
+
+def user_message(i: int) -> dict[str, Any]:
+    """The peers' `userMsg(i)`."""
+    return {
+        "role": "user",
+        "content": [{"type": "text", "text": kb1_text(i)}],
+        "timestamp": 1_700_000_000_000 + i,
+    }
+
+
+def assistant_message(i: int) -> dict[str, Any]:
+    """The peers' `assistantMsg(i)`: usage with float costs, as agents write them."""
+    return {
+        "role": "assistant",
+        "content": [{"type": "text", "text": kb1_text(i)}],
+        "api": "anthropic-messages",
+        "provider": "anthropic",
+        "model": "claude-sonnet-4-5",
+        "usage": {
+            "input": 100,
+            "output": 50,
+            "cacheRead": 0,
+            "cacheWrite": 0,
+            "totalTokens": 150,
+            "cost": {
+                "input": 0.0003,
+                "output": 0.00075,
+                "cacheRead": 0,
+                "cacheWrite": 0,
+                "total": 0.00105,
+            },
+        },
+        "stopReason": "stop",
+        "timestamp": 1_700_000_000_000 + i,
+    }
 
 
 def append(args: dict[str, Any]) -> dict[str, Any]:
-    """N appends of ~1 KB messages after the first assistant message, then flush;
-    floor: os.write of the same pre-serialized lines to an O_APPEND fd, then fsync."""
+    """N appends + flush of the peers' own `bench append` messages (alternating ~1 KB
+    user and assistant messages, after a first user + assistant pair and a flush);
+    floor: os.write of the same pre-serialized lines to an O_APPEND fd, then fsync.
+
+    The peers build each message inside their timed loop; here the messages are
+    built before it, as an agent hands over a message it already holds.
+    """
     n = args["n"]
-    text = "x" * 900
     work_dir = Path(tempfile.mkdtemp(prefix="st-append-"))
     times, floors = [], []
     try:
         for run in range(args.get("repeat", 3)):
             os.environ["PI_CODING_AGENT_DIR"] = str(work_dir / f"agent{run}")
             sm = SessionManager.create("/bench", str(work_dir / f"s{run}"))
-            sm.append_message({"role": "user", "content": "start", "timestamp": 1})
-            sm.append_message(
-                {
-                    "role": "assistant",
-                    "content": [{"type": "text", "text": "ok"}],
-                    "provider": "p",
-                    "model": "m",
-                    "timestamp": 2,
-                }
-            )
+            sm.append_message(user_message(0))
+            sm.append_message(assistant_message(1))
+            sm.flush()
             messages = [
-                {"role": "user", "content": text, "timestamp": i}
-                if i % 2 == 0
-                else {
-                    "role": "assistant",
-                    "content": [{"type": "text", "text": text}],
-                    "provider": "p",
-                    "model": "m",
-                    "timestamp": i,
-                }
-                for i in range(n)
+                user_message(i + 2) if i % 2 == 0 else assistant_message(i + 2) for i in range(n)
             ]
             start = time.perf_counter()
             for message in messages:

@@ -160,9 +160,17 @@ def is_valid_header(value: object) -> bool:
 
 def iso_now() -> str:
     """The current time as JavaScript's `new Date().toISOString()` writes it."""
-    return format_iso(time.time_ns() // 1_000_000)
+    global _now_cache
+    epoch_ms = time.time_ns() // 1_000_000
+    cached = _now_cache  # one tuple: safe to share between threads
+    if cached[0] == epoch_ms:
+        return cached[1]  # appends in a burst: many per millisecond
+    text = format_iso(epoch_ms)
+    _now_cache = (epoch_ms, text)
+    return text
 
 
+_now_cache: tuple[int, str] = (-1, "")
 _second_cache: tuple[int, str] = (-1, "")
 
 
@@ -205,10 +213,25 @@ _ONE_MS = timedelta(milliseconds=1)
 _id_random = random.Random(secrets.randbits(128))  # ids need uniqueness, not secrecy
 
 
+_ID_BATCH = 256
+_id_pool: list[str] = []
+"""Ids drawn ahead, in one batch of random bytes: an append then costs a list pop."""
+
+
+def _draw_ids() -> None:
+    digits = _id_random.randbytes(4 * _ID_BATCH).hex()
+    _id_pool.extend([digits[i : i + 8] for i in range(0, 8 * _ID_BATCH, 8)])
+
+
 def generate_entry_id(existing: Container[str]) -> str:
     """A fresh 8-hex-char entry id not in `existing`."""
+    pool = _id_pool
     for _ in range(100):
-        candidate = f"{_id_random.getrandbits(32):08x}"
+        try:
+            candidate = pool.pop()
+        except IndexError:  # drawn empty (pop is atomic: threads may share the pool)
+            _draw_ids()
+            continue
         if candidate not in existing:
             return candidate
     # Only reachable with an absurd number of entries: widen instead of looping.
@@ -255,6 +278,7 @@ def _seed_ids() -> None:
     which would otherwise mint exactly the ids its parent and siblings mint."""
     global _node_bits, _snowflake_seq_start, _snowflake_lock, _snowflake_last, _snowflake_seq
     _id_random.seed(secrets.randbits(128))
+    _id_pool.clear()  # ids drawn before the fork are the parent's
     _node_bits = os.getpid() & 0x3FF
     _snowflake_seq_start = secrets.randbits(11)
     _snowflake_lock = threading.Lock()  # a lock held by another thread at fork stays held

@@ -24,7 +24,10 @@ import orjson
 from ._unset import UnsetType
 
 __all__ = [
+    "STRICT_DUMPS_OPTIONS",
+    "KeyRule",
     "allow_deep_nesting",
+    "as_is_checker",
     "find_unserializable",
     "iter_jsonl_bytes",
     "js_number",
@@ -256,6 +259,101 @@ def _jsify(obj: Any) -> Any:
     return obj
 
 
+KeyRule = Callable[[Any, dict[Any, Any]], bool]
+"""A look at one key's value (and the object holding it): True when it needs nothing."""
+
+# Keys seen to need no look, shared by every checker; bounded, so that sessions
+# with ever-new keys (paths as keys, say) cost a per-key look but no memory.
+_KNOWN_KEYS_MAX = 8192
+_KNOWN_KEY_LEN = 64
+
+
+def as_is_checker(attention: dict[str, KeyRule] | None = None) -> Callable[[Any], bool]:
+    """A predicate on a value that orjson has just written with `OPT_STRICT_INTEGER`:
+    True when those bytes are exactly `JSON.stringify`'s, so `_jsify` would change
+    nothing. It is the one walk of the hot path, and it is conservative: False only
+    sends the value down the exact path.
+
+    What it looks at: each float (plain, see `_float_is_plain`); each key, once per
+    process (an array-index key such as "0" is reordered by JavaScript); and nothing
+    else of a str, int (orjson's strict mode refused those beyond 2^53), bool or None.
+    Containers other than plain dicts and lists, and any other value, answer False.
+    `attention` maps the keys a caller must look at on every object to a `KeyRule`
+    (persistence uses it for its transforms); those keys are never cached.
+    """
+    rules: dict[str, KeyRule] = dict(attention or {})
+    known: set[str] = set()
+    covered = known.issuperset
+    add_known = known.add
+    rule_for = rules.get
+
+    def new_keys(obj: dict[Any, Any]) -> bool:
+        for key in obj:
+            if key in known:
+                continue
+            rule = rule_for(key) if key.__class__ is str else None
+            if rule is not None:
+                if not rule(obj[key], obj):
+                    return False
+                continue
+            if key.__class__ is not str or _is_index_key(key):
+                return False
+            if len(known) < _KNOWN_KEYS_MAX and len(key) <= _KNOWN_KEY_LEN:
+                add_known(key)
+        return True
+
+    def check_dict(obj: dict[Any, Any]) -> bool:
+        if not covered(obj) and not new_keys(obj):
+            return False
+        for value in obj.values():
+            cls = value.__class__
+            if cls is str or cls is int:
+                continue
+            if cls is dict:
+                if not check_dict(value):
+                    return False
+            elif cls is float:
+                # _float_is_plain, inlined: the hot path's only per-number cost.
+                if not ((1e-4 <= value < 1e16 or -1e16 < value <= -1e-4) and value % 1.0):
+                    return False
+            elif cls is list:
+                if not check_list(value):
+                    return False
+            elif cls is not bool and value is not None:
+                return False
+        return True
+
+    def check_list(items: list[Any]) -> bool:
+        for value in items:
+            cls = value.__class__
+            if cls is str or cls is int:
+                continue
+            if cls is dict:
+                if not check_dict(value):
+                    return False
+            elif cls is float:
+                if not ((1e-4 <= value < 1e16 or -1e16 < value <= -1e-4) and value % 1.0):
+                    return False
+            elif cls is list:
+                if not check_list(value):
+                    return False
+            elif cls is not bool and value is not None:
+                return False
+        return True
+
+    def check(obj: Any) -> bool:
+        cls = obj.__class__
+        if cls is dict:
+            return check_dict(obj)
+        if cls is list:
+            return check_list(obj)
+        if cls is float:
+            return _float_is_plain(obj)
+        return cls is str or cls is int or cls is bool or obj is None
+
+    return check
+
+
 def _fragment(value: float | int) -> orjson.Fragment:
     return orjson.Fragment(js_number(value).encode())
 
@@ -282,11 +380,33 @@ def _encode_exact(obj: Any) -> bytes:
 _DUMPS_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
 
 
+STRICT_DUMPS_OPTIONS = _DUMPS_OPTIONS | orjson.OPT_STRICT_INTEGER
+"""orjson's options for a first try whose bytes an `as_is_checker` then vouches for:
+strict integers, so that no integer beyond JavaScript's exact range passes."""
+
+_as_is = as_is_checker()
+
+
 def serialize_entry_bytes(obj: Any) -> bytes:
     """`serialize_entry` as UTF-8 bytes, without a trailing newline (the hot path).
 
     TypeError for a value JSON cannot hold (a set, bytes, a datetime, an object).
     """
+    try:
+        out = orjson.dumps(obj, option=STRICT_DUMPS_OPTIONS)
+    except TypeError:  # orjson.JSONEncodeError included
+        pass
+    else:
+        try:
+            if _as_is(obj):
+                return out
+        except RecursionError:
+            pass
+    return _serialize_slow(obj)
+
+
+def _serialize_slow(obj: Any) -> bytes:
+    """What the fast path falls back to: orjson after `_jsify`, else the exact encoder."""
     try:
         try:
             prepared = _jsify(obj)

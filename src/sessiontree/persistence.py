@@ -29,7 +29,13 @@ from sessiontree.blobs import (
     parse_blob_ref,
 )
 from sessiontree.errors import EntryNotSerializableError, InvalidBlobRefError
-from sessiontree.jsonl import allow_deep_nesting, find_unserializable, serialize_entry_bytes
+from sessiontree.jsonl import (
+    STRICT_DUMPS_OPTIONS,
+    allow_deep_nesting,
+    as_is_checker,
+    find_unserializable,
+    serialize_entry_bytes,
+)
 
 __all__ = [
     "BLOB_EXTERNALIZE_THRESHOLD",
@@ -593,12 +599,70 @@ def validate_entry(entry: JSONDict) -> None:
             raise _not_serializable(entry, exc) from exc
 
 
+# The fast path of `entry_line`: orjson writes the entry, then one walk
+# (`jsonl.as_is_checker`) vouches that neither a transform above nor JavaScript's
+# number and key layout would change a byte. These keys are where a transform can
+# start, so they get a look on every object that has them; the rest is covered by
+# the checker (numbers, array-index keys, plain dicts and lists) and by the line's
+# length (a line of at most _SAFE_LEN bytes holds no string that can be cut).
+
+
+def _data_unchanged(value: Any, obj: JSONDict) -> bool:
+    return not isinstance(value, str)  # no image payload without string data
+
+
+def _result_unchanged(value: Any, obj: JSONDict) -> bool:
+    return obj.get("type") != "image_generation_call"
+
+
+def _image_url_unchanged(value: Any, obj: JSONDict) -> bool:
+    if isinstance(value, str):
+        return not _is_data_url(value)
+    return not isinstance(value, list | tuple)
+
+
+def _never_unchanged(value: Any, obj: JSONDict) -> bool:
+    return False  # jsonlEvents, partialJson: always dropped
+
+
+def _payload_unchanged(value: Any, obj: JSONDict) -> bool:
+    return not (isinstance(value, dict) and value.get("type") == "openaiResponsesHistory")
+
+
+_written_as_is = as_is_checker(
+    {
+        "data": _data_unchanged,
+        "result": _result_unchanged,
+        "image_url": _image_url_unchanged,
+        "jsonlEvents": _never_unchanged,
+        "partialJson": _never_unchanged,
+        "providerPayload": _payload_unchanged,
+    }
+)
+_LINE_OPTIONS: Final = STRICT_DUMPS_OPTIONS | orjson.OPT_APPEND_NEWLINE
+
+
 def entry_line(entry: JSONDict, blobs: BlobStoreLike) -> bytes:
     """The entry's line as written (the transforms above applied, newline included).
 
     EntryNotSerializableError for a value JSON cannot hold; OSError when the blob
     store cannot take the entry's images.
     """
+    try:
+        line = orjson.dumps(entry, option=_LINE_OPTIONS)
+    except TypeError:  # orjson.JSONEncodeError included: the exact path decides
+        pass
+    else:
+        try:
+            if len(line) <= _SAFE_LEN and _written_as_is(entry):
+                return line
+        except RecursionError:
+            pass
+    return _entry_line_slow(entry, blobs)
+
+
+def _entry_line_slow(entry: JSONDict, blobs: BlobStoreLike) -> bytes:
+    """`entry_line` without the fast path: the transforms, then `serialize_entry_bytes`."""
     try:
         try:
             prepared = prepare_for_persist(entry, blobs)

@@ -383,21 +383,34 @@ class SessionFile:
             self.check_usable()
         guard = self._guard
         assert guard is not None
-        if self._write is not None:
-            self._quick_check(guard)
         write = self._write
+        if write is not None:
+            # _quick_check's common case inline: the size as we left it, the links
+            # and the lock checked recently enough. Anything else: the full check.
+            end = self._end
+            now = time.monotonic()
+            if (
+                end is None
+                or end() != guard.size
+                or now - guard.linked > LINK_CHECK_SECONDS
+                or now - guard.lock_checked > LOCK_CHECK_SECONDS
+            ):
+                self._quick_check(guard)
+                write = self._write
         if write is None:  # first append since open or a rewrite (or a recreation)
             self._open_writer()
             write = self._write
             assert write is not None
-        if self._needs_newline:
+        glued = self._needs_newline
+        if glued:
             # Never glue an entry onto a torn or unterminated last line.
             line = b"\n" + line
         try:
             write(line)
         except OSError as exc:
             raise self.fail(exc, "append") from exc
-        self._needs_newline = False
+        if glued:
+            self._needs_newline = False
         guard = self._guard
         assert guard is not None
         guard.size += len(line)
