@@ -258,7 +258,11 @@ class EntryIndex:
         self._ids.append(entry_id)
         self._parents.append(parent)
         self._kinds.append(kind)
-        flag = _flags_of(entry) if kind == "message" else 0
+        flag = 0
+        if kind == "message":
+            message = entry.get("message")
+            if message.__class__ is dict and message.get("role") == "assistant":
+                flag = ASSISTANT
         self._flags.append(flag)
         if self._ppos is not None:
             self._ppos.append(self._pos.get(parent, -1) if parent else -1)
@@ -519,7 +523,12 @@ class EntryIndex:
 
     def tree(self) -> list[SessionTreeNode]:
         """Roots of the entry tree (orphans are roots), children oldest first."""
-        return build_tree(self.entries, self._labels)
+        entries = self.entries
+        if self._dropped:
+            return build_tree(entries, self._labels)
+        return build_tree(
+            entries, self._labels, ids=self._ids, parents=self._parents, position=self._pos
+        )
 
     # ------------------------------------------------------------------ context
 

@@ -91,12 +91,14 @@ class FileSessionWriter(WriterState):
     def write_bytes(self, data: bytes) -> None:
         """Append pre-encoded bytes (one or more complete lines)."""
         self._check()
-        view = memoryview(data)
-        total = len(view)
+        total = len(data)
         written = 0
         try:
-            while written < total:
-                written += os.write(self._fd, view[written:])
+            written = os.write(self._fd, data)
+            if written < total:  # a short write: the rest, without copies
+                view = memoryview(data)
+                while written < total:
+                    written += os.write(self._fd, view[written:])
         except BaseException as exc:
             if written:
                 self._rollback(written)
