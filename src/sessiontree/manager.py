@@ -731,18 +731,22 @@ class SessionManager(ClosesOnExit):
         return self._head.header or None
 
     def get_entries(self) -> builtins.list[Entry]:
-        """All non-header entries in insertion order (a shallow copy)."""
+        """All non-header entries in insertion order (a shallow copy); a session loaded
+        index first reads every line for it (see `sessiontree.index`)."""
         return list(self._index.entries)
 
     def get_tree(self) -> builtins.list[SessionTreeNode]:
-        """Roots of the entry tree (orphans are roots), children oldest first."""
+        """Roots of the entry tree (orphans are roots), children oldest first (reads
+        every entry of a session loaded index first)."""
         return self._index.tree()
 
     def build_session_context(self) -> SessionContext:
         """The model context at the current leaf.
 
         Kept incrementally: appending to the leaf extends the cached context, so an
-        agent that rebuilds its context every turn pays O(1) per new entry.
+        agent that rebuilds its context every turn pays O(1) per new entry. A session
+        loaded index first reads only what the context holds: the path from the last
+        compaction's first kept entry on, and the messages that set the model.
         """
         return self._index.context()
 
@@ -939,7 +943,8 @@ class SessionManager(ClosesOnExit):
             return False
 
     def get_usage_statistics(self) -> UsageStatistics:
-        """Tokens and cost summed over the assistant messages of every entry."""
+        """Tokens and cost summed over the assistant messages of every entry (lines not
+        read yet are parsed for it and let go)."""
         totals = UsageTotals()
         for message in self._index.assistant_messages():
             totals.add_usage(message.get("usage"))
