@@ -168,6 +168,8 @@ class SessionInfo:
     message_count: int
     first_message: str
     all_messages_text: _LazyText = field(default=_LazyText(), compare=False, repr=False)
+    size: int = field(default=-1, compare=False, repr=False)
+    """The file's size in bytes when it was listed (-1: not known to this listing)."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -571,6 +573,7 @@ def _make_info(path: str, rec: _Record, storage: SessionStorage) -> SessionInfo 
         message_count=st.count,
         first_message=st.first or NO_MESSAGES,
         _all_messages_text=_TextLoader(storage, path, rec.size),
+        size=rec.size,
     )
     return info
 

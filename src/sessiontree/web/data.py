@@ -73,8 +73,8 @@ class SessionRow:
 
 
 def _size(info: SessionInfo, storage: SessionStorage) -> int:
-    size = getattr(info, "size", None)  # the listing may carry it (index-first loads)
-    if isinstance(size, int):
+    size = getattr(info, "size", -1)  # the listing's, when it knows it (no stat then)
+    if isinstance(size, int) and size >= 0:
         return size
     try:
         return storage.stat(info.path).size
