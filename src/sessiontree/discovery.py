@@ -1098,6 +1098,7 @@ def _collect_indexed(dirs: list[str], storage: SessionIndexStorage) -> list[Sess
                 message_count=m.message_count,
                 first_message=m.first_message or NO_MESSAGES,
                 _all_messages_text=_TextLoader(storage, m.path, m.size),  # type: ignore[arg-type]
+                size=m.size,
             )
             ordered.append((m.mtime_ns, info.created, m.path, info))
     ordered.sort(key=lambda t: (t[0], t[1], t[2]), reverse=True)

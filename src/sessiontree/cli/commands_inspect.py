@@ -71,10 +71,8 @@ def _file_size(path: str) -> int:
 
 
 def _size(info: SessionInfo) -> int:
-    size = getattr(info, "size", None)
-    if isinstance(size, int):
-        return size
-    return _file_size(info.path)
+    size = info.size  # the listing's; -1 when it did not know it
+    return size if size >= 0 else _file_size(info.path)
 
 
 def list_command(

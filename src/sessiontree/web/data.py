@@ -73,9 +73,8 @@ class SessionRow:
 
 
 def _size(info: SessionInfo, storage: SessionStorage) -> int:
-    size = getattr(info, "size", -1)  # the listing's, when it knows it (no stat then)
-    if isinstance(size, int) and size >= 0:
-        return size
+    if info.size >= 0:  # the listing's, when it knows it (no stat then)
+        return info.size
     try:
         return storage.stat(info.path).size
     except (OSError, ValueError):
