@@ -459,6 +459,7 @@ def test_get_entries_copy_is_independent(work: Path) -> None:
 @given(
     script=ops,
     chunk=st.sampled_from([1, 2, 3, 7, 64, 4096]),
+    threaded=st.booleans(),
     bom=st.booleans(),
     tail=st.sampled_from([b"", b"\n", b"  ", b'{"type":"custom","id":"t0r1","parentId":null']),
     crlf=st.booleans(),
@@ -470,10 +471,11 @@ def test_the_index_pass_reads_every_chunking_as_the_full_loader(
     bom: bool,
     tail: bytes,
     crlf: bool,
+    threaded: bool,
 ) -> None:
-    """Lines across chunk boundaries, lines longer than the buffer (it grows), a
-    leading BOM, CRLF ends, a torn or whitespace tail: the same entries and line
-    facts as `read_session`."""
+    """Lines across chunk boundaries (read inline or by the reader thread), a leading
+    BOM, CRLF ends, a torn or whitespace tail: the same entries and line facts as
+    `read_session`."""
     import sessiontree.line_index as line_index
     from sessiontree.loader import read_session
     from sessiontree.storage.file import FilePin, FileSessionStorage
@@ -486,12 +488,13 @@ def test_the_index_pass_reads_every_chunking_as_the_full_loader(
         data = data.replace(b"\n", b"\r\n")
     path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + data.rstrip(b"\n") + b"\n" + tail)
     want = read_session(str(path), FileSessionStorage())
-    original = line_index._CHUNK
+    original = line_index._CHUNK, line_index._THREAD_BYTES
     line_index._CHUNK = chunk  # type: ignore[misc]
+    line_index._THREAD_BYTES = 0 if threaded else 1 << 60  # type: ignore[misc]
     try:
         got = line_index.scan_pinned(FilePin.open(str(path)), lambda header: True)
     finally:
-        line_index._CHUNK = original  # type: ignore[misc]
+        line_index._CHUNK, line_index._THREAD_BYTES = original  # type: ignore[misc]
     assert (got.header, got.title_slot, got.malformed_lines) == (
         want.header,
         want.title_slot,

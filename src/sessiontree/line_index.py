@@ -20,10 +20,12 @@ loader would have).
 
 from __future__ import annotations
 
+import queue
 import re
 import sys
+import threading
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -69,6 +71,9 @@ _ASSISTANT_PREFIX: Final = ASSISTANT | PREFIX_FORM
 _BOM: Final = b"\xef\xbb\xbf"
 _BLOB_MARK: Final = b"blob:sha256:"
 _CHUNK: Final = 1 << 20
+_THREAD_BYTES: Final = 4 << 20
+"""Files this big are read by a thread of their own (see `_Chunks`)."""
+_QUEUED_CHUNKS: Final = 2
 _WHITESPACE: Final = b" \t\r"
 _EAGER: Final = "\x00eager"
 """Stands for every kind in `EAGER_KINDS` in the hot loop's kind table."""
@@ -110,6 +115,85 @@ class ScannedFile:
     is not a session's, or a version that needs migrating)."""
 
 
+class _Chunks:
+    """The file's bytes in order, each chunk seen by `observe` (a running hash) first.
+
+    A big file is read, and hashed, by a thread of its own while the pass matches
+    the lines of the chunk before: `pread` and xxhash let go of the GIL, so the copy
+    out of the page cache and the hash run beside the matching on a second core.
+    """
+
+    def __init__(self, pinned: PinnedFile, observe: Callable[[bytes], object] | None) -> None:
+        self._pinned = pinned
+        self._observe = observe
+        self.read = 0
+        self._queue: queue.Queue[bytes | BaseException | None] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if pinned.size() >= _THREAD_BYTES:
+            self._queue = queue.Queue(maxsize=_QUEUED_CHUNKS)
+            thread = threading.Thread(
+                target=self._produce, name="sessiontree-index-reader", daemon=True
+            )
+            self._thread = thread
+            thread.start()
+
+    def _next(self, offset: int) -> bytes:
+        # Bigger chunks for the thread: fewer hand-overs of the GIL between the two.
+        data = self._pinned.pread(offset, _CHUNK * 4 if self._thread is not None else _CHUNK)
+        if data and self._observe is not None:
+            self._observe(data)
+        return data
+
+    def _produce(self) -> None:
+        assert self._queue is not None
+        offset = 0
+        try:
+            while not self._stop.is_set():
+                data = self._next(offset)
+                self._queue.put(data if data else None)
+                if not data:
+                    return
+                offset += len(data)
+        except BaseException as exc:  # handed to the reading thread, raised there
+            self._queue.put(exc)
+
+    def __iter__(self) -> Iterator[bytes]:
+        if self._queue is None:
+            while data := self._next(self.read):
+                self.read += len(data)
+                yield data
+            return
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            self.read += len(item)
+            yield item
+
+    def close(self) -> None:
+        """Stop the reader (a pass that stopped early) and wait for it."""
+        thread = self._thread
+        if thread is None:
+            return
+        self._stop.set()
+        assert self._queue is not None
+        while thread.is_alive():
+            try:
+                self._queue.get(timeout=0.05)  # let a blocked put finish
+            except queue.Empty:
+                pass
+        thread.join()
+        self._thread = None
+
+
+def chunks_read(chunks: Iterable[bytes]) -> int:
+    """How many bytes a `_Chunks` handed out so far."""
+    return chunks.read if isinstance(chunks, _Chunks) else 0
+
+
 def parse_line(raw: bytes | bytearray | memoryview) -> Any:
     """One line's JSON value as `JSON.parse` reads it; None when it is not JSON."""
     try:
@@ -125,7 +209,7 @@ def parse_line(raw: bytes | bytearray | memoryview) -> Any:
 def scan_pinned(
     pinned: PinnedFile,
     wants_head: Callable[[Entry], bool],
-    observe: Callable[[memoryview], object] | None = None,
+    observe: Callable[[bytes], object] | None = None,
 ) -> ScannedFile:
     """Index the file behind `pinned` in one pass (see the module doc).
 
@@ -144,7 +228,7 @@ class _Scan:
         self,
         pinned: PinnedFile,
         wants_head: Callable[[Entry], bool],
-        observe: Callable[[memoryview], object] | None,
+        observe: Callable[[bytes], object] | None,
     ) -> None:
         self.pinned = pinned
         self.wants_head = wants_head
@@ -156,62 +240,76 @@ class _Scan:
         self.kind_names: dict[bytes, str] = {k.encode(): _EAGER for k in EAGER_KINDS}
 
     def run(self) -> ScannedFile:
+        chunks = _Chunks(self.pinned, self.observe)
+        try:
+            return self._run(chunks)
+        finally:
+            chunks.close()
+
+    def _run(self, chunks: Iterable[bytes]) -> ScannedFile:
         result = self.result
-        buf = bytearray(_CHUNK)
-        view = memoryview(buf)
-        filled = 0  # bytes of `buf` holding file data
-        base = 0  # file offset of buf[0]
-        read_at = 0
+        carry: list[bytes] = []  # the pieces of a line that spans chunks
+        carry_base = 0  # its offset in the file
+        base = 0  # offset of the chunk at hand
         number = 0  # physical line number of the last complete line
         header_seen = False
-        first = True
-        while True:
-            if filled == len(buf):
-                # One line longer than the buffer: grow it (the line is kept whole).
-                bigger = bytearray(len(buf) * 2)
-                bigger[:filled] = buf
-                view.release()
-                buf, view = bigger, memoryview(bigger)
-            got = self.pinned.readinto(view[filled:], read_at)
-            if got == 0:
-                break
-            if self.observe is not None:
-                self.observe(view[filled : filled + got])
-            read_at += got
-            filled += got
+        head: bytes | None = b""  # the first bytes, until there are enough to tell a BOM
+        for data in chunks:
+            if head is not None:
+                data = head + data
+                if len(data) < 3 and _BOM.startswith(data):
+                    head = data
+                    continue
+                head = None
+                if data.startswith(_BOM):
+                    data, base = data[3:], 3
+            view = memoryview(data)
+            n = len(data)
             start = 0
-            if first:
-                if filled < 3 and _BOM.startswith(bytes(buf[:filled])):
-                    continue  # too short yet to tell whether a BOM starts the file
-                first = False
-                if buf.startswith(_BOM):
-                    start = 3
-            find = buf.find
-            end = find(b"\n", start, filled)
-            while end >= 0 and not header_seen:
+            find = data.find
+            if carry:
+                end = find(b"\n")
+                if end < 0:
+                    carry.append(data)
+                    base += n
+                    continue
+                carry.append(data[:end])
+                line = b"".join(carry)
+                carry = []
                 number += 1
-                if not self._head(view, start, end, number):
-                    result.size = read_at
+                if header_seen:
+                    self._entry(line, memoryview(line), 0, len(line), carry_base, number)
+                elif not self._head(memoryview(line), 0, len(line), number):
+                    result.size = chunks_read(chunks)
                     return result
                 header_seen = result.header is not None
                 start = end + 1
-                end = find(b"\n", start, filled)
+            end = find(b"\n", start)
+            while end >= 0 and not header_seen:
+                number += 1
+                if not self._head(view, start, end, number):
+                    result.size = chunks_read(chunks)
+                    return result
+                header_seen = result.header is not None
+                start = end + 1
+                end = find(b"\n", start)
             if end >= 0:
-                start, number = self._entries(buf, view, start, end, filled, base, number)
-            if start:
-                rest = filled - start
-                view[:rest] = view[start:filled]
-                base += start
-                filled = rest
-        result.size = read_at
-        start = 3 if first and buf.startswith(_BOM) else 0
-        if filled > start:
+                start, number = self._entries(data, view, start, end, n, base, number)
+            if start < n:
+                carry.append(data[start:] if start else data)
+                carry_base = base + start
+            base += n
+        result.size = chunks_read(chunks)
+        if head:  # a file of fewer than 3 bytes
+            carry, carry_base = [head], 0
+        if carry:
+            line = b"".join(carry)
             number += 1
             result.ends_with_newline = False
             if header_seen:
-                self._entry(buf, view, start, filled, base, number)
+                self._entry(line, memoryview(line), 0, len(line), carry_base, number)
             else:
-                self._head(view, start, filled, number)
+                self._head(memoryview(line), 0, len(line), number)
         return result
 
     def _head(self, view: memoryview, start: int, end: int, number: int) -> bool:
@@ -242,7 +340,7 @@ class _Scan:
 
     def _entries(
         self,
-        buf: bytearray,
+        buf: bytes,
         view: memoryview,
         start: int,
         end: int,
@@ -286,7 +384,7 @@ class _Scan:
 
     def _entry(
         self,
-        buf: bytearray,
+        buf: bytes,
         view: memoryview,
         start: int,
         end: int,
