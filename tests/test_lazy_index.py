@@ -460,6 +460,7 @@ def test_get_entries_copy_is_independent(work: Path) -> None:
     script=ops,
     chunk=st.sampled_from([1, 2, 3, 7, 64, 4096]),
     threaded=st.booleans(),
+    before=st.sampled_from([b"", b"not json\n", b"\n  \n", b"[1]\n"]),
     bom=st.booleans(),
     tail=st.sampled_from([b"", b"\n", b"  ", b'{"type":"custom","id":"t0r1","parentId":null']),
     crlf=st.booleans(),
@@ -472,6 +473,7 @@ def test_the_index_pass_reads_every_chunking_as_the_full_loader(
     tail: bytes,
     crlf: bool,
     threaded: bool,
+    before: bytes,
 ) -> None:
     """Lines across chunk boundaries (read inline or by the reader thread), a leading
     BOM, CRLF ends, a torn or whitespace tail: the same entries and line facts as
@@ -486,7 +488,8 @@ def test_the_index_pass_reads_every_chunking_as_the_full_loader(
     data = path.read_bytes()
     if crlf:
         data = data.replace(b"\n", b"\r\n")
-    path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + data.rstrip(b"\n") + b"\n" + tail)
+    body = before + data.rstrip(b"\n") + b"\n" + tail  # `before`: lines ahead of the header
+    path.write_bytes((b"\xef\xbb\xbf" if bom else b"") + body)
     want = read_session(str(path), FileSessionStorage())
     original = line_index._CHUNK, line_index._THREAD_BYTES
     line_index._CHUNK = chunk  # type: ignore[misc]

@@ -25,7 +25,7 @@ import re
 import sys
 import threading
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -73,7 +73,8 @@ _BLOB_MARK: Final = b"blob:sha256:"
 _CHUNK: Final = 1 << 20
 _THREAD_BYTES: Final = 4 << 20
 """Files this big are read by a thread of their own (see `_Chunks`)."""
-_QUEUED_CHUNKS: Final = 2
+_POOL: Final = 3
+"""Buffers the reader thread fills in turn (one being matched, one read, one ready)."""
 _WHITESPACE: Final = b" \t\r"
 _EAGER: Final = "\x00eager"
 """Stands for every kind in `EAGER_KINDS` in the hot loop's kind table."""
@@ -118,60 +119,74 @@ class ScannedFile:
 class _Chunks:
     """The file's bytes in order, each chunk seen by `observe` (a running hash) first.
 
-    A big file is read, and hashed, by a thread of its own while the pass matches
-    the lines of the chunk before: `pread` and xxhash let go of the GIL, so the copy
-    out of the page cache and the hash run beside the matching on a second core.
+    Iterating yields `(buffer, n)`: the chunk is `buffer[:n]`, valid until the next
+    one is asked for (the buffers are reused, so nothing is allocated per chunk). A
+    big file is read, and hashed, by a thread of its own into a small pool of buffers
+    while the pass matches the lines of the chunk before: `preadv` and xxhash let go
+    of the GIL, so the copy out of the page cache and the hash run beside the
+    matching on a second core.
     """
 
-    def __init__(self, pinned: PinnedFile, observe: Callable[[bytes], object] | None) -> None:
+    def __init__(self, pinned: PinnedFile, observe: Callable[[memoryview], object] | None) -> None:
         self._pinned = pinned
         self._observe = observe
         self.read = 0
-        self._queue: queue.Queue[bytes | BaseException | None] | None = None
-        self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        if pinned.size() >= _THREAD_BYTES:
-            self._queue = queue.Queue(maxsize=_QUEUED_CHUNKS)
+        self._stop = threading.Event()
+        threaded = pinned.size() >= _THREAD_BYTES
+        # Bigger chunks for the thread: fewer hand-overs of the GIL between the two.
+        size = _CHUNK * 4 if threaded else _CHUNK
+        self._free: queue.Queue[bytearray | None] = queue.Queue()
+        self._full: queue.Queue[tuple[bytearray, int] | BaseException] = queue.Queue()
+        for _ in range(_POOL if threaded else 1):
+            self._free.put(bytearray(size))
+        if threaded:
             thread = threading.Thread(
                 target=self._produce, name="sessiontree-index-reader", daemon=True
             )
             self._thread = thread
             thread.start()
 
-    def _next(self, offset: int) -> bytes:
-        # Bigger chunks for the thread: fewer hand-overs of the GIL between the two.
-        data = self._pinned.pread(offset, _CHUNK * 4 if self._thread is not None else _CHUNK)
-        if data and self._observe is not None:
-            self._observe(data)
-        return data
+    def _fill(self, buffer: bytearray, offset: int) -> int:
+        view = memoryview(buffer)
+        n = self._pinned.readinto(view, offset)
+        if n and self._observe is not None:
+            self._observe(view[:n])
+        return n
 
     def _produce(self) -> None:
-        assert self._queue is not None
         offset = 0
         try:
             while not self._stop.is_set():
-                data = self._next(offset)
-                self._queue.put(data if data else None)
-                if not data:
+                buffer = self._free.get()
+                if buffer is None:
                     return
-                offset += len(data)
+                n = self._fill(buffer, offset)
+                self._full.put((buffer, n))
+                if not n:
+                    return
+                offset += n
         except BaseException as exc:  # handed to the reading thread, raised there
-            self._queue.put(exc)
+            self._full.put(exc)
 
-    def __iter__(self) -> Iterator[bytes]:
-        if self._queue is None:
-            while data := self._next(self.read):
-                self.read += len(data)
-                yield data
+    def __iter__(self) -> Iterator[tuple[bytearray, int]]:
+        if self._thread is None:
+            buffer = self._free.get()
+            assert buffer is not None
+            while n := self._fill(buffer, self.read):
+                self.read += n
+                yield buffer, n
             return
         while True:
-            item = self._queue.get()
-            if item is None:
-                return
+            item = self._full.get()
             if isinstance(item, BaseException):
                 raise item
-            self.read += len(item)
-            yield item
+            buffer, n = item
+            if not n:
+                return
+            self.read += n
+            yield buffer, n
+            self._free.put(buffer)  # the pass is done with it
 
     def close(self) -> None:
         """Stop the reader (a pass that stopped early) and wait for it."""
@@ -179,19 +194,9 @@ class _Chunks:
         if thread is None:
             return
         self._stop.set()
-        assert self._queue is not None
-        while thread.is_alive():
-            try:
-                self._queue.get(timeout=0.05)  # let a blocked put finish
-            except queue.Empty:
-                pass
+        self._free.put(None)  # wakes a reader waiting for a buffer
         thread.join()
         self._thread = None
-
-
-def chunks_read(chunks: Iterable[bytes]) -> int:
-    """How many bytes a `_Chunks` handed out so far."""
-    return chunks.read if isinstance(chunks, _Chunks) else 0
 
 
 def parse_line(raw: bytes | bytearray | memoryview) -> Any:
@@ -209,7 +214,7 @@ def parse_line(raw: bytes | bytearray | memoryview) -> Any:
 def scan_pinned(
     pinned: PinnedFile,
     wants_head: Callable[[Entry], bool],
-    observe: Callable[[bytes], object] | None = None,
+    observe: Callable[[memoryview], object] | None = None,
 ) -> ScannedFile:
     """Index the file behind `pinned` in one pass (see the module doc).
 
@@ -228,7 +233,7 @@ class _Scan:
         self,
         pinned: PinnedFile,
         wants_head: Callable[[Entry], bool],
-        observe: Callable[[bytes], object] | None,
+        observe: Callable[[memoryview], object] | None,
     ) -> None:
         self.pinned = pinned
         self.wants_head = wants_head
@@ -246,60 +251,64 @@ class _Scan:
         finally:
             chunks.close()
 
-    def _run(self, chunks: Iterable[bytes]) -> ScannedFile:
+    def _run(self, chunks: _Chunks) -> ScannedFile:
         result = self.result
         carry: list[bytes] = []  # the pieces of a line that spans chunks
         carry_base = 0  # its offset in the file
         base = 0  # offset of the chunk at hand
         number = 0  # physical line number of the last complete line
         header_seen = False
-        head: bytes | None = b""  # the first bytes, until there are enough to tell a BOM
-        for data in chunks:
-            if head is not None:
-                data = head + data
-                if len(data) < 3 and _BOM.startswith(data):
-                    head = data
-                    continue
-                head = None
-                if data.startswith(_BOM):
-                    data, base = data[3:], 3
+        head = b""  # the first bytes while too few to tell a BOM
+        checked = False  # whether the start of the file was looked at for a BOM
+        for data, n in chunks:
             view = memoryview(data)
-            n = len(data)
             start = 0
-            find = data.find
-            if carry:
-                end = find(b"\n")
-                if end < 0:
-                    carry.append(data)
+            if not checked:
+                prefix = head + bytes(view[: min(n, 3)])
+                if len(prefix) < 3 and _BOM.startswith(prefix):
+                    head = prefix  # too few bytes yet to tell a BOM
                     base += n
                     continue
-                carry.append(data[:end])
+                checked = True
+                if prefix.startswith(_BOM):
+                    start = 3 - len(head)  # where the BOM ends in this chunk
+                elif head:  # no BOM: the bytes held back begin the first line
+                    carry, carry_base = [head], 0
+                head = b""
+            find = data.find
+            if carry:
+                end = find(b"\n", start, n)
+                if end < 0:
+                    carry.append(bytes(view[start:n]))
+                    base += n
+                    continue
+                carry.append(bytes(view[start:end]))
                 line = b"".join(carry)
                 carry = []
                 number += 1
                 if header_seen:
                     self._entry(line, memoryview(line), 0, len(line), carry_base, number)
                 elif not self._head(memoryview(line), 0, len(line), number):
-                    result.size = chunks_read(chunks)
+                    result.size = chunks.read
                     return result
                 header_seen = result.header is not None
                 start = end + 1
-            end = find(b"\n", start)
+            end = find(b"\n", start, n)
             while end >= 0 and not header_seen:
                 number += 1
                 if not self._head(view, start, end, number):
-                    result.size = chunks_read(chunks)
+                    result.size = chunks.read
                     return result
                 header_seen = result.header is not None
                 start = end + 1
-                end = find(b"\n", start)
+                end = find(b"\n", start, n)
             if end >= 0:
                 start, number = self._entries(data, view, start, end, n, base, number)
             if start < n:
-                carry.append(data[start:] if start else data)
+                carry.append(bytes(view[start:n]))
                 carry_base = base + start
             base += n
-        result.size = chunks_read(chunks)
+        result.size = chunks.read
         if head:  # a file of fewer than 3 bytes
             carry, carry_base = [head], 0
         if carry:
@@ -340,7 +349,7 @@ class _Scan:
 
     def _entries(
         self,
-        buf: bytes,
+        buf: bytes | bytearray,
         view: memoryview,
         start: int,
         end: int,
@@ -384,7 +393,7 @@ class _Scan:
 
     def _entry(
         self,
-        buf: bytes,
+        buf: bytes | bytearray,
         view: memoryview,
         start: int,
         end: int,
