@@ -545,3 +545,85 @@ def test_a_rewrite_after_a_damaged_line_was_read_keeps_the_file_as_a_backup(work
     backups = list(work.glob("*.bak"))
     assert len(backups) == 1 and backups[0].read_bytes() == before
     sm.close()
+
+
+writes = st.lists(
+    st.one_of(
+        st.tuples(st.just("user"), st.text(max_size=3)),
+        st.tuples(st.just("assistant"), st.text(max_size=3)),
+        st.tuples(st.just("branch"), st.integers(0, 100)),
+        st.tuples(st.just("label"), st.integers(0, 100)),
+        st.tuples(st.just("compact"), st.integers(0, 100)),
+        st.tuples(st.just("name"), st.text(min_size=1, max_size=3)),
+        st.tuples(st.just("edit"), st.integers(0, 100)),
+        st.tuples(st.just("read"), st.integers(0, 100)),
+        st.tuples(st.just("context"), st.none()),
+    ),
+    max_size=25,
+)
+
+
+@settings(
+    max_examples=80,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(script=ops, operations=writes)
+def test_lazy_and_whole_managers_stay_alike_through_random_writes(
+    tmp_path_factory: Any, script: Any, operations: Any
+) -> None:
+    """The same operations (appends, branches, labels, compactions, renames, in-place
+    edits, reads) on a session opened whole and one opened index first: the same
+    entries, tree and context after each, and the same bytes on disk at the end."""
+    import sessiontree.index as index_module
+    import sessiontree.manager as manager_module
+
+    root = tmp_path_factory.mktemp("s")
+    (root / "a").mkdir()
+    (root / "b").mkdir()
+    path_a = write(build(script), root / "a")
+    path_b = root / "b" / path_a.name
+    shutil.copyfile(path_a, path_b)
+    blobs = blobs_of(root / "a")
+    full = SessionManager.open(str(path_a), lazy=False, blob_store=blobs, breadcrumb=False)
+    lazy = SessionManager.open(str(path_b), lazy=True, blob_store=blobs, breadcrumb=False)
+    step = [0]
+    real = index_module.generate_entry_id, manager_module.iso_now
+    # Both sessions get the same new ids and times, so their files can be compared.
+    index_module.generate_entry_id = lambda existing: f"f{step[0]:07x}"  # type: ignore[assignment]
+    manager_module.iso_now = lambda: "2026-06-01T00:00:00.000Z"  # type: ignore[assignment]
+    try:
+        for n, (op, arg) in enumerate(operations):
+            step[0] = n
+            ids = [e["id"] for e in full.get_entries()]
+            for sm in (full, lazy):
+                if op == "user":
+                    sm.append_message(user(arg))
+                elif op == "assistant":
+                    sm.append_message(assistant(arg))
+                elif op == "branch" and ids:
+                    sm.branch(ids[arg % len(ids)])
+                elif op == "label" and ids:
+                    sm.append_label_change(ids[arg % len(ids)], f"l{arg}")
+                elif op == "compact" and ids:
+                    sm.append_compaction("s", None, ids[arg % len(ids)], 1)
+                elif op == "name":
+                    sm.set_session_name(arg, "user")
+                elif op == "edit" and ids:
+                    entry = sm.get_entry(ids[arg % len(ids)])
+                    assert entry is not None
+                    entry["edited"] = arg
+                    sm.rewrite_entries()
+                elif op == "read" and ids:
+                    sm.get_entry(ids[arg % len(ids)])
+                elif op == "context":
+                    sm.build_session_context()
+            assert lazy.get_leaf_id() == full.get_leaf_id()
+            assert lazy.build_session_context() == full.build_session_context()
+        assert shape(lazy.get_tree()) == shape(full.get_tree())
+        assert lazy.get_entries() == full.get_entries()
+    finally:
+        index_module.generate_entry_id, manager_module.iso_now = real  # type: ignore[assignment]
+    full.close()
+    lazy.close()
+    assert path_a.read_bytes() == path_b.read_bytes()
