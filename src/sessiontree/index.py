@@ -12,8 +12,10 @@ pinned to those bytes) when they are first asked for: `get_entry`, `get_children
 `get_branch` read what they return; the context reads the path from its last
 compaction's first kept entry on (plus the assistant messages that name the
 model); `get_tree`, `entries` and usage sums read everything. What was read stays
-read, so the dict a caller holds is the one a later rewrite writes. A rewrite
-copies the bytes of lines never read instead of serializing them again.
+read, so the dict a caller holds is the one `rewrite_entries` writes. A rewrite
+copies the bytes of every line read from the file and not edited since (the
+contract: in-place edits are followed by `rewrite_entries`, which marks them)
+instead of serializing it again.
 
 A line that looked like an entry at index time but does not parse when read is
 dropped then (logged), as the full loader drops it; one whose id or parent turn
@@ -58,6 +60,9 @@ _BLOB_REF: Final = re.compile(rb"blob:sha256:([0-9a-f]{64})")
 _READ_BYTES: Final = 8 << 20
 """The most one read of adjacent lines fetches at once."""
 _BATCH_BYTES: Final = 1 << 20
+CHANGED: Final = 4
+"""Flag: an entry read from the file that was edited in place since (`rewrite_entries`)
+or found other than its prefix said: a rewrite serializes it instead of copying its line."""
 _SKIP: Final[dict[str, Any]] = {}
 """Stands for a line found not to be an entry when it was read (dropped)."""
 _NAME_KINDS: Final = ("session_info", "title_change")
@@ -238,7 +243,7 @@ class EntryIndex:
                 self._ids[p] = entry.get("id")
                 self._parents[p] = entry.get("parentId")
                 self._kinds[p] = entry.get("type")
-                self._flags[p] = (self._flags[p] & PREFIX_FORM) | _flags_of(entry)
+                self._flags[p] = (self._flags[p] & PREFIX_FORM) | _flags_of(entry) | CHANGED
         self._derive()
         self.leaf = leaf
 
@@ -339,6 +344,7 @@ class EntryIndex:
                     self._ids[p] = value.get("id")
                     self._parents[p] = value.get("parentId")
                     self._kinds[p] = value.get("type")
+                    self._flags[p] |= CHANGED  # its line no longer says what it holds
                     changed = True
         if changed:
             leaf = self.leaf
@@ -634,34 +640,43 @@ class EntryIndex:
         *,
         rescue: bool = False,
         carry_from: BlobStoreLike | None = None,
+        file_checked: bool = False,
     ) -> SessionChunks:
         """The whole session as file bytes (see `SessionChunks`)."""
-        return SessionChunks(self, head, blobs, rescue, carry_from)
+        return SessionChunks(self, head, blobs, rescue, carry_from, file_checked)
 
     def use_blobs(self, blobs: BlobStoreLike) -> None:
         """Unread lines' images are now in `blobs` (the session moved to its store)."""
         if self._source is not None:
             self._source.blobs = blobs
 
-    def _rebase(self, pinned: PinnedFile, offsets: array[int], lengths: array[int]) -> None:
-        """The file written from `file_chunks` is now where the lines are read from."""
+    def _rebase(
+        self,
+        pinned: PinnedFile,
+        offsets: array[int],
+        lengths: array[int],
+        serialized: dict[int, bool],
+    ) -> None:
+        """The file written from `file_chunks` is now where the lines are read from
+        (`serialized`: the positions whose line was written anew -> in the writers' form)."""
         source = self._source
         blobs = source.blobs if source is not None else None
         if blobs is None or len(offsets) != len(self._entries):
             pinned.close()
             return
         flags = self._flags
-        for p, entry in enumerate(self._entries):
-            if entry is not None:
-                flags[p] &= ~PREFIX_FORM  # serialized again: its form is no longer known
+        for p, formed in serialized.items():
+            flags[p] = (flags[p] & ASSISTANT) | (PREFIX_FORM if formed else 0)
         self._use_source(LineSource(pinned, offsets, lengths, blobs, source.path if source else ""))
         self._dropped_here = 0
 
 
 class SessionChunks:
     """A whole session file from an index: `head`, then each entry's line, in batches
-    of about 1 MB; lines never read are copied from the source as they are (after
-    checking each still holds its entry), the others serialized with the
+    of about 1 MB; the lines of the source file whose entries were never read are
+    copied as they are, after checking each still holds its entry, and so are those
+    read and not edited since when `file_checked` (the writer compared the whole file
+    with what was read just before); added and edited entries are serialized with the
     persistence transforms. The blobs are synced before the last chunk.
 
     A writer that wrote these chunks as the index's own file calls `commit(pinned)`:
@@ -677,13 +692,17 @@ class SessionChunks:
         blobs: BlobStoreLike,
         rescue: bool,
         carry_from: BlobStoreLike | None = None,
+        file_checked: bool = False,
     ) -> None:
         self._index = index
+        self._file_checked = file_checked
         self._head = head
         self._blobs = blobs
         self._rescue = rescue
         self._carry_from = carry_from
-        self._written: tuple[array[int], array[int]] | None = None
+        self._written: tuple[array[int], array[int], dict[int, bool]] | None = None
+        self._serialized: dict[int, bool] = {}
+        """Positions written anew -> whether their line is in the writers' form."""
         self.left_out = index._dropped_here
         """Lines of the file read from that were found not to be entries: not written."""
 
@@ -697,6 +716,14 @@ class SessionChunks:
         batch: list[bytes] = []
         size = 0
         p, n = 0, len(entries)
+        flags = index._flags
+        known = len(source.offsets) if source is not None else 0  # lines in the source file
+        # An entry read and unchanged is copied as its line only where the writer checked
+        # first that the file is the one read, byte for byte (a rewrite, a move); else
+        # (a rescue, a fork) what memory holds is written.
+        trusted = self._file_checked
+        serialized: dict[int, bool] = {}
+        self._serialized = serialized
         while p < n:
             entry = entries[p]
             if entry is _SKIP:
@@ -704,12 +731,8 @@ class SessionChunks:
                 lengths.append(0)
                 p += 1
                 continue
-            if entry is not None or source is None:
-                entry = cast("Entry", entry)
-                if self._carry_from is not None:
-                    # Refs handed out by `put_blob` name the old store: write the images.
-                    entry = allow_deep_nesting(partial(resolve_blob_refs, entry, self._carry_from))
-                line = entry_line(entry, self._blobs)
+            if entry is not None and (p >= known or not trusted or flags[p] & CHANGED):
+                line = self._serialize(p)  # added in memory, or edited since it was read
                 offsets.append(at)
                 lengths.append(len(line) - 1)
                 batch.append(line)
@@ -720,13 +743,19 @@ class SessionChunks:
                     yield b"".join(batch)
                     batch, size = [], 0
                 continue
-            q = p
-            while q < n and entries[q] is None:
+            q = p + 1
+            while (
+                q < known
+                and entries[q] is not _SKIP
+                and (entries[q] is None or (trusted and not flags[q] & CHANGED))
+            ):
                 q += 1
             if batch:
                 yield b"".join(batch)
                 batch, size = [], 0
-            # Unread lines go out as the file holds them, a run of adjacent ones at once.
+            # Lines unread, or read and unchanged, go out as the file holds them, a run
+            # of adjacent ones at once.
+            assert source is not None
             for chunk in self._copy(source, list(range(p, q)), offsets, lengths, at):
                 at += len(chunk)
                 yield chunk
@@ -734,7 +763,7 @@ class SessionChunks:
         if batch:
             yield b"".join(batch)
         self._blobs.sync()
-        self._written = (offsets, lengths)
+        self._written = (offsets, lengths, serialized)
 
     def _copy(
         self,
@@ -744,8 +773,9 @@ class SessionChunks:
         lengths: array[int],
         at: int,
     ) -> Iterator[bytes]:
-        """The lines at `positions` (all unread) as they are in the source file, each
-        checked to still hold its entry; their new offsets are recorded from `at`."""
+        """The lines at `positions` (unread, or read and unchanged) as they are in the
+        source file, each checked to still hold its entry; their new offsets are
+        recorded from `at`."""
         for start, run in source.runs(positions):
             data = source.read(start, run)
             if self._carry_from is not None:
@@ -758,18 +788,34 @@ class SessionChunks:
                 yield b"\n"
                 at += len(data) + 1
                 continue
+            entries = self._index._entries
             for p in run:
                 lo = source.offsets[p] - start
                 length = source.lengths[p]
-                if not self._holds(data, lo, length, p):
+                if self._holds(data, lo, length, p):
+                    line = data[lo : lo + length] + b"\n"
+                elif entries[p] is not None:
+                    # Changed on disk, but held in memory: written from memory.
+                    line = self._serialize(p)
+                else:
                     self._changed(source.path, p)
                     offsets.append(0)
                     lengths.append(0)
                     continue
                 offsets.append(at)
-                lengths.append(length)
-                yield data[lo : lo + length] + b"\n"
-                at += length + 1
+                lengths.append(len(line) - 1)
+                yield line
+                at += len(line)
+
+    def _serialize(self, p: int) -> bytes:
+        """The line of the entry at `p` (held in memory), written anew."""
+        entry = cast("Entry", self._index._entries[p])
+        if self._carry_from is not None:
+            # Refs handed out by `put_blob` name the old store: write the images.
+            entry = allow_deep_nesting(partial(resolve_blob_refs, entry, self._carry_from))
+        line = entry_line(entry, self._blobs)
+        self._serialized[p] = match_prefix(line, 0, len(line) - 1) is not None
+        return line
 
     def _changed(self, path: str, p: int) -> None:
         """The line of the entry at `p` no longer holds it: refuse, or (rescuing) leave

@@ -311,7 +311,8 @@ class SessionManager(ClosesOnExit):
             header["parentSession"] = self.get_session_file() or ""
             lines = head.lines(ordered_header(header))
             return self._index.file_chunks(lines, self._blobs, rescue=True)
-        return self._index.file_chunks(head.lines(), self._blobs)
+        # A rewrite compares the whole file first; a recreation reads the deleted inode.
+        return self._index.file_chunks(head.lines(), self._blobs, file_checked=True)
 
     def _use_file(self, file: SessionFile) -> None:
         """Switch to `file`; the previous one is closed (flushed, its lock released).
@@ -916,7 +917,9 @@ class SessionManager(ClosesOnExit):
                 blobs, carry = moved, self._blobs
         old_head, self._head = self._head, head
         try:
-            chunks = self._index.file_chunks(head.lines(), blobs, carry_from=carry)
+            chunks = self._index.file_chunks(
+                head.lines(), blobs, carry_from=carry, file_checked=True
+            )
             file.move(new_path, chunks, artifacts)
         except BaseException:
             self._head = old_head
