@@ -303,9 +303,11 @@ def as_is_checker(attention: dict[str, KeyRule] | None = None) -> Callable[[Any]
         return True
 
     def check_dict(obj: dict[Any, Any]) -> bool:
-        if not covered(obj) and not new_keys(obj):
-            return False
-        for value in obj.values():
+        return (covered(obj) or new_keys(obj)) and check_values(obj.values())
+
+    def check_values(items: Iterable[Any]) -> bool:
+        """A list's items or a dict's values: all written by orjson as JS writes them."""
+        for value in items:
             cls = value.__class__
             if cls is str or cls is int:
                 continue
@@ -317,25 +319,7 @@ def as_is_checker(attention: dict[str, KeyRule] | None = None) -> Callable[[Any]
                 if not ((1e-4 <= value < 1e16 or -1e16 < value <= -1e-4) and value % 1.0):
                     return False
             elif cls is list:
-                if not check_list(value):
-                    return False
-            elif cls is not bool and value is not None:
-                return False
-        return True
-
-    def check_list(items: list[Any]) -> bool:
-        for value in items:
-            cls = value.__class__
-            if cls is str or cls is int:
-                continue
-            if cls is dict:
-                if not check_dict(value):
-                    return False
-            elif cls is float:
-                if not ((1e-4 <= value < 1e16 or -1e16 < value <= -1e-4) and value % 1.0):
-                    return False
-            elif cls is list:
-                if not check_list(value):
+                if not check_values(value):
                     return False
             elif cls is not bool and value is not None:
                 return False
@@ -346,7 +330,7 @@ def as_is_checker(attention: dict[str, KeyRule] | None = None) -> Callable[[Any]
         if cls is dict:
             return check_dict(obj)
         if cls is list:
-            return check_list(obj)
+            return check_values(obj)
         if cls is float:
             return _float_is_plain(obj)
         return cls is str or cls is int or cls is bool or obj is None
