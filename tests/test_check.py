@@ -473,11 +473,11 @@ def test_repair_in_place_never_replaces_a_line_appended_while_it_writes(
     # Checked before the repaired file was written; an append by another program while
     # it was being written went into the replaced inode.
     from sessiontree import SessionWriteConflictError
-    from sessiontree import check as check_module
+    from sessiontree.storage import base as base_module  # replace_checked writes with it
 
     path = damaged(tmp_path)
     line = b'{"type":"custom","customType":"other","id":"ffff0000","parentId":null}\n'
-    real = check_module.write_whole
+    real = base_module.write_whole
 
     def meanwhile(storage: Any, target: str, chunks: Any) -> Any:
         def stream() -> Any:
@@ -489,7 +489,7 @@ def test_repair_in_place_never_replaces_a_line_appended_while_it_writes(
 
         return real(storage, target, stream())
 
-    monkeypatch.setattr(check_module, "write_whole", meanwhile)
+    monkeypatch.setattr(base_module, "write_whole", meanwhile)
     with pytest.raises(SessionWriteConflictError):
         repair_session(str(path), in_place=True)
     assert path.read_bytes().endswith(line)

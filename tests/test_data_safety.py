@@ -708,6 +708,7 @@ def test_a_change_while_the_new_file_is_written_is_answered(
     # a while. Another program's line appended meanwhile went into the replaced (or
     # removed) inode.
     from sessiontree import session_file
+    from sessiontree.storage import base as storage_base
 
     sm = persisted(session_dir=str(tmp_path / "s"))
     path = sm.get_session_file() or ""
@@ -726,7 +727,8 @@ def test_a_change_while_the_new_file_is_written_is_answered(
 
         return real(storage, target, stream())  # type: ignore[arg-type]
 
-    monkeypatch.setattr(session_file, "write_whole", meanwhile)
+    monkeypatch.setattr(session_file, "write_whole", meanwhile)  # a move, a rescue
+    monkeypatch.setattr(storage_base, "write_whole", meanwhile)  # a rewrite (replace_checked)
     if what == "append":
         with pytest.raises(SessionWriteConflictError) as info:
             if how == "name":

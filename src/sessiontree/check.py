@@ -29,9 +29,9 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import orjson
@@ -51,7 +51,7 @@ from .storage.base import (
     HostFilesystem,
     SessionStorage,
     read_chunks,
-    sync_dir,
+    replace_checked,
     write_whole,
 )
 from .storage.file import FileSessionStorage
@@ -729,34 +729,11 @@ def _replace_in_place(
                 path, f"{path}: changed while being repaired (a live writer?); nothing was replaced"
             )
         _check_unchanged(path, before, storage)
-        _replace_unchanged(storage, path, before, chunks)
+        replace_checked(storage, path, chunks, partial(_check_unchanged, path, before, storage))
     finally:
         if lock is not None:
             lock.release()
     return backup
-
-
-def _replace_unchanged(
-    storage: SessionStorage, path: str, before: Any, chunks: Iterator[bytes]
-) -> None:
-    """Replace `path` with `chunks`, checking once more, after they are written, that
-    nothing changed it meanwhile (another program appending while a big file is written)."""
-    if not isinstance(storage, HostFilesystem):
-        write_whole(storage, path, chunks)
-        return
-    temp = side_path(path, f".{secrets.token_hex(6)}.tmp", hidden=True)
-    try:
-        write_whole(storage, temp, chunks)
-        _check_unchanged(path, before, storage)
-        storage.rename(temp, path)
-    except BaseException:
-        try:
-            if storage.exists(temp):
-                storage.unlink(temp)
-        except OSError:
-            pass
-        raise
-    sync_dir(storage, os.path.dirname(path) or ".")
 
 
 def _check_unchanged(path: str, before: Any, storage: SessionStorage) -> None:

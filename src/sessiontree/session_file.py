@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -47,7 +46,6 @@ from .loader import LoadedSession, load_session
 from .locks import acquire_session_lock, verify_lock
 from .paths import get_agent_dir
 from .storage.base import (
-    HostFilesystem,
     PinnedFile,
     PinnedReads,
     SessionStorage,
@@ -55,6 +53,7 @@ from .storage.base import (
     StorageStat,
     WriterLock,
     read_chunks,
+    replace_checked,
     sync_dir,
     write_whole,
 )
@@ -502,7 +501,7 @@ class SessionFile:
     def _write_whole(self, chunks: Iterable[bytes], action: str) -> None:
         storage, path = self.storage, self.path
         hashing = _Hashing(chunks)
-        replacing = action == "rewrite" and isinstance(storage, HostFilesystem)
+        replacing = action == "rewrite"
         try:
             storage.ensure_dir(os.path.dirname(path) or ".")
             written, pinned = self._write_file(path, hashing, replacing=replacing)
@@ -560,24 +559,14 @@ class SessionFile:
         replaced inode. It is answered as any change is (rescue copy, conflict); a
         delete meanwhile just lets the new file take the path.
         """
-        storage, path = self.storage, self.path
-        temp = side_path(path, f".{secrets.token_hex(6)}.tmp", hidden=True)
-        try:
-            written = write_whole(storage, temp, chunks)
+
+        def unchanged() -> None:
             guard = self._guard
             state = self._observe(guard, False) if guard is not None else None
             if state is not None and state != "deleted":
                 self._conflict(f"{state} while the rewrite was written")
-            storage.rename(temp, path)
-        except BaseException:
-            try:
-                if storage.exists(temp):
-                    storage.unlink(temp)
-            except OSError:
-                pass
-            raise
-        sync_dir(storage, os.path.dirname(path) or ".")
-        return written
+
+        return replace_checked(self.storage, self.path, chunks, unchanged)
 
     def move(
         self, new_path: str, chunks: Iterable[bytes], artifacts: tuple[str, str] | None

@@ -34,12 +34,13 @@ inode-based half of the conflict check is then skipped.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+import secrets
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from sessiontree._fs import glob_escape
+from sessiontree._fs import glob_escape, side_path
 from sessiontree.errors import SessionTreeError
 
 if TYPE_CHECKING:
@@ -387,6 +388,36 @@ def write_whole(storage: SessionStorage, path: str, chunks: Iterable[bytes]) -> 
         return storage.write_atomic(path, chunks)
     storage.write_text(path, b"".join(chunks).decode("utf-8", "surrogateescape"))
     return None
+
+
+def replace_checked(
+    storage: SessionStorage, path: str, chunks: Iterable[bytes], check: Callable[[], None]
+) -> StorageStat | None:
+    """Write `chunks` beside `path`, call `check()` (it raises to stop), then rename the
+    new file over `path`; what `write_whole` returned for it.
+
+    Writing a big file takes a while: a check made before it began cannot see another
+    program's append meanwhile, which the rename would throw away. The file beside is
+    removed whenever the new one does not take the path. Host files only: elsewhere
+    (a database's one transaction) `write_whole` writes `path` and `check` runs first.
+    """
+    if not isinstance(storage, HostFilesystem):
+        check()
+        return write_whole(storage, path, chunks)
+    temp = side_path(path, f".{secrets.token_hex(6)}.tmp", hidden=True)
+    try:
+        written = write_whole(storage, temp, chunks)
+        check()
+        storage.rename(temp, path)
+    except BaseException:
+        try:
+            if storage.exists(temp):
+                storage.unlink(temp)
+        except OSError:
+            pass
+        raise
+    sync_dir(storage, os.path.dirname(path) or ".")
+    return written
 
 
 def sync_dir(storage: SessionStorage, path: str) -> None:
