@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -622,6 +623,32 @@ def test_a_fork_whose_directory_fsync_fails_leaves_no_half_made_copy(
     monkeypatch.undo()
     assert [n for n in os.listdir(tmp_path) if n.endswith(".jsonl")] == [os.path.basename(own)]
     assert sm.get_session_file() == own
+    sm.close()
+
+
+def test_a_failed_fork_leaves_a_file_another_program_made_there_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The fork's write fails after another program has put a file at its new path (the
+    # path was free when the fork looked): that file is not the fork's to remove.
+    from sessiontree.storage import file as file_module
+
+    sm = persisted(session_dir=str(tmp_path))
+    theirs = b"another program's bytes\n"
+    made: list[str] = []
+
+    def failing(path: str, chunks: Any) -> Any:
+        for _ in chunks:
+            pass
+        Path(path).write_bytes(theirs)
+        made.append(path)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(file_module, "atomic_write", failing)
+    with pytest.raises(SessionTreeError):
+        sm.fork()
+    monkeypatch.undo()
+    assert made and Path(made[0]).read_bytes() == theirs
     sm.close()
 
 

@@ -339,19 +339,27 @@ class SessionFile:
         except OSError as exc:
             raise self.fail(exc, "create") from exc
         self._refuse_existing()
+        hashing = _Hashing(chunks)
         try:
-            self._write_whole(chunks, "create")
+            self._write_whole(chunks, "create", hashing)
         except BaseException:
             if not rescue:
-                self._remove_half_made()
+                self._remove_half_made(hashing)
             raise
 
-    def _remove_half_made(self) -> None:
-        """After a failed `create`: we hold the lock and nothing was there, so whatever
-        is at the path now is our own incomplete copy."""
+    def _remove_half_made(self, written: _Hashing) -> None:
+        """After a failed `create`: remove the file at the path if it holds exactly the
+        bytes we wrote (a rename whose directory fsync failed). Anything else there
+        (another program's file, made since the path was found free) stays."""
+        storage, path = self.storage, self.path
         try:
-            if self.storage.exists(self.path):
-                self.storage.unlink(self.path)
+            if not storage.exists(path) or storage.stat(path).size != written.size:
+                return
+            digest = xxhash.xxh3_128()
+            for chunk in read_chunks(storage, path):
+                digest.update(chunk)
+            if digest.digest() == written.digest.digest():
+                storage.unlink(path)
         except OSError:
             pass
 
@@ -498,9 +506,12 @@ class SessionFile:
         self.backups.append(backup)
         self._unparsed = 0
 
-    def _write_whole(self, chunks: Iterable[bytes], action: str) -> None:
+    def _write_whole(
+        self, chunks: Iterable[bytes], action: str, hashing: _Hashing | None = None
+    ) -> None:
         storage, path = self.storage, self.path
-        hashing = _Hashing(chunks)
+        if hashing is None:
+            hashing = _Hashing(chunks)
         replacing = action == "rewrite"
         try:
             storage.ensure_dir(os.path.dirname(path) or ".")
