@@ -300,6 +300,35 @@ def test_repair_in_place_keeps_a_backup(tmp_path: Path) -> None:
     assert report2.backup_path == str(path) + ".bak.1"
 
 
+def test_repair_in_place_that_fails_halfway_leaves_the_file_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The repaired copy's write dies after its first chunk (a full disk): the file
+    # keeps its bytes, its backup stays, and no temp file is left.
+    from sessiontree.storage import base as base_module
+
+    path = damaged(tmp_path)
+    original = path.read_bytes()
+    real = base_module.write_whole
+
+    def dying(storage: Any, target: str, chunks: Any) -> Any:
+        def stream() -> Any:
+            for n, chunk in enumerate(chunks):
+                if n == 1:
+                    raise OSError(28, "No space left on device")
+                yield chunk
+
+        return real(storage, target, stream())
+
+    monkeypatch.setattr(base_module, "write_whole", dying)
+    with pytest.raises(OSError):
+        repair_session(str(path), in_place=True)
+    monkeypatch.undo()
+    assert path.read_bytes() == original
+    assert Path(str(path) + ".bak").read_bytes() == original
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
 def test_repair_with_nothing_to_do_writes_nothing(agent_dir: Path) -> None:
     path = sound_session(agent_dir)
     before = sorted(os.listdir(os.path.dirname(path)))

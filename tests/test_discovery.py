@@ -1154,3 +1154,25 @@ def test_a_symlink_planted_as_the_listing_cache_is_never_followed(
         IdentityCache(str(agent_dir), "foreign_imports").fetch(["x"])
     assert victim.read_bytes() == before and text.read_text() == "keep me\n"
     assert not any(p.is_symlink() for p in cache.iterdir())
+
+
+def test_a_cache_database_path_takes_no_fifo_and_no_directory(tmp_path: Path) -> None:
+    # What is planted where a cache database belongs: a FIFO is removed (sqlite would
+    # block on it), a directory is refused (it may hold someone's files), a regular file
+    # (the database) is left as it is.
+    from sessiontree._fs import private_database
+
+    fifo = tmp_path / "fifo.db"
+    os.mkfifo(fifo)
+    private_database(str(fifo))
+    assert fifo.is_file() and not fifo.is_symlink()
+    folder = tmp_path / "dir.db"
+    folder.mkdir()
+    (folder / "keep").write_text("x")
+    with pytest.raises(OSError):
+        private_database(str(folder))
+    assert (folder / "keep").read_text() == "x"
+    kept = tmp_path / "kept.db"
+    kept.write_bytes(b"data")
+    private_database(str(kept))
+    assert kept.read_bytes() == b"data"
