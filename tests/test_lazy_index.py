@@ -133,6 +133,22 @@ def open_both(path: Path, **kw: Any) -> tuple[SessionManager, SessionManager]:
     return full, lazy
 
 
+def writable_pair(
+    tmp_path_factory: Any, script: Any
+) -> tuple[Path, Path, SessionManager, SessionManager]:
+    """The session of `script` in two copies, opened writable: whole and index first."""
+    root = tmp_path_factory.mktemp("s")
+    (root / "a").mkdir()
+    (root / "b").mkdir()
+    path_a = write(build(script), root / "a")
+    path_b = root / "b" / path_a.name
+    shutil.copyfile(path_a, path_b)
+    blobs = blobs_of(root / "a")
+    full = SessionManager.open(str(path_a), lazy=False, blob_store=blobs, breadcrumb=False)
+    lazy = SessionManager.open(str(path_b), lazy=True, blob_store=blobs, breadcrumb=False)
+    return path_a, path_b, full, lazy
+
+
 def shape(nodes: list[SessionTreeNode]) -> list[Any]:
     out: list[Any] = []
     stack = [(n, out) for n in reversed(nodes)]
@@ -207,15 +223,7 @@ def test_lazy_and_full_loads_agree(tmp_path_factory: Any, script: Any, order: An
 def test_rewrites_write_the_same_bytes(
     tmp_path_factory: Any, script: Any, reads: list[int], name: str
 ) -> None:
-    root = tmp_path_factory.mktemp("s")
-    (root / "a").mkdir()
-    (root / "b").mkdir()
-    path_a = write(build(script), root / "a")
-    path_b = root / "b" / path_a.name
-    shutil.copyfile(path_a, path_b)
-    blobs = blobs_of(root / "a")
-    full = SessionManager.open(str(path_a), lazy=False, blob_store=blobs, breadcrumb=False)
-    lazy = SessionManager.open(str(path_b), lazy=True, blob_store=blobs, breadcrumb=False)
+    path_a, path_b, full, lazy = writable_pair(tmp_path_factory, script)
     ids = [e["id"] for e in full.get_entries()]
     for r in reads if ids else []:  # some entries read, the others copied as they are
         lazy.get_entry(ids[r % len(ids)])
@@ -226,7 +234,9 @@ def test_rewrites_write_the_same_bytes(
     assert lazy.get_entries() == full.get_entries()
     full.close()
     lazy.close()
-    again = SessionManager.open(str(path_b), lazy=True, blob_store=blobs, read_only=True)
+    again = SessionManager.open(
+        str(path_b), lazy=True, blob_store=blobs_of(path_a.parent), read_only=True
+    )
     assert again.get_entries() == lazy.get_entries()
 
 
@@ -578,15 +588,7 @@ def test_lazy_and_whole_managers_stay_alike_through_random_writes(
     import sessiontree.index as index_module
     import sessiontree.manager as manager_module
 
-    root = tmp_path_factory.mktemp("s")
-    (root / "a").mkdir()
-    (root / "b").mkdir()
-    path_a = write(build(script), root / "a")
-    path_b = root / "b" / path_a.name
-    shutil.copyfile(path_a, path_b)
-    blobs = blobs_of(root / "a")
-    full = SessionManager.open(str(path_a), lazy=False, blob_store=blobs, breadcrumb=False)
-    lazy = SessionManager.open(str(path_b), lazy=True, blob_store=blobs, breadcrumb=False)
+    path_a, path_b, full, lazy = writable_pair(tmp_path_factory, script)
     step = [0]
     real = index_module.generate_entry_id, manager_module.iso_now
     # Both sessions get the same new ids and times, so their files can be compared.
