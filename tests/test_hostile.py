@@ -166,6 +166,32 @@ def test_hostile_file_loads_every_valid_line_and_rewrites_identically(
     sm.build_session_context()
 
 
+def test_a_type_that_is_no_string_before_a_compaction_is_no_kind() -> None:
+    """Found by the property above: a list as "type" on the path before a compaction's
+    kept entries made the context's setting filter hash it."""
+    storage = MemorySessionStorage()
+    storage.ensure_dir("/s")
+    lines = [
+        {"type": "session", "version": 3, "id": "s", "timestamp": "t", "cwd": "/"},
+        {"type": "message", "id": "a", "parentId": None, "message": {"role": "user"}},
+        {"type": [], "id": "b", "parentId": "a"},
+        {"type": {"k": 1}, "id": "c", "parentId": "b"},
+        {
+            "type": "compaction",
+            "id": "d",
+            "parentId": "c",
+            "firstKeptEntryId": "d",
+            "summary": "s",
+            "tokensBefore": 1,
+        },
+    ]
+    text = "".join(serialize_entry(e) + "\n" for e in lines)
+    storage.write_atomic("/s/x.jsonl", [text.encode()])
+    for lazy in (False, True):
+        sm = SessionManager.open("/s/x.jsonl", storage=storage, read_only=True, lazy=lazy)
+        assert [m["role"] for m in sm.build_session_context().messages] == ["compactionSummary"]
+
+
 def test_cycles_and_a_leaf_inside_a_cycle_terminate() -> None:
     entries = [
         {"type": "message", "id": "a", "parentId": "c", "message": {"role": "user"}},

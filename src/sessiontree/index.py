@@ -571,8 +571,13 @@ class EntryIndex:
                 return ContextBuilder.from_path([cast("Entry", entries[q]) for q in path])
             # Before the kept entries only settings count (messages are compacted away),
             # and the two setters: the value of the default model, and its key's place.
+            # A hostile line's "type" may be any JSON value: only a string can be a kind.
             kinds = self._kinds
-            chosen = [k for k in range(start) if kinds[path[k]] in SETTING_KINDS]
+            chosen = [
+                k
+                for k in range(start)
+                if kinds[path[k]].__class__ is str and kinds[path[k]] in SETTING_KINDS
+            ]
             if setters:
                 chosen = sorted({*chosen, *setters})
             selected = [cast("Entry", entries[path[k]]) for k in chosen]
