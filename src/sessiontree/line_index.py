@@ -316,6 +316,7 @@ class _Scan:
             carry, carry_base = [head], 0
         if carry:
             line = b"".join(carry)
+            carry = []  # the pieces go before the line is parsed (it may be big)
             number += 1
             result.ends_with_newline = False
             if header_seen:
@@ -426,7 +427,8 @@ class _Scan:
                 return
         if start == end or (buf[start] in _WHITESPACE and not buf[start:end].strip()):
             return
-        raw = view[start:end]
+        # The last line is `buf` whole: parsed as it is, not copied out of a view.
+        raw = buf if last else view[start:end]
         value = parse_line(raw)
         if not isinstance(value, dict):
             self.result.malformed_lines.append(number)
