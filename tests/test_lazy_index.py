@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from helpers import assistant, last_entry_id, user
 from sessiontree import BlobStore, SessionManager, SessionWriteConflictError
+from sessiontree.index import EntryIndex
 from sessiontree.jsonl import serialize_entry_bytes
 from sessiontree.loader import LAZY_LOAD_BYTES
 from sessiontree.tree import SessionTreeNode
@@ -712,6 +713,27 @@ def test_a_line_glued_onto_a_torn_one_is_left_out_as_the_full_loader_leaves_it(
     assert (work / (path.name + ".bak")).read_bytes() == b"\n".join(lines)
     whole.close()
     lazy.close()
+
+
+def test_many_damaged_last_lines_are_left_out_in_a_few_rebuilds(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file that ends in many lines indexed by their prefix that do not parse: the
+    leaf is found reading ever bigger batches back, not rebuilding once per line."""
+    path = big_session(work, 3)
+    lines = path.read_bytes().split(b"\n")
+    damaged = [
+        b'{"type":"message","id":"d%07d","parentId":null,"timestamp":"x","message":@}' % i
+        for i in range(2000)
+    ]
+    path.write_bytes(b"\n".join([*lines[:-1], *damaged, b""]))
+    rebuilds = []
+    real = EntryIndex._derive
+    monkeypatch.setattr(EntryIndex, "_derive", lambda self: rebuilds.append(1) or real(self))
+    full, lazy = open_both(path, read_only=True)
+    assert lazy.get_leaf_id() == full.get_leaf_id() == orjson.loads(lines[-2])["id"]
+    assert len(rebuilds) <= 16  # 2000 lines: a dozen batches, not 2000 rebuilds
+    assert lazy.get_entries() == full.get_entries()
 
 
 NOW = "2026-01-01T00:00:00.000Z"

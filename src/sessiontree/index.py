@@ -214,17 +214,15 @@ class EntryIndex:
         not to parse are dropped, as the full loader drops them; the line found is
         most often on the context's path, which reads it anyway."""
         entries = self._entries
-        p = len(entries) - 1
-        while p >= 0:
-            entry = entries[p]
-            if entry is None:
-                if self._source is None:
-                    return
-                self._read((p,))  # now read, dropped, or indexed by what it holds
-            elif entry is _SKIP:
-                p -= 1
-            else:
+        end, batch = len(entries), 1
+        while end > 0:
+            # The last line first, then ever more before it: a file that ends in many
+            # damaged lines is rebuilt (one `_derive` per batch) a few times, not per line.
+            start = max(0, end - batch)
+            self._read(range(start, end))  # each read, dropped, or indexed by what it holds
+            if any(entries[p] is not _SKIP for p in range(start, end)):
                 return
+            end, batch = start, batch * 2
 
     def _leaf_at_end(self) -> None:
         """The leaf is the last entry (none when its id is not a string)."""
