@@ -1,6 +1,8 @@
-"""Builders for messages in the ecosystem's shape, shared by tests."""
+"""Builders for messages in the ecosystem's shape, and oracles, shared by tests."""
 
 from __future__ import annotations
+
+from sessiontree.jsonl import loads_line
 
 
 def assistant(text: str = "ok", **extra: object) -> dict[str, object]:
@@ -26,3 +28,22 @@ def assistant(text: str = "ok", **extra: object) -> dict[str, object]:
 
 def user(text: str = "hi") -> dict[str, object]:
     return {"role": "user", "content": text, "timestamp": 1760000000000}
+
+
+def last_entry_id(data: bytes) -> str | None:
+    """The leaf every reader takes from a session file's bytes: the id of the last line
+    after the header that parses as a JSON object (None when that id is no string)."""
+    found: str | None = None
+    header = False
+    for line in data.removeprefix(b"\xef\xbb\xbf").split(b"\n"):
+        try:
+            value = loads_line(line) if line.strip() else None
+        except ValueError:
+            continue
+        if not isinstance(value, dict):
+            continue
+        if header:
+            entry_id = value.get("id")
+            found = entry_id if isinstance(entry_id, str) else None
+        header = header or value.get("type") == "session"
+    return found

@@ -18,16 +18,21 @@ import copy
 import logging
 import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import assistant, user
+from helpers import assistant, last_entry_id, user
 from sessiontree import BlobStore, SessionManager, SessionWriteConflictError
+from sessiontree.index import EntryIndex
 from sessiontree.jsonl import serialize_entry_bytes
+from sessiontree.loader import LAZY_LOAD_BYTES
 from sessiontree.tree import SessionTreeNode
 
 IMAGE = "iVBORw0KGgo" + "B" * 1500
@@ -266,6 +271,7 @@ def test_damaged_files_read_as_the_full_loader_reads_them(
         lines.insert(1 + at % len(lines), line)
     path.write_bytes(b"\n".join(lines))
     full, lazy = open_both(path, read_only=True)
+    assert lazy.get_leaf_id() == full.get_leaf_id()  # a damaged last line is not the leaf
     assert lazy.get_entries() == full.get_entries()
     assert shape(lazy.get_tree()) == shape(full.get_tree())
     for entry in full.get_entries():
@@ -374,6 +380,8 @@ def test_blob_refs_are_resolved_only_where_read(work: Path) -> None:
 def test_a_rescue_after_an_in_place_cut_keeps_every_intact_line(work: Path) -> None:
     path = big_session(work, 10)
     sm = SessionManager.open(str(path), lazy=True, breadcrumb=False)
+    held = {entry_id for entry_id, entry in sm._index.read_so_far() if entry is not None}
+    assert len(held) == 1  # the last entry: read at once, for the leaf
     data = path.read_bytes()
     cut = len(data) // 2
     while data[cut - 1 : cut] in (b"}", b"\n"):
@@ -386,8 +394,14 @@ def test_a_rescue_after_an_in_place_cut_keeps_every_intact_line(work: Path) -> N
     saved = info.value.saved_to
     assert saved is not None
     rescued = SessionManager.open(saved, read_only=True, lazy=False).get_entries()
-    intact = [line for line in keep.split(b"\n")[1:] if line.endswith(b"}")]
-    assert [serialize_entry_bytes(e) for e in rescued] == intact
+    intact = {line for line in keep.split(b"\n")[1:] if line.endswith(b"}")}
+    # Every intact line, and what the session holds in memory (written from there).
+    want = [
+        line
+        for line in data.split(b"\n")[1:]
+        if line in intact or (line and orjson.loads(line)["id"] in held)
+    ]
+    assert [serialize_entry_bytes(e) for e in rescued] == want
 
 
 def test_fork_and_move_of_a_lazy_session(work: Path) -> None:
@@ -629,3 +643,247 @@ def test_lazy_and_whole_managers_stay_alike_through_random_writes(
     full.close()
     lazy.close()
     assert path_a.read_bytes() == path_b.read_bytes()
+
+
+# ----------------------------------------------------------------------------- torn tails
+# A power cut ends a write anywhere, often just after an inner `}` (the end of a content
+# block). Whole and index first, a file cut anywhere in its last two lines resumes
+# alike: the same entries, leaf and context, the next entry's parent, the bytes the
+# append writes, and what a rewrite keeps of the torn line (a `.bak`).
+
+
+def test_a_giant_session_torn_after_an_inner_brace_resumes_with_its_history(
+    tmp_path: Path,
+) -> None:
+    """Issue 21.1: a session of 8 MiB or more (loaded index first) whose last line was
+    cut just after its last text block's `}` resumed with no history, and the next
+    entry became a new root (`parentId: null`)."""
+    directory = tmp_path / "sessions"
+    directory.mkdir()
+    sm = SessionManager.create("/proj", str(directory))
+    for _ in range(20):
+        sm.append_message(user("q" * 450_000))
+        sm.append_message(assistant("a" * 450_000))
+    path = Path(sm.get_session_file() or "")
+    sm.close()
+    data = path.read_bytes()
+    cut = data.rindex(b'"}') + 2  # just after the last text block's `}`
+    assert data[cut - 2 : cut + 3] == b'"}],"'
+    path.write_bytes(data[:cut])
+    assert cut >= LAZY_LOAD_BYTES  # opened index first
+    whole = SessionManager.open(str(path), lazy=False, read_only=True)
+    assert len(whole.build_session_context().messages) == 39
+    resumed = SessionManager.continue_recent("/proj", str(directory))
+    assert resumed.get_session_file() == str(path) and is_lazy(resumed)
+    assert len(resumed.build_session_context().messages) == 39
+    assert resumed.get_leaf_id() == whole.get_leaf_id() is not None
+    next_id = resumed.append_message(user("go on"))
+    assert resumed.get_entry(next_id)["parentId"] == whole.get_leaf_id()  # type: ignore[index]
+    resumed.close()
+    lines = path.read_bytes()[cut:].split(b"\n")
+    assert lines[0] == b""  # the torn line is left as it is, ended before the new line
+    assert orjson.loads(lines[1])["parentId"] == whole.get_leaf_id()
+
+
+def test_a_line_glued_onto_a_torn_one_is_left_out_as_the_full_loader_leaves_it(
+    work: Path,
+) -> None:
+    """Another writer appended a whole line onto a torn one: one line, ended by a
+    newline and by `}`, whose prefix is the torn entry's. It is not the leaf; a move
+    keeps the file as it was, as it keeps every line no reader parses."""
+    path = big_session(work, 3)
+    lines = path.read_bytes().split(b"\n")
+    last = lines[-2]
+    torn = last[: last.index(b'"}') + 2]
+    other = b'{"type":"custom","customType":"other","id":"0ther001","parentId":null,'
+    other += b'"timestamp":"2026-01-01T00:00:00.000Z"}'
+    lines[-2] = torn + other
+    path.write_bytes(b"\n".join(lines))
+    copy_ = work.parent / "copy"
+    copy_.mkdir()
+    shutil.copyfile(path, copy_ / path.name)
+    whole = SessionManager.open(str(copy_ / path.name), lazy=False, breadcrumb=False)
+    lazy = SessionManager.open(str(path), lazy=True, breadcrumb=False)
+    assert lazy.get_leaf_id() == whole.get_leaf_id() == orjson.loads(lines[-3])["id"]
+    assert lazy.build_session_context() == whole.build_session_context()
+    whole.move_to("/elsewhere")
+    lazy.move_to("/elsewhere2")
+    assert sorted(p.name for p in copy_.iterdir()) == [path.name + ".bak"]
+    assert sorted(p.name for p in work.iterdir()) == [path.name + ".bak"]
+    assert (work / (path.name + ".bak")).read_bytes() == b"\n".join(lines)
+    whole.close()
+    lazy.close()
+
+
+def test_many_damaged_last_lines_are_left_out_in_a_few_rebuilds(
+    work: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file that ends in many lines indexed by their prefix that do not parse: the
+    leaf is found reading ever bigger batches back, not rebuilding once per line."""
+    path = big_session(work, 3)
+    lines = path.read_bytes().split(b"\n")
+    damaged = [
+        b'{"type":"message","id":"d%07d","parentId":null,"timestamp":"x","message":@}' % i
+        for i in range(2000)
+    ]
+    path.write_bytes(b"\n".join([*lines[:-1], *damaged, b""]))
+    rebuilds = []
+    real = EntryIndex._derive
+    monkeypatch.setattr(EntryIndex, "_derive", lambda self: rebuilds.append(1) or real(self))
+    full, lazy = open_both(path, read_only=True)
+    assert lazy.get_leaf_id() == full.get_leaf_id() == orjson.loads(lines[-2])["id"]
+    assert len(rebuilds) <= 16  # 2000 lines: a dozen batches, not 2000 rebuilds
+    assert lazy.get_entries() == full.get_entries()
+
+
+NOW = "2026-01-01T00:00:00.000Z"
+
+
+@contextmanager
+def resuming(lazy: bool) -> Iterator[None]:
+    """`continue_recent` loads index first (`lazy`) or whole, whatever the size, and
+    appended entries get the same ids and timestamps in every manager (so that two
+    files can be compared byte for byte)."""
+
+    def new_id(existing: Any) -> str:
+        n = 0
+        while f"{n:08x}" in existing:
+            n += 1
+        return f"{n:08x}"
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("sessiontree.loader.LAZY_LOAD_BYTES", 0 if lazy else 1 << 62)
+        mp.setattr("sessiontree.index.generate_entry_id", new_id)
+        mp.setattr("sessiontree.manager.iso_now", lambda: NOW)
+        yield
+
+
+def tail_cuts(data: bytes) -> range:
+    """Every place a crash can end the file within its last two lines (the header
+    stays whole: a file without one is no session to either load)."""
+    body = data.rstrip(b"\r\n")
+    second_last = body.rfind(b"\n", 0, body.rfind(b"\n"))
+    header_end = data.index(b"\n") + 1
+    return range(max(second_last + 1, header_end), len(data) + 1)
+
+
+def check_torn(root: Path, name: str, torn: bytes, blobs: BlobStore, rewrite: bool) -> None:
+    """The file `torn` resumed whole and index first agree (see the section above)."""
+    want_leaf = last_entry_id(torn)
+    paths = {}
+    for mode in ("whole", "index"):
+        directory = root / mode
+        directory.mkdir()
+        paths[mode] = directory / name
+        paths[mode].write_bytes(torn)
+    # Read-only: nothing is written, both read the same.
+    full = SessionManager.open(str(paths["whole"]), lazy=False, read_only=True, blob_store=blobs)
+    lazy = SessionManager.open(str(paths["index"]), lazy=True, read_only=True, blob_store=blobs)
+    assert lazy.get_leaf_id() == full.get_leaf_id() == want_leaf
+    assert lazy.build_session_context() == full.build_session_context()
+    assert lazy.get_entries() == full.get_entries()
+    assert paths["index"].read_bytes() == paths["whole"].read_bytes() == torn
+    # Resumed and continued.
+    managers = {}
+    for mode in ("whole", "index"):
+        with resuming(mode == "index"):
+            sm = SessionManager.continue_recent("/proj", str(root / mode), blob_store=blobs)
+            assert sm.get_session_file() == str(paths[mode])
+            assert is_lazy(sm) == (mode == "index")
+            managers[mode] = sm
+            assert sm.get_leaf_id() == want_leaf
+            next_id = sm.append_message(user("next"))
+            assert sm.get_entry(next_id)["parentId"] == want_leaf  # type: ignore[index]
+    full, lazy = managers["whole"], managers["index"]
+    assert lazy.build_session_context() == full.build_session_context()
+    lazy.flush()
+    full.flush()
+    after = paths["whole"].read_bytes()
+    assert paths["index"].read_bytes() == after
+    assert after.startswith(torn)  # nothing torn away or rewritten, only appended
+    if rewrite:
+        with resuming(True):
+            lazy.set_session_name("renamed")
+        with resuming(False):
+            full.set_session_name("renamed")
+        assert lazy.get_entries() == full.get_entries()
+        kept = {mode: sorted(p.name for p in (root / mode).iterdir()) for mode in paths}
+        assert kept["index"] == kept["whole"]  # a `.bak` of the torn line, or none
+        for backup in kept["whole"]:
+            if backup != name:
+                assert (root / "index" / backup).read_bytes() == (
+                    root / "whole" / backup
+                ).read_bytes()
+        if b"\r" not in torn:  # lines read are copied as they are (CR and all) index first
+            assert paths["index"].read_bytes() == paths["whole"].read_bytes()
+    lazy.close()
+    full.close()
+    again = SessionManager.open(str(paths["index"]), lazy=True, read_only=True, blob_store=blobs)
+    assert again.get_entries() == full.get_entries()
+
+
+def variant(data: bytes, form: str) -> bytes:
+    """The file as another writer (or editor) left it: CRLF line ends, or a BOM."""
+    if form == "crlf":
+        return data.replace(b"\n", b"\r\n")
+    if form == "bom":
+        return b"\xef\xbb\xbf" + data
+    return data
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", ["lf", "crlf", "bom"])
+def test_a_tail_cut_at_every_byte_resumes_alike(tmp_path_factory: Any, form: str) -> None:
+    directory = tmp_path_factory.mktemp("src") / "sessions"
+    directory.mkdir()
+    sm = SessionManager.in_memory("/proj")
+    sm.append_message(user("first"))
+    sm.append_message(assistant("one {brace} two"))
+    sm.append_message(user("x"))
+    sm.append_message(assistant("a}b", thinking={"x": [{}]}))
+    path = write(sm, directory)
+    data = variant(path.read_bytes(), form)
+    blobs = blobs_of(directory)
+    for cut in tail_cuts(data):
+        root = tmp_path_factory.mktemp("cut")
+        check_torn(root, path.name, data[:cut], blobs, rewrite=cut % 7 == 0)
+
+
+def cut_at(data: bytes, cuts: range, kind: str, where: float) -> int:
+    """A place in `cuts`: anywhere, or where crashes and parsers meet most often: just
+    after a `}` (a content block's end), or next to a line end."""
+    if kind == "brace":
+        places = [p + 1 for p in cuts if p < len(data) and data[p] == 0x7D]
+    elif kind == "line end":
+        places = [p + d for p in cuts if p < len(data) and data[p] in b"\r\n" for d in (0, 1)]
+    else:
+        places = list(cuts)
+    return places[min(int(where * len(places)), len(places) - 1)] if places else cuts[-1]
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    script=ops,
+    form=st.sampled_from(["lf", "lf", "crlf", "bom"]),
+    where=st.lists(
+        st.tuples(st.sampled_from(["brace", "line end", "anywhere"]), st.floats(0, 1)),
+        min_size=1,
+        max_size=3,
+    ),
+)
+def test_a_tail_cut_anywhere_resumes_alike(
+    tmp_path_factory: Any, script: Any, form: str, where: list[tuple[str, float]]
+) -> None:
+    directory = tmp_path_factory.mktemp("src") / "sessions"
+    directory.mkdir()
+    path = write(build(script), directory)
+    data = variant(path.read_bytes(), form)
+    cuts = tail_cuts(data)
+    for kind, w in where:
+        root = tmp_path_factory.mktemp("cut")
+        cut = cut_at(data, cuts, kind, w)
+        check_torn(root, path.name, data[:cut], blobs_of(directory), rewrite=True)

@@ -53,6 +53,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from helpers import last_entry_id
 from sessiontree import (
     EntryNotFoundError,
     EntryNotSerializableError,
@@ -823,6 +824,121 @@ class ManagerModel(RuleBasedStateMachine):
     def arm_fault(self, name: str, code: int, nth: int) -> None:
         self.faults.name, self.faults.code, self.faults.countdown = name, code, nth
         RAN["faults armed"] += 1
+
+    # --- family: torn tails (issue 21.1) ---
+    # A crash ends the process while it writes the last line: the file is cut anywhere
+    # in its last two lines, while no writer holds it. Resumed index first or whole, the
+    # session holds every entry the cut left whole, its leaf is the last of them, and the
+    # next entry continues it (never a new root), on a line of its own.
+
+    @precondition(
+        lambda self: self.on_disk() and self.trusted and not self.pending and not self.dead()
+    )
+    @rule(
+        kind=st.sampled_from(["brace", "line end", "anywhere"]),
+        where=st.floats(0, 1),
+        lazy=st.booleans(),
+    )
+    def tear_tail_and_resume(self, kind: str, where: float, lazy: bool) -> None:
+        sm = self.manager
+        path = sm.get_session_file()
+        assert path is not None
+        torn: list[tuple[bytes, set[str]]] = []  # what the crash left, what it cut away
+
+        def action() -> None:
+            sm.close()
+            self.flushed.update(dict.fromkeys(self.held_ids(sm)))
+            torn.append(self.tear(path, kind, where))
+            self.resume(path, lazy, *torn[0])
+
+        error = self.run("reopen", action)
+        if torn and self.sm is sm and not self.dead():
+            # The crash happened, the reopen met an injected fault: resume again.
+            assert error is not None
+            self.resume(path, lazy, *torn[0])
+            self.check_state(None)
+        if not torn or self.sm is sm:
+            return
+        leaf = self.manager.get_leaf_id()
+        with SessionManager.open(path, read_only=True, lazy=not lazy) as other:
+            assert other.get_leaf_id() == leaf
+            assert other.build_session_context() == self.manager.build_session_context()
+        before = len(self.expected)
+        self.append_message("user", "after the crash")
+        if len(self.expected) == before or self.dead():
+            return  # the append met an injected fault
+        assert self.expected[-1]["parentId"] == leaf
+        with open(path, "rb") as f:
+            data = f.read()
+        cut = torn[0][0]
+        assert data.startswith(cut)  # only appended to
+        if cut and not cut.endswith(b"\n"):
+            assert data[len(cut) : len(cut) + 1] == b"\n"  # never glued onto the torn line
+        last = loads_line(data.rstrip(b"\n").rsplit(b"\n", 1)[-1])
+        assert last["id"] == self.expected[-1]["id"] and last["parentId"] == leaf
+        RAN["torn tails continued"] += 1
+
+    def tear(self, path: str, kind: str, where: float) -> tuple[bytes, set[str]]:
+        """Cut the file in its last two lines (the header stays whole). Returns what is
+        left and the ids of the entries whose lines the cut reached: lost, so no longer
+        flushed (nor expected, once the session is read again)."""
+        with open(path, "rb") as f:
+            data = f.read()
+        body = data.rstrip(b"\n")
+        start = max(body.rfind(b"\n", 0, body.rfind(b"\n")) + 1, data.index(b"\n") + 1)
+        cuts = range(start, len(data) + 1)
+        if kind == "brace":  # just after an inner `}`: the end of a content block
+            places = [p + 1 for p in cuts if p < len(data) and data[p] == 0x7D]
+        elif kind == "line end":
+            places = [p + d for p in cuts if p < len(data) and data[p] == 0x0A for d in (0, 1)]
+        else:
+            places = list(cuts)
+        cut = places[min(int(where * len(places)), len(places) - 1)] if places else len(data)
+        with open(path, "r+b") as f:
+            f.truncate(cut)
+        # A line is lost when the cut reached into it (ended before its last byte).
+        lost: set[str] = set()
+        at = 0
+        for line in data.split(b"\n"):
+            if at + len(line) > cut and line.strip():
+                try:
+                    value = loads_line(line)
+                except ValueError:  # damaged before (at risk), not by the cut
+                    value = None
+                if isinstance(value, dict) and isinstance(value.get("id"), str):
+                    lost.add(value["id"])
+            at += len(line) + 1
+        assert lost <= set(ids_of(self.expected))  # the file is what the manager wrote
+        for entry_id in lost:
+            self.flushed.pop(entry_id, None)
+        self.trusted = False  # until the resume reads it
+        RAN["torn tails"] += 1
+        RAN[f"torn tails, cut {kind}"] += 1
+        RAN["torn tails, entries cut away"] += len(lost)
+        RAN["torn tails, torn line left in the file"] += cut > 0 and data[cut - 1] != 0x0A
+        return data[:cut], lost
+
+    def resume(self, path: str, lazy: bool, cut: bytes, lost: set[str]) -> None:
+        """Open the file the crash left (`cut`) again, index first or whole: it holds
+        the entries the model expects but the `lost` ones, and its leaf is the last
+        line's that parses (an oracle of its own)."""
+        want = [i for i in ids_of(self.expected) if i not in lost]
+        sm = SessionManager.open(path, lazy=lazy)
+        self.sm = sm
+        held = sm._index.read_so_far()
+        # Lines an earlier edit left unparseable are indexed by their prefix (as in
+        # `reopened`): at risk from here, as they were before.
+        whole = set(file_ids(path))
+        risky = {i for i, _ in held if i not in whole}
+        self.at_risk |= risky
+        assert self.kept([i for i, _ in held]) == self.kept(want)
+        assert sm.get_leaf_id() == last_entry_id(cut)
+        if not self.at_risk:
+            assert sm.get_leaf_id() == (want[-1] if want else None)
+        self.expected = [copy.deepcopy(e) if e is not None else {"id": i} for i, e in held]
+        self.at_risk = risky
+        self.trusted, self.pending = True, ""
+        RAN[f"torn tails resumed {'index first' if lazy else 'whole'}"] += 1
 
 
 def glob_escape(text: str) -> str:

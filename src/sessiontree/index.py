@@ -199,6 +199,7 @@ class EntryIndex:
         self._lazy = lines.entries.count(None)
         self._dropped = self._dropped_here = 0
         self._derive()
+        self._read_last()
         self._leaf_at_end()
 
     def _use_source(self, source: LineSource | None) -> None:
@@ -206,8 +207,30 @@ class EntryIndex:
         if old is not None and (source is None or source.pinned is not old.pinned):
             old.pinned.close()
 
+    def _read_last(self) -> None:
+        """Read the last line that holds an entry: the full loader's leaf is the last
+        line that parses, and a line indexed by its prefix may not (a write cut short
+        just after an inner `}`, or another writer's entry glued to it). Lines found
+        not to parse are dropped, as the full loader drops them; the line found is
+        most often on the context's path, which reads it anyway."""
+        entries = self._entries
+        end, batch = len(entries), 1
+        while end > 0:
+            # The last line first, then ever more before it: a file that ends in many
+            # damaged lines is rebuilt (one `_derive` per batch) a few times, not per line.
+            start = max(0, end - batch)
+            self._read(range(start, end))  # each read, dropped, or indexed by what it holds
+            if any(entries[p] is not _SKIP for p in range(start, end)):
+                return
+            end, batch = start, batch * 2
+
     def _leaf_at_end(self) -> None:
-        last_id = self._ids[-1] if self._ids else None
+        """The leaf is the last entry (none when its id is not a string)."""
+        entries = self._entries
+        p = len(entries) - 1
+        while p >= 0 and entries[p] is _SKIP:
+            p -= 1
+        last_id = self._ids[p] if p >= 0 else None
         self.leaf = last_id if isinstance(last_id, str) else None
 
     def _derive(self) -> None:

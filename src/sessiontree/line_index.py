@@ -12,10 +12,12 @@ put their payload before the id). Kinds that can be big (messages, custom entrie
 session inits, unknown kinds) are kept by position only: `IndexedLines.entries` holds
 None there, and the session reads them back from the pinned file when asked.
 
-A line taken by its prefix that does not end with `}` is parsed whole at once, so a
-torn line is found here, as the full loader finds it; one whose body is damaged
-further in is found when it is first read (`EntryIndex` then drops it, as the full
-loader would have).
+A line taken by its prefix that does not end with `}` is parsed whole at once, and so
+is the file's last line when no newline ends it (a write cut short ends anywhere, often
+just after an inner `}`): a torn line is found here, as the full loader finds it. One
+whose body is damaged further in is found when it is first read (`EntryIndex` then
+drops it, as the full loader would have; it reads the last entry's line at once, so
+the leaf is the one the full loader finds).
 """
 
 from __future__ import annotations
@@ -75,7 +77,8 @@ _THREAD_BYTES: Final = 4 << 20
 """Files this big are read by a thread of their own (see `_Chunks`)."""
 _POOL: Final = 3
 """Buffers the reader thread fills in turn (one being matched, one read, one ready)."""
-_WHITESPACE: Final = b" \t\r"
+_WHITESPACE: Final = b" \t\r\x0b\x0c"
+"""What `bytes.isspace` calls white space (a line of it is blank to the full loader)."""
 _EAGER: Final = "\x00eager"
 """Stands for every kind in `EAGER_KINDS` in the hot loop's kind table."""
 
@@ -313,10 +316,11 @@ class _Scan:
             carry, carry_base = [head], 0
         if carry:
             line = b"".join(carry)
+            carry = []  # the pieces go before the line is parsed (it may be big)
             number += 1
             result.ends_with_newline = False
             if header_seen:
-                self._entry(line, memoryview(line), 0, len(line), carry_base, number)
+                self._entry(line, memoryview(line), 0, len(line), carry_base, number, last=True)
             else:
                 self._head(memoryview(line), 0, len(line), number)
         return result
@@ -400,13 +404,17 @@ class _Scan:
         base: int,
         number: int,
         m: re.Match[bytes] | None = None,
+        *,
+        last: bool = False,
     ) -> None:
         """One entry line the hot loop did not take: one with white space after its
-        `}`, or parsed whole."""
+        `}`, or parsed whole. The `last` line of the file, when no newline ends it,
+        is parsed whole and kept: a write cut short ends anywhere, often just after
+        an inner `}`, and the full loader leaves such a line out."""
         lines = self.lines
         if m is None:
             m = match_prefix(buf, start, end)
-        if m is not None and m.group(1).decode("ascii") not in EAGER_KINDS:
+        if m is not None and not last and m.group(1).decode("ascii") not in EAGER_KINDS:
             if bytes(view[start:end]).rstrip().endswith(b"}"):
                 parent = m.group(3)
                 lines.offsets.append(base + start)
@@ -419,7 +427,8 @@ class _Scan:
                 return
         if start == end or (buf[start] in _WHITESPACE and not buf[start:end].strip()):
             return
-        raw = view[start:end]
+        # The last line is `buf` whole: parsed as it is, not copied out of a view.
+        raw = buf if last else view[start:end]
         value = parse_line(raw)
         if not isinstance(value, dict):
             self.result.malformed_lines.append(number)
@@ -443,6 +452,7 @@ class _Scan:
         lines.parents.append(parent)
         lines.kinds.append(kind)
         lines.flags.append(assistant | (PREFIX_FORM if m is not None else 0))
-        if not lazy and buf.find(_BLOB_MARK, start, end) >= 0:
+        keep = last or not lazy  # parsed already: not parsed again when asked for
+        if keep and buf.find(_BLOB_MARK, start, end) >= 0:
             lines.blob_refs.append(len(lines.entries))
-        lines.entries.append(None if lazy else value)
+        lines.entries.append(value if keep else None)

@@ -475,11 +475,15 @@ class SessionFile:
         self.check_usable()
         self._check_writable()
         self.verify(full=True)
-        if isinstance(chunks, CommittableChunks):
-            self._unparsed += chunks.left_out  # found damaged when read (index first)
+        self._count_left_out(chunks)
         self._keep_unparsed()
         self._close_writer()
         self._write_whole(chunks, "rewrite")
+
+    def _count_left_out(self, chunks: Iterable[bytes]) -> None:
+        """Lines found damaged when read (index first) count as lines no reader parsed."""
+        if isinstance(chunks, CommittableChunks):
+            self._unparsed += chunks.left_out
 
     def _keep_unparsed(self) -> None:
         """Before the file is replaced from memory: when it holds lines no reader parsed
@@ -603,6 +607,7 @@ class SessionFile:
                     f"{old_path}: cannot move to {new_path}: {taken[0]} already exists"
                 )
             self.verify(full=True)
+            self._count_left_out(chunks)
             self._keep_unparsed()
             self._close_writer()
             hashing = _Hashing(chunks)
