@@ -40,7 +40,7 @@ from ..export import (
     leaf_choice_text,
 )
 from ..foreign.storage import ForeignStorage
-from ..paths import get_agent_dir
+from ..paths import default_agent_dir
 from ..storage.base import SessionStorage
 from . import charts
 from .data import Data, SessionRow, Tally, UsageSnapshot, handle_of
@@ -141,7 +141,7 @@ class _App:
         self.agent_dir = agent_dir
         self.options = options
         self.data = Data(storage, agent_dir, use_index=options.use_index)
-        self.cache = SessionCache(storage)
+        self.cache = SessionCache(storage, agent_dir)
 
     def close(self) -> None:
         self.data.close()
@@ -159,7 +159,7 @@ class _App:
         unique = sum(1 for r in rows if r.id == row.id) == 1
         target = row.id if unique else row.path
         prefix = []
-        if os.path.abspath(self.agent_dir) != os.path.abspath(_default_agent_dir()):
+        if os.path.abspath(self.agent_dir) != os.path.abspath(default_agent_dir()):
             prefix = ["--agent-dir", self.agent_dir]
         commands = [
             {
@@ -443,7 +443,7 @@ class _App:
         row = self.data.session(request.query_params.get("s", ""))
         if row is None:
             return Response(b"no such session", 404, media_type="text/plain")
-        data = blob_store_for(row.path, self.storage).get(digest)
+        data = blob_store_for(row.path, self.storage, self.agent_dir).get(digest)
         mime = sniff_image(data) if data is not None else None
         if data is None or mime is None:
             return Response(b"no such image", 404, media_type="text/plain")
@@ -587,15 +587,6 @@ class _App:
 def _articles(entries: Sequence[Any]) -> str:
     macros = html_environment().get_template("_macros.html").module
     return "".join(str(macros.entry(e)) for e in entries)  # type: ignore[attr-defined]
-
-
-def _default_agent_dir() -> str:
-    saved = os.environ.pop("PI_CODING_AGENT_DIR", None)
-    try:
-        return get_agent_dir()
-    finally:
-        if saved is not None:
-            os.environ["PI_CODING_AGENT_DIR"] = saved
 
 
 def _usage_state(snapshot: UsageSnapshot | None) -> str | None:
