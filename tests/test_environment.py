@@ -20,11 +20,13 @@ import pytest
 from typer.testing import CliRunner
 
 import foreign_support as fs
+import sessiontree
 from helpers import assistant, user
 from sessiontree import SessionManager
 from sessiontree.cli import app
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "sessiontree"
+SRC = Path(sessiontree.__file__).resolve().parent
+"""The package under test (src/sessiontree in a checkout)."""
 
 _WRITERS = {"pop", "popitem", "setdefault", "update", "clear", "__setitem__", "__delitem__"}
 _FUNCTIONS = {"putenv", "unsetenv"}
