@@ -58,8 +58,7 @@ from sessiontree.storage.file import FileSessionStorage
 from sessiontree.web.server import BackgroundServer
 out = {}
 with BackgroundServer(FileSessionStorage(), args["agent"]) as server:
-    with httpx.Client(base_url=server.base, timeout=120) as client:
-        client.get("/static/app.css", params={"token": server.token})  # the cookie
+    with httpx.Client(base_url=server.base, cookies=server.login_cookies(), timeout=120) as client:
         if args["mode"] == "listing":
             for name, url in (("projects", "/"), ("sessions", "/sessions")):
                 t = time.perf_counter()
@@ -74,8 +73,8 @@ with BackgroundServer(FileSessionStorage(), args["agent"]) as server:
                 browser = p.chromium.launch(
                     executable_path=args["chromium"], args=args["browser_args"])
                 context = browser.new_context(viewport={"width": 1280, "height": 900})
-                context.add_cookies([{"name": server.options.cookie, "value": server.token,
-                                      "url": server.base}])
+                [(name, value)] = server.login_cookies().items()
+                context.add_cookies([{"name": name, "value": value, "url": server.base}])
                 page = context.new_page()
                 url = server.base + "/s/" + handle_of("s", args["session"])
                 t = time.perf_counter()

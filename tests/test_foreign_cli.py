@@ -504,9 +504,7 @@ def test_usage_and_serve_read_a_foreign_store(stores: dict[str, Any], agent_dir:
     store = ForeignStore.default("claude", None)
     with (
         BackgroundServer(ForeignStorage(store), store.home) as server,
-        httpx.Client(
-            base_url=server.base, cookies={server.options.cookie: server.token}, timeout=30
-        ) as client,
+        httpx.Client(base_url=server.base, cookies=server.login_cookies(), timeout=30) as client,
     ):
         listing = client.get("/sessions")
         assert listing.status_code == 200
@@ -521,9 +519,7 @@ def test_usage_and_serve_read_a_foreign_store(stores: dict[str, Any], agent_dir:
     store = ForeignStore.default("claude", str(agent_dir))
     with (
         BackgroundServer(ForeignStorage(store), store.home) as server,
-        httpx.Client(
-            base_url=server.base, cookies={server.options.cookie: server.token}, timeout=30
-        ) as client,
+        httpx.Client(base_url=server.base, cookies=server.login_cookies(), timeout=30) as client,
     ):
         found = client.get("/search?q=off+by+one")
         assert "searched by the content index" in found.text and "off by one" in found.text
@@ -538,9 +534,7 @@ def test_usage_and_serve_read_a_foreign_store(stores: dict[str, Any], agent_dir:
     store = ForeignStore.default("codex", str(agent_dir))
     with (
         BackgroundServer(ForeignStorage(store), store.home) as server,
-        httpx.Client(
-            base_url=server.base, cookies={server.options.cookie: server.token}, timeout=30
-        ) as client,
+        httpx.Client(base_url=server.base, cookies=server.login_cookies(), timeout=30) as client,
     ):
         listing = client.get("/sessions").text
         handle = re.search(r'href="(/s/[0-9a-f]+)"[^>]*>Now make it red', listing)

@@ -7,7 +7,10 @@ route's answers and the security promises one by one.
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
+import html
+import ipaddress
 import json
 import os
 import re
@@ -16,9 +19,11 @@ import subprocess
 import sys
 import threading
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 
@@ -68,9 +73,7 @@ def server(store: WebStore) -> Iterator[BackgroundServer]:
 
 @pytest.fixture()
 def client(server: BackgroundServer) -> Iterator[Any]:
-    with httpx.Client(
-        base_url=server.base, cookies={server.options.cookie: server.token}, timeout=30
-    ) as c:
+    with httpx.Client(base_url=server.base, cookies=server.login_cookies(), timeout=30) as c:
         yield c
 
 
@@ -87,10 +90,11 @@ def raw_get(
     resolve `..`)."""
     import socket
 
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+    with socket.create_connection((server.host, server.port), timeout=10) as sock:
+        jar = "".join(f"Cookie: {k}={v}\r\n" for k, v in server.login_cookies().items())
         request = (
-            f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n"
-            + (f"Cookie: {server.options.cookie}={server.token}\r\n" if cookie else "")
+            f"GET {target} HTTP/1.1\r\nHost: {server.host}:{server.port}\r\n"
+            + (jar if cookie else "")
             + "Connection: close\r\n\r\n"
         )
         sock.sendall(request.encode())
@@ -132,45 +136,151 @@ ROUTES = [
 ]
 
 
-def test_without_the_token_every_route_is_refused(
-    server: BackgroundServer, store: WebStore
-) -> None:
+def token_of(link: str) -> str:
+    return parse_qs(urlsplit(link).query)["token"][0]
+
+
+def moved_to(response: Any) -> str:
+    """Where the page a link answers moves on to (a meta refresh, not a redirect)."""
+    match = re.search(r'http-equiv="refresh" content="0;url=([^"]*)"', response.text)
+    assert match is not None, response.text
+    return html.unescape(match.group(1))
+
+
+def test_without_a_link_every_route_is_refused(server: BackgroundServer, store: WebStore) -> None:
     h = handle(store.demo)
-    wrong = server.token[:-1] + ("A" if server.token[-1] != "A" else "B")
+    unused = token_of(server.new_link())
+    wrong = unused[:-1] + ("A" if unused[-1] != "A" else "B")
+    [(name, value)] = server.login_cookies().items()
     with httpx.Client(base_url=server.base, timeout=10) as anonymous:
         for route in ROUTES:
             url = route.format(h=h)
             r = anonymous.get(url)
             assert r.status_code == 403, url
-            assert "the link it printed" in r.text
+            assert "one of its links" in r.text
             assert "CI fails" not in r.text
-            r = anonymous.get(url, headers={"cookie": f"{server.options.cookie}={wrong}"})
-            assert r.status_code == 403, url
+            for cookie in (f"{name}={wrong}", f"{name}={unused}", f"{name}={value[:-1]}"):
+                # A wrong value, a link's token (a token is no cookie), a cut cookie.
+                r = anonymous.get(url, headers={"cookie": cookie})
+                assert r.status_code == 403, (url, cookie)
             r = anonymous.get(url + ("&" if "?" in url else "?") + f"token={wrong}")
             assert r.status_code == 403, url
         # Another server's cookie name (another port) is no pass either.
-        r = anonymous.get("/", headers={"cookie": f"sessiontree-1={server.token}"})
+        r = anonymous.get("/", headers={"cookie": f"sessiontree-1={value}"})
         assert r.status_code == 403
+        assert anonymous.get("/", headers={"cookie": f"{name}={value}"}).status_code == 200
 
 
-def test_the_token_becomes_a_strict_cookie_and_leaves_the_url(server: BackgroundServer) -> None:
-    with httpx.Client(base_url=server.base, timeout=10) as fresh:
-        r = fresh.get(f"/sessions?q=site&token={server.token}")
-        assert r.status_code == 303
-        assert r.headers["location"] == "/sessions?q=site"
+def test_a_link_works_once_and_becomes_a_cookie_of_its_own(server: BackgroundServer) -> None:
+    """The token is exchanged for a session cookie with another random value; the link
+    (in the history, the scrollback) then opens nothing for anyone without the cookie."""
+    link = server.url.replace("/?", "/sessions?q=site&")  # the printed link
+    token = token_of(link)
+    with httpx.Client(timeout=10) as first:
+        r = first.get(link)
         cookie = r.headers["set-cookie"]
-        assert cookie.startswith(f"{server.options.cookie}={server.token};")
-        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie
-        # A path that would be another host (//evil.example) stays on this one.
-    status, headers = raw_get(
-        server, f"//evil.example/x%0d%0aSet-Cookie:%20a=b?token={server.token}"
-    )
-    assert status == 303 and headers["location"] == "/evil.example/x%0D%0ASet-Cookie%3A%20a%3Db"
-    with httpx.Client(base_url=server.base, timeout=10) as fresh:
-        r = fresh.get(
-            "/sessions?q=site", headers={"cookie": f"{server.options.cookie}={server.token}"}
-        )
+        name, _, rest = cookie.partition("=")
+        value = rest.split(";", 1)[0]
+        assert name == server.options.cookie == f"sessiontree-{server.port}"
+        assert value != token and len(value) >= 40 and token not in cookie
         assert r.status_code == 200
+        assert moved_to(r) == "/sessions?q=site"
+        assert "CI fails" not in r.text  # the page that moves on shows nothing of the store
+        attributes = {a.strip().split("=")[0].lower() for a in cookie.split(";")[1:]}
+        assert attributes == {"path", "httponly", "samesite"}  # no expiry: a session cookie
+        assert "SameSite=Strict" in cookie and "Path=/" in cookie
+        assert first.get(server.base + "/sessions?q=site").status_code == 200
+        # The same browser opening the link again (its history) just moves on.
+        again = first.get(link)
+        assert again.status_code == 200 and moved_to(again) == "/sessions?q=site"
+        assert "set-cookie" not in again.headers
+    with httpx.Client(timeout=10) as second:
+        r = second.get(link)
+        assert r.status_code == 403 and "set-cookie" not in r.headers
+        assert "Each link works once" in r.text and "CI fails" not in r.text
+        assert second.get(server.base + "/sessions").status_code == 403
+        # The token itself was never a key: nor as a cookie.
+        r = second.get(server.base + "/", headers={"cookie": f"{name}={token}"})
+        assert r.status_code == 403
+    # A path that would be another host (//evil.example) stays on this one.
+    status, headers = raw_get(
+        server,
+        f"//evil.example/x%0d%0aSet-Cookie:%20a=b?{urlencode({'token': token_of(server.new_link())})}",
+    )
+    assert status == 200 and headers["set-cookie"].startswith(server.options.cookie + "=")
+    with httpx.Client(timeout=10) as third:
+        r = third.get(server.new_link().replace("/?", "/evil.example/x%0d%0aSet-Cookie:%20a=b?"))
+        assert moved_to(r) == "/evil.example/x%0D%0ASet-Cookie%3A%20a%3Db"
+        assert r.headers.get_list("set-cookie") == [r.headers["set-cookie"]]
+
+
+def test_a_browser_with_the_cookie_gets_links_for_other_browsers(
+    server: BackgroundServer, client: Any
+) -> None:
+    doc = page(client, "/")
+    assert "/link" in doc.urls()
+    r = client.get("/link")
+    assert r.status_code == 200 and r.headers["cache-control"] == "no-store"
+    links = re.findall(r'<code id="link">([^<]*)</code>', r.text)
+    assert len(links) == 1
+    link = html.unescape(links[0])
+    assert link.startswith(server.base + "/?token=")
+    assert token_of(link) != token_of(
+        html.unescape(re.findall(r'<code id="link">([^<]*)</code>', client.get("/link").text)[0])
+    )
+    with httpx.Client(timeout=10) as other:
+        assert other.get(link).status_code == 200
+        assert other.get(server.base + "/").status_code == 200
+    with httpx.Client(timeout=10) as third:
+        assert third.get(link).status_code == 403
+        assert third.get(server.base + "/link").status_code == 403  # no links without the cookie
+
+
+def test_a_cookie_is_no_key_to_another_server(store: WebStore, server: BackgroundServer) -> None:
+    """Each server has its own cookie values and its own address: a cookie one server
+    set opens no other, whatever name it is sent under."""
+    [(name, value)] = server.login_cookies().items()
+    with BackgroundServer(FileSessionStorage(), str(store.agent)) as other:
+        assert other.host != server.host  # random addresses of their own
+        [(other_name, other_value)] = other.login_cookies().items()
+        assert other_name != name
+        with httpx.Client(base_url=other.base, timeout=10) as c:
+            for cookie in (f"{name}={value}", f"{other_name}={value}"):
+                assert c.get("/", headers={"cookie": cookie}).status_code == 403, cookie
+            assert c.get("/", headers={"cookie": f"{other_name}={other_value}"}).status_code == 200
+
+
+def test_the_server_listens_on_a_random_loopback_address(
+    store: WebStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sessiontree.web import server as web_server
+
+    addresses = set()
+    for _ in range(3):
+        sock, warning = web_server.listen(None, 0)
+        with sock:
+            host = sock.getsockname()[0]
+        assert warning is None
+        assert ipaddress.ip_address(host) in ipaddress.ip_network("127.0.0.0/8")
+        assert host != "127.0.0.1"
+        addresses.add(host)
+    assert len(addresses) > 1
+    sock, warning = web_server.listen("127.0.0.1", 0)  # --host still decides
+    with sock:
+        assert sock.getsockname()[0] == "127.0.0.1" and warning is None
+    # Where 127.x.y.z cannot be bound (macOS), 127.0.0.1, said in a warning.
+    real_bind = web_server.bind
+
+    def only_the_usual(host: str, port: int) -> Any:
+        if host != "127.0.0.1":
+            raise OSError(errno.EADDRNOTAVAIL, os.strerror(errno.EADDRNOTAVAIL))
+        return real_bind(host, port)
+
+    monkeypatch.setattr(web_server, "bind", only_the_usual)
+    sock, warning = web_server.listen(None, 0)
+    with sock:
+        assert sock.getsockname()[0] == "127.0.0.1"
+    assert warning is not None and "127.0.0.1" in warning and "cookie" in warning
 
 
 def test_the_host_header_is_checked(server: BackgroundServer, client: Any) -> None:
@@ -567,9 +677,7 @@ def test_live_appends_arrive_as_events(server: BackgroundServer, store: WebStore
     size = os.path.getsize(store.live)
     found: list[dict[str, Any]] = []
     stop = threading.Event()
-    with httpx.Client(
-        base_url=server.base, cookies={server.options.cookie: server.token}, timeout=30
-    ) as c:
+    with httpx.Client(base_url=server.base, cookies=server.login_cookies(), timeout=30) as c:
         reader = threading.Thread(
             target=_events, args=(c, f"/s/{h}/events?from={size}", found, stop), daemon=True
         )
@@ -639,7 +747,7 @@ def test_the_tail_reads_only_appends_and_sees_rewrites(tmp_path: Path) -> None:
 def test_the_server_never_writes_to_the_store(store: WebStore, tmp_path: Path) -> None:
     before = fingerprint(store.agent)
     with BackgroundServer(FileSessionStorage(), str(store.agent), poll_seconds=0.05) as s:
-        with httpx.Client(base_url=s.base, cookies={s.options.cookie: s.token}, timeout=30) as c:
+        with httpx.Client(base_url=s.base, cookies=s.login_cookies(), timeout=30) as c:
             for path in store.sessions:
                 h = handle(path)
                 for url in (
@@ -678,7 +786,7 @@ def test_lone_surrogates_and_odd_text_do_not_break_pages(agent_dir: Path) -> Non
         '"message":{"role":"user","content":"bad \\ud800 half \\u2028 line","timestamp":1}}\n'
     )
     with BackgroundServer(FileSessionStorage(), str(agent_dir)) as s:
-        with httpx.Client(base_url=s.base, cookies={s.options.cookie: s.token}) as c:
+        with httpx.Client(base_url=s.base, cookies=s.login_cookies()) as c:
             r = c.get(f"/s/{handle(str(path))}")
             assert r.status_code == 200
             assert "bad \ufffd half \u2028 line" in r.text
@@ -690,7 +798,7 @@ def test_lone_surrogates_and_odd_text_do_not_break_pages(agent_dir: Path) -> Non
 
 def test_an_empty_store(agent_dir: Path) -> None:
     with BackgroundServer(FileSessionStorage(), str(agent_dir)) as s:
-        with httpx.Client(base_url=s.base, cookies={s.options.cookie: s.token}) as c:
+        with httpx.Client(base_url=s.base, cookies=s.login_cookies()) as c:
             assert "No sessions in this store." in c.get("/").text
             assert "No session matches." in c.get("/sessions").text
             assert "No usage recorded." in c.get("/usage").text
@@ -700,31 +808,147 @@ def test_an_empty_store(agent_dir: Path) -> None:
 # ---------------------------------------------------------------------------- the command
 
 
+class Serving:
+    """`sessiontree serve ...` in a subprocess: its printed lines, then Ctrl-C."""
+
+    def __init__(self, agent: Path, *args: str, env: dict[str, str] | None = None) -> None:
+        environment = dict(os.environ, PI_CODING_AGENT_DIR=str(agent), PYTHONUNBUFFERED="1")
+        environment.update(env or {})
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).parent / "sessiontree"), "serve", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=environment,
+            cwd=REPO_ROOT,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.lines = [self.proc.stdout.readline() for _ in range(3)]
+        self.url = self.lines[1].strip()
+        self.base = self.url.split("?", 1)[0]
+
+    def stop(self) -> str:
+        self.proc.send_signal(signal.SIGINT)
+        _out, err = self.proc.communicate(timeout=20)
+        assert self.proc.returncode == 0, err
+        assert "Traceback" not in err
+        return err
+
+
+LINK = r"http://(127\.\d+\.\d+\.\d+):\d+/\?token=[A-Za-z0-9_-]{32}"
+
+
 def test_serve_prints_a_link_and_serves_until_interrupted(store: WebStore) -> None:
-    env = dict(os.environ, PI_CODING_AGENT_DIR=str(store.agent), PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "sessiontree"), "serve", "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        cwd=REPO_ROOT,
-        text=True,
-    )
+    serving = Serving(store.agent, "--port", "0")
     try:
-        assert proc.stdout is not None
-        lines = [proc.stdout.readline() for _ in range(3)]
-        assert lines[0].startswith(f"Serving {store.agent} read-only at")
-        url = lines[1].strip()
-        assert re.fullmatch(r"http://127\.0\.0\.1:\d+/\?token=[A-Za-z0-9_-]{32}", url), url
-        with httpx.Client(timeout=10, follow_redirects=True) as c:
-            assert "CI fails on Python version" in c.get(url.replace("/?", "/sessions?")).text
+        assert serving.lines[0].startswith(f"Serving {store.agent} read-only at")
+        match = re.fullmatch(LINK, serving.url)
+        assert match is not None, serving.url
+        # A random loopback address of its own by default (a host no other server is on).
+        assert match.group(1) != "127.0.0.1"
+        assert "works once" in serving.lines[2] and "/link" in serving.lines[2]
         with httpx.Client(timeout=10) as c:
-            assert c.get(url.split("?")[0]).status_code == 403
+            assert moved_to(c.get(serving.url.replace("/?", "/sessions?"))) == "/sessions"
+            assert "CI fails on Python version" in c.get(serving.base + "sessions").text
+        with httpx.Client(timeout=10) as c:
+            assert c.get(serving.url).status_code == 403  # used once already
+            assert c.get(serving.base).status_code == 403
     finally:
-        proc.send_signal(signal.SIGINT)
-        _out, err = proc.communicate(timeout=20)
-    assert proc.returncode == 0, err
-    assert "Traceback" not in err
+        serving.stop()
+    serving = Serving(store.agent, "--host", "127.0.0.1")  # --host still decides
+    try:
+        match = re.fullmatch(LINK, serving.url)
+        assert match is not None and match.group(1) == "127.0.0.1", serving.url
+        with httpx.Client(timeout=10) as c:
+            assert c.get(serving.url).status_code == 200
+    finally:
+        serving.stop()
+
+
+BROWSER_STUB = """#!{python}
+import json, os, stat, sys
+record = {{"argv": sys.argv, "pid": os.getpid()}}
+with open("/proc/self/cmdline", "rb") as f:
+    record["cmdline"] = f.read().decode("utf-8", "replace")
+target = sys.argv[1]
+if target.startswith("file://"):
+    from urllib.parse import unquote, urlsplit
+    path = unquote(urlsplit(target).path)
+    record["path"] = path
+    record["mode"] = stat.S_IMODE(os.lstat(path).st_mode)
+    record["dir_mode"] = stat.S_IMODE(os.lstat(os.path.dirname(path)).st_mode)
+    record["regular"] = stat.S_ISREG(os.lstat(path).st_mode)
+    record["owner"] = os.lstat(path).st_uid
+    with open(path, encoding="utf-8") as f:
+        record["content"] = f.read()
+with open({record!r} + ".tmp", "w") as f:
+    json.dump(record, f)
+os.replace({record!r} + ".tmp", {record!r})
+"""
+
+
+def test_serve_open_gives_the_browser_a_private_file_not_the_link(
+    store: WebStore, tmp_path: Path
+) -> None:
+    """`--open`: the browser's command line (which every local user can read in `ps`)
+    holds no token; the file it is given is 0600 in a 0700 dir, moves on to a one-time
+    link, and is gone once that link is used."""
+    record = tmp_path / "browser.json"
+    stub = tmp_path / "browser"
+    stub.write_text(BROWSER_STUB.format(python=sys.executable, record=str(record)))
+    stub.chmod(0o755)
+    serving = Serving(store.agent, "--open", env={"BROWSER": str(stub)})
+    try:
+        deadline = time.monotonic() + 20
+        while not record.exists():
+            assert time.monotonic() < deadline, "the browser was not started"
+            time.sleep(0.05)
+        seen = json.loads(record.read_text())
+        printed = token_of(serving.url)
+        assert seen["argv"][1].startswith("file://")
+        assert "token" not in seen["cmdline"] and printed not in seen["cmdline"]
+        assert seen["regular"] and seen["owner"] == os.getuid()
+        assert seen["mode"] == 0o600 and seen["dir_mode"] == 0o700
+        target = moved_to(types.SimpleNamespace(text=seen["content"]))
+        assert target.startswith(serving.base + "?token=")
+        token = token_of(target)
+        assert token != printed and token not in seen["cmdline"]
+        assert Path(seen["path"]).exists()
+        with httpx.Client(timeout=10) as browser:
+            assert browser.get(target).status_code == 200
+            assert "CI fails on Python version" in browser.get(serving.base + "sessions").text
+        # Used: the file and its dir are gone, and the link opens nothing any more.
+        deadline = time.monotonic() + 10
+        while Path(seen["path"]).parent.exists():
+            assert time.monotonic() < deadline, "the file outlived its link"
+            time.sleep(0.05)
+        with httpx.Client(timeout=10) as other:
+            assert other.get(target).status_code == 403
+            # The printed link is another one, good once too.
+            assert other.get(serving.url).status_code == 200
+            assert other.get(serving.base).status_code == 200
+    finally:
+        serving.stop()
+
+
+def test_an_unopened_browser_file_goes_and_its_link_with_it(store: WebStore) -> None:
+    from sessiontree.web.server import BrowserFile
+
+    with BackgroundServer(FileSessionStorage(), str(store.agent)) as server:
+        unused = BrowserFile(server.options, server.base + "/", seconds=0.2)
+        target = moved_to(types.SimpleNamespace(text=Path(unused.path).read_text()))
+        deadline = time.monotonic() + 10
+        while os.path.exists(unused.directory):
+            assert time.monotonic() < deadline, "the file outlived its time"
+            time.sleep(0.05)
+        with httpx.Client(timeout=10) as c:
+            assert c.get(target).status_code == 403
+        removed = BrowserFile(server.options, server.base + "/", seconds=60)
+        target = moved_to(types.SimpleNamespace(text=Path(removed.path).read_text()))
+        removed.remove()  # as `serve` does when it stops
+        assert not os.path.exists(removed.directory)
+        with httpx.Client(timeout=10) as c:
+            assert c.get(target).status_code == 403
 
 
 def test_serve_without_the_web_extra_says_what_to_install(
@@ -752,7 +976,7 @@ def test_serve_refuses_a_port_in_use(store: WebStore) -> None:
     taken.listen(1)
     try:
         port = taken.getsockname()[1]
-        result = CliRunner().invoke(app, ["serve", "--port", str(port)])
+        result = CliRunner().invoke(app, ["serve", "--host", "127.0.0.1", "--port", str(port)])
     finally:
         taken.close()
     assert result.exit_code == 1
@@ -792,9 +1016,7 @@ def test_a_database_store(store: WebStore, tmp_path: Path) -> None:
         import_files(str(agent), storage)
         os.rename(agent, tmp_path / "moved")  # from now on only the database has them
         with BackgroundServer(storage, str(agent), poll_seconds=0.05) as s:
-            with httpx.Client(
-                base_url=s.base, cookies={s.options.cookie: s.token}, timeout=30
-            ) as c:
+            with httpx.Client(base_url=s.base, cookies=s.login_cookies(), timeout=30) as c:
                 assert "/work/app" in c.get("/").text
                 demo = store.demo.replace(str(store.agent), str(agent))
                 doc = Markup(c.get(f"/s/{handle(demo)}?leaf={store.ids['img']}").text)
@@ -834,7 +1056,7 @@ def test_a_session_that_went_bad_is_reported_not_a_traceback(agent_dir: Path) ->
         sm.append_message(assistant("yes"))
         path = str(sm.get_session_file())
     with BackgroundServer(FileSessionStorage(), str(agent_dir)) as s:
-        with httpx.Client(base_url=s.base, cookies={s.options.cookie: s.token}) as c:
+        with httpx.Client(base_url=s.base, cookies=s.login_cookies()) as c:
             assert c.get("/sessions").status_code == 200  # listed while it was good
             Path(path).write_text("not a session\n")
             r = c.get(f"/s/{handle(path)}")
@@ -843,3 +1065,110 @@ def test_a_session_that_went_bad_is_reported_not_a_traceback(agent_dir: Path) ->
             os.unlink(path)
             r = c.get(f"/s/{handle(path)}/path", headers={"accept": "application/json"})
             assert r.status_code == 500 and path in r.json()["error"]
+
+
+# ---------------------------------------------------------------------------- the environment
+
+
+def test_two_stores_served_at_once_each_use_their_own_agent_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each app works on the agent dir it was given, whatever `$PI_CODING_AGENT_DIR`
+    says while it serves, and no request changes the environment (issue 21, item 8):
+    the server's thread pool shares it with every other thread of the process."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sessiontree import BlobStore
+    from sessiontree.paths import encode_session_dir_name
+    from web_support import png
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    image = png(64, 48, (1, 2, 3))
+    digest = hashlib.sha256(image).hexdigest()
+    sessions = {}
+    for agent, words in ((one, "first store"), (two, "second store")):
+        directory = agent / "sessions" / encode_session_dir_name("/work/app")
+        # Both name the image; only `one` has it (`two` has no blobs/ of its own).
+        with SessionManager.create(
+            "/work/app", str(directory), blob_store=BlobStore(str(one / "blobs"))
+        ) as sm:
+            sm.append_message(user(words))
+            sm.append_message(
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "image",
+                            "data": base64.b64encode(image).decode(),
+                            "mimeType": "image/png",
+                        }
+                    ],
+                    "timestamp": 1,
+                }
+            )
+            sm.append_message(assistant(f"answer from the {words}"))
+            sessions[agent] = str(sm.get_session_file())
+    assert (one / "blobs" / digest).exists() and not (two / "blobs").exists()
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(one))
+    with (
+        BackgroundServer(FileSessionStorage(), str(one)) as first,
+        BackgroundServer(FileSessionStorage(), str(two)) as second,
+        httpx.Client(base_url=first.base, timeout=30) as a,
+        httpx.Client(base_url=second.base, timeout=30) as b,
+    ):
+        a.get(first.url)  # each follows its printed link, as a browser does
+        b.get(second.url)
+        assert a.get("/").status_code == b.get("/").status_code == 200
+
+        def fetch(n: int) -> None:
+            client, agent = (a, one) if n % 2 == 0 else (b, two)
+            h = handle(sessions[agent])
+            if n % 4 < 2:
+                r = client.get(f"/blob/{digest}", params={"s": h})
+                # `two` has no such blob: never the one in `one` (the environment's).
+                assert r.status_code == (200 if agent == one else 404), (n, r.status_code)
+            else:
+                text = client.get(f"/s/{h}").text
+                assert ("--agent-dir" in text) and (str(agent) in text), n
+                other = two if agent == one else one
+                assert f"answer from the {'second' if other == two else 'first'}" not in text
+
+        seen: set[str | None] = set()
+        stop = threading.Event()
+
+        def sample() -> None:
+            while not stop.is_set():
+                seen.add(os.environ.get("PI_CODING_AGENT_DIR"))
+
+        watcher = threading.Thread(target=sample)
+        watcher.start()
+        try:
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(fetch, range(120)))
+        finally:
+            stop.set()
+            watcher.join()
+        assert seen == {str(one)}  # no request took the variable away, even for a moment
+        # Whatever the environment says meanwhile (set, unset, the other store).
+        stop.clear()
+
+        def toggle() -> None:
+            values = [str(one), None, str(two)]
+            n = 0
+            while not stop.is_set():
+                value = values[n % 3]
+                if value is None:
+                    os.environ.pop("PI_CODING_AGENT_DIR", None)
+                else:
+                    os.environ["PI_CODING_AGENT_DIR"] = value
+                n += 1
+                time.sleep(0.001)
+
+        toggler = threading.Thread(target=toggle)
+        toggler.start()
+        try:
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(fetch, range(120)))
+        finally:
+            stop.set()
+            toggler.join()

@@ -7,7 +7,9 @@ the hostile session runs no script; no token, no page.
 
 from __future__ import annotations
 
+import http.server
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -78,7 +80,8 @@ def page(browser: Any, server: BackgroundServer) -> Iterator[Any]:
     p = context.new_page()
     errors: list[str] = []
     p.on("pageerror", lambda exc: errors.append(str(exc)))
-    p.goto(server.url)
+    p.goto(server.new_link())
+    p.wait_for_url(server.base + "/")
     yield p
     assert errors == []
     assert p.evaluate("window.__violations") == []
@@ -236,7 +239,7 @@ def test_without_the_token_the_browser_gets_nothing(browser: Any, server: Backgr
         p = context.new_page()
         response = p.goto(server.base + "/sessions")
         assert response is not None and response.status == 403
-        assert "the link it printed" in p.content()
+        assert "one of its links" in p.content()
         assert "CI fails" not in p.content()
     finally:
         context.close()
@@ -306,3 +309,115 @@ def test_the_web_benchmark_runs(browser: Any, tmp_path: Path) -> None:
     assert lines[0].split()[:2] == ["measurement", "median"]
     assert any(line.startswith("GET / (projects), 20 sessions, warm") for line in lines)
     assert any("page until the leaf's message shows" in line for line in lines)
+
+
+# ---------------------------------------------------------------------------- links and cookies
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """Another local server: records the Cookie header of every request; its page
+    links to `link`, as a chat or a mail with the printed link would."""
+
+    cookies: list[str | None]
+    link = ""
+
+    def do_GET(self) -> None:
+        self.cookies.append(self.headers.get("cookie"))
+        body = f'<!DOCTYPE html><a id="go" href="{self.link}">the link</a>'.encode()
+        self.send_response(200)
+        self.send_header("content-type", "text/html; charset=utf-8")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture()
+def elsewhere() -> Iterator[tuple[str, type[_Recorder]]]:
+    """Another server on 127.0.0.1 (where every local server usually is)."""
+    handler = type("Handler", (_Recorder,), {"cookies": []})
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}", handler
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_a_link_works_once_in_the_browser(browser: Any, server: BackgroundServer) -> None:
+    """The link opens the store in the first browser that opens it; in another it is
+    refused; in the first one, opened again from the history, it just moves on."""
+    link = server.new_link()
+    first, second = browser.new_context(), browser.new_context()
+    try:
+        p = first.new_page()
+        p.goto(link)
+        p.wait_for_url(server.base + "/")
+        assert p.locator("#projects").get_by_text("/work/app").is_visible()
+        [cookie] = first.cookies()
+        assert cookie["name"] == server.options.cookie and cookie["value"] not in link
+        assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        assert cookie["expires"] == -1  # a session cookie
+        assert cookie["domain"] == server.host  # its own host: see the next test
+        q = second.new_page()
+        response = q.goto(link)
+        assert response is not None and response.status == 403
+        assert "CI fails" not in q.content()
+        assert second.cookies() == []
+        p.goto(link)
+        p.wait_for_url(server.base + "/")
+        assert p.locator("#projects").get_by_text("/work/app").is_visible()
+    finally:
+        first.close()
+        second.close()
+
+
+def test_the_cookie_goes_to_no_other_local_server(
+    browser: Any, server: BackgroundServer, elsewhere: tuple[str, type[_Recorder]]
+) -> None:
+    """A browser sends a cookie to every port of its host: the server is on a loopback
+    address of its own, so the other local servers (on 127.0.0.1, localhost) never get
+    it. A link that another site shows works too."""
+    other, recorder = elsewhere
+    assert server.host != "127.0.0.1"
+    recorder.link = server.new_link()
+    context = browser.new_context()
+    try:
+        p = context.new_page()
+        p.goto(other + "/")
+        p.click("#go")  # the link from another site (a chat, a mail, a file)
+        p.wait_for_url(server.base + "/")
+        assert p.locator("#projects").get_by_text("/work/app").is_visible()
+        assert len(context.cookies()) == 1
+        for url in (other + "/a", other.replace("127.0.0.1", "localhost") + "/b"):
+            p.goto(url)
+        assert len(recorder.cookies) >= 3 and set(recorder.cookies) == {None}  # favicons too
+    finally:
+        context.close()
+
+
+def test_the_file_open_gives_the_browser_leads_to_the_store(
+    browser: Any, server: BackgroundServer
+) -> None:
+    """`serve --open` hands the browser a private file that moves on to a one-time link
+    (with a redirect instead of a page that moves on, Chromium would not send the
+    SameSite=Strict cookie on the way from the file: refused)."""
+    from sessiontree.web.server import BrowserFile
+
+    page_file = BrowserFile(server.options, server.base + "/", seconds=60)
+    context = browser.new_context()
+    try:
+        p = context.new_page()
+        p.goto(page_file.url)
+        p.wait_for_url(server.base + "/")
+        assert p.locator("#projects").get_by_text("/work/app").is_visible()
+        assert not os.path.exists(page_file.path)  # used: gone
+        with pytest.raises(sync_api.Error, match="ERR_FILE_NOT_FOUND"):
+            context.new_page().goto(page_file.url)
+    finally:
+        context.close()
+        page_file.remove()

@@ -38,17 +38,19 @@ __all__ = [
 log = logging.getLogger("sessiontree")
 
 
-def breadcrumb_path() -> str | None:
-    """This terminal's breadcrumb file, None without a terminal."""
+def breadcrumb_path(agent_dir: str | None = None) -> str | None:
+    """This terminal's breadcrumb file in `agent_dir` (default: the configured one),
+    None without a terminal."""
     terminal = get_terminal_id()
     if terminal is None:
         return None
-    return os.path.join(get_agent_dir(), "terminal-sessions", terminal)
+    agent = agent_dir if agent_dir is not None else get_agent_dir()
+    return os.path.join(agent, "terminal-sessions", terminal)
 
 
-def write_breadcrumb(cwd: str, session_file: str) -> None:
+def write_breadcrumb(cwd: str, session_file: str, agent_dir: str | None = None) -> None:
     """Remember this terminal's session (best effort: never fails the caller)."""
-    path = breadcrumb_path()
+    path = breadcrumb_path(agent_dir)
     if path is None:
         return
     try:
@@ -59,9 +61,10 @@ def write_breadcrumb(cwd: str, session_file: str) -> None:
         log.debug("could not write terminal breadcrumb %s: %s", path, exc)
 
 
-def read_breadcrumb(cwd: str) -> str | None:
+def read_breadcrumb(cwd: str, agent_dir: str | None = None) -> str | None:
     """This terminal's last session file, if its cwd matches and it lies in the store."""
-    path = breadcrumb_path()
+    agent = agent_dir if agent_dir is not None else get_agent_dir()
+    path = breadcrumb_path(agent)
     if path is None:
         return None
     try:
@@ -81,7 +84,7 @@ def read_breadcrumb(cwd: str) -> str | None:
     if not target.endswith(".jsonl") or "\x00" in target or not os.path.isabs(target):
         return None
     # A breadcrumb is a file anyone could have edited: follow it only into our store.
-    sessions_root = os.path.realpath(os.path.join(get_agent_dir(), "sessions"))
+    sessions_root = os.path.realpath(os.path.join(agent, "sessions"))
     real = os.path.realpath(target)
     if os.path.commonpath([real, sessions_root]) != sessions_root:
         log.warning(

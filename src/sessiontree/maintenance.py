@@ -289,13 +289,15 @@ def migrate_session_file(
     dry_run: bool = False,
     storage: SessionStorage | None = None,
     blob_store: BlobStoreLike | None = None,
+    agent_dir: str | None = None,
 ) -> MigrationResult:
     """Bring one session file to the current version, atomically; report what changed.
 
     A current file is not touched. The rewrite is `SessionManager.open`'s (temp
     file, fsync, rename), so lines no reader can parse are not carried over;
     they are counted in the changes. InvalidSessionFileError for a file without
-    a valid header, FileNotFoundError for a missing one.
+    a valid header, FileNotFoundError for a missing one. `agent_dir` (default: the
+    configured one) is the store the session belongs to (its blobs, `rescue/`).
     """
     storage = storage if storage is not None else FileSessionStorage()
     scanned = scan_session(path, storage)
@@ -336,9 +338,11 @@ def migrate_session_file(
         if dropped:
             result.changes[-2] += " (the file as it was would be kept as a .bak)"
         return result
-    blobs = blob_store if blob_store is not None else blob_store_for(path, storage)
+    blobs = blob_store if blob_store is not None else blob_store_for(path, storage, agent_dir)
     backup = backup_path(storage, path)  # where the rewrite keeps the dropped lines
-    manager = SessionManager.open(path, storage=storage, blob_store=blobs, breadcrumb=False)
+    manager = SessionManager.open(
+        path, storage=storage, blob_store=blobs, breadcrumb=False, agent_dir=agent_dir
+    )
     manager.close()
     if dropped and storage.exists(backup):
         result.changes[-2] += f" (the file as it was is kept as {backup})"

@@ -115,15 +115,18 @@ class SessionManager(ClosesOnExit):
         blob_store: BlobStoreLike | None = None,
         breadcrumb: bool = True,
         lazy: bool | None = None,
+        agent_dir: str | None = None,
     ) -> None:
         self._cwd = cwd
         self._session_dir = session_dir
         self._storage = storage
         self._breadcrumb = breadcrumb
+        # Chosen once: the environment is read here, never written (see `paths`).
+        self._agent_dir = agent_dir if agent_dir is not None else get_agent_dir()
         self._blobs: BlobStoreLike = (
             blob_store
             if blob_store is not None
-            else blob_store_for(session_file or session_dir or None, storage)
+            else blob_store_for(session_file or session_dir or None, storage, self._agent_dir)
         )
         self._index = EntryIndex()
         self._head = SessionHead(new_header(cwd))
@@ -147,11 +150,18 @@ class SessionManager(ClosesOnExit):
         storage: SessionStorage | None = None,
         *,
         blob_store: BlobStoreLike | None = None,
+        agent_dir: str | None = None,
     ) -> SessionManager:
-        """A new persistent session for `cwd` (written with the first assistant message)."""
+        """A new persistent session for `cwd` (written with the first assistant message).
+
+        `agent_dir` (default: the configured one) is the store whose session dir,
+        blobs, breadcrumbs and `rescue/` the session uses; every factory takes it.
+        """
         storage = storage if storage is not None else FileSessionStorage()
-        directory = session_dir if session_dir is not None else get_default_session_dir(cwd)
-        return cls(cwd, directory, None, True, storage, blob_store=blob_store)
+        directory = (
+            session_dir if session_dir is not None else get_default_session_dir(cwd, agent_dir)
+        )
+        return cls(cwd, directory, None, True, storage, blob_store=blob_store, agent_dir=agent_dir)
 
     @classmethod
     def open(
@@ -164,6 +174,7 @@ class SessionManager(ClosesOnExit):
         blob_store: BlobStoreLike | None = None,
         breadcrumb: bool = True,
         lazy: bool | None = None,
+        agent_dir: str | None = None,
     ) -> SessionManager:
         """Open a session file; its cwd comes from the header.
 
@@ -186,6 +197,7 @@ class SessionManager(ClosesOnExit):
             blob_store=blob_store,
             breadcrumb=breadcrumb,
             lazy=lazy,
+            agent_dir=agent_dir,
         )
 
     @classmethod
@@ -196,6 +208,7 @@ class SessionManager(ClosesOnExit):
         storage: SessionStorage | None = None,
         *,
         blob_store: BlobStoreLike | None = None,
+        agent_dir: str | None = None,
     ) -> SessionManager:
         """Resume this terminal's session, else the newest one for `cwd`, else a new one.
 
@@ -206,11 +219,12 @@ class SessionManager(ClosesOnExit):
         from .discovery import find_most_recent_session
 
         storage = storage if storage is not None else FileSessionStorage()
-        directory = session_dir if session_dir is not None else get_default_session_dir(cwd)
+        agent = agent_dir if agent_dir is not None else get_agent_dir()
+        directory = session_dir if session_dir is not None else get_default_session_dir(cwd, agent)
         dirs = [directory]
         alt = home_relative_dir_name(cwd)
         if session_dir is None and alt is not None:
-            dirs.append(os.path.join(get_agent_dir(), "sessions", alt))
+            dirs.append(os.path.join(agent, "sessions", alt))
         taken: set[str] = set()  # sessions another live process holds
 
         def newest() -> str | None:
@@ -220,17 +234,19 @@ class SessionManager(ClosesOnExit):
             paths = [p for p in found if p is not None]
             return max(paths, key=lambda p: storage.stat(p).mtime_ns) if paths else None
 
-        breadcrumb = read_breadcrumb(cwd) if isinstance(storage, HostFilesystem) else None
+        breadcrumb = read_breadcrumb(cwd, agent) if isinstance(storage, HostFilesystem) else None
         candidate = breadcrumb or newest()
         while candidate is not None:
             try:
-                return cls(cwd, directory, candidate, True, storage, blob_store=blob_store)
+                return cls(
+                    cwd, directory, candidate, True, storage, blob_store=blob_store, agent_dir=agent
+                )
             except (SessionLockError, InvalidSessionFileError):
                 # Taking the writer lock is the test (no probe that could race); a
                 # damaged file a breadcrumb named is passed over too, untouched.
                 taken.add(candidate)
                 candidate = newest()
-        return cls(cwd, directory, None, True, storage, blob_store=blob_store)
+        return cls(cwd, directory, None, True, storage, blob_store=blob_store, agent_dir=agent)
 
     @classmethod
     def fork_from(
@@ -241,19 +257,30 @@ class SessionManager(ClosesOnExit):
         storage: SessionStorage | None = None,
         *,
         blob_store: BlobStoreLike | None = None,
+        agent_dir: str | None = None,
     ) -> SessionManager:
         """A new session in `cwd` holding a copy of another session's entries."""
         storage = storage if storage is not None else FileSessionStorage()
-        source = cls.open(source_path, storage=storage, read_only=True, blob_store=blob_store)
-        directory = session_dir if session_dir is not None else get_default_session_dir(cwd)
-        manager = cls(cwd, directory, None, True, storage, blob_store=blob_store)
+        source = cls.open(
+            source_path, storage=storage, read_only=True, blob_store=blob_store, agent_dir=agent_dir
+        )
+        directory = (
+            session_dir if session_dir is not None else get_default_session_dir(cwd, agent_dir)
+        )
+        manager = cls(
+            cwd, directory, None, True, storage, blob_store=blob_store, agent_dir=agent_dir
+        )
         header = source._head.carried_title(new_header(cwd, source.get_session_id()))
         manager._write_new_file(header, source._index)
         return manager
 
     @classmethod
     def in_memory(
-        cls, cwd: str | None = None, storage: SessionStorage | None = None
+        cls,
+        cwd: str | None = None,
+        storage: SessionStorage | None = None,
+        *,
+        agent_dir: str | None = None,
     ) -> SessionManager:
         """A session that is never persisted (MemorySessionStorage).
 
@@ -262,10 +289,10 @@ class SessionManager(ClosesOnExit):
         """
         # Chosen before the default storage is made: the agent dir's blobs, not
         # MemorySessionStorage's own, so that refs outlive this session.
-        blobs = blob_store_for(None, storage)
+        blobs = blob_store_for(None, storage, agent_dir)
         storage = storage if storage is not None else MemorySessionStorage()
         cwd = cwd if cwd is not None else os.getcwd()
-        return cls(cwd, "", None, False, storage, blob_store=blobs)
+        return cls(cwd, "", None, False, storage, blob_store=blobs, agent_dir=agent_dir)
 
     @staticmethod
     def list(
@@ -289,7 +316,12 @@ class SessionManager(ClosesOnExit):
 
     def _new_file(self, path: str, read_only: bool = False) -> SessionFile:
         return SessionFile(
-            self._storage, path, self._content_source(), self._blobs, read_only=read_only
+            self._storage,
+            path,
+            self._content_source(),
+            self._blobs,
+            read_only=read_only,
+            agent_dir=self._agent_dir,
         )
 
     def _content_source(self) -> ContentSource:
@@ -418,9 +450,9 @@ class SessionManager(ClosesOnExit):
         if not isinstance(self._storage, HostFilesystem):
             return
         if self._breadcrumb:
-            write_breadcrumb(self._cwd, file.path)
+            write_breadcrumb(self._cwd, file.path, self._agent_dir)
         if isinstance(self._blobs, BlobStore):
-            agent = get_agent_dir()
+            agent = self._agent_dir
             if os.path.realpath(self._blobs.dir) == os.path.realpath(os.path.join(agent, "blobs")):
                 register_session_dir(file.path, agent)
 
@@ -842,6 +874,7 @@ class SessionManager(ClosesOnExit):
         leaf_id: str | None = None,
         blob_store: BlobStoreLike | None = None,
         parent_session: str | None = None,
+        agent_dir: str | None = None,
     ) -> SessionManager:
         """A new persistent session holding a copy of this one (in memory or not).
 
@@ -852,15 +885,26 @@ class SessionManager(ClosesOnExit):
         `parentSession` names this session's file, as `create_branched_session` does.
         `parent_session` sets the new header's `parentSession` (an import names the
         session its source was forked from, a subagent's copy its parent's file).
+        `agent_dir`: the copy's agent dir (default: this session's).
         """
         self._check_open()
         entries = (
             self._index.branch_with_labels(leaf_id) if leaf_id is not None else self._index.entries
         )
         storage = storage if storage is not None else FileSessionStorage()
-        directory = session_dir if session_dir is not None else get_default_session_dir(self._cwd)
+        agent = agent_dir if agent_dir is not None else self._agent_dir
+        directory = (
+            session_dir if session_dir is not None else get_default_session_dir(self._cwd, agent)
+        )
         copy_ = SessionManager(
-            self._cwd, directory, None, True, storage, blob_store=blob_store, breadcrumb=breadcrumb
+            self._cwd,
+            directory,
+            None,
+            True,
+            storage,
+            blob_store=blob_store,
+            breadcrumb=breadcrumb,
+            agent_dir=agent,
         )
         parent = self.get_session_file() if leaf_id is not None else None
         if parent_session is not None:
@@ -887,7 +931,7 @@ class SessionManager(ClosesOnExit):
         self._check_writable()
         if self._file is not None:
             directory_tree(self._storage, "move_to (it moves the artifacts dir too)")
-        new_dir = get_default_session_dir(new_cwd)
+        new_dir = get_default_session_dir(new_cwd, self._agent_dir)
         head = self._head.with_header({**self._head.header, "cwd": new_cwd})
         file = self._file
         if file is None:
@@ -911,8 +955,8 @@ class SessionManager(ClosesOnExit):
         # Into another agent dir: its images go along into that dir's blob store (a
         # blob store the caller chose stays the session's).
         blobs, carry = self._blobs, None
-        if same_blob_store(blobs, blob_store_for(old_path, self._storage)):
-            moved = blob_store_for(new_path, self._storage)
+        if same_blob_store(blobs, blob_store_for(old_path, self._storage, self._agent_dir)):
+            moved = blob_store_for(new_path, self._storage, self._agent_dir)
             if not same_blob_store(blobs, moved):
                 blobs, carry = moved, self._blobs
         old_head, self._head = self._head, head

@@ -13,6 +13,7 @@ import sys
 
 __all__ = [
     "EXTERNAL_SESSION_DIRS",
+    "default_agent_dir",
     "encode_session_dir_name",
     "get_agent_dir",
     "get_default_session_dir",
@@ -27,12 +28,21 @@ EXTERNAL_SESSION_DIRS = "external-session-dirs"
 sessions use the agent's blob store (so `gc` marks their references too)."""
 
 
+def default_agent_dir() -> str:
+    """The agent dir when `$PI_CODING_AGENT_DIR` is not set: `~/.xcsh/agent`."""
+    return os.path.join(os.path.expanduser("~"), ".xcsh", "agent")
+
+
 def get_agent_dir() -> str:
-    """The agent dir: `$PI_CODING_AGENT_DIR`, else `~/.xcsh/agent`."""
+    """The agent dir: `$PI_CODING_AGENT_DIR`, else `~/.xcsh/agent`.
+
+    Read, never written: code that works on another agent dir (the CLI's
+    `--agent-dir`, the web app) passes it down as `agent_dir=`.
+    """
     env = os.environ.get("PI_CODING_AGENT_DIR")
     if env:
         return os.path.expanduser(env)
-    return os.path.join(os.path.expanduser("~"), ".xcsh", "agent")
+    return default_agent_dir()
 
 
 def encode_session_dir_name(cwd: str) -> str:

@@ -131,9 +131,10 @@ def backup_path(storage: SessionStorage, path: str) -> str:
     return candidate
 
 
-def rescue_dir() -> str:
-    """Where rescue copies go when they cannot be written beside the session."""
-    return os.path.join(get_agent_dir(), "rescue")
+def rescue_dir(agent_dir: str | None = None) -> str:
+    """Where rescue copies go when they cannot be written beside the session: the
+    `rescue/` of `agent_dir` (default: the configured agent dir)."""
+    return os.path.join(agent_dir if agent_dir is not None else get_agent_dir(), "rescue")
 
 
 @dataclass(slots=True)
@@ -199,6 +200,7 @@ class SessionFile:
         "_unparsed",
         "_write",
         "_writer",
+        "agent_dir",
         "backups",
         "blobs",
         "error",
@@ -215,11 +217,15 @@ class SessionFile:
         blobs: BlobStoreLike,
         *,
         read_only: bool = False,
+        agent_dir: str | None = None,
     ) -> None:
         self.storage = storage
         self.path = path
         self.blobs = blobs
         self.read_only = read_only
+        self.agent_dir = agent_dir
+        """Whose `rescue/` takes a rescue copy that cannot go beside the file (None: the
+        configured agent dir's)."""
         self.error: SessionTreeError | None = None
         self._content = content
         self._lock: WriterLock | None = None
@@ -812,7 +818,7 @@ class SessionFile:
         name = os.path.basename(target)
         places: list[tuple[SessionStorage, str]] = [(self.storage, target)]
         local = FileSessionStorage()
-        places.append((local, os.path.join(rescue_dir(), name)))
+        places.append((local, os.path.join(rescue_dir(self.agent_dir), name)))
         uid = os.getuid() if hasattr(os, "getuid") else 0
         places.append(
             (local, os.path.join(tempfile.gettempdir(), f"sessiontree-rescue-{uid}", name))

@@ -131,13 +131,9 @@ def _root(
                     EXIT_USAGE,
                 )
             agent_dir, url = files, None
-    if agent_dir is not None:
-        # The library finds the store through this variable (blobs, breadcrumbs,
-        # session dirs), exactly as the agents do.
-        if foreign is not None:
-            ctx.call_on_close(commands_foreign.restore_env("PI_CODING_AGENT_DIR"))
-        os.environ["PI_CODING_AGENT_DIR"] = agent_dir
-    begin_invocation(ctx, url, foreign)
+    # The agent dir goes to the library as `agent_dir=` (blobs, breadcrumbs, session
+    # dirs), never through the environment: None is `$PI_CODING_AGENT_DIR` or the default.
+    begin_invocation(ctx, url, foreign, agent_dir)
 
 
 @app.command()
@@ -150,7 +146,6 @@ def demo(
     """Build a branched demo session in a temporary agent dir and show it."""
     tmp = tempfile.mkdtemp(prefix="sessiontree-demo-")
     agent_dir = os.path.join(tmp, "agent")
-    previous = os.environ.get("PI_CODING_AGENT_DIR")
     try:
         with build_demo_session(agent_dir, os.path.join(tmp, "project")) as sm:
             ctx = sm.build_session_context()
@@ -199,11 +194,6 @@ def demo(
                 soft_wrap=True,
             )
     finally:
-        # build_demo_session points the process at the temporary store; undo that.
-        if previous is None:
-            os.environ.pop("PI_CODING_AGENT_DIR", None)
-        else:
-            os.environ["PI_CODING_AGENT_DIR"] = previous
         if keep:
             console.print(f"Kept {tmp}", markup=False, soft_wrap=True)
         else:

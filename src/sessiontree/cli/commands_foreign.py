@@ -9,7 +9,6 @@ one session (or, with `--all`, every one not imported yet) into this agent's sto
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -48,7 +47,7 @@ from .common import (
 )
 from .common import agent_dir as current_agent_dir
 
-__all__ = ["READING_COMMANDS", "register", "resolve_agent", "restore_env"]
+__all__ = ["READING_COMMANDS", "register", "resolve_agent"]
 
 READING_COMMANDS = frozenset(
     {"list", "show", "tree", "context", "export", "search", "stats", "resume", "usage", "serve"}
@@ -121,19 +120,6 @@ def resolve_agent(
 def _inside(path: str, directory: str) -> bool:
     path, directory = os.path.realpath(path), os.path.realpath(directory)
     return path == directory or path.startswith(os.path.join(directory, ""))
-
-
-def restore_env(name: str) -> Callable[[], None]:
-    """A callback that puts environment variable `name` back as it is now."""
-    saved = os.environ.get(name)
-
-    def restore() -> None:
-        if saved is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = saved
-
-    return restore
 
 
 # ---------------------------------------------------------------------------- import

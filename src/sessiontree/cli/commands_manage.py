@@ -142,7 +142,11 @@ def fork_command(
             header = source.get_header() or {}
             cwd = str(header.get("cwd") or os.getcwd())
     with SessionManager.fork_from(
-        path, cwd, storage=current_storage(), blob_store=blob_store_for(path)
+        path,
+        cwd,
+        storage=current_storage(),
+        blob_store=blob_store_for(path),
+        agent_dir=current_agent_dir(),
     ) as sm:
         new_path = sm.get_session_file()
     echo_path(new_path)
@@ -255,6 +259,7 @@ def migrate_command(
                     dry_run=dry_run,
                     storage=current_storage(),
                     blob_store=blob_store_for(path),
+                    agent_dir=current_agent_dir(),
                 )
             except (SessionTreeError, OSError) as exc:
                 failed += 1

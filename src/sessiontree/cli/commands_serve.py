@@ -18,15 +18,22 @@ def serve_command(
         int, typer.Option("--port", "-p", min=0, max=65535, help="TCP port (0: any free port).")
     ] = 0,
     host: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--host",
-            help="Address to listen on. Anything but loopback lets other machines reach "
-            "the app (they still need the printed link).",
+            help="Address to listen on (default: a random loopback address 127.x.y.z, "
+            "whose cookies no other local server gets). Anything but loopback lets other "
+            "machines reach the app (they still need a link).",
+            show_default=False,
         ),
-    ] = "127.0.0.1",
+    ] = None,
     open_browser: Annotated[
-        bool, typer.Option("--open", help="Open the app in the default browser.")
+        bool,
+        typer.Option(
+            "--open",
+            help="Open the app in the default browser (through a private file: the link "
+            "is never on a command line).",
+        ),
     ] = False,
     allow_host: Annotated[
         list[str] | None,
@@ -43,16 +50,18 @@ def serve_command(
 ) -> None:
     """Browse the store in a web browser: projects, sessions, branches, search, usage.
 
-    Read-only. It prints a link with a random token; requests without it are refused.
+    Read-only. It prints a link with a random token that works once: the browser that
+    opens it gets a session cookie; everything else is refused. That browser finds a
+    link for another one at /link.
     """
     try:
         from ..web.server import is_loopback, serve
     except ImportError as exc:
         missing = getattr(exc, "name", None) or str(exc)
         raise CliError(f"{INSTALL_HINT} ({missing} is missing)") from None
-    if not host:
+    if host is not None and not host:
         raise CliError("--host must not be empty", EXIT_USAGE)
-    if not is_loopback(host):
+    if host is not None and not is_loopback(host):
         err_console.print(
             Text(
                 f"sessiontree: warning: listening on {host}: anyone who can reach it and "
@@ -65,8 +74,14 @@ def serve_command(
     def announce(url: str) -> None:
         console.print(Text(f"Serving {directory} read-only at"), soft_wrap=True)
         console.print(Text(url), soft_wrap=True)
-        console.print(Text("(Ctrl-C stops)"), soft_wrap=True)
+        console.print(
+            Text("(the link works once; /link there makes one for another browser; Ctrl-C stops)"),
+            soft_wrap=True,
+        )
         sys.stdout.flush()
+
+    def warn(message: str) -> None:
+        err_console.print(Text(f"sessiontree: warning: {message}"), soft_wrap=True)
 
     try:
         serve(
@@ -75,12 +90,14 @@ def serve_command(
             host=host,
             port=port,
             announce=announce,
+            warn=warn,
             open_browser=open_browser,
             allowed_hosts=allow_host or (),
             use_index=not no_index,
         )
     except OSError as exc:
-        raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        where = host if host is not None else "a loopback address"
+        raise CliError(f"cannot listen on {where}:{port}: {exc.strerror or exc}") from None
 
 
 def register(app: typer.Typer) -> None:

@@ -117,23 +117,32 @@ def error_text(exc: BaseException) -> str:
 
 
 def agent_dir() -> str:
-    """The agent dir in effect (`--agent-dir`, else `$PI_CODING_AGENT_DIR`, else the default)."""
+    """The agent dir in effect (`--agent-dir`, else `$PI_CODING_AGENT_DIR`, else the default).
+
+    Chosen once per invocation and passed down to the library as `agent_dir=`: the
+    CLI never writes it into the environment.
+    """
+    if _invocation is not None:
+        return _invocation.agent_dir
     return get_agent_dir()
 
 
 class _Invocation:
     """The store of one command-line invocation: opened on first use, closed at its end."""
 
-    def __init__(self, url: str | None, storage: SessionStorage | None = None) -> None:
+    def __init__(
+        self, url: str | None, storage: SessionStorage | None = None, agent_dir: str | None = None
+    ) -> None:
         self.url = url or None
         self._storage: SessionStorage | None = storage
+        self.agent_dir = agent_dir if agent_dir is not None else get_agent_dir()
 
     def storage(self) -> SessionStorage:
         if self._storage is None:
             if self.url is None:
                 self._storage = FileSessionStorage()
             else:
-                self._storage = open_store(self.url, agent_dir=agent_dir())
+                self._storage = open_store(self.url, agent_dir=self.agent_dir)
         return self._storage
 
     def close(self) -> None:
@@ -161,12 +170,16 @@ class _LogToConsole(logging.Handler):
 
 
 def begin_invocation(
-    ctx: typer.Context, url: str | None, storage: SessionStorage | None = None
+    ctx: typer.Context,
+    url: str | None,
+    storage: SessionStorage | None = None,
+    agent_dir: str | None = None,
 ) -> None:
     """Use the database at `url` (`--store`; None: the files), or `storage` (another
-    agent's store, read-only), until the command ends."""
+    agent's store, read-only), and the agent dir `agent_dir` (None: the configured
+    one), until the command ends."""
     global _invocation
-    invocation = _Invocation(url, storage)
+    invocation = _Invocation(url, storage, agent_dir)
     _invocation = invocation
     ctx.call_on_close(invocation.close)
     logger = logging.getLogger("sessiontree")
@@ -194,7 +207,7 @@ def is_file_store(storage: SessionStorage | None = None) -> bool:
 def blob_store_for(path: str) -> BlobStoreLike:
     """The blob store of the session at `path` in the store in effect (one rule:
     `sessiontree.agent_dir.blob_store_for`)."""
-    return agent_blob_store_for(path, current_storage())
+    return agent_blob_store_for(path, current_storage(), agent_dir())
 
 
 def emit_json(payload: dict[str, Any]) -> None:
@@ -290,14 +303,22 @@ def ambiguous_message(arg: str, candidates: list[Any]) -> str:
 def open_read_only(path: str) -> SessionManager:
     """Open a session without writing anything (no migration rewrite, breadcrumb, or file)."""
     return SessionManager.open(
-        path, storage=current_storage(), read_only=True, blob_store=blob_store_for(path)
+        path,
+        storage=current_storage(),
+        read_only=True,
+        blob_store=blob_store_for(path),
+        agent_dir=agent_dir(),
     )
 
 
 def open_writable(path: str) -> SessionManager:
     """Open a session for a command that changes it."""
     return SessionManager.open(
-        path, storage=current_storage(), blob_store=blob_store_for(path), breadcrumb=False
+        path,
+        storage=current_storage(),
+        blob_store=blob_store_for(path),
+        breadcrumb=False,
+        agent_dir=agent_dir(),
     )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import os
 import zlib
 from typing import Any
 
@@ -59,8 +58,7 @@ def _assistant(text: str, ts: int, tool_call: dict[str, Any] | None = None) -> d
 
 def build_demo_session(agent_dir: str, cwd: str) -> SessionManager:
     """A persisted session with branches, labels, a compaction, a branch summary and an image."""
-    os.environ["PI_CODING_AGENT_DIR"] = agent_dir
-    sm = SessionManager.create(cwd)
+    sm = SessionManager.create(cwd, agent_dir=agent_dir)
     ts = 1_767_225_600_000
     sm.append_model_change("anthropic/claude-sonnet-4-5")
     sm.append_thinking_level_change("medium")

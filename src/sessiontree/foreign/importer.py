@@ -236,6 +236,7 @@ def import_session(
         breadcrumb=False,
         blob_store=blob_store,
         parent_session=parent,
+        agent_dir=agent,
     )
     path = copy.get_session_file()
     copy.close()
@@ -253,7 +254,12 @@ def import_session(
                 data["toolCallId"] = sub.tool_call_id
             _append_stable(sub.manager, SUBAGENT_TYPE, data, f"{sub.key}\0import")
             written = sub.manager.persist_copy(
-                where, storage, breadcrumb=False, blob_store=blob_store, parent_session=path
+                where,
+                storage,
+                breadcrumb=False,
+                blob_store=blob_store,
+                parent_session=path,
+                agent_dir=agent,
             )
             sub_path = written.get_session_file()
             written.close()

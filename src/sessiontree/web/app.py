@@ -15,7 +15,7 @@ import os
 import shlex
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
@@ -40,11 +40,11 @@ from ..export import (
     leaf_choice_text,
 )
 from ..foreign.storage import ForeignStorage
-from ..paths import get_agent_dir
+from ..paths import default_agent_dir
 from ..storage.base import SessionStorage
 from . import charts
 from .data import Data, SessionRow, Tally, UsageSnapshot, handle_of
-from .security import Guard
+from .security import Guard, Keys
 from .sessions import (
     OpenSession,
     SessionCache,
@@ -78,8 +78,10 @@ _AGENTS[".pi"] = ("pi", "--session", "path")
 class ServeOptions:
     """What the server needs to know besides the store."""
 
-    token: str
     cookie: str
+    """The session cookie's name (with the port: see `security`)."""
+    keys: Keys = field(default_factory=Keys)
+    """The one-time links handed out and the cookies they became."""
     allowed_hosts: Sequence[str] = ()
     use_index: bool = True
     poll_seconds: float = POLL_SECONDS
@@ -141,7 +143,7 @@ class _App:
         self.agent_dir = agent_dir
         self.options = options
         self.data = Data(storage, agent_dir, use_index=options.use_index)
-        self.cache = SessionCache(storage)
+        self.cache = SessionCache(storage, agent_dir)
 
     def close(self) -> None:
         self.data.close()
@@ -159,7 +161,7 @@ class _App:
         unique = sum(1 for r in rows if r.id == row.id) == 1
         target = row.id if unique else row.path
         prefix = []
-        if os.path.abspath(self.agent_dir) != os.path.abspath(_default_agent_dir()):
+        if os.path.abspath(self.agent_dir) != os.path.abspath(default_agent_dir()):
             prefix = ["--agent-dir", self.agent_dir]
         commands = [
             {
@@ -443,7 +445,7 @@ class _App:
         row = self.data.session(request.query_params.get("s", ""))
         if row is None:
             return Response(b"no such session", 404, media_type="text/plain")
-        data = blob_store_for(row.path, self.storage).get(digest)
+        data = blob_store_for(row.path, self.storage, self.agent_dir).get(digest)
         mime = sniff_image(data) if data is not None else None
         if data is None or mime is None:
             return Response(b"no such image", 404, media_type="text/plain")
@@ -523,6 +525,12 @@ class _App:
             **(_usage_charts(snapshot, labels) if snapshot is not None else {}),
         )
 
+    def link(self, request: Request) -> Response:
+        """A new one-time link, for another browser of the person this one is."""
+        base = str(request.base_url).rstrip("/")
+        url = f"{base}/?" + urlencode({"token": self.options.keys.new_link()})
+        return _page("link.html", title="A link for another browser", url=url)
+
     def static(self, request: Request) -> Response:
         name = request.path_params["name"]
         if name not in _ASSETS:
@@ -587,15 +595,6 @@ class _App:
 def _articles(entries: Sequence[Any]) -> str:
     macros = html_environment().get_template("_macros.html").module
     return "".join(str(macros.entry(e)) for e in entries)  # type: ignore[attr-defined]
-
-
-def _default_agent_dir() -> str:
-    saved = os.environ.pop("PI_CODING_AGENT_DIR", None)
-    try:
-        return get_agent_dir()
-    finally:
-        if saved is not None:
-            os.environ["PI_CODING_AGENT_DIR"] = saved
 
 
 def _usage_state(snapshot: UsageSnapshot | None) -> str | None:
@@ -698,7 +697,8 @@ async def _unreadable(request: Request, exc: Exception) -> Response:
 
 
 def create_app(storage: SessionStorage, agent_dir: str, options: ServeOptions) -> Starlette:
-    """The web app over `storage` (sessions under `agent_dir`), guarded by `options.token`."""
+    """The web app over `storage` (sessions under `agent_dir`), open to the browsers
+    that bring one of `options.keys`' links (see `security`)."""
     routes = _App(storage, agent_dir, options)
     app = Starlette(
         routes=[
@@ -706,6 +706,7 @@ def create_app(storage: SessionStorage, agent_dir: str, options: ServeOptions) -
             Route("/sessions", routes.sessions),
             Route("/search", routes.search),
             Route("/usage", routes.usage),
+            Route("/link", routes.link),
             Route("/s/{handle}", routes.session),
             Route("/s/{handle}/path", routes.path),
             Route("/s/{handle}/text", routes.text),
@@ -724,6 +725,6 @@ def create_app(storage: SessionStorage, agent_dir: str, options: ServeOptions) -
     )
     app.state.routes = routes
     app.add_middleware(
-        Guard, token=options.token, cookie=options.cookie, allowed_hosts=options.allowed_hosts
+        Guard, keys=options.keys, cookie=options.cookie, allowed_hosts=options.allowed_hosts
     )
     return app

@@ -1,12 +1,19 @@
-"""The gate in front of every request: Host check, token, security headers.
+"""The gate in front of every request: Host check, one-time links, cookies, headers.
 
-* **Host.** A page of another site can make a browser send requests to
-  127.0.0.1 under its own name (DNS rebinding); such requests carry that name in
+* **Host.** A page of another site can make a browser send requests to this
+  server under its own name (DNS rebinding); such requests carry that name in
   `Host`. Only `localhost`, IP literals and the names given with `--allow-host` pass.
-* **Token.** The server makes a random token and prints the URL holding it. A
-  request with `?token=<it>` gets it as an HttpOnly, SameSite=Strict cookie and is
-  redirected to the same URL without it (the token leaves the address bar and the
-  history); later requests need that cookie. Anything else is refused (403).
+* **Links.** The server prints a URL holding a random token (`Keys.new_link`). A
+  token works once: the request that brings it gets a session cookie instead
+  (HttpOnly, SameSite=Strict, no expiry; its value is another random string, not
+  the token) and a page that moves on to the same URL without the token. The
+  token is then forgotten, so the URL left in the browser's history, a shell's
+  scrollback or a log opens nothing. Later requests need the cookie. A browser
+  with the cookie gets more one-time links at `/link` (for another browser).
+* **Cookies.** A browser sends a cookie to every port of its host; so the cookie
+  is named after the port and is a key to this server only (random per server),
+  and `serve` listens on a random address of 127/8 by default, a host no other
+  server uses.
 * **Headers.** Every response carries a Content-Security-Policy that allows
   nothing from anywhere but this server and no inline script or style, and
   forbids framing, sniffing, referrers and caching.
@@ -14,16 +21,22 @@
 
 from __future__ import annotations
 
+import hashlib
+import html
 import ipaddress
+import logging
 import secrets
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, quote, urlencode
 
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["CSP", "Guard", "host_allowed", "new_token"]
+__all__ = ["CSP", "Guard", "Keys", "host_allowed"]
+
+log = logging.getLogger("sessiontree")
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -40,13 +53,66 @@ HEADERS = {
 }
 REFUSED = (
     b"<!DOCTYPE html><meta charset=utf-8><title>Refused</title>"
-    b"<p>This sessiontree server answers only the link it printed when it started "
-    b"(the one with <code>?token=</code>).</p>\n"
+    b"<p>This sessiontree server answers only a browser that opened one of its links "
+    b"(the one <code>sessiontree serve</code> printed, with <code>?token=</code>). "
+    b"Each link works once: a browser that has opened the store gets a new link "
+    b"for another browser at <code>/link</code>; restarting "
+    b"<code>sessiontree serve</code> prints a new one too.</p>\n"
 )
 
 
-def new_token() -> str:
-    return secrets.token_urlsafe(24)
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8", "replace")).hexdigest()
+
+
+class Keys:
+    """The one-time link tokens a server handed out and the session cookies they became.
+
+    Only digests are kept; looking one up reveals nothing about other keys.
+    Thread-safe (links are made from other threads than the server's).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._links: dict[str, Callable[[], None] | None] = {}
+        self._cookies: set[str] = set()
+
+    def new_link(self, on_redeem: Callable[[], None] | None = None) -> str:
+        """A new token that opens the store once; `on_redeem` runs when it does."""
+        token = secrets.token_urlsafe(24)
+        with self._lock:
+            self._links[_digest(token)] = on_redeem
+        return token
+
+    def revoke(self, token: str) -> bool:
+        """Forget an unused token; whether it was still unused."""
+        digest = _digest(token)
+        with self._lock:
+            if digest not in self._links:
+                return False
+            del self._links[digest]
+            return True
+
+    def redeem(self, token: str) -> str | None:
+        """A new session cookie value for an unused token (which is used up), else None."""
+        digest = _digest(token)
+        with self._lock:
+            if digest not in self._links:
+                return None
+            found = self._links.pop(digest)
+            cookie = secrets.token_urlsafe(32)
+            self._cookies.add(_digest(cookie))
+        if found is not None:
+            try:
+                found()
+            except Exception:  # a cleanup's failure must not refuse the user
+                log.warning("after a link was opened: cleanup failed", exc_info=True)
+        return cookie
+
+    def admits(self, cookie: str) -> bool:
+        """Whether `cookie` is the value of a session cookie this server set."""
+        with self._lock:
+            return _digest(cookie) in self._cookies
 
 
 def _hostname(host: str) -> str | None:
@@ -84,10 +150,10 @@ class Guard:
     """ASGI middleware: refuse what is not for us, then add the security headers."""
 
     def __init__(
-        self, app: ASGIApp, token: str, cookie: str, allowed_hosts: Iterable[str] = ()
+        self, app: ASGIApp, keys: Keys, cookie: str, allowed_hosts: Iterable[str] = ()
     ) -> None:
         self.app = app
-        self.token = token
+        self.keys = keys
         self.cookie = cookie
         self.allowed_hosts = tuple(allowed_hosts)
 
@@ -105,26 +171,24 @@ class Guard:
                 b"Misdirected request: this server answers only to localhost and IP addresses.\n",
             )
             return
+        admitted = self._admitted(headers)
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), True))
         given = query.get("token")
         if given is not None:
-            if not secrets.compare_digest(given.encode(), self.token.encode()):
+            value = self.keys.redeem(given)
+            if value is None and not admitted:  # used up, revoked or never ours
                 await _html(send, 403, REFUSED)
                 return
             rest = urlencode([(k, v) for k, v in query.items() if k != "token"])
             # One leading slash: `//host/...` would send the browser to another site.
             path = "/" + str(scope.get("path", "/")).lstrip("/")
             location = quote(path, safe="/") + (f"?{rest}" if rest else "")
-            cookie = f"{self.cookie}={self.token}; Path=/; HttpOnly; SameSite=Strict"
-            await _redirect(send, location, cookie)
+            cookie = None
+            if value is not None:
+                cookie = f"{self.cookie}={value}; Path=/; HttpOnly; SameSite=Strict"
+            await _moved(send, location, cookie)
             return
-        jar = SimpleCookie()
-        try:
-            jar.load(headers.get("cookie", ""))
-        except Exception:  # a malformed Cookie header is no cookie
-            jar = SimpleCookie()
-        morsel = jar.get(self.cookie)
-        if morsel is None or not secrets.compare_digest(morsel.value.encode(), self.token.encode()):
+        if not admitted:
             await _html(send, 403, REFUSED)
             return
 
@@ -137,6 +201,15 @@ class Guard:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+    def _admitted(self, headers: Headers) -> bool:
+        jar = SimpleCookie()
+        try:
+            jar.load(headers.get("cookie", ""))
+        except Exception:  # a malformed Cookie header is no cookie
+            return False
+        morsel = jar.get(self.cookie)
+        return morsel is not None and self.keys.admits(morsel.value)
 
 
 async def _respond(
@@ -161,10 +234,21 @@ async def _html(send: Send, status: int, body: bytes) -> None:
     await _respond(send, status, body, [(b"content-type", b"text/html; charset=utf-8")])
 
 
-async def _redirect(send: Send, location: str, cookie: str) -> None:
-    await _respond(
-        send,
-        303,
-        b"",
-        [(b"location", location.encode("latin-1", "replace")), (b"set-cookie", cookie.encode())],
-    )
+async def _moved(send: Send, location: str, cookie: str | None) -> None:
+    """A page that moves on to `location` (on this server) at once, setting `cookie`.
+
+    Not a redirect: Chromium does not send a SameSite=Strict cookie along a redirect
+    of a navigation that a file started (the page `serve --open` gives the browser),
+    but a page of this server that moves on starts a navigation of its own, which
+    carries it.
+    """
+    target = html.escape(location, quote=True)
+    body = (
+        '<!DOCTYPE html><meta charset="utf-8"><title>sessiontree</title>'
+        f'<meta http-equiv="refresh" content="0;url={target}">'
+        f'<p><a href="{target}">Continue to sessiontree</a></p>\n'
+    ).encode()
+    extra = [(b"content-type", b"text/html; charset=utf-8")]
+    if cookie is not None:
+        extra.append((b"set-cookie", cookie.encode()))
+    await _respond(send, 200, body, extra)

@@ -1,22 +1,49 @@
 """Running the app: bind the socket first (so the printed URL has the real port and
-works the moment it is printed), then hand it to uvicorn."""
+works the moment it is printed), then hand it to uvicorn.
+
+By default the server listens on a random address of 127/8 (Linux answers all of
+them on the loopback device): a browser sends a cookie to every port of its host,
+and no other local server is on that host. Where such an address cannot be bound
+(macOS has only 127.0.0.1), it falls back to 127.0.0.1 and says so.
+
+`--open` never puts the link on a command line (every local user can read those):
+the browser is given a file, private to the user, that moves on to the link.
+"""
 
 from __future__ import annotations
 
 import ipaddress
+import os
+import secrets
+import shutil
 import socket
+import tempfile
 import threading
 import time
 import webbrowser
 from collections.abc import Callable, Sequence
+from html import escape
+from pathlib import Path
 
 import uvicorn
 
 from ..storage.base import SessionStorage
 from .app import ServeOptions, create_app
-from .security import new_token
 
-__all__ = ["BackgroundServer", "bind", "is_loopback", "serve", "url_for"]
+__all__ = [
+    "BROWSER_FILE_SECONDS",
+    "BackgroundServer",
+    "BrowserFile",
+    "bind",
+    "is_loopback",
+    "listen",
+    "random_loopback",
+    "serve",
+    "url_for",
+]
+
+BROWSER_FILE_SECONDS = 120.0
+"""How long the file `--open` gives the browser lives (and its link works) unopened."""
 
 
 def is_loopback(host: str) -> bool:
@@ -45,33 +72,135 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def url_for(sock: socket.socket, token: str) -> str:
-    """The URL to open: the bound address (loopback for a wildcard bind) and the token."""
+def random_loopback() -> str:
+    """A random address of 127.0.0.0/8 other than 127.0.0.1 (and no .0 or .255 end)."""
+    while True:
+        address = (
+            f"127.{secrets.randbelow(256)}.{secrets.randbelow(256)}.{1 + secrets.randbelow(254)}"
+        )
+        if address != "127.0.0.1":
+            return address
+
+
+def listen(host: str | None, port: int) -> tuple[socket.socket, str | None]:
+    """A listening socket on `host` (None: a random loopback address) and a warning
+    when the random address could not be had (the socket is then on 127.0.0.1)."""
+    if host is not None:
+        return bind(host, port), None
+    address = random_loopback()
+    try:
+        return bind(address, port), None
+    except OSError as exc:
+        sock = bind("127.0.0.1", port)
+        warning = (
+            f"cannot listen on a loopback address of its own here ({address}: "
+            f"{exc.strerror or exc}); listening on 127.0.0.1, where the browser also sends "
+            "this server's cookie to the other local servers it visits"
+        )
+        return sock, warning
+
+
+def url_for(sock: socket.socket, token: str | None = None) -> str:
+    """The URL to open: the bound address (loopback for a wildcard bind), with `token`."""
     host, port = sock.getsockname()[:2]
     if host in ("0.0.0.0", "::"):
         host = "127.0.0.1" if host == "0.0.0.0" else "::1"
     shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}/?token={token}"
+    return f"http://{shown}:{port}/" + (f"?token={token}" if token is not None else "")
+
+
+class BrowserFile:
+    """A file for the browser that moves on to a one-time link: the link is in the file
+    (0600, in a new 0700 dir), never on the browser's command line.
+
+    The file goes when the link is used, after `seconds`, or with `remove()`; its link
+    stops working with it.
+    """
+
+    def __init__(self, options: ServeOptions, base: str, seconds: float) -> None:
+        self._lock = threading.Lock()
+        self.directory = tempfile.mkdtemp(prefix="sessiontree-open-")  # 0700
+        self.path = os.path.join(self.directory, "open.html")
+        self._keys = options.keys
+        self._token = options.keys.new_link(on_redeem=self._forget)
+        target = escape(base + "?token=" + self._token, quote=True)
+        page = (
+            '<!DOCTYPE html><meta charset="utf-8"><meta name="referrer" content="no-referrer">'
+            f'<meta http-equiv="refresh" content="0;url={target}"><title>sessiontree</title>'
+            f'<p><a href="{target}">Open sessiontree</a></p>\n'
+        )
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+            fd = os.open(self.path, flags, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(page)
+        except BaseException:
+            self.remove()
+            raise
+        self._timer = threading.Timer(seconds, self.remove)
+        self._timer.daemon = True
+        self._timer.start()
+
+    @property
+    def url(self) -> str:
+        return Path(self.path).as_uri()
+
+    def _forget(self) -> None:
+        """The link was used: the file has done its work."""
+        self._delete()
+
+    def remove(self) -> None:
+        """Remove the file and make its link useless (if still unused)."""
+        self._keys.revoke(self._token)
+        self._delete()
+
+    def _delete(self) -> None:
+        timer = getattr(self, "_timer", None)
+        if timer is not None:
+            timer.cancel()
+        with self._lock:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _open_browser(options: ServeOptions, base: str, warn: Callable[[str], None]) -> BrowserFile:
+    """Open the app in the default browser through a `BrowserFile`.
+
+    From a thread: a `$BROWSER` command may not return before the browser does, and
+    the server must answer it meanwhile.
+    """
+    page = BrowserFile(options, base, BROWSER_FILE_SECONDS)
+
+    def run() -> None:
+        if not webbrowser.open(page.url):
+            page.remove()
+            warn("no browser could be started; open the link above")
+
+    threading.Thread(target=run, name="sessiontree-open", daemon=True).start()
+    return page
 
 
 def serve(
     storage: SessionStorage,
     agent_dir: str,
     *,
-    host: str,
+    host: str | None,
     port: int,
     announce: Callable[[str], None],
+    warn: Callable[[str], None],
     open_browser: bool = False,
     allowed_hosts: Sequence[str] = (),
     use_index: bool = True,
 ) -> None:
-    """Serve until interrupted (Ctrl-C, SIGTERM), then return."""
-    sock = bind(host, port)
-    token = new_token()
+    """Serve until interrupted (Ctrl-C, SIGTERM), then return.
+
+    `host` None: a random loopback address. `announce` gets the printed one-time
+    link, `warn` what the user should know (a fallback address, no browser).
+    """
+    sock, warning = listen(host, port)
+    if warning is not None:
+        warn(warning)
     port = sock.getsockname()[1]
-    options = ServeOptions(
-        token, f"sessiontree-{port}", allowed_hosts=allowed_hosts, use_index=use_index
-    )
+    options = ServeOptions(f"sessiontree-{port}", allowed_hosts=allowed_hosts, use_index=use_index)
     app = create_app(storage, agent_dir, options)
     config = uvicorn.Config(
         app,
@@ -83,37 +212,41 @@ def serve(
         timeout_graceful_shutdown=1,
     )
     server = uvicorn.Server(config)
-    url = url_for(sock, token)
-    announce(url)
-    if open_browser:
-        webbrowser.open(url)  # the socket listens already: the request waits for uvicorn
+    opened = None
     try:
+        announce(url_for(sock, options.keys.new_link()))
+        if open_browser:
+            # The socket listens already: the browser's request waits for uvicorn.
+            opened = _open_browser(options, url_for(sock), warn)
         server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass  # uvicorn has shut down and re-raised the signal: Ctrl-C is the way to stop
     finally:
         sock.close()
         app.state.routes.close()
+        if opened is not None:
+            opened.remove()
 
 
 class BackgroundServer:
     """The app served from a thread (tests, benchmarks, the screenshot script):
-    `with BackgroundServer(storage, agent_dir) as s: s.url` (with the token)."""
+    `with BackgroundServer(storage, agent_dir) as s: s.url` (a one-time link);
+    `s.new_link()` makes another, `s.login_cookies()` a browser's cookie outright."""
 
     def __init__(
         self,
         storage: SessionStorage,
         agent_dir: str,
         *,
-        host: str = "127.0.0.1",
+        host: str | None = None,
         port: int = 0,
         use_index: bool = True,
         poll_seconds: float | None = None,
     ) -> None:
-        self.sock = bind(host, port)
+        self.sock, self.warning = listen(host, port)
+        self.host = str(self.sock.getsockname()[0])
         self.port = int(self.sock.getsockname()[1])
-        self.token = new_token()
-        self.options = ServeOptions(self.token, f"sessiontree-{self.port}", use_index=use_index)
+        self.options = ServeOptions(f"sessiontree-{self.port}", use_index=use_index)
         if poll_seconds is not None:
             self.options.poll_seconds = poll_seconds
         self.app = create_app(storage, agent_dir, self.options)
@@ -126,11 +259,21 @@ class BackgroundServer:
             timeout_graceful_shutdown=1,
         )
         self.server = uvicorn.Server(config)
-        self.url = url_for(self.sock, self.token)
-        self.base = self.url.split("/?", 1)[0]
+        self.base = url_for(self.sock).rstrip("/")
+        self.url = self.new_link()
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
         )
+
+    def new_link(self) -> str:
+        """A new one-time link (as `serve` prints)."""
+        return url_for(self.sock, self.options.keys.new_link())
+
+    def login_cookies(self) -> dict[str, str]:
+        """The cookie a browser gets for a link, without the round trip."""
+        value = self.options.keys.redeem(self.options.keys.new_link())
+        assert value is not None
+        return {self.options.cookie: value}
 
     def __enter__(self) -> BackgroundServer:
         self.thread.start()

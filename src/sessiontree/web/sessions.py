@@ -161,9 +161,15 @@ class SessionCache:
     """
 
     def __init__(
-        self, storage: SessionStorage, *, max_sessions: int = 6, max_bytes: int = 600 << 20
+        self,
+        storage: SessionStorage,
+        agent_dir: str,
+        *,
+        max_sessions: int = 6,
+        max_bytes: int = 600 << 20,
     ) -> None:
         self.storage = storage
+        self.agent_dir = agent_dir
         self.max_sessions = max_sessions
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
@@ -191,7 +197,8 @@ class SessionCache:
                 path,
                 storage=self.storage,
                 read_only=True,
-                blob_store=blob_store_for(path, self.storage),
+                blob_store=blob_store_for(path, self.storage, self.agent_dir),
+                agent_dir=self.agent_dir,
             )
             session = OpenSession(handle, path, sm, mark)
             if PAGE_READS_EVERYTHING:
