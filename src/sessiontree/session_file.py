@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from typing import Protocol, runtime_checkable
 
 import xxhash
 
-from ._fs import side_path
+from ._fs import private_temp_dir, side_path
 from .blobs import BlobStoreLike
 from .entries import Entry, iso_now
 from .errors import (
@@ -800,22 +799,26 @@ class SessionFile:
         """Save the whole in-memory session as `<file>.conflict-<time>`; never raises.
 
         Beside the file when the storage allows it, else in the agent dir's
-        `rescue/` folder, else in the temp dir: the session is never only in memory.
+        `rescue/` folder, else in the temp dir (`sessiontree-rescue-<uid>` when that
+        is this user's private directory, else a new private one: see
+        `_fs.private_temp_dir`): the session is never only in memory.
         """
+        if self._content is _no_rescue:
+            return None
         stamp = iso_now().replace(":", "-").replace(".", "-")
         target = side_path(self.path, f".conflict-{stamp}")
         name = os.path.basename(target)
-        places: list[tuple[SessionStorage, str]] = [(self.storage, target)]
         local = FileSessionStorage()
-        places.append((local, os.path.join(rescue_dir(), name)))
         uid = os.getuid() if hasattr(os, "getuid") else 0
-        places.append(
-            (local, os.path.join(tempfile.gettempdir(), f"sessiontree-rescue-{uid}", name))
-        )
-        if self._content is _no_rescue:
-            return None
-        for storage, path in places:
+        places: list[tuple[SessionStorage, Callable[[], str]]] = [
+            (self.storage, lambda: target),
+            (local, lambda: os.path.join(rescue_dir(), name)),
+            (local, lambda: os.path.join(private_temp_dir(f"sessiontree-rescue-{uid}"), name)),
+        ]
+        for storage, place in places:
+            path = "the temp dir"
             try:
+                path = place()
                 storage.ensure_dir(os.path.dirname(path) or ".")
                 write_whole(storage, path, self._content(True))
             except Exception as exc:  # best effort while already failing
