@@ -20,9 +20,9 @@ A new session takes its lock and creates its file only at the first write; it
 never writes over a file that is already there.
 
 The file is its opener's: in a process forked from the one that made it, every write,
-flush, check or rescue raises `InheritedHandleError` before touching anything, and
-`close` only lets go of the child's copies (no flush, no unlock, no lock file removed):
-the parent goes on writing as if the child did not exist.
+flush or check raises `InheritedHandleError` before touching anything (no rescue copy
+either), and `close` only lets go of the child's copies (no flush, no unlock, no lock
+file removed): the parent goes on writing as if the child did not exist.
 """
 
 from __future__ import annotations
