@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -179,6 +180,7 @@ class Parent:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=True,  # its children too are ended by `close`
         )
         self.lines: queue.Queue[str] = queue.Queue()
         self.errors: list[str] = []
@@ -239,11 +241,20 @@ class Parent:
             self.proc.wait()
         if self.proc.stdin is not None and not self.proc.stdin.closed:
             self.proc.stdin.close()
+        end_group(self.proc.pid)  # a child left behind (a test that failed midway)
         for reader in self.readers:
             reader.join(TIMEOUT)
         for pipe in (self.proc.stdout, self.proc.stderr):
             if pipe is not None:
                 pipe.close()
+
+
+def end_group(pgid: int) -> None:
+    """Kill what is left of a process group this test started (nothing, normally)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 @contextmanager
@@ -489,16 +500,21 @@ def test_a_forked_child_neither_uses_nor_closes_the_parents_history(tmp_path: Pa
     script = tmp_path / "history_parent.py"
     script.write_text(HISTORY_PARENT)
     db = tmp_path / "history.db"
-    done = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, str(script), str(db)],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=TIMEOUT,
-        check=False,
+        start_new_session=True,
     )
-    assert done.returncode == 0, done.stderr
-    assert "Traceback" not in done.stderr, done.stderr
-    child, parent = (json.loads(line) for line in done.stdout.splitlines())
+    try:
+        stdout, stderr = proc.communicate(timeout=TIMEOUT)  # a child stuck in flush: fails
+    finally:
+        end_group(proc.pid)
+        proc.wait()
+    assert proc.returncode == 0, stderr
+    assert "Traceback" not in stderr, stderr
+    child, parent = (json.loads(line) for line in stdout.splitlines())
     assert child == {
         "add": "refused",
         "flush": "refused",
