@@ -4,7 +4,8 @@ hypothesis drives every public operation in random order (appends of every entry
 type, values JSON cannot hold, branching, labels, names, rewrites, flush, close and
 reopen, moves between cwds whose dir names collide, fork, branched and new
 sessions), interleaved with another program that appends to, replaces, deletes,
-edits (same length, anywhere) or truncates the session file, and with I/O faults
+edits (same length, anywhere) or truncates the session file, with forked children
+that do what they like with the manager they inherit, and with I/O faults
 (ENOSPC, EIO, EACCES, EROFS on write, fsync, rename or open) injected into the
 calls the package makes. After every manager operation it checks:
 
@@ -14,7 +15,9 @@ calls the package makes. After every manager operation it checks:
   a conflict copy holds all of its entries;
 - no entry that was flushed is missing from every file;
 - every file created, changed or removed is in the operation's allowed set
-  (`ALLOWED` below, written down once per operation), and no temp file is left.
+  (`ALLOWED` below, written down once per operation), and no temp file is left;
+- after a forked child exited (its at-exit close included), nothing changed on disk
+  and the manager still holds its writer lock.
 
 Half the examples reopen sessions index first (`lazy=True`): entries are then read
 only when an operation asks for them, and the checks read nothing themselves. Such a
@@ -57,16 +60,20 @@ from helpers import last_entry_id
 from sessiontree import (
     EntryNotFoundError,
     EntryNotSerializableError,
+    InheritedHandleError,
     InvalidSessionFileError,
+    SessionLockError,
     SessionManager,
     SessionTreeError,
     session_file,
 )
+from sessiontree import manager as manager_module
 from sessiontree._fs import side_stem
 from sessiontree.blobs import MemoryBlobStore
+from sessiontree.errors import SessionClosedError
 from sessiontree.jsonl import loads_line, serialize_entry_bytes
 from sessiontree.loader import read_session
-from sessiontree.locks import lock_path_for
+from sessiontree.locks import FileLock, lock_path_for
 from sessiontree.paths import get_default_session_dir
 from sessiontree.persistence import prepare_for_persist
 from sessiontree.storage.file import FileSessionStorage
@@ -103,7 +110,7 @@ ALLOWED: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     ),
     "fork": (frozenset({"session", "lock", "conflict", "dirs", "agent", "new"}), frozenset()),
     "new": (frozenset({"session", "lock", "conflict", "dirs", "agent"}), frozenset()),
-    "memory": (frozenset(), frozenset()),  # branch, reset_leaf, refused appends
+    "memory": (frozenset(), frozenset()),  # branch, reset_leaf, refused appends, a child
 }
 
 
@@ -248,6 +255,42 @@ def message(kind: str, text: str) -> dict[str, Any]:
 
 
 texts = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
+
+# The real calls, for a forked child's report: a fault armed in the parent is armed in
+# the child too (`Faults` patches `os`), and must not eat the report.
+_fork, _pipe, _read, _write, _close, _waitpid, _exit = (
+    os.fork,
+    os.pipe,
+    os.read,
+    os.write,
+    os.close,
+    os.waitpid,
+    os._exit,
+)
+
+
+def in_forked_child(work: Callable[[], str]) -> str:
+    """`work()` in a forked child that then exits without this process's at-exit
+    handlers (pytest's are not its to run); what it returned, or what it raised."""
+    read, write = _pipe()
+    pid = _fork()
+    if pid == 0:
+        try:
+            _close(read)
+            try:
+                said = work()
+            except BaseException as exc:
+                said = f"child raised {type(exc).__name__}: {exc}"
+            _write(write, said.encode())
+        finally:
+            _exit(0)
+    _close(write)
+    chunks = []
+    while chunk := _read(read, 65536):
+        chunks.append(chunk)
+    _close(read)
+    _waitpid(pid, 0)
+    return b"".join(chunks).decode()
 
 
 class ManagerModel(RuleBasedStateMachine):
@@ -939,6 +982,104 @@ class ManagerModel(RuleBasedStateMachine):
         self.at_risk = risky
         self.trusted, self.pending = True, ""
         RAN[f"torn tails resumed {'index first' if lazy else 'whole'}"] += 1
+
+    # --- family: forked processes (issue 21.4) ---
+
+    @rule(
+        acts=st.lists(
+            st.sampled_from(
+                [
+                    "read",
+                    "append",
+                    "append-assistant",
+                    "flush",
+                    "rename",
+                    "new_session",
+                    "fork",
+                    "branch",
+                    "close",
+                    "release-lock",
+                ]
+            ),
+            max_size=5,
+        )
+    )
+    def fork_a_child(self, acts: list[str]) -> None:
+        """A child forked now does what `acts` say with the manager it inherited, then
+        exits as a program does (the package's at-exit close runs, in the child); the
+        parent goes on. Nothing may change on disk ("memory"), the parent keeps its lock
+        (a second writer is refused), and the rules after this one go on as before."""
+        sm = self.manager
+        ids = [i for i, _ in sm._index.read_so_far()]
+        path = sm.get_session_file()
+        locked = self.on_disk()
+
+        def child() -> str:
+            closed = False
+            for act in acts:
+                error: Exception | None = None
+                try:
+                    if act == "read":
+                        got = [i for i, _ in sm._index.read_so_far()]
+                        if got != ids:
+                            return f"the child's copy holds {got}, not {ids}"
+                        sm.build_session_context()
+                    elif act == "append":
+                        sm.append_message(message("user", "from the child"))
+                    elif act == "append-assistant":  # would write a session not yet on disk
+                        sm.append_message(message("assistant", "from the child"))
+                    elif act == "flush":
+                        sm.flush()
+                    elif act == "rename":
+                        sm.set_session_name("the child's", "user")
+                    elif act == "new_session":
+                        sm.new_session()
+                    elif act == "fork":
+                        sm.fork()
+                    elif act == "branch":
+                        sm.reset_leaf()  # the child's copy only
+                    elif act == "close":
+                        sm.close()
+                        closed = True
+                    else:  # what a finalizer of the lock would do at the child's exit
+                        lock = sm._file._lock if sm._file is not None else None
+                        if lock is not None:
+                            lock.release()
+                except Exception as exc:
+                    error = exc
+                # Reads, closes and a lock's release go through; a move of the leaf too
+                # until the child closed its copy; every write is refused.
+                harmless = act in ("read", "close", "release-lock")
+                expected: tuple[type[Exception], ...] = ()
+                if closed and not harmless:
+                    expected = (SessionClosedError,)
+                elif not harmless and act != "branch":
+                    expected = (InheritedHandleError,)
+                if expected and not isinstance(error, expected):
+                    return f"{act}: expected {expected}, got {error!r}"
+                if not expected and error is not None:
+                    return f"{act}: {error!r}"
+                if isinstance(error, InheritedHandleError) and error.owner_pid == os.getpid():
+                    return f"{act}: the error names the child as the owner"
+            if [i for i, _ in sm._index.read_so_far()] != ids:
+                return "a refused write changed the child's copy"
+            manager_module._close_open_managers()  # what the child's exit runs
+            return "ok"
+
+        said: list[str] = []
+
+        def action() -> None:
+            said.append(in_forked_child(child))
+
+        RAN["forked children"] += 1
+        for act in acts:
+            RAN[f"forked child: {act}"] += 1
+        error = self.run("memory", action)
+        assert error is None and said == ["ok"], (error, said)
+        if locked and path is not None and not self.dead():
+            with pytest.raises(SessionLockError):
+                FileLock(path)  # a second writer is refused: the lock is still ours
+            RAN["forked children: the parent's lock checked"] += 1
 
 
 def glob_escape(text: str) -> str:

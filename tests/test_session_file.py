@@ -189,3 +189,84 @@ def test_a_rescue_goes_to_the_temp_dir_when_the_agent_dir_refuses_too(
     (saved,) = os.listdir(tmp_path / "tmp" / folder)
     assert saved in str(info.value)
     assert (tmp_path / "tmp" / folder / saved).read_bytes() == HEADER
+
+
+@pytest.mark.parametrize("squatted", ["another user's", "readable by others", "symlink", "file"])
+def test_a_rescue_never_goes_into_a_temp_dir_that_is_not_ours(
+    tmp_path: Path, agent_dir: Path, monkeypatch: pytest.MonkeyPatch, squatted: str
+) -> None:
+    """`<tmp>/sessiontree-rescue-<uid>` made by someone else (who could delete the only
+    copy), open to others, or a link to elsewhere: left alone, and the copy goes to a
+    new private directory, which the error names."""
+    import stat
+    import tempfile
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    agent_dir.parent.mkdir(parents=True, exist_ok=True)
+    agent_dir.write_text("a file where the agent dir should be: nothing goes in it\n")
+    name = f"sessiontree-rescue-{os.getuid()}"
+    squat = tmp / name
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    if squatted == "another user's":
+        if os.getuid() != 0:
+            pytest.skip("giving a directory to another user needs root")
+        squat.mkdir(mode=0o700)
+        os.chown(squat, 4242, 4242)
+    elif squatted == "readable by others":
+        squat.mkdir()
+        squat.chmod(0o755)
+    elif squatted == "symlink":
+        squat.symlink_to(elsewhere)
+    else:
+        squat.write_text("not a directory\n")
+    before = os.lstat(squat)
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(HEADER)
+    file, memory = new_file(path, UnwritableBeside())
+    file.load()
+    with pytest.raises(SessionPersistenceError) as info:
+        file.rewrite(memory(False))
+    (fresh,) = [p for p in tmp.iterdir() if p.name != name]
+    assert fresh.name.startswith(name + "-")
+    st = os.lstat(fresh)
+    assert stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+    assert stat.S_IMODE(st.st_mode) == 0o700
+    (saved,) = os.listdir(fresh)
+    assert str(fresh / saved) in str(info.value)
+    assert (fresh / saved).read_bytes() == HEADER
+    # What was there is untouched, and nothing went into it (or where it points).
+    after = os.lstat(squat)
+    assert (after.st_ino, after.st_mode, after.st_uid) == (
+        before.st_ino,
+        before.st_mode,
+        before.st_uid,
+    )
+    assert os.listdir(elsewhere) == []
+    if squat.is_dir() and not squat.is_symlink():
+        assert os.listdir(squat) == []
+
+
+def test_a_rescue_reuses_its_own_private_temp_dir(
+    tmp_path: Path, agent_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tempfile
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    agent_dir.parent.mkdir(parents=True, exist_ok=True)
+    agent_dir.write_text("not a directory\n")
+    ours = tmp / f"sessiontree-rescue-{os.getuid()}"
+    ours.mkdir(mode=0o700)
+    (ours / "earlier.conflict").write_bytes(b"an earlier rescue\n")
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(HEADER)
+    file, memory = new_file(path, UnwritableBeside())
+    file.load()
+    with pytest.raises(SessionPersistenceError):
+        file.rewrite(memory(False))
+    assert [p.name for p in tmp.iterdir()] == [ours.name]
+    assert len(os.listdir(ours)) == 2

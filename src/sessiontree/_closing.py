@@ -1,9 +1,53 @@
-"""Small shared bases: a context manager that closes, and a writer's error state."""
+"""Small shared bases: a context manager that closes, and the process that owns a handle.
+
+A forked child inherits its parent's objects (managers, writers, locks, database
+connections) but none of the parent's rights to them: what a child closes, unlocks or
+writes through them, it does to the parent. Every such object records the process that
+made it (`process_id()`) and, in another process, refuses to write and closes nothing
+of the parent's (`errors.InheritedHandleError`).
+"""
 
 from __future__ import annotations
 
+import os
 from types import TracebackType
 from typing import Self
+
+_pid = os.getpid()
+
+
+def _forked() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+# Registered at import, before any other module's fork hook, so theirs see the new id.
+os.register_at_fork(after_in_child=_forked)
+
+
+def process_id() -> int:
+    """This process's id without a system call (a hot-path check): kept current in
+    children that `os.fork` (and so `multiprocessing`) made."""
+    return _pid
+
+
+_kept: list[object] = []
+
+
+def keep_forever(obj: object) -> None:
+    """Never free `obj` in this process, not even at interpreter exit.
+
+    For a forked child's copies of its parent's database connections (and pools): freeing
+    one closes it, and a close is a use. SQLite rolls back the transaction the parent
+    may be in the middle of (in the wal-index both share), a psycopg pool stops threads
+    that do not exist here. The memory goes with the process.
+    """
+    try:
+        import ctypes
+
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+    except (ImportError, AttributeError):  # not CPython: kept until the interpreter's teardown
+        _kept.append(obj)
 
 
 class ClosesOnExit:
@@ -24,43 +68,3 @@ class ClosesOnExit:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-class WriterState(ClosesOnExit):
-    """The stored first error and closed flag every storage writer keeps.
-
-    Subclasses declare the `_closed`, `_error` and `path` slots (or attributes) and call
-    `_close_state()` from their `close`. (No `__slots__` here: a slotted base
-    could not assign attributes its subclasses declare.)
-    """
-
-    _closed: bool
-    _error: BaseException | None
-    path: str
-
-    def _check(self) -> None:
-        """Raise the stored error, or ValueError once closed."""
-        if self._error is not None:
-            raise self._error
-        if self._closed:
-            raise ValueError(f"writer for {self.path} is closed")
-
-    def _close_state(self) -> bool:
-        """Mark closed; False when it already was (close is idempotent)."""
-        if self._closed:
-            return False
-        self._closed = True
-        return True
-
-    def _raise_stored(self) -> None:
-        if self._error is not None:
-            raise self._error
-
-    def get_error(self) -> BaseException | None:
-        """The first error this writer hit, if any."""
-        return self._error
-
-    @property
-    def closed(self) -> bool:
-        """Whether `close` was called."""
-        return self._closed

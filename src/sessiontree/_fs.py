@@ -17,6 +17,7 @@ import hashlib
 import os
 import secrets
 import stat
+import tempfile
 from collections.abc import Iterable
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "glob_match_name",
     "open_regular",
     "private_database",
+    "private_temp_dir",
     "side_path",
     "side_stem",
     "utf8_encodable",
@@ -170,6 +172,35 @@ def private_database(path: str) -> None:
     for suffix in ("", "-wal", "-shm", "-journal"):
         clear_non_regular(path + suffix)
     os.close(open_regular(path, os.O_RDWR | os.O_CREAT, FILE_MODE))
+
+
+def private_temp_dir(name: str) -> str:
+    """`<temp dir>/<name>` when it is this user's private directory, else a fresh one.
+
+    The temp dir is shared by every user: a directory there under our name may have
+    been made by someone else (who could then delete or swap what we put in it), be
+    readable by others, or be a symlink to anywhere. Only a real directory (not a
+    link) owned by us with mode 0700 is used; anything else is left alone and a new
+    private directory (`tempfile.mkdtemp`, `<name>-XXXXXXXX`) is made instead.
+    Returns the directory to use.
+    """
+    parent = tempfile.gettempdir()
+    ensure_private_dir(parent)  # normally there; made (0700) when it is not
+    path = os.path.join(parent, name)
+    try:
+        os.mkdir(path, DIR_MODE)
+        os.chmod(path, DIR_MODE)  # mkdir applies the umask
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    if (
+        stat.S_ISDIR(st.st_mode)
+        and (uid is None or st.st_uid == uid)
+        and stat.S_IMODE(st.st_mode) == DIR_MODE
+    ):
+        return path
+    return tempfile.mkdtemp(prefix=f"{name}-")
 
 
 def atomic_write(path: str, chunks: Iterable[bytes], *, durable: bool = True) -> os.stat_result:

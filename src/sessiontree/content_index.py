@@ -47,9 +47,11 @@ from typing import Any, Final
 
 import orjson
 
+from ._closing import keep_forever, process_id
 from ._fs import clear_non_regular, ensure_private_dir, open_regular, utf8_encodable
 from .discovery import FileMark, mark_file, only_appended
 from .entries import Entry, parse_iso_ms
+from .errors import InheritedHandleError
 from .export import entry_role, entry_text
 from .jsonl import allow_deep_nesting, loads_line, serialize_entry_bytes
 from .naming import head_kind
@@ -554,9 +556,18 @@ class ContentIndex:
 
     def __init__(self, path: str, conn: sqlite3.Connection) -> None:
         self.path = path
-        self._conn = conn
+        self._db = conn
+        self._owner = process_id()
         self._keys = _Keys(conn)
         self._files: dict[int, tuple[str, str, str]] | None = None
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        """The connection, in the process that opened it only: SQLite forbids using one
+        across a fork (a forked child raises InheritedHandleError)."""
+        if self._owner != process_id():
+            raise InheritedHandleError(self.path, self._owner)
+        return self._db
 
     # -- opening
 
@@ -611,7 +622,12 @@ class ContentIndex:
         return cls(path, conn)
 
     def close(self) -> None:
-        self._conn.close()
+        """Close the connection; in a forked child, keep the parent's (never closed
+        here: a close rolls back what the parent may be in the middle of)."""
+        if self._owner != process_id():
+            keep_forever(self._db)
+            return
+        self._db.close()
 
     def __enter__(self) -> ContentIndex:
         return self
@@ -626,8 +642,8 @@ class ContentIndex:
         fresh = ContentIndex._open(self.path, True)
         if fresh is None:  # pragma: no cover - _open(create=True) returns an index or raises
             raise OSError(errno.ENOENT, "cannot recreate the content index", self.path)
-        self._conn = fresh._conn
-        self._keys = _Keys(self._conn)
+        self._db = fresh._db
+        self._keys = _Keys(self._db)
         self._files = None
 
     # -- refresh

@@ -11,6 +11,7 @@ Every error derives from one root, so callers can catch the whole family::
       SessionLockError           # another live writer holds the session; .pid
       SessionWriteConflictError  # the file changed on disk behind this writer's back
       SessionClosedError         # an operation on a closed manager (also a ValueError)
+      InheritedHandleError       # a forked child wrote through what its parent opened
       EntryNotSerializableError  # an entry holds a value JSON cannot hold (also a TypeError)
       BackendUnavailableError    # an optional backend's packages are missing (also an ImportError)
       MissingCapabilityError     # a storage lacks what an operation needs (storage.base)
@@ -112,6 +113,30 @@ class SessionClosedError(SessionTreeError, ValueError):
     def __init__(self, path: str | None) -> None:
         super().__init__(f"{path or 'session'}: the session is closed")
         self.path = path
+
+
+class InheritedHandleError(SessionTreeError):
+    """A forked child used what its parent opened to write: a session (its file and
+    writer lock), a storage writer, a database connection. Nothing was written.
+
+    The parent keeps them: a child reads what an inherited manager holds, but writes,
+    flushes and closes nothing of the parent's (closing it in the child only lets go of
+    the child's copy). A child that writes opens its own.
+    """
+
+    def __init__(self, path: str, owner_pid: int, message: str | None = None) -> None:
+        super().__init__(
+            message
+            or f"{path}: opened by process {owner_pid}, which forked this one; a forked "
+            "child cannot write through (or flush, or close) what its parent opened: "
+            "open your own in the child"
+        )
+        self.path = path
+        self.owner_pid = owner_pid
+
+    def __reduce__(self) -> tuple[type[InheritedHandleError], tuple[str, int, str]]:
+        # multiprocessing sends a worker's error to its parent pickled.
+        return (type(self), (self.path, self.owner_pid, str(self)))
 
 
 class EntryNotSerializableError(SessionTreeError, TypeError):

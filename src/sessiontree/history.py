@@ -18,6 +18,13 @@ raises `SessionPersistenceError` saying how many prompts were not saved::
     history = HistoryStorage.open()
     history.add("fix the failing test", cwd="/repo")
     history.search("fail te", 10)  # [HistoryEntry(id=..., prompt='fix the failing test', ...)]
+
+An instance belongs to the process that made it: its worker thread does not exist in
+a forked child, and SQLite forbids using a connection across a fork (closing it
+included: a rollback in the child would undo the parent's transaction in the
+wal-index they share). In a child, `open()` makes the child its own instance; the
+inherited one raises `InheritedHandleError` on every use, and its `close` (the
+child's at-exit one too) touches neither its connections nor its thread.
 """
 
 from __future__ import annotations
@@ -29,13 +36,14 @@ import re
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ._closing import ClosesOnExit
-from .errors import SessionPersistenceError
+from ._closing import ClosesOnExit, keep_forever, process_id
+from .errors import InheritedHandleError, SessionPersistenceError
 from .paths import get_agent_dir
 
 __all__ = ["MAX_LIMIT", "MAX_QUERY_WORDS", "SCHEMA_VERSION", "HistoryEntry", "HistoryStorage"]
@@ -148,6 +156,7 @@ class HistoryStorage(ClosesOnExit):
                 reader.close()
             writer.close()
             raise
+        self._owner = process_id()
         self._writer = writer  # used by the worker thread only
         self._reader = reader
         self._last_prompt: str | None = row[0] if row else None
@@ -169,6 +178,7 @@ class HistoryStorage(ClosesOnExit):
         # still queued at exit, since the last prompt before quitting is often the
         # one the user wants back.
         atexit.register(self.close)
+        _instances.add(self)
 
     @classmethod
     def open(cls, db_path: str | os.PathLike[str] | None = None) -> HistoryStorage:
@@ -183,7 +193,7 @@ class HistoryStorage(ClosesOnExit):
         path = _resolve(db_path)
         with HistoryStorage._registry_lock:
             storage = HistoryStorage._registry.get(path)
-            if storage is None:
+            if storage is None or storage._owner != process_id():
                 storage = cls(path)
                 HistoryStorage._registry[path] = storage
             return storage
@@ -197,6 +207,7 @@ class HistoryStorage(ClosesOnExit):
             ValueError: the storage is closed.
             SessionPersistenceError: the writer thread died; nothing more can be saved.
         """
+        self._check_owner()
         text = _valid_text(prompt.strip())
         if not text:
             return
@@ -223,7 +234,9 @@ class HistoryStorage(ClosesOnExit):
         Raises:
             SessionPersistenceError: the writer thread died (it names how many
                 prompts were not saved).
+            InheritedHandleError: in a forked child (see the module docstring).
         """
+        self._check_owner()
         with self._cond:
             target = self._queued
             self._cond.wait_for(lambda: self._done >= target or self._worker_exited)
@@ -264,6 +277,12 @@ class HistoryStorage(ClosesOnExit):
             SessionPersistenceError: (once, after closing) the writer thread had
                 died, so prompts were not saved.
         """
+        if self._owner != process_id():
+            # A forked child's copy: its worker is not here, its locks may be held by
+            # threads that are not here, its connections are the parent's.
+            self._closed = True
+            atexit.unregister(self.close)
+            return
         # Held throughout, so an open() racing with close() gets a fresh instance.
         with HistoryStorage._registry_lock:
             with self._cond:
@@ -286,6 +305,10 @@ class HistoryStorage(ClosesOnExit):
     def __repr__(self) -> str:
         state = "closed" if self._closing else "open"
         return f"<HistoryStorage {self.path!r} {state}>"
+
+    def _check_owner(self) -> None:
+        if self._owner != process_id():
+            raise InheritedHandleError(self.path, self._owner)
 
     def _query(self, sql: str, params: tuple[object, ...]) -> list[HistoryEntry]:
         self.flush()
@@ -374,6 +397,26 @@ class HistoryStorage(ClosesOnExit):
             self.path,
             exc_info=True,
         )
+
+
+_instances: weakref.WeakSet[HistoryStorage] = weakref.WeakSet()
+"""Every open instance of this process (for the fork hook)."""
+
+
+def _forked() -> None:
+    """In a forked child: the parent's instances are not handed out by `open()`, the
+    registry's lock is new (another thread may have held it at the fork), and their
+    connections are never freed here (freeing closes them: see the module docstring)."""
+    HistoryStorage._registry_lock = threading.Lock()
+    HistoryStorage._registry = {}
+    for storage in list(_instances):
+        if not storage._closed:
+            keep_forever(storage._writer)
+            keep_forever(storage._reader)
+    _instances.clear()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def _resolve(db_path: str | os.PathLike[str] | None) -> str:

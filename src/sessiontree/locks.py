@@ -6,6 +6,11 @@ drops the lock when the holder dies, so a crashed agent never blocks the next.
 Lock files are removed on release without racing a process that is taking the
 lock: a taker verifies, after locking, that the path still names the inode it
 locked, and retries otherwise.
+
+A lock is its taker's: a forked child shares the parent's `flock` (one open file
+description), so at the fork the child lets go of its copy of the descriptor
+(which leaves the parent's lock alone), and a child never removes the lock file.
+A child that outlives a crashed parent then keeps no one from the session.
 """
 
 from __future__ import annotations
@@ -14,9 +19,11 @@ import errno
 import fcntl
 import os
 import threading
+import weakref
 
+from ._closing import process_id
 from ._fs import ensure_private_dir, open_regular, side_path
-from .errors import SessionLockError
+from .errors import InheritedHandleError, SessionLockError
 from .storage.base import LockingStorage, VerifiableLock, WriterLock
 
 __all__ = [
@@ -78,13 +85,38 @@ def _read_pid(path: str) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+_held: weakref.WeakSet[FileLock] = weakref.WeakSet()
+"""Every `FileLock` of this process that holds its lock (for the fork hook)."""
+
+
+def _forked() -> None:
+    """In a forked child: close the child's copies of the parent's lock descriptors.
+
+    The `flock` belongs to the open file description, which the parent's descriptor
+    keeps; only a LOCK_UN or the last close would release it. Without this, a child that
+    outlives its parent (a pool worker, a daemon) would keep the session locked.
+    """
+    for lock in list(_held):
+        fd, lock._fd = lock._fd, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 class FileLock:
-    """An exclusive `flock` on a session's sidecar lock file."""
+    """An exclusive `flock` on a session's sidecar lock file (its taker's: see above)."""
 
     def __init__(self, session_file: str) -> None:
         self.session_file = session_file
         self.path = lock_path_for(session_file)
         self._fd: int | None = None
+        self._owner = process_id()
         self._acquire()
 
     def _acquire(self) -> None:
@@ -121,6 +153,7 @@ class FileLock:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             self._fd = fd
+            _held.add(self)
             return
         raise SessionLockError(self.session_file, message=f"{self.path}: lock file keeps changing")
 
@@ -136,6 +169,8 @@ class FileLock:
         that merely vanished (its directory removed, say) is taken again at once
         when nobody else holds the name now.
         """
+        if self._owner != process_id():
+            raise InheritedHandleError(self.session_file, self._owner)
         fd = self._fd
         if fd is None:
             raise SessionLockError(self.session_file, message=f"{self.session_file}: not locked")
@@ -171,9 +206,17 @@ class FileLock:
             ) from exc
 
     def release(self) -> None:
-        """Remove the lock file (while still holding it) and unlock."""
+        """Remove the lock file (while still holding it) and unlock.
+
+        In a forked child it only closes the child's descriptor (if the fork left one):
+        the lock and its file are the parent's.
+        """
         fd, self._fd = self._fd, None
         if fd is None:
+            return
+        _held.discard(self)
+        if self._owner != process_id():
+            os.close(fd)
             return
         try:
             # Only our own lock file: after a lost lock the name may be another's.

@@ -101,6 +101,14 @@ class SessionManager(ClosesOnExit):
 
     Use the factories (`create`, `open`, `continue_recent`, `fork_from`,
     `in_memory`); the manager is a context manager that flushes and closes.
+
+    A persistent session belongs to the process that opened it. A forked child (os.fork,
+    a `multiprocessing` fork process or pool) reads what its copy holds (entries, tree,
+    context, `persist_copy`; moving the leaf changes only the copy), but every append,
+    rewrite, flush or switch raises `InheritedHandleError` before anything changes, and
+    `close` (also the child's at-exit close) lets go of the copy without flushing,
+    unlocking or writing: the parent keeps its lock and goes on as before. An
+    `in_memory()` session is the child's own copy, to use as it likes.
     """
 
     def __init__(
@@ -491,6 +499,10 @@ class SessionManager(ClosesOnExit):
             raise SessionClosedError(self.get_session_file())
         file = self._file
         if file is not None:
+            if file.inherited and not file.read_only:
+                # Before anything changes, in memory too: the child's copy stays the
+                # parent's session as it was at the fork.
+                file.check_usable()
             if file.read_only:
                 raise SessionTreeError(f"{file.path}: session is open read-only")
             if file.error is not None:
@@ -506,7 +518,10 @@ class SessionManager(ClosesOnExit):
         `InvalidSessionFileError` and is left untouched.
         """
         self._check_open()
-        self._open_file(path, self._file is None or self._file.read_only)
+        file = self._file
+        if file is not None and file.inherited and not file.read_only:
+            file.check_usable()  # the parent's session and lock: not the child's to switch
+        self._open_file(path, file is None or file.read_only)
 
     def _rewrite(self) -> None:
         """Atomically rewrite the whole file, if it exists yet."""
@@ -536,7 +551,9 @@ class SessionManager(ClosesOnExit):
         """Flush and release the file; raises the stored persistence error, if any.
 
         Afterwards the in-memory session can still be read, but every operation that
-        would change it or touch storage raises SessionClosedError.
+        would change it or touch storage raises SessionClosedError. In a process forked
+        from the one that opened the session, it closes only the child's copy: nothing
+        is flushed, unlocked or written (the at-exit close of a child does the same).
         """
         if self._closed:
             return

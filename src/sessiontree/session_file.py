@@ -18,13 +18,17 @@ also stat the path; a rewrite or move first hashes the whole file.
 
 A new session takes its lock and creates its file only at the first write; it
 never writes over a file that is already there.
+
+The file is its opener's: in a process forked from the one that made it, every write,
+flush or check raises `InheritedHandleError` before touching anything (no rescue copy
+either), and `close` only lets go of the child's copies (no flush, no unlock, no lock
+file removed): the parent goes on writing as if the child did not exist.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -32,10 +36,12 @@ from typing import Protocol, runtime_checkable
 
 import xxhash
 
-from ._fs import side_path
+from ._closing import process_id
+from ._fs import private_temp_dir, side_path
 from .blobs import BlobStoreLike
 from .entries import Entry, iso_now
 from .errors import (
+    InheritedHandleError,
     SessionClosedError,
     SessionLockError,
     SessionPersistenceError,
@@ -196,6 +202,7 @@ class SessionFile:
         "_guard",
         "_lock",
         "_needs_newline",
+        "_owner",
         "_probe",
         "_unparsed",
         "_write",
@@ -240,6 +247,7 @@ class SessionFile:
         self.backups: list[str] = []
         """Copies of the file as it was, kept before a rewrite dropped lines of it."""
         self._closed = False
+        self._owner = process_id()
 
     # ------------------------------------------------------------------ state
 
@@ -252,8 +260,17 @@ class SessionFile:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def inherited(self) -> bool:
+        """Whether this process is a fork of the one that made the file (see the module
+        docstring): it may read, never write."""
+        return self._owner != process_id()
+
     def check_usable(self) -> None:
-        """Raise the stored error, or SessionClosedError once closed."""
+        """Raise InheritedHandleError in a forked child (unless read-only), the stored
+        error, or SessionClosedError once closed."""
+        if self._owner != process_id() and not self.read_only:
+            raise InheritedHandleError(self.path, self._owner)
         if self._closed:
             raise SessionClosedError(self.path)
         if self.error is not None:
@@ -320,7 +337,7 @@ class SessionFile:
 
     def release_lock(self) -> None:
         lock, self._lock = self._lock, None
-        if lock is not None:
+        if lock is not None and self._owner == process_id():
             lock.release()
 
     # ------------------------------------------------------------------ writing
@@ -392,7 +409,7 @@ class SessionFile:
 
     def append(self, line: bytes) -> None:
         """Append one complete line, after checking the file is still ours."""
-        if self.error is not None or self._closed:
+        if self.error is not None or self._closed or self._owner != process_id():
             self.check_usable()
         guard = self._guard
         assert guard is not None
@@ -700,8 +717,18 @@ class SessionFile:
             raise self.fail(exc, "fsync") from exc
 
     def close(self) -> None:
-        """Flush, release the writer and the lock; raises the stored error, if any."""
+        """Flush, release the writer and the lock; raises the stored error, if any.
+
+        In a forked child: only marks the child's copy closed (see the module docstring).
+        """
         if self._closed:
+            return
+        if self._owner != process_id():
+            self._closed = True
+            # Dropped, not closed: their own finalizers close the child's descriptors
+            # at most, never the parent's lock, file or connections.
+            self._writer = self._write = self._probe = self._end = None
+            self._lock = None
             return
         try:
             if self.error is None and self.on_disk and not self.read_only:
@@ -811,22 +838,26 @@ class SessionFile:
         """Save the whole in-memory session as `<file>.conflict-<time>`; never raises.
 
         Beside the file when the storage allows it, else in the agent dir's
-        `rescue/` folder, else in the temp dir: the session is never only in memory.
+        `rescue/` folder, else in the temp dir (`sessiontree-rescue-<uid>` when that
+        is this user's private directory, else a new private one: see
+        `_fs.private_temp_dir`): the session is never only in memory.
         """
+        if self._content is _no_rescue:
+            return None
         stamp = iso_now().replace(":", "-").replace(".", "-")
         target = side_path(self.path, f".conflict-{stamp}")
         name = os.path.basename(target)
-        places: list[tuple[SessionStorage, str]] = [(self.storage, target)]
         local = FileSessionStorage()
-        places.append((local, os.path.join(rescue_dir(self.agent_dir), name)))
         uid = os.getuid() if hasattr(os, "getuid") else 0
-        places.append(
-            (local, os.path.join(tempfile.gettempdir(), f"sessiontree-rescue-{uid}", name))
-        )
-        if self._content is _no_rescue:
-            return None
-        for storage, path in places:
+        places: list[tuple[SessionStorage, Callable[[], str]]] = [
+            (self.storage, lambda: target),
+            (local, lambda: os.path.join(rescue_dir(self.agent_dir), name)),
+            (local, lambda: os.path.join(private_temp_dir(f"sessiontree-rescue-{uid}"), name)),
+        ]
+        for storage, place in places:
+            path = "the temp dir"
             try:
+                path = place()
                 storage.ensure_dir(os.path.dirname(path) or ".")
                 write_whole(storage, path, self._content(True))
             except Exception as exc:  # best effort while already failing

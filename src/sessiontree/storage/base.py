@@ -40,8 +40,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from sessiontree._closing import ClosesOnExit, process_id
 from sessiontree._fs import glob_escape, side_path
-from sessiontree.errors import SessionTreeError
+from sessiontree.errors import InheritedHandleError, SessionTreeError
 
 if TYPE_CHECKING:
     from sessiontree.blobs import BlobStoreLike
@@ -78,6 +79,53 @@ class SessionStorageWriter(Protocol):
 
     def get_error(self) -> BaseException | None:
         """The first error this writer hit, if any."""
+
+
+class WriterState(ClosesOnExit):
+    """The stored first error and closed flag every storage writer keeps.
+
+    Subclasses declare the `_closed`, `_error`, `_owner` and `path` slots (or
+    attributes), set `_owner = process_id()` and call `_close_state()` from their
+    `close`. (No `__slots__` here: a slotted base could not assign attributes its
+    subclasses declare.) A writer is its opener's: in a forked child every write
+    raises (see `sessiontree._closing`).
+    """
+
+    _closed: bool
+    _error: BaseException | None
+    _owner: int
+    """The process that opened it (`process_id()`); subclasses set it."""
+    path: str
+
+    def _check(self) -> None:
+        """Raise the stored error, ValueError once closed, InheritedHandleError in a
+        forked child (a writer is its opener's)."""
+        if self._owner != process_id():
+            raise InheritedHandleError(self.path, self._owner)
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise ValueError(f"writer for {self.path} is closed")
+
+    def _close_state(self) -> bool:
+        """Mark closed; False when it already was (close is idempotent)."""
+        if self._closed:
+            return False
+        self._closed = True
+        return True
+
+    def _raise_stored(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def get_error(self) -> BaseException | None:
+        """The first error this writer hit, if any."""
+        return self._error
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called."""
+        return self._closed
 
 
 @runtime_checkable

@@ -12,7 +12,7 @@ import shutil
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 
-from sessiontree._closing import WriterState
+from sessiontree._closing import process_id
 from sessiontree._fs import (
     DIR_MODE,
     FILE_MODE,
@@ -25,7 +25,7 @@ from sessiontree._fs import (
     utf8_prefix_text,
 )
 from sessiontree.locks import FileLock
-from sessiontree.storage.base import StorageStat
+from sessiontree.storage.base import StorageStat, WriterState
 
 __all__ = [
     "DIR_MODE",
@@ -63,7 +63,7 @@ class FileSessionWriter(WriterState):
     file never ends in half a line, and the error is stored and re-raised.
     """
 
-    __slots__ = ("_closed", "_error", "_fd", "end", "path", "probe")
+    __slots__ = ("_closed", "_error", "_fd", "_owner", "end", "path", "probe")
 
     def __init__(self, path: str, flags: str = "a") -> None:
         if flags not in ("a", "w"):
@@ -75,6 +75,7 @@ class FileSessionWriter(WriterState):
             mode |= os.O_TRUNC
         self.path = path
         self._error: BaseException | None = None
+        self._owner = process_id()
         self._fd = os.open(path, mode, FILE_MODE)
         # For the checks before appends: the open file's size (lseek) and its fstat
         # (`st_nlink == 0` once it was deleted or replaced). One system call each, no

@@ -14,11 +14,11 @@ import time
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 
-from sessiontree._closing import WriterState
+from sessiontree._closing import process_id
 from sessiontree._fs import glob_match_name, utf8_prefix_text
 from sessiontree.blobs import MemoryBlobStore
 from sessiontree.locks import MemoryLockTable
-from sessiontree.storage.base import StorageStat, WriterLock
+from sessiontree.storage.base import StorageStat, WriterLock, WriterState
 
 __all__ = ["MemorySessionStorage", "MemorySessionWriter"]
 
@@ -43,13 +43,14 @@ def _oserror(cls: type[OSError], code: int, path: str) -> OSError:
 class MemorySessionWriter(WriterState):
     """Appends to an in-memory file in O(1) per line (bytearray extend)."""
 
-    __slots__ = ("_closed", "_error", "_node", "_storage", "path")
+    __slots__ = ("_closed", "_error", "_node", "_owner", "_storage", "path")
 
     def __init__(self, storage: MemorySessionStorage, node: _Node, path: str) -> None:
         self._storage = storage
         self._node = node
         self._error: BaseException | None = None
         self._closed = False
+        self._owner = process_id()
         self.path = path
 
     def write_bytes(self, data: bytes) -> None:

@@ -59,6 +59,16 @@ the pool's `timeout`; an unreachable host within `connect_timeout` (default 5 s)
 more. A writer whose server lost appends it had committed asynchronously (a
 server crash before its WAL reached disk) fails with OSError at its next append
 or `fsync()` instead of writing after the hole.
+
+Forked processes: a child shares its parent's sockets, so it never uses or closes
+the parent's connections (closing one sends the server a Terminate: it would end the
+parent's session, and with a lock's connection, the parent's lock). A storage that
+owns its pool makes a new pool for the child at the child's first operation (the
+parent's is kept, untouched, for the life of the process); one built on the caller's
+pool raises `InheritedHandleError` (the caller gives the child a pool of its own).
+A writer or a lock is its opener's: in a child, writing through one raises, and
+releasing one does nothing. The child also lets go of its copy of a lock's socket at
+the fork, so it never keeps the parent's session locked after the parent is gone.
 """
 
 from __future__ import annotations
@@ -73,12 +83,13 @@ import re
 import secrets
 import socket
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar
 
-from sessiontree._closing import ClosesOnExit, WriterState
+from sessiontree._closing import ClosesOnExit, keep_forever, process_id
 from sessiontree._fs import glob_match_name, utf8_prefix_text
 from sessiontree.blobs import (
     BLOB_REF_PREFIX,
@@ -92,7 +103,12 @@ from sessiontree.blobs import (
     check_hash,
 )
 from sessiontree.entries import content_text, parse_iso_ms
-from sessiontree.errors import BackendUnavailableError, SessionLockError, SessionTreeError
+from sessiontree.errors import (
+    BackendUnavailableError,
+    InheritedHandleError,
+    SessionLockError,
+    SessionTreeError,
+)
 from sessiontree.jsonl import loads_line
 from sessiontree.naming import (
     entry_name,
@@ -103,7 +119,7 @@ from sessiontree.naming import (
     session_name,
 )
 from sessiontree.paths import get_agent_dir
-from sessiontree.storage.base import SessionMeta, StorageStat
+from sessiontree.storage.base import SessionMeta, StorageStat, WriterState
 
 try:
     import psycopg
@@ -750,6 +766,7 @@ class PostgresSessionStorage(ClosesOnExit):
         self._bulk = 0
         self._busy = 0  # connections of the owned pool checked out right now
         self._busy_lock = threading.Lock()
+        self._owner = process_id()  # the process whose connections the pool holds
         if isinstance(conninfo, ConnectionPool):
             self._pool = conninfo
             self._own_pool = False
@@ -773,27 +790,54 @@ class PostgresSessionStorage(ClosesOnExit):
             finally:
                 probe.close()
             self._own_pool = True
-            self._pool = ConnectionPool(
-                conninfo,
-                min_size=min_size,
-                max_size=max_size,
-                timeout=timeout,
-                kwargs={"autocommit": True, **self._connect_kwargs},
-                check=self._check_pooled,
-                name=f"sessiontree-{self.schema}",
-                open=True,
-            )
+            self._pool_args = (min_size, max_size, timeout)
+            self._pool = self._new_pool()
             return
         if migrate:
             self.migrate()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
+    def _new_pool(self) -> ConnectionPool:
+        min_size, max_size, timeout = self._pool_args
+        return ConnectionPool(
+            self._conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout,
+            kwargs={"autocommit": True, **self._connect_kwargs},
+            check=self._check_pooled,
+            name=f"sessiontree-{self.schema}",
+            open=True,
+        )
+
+    def _pool_here(self) -> ConnectionPool:
+        """The pool of this process: in a forked child, a new one (see the module docs)."""
+        if self._owner == process_id():
+            return self._pool
+        with _fork_lock:
+            if self._owner != process_id():
+                if not self._own_pool:
+                    raise InheritedHandleError(
+                        f"PostgreSQL schema {self.schema!r}",
+                        self._owner,
+                        f"the connection pool of PostgreSQL schema {self.schema!r} was "
+                        f"opened by process {self._owner}, which forked this one: a forked "
+                        "child cannot use its connections; give the child a storage (or a "
+                        "pool) of its own",
+                    )
+                keep_forever(self._pool)  # the parent's: never used, closed or freed here
+                self._busy, self._busy_lock = 0, threading.Lock()
+                self._pool = self._new_pool()
+                self._owner = process_id()
+        return self._pool
+
     def close(self) -> None:
-        """Close the connection pool if this storage created it (idempotent)."""
+        """Close the connection pool if this storage created it (idempotent); in a
+        forked child, only a pool made in the child."""
         if not self._closed:
             self._closed = True
-            if self._own_pool:
+            if self._own_pool and self._owner == process_id():
                 self._pool.close()
 
     def __repr__(self) -> str:
@@ -816,7 +860,7 @@ class PostgresSessionStorage(ClosesOnExit):
 
     def migrate(self) -> int:
         """Create the schema and apply pending migrations; returns the schema version."""
-        with _io(self.schema), self._pool.connection() as conn:
+        with _io(self.schema), self._pool_here().connection() as conn:
             return self._migrate(conn)
 
     def _migrate(self, conn: psycopg.Connection[Any]) -> int:
@@ -894,7 +938,7 @@ class PostgresSessionStorage(ClosesOnExit):
     def _purge_idle(self) -> None:
         """Replace the pool's dead idle connections (best effort)."""
         try:
-            self._pool.check()
+            self._pool_here().check()
         except Exception as exc:  # a closed pool, or the server gone again
             _log.debug("checking the pool's connections failed: %s", exc)
 
@@ -904,7 +948,7 @@ class PostgresSessionStorage(ClosesOnExit):
         `_POOL_PATIENCE` seconds, maybe one straight from the server (`_past_pool`)."""
         if self._closed:
             raise ValueError("PostgresSessionStorage is closed")
-        pool = self._pool
+        pool = self._pool_here()
         patience = min(_POOL_PATIENCE, pool.timeout)
         try:
             conn = pool.getconn(patience)
@@ -1484,7 +1528,17 @@ class PostgresSessionWriter(WriterState):
     the writer (lost commits) fails the append instead of leaving a hole.
     """
 
-    __slots__ = ("_closed", "_ends", "_error", "_id", "_off", "_state", "_storage", "path")
+    __slots__ = (
+        "_closed",
+        "_ends",
+        "_error",
+        "_id",
+        "_off",
+        "_owner",
+        "_state",
+        "_storage",
+        "path",
+    )
 
     def __init__(
         self,
@@ -1502,6 +1556,7 @@ class PostgresSessionWriter(WriterState):
         self._off = size
         self._error: BaseException | None = None
         self._closed = False
+        self._owner = process_id()
         self.path = path
 
     def write_bytes(self, data: bytes) -> None:
@@ -1656,11 +1711,42 @@ class PostgresSessionWriter(WriterState):
             self._raise_stored()
 
 
+_fork_lock = threading.Lock()
+"""Serializes a child's first use of an inherited storage (`_pool_here`)."""
+
+_held_locks: weakref.WeakSet[PostgresSessionLock] = weakref.WeakSet()
+"""Every `PostgresSessionLock` of this process that holds its lock (for the fork hook)."""
+
+
+def _forked() -> None:
+    """In a forked child: a new `_fork_lock` (another thread may have held the old one),
+    and the child's copies of the parent's lock sockets closed (the server keeps a
+    connection, and its lock, while any process has its socket open). The connections
+    themselves are kept, never freed here: see the module docs."""
+    global _fork_lock
+    _fork_lock = threading.Lock()
+    for lock in list(_held_locks):
+        conn = lock._conn
+        if conn is None:
+            continue
+        keep_forever(conn)
+        try:
+            os.close(conn.fileno())
+        except (OSError, psycopg.Error):
+            pass
+    _held_locks.clear()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 class PostgresSessionLock:
-    """A session's writer lock: an advisory lock held by a dedicated connection."""
+    """A session's writer lock: an advisory lock held by a dedicated connection (its
+    taker's: in a forked child it is neither verified nor released)."""
 
     def __init__(self, storage: PostgresSessionStorage, session_file: str, lock_id: int) -> None:
         self.session_file = session_file
+        self._owner = process_id()
         self._conn: psycopg.Connection[Any] | None = None
         self._conninfo = storage._conninfo
         self._lock_id = lock_id
@@ -1676,6 +1762,7 @@ class PostgresSessionLock:
             keepalives_count=3,
         )
         self._conn = self._take()
+        _held_locks.add(self)
 
     def _take(self) -> psycopg.Connection[Any]:
         """A new connection holding the lock; SessionLockError when another one holds it."""
@@ -1712,6 +1799,8 @@ class PostgresSessionLock:
         writer in the gap is the manager's to notice (it checks the file itself).
         """
         path = self.session_file
+        if self._owner != process_id():
+            raise InheritedHandleError(path, self._owner)
         conn = self._conn
         if conn is None:
             raise SessionLockError(path, message=f"{path}: writer lock released")
@@ -1735,10 +1824,16 @@ class PostgresSessionLock:
         _log.warning("%s: writer lock lost (%s) and taken again", path, lost)
 
     def release(self) -> None:
-        """Unlock by closing the lock's connection (idempotent)."""
+        """Unlock by closing the lock's connection (idempotent); in a forked child,
+        let go of it without a word to the server (the lock is the parent's)."""
         conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+        _held_locks.discard(self)
+        if conn is None:
+            return
+        if self._owner != process_id():
+            keep_forever(conn)  # freeing it would warn; closing it would unlock the parent
+            return
+        conn.close()
 
     def __del__(self) -> None:
         self.release()
