@@ -13,6 +13,7 @@ moves a blob, and a blob missing in the source is reported, naming the copy.
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import json
 import logging
@@ -27,7 +28,7 @@ from typer.testing import CliRunner, Result
 
 import foreign_support as fs
 from helpers import assistant
-from sessiontree import SessionManager
+from sessiontree import BlobStore, SessionManager, SessionTreeError
 from sessiontree.check import check_session
 from sessiontree.cli import app
 from sessiontree.foreign import read_codex_session
@@ -414,3 +415,43 @@ def test_the_store_transfers_list_the_blobs_that_neither_store_holds(tmp_path: P
     cli_ok("--agent-dir", str(b), "verify", copy)
     with SessionManager.open(copy, read_only=True) as sm:
         assert held_images(sm.get_entries(), b / "blobs") == IMAGES
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["whole", "index-first"])
+def test_a_copy_whose_images_cannot_be_stored_leaves_nothing_behind(
+    tmp_path: Path,
+    agent_dir: Path,
+    lazy: bool,
+    lazy_loads: Callable[[bool], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    a = tmp_path / "a"
+    src = source_in(a)
+    before = {p: p.read_bytes() for p in a.rglob("*") if p.is_file()}
+    real_put = BlobStore.put
+
+    def full(self: BlobStore, data: bytes, mime_type: str | None = None) -> Any:
+        if self.dir.startswith(str(agent_dir)):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_put(self, data, mime_type)
+
+    monkeypatch.setattr(BlobStore, "put", full)
+    lazy_loads(lazy)
+    with pytest.raises(SessionTreeError) as info:
+        SessionManager.fork_from(src, "/dest")
+    assert "No space left" in str(info.value)
+    assert not [p for p in (agent_dir / "sessions").rglob("*") if p.is_file()]
+    assert {p: p.read_bytes() for p in a.rglob("*") if p.is_file()} == before
+
+
+def test_an_export_refused_over_a_session_stores_no_image(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    src = source_in(a)
+    there = source_in(b)
+    blobs = sorted(os.listdir(b / "blobs"))
+    result = cli("--agent-dir", str(b), "export", src, "-f", "jsonl", "-o", there)
+    assert result.exit_code == 1 and "is a session file" in result.stderr
+    (b / "blobs" / sha(FRAME)).unlink()
+    result = cli("--agent-dir", str(b), "export", src, "-f", "jsonl", "-o", there)
+    assert result.exit_code == 1
+    assert sorted(os.listdir(b / "blobs")) == [n for n in blobs if n != sha(FRAME)]
