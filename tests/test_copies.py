@@ -455,3 +455,17 @@ def test_an_export_refused_over_a_session_stores_no_image(tmp_path: Path) -> Non
     result = cli("--agent-dir", str(b), "export", src, "-f", "jsonl", "-o", there)
     assert result.exit_code == 1
     assert sorted(os.listdir(b / "blobs")) == [n for n in blobs if n != sha(FRAME)]
+
+
+def test_a_repaired_copy_in_another_agent_dir_keeps_its_images(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    src = source_in(a)
+    with open(src, "ab") as f:
+        f.write(b'{"type":"message","id":"torn"')  # a torn last line: something to repair
+    out = b / "sessions" / "--repaired--" / "repaired.jsonl"
+    out.parent.mkdir(parents=True)
+    cli_ok("--agent-dir", str(b), "repair", src, "-o", str(out))
+    shutil.rmtree(a)
+    cli_ok("--agent-dir", str(b), "verify", str(out))
+    with SessionManager.open(str(out), read_only=True) as sm:
+        assert held_images(sm.get_entries(), b / "blobs") == IMAGES

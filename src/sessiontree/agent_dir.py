@@ -4,9 +4,8 @@ breadcrumbs, and the registry of session dirs outside the store.
 - `blob_store_for`: the one rule for where a session's images live;
   `blob_carry`: where a copy's images go, and `BlobCarry`, how they get there. Every
   copy of a session (fork, fork_from, extract, persist_copy, a branched session,
-  move_to, an import, `export -o`, the store transfers) takes its images along
-  through it, so that a copy's refs resolve in its own agent dir.
-
+  move_to, an import, `export -o`, `repair -o`, the store transfers) takes its
+  images along through it, so that a copy's refs resolve in its own agent dir.
 - `terminal-sessions/<terminal id>`: two lines, the cwd and the session file, so
   the next `continue_recent` in this terminal resumes it. Names are bytes on
   disk (`os.fsencode`), so a project dir whose name is not UTF-8 works too.

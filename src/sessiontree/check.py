@@ -38,7 +38,7 @@ import orjson
 import xxhash
 
 from ._fs import glob_escape, side_path, side_stem
-from .agent_dir import blob_store_for
+from .agent_dir import blob_carry, blob_store_for
 from .blobs import BlobStatus, BlobStoreLike, VerifiableBlobStore
 from .entries import Entry, generate_entry_id
 from .errors import InvalidSessionFileError, SessionTreeError, SessionWriteConflictError
@@ -663,7 +663,10 @@ def repair_session(
         return report
     chunks = _repaired_chunks(scanned, replaced)
     if target is not None:
-        write_whole(storage, target, chunks)
+        # A repaired copy in another agent dir takes its images along, as every copy does.
+        carry = blob_carry(blob_store, target, storage, source_path=path)
+        write_whole(storage, target, carry.chunks(chunks, target))
+        carry.report()
         report.out_path = target
         return report
     report.backup_path = _replace_in_place(storage, path, before, digest.digest(), chunks)
