@@ -448,7 +448,7 @@ def _resolves_with_images(agent: str, path: str) -> None:
 
 
 @settings(
-    max_examples=max(1, EXAMPLES // 4),
+    max_examples=max(1, EXAMPLES // 2),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
