@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import fnmatch
 import hashlib
+import json
 import os
 import shutil
 import tempfile
@@ -28,11 +29,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 import foreign_support as fs
 from helpers import assistant, user
-from sessiontree import SessionManager
+from sessiontree import SessionManager, loader
 from sessiontree.cli import app
 from sessiontree.locks import lock_path_for
 
@@ -385,6 +386,148 @@ def test_a_store_is_built_as_described() -> None:
                 os.environ["PI_CODING_AGENT_DIR"] = saved
 
     check()
+
+
+# --- family: copies across agent dirs (issue 21.3) ---
+# The copying commands (fork, extract, export -f jsonl -o, import) run on a target of the
+# store built above (agent dir A), each source loaded whole or index first, either with
+# --agent-dir B or within A. Into B: nothing in A changes, and once A and the other
+# agents' stores are deleted, every copy verifies clean in B and loads with its images.
+# Within A: every path changed is in the command's allowed set, and no blob of A is
+# added, rewritten or moved (an import's new images aside).
+
+COPYING = ["fork", "extract", "export", "import"]
+
+
+def _blob_files(agent: str) -> dict[str, tuple[int, str]]:
+    """The blobs (not their image viewers' `<hash>.<ext>` links) of `agent`: name ->
+    (inode, content hash)."""
+    blobs = os.path.join(agent, "blobs")
+    found = {}
+    for name in os.listdir(blobs) if os.path.isdir(blobs) else []:
+        if len(name) == 64:
+            with open(os.path.join(blobs, name), "rb") as f:
+                found[name] = (os.stat(f.fileno()).st_ino, hashlib.sha256(f.read()).hexdigest())
+    return found
+
+
+def _copy_command(kind: str, store: Store, target: str, out: str, data: st.DataObject) -> list[str]:
+    if kind == "export":
+        return ["export", target, "-f", "jsonl", "-o", out]
+    if kind == "import":
+        if data.draw(st.booleans(), label="all"):
+            agent = data.draw(st.sampled_from(["claude", "codex"]), label="from")
+            return ["import", "--all", "--from", agent, "--json"]
+        source = data.draw(st.sampled_from(store.foreign), label="source")
+        agent = "claude" if source == store.foreign[0] else "codex"
+        return ["import", source, "--from", agent, "--json"]
+    return command_line(kind, store, target, data)
+
+
+def _copies_made(kind: str, result: Result, out: str) -> list[str]:
+    """The paths of the sessions a copying command wrote (it exited 0)."""
+    if kind == "export":
+        return [out]
+    if kind == "import":
+        document = json.loads(result.stdout)
+        done = document.get("imported", [document])
+        return [p for d in done for p in (d["path"], *d["subsessions"])]
+    return [result.stdout.strip()]
+
+
+def _resolves_with_images(agent: str, path: str) -> None:
+    verified = runner.invoke(app, ["--agent-dir", agent, "verify", path])
+    assert verified.exit_code == 0, (path, verified.stdout, verified.stderr)
+    for lazy in (False, True):
+        with SessionManager.open(path, read_only=True, lazy=lazy) as sm:
+            for entry in sm.get_entries():
+                content = entry.get("message", {}).get("content")
+                for block in content if isinstance(content, list) else []:
+                    if isinstance(block, dict) and block.get("type") == "image":
+                        assert not str(block.get("data")).startswith("blob:"), (path, block)
+
+
+@settings(
+    max_examples=max(1, EXAMPLES // 2),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(data=st.data(), kind=st.sampled_from(COPYING), across=st.booleans(), lazy=st.booleans())
+def test_copies_take_their_images_into_their_own_agent_dir(
+    data: st.DataObject, kind: str, across: bool, lazy: bool
+) -> None:
+    saved = {
+        v: os.environ.get(v) for v in ("PI_CODING_AGENT_DIR", "CLAUDE_CONFIG_DIR", "CODEX_HOME")
+    }
+    store = build_store(data)
+    os.environ["CLAUDE_CONFIG_DIR"] = os.path.join(store.root, "claude")
+    os.environ["CODEX_HOME"] = os.path.join(store.root, "codex")
+    b = os.path.join(store.root, "other-agent")
+    agent = b if across else store.agent
+    where = data.draw(st.sampled_from(["agent", "outside"]), label="export to")
+    out = (
+        os.path.join(agent, "sessions", "--exports--", "export.jsonl")
+        if where == "agent"
+        else os.path.join(store.root, "exports", "export.jsonl")
+    )
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    saved_lazy = loader.LAZY_LOAD_BYTES
+    loader.LAZY_LOAD_BYTES = 0 if lazy else 1 << 40  # type: ignore[misc]
+    try:
+        with inside(store):
+            pools = [store.sessions, store.sessions, store.sessions, store.targets]
+            target = data.draw(st.sampled_from(data.draw(st.sampled_from(pools))), label="target")
+            args = _copy_command(kind, store, target, out, data)
+            if across:
+                args = ["--agent-dir", b, *args]
+                sessions = os.path.join(b, "sessions")
+                allowed = [
+                    b,
+                    *(os.path.join(b, n) for n in ("blobs", "blobs/*", "cache", "cache/*")),
+                    sessions,
+                    *(os.path.join(sessions, "*" + "/*" * depth) for depth in range(3)),
+                    out,
+                ]
+            else:
+                rule = ALLOWED["import" if kind == "import" else "fork"]
+                allowed = [*rule(store, target, args), out, os.path.dirname(out)]
+            allowed.append(os.path.join(os.path.dirname(out), ".*.tmp"))
+            blobs_before = _blob_files(store.agent)
+            before = snapshot(store.root)
+            result = runner.invoke(app, args)
+            after = snapshot(store.root)
+            RAN["examples"] += 1
+            RAN[f"copies across agent dirs: {kind} {'into B' if across else 'within A'}"] += 1
+            RAN[f"copies across agent dirs: {kind} exit {result.exit_code}"] += 1
+            assert "Traceback" not in result.output, (args, result.output)
+            assert result.exception is None or isinstance(result.exception, SystemExit), (
+                args,
+                result.exception,
+            )
+            check_changes(kind, args, before, after, allowed, store)
+            if kind != "import" or across:
+                # No blob of A is added, rewritten or moved (an import within A adds
+                # the images it brings).
+                assert _blob_files(store.agent) == blobs_before, args
+            if result.exit_code != 0:
+                return
+            copies = _copies_made(kind, result, out)
+            assert copies and all(os.path.isfile(c) for c in copies), (args, result.stdout)
+            if across:
+                # The source agent dir and the other agents' stores go entirely.
+                for gone in (store.agent, os.path.join(store.root, "claude")):
+                    shutil.rmtree(gone)
+                shutil.rmtree(os.path.join(store.root, "codex"))
+            for path in copies:
+                _resolves_with_images(agent, path)
+                RAN["copies across agent dirs: verified, images load"] += 1
+    finally:
+        loader.LAZY_LOAD_BYTES = saved_lazy  # type: ignore[misc]
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def test_model_run_size_is_printed(capsys: pytest.CaptureFixture[str]) -> None:

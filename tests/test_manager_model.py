@@ -3,11 +3,12 @@
 hypothesis drives every public operation in random order (appends of every entry
 type, values JSON cannot hold, branching, labels, names, rewrites, flush, close and
 reopen, moves between cwds whose dir names collide, fork, branched and new
-sessions), interleaved with another program that appends to, replaces, deletes,
-edits (same length, anywhere) or truncates the session file, with forked children
-that do what they like with the manager they inherit, and with I/O faults
-(ENOSPC, EIO, EACCES, EROFS on write, fsync, rename or open) injected into the
-calls the package makes. After every manager operation it checks:
+sessions, copies of every kind between two agent dirs), interleaved with another
+program that appends to, replaces, deletes, edits (same length, anywhere) or
+truncates the session file, with forked children that do what they like with the
+manager they inherit, and with I/O faults (ENOSPC, EIO, EACCES, EROFS on write,
+fsync, rename or open) injected into the calls the package makes. After every
+manager operation it checks:
 
 - every session file the manager wrote loads;
 - the manager's entries equal what a fresh read-only open sees (both through the
@@ -18,6 +19,8 @@ calls the package makes. After every manager operation it checks:
   (`ALLOWED` below, written down once per operation), and no temp file is left;
 - after a forked child exited (its at-exit close included), nothing changed on disk
   and the manager still holds its writer lock.
+- every copy into the other agent dir resolves, and loads with its images, while the
+  blobs/ of the agent dir it was copied from is away (issue 21.3).
 
 Half the examples reopen sessions index first (`lazy=True`): entries are then read
 only when an operation asks for them, and the checks read nothing themselves. Such a
@@ -41,7 +44,7 @@ import re
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -65,11 +68,13 @@ from sessiontree import (
     SessionLockError,
     SessionManager,
     SessionTreeError,
+    loader,
     session_file,
 )
 from sessiontree import manager as manager_module
 from sessiontree._fs import side_stem
 from sessiontree.blobs import MemoryBlobStore
+from sessiontree.check import check_session
 from sessiontree.errors import SessionClosedError
 from sessiontree.jsonl import loads_line, serialize_entry_bytes
 from sessiontree.loader import read_session
@@ -94,6 +99,8 @@ FAULTABLE = ["write", "fsync", "replace", "open"]
 #   agent     blobs/, the outside-dir registry, breadcrumbs, rescue/
 #   backup    `<file>.bak*`: the file as it was, when a rewrite drops lines no reader parsed
 #   new       a new session file this operation made (fork, branched)
+#   copies    a copy across agent dirs (its file, lock, temp files and dirs) and both agent
+#             dirs' blobs (issue 21.3)
 # and what it may remove besides lock and temp files.
 ALLOWED: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "append": (frozenset({"session", "lock", "conflict", "dirs", "agent"}), frozenset()),
@@ -111,6 +118,10 @@ ALLOWED: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "fork": (frozenset({"session", "lock", "conflict", "dirs", "agent", "new"}), frozenset()),
     "new": (frozenset({"session", "lock", "conflict", "dirs", "agent"}), frozenset()),
     "memory": (frozenset(), frozenset()),  # branch, reset_leaf, refused appends, a child
+    # Copies across agent dirs (issue 21.3): the copy, its lock and dirs, either agent
+    # dir's blobs; a move of the other agent dir's session removes it there.
+    "copy": (frozenset({"copies", "agent"}), frozenset()),
+    "copy-move": (frozenset({"copies", "agent"}), frozenset({"copied-source"})),
 }
 
 
@@ -319,6 +330,7 @@ class ManagerModel(RuleBasedStateMachine):
         self.pending = ""  # interference not yet answered by a manager operation
         self.tampered: set[str] = set()  # files another program changed since we wrote them
         self.decoys: Snapshot = {}
+        self.other = os.path.join(self.root, "other-agent")  # issue 21.3: a second agent dir
 
     def teardown(self) -> None:
         try:
@@ -380,13 +392,14 @@ class ManagerModel(RuleBasedStateMachine):
         return file is not None and file.on_disk
 
     def run(
-        self, kind: str, action: Callable[[], Any], targets: tuple[str, ...] = ()
+        self, kind: str, action: Callable[[], Any], targets: Sequence[str] = ()
     ) -> Exception | None:
         """Run one manager operation with faults armed, then check every invariant.
 
         `action` updates the model itself once the call returns; the error it
         raised (if any) is returned after the checks. `targets` are session paths
-        the operation may create besides the manager's own.
+        the operation may create besides the manager's own (a list the action may
+        fill: it is read after the action).
         """
         before_path = self.manager.get_session_file()
         pending = self.pending
@@ -444,7 +457,7 @@ class ManagerModel(RuleBasedStateMachine):
         after: Snapshot,
         before_path: str | None,
         after_path: str | None,
-        targets: tuple[str, ...] = (),
+        targets: Sequence[str] = (),
     ) -> None:
         allowed_kinds, removable = ALLOWED[kind]
         sessions = [p for p in (before_path, after_path, *targets) if p]
@@ -466,6 +479,8 @@ class ManagerModel(RuleBasedStateMachine):
             patterns += [self.agent, os.path.join(self.agent, "sessions")]
         if "artifacts" in allowed_kinds:
             patterns += [p[: -len(".jsonl")] + suffix for p in sessions for suffix in ("", "/*")]
+        if "copies" in allowed_kinds:
+            patterns += self.copy_patterns(targets)
         if "agent" in allowed_kinds:
             patterns += [
                 os.path.join(self.agent, name)
@@ -489,6 +504,8 @@ class ManagerModel(RuleBasedStateMachine):
                 removal_ok = path.endswith(".writer-lock") or (
                     "old-session" in removable and path == before_path and path != after_path
                 )
+                if "copied-source" in removable:
+                    removal_ok = removal_ok or path in targets
                 if "artifacts" in removable and before_path is not None:
                     removal_ok = removal_ok or path.startswith(before_path[: -len(".jsonl")])
                 assert removal_ok, f"{kind} removed {path}"
@@ -545,6 +562,8 @@ class ManagerModel(RuleBasedStateMachine):
                 full = os.path.join(directory, name)
                 if name.endswith(".tmp") or os.path.islink(full):
                     continue
+                if full.startswith(self.other + os.sep):
+                    continue  # copies of this session (issue 21.3) hold its ids too
                 try:
                     present.update(file_ids(full))
                 except (OSError, ValueError):
@@ -1080,6 +1099,201 @@ class ManagerModel(RuleBasedStateMachine):
             with pytest.raises(SessionLockError):
                 FileLock(path)  # a second writer is refused: the lock is still ours
             RAN["forked children: the parent's lock checked"] += 1
+
+    # --- family: copies across agent dirs (issue 21.3) ---
+    # A second agent dir (`self.other`) beside the manager's. This session (whole or index
+    # first, interfered with, faults armed) is copied into it, and a session it holds is
+    # copied into the manager's agent dir, by every copy operation; a rule then takes the
+    # source agent dir's blobs/ away and checks that every copy made from it still
+    # resolves in its own agent dir and loads with its images.
+
+    @initialize()
+    def other_agent_dir(self) -> None:
+        os.makedirs(os.path.join(self.other, "blobs"))
+        self.copies: list[tuple[str, str]] = []  # (copy, agent dir it was copied from)
+        self.copy_dest = ""  # the session dir the copy running goes to
+        self.other_source = self.new_other_source()
+
+    def new_other_source(self) -> str:
+        """A session in the other agent dir with an image in each form a session holds it."""
+        directory = os.path.join(self.other, "sessions", "--w-other--")
+        sm = SessionManager.create("/w/other", directory)
+        sm.append_message(message("image", "other"))
+        sm.append_message(message("assistant", "seen"))
+        append_image_ref(sm, "handed", "other")
+        append_image_ref(sm, "frame", "other")
+        sm.append_message(message("assistant", "done"))
+        sm.close()
+        path = sm.get_session_file()
+        assert path is not None
+        return path
+
+    def copy_patterns(self, targets: Sequence[str]) -> list[str]:
+        """What a copy may touch: its file, lock and dirs (made even when the copy then
+        fails), and both agent dirs' blobs."""
+        agents = (self.agent, self.other)
+        patterns = [os.path.join(d, n) for d in agents for n in ("blobs", "blobs/*")]
+        patterns += [self.copy_dest, os.path.dirname(self.copy_dest)]
+        for p in targets:
+            d = os.path.dirname(p)
+            patterns += [p, lock_path_for(p), d, os.path.dirname(d)]
+        return patterns
+
+    @contextmanager
+    def loads(self, lazy: bool) -> Iterator[None]:
+        """Sources whose load mode is not given load index first (True) or whole."""
+        saved = loader.LAZY_LOAD_BYTES
+        loader.LAZY_LOAD_BYTES = 0 if lazy else 1 << 40  # type: ignore[misc]
+        try:
+            yield
+        finally:
+            loader.LAZY_LOAD_BYTES = saved  # type: ignore[misc]
+
+    def copied(self, kind: str, action: Callable[[], str | None], source: str) -> None:
+        """Run a copy as a manager operation (faults armed, every check after it)."""
+        targets: list[str] = []
+
+        def run_copy() -> None:
+            path = action()
+            if path is not None:
+                targets.append(path)
+
+        error = self.run(kind, run_copy, targets)
+        self.made(error, targets[-1] if targets else None, source)
+
+    def made(self, error: Exception | None, path: str | None, source: str) -> None:
+        """A copy from `source` was made at `path` (unless it raised): it resolves without
+        its source's blobs now, and is checked again later (`source_blobs_gone`)."""
+        if error is not None or not path:
+            RAN[f"copies across agent dirs: {'failed' if error else 'nothing to copy'}"] += 1
+            return
+        RAN["copies across agent dirs: made"] += 1
+        assert read_session(path, FileSessionStorage()).valid
+        self.copies.append((path, source))
+        self.without_blobs_of(source, [path])
+
+    @rule(kind=st.sampled_from(["handed", "frame"]), text=texts)
+    def append_image_ref(self, kind: str, text: str) -> None:
+        """An image this session holds as a ref: one `put_blob` handed out, or a frame."""
+        self.append(lambda sm: append_image_ref(sm, kind, text))
+
+    @rule(op=st.sampled_from(["fork_from", "persist_copy", "extract"]), lazy=st.booleans())
+    def copy_out(self, op: str, lazy: bool) -> None:
+        """This session copied into the other agent dir."""
+        sm = self.manager
+        path = sm.get_session_file()
+        directory = self.copy_dest = os.path.join(self.other, "sessions", "--w-copies--")
+        if op == "fork_from" and (path is None or not self.on_disk()):
+            return
+
+        def action() -> str | None:
+            RAN[f"copy into the other agent dir: {op}"] += 1
+            if op == "fork_from":
+                assert path is not None
+                with self.loads(lazy), SessionManager.fork_from(path, "/w/x", directory) as fork:
+                    return fork.get_session_file()
+            leaf = sm.get_leaf_id() if op == "extract" else None
+            if op == "extract" and leaf is None:
+                return None
+            with sm.persist_copy(directory, breadcrumb=False, leaf_id=leaf) as copy_:
+                return copy_.get_session_file()
+
+        self.copied("copy", action, self.agent)
+
+    @rule(
+        op=st.sampled_from(
+            ["fork", "create_branched_session", "persist_copy", "extract", "fork_from", "move_to"]
+        ),
+        lazy=st.booleans(),
+        cwd=st.sampled_from(CWDS),
+    )
+    def copy_in(self, op: str, lazy: bool, cwd: str) -> None:
+        """The other agent dir's session copied (or moved) into this one."""
+        source = self.other_source
+        directory = self.copy_dest = get_default_session_dir(cwd)
+
+        def action() -> str | None:
+            RAN[f"copy from the other agent dir: {op}"] += 1
+            if op == "fork_from":
+                with self.loads(lazy), SessionManager.fork_from(source, cwd) as fork:
+                    return fork.get_session_file()
+            if op in ("persist_copy", "extract"):
+                with SessionManager.open(source, read_only=True, lazy=lazy) as sm:
+                    leaf = sm.get_leaf_id() if op == "extract" else None
+                    copy_ = sm.persist_copy(directory, breadcrumb=False, leaf_id=leaf)
+                with copy_:
+                    return copy_.get_session_file()
+            with SessionManager.open(
+                source, session_dir=directory, lazy=lazy, breadcrumb=False
+            ) as sm:
+                if op == "fork":
+                    forked = sm.fork()
+                    return forked[1] if forked else None
+                if op == "create_branched_session":
+                    return sm.create_branched_session(sm.get_leaf_id() or "")
+                sm.move_to(cwd)
+                return sm.get_session_file()
+
+        if op == "move_to":
+            # The source goes: the move may remove it (and must take its images along).
+            targets: list[str] = [source]
+            error = self.run("copy-move", lambda: targets.append(action() or ""), targets)
+            self.made(error, targets[-1], self.other)
+        else:
+            self.copied("copy", action, self.other)
+        if not os.path.exists(source) or not read_session(source, FileSessionStorage()).valid:
+            self.other_source = self.new_other_source()
+
+    @precondition(lambda self: bool(getattr(self, "copies", None)))
+    @rule(which=st.sampled_from(["this", "other"]))
+    def source_blobs_gone(self, which: str) -> None:
+        """The blobs/ of the agent dir copies were made from goes: they still resolve."""
+        source = self.agent if which == "this" else self.other
+        copies = [c for c, origin in self.copies if origin == source and os.path.exists(c)]
+        self.without_blobs_of(source, copies)
+
+    def without_blobs_of(self, source: str, copies: list[str]) -> None:
+        """Check each copy resolves while the blobs/ of `source` is away."""
+        blobs = os.path.join(source, "blobs")
+        away = blobs + ".away"
+        if os.path.isdir(blobs):
+            os.rename(blobs, away)
+        try:
+            for path in copies:
+                self.check_copy_resolves(path)
+        finally:
+            if os.path.isdir(away):
+                os.rename(away, blobs)
+
+    def check_copy_resolves(self, path: str) -> None:
+        """Every ref in the copy resolves in its own agent dir's blobs; it loads (whole
+        and index first) with every image block as data, not a ref."""
+        findings = check_session(path, conflicts=False)
+        bad = [f for f in findings if f.kind in ("missing_blob", "damaged_blob")]
+        assert not bad, (path, bad)
+        for lazy in (False, True):
+            with SessionManager.open(path, read_only=True, lazy=lazy) as sm:
+                for entry in sm.get_entries():
+                    content = entry.get("message", {}).get("content")
+                    for block in content if isinstance(content, list) else []:
+                        if isinstance(block, dict) and block.get("type") == "image":
+                            data = block.get("data")
+                            assert not (isinstance(data, str) and data.startswith("blob:")), (
+                                path,
+                                data,
+                            )
+        RAN["copies checked with their source's blobs gone"] += 1
+
+
+def append_image_ref(sm: SessionManager, kind: str, text: str) -> str:
+    """Append an image given as a ref `put_blob` handed out ("handed"), or as a
+    snapcompact frame (a ref even when read back) (issue 21.3)."""
+    ref = sm.put_blob(f"{kind} image {text}".encode() * 100).ref
+    if kind == "handed":
+        block = {"type": "image", "data": ref, "mimeType": "image/png"}
+        return sm.append_message({"role": "user", "content": [block], "timestamp": 5})
+    frame = {"data": ref, "mimeType": "image/png"}
+    return sm.append_custom_entry("snapcompact", {"frames": [frame]})
 
 
 def glob_escape(text: str) -> str:

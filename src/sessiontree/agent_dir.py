@@ -1,6 +1,11 @@
 """What a session has in the agent dir besides itself: its blob store, terminal
 breadcrumbs, and the registry of session dirs outside the store.
 
+- `blob_store_for`: the one rule for where a session's images live;
+  `blob_carry`: where a copy's images go, and `BlobCarry`, how they get there. Every
+  copy of a session (fork, fork_from, extract, persist_copy, a branched session,
+  move_to, an import, `export -o`, `repair -o`, the store transfers) takes its
+  images along through it, so that a copy's refs resolve in its own agent dir.
 - `terminal-sessions/<terminal id>`: two lines, the cwd and the session file, so
   the next `continue_recent` in this terminal resumes it. Names are bytes on
   disk (`os.fsencode`), so a project dir whose name is not UTF-8 works too.
@@ -16,16 +21,23 @@ written without following symlinks.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
+import re
+from collections.abc import Iterable, Iterator
+from typing import Final
 
 from ._fs import atomic_write, ensure_private_dir, open_regular, write_all
-from .blobs import BlobStore, BlobStoreLike
+from .blobs import BlobStore, BlobStoreLike, same_blob_store
+from .errors import InvalidBlobRefError
 from .paths import EXTERNAL_SESSION_DIRS, get_agent_dir, get_terminal_id
 from .storage.base import BlobBackedStorage
 
 __all__ = [
+    "BlobCarry",
     "agent_dir_of",
+    "blob_carry",
     "blob_store_for",
     "breadcrumb_path",
     "read_breadcrumb",
@@ -209,3 +221,134 @@ def blob_store_for(
     if agent is None:
         agent = agent_dir if agent_dir is not None else get_agent_dir()
     return BlobStore(os.path.join(agent, "blobs"))
+
+
+_BLOB_REF: Final = re.compile(rb"blob:sha256:([0-9a-f]{64})")
+"""A blob ref anywhere in a session's bytes, as `verify` and `gc` find them."""
+_REF_OVERLAP: Final = len("blob:sha256:") + 64 - 1
+"""Bytes of one chunk kept for the next, so that a ref cut in two is still found."""
+
+
+def _where(blobs: BlobStoreLike) -> str:
+    where = getattr(blobs, "dir", None)
+    return where if isinstance(where, str) else type(blobs).__name__
+
+
+class BlobCarry:
+    """How one copy takes its images along: from the store the source's images are
+    in (`source`) into the store the copy's refs must resolve in (`target`).
+
+    Every byte written to the copy passes `take` (or `chunks`): each blob it refers
+    to that `target` lacks is copied from `source`, as stored (checked against its
+    hash). One that neither holds is missing: the copy keeps its ref (the image can
+    still be restored under its name) and `report` says so, naming the copy. When
+    both are one store (`carries` is False) nothing is read or copied.
+    """
+
+    __slots__ = ("_seen", "carried", "carries", "copy_path", "missing", "source", "target")
+
+    def __init__(self, source: BlobStoreLike, target: BlobStoreLike, copy_path: str) -> None:
+        self.source = source
+        self.target = target
+        self.copy_path = copy_path
+        self.carries = not same_blob_store(source, target)
+        self.carried = 0
+        """Blobs copied into `target`."""
+        self.missing: dict[tuple[str, str], None] = {}
+        """(path of the copy, hash) of each blob a copy refers to that neither store holds."""
+        self._seen: dict[str, bool] = {}  # hash -> in `target` now
+
+    def take(self, data: bytes, path: str | None = None) -> None:
+        """Make the blobs `data` (bytes of the copy at `path`, default the copy's)
+        refers to resolve in `target`."""
+        if not self.carries or b"blob:sha256:" not in data:
+            return
+        for match in _BLOB_REF.finditer(data):
+            digest = match.group(1).decode("ascii")
+            there = self._seen.get(digest)
+            if there is None:
+                there = self._seen[digest] = self._carry(digest)
+            if not there:
+                self.missing.setdefault((path or self.copy_path, digest), None)
+
+    def _carry(self, digest: str) -> bool:
+        if self.target.has(digest):
+            return True
+        try:
+            data = self.source.get(digest)
+        except (OSError, InvalidBlobRefError) as exc:
+            log.warning("could not read blob %s from %s: %s", digest, _where(self.source), exc)
+            return False
+        if data is None or hashlib.sha256(data).hexdigest() != digest:
+            return False  # missing, or damaged (a store that checks its hashes said so)
+        self.target.put(data)
+        self.carried += 1
+        return True
+
+    def chunks(self, chunks: Iterable[bytes], path: str | None = None) -> Iterator[bytes]:
+        """`chunks` (a whole file of the copy, at `path`) passed on through `take`. The
+        blobs carried are synced once the last chunk is taken, before a writer can
+        make the file durable: a durable ref never names a blob a crash could lose."""
+        if not self.carries:
+            yield from chunks
+            return
+        tail = b""
+        for chunk in chunks:
+            if chunk:
+                self.take(tail + chunk, path)
+                tail = (tail + chunk)[-_REF_OVERLAP:]
+            yield chunk
+        if self.carried:
+            self.target.sync()
+
+    def report(self) -> list[tuple[str, str]]:
+        """Log the blobs found missing (one warning per copy); (path, hash) of each."""
+        by_path: dict[str, list[str]] = {}
+        for path, digest in self.missing:
+            by_path.setdefault(path, []).append(digest)
+        for path, digests in by_path.items():
+            shown = ", ".join(d[:12] + "…" for d in digests[:3])
+            more = f" and {len(digests) - 3} more" if len(digests) > 3 else ""
+            log.warning(
+                "%s: %d image(s) it refers to are in neither %s nor %s (blob %s%s): the copy "
+                "keeps their refs, which do not resolve until the images are stored again",
+                path,
+                len(digests),
+                _where(self.source),
+                _where(self.target),
+                shown,
+                more,
+            )
+        return list(self.missing)
+
+
+def blob_carry(
+    source: BlobStoreLike,
+    copy_path: str,
+    storage: object = None,
+    *,
+    source_path: str | None = None,
+    source_storage: object = None,
+    agent_dir: str | None = None,
+    blob_store: BlobStoreLike | None = None,
+) -> BlobCarry:
+    """Where the images of a copy written at `copy_path` (on `storage`) go, and how
+    they get there: the one rule every copy follows.
+
+    The store `blob_store` names when the caller chose one for the copy; else, when
+    the source (at `source_path` on `source_storage`, default `storage`) keeps its
+    images in a store its caller chose rather than the one `blob_store_for` gives its
+    path, that store (a chosen store stays the session's, and its copies'); else the
+    store `blob_store_for` gives the copy's path, so the copy's refs resolve in its
+    own agent dir. `source` is the store the source's images are in now.
+    """
+    if blob_store is None:
+        if source_path is not None:
+            own = blob_store_for(
+                source_path, storage if source_storage is None else source_storage, agent_dir
+            )
+            if not same_blob_store(source, own):
+                blob_store = source
+        if blob_store is None:
+            blob_store = blob_store_for(copy_path, storage, agent_dir)
+    return BlobCarry(source, blob_store, copy_path)

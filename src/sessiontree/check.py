@@ -38,7 +38,7 @@ import orjson
 import xxhash
 
 from ._fs import glob_escape, side_path, side_stem
-from .agent_dir import blob_store_for
+from .agent_dir import blob_carry, blob_store_for
 from .blobs import BlobStatus, BlobStoreLike, VerifiableBlobStore
 from .entries import Entry, generate_entry_id
 from .errors import InvalidSessionFileError, SessionTreeError, SessionWriteConflictError
@@ -620,6 +620,7 @@ def repair_session(
     storage: SessionStorage | None = None,
     blobs: BlobStoreLike | None = None,
     dry_run: bool = False,
+    agent_dir: str | None = None,
 ) -> RepairReport:
     """Write a repaired copy of a session file atomically; report every change.
 
@@ -629,10 +630,11 @@ def repair_session(
     repaired, SessionWriteConflictError and nothing is replaced; SessionLockError
     when a live writer holds it. When there is
     nothing to change, nothing is written. A file without a valid header cannot
-    be repaired: InvalidSessionFileError.
+    be repaired: InvalidSessionFileError. `agent_dir`: the one a caller works on (its
+    blob store takes the images of a copy outside every agent dir).
     """
     storage = storage if storage is not None else FileSessionStorage()
-    blob_store = blobs if blobs is not None else blob_store_for(path, storage)
+    blob_store = blobs if blobs is not None else blob_store_for(path, storage, agent_dir)
     if in_place and isinstance(storage, HostFilesystem) and os.path.islink(path):
         path = os.path.realpath(path)  # repair the file, not the link that names it
     target = None if in_place else _repair_target(path, out_path, storage)
@@ -663,7 +665,10 @@ def repair_session(
         return report
     chunks = _repaired_chunks(scanned, replaced)
     if target is not None:
-        write_whole(storage, target, chunks)
+        # A repaired copy in another agent dir takes its images along, as every copy does.
+        carry = blob_carry(blob_store, target, storage, source_path=path, agent_dir=agent_dir)
+        write_whole(storage, target, carry.chunks(chunks, target))
+        carry.report()
         report.out_path = target
         return report
     report.backup_path = _replace_in_place(storage, path, before, digest.digest(), chunks)

@@ -27,7 +27,6 @@ The index does no I/O of its own beyond reading its source.
 from __future__ import annotations
 
 import logging
-import re
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from functools import partial
@@ -35,6 +34,7 @@ from itertools import repeat
 from typing import Any, Final, cast
 
 from ._gc import gc_paused
+from .agent_dir import BlobCarry
 from .blobs import BlobStoreLike
 from .context import (
     ContextBuilder,
@@ -56,7 +56,6 @@ __all__ = ["EntryIndex", "LineSource", "SessionChunks", "is_assistant_message"]
 
 log = logging.getLogger("sessiontree")
 
-_BLOB_REF: Final = re.compile(rb"blob:sha256:([0-9a-f]{64})")
 _READ_BYTES: Final = 8 << 20
 """The most one read of adjacent lines fetches at once."""
 _BATCH_BYTES: Final = 1 << 20
@@ -667,14 +666,16 @@ class EntryIndex:
         blobs: BlobStoreLike,
         *,
         rescue: bool = False,
-        carry_from: BlobStoreLike | None = None,
+        carry: BlobCarry | None = None,
         file_checked: bool = False,
     ) -> SessionChunks:
-        """The whole session as file bytes (see `SessionChunks`)."""
-        return SessionChunks(self, head, blobs, rescue, carry_from, file_checked)
+        """The whole session as file bytes (see `SessionChunks`); with `carry`, a copy
+        into `carry.target` (which `blobs` must be) that takes its images along."""
+        return SessionChunks(self, head, blobs, rescue, carry, file_checked)
 
     def use_blobs(self, blobs: BlobStoreLike) -> None:
-        """Unread lines' images are now in `blobs` (the session moved to its store)."""
+        """Unread lines' images are now in `blobs` (the session is a copy in that store,
+        or moved there)."""
         if self._source is not None:
             self._source.blobs = blobs
 
@@ -705,7 +706,9 @@ class SessionChunks:
     copied as they are, after checking each still holds its entry, and so are those
     read and not edited since when `file_checked` (the writer compared the whole file
     with what was read just before); added and edited entries are serialized with the
-    persistence transforms. The blobs are synced before the last chunk.
+    persistence transforms. A copy into another blob store (`carry`) passes every
+    line it writes, copied or serialized, through `BlobCarry.take`, so the blobs they
+    refer to are in that store. The blobs are synced before the last chunk.
 
     A writer that wrote these chunks as the index's own file calls `commit(pinned)`:
     the lines are then read from there. `rescue=True` (a copy made because the file
@@ -719,15 +722,16 @@ class SessionChunks:
         head: bytes,
         blobs: BlobStoreLike,
         rescue: bool,
-        carry_from: BlobStoreLike | None = None,
+        carry: BlobCarry | None = None,
         file_checked: bool = False,
     ) -> None:
+        assert carry is None or carry.target is blobs
         self._index = index
         self._file_checked = file_checked
         self._head = head
         self._blobs = blobs
         self._rescue = rescue
-        self._carry_from = carry_from
+        self._carry = carry if carry is not None and carry.carries else None
         self._written: tuple[array[int], array[int], dict[int, bool]] | None = None
         self._serialized: dict[int, bool] = {}
         """Positions written anew -> whether their line is in the writers' form."""
@@ -806,8 +810,8 @@ class SessionChunks:
         recorded from `at`."""
         for start, run in source.runs(positions):
             data = source.read(start, run)
-            if self._carry_from is not None:
-                self._carry(data)
+            if self._carry is not None:
+                self._carry.take(data)
             if all(self._holds(data, source.offsets[p] - start, source.lengths[p], p) for p in run):
                 for p in run:
                     offsets.append(at + source.offsets[p] - start)
@@ -838,10 +842,11 @@ class SessionChunks:
     def _serialize(self, p: int) -> bytes:
         """The line of the entry at `p` (held in memory), written anew."""
         entry = cast("Entry", self._index._entries[p])
-        if self._carry_from is not None:
-            # Refs handed out by `put_blob` name the old store: write the images.
-            entry = allow_deep_nesting(partial(resolve_blob_refs, entry, self._carry_from))
         line = entry_line(entry, self._blobs)
+        if self._carry is not None:
+            # Refs held in memory (from `put_blob`, snapcompact frames, a blob missing
+            # when read) name blobs of the source's store.
+            self._carry.take(line)
         self._serialized[p] = match_prefix(line, 0, len(line) - 1) is not None
         return line
 
@@ -857,15 +862,6 @@ class SessionChunks:
         log.error(
             "%s: the line of entry %s was changed on disk; the copy leaves it out", path, entry_id
         )
-
-    def _carry(self, line: bytes) -> None:
-        """Copy the blobs that lines copied as they are refer to into the store written to."""
-        assert self._carry_from is not None
-        for digest in {m.group(1).decode("ascii") for m in _BLOB_REF.finditer(line)}:
-            if not self._blobs.has(digest):
-                data = self._carry_from.get(digest)
-                if data is not None:
-                    self._blobs.put(data)
 
     def _holds(self, data: bytes, lo: int, length: int, p: int) -> bool:
         """Whether `data[lo:lo+length]` still is the line of the entry at `p`."""

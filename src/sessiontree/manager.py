@@ -33,12 +33,14 @@ from typing import Any
 from ._closing import ClosesOnExit
 from ._unset import UNSET, Maybe, UnsetType
 from .agent_dir import (
+    BlobCarry,
+    blob_carry,
     blob_store_for,
     read_breadcrumb,
     register_session_dir,
     write_breadcrumb,
 )
-from .blobs import BlobPutResult, BlobStore, BlobStoreLike, same_blob_store
+from .blobs import BlobPutResult, BlobStore, BlobStoreLike
 from .context import SessionContext
 from .entries import Entry, generate_session_id, iso_now
 from .errors import (
@@ -267,7 +269,12 @@ class SessionManager(ClosesOnExit):
         blob_store: BlobStoreLike | None = None,
         agent_dir: str | None = None,
     ) -> SessionManager:
-        """A new session in `cwd` holding a copy of another session's entries."""
+        """A new session in `cwd` holding a copy of another session's entries.
+
+        Its images go where `blob_carry` says: the store of its own agent dir (a
+        source in another agent dir has its images copied along), unless
+        `blob_store` is a store chosen for the source, which then holds the fork's too.
+        """
         storage = storage if storage is not None else FileSessionStorage()
         source = cls.open(
             source_path, storage=storage, read_only=True, blob_store=blob_store, agent_dir=agent_dir
@@ -279,7 +286,7 @@ class SessionManager(ClosesOnExit):
             cwd, directory, None, True, storage, blob_store=blob_store, agent_dir=agent_dir
         )
         header = source._head.carried_title(new_header(cwd, source.get_session_id()))
-        manager._write_new_file(header, source._index)
+        manager._write_new_file(header, source._index, source)
         return manager
 
     @classmethod
@@ -464,28 +471,67 @@ class SessionManager(ClosesOnExit):
             if os.path.realpath(self._blobs.dir) == os.path.realpath(os.path.join(agent, "blobs")):
                 register_session_dir(file.path, agent)
 
-    def _write_new_file(self, header: Entry, index: EntryIndex) -> str:
-        """Write `header` + the entries of `index` as a new session file at once and
-        switch to it (and to `index`).
+    def blob_carry(
+        self,
+        copy_path: str,
+        storage: SessionStorage | None = None,
+        *,
+        agent_dir: str | None = None,
+        blob_store: BlobStoreLike | None = None,
+    ) -> BlobCarry:
+        """How a copy of this session written at `copy_path` (on `storage`, default
+        this session's) takes its images along: the store they go to and the carrying
+        (`sessiontree.agent_dir.blob_carry`, which every copy uses)."""
+        file = self._file
+        return blob_carry(
+            self._blobs,
+            copy_path,
+            storage if storage is not None else self._storage,
+            source_path=file.path if file is not None else None,
+            source_storage=self._storage,
+            agent_dir=agent_dir if agent_dir is not None else self._agent_dir,
+            blob_store=blob_store,
+        )
+
+    def _write_new_file(
+        self,
+        header: Entry,
+        index: EntryIndex,
+        source: SessionManager,
+        *,
+        agent_dir: str | None = None,
+        blob_store: BlobStoreLike | None = None,
+    ) -> str:
+        """Write `header` + the entries of `index` (a copy of `source`'s) as a new session
+        file at once and switch to it (and to `index`), its images in the store
+        `source.blob_carry` gives its path.
 
         On failure the manager stays on its current session, unchanged.
         """
         current = self._file
         if current is not None and current.on_disk:
             current.flush()  # a conflict in the current file surfaces before the switch
-        file = self._new_file(session_path(self._session_dir, header))
+        path = session_path(self._session_dir, header)
+        agent = agent_dir if agent_dir is not None else self._agent_dir
+        carry = source.blob_carry(path, self._storage, agent_dir=agent, blob_store=blob_store)
+        blobs = carry.target
+        file = SessionFile(self._storage, path, self._content_source(), blobs)
         try:
-            file.create(index.file_chunks(SessionHead(header).lines(), self._blobs), rescue=False)
+            chunks = index.file_chunks(SessionHead(header).lines(), blobs, carry=carry)
+            file.create(chunks, rescue=False)
         except BaseException:
             # The name may be taken after all (ids of two processes can collide): the
             # file there is not ours. `create` removed a half-made copy of its own.
             file.release_lock()
             raise
+        self._blobs = blobs
+        index.use_blobs(blobs)  # its unread lines now name blobs of this store
         file.restore_content(self._content_source())
         self._use_file(file)
         self._head = SessionHead(header)
         self._index = index
         self._after_first_write()
+        carry.report()
         return file.path
 
     # ------------------------------------------------------------------ checks
@@ -863,7 +909,7 @@ class SessionManager(ClosesOnExit):
             "timestamp": iso_now(),
             "parentSession": self.get_session_id(),
         }
-        new_file = self._write_new_file(self._head.carried_title(header), self._index)
+        new_file = self._write_new_file(self._head.carried_title(header), self._index, self)
         return old_file, new_file
 
     def create_branched_session(self, leaf_id: str) -> str | None:
@@ -880,7 +926,7 @@ class SessionManager(ClosesOnExit):
             self._head = SessionHead(header)
             self._index.reset(entries)
             return None
-        return self._write_new_file(header, EntryIndex(entries))
+        return self._write_new_file(header, EntryIndex(entries), self)
 
     def persist_copy(
         self,
@@ -897,12 +943,13 @@ class SessionManager(ClosesOnExit):
 
         New id and file in `session_dir` (default: the cwd's dir in the agent dir),
         the same entries (deep copies), name and title source; written at once,
-        images into the new storage's blob store (oh-my-pi's `persistCopy`). With
-        `leaf_id`, only the root -> `leaf_id` path (with its labels) is copied and
-        `parentSession` names this session's file, as `create_branched_session` does.
-        `parent_session` sets the new header's `parentSession` (an import names the
-        session its source was forked from, a subagent's copy its parent's file).
-        `agent_dir`: the copy's agent dir (default: this session's).
+        images into the copy's blob store (oh-my-pi's `persistCopy`): `blob_store`,
+        else the one `blob_carry` gives the copy's path. With `leaf_id`, only the root
+        -> `leaf_id` path (with its labels) is copied and `parentSession` names this
+        session's file, as `create_branched_session` does. `parent_session` sets the
+        new header's `parentSession` (an import names the session its source was
+        forked from, a subagent's copy its parent's file). `agent_dir`: the copy's
+        agent dir (default: this session's).
         """
         self._check_open()
         entries = (
@@ -927,15 +974,13 @@ class SessionManager(ClosesOnExit):
         if parent_session is not None:
             parent = parent_session
         header = self._head.carried_title(new_header(self._cwd, parent))
-        entries = copy.deepcopy(entries)
-        if not same_blob_store(self._blobs, copy_._blobs):
-            # Refs that `put_blob` handed out name blobs in this session's store, not
-            # the copy's: carry their images over (the copy stores them again).
-            entries = [
-                allow_deep_nesting(partial(resolve_blob_refs, entry, self._blobs))
-                for entry in entries
-            ]
-        copy_._write_new_file(header, EntryIndex(entries))
+        copy_._write_new_file(
+            header,
+            EntryIndex(copy.deepcopy(entries)),
+            self,
+            agent_dir=agent,
+            blob_store=blob_store,
+        )
         return copy_
 
     def move_to(self, new_cwd: str) -> None:
@@ -969,27 +1014,23 @@ class SessionManager(ClosesOnExit):
         artifacts = None
         if old_path.endswith(".jsonl") and new_path.endswith(".jsonl"):
             artifacts = (old_path[: -len(".jsonl")], new_path[: -len(".jsonl")])
-        # Into another agent dir: its images go along into that dir's blob store (a
-        # blob store the caller chose stays the session's).
-        blobs, carry = self._blobs, None
-        if same_blob_store(blobs, blob_store_for(old_path, self._storage, self._agent_dir)):
-            moved = blob_store_for(new_path, self._storage, self._agent_dir)
-            if not same_blob_store(blobs, moved):
-                blobs, carry = moved, self._blobs
+        # Into another agent dir: its images go along into that dir's blob store, as
+        # a copy's do (a blob store the caller chose stays the session's).
+        carry = self.blob_carry(new_path)
+        blobs = carry.target
         old_head, self._head = self._head, head
         try:
-            chunks = self._index.file_chunks(
-                head.lines(), blobs, carry_from=carry, file_checked=True
-            )
+            chunks = self._index.file_chunks(head.lines(), blobs, carry=carry, file_checked=True)
             file.move(new_path, chunks, artifacts)
         except BaseException:
             self._head = old_head
             raise
-        if carry is not None:
+        if carry.carries:
             self._blobs = file.blobs = blobs
             self._index.use_blobs(blobs)
         self._cwd, self._session_dir = new_cwd, new_dir
         self._after_first_write()
+        carry.report()
 
     def _same_place(self, a: str, b: str) -> bool:
         """Whether two session paths name one file (however the names are spelled)."""

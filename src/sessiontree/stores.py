@@ -8,10 +8,13 @@
   goes to libpq. Paths map to keys relative to the agent dir (see
   `sessiontree.storage.postgres`).
 
-`import_files` / `export_files` copy `sessions/` (every directory and file, byte
-for byte, mtimes kept) and `blobs/` between an agent dir and any storage. Only
+`import_files` / `export_files` copy `blobs/`, then `sessions/` (every directory
+and file, byte for byte, mtimes kept) between an agent dir and any storage. Only
 those two trees move: `history.db`, terminal breadcrumbs and settings (which may
 hold credentials) stay on the host. Lock sidecars and temp files are left out.
+Every file copied takes the blobs it refers to along, as every copy of a session
+does (`agent_dir.BlobCarry`); a ref that neither store can resolve is listed
+(`TransferReport.missing_blobs`).
 
 A name that is not UTF-8 (a file or directory, with everything in it) is skipped
 and reported: a database key is text, which cannot hold those bytes, and changing
@@ -40,14 +43,13 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import xxhash
 
-from .agent_dir import blob_store_for
+from .agent_dir import BlobCarry, blob_carry, blob_store_for
 from .blobs import BlobStore, parse_blob_ref
 from .errors import SessionLockError, SessionTreeError
 from .locks import is_locked, lock_path_for
 from .paths import get_agent_dir
 from .session_file import backup_path
 from .storage.base import (
-    BlobBackedStorage,
     HostFilesystem,
     SessionStorage,
     StorageStat,
@@ -166,6 +168,8 @@ class TransferReport:
     blobs: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
     """(path, why) of each file, directory or blob not copied."""
+    missing_blobs: list[tuple[str, str]] = field(default_factory=list)
+    """(path of a copied file, hash) of each blob it refers to that neither store holds."""
 
 
 NOT_UTF8: Final = "the name is not UTF-8, which a database key cannot hold"
@@ -235,6 +239,7 @@ def _copy_trees(
     target: SessionStorage,
     dst_root: str,
     report: TransferReport,
+    carry: BlobCarry,
 ) -> None:
     for tree in _TREES:
         top = os.path.join(src_root, tree)
@@ -261,7 +266,7 @@ def _copy_trees(
                 if kept is not None:
                     report.skipped.append((path, kept))
                     continue
-                write_whole(target, dst, read_chunks(source, path))
+                write_whole(target, dst, carry.chunks(read_chunks(source, path), dst))
                 _set_mtime(target, dst, st.mtime_ns)
                 report.files += 1
                 report.bytes += st.size
@@ -311,25 +316,40 @@ def _starts_with(
 def import_files(
     agent_dir: str | None, storage: SessionStorage, report: TransferReport | None = None
 ) -> TransferReport:
-    """Copy an agent dir's `sessions/` and `blobs/` into `storage`, byte for byte.
+    """Copy an agent dir's `blobs/` and `sessions/` into `storage`, byte for byte.
 
     Files already in `storage` at the same paths are replaced, so running it again
     after it stopped finishes the import without duplicating anything. A session
     being written by a live process raises SessionLockError (import it once it is
     done). Names that are not UTF-8 and blobs whose content does not match their
-    name are skipped (`report.skipped`). `report` (new if None) is filled as files
+    name are skipped (`report.skipped`). The blobs go first, then every file copied
+    takes the blobs it refers to along (`BlobCarry`): one that neither store holds
+    is listed in `report.missing_blobs`. `report` (new if None) is filled as files
     are copied, so after an exception it says what was.
     """
     report = report if report is not None else TransferReport()
     agent_dir = os.path.abspath(agent_dir if agent_dir is not None else get_agent_dir())
     files = FileSessionStorage()
+    root = store_root(storage, agent_dir)
+    carry = blob_carry(
+        blob_store_for(None, files, agent_dir),
+        os.path.join(root, "sessions"),
+        storage,
+        agent_dir=root,
+    )
+    _import_blobs(os.path.join(agent_dir, "blobs"), carry, report)
     bulk = getattr(storage, "bulk", None)  # one durability barrier for the whole import
     with bulk() if callable(bulk) else nullcontext():
-        _copy_trees(files, agent_dir, storage, store_root(storage, agent_dir), report)
-    blob_dir = os.path.join(agent_dir, "blobs")
+        _copy_trees(files, agent_dir, storage, root, report, carry)
+    report.missing_blobs.extend(carry.missing)
+    return report
+
+
+def _import_blobs(blob_dir: str, carry: BlobCarry, report: TransferReport) -> None:
+    """Every intact blob of `blob_dir` (and its sidecars' extensions) into `carry.target`."""
     if not os.path.isdir(blob_dir):
-        return report
-    target = blob_store_for(None, storage, store_root(storage, agent_dir))
+        return
+    target = carry.target
     sidecars: list[tuple[str, str]] = []
     for name in sorted(os.listdir(blob_dir)):
         match = _BLOB_NAME.fullmatch(name)
@@ -354,40 +374,54 @@ def import_files(
         if callable(add_extension) and target.has(digest):
             add_extension(digest, ext)
     target.sync()
-    return report
 
 
 def export_files(
     storage: SessionStorage, agent_dir: str | None, report: TransferReport | None = None
 ) -> TransferReport:
-    """Copy `storage`'s `sessions/` and blobs into an agent dir, byte for byte (mtimes too).
+    """Copy `storage`'s blobs and `sessions/` into an agent dir, byte for byte (mtimes too).
 
-    `report` (new if None) is filled as files are copied, as for `import_files`.
+    As for `import_files`: the blobs go first, every file copied takes the blobs it
+    refers to along, and one that neither store holds is listed in
+    `report.missing_blobs`. `report` (new if None) is filled as files are copied.
     """
     report = report if report is not None else TransferReport()
     agent_dir = os.path.abspath(agent_dir if agent_dir is not None else get_agent_dir())
     files = FileSessionStorage()
-    _copy_trees(storage, store_root(storage, agent_dir), files, agent_dir, report)
-    source = storage.blob_store() if isinstance(storage, BlobBackedStorage) else None
-    listing = getattr(source, "list", None)
-    if source is None or not callable(listing):
-        return report
-    blob_dir = os.path.join(agent_dir, "blobs")
-    blobs = BlobStore(blob_dir)
+    root = store_root(storage, agent_dir)
+    carry = blob_carry(
+        blob_store_for(None, storage, root),
+        os.path.join(agent_dir, "sessions"),
+        files,
+        agent_dir=agent_dir,
+    )
+    _export_blobs(carry, report)
+    _copy_trees(storage, root, files, agent_dir, report, carry)
+    report.missing_blobs.extend(carry.missing)
+    return report
+
+
+def _export_blobs(carry: BlobCarry, report: TransferReport) -> None:
+    """Every blob a database store lists (with its sidecars) into `carry.target`."""
+    listing = getattr(carry.source, "list", None)
+    if not callable(listing):
+        return
+    blobs = carry.target
+    blob_dir = blobs.dir if isinstance(blobs, BlobStore) else None
     for digest, exts in listing():
         if parse_blob_ref("blob:sha256:" + digest) is None:
             continue
-        data = source.get(digest)
+        data = carry.source.get(digest)
         if data is None:
             continue
         blobs.put(data)
-        path = os.path.join(blob_dir, digest)
-        for ext in exts:
-            sidecar = f"{path}.{ext}"
-            if not os.path.exists(sidecar):
-                os.link(path, sidecar)  # as BlobStore makes them: a hard link
+        if blob_dir is not None:
+            path = os.path.join(blob_dir, digest)
+            for ext in exts:
+                sidecar = f"{path}.{ext}"
+                if not os.path.exists(sidecar):
+                    os.link(path, sidecar)  # as BlobStore makes them: a hard link
         report.blobs += 1
     blobs.sync()
-    if report.blobs:
+    if report.blobs and blob_dir is not None:
         fsync_directory(blob_dir)
-    return report

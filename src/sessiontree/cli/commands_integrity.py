@@ -138,6 +138,7 @@ def repair_command(
         storage=current_storage(),
         blobs=blob_store_for(path),
         dry_run=dry_run,
+        agent_dir=current_agent_dir(),
     )
     if as_json:
         emit_json(

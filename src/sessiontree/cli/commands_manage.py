@@ -12,12 +12,14 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
+from ..agent_dir import agent_dir_of
 from ..discovery import resolve_resumable_session
 from ..errors import AmbiguousSessionError, SessionTreeError
 from ..export import export_html, export_jsonl, export_markdown
 from ..maintenance import delete_session, migrate_session_file, plan_delete
 from ..manager import SessionManager
 from ..naming import header_in
+from ..paths import get_default_session_dir
 from ..storage.base import SessionStorage
 from ..storage.file import FileSessionStorage
 from ..stores import TransferReport, export_files, import_files
@@ -135,18 +137,18 @@ def fork_command(
         typer.Option("--cwd", help="Project directory of the fork (default: the session's)."),
     ] = None,
 ) -> None:
-    """Copy a session into a new one (new id; parentSession names the source). Prints its path."""
+    """Copy a session into a new one (new id; parentSession names the source). Prints its path.
+
+    The fork goes to this agent dir (its cwd's session dir), its images into this
+    agent dir's blob store, wherever the source is.
+    """
     path = resolve_session(session)
     if cwd is None:
         with open_read_only(path) as source:
             header = source.get_header() or {}
             cwd = str(header.get("cwd") or os.getcwd())
     with SessionManager.fork_from(
-        path,
-        cwd,
-        storage=current_storage(),
-        blob_store=blob_store_for(path),
-        agent_dir=current_agent_dir(),
+        path, cwd, storage=current_storage(), agent_dir=current_agent_dir()
     ) as sm:
         new_path = sm.get_session_file()
     echo_path(new_path)
@@ -160,16 +162,19 @@ def extract_command(
 ) -> None:
     """Write the root -> --leaf path (with its labels) as a new session. Prints its path.
 
-    The source is only read: it is neither migrated nor locked.
+    The new session goes beside the source, or, for a source in another agent dir,
+    into this one (its cwd's session dir); its images into the blob store of the
+    agent dir it is in. The source is only read: it is neither migrated nor locked.
     """
     path = resolve_session(session)
+    agent = current_agent_dir()
     with open_read_only(path) as source:
+        directory = os.path.dirname(path)
+        home = agent_dir_of(path, agent)
+        if home is not None and os.path.realpath(home) != os.path.realpath(agent):
+            directory = get_default_session_dir(source.get_cwd(), agent)
         copy = source.persist_copy(
-            os.path.dirname(path),
-            current_storage(),
-            breadcrumb=False,
-            leaf_id=leaf,
-            blob_store=blob_store_for(path),
+            directory, current_storage(), breadcrumb=False, leaf_id=leaf, agent_dir=agent
         )
     with copy:
         new_path = copy.get_session_file()
@@ -203,8 +208,18 @@ def export_command(
         str | None, typer.Option("--output", "-o", help="Write to FILE instead of stdout.")
     ] = None,
 ) -> None:
-    """Export the path to the leaf as Markdown or JSONL, or the whole tree as one HTML file."""
+    """Export the path to the leaf as Markdown or JSONL, or the whole tree as one HTML file.
+
+    A JSONL export written to a file (-o) is a session: the images it refers to go
+    into the blob store of the agent dir it is in (this one, outside any).
+    """
     path = resolve_session(session)
+    target = None
+    if output is not None and output != "-":
+        target = os.path.abspath(os.path.expanduser(output))
+        if os.path.isdir(target):
+            raise CliError(f"{output}: is a directory")
+    carry = None
     with open_read_only(path) as sm:
         if fmt is ExportFormat.md:
             data = _utf8(export_markdown(sm, leaf))
@@ -212,14 +227,19 @@ def export_command(
             data = _utf8(export_html(sm, leaf))
         else:
             data = export_jsonl(sm, leaf)
-    if output is None or output == "-":
+            if target is not None:
+                carry = sm.blob_carry(target, FileSessionStorage(), agent_dir=current_agent_dir())
+    if target is None:
         write_document(data)
         return
-    target = os.path.abspath(os.path.expanduser(output))
-    if os.path.isdir(target):
-        raise CliError(f"{output}: is a directory")
-    _refuse_a_session(target, output)
+    _refuse_a_session(target, str(output))
+    if carry is not None:
+        # The images first: the file written never names a blob that is not stored.
+        carry.take(data)
+        carry.target.sync()
     FileSessionStorage().write_atomic(target, [data])
+    if carry is not None:
+        carry.report()
     err_console.print(Text(f"Wrote {target} ({len(data):,} bytes)"))
 
 
@@ -328,6 +348,7 @@ def _transfer_json(agent: str, report: TransferReport) -> dict[str, Any]:
         "bytes": report.bytes,
         "blobs": report.blobs,
         "skipped": [{"path": path, "reason": why} for path, why in report.skipped],
+        "missingBlobs": [{"path": path, "blob": digest} for path, digest in report.missing_blobs],
     }
 
 
@@ -349,14 +370,29 @@ def _transfer(verb: str, copy: Callable[[TransferReport], object]) -> TransferRe
 
 
 def _report_skipped(verb: str, report: TransferReport, as_json: bool) -> None:
-    """Exit 1 when a path was not copied, naming each on stderr (in the JSON with --json)."""
-    if not report.skipped:
+    """Exit 1 when a path was not copied, or a copied file refers to a blob neither store
+    holds, naming each on stderr (in the JSON with --json)."""
+    skipped, missing = report.skipped, report.missing_blobs
+    if not skipped and not missing:
         return
+    problems = []
+    if skipped:
+        problems.append(f"{len(skipped)} path(s) not {verb}")
+    if missing:
+        problems.append(f"{len(missing)} ref(s) to blobs that neither store holds")
     if as_json:
-        raise CliError(f"{len(report.skipped)} path(s) not {verb} (see skipped)")
-    for path, why in report.skipped:
+        raise CliError(f"{'; '.join(problems)} (see skipped, missingBlobs)")
+    for path, why in skipped:
         err_console.print(Text(f"sessiontree: skipped {path}: {why}"), soft_wrap=True)
-    raise CliError(f"{len(report.skipped)} path(s) not {verb} (listed above)")
+    for path, digest in missing:
+        err_console.print(
+            Text(
+                f"sessiontree: {path} refers to blob {digest}, which neither store holds "
+                "(copied as it is: the image does not resolve)"
+            ),
+            soft_wrap=True,
+        )
+    raise CliError(f"{'; '.join(problems)} (listed above)")
 
 
 def _transfer_text(report: TransferReport) -> str:

@@ -23,7 +23,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..agent_dir import blob_store_for
 from ..blobs import BlobStoreLike
 from ..errors import SessionTreeError
 from ..jsonl import loads_line
@@ -228,8 +227,8 @@ def import_session(
         ]
         parent = max(forked, key=lambda e: e.path).path if forked else session.parent_source_id
     directory = get_default_session_dir(sm.get_cwd(), agent)
-    if blob_store is None:
-        blob_store = blob_store_for(directory, storage, agent)
+    # Images go where every copy's go (`blob_carry`): this agent dir's blob store,
+    # unless the caller chose one.
     copy = sm.persist_copy(
         directory,
         storage,

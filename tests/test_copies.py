@@ -1,0 +1,471 @@
+"""Copies take their images along (issue 21.3): a copy's refs resolve in its own agent dir.
+
+Every operation that writes a copy of a session (fork, fork_from, create_branched_session,
+persist_copy, extract, move_to, an import, `export -f jsonl -o`, import-files and
+export-files) is run from agent dir A into agent dir B, with the source loaded whole and
+index first; then A is deleted entirely, and the copy must verify clean in B and load
+with every image. The images come in each form a session holds them: an image block
+(written as a blob ref, read back as base64), a ref `put_blob` handed out, and a
+snapcompact frame (a ref even in memory). Within one agent dir a copy neither adds nor
+moves a blob, and a blob missing in the source is reported, naming the copy.
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import hashlib
+import json
+import logging
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner, Result
+
+import foreign_support as fs
+from helpers import assistant
+from sessiontree import BlobStore, SessionManager, SessionTreeError
+from sessiontree.check import check_session
+from sessiontree.cli import app
+from sessiontree.foreign import read_codex_session
+from sessiontree.foreign.importer import import_session
+from sessiontree.paths import get_default_session_dir
+
+runner = CliRunner()
+
+PICTURE = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 6
+HANDED = b"\x89PNG\r\n\x1a\n" + bytes(range(255, -1, -1)) * 6
+FRAME = b"\x89PNG\r\n\x1a\n" + b"frame" * 300
+IMAGES = {"picture": PICTURE, "handed": HANDED, "frame": FRAME}
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def add_images(sm: SessionManager) -> None:
+    """Append one image of each form a session holds (see the module doc)."""
+    picture = {"type": "image", "data": b64(PICTURE), "mimeType": "image/png"}
+    content = [{"type": "text", "text": "see"}, picture]
+    sm.append_message({"role": "user", "content": content, "timestamp": 1})
+    sm.append_message(assistant("seen"))
+    handed = {"type": "image", "data": sm.put_blob(HANDED).ref, "mimeType": "image/png"}
+    sm.append_message({"role": "user", "content": [handed], "timestamp": 2})
+    frame = {"data": sm.put_blob(FRAME).ref, "mimeType": "image/png"}  # a ref, even in memory
+    sm.append_custom_entry("snapcompact", {"frames": [frame]})
+    sm.append_message(assistant("done"))
+
+
+def source_in(agent: Path) -> str:
+    """A session with every form of image in agent dir `agent` (its own blobs/)."""
+    (agent / "blobs").mkdir(parents=True, exist_ok=True)
+    sm = SessionManager.create("/proj", str(agent / "sessions" / "--proj--"))
+    add_images(sm)
+    sm.close()
+    path = sm.get_session_file()
+    assert path is not None
+    assert {sha(d) for d in IMAGES.values()} <= set(os.listdir(agent / "blobs"))
+    return path
+
+
+def held_images(entries: list[dict[str, Any]], blobs: Path) -> dict[str, bytes]:
+    """The images a loaded session holds, by name: blocks as base64, frames as refs
+    into `blobs` (an image whose ref does not resolve is left out)."""
+    found: list[bytes] = []
+    for entry in entries:
+        if entry.get("customType") == "snapcompact":
+            ref = entry["data"]["frames"][0]["data"]
+            assert ref.startswith("blob:sha256:"), ref
+            blob = blobs / ref.removeprefix("blob:sha256:")
+            if blob.is_file():
+                found.append(blob.read_bytes())
+            continue
+        content = entry.get("message", {}).get("content")
+        for block in content if isinstance(content, list) else []:
+            if block.get("type") == "image" and not block["data"].startswith("blob:"):
+                found.append(base64.b64decode(block["data"], validate=True))
+    return {name: data for name, data in IMAGES.items() if data in found}
+
+
+def assert_resolves_in(copy: str, agent: Path) -> None:
+    """The copy verifies clean in `agent` and loads, whole and index first, with every image."""
+    assert copy.startswith(str(agent / "sessions")), copy
+    assert check_session(copy, conflicts=False) == []
+    for lazy in (False, True):
+        with SessionManager.open(copy, read_only=True, lazy=lazy) as sm:
+            assert held_images(sm.get_entries(), agent / "blobs") == IMAGES
+
+
+def blob_files(agent: Path) -> dict[str, tuple[int, str]]:
+    """blobs/ of `agent`: name -> (inode, content hash)."""
+    blobs = agent / "blobs"
+    if not blobs.is_dir():
+        return {}
+    return {p.name: (p.stat().st_ino, sha(p.read_bytes())) for p in blobs.iterdir()}
+
+
+# -- the operations, each writing a copy of the session at `src` into the session dir `dest`
+
+
+def _fork(src: str, dest: Path, lazy: bool) -> str:
+    with SessionManager.open(src, session_dir=str(dest), lazy=lazy, breadcrumb=False) as sm:
+        forked = sm.fork()
+    assert forked is not None
+    return forked[1]
+
+
+def _branched(src: str, dest: Path, lazy: bool) -> str:
+    with SessionManager.open(src, session_dir=str(dest), lazy=lazy, breadcrumb=False) as sm:
+        path = sm.create_branched_session(sm.get_leaf_id() or "")
+    assert path is not None
+    return path
+
+
+def _persist_copy(src: str, dest: Path, lazy: bool) -> str:
+    with SessionManager.open(src, read_only=True, lazy=lazy) as sm:
+        copy = sm.persist_copy(str(dest), breadcrumb=False)
+    with copy:
+        return copy.get_session_file() or ""
+
+
+def _extract(src: str, dest: Path, lazy: bool) -> str:
+    with SessionManager.open(src, read_only=True, lazy=lazy) as sm:
+        copy = sm.persist_copy(str(dest), breadcrumb=False, leaf_id=sm.get_leaf_id())
+    with copy:
+        return copy.get_session_file() or ""
+
+
+def _move_to(src: str, dest: Path, lazy: bool) -> str:
+    with SessionManager.open(src, lazy=lazy, breadcrumb=False) as sm:
+        sm.move_to("/dest")  # into the configured agent dir, where `dest` is too
+        return sm.get_session_file() or ""
+
+
+COPIES: dict[str, Callable[[str, Path, bool], str]] = {
+    "fork": _fork,
+    "create_branched_session": _branched,
+    "persist_copy": _persist_copy,
+    "extract (persist_copy of one path)": _extract,
+    "move_to": _move_to,
+}
+
+
+@pytest.fixture
+def lazy_loads(monkeypatch: pytest.MonkeyPatch) -> Callable[[bool], None]:
+    """Make every load whose mode is not given index first (True) or whole (False)."""
+
+    def use(lazy: bool) -> None:
+        monkeypatch.setattr("sessiontree.loader.LAZY_LOAD_BYTES", 0 if lazy else 1 << 40)
+
+    return use
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["whole", "index-first"])
+@pytest.mark.parametrize("operation", sorted(COPIES))
+def test_a_copy_into_another_agent_dir_keeps_its_images_when_the_source_dir_is_gone(
+    tmp_path: Path, agent_dir: Path, operation: str, lazy: bool
+) -> None:
+    a = tmp_path / "a"
+    src = source_in(a)
+    copy = COPIES[operation](src, Path(get_default_session_dir("/dest")), lazy)
+    shutil.rmtree(a)
+    assert_resolves_in(copy, agent_dir)
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["whole", "index-first"])
+def test_fork_from_another_agent_dir_keeps_its_images(
+    tmp_path: Path, agent_dir: Path, lazy: bool, lazy_loads: Callable[[bool], None]
+) -> None:
+    a = tmp_path / "a"
+    src = source_in(a)
+    lazy_loads(lazy)  # fork_from opens its source by size
+    with SessionManager.fork_from(src, "/dest") as forked:
+        copy = forked.get_session_file() or ""
+        shutil.rmtree(a)
+        # The fork reads what it has not read yet from its own file and store.
+        assert held_images(forked.get_entries(), agent_dir / "blobs") == IMAGES
+        forked.append_message(assistant("after the fork"))
+    assert_resolves_in(copy, agent_dir)
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["whole", "index-first"])
+def test_a_copy_lives_on_in_its_own_store_after_the_source_store_goes(
+    tmp_path: Path, agent_dir: Path, lazy: bool
+) -> None:
+    # The manager of a copy reads its unread lines' images from the copy's store.
+    a = tmp_path / "a"
+    src = source_in(a)
+    dest = get_default_session_dir("/dest")
+    with SessionManager.open(src, session_dir=dest, lazy=lazy, breadcrumb=False) as sm:
+        sm.fork()
+        shutil.rmtree(a)
+        assert held_images(sm.get_entries(), agent_dir / "blobs") == IMAGES
+
+
+def test_an_import_into_another_agent_dir_takes_refs_from_the_reading_agent_dir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The foreign session is read while A is the agent dir (a put_blob goes there); the
+    # import goes to B.
+    a, b = tmp_path / "a", tmp_path / "b"
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(a))
+    parent, _ = fs.codex_rollouts(a / "codex")
+    session = read_codex_session(str(parent))
+    add_images(session.manager)
+    done = import_session(session, agent_dir=str(b))
+    shutil.rmtree(a)
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(b))
+    assert done.path.startswith(str(b / "sessions"))
+    assert check_session(done.path, conflicts=False) == []
+    with SessionManager.open(done.path, read_only=True) as sm:
+        found = held_images(sm.get_entries(), b / "blobs")
+    assert found == IMAGES
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["whole", "index-first"])
+@pytest.mark.parametrize("operation", ["fork_from", *sorted(COPIES)])
+def test_a_copy_within_one_agent_dir_neither_adds_nor_moves_a_blob(
+    tmp_path: Path,
+    agent_dir: Path,
+    operation: str,
+    lazy: bool,
+    lazy_loads: Callable[[bool], None],
+) -> None:
+    src = source_in(agent_dir)
+    before = {n: v for n, v in blob_files(agent_dir).items() if len(n) == 64}
+    lazy_loads(lazy)
+    if operation == "fork_from":
+        with SessionManager.fork_from(src, "/dest") as forked:
+            copy = forked.get_session_file() or ""
+    else:
+        copy = COPIES[operation](src, Path(get_default_session_dir("/dest")), lazy)
+    after = blob_files(agent_dir)
+    # The same blobs, never rewritten (the same inodes); a name added is at most an
+    # image viewer's `<hash>.png`, a hard link to a blob held already.
+    assert {n: v for n, v in after.items() if len(n) == 64} == before
+    assert all(after[n][0] == before[n[:64]][0] for n in set(after) - set(before))
+    assert [p for p in tmp_path.rglob("blobs") if p != agent_dir / "blobs"] == []
+    assert_resolves_in(copy, agent_dir)
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["whole", "index-first"])
+@pytest.mark.parametrize("missing", sorted(IMAGES))
+def test_a_blob_missing_in_the_source_is_reported_by_the_copy(
+    tmp_path: Path,
+    agent_dir: Path,
+    lazy: bool,
+    missing: str,
+    lazy_loads: Callable[[bool], None],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    a = tmp_path / "a"
+    src = source_in(a)
+    gone = sha(IMAGES[missing])
+    (a / "blobs" / gone).unlink()
+    for sidecar in (a / "blobs").glob(gone + ".*"):
+        sidecar.unlink()
+    lazy_loads(lazy)
+    with caplog.at_level(logging.WARNING, logger="sessiontree"):
+        with SessionManager.fork_from(src, "/dest") as forked:
+            copy = forked.get_session_file() or ""
+    reports = [r.getMessage() for r in caplog.records if r.getMessage().startswith(copy)]
+    assert len(reports) == 1 and gone[:12] in reports[0], caplog.text
+    shutil.rmtree(a)
+    findings = check_session(copy, conflicts=False)
+    assert [(f.kind, gone[:12] in f.message) for f in findings] == [("missing_blob", True)]
+    with SessionManager.open(copy, read_only=True) as sm:
+        found = held_images(sm.get_entries(), agent_dir / "blobs")
+    assert found == {k: v for k, v in IMAGES.items() if k != missing}
+
+
+# -- the command line, with --agent-dir B on a source path in A
+
+
+def cli(*args: str) -> Result:
+    result = runner.invoke(app, list(args))
+    assert "Traceback" not in result.output, result.output
+    return result
+
+
+def cli_ok(*args: str) -> Result:
+    result = cli(*args)
+    assert result.exit_code == 0, (args, result.stdout, result.stderr, result.exception)
+    return result
+
+
+def _cli_fork(b: Path, src: str, out: Path) -> str:
+    return cli_ok("--agent-dir", str(b), "fork", src).stdout.strip()
+
+
+def _cli_extract(b: Path, src: str, out: Path) -> str:
+    with SessionManager.open(src, read_only=True) as sm:
+        leaf = sm.get_leaf_id() or ""
+    return cli_ok("--agent-dir", str(b), "extract", src, "--leaf", leaf).stdout.strip()
+
+
+def _cli_export(b: Path, src: str, out: Path) -> str:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cli_ok("--agent-dir", str(b), "export", src, "-f", "jsonl", "-o", str(out))
+    return str(out)
+
+
+CLI_COPIES: dict[str, Callable[[Path, str, Path], str]] = {
+    "fork": _cli_fork,
+    "extract": _cli_extract,
+    "export -f jsonl -o": _cli_export,
+}
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["whole", "index-first"])
+@pytest.mark.parametrize("command", sorted(CLI_COPIES))
+def test_the_cli_copies_into_the_agent_dir_given_with_the_images(
+    tmp_path: Path, command: str, lazy: bool, lazy_loads: Callable[[bool], None]
+) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    src = source_in(a)
+    lazy_loads(lazy)
+    out = b / "sessions" / "--exports--" / "export.jsonl"
+    copy = CLI_COPIES[command](b, src, out)
+    shutil.rmtree(a)
+    cli_ok("--agent-dir", str(b), "verify", copy)
+    with SessionManager.open(copy, read_only=True) as sm:
+        assert held_images(sm.get_entries(), b / "blobs") == IMAGES
+
+
+def test_an_export_outside_any_agent_dir_keeps_its_images_in_the_agent_dir_given(
+    tmp_path: Path,
+) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    src = source_in(a)
+    b.mkdir()
+    out = tmp_path / "elsewhere" / "export.jsonl"
+    out.parent.mkdir()
+    cli_ok("--agent-dir", str(b), "export", src, "-f", "jsonl", "-o", str(out))
+    shutil.rmtree(a)
+    cli_ok("--agent-dir", str(b), "verify", str(out))
+    assert sha(FRAME) in os.listdir(b / "blobs")
+
+
+def test_the_cli_import_into_the_agent_dir_given_keeps_its_images(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    parent, _ = fs.codex_rollouts(a / "codex")
+    result = cli_ok("--agent-dir", str(b), "import", str(parent), "--from", "codex", "--json")
+    path = json.loads(result.stdout)["path"]
+    shutil.rmtree(a)
+    cli_ok("--agent-dir", str(b), "verify", path)
+    with SessionManager.open(path, read_only=True) as sm:
+        blocks = [
+            block
+            for entry in sm.get_entries()
+            for block in (entry.get("message", {}).get("content") or [])
+            if isinstance(block, dict) and block.get("type") == "image"
+        ]
+    assert [block["data"] for block in blocks] == [fs.PNG]
+
+
+def test_the_cli_reports_a_blob_the_source_lacks(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    src = source_in(a)
+    gone = sha(FRAME)
+    (a / "blobs" / gone).unlink()
+    result = cli_ok("--agent-dir", str(b), "fork", src)
+    copy = result.stdout.strip()
+    assert "warning" in result.stderr and copy in result.stderr and gone[:12] in result.stderr
+
+
+def test_the_store_transfers_list_the_blobs_that_neither_store_holds(tmp_path: Path) -> None:
+    from pg_support import fresh_schema
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    kept = source_in(a)
+    with SessionManager.create("/proj", str(a / "sessions" / "--proj--")) as sm:
+        image = {"type": "image", "data": b64(b"lost" * 400), "mimeType": "image/png"}
+        sm.append_message({"role": "user", "content": [image], "timestamp": 3})
+        sm.append_message(assistant("seen"))
+        lost = sm.get_session_file() or ""
+    gone = sha(b"lost" * 400)
+    (a / "blobs" / gone).unlink()
+    with fresh_schema() as (server, schema):
+        url = f"{server}{'&' if '?' in server else '?'}schema={schema}"
+        db = ("--agent-dir", str(a), "--store", url)
+        result = cli(*db, "import-files", "--json")
+        assert result.exit_code == 1 and "missingBlobs" in result.stderr, result.stderr
+        assert json.loads(result.stdout)["missingBlobs"] == [{"path": lost, "blob": gone}]
+        shutil.rmtree(a)
+        checked = json.loads(cli(*db, "verify", "--all", "--json").stdout)
+        assert {f["path"]: [g["kind"] for g in f["findings"]] for f in checked["files"]} == {
+            kept: [],
+            lost: ["missing_blob"],
+        }
+        result = cli(*db, "export-files", str(b), "--json")
+        assert result.exit_code == 1
+        moved = lost.replace(str(a), str(b))
+        assert json.loads(result.stdout)["missingBlobs"] == [{"path": moved, "blob": gone}]
+        text = cli(*db, "export-files", str(b)).stderr
+        assert f"{moved} refers to blob {gone}" in " ".join(text.split())
+    copy = kept.replace(str(a), str(b))
+    cli_ok("--agent-dir", str(b), "verify", copy)
+    with SessionManager.open(copy, read_only=True) as sm:
+        assert held_images(sm.get_entries(), b / "blobs") == IMAGES
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["whole", "index-first"])
+def test_a_copy_whose_images_cannot_be_stored_leaves_nothing_behind(
+    tmp_path: Path,
+    agent_dir: Path,
+    lazy: bool,
+    lazy_loads: Callable[[bool], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    a = tmp_path / "a"
+    src = source_in(a)
+    before = {p: p.read_bytes() for p in a.rglob("*") if p.is_file()}
+    real_put = BlobStore.put
+
+    def full(self: BlobStore, data: bytes, mime_type: str | None = None) -> Any:
+        if self.dir.startswith(str(agent_dir)):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_put(self, data, mime_type)
+
+    monkeypatch.setattr(BlobStore, "put", full)
+    lazy_loads(lazy)
+    with pytest.raises(SessionTreeError) as info:
+        SessionManager.fork_from(src, "/dest")
+    assert "No space left" in str(info.value)
+    assert not [p for p in (agent_dir / "sessions").rglob("*") if p.is_file()]
+    assert {p: p.read_bytes() for p in a.rglob("*") if p.is_file()} == before
+
+
+def test_an_export_refused_over_a_session_stores_no_image(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    src = source_in(a)
+    there = source_in(b)
+    blobs = sorted(os.listdir(b / "blobs"))
+    result = cli("--agent-dir", str(b), "export", src, "-f", "jsonl", "-o", there)
+    assert result.exit_code == 1 and "is a session file" in result.stderr
+    (b / "blobs" / sha(FRAME)).unlink()
+    result = cli("--agent-dir", str(b), "export", src, "-f", "jsonl", "-o", there)
+    assert result.exit_code == 1
+    assert sorted(os.listdir(b / "blobs")) == [n for n in blobs if n != sha(FRAME)]
+
+
+def test_a_repaired_copy_in_another_agent_dir_keeps_its_images(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    src = source_in(a)
+    with open(src, "ab") as f:
+        f.write(b'{"type":"message","id":"torn"')  # a torn last line: something to repair
+    out = b / "sessions" / "--repaired--" / "repaired.jsonl"
+    out.parent.mkdir(parents=True)
+    cli_ok("--agent-dir", str(b), "repair", src, "-o", str(out))
+    shutil.rmtree(a)
+    cli_ok("--agent-dir", str(b), "verify", str(out))
+    with SessionManager.open(str(out), read_only=True) as sm:
+        assert held_images(sm.get_entries(), b / "blobs") == IMAGES
