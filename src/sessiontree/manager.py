@@ -38,11 +38,21 @@ from .agent_dir import (
     register_session_dir,
     write_breadcrumb,
 )
-from .blobs import BlobPutResult, BlobStore, BlobStoreLike, same_blob_store
+from .blobs import (
+    BLOB_REF_PREFIX,
+    BlobPins,
+    BlobPutResult,
+    BlobStore,
+    BlobStoreLike,
+    find_blob_refs,
+    same_blob_store,
+)
 from .context import SessionContext
 from .entries import Entry, generate_session_id, iso_now
 from .errors import (
+    EntryNotSerializableError,
     InvalidSessionFileError,
+    MissingBlobError,
     SessionClosedError,
     SessionLockError,
     SessionPersistenceError,
@@ -66,6 +76,7 @@ __all__ = ["SessionManager", "UsageStatistics"]
 log = logging.getLogger("sessiontree")
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_REF_MARK = BLOB_REF_PREFIX.encode("ascii")
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +141,9 @@ class SessionManager(ClosesOnExit):
         # None: in memory. A persistent session always has one, even before it is written.
         self._file: SessionFile | None = None
         self._closed = False
+        # Blobs this manager holds refs to that no file of its names yet (see `_pin`).
+        self._pins = BlobPins()
+        self._pins_finalizer: object | None = None
         if session_file is not None:
             self._open_file(session_file, read_only, lazy)
         elif persist:
@@ -258,7 +272,8 @@ class SessionManager(ClosesOnExit):
         """A session that is never persisted (MemorySessionStorage).
 
         Blobs it is given (`put_blob`) go to the agent dir's store, as oh-my-pi's do,
-        so their refs resolve once the session is persisted (`persist_copy`).
+        so their refs resolve once the session is persisted (`persist_copy`); `gc`
+        keeps them while the manager lives (they are pinned, see `sessiontree.pins`).
         """
         # Chosen before the default storage is made: the agent dir's blobs, not
         # MemorySessionStorage's own, so that refs outlive this session.
@@ -424,16 +439,21 @@ class SessionManager(ClosesOnExit):
             if os.path.realpath(self._blobs.dir) == os.path.realpath(os.path.join(agent, "blobs")):
                 register_session_dir(file.path, agent)
 
-    def _write_new_file(self, header: Entry, index: EntryIndex) -> str:
+    def _write_new_file(
+        self, header: Entry, index: EntryIndex, pinned_by: SessionManager | None = None
+    ) -> str:
         """Write `header` + the entries of `index` as a new session file at once and
-        switch to it (and to `index`).
+        switch to it (and to `index`). `pinned_by`: the manager the entries come from
+        (whose pinned blobs they may name), default this one.
 
         On failure the manager stays on its current session, unchanged.
         """
+        path = session_path(self._session_dir, header)
+        (pinned_by or self)._check_pinned(self._held_entries(index), path)
         current = self._file
         if current is not None and current.on_disk:
             current.flush()  # a conflict in the current file surfaces before the switch
-        file = self._new_file(session_path(self._session_dir, header))
+        file = self._new_file(path)
         try:
             file.create(index.file_chunks(SessionHead(header).lines(), self._blobs), rescue=False)
         except BaseException:
@@ -476,6 +496,12 @@ class SessionManager(ClosesOnExit):
         self._check_open()
         self._open_file(path, self._file is None or self._file.read_only)
 
+    def _check_rewrite(self) -> None:
+        """`_check_pinned` before a rewrite of the file (if it exists yet)."""
+        file = self._file
+        if file is not None and file.on_disk:
+            self._check_pinned(self._held_entries(), file.path)
+
     def _rewrite(self) -> None:
         """Atomically rewrite the whole file, if it exists yet."""
         file = self._file
@@ -487,6 +513,7 @@ class SessionManager(ClosesOnExit):
         self._check_writable()
         file = self._file
         if file is not None and not file.on_disk:
+            self._check_pinned(self._held_entries(), file.path)
             file.create(self._content(False))
             self._after_first_write()
 
@@ -510,12 +537,16 @@ class SessionManager(ClosesOnExit):
             return
         self._closed = True
         _open_managers.discard(self)
-        if self._file is not None:
-            self._file.close()
+        try:
+            if self._file is not None:
+                self._file.close()
+        finally:
+            self._pins.release()
 
     def rewrite_entries(self) -> None:
         """Atomically rewrite the file after in-place edits of entries."""
         self._check_writable()
+        self._check_rewrite()
         self._index.changed_in_place()
         self._rewrite()
 
@@ -527,9 +558,59 @@ class SessionManager(ClosesOnExit):
         return self._file is not None and self._file.read_only
 
     def put_blob(self, data: bytes) -> BlobPutResult:
-        """Store bytes in the blob store (content addressed)."""
+        """Store bytes in the blob store (content addressed).
+
+        The blob is pinned until the manager closes: `gc` keeps it whatever its age,
+        as the ref may go into an entry (or a copy of this session) at any time.
+        """
         self._check_writable()
-        return self._blobs.put(data)
+        result = self._blobs.put(data)
+        self._pin((result.hash,))
+        return result
+
+    def _pin(self, hashes: Iterable[str]) -> None:
+        """Keep these blobs from `gc` while this manager lives (`sessiontree.pins`).
+
+        Pins go with `close` (or when the manager is collected, or its process ends):
+        a pin costs one short write per hash new to the process, so pins are not let
+        go one by one as files come to name the blobs.
+        """
+        for digest in hashes:
+            self._pins.add(self._blobs, digest)
+        if self._pins_finalizer is None and self._pins:
+            # A manager nobody closes (in memory, say) lets its pins go when collected.
+            self._pins_finalizer = weakref.finalize(self, self._pins.release)
+
+    def _check_refs(self, refs: Iterable[str], path: str) -> None:
+        """MissingBlobError when a ref about to be written names a blob this manager
+        pinned that is gone (only pinned ones are looked at: one stat each)."""
+        pinned = self._pins.hashes()
+        for digest in sorted(set(refs) & pinned):
+            if not self._blobs.has(digest):
+                raise MissingBlobError(digest, path, getattr(self._blobs, "dir", None))
+
+    def _check_pinned(self, entries: Iterable[Entry | None], path: str) -> None:
+        """Before a whole session is written: refuse when an entry held in memory names
+        a blob this manager pinned that is gone (the manager keeps no copy of what it
+        put, so it cannot put it back; the caller can, with `put_blob`)."""
+        if not self._pins:
+            return
+        missing = self._pins.missing()
+        if not missing:
+            return
+        for entry in entries:
+            if entry is None:
+                continue  # unread: its line is in the file already
+            try:
+                refs = find_blob_refs(validate_entry(entry))
+            except EntryNotSerializableError:
+                continue
+            for digest in missing:
+                if digest in refs:
+                    raise MissingBlobError(digest, path, getattr(self._blobs, "dir", None))
+
+    def _held_entries(self, index: EntryIndex | None = None) -> builtins.list[Entry | None]:
+        return [entry for _, entry in (index or self._index).read_so_far()]
 
     # ------------------------------------------------------------------ appending
 
@@ -553,13 +634,19 @@ class SessionManager(ClosesOnExit):
                     path,
                 ) from exc
             if file.on_disk:
+                if self._pins and _REF_MARK in line:
+                    self._check_refs(find_blob_refs(line), file.path)
                 file.append(line)
             else:
                 # The first assistant message: the whole session, this entry included.
+                self._check_pinned([*self._held_entries(), entry], file.path)
                 file.create(itertools.chain(self._content(False), (line,)))
                 self._after_first_write()
         else:
-            validate_entry(entry)
+            data = validate_entry(entry)
+            if _REF_MARK in data:
+                # Held until it is written: the blobs its refs name are kept from gc.
+                self._pin(find_blob_refs(data))
         self._index.add(entry)
         return str(entry["id"])
 
@@ -790,6 +877,7 @@ class SessionManager(ClosesOnExit):
             return False
         if self.get_session_name() == cleaned and current_source == source:
             return False
+        self._check_rewrite()
         self._head = self._head.renamed(cleaned, source)
         self._rewrite()
         return True
@@ -874,7 +962,7 @@ class SessionManager(ClosesOnExit):
                 allow_deep_nesting(partial(resolve_blob_refs, entry, self._blobs))
                 for entry in entries
             ]
-        copy_._write_new_file(header, EntryIndex(entries))
+        copy_._write_new_file(header, EntryIndex(entries), pinned_by=self)
         return copy_
 
     def move_to(self, new_cwd: str) -> None:
@@ -895,6 +983,7 @@ class SessionManager(ClosesOnExit):
             return
         old_path = file.path
         new_path = os.path.join(new_dir, os.path.basename(old_path))
+        self._check_rewrite()
         if self._same_place(old_path, new_path):
             if head.header != self._head.header:
                 self._head, self._cwd = head, new_cwd

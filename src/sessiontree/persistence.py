@@ -585,16 +585,17 @@ def _not_serializable(entry: JSONDict, exc: BaseException) -> EntryNotSerializab
     return EntryNotSerializableError(*found)
 
 
-def validate_entry(entry: JSONDict) -> None:
+def validate_entry(entry: JSONDict) -> bytes:
     """Raise EntryNotSerializableError (naming the key path) unless `entry` can be
-    written as JSON; what an entry not yet written must pass before it is added."""
+    written as JSON; what an entry not yet written must pass before it is added.
+    Returns the entry as JSON (not necessarily in JavaScript's form: to look into)."""
     try:
-        orjson.dumps(entry, option=_DUMPS_OPTIONS)
+        return orjson.dumps(entry, option=_DUMPS_OPTIONS)
     except (TypeError, orjson.JSONEncodeError):
         # orjson refuses some things JSON.stringify writes (lone surrogates, huge
         # ints, deep nesting, undefined): the exact encoder decides.
         try:
-            serialize_entry_bytes(entry)
+            return serialize_entry_bytes(entry)
         except (TypeError, ValueError) as exc:
             raise _not_serializable(entry, exc) from exc
 
