@@ -15,7 +15,8 @@ model); `get_tree`, `entries` and usage sums read everything. What was read stay
 read, so the dict a caller holds is the one `rewrite_entries` writes. A rewrite
 copies the bytes of every line read from the file and not edited since (the
 contract: in-place edits are followed by `rewrite_entries`, which marks them)
-instead of serializing it again.
+instead of serializing it again; an entry read whose line held no blob ref is written
+back, when it must be serialized, as it was read (`AS_READ`).
 
 A line that looked like an entry at index time but does not parse when read is
 dropped then (logged), as the full loader drops it; one whose id or parent turn
@@ -63,6 +64,11 @@ _BATCH_BYTES: Final = 1 << 20
 CHANGED: Final = 4
 """Flag: an entry read from the file that was edited in place since (`rewrite_entries`)
 or found other than its prefix said: a rewrite serializes it instead of copying its line."""
+AS_READ: Final = 8
+"""Flag: an entry read from a file whose line held no blob ref. Whenever it is written
+anew it is written as it was read, without the persistence transforms (`pi_form`):
+its line comes back byte for byte (pi's inline images stay inline), and after an edit
+in place it keeps that form."""
 _SKIP: Final[dict[str, Any]] = {}
 """Stands for a line found not to be an entry when it was read (dropped)."""
 _NAME_KINDS: Final = ("session_info", "title_change")
@@ -177,14 +183,19 @@ class EntryIndex:
 
     # ------------------------------------------------------------------ loading
 
-    def reset(self, entries: list[Entry]) -> None:
-        """Hold `entries` (taken, not copied); the leaf is the last one."""
+    def reset(self, entries: list[Entry], read: Iterable[int] | None = None) -> None:
+        """Hold `entries` (taken, not copied); the leaf is the last one. `read`: the
+        positions of entries read from a file whose line held no blob ref (`AS_READ`)."""
         self._use_source(None)
         self._entries: list[Entry | None] = cast("list[Entry | None]", entries)
         self._ids = [e.get("id") for e in entries]
         self._parents = [e.get("parentId") for e in entries]
         self._kinds = [e.get("type") for e in entries]
         self._flags = bytearray(_flags_of(e) for e in entries)
+        if read is not None:
+            flags = self._flags
+            for p in read:
+                flags[p] |= AS_READ
         self._lazy = self._dropped = self._dropped_here = 0
         self._derive()
         self._leaf_at_end()
@@ -196,6 +207,10 @@ class EntryIndex:
         self._entries = lines.entries
         self._ids, self._parents, self._kinds = lines.ids, lines.parents, lines.kinds
         self._flags = lines.flags
+        refs = set(lines.blob_refs)
+        for p, entry in enumerate(lines.entries):
+            if entry is not None and p not in refs:
+                self._flags[p] |= AS_READ
         self._lazy = lines.entries.count(None)
         self._dropped = self._dropped_here = 0
         self._derive()
@@ -243,7 +258,8 @@ class EntryIndex:
                 self._ids[p] = entry.get("id")
                 self._parents[p] = entry.get("parentId")
                 self._kinds[p] = entry.get("type")
-                self._flags[p] = (self._flags[p] & PREFIX_FORM) | _flags_of(entry) | CHANGED
+                kept = self._flags[p] & (PREFIX_FORM | AS_READ)
+                self._flags[p] = kept | _flags_of(entry) | CHANGED
         self._derive()
         self.leaf = leaf
 
@@ -330,10 +346,13 @@ class EntryIndex:
                     changed = True
                     continue
                 # Walking the strings for a ref costs less than scanning the bytes for one.
+                parsed = value
                 try:
                     value = resolve_blob_refs(value, source.blobs)
                 except RecursionError:
                     value = allow_deep_nesting(partial(resolve_blob_refs, value, source.blobs))
+                if value is parsed:
+                    self._flags[p] |= AS_READ  # no ref in its line
                 entries[p] = value
                 self._lazy -= 1
                 if (
@@ -641,9 +660,11 @@ class EntryIndex:
         rescue: bool = False,
         carry_from: BlobStoreLike | None = None,
         file_checked: bool = False,
+        pi_form: bool = False,
     ) -> SessionChunks:
-        """The whole session as file bytes (see `SessionChunks`)."""
-        return SessionChunks(self, head, blobs, rescue, carry_from, file_checked)
+        """The whole session as file bytes (see `SessionChunks`); `pi_form`: entries
+        written anew as pi writes them (pi's store)."""
+        return SessionChunks(self, head, blobs, rescue, carry_from, file_checked, pi_form)
 
     def use_blobs(self, blobs: BlobStoreLike) -> None:
         """Unread lines' images are now in `blobs` (the session moved to its store)."""
@@ -666,7 +687,7 @@ class EntryIndex:
             return
         flags = self._flags
         for p, formed in serialized.items():
-            flags[p] = (flags[p] & ASSISTANT) | (PREFIX_FORM if formed else 0)
+            flags[p] = (flags[p] & (ASSISTANT | AS_READ)) | (PREFIX_FORM if formed else 0)
         self._use_source(LineSource(pinned, offsets, lengths, blobs, source.path if source else ""))
         self._dropped_here = 0
 
@@ -677,7 +698,9 @@ class SessionChunks:
     copied as they are, after checking each still holds its entry, and so are those
     read and not edited since when `file_checked` (the writer compared the whole file
     with what was read just before); added and edited entries are serialized with the
-    persistence transforms. The blobs are synced before the last chunk.
+    persistence transforms (as pi writes them in pi's store, `pi_form`, and when read
+    from a line without a blob ref, `AS_READ`). The blobs are synced before the last
+    chunk.
 
     A writer that wrote these chunks as the index's own file calls `commit(pinned)`:
     the lines are then read from there. `rescue=True` (a copy made because the file
@@ -693,8 +716,10 @@ class SessionChunks:
         rescue: bool,
         carry_from: BlobStoreLike | None = None,
         file_checked: bool = False,
+        pi_form: bool = False,
     ) -> None:
         self._index = index
+        self._pi_form = pi_form
         self._file_checked = file_checked
         self._head = head
         self._blobs = blobs
@@ -813,7 +838,8 @@ class SessionChunks:
         if self._carry_from is not None:
             # Refs handed out by `put_blob` name the old store: write the images.
             entry = allow_deep_nesting(partial(resolve_blob_refs, entry, self._carry_from))
-        line = entry_line(entry, self._blobs)
+        pi_form = self._pi_form or bool(self._index._flags[p] & AS_READ)
+        line = entry_line(entry, self._blobs, pi_form=pi_form)
         self._serialized[p] = match_prefix(line, 0, len(line) - 1) is not None
         return line
 

@@ -37,6 +37,7 @@ from .agent_dir import (
     read_breadcrumb,
     register_session_dir,
     write_breadcrumb,
+    writes_pi_form,
 )
 from .blobs import (
     BLOB_REF_PREFIX,
@@ -136,6 +137,8 @@ class SessionManager(ClosesOnExit):
             if blob_store is not None
             else blob_store_for(session_file or session_dir or None, storage)
         )
+        # Entries are written as pi writes them in pi's store (`writes_pi_form`).
+        self._pi_form = writes_pi_form(session_file or session_dir or None, storage)
         self._index = EntryIndex()
         self._head = SessionHead(new_header(cwd))
         # None: in memory. A persistent session always has one, even before it is written.
@@ -325,9 +328,11 @@ class SessionManager(ClosesOnExit):
             header = {**head.header, "id": generate_session_id()}
             header["parentSession"] = self.get_session_file() or ""
             lines = head.lines(ordered_header(header))
-            return self._index.file_chunks(lines, self._blobs, rescue=True)
+            return self._index.file_chunks(lines, self._blobs, rescue=True, pi_form=self._pi_form)
         # A rewrite compares the whole file first; a recreation reads the deleted inode.
-        return self._index.file_chunks(head.lines(), self._blobs, file_checked=True)
+        return self._index.file_chunks(
+            head.lines(), self._blobs, file_checked=True, pi_form=self._pi_form
+        )
 
     def _use_file(self, file: SessionFile) -> None:
         """Switch to `file`; the previous one is closed (flushed, its lock released).
@@ -364,6 +369,7 @@ class SessionManager(ClosesOnExit):
         if not read_only and isinstance(self._storage, HostFilesystem) and os.path.islink(path):
             # Writes never go through a symlink: work on the file it names.
             path = os.path.realpath(path)
+        self._pi_form = writes_pi_form(path, self._storage)
         file = self._new_file(path, read_only=read_only)
         old = self._file
         same = old is not None and not read_only and old.path == path
@@ -418,7 +424,10 @@ class SessionManager(ClosesOnExit):
             entries[index] = allow_deep_nesting(
                 partial(resolve_blob_refs, entries[index], self._blobs)
             )
-        self._index.reset(entries)
+        refs = set(loaded.blob_ref_entries)
+        # Entries whose line held no ref are written back as they were read (`AS_READ`).
+        read = (p for p in range(len(entries)) if p not in refs)
+        self._index.reset(entries, read if len(entries) == len(loaded.entries) else None)
         if read_only:
             return
         if migrated:
@@ -455,7 +464,10 @@ class SessionManager(ClosesOnExit):
             current.flush()  # a conflict in the current file surfaces before the switch
         file = self._new_file(path)
         try:
-            file.create(index.file_chunks(SessionHead(header).lines(), self._blobs), rescue=False)
+            chunks = index.file_chunks(
+                SessionHead(header).lines(), self._blobs, pi_form=self._pi_form
+            )
+            file.create(chunks, rescue=False)
         except BaseException:
             # The name may be taken after all (ids of two processes can collide): the
             # file there is not ours. `create` removed a half-made copy of its own.
@@ -626,7 +638,7 @@ class SessionManager(ClosesOnExit):
             file.on_disk or is_assistant_message(entry) or self._index.has_assistant()
         ):
             try:
-                line = entry_line(entry, self._blobs)
+                line = entry_line(entry, self._blobs, pi_form=self._pi_form)
             except OSError as exc:
                 path = file.path
                 raise SessionPersistenceError(
@@ -992,6 +1004,7 @@ class SessionManager(ClosesOnExit):
         if not file.on_disk:
             # Nothing written yet (and no lock taken): the first write goes there.
             self._use_file(self._new_file(new_path))
+            self._pi_form = writes_pi_form(new_path, self._storage)
             self._head, self._cwd, self._session_dir = head, new_cwd, new_dir
             return
         artifacts = None
@@ -1005,14 +1018,16 @@ class SessionManager(ClosesOnExit):
             if not same_blob_store(blobs, moved):
                 blobs, carry = moved, self._blobs
         old_head, self._head = self._head, head
+        pi_form = writes_pi_form(new_path, self._storage)
         try:
             chunks = self._index.file_chunks(
-                head.lines(), blobs, carry_from=carry, file_checked=True
+                head.lines(), blobs, carry_from=carry, file_checked=True, pi_form=pi_form
             )
             file.move(new_path, chunks, artifacts)
         except BaseException:
             self._head = old_head
             raise
+        self._pi_form = pi_form
         if carry is not None:
             self._blobs = file.blobs = blobs
             self._index.use_blobs(blobs)
