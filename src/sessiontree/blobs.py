@@ -23,7 +23,7 @@ import stat
 import threading
 import time
 from dataclasses import dataclass
-from typing import Final, Literal, Protocol, runtime_checkable
+from typing import Final, Literal, Protocol, cast, runtime_checkable
 
 from sessiontree import pins
 from sessiontree._fs import atomic_write, ensure_private_dir, fsync_directory, side_path
@@ -208,13 +208,15 @@ class BlobPins:
 
     def add(self, store: BlobStoreLike, hash: str) -> None:
         """Pin `hash` in `store` (nothing when the store cannot pin)."""
-        if not isinstance(store, PinningBlobStore):
-            return
         held = self._mine()
         key = (id(store), hash)
-        if key not in held:
-            store.pin(hash)
-            held[key] = (store, hash)
+        if key in held:
+            return
+        # Not isinstance(store, PinningBlobStore): a runtime protocol check costs more
+        # than the pin itself, on every put_blob.
+        if callable(getattr(store, "pin", None)) and callable(getattr(store, "unpin", None)):
+            cast("PinningBlobStore", store).pin(hash)
+            held[key] = (cast("PinningBlobStore", store), hash)
 
     def __bool__(self) -> bool:
         return bool(self._held) and bool(self._mine())  # no getpid when nothing is held
@@ -310,6 +312,7 @@ class BlobStore:
 
     def __init__(self, dir: str) -> None:
         self.dir = os.fspath(dir)
+        self._abs_dir = os.path.abspath(self.dir)  # the key of its pins in this process
         self._dir_ready = False
         self._lock = threading.Lock()
         # Blobs put since the last sync(), in order; a dict doubles as an ordered set.
@@ -444,11 +447,11 @@ class BlobStore:
 
     def pin(self, hash: str) -> None:
         """Keep the blob from `gc` while this process lives (`sessiontree.pins`)."""
-        pins.pin(self.dir, check_hash(hash))
+        pins.pin(self._abs_dir, check_hash(hash))
 
     def unpin(self, hash: str) -> None:
         """Let go of one `pin` of the blob."""
-        pins.unpin(self.dir, check_hash(hash))
+        pins.unpin(self._abs_dir, check_hash(hash))
 
     def sync(self) -> None:
         """fsync the blobs written since the last sync, then the blob directory.

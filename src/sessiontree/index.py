@@ -47,7 +47,7 @@ from .context import (
 from .entries import SETTING_KINDS, Entry, generate_entry_id
 from .errors import EntryNotFoundError, SessionWriteConflictError
 from .jsonl import allow_deep_nesting
-from .line_index import ASSISTANT, PREFIX_FORM, IndexedLines, match_prefix, parse_line
+from .line_index import AS_READ, ASSISTANT, PREFIX_FORM, IndexedLines, match_prefix, parse_line
 from .naming import entry_name
 from .persistence import entry_line, resolve_blob_refs
 from .storage.base import PinnedFile
@@ -64,11 +64,10 @@ _BATCH_BYTES: Final = 1 << 20
 CHANGED: Final = 4
 """Flag: an entry read from the file that was edited in place since (`rewrite_entries`)
 or found other than its prefix said: a rewrite serializes it instead of copying its line."""
-AS_READ: Final = 8
-"""Flag: an entry read from a file whose line held no blob ref. Whenever it is written
-anew it is written as it was read, without the persistence transforms (`pi_form`):
-its line comes back byte for byte (pi's inline images stay inline), and after an edit
-in place it keeps that form."""
+# AS_READ (line_index): an entry read from a file whose line held no blob ref. Whenever
+# it is written anew it is written as it was read, without the persistence transforms
+# (`pi_form`): its line comes back byte for byte (pi's inline images stay inline), and
+# after an edit in place it keeps that form.
 _SKIP: Final[dict[str, Any]] = {}
 """Stands for a line found not to be an entry when it was read (dropped)."""
 _NAME_KINDS: Final = ("session_info", "title_change")
@@ -183,19 +182,21 @@ class EntryIndex:
 
     # ------------------------------------------------------------------ loading
 
-    def reset(self, entries: list[Entry], read: Iterable[int] | None = None) -> None:
-        """Hold `entries` (taken, not copied); the leaf is the last one. `read`: the
-        positions of entries read from a file whose line held no blob ref (`AS_READ`)."""
+    def reset(self, entries: list[Entry], with_refs: Iterable[int] | None = None) -> None:
+        """Hold `entries` (taken, not copied); the leaf is the last one. `with_refs`:
+        given when the entries were read from a file, the positions of those whose line
+        held a blob ref (the others are `AS_READ`)."""
         self._use_source(None)
         self._entries: list[Entry | None] = cast("list[Entry | None]", entries)
         self._ids = [e.get("id") for e in entries]
         self._parents = [e.get("parentId") for e in entries]
         self._kinds = [e.get("type") for e in entries]
-        self._flags = bytearray(_flags_of(e) for e in entries)
-        if read is not None:
-            flags = self._flags
-            for p in read:
-                flags[p] |= AS_READ
+        if with_refs is None:
+            self._flags = bytearray(_flags_of(e) for e in entries)
+        else:
+            flags = self._flags = bytearray(_flags_of(e) | AS_READ for e in entries)
+            for p in with_refs:
+                flags[p] &= ~AS_READ
         self._lazy = self._dropped = self._dropped_here = 0
         self._derive()
         self._leaf_at_end()
@@ -207,10 +208,6 @@ class EntryIndex:
         self._entries = lines.entries
         self._ids, self._parents, self._kinds = lines.ids, lines.parents, lines.kinds
         self._flags = lines.flags
-        refs = set(lines.blob_refs)
-        for p, entry in enumerate(lines.entries):
-            if entry is not None and p not in refs:
-                self._flags[p] |= AS_READ
         self._lazy = lines.entries.count(None)
         self._dropped = self._dropped_here = 0
         self._derive()

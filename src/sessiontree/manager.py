@@ -424,10 +424,9 @@ class SessionManager(ClosesOnExit):
             entries[index] = allow_deep_nesting(
                 partial(resolve_blob_refs, entries[index], self._blobs)
             )
-        refs = set(loaded.blob_ref_entries)
         # Entries whose line held no ref are written back as they were read (`AS_READ`).
-        read = (p for p in range(len(entries)) if p not in refs)
-        self._index.reset(entries, read if len(entries) == len(loaded.entries) else None)
+        same = len(entries) == len(loaded.entries)
+        self._index.reset(entries, loaded.blob_ref_entries if same else None)
         if read_only:
             return
         if migrated:
@@ -646,7 +645,8 @@ class SessionManager(ClosesOnExit):
                     path,
                 ) from exc
             if file.on_disk:
-                if self._pins and _REF_MARK in line:
+                # (A finalizer exists once anything was pinned: one attribute to look at.)
+                if self._pins_finalizer is not None and _REF_MARK in line:
                     self._check_refs(find_blob_refs(line), file.path)
                 file.append(line)
             else:

@@ -177,9 +177,9 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def pin(blob_dir: str, digest: str) -> None:
-    """Hold `digest` (a checked hash) in this process's pin file of `blob_dir` until as
-    many `unpin` calls; best effort (a failure is logged)."""
-    key = os.path.abspath(blob_dir)
+    """Hold `digest` (a checked hash) in this process's pin file of `blob_dir` (an
+    absolute path) until as many `unpin` calls; best effort (a failure is logged)."""
+    key = blob_dir if os.path.isabs(blob_dir) else os.path.abspath(blob_dir)
     with _lock:
         pins = _files.get(key)
         if pins is None:
@@ -189,7 +189,7 @@ def pin(blob_dir: str, digest: str) -> None:
 
 def unpin(blob_dir: str, digest: str) -> None:
     """Let go of one hold of `digest`; the hash leaves the pin file with its last one."""
-    key = os.path.abspath(blob_dir)
+    key = blob_dir if os.path.isabs(blob_dir) else os.path.abspath(blob_dir)
     with _lock:
         pins = _files.get(key)
         if pins is None:
