@@ -148,7 +148,11 @@ CHILD = textwrap.dedent(
     if sys.argv[1] == "fork":
         pid = os.fork()
         if pid == 0:
-            sys.exit(0)  # a normal exit: atexit handlers and finalizers run in the child
+            # The child pins in a pin file of its own, then exits normally: atexit
+            # handlers and finalizers run, the inherited manager's among them.
+            own = SessionManager.in_memory("/proj")
+            print(own.put_blob(os.urandom(64) * 40).hash, flush=True)
+            sys.exit(0)
         os.waitpid(pid, 0)
     print("ready", flush=True)
     time.sleep(600)
@@ -156,25 +160,29 @@ CHILD = textwrap.dedent(
 )
 
 
-def start_child(how: str) -> tuple[subprocess.Popen[str], str]:
+def start_child(how: str) -> tuple[subprocess.Popen[str], str, str | None]:
+    """The process pinning a blob; its hash and (with a fork) the hash its child pinned."""
     child = subprocess.Popen([sys.executable, "-c", CHILD, how], stdout=subprocess.PIPE, text=True)
     assert child.stdout is not None
     digest = child.stdout.readline().strip()
+    forked = child.stdout.readline().strip() if how == "fork" else None
     assert child.stdout.readline().strip() == "ready"
-    return child, digest
+    return child, digest, forked
 
 
 @pytest.mark.parametrize("how", ["plain", "fork"])
 def test_a_pin_left_by_a_killed_process_keeps_nothing(agent_dir: Path, how: str) -> None:
-    """While the process that pinned a blob lives, gc keeps the blob (a child it forked
-    and that exited normally took nothing with it); once it is killed, its pin is stale:
-    gc deletes the blob and removes the pin file."""
+    """While the process that pinned a blob lives, gc keeps the blob (a child it forked,
+    that pinned its own and exited normally, took the parent's pin with it neither
+    through its atexit handlers nor its finalizers); once it is killed, its pin is
+    stale: gc deletes the blob and removes the pin file."""
     other_session()
-    child, digest = start_child(how)
+    child, digest, forked = start_child(how)
     try:
         report = later_gc(agent_dir)
-        assert report["deleted"] == []
+        assert report["deleted"] == ([forked] if forked else [])
         assert (agent_dir / "blobs" / digest).is_file()
+        assert read_pins(str(agent_dir / "blobs")).hashes == {digest}
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait()
@@ -282,3 +290,54 @@ def test_gc_in_process_with_a_later_clock_keeps_pinned_blobs(
     assert report.deleted == [] and report.pinned == 1
     assert (agent_dir / "blobs" / held).is_file()
     sm.close()
+
+
+def test_a_hash_stays_pinned_while_any_manager_holds_it(agent_dir: Path) -> None:
+    blobs = str(agent_dir / "blobs")
+    first, second = SessionManager.in_memory("/a"), SessionManager.in_memory("/b")
+    digest = first.put_blob(png(b"m")).hash
+    assert second.put_blob(png(b"m")).hash == digest
+    first.close()
+    assert read_pins(blobs).hashes == {digest}
+    second.close()
+    assert read_pins(blobs).hashes == set()
+
+
+def test_a_pin_file_is_made_anew_when_most_of_it_was_let_go(agent_dir: Path) -> None:
+    blobs = agent_dir / "blobs"
+    managers = [SessionManager.in_memory("/a") for _ in range(200)]
+    held = [sm.put_blob(png(b"n%d" % i)).hash for i, sm in enumerate(managers)]
+    (pin,) = list((blobs / LIVE_DIR).iterdir())
+    assert len(pin.read_bytes().splitlines()) == 200
+    for sm in managers[:150]:
+        sm.close()
+    (pin,) = list((blobs / LIVE_DIR).iterdir())
+    assert len(pin.read_bytes().splitlines()) < 200  # made anew without most let-go ones
+    assert read_pins(str(blobs)).hashes >= set(held[150:])
+    for sm in managers[150:]:
+        sm.close()
+    assert list((blobs / LIVE_DIR).iterdir()) == []
+
+
+def test_a_dry_run_keeps_stale_pins_and_an_unreadable_pin_stops_deletion(
+    agent_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other_session()
+    blobs = agent_dir / "blobs"
+    orphan = BlobStore(str(blobs)).put(png(b"o")).hash
+    live = blobs / LIVE_DIR
+    live.mkdir()
+    stale = live / "12345-0123456789abcdef.pin"
+    stale.write_text(orphan + "\n")
+    monkeypatch.setattr(gc_module, "time", types.SimpleNamespace(time=lambda: time.time() + 3600))
+    report = collect_garbage(str(agent_dir))
+    assert report.stale_pins == [str(stale)] and stale.exists()
+    assert [b.hash for b in report.unreferenced] == [orphan]  # a stale pin keeps nothing
+    planted = live / "12346-0123456789abcdef.pin"
+    planted.symlink_to(stale)
+    report = collect_garbage(str(agent_dir), delete=True)
+    assert report.refused is not None and report.deleted == []
+    assert [p for p, _ in report.unreadable] == [str(planted)]
+    planted.unlink()
+    report = collect_garbage(str(agent_dir), delete=True)
+    assert [b.hash for b in report.deleted] == [orphan] and not stale.exists()
