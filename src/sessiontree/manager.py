@@ -457,7 +457,7 @@ class SessionManager(ClosesOnExit):
         On failure the manager stays on its current session, unchanged.
         """
         path = session_path(self._session_dir, header)
-        (pinned_by or self)._check_pinned(self._held_entries(index), path)
+        (pinned_by or self)._check_pinned(index, path)
         current = self._file
         if current is not None and current.on_disk:
             current.flush()  # a conflict in the current file surfaces before the switch
@@ -511,7 +511,7 @@ class SessionManager(ClosesOnExit):
         """`_check_pinned` before a rewrite of the file (if it exists yet)."""
         file = self._file
         if file is not None and file.on_disk:
-            self._check_pinned(self._held_entries(), file.path)
+            self._check_pinned(self._index, file.path)
 
     def _rewrite(self) -> None:
         """Atomically rewrite the whole file, if it exists yet."""
@@ -524,7 +524,7 @@ class SessionManager(ClosesOnExit):
         self._check_writable()
         file = self._file
         if file is not None and not file.on_disk:
-            self._check_pinned(self._held_entries(), file.path)
+            self._check_pinned(self._index, file.path)
             file.create(self._content(False))
             self._after_first_write()
 
@@ -600,16 +600,17 @@ class SessionManager(ClosesOnExit):
             if not self._blobs.has(digest):
                 raise MissingBlobError(digest, path, getattr(self._blobs, "dir", None))
 
-    def _check_pinned(self, entries: Iterable[Entry | None], path: str) -> None:
-        """Before a whole session is written: refuse when an entry held in memory names
-        a blob this manager pinned that is gone (the manager keeps no copy of what it
-        put, so it cannot put it back; the caller can, with `put_blob`)."""
+    def _check_pinned(self, index: EntryIndex, path: str, *more: Entry) -> None:
+        """Before a whole session (`index`'s entries and `more`) is written: refuse when
+        an entry held in memory names a blob this manager pinned that is gone (the
+        manager keeps no copy of what it put, so it cannot put it back; the caller can,
+        with `put_blob`). Unread entries are in the file already."""
         if not self._pins:
             return
         missing = self._pins.missing()
         if not missing:
             return
-        for entry in entries:
+        for entry in itertools.chain((e for _, e in index.read_so_far()), more):
             if entry is None:
                 continue  # unread: its line is in the file already
             try:
@@ -619,9 +620,6 @@ class SessionManager(ClosesOnExit):
             for digest in missing:
                 if digest in refs:
                     raise MissingBlobError(digest, path, getattr(self._blobs, "dir", None))
-
-    def _held_entries(self, index: EntryIndex | None = None) -> builtins.list[Entry | None]:
-        return [entry for _, entry in (index or self._index).read_so_far()]
 
     # ------------------------------------------------------------------ appending
 
@@ -651,7 +649,7 @@ class SessionManager(ClosesOnExit):
                 file.append(line)
             else:
                 # The first assistant message: the whole session, this entry included.
-                self._check_pinned([*self._held_entries(), entry], file.path)
+                self._check_pinned(self._index, file.path, entry)
                 file.create(itertools.chain(self._content(False), (line,)))
                 self._after_first_write()
         else:
