@@ -105,11 +105,14 @@ def assert_resolves_in(copy: str, agent: Path) -> None:
 
 
 def blob_files(agent: Path) -> dict[str, tuple[int, str]]:
-    """blobs/ of `agent`: name -> (inode, content hash)."""
+    """The blobs in blobs/ of `agent` (not the live managers' pins in `.live/`):
+    name -> (inode, content hash)."""
     blobs = agent / "blobs"
     if not blobs.is_dir():
         return {}
-    return {p.name: (p.stat().st_ino, sha(p.read_bytes())) for p in blobs.iterdir()}
+    return {
+        p.name: (p.stat().st_ino, sha(p.read_bytes())) for p in blobs.iterdir() if p.is_file()
+    }
 
 
 # -- the operations, each writing a copy of the session at `src` into the session dir `dest`

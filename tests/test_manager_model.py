@@ -6,9 +6,11 @@ reopen, moves between cwds whose dir names collide, fork, branched and new
 sessions, copies of every kind between two agent dirs), interleaved with another
 program that appends to, replaces, deletes, edits (same length, anywhere) or
 truncates the session file, with forked children that do what they like with the
-manager they inherit, and with I/O faults (ENOSPC, EIO, EACCES, EROFS on write,
-fsync, rename or open) injected into the calls the package makes. After every
-manager operation it checks:
+manager they inherit, with I/O faults (ENOSPC, EIO, EACCES, EROFS on write, fsync,
+rename or open) injected into the calls the package makes, and with other managers
+that hold images no file names yet while `gc --delete` runs an hour later (issue
+21.2; see that family's block for its own checks). After every manager operation it
+checks:
 
 - every session file the manager wrote loads;
 - the manager's entries equal what a fresh read-only open sees (both through the
@@ -43,6 +45,7 @@ import os
 import re
 import shutil
 import tempfile
+import types
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -59,6 +62,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+import sessiontree.gc as gc_module
 from helpers import last_entry_id
 from sessiontree import (
     EntryNotFoundError,
@@ -73,14 +77,16 @@ from sessiontree import (
 )
 from sessiontree import manager as manager_module
 from sessiontree._fs import side_stem
-from sessiontree.blobs import MemoryBlobStore
+from sessiontree.blobs import BlobStore, MemoryBlobStore, find_blob_refs
 from sessiontree.check import check_session
 from sessiontree.errors import SessionClosedError
+from sessiontree.gc import collect_garbage
 from sessiontree.jsonl import loads_line, serialize_entry_bytes
 from sessiontree.loader import read_session
 from sessiontree.locks import FileLock, lock_path_for
 from sessiontree.paths import get_default_session_dir
 from sessiontree.persistence import prepare_for_persist
+from sessiontree.pins import LIVE_DIR, read_pins
 from sessiontree.storage.file import FileSessionStorage
 
 EXAMPLES = int(os.environ.get("SESSIONTREE_MODEL_EXAMPLES", "300"))
@@ -233,6 +239,19 @@ def snapshot(root: str) -> Snapshot:
 IMAGE = "iVBORw0KGgo" + "A" * 2000
 
 
+def model_image(seed: int) -> bytes:
+    """Image bytes of one of a few kinds (managers share some: one blob, several pins)."""
+    return b"\x89PNG\r\n\x1a\n" + bytes([seed]) * 1500
+
+
+def image_ref_message(ref: str) -> dict[str, Any]:
+    return {
+        "role": "user",
+        "content": [{"type": "image", "data": ref, "mimeType": "image/png"}],
+        "timestamp": 5,
+    }
+
+
 def message(kind: str, text: str) -> dict[str, Any]:
     if kind == "user":
         return {"role": "user", "content": text, "timestamp": 1}
@@ -331,9 +350,11 @@ class ManagerModel(RuleBasedStateMachine):
         self.tampered: set[str] = set()  # files another program changed since we wrote them
         self.decoys: Snapshot = {}
         self.other = os.path.join(self.root, "other-agent")  # issue 21.3: a second agent dir
+        self.live: list[SessionManager] = []  # other managers holding images (issue 21.2)
 
     def teardown(self) -> None:
         try:
+            self.close_live()
             if self.sm is not None:
                 try:
                     self.sm.close()
@@ -506,6 +527,9 @@ class ManagerModel(RuleBasedStateMachine):
                 )
                 if "copied-source" in removable:
                     removal_ok = removal_ok or path in targets
+                # A manager's pins go with it (its process's pin file when it held the last).
+                pins = os.path.join(self.agent, "blobs", LIVE_DIR)
+                removal_ok = removal_ok or ("agent" in allowed_kinds and path.startswith(pins))
                 if "artifacts" in removable and before_path is not None:
                     removal_ok = removal_ok or path.startswith(before_path[: -len(".jsonl")])
                 assert removal_ok, f"{kind} removed {path}"
@@ -1283,6 +1307,131 @@ class ManagerModel(RuleBasedStateMachine):
                                 data,
                             )
         RAN["copies checked with their source's blobs gone"] += 1
+
+    # --- family: gc and live managers (issue 21.2) ---
+    # Beside the manager under test live others that hold images no file names yet: in
+    # memory (`put_blob`, later `persist_copy`), deferred (`put_blob` before the first
+    # reply) and persisted ones, some images shared between them; a process that died
+    # leaves its pin now and then; the manager under test puts images too. `gc --delete`
+    # runs with its clock an hour ahead, so every blob is past the minimum age. After
+    # each gc and each write of these managers: every ref in every file gc reads and in
+    # every live manager (the one under test included) resolves, every blob a live
+    # manager pinned is there, and no stale pin outlives a gc that deleted.
+
+    def close_live(self) -> None:
+        for sm in self.live:
+            try:
+                sm.close()
+            except SessionTreeError:
+                pass
+        self.live = []
+
+    @rule(
+        kind=st.sampled_from(["memory", "deferred", "persisted"]),
+        seed=st.integers(0, 5),
+        use=st.booleans(),
+    )
+    def live_put_image(self, kind: str, seed: int, use: bool) -> None:
+        """A new manager of `kind`, or the last one of that kind still open, puts an
+        image (and, with `use`, appends a message naming it)."""
+        sm = next((m for m in reversed(self.live) if getattr(m, "model_kind", "") == kind), None)
+        if sm is None:
+            if kind == "memory":
+                sm = SessionManager.in_memory("/w/live")
+            else:
+                sm = SessionManager.create(f"/w/live-{kind}")
+                if kind == "persisted":
+                    sm.append_message(message("assistant", "first"))
+            sm.model_kind = kind  # type: ignore[attr-defined]
+            self.live.append(sm)
+        ref = sm.put_blob(model_image(seed)).ref
+        if use:
+            sm.append_message(image_ref_message(ref))
+        RAN[f"live {kind}: images put"] += 1
+        self.check_refs_resolve()
+
+    @precondition(lambda self: bool(self.live))
+    @rule(data=st.data(), close=st.booleans())
+    def live_write_or_close(self, data: st.DataObject, close: bool) -> None:
+        """A live manager writes its session (the deferred one gets its first reply, the
+        in-memory one a persisted copy, closed at once, the persisted one an entry), or
+        closes (its pins go; a deferred one's session is never written)."""
+        sm = data.draw(st.sampled_from(self.live))
+        kind = getattr(sm, "model_kind", "")
+        if close:
+            self.live.remove(sm)
+            sm.close()
+            RAN[f"live {kind}: closed"] += 1
+            return
+        if kind == "memory":
+            sm.persist_copy(get_default_session_dir("/w/live-copies")).close()
+        else:
+            sm.append_message(message("assistant", "seen"))
+        RAN[f"live {kind}: written"] += 1
+        self.check_refs_resolve()
+
+    @rule(seed=st.integers(0, 5))
+    def main_put_image(self, seed: int) -> None:
+        """The manager under test puts an image and appends a message naming it."""
+        sm = self.manager
+
+        def action() -> None:
+            ref = sm.put_blob(model_image(seed)).ref
+            entry_id = sm.append_message(image_ref_message(ref))
+            self.expected.append(copy.deepcopy(sm.get_entry(entry_id)) or {})
+
+        self.run("append" if self.on_disk() else "append-first", action)
+
+    @rule(stale=st.one_of(st.none(), st.integers(0, 5)))
+    def gc_delete(self, stale: int | None) -> None:
+        """`gc --delete` an hour later; first, with `stale`, what a process killed while it
+        held an image leaves: its blob and its pin, unlocked."""
+        if stale is not None:
+            digest = BlobStore(os.path.join(self.agent, "blobs")).put(model_image(stale)).hash
+            live = os.path.join(self.agent, "blobs", LIVE_DIR)
+            os.makedirs(live, exist_ok=True)
+            with open(os.path.join(live, f"99999999-{stale:016x}.pin"), "w") as f:
+                f.write(digest + "\n")
+            RAN["stale pins left"] += 1
+        real = gc_module.time
+        later = types.SimpleNamespace(time=lambda: real.time() + 3600)
+        gc_module.time = later  # type: ignore[assignment]
+        try:
+            report = collect_garbage(self.agent, delete=True)
+        finally:
+            gc_module.time = real
+        RAN["gc runs"] += 1
+        if report.refused is not None:
+            RAN[f"gc refused: {report.refused}"] += 1
+            return
+        RAN["gc: blobs deleted"] += len(report.deleted)
+        RAN["gc: blobs kept for live managers"] += report.pinned
+        self.check_refs_resolve()
+        pins = read_pins(os.path.join(self.agent, "blobs"))
+        assert pins.stale == [], pins.stale
+
+    def check_refs_resolve(self) -> None:
+        blobs = os.path.join(self.agent, "blobs")
+        for directory, dirs, files in os.walk(self.agent):
+            if os.path.abspath(directory) == os.path.abspath(blobs):
+                dirs[:] = []
+                continue
+            for name in files:
+                path = os.path.join(directory, name)
+                if name.endswith(".tmp") or os.path.islink(path):
+                    continue
+                with open(path, "rb") as f:
+                    refs = find_blob_refs(f.read())
+                for digest in refs:
+                    assert os.path.isfile(os.path.join(blobs, digest)), (path, digest)
+        for sm in [*self.live, self.manager]:
+            for _, entry in sm._index.read_so_far():
+                if entry is None or not isinstance(entry, dict):
+                    continue
+                for digest in find_blob_refs(serialize_entry_bytes(entry)):
+                    assert os.path.isfile(os.path.join(blobs, digest)), (sm, digest)
+            for digest in sm._pins.hashes():
+                assert os.path.isfile(os.path.join(blobs, digest)), (sm, digest)
 
 
 def append_image_ref(sm: SessionManager, kind: str, text: str) -> str:

@@ -1,5 +1,9 @@
 """What a session has in the agent dir besides itself: its blob store, terminal
-breadcrumbs, and the registry of session dirs outside the store.
+breadcrumbs, and the registry of session dirs outside the store; and whose store it is.
+
+- Whose: pi's store (an agent dir named `.pi/agent`: `~/.pi/agent`, what `--agent pi`
+  names) gets entries written as pi writes them, images inline (pi reads no blob
+  refs); every other store as oh-my-pi writes them (`writes_pi_form`).
 
 - `blob_store_for`: the one rule for where a session's images live;
   `blob_carry`: where a copy's images go, and `BlobCarry`, how they get there. Every
@@ -32,7 +36,7 @@ from ._fs import atomic_write, ensure_private_dir, open_regular, write_all
 from .blobs import BlobStore, BlobStoreLike, same_blob_store
 from .errors import InvalidBlobRefError
 from .paths import EXTERNAL_SESSION_DIRS, get_agent_dir, get_terminal_id
-from .storage.base import BlobBackedStorage
+from .storage.base import BlobBackedStorage, HostFilesystem
 
 __all__ = [
     "BlobCarry",
@@ -40,11 +44,13 @@ __all__ = [
     "blob_carry",
     "blob_store_for",
     "breadcrumb_path",
+    "is_pi_agent_dir",
     "read_breadcrumb",
     "read_registry",
     "register_session_dir",
     "registered_session_dirs",
     "write_breadcrumb",
+    "writes_pi_form",
 ]
 
 log = logging.getLogger("sessiontree")
@@ -352,3 +358,39 @@ def blob_carry(
         if blob_store is None:
             blob_store = blob_store_for(copy_path, storage, agent_dir)
     return BlobCarry(source, blob_store, copy_path)
+
+
+def is_pi_agent_dir(path: str) -> bool:
+    """Whether `path` is pi's agent dir: one named `.pi/agent` (`~/.pi/agent`, the
+    store `--agent pi` names, for any home)."""
+    parent, name = os.path.split(os.path.normpath(os.path.abspath(path)))
+    return name == "agent" and os.path.basename(parent) == ".pi"
+
+
+def writes_pi_form(
+    session_path: str | None, storage: object = None, agent_dir: str | None = None
+) -> bool:
+    """The one rule for how a session's entries are written: True in pi's store.
+
+    pi (0.73) reads no blob refs and applies none of oh-my-pi's persistence
+    transforms, so in its store entries are written as pi writes them: the entry's
+    JSON, images inline. A session is in pi's store when it lies under the `sessions/`
+    of pi's agent dir (pi makes no `blobs/` there, so `agent_dir_of` would not see
+    it), else when the agent dir `blob_store_for` picks is pi's (the one holding the
+    session, else the one in effect). A database store is nobody's agent dir (False).
+    """
+    if storage is not None and not isinstance(storage, HostFilesystem):
+        return False
+    if session_path:
+        current = os.path.abspath(session_path)
+        while True:
+            parent = os.path.dirname(current)
+            if os.path.basename(current) == "sessions" and is_pi_agent_dir(parent):
+                return True
+            if parent == current:
+                break
+            current = parent
+    agent = agent_dir_of(session_path, agent_dir) if session_path else None
+    if agent is None:
+        agent = agent_dir if agent_dir is not None else get_agent_dir()
+    return is_pi_agent_dir(agent)

@@ -23,23 +23,27 @@ import stat
 import threading
 import time
 from dataclasses import dataclass
-from typing import Final, Literal, Protocol, runtime_checkable
+from typing import Final, Literal, Protocol, cast, runtime_checkable
 
+from sessiontree import pins
 from sessiontree._fs import atomic_write, ensure_private_dir, fsync_directory, side_path
 from sessiontree.errors import InvalidBlobRefError
 
 __all__ = [
     "BLOB_REF_PREFIX",
     "BlobInfo",
+    "BlobPins",
     "BlobPutResult",
     "BlobStatus",
     "BlobStore",
     "BlobStoreLike",
     "CollectableBlobStore",
     "MemoryBlobStore",
+    "PinningBlobStore",
     "VerifiableBlobStore",
     "blob_extension_for_mime_type",
     "check_hash",
+    "find_blob_refs",
     "is_blob_ref",
     "parse_blob_ref",
     "same_blob_store",
@@ -90,6 +94,14 @@ def parse_blob_ref(s: object) -> str | None:
         return None
     digest = s[_PREFIX_LEN:]
     return digest if _HASH_RE.fullmatch(digest) else None
+
+
+_REF_BYTES: Final = re.compile(rb"blob:sha256:([0-9a-f]{64})")
+
+
+def find_blob_refs(data: bytes) -> set[str]:
+    """The hashes of every blob ref in `data` (a line, a file's bytes)."""
+    return {m.decode("ascii") for m in _REF_BYTES.findall(data)}
 
 
 def check_hash(digest: object) -> str:
@@ -161,6 +173,78 @@ class VerifiableBlobStore(Protocol):
         ...
 
 
+@runtime_checkable
+class PinningBlobStore(Protocol):
+    """A blob store that keeps the blobs live holders pin from `gc`, whatever their age
+    (see `sessiontree.pins`)."""
+
+    def pin(self, hash: str) -> None:
+        """Hold the blob (a checked hash) until as many `unpin` calls."""
+        ...
+
+    def unpin(self, hash: str) -> None:
+        """Let go of one hold of the blob."""
+        ...
+
+
+class BlobPins:
+    """The pins one holder (a manager) has taken: each blob once, all let go together.
+
+    In a forked child the pins are the parent's (its process holds them): they are
+    forgotten, never let go from the child.
+    """
+
+    __slots__ = ("_held", "_pid")
+
+    def __init__(self) -> None:
+        self._pid = os.getpid()
+        self._held: dict[tuple[int, str], tuple[PinningBlobStore, str]] = {}
+
+    def _mine(self) -> dict[tuple[int, str], tuple[PinningBlobStore, str]]:
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._held = {}
+        return self._held
+
+    def add(self, store: BlobStoreLike, hash: str) -> None:
+        """Pin `hash` in `store` (nothing when the store cannot pin)."""
+        held = self._mine()
+        key = (id(store), hash)
+        if key in held:
+            return
+        # Not isinstance(store, PinningBlobStore): a runtime protocol check costs more
+        # than the pin itself, on every put_blob.
+        if callable(getattr(store, "pin", None)) and callable(getattr(store, "unpin", None)):
+            cast("PinningBlobStore", store).pin(hash)
+            held[key] = (cast("PinningBlobStore", store), hash)
+
+    def __bool__(self) -> bool:
+        return bool(self._held) and bool(self._mine())  # no getpid when nothing is held
+
+    def hashes(self) -> set[str]:
+        """Every hash pinned."""
+        return {digest for _, digest in self._mine().values()}
+
+    def missing(self) -> list[str]:
+        """The pinned hashes whose blob is gone from the store it was pinned in."""
+        return sorted({d for store, d in self._mine().values() if not _has(store, d)})
+
+    def release(self) -> None:
+        """Let go of every pin (idempotent)."""
+        held = self._mine()
+        self._held = {}
+        for store, digest in held.values():
+            try:
+                store.unpin(digest)
+            except OSError as exc:  # pragma: no cover - unpin logs its own failures
+                _log.debug("could not unpin blob %s: %s", digest, exc)
+
+
+def _has(store: PinningBlobStore, digest: str) -> bool:
+    has = getattr(store, "has", None)
+    return bool(has(digest)) if callable(has) else True
+
+
 @dataclass(frozen=True, slots=True)
 class BlobInfo:
     """One blob as `CollectableBlobStore.list_info` describes it."""
@@ -228,6 +312,7 @@ class BlobStore:
 
     def __init__(self, dir: str) -> None:
         self.dir = os.fspath(dir)
+        self._abs_dir = os.path.abspath(self.dir)  # the key of its pins in this process
         self._dir_ready = False
         self._lock = threading.Lock()
         # Blobs put since the last sync(), in order; a dict doubles as an ordered set.
@@ -360,6 +445,14 @@ class BlobStore:
         """Whether the blob exists; InvalidBlobRefError for a bad hash."""
         return os.path.isfile(self._path(check_hash(hash)))
 
+    def pin(self, hash: str) -> None:
+        """Keep the blob from `gc` while this process lives (`sessiontree.pins`)."""
+        pins.pin(self._abs_dir, check_hash(hash))
+
+    def unpin(self, hash: str) -> None:
+        """Let go of one `pin` of the blob."""
+        pins.unpin(self._abs_dir, check_hash(hash))
+
     def sync(self) -> None:
         """fsync the blobs written since the last sync, then the blob directory.
 
@@ -396,6 +489,7 @@ class MemoryBlobStore:
         self._blobs: dict[str, bytes] = {}
         self._mtimes: dict[str, float] = {}
         self._exts: dict[str, list[str]] = {}
+        self._pins: dict[str, int] = {}
 
     def put(self, data: bytes, mime_type: str | None = None) -> BlobPutResult:
         """Store `data` under its sha256; identical content is stored once (a re-put
@@ -439,6 +533,24 @@ class MemoryBlobStore:
         """Whether the blob exists; InvalidBlobRefError for a bad hash."""
         return check_hash(hash) in self._blobs
 
+    def pin(self, hash: str) -> None:
+        """Keep the blob from `delete` until as many `unpin` calls."""
+        digest = check_hash(hash)
+        self._pins[digest] = self._pins.get(digest, 0) + 1
+
+    def unpin(self, hash: str) -> None:
+        """Let go of one `pin` of the blob."""
+        digest = check_hash(hash)
+        held = self._pins.get(digest, 0)
+        if held > 1:
+            self._pins[digest] = held - 1
+        else:
+            self._pins.pop(digest, None)
+
+    def pinned_hashes(self) -> set[str]:
+        """The blobs pinned now (`gc` keeps them whatever their age)."""
+        return set(self._pins)
+
     def sync(self) -> None:
         """Nothing to make durable."""
 
@@ -462,10 +574,10 @@ class MemoryBlobStore:
         return time.time()
 
     def delete(self, hash: str, *, min_age_seconds: float = 0.0) -> bool:
-        """Remove the blob unless it was put less than `min_age_seconds` ago."""
+        """Remove the blob unless it was put less than `min_age_seconds` ago or is pinned."""
         digest = check_hash(hash)
         mtime = self._mtimes.get(digest)
-        if mtime is None or self.now() - mtime < min_age_seconds:
+        if mtime is None or self.now() - mtime < min_age_seconds or digest in self._pins:
             return False
         del self._blobs[digest], self._mtimes[digest]
         self._exts.pop(digest, None)

@@ -13,6 +13,7 @@ Every error derives from one root, so callers can catch the whole family::
       SessionClosedError         # an operation on a closed manager (also a ValueError)
       InheritedHandleError       # a forked child wrote through what its parent opened
       EntryNotSerializableError  # an entry holds a value JSON cannot hold (also a TypeError)
+      MissingBlobError           # a session would name a blob this manager put that is gone
       BackendUnavailableError    # an optional backend's packages are missing (also an ImportError)
       MissingCapabilityError     # a storage lacks what an operation needs (storage.base)
 """
@@ -152,6 +153,24 @@ class EntryNotSerializableError(SessionTreeError, TypeError):
             "nothing was appended"
         )
         self.key_path = key_path
+
+
+class MissingBlobError(SessionTreeError):
+    """A session would be written naming a blob that this manager put (or holds a ref
+    to) and that is gone from its store; nothing was written.
+
+    `hash` is the blob's, `path` the session file that was not written. Putting the
+    same bytes again (`put_blob`) restores the blob under the same name.
+    """
+
+    def __init__(self, hash: str, path: str, store: str | None = None) -> None:
+        where = f" from {store}" if store else ""
+        super().__init__(
+            f"{path}: not written: it names blob {hash}, which is gone{where}; "
+            "put the image again (put_blob) to restore it"
+        )
+        self.hash = hash
+        self.path = path
 
 
 class BackendUnavailableError(SessionTreeError, ImportError):

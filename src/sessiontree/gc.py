@@ -17,6 +17,12 @@ the rules lean to keeping:
 - A blob (with its `<hash>.<ext>` sidecars) younger than `min_age_seconds`
   (10 minutes) by mtime or ctime on the real clock is never deleted: a writer may
   have just put it.
+- A blob that a live manager on this host holds (pinned in `<blobs>/.live/`, see
+  `sessiontree.pins`: an in-memory session's `put_blob`, a session not written yet)
+  is never deleted, whatever its age. The pins are read before marking (a manager
+  lets its pins go when it closes, after its file is written: a blob unpinned before
+  marking began is named by a file marking reads) and again just before deleting; a
+  pin whose process is gone is ignored (and removed by `delete=True`).
 - If any session file or directory cannot be read, nothing is deleted; nor when
   the store holds no session file at all (a wrong or unmounted agent dir).
 
@@ -40,6 +46,7 @@ from .agent_dir import read_registry
 from .blobs import CollectableBlobStore
 from .errors import SessionTreeError
 from .paths import EXTERNAL_SESSION_DIRS, get_agent_dir
+from .pins import read_pins
 from .storage.base import (
     BlobBackedStorage,
     HostFilesystem,
@@ -100,6 +107,10 @@ class GcReport:
     bytes_scanned: int = 0
     referenced: int = 0
     """Distinct hashes found in session files (present in the store or not)."""
+    pinned: int = 0
+    """Distinct hashes that live managers on this host hold (kept whatever their age)."""
+    stale_pins: list[str] = field(default_factory=list)
+    """Pin files left by processes that are gone (ignored; removed when deleting)."""
     blobs: int = 0
     blob_bytes: int = 0
     unreferenced: list[BlobFile] = field(default_factory=list)
@@ -503,10 +514,12 @@ def collect_garbage(
         os.path.join(agent, "blobs") if store is None else str(getattr(store, "dir", "") or "")
     )
     report = GcReport(blob_dir)
+    # Before marking: a manager lets a pin go only once a file names the blob.
+    pinned, pin_errors = _pinned(store, blob_dir, report, remove_stale=False)
     referenced, unreadable, stable = find_referenced_hashes(
         agent, extra_roots, progress, report, storage=storage
     )
-    report.unreadable = unreadable
+    report.unreadable = pin_errors + unreadable
     report.referenced = len(referenced)
     blobs = list_blobs(blob_dir) if store is None else list_store_blobs(store)
     report.blobs = len(blobs)
@@ -516,7 +529,7 @@ def collect_garbage(
     else:
         clock = time.time() if store is None else store.now()
     for blob in blobs:
-        if blob.hash in referenced:
+        if blob.hash in referenced or blob.hash in pinned:
             continue
         if clock - blob.newest < min_age_seconds:
             report.young.append(blob)
@@ -524,8 +537,8 @@ def collect_garbage(
             report.unreferenced.append(blob)
     if not delete:
         return report
-    if unreadable:
-        report.refused = f"{len(unreadable)} file(s) could not be read; deleting nothing"
+    if report.unreadable:
+        report.refused = f"{len(report.unreadable)} file(s) could not be read; deleting nothing"
     elif not stable:
         report.refused = "session files kept changing while being read; deleting nothing"
     elif report.files_scanned == 0 and blobs:
@@ -533,6 +546,15 @@ def collect_garbage(
         report.refused = f"no session file found under {where}; refusing to delete every blob"
     if report.refused is not None:
         return report
+    # Again just before deleting: a manager may have pinned an old blob since.
+    again, pin_errors = _pinned(store, blob_dir, report, remove_stale=True)
+    if pin_errors:
+        report.unreadable = pin_errors
+        report.refused = f"{len(pin_errors)} pin file(s) could not be read; deleting nothing"
+        return report
+    pinned |= again
+    report.pinned = len(pinned)
+    report.unreferenced = [b for b in report.unreferenced if b.hash not in pinned]
     for blob in report.unreferenced:
         if store is not None:
             deleted = store.delete(blob.hash, min_age_seconds=min_age_seconds)
@@ -543,6 +565,21 @@ def collect_garbage(
     if report.deleted and store is None:
         fsync_directory(blob_dir)
     return report
+
+
+def _pinned(
+    store: CollectableBlobStore | None, blob_dir: str, report: GcReport, *, remove_stale: bool
+) -> tuple[set[str], list[tuple[str, str]]]:
+    """The hashes live managers pin (and the pin files that could not be read)."""
+    if store is not None:
+        pinned_hashes = getattr(store, "pinned_hashes", None)
+        found = set(pinned_hashes()) if callable(pinned_hashes) else set()
+        report.pinned = len(found)
+        return found, []
+    pins = read_pins(blob_dir, remove_stale=remove_stale)
+    report.pinned = len(pins.hashes)
+    report.stale_pins = pins.stale
+    return pins.hashes, pins.unreadable
 
 
 def _delete_blob(blob: BlobFile, min_age_seconds: float) -> bool:

@@ -15,7 +15,8 @@ model); `get_tree`, `entries` and usage sums read everything. What was read stay
 read, so the dict a caller holds is the one `rewrite_entries` writes. A rewrite
 copies the bytes of every line read from the file and not edited since (the
 contract: in-place edits are followed by `rewrite_entries`, which marks them)
-instead of serializing it again.
+instead of serializing it again; an entry read whose line held no blob ref is written
+back, when it must be serialized, as it was read (`AS_READ`).
 
 A line that looked like an entry at index time but does not parse when read is
 dropped then (logged), as the full loader drops it; one whose id or parent turn
@@ -46,7 +47,7 @@ from .context import (
 from .entries import SETTING_KINDS, Entry, generate_entry_id
 from .errors import EntryNotFoundError, SessionWriteConflictError
 from .jsonl import allow_deep_nesting
-from .line_index import ASSISTANT, PREFIX_FORM, IndexedLines, match_prefix, parse_line
+from .line_index import AS_READ, ASSISTANT, PREFIX_FORM, IndexedLines, match_prefix, parse_line
 from .naming import entry_name
 from .persistence import entry_line, resolve_blob_refs
 from .storage.base import PinnedFile
@@ -62,6 +63,10 @@ _BATCH_BYTES: Final = 1 << 20
 CHANGED: Final = 4
 """Flag: an entry read from the file that was edited in place since (`rewrite_entries`)
 or found other than its prefix said: a rewrite serializes it instead of copying its line."""
+# AS_READ (line_index): an entry read from a file whose line held no blob ref. Whenever
+# it is written anew it is written as it was read, without the persistence transforms
+# (`pi_form`): its line comes back byte for byte (pi's inline images stay inline), and
+# after an edit in place it keeps that form.
 _SKIP: Final[dict[str, Any]] = {}
 """Stands for a line found not to be an entry when it was read (dropped)."""
 _NAME_KINDS: Final = ("session_info", "title_change")
@@ -176,14 +181,21 @@ class EntryIndex:
 
     # ------------------------------------------------------------------ loading
 
-    def reset(self, entries: list[Entry]) -> None:
-        """Hold `entries` (taken, not copied); the leaf is the last one."""
+    def reset(self, entries: list[Entry], with_refs: Iterable[int] | None = None) -> None:
+        """Hold `entries` (taken, not copied); the leaf is the last one. `with_refs`:
+        given when the entries were read from a file, the positions of those whose line
+        held a blob ref (the others are `AS_READ`)."""
         self._use_source(None)
         self._entries: list[Entry | None] = cast("list[Entry | None]", entries)
         self._ids = [e.get("id") for e in entries]
         self._parents = [e.get("parentId") for e in entries]
         self._kinds = [e.get("type") for e in entries]
-        self._flags = bytearray(_flags_of(e) for e in entries)
+        if with_refs is None:
+            self._flags = bytearray(_flags_of(e) for e in entries)
+        else:
+            flags = self._flags = bytearray(_flags_of(e) | AS_READ for e in entries)
+            for p in with_refs:
+                flags[p] &= ~AS_READ
         self._lazy = self._dropped = self._dropped_here = 0
         self._derive()
         self._leaf_at_end()
@@ -265,7 +277,8 @@ class EntryIndex:
                 self._ids[p] = entry.get("id")
                 self._parents[p] = entry.get("parentId")
                 self._kinds[p] = entry.get("type")
-                self._flags[p] = (self._flags[p] & PREFIX_FORM) | _flags_of(entry) | CHANGED
+                kept = self._flags[p] & (PREFIX_FORM | AS_READ)
+                self._flags[p] = kept | _flags_of(entry) | CHANGED
         self._derive()
         self.leaf = leaf
 
@@ -352,10 +365,13 @@ class EntryIndex:
                     changed = True
                     continue
                 # Walking the strings for a ref costs less than scanning the bytes for one.
+                parsed = value
                 try:
                     value = resolve_blob_refs(value, source.blobs)
                 except RecursionError:
                     value = allow_deep_nesting(partial(resolve_blob_refs, value, source.blobs))
+                if value is parsed:
+                    self._flags[p] |= AS_READ  # no ref in its line
                 entries[p] = value
                 self._lazy -= 1
                 if (
@@ -668,10 +684,12 @@ class EntryIndex:
         rescue: bool = False,
         carry: BlobCarry | None = None,
         file_checked: bool = False,
+        pi_form: bool = False,
     ) -> SessionChunks:
         """The whole session as file bytes (see `SessionChunks`); with `carry`, a copy
-        into `carry.target` (which `blobs` must be) that takes its images along."""
-        return SessionChunks(self, head, blobs, rescue, carry, file_checked)
+        into `carry.target` (which `blobs` must be) that takes its images along;
+        `pi_form`: entries written anew as pi writes them (pi's store)."""
+        return SessionChunks(self, head, blobs, rescue, carry, file_checked, pi_form)
 
     def use_blobs(self, blobs: BlobStoreLike) -> None:
         """Unread lines' images are now in `blobs` (the session is a copy in that store,
@@ -695,7 +713,7 @@ class EntryIndex:
             return
         flags = self._flags
         for p, formed in serialized.items():
-            flags[p] = (flags[p] & ASSISTANT) | (PREFIX_FORM if formed else 0)
+            flags[p] = (flags[p] & (ASSISTANT | AS_READ)) | (PREFIX_FORM if formed else 0)
         self._use_source(LineSource(pinned, offsets, lengths, blobs, source.path if source else ""))
         self._dropped_here = 0
 
@@ -706,9 +724,11 @@ class SessionChunks:
     copied as they are, after checking each still holds its entry, and so are those
     read and not edited since when `file_checked` (the writer compared the whole file
     with what was read just before); added and edited entries are serialized with the
-    persistence transforms. A copy into another blob store (`carry`) passes every
-    line it writes, copied or serialized, through `BlobCarry.take`, so the blobs they
-    refer to are in that store. The blobs are synced before the last chunk.
+    persistence transforms (as pi writes them in pi's store, `pi_form`, and when read
+    from a line without a blob ref, `AS_READ`). A copy into another blob store
+    (`carry`) passes every line it writes, copied or serialized, through
+    `BlobCarry.take`, so the blobs they refer to are in that store. The blobs are
+    synced before the last chunk.
 
     A writer that wrote these chunks as the index's own file calls `commit(pinned)`:
     the lines are then read from there. `rescue=True` (a copy made because the file
@@ -724,9 +744,11 @@ class SessionChunks:
         rescue: bool,
         carry: BlobCarry | None = None,
         file_checked: bool = False,
+        pi_form: bool = False,
     ) -> None:
         assert carry is None or carry.target is blobs
         self._index = index
+        self._pi_form = pi_form
         self._file_checked = file_checked
         self._head = head
         self._blobs = blobs
@@ -842,11 +864,15 @@ class SessionChunks:
     def _serialize(self, p: int) -> bytes:
         """The line of the entry at `p` (held in memory), written anew."""
         entry = cast("Entry", self._index._entries[p])
-        line = entry_line(entry, self._blobs)
-        if self._carry is not None:
-            # Refs held in memory (from `put_blob`, snapcompact frames, a blob missing
-            # when read) name blobs of the source's store.
-            self._carry.take(line)
+        pi_form = self._pi_form or bool(self._index._flags[p] & AS_READ)
+        carry = self._carry
+        # In pi's form refs are written as the images they name; in a copy, refs held
+        # in memory (from `put_blob`, snapcompact frames, a blob missing when read)
+        # name blobs of the source's store.
+        blobs = carry.source if pi_form and carry is not None else self._blobs
+        line = entry_line(entry, blobs, pi_form=pi_form)
+        if carry is not None:
+            carry.take(line)
         self._serialized[p] = match_prefix(line, 0, len(line) - 1) is not None
         return line
 

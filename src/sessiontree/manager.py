@@ -39,12 +39,22 @@ from .agent_dir import (
     read_breadcrumb,
     register_session_dir,
     write_breadcrumb,
+    writes_pi_form,
 )
-from .blobs import BlobPutResult, BlobStore, BlobStoreLike
+from .blobs import (
+    BLOB_REF_PREFIX,
+    BlobPins,
+    BlobPutResult,
+    BlobStore,
+    BlobStoreLike,
+    find_blob_refs,
+)
 from .context import SessionContext
 from .entries import Entry, generate_session_id, iso_now
 from .errors import (
+    EntryNotSerializableError,
     InvalidSessionFileError,
+    MissingBlobError,
     SessionClosedError,
     SessionLockError,
     SessionPersistenceError,
@@ -68,6 +78,7 @@ __all__ = ["SessionManager", "UsageStatistics"]
 log = logging.getLogger("sessiontree")
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_REF_MARK = BLOB_REF_PREFIX.encode("ascii")
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,11 +149,16 @@ class SessionManager(ClosesOnExit):
             if blob_store is not None
             else blob_store_for(session_file or session_dir or None, storage, self._agent_dir)
         )
+        # Entries are written as pi writes them in pi's store (`writes_pi_form`).
+        self._pi_form = writes_pi_form(session_file or session_dir or None, storage)
         self._index = EntryIndex()
         self._head = SessionHead(new_header(cwd))
         # None: in memory. A persistent session always has one, even before it is written.
         self._file: SessionFile | None = None
         self._closed = False
+        # Blobs this manager holds refs to that no file of its names yet (see `_pin`).
+        self._pins = BlobPins()
+        self._pins_finalizer: object | None = None
         if session_file is not None:
             self._open_file(session_file, read_only, lazy)
         elif persist:
@@ -300,7 +316,8 @@ class SessionManager(ClosesOnExit):
         """A session that is never persisted (MemorySessionStorage).
 
         Blobs it is given (`put_blob`) go to the agent dir's store, as oh-my-pi's do,
-        so their refs resolve once the session is persisted (`persist_copy`).
+        so their refs resolve once the session is persisted (`persist_copy`); `gc`
+        keeps them while the manager lives (they are pinned, see `sessiontree.pins`).
         """
         # Chosen before the default storage is made: the agent dir's blobs, not
         # MemorySessionStorage's own, so that refs outlive this session.
@@ -329,12 +346,14 @@ class SessionManager(ClosesOnExit):
 
     # ------------------------------------------------------------------ files
 
-    def _new_file(self, path: str, read_only: bool = False) -> SessionFile:
+    def _new_file(
+        self, path: str, read_only: bool = False, blobs: BlobStoreLike | None = None
+    ) -> SessionFile:
         return SessionFile(
             self._storage,
             path,
             self._content_source(),
-            self._blobs,
+            self._blobs if blobs is None else blobs,
             read_only=read_only,
             agent_dir=self._agent_dir,
         )
@@ -357,9 +376,11 @@ class SessionManager(ClosesOnExit):
             header = {**head.header, "id": generate_session_id()}
             header["parentSession"] = self.get_session_file() or ""
             lines = head.lines(ordered_header(header))
-            return self._index.file_chunks(lines, self._blobs, rescue=True)
+            return self._index.file_chunks(lines, self._blobs, rescue=True, pi_form=self._pi_form)
         # A rewrite compares the whole file first; a recreation reads the deleted inode.
-        return self._index.file_chunks(head.lines(), self._blobs, file_checked=True)
+        return self._index.file_chunks(
+            head.lines(), self._blobs, file_checked=True, pi_form=self._pi_form
+        )
 
     def _use_file(self, file: SessionFile) -> None:
         """Switch to `file`; the previous one is closed (flushed, its lock released).
@@ -396,6 +417,7 @@ class SessionManager(ClosesOnExit):
         if not read_only and isinstance(self._storage, HostFilesystem) and os.path.islink(path):
             # Writes never go through a symlink: work on the file it names.
             path = os.path.realpath(path)
+        self._pi_form = writes_pi_form(path, self._storage)
         file = self._new_file(path, read_only=read_only)
         old = self._file
         same = old is not None and not read_only and old.path == path
@@ -450,7 +472,9 @@ class SessionManager(ClosesOnExit):
             entries[index] = allow_deep_nesting(
                 partial(resolve_blob_refs, entries[index], self._blobs)
             )
-        self._index.reset(entries)
+        # Entries whose line held no ref are written back as they were read (`AS_READ`).
+        same = len(entries) == len(loaded.entries)
+        self._index.reset(entries, loaded.blob_ref_entries if same else None)
         if read_only:
             return
         if migrated:
@@ -504,20 +528,24 @@ class SessionManager(ClosesOnExit):
     ) -> str:
         """Write `header` + the entries of `index` (a copy of `source`'s) as a new session
         file at once and switch to it (and to `index`), its images in the store
-        `source.blob_carry` gives its path.
+        `source.blob_carry` gives its path. `source` may be this manager; its pinned
+        blobs are the ones the entries may name.
 
         On failure the manager stays on its current session, unchanged.
         """
+        path = session_path(self._session_dir, header)
+        source._check_pinned(index, path)
         current = self._file
         if current is not None and current.on_disk:
             current.flush()  # a conflict in the current file surfaces before the switch
-        path = session_path(self._session_dir, header)
         agent = agent_dir if agent_dir is not None else self._agent_dir
         carry = source.blob_carry(path, self._storage, agent_dir=agent, blob_store=blob_store)
         blobs = carry.target
-        file = SessionFile(self._storage, path, self._content_source(), blobs)
+        file = self._new_file(path, blobs=blobs)
         try:
-            chunks = index.file_chunks(SessionHead(header).lines(), blobs, carry=carry)
+            chunks = index.file_chunks(
+                SessionHead(header).lines(), blobs, carry=carry, pi_form=self._pi_form
+            )
             file.create(chunks, rescue=False)
         except BaseException:
             # The name may be taken after all (ids of two processes can collide): the
@@ -569,6 +597,12 @@ class SessionManager(ClosesOnExit):
             file.check_usable()  # the parent's session and lock: not the child's to switch
         self._open_file(path, file is None or file.read_only)
 
+    def _check_rewrite(self) -> None:
+        """`_check_pinned` before a rewrite of the file (if it exists yet)."""
+        file = self._file
+        if file is not None and file.on_disk:
+            self._check_pinned(self._index, file.path)
+
     def _rewrite(self) -> None:
         """Atomically rewrite the whole file, if it exists yet."""
         file = self._file
@@ -580,6 +614,7 @@ class SessionManager(ClosesOnExit):
         self._check_writable()
         file = self._file
         if file is not None and not file.on_disk:
+            self._check_pinned(self._index, file.path)
             file.create(self._content(False))
             self._after_first_write()
 
@@ -605,12 +640,16 @@ class SessionManager(ClosesOnExit):
             return
         self._closed = True
         _open_managers.discard(self)
-        if self._file is not None:
-            self._file.close()
+        try:
+            if self._file is not None:
+                self._file.close()
+        finally:
+            self._pins.release()
 
     def rewrite_entries(self) -> None:
         """Atomically rewrite the file after in-place edits of entries."""
         self._check_writable()
+        self._check_rewrite()
         self._index.changed_in_place()
         self._rewrite()
 
@@ -622,9 +661,57 @@ class SessionManager(ClosesOnExit):
         return self._file is not None and self._file.read_only
 
     def put_blob(self, data: bytes) -> BlobPutResult:
-        """Store bytes in the blob store (content addressed)."""
+        """Store bytes in the blob store (content addressed).
+
+        The blob is pinned until the manager closes: `gc` keeps it whatever its age,
+        as the ref may go into an entry (or a copy of this session) at any time.
+        """
         self._check_writable()
-        return self._blobs.put(data)
+        result = self._blobs.put(data)
+        self._pin((result.hash,))
+        return result
+
+    def _pin(self, hashes: Iterable[str]) -> None:
+        """Keep these blobs from `gc` while this manager lives (`sessiontree.pins`).
+
+        Pins go with `close` (or when the manager is collected, or its process ends):
+        a pin costs one short write per hash new to the process, so pins are not let
+        go one by one as files come to name the blobs.
+        """
+        for digest in hashes:
+            self._pins.add(self._blobs, digest)
+        if self._pins_finalizer is None and self._pins:
+            # A manager nobody closes (in memory, say) lets its pins go when collected.
+            self._pins_finalizer = weakref.finalize(self, self._pins.release)
+
+    def _check_refs(self, refs: Iterable[str], path: str) -> None:
+        """MissingBlobError when a ref about to be written names a blob this manager
+        pinned that is gone (only pinned ones are looked at: one stat each)."""
+        pinned = self._pins.hashes()
+        for digest in sorted(set(refs) & pinned):
+            if not self._blobs.has(digest):
+                raise MissingBlobError(digest, path, getattr(self._blobs, "dir", None))
+
+    def _check_pinned(self, index: EntryIndex, path: str, *more: Entry) -> None:
+        """Before a whole session (`index`'s entries and `more`) is written: refuse when
+        an entry held in memory names a blob this manager pinned that is gone (the
+        manager keeps no copy of what it put, so it cannot put it back; the caller can,
+        with `put_blob`). Unread entries are in the file already."""
+        if not self._pins:
+            return
+        missing = self._pins.missing()
+        if not missing:
+            return
+        for entry in itertools.chain((e for _, e in index.read_so_far()), more):
+            if entry is None:
+                continue  # unread: its line is in the file already
+            try:
+                refs = find_blob_refs(validate_entry(entry))
+            except EntryNotSerializableError:
+                continue
+            for digest in missing:
+                if digest in refs:
+                    raise MissingBlobError(digest, path, getattr(self._blobs, "dir", None))
 
     # ------------------------------------------------------------------ appending
 
@@ -640,7 +727,7 @@ class SessionManager(ClosesOnExit):
             file.on_disk or is_assistant_message(entry) or self._index.has_assistant()
         ):
             try:
-                line = entry_line(entry, self._blobs)
+                line = entry_line(entry, self._blobs, pi_form=self._pi_form)
             except OSError as exc:
                 path = file.path
                 raise SessionPersistenceError(
@@ -648,13 +735,20 @@ class SessionManager(ClosesOnExit):
                     path,
                 ) from exc
             if file.on_disk:
+                # (A finalizer exists once anything was pinned: one attribute to look at.)
+                if self._pins_finalizer is not None and _REF_MARK in line:
+                    self._check_refs(find_blob_refs(line), file.path)
                 file.append(line)
             else:
                 # The first assistant message: the whole session, this entry included.
+                self._check_pinned(self._index, file.path, entry)
                 file.create(itertools.chain(self._content(False), (line,)))
                 self._after_first_write()
         else:
-            validate_entry(entry)
+            data = validate_entry(entry)
+            if _REF_MARK in data:
+                # Held until it is written: the blobs its refs name are kept from gc.
+                self._pin(find_blob_refs(data))
         self._index.add(entry)
         return str(entry["id"])
 
@@ -885,6 +979,7 @@ class SessionManager(ClosesOnExit):
             return False
         if self.get_session_name() == cleaned and current_source == source:
             return False
+        self._check_rewrite()
         self._head = self._head.renamed(cleaned, source)
         self._rewrite()
         return True
@@ -1001,6 +1096,7 @@ class SessionManager(ClosesOnExit):
             return
         old_path = file.path
         new_path = os.path.join(new_dir, os.path.basename(old_path))
+        self._check_rewrite()
         if self._same_place(old_path, new_path):
             if head.header != self._head.header:
                 self._head, self._cwd = head, new_cwd
@@ -1009,6 +1105,7 @@ class SessionManager(ClosesOnExit):
         if not file.on_disk:
             # Nothing written yet (and no lock taken): the first write goes there.
             self._use_file(self._new_file(new_path))
+            self._pi_form = writes_pi_form(new_path, self._storage)
             self._head, self._cwd, self._session_dir = head, new_cwd, new_dir
             return
         artifacts = None
@@ -1019,12 +1116,16 @@ class SessionManager(ClosesOnExit):
         carry = self.blob_carry(new_path)
         blobs = carry.target
         old_head, self._head = self._head, head
+        pi_form = writes_pi_form(new_path, self._storage)
         try:
-            chunks = self._index.file_chunks(head.lines(), blobs, carry=carry, file_checked=True)
+            chunks = self._index.file_chunks(
+                head.lines(), blobs, carry=carry, file_checked=True, pi_form=pi_form
+            )
             file.move(new_path, chunks, artifacts)
         except BaseException:
             self._head = old_head
             raise
+        self._pi_form = pi_form
         if carry.carries:
             self._blobs = file.blobs = blobs
             self._index.use_blobs(blobs)

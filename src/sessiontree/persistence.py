@@ -8,6 +8,13 @@ changes, which is the common case and costs one early-exit scan.
 
 String lengths are JavaScript lengths (UTF-16 code units) so that files come out
 byte-identical to what omp writes.
+
+pi does none of this (it writes `JSON.stringify(entry)`, images inline) and reads no
+blob refs: `entry_line(..., pi_form=True)` writes an entry as pi does, refs turned
+back into inline data where the blob is there. That is the form of pi's store, and of
+any entry read from a file whose line held no ref: written back that way, such a line
+comes back byte for byte (a pi line keeps its inline images; an omp line, on which the
+transforms change nothing, is the same either way).
 """
 
 from __future__ import annotations
@@ -585,16 +592,17 @@ def _not_serializable(entry: JSONDict, exc: BaseException) -> EntryNotSerializab
     return EntryNotSerializableError(*found)
 
 
-def validate_entry(entry: JSONDict) -> None:
+def validate_entry(entry: JSONDict) -> bytes:
     """Raise EntryNotSerializableError (naming the key path) unless `entry` can be
-    written as JSON; what an entry not yet written must pass before it is added."""
+    written as JSON; what an entry not yet written must pass before it is added.
+    Returns the entry as JSON (not necessarily in JavaScript's form: to look into)."""
     try:
-        orjson.dumps(entry, option=_DUMPS_OPTIONS)
+        return orjson.dumps(entry, option=_DUMPS_OPTIONS)
     except (TypeError, orjson.JSONEncodeError):
         # orjson refuses some things JSON.stringify writes (lone surrogates, huge
         # ints, deep nesting, undefined): the exact encoder decides.
         try:
-            serialize_entry_bytes(entry)
+            return serialize_entry_bytes(entry)
         except (TypeError, ValueError) as exc:
             raise _not_serializable(entry, exc) from exc
 
@@ -629,6 +637,9 @@ def _payload_unchanged(value: Any, obj: JSONDict) -> bool:
     return not (isinstance(value, dict) and value.get("type") == "openaiResponsesHistory")
 
 
+_js_as_is = as_is_checker()
+_REF_MARK: Final = BLOB_REF_PREFIX.encode("ascii")
+
 _written_as_is = as_is_checker(
     {
         "data": _data_unchanged,
@@ -642,12 +653,15 @@ _written_as_is = as_is_checker(
 _LINE_OPTIONS: Final = STRICT_DUMPS_OPTIONS | orjson.OPT_APPEND_NEWLINE
 
 
-def entry_line(entry: JSONDict, blobs: BlobStoreLike) -> bytes:
-    """The entry's line as written (the transforms above applied, newline included).
+def entry_line(entry: JSONDict, blobs: BlobStoreLike, *, pi_form: bool = False) -> bytes:
+    """The entry's line as written (the transforms above applied, newline included);
+    with `pi_form`, as pi writes it (see the module doc).
 
     EntryNotSerializableError for a value JSON cannot hold; OSError when the blob
     store cannot take the entry's images.
     """
+    if pi_form:
+        return _pi_line(entry, blobs)
     try:
         line = orjson.dumps(entry, option=_LINE_OPTIONS)
     except TypeError:  # orjson.JSONEncodeError included: the exact path decides
@@ -669,5 +683,25 @@ def _entry_line_slow(entry: JSONDict, blobs: BlobStoreLike) -> bytes:
         except RecursionError:
             prepared = allow_deep_nesting(lambda: prepare_for_persist(entry, blobs))
         return serialize_entry_bytes(prepared) + b"\n"
+    except (TypeError, ValueError) as exc:
+        raise _not_serializable(entry, exc) from exc
+
+
+def _pi_line(entry: JSONDict, blobs: BlobStoreLike) -> bytes:
+    """`JSON.stringify(entry)` + newline, blob refs resolved back to inline data."""
+    try:
+        line = orjson.dumps(entry, option=_LINE_OPTIONS)
+    except TypeError:  # orjson.JSONEncodeError included: the exact path decides
+        line = None
+    if line is not None and _REF_MARK not in line:
+        try:
+            if _js_as_is(entry):
+                return line
+        except RecursionError:
+            pass
+    if line is None or _REF_MARK in line:
+        entry = allow_deep_nesting(lambda: resolve_blob_refs(entry, blobs))
+    try:
+        return serialize_entry_bytes(entry) + b"\n"
     except (TypeError, ValueError) as exc:
         raise _not_serializable(entry, exc) from exc

@@ -243,6 +243,8 @@ def _gc_json(report: GcReport, delete: bool) -> dict[str, Any]:
         "filesScanned": report.files_scanned,
         "bytesScanned": report.bytes_scanned,
         "referenced": report.referenced,
+        "pinned": report.pinned,
+        "stalePins": report.stale_pins,
         "blobs": report.blobs,
         "blobBytes": report.blob_bytes,
         "unreferenced": [_blob_json(b, now) for b in report.unreferenced],
@@ -280,6 +282,11 @@ def _print_gc(report: GcReport, agent: str, files: bool, delete: bool, min_age: 
         err_console.print(Text(f"sessiontree: cannot read {path}: {error}"), soft_wrap=True)
     if report.unreferenced:
         console.print(_blob_table(report.unreferenced))
+    if report.pinned:
+        console.print(
+            Text(f"{report.pinned} blob(s) held by live sessions on this host (kept)"),
+            soft_wrap=True,
+        )
     young = f"; {len(report.young)} more younger than {int(min_age // 60)} min kept"
     console.print(
         Text(

@@ -1,0 +1,343 @@
+"""gc and live managers: a blob a live manager on this host holds is never deleted,
+whatever its age, and no session is written naming a blob its manager knows is gone.
+
+The gc runs are real `sessiontree gc --delete` processes whose clock Debian's
+`faketime` moves an hour ahead (scripts/test installs it), so the blobs the test
+just put are old to them, as they would be to a gc run an hour from now.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sessiontree.gc as gc_module
+from conftest import unavailable
+from helpers import assistant, user
+from sessiontree import BlobStore, MissingBlobError, SessionManager
+from sessiontree.blobs import MemoryBlobStore
+from sessiontree.gc import collect_garbage
+from sessiontree.pins import LIVE_DIR, read_pins
+from sessiontree.storage import MemorySessionStorage
+
+CLI = os.path.join(os.path.dirname(sys.executable), "sessiontree")
+
+
+def image_message(ref_or_data: str, text: str = "look") -> dict[str, Any]:
+    return {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": text},
+            {"type": "image", "data": ref_or_data, "mimeType": "image/png"},
+        ],
+        "timestamp": 1,
+    }
+
+
+def png(seed: bytes) -> bytes:
+    return b"\x89PNG\r\n\x1a\n" + seed * 300
+
+
+def later_gc(agent_dir: Path) -> dict[str, Any]:
+    """`sessiontree gc --delete --json` in a process whose clock is an hour ahead."""
+    faketime = shutil.which("faketime")
+    if faketime is None:
+        unavailable("faketime is not installed (apt-get install faketime; scripts/test does)")
+    done = subprocess.run(
+        [faketime, "-f", "+1h", CLI, "--agent-dir", str(agent_dir), "gc", "--delete", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def verify(*paths: str) -> list[str]:
+    """`sessiontree verify` of the files: the kinds of its findings ([] when all is well)."""
+    done = subprocess.run(
+        [CLI, "verify", "--json", *paths], capture_output=True, text=True, check=False
+    )
+    assert done.returncode in (0, 1), done.stderr
+    files = json.loads(done.stdout)["files"]
+    assert sorted(f["path"] for f in files) == sorted(paths)
+    found = [finding["kind"] for f in files for finding in f["findings"]]
+    assert (done.returncode == 0) == (not found), done.stdout
+    return found
+
+
+def other_session() -> str:
+    """A written session without images: gc refuses to delete anything without one."""
+    with SessionManager.create("/elsewhere") as sm:
+        sm.append_message(user("x"))
+        sm.append_message(assistant("y"))
+        path = sm.get_session_file()
+    assert path is not None
+    return path
+
+
+def test_gc_an_hour_later_keeps_the_images_that_live_managers_hold(agent_dir: Path) -> None:
+    """An in-memory session's `put_blob` and a new session not written before its first
+    reply hold refs that no file names: gc keeps their blobs, and the sessions written
+    afterwards verify without a missing blob."""
+    other_session()
+    blobs = agent_dir / "blobs"
+    in_memory = SessionManager.in_memory("/proj")
+    kept_in_memory = in_memory.put_blob(png(b"a"))
+    in_memory.append_message(image_message(kept_in_memory.ref))
+    deferred = SessionManager.create("/proj")
+    kept_deferred = deferred.put_blob(png(b"b"))
+    deferred.append_message(image_message(kept_deferred.ref))
+    orphan = BlobStore(str(blobs)).put(png(b"c")).hash  # nobody holds it: it goes
+    assert deferred.get_session_file() is not None
+    assert not os.path.exists(deferred.get_session_file() or "")
+
+    report = later_gc(agent_dir)
+
+    assert report["deleted"] == [orphan]
+    assert report["pinned"] == 2
+    assert (blobs / kept_in_memory.hash).is_file()
+    assert (blobs / kept_deferred.hash).is_file()
+    deferred.append_message(assistant("a fine picture"))  # written now
+    copy = in_memory.persist_copy()
+    written = [deferred.get_session_file() or "", copy.get_session_file() or ""]
+    deferred.close()
+    copy.close()
+    in_memory.close()
+    assert verify(*written) == []
+
+
+def test_the_pins_of_a_closed_manager_keep_nothing(agent_dir: Path) -> None:
+    other_session()
+    sm = SessionManager.in_memory("/proj")
+    held = sm.put_blob(png(b"d")).hash
+    assert held in read_pins(str(agent_dir / "blobs")).hashes
+    sm.close()
+    assert read_pins(str(agent_dir / "blobs")).hashes == set()
+    assert os.listdir(agent_dir / "blobs" / LIVE_DIR) == []  # the pin file is gone
+    assert later_gc(agent_dir)["deleted"] == [held]
+
+
+def test_a_manager_nobody_closes_lets_its_pins_go_when_collected(agent_dir: Path) -> None:
+    sm = SessionManager.in_memory("/proj")
+    held = sm.put_blob(png(b"e")).hash
+    assert held in read_pins(str(agent_dir / "blobs")).hashes
+    del sm
+    assert read_pins(str(agent_dir / "blobs")).hashes == set()
+
+
+CHILD = textwrap.dedent(
+    """
+    import os, sys, time
+    from sessiontree import SessionManager
+    sm = SessionManager.in_memory("/proj")
+    print(sm.put_blob(os.urandom(64) * 40).hash, flush=True)
+    if sys.argv[1] == "fork":
+        pid = os.fork()
+        if pid == 0:
+            # The child pins in a pin file of its own, then exits normally: atexit
+            # handlers and finalizers run, the inherited manager's among them.
+            own = SessionManager.in_memory("/proj")
+            print(own.put_blob(os.urandom(64) * 40).hash, flush=True)
+            sys.exit(0)
+        os.waitpid(pid, 0)
+    print("ready", flush=True)
+    time.sleep(600)
+    """
+)
+
+
+def start_child(how: str) -> tuple[subprocess.Popen[str], str, str | None]:
+    """The process pinning a blob; its hash and (with a fork) the hash its child pinned."""
+    child = subprocess.Popen([sys.executable, "-c", CHILD, how], stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None
+    digest = child.stdout.readline().strip()
+    forked = child.stdout.readline().strip() if how == "fork" else None
+    assert child.stdout.readline().strip() == "ready"
+    return child, digest, forked
+
+
+@pytest.mark.parametrize("how", ["plain", "fork"])
+def test_a_pin_left_by_a_killed_process_keeps_nothing(agent_dir: Path, how: str) -> None:
+    """While the process that pinned a blob lives, gc keeps the blob (a child it forked,
+    that pinned its own and exited normally, took the parent's pin with it neither
+    through its atexit handlers nor its finalizers); once it is killed, its pin is
+    stale: gc deletes the blob and removes the pin file."""
+    other_session()
+    child, digest, forked = start_child(how)
+    try:
+        report = later_gc(agent_dir)
+        assert report["deleted"] == ([forked] if forked else [])
+        assert (agent_dir / "blobs" / digest).is_file()
+        assert read_pins(str(agent_dir / "blobs")).hashes == {digest}
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        assert child.stdout is not None
+        child.stdout.close()
+    pins = read_pins(str(agent_dir / "blobs"))
+    assert pins.hashes == set() and len(pins.stale) == 1
+    report = later_gc(agent_dir)
+    assert report["deleted"] == [digest]
+    assert report["stalePins"] == pins.stale
+    assert os.listdir(agent_dir / "blobs" / LIVE_DIR) == []
+
+
+def test_a_session_naming_a_put_blob_that_is_gone_is_not_written(agent_dir: Path) -> None:
+    """The blob a new session's ref names was deleted behind it (by an older gc, by
+    hand): its first write raises MissingBlobError, names the blob and the file, and
+    writes nothing; putting the image again lets it be written."""
+    sm = SessionManager.create("/proj")
+    data = png(b"f")
+    put = sm.put_blob(data)
+    sm.append_message(image_message(put.ref))
+    os.unlink(put.path)
+    path = sm.get_session_file() or ""
+    with pytest.raises(MissingBlobError) as caught:
+        sm.append_message(assistant("a picture"))
+    assert caught.value.hash == put.hash and caught.value.path == path
+    assert put.hash in str(caught.value) and path in str(caught.value)
+    assert not os.path.exists(path)
+    assert len(sm.get_entries()) == 1  # the reply was refused, nothing else changed
+    sm.put_blob(data)
+    sm.append_message(assistant("a picture"))
+    sm.close()
+    assert verify(path) == []
+
+
+def test_a_copy_naming_a_put_blob_that_is_gone_is_not_written(
+    agent_dir: Path, tmp_path: Path
+) -> None:
+    sm = SessionManager.in_memory("/proj")
+    put = sm.put_blob(png(b"g"))
+    sm.append_message(image_message(put.ref))
+    sm.append_message(assistant("seen"))
+    os.unlink(put.path)
+    target = tmp_path / "copies"
+    with pytest.raises(MissingBlobError) as caught:
+        sm.persist_copy(str(target))
+    assert caught.value.hash == put.hash
+    assert not target.exists() or list(target.iterdir()) == []
+
+
+def test_an_append_naming_a_put_blob_that_is_gone_is_refused(agent_dir: Path) -> None:
+    sm = SessionManager.create("/proj")
+    sm.append_message(user("hi"))
+    sm.append_message(assistant("hello"))
+    put = sm.put_blob(png(b"h"))
+    os.unlink(put.path)
+    path = sm.get_session_file() or ""
+    size = os.path.getsize(path)
+    with pytest.raises(MissingBlobError):
+        sm.append_message(image_message(put.ref))
+    assert os.path.getsize(path) == size
+    assert len(sm.get_entries()) == 2
+    # A blob that is gone but that no entry names stops nothing.
+    assert sm.set_session_name("renamed")
+    sm.close()
+    assert verify(path) == []
+
+
+def test_gc_on_a_storage_keeps_what_its_blob_store_pins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A storage's own blob store (here the memory one) keeps pinned blobs from gc too."""
+    storage = MemorySessionStorage()
+    store = storage.blob_store()
+    assert isinstance(store, MemoryBlobStore)
+    with SessionManager.create("/proj", storage=storage) as other:
+        other.append_message(user("x"))
+        other.append_message(assistant("y"))
+    sm = SessionManager.in_memory("/proj", storage=storage)
+    held = sm.put_blob(png(b"i")).hash
+    orphan = store.put(png(b"j")).hash
+    monkeypatch.setattr(store, "now", lambda: time.time() + 3600)
+    report = collect_garbage(delete=True, storage=storage)
+    assert [b.hash for b in report.deleted] == [orphan]
+    assert store.has(held) and report.pinned == 1
+    sm.close()
+    assert [b.hash for b in collect_garbage(delete=True, storage=storage).deleted] == [held]
+
+
+def test_an_inline_image_of_a_session_not_written_yet_needs_no_pin(agent_dir: Path) -> None:
+    """Inline image data is stored when the session is written: nothing to pin before."""
+    sm = SessionManager.create("/proj")
+    data = base64.b64encode(png(b"k")).decode()
+    sm.append_message(image_message(data))
+    assert not (agent_dir / "blobs").exists() or read_pins(str(agent_dir / "blobs")).hashes == set()
+    sm.close()
+
+
+def test_gc_in_process_with_a_later_clock_keeps_pinned_blobs(
+    agent_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other_session()
+    sm = SessionManager.in_memory("/proj")
+    held = sm.put_blob(png(b"l")).hash
+    monkeypatch.setattr(gc_module, "time", types.SimpleNamespace(time=lambda: time.time() + 3600))
+    report = collect_garbage(str(agent_dir), delete=True)
+    assert report.deleted == [] and report.pinned == 1
+    assert (agent_dir / "blobs" / held).is_file()
+    sm.close()
+
+
+def test_a_hash_stays_pinned_while_any_manager_holds_it(agent_dir: Path) -> None:
+    blobs = str(agent_dir / "blobs")
+    first, second = SessionManager.in_memory("/a"), SessionManager.in_memory("/b")
+    digest = first.put_blob(png(b"m")).hash
+    assert second.put_blob(png(b"m")).hash == digest
+    first.close()
+    assert read_pins(blobs).hashes == {digest}
+    second.close()
+    assert read_pins(blobs).hashes == set()
+
+
+def test_a_pin_file_is_made_anew_when_most_of_it_was_let_go(agent_dir: Path) -> None:
+    blobs = agent_dir / "blobs"
+    managers = [SessionManager.in_memory("/a") for _ in range(200)]
+    held = [sm.put_blob(png(b"n%d" % i)).hash for i, sm in enumerate(managers)]
+    (pin,) = list((blobs / LIVE_DIR).iterdir())
+    assert len(pin.read_bytes().splitlines()) == 200
+    for sm in managers[:150]:
+        sm.close()
+    (pin,) = list((blobs / LIVE_DIR).iterdir())
+    assert len(pin.read_bytes().splitlines()) < 200  # made anew without most let-go ones
+    assert read_pins(str(blobs)).hashes >= set(held[150:])
+    for sm in managers[150:]:
+        sm.close()
+    assert list((blobs / LIVE_DIR).iterdir()) == []
+
+
+def test_a_dry_run_keeps_stale_pins_and_an_unreadable_pin_stops_deletion(
+    agent_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    other_session()
+    blobs = agent_dir / "blobs"
+    orphan = BlobStore(str(blobs)).put(png(b"o")).hash
+    live = blobs / LIVE_DIR
+    live.mkdir()
+    stale = live / "12345-0123456789abcdef.pin"
+    stale.write_text(orphan + "\n")
+    monkeypatch.setattr(gc_module, "time", types.SimpleNamespace(time=lambda: time.time() + 3600))
+    report = collect_garbage(str(agent_dir))
+    assert report.stale_pins == [str(stale)] and stale.exists()
+    assert [b.hash for b in report.unreferenced] == [orphan]  # a stale pin keeps nothing
+    planted = live / "12346-0123456789abcdef.pin"
+    planted.symlink_to(stale)
+    report = collect_garbage(str(agent_dir), delete=True)
+    assert report.refused is not None and report.deleted == []
+    assert [p for p, _ in report.unreadable] == [str(planted)]
+    planted.unlink()
+    report = collect_garbage(str(agent_dir), delete=True)
+    assert [b.hash for b in report.deleted] == [orphan] and not stale.exists()

@@ -1,0 +1,374 @@
+"""pi's store keeps images inline; a rewrite of a file pi wrote changes only what it edits.
+
+pi (0.73) reads no `blob:sha256:` refs and writes `JSON.stringify(entry)`, images
+inline and nothing cut. In its store (an agent dir named `.pi/agent`: `~/.pi/agent`,
+`--agent pi`) entries are written that way, on append, rewrite and copy; in any store,
+an entry read from a line without a blob ref is written back as it was read, so a
+rename of a session pi wrote changes its header and nothing else. The xcsh and
+oh-my-pi stores still move images to `blobs/`.
+
+The tests marked `peers` also ask pi itself (`/work/shared/peers/pi-oracle.mjs`, with pi
+installed by `peers/setup.sh`) for the context of the files written here.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from conftest import SHARED_FIXTURES
+from helpers import assistant
+from sessiontree import BlobStore, SessionManager, get_default_session_dir
+from sessiontree.agent_dir import is_pi_agent_dir, writes_pi_form
+from sessiontree.cli import app
+from sessiontree.jsonl import serialize_entry_bytes
+from sessiontree.persistence import MAX_PERSIST_CHARS, TRUNCATION_NOTICE
+
+DATA = Path(__file__).parent / "data" / "peers"
+MANIFEST = json.loads((DATA / "manifest.json").read_text(encoding="utf-8"))
+PI_FILES = [
+    pytest.param(DATA / case["name"] / rec["file"], id=f"{case['name']}/{rec['index']}")
+    for case in MANIFEST["cases"]
+    if case["writer"] == "pi"
+    for rec in case["files"]
+    if rec["exists"]
+]
+REF = b"blob:sha256:"
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8
+
+
+@pytest.fixture(params=["whole", "index-first"])
+def load_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways a session is loaded (index first: as sessions of 8 MiB and more are)."""
+    if request.param == "index-first":
+        monkeypatch.setattr("sessiontree.loader.LAZY_LOAD_BYTES", 0)
+    return str(request.param)
+
+
+def store_dir(tmp_path: Path, store: str) -> Path:
+    """An agent dir of `store`: pi's, oh-my-pi's (by their default names) or xcsh's."""
+    if store == "pi":
+        return tmp_path / "home" / ".pi" / "agent"
+    if store == "omp":
+        return tmp_path / "home" / ".omp" / "agent"
+    return tmp_path / "agent"  # the test's configured agent dir (conftest)
+
+
+def place(source: Path, agent: Path) -> Path:
+    """A copy of a session file in `agent`'s project dir for its cwd."""
+    header = json.loads(source.read_bytes().split(b"\n", 1)[0])
+    project = agent / "sessions" / os.path.basename(get_default_session_dir(header["cwd"]))
+    project.mkdir(parents=True, exist_ok=True)
+    target = project / source.name
+    shutil.copyfile(source, target)
+    return target
+
+
+def cli(*args: str) -> None:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, (result.stdout, result.stderr, result.exception)
+
+
+def image_message(data: str) -> dict[str, Any]:
+    return {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "look"},
+            {"type": "image", "data": data, "mimeType": "image/png"},
+        ],
+        "timestamp": 1,
+    }
+
+
+def tool_result(text: str) -> dict[str, Any]:
+    return {
+        "role": "toolResult",
+        "toolCallId": "call-1",
+        "toolName": "bash",
+        "content": [{"type": "text", "text": text}],
+        "isError": False,
+        "timestamp": 2,
+    }
+
+
+def pi_context(path: Path) -> dict[str, Any]:
+    """pi's own context of the session file (skips when pi is not installed)."""
+    anchors = Path(os.environ.get("ANCHORS_DIR", "/tmp/anchors"))
+    oracle = SHARED_FIXTURES.parent / "peers" / "pi-oracle.mjs"
+    pi = anchors / "pi" / "node_modules" / "@mariozechner" / "pi-coding-agent"
+    if not oracle.is_file() or not pi.is_dir() or not shutil.which("node"):
+        pytest.skip(f"pi is not installed ({pi}, node); see peers/setup.sh")
+    done = subprocess.run(
+        ["node", str(oracle), "context", str(path)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "ANCHORS_DIR": str(anchors)},
+        check=True,
+    )
+    context: dict[str, Any] = json.loads(done.stdout)
+    return context
+
+
+def images_of(context: dict[str, Any]) -> list[str]:
+    return [
+        block["data"]
+        for message in context["messages"]
+        if isinstance(message.get("content"), list)
+        for block in message["content"]
+        if isinstance(block, dict) and block.get("type") == "image"
+    ]
+
+
+def test_the_store_rule() -> None:
+    assert is_pi_agent_dir("/home/ann/.pi/agent")
+    assert is_pi_agent_dir("/home/ann/.pi/agent/")
+    assert not is_pi_agent_dir("/home/ann/.omp/agent")
+    assert not is_pi_agent_dir("/home/ann/.xcsh/agent")
+    assert not is_pi_agent_dir("/home/ann/pi/agent")
+    session = "/home/ann/.pi/agent/sessions/--p--/x.jsonl"
+    assert writes_pi_form(session, agent_dir="/home/ann/.pi/agent")
+    assert not writes_pi_form("/home/ann/.xcsh/agent/sessions/--p--/x.jsonl")
+
+
+@pytest.mark.parametrize("store", ["pi", "xcsh"])
+@pytest.mark.parametrize("source", PI_FILES)
+def test_a_rename_of_a_session_pi_wrote_changes_its_header_and_nothing_else(
+    tmp_path: Path, source: Path, store: str, load_mode: str
+) -> None:
+    """`sessiontree rename` of a file pi wrote, in pi's store and in xcsh's: every line
+    but the header comes back byte for byte (inline images stay inline, long strings
+    stay whole), and no blob is made."""
+    agent = store_dir(tmp_path, store)
+    path = place(source, agent)
+    before = path.read_bytes().split(b"\n")
+    cli("--agent-dir", str(agent), "rename", str(path), "Renamed")
+    after = path.read_bytes().split(b"\n")
+    assert len(after) == len(before)
+    assert json.loads(after[0])["title"] == "Renamed"
+    changed = [i for i, (a, b) in enumerate(zip(after, before, strict=True)) if a != b]
+    assert changed == [0]
+    blobs = agent / "blobs"
+    assert not blobs.exists() or not any(blobs.iterdir())
+
+
+@pytest.mark.peers
+@pytest.mark.parametrize("store", ["pi", "xcsh"])
+def test_pi_reads_the_images_of_a_session_renamed_here(
+    tmp_path: Path, store: str, load_mode: str
+) -> None:
+    source = (
+        DATA / "s1-pi-by-pi" / "2026-11-29T13-12-34-108Z_01a2276f-963c-7010-8005-96ab87bb6dc5.jsonl"
+    )
+    agent = store_dir(tmp_path, store)
+    path = place(source, agent)
+    before = pi_context(path)
+    assert images_of(before)
+    cli("--agent-dir", str(agent), "rename", str(path), "Renamed")
+    assert pi_context(path) == before
+
+
+def test_appends_in_pi_store_keep_images_inline_and_strings_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What pi writes: an image given inline, one given as a ref `put_blob` handed out,
+    and a string longer than oh-my-pi's cut all go into the file as they are."""
+    agent = store_dir(tmp_path, "pi")
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(agent))
+    inline = base64.b64encode(PNG).decode()
+    long_text = "x" * (MAX_PERSIST_CHARS + 10)
+    sm = SessionManager.create("/proj")
+    sm.append_message(image_message(inline))
+    sm.append_message(assistant("a picture"))
+    put = sm.put_blob(PNG + b"2")
+    sm.append_message(image_message(put.ref))
+    sm.append_message(tool_result(long_text))
+    sm.close()
+    path = Path(sm.get_session_file() or "")
+    data = path.read_bytes()
+    assert REF not in data
+    messages = [json.loads(line)["message"] for line in data.splitlines()[1:]]
+    assert messages[0]["content"][1]["data"] == inline
+    assert messages[2]["content"][1]["data"] == base64.b64encode(PNG + b"2").decode()
+    assert messages[3]["content"][0]["text"] == long_text
+    # A rewrite (a rename) keeps them so too, loaded whole or index first.
+    for lazy in (False, True):
+        with SessionManager.open(str(path), lazy=lazy) as again:
+            again.set_session_name(f"renamed {lazy}")
+        assert path.read_bytes().split(b"\n")[1:] == data.split(b"\n")[1:]
+
+
+@pytest.mark.peers
+def test_pi_reads_what_was_appended_in_its_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = store_dir(tmp_path, "pi")
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(agent))
+    sm = SessionManager.create("/proj")
+    put = sm.put_blob(PNG)
+    sm.append_message(image_message(put.ref))
+    sm.append_message(assistant("a picture"))
+    sm.close()
+    assert images_of(pi_context(Path(sm.get_session_file() or ""))) == [
+        base64.b64encode(PNG).decode()
+    ]
+
+
+@pytest.mark.parametrize("store", ["xcsh", "omp"])
+def test_other_stores_still_move_images_to_blobs_and_cut_long_strings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: str
+) -> None:
+    agent = store_dir(tmp_path, store)
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(agent))
+    sm = SessionManager.create("/proj")
+    sm.append_message(image_message(base64.b64encode(PNG).decode()))
+    sm.append_message(assistant("a picture"))
+    sm.append_message(tool_result("x" * (MAX_PERSIST_CHARS + 10)))
+    sm.close()
+    lines = Path(sm.get_session_file() or "").read_bytes().splitlines()
+    image = json.loads(lines[1])["message"]["content"][1]["data"]
+    assert image.startswith("blob:sha256:")
+    assert (agent / "blobs" / image[len("blob:sha256:") :]).is_file()
+    assert json.loads(lines[3])["message"]["content"][0]["text"].endswith(TRUNCATION_NOTICE)
+
+
+def test_a_copy_into_pi_store_writes_its_images_inline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An in-memory session of the xcsh store holds a ref `put_blob` handed out; its
+    copy into pi's store carries the image inline."""
+    sm = SessionManager.in_memory("/proj")
+    put = sm.put_blob(PNG)
+    sm.append_message(image_message(put.ref))
+    sm.append_message(assistant("a picture"))
+    pi_project = store_dir(tmp_path, "pi") / "sessions" / "--proj--"
+    copy = sm.persist_copy(str(pi_project))
+    copy.close()
+    data = Path(copy.get_session_file() or "").read_bytes()
+    assert REF not in data
+    assert base64.b64encode(PNG) in data
+
+
+def test_a_rewrite_in_pi_store_turns_refs_back_into_images(tmp_path: Path) -> None:
+    """A session in pi's store that an older version wrote with blob refs: its next
+    rewrite writes the images inline, where pi can read them."""
+    agent = store_dir(tmp_path, "pi")
+    with SessionManager.create("/proj", str(tmp_path / "xcsh-form")) as sm:
+        sm.append_message(image_message(base64.b64encode(PNG).decode()))
+        sm.append_message(assistant("a picture"))
+        written = Path(sm.get_session_file() or "")
+    assert REF in written.read_bytes()
+    (agent / "blobs").mkdir(parents=True)
+    for blob in (tmp_path / "agent" / "blobs").iterdir():
+        shutil.copyfile(blob, agent / "blobs" / blob.name)
+    path = place(written, agent)
+    cli("--agent-dir", str(agent), "rename", str(path), "Renamed")
+    data = path.read_bytes()
+    assert REF not in data
+    assert base64.b64encode(PNG) in data
+
+
+def test_an_entry_edited_in_place_keeps_the_form_it_was_read_in(
+    tmp_path: Path, load_mode: str
+) -> None:
+    """`rewrite_entries` after an edit of a message pi wrote with an inline image, in
+    the xcsh store: the image stays inline in the edited line, other lines unchanged."""
+    source = (
+        DATA / "s1-pi-by-pi" / "2026-11-29T13-12-34-108Z_01a2276f-963c-7010-8005-96ab87bb6dc5.jsonl"
+    )
+    path = place(source, store_dir(tmp_path, "xcsh"))
+    before = path.read_bytes().split(b"\n")
+    with SessionManager.open(str(path)) as sm:
+        entry = next(
+            e
+            for e in sm.get_entries()
+            if any(
+                isinstance(b, dict) and b.get("type") == "image"
+                for b in (e.get("message", {}).get("content") or [])
+                if isinstance(e.get("message", {}).get("content"), list)
+            )
+        )
+        entry["message"]["edited"] = True
+        sm.rewrite_entries()
+    after = path.read_bytes().split(b"\n")
+    changed = [i for i, (a, b) in enumerate(zip(after, before, strict=True)) if a != b]
+    assert len(changed) == 1
+    assert REF not in after[changed[0]]
+    assert json.loads(after[changed[0]])["message"]["edited"] is True
+
+
+@pytest.mark.parametrize("store", ["pi", "xcsh"])
+@pytest.mark.parametrize("source", PI_FILES[:4])
+def test_a_fork_of_a_session_pi_wrote_copies_its_lines(
+    tmp_path: Path, source: Path, store: str, load_mode: str
+) -> None:
+    path = place(source, store_dir(tmp_path, store))
+    with SessionManager.open(str(path)) as sm:
+        forked = sm.fork()
+    assert forked is not None
+    old, new = (Path(p).read_bytes().split(b"\n") for p in forked)
+    assert new[1:] == old[1:]
+
+
+blocks = st.one_of(
+    st.builds(lambda t: {"type": "text", "text": t}, st.text(max_size=20)),
+    st.builds(
+        lambda n, c: {"type": "image", "data": c * n, "mimeType": "image/png"},
+        st.integers(1000, 3000),
+        st.sampled_from("AQZ+/"),
+    ),
+)
+pi_entries = st.lists(
+    st.fixed_dictionaries(
+        {
+            "role": st.sampled_from(["user", "toolResult", "assistant"]),
+            "content": st.lists(blocks, min_size=1, max_size=3),
+        },
+        optional={
+            "jsonlEvents": st.lists(st.integers(0, 9), max_size=2),
+            "huge": st.just("y" * (MAX_PERSIST_CHARS + 1)),
+        },
+    ),
+    min_size=1,
+    max_size=5,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages=pi_entries, store=st.sampled_from(["pi", "xcsh"]), lazy=st.booleans())
+def test_any_session_written_as_pi_writes_comes_back_from_a_rename_unchanged(
+    messages: list[dict[str, Any]], store: str, lazy: bool
+) -> None:
+    """Lines in pi's form (inline images, strings oh-my-pi would cut, keys it would drop),
+    renamed in either store and either load mode: only the header changes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        agent = store_dir(Path(tmp), store)
+        project = agent / "sessions" / "--proj--"
+        project.mkdir(parents=True)
+        header = {"type": "session", "version": 3, "id": "s1", "timestamp": "t", "cwd": "/proj"}
+        lines = [serialize_entry_bytes(header)]
+        parent = None
+        for i, m in enumerate(messages):
+            entry = {"type": "message", "id": f"e{i}", "parentId": parent, "timestamp": "t"}
+            entry["message"] = m
+            lines.append(serialize_entry_bytes(entry))
+            parent = f"e{i}"
+        path = project / "2026-01-01T00-00-00-000Z_s1.jsonl"
+        path.write_bytes(b"\n".join(lines) + b"\n")
+        with SessionManager.open(
+            str(path), blob_store=BlobStore(str(agent / "blobs")), lazy=lazy
+        ) as sm:
+            sm.set_session_name("renamed")
+        after = path.read_bytes().split(b"\n")
+        assert after[1:-1] == lines[1:]
+        assert not (agent / "blobs").exists() or not any((agent / "blobs").iterdir())
