@@ -90,14 +90,14 @@ def _uri(path: str, immutable: bool) -> str:
 @contextmanager
 def open_db(path: str) -> Iterator[sqlite3.Connection]:
     """A read-only connection (see the module doc); DatabaseError when it cannot be had."""
-    journal = path + "-journal"
     try:
-        if os.path.getsize(journal) > 0:
-            raise DatabaseError(path, "being written (a rollback journal is present); skipped")
+        journal = os.path.getsize(path + "-journal")
     except FileNotFoundError:
-        pass
+        journal = 0
     except OSError as exc:
         raise DatabaseError(path, f"cannot be read: {exc.strerror or exc}") from None
+    if journal > 0:
+        raise DatabaseError(path, "being written (a rollback journal is present); skipped")
     immutable = not os.path.exists(path + "-wal")
     try:
         conn = sqlite3.connect(
