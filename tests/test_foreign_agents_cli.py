@@ -140,7 +140,7 @@ def test_listing_is_kept_in_the_listing_cache(
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a listing read a session again")
 
-    for name in ("scan_gemini", "scan_copilot", "describe_db_session", "load_opencode_json"):
+    for name in ("scan_gemini", "scan_copilot", "describe_db_sessions", "load_opencode_json"):
         monkeypatch.setattr(agents, name, refuse)
     again = {a: as_json("--agent", a, "list", "--all", "--limit", "0") for a in IDS}
     assert again == first

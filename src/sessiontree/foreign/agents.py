@@ -30,6 +30,7 @@ from typing import Any
 
 import orjson
 
+from ..errors import SessionTreeError
 from ..jsonl import loads_line
 from ._content import str_field
 from ._model import ForeignSession, NotAForeignSessionError, Source
@@ -48,7 +49,9 @@ from .opencode import (
 )
 from .opencode_db import (
     DatabaseError,
-    describe_db_session,
+    DbListing,
+    DbSession,
+    describe_db_sessions,
     is_opencode_db,
     list_db_sessions,
     load_db_session,
@@ -135,6 +138,16 @@ class Backend:
     def scan(self, located: Located) -> tuple[ForeignMeta, int]:
         """Listing metadata and the session's size in bytes."""
         raise NotImplementedError
+
+    def scan_many(self, items: list[Located]) -> dict[str, tuple[ForeignMeta, int] | BaseException]:
+        """`scan` of each item (what went wrong, for one that cannot be read)."""
+        found: dict[str, tuple[ForeignMeta, int] | BaseException] = {}
+        for item in items:
+            try:
+                found[item.path] = self.scan(item)
+            except (OSError, SessionTreeError) as exc:
+                found[item.path] = exc
+        return found
 
     def read(self, path: str, *, subagents: bool = True) -> ForeignSession:
         raise NotImplementedError
@@ -298,29 +311,36 @@ class OpenCodeBackend(Backend):
             listed = not session.info.get("parentID")
             return _opencode_meta(session, listed), session.size
         database, session_id = split
-        rows = list_db_sessions(database, session_id)
-        if not rows:
+        described = describe_db_sessions(database, [session_id])
+        if session_id not in described:
             raise FileNotFoundError(2, "No such OpenCode session", located.path)
-        row = rows[0]
-        described = describe_db_session(database, session_id)
-        users = described.roles.get("user", 0)
-        assistants = described.roles.get("assistant", 0)
-        title = None if is_default_title(row.title) or not row.title else row.title
-        meta = ForeignMeta(
-            id=row.id,
-            cwd=row.directory,
-            title=title,
-            title_source="auto" if title else None,
-            created_ms=row.created_ms or None,
-            first_message=described.first_prompt,
-            message_count=users + assistants,
-            # Tool results (parts) are not counted here: `show` counts them.
-            exact_count=not described.tool_calls,
-            last_activity_ms=max(row.updated_ms, described.last_ms or 0) or None,
-            parent=row.parent_id,
-            listed=row.parent_id is None,
-        )
-        return meta, described.size
+        return _db_meta(*described[session_id])
+
+    def scan_many(self, items: list[Located]) -> dict[str, tuple[ForeignMeta, int] | BaseException]:
+        """Each database's sessions in one read of it; the JSON files one by one."""
+        by_database: dict[str, list[str]] = {}
+        rest: list[Located] = []
+        for item in items:
+            split = split_db_path(item.path)
+            if split is None:
+                rest.append(item)
+            else:
+                by_database.setdefault(split[0], []).append(split[1])
+        found = super().scan_many(rest)
+        for database, session_ids in by_database.items():
+            try:
+                described = describe_db_sessions(database, session_ids)
+            except (OSError, SessionTreeError) as exc:
+                for session_id in session_ids:
+                    found[os.path.join(database, session_id)] = exc
+                continue
+            for session_id in session_ids:
+                path = os.path.join(database, session_id)
+                if session_id in described:
+                    found[path] = _db_meta(*described[session_id])
+                else:
+                    found[path] = FileNotFoundError(2, "No such OpenCode session", path)
+        return found
 
     def read(self, path: str, *, subagents: bool = True) -> ForeignSession:
         split = split_db_path(path)
@@ -343,6 +363,27 @@ class OpenCodeBackend(Backend):
         if storage_dir_of(path) is not None:
             return load_opencode_json(path, children=False).size
         return -1
+
+
+def _db_meta(row: DbSession, described: DbListing) -> tuple[ForeignMeta, int]:
+    users = described.roles.get("user", 0)
+    assistants = described.roles.get("assistant", 0)
+    title = None if is_default_title(row.title) or not row.title else row.title
+    meta = ForeignMeta(
+        id=row.id,
+        cwd=row.directory,
+        title=title,
+        title_source="auto" if title else None,
+        created_ms=row.created_ms or None,
+        first_message=described.first_prompt,
+        message_count=users + assistants,
+        # Tool results (parts) are not counted here: `show` counts them.
+        exact_count=not described.tool_calls,
+        last_activity_ms=max(row.updated_ms, described.last_ms or 0) or None,
+        parent=row.parent_id,
+        listed=row.parent_id is None,
+    )
+    return meta, described.size
 
 
 def _db_located(

@@ -163,14 +163,18 @@ class DbSession:
 def list_db_sessions(path: str, session_id: str | None = None) -> list[DbSession]:
     """Every session of the database, or the one with `session_id` (DatabaseError when
     it cannot be read)."""
-    where = "" if session_id is None else "WHERE s.id = ? "
     with open_db(path) as conn, _reading(path, conn):
-        rows = conn.execute(
-            "SELECT s.id, s.parent_id, s.directory, s.title, s.time_created, s.time_updated, "
-            "COUNT(m.id), MAX(m.time_updated) FROM session s "
-            f"LEFT JOIN message m ON m.session_id = s.id {where}GROUP BY s.id",
-            () if session_id is None else (session_id,),
-        ).fetchall()
+        return _sessions(conn, session_id)
+
+
+def _sessions(conn: sqlite3.Connection, session_id: str | None = None) -> list[DbSession]:
+    where = "" if session_id is None else "WHERE s.id = ? "
+    rows = conn.execute(
+        "SELECT s.id, s.parent_id, s.directory, s.title, s.time_created, s.time_updated, "
+        "COUNT(m.id), MAX(m.time_updated) FROM session s "
+        f"LEFT JOIN message m ON m.session_id = s.id {where}GROUP BY s.id",
+        () if session_id is None else (session_id,),
+    ).fetchall()
     found = []
     for row in rows:
         if not isinstance(row[0], str):
@@ -334,50 +338,62 @@ def session_bytes(path: str, session_id: str) -> int:
     return total
 
 
-def describe_db_session(path: str, session_id: str) -> DbListing:
+def describe_db_sessions(
+    path: str, session_ids: list[str]
+) -> dict[str, tuple[DbSession, DbListing]]:
+    """Each session's row and `DbListing`, in one read of the database (a session no
+    longer there is left out)."""
+    found: dict[str, tuple[DbSession, DbListing]] = {}
+    with open_db(path) as conn, _reading(path, conn):
+        rows = {row.id: row for row in _sessions(conn)}
+        for session_id in session_ids:
+            if session_id in rows:
+                found[session_id] = (rows[session_id], _describe(conn, session_id))
+    return found
+
+
+def _describe(conn: sqlite3.Connection, session_id: str) -> DbListing:
     """The first prompt, message roles and size of a session, reading its message rows
     (small: the content is in the parts) and the parts of its first prompts only."""
     roles: dict[str, int] = {}
     tool_calls = False
     first_prompt: str | None = None
     last_ms: int | None = None
-    with open_db(path) as conn, _reading(path, conn):
-        users: list[str] = []
-        for message_id, data, updated in conn.execute(
-            "SELECT id, data, time_updated FROM message WHERE session_id = ? "
-            "ORDER BY time_created, id",
-            (session_id,),
+    users: list[str] = []
+    for message_id, data, updated in conn.execute(
+        "SELECT id, data, time_updated FROM message WHERE session_id = ? ORDER BY time_created, id",
+        (session_id,),
+    ):
+        value = _json(data) or {}
+        role = value.get("role")
+        if isinstance(role, str):
+            roles[role] = roles.get(role, 0) + 1
+        if role == "user":
+            users.append(str(message_id))
+        if value.get("finish") == "tool-calls":
+            tool_calls = True
+        last_ms = max(last_ms or 0, int(updated or 0)) or last_ms
+    for message_id in users[:5]:
+        texts = []
+        for (data,) in conn.execute(
+            "SELECT data FROM part WHERE message_id = ? ORDER BY id", (message_id,)
         ):
-            value = _json(data) or {}
-            role = value.get("role")
-            if isinstance(role, str):
-                roles[role] = roles.get(role, 0) + 1
-            if role == "user":
-                users.append(str(message_id))
-            if value.get("finish") == "tool-calls":
-                tool_calls = True
-            last_ms = max(last_ms or 0, int(updated or 0)) or last_ms
-        for message_id in users[:5]:
-            texts = []
-            for (data,) in conn.execute(
-                "SELECT data FROM part WHERE message_id = ? ORDER BY id", (message_id,)
+            part = _json(data) or {}
+            if (
+                part.get("type") == "text"
+                and isinstance(part.get("text"), str)
+                and not part.get("synthetic")
+                and not part.get("ignored")
             ):
-                part = _json(data) or {}
-                if (
-                    part.get("type") == "text"
-                    and isinstance(part.get("text"), str)
-                    and not part.get("synthetic")
-                    and not part.get("ignored")
-                ):
-                    texts.append(part["text"])
-            text = " ".join(" ".join(texts).split())
-            if text:
-                first_prompt = text
-                break
-        size = 0
-        for table in ("message", "part"):
-            found = conn.execute(
-                f"SELECT SUM({_BYTES}) FROM {table} WHERE session_id = ?", (session_id,)
-            ).fetchone()
-            size += int(found[0] or 0)
+                texts.append(part["text"])
+        text = " ".join(" ".join(texts).split())
+        if text:
+            first_prompt = text
+            break
+    size = 0
+    for table in ("message", "part"):
+        found = conn.execute(
+            f"SELECT SUM({_BYTES}) FROM {table} WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        size += int(found[0] or 0)
     return DbListing(first_prompt, roles, tool_calls, size, last_ms)

@@ -357,27 +357,27 @@ class ForeignStore:
         found: list[ForeignListing] = []
         children: list[ForeignListing] = []
         fresh: list[tuple[str, Identity, object]] = []
+        known: dict[str, tuple[ForeignMeta, int]] = {}
         for item in located:
-            path, identity = item.path, item.identity
-            meta: ForeignMeta | None = None
-            size = item.size
-            hit = cached.get(path)
-            if hit is not None and tuple(hit[0]) == identity:
+            hit = cached.get(item.path)
+            if hit is not None and tuple(hit[0]) == item.identity:
                 try:
-                    meta, size = self._load_cached(hit[1], item)
+                    known[item.path] = self._load_cached(hit[1], item)
                 except (ValueError, TypeError):
-                    meta = None
-            if meta is None:
-                try:
-                    if self.backend is not None:
-                        meta, size = self.backend.scan(item)
-                    else:
-                        meta = self.scan(path, item.size)
-                except (OSError, SessionTreeError) as exc:
-                    if self.backend is not None:
-                        log.warning("%s: skipped (%s)", path, _reason(exc))
+                    pass
+        scanned = self._scan_all([item for item in located if item.path not in known])
+        for item in located:
+            path = item.path
+            if path in known:
+                meta, size = known[path]
+            else:
+                result = scanned.get(path)
+                if result is None or isinstance(result, BaseException):
+                    if self.backend is not None and result is not None:
+                        log.warning("%s: skipped (%s)", path, _reason(result))
                     continue
-                fresh.append((path, identity, self._dump(meta, size)))
+                meta, size = result
+                fresh.append((path, item.identity, self._dump(meta, size)))
             if meta.listed:
                 found.append(ForeignListing(path, size, item.mtime_ns, item.ino, meta))
             elif self.backend is not None and meta.parent:
@@ -388,6 +388,20 @@ class ForeignStore:
         if fresh:
             cache.store(fresh)
         found.sort(key=lambda f: (f.mtime_ns, f.path), reverse=True)
+        return found
+
+    def _scan_all(
+        self, items: builtins.list[Located]
+    ) -> dict[str, tuple[ForeignMeta, int] | BaseException]:
+        """Listing metadata of `items` read now (an error for one that cannot be read)."""
+        if self.backend is not None:
+            return self.backend.scan_many(items)
+        found: dict[str, tuple[ForeignMeta, int] | BaseException] = {}
+        for item in items:
+            try:
+                found[item.path] = (self.scan(item.path, item.size), item.size)
+            except (OSError, SessionTreeError) as exc:
+                found[item.path] = exc
         return found
 
     def _dump(self, meta: ForeignMeta, size: int) -> object:
