@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 import foreign_support as fs
-from conftest import SHARED_FIXTURES, unavailable
+from conftest import SHARED_FIXTURES, require_module, unavailable
 from sessiontree import SessionManager, load_entries_from_file
 from sessiontree.cli import app
 from sessiontree.content_index import ContentIndex
@@ -462,3 +462,35 @@ def test_a_file_cut_short_shows_what_it_holds_and_says_so(
     assert 0 < json.loads(result.stdout)["roles"]["assistant"] < 38
     listed = as_json("--agent", "gemini", "list", "--all", "--limit", "0")
     assert {s["id"] for s in listed["sessions"]} == IDS["gemini"]
+
+
+@pytest.mark.parametrize(
+    ("agent", "command", "variable"),
+    [
+        ("opencode", "opencode --session ID", "XDG_DATA_HOME"),
+        ("gemini", "gemini --resume ID", "GEMINI_CLI_HOME"),
+        ("copilot", "copilot --resume ID", "COPILOT_HOME"),
+    ],
+)
+def test_the_web_app_offers_each_agents_resume_command(
+    homes: dict[str, Any], agent: str, command: str, variable: str
+) -> None:
+    """In the session's directory; a store away from the default named by the variable
+    the agent reads (OpenCode's and Gemini CLI's name the dir above their own)."""
+    require_module("starlette")
+    from datetime import UTC, datetime
+
+    from sessiontree.foreign.storage import ForeignStorage
+    from sessiontree.web.app import ServeOptions, _App
+    from sessiontree.web.data import SessionRow
+
+    store = ForeignStore.default(agent)  # type: ignore[arg-type]
+    app_ = _App(ForeignStorage(store), store.home, ServeOptions("token", "cookie"))
+    try:
+        moment = datetime.now(UTC)
+        row = SessionRow("h", "/p", "ID", "/work/app", "p", None, "", 0, 0, moment, moment, None)
+        resume = app_._foreign_resume(row)
+    finally:
+        app_.close()
+    value = os.environ[variable]
+    assert resume == {"name": agent, "command": f"cd /work/app && {variable}={value} {command}"}
