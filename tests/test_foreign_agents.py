@@ -822,3 +822,18 @@ def test_the_chain_keeps_every_call_answered_right_after_it(
         if m["role"] == "user"
     ]
     assert texts == others
+
+
+def test_a_file_whose_first_line_is_damaged_is_still_told_apart(tmp_path: Path) -> None:
+    """Detection looks past a torn first line: a Gemini CLI JSONL session is not taken
+    for Claude Code's (both have `user` lines), and the reader then reports the line."""
+    name = (
+        "jazzyalex__agent-sessions__Resources__Fixtures__stage0__agents__gemini__jsonl_v040.jsonl"
+    )
+    lines = fixture("gemini", name).read_bytes().splitlines(keepends=True)
+    torn = tmp_path / "session.jsonl"
+    torn.write_bytes(b'{"sessionId": "gemini_st\n' + b"".join(lines[1:]))
+    assert detect_file(str(torn)) == "gemini"
+    session = read_gemini_session(str(torn))
+    assert [str(d) for d in session.damaged] == ["line 1: not valid JSON"]
+    assert session.source_id == "session" and len(messages(session.manager, "assistant")) == 2

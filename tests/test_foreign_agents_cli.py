@@ -294,6 +294,10 @@ def test_agent_dir_is_detected(homes: dict[str, Any]) -> None:
     ):
         by_dir = as_json("--agent-dir", str(home), "list", "--all", "--limit", "0")
         assert by_dir == as_json("--agent", agent, "list", "--all", "--limit", "0")
+    # OpenCode's database, given by its file: its data dir.
+    database = homes["opencode"] / "opencode.db"
+    by_file = as_json("--agent-dir", str(database), "list", "--all", "--limit", "0")
+    assert by_file == as_json("--agent", "opencode", "list", "--all", "--limit", "0")
 
 
 def test_the_agents_default_locations(

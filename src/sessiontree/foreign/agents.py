@@ -498,7 +498,10 @@ BACKENDS: dict[str, Backend] = {
 
 
 def detect_store(path: str) -> Source | None:
-    """Whether `path` is an OpenCode data dir, a Gemini CLI or a Copilot CLI home."""
+    """Whether `path` is an OpenCode data dir (or database), a Gemini CLI or a Copilot
+    CLI home."""
+    if os.path.isfile(path) and is_opencode_db(path):
+        return "opencode"
     if os.path.isdir(os.path.join(path, "session-state")):
         return "copilot"
     if OpenCodeBackend().databases(path) or os.path.isdir(os.path.join(path, "storage", "session")):
@@ -560,8 +563,12 @@ def detect_file(path: str) -> Source | None:
     first = values[0]
     if isinstance(first.get("info"), dict) and isinstance(first.get("messages"), list):
         return "opencode"
-    if isinstance(first.get("sessionId"), str) and isinstance(first.get("projectHash"), str):
-        return "gemini"
+    if any(
+        v.get("type") == "gemini"
+        or (isinstance(v.get("sessionId"), str) and isinstance(v.get("projectHash"), str))
+        for v in values
+    ):
+        return "gemini"  # its metadata line, or (that line damaged) its model's messages
     if any(is_copilot_event(v) for v in values[:3]):
         return "copilot"
     if any(isinstance(v.get("payload"), dict) for v in values) or (

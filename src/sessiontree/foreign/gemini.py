@@ -445,8 +445,16 @@ def _parse(path: str) -> _Parsed:
         transcript = read_transcript(path)
         records, damaged, size = transcript.records, list(transcript.damaged), transcript.size
         first = records[0].value if records else {}
-        if not (
-            isinstance(first.get("sessionId"), str) and isinstance(first.get("projectHash"), str)
+        metadata = isinstance(first.get("sessionId"), str) and isinstance(
+            first.get("projectHash"), str
+        )
+        # A file whose metadata line is damaged still holds its messages.
+        if not metadata and not (
+            damaged
+            and any(
+                _message_id(r.value) and r.value.get("type") in ("user", "gemini")
+                for r in records[:20]
+            )
         ):
             raise NotAForeignSessionError(path, "Gemini CLI")
     for record in records:
@@ -559,7 +567,7 @@ def read_gemini_session(path: str, *, subagents: bool = True) -> ForeignSession:
     parsed = _parse(path)
     meta = parsed.meta
     fallback_ms = int(os.stat(path).st_mtime * 1000)
-    session_id = str(meta["sessionId"])
+    session_id = str_field(meta, "sessionId") or os.path.basename(path).rsplit(".", 1)[0]
     created = timestamp_ms(meta.get("startTime"))
     if created is None:
         created = fallback_ms
@@ -667,10 +675,11 @@ def scan_gemini(path: str, size: int) -> ForeignMeta:
             messages[str(record["id"])] = record
             first_prompt = first_prompt or _prompt_text(record)
             last_ms = timestamp_ms(record.get("timestamp")) or last_ms
-    if not meta and records:
+    if not meta and not messages:
         raise NotAForeignSessionError(path, "Gemini CLI")
     count = _count(messages)
-    session_id = str_field(meta, "sessionId") or os.path.basename(path)
+    # A file whose metadata line is damaged goes by its name, as its reader names it.
+    session_id = str_field(meta, "sessionId") or os.path.basename(path).rsplit(".", 1)[0]
     subagent = meta.get("kind") == "subagent" or os.path.basename(
         os.path.dirname(os.path.abspath(path))
     ) not in ("chats",)
