@@ -837,3 +837,82 @@ def test_a_file_whose_first_line_is_damaged_is_still_told_apart(tmp_path: Path) 
     session = read_gemini_session(str(torn))
     assert [str(d) for d in session.damaged] == ["line 1: not valid JSON"]
     assert session.source_id == "session" and len(messages(session.manager, "assistant")) == 2
+
+
+def test_a_reverted_session_keeps_the_reverted_messages_as_a_branch(tmp_path: Path) -> None:
+    """OpenCode's undo (`revert`) hides the messages from the one it names on until the
+    next prompt deletes them: the leaf is before that message, the rest a branch."""
+    database = db_copy(tmp_path)
+    with sqlite3.connect(database) as conn:
+        users = [
+            row[0]
+            for row in conn.execute(
+                'SELECT id FROM message WHERE session_id = ? AND data LIKE \'%"role":"user"%\' '
+                "ORDER BY time_created, id",
+                (DB_SESSION,),
+            )
+        ]
+        conn.execute(
+            "UPDATE session SET revert = ? WHERE id = ?",
+            (json.dumps({"messageID": users[-1], "snapshot": "abc"}), DB_SESSION),
+        )
+    whole = convert_opencode(load_db_session(str(db_copy(tmp_path / "whole")), DB_SESSION))
+    session = convert_opencode(load_db_session(str(database), DB_SESSION))
+    sm = session.manager
+    assert_sound(sm)
+    assert len(sm.get_entries()) == len(whole.manager.get_entries())
+    path = [e["message"] for e in sm.get_branch() if e["type"] == "message"]
+    assert [m["role"] for m in path].count("user") == len(users) - 1
+    assert path[-1]["role"] == "assistant" and path[-1]["stopReason"] == "stop"
+    last_prompt = messages(whole.manager, "user")[-1]
+    assert last_prompt not in path and last_prompt in messages(sm, "user")
+
+
+def test_a_history_written_again_follows_what_matches_and_branches_where_it_differs(
+    tmp_path: Path,
+) -> None:
+    """`$set.messages` (Gemini CLI writing its history again, e.g. after compressing
+    it): the messages it keeps are the ones already there; where it differs it
+    branches; a user record of function responses answers the calls before it."""
+    call = {"functionCall": {"id": "f1", "name": "ls", "args": {"dir": "."}}}
+    response = {"functionResponse": {"id": "f1", "name": "ls", "response": {"output": "a b"}}}
+    u1, a1 = gemini_message("u1", "user", 1), gemini_message("a1", "gemini", 2)
+    rewritten = [
+        u1,
+        a1,
+        gemini_message("s1", "user", 5, content=[{"text": "s1 summary of the rest"}]),
+        gemini_message("g1", "gemini", 6, content=[call]),
+        gemini_message("r1", "user", 7, content=[response]),
+        gemini_message("g2", "gemini", 8),
+    ]
+    path = tmp_path / "session.jsonl"
+    path.write_text(
+        gemini_lines(
+            [
+                gemini_meta(),
+                u1,
+                a1,
+                gemini_message("u2", "user", 3),
+                gemini_message("a2", "gemini", 4),
+                {"$set": {"messages": rewritten, "lastUpdated": "2026-05-01T10:00:09.000Z"}},
+            ]
+        ),
+        encoding="utf-8",
+    )
+    sm = read_gemini_session(str(path)).manager
+    assert_sound(sm)
+    entries = sm.get_entries()
+    assert len(messages(sm, "user")) == 3  # u1 once, u2, s1; r1 answers g1
+    on_path = [e["message"] for e in sm.get_branch() if e["type"] == "message"]
+    assert [m.get("responseId") or m["role"] for m in on_path] == [
+        "user",
+        "a1",
+        "user",
+        "g1",
+        "toolResult",
+        "g2",
+    ]
+    assert on_path[4]["content"] == [{"type": "text", "text": "a b"}]
+    a1_entry = next(e for e in entries if e.get("message", {}).get("responseId") == "a1")
+    children = [e for e in entries if e.get("parentId") == a1_entry["id"]]
+    assert len(children) == 2  # u2 (the old history) and s1 (the new)
