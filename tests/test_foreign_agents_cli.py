@@ -498,3 +498,36 @@ def test_the_web_app_offers_each_agents_resume_command(
         app_.close()
     value = os.environ[variable]
     assert resume == {"name": agent, "command": f"cd /work/app && {variable}={value} {command}"}
+
+
+def test_serve_reads_each_agents_store(homes: dict[str, Any], agent_dir: Path) -> None:
+    """The web app lists and opens every session of each store (an OpenCode database's
+    too), searches it through this agent's content index, and changes none of it."""
+    require_module("httpx")
+    require_module("uvicorn")
+    import re
+
+    import httpx
+
+    from sessiontree.foreign.storage import ForeignStorage
+    from sessiontree.web.server import BackgroundServer
+
+    agent_dir.mkdir(parents=True)
+    before = {a: snapshot(Path(homes[a])) for a in ("opencode", "gemini", "copilot")}
+    for agent in ("opencode", "gemini", "copilot"):
+        store = ForeignStore.default(agent, str(agent_dir))  # type: ignore[arg-type]
+        with (
+            BackgroundServer(ForeignStorage(store), store.home) as server,
+            httpx.Client(
+                base_url=server.base, cookies={server.options.cookie: server.token}, timeout=60
+            ) as client,
+        ):
+            listing = client.get("/sessions")
+            assert listing.status_code == 200
+            handles = list(dict.fromkeys(re.findall(r'href="(/s/[0-9a-f]+)', listing.text)))
+            assert len(handles) == len(IDS[agent])
+            for handle in handles:
+                assert client.get(handle).status_code == 200
+            found = client.get("/search?q=the")
+            assert found.status_code == 200 and "searched by the content index" in found.text
+    assert {a: snapshot(Path(homes[a])) for a in before} == before
