@@ -531,3 +531,28 @@ def test_serve_reads_each_agents_store(homes: dict[str, Any], agent_dir: Path) -
             found = client.get("/search?q=the")
             assert found.status_code == 200 and "searched by the content index" in found.text
     assert {a: snapshot(Path(homes[a])) for a in before} == before
+
+
+@pytest.mark.parametrize(
+    ("kind", "name"),
+    [("claude", p.name) for p in sorted((FOREIGN / "claude").glob("*.jsonl"))]
+    + [("codex", p.name) for p in sorted((FOREIGN / "codex").glob("*.jsonl"))],
+)
+def test_a_claude_code_or_codex_file_is_shown_by_its_path(
+    agent_dir: Path, kind: str, name: str
+) -> None:
+    """The same detection serves the two agents read before: their files show (and
+    import) by path, with no --agent or --from."""
+    from sessiontree.foreign import detect_file, read_claude_session, read_codex_session
+
+    path = FOREIGN / kind / name
+    if not path.is_file():
+        unavailable(f"shared fixture {path} is missing")
+    assert detect_file(str(path)) == kind
+    if kind == "claude":
+        session = read_claude_session(str(path))
+    else:
+        session = read_codex_session(str(path))
+    shown = as_json("show", str(path))
+    assert shown["id"] == session.source_id
+    assert shown["entries"] == len(session.manager.get_entries())
