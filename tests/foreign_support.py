@@ -461,3 +461,79 @@ def codex_rollouts(home: Path) -> tuple[Path, Path]:
     a = write_jsonl(day / f"rollout-2026-06-05T04-58-00-{CODEX_PARENT}.jsonl", parent)
     b = write_jsonl(day / f"rollout-2026-06-05T04-58-10-{CODEX_CHILD}.jsonl", child)
     return a, b
+
+
+# ---------------------------------------------------------------------------- OpenCode, Gemini
+# CLI, Copilot CLI
+#
+# The real files of `opencode/`, `gemini/` and `copilot/` (SOURCES.md) laid out as each
+# agent keeps them: OpenCode's data dir holds the real database; each `opencode export`
+# document is also written out as the JSON files of OpenCode before 1.2
+# (`storage/session/<project>/<id>.json`, `storage/message/<session>/<id>.json`,
+# `storage/part/<message>/<id>.json`, the layout OpenCode's `json-migration.ts` reads:
+# the message and part objects as the export holds them). Gemini CLI's files go into
+# `tmp/<project>/chats/` with the project's `.project_root`; Copilot CLI's into
+# `session-state/<session id>/events.jsonl`.
+
+OPENCODE_DB = "suhd550-dev__stunning-memory__opencode.db"
+GEMINI_ROOT = "/work/gemini-project"
+
+
+def opencode_json_layout(export: Path, data: Path) -> Path:
+    """`export` (an `opencode export` document) as OpenCode's JSON files under
+    `data/storage`; the session file's path."""
+    document = json.loads(export.read_text(encoding="utf-8"))
+    info = document["info"]
+    storage = data / "storage"
+    session = storage / "session" / info["projectID"] / f"{info['id']}.json"
+    session.parent.mkdir(parents=True, exist_ok=True)
+    session.write_text(json.dumps(info, indent=2), encoding="utf-8")
+    for message in document["messages"]:
+        minfo = message["info"]
+        target = storage / "message" / info["id"] / f"{minfo['id']}.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(minfo, indent=2), encoding="utf-8")
+        for part in message["parts"]:
+            target = storage / "part" / minfo["id"] / f"{part['id']}.json"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(json.dumps(part, indent=2), encoding="utf-8")
+    return session
+
+
+def layout_more(fixtures: Path, root: Path) -> dict[str, Any]:
+    """OpenCode's data dir, Gemini CLI's and Copilot CLI's homes holding the real files:
+    {"opencode": data dir, "gemini": GEMINI_CLI_HOME, "copilot": COPILOT_HOME,
+    "placed": fixture name -> its path in the layout (an export: its session file)}."""
+    data = root / "xdg" / "opencode"
+    data.mkdir(parents=True)
+    shutil.copyfile(fixtures / "opencode" / OPENCODE_DB, data / "opencode.db")
+    placed: dict[str, Path] = {OPENCODE_DB: data / "opencode.db"}
+    for path in sorted((fixtures / "opencode").glob("*.jsonl")):
+        placed[path.name] = opencode_json_layout(path, data)
+    gemini_home = root / "gemini-home"
+    project = gemini_home / ".gemini" / "tmp" / "gemini-project"
+    chats = project / "chats"
+    chats.mkdir(parents=True)
+    (project / ".project_root").write_text(GEMINI_ROOT, encoding="utf-8")
+    for path in sorted((fixtures / "gemini").iterdir()):
+        raw = path.read_bytes()
+        start = raw.lstrip()[:1] == b"{" and raw.lstrip()[1:2] in (b"\n", b"\r")
+        suffix = ".json" if start or path.suffix == ".json" else ".jsonl"
+        stem = hashlib.sha256(path.name.encode()).hexdigest()[:8]
+        target = chats / f"session-2026-01-01T00-00-{stem}{suffix}"
+        shutil.copyfile(path, target)
+        placed[path.name] = target
+    copilot = root / "copilot-home"
+    for path in sorted((fixtures / "copilot").glob("*.jsonl")):
+        first = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
+        target = copilot / "session-state" / first["data"]["sessionId"] / "events.jsonl"
+        target.parent.mkdir(parents=True)
+        shutil.copyfile(path, target)
+        placed[path.name] = target
+    return {
+        "opencode": data,
+        "gemini": gemini_home,
+        "copilot": copilot,
+        "xdg": root / "xdg",
+        "placed": placed,
+    }

@@ -110,9 +110,7 @@ def blob_files(agent: Path) -> dict[str, tuple[int, str]]:
     blobs = agent / "blobs"
     if not blobs.is_dir():
         return {}
-    return {
-        p.name: (p.stat().st_ino, sha(p.read_bytes())) for p in blobs.iterdir() if p.is_file()
-    }
+    return {p.name: (p.stat().st_ino, sha(p.read_bytes())) for p in blobs.iterdir() if p.is_file()}
 
 
 # -- the operations, each writing a copy of the session at `src` into the session dir `dest`

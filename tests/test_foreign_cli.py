@@ -450,7 +450,7 @@ def test_import_arguments(stores: dict[str, Any]) -> None:
     assert run("import", "--from", "claude").exit_code == 2  # neither SESSION nor --all
     assert run("import", "zzzz", "--from", "claude").exit_code == 1
     assert run("import", "/nowhere/x.jsonl", "--from", "claude").exit_code == 1
-    assert run("import", "x", "--from", "gemini").exit_code == 2
+    assert run("import", "x", "--from", "nobody").exit_code == 2
 
 
 def test_a_subagent_transcript_reads_by_its_path(stores: dict[str, Any]) -> None:

@@ -98,11 +98,14 @@ Loader = Callable[[str], tuple[Entry | None, Sequence[Entry]]]
 @dataclass(frozen=True, slots=True)
 class SessionSource:
     """A session the index covers: our JSONL file at `path`, or, with `load`, a
-    file of another format whose entries `load(path)` returns."""
+    file of another format whose entries `load(path)` returns. `identity`, with
+    `load`, gives (size, mtime_ns, ino) of a session that is not one file's stat
+    (a session of an OpenCode database, named by a path under the database file)."""
 
     path: str
     load: Loader | None = field(default=None, compare=False)
     kind: str = "jsonl"
+    identity: Callable[[str], tuple[int, int, int]] | None = field(default=None, compare=False)
 
 
 def index_text(text: str) -> str:
@@ -678,21 +681,25 @@ class ContentIndex:
         for source in sources:
             listed.add(source.path)
             try:
-                st = os.stat(source.path)
+                if source.load is not None and source.identity is not None:
+                    identity = source.identity(source.path)
+                else:
+                    st = os.stat(source.path)
+                    if not stat_module.S_ISREG(st.st_mode):
+                        continue
+                    identity = (st.st_size, st.st_mtime_ns, st.st_ino)
             except OSError:
                 row = known.get(source.path)
                 if row is not None:
                     gone.append(row[0])
                 continue
-            if not stat_module.S_ISREG(st.st_mode):
-                continue
             if not utf8_encodable(source.path):
                 result.stale.append(source.path)
                 continue
             row = known.get(source.path)
-            if row is not None and row[1:] == (st.st_size, st.st_mtime_ns, st.st_ino):
+            if row is not None and row[1:] == identity:
                 continue
-            todo.append((source, st.st_size, st.st_mtime_ns, st.st_ino))
+            todo.append((source, *identity))
         if prune:
             gone += [row[0] for p, row in known.items() if p not in listed and not _exists(p)]
         if not todo and not gone:
@@ -818,7 +825,10 @@ class ContentIndex:
         else:
             rows, committed, saved, final = _read_jsonl(storage, path, start, size, st, order)
             head_len = _head_len(storage, path) if committed else 0
-        mark = mark_file(storage, path, size, mtime_ns, ino, committed, head_len)
+        if source.load is not None and source.identity is not None:
+            mark = FileMark(size, mtime_ns, ino, 0, 0, b"", b"")  # no file to mark
+        else:
+            mark = mark_file(storage, path, size, mtime_ns, ino, committed, head_len)
         values = (
             path,
             source.kind,

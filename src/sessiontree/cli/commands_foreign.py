@@ -1,9 +1,11 @@
-"""Other agents' stores: `--agent` (read Claude Code and Codex stores in place) and `import`.
+"""Other agents' stores: `--agent` (read another agent's store in place) and `import`.
 
-With `--agent claude|codex` (or an `--agent-dir` that is such a store), the store
-of the invocation is a read-only `ForeignStorage`: the reading commands work on it
-unchanged, and every other command is refused before it runs. `import` copies
-one session (or, with `--all`, every one not imported yet) into this agent's store.
+With `--agent claude|codex|opencode|gemini|copilot` (or an `--agent-dir` that is
+such a store), the store of the invocation is a read-only `ForeignStorage`: the
+reading commands work on it unchanged, and every other command is refused before
+it runs. A reading command given one of those agents' session files by its path
+reads it the same way, its format detected (`read_in_place`). `import` copies one
+session (or, with `--all`, every one not imported yet) into this agent's store.
 """
 
 from __future__ import annotations
@@ -16,14 +18,17 @@ from rich.text import Text
 
 from ..errors import SessionTreeError
 from ..foreign import ForeignSession
+from ..foreign.agents import detect_file
 from ..foreign.importer import (
     AlreadyImportedError,
     EarlierImport,
     find_imports,
     import_session,
 )
+from ..foreign.opencode_db import is_opencode_db, split_db_path
 from ..foreign.storage import ForeignStorage
 from ..foreign.store import (
+    AGENT_NAMES,
     AGENTS,
     FOREIGN_AGENTS,
     ForeignListing,
@@ -39,27 +44,30 @@ from .common import (
     EXIT_USAGE,
     CliError,
     JsonOption,
+    adopt_storage,
     console,
     current_storage,
     emit_json,
     err_console,
+    invoked_command,
     progress,
 )
 from .common import agent_dir as current_agent_dir
 
-__all__ = ["READING_COMMANDS", "register", "resolve_agent"]
+__all__ = ["READING_COMMANDS", "read_in_place", "register", "resolve_agent"]
 
 READING_COMMANDS = frozenset(
     {"list", "show", "tree", "context", "export", "search", "stats", "resume", "usage", "serve"}
 )
-"""The commands that work on a Claude Code or Codex store (read-only)."""
+"""The commands that work on another agent's store (read-only)."""
 
 AgentOption = Annotated[
     str | None,
     typer.Option(
         "--agent",
         metavar="NAME",
-        help="Use an agent's default store: claude, codex (read-only), pi, omp or xcsh.",
+        help="Use an agent's default store: claude, codex, opencode, gemini, copilot "
+        "(read-only), pi, omp or xcsh.",
         show_default=False,
     ),
 ]
@@ -68,7 +76,7 @@ AgentOption = Annotated[
 def resolve_agent(
     agent: str | None, agent_dir: str | None, command: str | None, database: bool
 ) -> tuple[str | None, SessionStorage | None]:
-    """The agent dir and, for a Claude Code or Codex store, its read-only storage.
+    """The agent dir and, for another agent's store, its read-only storage.
 
     `agent_dir` (absolute) is where the store is when given; `agent` says whose it is
     (without it, the format of `agent_dir` is detected). Raises CliError (usage) for
@@ -89,18 +97,12 @@ def resolve_agent(
             )
         return agent_dir, None
     cache: str | None = get_agent_dir()  # this agent's listing cache, not the other's
-    if kind == "claude":
-        store = (
-            ForeignStore.default("claude", cache)
-            if agent_dir is None
-            else ForeignStore.at("claude", agent_dir, cache)
-        )
-    else:
-        store = (
-            ForeignStore.default("codex", cache)
-            if agent_dir is None
-            else ForeignStore.at("codex", agent_dir, cache)
-        )
+    source = next(a for a in FOREIGN_AGENTS if a == kind)
+    store = (
+        ForeignStore.default(source, cache)
+        if agent_dir is None
+        else ForeignStore.at(source, agent_dir, cache)
+    )
     if agent_dir is None:
         require_store_exists(store)
     if cache is not None and _inside(cache, store.home):
@@ -117,6 +119,34 @@ def resolve_agent(
     return store.home, ForeignStorage(store)
 
 
+def read_in_place(path: str) -> bool:
+    """Whether `path` is another agent's session file (or an OpenCode database's
+    `<db>/<session id>`): if so, this invocation reads it in place, read-only, as
+    `--agent` reads that agent's store. Raises CliError for a command that would write
+    it, and for a whole OpenCode database (it holds many sessions)."""
+    if not os.path.isfile(path) and split_db_path(path) is None:
+        return False
+    agent = detect_file(path)
+    if agent is None:
+        return False
+    if os.path.isfile(path) and is_opencode_db(path):
+        store = ForeignStore.at("opencode", path)
+        names = ", ".join(store.sessions_in(path)[:3])
+        such = f" (such as {names})" if names else ""
+        raise CliError(
+            f"{path} is an OpenCode database; name one of its sessions as {path}/SESSION_ID{such}"
+        )
+    if invoked_command() not in READING_COMMANDS:
+        raise CliError(
+            f"{path} is a session of {AGENT_NAMES[agent]}, which sessiontree only reads "
+            f"({', '.join(sorted(READING_COMMANDS))}); `sessiontree import {path}` copies "
+            "it into this agent's store",
+            EXIT_USAGE,
+        )
+    adopt_storage(ForeignStorage(ForeignStore.single(agent, path)))
+    return True
+
+
 def _inside(path: str, directory: str) -> bool:
     path, directory = os.path.realpath(path), os.path.realpath(directory)
     return path == directory or path.startswith(os.path.join(directory, ""))
@@ -126,17 +156,43 @@ def _inside(path: str, directory: str) -> bool:
 
 
 def _source_store(source: str) -> ForeignStore:
-    if source not in FOREIGN_AGENTS:
-        raise CliError(f"--from must be claude or codex, not {source!r}", EXIT_USAGE)
-    return ForeignStore.default("claude" if source == "claude" else "codex", current_agent_dir())
+    agent = next((a for a in FOREIGN_AGENTS if a == source), None)
+    if agent is None:
+        raise CliError(
+            f"--from must be one of {', '.join(FOREIGN_AGENTS)}, not {source!r}", EXIT_USAGE
+        )
+    return ForeignStore.default(agent, current_agent_dir())
+
+
+def _detected_source(arg: str) -> str:
+    """Whose session the file SESSION names is (`import FILE` without --from)."""
+    path = os.path.abspath(os.path.expanduser(arg))
+    if not os.path.isfile(path) and split_db_path(path) is None:
+        raise CliError(
+            f"--from {'|'.join(FOREIGN_AGENTS)} is required (or give a session file's path)",
+            EXIT_USAGE,
+        )
+    agent = detect_file(path)
+    if agent is None:
+        raise CliError(
+            f"{arg}: not a session file of {', '.join(AGENT_NAMES.values())} "
+            "(give --from AGENT to read it as one)"
+        )
+    return agent
 
 
 def _source_path(store: ForeignStore, arg: str) -> str:
     """SESSION as a file: a path, else a session-id or file-name prefix in the store."""
     path = os.path.abspath(os.path.expanduser(arg))
-    if os.path.isfile(path):
+    if os.path.isfile(path) and is_opencode_db(path):
+        names = ", ".join(ForeignStore.at("opencode", path).sessions_in(path)[:3])
+        raise CliError(
+            f"{arg} is an OpenCode database; name one of its sessions as {path}/SESSION_ID"
+            + (f" (such as {names})" if names else "")
+        )
+    if os.path.isfile(path) or split_db_path(path) is not None:
         return path
-    if os.sep in arg or arg.endswith(".jsonl"):
+    if os.sep in arg or arg.endswith((".jsonl", ".json")):
         raise CliError(f"{arg}: no such file")
     found = store.find(arg)
     if not found:
@@ -178,14 +234,20 @@ def import_command(
     session: Annotated[
         str | None,
         typer.Argument(
-            help="A Claude Code transcript or Codex rollout: its path, or a session-id "
-            "prefix in the agent's default store.",
+            help="Another agent's session: its file's path (an OpenCode database's session: "
+            "<db>/<session id>; an `opencode export` document), or a session-id prefix in "
+            "the agent's default store.",
             show_default=False,
         ),
     ] = None,
     source: Annotated[
         str,
-        typer.Option("--from", metavar="AGENT", help="Whose session: claude or codex."),
+        typer.Option(
+            "--from",
+            metavar="AGENT",
+            help="Whose session: claude, codex, opencode, gemini or copilot (a file's "
+            "format is detected without it).",
+        ),
     ] = "",
     cwd: Annotated[
         str | None,
@@ -199,16 +261,18 @@ def import_command(
     ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Copy a Claude Code or Codex session into this agent's store as a new v3 session.
+    """Copy another agent's session into this agent's store as a new v3 session.
 
     Writes the new session (subagents into its artifacts dir) and its images, nothing
     else. A source imported before is refused unless --again.
     """
-    if not source:
-        raise CliError("--from claude|codex is required", EXIT_USAGE)
-    store = _source_store(source)
     if (session is None) == (not every):
         raise CliError("give SESSION or --all", EXIT_USAGE)
+    if not source:
+        if session is None:
+            raise CliError(f"--from {'|'.join(FOREIGN_AGENTS)} is required", EXIT_USAGE)
+        source = _detected_source(session)
+    store = _source_store(source)
     if cwd is not None:
         cwd = os.path.abspath(os.path.expanduser(cwd))
     storage = current_storage()

@@ -131,11 +131,16 @@ class _Invocation:
     """The store of one command-line invocation: opened on first use, closed at its end."""
 
     def __init__(
-        self, url: str | None, storage: SessionStorage | None = None, agent_dir: str | None = None
+        self,
+        url: str | None,
+        storage: SessionStorage | None = None,
+        agent_dir: str | None = None,
+        command: str | None = None,
     ) -> None:
         self.url = url or None
         self._storage: SessionStorage | None = storage
         self.agent_dir = agent_dir if agent_dir is not None else get_agent_dir()
+        self.command = command
 
     def storage(self) -> SessionStorage:
         if self._storage is None:
@@ -179,13 +184,25 @@ def begin_invocation(
     agent's store, read-only), and the agent dir `agent_dir` (None: the configured
     one), until the command ends."""
     global _invocation
-    invocation = _Invocation(url, storage, agent_dir)
+    invocation = _Invocation(url, storage, agent_dir, ctx.invoked_subcommand)
     _invocation = invocation
     ctx.call_on_close(invocation.close)
     logger = logging.getLogger("sessiontree")
     handler = _LogToConsole(logging.WARNING)
     logger.addHandler(handler)
     ctx.call_on_close(lambda: logger.removeHandler(handler))
+
+
+def invoked_command() -> str | None:
+    """The name of the command this invocation runs."""
+    return _invocation.command if _invocation is not None else None
+
+
+def adopt_storage(storage: SessionStorage) -> None:
+    """Read from `storage` for the rest of this invocation (another agent's session
+    file, given by its path)."""
+    if _invocation is not None:
+        _invocation._storage = storage
 
 
 def current_storage() -> SessionStorage:
@@ -278,6 +295,11 @@ def resolve_session(arg: str) -> str:
     storage = current_storage()
     path = os.path.abspath(os.path.expanduser(arg))
     kind = _stored_kind(storage, path)
+    if kind != "dir" and is_file_store(storage):
+        from .commands_foreign import read_in_place  # it imports this module
+
+        if read_in_place(path):  # another agent's session file: read in place
+            return path
     if kind == "file":
         return path
     if _looks_like_path(arg):

@@ -1,7 +1,11 @@
-"""Other agents' sessions: Claude Code and Codex transcripts read as v3 session trees.
+"""Other agents' sessions: Claude Code, Codex, OpenCode, Gemini CLI and Copilot CLI
+sessions read as v3 session trees.
 
-* `read_claude_session(path)`, `read_codex_session(path)`: one file as a
+* `read_claude_session(path)`, `read_codex_session(path)`, `read_gemini_session(path)`,
+  `read_copilot_session(path)`, `read_opencode_export(path)` (and, through a
+  `ForeignStore`, OpenCode's database and JSON files): one session as a
   `ForeignSession`, whose `manager` is an in-memory `SessionManager`;
+  `detect_file(path)` says whose session a file is;
 * `ForeignStore`: where an agent keeps its sessions, listed from the ends of each file;
   `ForeignStorage`: such a store, read-only, through the `SessionStorage` protocol;
 * `import_session`: a copy in this agent's store (`find_imports`: earlier ones).
@@ -11,8 +15,11 @@ from __future__ import annotations
 
 from ._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
 from ._records import Damaged
+from .agents import detect_file
 from .claude import read_claude_session
 from .codex import read_codex_session
+from .copilot import read_copilot_session
+from .gemini import read_gemini_session
 from .importer import (
     AlreadyImportedError,
     EarlierImport,
@@ -20,6 +27,7 @@ from .importer import (
     find_imports,
     import_session,
 )
+from .opencode import read_opencode_export
 from .storage import ForeignStorage
 from .store import ForeignStore, detect_agent
 
@@ -34,8 +42,12 @@ __all__ = [
     "ImportedSession",
     "NotAForeignSessionError",
     "detect_agent",
+    "detect_file",
     "find_imports",
     "import_session",
     "read_claude_session",
     "read_codex_session",
+    "read_copilot_session",
+    "read_gemini_session",
+    "read_opencode_export",
 ]

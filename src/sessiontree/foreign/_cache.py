@@ -27,7 +27,7 @@ Identity = tuple[int, int, int]  # size, mtime_ns, inode
 T = TypeVar("T")
 
 _TABLES = {
-    "foreign_files": "listing metadata of Claude Code and Codex session files",
+    "foreign_files": "listing metadata of other agents' sessions",
     "foreign_imports": "the foreign_session_import records found in this store's sessions",
 }
 

@@ -13,11 +13,11 @@ from ._records import Damaged, iso
 
 __all__ = ["ForeignSession", "ForeignSubsession", "NotAForeignSessionError", "Source"]
 
-Source = Literal["claude", "codex"]
+Source = Literal["claude", "codex", "opencode", "gemini", "copilot"]
 
 
 class NotAForeignSessionError(SessionTreeError):
-    """The file is not a Claude Code transcript / Codex rollout (nothing was read)."""
+    """The file is not a session of the agent it was read as (nothing was read)."""
 
     def __init__(self, path: str, what: str) -> None:
         super().__init__(f"{path}: not a {what} session file")

@@ -1,4 +1,4 @@
-"""A Claude Code or Codex store seen through the `SessionStorage` protocol, read-only.
+"""Another agent's store seen through the `SessionStorage` protocol, read-only.
 
 This is how the CLI's reading commands (`list`, `show`, `tree`, `context`,
 `export`, `search`, `stats`) work on those stores unchanged: every session file
@@ -90,7 +90,15 @@ class ForeignStorage:
         return parent == os.path.normpath(self.sessions_root) and name.startswith("--")
 
     def _is_session_file(self, path: str) -> bool:
-        return path.endswith(".jsonl") and self.store.owns(path) and os.path.isfile(path)
+        return self.store.is_session(path)
+
+    def identity(self, path: str) -> tuple[int, int, int]:
+        """(size, mtime_ns, ino), or what stands for them, of a session: changes when it
+        does (the content index's `SessionSource.identity`)."""
+        located = self.store.locate_path(os.path.abspath(path))
+        if located is None or not self.store.owns(located.path):
+            raise FileNotFoundError(2, "No such session file", path)
+        return located.identity
 
     def _in(self, directory: str | None) -> list[ForeignListing]:
         items = self._all()
@@ -105,10 +113,7 @@ class ForeignStorage:
 
     def _view(self, path: str) -> bytes:
         path = os.path.abspath(path)
-        if not self._is_session_file(path):
-            raise FileNotFoundError(2, "No such session file", path)
-        st = os.stat(path)
-        identity = (st.st_size, st.st_mtime_ns, st.st_ino)
+        identity = self.identity(path)
         kept = self._views.get(path)
         if kept is not None and kept[0] == identity:
             self._views.move_to_end(path)
@@ -156,22 +161,28 @@ class ForeignStorage:
             return True
         if self._virtual(path):
             return bool(self._in(path))
-        return self._is_session_file(path) or (
-            os.path.isdir(path) and (self.store.owns(path) or path in self.store.roots)
-        )
+        if self._is_session_file(path):
+            return True
+        if os.path.isdir(path):
+            return self.store.owns(path) or path in self.store.roots
+        # An OpenCode database is a directory of sessions here.
+        return self.store.owns(path) and bool(self.store.sessions_in(path))
 
     def stat(self, path: str) -> StorageStat:
         path = os.path.abspath(path)
-        if not self._is_session_file(path):
+        located = self.store.locate_path(path)
+        if located is None or not self.store.owns(path):
             raise FileNotFoundError(2, "No such session file", path)
-        st = os.stat(path)
+        size = located.size
+        if size < 0 and self.store.backend is not None:
+            size = self.store.backend.size(path)  # a database session: its rows' bytes
         return StorageStat(
-            size=st.st_size,
-            mtime=datetime.fromtimestamp(st.st_mtime, UTC),
-            mtime_ms=st.st_mtime * 1000,
-            mtime_ns=st.st_mtime_ns,
-            ino=st.st_ino,
-            nlink=st.st_nlink,
+            size=max(size, 0),
+            mtime=datetime.fromtimestamp(located.mtime_ns / 1e9, UTC),
+            mtime_ms=located.mtime_ns / 1e6,
+            mtime_ns=located.mtime_ns,
+            ino=located.ino,
+            nlink=1,
         )
 
     def list_files(self, dir: str, pattern: str) -> list[str]:
@@ -179,14 +190,10 @@ class ForeignStorage:
         if self._virtual(directory):
             paths = [i.path for i in self._in(directory)]
         else:
-            # A real directory: every transcript in it (a subagent's too, by its path).
-            try:
-                names = os.listdir(directory)
-            except OSError:
-                return []
-            paths = [os.path.join(directory, n) for n in names]
-            paths = [p for p in paths if self._is_session_file(p)]
-        return sorted(p for p in paths if fnmatch.fnmatchcase(os.path.basename(p), pattern))
+            # A real directory: every transcript in it (a subagent's too, by its path);
+            # an OpenCode database file: its sessions.
+            paths = [p for p in self.store.sessions_in(directory) if self.store.owns(p)]
+        return sorted(p for p in paths if _matches(p, pattern))
 
     def list_dirs(self, dir: str) -> list[str]:
         if os.path.normpath(os.path.abspath(dir)) == os.path.normpath(self.sessions_root):
@@ -273,6 +280,15 @@ class ForeignStorage:
         raise self._refuse(path)
 
 
+def _matches(path: str, pattern: str) -> bool:
+    """Whether a session's name matches `pattern`; a session not named `*.jsonl` (a
+    Gemini CLI `.json`, an OpenCode database's) matches as if it were."""
+    name = os.path.basename(path)
+    if fnmatch.fnmatchcase(name, pattern):
+        return True
+    return not name.endswith(".jsonl") and fnmatch.fnmatchcase(name + ".jsonl", pattern)
+
+
 @dataclass(frozen=True, slots=True)
 class IndexView:
     """Where `search`, `load_usage` and `store_stats` find a store's sessions."""
@@ -297,7 +313,8 @@ def index_view(storage: SessionStorage, paths: Sequence[str], agent_dir: str | N
     if cache is None:
         return IndexView(list(paths), storage, agent_dir)
     kind = storage.store.agent
+    identity = storage.identity if storage.store.backend is not None else None
     sources: list[str | SessionSource] = [
-        SessionSource(path, load=storage.entries, kind=kind) for path in paths
+        SessionSource(path, load=storage.entries, kind=kind, identity=identity) for path in paths
     ]
     return IndexView(sources, FileSessionStorage(), cache)

@@ -1,4 +1,5 @@
-"""Where Claude Code and Codex keep their sessions, and listing them.
+"""Where Claude Code, Codex, OpenCode, Gemini CLI and Copilot CLI keep their sessions, and
+listing them.
 
 * **Claude Code**: `<config dir>/projects/<project>/<session uuid>.jsonl`. The config
   dirs are `$CLAUDE_CONFIG_DIR` (several may be given, comma-separated), else
@@ -6,6 +7,7 @@
   session (`<session uuid>/subagents/`) and are not listed on their own.
 * **Codex**: `$CODEX_HOME` (default `~/.codex`), rollouts under `sessions/YYYY/MM/DD/`
   and `archived_sessions/`; thread names in `session_index.jsonl`.
+* **OpenCode**, **Gemini CLI**, **Copilot CLI**: see `agents` (each a `Backend`).
 
 `ForeignStore.list()` reads a window at each end of each file (`listing`), never a
 whole transcript, and keeps what it found in the persistent listing cache of the
@@ -15,6 +17,7 @@ agent dir it is given, so a second listing only stats the files.
 from __future__ import annotations
 
 import builtins
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -23,9 +26,12 @@ from ..errors import SessionTreeError
 from ._cache import Identity, IdentityCache
 from ._model import ForeignSession, Source
 from ._records import read_transcript
+from .agents import BACKENDS, Backend, Located, detect_store
 from .claude import read_claude_session
 from .codex import read_codex_session
 from .listing import ForeignMeta, scan_claude, scan_codex
+
+log = logging.getLogger("sessiontree")
 
 __all__ = [
     "AGENTS",
@@ -38,10 +44,12 @@ __all__ = [
     "native_agent_dir",
 ]
 
-FOREIGN_AGENTS: tuple[Source, ...] = ("claude", "codex")
-AGENTS = ("claude", "codex", "pi", "omp", "xcsh")
+FOREIGN_AGENTS: tuple[Source, ...] = ("claude", "codex", "opencode", "gemini", "copilot")
+AGENTS = ("claude", "codex", "opencode", "gemini", "copilot", "pi", "omp", "xcsh")
 _NATIVE_DIRS = {"pi": (".pi", "agent"), "omp": (".omp", "agent"), "xcsh": (".xcsh", "agent")}
-AGENT_NAMES = {"claude": "Claude Code", "codex": "Codex"}
+AGENT_NAMES = {"claude": "Claude Code", "codex": "Codex"} | {
+    agent: backend.name for agent, backend in BACKENDS.items()
+}
 
 
 def native_agent_dir(agent: str) -> str:
@@ -104,7 +112,7 @@ def detect_agent(path: str) -> Source | None:
         return "claude"
     if os.path.basename(os.path.normpath(path)) == "projects" and _has_jsonl_below(path, 1):
         return "claude"
-    return None
+    return detect_store(path)
 
 
 @dataclass(slots=True)
@@ -130,10 +138,20 @@ class ForeignStore:
     cache_dir: str | None = None
     """The agent dir whose listing cache keeps what was read (None: no cache)."""
     _titles: dict[str, str] | None = field(default=None, repr=False)
+    only: str | None = None
+    """The one session of a store made for a file given by its path (`single`)."""
+
+    @property
+    def backend(self) -> Backend | None:
+        """OpenCode's, Gemini CLI's or Copilot CLI's (None for Claude Code and Codex)."""
+        return BACKENDS.get(self.agent)
 
     @classmethod
     def default(cls, agent: Source, cache_dir: str | None = None) -> ForeignStore:
         """The store at the agent's default location (see the module doc)."""
+        backend = BACKENDS.get(agent)
+        if backend is not None:
+            return cls.at(agent, backend.default_home(), cache_dir)
         if agent == "claude":
             homes = claude_config_dirs()
             roots = tuple(os.path.join(h, "projects") for h in homes)
@@ -143,9 +161,22 @@ class ForeignStore:
         return cls.at(agent, codex_home(), cache_dir)
 
     @classmethod
+    def single(cls, agent: Source, path: str) -> ForeignStore:
+        """A store of the one session at `path` (a file anywhere, or an OpenCode
+        database's `<db>/<session id>`), read as `agent`'s."""
+        path = os.path.abspath(path)
+        directory = os.path.dirname(path)
+        return cls(agent, directory, (directory,), None, only=path)
+
+    @classmethod
     def at(cls, agent: Source, path: str, cache_dir: str | None = None) -> ForeignStore:
         """The store in `path` (a Claude Code config or projects dir; a Codex home)."""
         path = os.path.abspath(os.path.expanduser(path))
+        backend = BACKENDS.get(agent)
+        if backend is not None:
+            if os.path.isfile(path):  # an OpenCode database given by its file
+                path = os.path.dirname(path)
+            return cls(agent, path, backend.roots(path), cache_dir)
         if agent == "claude":
             if os.path.basename(os.path.normpath(path)) == "projects" and not os.path.isdir(
                 os.path.join(path, "projects")
@@ -168,11 +199,77 @@ class ForeignStore:
     def owns(self, path: str) -> bool:
         """Whether `path` lies in one of the store's roots."""
         path = os.path.abspath(path)
+        if self.only is not None:
+            return path == self.only
         return any(path.startswith(os.path.join(root, "")) for root in self.roots)
 
     def files(self) -> builtins.list[str]:
         """Every session file of the store (subagent transcripts not included)."""
-        return sorted(self._iter_files())
+        return sorted(located.path for located in self.locate())
+
+    def locate(self) -> builtins.list[Located]:
+        """Every session of the store, with the identity its listing is cached under."""
+        if self.only is not None:
+            one = self.locate_path(self.only)
+            return [one] if one is not None else []
+        if self.backend is not None:
+            return builtins.list(self.backend.locate(self.roots))
+        found: builtins.list[Located] = []
+        for path in self._iter_files():
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            identity = (st.st_size, st.st_mtime_ns, st.st_ino)
+            found.append(Located(path, identity, st.st_size, st.st_mtime_ns, st.st_ino))
+        return found
+
+    def locate_path(self, path: str) -> Located | None:
+        """The session at `path` (a file, or an OpenCode database's session), else None."""
+        if self.only is not None and os.path.abspath(path) != self.only:
+            return None
+        if self.backend is not None:
+            found = self.backend.locate_path(path)
+            if found is not None or self.only is None:
+                return found
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None
+        if not ((path.endswith(".jsonl") or self.only is not None) and os.path.isfile(path)):
+            return None
+        identity = (st.st_size, st.st_mtime_ns, st.st_ino)
+        return Located(path, identity, st.st_size, st.st_mtime_ns, st.st_ino)
+
+    def is_session(self, path: str) -> bool:
+        """Whether `path` is a session of this store (in one of its roots)."""
+        if not self.owns(path):
+            return False
+        if self.only is not None:
+            return self.locate_path(path) is not None
+        if self.backend is not None:
+            return self.backend.is_session_name(path) and self.backend.locate_path(path) is not None
+        return path.endswith(".jsonl") and os.path.isfile(path)
+
+    def sessions_in(self, directory: str) -> builtins.list[str]:
+        """The sessions directly in `directory` (an OpenCode database's, given its file)."""
+        if self.only is not None:
+            same = os.path.abspath(directory) == os.path.dirname(self.only)
+            return [self.only] if same else []
+        if self.backend is not None:
+            return [p for p in self.backend.sessions_in(directory) if self.owns(p)]
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            return []
+        paths = [os.path.join(directory, n) for n in names]
+        return [p for p in paths if p.endswith(".jsonl") and os.path.isfile(p)]
+
+    def stem(self, path: str) -> str:
+        if self.backend is not None:
+            return self.backend.stem(path)
+        name = os.path.basename(path)
+        return name[: -len(".jsonl")] if name.endswith(".jsonl") else name
 
     def _iter_files(self) -> Iterator[str]:
         if self.agent == "claude":
@@ -223,6 +320,8 @@ class ForeignStore:
 
     def read(self, path: str, *, subagents: bool = True) -> ForeignSession:
         """The session at `path` as a v3 tree (OSError when unreadable)."""
+        if self.backend is not None:
+            return self.backend.read(path, subagents=subagents)
         if self.agent == "claude":
             return read_claude_session(path, subagents=subagents)
         rollout = read_codex_session(path)
@@ -234,6 +333,11 @@ class ForeignStore:
         return rollout
 
     def scan(self, path: str, size: int) -> ForeignMeta:
+        if self.backend is not None:
+            located = self.backend.locate_path(path)
+            if located is None:
+                raise FileNotFoundError(2, "No such session", path)
+            return self.backend.scan(located)[0]
         if self.agent == "claude":
             return scan_claude(path, size)
         return scan_codex(path, size, self.titles())
@@ -244,49 +348,85 @@ class ForeignStore:
         Reads a window at each end of a file, once per file identity: the results are
         kept in the listing cache of `cache_dir` (default: none).
         """
-        stats: list[tuple[str, os.stat_result]] = []
-        for path in self.files() if paths is None else paths:
-            try:
-                stats.append((path, os.stat(path)))
-            except OSError:
-                continue
+        if paths is None:
+            located = self.locate()
+        else:
+            located = [f for p in paths if (f := self.locate_path(p)) is not None]
         cache = IdentityCache(self.cache_dir, "foreign_files")
-        cached = cache.fetch(p for p, _ in stats) if self.cache_dir else {}
+        cached = cache.fetch(f.path for f in located) if self.cache_dir else {}
         found: list[ForeignListing] = []
+        children: list[ForeignListing] = []
         fresh: list[tuple[str, Identity, object]] = []
-        for path, st in stats:
-            identity: Identity = (st.st_size, st.st_mtime_ns, st.st_ino)
-            meta: ForeignMeta | None = None
-            hit = cached.get(path)
-            if hit is not None and tuple(hit[0]) == identity:
+        known: dict[str, tuple[ForeignMeta, int]] = {}
+        for item in located:
+            hit = cached.get(item.path)
+            if hit is not None and tuple(hit[0]) == item.identity:
                 try:
-                    meta = ForeignMeta.load(hit[1])
+                    known[item.path] = self._load_cached(hit[1], item)
                 except (ValueError, TypeError):
-                    meta = None
-            if meta is None:
-                try:
-                    meta = self.scan(path, st.st_size)
-                except OSError:
+                    pass
+        scanned = self._scan_all([item for item in located if item.path not in known])
+        for item in located:
+            path = item.path
+            if path in known:
+                meta, size = known[path]
+            else:
+                result = scanned.get(path)
+                if result is None or isinstance(result, BaseException):
+                    if self.backend is not None and result is not None:
+                        log.warning("%s: skipped (%s)", path, _reason(result))
                     continue
-                fresh.append((path, identity, meta.dump()))
+                meta, size = result
+                fresh.append((path, item.identity, self._dump(meta, size)))
             if meta.listed:
-                found.append(ForeignListing(path, st.st_size, st.st_mtime_ns, st.st_ino, meta))
+                found.append(ForeignListing(path, size, item.mtime_ns, item.ino, meta))
+            elif self.backend is not None and meta.parent:
+                children.append(ForeignListing(path, size, item.mtime_ns, item.ino, meta))
+        # A subagent's session is read with its parent; listed when the parent is gone.
+        held = {f.meta.id for f in found} | {c.meta.id for c in children}
+        found += [c for c in children if c.meta.parent not in held]
         if fresh:
             cache.store(fresh)
         found.sort(key=lambda f: (f.mtime_ns, f.path), reverse=True)
         return found
 
+    def _scan_all(
+        self, items: builtins.list[Located]
+    ) -> dict[str, tuple[ForeignMeta, int] | BaseException]:
+        """Listing metadata of `items` read now (an error for one that cannot be read)."""
+        if self.backend is not None:
+            return self.backend.scan_many(items)
+        found: dict[str, tuple[ForeignMeta, int] | BaseException] = {}
+        for item in items:
+            try:
+                found[item.path] = (self.scan(item.path, item.size), item.size)
+            except (OSError, SessionTreeError) as exc:
+                found[item.path] = exc
+        return found
+
+    def _dump(self, meta: ForeignMeta, size: int) -> object:
+        # Claude Code and Codex records are the meta alone, as before; the others keep
+        # the size a scan found (a database session has no file to stat).
+        return meta.dump() if self.backend is None else {"meta": meta.dump(), "size": size}
+
+    def _load_cached(self, value: object, item: Located) -> tuple[ForeignMeta, int]:
+        if self.backend is None:
+            return ForeignMeta.load(value), item.size
+        if not isinstance(value, dict) or not isinstance(value.get("size"), int):
+            raise ValueError("bad cached listing record")
+        return ForeignMeta.load(value.get("meta")), value["size"]
+
     def find(self, arg: str) -> builtins.list[ForeignListing]:
         """Sessions whose id or file name starts with `arg` (case-insensitive); an exact
         id or file name alone when there is one."""
         needle = arg.lower()
-        if needle.endswith(".jsonl"):
-            needle = needle[: -len(".jsonl")]
+        for suffix in (".jsonl", ".json"):
+            if needle.endswith(suffix):
+                needle = needle[: -len(suffix)]
         exact: list[ForeignListing] = []
         prefix: list[ForeignListing] = []
         for item in self.list():
-            stem = os.path.basename(item.path).lower()
-            stem = stem[: -len(".jsonl")] if stem.endswith(".jsonl") else stem
+            stem = self.stem(item.path).lower()
             ids = (item.meta.id.lower(), stem)
             if needle in ids:
                 exact.append(item)
@@ -300,3 +440,9 @@ def require_store_exists(store: ForeignStore) -> None:
     if not any(os.path.isdir(root) for root in store.roots):
         where = ", ".join(store.roots)
         raise SessionTreeError(f"no {store.name} sessions found (looked in {where})")
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return str(exc.strerror)
+    return str(exc) or type(exc).__name__

@@ -184,21 +184,31 @@ class _App:
         return commands
 
     def _foreign_resume(self, row: SessionRow) -> dict[str, str] | None:
-        """Claude Code's or Codex's own resume command for a session of their store (in
-        its directory, naming a store away from the default location by its variable)."""
+        """The agent's own resume command for a session of its store (in its directory,
+        naming a store away from the default location by its variable)."""
         if not isinstance(self.storage, ForeignStorage):
             return None
         store = self.storage.store
         home = os.path.expanduser("~")
+        value = store.home
         if store.agent == "claude":
             program, args, variable = "claude", ["claude", "--resume", row.id], "CLAUDE_CONFIG_DIR"
             usual = os.path.join(home, ".claude")
-        else:
+        elif store.agent == "codex":
             program, args, variable = "codex", ["codex", "resume", row.id], "CODEX_HOME"
             usual = os.path.join(home, ".codex")
+        elif store.agent == "opencode":
+            program, args, variable = "opencode", ["opencode", "--session", row.id], "XDG_DATA_HOME"
+            usual, value = os.path.join(home, ".local", "share", "opencode"), os.path.dirname(value)
+        elif store.agent == "gemini":
+            program, args, variable = "gemini", ["gemini", "--resume", row.id], "GEMINI_CLI_HOME"
+            usual, value = os.path.join(home, ".gemini"), os.path.dirname(value)
+        else:
+            program, args, variable = "copilot", ["copilot", "--resume", row.id], "COPILOT_HOME"
+            usual = os.path.join(home, ".copilot")
         command = shlex.join(args)
         if os.path.abspath(store.home) != usual:
-            command = f"{variable}={shlex.quote(store.home)} {command}"
+            command = f"{variable}={shlex.quote(value)} {command}"
         if row.cwd:
             command = f"cd {shlex.quote(row.cwd)} && {command}"
         return {"name": program, "command": command}

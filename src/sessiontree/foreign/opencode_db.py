@@ -1,0 +1,399 @@
+"""OpenCode's SQLite database (`opencode.db`), read without ever getting in OpenCode's way.
+
+A session of the database is named by a path under the database file,
+`<data dir>/opencode.db/<session id>`, so it can be listed, shown and imported as
+any session file is.
+
+**Never a lock that blocks OpenCode.** OpenCode opens its database in WAL mode.
+While OpenCode runs, the `-wal` file exists and a read-only connection
+(`mode=ro`) reads the last committed state from the database and the WAL; in WAL
+mode a reader never blocks the writer (it only keeps a checkpoint from going past
+what it reads, for the few milliseconds it reads). When there is no `-wal` file
+(OpenCode is not running: it checkpoints and removes it on close), the database is
+opened `immutable=1`: no lock at all, and no `-wal`/`-shm` file is created beside
+the user's database. A rollback journal (`-journal`, a database not in WAL mode
+being written) means a write is half done: the database is skipped, with an
+error that names it. Every query of one session runs in one read transaction, so
+what is read is one committed state.
+
+Anything that goes wrong (the database is locked past a short wait, damaged, not
+an OpenCode database) is an OSError naming the database: a listing passes over it
+with a warning, a command reports it; it is never fatal to the rest.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import urllib.parse
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from ._records import Damaged
+from .opencode import OpenCodeSession
+
+__all__ = [
+    "DbSession",
+    "is_opencode_db",
+    "list_db_sessions",
+    "load_db_session",
+    "open_db",
+    "session_bytes",
+    "split_db_path",
+]
+
+_BUSY_TIMEOUT = 0.25
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+_BYTES = (
+    "octet_length(data)" if sqlite3.sqlite_version_info >= (3, 43) else "length(CAST(data AS BLOB))"
+)
+_CHILD_DEPTH = 4
+
+
+class DatabaseError(OSError):
+    """The database cannot be read now (named in the message)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(0, reason, path)
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.filename}: {self.reason}"
+
+
+def is_opencode_db(path: str) -> bool:
+    """Whether `path` is an SQLite database file (by its first bytes)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(16) == _SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def split_db_path(path: str) -> tuple[str, str] | None:
+    """(database, session id) of a `<db file>/<session id>` path, else None."""
+    database, name = os.path.split(os.path.abspath(path))
+    if not name or not os.path.isfile(database) or not is_opencode_db(database):
+        return None
+    return database, name
+
+
+def _uri(path: str, immutable: bool) -> str:
+    query = "mode=ro&immutable=1" if immutable else "mode=ro"
+    return f"file:{urllib.parse.quote(os.path.abspath(path))}?{query}"
+
+
+@contextmanager
+def open_db(path: str) -> Iterator[sqlite3.Connection]:
+    """A read-only connection (see the module doc); DatabaseError when it cannot be had."""
+    try:
+        journal = os.path.getsize(path + "-journal")
+    except FileNotFoundError:
+        journal = 0
+    except OSError as exc:
+        raise DatabaseError(path, f"cannot be read: {exc.strerror or exc}") from None
+    if journal > 0:
+        raise DatabaseError(path, "being written (a rollback journal is present); skipped")
+    immutable = not os.path.exists(path + "-wal")
+    try:
+        conn = sqlite3.connect(
+            _uri(path, immutable),
+            uri=True,
+            timeout=_BUSY_TIMEOUT,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+    except sqlite3.Error as exc:
+        raise DatabaseError(path, f"cannot be opened: {exc}") from None
+    with closing(conn):
+        try:
+            conn.execute("PRAGMA query_only = 1")
+            tables = {
+                row[0]
+                for row in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' "
+                    "AND name IN ('session', 'message', 'part')"
+                )
+            }
+        except sqlite3.Error as exc:
+            raise DatabaseError(path, _why(exc)) from None
+        if tables != {"session", "message", "part"}:
+            raise DatabaseError(path, "not an OpenCode database (no session/message/part tables)")
+        yield conn
+
+
+def _why(exc: sqlite3.Error) -> str:
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return f"being written ({text}); skipped"
+    return f"cannot be read: {text}"
+
+
+@contextmanager
+def _reading(path: str, conn: sqlite3.Connection) -> Iterator[None]:
+    """One read transaction (one committed state); sqlite errors as DatabaseError."""
+    try:
+        conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            conn.execute("COMMIT")
+    except sqlite3.Error as exc:
+        raise DatabaseError(path, _why(exc)) from None
+
+
+@dataclass(frozen=True, slots=True)
+class DbSession:
+    """A session row, with what tells whether it changed (its messages' count and
+    last update: OpenCode updates a message row when its response completes)."""
+
+    id: str
+    parent_id: str | None
+    directory: str
+    title: str
+    created_ms: int
+    updated_ms: int
+    messages: int
+
+
+def list_db_sessions(path: str, session_id: str | None = None) -> list[DbSession]:
+    """Every session of the database, or the one with `session_id` (DatabaseError when
+    it cannot be read)."""
+    with open_db(path) as conn, _reading(path, conn):
+        return _sessions(conn, session_id)
+
+
+def _sessions(conn: sqlite3.Connection, session_id: str | None = None) -> list[DbSession]:
+    where = "" if session_id is None else "WHERE s.id = ? "
+    rows = conn.execute(
+        "SELECT s.id, s.parent_id, s.directory, s.title, s.time_created, s.time_updated, "
+        "COUNT(m.id), MAX(m.time_updated) FROM session s "
+        f"LEFT JOIN message m ON m.session_id = s.id {where}GROUP BY s.id",
+        () if session_id is None else (session_id,),
+    ).fetchall()
+    found = []
+    for row in rows:
+        if not isinstance(row[0], str):
+            continue
+        found.append(
+            DbSession(
+                row[0],
+                row[1] if isinstance(row[1], str) and row[1] else None,
+                row[2] if isinstance(row[2], str) else "",
+                row[3] if isinstance(row[3], str) else "",
+                int(row[4] or 0),
+                max(int(row[5] or 0), int(row[7] or 0)),
+                int(row[6] or 0),
+            )
+        )
+    return found
+
+
+# Session columns and where `Session.Info` (what `opencode export` writes) keeps them.
+_INFO = {
+    "id": "id",
+    "slug": "slug",
+    "project_id": "projectID",
+    "workspace_id": "workspaceID",
+    "directory": "directory",
+    "path": "path",
+    "parent_id": "parentID",
+    "title": "title",
+    "version": "version",
+    "agent": "agent",
+}
+_JSON_COLUMNS = frozenset({"summary_diffs", "revert", "permission", "goal", "model", "metadata"})
+
+
+def _info(row: sqlite3.Row) -> dict[str, Any]:
+    info: dict[str, Any] = {}
+    time: dict[str, Any] = {}
+    summary: dict[str, Any] = {}
+    for column in row.keys():
+        value = row[column]
+        if value is None:
+            continue
+        if column in _JSON_COLUMNS and isinstance(value, str):
+            try:
+                value = orjson.loads(value)
+            except orjson.JSONDecodeError:
+                pass
+        if column in _INFO:
+            info[_INFO[column]] = value
+        elif column.startswith("time_"):
+            time[column[len("time_") :]] = value
+        elif column.startswith("summary_"):
+            summary[column[len("summary_") :]] = value
+        elif column == "share_url":
+            info["share"] = {"url": value}
+        else:
+            info[column] = value
+    if time:
+        info["time"] = time
+    if summary:
+        info["summary"] = summary
+    return info
+
+
+def _load(
+    path: str, conn: sqlite3.Connection, session_id: str, depth: int, damaged: list[Damaged]
+) -> OpenCodeSession | None:
+    conn.row_factory = sqlite3.Row
+    try:
+        row = conn.execute("SELECT * FROM session WHERE id = ?", (session_id,)).fetchone()
+    finally:
+        conn.row_factory = None
+    if row is None:
+        return None
+    size = 0
+    parts: dict[str, list[dict[str, Any]]] = {}
+    for part_id, message_id, data in conn.execute(
+        "SELECT id, message_id, data FROM part WHERE session_id = ? ORDER BY message_id, id",
+        (session_id,),
+    ):
+        size += len(data.encode("utf-8", "surrogatepass")) if isinstance(data, str) else 0
+        value = _json(data)
+        if value is None:
+            damaged.append(Damaged(0, f"{path}: part {part_id}: not a JSON object"))
+            continue
+        value.update({"id": part_id, "sessionID": session_id, "messageID": message_id})
+        parts.setdefault(str(message_id), []).append(value)
+    messages: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    for message_id, data in conn.execute(
+        "SELECT id, data FROM message WHERE session_id = ? ORDER BY time_created, id",
+        (session_id,),
+    ):
+        size += len(data.encode("utf-8", "surrogatepass")) if isinstance(data, str) else 0
+        value = _json(data)
+        if value is None:
+            damaged.append(Damaged(0, f"{path}: message {message_id}: not a JSON object"))
+            continue
+        value.update({"id": message_id, "sessionID": session_id})
+        messages.append((value, parts.get(str(message_id), [])))
+    session = OpenCodeSession(
+        _info(row), messages, os.path.join(os.path.abspath(path), session_id), size
+    )
+    if depth < _CHILD_DEPTH:
+        children = [
+            r[0]
+            for r in conn.execute(
+                "SELECT id FROM session WHERE parent_id = ? ORDER BY time_created, id",
+                (session_id,),
+            )
+        ]
+        for child_id in children:
+            child = _load(path, conn, child_id, depth + 1, [])
+            if child is not None:
+                session.children.append(child)
+    return session
+
+
+def _json(data: object) -> dict[str, Any] | None:
+    if not isinstance(data, str | bytes):
+        return None
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def load_db_session(path: str, session_id: str, *, children: bool = True) -> OpenCodeSession:
+    """One session of the database with its messages and parts (and its child
+    sessions'), read in one transaction. A row that is not JSON is skipped and
+    reported. Raises DatabaseError, or FileNotFoundError for no such session."""
+    damaged: list[Damaged] = []
+    with open_db(path) as conn, _reading(path, conn):
+        session = _load(path, conn, session_id, 0 if children else _CHILD_DEPTH, damaged)
+    if session is None:
+        raise FileNotFoundError(2, "No such OpenCode session", os.path.join(path, session_id))
+    session.damaged = damaged
+    return session
+
+
+@dataclass(frozen=True, slots=True)
+class DbListing:
+    """What a listing shows of a session that its row does not say."""
+
+    first_prompt: str | None
+    roles: dict[str, int]
+    tool_calls: bool
+    size: int
+    last_ms: int | None
+
+
+def session_bytes(path: str, session_id: str) -> int:
+    """Bytes of the session's message and part rows."""
+    with open_db(path) as conn, _reading(path, conn):
+        total = 0
+        for table in ("message", "part"):
+            found = conn.execute(
+                f"SELECT SUM({_BYTES}) FROM {table} WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            total += int(found[0] or 0)
+    return total
+
+
+def describe_db_sessions(
+    path: str, session_ids: list[str]
+) -> dict[str, tuple[DbSession, DbListing]]:
+    """Each session's row and `DbListing`, in one read of the database (a session no
+    longer there is left out)."""
+    found: dict[str, tuple[DbSession, DbListing]] = {}
+    with open_db(path) as conn, _reading(path, conn):
+        rows = {row.id: row for row in _sessions(conn)}
+        for session_id in session_ids:
+            if session_id in rows:
+                found[session_id] = (rows[session_id], _describe(conn, session_id))
+    return found
+
+
+def _describe(conn: sqlite3.Connection, session_id: str) -> DbListing:
+    """The first prompt, message roles and size of a session, reading its message rows
+    (small: the content is in the parts) and the parts of its first prompts only."""
+    roles: dict[str, int] = {}
+    tool_calls = False
+    first_prompt: str | None = None
+    last_ms: int | None = None
+    users: list[str] = []
+    for message_id, data, updated in conn.execute(
+        "SELECT id, data, time_updated FROM message WHERE session_id = ? ORDER BY time_created, id",
+        (session_id,),
+    ):
+        value = _json(data) or {}
+        role = value.get("role")
+        if isinstance(role, str):
+            roles[role] = roles.get(role, 0) + 1
+        if role == "user":
+            users.append(str(message_id))
+        if value.get("finish") == "tool-calls":
+            tool_calls = True
+        last_ms = max(last_ms or 0, int(updated or 0)) or last_ms
+    for message_id in users[:5]:
+        texts = []
+        for (data,) in conn.execute(
+            "SELECT data FROM part WHERE message_id = ? ORDER BY id", (message_id,)
+        ):
+            part = _json(data) or {}
+            if (
+                part.get("type") == "text"
+                and isinstance(part.get("text"), str)
+                and not part.get("synthetic")
+                and not part.get("ignored")
+            ):
+                texts.append(part["text"])
+        text = " ".join(" ".join(texts).split())
+        if text:
+            first_prompt = text
+            break
+    size = 0
+    for table in ("message", "part"):
+        found = conn.execute(
+            f"SELECT SUM({_BYTES}) FROM {table} WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        size += int(found[0] or 0)
+    return DbListing(first_prompt, roles, tool_calls, size, last_ms)
