@@ -31,6 +31,7 @@ __all__ = [
     "fsync_directory",
     "glob_escape",
     "glob_match_name",
+    "name_problem",
     "open_regular",
     "private_database",
     "side_path",
@@ -217,6 +218,28 @@ def glob_match_name(name: str, pattern: str) -> bool:
     if name.startswith(".") and not pattern.startswith("."):
         return False
     return fnmatch.fnmatchcase(name, pattern)
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot be one component of a stored path, or None when it can.
+
+    For names that come from elsewhere (a shared database, a file tree being
+    imported) before they become paths: one component, portable to the agents'
+    hosts (no `\\`, Windows' separator), that encodes as UTF-8 (a database key is
+    text) and fits in `NAME_MAX`.
+    """
+    if name in ("", ".", ".."):
+        return f"{name!r} is not a file name"
+    for char, what in (("/", "a '/'"), ("\\", "a '\\'"), ("\x00", "a NUL")):
+        if char in name:
+            return f"the name holds {what}"
+    try:
+        encoded = name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "the name is not UTF-8"
+    if len(encoded) > NAME_MAX:
+        return f"the name is longer than {NAME_MAX} bytes"
+    return None
 
 
 def utf8_encodable(name: str) -> bool:

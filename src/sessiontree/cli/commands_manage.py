@@ -378,8 +378,9 @@ def import_files_command(
     nothing (they hold the start of the file, or are older and kept as .bak first);
     one changed there since it was copied is skipped and listed (exit 1). A session
     that a live agent is writing, here or there, stops the import (retry once it is
-    done). Names that are not UTF-8 are skipped and listed (exit 1). Prompt history,
-    breadcrumbs and settings stay on this host.
+    done). Names that are not UTF-8 or not one plain path component, symlinks, FIFOs
+    and devices are skipped and listed (exit 1). Prompt history, breadcrumbs and
+    settings stay on this host.
     """
     storage = _database_store("import-files")
     agent = os.path.abspath(os.path.expanduser(source)) if source else current_agent_dir()
@@ -412,7 +413,9 @@ def export_files_command(
     Files keep their modification times. Files already there at the same paths are
     replaced when that loses nothing (as for import-files); one changed there since it
     was copied (newer than the database's) is skipped and listed (exit 1); others are
-    left alone.
+    left alone. Nothing is written outside sessions/ and blobs/: a database row whose
+    name is not one plain path component, and a symlink where a file would go, are
+    skipped and listed (exit 1).
     """
     storage = _database_store("export-files")
     agent = os.path.abspath(os.path.expanduser(target))
