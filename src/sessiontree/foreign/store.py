@@ -19,6 +19,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from ..discovery import same_identity, stat_identity
 from ..errors import SessionTreeError
 from ._cache import Identity, IdentityCache
 from ._model import ForeignSession, Source
@@ -255,10 +256,10 @@ class ForeignStore:
         found: list[ForeignListing] = []
         fresh: list[tuple[str, Identity, object]] = []
         for path, st in stats:
-            identity: Identity = (st.st_size, st.st_mtime_ns, st.st_ino)
+            identity: Identity = stat_identity(st)
             meta: ForeignMeta | None = None
             hit = cached.get(path)
-            if hit is not None and tuple(hit[0]) == identity:
+            if hit is not None and same_identity(tuple(hit[0]), identity):
                 try:
                     meta = ForeignMeta.load(hit[1])
                 except (ValueError, TypeError):
