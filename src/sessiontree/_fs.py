@@ -27,6 +27,7 @@ __all__ = [
     "O_NOFOLLOW",
     "atomic_write",
     "clear_non_regular",
+    "create_new",
     "ensure_private_dir",
     "fsync_directory",
     "glob_escape",
@@ -52,6 +53,11 @@ _O_NONBLOCK: int = getattr(os, "O_NONBLOCK", 0)
 
 # Room kept for what side files add to a session's name: a leading dot plus the
 # longest suffix (".conflict-2026-12-01T07-25-07-123Z", ".<12 hex>.tmp", ...).
+_NO_HARD_LINKS = frozenset(
+    getattr(errno, name)
+    for name in ("EPERM", "EOPNOTSUPP", "ENOTSUP", "EMLINK")
+    if hasattr(errno, name)
+)
 _SIDE_RESERVE = 40
 _DIGEST_CHARS = 16
 
@@ -204,6 +210,49 @@ def atomic_write(path: str, chunks: Iterable[bytes], *, durable: bool = True) ->
     if durable:
         fsync_directory(directory)
     return written
+
+
+def create_new(names: Iterable[str], chunks: Iterable[bytes]) -> str:
+    """Write `chunks` as a new file under the first of `names` (one directory) that is
+    free, and return it. Nothing already there is ever replaced: not a file, not a
+    symlink, not one another program creates meanwhile.
+
+    The bytes go to a temp file beside (0600, fsync) that is then hard-linked to the
+    name: the link fails on an existing name, so the next is tried. On a file system
+    without hard links, a rename to a name found free (what such a system allows).
+    FileExistsError when every name is taken.
+    """
+    names = iter(names)
+    first = next(names)
+    directory = os.path.dirname(first)
+    tmp = side_path(first, f".{secrets.token_hex(6)}.tmp", hidden=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC | O_NOFOLLOW, FILE_MODE)
+    try:
+        try:
+            for chunk in chunks:
+                write_all(fd, chunk)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        for name in (first, *names):
+            try:
+                os.link(tmp, name, follow_symlinks=False)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                if exc.errno not in _NO_HARD_LINKS:
+                    raise
+                if os.path.lexists(name):
+                    continue
+                os.rename(tmp, name)
+            fsync_directory(directory)
+            return name
+        raise FileExistsError(errno.EEXIST, "every name is taken", first)
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
 
 
 def glob_escape(name: str) -> str:
