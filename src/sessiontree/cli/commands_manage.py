@@ -15,9 +15,9 @@ from rich.text import Text
 from ..discovery import resolve_resumable_session
 from ..errors import AmbiguousSessionError, SessionTreeError
 from ..export import export_html, export_jsonl, export_markdown
+from ..loader import read_head
 from ..maintenance import delete_session, migrate_session_file, plan_delete
 from ..manager import SessionManager
-from ..naming import header_in
 from ..storage.base import SessionStorage
 from ..storage.file import FileSessionStorage
 from ..stores import TransferReport, export_files, import_files
@@ -47,9 +47,6 @@ from .common import (
 )
 from .common import agent_dir as current_agent_dir
 from .render import terminal_safe
-
-_HEADER_PROBE = 1 << 20
-"""How much of an existing file `export -o` reads to tell whether it is a session."""
 
 LeafOption = Annotated[
     str | None, typer.Option("--leaf", help="Entry id ending the path (default: the leaf).")
@@ -221,14 +218,17 @@ def export_command(
 
 def _refuse_a_session(target: str, shown: str) -> None:
     """`export -o` replaces any file but a session (its own source included): a session
-    is never overwritten by an export of itself or of another."""
+    is never overwritten by an export of itself or of another. What is a session is
+    what the loader says (`read_head`: a header line of any length)."""
+    if not os.path.isfile(target):
+        return  # nothing there (a FIFO or device is not read: it could block)
     try:
-        head = FileSessionStorage().read_text_prefix(target, _HEADER_PROBE)
+        header = read_head(target, FileSessionStorage())
     except FileNotFoundError:
         return
     except OSError as exc:
         raise CliError(f"{shown}: {exc}") from None
-    if header_in(head) is not None:
+    if header is not None:
         raise CliError(f"{shown}: is a session file; not overwritten (choose another file)")
 
 
