@@ -187,7 +187,7 @@ def test_caches_written_before_ctime_was_kept_are_upgraded_and_not_trusted(
 def _coarse_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     """A kernel whose ctime is as coarse as its mtime: it never tells a write within
     the tick apart (only the racy-scan rule can)."""
-    monkeypatch.setattr(discovery, "_ctime_ns", lambda st: 0)
+    monkeypatch.setattr(discovery, "_CTIME_MOVES", False)
 
 
 def _racy_rewrite(path: Path, data: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -264,7 +264,7 @@ def test_cached_answers_equal_uncached_ones_whatever_the_writes(
     clear_listing_cache()
     clock = [OLD_NS]
     with monkeypatch.context() as patch:
-        patch.setattr(discovery, "_ctime_ns", lambda st: 0)
+        patch.setattr(discovery, "_CTIME_MOVES", False)
         patch.setattr(discovery, "_now_ns", lambda: clock[0])
         texts: dict[int, list[str]] = {}
         for k in range(3):

@@ -518,8 +518,16 @@ def _now_ns() -> int:
     return time.time_ns()
 
 
-def _ctime_ns(st: os.stat_result) -> int:
-    return st.st_ctime_ns
+_CTIME_MOVES = True
+"""Whether a write moves the ctime past what a stat saw (tests play a kernel whose
+ctime is no finer than its mtime, where only the racy-read rule catches a rewrite)."""
+
+
+def _racy(mtime_ns: int, now_ns: int) -> bool:
+    """Whether a file with this mtime, read at `now_ns`, may still change within the
+    mtime's tick (then nothing a stat shows would tell)."""
+    tick = _COARSE_TICK_NS if mtime_ns % 1_000_000_000 == 0 else _TICK_NS
+    return -tick < now_ns - mtime_ns < tick
 
 
 def stat_identity(st: os.stat_result, now_ns: int | None = None) -> tuple[int, int, int, int]:
@@ -535,10 +543,11 @@ def stat_identity(st: os.stat_result, now_ns: int | None = None) -> tuple[int, i
     last few milliseconds (2 s on file systems with whole-second timestamps).
     """
     mtime_ns = st.st_mtime_ns
-    now_ns = _now_ns() if now_ns is None else now_ns
-    tick = _COARSE_TICK_NS if mtime_ns % 1_000_000_000 == 0 else _TICK_NS
-    racy = -tick < now_ns - mtime_ns < tick
-    return st.st_size, mtime_ns, st.st_ino, UNTRUSTED if racy else _ctime_ns(st)
+    if _racy(mtime_ns, _now_ns() if now_ns is None else now_ns):
+        ctime_ns = UNTRUSTED
+    else:
+        ctime_ns = st.st_ctime_ns if _CTIME_MOVES else 0
+    return st.st_size, mtime_ns, st.st_ino, ctime_ns
 
 
 def add_ctime_column(conn: sqlite3.Connection, table: str) -> None:
@@ -589,8 +598,15 @@ class _Record:
     built: bool = False
 
     def same_as(self, s: _Stat) -> bool:
-        """Whether the file listed as `s` is as this record read it."""
-        return same_identity((self.size, self.mtime_ns, self.ino, self.ctime_ns), s[1:])
+        """Whether the file listed as `s` is as this record read it (`same_identity`,
+        field by field: a listing asks this of every file)."""
+        return (
+            s[4] != UNTRUSTED
+            and self.ctime_ns == s[4]
+            and self.mtime_ns == s[2]
+            and self.size == s[1]
+            and self.ino == s[3]
+        )
 
     def committed(self) -> _State:
         if self.state is None:
@@ -760,6 +776,8 @@ def _stat_dir(directory: str, storage: SessionStorage, now_ns: int) -> list[_Sta
             return []
     if isinstance(storage, HostFilesystem):
         # One scandir instead of list_files + stat: the DirEntry carries the file type.
+        # `stat_identity` inlined: a listing stats every file of the store.
+        ctime_moves = _CTIME_MOVES
         try:
             with os.scandir(directory) as entries:
                 for entry in entries:
@@ -772,7 +790,14 @@ def _stat_dir(directory: str, storage: SessionStorage, now_ns: int) -> list[_Sta
                         st = entry.stat()
                     except OSError:
                         continue
-                    out.append((entry.path, *stat_identity(st, now_ns)))
+                    mtime_ns = st.st_mtime_ns
+                    if -_COARSE_TICK_NS < now_ns - mtime_ns < _COARSE_TICK_NS and _racy(
+                        mtime_ns, now_ns
+                    ):
+                        ctime_ns = UNTRUSTED
+                    else:
+                        ctime_ns = st.st_ctime_ns if ctime_moves else 0
+                    out.append((entry.path, st.st_size, mtime_ns, st.st_ino, ctime_ns))
         except OSError:
             return []
         return out
