@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import random
 import re
 import sqlite3
@@ -161,6 +162,11 @@ def test_appends_rewrites_deletions_and_replacements_are_seen(store: Path, agent
     a = write(store / "a.jsonl", entry_line(1, "the first needle"), entry_line(2, "plain"))
     b = write(store / "b.jsonl", entry_line(1, "nothing here"), header={"id": "s2"})
     paths = [a, b]
+    # Written an hour ago: a file read within its mtime's tick is read again next time
+    # (the racy rule of `discovery.stat_identity`), which would count `b` below.
+    hour_ago = time.time() - 3600
+    for path in paths:
+        os.utime(path, (hour_ago, hour_ago))
     assert lines_of(found(paths, "needle", agent_dir)) == {(a, 2)}
 
     # An append is read from the end of the last complete line, and only that.

@@ -710,17 +710,37 @@ def test_grown_file_is_scanned_incrementally(store: Store) -> None:
     assert after.message_count == 23
     assert after.title == "grown name"
     assert after.first_message == "first"
-    # no full read: the header check, the 64 bytes before the old end, then the new bytes
+    # no full read: the start checked (16 KB), the 16 KB before the old end, the new bytes
+    window = 16 * 1024
+    assert old_size > 3 * window
     assert [r[0] for r in log] == ["read_bytes_range"] * len(log)
-    assert log[0][2] == 0 and log[0][3] < 200  # the header line
-    assert (log[1][2], log[1][3]) == (old_size - 64, 64)
-    assert all(r[2] >= old_size - 64 for r in log[1:])
+    assert (log[0][2], log[0][3]) == (0, window)
+    assert (log[1][2], log[1][3]) == (old_size - window, window)
+    assert all(r[2] >= old_size - window for r in log[1:])
     appended = store.storage.stat(path).size - old_size
-    assert store.storage.bytes_read(os.path.abspath(path)) <= log[0][3] + 64 + appended
+    # (and the new end's window, for the next time)
+    assert store.storage.bytes_read(os.path.abspath(path)) <= 3 * window + appended
     assert "more" in after.all_messages_text
     # the same as a full scan
     full = list_sessions(CWD, storage=store.storage, cache=False)[0]
     assert after == full and after.all_messages_text == full.all_messages_text
+
+
+def test_a_rewrite_that_keeps_the_start_and_the_old_end_but_grows_is_read_again(
+    store: Store,
+) -> None:
+    """Found by tests/test_file_identity.py's model: the first message rewritten (same
+    length, same inode: a peer's writeFileSync) and an entry added, so the file grew
+    and its header and last line are as they were; the listing must not resume."""
+    d = project_dir(store)
+    path = store.session(d, "grow000000000002", user("alpha"), user("omega"))
+    (before,) = list_sessions(CWD, storage=store.storage)
+    assert before.first_message == "alpha"
+    text = store.storage.read_text(path).replace('"alpha"', '"gamma"')
+    store.storage.write_text(path, text + jsonl(user("omega")))
+    (after,) = list_sessions(CWD, storage=store.storage)
+    assert after.first_message == "gamma"
+    assert after == list_sessions(CWD, storage=store.storage, cache=False)[0]
 
 
 def test_growth_over_an_unterminated_line(store: Store) -> None:

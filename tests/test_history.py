@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sqlite3
 import stat
@@ -12,8 +13,11 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sessiontree import history as history_module
 from sessiontree.errors import SessionPersistenceError
@@ -23,6 +27,7 @@ from sessiontree.history import (
     SCHEMA_VERSION,
     HistoryEntry,
     HistoryStorage,
+    read_history,
 )
 
 
@@ -794,3 +799,87 @@ def test_a_dead_writer_makes_every_later_call_raise(
         history.close()
     history.close()  # idempotent: reported once
     assert [row[1] for row in raw_rows(db_path)] == ["saved"]
+
+
+# --- read-only reads: one query with HistoryStorage (issue 21, item 7) --------------
+
+QUERY_PIECES = [
+    "fix",
+    "caf",
+    "\udce9",
+    "\ud800",
+    "é",
+    " ",
+    "\x00",
+    '"',
+    "*",
+    "-",
+    "%",
+    "_",
+    "\\",
+    "😀",
+]
+
+
+def _surrogate_corpus(store: HistoryStorage) -> None:
+    for text in ("fix caf\udce9 tests", "café au lait", "saved from \udcff dir", "100% _done_"):
+        store.add(text)
+    store.flush()
+
+
+@settings(max_examples=200, deadline=None)
+@given(query=st.lists(st.sampled_from(QUERY_PIECES), max_size=8).map("".join))
+def test_read_history_finds_what_search_finds_for_any_text(
+    tmp_path_factory: Any, query: str
+) -> None:
+    # The model: HistoryStorage.search (whitespace only: get_recent). The read-only
+    # reader of the CLI must answer the same, never raise.
+    db = str(tmp_path_factory.getbasetemp() / "read-only-model.db")
+    if not os.path.exists(db):
+        with HistoryStorage(db) as model:
+            _surrogate_corpus(model)
+    with HistoryStorage(db) as model:
+        expected = model.search(query, 50) if query.split() else model.get_recent(50)
+    assert read_history(db, query, 50) == expected
+
+
+def test_cli_history_search_with_bytes_that_are_not_utf8(agent_dir: Path) -> None:
+    # A command-line argument that is not UTF-8 arrives decoded with surrogateescape:
+    # it is searched for as `add` stores such text (lone surrogates as U+FFFD).
+    with HistoryStorage(agent_dir / "history.db") as store:
+        _surrogate_corpus(store)
+    code = "import sys; from sessiontree.cli import main; sys.exit(main())"
+    for arg, expected in (
+        (b"caf\xe9", ["café au lait", "fix caf\ufffd tests"]),  # "caf" is a prefix of both
+        (b"fix caf\xe9", ["fix caf\ufffd tests"]),
+        (b"\xff\xfe", []),
+    ):
+        done = subprocess.run(
+            [sys.executable, "-c", code, "history", "--json", "--search", os.fsdecode(arg)],
+            capture_output=True,
+            env={**os.environ, "PI_CODING_AGENT_DIR": str(agent_dir)},
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert b"Traceback" not in done.stderr
+        entries = json.loads(done.stdout)["entries"]
+        assert sorted(e["prompt"] for e in entries) == sorted(expected), arg
+
+
+def test_read_history_without_an_fts_index_or_with_a_name_not_utf8(tmp_path: Path) -> None:
+    # An agent dir whose name is not UTF-8, and a file an old agent wrote (no FTS
+    # index): the LIKE scan takes the same words, validated.
+    directory = os.path.join(os.fsencode(tmp_path), b"agent-\xff")
+    os.mkdir(directory)
+    db = os.path.join(os.fsdecode(directory), "history.db")
+    with HistoryStorage(db) as store:
+        _surrogate_corpus(store)
+        assert [e.prompt for e in read_history(db, "fix caf\udce9", 10)] == ["fix caf\ufffd tests"]
+    conn = sqlite3.connect(db)
+    conn.execute("DROP TABLE history_fts")
+    conn.close()
+    assert [e.prompt for e in read_history(db, "caf\udce9", 10)] == ["fix caf\ufffd tests"]
+    assert [e.prompt for e in read_history(db, "100% x\x00", 10)] == []
+    assert [e.prompt for e in read_history(db, "_done_ 100%", 10)] == ["100% _done_"]
+    assert len(read_history(db, " \t", 10)) == 4

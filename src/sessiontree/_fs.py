@@ -28,10 +28,12 @@ __all__ = [
     "O_NOFOLLOW",
     "atomic_write",
     "clear_non_regular",
+    "create_new",
     "ensure_private_dir",
     "fsync_directory",
     "glob_escape",
     "glob_match_name",
+    "name_problem",
     "open_regular",
     "private_database",
     "private_temp_dir",
@@ -53,6 +55,11 @@ _O_NONBLOCK: int = getattr(os, "O_NONBLOCK", 0)
 
 # Room kept for what side files add to a session's name: a leading dot plus the
 # longest suffix (".conflict-2026-12-01T07-25-07-123Z", ".<12 hex>.tmp", ...).
+_NO_HARD_LINKS = frozenset(
+    getattr(errno, name)
+    for name in ("EPERM", "EOPNOTSUPP", "ENOTSUP", "EMLINK")
+    if hasattr(errno, name)
+)
 _SIDE_RESERVE = 40
 _DIGEST_CHARS = 16
 
@@ -236,6 +243,49 @@ def atomic_write(path: str, chunks: Iterable[bytes], *, durable: bool = True) ->
     return written
 
 
+def create_new(names: Iterable[str], chunks: Iterable[bytes]) -> str:
+    """Write `chunks` as a new file under the first of `names` (one directory) that is
+    free, and return it. Nothing already there is ever replaced: not a file, not a
+    symlink, not one another program creates meanwhile.
+
+    The bytes go to a temp file beside (0600, fsync) that is then hard-linked to the
+    name: the link fails on an existing name, so the next is tried. On a file system
+    without hard links, a rename to a name found free (what such a system allows).
+    FileExistsError when every name is taken.
+    """
+    names = iter(names)
+    first = next(names)
+    directory = os.path.dirname(first)
+    tmp = side_path(first, f".{secrets.token_hex(6)}.tmp", hidden=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC | O_NOFOLLOW, FILE_MODE)
+    try:
+        try:
+            for chunk in chunks:
+                write_all(fd, chunk)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        for name in (first, *names):
+            try:
+                os.link(tmp, name, follow_symlinks=False)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                if exc.errno not in _NO_HARD_LINKS:
+                    raise
+                if os.path.lexists(name):
+                    continue
+                os.rename(tmp, name)
+            fsync_directory(directory)
+            return name
+        raise FileExistsError(errno.EEXIST, "every name is taken", first)
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
 def glob_escape(name: str) -> str:
     """`name` as a glob pattern that matches only itself (metacharacters made literal)."""
     return "".join(f"[{c}]" if c in "*?[" else c for c in name)
@@ -248,6 +298,28 @@ def glob_match_name(name: str, pattern: str) -> bool:
     if name.startswith(".") and not pattern.startswith("."):
         return False
     return fnmatch.fnmatchcase(name, pattern)
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot be one component of a stored path, or None when it can.
+
+    For names that come from elsewhere (a shared database, a file tree being
+    imported) before they become paths: one component, portable to the agents'
+    hosts (no `\\`, Windows' separator), that encodes as UTF-8 (a database key is
+    text) and fits in `NAME_MAX`.
+    """
+    if name in ("", ".", ".."):
+        return f"{name!r} is not a file name"
+    for char, what in (("/", "a '/'"), ("\\", "a '\\'"), ("\x00", "a NUL")):
+        if char in name:
+            return f"the name holds {what}"
+    try:
+        encoded = name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "the name is not UTF-8"
+    if len(encoded) > NAME_MAX:
+        return f"the name is longer than {NAME_MAX} bytes"
+    return None
 
 
 def utf8_encodable(name: str) -> bool:

@@ -44,6 +44,7 @@ __all__ = [
     "blob_extension_for_mime_type",
     "check_hash",
     "find_blob_refs",
+    "is_blob_extension",
     "is_blob_ref",
     "parse_blob_ref",
     "same_blob_store",
@@ -126,6 +127,12 @@ def _warn_replaced(where: str) -> None:
     _log.warning("Replaced damaged blob %s with the bytes being stored", where)
 
 
+def is_blob_extension(ext: object) -> bool:
+    """Whether `ext` may name a blob's sidecar (`<hash>.<ext>`): 1-32 letters, digits,
+    `.`, `_` and `-`, starting with a letter or digit (what omp derives from a MIME type)."""
+    return isinstance(ext, str) and 0 < len(ext) <= 32 and bool(_EXTENSION_RE.fullmatch(ext))
+
+
 def blob_extension_for_mime_type(mime_type: object) -> str | None:
     """The sidecar extension omp derives from an image MIME type (`image/png` -> `png`)."""
     if not isinstance(mime_type, str) or not mime_type:
@@ -137,9 +144,7 @@ def blob_extension_for_mime_type(mime_type: object) -> str | None:
     if not lower.startswith("image/"):
         return None
     subtype = lower[len("image/") :].split(";")[0].split("+")[0]
-    if not 0 < len(subtype) <= 32 or not _EXTENSION_RE.fullmatch(subtype):
-        return None
-    return subtype
+    return subtype if is_blob_extension(subtype) else None
 
 
 class BlobStoreLike(Protocol):

@@ -52,6 +52,7 @@ from .storage.base import (
     SessionStorage,
     read_chunks,
     replace_checked,
+    write_new,
     write_whole,
 )
 from .storage.file import FileSessionStorage
@@ -573,8 +574,15 @@ def _repair_lines(scanned: ScannedSession, changes: list[Finding]) -> dict[int, 
     return replaced
 
 
-def _default_repair_path(path: str) -> str:
-    return side_path(path, ".repaired")
+_REPAIRED_NAMES = 1000
+
+
+def _default_repair_paths(path: str) -> list[str]:
+    """`<file>.repaired`, then `<file>.repaired-2`, `-3`...: a repair never replaces the
+    copy an earlier one wrote (which its user may have edited since)."""
+    return [side_path(path, ".repaired")] + [
+        side_path(path, f".repaired-{n}") for n in range(2, _REPAIRED_NAMES)
+    ]
 
 
 def _same_file(storage: SessionStorage, a: str, b: str) -> bool:
@@ -625,7 +633,9 @@ def repair_session(
     """Write a repaired copy of a session file atomically; report every change.
 
     The copy goes to `out_path` (default `<path>.repaired`, a name no session
-    listing picks up). `in_place=True` first saves the original as `<path>.bak`
+    listing picks up, or `<path>.repaired-2`, `-3`... when that is taken); an
+    existing file is never replaced (SessionTreeError for an `out_path` that
+    exists, however late it appeared). `in_place=True` first saves the original as `<path>.bak`
     (or `.bak.N`) and then replaces `path`; if the file changed while being
     repaired, SessionWriteConflictError and nothing is replaced; SessionLockError
     when a live writer holds it. When there is
@@ -637,7 +647,7 @@ def repair_session(
     blob_store = blobs if blobs is not None else blob_store_for(path, storage, agent_dir)
     if in_place and isinstance(storage, HostFilesystem) and os.path.islink(path):
         path = os.path.realpath(path)  # repair the file, not the link that names it
-    target = None if in_place else _repair_target(path, out_path, storage)
+    targets = None if in_place else _repair_targets(path, out_path, storage)
     before = storage.stat(path)
     digest = xxhash.xxh3_128()
     scanned = scan_session(path, storage, observe=digest.update)
@@ -664,28 +674,34 @@ def repair_session(
     if not changes or dry_run:
         return report
     chunks = _repaired_chunks(scanned, replaced)
-    if target is not None:
-        # A repaired copy in another agent dir takes its images along, as every copy does.
-        carry = blob_carry(blob_store, target, storage, source_path=path, agent_dir=agent_dir)
-        write_whole(storage, target, carry.chunks(chunks, target))
+    if targets is not None:
+        # A repaired copy in another agent dir takes its images along, as every copy does
+        # (every name tried is in one directory: one agent dir).
+        carry = blob_carry(blob_store, targets[0], storage, source_path=path, agent_dir=agent_dir)
+        try:
+            report.out_path = write_new(storage, targets, carry.chunks(chunks, targets[0]))
+        except FileExistsError:
+            where = targets[0] if out_path is not None else f"{targets[0]} and -2..-{len(targets)}"
+            raise SessionTreeError(f"{where}: already exist(s); not overwritten") from None
         carry.report()
-        report.out_path = target
         return report
     report.backup_path = _replace_in_place(storage, path, before, digest.digest(), chunks)
     report.out_path = path
     return report
 
 
-def _repair_target(path: str, out_path: str | None, storage: SessionStorage) -> str:
-    """Where a repaired copy goes; refuses the session itself and a file already there."""
-    target = out_path if out_path is not None else _default_repair_path(path)
-    if _same_file(storage, target, path):
+def _repair_targets(path: str, out_path: str | None, storage: SessionStorage) -> list[str]:
+    """Where a repaired copy may go, first free name first; refuses the session itself
+    and an `out_path` already there (checked again when it is written)."""
+    if out_path is None:
+        return _default_repair_paths(path)
+    if _same_file(storage, out_path, path):
         raise SessionTreeError(
-            f"{target}: is the session being repaired; use --in-place to replace it"
+            f"{out_path}: is the session being repaired; use --in-place to replace it"
         )
-    if out_path is not None and storage.exists(target):
-        raise SessionTreeError(f"{target}: already exists; not overwritten")
-    return target
+    if storage.exists(out_path):
+        raise SessionTreeError(f"{out_path}: already exists; not overwritten")
+    return [out_path]
 
 
 def _repaired_chunks(scanned: ScannedSession, replaced: dict[int, Entry]) -> Iterator[bytes]:

@@ -20,7 +20,8 @@ per session file, what `search` and the usage reports need:
 
 **Refresh.** `ContentIndex.refresh(sources)` stats every source and compares it
 with the `FileMark` the listing cache's change detection uses
-(`discovery.only_appended`): an unchanged file is not read, a file that only grew
+(`discovery.stat_identity`, `discovery.only_appended`): an unchanged file (size,
+mtime, inode and ctime) is not read, a file that only grew
 is read from the end of its last complete line, anything else is read again from
 the start. An entry deleted from the index stays in the FTS table as a dead row
 (SQLite before 3.43 cannot delete from a contentless table): it joins no entry
@@ -49,7 +50,14 @@ import orjson
 
 from ._closing import keep_forever, process_id
 from ._fs import clear_non_regular, ensure_private_dir, open_regular, utf8_encodable
-from .discovery import FileMark, mark_file, only_appended
+from .discovery import (
+    FileMark,
+    add_ctime_column,
+    mark_file,
+    only_appended,
+    same_identity,
+    stat_identity,
+)
 from .entries import Entry, parse_iso_ms
 from .errors import InheritedHandleError
 from .export import entry_role, entry_text
@@ -99,13 +107,13 @@ Loader = Callable[[str], tuple[Entry | None, Sequence[Entry]]]
 class SessionSource:
     """A session the index covers: our JSONL file at `path`, or, with `load`, a
     file of another format whose entries `load(path)` returns. `identity`, with
-    `load`, gives (size, mtime_ns, ino) of a session that is not one file's stat
+    `load`, gives (size, mtime_ns, ino, ctime_ns) of a session that is not one file's stat
     (a session of an OpenCode database, named by a path under the database file)."""
 
     path: str
     load: Loader | None = field(default=None, compare=False)
     kind: str = "jsonl"
-    identity: Callable[[str], tuple[int, int, int]] | None = field(default=None, compare=False)
+    identity: Callable[[str], tuple[int, int, int, int]] | None = field(default=None, compare=False)
 
 
 def index_text(text: str) -> str:
@@ -201,6 +209,7 @@ _SCHEMA = (
         size INTEGER NOT NULL,
         mtime_ns INTEGER NOT NULL,
         ino INTEGER NOT NULL,
+        ctime_ns INTEGER NOT NULL DEFAULT -1,
         scan_offset INTEGER NOT NULL,
         head_len INTEGER NOT NULL,
         head BLOB NOT NULL,
@@ -671,23 +680,24 @@ class ContentIndex:
             self.reset()
             result.rebuilt = True
         conn = self._conn
-        known: dict[str, tuple[int, int, int, int]] = {
-            row[0]: (row[1], row[2], row[3], row[4])
-            for row in conn.execute("SELECT path, id, size, mtime_ns, ino FROM files")
+        known: dict[str, tuple[int, tuple[int, ...]]] = {
+            row[0]: (row[1], tuple(row[2:]))
+            for row in conn.execute("SELECT path, id, size, mtime_ns, ino, ctime_ns FROM files")
         }
-        todo: list[tuple[SessionSource, int, int, int]] = []
+        todo: list[tuple[SessionSource, tuple[int, int, int, int]]] = []
         gone: list[int] = []
         listed = set()
         for source in sources:
             listed.add(source.path)
             try:
+                identity: tuple[int, int, int, int]
                 if source.load is not None and source.identity is not None:
                     identity = source.identity(source.path)
                 else:
                     st = os.stat(source.path)
                     if not stat_module.S_ISREG(st.st_mode):
                         continue
-                    identity = (st.st_size, st.st_mtime_ns, st.st_ino)
+                    identity = stat_identity(st)
             except OSError:
                 row = known.get(source.path)
                 if row is not None:
@@ -697,14 +707,14 @@ class ContentIndex:
                 result.stale.append(source.path)
                 continue
             row = known.get(source.path)
-            if row is not None and row[1:] == identity:
+            if row is not None and same_identity(row[1], identity):
                 continue
-            todo.append((source, *identity))
+            todo.append((source, identity))
         if prune:
             gone += [row[0] for p, row in known.items() if p not in listed and not _exists(p)]
         if not todo and not gone:
             return result
-        total = sum(size for _, size, _, _ in todo)
+        total = sum(identity[0] for _, identity in todo)
         done = 0
         pending = todo[::-1]  # popped from the end, in `sources` order
         try:
@@ -719,9 +729,9 @@ class ContentIndex:
                 with _write(conn):
                     self._keys.begin()
                     while pending and batch_bytes < _BATCH_BYTES and batch_rows < _BATCH_ROWS:
-                        source, size, mtime_ns, ino = pending.pop()
+                        source, identity = pending.pop()
                         try:
-                            read, added = self._index_file(source, storage, size, mtime_ns, ino)
+                            read, added = self._index_file(source, storage, identity)
                         except sqlite3.Error:
                             raise
                         except Exception:  # unreadable, or a loader that failed on it
@@ -732,7 +742,7 @@ class ContentIndex:
                         result.entries_added += added
                         batch_bytes += read
                         batch_rows += added
-                        done += size
+                        done += identity[0]
                         if progress is not None:
                             progress(done, total)
                     self._save_meta()
@@ -740,7 +750,7 @@ class ContentIndex:
         except sqlite3.OperationalError as exc:
             if not _locked(exc):
                 raise
-            result.stale += [source.path for source, _, _, _ in pending]
+            result.stale += [source.path for source, _ in pending]
         self._files = None
         return result
 
@@ -787,18 +797,20 @@ class ContentIndex:
             )
 
     def _index_file(
-        self, source: SessionSource, storage: SessionStorage, size: int, mtime_ns: int, ino: int
+        self, source: SessionSource, storage: SessionStorage, identity: tuple[int, int, int, int]
     ) -> tuple[int, int]:
-        """Read what is new in one file; returns (bytes read, entries added)."""
+        """Read what is new in one file (`discovery.stat_identity` when it was stat'ed);
+        returns (bytes read, entries added)."""
         conn = self._conn
         path = source.path
+        size, mtime_ns, ino, ctime_ns = identity
         row = conn.execute(
             "SELECT id, kind, size, mtime_ns, ino, scan_offset, head_len, head, tail, line, "
-            "phase, session_id, cwd, parent, created, entries, text_bytes "
+            "phase, session_id, cwd, parent, created, entries, text_bytes, ctime_ns "
             "FROM files WHERE path = ?",
             (path,),
         ).fetchone()
-        if row is not None and (row[2], row[3], row[4]) == (size, mtime_ns, ino):
+        if row is not None and same_identity((row[2], row[3], row[4], row[17]), identity):
             return 0, 0  # another process brought it up to date meanwhile
         st = _FileState()
         start = 0
@@ -835,6 +847,7 @@ class ContentIndex:
             size,
             mtime_ns,
             ino,
+            ctime_ns,
             committed,
             mark.head_len,
             mark.head,
@@ -851,12 +864,13 @@ class ContentIndex:
             final.text_bytes - saved.text_bytes,
         )
         columns = (
-            "path, kind, size, mtime_ns, ino, scan_offset, head_len, head, tail, line, phase, "
-            "session_id, cwd, parent, created, entries, tail_entries, text_bytes, tail_text_bytes"
+            "path, kind, size, mtime_ns, ino, ctime_ns, scan_offset, head_len, head, tail, line, "
+            "phase, session_id, cwd, parent, created, entries, tail_entries, text_bytes, "
+            "tail_text_bytes"
         )
         if file_id is None:
             file_id = conn.execute(
-                f"INSERT INTO files ({columns}) VALUES ({', '.join('?' * 19)})", values
+                f"INSERT INTO files ({columns}) VALUES ({', '.join('?' * 20)})", values
             ).lastrowid
         else:
             sets = ", ".join(f"{c.strip()} = ?" for c in columns.split(","))
@@ -1109,6 +1123,7 @@ def _prepare(conn: sqlite3.Connection) -> None:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if not _TABLES <= tables:
             raise _Corrupt("tables missing")
+        add_ctime_column(conn, "files")
         _tune(conn)
         return
     if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:

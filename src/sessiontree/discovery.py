@@ -1,7 +1,8 @@
 """Finding sessions: listings, the most recent session, resume-argument matching.
 
 Listing a store of thousands of sessions must not read thousands of files, so
-every scan result is cached by file identity (path, size, mtime_ns, inode):
+every scan result is cached by file identity (path, size, mtime_ns, inode, ctime_ns;
+see `stat_identity`):
 
 * in process, for every storage (a repeated listing only stats the files);
 * on disk for `FileSessionStorage`, in ``<agent dir>/cache/sessions-meta.db``
@@ -66,10 +67,12 @@ from .storage.file import FileSessionStorage, ensure_private_dir
 __all__ = [
     "CACHE_DB_NAME",
     "PREFIX_BYTES",
+    "UNTRUSTED",
     "FileMark",
     "RecentSessionInfo",
     "ResolvedSessionMatch",
     "SessionInfo",
+    "add_ctime_column",
     "clear_listing_cache",
     "find_most_recent_session",
     "get_recent_sessions",
@@ -78,6 +81,8 @@ __all__ = [
     "mark_file",
     "only_appended",
     "resolve_resumable_session",
+    "same_identity",
+    "stat_identity",
 ]
 
 PREFIX_BYTES = 4096
@@ -92,8 +97,14 @@ NAME_WIDTH = 40
 _SCHEMA_VERSION = 1
 _SQLITE_ERROR = 1
 _CHUNK = 1 << 20
-_HEAD_MAX = 4096  # bytes of the file start (title slot + header) checked before resuming
-_TAIL_CHECK = 64  # bytes before the old end checked before resuming
+# Before a scan resumes where the last one stopped (the file only grew), the start of
+# the file and the bytes before the old end must be as they were. Each window is at
+# least 16 KB: a rewrite that keeps the size of the start and the end but changes the
+# first entries (a peer's `writeFileSync` after an edit) is seen, and a file of up to
+# 32 KB is compared whole. A big file rewritten in its middle alone is not.
+_HEAD_CHECK = 16 * 1024
+_HEAD_MAX = 64 * 1024  # the header line (title slot included) may be longer
+_TAIL_CHECK = 16 * 1024
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _BOM = b"\xef\xbb\xbf"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -387,7 +398,7 @@ def _scan_chunks(
                 first_line = False
                 pos += len(line) + 1
                 if st.phase != _START:
-                    head_len = min(pos, _HEAD_MAX)
+                    head_len = min(max(pos, _HEAD_CHECK), _HEAD_MAX)
                     break
             rest = lines[i:]
         if st.phase == _INVALID:
@@ -493,8 +504,83 @@ def _scan_file(
     if resume is not None:
         head_len, head_digest = resume.head_len, resume.head
     else:
+        head_len = min(head_len, len(head))  # a file shorter than the window
         head_digest = _digest(head[:head_len])
     return _Scan(committed, state, final, head_len, head_digest, _digest(tail[-want:]))
+
+
+# ---------------------------------------------------------------------------- file identity
+
+UNTRUSTED: int = -1
+"""The ctime a cache keeps for a file it read within the file's timestamp tick: equal
+to no ctime, so the next look reads the file again."""
+_TICK_NS = 20_000_000
+"""Longest tick of the clock file timestamps come from (jiffies: 10 ms at HZ=100)."""
+_COARSE_TICK_NS = 2_000_000_000
+"""The tick of file systems that keep whole seconds (ext3, HFS+) or even ones (FAT)."""
+
+
+def _now_ns() -> int:
+    """The clock that file timestamps are taken from (tests move it)."""
+    return time.time_ns()
+
+
+_CTIME_MOVES = True
+"""Whether a write moves the ctime past what a stat saw (tests play a kernel whose
+ctime is no finer than its mtime, where only the racy-read rule catches a rewrite)."""
+
+
+def _racy(mtime_ns: int, now_ns: int) -> bool:
+    """Whether a file with this mtime, read at `now_ns`, may still change within the
+    mtime's tick (then nothing a stat shows would tell)."""
+    tick = _COARSE_TICK_NS if mtime_ns % 1_000_000_000 == 0 else _TICK_NS
+    return -tick < now_ns - mtime_ns < tick
+
+
+def stat_identity(st: os.stat_result, now_ns: int | None = None) -> tuple[int, int, int, int]:
+    """What a cache compares to tell that a file is as it was read: (size, mtime_ns,
+    ino, ctime_ns). `now_ns`: a time before the file is read (default: now).
+
+    Size, mtime and inode alone miss a rewrite in place (a peer's `writeFileSync`)
+    that keeps the size within one timestamp tick. Every write moves the ctime, and
+    nothing can set it back (`utime` moves it too); but a kernel may stamp ctime as
+    coarsely as mtime, so a file stat'ed within its mtime's tick may still change
+    unseen: its ctime is `UNTRUSTED`, so the read made now is not trusted later
+    (git's "racily clean" files). That costs one more read of a file written in the
+    last few milliseconds (2 s on file systems with whole-second timestamps).
+    """
+    mtime_ns = st.st_mtime_ns
+    if _racy(mtime_ns, _now_ns() if now_ns is None else now_ns):
+        ctime_ns = UNTRUSTED
+    else:
+        ctime_ns = st.st_ctime_ns if _CTIME_MOVES else 0
+    return st.st_size, mtime_ns, st.st_ino, ctime_ns
+
+
+def add_ctime_column(conn: sqlite3.Connection, table: str) -> None:
+    """Give a cache table from before `ctime_ns` was kept that column.
+
+    Its rows get `UNTRUSTED` (each file is read once more), and so do the rows an
+    older sessiontree still writes there: it names the columns it knows.
+    """
+    if any(row[1] == "ctime_ns" for row in conn.execute(f"PRAGMA table_info({table})")):
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if not any(row[1] == "ctime_ns" for row in conn.execute(f"PRAGMA table_info({table})")):
+            conn.execute(
+                f"ALTER TABLE {table} ADD COLUMN ctime_ns INTEGER NOT NULL DEFAULT {UNTRUSTED}"
+            )
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def same_identity(stored: tuple[int, ...], current: tuple[int, ...]) -> bool:
+    """Whether a file whose `stat_identity` is `current` is unchanged since `stored`
+    was taken (a read within a tick, `UNTRUSTED`, never is)."""
+    return current[-1] != UNTRUSTED and stored == current
 
 
 # ---------------------------------------------------------------------------- cache records
@@ -502,11 +588,12 @@ def _scan_file(
 
 @dataclass(slots=True, eq=False)
 class _Record:
-    """A cached scan of one file at one identity (size, mtime_ns, ino)."""
+    """A cached scan of one file at one identity (size, mtime_ns, ino, ctime_ns)."""
 
     size: int
     mtime_ns: int
     ino: int
+    ctime_ns: int
     offset: int
     head_len: int
     head: bytes
@@ -516,6 +603,17 @@ class _Record:
     state: _State | None = None
     info: SessionInfo | None = None
     built: bool = False
+
+    def same_as(self, s: _Stat) -> bool:
+        """Whether the file listed as `s` is as this record read it (`same_identity`,
+        field by field: a listing asks this of every file)."""
+        return (
+            s[4] != UNTRUSTED
+            and self.ctime_ns == s[4]
+            and self.mtime_ns == s[2]
+            and self.size == s[1]
+            and self.ino == s[3]
+        )
 
     def committed(self) -> _State:
         if self.state is None:
@@ -529,12 +627,13 @@ class _Record:
         return self.info
 
 
-def _record(scan: _Scan, size: int, mtime_ns: int, ino: int) -> _Record:
+def _record(scan: _Scan, s: _Stat) -> _Record:
     same = scan.state is scan.final
     return _Record(
-        size=size,
-        mtime_ns=mtime_ns,
-        ino=ino,
+        size=s[1],
+        mtime_ns=s[2],
+        ino=s[3],
+        ctime_ns=s[4],
         offset=scan.offset,
         head_len=scan.head_len,
         head=scan.head,
@@ -615,10 +714,6 @@ class FileMark:
     tail: bytes
     """Digest of the (at most 64) bytes before `size`."""
 
-    def same_identity(self, size: int, mtime_ns: int, ino: int) -> bool:
-        """Whether a stat says the file is exactly as it was read."""
-        return size == self.size and mtime_ns == self.mtime_ns and ino == self.ino
-
 
 def mark_file(
     storage: SessionStorage,
@@ -630,7 +725,7 @@ def mark_file(
     head_len: int,
 ) -> FileMark:
     """A `FileMark` for `path` read up to `size` bytes (reads the head and the tail bytes)."""
-    head_len = min(head_len, _HEAD_MAX, size)
+    head_len = min(max(head_len, _HEAD_CHECK), _HEAD_MAX, size) if head_len else 0
     head = read_range(storage, path, 0, head_len) if head_len else b""
     want = min(_TAIL_CHECK, size)
     tail = read_range(storage, path, size - want, want) if want else b""
@@ -658,13 +753,13 @@ def only_appended(
 _grew = only_appended
 
 
-def _rescan(
-    storage: SessionStorage, path: str, size: int, mtime_ns: int, ino: int, old: _Record | None
-) -> _Record | None:
-    """A fresh record for `path` (incremental when it only grew); None if it vanished."""
+def _rescan(storage: SessionStorage, s: _Stat, old: _Record | None) -> _Record | None:
+    """A fresh record for the file listed as `s` (incremental when it only grew); None
+    if it vanished."""
+    path, size, _, ino, _ = s
     try:
         resume = old if old is not None and _grew(storage, path, old, size, ino) else None
-        return _record(_scan_file(storage, path, size, resume), size, mtime_ns, ino)
+        return _record(_scan_file(storage, path, size, resume), s)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError):
         return None
     except OSError:
@@ -673,21 +768,23 @@ def _rescan(
 
 # ---------------------------------------------------------------------------- enumeration
 
-_Stat = tuple[str, int, int, int]  # path, size, mtime_ns, ino
+_Stat = tuple[str, int, int, int, int]  # path and `stat_identity`; no ctime (0) but on files
 
 
-def _stat_dir(directory: str, storage: SessionStorage) -> list[_Stat]:
-    """`*.jsonl` files directly in `directory` with their identity."""
+def _stat_dir(directory: str, storage: SessionStorage, now_ns: int) -> list[_Stat]:
+    """`*.jsonl` files directly in `directory` with their identity (stat'ed at `now_ns`)."""
     out: list[_Stat] = []
     if isinstance(storage, SessionIndexStorage):  # [storage index] one query, no stat per file
         try:
             return [
-                (m.path, m.size, m.mtime_ns, m.ino) for m in storage.list_session_meta(directory)
+                (m.path, m.size, m.mtime_ns, m.ino, 0) for m in storage.list_session_meta(directory)
             ]
         except OSError:
             return []
     if isinstance(storage, HostFilesystem):
         # One scandir instead of list_files + stat: the DirEntry carries the file type.
+        # `stat_identity` inlined: a listing stats every file of the store.
+        ctime_moves = _CTIME_MOVES
         try:
             with os.scandir(directory) as entries:
                 for entry in entries:
@@ -700,7 +797,14 @@ def _stat_dir(directory: str, storage: SessionStorage) -> list[_Stat]:
                         st = entry.stat()
                     except OSError:
                         continue
-                    out.append((entry.path, st.st_size, st.st_mtime_ns, st.st_ino))
+                    mtime_ns = st.st_mtime_ns
+                    if -_COARSE_TICK_NS < now_ns - mtime_ns < _COARSE_TICK_NS and _racy(
+                        mtime_ns, now_ns
+                    ):
+                        ctime_ns = UNTRUSTED
+                    else:
+                        ctime_ns = st.st_ctime_ns if ctime_moves else 0
+                    out.append((entry.path, st.st_size, mtime_ns, st.st_ino, ctime_ns))
         except OSError:
             return []
         return out
@@ -713,7 +817,7 @@ def _stat_dir(directory: str, storage: SessionStorage) -> list[_Stat]:
             s = storage.stat(path)
         except OSError:
             continue
-        out.append((path, s.size, s.mtime_ns or int(s.mtime_ms * 1e6), s.ino))
+        out.append((path, s.size, s.mtime_ns or int(s.mtime_ms * 1e6), s.ino, 0))
     return out
 
 
@@ -758,12 +862,13 @@ def clear_listing_cache() -> None:
         _other_caches.clear()
 
 
-_COLUMNS = "path, size, mtime_ns, ino, scan_offset, head_len, head, tail, state, final"
+_COLUMNS = "path, size, mtime_ns, ino, ctime_ns, scan_offset, head_len, head, tail, state, final"
 _CREATE = """CREATE TABLE IF NOT EXISTS files (
     path TEXT PRIMARY KEY,
     size INTEGER NOT NULL,
     mtime_ns INTEGER NOT NULL,
     ino INTEGER NOT NULL,
+    ctime_ns INTEGER NOT NULL DEFAULT -1,
     scan_offset INTEGER NOT NULL,
     head_len INTEGER NOT NULL,
     head BLOB NOT NULL,
@@ -771,7 +876,7 @@ _CREATE = """CREATE TABLE IF NOT EXISTS files (
     state BLOB,
     final BLOB NOT NULL
 ) WITHOUT ROWID"""
-assert _COLUMNS.count(",") == 9
+assert _COLUMNS.count(",") == 10
 
 
 class _MetaDB:
@@ -799,6 +904,7 @@ class _MetaDB:
                     conn.execute(_CREATE)
                     conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
                 conn.execute("COMMIT")
+            add_ctime_column(conn, "files")
             conn.execute("PRAGMA synchronous=NORMAL")
         except BaseException:
             conn.close()
@@ -859,12 +965,13 @@ class _MetaDB:
                         size=row[1],
                         mtime_ns=row[2],
                         ino=row[3],
-                        offset=row[4],
-                        head_len=row[5],
-                        head=row[6],
-                        tail=row[7],
-                        state_blob=row[8],
-                        final=_State.load(row[9]),
+                        ctime_ns=row[4],
+                        offset=row[5],
+                        head_len=row[6],
+                        head=row[7],
+                        tail=row[8],
+                        state_blob=row[9],
+                        final=_State.load(row[10]),
                     )
             return found
 
@@ -878,6 +985,7 @@ class _MetaDB:
                 r.size,
                 r.mtime_ns,
                 r.ino,
+                r.ctime_ns,
                 r.offset,
                 r.head_len,
                 r.head,
@@ -894,7 +1002,7 @@ class _MetaDB:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.executemany(
-                    f"INSERT OR REPLACE INTO files ({_COLUMNS}) VALUES ({'?,' * 9}?)", rows
+                    f"INSERT OR REPLACE INTO files ({_COLUMNS}) VALUES ({'?,' * 10}?)", rows
                 )
                 conn.executemany("DELETE FROM files WHERE path = ?", [(p,) for p in stale])
             except BaseException:
@@ -920,7 +1028,7 @@ MAX_WORKERS = 4
 
 def _scan_batch(jobs: list[_Job]) -> list[_Record | None]:
     storage = FileSessionStorage()
-    return [_rescan(storage, s[0], s[1], s[2], s[3], old) for s, old in jobs]
+    return [_rescan(storage, s, old) for s, old in jobs]
 
 
 def _workers_for(jobs: list[_Job], storage: SessionStorage) -> int:
@@ -966,7 +1074,7 @@ def _scan_jobs(jobs: list[_Job], storage: SessionStorage) -> list[_Record | None
             return _scan_parallel(jobs, workers)
         except Exception:  # a broken pool, no fork, no /dev/shm: scan here instead
             pass
-    return [_rescan(storage, s[0], s[1], s[2], s[3], old) for s, old in jobs]
+    return [_rescan(storage, s, old) for s, old in jobs]
 
 
 def _collect(
@@ -985,7 +1093,8 @@ def _collect(
             dirs.append(d)
     if isinstance(storage, SessionIndexStorage):  # [storage index] no session file is read
         return _collect_indexed(dirs, storage)
-    listing = {d: _stat_dir(d, storage) for d in dirs}
+    now_ns = _now_ns()  # before any file is read: see `stat_identity`
+    listing = {d: _stat_dir(d, storage, now_ns) for d in dirs}
     memory = _memory_cache(storage) if cache else None
     records: dict[str, _Record | None] = {}
     misses: list[tuple[str, _Stat, _Record | None]] = []
@@ -994,12 +1103,7 @@ def _collect(
             known = memory.get(d) if memory is not None else None
             for s in stats:
                 rec = known.get(s[0]) if known is not None else None
-                if (
-                    rec is not None
-                    and rec.size == s[1]
-                    and rec.mtime_ns == s[2]
-                    and rec.ino == s[3]
-                ):
+                if rec is not None and rec.same_as(s):
                     records[s[0]] = rec
                 else:
                     misses.append((d, s, rec))
@@ -1016,7 +1120,7 @@ def _collect(
         todo: list[tuple[str, _Stat, _Record | None]] = []
         for d, s, rec in misses:
             row = stored.get(s[0])
-            if row is not None and row.size == s[1] and row.mtime_ns == s[2] and row.ino == s[3]:
+            if row is not None and row.same_as(s):
                 records[s[0]] = row
                 fresh.append((d, s[0], row))
             else:
@@ -1158,7 +1262,7 @@ def list_all_sessions(
 
 
 def _by_mtime(session_dir: str, storage: SessionStorage) -> list[_Stat]:
-    stats = _stat_dir(os.path.abspath(session_dir), storage)
+    stats = _stat_dir(os.path.abspath(session_dir), storage, _now_ns())
     stats.sort(key=lambda s: (s[2], s[0]), reverse=True)
     return stats
 
@@ -1184,7 +1288,7 @@ def find_most_recent_session(
     live process is writing).
     """
     storage = storage if storage is not None else FileSessionStorage()
-    for path, _, _, _ in _by_mtime(session_dir, storage):
+    for path, *_ in _by_mtime(session_dir, storage):
         if skip is not None and skip(path):
             continue
         found = _prefix_state(storage, path)
@@ -1254,7 +1358,7 @@ def get_recent_sessions(
     if limit <= 0:
         return recent
     now = time.time()
-    for path, _, mtime_ns, _ in _by_mtime(session_dir, storage):
+    for path, _, mtime_ns, *_ in _by_mtime(session_dir, storage):
         found = _prefix_state(storage, path)
         if found is None or found[0].phase != _OK:
             continue
@@ -1354,7 +1458,7 @@ def resolve_resumable_session(
     if found is not None:
         direct, stat = found
         mtime_ns = stat.mtime_ns or int(stat.mtime_ms * 1e6)
-        record = _rescan(storage, direct, stat.size, mtime_ns, stat.ino, None)
+        record = _rescan(storage, (direct, stat.size, mtime_ns, stat.ino, UNTRUSTED), None)
         info = record.session_info(direct, storage) if record is not None else None
         if info is None:
             return None

@@ -25,6 +25,10 @@ included: a rollback in the child would undo the parent's transaction in the
 wal-index they share). In a child, `open()` makes the child its own instance; the
 inherited one raises `InheritedHandleError` on every use, and its `close` (the
 child's at-exit one too) touches neither its connections nor its thread.
+
+`read_history` reads the same file without writing to it (no schema upgrade, no
+file creation), for tools that only look: the CLI's `history`. Both read through
+one query (`_select`), so they find the same prompts for the same text.
 """
 
 from __future__ import annotations
@@ -40,13 +44,20 @@ import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from ._closing import ClosesOnExit, keep_forever, process_id
-from .errors import InheritedHandleError, SessionPersistenceError
+from .errors import InheritedHandleError, SessionPersistenceError, SessionTreeError
 from .paths import get_agent_dir
 
-__all__ = ["MAX_LIMIT", "MAX_QUERY_WORDS", "SCHEMA_VERSION", "HistoryEntry", "HistoryStorage"]
+__all__ = [
+    "MAX_LIMIT",
+    "MAX_QUERY_WORDS",
+    "SCHEMA_VERSION",
+    "HistoryEntry",
+    "HistoryStorage",
+    "read_history",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -245,10 +256,7 @@ class HistoryStorage(ClosesOnExit):
 
     def get_recent(self, limit: int) -> list[HistoryEntry]:
         """Return up to `limit` (clamped to 0..1000) prompts, newest first."""
-        limit = _clamp(limit)
-        if limit == 0:
-            return []
-        return self._query(_RECENT, (limit,))
+        return self._read(None, limit)
 
     def search(self, query: str, limit: int) -> list[HistoryEntry]:
         """Return up to `limit` prompts containing every word of `query`, newest first.
@@ -258,17 +266,7 @@ class HistoryStorage(ClosesOnExit):
         with no letters or digits (``-``, ``*``, emoji) constrain nothing, and
         only the first `MAX_QUERY_WORDS` distinct words count.
         """
-        limit = _clamp(limit)
-        match = _fts_query(query)
-        if limit == 0 or not match:
-            return []
-        try:
-            return self._query(_SEARCH, (match, limit))
-        except sqlite3.OperationalError:
-            # Quoting (and removing NUL) leaves FTS5 nothing to reject; this is the
-            # last line of defence that keeps search from ever raising.
-            _log.warning("history search failed for %r", query, exc_info=True)
-            return []
+        return self._read(query, limit)
 
     def close(self) -> None:
         """Write queued prompts, stop the worker and close the database; idempotent.
@@ -310,13 +308,13 @@ class HistoryStorage(ClosesOnExit):
         if self._owner != process_id():
             raise InheritedHandleError(self.path, self._owner)
 
-    def _query(self, sql: str, params: tuple[object, ...]) -> list[HistoryEntry]:
+    def _read(self, query: str | None, limit: int) -> list[HistoryEntry]:
+        self._check_owner()
         self.flush()
         with self._read_lock:
             if self._closed:
                 raise ValueError("HistoryStorage is closed")
-            rows = self._reader.execute(sql, params).fetchall()
-        return [HistoryEntry(*row) for row in rows]
+            return _select(self._reader, query, limit, fts=True)
 
     def _run(self) -> None:
         """Worker loop: take everything queued, write it in one transaction, repeat."""
@@ -417,6 +415,108 @@ def _forked() -> None:
 
 
 os.register_at_fork(after_in_child=_forked)
+
+
+def read_history(
+    db_path: str | os.PathLike[str] | None = None, query: str | None = None, limit: int = 50
+) -> list[HistoryEntry]:
+    """Newest-first prompts from `history.db` (default: the agent dir's), opened
+    read-only; [] when there is none.
+
+    With `query` (not only whitespace), the prompts `HistoryStorage.search` finds
+    for it: every word a prefix, the same validation (text that is not UTF-8, such
+    as a command-line argument decoded with surrogateescape, is searched for as
+    `add` would have stored it). A file without the FTS index (written by an old
+    agent) is scanned with LIKE instead. Nothing is created, upgraded or written.
+
+    Raises:
+        SessionTreeError: the file is not a readable SQLite database (it names it).
+    """
+    path = (
+        os.fspath(db_path) if db_path is not None else os.path.join(get_agent_dir(), "history.db")
+    )
+    if not os.path.isfile(path):
+        return []
+    if query is not None and not query.split():
+        query = None
+    try:
+        conn = _connect_read_only(path)
+        try:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+            if "history" not in tables:
+                return []
+            return _select(conn, query, limit, fts="history_fts" in tables)
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise SessionTreeError(f"{path}: cannot read the prompt history: {exc}") from exc
+
+
+def _connect_read_only(path: str) -> sqlite3.Connection:
+    """A connection that cannot write `path` nor create anything beside it."""
+    from urllib.parse import quote
+
+    # With no -wal file there is no live writer with uncommitted pages: read the
+    # file as immutable, which (unlike mode=ro on a WAL database) creates no
+    # -shm/-wal files. Otherwise those files exist already and mode=ro is safe.
+    params = "mode=ro" if os.path.exists(path + "-wal") else "mode=ro&immutable=1"
+    # surrogateescape: an agent dir whose name is not UTF-8 is percent-encoded byte
+    # for byte, as SQLite opens it.
+    where = quote(os.path.abspath(path), safe="/", errors="surrogateescape")
+    conn = sqlite3.connect(f"file:{where}?{params}", uri=True, timeout=_BUSY_TIMEOUT_S)
+    try:
+        conn.execute("PRAGMA query_only = ON")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _select(
+    conn: sqlite3.Connection, query: str | None, limit: int, *, fts: bool
+) -> list[HistoryEntry]:
+    """The one read of prompts: up to `limit` (clamped), newest first; with `query`,
+    those holding every word of it as a prefix (`_fts_query`), else all.
+
+    `fts=False` (a file without the index) scans with LIKE for the same words.
+    """
+    limit = _clamp(limit)
+    if limit == 0:
+        return []
+    if query is None:
+        rows = conn.execute(_RECENT, (limit,)).fetchall()
+    elif not fts:
+        words = _query_words(query)
+        if not words:
+            return []
+        rows = _like_rows(conn, words, limit)
+    else:
+        match = _fts_query(query)
+        if not match:
+            return []
+        try:
+            rows = conn.execute(_SEARCH, (match, limit)).fetchall()
+        except sqlite3.OperationalError:
+            # Quoting (and removing NUL) leaves FTS5 nothing to reject; this is the
+            # last line of defence that keeps search from ever raising.
+            _log.warning("history search failed for %r", query, exc_info=True)
+            return []
+    return [HistoryEntry(int(r[0]), str(r[1]), int(r[2]), r[3]) for r in rows]
+
+
+def _like_rows(conn: sqlite3.Connection, words: list[str], limit: int) -> list[Any]:
+    """Rows holding every word (anywhere: LIKE has no word boundaries), newest first."""
+    where = " AND ".join("prompt LIKE ? ESCAPE '\\'" for _ in words)
+    params: list[object] = [
+        "%" + w.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for w in words
+    ]
+    params.append(limit)
+    return conn.execute(
+        "SELECT id, prompt, created_at, cwd FROM (SELECT id, prompt, created_at, cwd "
+        f"FROM history WHERE {where} ORDER BY id DESC LIMIT ?) "
+        "ORDER BY created_at DESC, id DESC",
+        params,
+    ).fetchall()
 
 
 def _resolve(db_path: str | os.PathLike[str] | None) -> str:
@@ -547,6 +647,16 @@ def _valid_text(text: str) -> str:
     return text
 
 
+def _query_words(query: str) -> list[str]:
+    """The words of a query that a search uses: valid text, no NUL, no repeats, the
+    first `MAX_QUERY_WORDS`."""
+    # NUL ends the query text for the FTS5 parser ("unterminated string").
+    text = _valid_text(query).replace("\0", " ")
+    # Each word costs ~0.3 ms at 100k prompts; a longer query is a paste, which
+    # its first words already pin down; the dropped ones could only narrow it.
+    return list(dict.fromkeys(text.split()))[:MAX_QUERY_WORDS]  # drop repeats, keep order
+
+
 def _fts_query(query: str) -> str:
     """Turn free text into an FTS5 query requiring a prefix match of every word.
 
@@ -554,9 +664,4 @@ def _fts_query(query: str) -> str:
     (implicit AND), which FTS5 lets skip a word that tokenizes to nothing; an
     explicit AND would make such a word match no row at all.
     """
-    # NUL ends the query text for the FTS5 parser ("unterminated string").
-    text = _valid_text(query).replace("\0", " ")
-    # Each word costs ~0.3 ms at 100k prompts; a longer query is a paste, which
-    # its first words already pin down; the dropped ones could only narrow it.
-    words = list(dict.fromkeys(text.split()))[:MAX_QUERY_WORDS]  # drop repeats, keep order
-    return " ".join('"' + word.replace('"', '""') + '"*' for word in words)
+    return " ".join('"' + word.replace('"', '""') + '"*' for word in _query_words(query))

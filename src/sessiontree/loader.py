@@ -30,6 +30,7 @@ __all__ = [
     "Observer",
     "load_entries_from_file",
     "load_session",
+    "read_head",
     "read_session",
 ]
 
@@ -134,6 +135,75 @@ def _read_session(
         result.header_line = number
     result.ends_with_newline = last_has_newline
     return result
+
+
+_BOM: Final = b"\xef\xbb\xbf"
+_JSON_SPACE: Final = b" \t\r"
+
+
+def read_head(path: str, storage: SessionStorage) -> Entry | None:
+    """The session header of a file as `read_session` finds it (the first object after
+    an optional title slot; blank and malformed lines skipped), or None when the file
+    is not a session. Reads up to the line that decides and no further, however long
+    that line is (a title of megabytes); a line that cannot be an object (its first
+    byte is not `{`) is skipped as it streams by, never held.
+
+    Raises OSError from reading (FileNotFoundError when there is no file).
+    """
+    number = 0
+    line: list[bytes] = []  # the current line, when it may be an object
+    skipping = False  # the current line cannot be one: its bytes are dropped
+    at_start = True  # nothing of the current line seen yet but JSON whitespace
+    head: bytes | None = b""  # the stream's first bytes, until a BOM there is ruled out
+    for chunk in read_chunks(storage, path):
+        if head is not None:
+            chunk = head + chunk
+            if len(chunk) < len(_BOM) and _BOM.startswith(chunk):
+                head = chunk  # too short to tell (a BOM may be cut between chunks)
+                continue
+            head = None
+            if chunk.startswith(_BOM):
+                chunk = chunk[len(_BOM) :]
+        start = 0
+        while start < len(chunk):
+            end = chunk.find(b"\n", start)
+            piece = chunk[start:] if end < 0 else chunk[start:end]
+            if at_start and not skipping:
+                body = piece.lstrip(_JSON_SPACE)
+                if body:
+                    at_start = False
+                    skipping = not body.startswith(b"{")
+            if not skipping and not at_start:
+                line.append(piece)
+            if end < 0:
+                break
+            number += 1
+            decided, header = _head_line(b"".join(line), number)
+            if decided:
+                return header
+            line, skipping, at_start = [], False, True
+            start = end + 1
+    if head:  # a file of one or two bytes, the start of a BOM: not an object
+        return None
+    if line:
+        return _head_line(b"".join(line), number + 1)[1]
+    return None
+
+
+def _head_line(raw: bytes, number: int) -> tuple[bool, Entry | None]:
+    """What line `number` says of the file: (decided, header)."""
+    if not raw:
+        return False, None  # blank, or not an object: skipped as `read_session` skips it
+    try:
+        value: Any = loads_line(raw)
+    except (ValueError, UnicodeError):
+        return False, None
+    if not isinstance(value, dict):
+        return False, None
+    kind = head_kind(value, number == 1)
+    if kind == "slot":
+        return False, None
+    return True, value if kind == "header" else None
 
 
 def load_session(

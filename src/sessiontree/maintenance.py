@@ -17,10 +17,10 @@ from .blobs import BlobStoreLike
 from .check import scan_session
 from .entries import CURRENT_SESSION_VERSION, Entry
 from .errors import InvalidSessionFileError, SessionTreeError, SessionWriteConflictError
+from .loader import read_head
 from .locks import acquire_session_lock
 from .manager import SessionManager
 from .migrations import session_version
-from .naming import header_in
 from .paths import encode_session_dir_name, get_agent_dir, home_relative_dir_name
 from .session_file import backup_path
 from .storage.base import (
@@ -131,10 +131,10 @@ def session_files(
 def file_version(path: str, storage: SessionStorage | None = None) -> int | None:
     """The format version written in a session file's header (1 when absent), None if none.
 
-    Reads only the start of the file.
+    Reads only the start of the file, up to the end of the header line.
     """
     storage = storage if storage is not None else FileSessionStorage()
-    header = header_in(storage.read_text_prefix(path, 1 << 16))
+    header = read_head(path, storage)
     return session_version([header]) if header is not None else None
 
 
@@ -144,7 +144,6 @@ def artifacts_dir(path: str) -> str | None:
 
 
 _STORE_NAME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-\d{3}Z_(.+)")
-_HEADER_PROBE = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +174,7 @@ def _inside(path: str, roots: list[str]) -> bool:
 
 def _header_of(path: str, storage: SessionStorage) -> Entry | None:
     """The session header of a file (after an optional title slot), None if it has none."""
-    return header_in(storage.read_text_prefix(path, _HEADER_PROBE))
+    return read_head(path, storage)
 
 
 def plan_delete(

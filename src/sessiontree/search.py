@@ -15,8 +15,8 @@ scanned, and `SearchResult.notes` says so.
 bytes cannot hold the query is not parsed (`_prefilter` says why that never
 hides a match), so a scan costs little more than reading the files.
 
-`read_history` queries `history.db` without writing to it (no schema upgrade,
-no file creation), unlike `HistoryStorage.open`.
+`read_history` (from `sessiontree.history`, where its one query lives) reads
+`history.db` without writing to it, unlike `HistoryStorage.open`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from .content_index import (
 from .entries import Entry, parse_iso_ms
 from .errors import SessionTreeError
 from .export import entry_role, entry_text
-from .history import HistoryEntry
+from .history import read_history
 from .jsonl import iter_jsonl_bytes, loads_line
 from .naming import head_kind
 from .paths import get_agent_dir
@@ -774,82 +774,3 @@ def _candidate_entry(
             except (ValueError, UnicodeError):
                 return None
     return value if isinstance(value, dict) else None
-
-
-def _fts_query(query: str) -> str:
-    words = dict.fromkeys(query.split())
-    return " ".join('"' + word.replace('"', '""') + '"*' for word in words)
-
-
-def read_history(
-    db_path: str | None = None, query: str | None = None, limit: int = 50
-) -> list[HistoryEntry]:
-    """Newest-first prompts from `history.db`, opened read-only; [] when there is none.
-
-    With `query`, every word must prefix-match (the FTS5 index when present,
-    else a LIKE scan). Nothing is created, upgraded or written.
-    """
-    path = db_path if db_path is not None else os.path.join(get_agent_dir(), "history.db")
-    if not os.path.isfile(path):
-        return []
-    limit = max(0, min(int(limit), 1000))
-    if limit == 0:
-        return []
-    try:
-        return _query_history(path, query, limit)
-    except sqlite3.DatabaseError as exc:
-        raise SessionTreeError(f"{path}: cannot read the prompt history: {exc}") from exc
-
-
-def _query_history(path: str, query: str | None, limit: int) -> list[HistoryEntry]:
-    # With no -wal file there is no live writer with uncommitted pages: read the
-    # file as immutable, which (unlike mode=ro on a WAL database) creates no
-    # -shm/-wal files. Otherwise those files exist already and mode=ro is safe.
-    wal = os.path.exists(path + "-wal")
-    params = "mode=ro" if wal else "mode=ro&immutable=1"
-    uri = "file:" + _uri_path(os.path.abspath(path)) + "?" + params
-    conn = sqlite3.connect(uri, uri=True, timeout=5.0)
-    try:
-        conn.execute("PRAGMA query_only = ON")
-        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-        if "history" not in tables:
-            return []
-        cols = "id, prompt, created_at, cwd"
-        if not query or not query.split():
-            rows = conn.execute(
-                f"SELECT {cols} FROM history ORDER BY created_at DESC, id DESC LIMIT ?", (limit,)
-            ).fetchall()
-        elif "history_fts" in tables:
-            try:
-                rows = conn.execute(
-                    f"SELECT {cols} FROM history WHERE id IN "
-                    "(SELECT rowid FROM history_fts WHERE history_fts MATCH ?) "
-                    "ORDER BY created_at DESC, id DESC LIMIT ?",
-                    (_fts_query(query), limit),
-                ).fetchall()
-            except sqlite3.OperationalError:
-                rows = _like_rows(conn, cols, query, limit)
-        else:
-            rows = _like_rows(conn, cols, query, limit)
-    finally:
-        conn.close()
-    return [HistoryEntry(int(r[0]), str(r[1]), int(r[2]), r[3]) for r in rows]
-
-
-def _like_rows(conn: sqlite3.Connection, cols: str, query: str, limit: int) -> list[Any]:
-    words = list(dict.fromkeys(query.split()))
-    where = " AND ".join("prompt LIKE ? ESCAPE '\\'" for _ in words)
-    params: list[object] = [
-        "%" + w.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%" for w in words
-    ]
-    params.append(limit)
-    return conn.execute(
-        f"SELECT {cols} FROM history WHERE {where} ORDER BY created_at DESC, id DESC LIMIT ?",
-        params,
-    ).fetchall()
-
-
-def _uri_path(path: str) -> str:
-    from urllib.parse import quote
-
-    return quote(path, safe="/")

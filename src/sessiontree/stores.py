@@ -16,9 +16,15 @@ Every file copied takes the blobs it refers to along, as every copy of a session
 does (`agent_dir.BlobCarry`); a ref that neither store can resolve is listed
 (`TransferReport.missing_blobs`).
 
-A name that is not UTF-8 (a file or directory, with everything in it) is skipped
-and reported: a database key is text, which cannot hold those bytes, and changing
-the name would break the agents' path rules. A blob whose content does not match
+Every name is checked before it becomes a path, on the way in and on the way out
+(a shared database holds whatever its users wrote): one path component (no `.`,
+`..`, `/`, `\\`, NUL, empty or longer than NAME_MAX), UTF-8 (a database key is
+text, which cannot hold other bytes, and changing a name would break the agents'
+path rules). Blob names are sha256 hex, sidecar extensions plain. A name that is not
+(a file or directory, with everything in it) is skipped and reported, and so is a
+symlink, FIFO or device in the tree being read (never followed, never opened), a
+symlink or non-directory where the copy would write (never written through), and
+what lies more than `_MAX_DEPTH` levels down. A blob whose content does not match
 its name is skipped and reported too. A copy that stops (a live writer, a lost
 connection) leaves every file it copied whole; running it again finishes the job,
 replacing those files rather than adding copies.
@@ -35,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -43,8 +50,9 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import xxhash
 
+from ._fs import name_problem, open_regular
 from .agent_dir import BlobCarry, blob_carry, blob_store_for
-from .blobs import BlobStore, parse_blob_ref
+from .blobs import BlobStore, is_blob_extension, parse_blob_ref
 from .errors import SessionLockError, SessionTreeError
 from .locks import is_locked, lock_path_for
 from .paths import get_agent_dir
@@ -173,6 +181,10 @@ class TransferReport:
 
 
 NOT_UTF8: Final = "the name is not UTF-8, which a database key cannot hold"
+_MAX_DEPTH: Final = 32
+"""Directory levels below `sessions/` a copy descends into (agents write two)."""
+_PATH_MAX: Final = 4096
+"""Bytes in a path this host's file system takes (Linux's PATH_MAX)."""
 
 
 def _host_local(name: str) -> bool:
@@ -189,32 +201,113 @@ def _is_utf8(name: str) -> bool:
     return True
 
 
-def _walk(
-    storage: SessionStorage, top: str, report: TransferReport
-) -> Iterator[tuple[str, list[str]]]:
-    """(directory, files in it) for `top` and every directory below, parents first.
+def _kinds(storage: SessionStorage, directory: str) -> list[tuple[str, str]]:
+    """(name, kind) of what `directory` holds: kind is "file", "dir", "link" or "other".
 
-    Names that are not UTF-8 go to `report.skipped` (a directory with all it holds).
+    On this host's files an entry is what it is, not what it points to: a symlink is
+    never followed (into `~/.ssh`, or back up the tree) and a FIFO never opened.
     """
-    pending = [top]
-    while pending:
-        directory = pending.pop()
-        names = storage.list_files(directory, "*") + storage.list_files(directory, ".*")
-        files = []
-        for path in sorted(names):
-            name = os.path.basename(path)
-            if not _is_utf8(name):
-                report.skipped.append((path, NOT_UTF8))
-            elif not _host_local(name):
-                files.append(path)
-        yield directory, files
-        subdirs = []
-        for path in directory_tree(storage, "copying a store").list_dirs(directory):
-            if _is_utf8(os.path.basename(path)):
-                subdirs.append(path)
-            else:
-                report.skipped.append((path, NOT_UTF8 + " (a directory: nothing in it copied)"))
-        pending.extend(reversed(subdirs))
+    if isinstance(storage, HostFilesystem):
+        found = []
+        try:
+            with os.scandir(storage.host_path(directory)) as entries:
+                for entry in entries:
+                    if entry.is_symlink():
+                        kind = "link"
+                    elif entry.is_dir(follow_symlinks=False):
+                        kind = "dir"
+                    elif entry.is_file(follow_symlinks=False):
+                        kind = "file"
+                    else:
+                        kind = "other"
+                    found.append((entry.name, kind))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return sorted(found)
+    files = storage.list_files(directory, "*") + storage.list_files(directory, ".*")
+    dirs = directory_tree(storage, "copying a store").list_dirs(directory)
+    return sorted(
+        [(os.path.basename(p), "file") for p in files]
+        + [(os.path.basename(p), "dir") for p in dirs]
+    )
+
+
+def _listing(
+    storage: SessionStorage, directory: str, report: TransferReport
+) -> tuple[list[str], list[str]]:
+    """Paths of the files and of the directories in `directory` that a copy takes.
+
+    Every name is checked before it becomes a path, whichever side it comes from (a
+    shared database can hold any text): one component that both sides can hold
+    (`_fs.name_problem`). What is left out goes to `report.skipped`, except lock
+    sidecars and temp files, which are host-local.
+    """
+    files: list[str] = []
+    dirs: list[str] = []
+    for name, kind in _kinds(storage, directory):
+        path = os.path.join(directory, name)
+        whole = " (a directory: nothing in it copied)" if kind == "dir" else ""
+        if not _is_utf8(name):
+            report.skipped.append((path, NOT_UTF8 + whole))
+        elif (problem := name_problem(name)) is not None:
+            report.skipped.append((path, f"{problem}: not a name a copy writes{whole}"))
+        elif kind == "link":
+            report.skipped.append((path, "a symbolic link: not followed, not copied"))
+        elif kind == "other":
+            report.skipped.append((path, "not a regular file (a FIFO, socket or device)"))
+        elif kind == "dir":
+            dirs.append(path)
+        elif not _host_local(name):
+            files.append(path)
+    return files, dirs
+
+
+def _dir_id(storage: SessionStorage, directory: str) -> tuple[object, int]:
+    """What tells two directories apart (a bind mount can show one at two paths), and
+    the directory's mtime."""
+    if isinstance(storage, HostFilesystem):
+        st = os.stat(storage.host_path(directory))
+        return (st.st_dev, st.st_ino), st.st_mtime_ns
+    return os.path.normpath(directory), storage.stat(directory).mtime_ns
+
+
+def _not_ours(target: SessionStorage, path: str, want_dir: bool) -> str | None:
+    """Why a copy must not write at `path` of a host target, or None when it may.
+
+    Only what the copy itself made may be written through: a symlink (or anything
+    but a directory, a regular file) already there is kept and reported, so the copy
+    writes nothing outside `sessions/` and `blobs/`.
+    """
+    if not isinstance(target, HostFilesystem):
+        return None
+    host = target.host_path(path)
+    if len(os.fsencode(host)) >= _PATH_MAX:
+        return f"{host}: the path is longer than this file system takes; not copied"
+    try:
+        st = os.lstat(host)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return f"{host} is a symbolic link; not written through, not replaced"
+    if want_dir and not stat.S_ISDIR(st.st_mode):
+        return f"{host} is not a directory; nothing copied into it"
+    if not want_dir and not stat.S_ISREG(st.st_mode):
+        return f"{host} is not a regular file; not replaced"
+    return None
+
+
+def _read(storage: SessionStorage, path: str) -> Iterator[bytes]:
+    """The file's bytes; on this host's files never through a symlink or from a FIFO
+    that took the file's place after it was listed."""
+    if not isinstance(storage, HostFilesystem):
+        yield from read_chunks(storage, path)
+        return
+    fd = open_regular(storage.host_path(path), os.O_RDONLY)
+    try:
+        while chunk := os.read(fd, 1 << 20):
+            yield chunk
+    finally:
+        os.close(fd)
 
 
 def _maybe_locked(storage: SessionStorage, path: str) -> bool:
@@ -241,38 +334,81 @@ def _copy_trees(
     report: TransferReport,
     carry: BlobCarry,
 ) -> None:
+    """Copy `sessions/` from `source` to `target`, parents first, depth first.
+
+    The walk is bounded: at most `_MAX_DEPTH` levels, each directory once.
+    """
     for tree in _TREES:
         top = os.path.join(src_root, tree)
         if not source.exists(top):
             continue
         dirs: list[tuple[str, int]] = []
-        for directory, files in _walk(source, top, report):
-            rel = os.path.relpath(directory, src_root)
-            dst_dir = os.path.join(dst_root, rel)
+        seen: set[object] = set()
+        pending = [(top, 0)]
+        while pending:
+            directory, depth = pending.pop()
+            dst_dir = os.path.join(dst_root, os.path.relpath(directory, src_root))
+            # The top may be a link the user made (sessions on another disk); below it,
+            # only directories the copy makes or finds as directories.
+            why = _not_ours(target, dst_dir, want_dir=True) if depth else None
+            if why is not None:
+                report.skipped.append((directory, why))
+                continue
+            identity, mtime_ns = _dir_id(source, directory)
+            if identity in seen:
+                report.skipped.append((directory, "a directory seen before (a cycle)"))
+                continue
+            seen.add(identity)
+            files, subdirs = _listing(source, directory, report)
             target.ensure_dir(dst_dir)
-            dirs.append((dst_dir, source.stat(directory).mtime_ns))
+            dirs.append((dst_dir, mtime_ns))
             report.dirs += 1
             for path in files:
-                name = os.path.basename(path)
-                dst = os.path.join(dst_dir, name)
-                if name.endswith(".jsonl"):
-                    for storage, busy in ((source, path), (target, dst)):
-                        if _maybe_locked(storage, busy):
-                            raise SessionLockError(
-                                busy, message=f"{busy}: a writer is active; retry later"
-                            )
-                st = source.stat(path)
-                kept = _keep_target(source, path, st, target, dst)
-                if kept is not None:
-                    report.skipped.append((path, kept))
-                    continue
-                write_whole(target, dst, carry.chunks(read_chunks(source, path), dst))
-                _set_mtime(target, dst, st.mtime_ns)
-                report.files += 1
-                report.bytes += st.size
+                _copy_file(
+                    source,
+                    path,
+                    target,
+                    os.path.join(dst_dir, os.path.basename(path)),
+                    report,
+                    carry,
+                )
+            for sub in reversed(subdirs):
+                if depth + 1 > _MAX_DEPTH:
+                    report.skipped.append(
+                        (sub, f"more than {_MAX_DEPTH} directories deep: nothing in it copied")
+                    )
+                else:
+                    pending.append((sub, depth + 1))
         # Children first, so creating a child does not move its parent's mtime again.
         for dst_dir, mtime_ns in reversed(dirs):
             _set_mtime(target, dst_dir, mtime_ns)
+
+
+def _copy_file(
+    source: SessionStorage,
+    path: str,
+    target: SessionStorage,
+    dst: str,
+    report: TransferReport,
+    carry: BlobCarry,
+) -> None:
+    why = _not_ours(target, dst, want_dir=False)
+    if why is not None:
+        report.skipped.append((path, why))
+        return
+    if os.path.basename(path).endswith(".jsonl"):
+        for storage, busy in ((source, path), (target, dst)):
+            if _maybe_locked(storage, busy):
+                raise SessionLockError(busy, message=f"{busy}: a writer is active; retry later")
+    st = source.stat(path)
+    kept = _keep_target(source, path, st, target, dst)
+    if kept is not None:
+        report.skipped.append((path, kept))
+        return
+    write_whole(target, dst, carry.chunks(_read(source, path), dst))
+    _set_mtime(target, dst, st.mtime_ns)
+    report.files += 1
+    report.bytes += st.size
 
 
 def _keep_target(
@@ -350,18 +486,24 @@ def _import_blobs(blob_dir: str, carry: BlobCarry, report: TransferReport) -> No
     if not os.path.isdir(blob_dir):
         return
     target = carry.target
+    files = FileSessionStorage()
     sidecars: list[tuple[str, str]] = []
-    for name in sorted(os.listdir(blob_dir)):
+    for name, kind in _kinds(files, blob_dir):
         match = _BLOB_NAME.fullmatch(name)
-        if match is None or not os.path.isfile(os.path.join(blob_dir, name)):
-            continue
-        digest, ext = match.group(1), match.group(2)
-        if ext is not None:
-            sidecars.append((digest, ext))
-            continue
+        if match is None:
+            continue  # not a blob (a temp file of a write that did not finish)
         path = os.path.join(blob_dir, name)
-        with open(path, "rb") as f:
-            data = f.read()
+        digest, ext = match.group(1), match.group(2)
+        if kind != "file":
+            report.skipped.append((path, "not a regular file (a symbolic link?): not copied"))
+            continue
+        if ext is not None:
+            if is_blob_extension(ext):
+                sidecars.append((digest, ext))
+            else:
+                report.skipped.append((path, "not a blob sidecar's extension: not copied"))
+            continue
+        data = b"".join(_read(files, path))
         if hashlib.sha256(data).hexdigest() != digest:
             # Damaged on disk: copying it would spread the damage, and stopping here
             # would make the import impossible to finish.
@@ -389,6 +531,10 @@ def export_files(
     agent_dir = os.path.abspath(agent_dir if agent_dir is not None else get_agent_dir())
     files = FileSessionStorage()
     root = store_root(storage, agent_dir)
+    invalid_names = getattr(storage, "invalid_names", None)
+    if callable(invalid_names):  # rows the storage itself leaves out of its listings
+        inside = tuple(os.path.join(root, tree) + os.sep for tree in (*_TREES, "blobs"))
+        report.skipped.extend((p, why) for p, why in invalid_names() if p.startswith(inside))
     carry = blob_carry(
         blob_store_for(None, storage, root),
         os.path.join(agent_dir, "sessions"),
@@ -409,17 +555,22 @@ def _export_blobs(carry: BlobCarry, report: TransferReport) -> None:
     blobs = carry.target
     blob_dir = blobs.dir if isinstance(blobs, BlobStore) else None
     for digest, exts in listing():
-        if parse_blob_ref("blob:sha256:" + digest) is None:
+        path = os.path.join(blob_dir or "blobs", str(digest))
+        if parse_blob_ref(f"blob:sha256:{digest}") is None:
+            report.skipped.append((path, "not a blob's name (a sha256 in hex): not copied"))
             continue
         data = carry.source.get(digest)
         if data is None:
             continue
-        blobs.put(data)
+        if blobs.put(data).hash != digest:  # `get` checks the bytes; another store may not
+            report.skipped.append((path, "the content does not match its name (hash)"))
+            continue
         if blob_dir is not None:
-            path = os.path.join(blob_dir, digest)
             for ext in exts:
                 sidecar = f"{path}.{ext}"
-                if not os.path.exists(sidecar):
+                if not is_blob_extension(ext):
+                    report.skipped.append((sidecar, "not a blob sidecar's extension: not copied"))
+                elif not os.path.lexists(sidecar):
                     os.link(path, sidecar)  # as BlobStore makes them: a hard link
         report.blobs += 1
     blobs.sync()

@@ -21,8 +21,9 @@ from ..entries import format_iso
 from ..export import entry_role, message_text
 from ..foreign.storage import index_view
 from ..gc import storage_blob_store
+from ..history import read_history
 from ..maintenance import file_version, session_files
-from ..search import SearchHit, read_history, search
+from ..search import SearchHit, search
 from ..stats import UsageTotals, store_stats, summarize_session
 from ..usage_report import Totals, parse_time, time_zone
 from .common import (

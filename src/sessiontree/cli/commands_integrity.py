@@ -111,7 +111,11 @@ def repair_command(
     session: SessionArg,
     output: Annotated[
         str | None,
-        typer.Option("--output", "-o", help="Where to write the copy (default: <file>.repaired)."),
+        typer.Option(
+            "--output",
+            "-o",
+            help="Where to write the copy (default: <file>.repaired, or .repaired-2... if taken).",
+        ),
     ] = None,
     in_place: Annotated[
         bool,
@@ -126,6 +130,8 @@ def repair_command(
 
     Unparseable and torn lines are dropped, duplicate ids renamed, dangling
     parents and cycles made roots. The original is only replaced with --in-place.
+    No other file is ever replaced: an earlier <file>.repaired is kept (the copy goes
+    to <file>.repaired-2, -3...), and an --output that exists is refused.
     """
     if in_place and output is not None:
         raise CliError("--in-place and --output exclude each other", EXIT_USAGE)
@@ -166,8 +172,10 @@ def repair_command(
                 soft_wrap=True,
             )
         else:
+            kept = output is None and not str(report.out_path).endswith(".repaired")
+            note = " (earlier repaired copies are kept)" if kept else ""
             console.print(
-                Text(f"Wrote {report.out_path}; the original is unchanged"), soft_wrap=True
+                Text(f"Wrote {report.out_path}; the original is unchanged{note}"), soft_wrap=True
             )
     if report.remaining:
         console.print(Text("Left as they are:", style="bold"))

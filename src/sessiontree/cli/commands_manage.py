@@ -16,9 +16,9 @@ from ..agent_dir import agent_dir_of
 from ..discovery import resolve_resumable_session
 from ..errors import AmbiguousSessionError, SessionTreeError
 from ..export import export_html, export_jsonl, export_markdown
+from ..loader import read_head
 from ..maintenance import delete_session, migrate_session_file, plan_delete
 from ..manager import SessionManager
-from ..naming import header_in
 from ..paths import get_default_session_dir
 from ..storage.base import SessionStorage
 from ..storage.file import FileSessionStorage
@@ -49,9 +49,6 @@ from .common import (
 )
 from .common import agent_dir as current_agent_dir
 from .render import terminal_safe
-
-_HEADER_PROBE = 1 << 20
-"""How much of an existing file `export -o` reads to tell whether it is a session."""
 
 LeafOption = Annotated[
     str | None, typer.Option("--leaf", help="Entry id ending the path (default: the leaf).")
@@ -245,14 +242,17 @@ def export_command(
 
 def _refuse_a_session(target: str, shown: str) -> None:
     """`export -o` replaces any file but a session (its own source included): a session
-    is never overwritten by an export of itself or of another."""
+    is never overwritten by an export of itself or of another. What is a session is
+    what the loader says (`read_head`: a header line of any length)."""
+    if not os.path.isfile(target):
+        return  # nothing there (a FIFO or device is not read: it could block)
     try:
-        head = FileSessionStorage().read_text_prefix(target, _HEADER_PROBE)
+        header = read_head(target, FileSessionStorage())
     except FileNotFoundError:
         return
     except OSError as exc:
         raise CliError(f"{shown}: {exc}") from None
-    if header_in(head) is not None:
+    if header is not None:
         raise CliError(f"{shown}: is a session file; not overwritten (choose another file)")
 
 
@@ -419,8 +419,9 @@ def import_files_command(
     nothing (they hold the start of the file, or are older and kept as .bak first);
     one changed there since it was copied is skipped and listed (exit 1). A session
     that a live agent is writing, here or there, stops the import (retry once it is
-    done). Names that are not UTF-8 are skipped and listed (exit 1). Prompt history,
-    breadcrumbs and settings stay on this host.
+    done). Names that are not UTF-8 or not one plain path component, symlinks, FIFOs
+    and devices are skipped and listed (exit 1). Prompt history, breadcrumbs and
+    settings stay on this host.
     """
     storage = _database_store("import-files")
     agent = os.path.abspath(os.path.expanduser(source)) if source else current_agent_dir()
@@ -453,7 +454,9 @@ def export_files_command(
     Files keep their modification times. Files already there at the same paths are
     replaced when that loses nothing (as for import-files); one changed there since it
     was copied (newer than the database's) is skipped and listed (exit 1); others are
-    left alone.
+    left alone. Nothing is written outside sessions/ and blobs/: a database row whose
+    name is not one plain path component, and a symlink where a file would go, are
+    skipped and listed (exit 1).
     """
     storage = _database_store("export-files")
     agent = os.path.abspath(os.path.expanduser(target))

@@ -2,7 +2,8 @@
 
 The same SQLite file as the native listing (`<agent dir>/cache/sessions-meta.db`,
 see `sessiontree.discovery`), in tables of its own, with the same rule: a row is
-valid for one file identity (path, size, mtime_ns, inode), and every failure
+valid for one file identity (path and `discovery.stat_identity`: size, mtime_ns,
+inode, ctime_ns), and every failure
 degrades to "no cache" (a locked, read-only or damaged database is passed over;
 the file is only a cache and safe to delete). Nothing creates an agent dir just
 to hold a cache.
@@ -17,13 +18,13 @@ from contextlib import closing
 from typing import Any, TypeVar
 
 from .._fs import private_database, utf8_encodable
-from ..discovery import CACHE_DB_NAME
+from ..discovery import CACHE_DB_NAME, add_ctime_column
 from ..jsonl import loads_line, serialize_entry_bytes
 from ..storage.file import ensure_private_dir
 
 __all__ = ["Identity", "IdentityCache"]
 
-Identity = tuple[int, int, int]  # size, mtime_ns, inode
+Identity = tuple[int, int, int, int]  # `discovery.stat_identity`: size, mtime_ns, inode, ctime
 T = TypeVar("T")
 
 _TABLES = {
@@ -55,8 +56,9 @@ class IdentityCache:
                 conn.execute(
                     f"CREATE TABLE IF NOT EXISTS {self.table} (path TEXT PRIMARY KEY, "
                     "size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, ino INTEGER NOT NULL, "
-                    "value BLOB NOT NULL) WITHOUT ROWID"
+                    "value BLOB NOT NULL, ctime_ns INTEGER NOT NULL DEFAULT -1) WITHOUT ROWID"
                 )
+                add_ctime_column(conn, self.table)
                 return fn(conn)
         except (sqlite3.Error, ValueError, TypeError, OSError):
             return None
@@ -67,12 +69,12 @@ class IdentityCache:
 
         def run(conn: sqlite3.Connection) -> dict[str, tuple[Identity, Any]]:
             found: dict[str, tuple[Identity, Any]] = {}
-            query = f"SELECT path, size, mtime_ns, ino, value FROM {self.table}"
+            query = f"SELECT path, size, mtime_ns, ino, ctime_ns, value FROM {self.table}"
             for row in conn.execute(query):
                 if row[0] not in wanted:
                     continue
                 try:
-                    found[row[0]] = ((row[1], row[2], row[3]), loads_line(row[4]))
+                    found[row[0]] = ((row[1], row[2], row[3], row[4]), loads_line(row[5]))
                 except (ValueError, UnicodeError):
                     continue
             return found
@@ -93,8 +95,8 @@ class IdentityCache:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.executemany(
-                    f"INSERT OR REPLACE INTO {self.table} (path, size, mtime_ns, ino, value) "
-                    "VALUES (?, ?, ?, ?, ?)",
+                    f"INSERT OR REPLACE INTO {self.table} "
+                    "(path, size, mtime_ns, ino, ctime_ns, value) VALUES (?, ?, ?, ?, ?, ?)",
                     values,
                 )
                 conn.executemany(f"DELETE FROM {self.table} WHERE path = ?", gone)

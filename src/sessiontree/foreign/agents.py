@@ -30,6 +30,7 @@ from typing import Any
 
 import orjson
 
+from ..discovery import stat_identity
 from ..errors import SessionTreeError
 from ..jsonl import loads_line
 from ._content import str_field
@@ -63,7 +64,9 @@ __all__ = ["BACKENDS", "Backend", "Located", "detect_file", "detect_store"]
 
 log = logging.getLogger("sessiontree")
 
-Identity = tuple[int, int, int]
+Identity = tuple[int, int, int, int]
+"""What a listing is cached under (`discovery.stat_identity` for one file; for a
+session that is not one file, what changes with it, and 0 for the ctime)."""
 _HEAD = 64 * 1024
 
 
@@ -80,7 +83,7 @@ class Located:
 
 
 def _located(path: str, st: os.stat_result) -> Located:
-    identity = (st.st_size, st.st_mtime_ns, st.st_ino)
+    identity = stat_identity(st)
     return Located(path, identity, st.st_size, st.st_mtime_ns, st.st_ino)
 
 
@@ -269,7 +272,7 @@ class OpenCodeBackend(Backend):
         except OSError:
             messages = 0
         mtime = max(st.st_mtime_ns, messages)
-        return Located(path, (st.st_size, mtime, st.st_ino), -1, mtime, st.st_ino)
+        return Located(path, (st.st_size, mtime, st.st_ino, 0), -1, mtime, st.st_ino)
 
     def locate_path(self, path: str) -> Located | None:
         split = split_db_path(path)
@@ -390,7 +393,7 @@ def _db_located(
     database: str, session_id: str, messages: int, updated_ms: int, ino: int
 ) -> Located:
     mtime = updated_ms * 1_000_000
-    return Located(os.path.join(database, session_id), (messages, mtime, ino), -1, mtime, ino)
+    return Located(os.path.join(database, session_id), (messages, mtime, ino, 0), -1, mtime, ino)
 
 
 def _problem(path: str, exc: BaseException) -> str:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..blobs import BlobStoreLike
+from ..discovery import same_identity, stat_identity
 from ..errors import SessionTreeError
 from ..jsonl import loads_line
 from ..maintenance import artifacts_dir, session_files
@@ -127,12 +128,15 @@ def find_imports(
     result: list[EarlierImport] = []
     for path in paths:
         try:
-            st = storage.stat(path)
+            if file_store:  # only a file store's identities are cached: with its ctime
+                identity: Identity = stat_identity(os.stat(path))
+            else:
+                st = storage.stat(path)
+                identity = (st.size, st.mtime_ns or int(st.mtime_ms * 1e6), st.ino, 0)
         except (OSError, ValueError):
             continue
-        identity: Identity = (st.size, st.mtime_ns or int(st.mtime_ms * 1e6), st.ino)
         hit = cached.get(path)
-        if hit is not None and tuple(hit[0]) == identity and isinstance(hit[1], list):
+        if hit is not None and same_identity(tuple(hit[0]), identity) and isinstance(hit[1], list):
             records = [r for r in hit[1] if isinstance(r, dict)]
         else:
             try:

@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 import orjson
 
 from ..content_index import SessionSource
+from ..discovery import same_identity
 from ..entries import Entry
 from ..errors import SessionTreeError
 from ..jsonl import loads_line, serialize_entry_bytes
@@ -67,7 +68,7 @@ class ForeignStorage:
     def __init__(self, store: ForeignStore) -> None:
         self.store = store
         self.sessions_root = os.path.join(store.home, "sessions")
-        self._views: OrderedDict[str, tuple[tuple[int, int, int], bytes]] = OrderedDict()
+        self._views: OrderedDict[str, tuple[tuple[int, int, int, int], bytes]] = OrderedDict()
         self._listing: list[ForeignListing] | None = None
 
     def __repr__(self) -> str:
@@ -92,9 +93,9 @@ class ForeignStorage:
     def _is_session_file(self, path: str) -> bool:
         return self.store.is_session(path)
 
-    def identity(self, path: str) -> tuple[int, int, int]:
-        """(size, mtime_ns, ino), or what stands for them, of a session: changes when it
-        does (the content index's `SessionSource.identity`)."""
+    def identity(self, path: str) -> tuple[int, int, int, int]:
+        """(size, mtime_ns, ino, ctime_ns), or what stands for them, of a session:
+        changes when it does (the content index's `SessionSource.identity`)."""
         located = self.store.locate_path(os.path.abspath(path))
         if located is None or not self.store.owns(located.path):
             raise FileNotFoundError(2, "No such session file", path)
@@ -115,7 +116,7 @@ class ForeignStorage:
         path = os.path.abspath(path)
         identity = self.identity(path)
         kept = self._views.get(path)
-        if kept is not None and kept[0] == identity:
+        if kept is not None and same_identity(kept[0], identity):
             self._views.move_to_end(path)
             return kept[1]
         try:

@@ -22,6 +22,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from ..discovery import same_identity, stat_identity
 from ..errors import SessionTreeError
 from ._cache import Identity, IdentityCache
 from ._model import ForeignSession, Source
@@ -220,7 +221,7 @@ class ForeignStore:
                 st = os.stat(path)
             except OSError:
                 continue
-            identity = (st.st_size, st.st_mtime_ns, st.st_ino)
+            identity = stat_identity(st)
             found.append(Located(path, identity, st.st_size, st.st_mtime_ns, st.st_ino))
         return found
 
@@ -238,7 +239,7 @@ class ForeignStore:
             return None
         if not ((path.endswith(".jsonl") or self.only is not None) and os.path.isfile(path)):
             return None
-        identity = (st.st_size, st.st_mtime_ns, st.st_ino)
+        identity = stat_identity(st)
         return Located(path, identity, st.st_size, st.st_mtime_ns, st.st_ino)
 
     def is_session(self, path: str) -> bool:
@@ -360,7 +361,7 @@ class ForeignStore:
         known: dict[str, tuple[ForeignMeta, int]] = {}
         for item in located:
             hit = cached.get(item.path)
-            if hit is not None and tuple(hit[0]) == item.identity:
+            if hit is not None and same_identity(tuple(hit[0]), item.identity):
                 try:
                     known[item.path] = self._load_cached(hit[1], item)
                 except (ValueError, TypeError):

@@ -33,6 +33,7 @@ inode-based half of the conflict check is then skipped.
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 from collections.abc import Callable, Iterable, Iterator
@@ -41,7 +42,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from sessiontree._closing import ClosesOnExit, process_id
-from sessiontree._fs import glob_escape, side_path
+from sessiontree._fs import create_new, glob_escape, side_path
 from sessiontree.errors import InheritedHandleError, SessionTreeError
 
 if TYPE_CHECKING:
@@ -436,6 +437,24 @@ def write_whole(storage: SessionStorage, path: str, chunks: Iterable[bytes]) -> 
         return storage.write_atomic(path, chunks)
     storage.write_text(path, b"".join(chunks).decode("utf-8", "surrogateescape"))
     return None
+
+
+def write_new(storage: SessionStorage, names: Iterable[str], chunks: Iterable[bytes]) -> str:
+    """Write `chunks` as a new file under the first of `names` (one directory) that
+    does not exist, and return it; nothing is ever replaced (`_fs.create_new` on this
+    host's files). FileExistsError when every name is taken.
+
+    Elsewhere (a database) a name is taken when `exists` says so: one created by
+    another host between that check and the write would be replaced.
+    """
+    if isinstance(storage, HostFilesystem):
+        host = {storage.host_path(n): n for n in names}
+        return host[create_new(host, chunks)]
+    for name in names:
+        if not storage.exists(name):
+            write_whole(storage, name, chunks)
+            return name
+    raise FileExistsError(errno.EEXIST, "every name is taken")
 
 
 def replace_checked(

@@ -90,7 +90,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar
 
 from sessiontree._closing import ClosesOnExit, keep_forever, process_id
-from sessiontree._fs import glob_match_name, utf8_prefix_text
+from sessiontree._fs import glob_match_name, name_problem, utf8_prefix_text
 from sessiontree.blobs import (
     BLOB_REF_PREFIX,
     BlobInfo,
@@ -101,6 +101,7 @@ from sessiontree.blobs import (
     _warn_replaced,
     blob_extension_for_mime_type,
     check_hash,
+    is_blob_extension,
 )
 from sessiontree.entries import content_text, parse_iso_ms
 from sessiontree.errors import (
@@ -157,6 +158,7 @@ _NOW_NS: Final = "((floor(extract(epoch FROM clock_timestamp()) * 1000000))::big
 # directly whether it is up at all: a down server fails fast instead of after the
 # pool's `timeout` (which stays the limit for a pool that is merely busy).
 _POOL_PATIENCE: Final = 1.0
+_REPORTED_ROWS: Final = 20  # rows a migration names one by one in its warning
 # Defaults for the storage's own connections, unless the conninfo sets them: give up
 # connecting to an unreachable host after 5 s, and on a host that stops acknowledging
 # what we send after 10 s (instead of TCP's ~15 minutes of retransmissions).
@@ -187,6 +189,24 @@ def validate_schema_name(schema: str) -> str:
 
 
 # -- migrations ------------------------------------------------------------------------------
+
+# What a `nodes` row must be (the CHECK of migration 2, and the query that finds the
+# rows from before it that are not): the root, or a row whose name is one path
+# component (`_fs.name_problem`: a NUL never fits in a text) and whose key is its
+# parent's key and its name. chr(92) is a backslash, Windows' separator.
+_NODE_OK: Final = (
+    "(key = '' AND parent IS NULL AND name = '') OR (parent IS NOT NULL "
+    "AND name NOT IN ('', '.', '..') AND strpos(name, '/') = 0 "
+    "AND strpos(name, chr(92)) = 0 AND octet_length(name) <= 255 "
+    "AND (key IS NULL OR key = CASE WHEN parent = '' THEN name ELSE parent || '/' || name END))"
+)
+# A blob's sidecar extensions (`blobs.is_blob_extension`): none holds a '/', so joined
+# by '/' they split back into the same ones, each matched by the pattern.
+_EXT_RE: Final = "[a-zA-Z0-9][a-zA-Z0-9._-]{{0,31}}"  # braces doubled for sql.SQL.format
+_EXTS_OK: Final = (
+    "array_position(exts, NULL) IS NULL AND strpos(array_to_string(exts, ''), '/') = 0 "
+    f"AND (cardinality(exts) = 0 OR array_to_string(exts, '/') ~ '^{_EXT_RE}(/{_EXT_RE})*$')"
+)
 
 # Ordered, never reordered or edited once released: a store records the versions it
 # has applied, and each step runs in one transaction. `{s}` is the schema.
@@ -240,6 +260,19 @@ _MIGRATIONS: Final[tuple[tuple[int, str, str], ...]] = (
             exts text[] NOT NULL DEFAULT ARRAY[]::text[],
             created_at timestamptz NOT NULL DEFAULT now()
         );
+        """,
+    ),
+    (
+        2,
+        "names are single path components",
+        # NOT VALID: rows already there are not checked (a store with a bad row still
+        # opens; `_migrate` reports them and every reader skips them), new and changed
+        # rows are.
+        f"""
+        ALTER TABLE {{s}}.nodes ADD CONSTRAINT nodes_name_is_a_component
+            CHECK ({_NODE_OK}) NOT VALID;
+        ALTER TABLE {{s}}.blobs ADD CONSTRAINT blobs_exts_are_extensions
+            CHECK ({_EXTS_OK}) NOT VALID;
         """,
     ),
 )
@@ -405,6 +438,9 @@ def _io(path: str) -> Iterator[None]:
         raise OSError(errno.ENOENT, os.strerror(errno.ENOENT), path) from exc
     except pg_errors.UniqueViolation as exc:
         raise OSError(errno.EEXIST, os.strerror(errno.EEXIST), path) from exc
+    except pg_errors.CheckViolation as exc:  # a name that is not one path component
+        constraint = exc.diag.constraint_name or "a CHECK constraint"
+        raise OSError(errno.EINVAL, f"the database refuses the name ({constraint})", path) from exc
     except psycopg.Error as exc:
         raise OSError(errno.EIO, f"PostgreSQL: {exc}".strip(), path) from exc
 
@@ -500,6 +536,16 @@ def _split_key(key: str) -> tuple[str, str]:
     return parent, name
 
 
+def _child_key(parent: str, name: str) -> str:
+    return f"{parent}/{name}" if parent else name
+
+
+def _key_ok(key: str) -> bool:
+    """Whether every component of a key read from the database is a plain name, so
+    that it becomes a path under the root and nowhere else."""
+    return all(name_problem(part) is None for part in key.split("/"))
+
+
 class _Sql:
     """Every statement, composed once with the schema as a quoted identifier."""
 
@@ -519,7 +565,14 @@ class _Sql:
             "AS u(k, p, n) ON CONFLICT (key) DO NOTHING"
         )
         self.children = q(
-            "SELECT name FROM {s}.nodes WHERE parent = %s AND is_dir = %s AND key IS NOT NULL"
+            "SELECT name, key FROM {s}.nodes WHERE parent = %s AND is_dir = %s AND key IS NOT NULL"
+        )
+        # Rows a reader skips (`_NODE_OK`): from before migration 2, or written around it.
+        self.bad_nodes = q(
+            f"SELECT key, parent, name FROM {{s}}.nodes WHERE NOT ({_NODE_OK}) ORDER BY id"
+        )
+        self.bad_exts = q(
+            f"SELECT hash, exts FROM {{s}}.blobs WHERE NOT ({_EXTS_OK}) ORDER BY hash"
         )
         self.has_children = q("SELECT 1 FROM {s}.nodes WHERE parent = %s LIMIT 1")
         self.xact_lock = q("SELECT pg_advisory_xact_lock(%s)")
@@ -658,6 +711,7 @@ class _Sql:
         where_jsonl = (
             "NOT n.is_dir AND n.key IS NOT NULL AND n.name LIKE '%%.jsonl' "
             "AND n.name NOT LIKE '.%%'"
+            f" AND ({_NODE_OK})"  # a row readers skip (`invalid_names`)
         )
         for with_text in (False, True):
             cols = self.meta_columns + (text_col if with_text else "")
@@ -879,6 +933,7 @@ class PostgresSessionStorage(ClosesOnExit):
                     f"schema {self.schema!r} is at version {current}, newer than this "
                     f"sessiontree understands ({SCHEMA_VERSION}): upgrade sessiontree"
                 )
+            checked_names = current >= 2
             for version, name, _ in _MIGRATIONS:
                 if version <= current:
                     continue
@@ -886,9 +941,55 @@ class PostgresSessionStorage(ClosesOnExit):
                     conn.execute(s.migration_bodies[version])
                     conn.execute(s.record_version, (version, name))
                 current = version
+            if not checked_names:
+                self._report_invalid(self._invalid_names(conn))
             return current
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", (lock,))
+
+    def invalid_names(self) -> list[tuple[str, str]]:
+        """(path, why) of every row that readers skip because its name cannot be a path:
+        a node whose name is not one path component (`..`, `a/b`, empty, longer than
+        NAME_MAX...) or whose key is not its parent's key and name, and a blob with a
+        sidecar extension that is not one (`<root>/blobs/<hash>`).
+
+        The schema refuses such rows since version 2; older ones stay (nothing is
+        deleted) and `list_dirs`, `list_files`, `list_session_meta` and the blob
+        listings leave them out.
+        """
+        return self._run(self.root, lambda conn, _: self._invalid_names(conn))
+
+    def _invalid_names(self, conn: psycopg.Connection[Any]) -> list[tuple[str, str]]:
+        found = []
+        for key, parent, name in conn.execute(self._sql.bad_nodes).fetchall():
+            where = os.path.join(self.path_for(parent), name) if parent is not None else key
+            problem = name_problem(name) if parent is not None else None
+            if problem is None and parent is None:
+                problem = "a row without a parent"
+            elif problem is None:
+                problem = f"its key {key!r} is not its directory's key and its name"
+            found.append((str(where), f"a database row not used as a path: {problem}"))
+        blob_dir = os.path.join(self.root, "blobs")
+        for digest, exts in conn.execute(self._sql.bad_exts).fetchall():
+            bad = [e for e in exts if not is_blob_extension(e)]
+            found.append(
+                (
+                    os.path.join(blob_dir, str(digest)),
+                    f"a database row not used as a path: sidecar extension(s) {bad!r}",
+                )
+            )
+        return found
+
+    def _report_invalid(self, found: list[tuple[str, str]]) -> None:
+        """Warn about rows the schema's CHECK (migration 2) found already there."""
+        for where, why in found[:_REPORTED_ROWS]:
+            _log.warning("%s (schema %s): %s; left as it is, skipped", where, self.schema, why)
+        if len(found) > _REPORTED_ROWS:
+            _log.warning(
+                "%d more such rows in schema %s (PostgresSessionStorage.invalid_names lists them)",
+                len(found) - _REPORTED_ROWS,
+                self.schema,
+            )
 
     # -- keys --------------------------------------------------------------------------------
 
@@ -1086,11 +1187,17 @@ class PostgresSessionStorage(ClosesOnExit):
         return _stat(node_id, 0 if is_dir else size, mtime_ns)
 
     def _children(self, dir: str, is_dir: bool) -> list[str]:
+        """Names in `dir`; a row whose name is no path component is left out (see
+        `invalid_names`): a shared database's `..` must never become a path."""
         key = self.key_for(dir)
         rows = self._run(
             dir, lambda conn, _: conn.execute(self._sql.children, (key, is_dir)).fetchall()
         )
-        return sorted(str(r[0]) for r in rows)
+        return sorted(
+            str(name)
+            for name, child in rows
+            if name_problem(name) is None and child == _child_key(key, name)
+        )
 
     def list_files(self, dir: str, pattern: str) -> list[str]:
         """Full paths of the files directly in `dir` matching `pattern`, sorted."""
@@ -1451,6 +1558,8 @@ class PostgresSessionStorage(ClosesOnExit):
         metas = []
         for row in rows:
             key = str(row[0])
+            if not _key_ok(key) or (base is not None and _split_key(key)[0] != params[0]):
+                continue  # a row readers skip (`invalid_names`)
             if base is not None:
                 path = os.path.join(base, _split_key(key)[1])
             else:
@@ -1956,7 +2065,7 @@ class PostgresBlobStore:
     def add_extension(self, hash: str, ext: str) -> None:
         """Remember a `<hash>.<ext>` sidecar of a stored blob (file-store imports)."""
         digest = check_hash(hash)
-        if not re.fullmatch(r"[a-zA-Z0-9][a-zA-Z0-9._-]{0,31}", ext):
+        if not is_blob_extension(ext):
             raise ValueError(f"invalid blob extension {ext!r}")
         self._storage._run(
             self.dir,
@@ -1966,7 +2075,7 @@ class PostgresBlobStore:
     def list(self) -> list[tuple[str, list[str]]]:
         """Every blob's hash and its sidecar extensions, by hash."""
         rows = self._query(self._storage._sql.blob_list)
-        return [(str(h), [str(e) for e in exts]) for h, exts in rows]
+        return [(str(h), [str(e) for e in exts if is_blob_extension(e)]) for h, exts in rows]
 
     def list_hashes(self) -> builtins.list[str]:
         """Every stored blob's hash, sorted."""
@@ -1977,7 +2086,9 @@ class PostgresBlobStore:
         """Every stored blob with its size and mtime (server clock), sorted by hash."""
         rows = self._query(self._storage._sql.blob_info)
         return [
-            BlobInfo(str(h), int(size), float(mtime), tuple(str(e) for e in exts))
+            BlobInfo(
+                str(h), int(size), float(mtime), tuple(e for e in exts if is_blob_extension(e))
+            )
             for h, size, mtime, exts in rows
         ]
 
