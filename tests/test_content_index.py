@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import time
 import random
 import re
 import sqlite3
 import stat
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
