@@ -5,10 +5,11 @@ calls is followed at once by the tool results answering exactly those calls, bef
 any user or assistant message; only the last turn may still be in flight (some
 results not written yet). Claude Code runs tools while a response streams, so one
 response's lines interleave calls, results and the text a tool injects (`isMeta`
-lines linked by `sourceToolUseID`). Checked on hand-made transcripts, on every
-real file of `shared/fixtures/foreign`, and on generated transcripts that
-interleave calls, results, meta lines and streaming splits, with nothing lost:
-every line's content is in the tree once, usage is counted once.
+lines linked by `sourceToolUseID`); Codex events and injected messages can fall
+between a response's calls and their outputs. Checked on a hand-made transcript of
+each, on every real file of `shared/fixtures/foreign`, and on generated transcripts
+that interleave calls, results, meta lines, events and streaming splits, with
+nothing lost: every line's content is in the tree once, usage is counted once.
 """
 
 from __future__ import annotations
@@ -252,6 +253,101 @@ def test_claude_results_with_text_and_skill_text_before_a_result(tmp_path: Path)
     assert tree_problems(sm) == []
 
 
+# ----------------------------------------------------------------------------- Codex
+
+
+def _cx(t: int, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "timestamp": f"2026-06-05T04:{t // 60:02d}:{t % 60:02d}.000Z",
+        "type": kind,
+        "payload": payload,
+    }
+
+
+CODEX_ID = "019e9625-802f-7e91-840a-cfe88d14117c"
+
+
+def _codex_head() -> list[dict[str, Any]]:
+    meta = {
+        "id": CODEX_ID,
+        "timestamp": "2026-06-05T04:00:00.000Z",
+        "cwd": "/work/app",
+        "originator": "codex_exec",
+        "cli_version": "0.135.0",
+        "model_provider": "openai",
+    }
+    return [
+        _cx(0, "session_meta", meta),
+        _cx(1, "turn_context", {"cwd": "/work/app", "model": "gpt-5.5", "effort": "medium"}),
+    ]
+
+
+def _call(t: int, call: str) -> dict[str, Any]:
+    payload = {"type": "function_call", "name": "spawn_agent", "arguments": "{}", "call_id": call}
+    return _cx(t, "response_item", payload)
+
+
+def _output(t: int, call: str) -> dict[str, Any]:
+    payload = {"type": "function_call_output", "call_id": call, "output": f"{call} done"}
+    return _cx(t, "response_item", payload)
+
+
+def _prompt(t: int, text: str) -> list[dict[str, Any]]:
+    item = {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+    return [
+        _cx(t, "response_item", item),
+        _cx(t, "event_msg", {"type": "user_message", "message": text, "images": []}),
+    ]
+
+
+def _tokens(t: int, output: int, total: int) -> dict[str, Any]:
+    def usage(o: int) -> dict[str, int]:
+        return {
+            "input_tokens": 100,
+            "cached_input_tokens": 40,
+            "output_tokens": o,
+            "reasoning_output_tokens": 0,
+            "total_tokens": 100 + o,
+        }
+
+    info = {"last_token_usage": usage(output), "total_token_usage": usage(total)}
+    return _cx(t, "event_msg", {"type": "token_count", "info": info})
+
+
+def test_codex_events_and_injected_text_between_calls_and_outputs(tmp_path: Path) -> None:
+    """A sub-agent event between two calls of one response, and a developer message
+    between their outputs. The event ended the response: assistant[A], assistant[B],
+    result A, result B; and the message fell between the results. Now the response is
+    one message, its results right after it, then the message."""
+    lines = [
+        *_codex_head(),
+        *_prompt(2, "spawn two agents"),
+        _call(3, "call_A"),
+        _cx(4, "event_msg", {"type": "sub_agent_activity", "agent": "a1"}),
+        _call(5, "call_B"),
+        _tokens(6, 20, 20),
+        _output(7, "call_A"),
+        _cx(8, "response_item", {"type": "message", "role": "developer", "content": "note"}),
+        _output(9, "call_B"),
+    ]
+    path = fs.write_jsonl(tmp_path / f"rollout-2026-06-05T04-00-00-{CODEX_ID}.jsonl", lines)
+    sm = read_codex_session(str(path)).manager
+    llm = convert_to_llm(sm.build_session_context().messages)
+    assert [(m["role"], m.get("toolCallId")) for m in llm] == [
+        ("user", None),
+        ("assistant", None),
+        ("toolResult", "call_A"),
+        ("toolResult", "call_B"),
+        ("user", None),
+    ]
+    assert [b["id"] for b in llm[1]["content"]] == ["call_A", "call_B"]
+    assert llm[1]["usage"]["output"] == 20
+    assert llm[4]["content"] == [{"type": "text", "text": "note"}]
+    kept = [e["customType"] for e in sm.get_entries() if e["type"] == "custom"]
+    assert kept == ["codex:sub_agent_activity"]
+    assert tree_problems(sm) == []
+
+
 # ----------------------------------------------------------------------------- real files
 
 
@@ -419,3 +515,97 @@ def test_generated_claude_transcripts_keep_the_api_order_and_lose_nothing(
     last = [line for line in lines if line["type"] in ("user", "assistant")][-1]
     if not last.get("isMeta"):
         assert len(sm.build_session_context().messages) == len(messages)
+
+
+@st.composite
+def codex_rollouts(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A Codex rollout: prompts, responses of reasoning, text and calls (a turn goes on
+    after calls only) with UI events between the items, then the outputs in any order
+    with the response's token count, events and developer messages between them; the
+    last response may still be in flight (outputs missing). Codex writes a response's
+    items together: an output comes after them (the real files), unlike Claude Code."""
+    lines = _codex_head()
+    want: dict[str, Any] = {"user": [], "results": [], "developer": [], "output": 0}
+    t = 2
+    calls = 0
+    total = 0
+    turns = draw(st.integers(1, 3))
+    for turn in range(turns):
+        lines += _prompt(t, f"prompt {turn}")
+        want["user"].append(f"prompt {turn}")
+        responses = draw(st.integers(1, 3))
+        for number in range(responses):
+            kinds = draw(st.lists(st.sampled_from(["reasoning", "text", "call"]), min_size=1))
+            kinds = kinds[:5]
+            if number < responses - 1 and "call" not in kinds:
+                kinds[-1] = "call"  # Codex samples again only after calls
+            items: list[dict[str, Any]] = []
+            ids = []
+            for kind in kinds:
+                t += 1
+                if kind == "call":
+                    ids.append(f"call_{calls:03d}")
+                    items.append(_call(t, ids[-1]))
+                    calls += 1
+                elif kind == "text":
+                    content = [{"type": "output_text", "text": f"answer {t}"}]
+                    payload = {"type": "message", "role": "assistant", "content": content}
+                    items.append(_cx(t, "response_item", payload))
+                else:
+                    summary = [{"type": "summary_text", "text": f"thought {t}"}]
+                    items.append(_cx(t, "response_item", {"type": "reasoning", "summary": summary}))
+            in_flight = turn == turns - 1 and number == responses - 1
+            missing = draw(st.sets(st.sampled_from(ids))) if in_flight and ids else set()
+            for item in items:
+                if draw(st.booleans()):
+                    lines.append(_cx(t, "event_msg", {"type": "sub_agent_activity", "n": t}))
+                lines.append(item)
+            # Then the outputs, in any order, the response's token count somewhere among
+            # them, events and messages Codex injects between them.
+            outputs = draw(st.permutations([i for i in ids if i not in missing]))
+            count_at = draw(st.integers(0, len(outputs)))
+            output = draw(st.integers(1, 50))
+            total += output
+            want["output"] = total
+            for index in range(len(outputs) + 1):
+                t += 1
+                if index == count_at:
+                    lines.append(_tokens(t, output, total))
+                other = draw(st.sampled_from(["none", "none", "event", "developer"]))
+                if other == "event":
+                    lines.append(_cx(t, "event_msg", {"type": "sub_agent_activity", "n": t}))
+                elif other == "developer":
+                    payload = {"type": "message", "role": "developer", "content": f"note {t}"}
+                    lines.append(_cx(t, "response_item", payload))
+                    want["developer"].append(f"note {t}")
+                if index < len(outputs):
+                    lines.append(_output(t, outputs[index]))
+                    want["results"].append(outputs[index])
+    return lines, want
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(codex_rollouts())
+def test_generated_codex_rollouts_keep_the_api_order_and_lose_nothing(
+    case: tuple[list[dict[str, Any]], dict[str, Any]],
+) -> None:
+    lines, want = case
+    with tempfile.TemporaryDirectory() as tmp:
+        name = f"rollout-2026-06-05T04-00-00-{CODEX_ID}.jsonl"
+        session = read_codex_session(str(fs.write_jsonl(Path(tmp) / name, lines)))
+    sm = session.manager
+    assert tree_problems(sm) == []
+    context = sm.build_session_context().messages
+    assert order_problems(convert_to_llm(context)) == []
+    users = [t for m in context if m["role"] == "user" for t in _texts(m["content"])]
+    assert users == want["user"]
+    results = [m["toolCallId"] for m in context if m["role"] == "toolResult"]
+    assert Counter(results) == Counter(want["results"])
+    notes = [t for m in context if m["role"] == "custom" for t in _texts(m["content"])]
+    assert Counter(notes) == Counter(want["developer"])
+    assistants = [m for m in context if m["role"] == "assistant"]
+    assert sum(m["usage"]["output"] for m in assistants) == want["output"]
+    calls = [b["id"] for m in assistants for b in m["content"] if b["type"] == "toolCall"]
+    assert sorted(calls) == sorted(f"call_{i:03d}" for i in range(len(calls)))
+    in_tree = [e for e in sm.get_entries() if e["type"] in ("message", "custom_message")]
+    assert len(in_tree) == len(context)
