@@ -253,6 +253,46 @@ def test_claude_results_with_text_and_skill_text_before_a_result(tmp_path: Path)
     assert tree_problems(sm) == []
 
 
+@pytest.mark.parametrize("later", [1, 7, 40])
+def test_claude_a_late_result_goes_back_to_its_call(tmp_path: Path, later: int) -> None:
+    """A result written only after `later` more responses (a resumed tool): it answers
+    its call right after the call's response, before the responses that followed."""
+    cc = Claude()
+    line = cc.prompt(None, "go")
+    line = cc.block(line, "msg_0", tool_use("toolu_A"), 1, False)
+    line = cc.block(line, "msg_0", tool_use("toolu_B"), 2, True)
+    line = cc.result(line, "toolu_A", "A done")
+    for n in range(1, later + 1):
+        line = cc.block(line, f"msg_{n}", tool_use(f"toolu_{n}", "Bash"), 1, True)
+        line = cc.result(line, f"toolu_{n}", f"{n} done")
+    cc.result(line, "toolu_B", "B done")
+    path = fs.write_jsonl(tmp_path / f"{SESSION}.jsonl", cc.lines)
+    sm = read_claude_session(str(path)).manager
+    llm = convert_to_llm(sm.build_session_context().messages)
+    assert [m.get("toolCallId") for m in llm[:4]] == [None, None, "toolu_A", "toolu_B"]
+    assert len(llm) == 4 + 2 * later
+    assert tree_problems(sm) == []
+
+
+def test_claude_a_result_on_another_branch_stays_there(tmp_path: Path) -> None:
+    """A result whose call was made on another branch (a rewound prompt) is not moved
+    across: it stays where the source put it, its call's branch keeps no result."""
+    cc = Claude()
+    first = cc.prompt(None, "first")
+    cc.block(first, "msg_1", tool_use("toolu_A"), 1, True)
+    rewound = cc.prompt(None, "second")
+    cc.result(rewound, "toolu_A", "A done")
+    path = fs.write_jsonl(tmp_path / f"{SESSION}.jsonl", cc.lines)
+    sm = read_claude_session(str(path)).manager
+    (result,) = [
+        e
+        for e in sm.get_entries()
+        if e["type"] == "message" and e["message"]["role"] == "toolResult"
+    ]
+    parent = sm.get_entry(result["parentId"])
+    assert parent is not None and parent["message"]["content"] == "second"
+
+
 # ----------------------------------------------------------------------------- Codex
 
 

@@ -57,8 +57,9 @@ class TreeBuilder:
         # context message other than that turn's results.
         self._turn: dict[str, str | None] = {}
         self._gap: set[str] = set()
-        self._depth: dict[str, int] = {}
-        self._jumps: dict[str, list[str]] = {}  # turn -> its 1st, 2nd, 4th, ... turn above
+        self._depth: dict[str, int] = {}  # turn -> how many turns are above it
+        self._up: dict[str, str] = {}  # turn -> the turn above it (a root turn: itself)
+        self._jump: dict[str, str] = {}  # turn -> a turn further up (`_new_turn`)
         self._calls: dict[str, list[str]] = {}  # call id -> the assistant messages making it
         self._answered: set[tuple[str, str]] = set()  # (assistant message, call id)
         self._results_end: dict[str, str] = {}  # assistant message -> its last result
@@ -109,51 +110,54 @@ class TreeBuilder:
             self._redirect[anchor] = entry_id
         self._model_at[entry_id] = model if model is not None else self.model_at(anchor)
         self._children.setdefault(anchor, []).append(entry_id)
-        self._place_in_turn(entry, anchor)
+        self._place_in_turn(entry_id, entry, anchor)
         self.last = entry_id
         return entry_id
 
-    def _place_in_turn(self, entry: Entry, anchor: str | None) -> None:
-        entry_id = entry["id"]
-        kind = entry.get("type")
-        message = entry.get("message") if kind == "message" else None
-        role = message.get("role") if isinstance(message, dict) else None
+    def _place_in_turn(self, entry_id: str, entry: Entry, anchor: str | None) -> None:
         turn = self._turn.get(anchor) if anchor is not None else None
-        if role == "assistant":
-            # A new turn: remember the turns above it, for `_above`.
-            jumps: list[str] = []
-            up = turn
-            while up is not None:
-                jumps.append(up)
-                found = self._jumps[up]
-                up = found[len(jumps) - 1] if len(found) >= len(jumps) else None
-            self._jumps[entry_id] = jumps
-            self._depth[entry_id] = self._depth[turn] + 1 if turn is not None else 0
-            self._turn[entry_id] = entry_id
-            return
-        if kind == "compaction":
+        kind = entry["type"]
+        if kind == "message":
+            if entry["message"].get("role") == "assistant":
+                self._new_turn(entry_id, turn)
+                return
+            # A user message; or a result `_add` placed here: it answers no call of its
+            # turn in order (`tool_result` takes the mark back where it does).
+            in_context = True
+        elif kind == "compaction":
             self._turn[entry_id] = None  # the context starts over here
             return
+        else:
+            in_context = kind == "custom_message" or kind == "branch_summary"
         self._turn[entry_id] = turn
-        in_context = kind in ("custom_message", "branch_summary") or (
-            role is not None and role != "toolResult"
-        )
-        if anchor in self._gap or in_context or role == "toolResult":
-            # A result placed here by `_add` answers no call of its turn in order.
+        if in_context or anchor in self._gap:
             self._gap.add(entry_id)
+
+    def _new_turn(self, entry_id: str, above: str | None) -> None:
+        """An assistant message starts a turn under turn `above`. Each turn keeps a jump
+        to a turn further up (skew-binary jump pointers), so `_above` takes O(log n)."""
+        self._turn[entry_id] = entry_id
+        if above is None:
+            self._up[entry_id] = self._jump[entry_id] = entry_id  # a root turn
+            self._depth[entry_id] = 0
+            return
+        depth = self._depth
+        jump = self._jump[above]
+        if depth[above] - depth[jump] == depth[jump] - depth[self._jump[jump]]:
+            jump = self._jump[jump]
+        else:
+            jump = above
+        self._up[entry_id] = above
+        self._jump[entry_id] = jump
+        depth[entry_id] = depth[above] + 1
 
     def _above(self, turn: str, owner: str) -> bool:
         """Whether assistant message `owner` is `turn` or a turn above it."""
-        depth = self._depth[owner]
-        steps = self._depth[turn] - depth
-        if steps < 0:
-            return False
-        bit = 0
-        while steps:
-            if steps & 1:
-                turn = self._jumps[turn][bit]
-            steps >>= 1
-            bit += 1
+        depth = self._depth
+        target = depth[owner]
+        while depth[turn] > target:
+            jump = self._jump[turn]
+            turn = jump if depth[jump] >= target else self._up[turn]
         return turn == owner
 
     # ------------------------------------------------------------------ entries
