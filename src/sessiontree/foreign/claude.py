@@ -11,11 +11,16 @@ kind of line becomes entries:
   name (and the line's `toolUseResult` as `details`), in the order written.
   The results of one response are chained after it, so parallel tool calls,
   whose results the source hangs under different lines of the response, make
-  no branch; a `/rewind` (two prompts under one parent) stays a branch.
+  no branch; a `/rewind` (two prompts under one parent) stays a branch. Claude
+  Code runs tools while the response streams, so a response's lines can hold
+  call A, result A, call B, result B: the results still come right after the
+  response, all of them before any other message (`TreeBuilder.tool_result`), as
+  the model API requires.
 * `isMeta` user lines (skill text, command expansions, hook feedback: sent to the
   model, hidden from the user) become `custom_message` entries
   (`claude-code:meta`, `display: false`), so the context keeps them; one a tool
-  injects with its result (`sourceToolUseID`) is chained after that result.
+  injects with its result (`sourceToolUseID`) is chained after the results of
+  that result's response, as is text a result line carries besides its result.
 * `system` lines with subtype `compact_boundary` become a compaction entry whose
   summary is the following `isCompactSummary` message; it hangs under the
   boundary's `logicalParentUuid`, so the history before it stays on the path.
@@ -325,6 +330,7 @@ class _Transcript:
         ):
             # Another line of the same response: one message, usage counted once.
             response.message["content"].extend(blocks)
+            self._note_calls(response.entry, blocks)
             if not response.replay and isinstance(message.get("usage"), dict):
                 response.message["usage"] = _usage(message["usage"], value)
             response.stop = str_field(message, "stop_reason") or response.stop
@@ -362,6 +368,7 @@ class _Transcript:
             if self.builder.model_at(self.builder.tail(parent)) != full:
                 parent = self.builder.model_change(parent, full, f"{key}:model", ms)
         entry = self.builder.message(parent, built, key, ms, tracks_model=model != SYNTHETIC_MODEL)
+        self._note_calls(entry, blocks)
         response = _Response(
             entry,
             request_id,
@@ -374,6 +381,11 @@ class _Transcript:
             self.responses[message_id] = response
             self.message_ids.add(message_id)
         self._keep(value, entry)
+
+    def _note_calls(self, entry: str, blocks: list[dict[str, Any]]) -> None:
+        for block in blocks:
+            if block.get("type") == "toolCall":
+                self.builder.note_call(entry, block["id"])
 
     def _user(self, value: dict[str, Any], key: str) -> None:
         message = value["message"]
@@ -427,11 +439,14 @@ class _Transcript:
         def flush() -> None:
             nonlocal previous, part
             if pending:
+                # Text a result line carries (what the user typed while the tool ran)
+                # belongs in the results' chain, as the line does.
                 previous = self.builder.message(
                     previous,
                     {"role": "user", "content": list(pending), "timestamp": ms},
                     f"{key}:{part}",
                     ms,
+                    inline=results > 0,
                 )
                 part += 1
                 pending.clear()
@@ -451,8 +466,9 @@ class _Transcript:
                     result["details"] = details
                 result["isError"] = block.get("is_error") is True
                 result["timestamp"] = ms
-                # Results are chained after their response: parallel calls make no branch.
-                previous = self.builder.message(previous, result, f"{key}:{part}", ms, inline=True)
+                # Results are chained after their response (parallel calls make no branch),
+                # before the skill text and the like chained there before them.
+                _, previous = self.builder.tool_result(previous, result, f"{key}:{part}", ms)
                 part += 1
             else:
                 pending.append(_user_block(block))

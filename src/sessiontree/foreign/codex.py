@@ -12,11 +12,15 @@ How each becomes entries:
   itself as `thinkingSignature`, as pi's OpenAI Responses provider keeps it),
   `text` and `toolCall` blocks. Its usage is its `event_msg.token_count`'s
   `info.last_token_usage` (`total_token_usage` is cumulative): the count after the
-  items, or before them in rollouts that write it first (Codex 0.5x); a count
-  that repeats the total before it is no new response's. `input_tokens` includes
-  `cached_input_tokens`, so `input` is the difference and `cacheRead` the cached
-  part. No cost: Codex records none.
-* `function_call_output` and the like become `toolResult` messages.
+  items (which ends the response), or before them in rollouts that write it first
+  (Codex 0.5x); a count that repeats the total before it is no new response's.
+  `input_tokens` includes `cached_input_tokens`, so `input` is the difference and
+  `cacheRead` the cached part. No cost: Codex records none. A UI event between the
+  items (a sub-agent's activity, ...) does not end the response.
+* `function_call_output` and the like become `toolResult` messages, right after
+  the response whose call they answer, before a message Codex injected or an event
+  it wrote between the outputs (`TreeBuilder.tool_result`): the model API takes a
+  response's calls answered at once.
 * User `message` items are prompts when the user typed them (the rollout also has
   an `event_msg.user_message` with the same text; files without such events: when
   they do not start with one of Codex's injected tags). Injected environment and
@@ -254,6 +258,7 @@ class _Rollout:
     session_id: str | None = None
     current: str | None = None
     assistant: dict[str, Any] | None = None  # the response being assembled (open)
+    assistant_entry: str | None = None  # its entry
     unpriced: list[dict[str, Any]] = field(default_factory=list)  # responses awaiting usage
     tool_names: dict[str, str] = field(default_factory=dict)
     prompt_stack: list[str | None] = field(default_factory=list)  # the entry before each prompt
@@ -284,11 +289,17 @@ class _Rollout:
         self.assistant = None
         pending, self.after_response = self.after_response, []
         for result, key in pending:
-            self.current = self.builder.message(self.current, result, key, result["timestamp"])
+            self.add_result(result, key, result["timestamp"])
 
     def add_message(self, message: dict[str, Any], key: str, ms: int) -> str:
         self.current = self.builder.message(self.current, message, key, ms)
         return self.current
+
+    def add_result(self, result: dict[str, Any], key: str, ms: int) -> str:
+        """A tool result, right after the results of the response whose call it answers
+        (before an event or an injected message written between them)."""
+        entry, self.current = self.builder.tool_result(self.current, result, key, ms)
+        return entry
 
     def custom(self, custom_type: str, data: Any, key: str, ms: int) -> None:
         self.current = self.builder.custom(self.current, custom_type, data, key, ms, inline=False)
@@ -308,7 +319,7 @@ class _Rollout:
             "stopReason": "stop",
             "timestamp": ms,
         }
-        self.add_message(message, key, ms)
+        self.assistant_entry = self.add_message(message, key, ms)
         self.assistant = message
         if counted is None:
             self.unpriced.append(message)
@@ -320,23 +331,23 @@ class _Rollout:
         if block.get("type") == "toolCall":
             message["stopReason"] = "toolUse"
             self.tool_names[str(block.get("id"))] = str(block.get("name"))
+            assert self.assistant_entry is not None
+            self.builder.note_call(self.assistant_entry, str(block.get("id")))
 
     def result(
         self, call_id: str, name: str | None, content: list[dict[str, Any]], key: str, ms: int
-    ) -> None:
+    ) -> dict[str, Any]:
         self.close()
-        self.add_message(
-            {
-                "role": "toolResult",
-                "toolCallId": call_id,
-                "toolName": name or self.tool_names.get(call_id, "unknown"),
-                "content": content,
-                "isError": False,
-                "timestamp": ms,
-            },
-            key,
-            ms,
-        )
+        result = {
+            "role": "toolResult",
+            "toolCallId": call_id,
+            "toolName": name or self.tool_names.get(call_id, "unknown"),
+            "content": content,
+            "isError": False,
+            "timestamp": ms,
+        }
+        self.add_result(result, key, ms)
+        return result
 
     # ------------------------------------------------------------------ records
 
@@ -370,7 +381,7 @@ class _Rollout:
             else:
                 self.custom("codex:session_meta", payload, key, ms)
         else:
-            self.close()
+            # Bookkeeping the model did not see: a response it falls within goes on.
             self.custom(f"codex:{kind}", payload, key, ms)
 
     def item(self, payload: dict[str, Any], key: str, ms: int) -> None:
@@ -538,7 +549,6 @@ class _Rollout:
             elif not self.has_items:
                 self.from_event(kind, payload, text, key, ms)
             else:
-                self.close()
                 self.custom(f"codex:{kind}", payload, key, ms)
         elif kind in ("mcp_tool_call_end", "dynamic_tool_call_response"):
             call_id = str_field(payload, "call_id") or str_field(payload, "callId")
@@ -565,7 +575,7 @@ class _Rollout:
         elif kind in _REPEATS:
             self.skip(kind)
         else:
-            self.close()
+            # A UI event (a sub-agent's activity, review mode, ...): no end of a response.
             self.custom(f"codex:{kind}", payload, key, ms)
 
     def repeats(self, text: str) -> bool:
@@ -623,11 +633,9 @@ class _Rollout:
             if error
             else _output_content(payload.get("content_items"))
         )
-        self.result(call_id, str_field(payload, "tool"), content, key, ms)
+        result = self.result(call_id, str_field(payload, "tool"), content, key, ms)
         if error or payload.get("success") is False:
-            message = self.builder.entry(self.current or "").get("message")
-            if isinstance(message, dict):
-                message["isError"] = True
+            result["isError"] = True
 
     def token_count(self, payload: dict[str, Any]) -> None:
         info = payload.get("info")
@@ -658,6 +666,8 @@ class _Rollout:
         if self.unpriced:
             self.unpriced.pop()["usage"] = counted
             self.unpriced.clear()
+            # The count follows its response's items: what comes next is another response.
+            self.close()
 
     def turn_context(self, payload: dict[str, Any], key: str, ms: int) -> None:
         self.close()
