@@ -24,7 +24,8 @@ import sessiontree
 from conftest import REPO_ROOT
 from helpers import assistant, user
 from sessiontree import SessionManager
-from sessiontree.cli import app
+from sessiontree import stores as store_module
+from sessiontree.cli import app, options
 from sessiontree.cli.options import Command, Group
 from sessiontree.cli.registry import COMMANDS, load_command
 
@@ -54,6 +55,7 @@ HEAVY = (
     "sessiontree.check",
     "sessiontree.web",
     "sessiontree.storage.postgres",
+    "sessiontree.stores",
 )
 STARTUP_CLI = {
     "sessiontree.cli",
@@ -162,6 +164,10 @@ def test_python_m_sessiontree_is_the_command(tmp_path: Path) -> None:
         timeout=120,
     )
     assert bad.returncode == 2 and "No such command" in bad.stderr
+
+
+def test_the_store_variable_is_the_librarys() -> None:
+    assert options.STORE_ENV == store_module.STORE_ENV
 
 
 def test_the_version_is_written_once() -> None:

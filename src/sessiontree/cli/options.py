@@ -24,10 +24,13 @@ from typer.core import TyperCommand, TyperGroup
 
 from .._version import __version__
 from ..errors import SessionTreeError
-from ..stores import STORE_ENV, file_store_dir
 from .errors import EXIT_USAGE, CliError
 
-__all__ = ["Command", "GlobalOptions", "Group", "settle_global_options"]
+__all__ = ["STORE_ENV", "Command", "GlobalOptions", "Group", "settle_global_options"]
+
+STORE_ENV = "SESSIONTREE_STORE"
+"""`sessiontree.stores.STORE_ENV`, written here too (a test keeps the two equal) so that
+listing the commands imports no store code."""
 
 AgentDirOption = Annotated[
     str | None,
@@ -175,6 +178,8 @@ def _meaning(name: str, value: str) -> str:
     if name == "agent_dir":
         return os.path.abspath(os.path.expanduser(value))
     if name == "store":
+        from ..stores import file_store_dir
+
         try:
             files = file_store_dir(value)
         except SessionTreeError:  # an unsupported scheme: reported when the store opens
@@ -221,6 +226,8 @@ def _start_invocation(ctx: Any) -> None:
             options.agent, agent_dir, root.invoked_subcommand, database=url is not None
         )
     if url is not None:
+        from ..stores import file_store_dir
+
         files = file_store_dir(url)  # SessionTreeError for an unsupported scheme
         if files is not None:
             if agent_dir is not None and agent_dir != files:
