@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
 import shutil
 import uuid
@@ -65,6 +66,21 @@ def layout(fixtures: Path, root: Path) -> tuple[Path, Path, dict[str, Path]]:
         shutil.copyfile(path, target)
         placed[path.name] = target
     return claude, codex, placed
+
+
+def settle(*roots: Path, seconds: float = 60.0) -> None:
+    """Move the mtime of every file under `roots` `seconds` back, keeping their order.
+
+    A cache does not trust what it read of a file written within its timestamp's tick
+    (`discovery.stat_identity`): files placed a moment before a listing would be read
+    again by the next one. Tests that check a listing comes from the cache settle them.
+    """
+    shift = int(seconds * 1e9)
+    for root in roots:
+        for path in Path(root).rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                st = path.stat()
+                os.utime(path, ns=(st.st_atime_ns - shift, st.st_mtime_ns - shift))
 
 
 def digest(value: object) -> str:

@@ -135,6 +135,7 @@ def test_listing_is_kept_in_the_listing_cache(
 ) -> None:
     """A second listing reads no session: what the first found comes from the cache."""
     agent_dir.mkdir(parents=True)
+    fs.settle(*(Path(home) for home in homes.values() if isinstance(home, (str, Path))))
     first = {a: as_json("--agent", a, "list", "--all", "--limit", "0") for a in IDS}
 
     def refuse(*args: object, **kwargs: object) -> None:

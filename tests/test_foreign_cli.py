@@ -271,6 +271,7 @@ def test_listing_reads_no_whole_transcript(
     """`list` reads the ends of each file, once: the readers are never called, and a
     second listing in a fresh store object comes from the persistent cache."""
     agent_dir.mkdir(parents=True)
+    fs.settle(stores["claude"], stores["codex"])
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a listing read a whole transcript")

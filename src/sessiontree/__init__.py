@@ -7,6 +7,7 @@ too: one `JSON.stringify`-identical line per entry, linked by `id`/`parentId`.
 from __future__ import annotations
 
 from ._unset import UNSET
+from ._version import __version__ as __version__
 from .blobs import BlobPutResult, BlobStore, is_blob_ref, parse_blob_ref
 from .context import (
     SessionContext,
@@ -55,8 +56,6 @@ from .storage import (
 )
 from .storage.base import MissingCapabilityError
 from .tree import SessionTreeNode
-
-__version__ = "0.1.0"
 
 __all__ = [
     "BLOB_EXTERNALIZE_THRESHOLD",

@@ -54,23 +54,12 @@ from .common import (
 )
 from .common import agent_dir as current_agent_dir
 
-__all__ = ["READING_COMMANDS", "read_in_place", "register", "resolve_agent"]
+__all__ = ["READING_COMMANDS", "import_command", "read_in_place", "resolve_agent"]
 
 READING_COMMANDS = frozenset(
     {"list", "show", "tree", "context", "export", "search", "stats", "resume", "usage", "serve"}
 )
 """The commands that work on another agent's store (read-only)."""
-
-AgentOption = Annotated[
-    str | None,
-    typer.Option(
-        "--agent",
-        metavar="NAME",
-        help="Use an agent's default store: claude, codex, opencode, gemini, copilot "
-        "(read-only), pi, omp or xcsh.",
-        show_default=False,
-    ),
-]
 
 
 def resolve_agent(
@@ -359,7 +348,3 @@ def _import_all(
             err_console.print(Text(f"  {fail['sourcePath']}: {fail['error']}"), soft_wrap=True)
     if failed:
         raise typer.Exit(1)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("import")(import_command)

@@ -602,13 +602,3 @@ def stats_command(
         console.print()
         recent = dict(sorted(stats.by_day.items())[-days:])
         console.print(_usage_table(recent, "Day (UTC)"))
-
-
-def register(app: typer.Typer) -> None:
-    app.command("list")(list_command)
-    app.command("show")(show_command)
-    app.command("tree")(tree_command)
-    app.command("context")(context_command)
-    app.command("search")(search_command)
-    app.command("history")(history_command)
-    app.command("stats")(stats_command)

@@ -329,9 +329,3 @@ def _blob_table(blobs: list[BlobFile]) -> Table:
             str(len(blob.paths)),
         )
     return table
-
-
-def register(app: typer.Typer) -> None:
-    app.command("verify")(verify_command)
-    app.command("repair")(repair_command)
-    app.command("gc")(gc_command)

@@ -471,15 +471,3 @@ def export_files_command(
             soft_wrap=True,
         )
     _report_skipped("exported", report, as_json)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("resume")(resume_command)
-    app.command("rename")(rename_command)
-    app.command("rm")(rm_command)
-    app.command("fork")(fork_command)
-    app.command("extract")(extract_command)
-    app.command("export")(export_command)
-    app.command("migrate")(migrate_command)
-    app.command("import-files")(import_files_command)
-    app.command("export-files")(export_files_command)

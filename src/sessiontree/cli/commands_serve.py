@@ -98,7 +98,3 @@ def serve_command(
     except OSError as exc:
         where = host if host is not None else "a loopback address"
         raise CliError(f"cannot listen on {where}:{port}: {exc.strerror or exc}") from None
-
-
-def register(app: typer.Typer) -> None:
-    app.command("serve")(serve_command)

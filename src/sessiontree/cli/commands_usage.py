@@ -51,10 +51,13 @@ from .common import (
     err_console,
 )
 from .common import agent_dir as current_agent_dir
+from .options import Command
+from .options import Group as CommandGroup
 
 usage_app = typer.Typer(
     name="usage",
     help="Token usage and cost: daily, weekly, monthly, per session or project, 5-hour blocks.",
+    cls=CommandGroup,
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -522,11 +525,8 @@ def _follow(inputs: _Inputs, interval: float) -> None:
         pass
 
 
-def register(app: typer.Typer) -> None:
-    for kind in ("daily", "weekly", "monthly", "session", "project"):
-        usage_app.command(kind)(_report_command(kind))
-    usage_app.command("blocks")(blocks_command)
-    app.add_typer(usage_app, name="usage")
+for _kind in ("daily", "weekly", "monthly", "session", "project"):
+    usage_app.command(_kind, cls=Command)(_report_command(_kind))
+usage_app.command("blocks", cls=Command)(blocks_command)
 
-
-__all__ = ["live_panel", "register", "usage_app"]
+__all__ = ["live_panel", "usage_app"]

@@ -6,8 +6,8 @@ every segment of text passes `render.terminal_safe` on its way out: session
 text (titles, previews, labels, paths, cwds) cannot drive the terminal, and
 markup in it is never interpreted. `--json` output bypasses them, unchanged.
 
-Exit codes: 0 success, 1 error (unknown session, unreadable file, problems
-found by `verify`), 2 usage error (typer's), 3 ambiguous session prefix.
+Exit codes (`errors.py`): 0 success, 1 error (unknown session, unreadable file,
+problems found by `verify`), 2 usage error, 3 ambiguous session prefix.
 
 The store (`--store` / `$SESSIONTREE_STORE`) is opened on first use by
 `current_storage()`, once per invocation, and closed when the command ends;
@@ -48,12 +48,16 @@ from ..paths import get_agent_dir
 from ..storage.base import SessionStorage, is_stored_file
 from ..storage.file import FileSessionStorage
 from ..stores import close_store, open_store
-from .render import terminal_safe, terminal_safe_text
 
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_AMBIGUOUS = 3
+# Re-exported: the commands take them from here with the rest of the plumbing.
+from .errors import EXIT_AMBIGUOUS as EXIT_AMBIGUOUS
+from .errors import EXIT_ERROR as EXIT_ERROR
+from .errors import EXIT_OK as EXIT_OK
+from .errors import EXIT_USAGE as EXIT_USAGE
+from .errors import CliError as CliError
+from .errors import ambiguous_message as ambiguous_message
+from .errors import error_text as error_text
+from .render import terminal_safe, terminal_safe_text
 
 SCHEMA_VERSION = 1
 """`schemaVersion` of every `--json` document this CLI prints."""
@@ -98,22 +102,6 @@ SessionArg = Annotated[
         show_default=False,
     ),
 ]
-
-
-class CliError(Exception):
-    """A user error: printed as one line on stderr, then exit with `code`."""
-
-    def __init__(self, message: str, code: int = EXIT_ERROR) -> None:
-        super().__init__(message)
-        self.message = message
-        self.code = code
-
-
-def error_text(exc: BaseException) -> str:
-    """An exception as one line for people: `path: reason` for an OSError."""
-    if isinstance(exc, OSError) and exc.filename and exc.strerror:
-        return f"{exc.filename}: {exc.strerror}"
-    return str(exc) or type(exc).__name__
 
 
 def agent_dir() -> str:
@@ -314,12 +302,6 @@ def resolve_session(arg: str) -> str:
     if match is None:
         raise CliError(f"no session matches {arg!r} (in this project or any other)")
     return str(match.session.path)
-
-
-def ambiguous_message(arg: str, candidates: list[Any]) -> str:
-    names = ", ".join(os.path.basename(str(c.path)) for c in candidates[:5])
-    more = f" and {len(candidates) - 5} more" if len(candidates) > 5 else ""
-    return f"{arg!r} matches {len(candidates)} sessions ({names}{more}); give a longer prefix"
 
 
 def open_read_only(path: str) -> SessionManager:

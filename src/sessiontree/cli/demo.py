@@ -1,12 +1,21 @@
-"""Build a small, realistic branched session (what `sessiontree demo` shows)."""
+"""`sessiontree demo`: a small, realistic branched session, built and shown."""
 
 from __future__ import annotations
 
 import base64
+import json
+import os
+import shutil
+import tempfile
 import zlib
-from typing import Any
+from typing import Annotated, Any
+
+import typer
+from rich.text import Text
 
 from ..manager import SessionManager
+from .common import console, emit_json
+from .render import TreeOptions, preview, render_tree
 
 
 def _png(width: int, height: int) -> bytes:
@@ -118,3 +127,66 @@ def build_demo_session(agent_dir: str, cwd: str) -> SessionManager:
     sm.set_session_name("CI fails on Python version", "user")
     sm.flush()
     return sm
+
+
+def demo_command(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the context as JSON.")] = False,
+    keep: Annotated[
+        bool, typer.Option(help="Keep the temporary agent dir and print its path.")
+    ] = False,
+) -> None:
+    """Build a branched demo session in a temporary agent dir and show it."""
+    tmp = tempfile.mkdtemp(prefix="sessiontree-demo-")
+    agent_dir = os.path.join(tmp, "agent")
+    try:
+        with build_demo_session(agent_dir, os.path.join(tmp, "project")) as sm:
+            ctx = sm.build_session_context()
+            if as_json:
+                emit_json(
+                    {
+                        "sessionFile": sm.get_session_file(),
+                        "leafId": sm.get_leaf_id(),
+                        "context": {
+                            "messages": ctx.messages,
+                            "thinkingLevel": ctx.thinking_level,
+                            "models": ctx.models,
+                        },
+                    }
+                )
+                return
+            console.print(
+                Text.assemble(
+                    ("Session ", "bold"),
+                    sm.get_session_name() or "",
+                    f"  ({sm.get_session_file()})",
+                ),
+                soft_wrap=True,
+            )
+            title = Text(sm.get_session_id(), style="bold")
+            console.print(render_tree(sm, title, TreeOptions()))
+            console.print(
+                Text.assemble(
+                    ("\nContext at leaf ", "bold"),
+                    (str(sm.get_leaf_id()), "bold"),
+                    f" (thinking {ctx.thinking_level}, models {json.dumps(ctx.models)})",
+                )
+            )
+            for message in ctx.messages:
+                console.print(Text(f"  • {preview({'type': 'message', 'message': message}, 100)}"))
+            stats = sm.get_usage_statistics()
+            blob_dir = os.path.join(agent_dir, "blobs")
+            blobs = (
+                [n for n in os.listdir(blob_dir) if "." not in n] if os.path.isdir(blob_dir) else []
+            )
+            console.print(
+                f"\nTokens in {stats.input} / out {stats.output}, cost ${stats.cost:.4f}; "
+                f"{len(blobs)} image(s) in the blob store"
+                + ("" if keep else " (temporary agent dir, removed now; --keep keeps it)"),
+                markup=False,
+                soft_wrap=True,
+            )
+    finally:
+        if keep:
+            console.print(f"Kept {tmp}", markup=False, soft_wrap=True)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
