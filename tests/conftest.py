@@ -1,5 +1,10 @@
 """Shared fixtures: every test gets its own agent dir and no terminal identity.
 
+Hypothesis runs under one of two profiles (see `profile_name`): `ci`, what CI runs
+(derandomized, no deadline, no example database, 100 examples a test), and `dev`, a
+tenth of the examples, for the inner loop. A test that needs more (or fewer)
+examples than the default says how many under `ci` with `examples(n)`.
+
 What a test needs from outside the repository (the shared fixtures beside it,
 psycopg) is found here, in one place. When it is missing the test skips locally
 but FAILS under CI (`CI` set): there, a missing prerequisite must never pass as a
@@ -10,17 +15,69 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import NoReturn
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 FIXTURES = Path(__file__).resolve().parent / "data"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
 """`shared/fixtures` beside the repository (a clone anywhere, with shared/ next to it)."""
+
+
+CI_EXAMPLES = 100
+"""Examples per test under the `ci` profile (hypothesis's default, what CI always ran)."""
+DEV_EXAMPLES = 10
+"""Examples per test under the `dev` profile."""
+
+# What CI has always run: hypothesis's own profile for CI (which it loads by itself when `CI`
+# is set), written out so that no hypothesis release changes it.
+settings.register_profile(
+    "ci",
+    max_examples=CI_EXAMPLES,
+    derandomize=True,
+    deadline=None,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+# No deadline and no too-slow health check: the machines we develop on are shared, and
+# a test that is slow because another program took the CPU has found nothing.
+settings.register_profile(
+    "dev",
+    max_examples=DEV_EXAMPLES,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+
+
+def profile_name(environ: Mapping[str, str]) -> str:
+    """The hypothesis profile to run: `$HYPOTHESIS_PROFILE`, else `ci` under CI, else `dev`.
+
+    (`pytest --hypothesis-profile NAME` overrides it: hypothesis loads that one later.)
+    """
+    return environ.get("HYPOTHESIS_PROFILE") or ("ci" if environ.get("CI") else "dev")
+
+
+settings.load_profile(profile_name(os.environ))
+
+
+def examples(ci: int, override: str | None = None) -> int:
+    """How many examples a test that runs `ci` of them under the `ci` profile runs now.
+
+    The same share of the loaded profile's `max_examples` (a tenth under `dev`), rounded
+    up: a test keeps its weight against the others under every profile. The environment
+    variable named `override`, when set, gives the count outright, under any profile.
+    """
+    if override is not None and os.environ.get(override):
+        return int(os.environ[override])
+    current = settings.default
+    assert current is not None
+    return max(1, -(-ci * current.max_examples // CI_EXAMPLES))
 
 
 def unavailable(reason: str) -> NoReturn:

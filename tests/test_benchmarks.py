@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # the whole benchmark suite, each workload in its own process
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

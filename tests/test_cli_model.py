@@ -32,12 +32,15 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
 import foreign_support as fs
+from conftest import examples
 from helpers import assistant, user
 from sessiontree import SessionManager, loader
 from sessiontree.cli import app
 from sessiontree.locks import lock_path_for
 
-EXAMPLES = int(os.environ.get("SESSIONTREE_CLI_MODEL_EXAMPLES", "200"))
+pytestmark = pytest.mark.slow  # about a minute under the ci profile
+
+EXAMPLES = examples(200, "SESSIONTREE_CLI_MODEL_EXAMPLES")
 RAN: Counter[str] = Counter()  # commands run and their exit codes, printed after the run
 runner = CliRunner()
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8).decode()
@@ -371,7 +374,7 @@ def test_the_model_covers_every_writing_command() -> None:
 
 def test_a_store_is_built_as_described() -> None:
     @given(st.data())
-    @settings(max_examples=3, deadline=None)
+    @settings(max_examples=examples(3), deadline=None)
     def check(data: st.DataObject) -> None:
         saved = os.environ.get("PI_CODING_AGENT_DIR")
         store = build_store(data)

@@ -21,7 +21,7 @@ from typer.main import get_command
 from typer.testing import CliRunner, Result
 
 import sessiontree
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, examples
 from helpers import assistant, user
 from sessiontree import SessionManager
 from sessiontree import stores as store_module
@@ -217,7 +217,7 @@ def test_registry_lines_are_the_commands_own_help() -> None:
         assert command.get_short_help_str(10_000) == entry.help, name
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(width=st.integers(min_value=30, max_value=220))
 def test_help_lists_the_same_commands_built_or_not(width: int) -> None:
     group: Any = get_command(app)
@@ -371,7 +371,9 @@ def placements(draw: st.DrawFn) -> tuple[int, list[tuple[str, int, int, bool]]]:
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(case=placements())
 def test_global_options_mean_the_same_before_or_after_the_command(
@@ -416,7 +418,9 @@ def test_the_environment_store_gives_way_to_one_typed_after_the_command(
 
 
 @settings(
-    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(40),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(
     line=st.integers(0, len(COMMAND_LINES) - 1),

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sessiontree.content_index as content_index
+from conftest import examples
 from helpers import assistant, user
 from sessiontree import SessionManager, serialize_entry
 from sessiontree.content_index import INDEX_DB_NAME, ContentIndex, SessionSource
@@ -65,8 +66,9 @@ def store(agent_dir: Path) -> Path:
 # ---------------------------------------------------------------------- agreement
 
 
+@pytest.mark.slow
 @settings(
-    max_examples=int(os.environ.get("SESSIONTREE_FUZZ_EXAMPLES", "150")),
+    max_examples=examples(150, "SESSIONTREE_FUZZ_EXAMPLES"),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

@@ -19,10 +19,14 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from conftest import shared_fixture
 from sessiontree import SessionManager, load_entries_from_file
 from sessiontree.loader import read_session
 from sessiontree.storage import FileSessionStorage
+
+pytestmark = pytest.mark.slow  # hundreds of child processes, each killed after a wait
 
 KILLS = int(os.environ.get("SESSIONTREE_CRASH_KILLS", "200"))
 

@@ -477,7 +477,11 @@ def test_forked_workers_mint_distinct_session_ids_and_never_collide(tmp_path: Pa
     ids = [i for r in results for i in r[1]]
     entries = [e for r in results for e in r[2]]
     assert len(set(sessions)) == len(sessions) == 80
-    assert len(set(ids)) == len(ids) and len(set(entries)) == len(entries)
+    assert len(set(ids)) == len(ids)
+    # Entry ids are 32 random bits, unique within a session: across 800 of them a chance
+    # collision happens about once in 13,500 runs. Workers that shared the parent's
+    # random state would repeat each other's 200 ids.
+    assert len(entries) - len(set(entries)) <= 2
     assert len([n for n in os.listdir(tmp_path) if n.endswith(".jsonl")]) == 80, os.listdir(
         tmp_path
     )

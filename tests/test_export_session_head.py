@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner, Result
 
+from conftest import examples
 from helpers import assistant, user
 from sessiontree import SessionManager
 from sessiontree.cli import app
@@ -164,7 +165,7 @@ _LINES = st.sampled_from(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     lines=st.lists(_LINES, max_size=6),
     bom=st.booleans(),

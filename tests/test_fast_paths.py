@@ -18,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from sessiontree import jsonl, persistence
 from sessiontree._unset import UNSET
 from sessiontree.blobs import MemoryBlobStore
@@ -292,13 +293,15 @@ def _same_line(entry: dict[str, Any]) -> None:
     assert _blobs(fast_store) == _blobs(slow_store)
 
 
-@settings(max_examples=1500, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.slow
+@settings(max_examples=examples(1500), suppress_health_check=[HealthCheck.too_slow])
 @given(entries)
 def test_entry_line_fast_path_writes_what_the_slow_path_writes(entry: dict[str, Any]) -> None:
     _same_line(entry)
 
 
-@settings(max_examples=1500, suppress_health_check=[HealthCheck.too_slow])
+@pytest.mark.slow
+@settings(max_examples=examples(1500), suppress_health_check=[HealthCheck.too_slow])
 @given(entries)
 def test_what_the_fast_path_vouches_for_the_transforms_leave_alone(entry: dict[str, Any]) -> None:
     try:
@@ -311,13 +314,13 @@ def test_what_the_fast_path_vouches_for_the_transforms_leave_alone(entry: dict[s
         assert line == jsonl._serialize_slow(entry) + b"\n"
 
 
-@settings(max_examples=1500, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(1500), suppress_health_check=[HealthCheck.too_slow])
 @given(values)
 def test_serialize_fast_path_writes_what_the_slow_path_writes(value: Any) -> None:
     assert _outcome(serialize_entry_bytes, value) == _outcome(jsonl._serialize_slow, value)
 
 
-@settings(max_examples=3000)
+@settings(max_examples=examples(3000))
 @given(floats | ints)
 def test_every_number_comes_out_as_javascript_writes_it(value: float | int) -> None:
     expected = js_number(value)
@@ -446,7 +449,8 @@ def _shape(roots: list[Any], entries: list[dict[str, Any]]) -> list[Any]:
     return out
 
 
-@settings(max_examples=1500)
+@pytest.mark.slow
+@settings(max_examples=examples(1500))
 @given(sessions())
 def test_the_chain_build_is_the_general_build(
     session: tuple[list[dict[str, Any]], dict[str, str]],

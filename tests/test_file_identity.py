@@ -21,6 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from sessiontree import discovery
 from sessiontree.discovery import clear_listing_cache, list_all_sessions
 from sessiontree.jsonl import serialize_entry
@@ -247,7 +248,7 @@ op = st.one_of(
 
 
 @settings(
-    max_examples=80,
+    max_examples=examples(80),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import foreign_support as fs
-from conftest import SHARED_FIXTURES, unavailable
+from conftest import SHARED_FIXTURES, examples, unavailable
 from sessiontree import SessionManager
 from sessiontree.context import build_session_context, convert_to_llm
 from sessiontree.foreign import ForeignSession
@@ -478,7 +478,7 @@ def gemini_history(
     return records, history, after
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     st.lists(
         st.tuples(st.sampled_from(["user", "gemini", "rewind", "update"]), st.integers(0, 50)),
@@ -765,7 +765,7 @@ def test_damaged_lines_and_rows_are_skipped_and_reported(tmp_path: Path) -> None
 # ----------------------------------------------------------------------------- the chain
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     st.lists(
         st.one_of(

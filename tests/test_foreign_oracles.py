@@ -315,15 +315,27 @@ def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
             os.environ["PI_CODING_AGENT_DIR"] = saved
 
 
-def _files() -> list[Any]:
+GIANT = 500
+"""Entries past which a session is a giant for the every-leaf check, whose cost grows with
+the square of the size: those few are `slow` (most of its time); the quick run checks the rest."""
+
+
+def _files(giants_are_slow: bool = False) -> list[Any]:
     return [
-        pytest.param(name, index, id=f"{name[:40]}#{index}")
+        pytest.param(
+            name,
+            index,
+            id=f"{name[:40]}#{index}",
+            marks=[pytest.mark.slow]
+            if giants_are_slow and len(ORACLES["pi"][f"{name}#{index}"]) > GIANT
+            else [],
+        )
         for name, count in sorted(ORACLES["files"].items())
         for index in range(count)
     ]
 
 
-@pytest.mark.parametrize(("name", "index"), _files())
+@pytest.mark.parametrize(("name", "index"), _files(giants_are_slow=True))
 def test_pi_context_of_an_import_equals_ours_on_every_leaf(
     name: str, index: int, imported: dict[str, list[str]]
 ) -> None:
@@ -392,6 +404,7 @@ def _peers() -> tuple[Path, Path, Path, dict[str, str]]:
 
 
 @pytest.mark.peers
+@pytest.mark.slow  # runs the peers themselves (bun, node)
 @pytest.mark.parametrize("kind", ["claude", "codex"])
 def test_live_omp_importer_agrees_with_the_committed_data(kind: str, tmp_path: Path) -> None:
     """The committed oracle data is still what oh-my-pi's importer says (needs the peers)."""
@@ -419,6 +432,7 @@ def test_live_omp_importer_agrees_with_the_committed_data(kind: str, tmp_path: P
 
 
 @pytest.mark.peers
+@pytest.mark.slow  # runs the peers themselves (bun, node)
 def test_live_peers_open_imports_as_the_committed_data_says(
     imported: dict[str, list[str]],
 ) -> None:

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import foreign_support as fs
-from conftest import SHARED_FIXTURES, unavailable
+from conftest import SHARED_FIXTURES, examples, unavailable
 from sessiontree import SessionManager, build_session_context, convert_to_llm
 from sessiontree.foreign import ForeignSession, read_claude_session, read_codex_session
 from sessiontree.foreign.importer import import_session
@@ -506,7 +506,7 @@ def _block_view(block: dict[str, Any]) -> tuple[str, str]:
     return (kind, block.get("text") or block.get("thinking") or "")
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(claude_transcripts())
 def test_generated_claude_transcripts_keep_the_api_order_and_lose_nothing(
     case: tuple[list[dict[str, Any]], dict[str, Any]],
@@ -624,7 +624,7 @@ def codex_rollouts(draw: st.DrawFn) -> tuple[list[dict[str, Any]], dict[str, Any
     return lines, want
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(codex_rollouts())
 def test_generated_codex_rollouts_keep_the_api_order_and_lose_nothing(
     case: tuple[list[dict[str, Any]], dict[str, Any]],

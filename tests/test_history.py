@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from sessiontree import history as history_module
 from sessiontree.errors import SessionPersistenceError
 from sessiontree.history import (
@@ -827,7 +828,7 @@ def _surrogate_corpus(store: HistoryStorage) -> None:
     store.flush()
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(query=st.lists(st.sampled_from(QUERY_PIECES), max_size=8).map("".join))
 def test_read_history_finds_what_search_finds_for_any_text(
     tmp_path_factory: Any, query: str

@@ -6,7 +6,6 @@ file without a header). Valid lines are never dropped, whatever surrounds them.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from sessiontree import (
     InvalidSessionFileError,
     SessionManager,
@@ -29,7 +29,7 @@ from sessiontree.storage import MemorySessionStorage
 from sessiontree.tree import build_tree
 
 FUZZ = settings(
-    max_examples=int(os.environ.get("SESSIONTREE_FUZZ_EXAMPLES", "150")),
+    max_examples=examples(150, "SESSIONTREE_FUZZ_EXAMPLES"),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

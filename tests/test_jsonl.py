@@ -8,6 +8,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from sessiontree import UNSET, parse_jsonl_lenient, serialize_entry
 from sessiontree.jsonl import iter_jsonl_bytes, js_number, loads_line
 
@@ -131,7 +132,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.dictionaries(st.text(max_size=10), json_values, max_size=6))
 def test_serialize_then_parse_round_trips(obj: dict[str, object]) -> None:
     line = serialize_entry(obj)
@@ -144,14 +145,14 @@ def test_serialize_then_parse_round_trips(obj: dict[str, object]) -> None:
     json.loads(line, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
 
 
-@settings(max_examples=300)
+@settings(max_examples=examples(300))
 @given(st.floats(allow_nan=False, allow_infinity=False))
 def test_js_number_round_trips_every_double(value: float) -> None:
     text = js_number(value)
     assert float(text) == value or (value == 0 and float(text) == 0)
 
 
-@settings(max_examples=2000)
+@settings(max_examples=examples(2000))
 @given(st.floats(allow_nan=False, allow_infinity=False) | st.integers(-(2**70), 2**70))
 def test_fast_path_numbers_match_the_exact_formatter(value: float) -> None:
     # js_number is checked against Node's output (test_jsonl_vectors); the orjson

@@ -28,6 +28,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from helpers import assistant, last_entry_id, user
 from sessiontree import BlobStore, SessionManager, SessionWriteConflictError
 from sessiontree.index import EntryIndex
@@ -180,7 +181,7 @@ def work(tmp_path: Path) -> Path:
 
 
 @settings(
-    max_examples=150,
+    max_examples=examples(150),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -220,7 +221,7 @@ def test_lazy_and_full_loads_agree(tmp_path_factory: Any, script: Any, order: An
 
 
 @settings(
-    max_examples=60,
+    max_examples=examples(60),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -255,7 +256,7 @@ garbage = st.one_of(
 
 
 @settings(
-    max_examples=100,
+    max_examples=examples(100),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -476,7 +477,7 @@ def test_get_entries_copy_is_independent(work: Path) -> None:
 
 
 @settings(
-    max_examples=150,
+    max_examples=examples(150),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -588,7 +589,7 @@ writes = st.lists(
 
 
 @settings(
-    max_examples=80,
+    max_examples=examples(80),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -862,7 +863,7 @@ def cut_at(data: bytes, cuts: range, kind: str, where: float) -> int:
 
 
 @settings(
-    max_examples=60,
+    max_examples=examples(60),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -31,8 +31,9 @@ overwrites them in place (an edit, a cut) destroys them: the model marks those
 entries "at risk" at the moment of the damage, and every check then asks that
 nothing *else* is lost (the rescue copy holds every other entry, in order).
 
-Run size: `SESSIONTREE_MODEL_EXAMPLES` (default 300) examples of up to
-`SESSIONTREE_MODEL_STEPS` (default 60; about 40 on average) steps; what ran is printed.
+Run size: `SESSIONTREE_MODEL_EXAMPLES` examples (default 300 under the `ci` hypothesis
+profile, 30 under `dev`: see conftest.py) of up to `SESSIONTREE_MODEL_STEPS` (default 60;
+about 40 on average) steps; what ran is printed.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from hypothesis.stateful import (
 )
 
 import sessiontree.gc as gc_module
+from conftest import examples
 from helpers import last_entry_id
 from sessiontree import (
     EntryNotFoundError,
@@ -89,7 +91,9 @@ from sessiontree.persistence import prepare_for_persist
 from sessiontree.pins import LIVE_DIR, read_pins
 from sessiontree.storage.file import FileSessionStorage
 
-EXAMPLES = int(os.environ.get("SESSIONTREE_MODEL_EXAMPLES", "300"))
+pytestmark = pytest.mark.slow  # a few minutes under the ci profile
+
+EXAMPLES = examples(300, "SESSIONTREE_MODEL_EXAMPLES")
 STEPS = int(os.environ.get("SESSIONTREE_MODEL_STEPS", "60"))
 RAN: Counter[str] = Counter()  # operations run and outcomes seen, printed after the run
 
@@ -1464,11 +1468,11 @@ class TestManagerModel(ManagerModel.TestCase):  # type: ignore[name-defined,misc
 def test_model_run_size_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
     """Runs after the model (file order): says how much it did."""
     with capsys.disabled():
-        examples = max(1, RAN["examples"])
+        ran = max(1, RAN["examples"])
         print(
             f"\nmanager model: {RAN['examples']} examples (max_examples={EXAMPLES}) x up to "
-            f"{STEPS} steps: {RAN['steps'] / examples:.1f} steps per example on average "
-            f"({RAN['operations'] / examples:.1f} of them manager operations); ran:"
+            f"{STEPS} steps: {RAN['steps'] / ran:.1f} steps per example on average "
+            f"({RAN['operations'] / ran:.1f} of them manager operations); ran:"
         )
         for key, count in sorted(RAN.items()):
             print(f"  {key}: {count}")

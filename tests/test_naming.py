@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from sessiontree import SessionManager
 from sessiontree.discovery import list_sessions
 from sessiontree.naming import (
@@ -71,7 +72,7 @@ def _file(
     return b"".join(lines)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(
     header_title=names,
     slot_title=names,

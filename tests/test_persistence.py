@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from sessiontree import SessionManager
 from sessiontree.blobs import BlobPutResult, BlobStore, MemoryBlobStore
 from sessiontree.persistence import (
@@ -129,7 +130,7 @@ def test_bmp_text_is_cut_by_code_points() -> None:
     assert truncate_for_persist("é" * 600_000) == "é" * KEEP + TRUNCATION_NOTICE
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     filler=st.integers(min_value=KEEP - 30, max_value=MAX_PERSIST_CHARS + 30),
     head=st.text(st.characters(exclude_categories=()), max_size=40),

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import SHARED_FIXTURES
+from conftest import SHARED_FIXTURES, examples
 from helpers import assistant
 from sessiontree import BlobStore, SessionManager, get_default_session_dir
 from sessiontree.agent_dir import is_pi_agent_dir, writes_pi_form
@@ -344,7 +344,7 @@ pi_entries = st.lists(
 )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(messages=pi_entries, store=st.sampled_from(["pi", "xcsh"]), lazy=st.booleans())
 def test_any_session_written_as_pi_writes_comes_back_from_a_rename_unchanged(
     messages: list[dict[str, Any]], store: str, lazy: bool

@@ -94,6 +94,7 @@ def open_storage(store: tuple[str, str], root: Path) -> Any:
     return PostgresSessionStorage(url, schema=schema, root=str(root), max_size=2)
 
 
+@pytest.mark.slow  # eight processes, 1,200 appends
 def test_eight_hosts_append_to_eight_sessions_and_lose_nothing(
     store: tuple[str, str], tmp_path: Path
 ) -> None:

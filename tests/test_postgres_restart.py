@@ -32,6 +32,9 @@ from sessiontree import (
 from sessiontree.session_file import LOCK_CHECK_SECONDS
 from sessiontree.storage.postgres import PostgresSessionStorage, new_schema_name
 
+# Crash runs: a server of its own, started, restarted, crashed and stopped again and again.
+pytestmark = pytest.mark.slow
+
 # A down server must fail a storage call within about a second (see the module
 # doc); this bound is far above that and far below the pool's 30 s timeout.
 DOWN_SERVER_BOUND = 10.0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import random
 import tempfile
 from collections.abc import Iterator
@@ -13,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from helpers import assistant, user
 from sessiontree import SessionManager, serialize_entry
 from sessiontree.export import entry_text
@@ -372,8 +372,9 @@ def case_variant(text: str, rng: random.Random) -> str:
     return "".join(rng.choice((c, c.upper(), c.lower(), c.swapcase())) for c in text)
 
 
+@pytest.mark.slow
 @settings(
-    max_examples=int(os.environ.get("SESSIONTREE_FUZZ_EXAMPLES", "300")),
+    max_examples=examples(300, "SESSIONTREE_FUZZ_EXAMPLES"),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import require_module
+from conftest import examples, require_module
 from helpers import assistant, user
 from pg_support import fresh_schema, pg_storage
 from sessiontree import SessionManager
@@ -213,7 +213,7 @@ class _Rollback(Exception):
     pass
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     name=st.one_of(
         st.text(NAME_CHARS, max_size=6),

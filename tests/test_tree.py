@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from helpers import assistant, user
 from sessiontree import (
     UNSET,
@@ -309,7 +310,7 @@ ops = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(ops)
 def test_random_operations_keep_tree_invariants(script: list[tuple[str, Any]]) -> None:
     sm = SessionManager.in_memory()

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from conftest import examples
 from sessiontree import serialize_entry
 from sessiontree.pricing import price_table
 from sessiontree.stats import store_stats
@@ -273,7 +274,7 @@ def test_the_sonnet_estimate_matches_the_published_price() -> None:
     assert quote.cost == pytest.approx(1000 * 3e-6 + 100 * 15e-6 + 500 * 0.3e-6 + 200 * 3.75e-6)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     model=st.sampled_from(
         [("anthropic", "claude-sonnet-4-5"), ("openai", "gpt-4o"), ("google", "gemini-2.5-pro")]

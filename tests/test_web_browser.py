@@ -31,6 +31,10 @@ from web_support import (
     decode_png,
 )
 
+# A real Chromium: its start and its pages cost more CPU than the rest of the web tests
+# together (test_web.py checks every route without a browser, in the quick run too).
+pytestmark = pytest.mark.slow
+
 sync_api = require_module("playwright.sync_api")
 require_module("starlette")
 require_module("uvicorn")
