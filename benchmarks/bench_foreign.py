@@ -38,7 +38,7 @@ HAND_ASSEMBLED = ("jazzyalex__",)
 CHILD = r"""
 import json, os, sys, time
 args = json.loads(sys.argv[1])
-from sessiontree.discovery import list_all_sessions
+from sessiontree.listing import list_all_sessions
 from sessiontree.foreign.storage import ForeignStorage
 from sessiontree.foreign.store import ForeignStore
 times = []

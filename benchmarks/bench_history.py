@@ -21,7 +21,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sessiontree.history import HistoryStorage, _fts_query
+from sessiontree.history import HistoryStorage
+from sessiontree.history._history import _fts_query
 
 VERBS = [
     "fix", "add", "refactor", "explain", "write", "update", "remove", "rename", "why does",

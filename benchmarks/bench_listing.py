@@ -34,14 +34,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sessiontree.jsonl import serialize_entry
+from sessiontree.format import serialize_entry
 
 PEER_GENERATOR = Path("/work/shared/peers/gen_big_session.py")
 
 CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
-from sessiontree import discovery
+from sessiontree.listing import _discovery as discovery
 t1 = time.perf_counter()
 args = json.loads(sys.argv[1])
 if args.get("workers"):

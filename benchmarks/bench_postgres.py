@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from sessiontree import SessionManager
+from sessiontree.maintenance import import_files
 from sessiontree.storage import FileSessionStorage
 from sessiontree.storage.postgres import PostgresSessionStorage, new_schema_name
-from sessiontree.stores import import_files
 
 DATA = Path("/tmp/sessiontree-bench")
 GEN = Path(__file__).resolve().parents[2] / "shared" / "peers" / "gen_big_session.py"
@@ -99,7 +99,7 @@ def main() -> None:
     files = FileSessionStorage()
     pg = PostgresSessionStorage(args.url, schema=schema, root=str(work / "db"))
     try:
-        from sessiontree.discovery import clear_listing_cache, list_sessions
+        from sessiontree.listing import clear_listing_cache, list_sessions
 
         session_dir = str(work / "agent" / "sessions" / "--bench--")
         db_dir = str(work / "db" / "sessions" / "--bench--")

@@ -7,7 +7,7 @@ For each variant it indexes the casefolded `entry_text` of every entry of up to
 tables' size against the text indexed, and the median time of a few queries
 (`LIMIT 100`, newest first). The variants:
 
-* trigram, detail=none: what `sessiontree.content_index` uses (a superset of
+* trigram, detail=none: what `sessiontree.search._content_index` uses (a superset of
   the substring's entries; each hit is verified against its line);
 * trigram, detail=full: positions kept, so a phrase query is exact, but larger;
 * trigram, detail=column: between the two;
@@ -32,9 +32,8 @@ from pathlib import Path
 
 import orjson
 
-from sessiontree.content_index import index_text, query_trigrams
-from sessiontree.export import entry_text
-from sessiontree.search import search_sessions
+from sessiontree.format import entry_text
+from sessiontree.search import index_text, query_trigrams, search_sessions
 
 VARIANTS = {
     "trigram, detail=none": "detail=none, tokenize='trigram case_sensitive 1'",

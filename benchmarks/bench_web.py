@@ -35,9 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.data import SessionSpec, write_big_session, write_store  # noqa: E402
-from sessiontree.entries import format_iso  # noqa: E402
-from sessiontree.naming import session_file_name  # noqa: E402
-from sessiontree.paths import encode_session_dir_name  # noqa: E402
+from sessiontree.format._entries import format_iso  # noqa: E402
+from sessiontree.format._naming import session_file_name  # noqa: E402
+from sessiontree.layout._paths import encode_session_dir_name  # noqa: E402
 
 PEER_GENERATOR = ROOT.parent / "shared" / "peers" / "gen_big_session.py"
 CHROMIUM = os.environ.get("SESSIONTREE_CHROMIUM", "/usr/bin/chromium")
@@ -54,7 +54,7 @@ CHILD = r"""
 import json, sys, time
 args = json.loads(sys.argv[1])
 import httpx
-from sessiontree.storage.file import FileSessionStorage
+from sessiontree.storage import FileSessionStorage
 from sessiontree.web.server import BackgroundServer
 out = {}
 with BackgroundServer(FileSessionStorage(), args["agent"]) as server:
@@ -113,7 +113,7 @@ def child(args: dict[str, Any]) -> dict[str, Any]:
 
 def last_text(path: Path) -> str:
     """A piece of the last message's text on the file's last line (the leaf)."""
-    from sessiontree.export import entry_text
+    from sessiontree.format import entry_text
 
     with open(path, "rb") as f:
         f.seek(max(0, path.stat().st_size - (4 << 20)))

@@ -15,11 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sessiontree.blobs import BlobStore
-from sessiontree.entries import format_iso
-from sessiontree.jsonl import serialize_entry_bytes
-from sessiontree.naming import session_file_name
-from sessiontree.paths import encode_session_dir_name
+from sessiontree.format import format_iso, serialize_entry_bytes, session_file_name
+from sessiontree.layout import encode_session_dir_name
+from sessiontree.storage import BlobStore
 
 WORDS = (
     "the session tree leaf branch entry parent compaction summary context message assistant "

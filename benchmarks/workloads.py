@@ -24,9 +24,9 @@ from typing import Any
 import orjson
 
 from sessiontree import HistoryStorage, SessionManager, build_session_context
-from sessiontree._gc import gc_paused
-from sessiontree.blobs import BlobStore
-from sessiontree.jsonl import serialize_entry_bytes
+from sessiontree._util.gcpause import gc_paused
+from sessiontree.format import serialize_entry_bytes
+from sessiontree.storage import BlobStore
 
 
 def _timed(fn: Callable[[], Any], repeat: int) -> list[float]:
@@ -289,7 +289,7 @@ def listing(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _forget_in_process_caches() -> None:
-    from sessiontree.discovery import clear_listing_cache
+    from sessiontree.listing import clear_listing_cache
 
     clear_listing_cache()
 
@@ -368,7 +368,7 @@ def _session_paths(agent: str) -> list[str]:
 
 def index_build(args: dict[str, Any]) -> dict[str, Any]:
     """The content index built from nothing (cache deleted); figures: MB/s and sizes."""
-    from sessiontree.content_index import ContentIndex, SessionSource
+    from sessiontree.search import ContentIndex, SessionSource
 
     agent = args["agent"]
     paths = _session_paths(agent)
@@ -423,7 +423,7 @@ def search_index(args: dict[str, Any]) -> dict[str, Any]:
 
 def search_refresh(args: dict[str, Any]) -> dict[str, Any]:
     """The index refresh after `grow` sessions each grew by `entries` entries."""
-    from sessiontree.content_index import ContentIndex, SessionSource
+    from sessiontree.search import ContentIndex, SessionSource
 
     agent = args["agent"]
     paths = _session_paths(agent)

@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     omp = [str(bun), str(a.peers_dir / "omp-oracle.ts")]
     pi = [node, str(a.peers_dir / "pi-oracle.mjs")]
 
-    from sessiontree.jsonl import serialize_entry
+    from sessiontree.format import serialize_entry
 
     work = Path(tempfile.mkdtemp(prefix="foreign-oracles-"))
     try:

@@ -107,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.pop(var, None)
     env = {**os.environ, "ANCHORS_DIR": str(a.anchors)}
 
-    import sessiontree.jsonl
+    import sessiontree.format._jsonl
     from opscript import load_ops, run_script
     from sessiontree import (
         BlobStore,
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         serialize_entry,
     )
 
-    ser_value = getattr(sessiontree.jsonl, "serialize_value", None)
+    ser_value = getattr(sessiontree.format._jsonl, "serialize_value", None)
 
     def stringify(messages: list[Any]) -> str:
         if ser_value is not None:

@@ -33,7 +33,7 @@ def main() -> None:
         from playwright.sync_api import sync_playwright
 
         from sessiontree.cli.demo import build_demo_session
-        from sessiontree.storage.file import FileSessionStorage
+        from sessiontree.storage import FileSessionStorage
         from sessiontree.web.data import handle_of
         from sessiontree.web.server import BackgroundServer
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sessiontree.jsonl import loads_line
+from sessiontree.format import loads_line
 
 
 def assistant(text: str = "ok", **extra: object) -> dict[str, object]:

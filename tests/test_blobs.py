@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from pg_support import pg_storage, pg_url
-from sessiontree.blobs import (
+from sessiontree.errors import InvalidBlobRefError
+from sessiontree.session import prepare_for_persist, resolve_blob_refs
+from sessiontree.storage import (
     BLOB_REF_PREFIX,
     BlobPutResult,
     BlobStore,
@@ -28,8 +30,6 @@ from sessiontree.blobs import (
     is_blob_ref,
     parse_blob_ref,
 )
-from sessiontree.errors import InvalidBlobRefError
-from sessiontree.persistence import prepare_for_persist, resolve_blob_refs
 
 BLOB_FACTORIES: dict[str, Callable[[Path], BlobStoreLike]] = {
     "file": lambda tmp: BlobStore(str(tmp / "agent" / "blobs")),
@@ -426,8 +426,8 @@ def _dir_of(store: BlobStoreLike) -> str:
 
 
 def test_the_blob_store_rule_in_order(agent_dir: Path, tmp_path: Path) -> None:
-    from sessiontree.agent_dir import blob_store_for
-    from sessiontree.storage.memory import MemorySessionStorage
+    from sessiontree.layout import blob_store_for
+    from sessiontree.storage import MemorySessionStorage
 
     memory = MemorySessionStorage()
     # 1. The storage's own blob store.
@@ -454,7 +454,7 @@ def test_an_in_memory_session_on_a_blob_backed_storage_uses_the_agent_dir_blobs_
     agent_dir: Path,
 ) -> None:
     from sessiontree import SessionManager
-    from sessiontree.storage.memory import MemorySessionStorage
+    from sessiontree.storage import MemorySessionStorage
 
     put = SessionManager.in_memory("/p").put_blob(b"image bytes" * 200)
     assert (agent_dir / "blobs" / put.hash).is_file()

@@ -21,8 +21,8 @@ from sessiontree import (
     SessionManager,
     serialize_entry,
 )
-from sessiontree.check import check_session, repair_session, scan_session
-from sessiontree.locks import FileLock
+from sessiontree.maintenance import check_session, repair_session, scan_session
+from sessiontree.storage import FileLock
 
 LARGE_FIXTURE = "pi-v1-large-session.jsonl"
 
@@ -305,7 +305,7 @@ def test_repair_in_place_that_fails_halfway_leaves_the_file_as_it_was(
 ) -> None:
     # The repaired copy's write dies after its first chunk (a full disk): the file
     # keeps its bytes, its backup stays, and no temp file is left.
-    from sessiontree.storage import base as base_module
+    from sessiontree.storage import _base as base_module
 
     path = damaged(tmp_path)
     original = path.read_bytes()
@@ -502,7 +502,7 @@ def test_repair_in_place_never_replaces_a_line_appended_while_it_writes(
     # Checked before the repaired file was written; an append by another program while
     # it was being written went into the replaced inode.
     from sessiontree import SessionWriteConflictError
-    from sessiontree.storage import base as base_module  # replace_checked writes with it
+    from sessiontree.storage import _base as base_module  # replace_checked writes with it
 
     path = damaged(tmp_path)
     line = b'{"type":"custom","customType":"other","id":"ffff0000","parentId":null}\n'

@@ -15,7 +15,7 @@ import pytest
 from typer.main import get_command
 from typer.testing import CliRunner, Result
 
-import sessiontree.gc as gc_module
+import sessiontree.maintenance._gc as gc_module
 from conftest import shared_fixture, unique_prefix
 from helpers import assistant, user
 from sessiontree import BlobStore, HistoryStorage, SessionManager, get_default_session_dir

@@ -34,9 +34,10 @@ from typer.testing import CliRunner, Result
 import foreign_support as fs
 from conftest import examples
 from helpers import assistant, user
-from sessiontree import SessionManager, loader
+from sessiontree import SessionManager
 from sessiontree.cli import app
-from sessiontree.locks import lock_path_for
+from sessiontree.session import _loader as loader
+from sessiontree.storage import lock_path_for
 
 pytestmark = pytest.mark.slow  # about a minute under the ci profile
 

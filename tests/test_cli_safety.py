@@ -11,7 +11,7 @@ from typer.testing import CliRunner, Result
 from helpers import assistant, user
 from sessiontree import SessionManager, load_entries_from_file
 from sessiontree.cli import app
-from sessiontree.locks import lock_path_for
+from sessiontree.storage import lock_path_for
 
 runner = CliRunner()
 
@@ -161,7 +161,7 @@ def test_long_file_names_can_be_rewritten_locked_and_repaired(tmp_path: Path) ->
 
 
 def test_a_conflict_copy_of_a_long_name_is_found_by_verify(tmp_path: Path) -> None:
-    from sessiontree.check import conflict_siblings
+    from sessiontree.maintenance import conflict_siblings
 
     name = "2026-01-01T00-00-00-000Z_" + "y" * 224 + ".jsonl"
     path = tmp_path / name

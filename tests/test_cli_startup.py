@@ -24,10 +24,10 @@ import sessiontree
 from conftest import REPO_ROOT, examples
 from helpers import assistant, user
 from sessiontree import SessionManager
-from sessiontree import stores as store_module
 from sessiontree.cli import app, options
 from sessiontree.cli.options import Command, Group
 from sessiontree.cli.registry import COMMANDS, load_command
+from sessiontree.maintenance import _transfers as store_module
 
 runner = CliRunner()
 
@@ -46,8 +46,8 @@ HEAVY = (
     "genai_prices",
 )
 HEAVY_PARTS = {
-    # Library modules by their own name, wherever they sit (`sessiontree.gc` now,
-    # `sessiontree.maintenance.gc` after a move): a module with such a dotted part.
+    # Library modules by their own name, wherever they sit (`sessiontree.maintenance._gc` now,
+    # `sessiontree.maintenance._files.gc` after a move): a module with such a dotted part.
     "content_index",
     "foreign",
     "gc",

@@ -26,7 +26,7 @@ from helpers import assistant, user
 from sessiontree import HistoryStorage, SessionManager
 from sessiontree.cli import app
 from sessiontree.cli.render import terminal_safe
-from sessiontree.jsonl import serialize_entry
+from sessiontree.format import serialize_entry
 
 PAYLOADS = {
     "osc52": "\x1b]52;c;aGVsbG8=\x07",  # writes the clipboard

@@ -16,12 +16,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import sessiontree.content_index as content_index
+import sessiontree.search._content_index as content_index
 from conftest import examples
 from helpers import assistant, user
 from sessiontree import SessionManager, serialize_entry
-from sessiontree.content_index import INDEX_DB_NAME, ContentIndex, SessionSource
-from sessiontree.search import _CASE_SAFE, regex_literals, search, search_sessions
+from sessiontree.search import (
+    INDEX_DB_NAME,
+    ContentIndex,
+    SessionSource,
+    regex_literals,
+    search,
+    search_sessions,
+)
+from sessiontree.search._search import _CASE_SAFE
 from test_search import case_variant, foreign_dumps, operations, rendered, write_session
 
 HEADER = {"type": "session", "version": 3, "id": "s1", "timestamp": "2026-01-01T00:00:00.000Z"}
@@ -88,7 +95,7 @@ def test_the_index_finds_what_a_brute_force_scan_finds(
             lines = Path(path).read_bytes().split(b"\n")
             for n in range(1, len(lines)):
                 if lines[n].strip() and rng.random() < foreign:
-                    from sessiontree.jsonl import loads_line
+                    from sessiontree.format import loads_line
 
                     lines[n] = foreign_dumps(loads_line(lines[n]), rng).encode()
             Path(path).write_bytes(b"\n".join(lines))
@@ -142,7 +149,7 @@ def test_filters_agree_with_brute_force(store: Path, agent_dir: Path) -> None:
             lines.append(entry_line(n, text, ts, role))
             truth.append((str(store / f"s{f}.jsonl"), n + 1, text, role, day))
         paths.append(write(store / f"s{f}.jsonl", *lines, header={"id": f"s{f}"}))
-    from sessiontree.entries import parse_iso_ms
+    from sessiontree.format import parse_iso_ms
 
     since = parse_iso_ms("2026-02-10T00:00:00.000Z")
     until = parse_iso_ms("2026-02-20T23:59:59.999Z")

@@ -14,7 +14,7 @@ from sessiontree import (
     create_compaction_summary_message,
     create_custom_message,
 )
-from sessiontree.context import BRANCH_SUMMARY_PREFIX, COMPACTION_SUMMARY_PREFIX
+from sessiontree.format import BRANCH_SUMMARY_PREFIX, COMPACTION_SUMMARY_PREFIX
 
 TS = "2026-02-16T10:20:30.123Z"
 TS_MS = 1771237230123

@@ -29,11 +29,11 @@ from typer.testing import CliRunner, Result
 import foreign_support as fs
 from helpers import assistant
 from sessiontree import BlobStore, SessionManager, SessionTreeError
-from sessiontree.check import check_session
 from sessiontree.cli import app
 from sessiontree.foreign import read_codex_session
 from sessiontree.foreign.importer import import_session
-from sessiontree.paths import get_default_session_dir
+from sessiontree.layout import get_default_session_dir
+from sessiontree.maintenance import check_session
 
 runner = CliRunner()
 
@@ -164,7 +164,7 @@ def lazy_loads(monkeypatch: pytest.MonkeyPatch) -> Callable[[bool], None]:
     """Make every load whose mode is not given index first (True) or whole (False)."""
 
     def use(lazy: bool) -> None:
-        monkeypatch.setattr("sessiontree.loader.LAZY_LOAD_BYTES", 0 if lazy else 1 << 40)
+        monkeypatch.setattr("sessiontree.session._loader.LAZY_LOAD_BYTES", 0 if lazy else 1 << 40)
 
     return use
 

@@ -23,7 +23,7 @@ import pytest
 
 from conftest import shared_fixture
 from sessiontree import SessionManager, load_entries_from_file
-from sessiontree.loader import read_session
+from sessiontree.session import read_session
 from sessiontree.storage import FileSessionStorage
 
 pytestmark = pytest.mark.slow  # hundreds of child processes, each killed after a wait

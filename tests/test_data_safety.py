@@ -22,8 +22,8 @@ from sessiontree import (
     SessionWriteConflictError,
     load_entries_from_file,
 )
-from sessiontree.locks import lock_path_for
-from sessiontree.paths import get_default_session_dir
+from sessiontree.layout import get_default_session_dir
+from sessiontree.storage import lock_path_for
 
 
 def persisted(cwd: str = "/proj", session_dir: str | None = None) -> SessionManager:
@@ -333,7 +333,7 @@ def test_a_closed_in_memory_manager_refuses_appends() -> None:
 def test_opening_an_empty_file_keeps_the_lock_throughout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sessiontree import locks
+    from sessiontree.storage import _locks as locks
 
     path = tmp_path / "empty.jsonl"
     path.write_bytes(b"")
@@ -449,7 +449,7 @@ def test_version_two_as_a_string_runs_only_the_v3_step(tmp_path: Path) -> None:
 def test_forked_workers_mint_distinct_session_ids_and_never_collide(tmp_path: Path) -> None:
     import multiprocessing
 
-    from sessiontree.entries import generate_entry_id, generate_session_id
+    from sessiontree.format import generate_entry_id, generate_session_id
 
     generate_session_id()  # the parent's state is set up before the fork, as with --preload
     context = multiprocessing.get_context("fork")
@@ -517,7 +517,7 @@ def test_a_project_dir_that_is_not_utf8_works_end_to_end(
 def test_two_processes_registering_at_once_lose_no_dir(tmp_path: Path, agent_dir: Path) -> None:
     import multiprocessing
 
-    from sessiontree.agent_dir import register_session_dir, registered_session_dirs
+    from sessiontree.layout import register_session_dir, registered_session_dirs
 
     dirs = [tmp_path / f"outside-{i}" for i in range(40)]
     for d in dirs:
@@ -543,7 +543,7 @@ def test_two_processes_registering_at_once_lose_no_dir(tmp_path: Path, agent_dir
 
 
 def test_opening_a_session_elsewhere_registers_its_dir(tmp_path: Path, agent_dir: Path) -> None:
-    from sessiontree.agent_dir import registered_session_dirs
+    from sessiontree.layout import registered_session_dirs
 
     # Written by another agent (not by us), then opened here with the agent's blobs.
     elsewhere = tmp_path / "elsewhere"
@@ -559,7 +559,7 @@ def test_opening_a_session_elsewhere_registers_its_dir(tmp_path: Path, agent_dir
 def test_a_torn_registry_line_does_not_swallow_the_next_dir(
     tmp_path: Path, agent_dir: Path
 ) -> None:
-    from sessiontree.agent_dir import read_registry, register_session_dir
+    from sessiontree.layout import read_registry, register_session_dir
 
     agent_dir.mkdir(parents=True, exist_ok=True)
     (agent_dir / "external-session-dirs").write_bytes(b"/home/someone/pro")  # a crash mid-line
@@ -588,7 +588,7 @@ def test_a_new_session_whose_name_is_taken_leaves_the_file_there_alone(
     before = Path(victim_path).read_bytes()
     sm = persisted(session_dir=str(tmp_path))
     own = sm.get_session_file() or ""
-    monkeypatch.setattr("sessiontree.manager.session_path", lambda *_: victim_path)
+    monkeypatch.setattr("sessiontree.session._manager.session_path", lambda *_: victim_path)
     with pytest.raises(SessionTreeError):
         if how == "fork":
             sm.fork()
@@ -613,7 +613,7 @@ def test_a_fork_whose_directory_fsync_fails_leaves_no_half_made_copy(
 ) -> None:
     import errno
 
-    from sessiontree import _fs
+    from sessiontree._util import fs as _fs
 
     sm = persisted(session_dir=str(tmp_path))
     own = sm.get_session_file() or ""
@@ -635,7 +635,7 @@ def test_a_failed_fork_leaves_a_file_another_program_made_there_meanwhile(
 ) -> None:
     # The fork's write fails after another program has put a file at its new path (the
     # path was free when the fork looked): that file is not the fork's to remove.
-    from sessiontree.storage import file as file_module
+    from sessiontree.storage import _file as file_module
 
     sm = persisted(session_dir=str(tmp_path))
     theirs = b"another program's bytes\n"
@@ -738,8 +738,8 @@ def test_a_change_while_the_new_file_is_written_is_answered(
     # The whole-file check runs before the new file is written; writing a big one takes
     # a while. Another program's line appended meanwhile went into the replaced (or
     # removed) inode.
-    from sessiontree import session_file
-    from sessiontree.storage import base as storage_base
+    from sessiontree.session import _file as session_file
+    from sessiontree.storage import _base as storage_base
 
     sm = persisted(session_dir=str(tmp_path / "s"))
     path = sm.get_session_file() or ""
@@ -794,7 +794,8 @@ def test_a_rewrite_whose_directory_fsync_fails_leaves_no_temp_file(
     # directory failed.
     import errno
 
-    from sessiontree import SessionPersistenceError, _fs
+    from sessiontree import SessionPersistenceError
+    from sessiontree._util import fs as _fs
 
     sm = persisted(session_dir=str(tmp_path / "s"))
     path = sm.get_session_file() or ""

@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
-from sessiontree import discovery
-from sessiontree.discovery import (
+from sessiontree.errors import AmbiguousSessionError
+from sessiontree.format import serialize_entry, session_file_name
+from sessiontree.layout import encode_session_dir_name, home_relative_dir_name
+from sessiontree.listing import (
     RecentSessionInfo,
     SessionInfo,
     clear_listing_cache,
@@ -27,12 +29,8 @@ from sessiontree.discovery import (
     list_sessions,
     resolve_resumable_session,
 )
-from sessiontree.errors import AmbiguousSessionError
-from sessiontree.jsonl import serialize_entry
-from sessiontree.naming import session_file_name
-from sessiontree.paths import encode_session_dir_name, home_relative_dir_name
-from sessiontree.storage.file import FileSessionStorage
-from sessiontree.storage.memory import MemorySessionStorage
+from sessiontree.listing import _discovery as discovery
+from sessiontree.storage import FileSessionStorage, MemorySessionStorage
 
 CWD = "/work/proj"
 T0 = 1_770_000_000_000_000_000  # ns, 2026-02-02
@@ -674,7 +672,7 @@ def test_no_cache_db_without_an_agent_dir(fstorage: CountingFile, tmp_path: Path
 
 
 def test_sessions_written_by_the_manager(agent_dir: Path) -> None:
-    from sessiontree.manager import SessionManager
+    from sessiontree.session import SessionManager
 
     with SessionManager.create(CWD) as sm:
         sm.append_message(user("hello manager")["message"])
@@ -952,7 +950,7 @@ def test_parallel_scan_matches_sequential(fstore: Store, monkeypatch: pytest.Mon
 
 def reference(storage: Any, path: str) -> tuple[Any, ...] | None:
     """What a listing must say about `path`, computed from a full load."""
-    from sessiontree.loader import read_session
+    from sessiontree.session import read_session
 
     loaded = read_session(path, storage)
     if loaded.header is None:
@@ -1180,7 +1178,7 @@ def test_a_cache_database_path_takes_no_fifo_and_no_directory(tmp_path: Path) ->
     # What is planted where a cache database belongs: a FIFO is removed (sqlite would
     # block on it), a directory is refused (it may hold someone's files), a regular file
     # (the database) is left as it is.
-    from sessiontree._fs import private_database
+    from sessiontree._util.fs import private_database
 
     fifo = tmp_path / "fifo.db"
     os.mkfifo(fifo)

@@ -14,8 +14,9 @@ import pytest
 from conftest import shared_fixture
 from helpers import assistant, user
 from sessiontree import EntryNotFoundError, SessionManager
-from sessiontree.check import check_session
-from sessiontree.export import export_html, export_jsonl, export_markdown, message_text
+from sessiontree.export import export_html, export_jsonl, export_markdown
+from sessiontree.format import message_text
+from sessiontree.maintenance import check_session
 
 LARGE_FIXTURE = "pi-v1-large-session.jsonl"
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8).decode()

@@ -19,9 +19,9 @@ from conftest import examples
 from helpers import assistant, user
 from sessiontree import SessionManager
 from sessiontree.cli import app
-from sessiontree.jsonl import serialize_entry
-from sessiontree.loader import read_head, read_session
-from sessiontree.storage.file import FileSessionStorage
+from sessiontree.format import serialize_entry
+from sessiontree.session import read_head, read_session
+from sessiontree.storage import FileSessionStorage
 
 runner = CliRunner()
 

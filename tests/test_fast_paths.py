@@ -19,12 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import examples
-from sessiontree import jsonl, persistence
-from sessiontree._unset import UNSET
-from sessiontree.blobs import MemoryBlobStore
+from sessiontree._util.unset import UNSET
 from sessiontree.errors import EntryNotSerializableError
-from sessiontree.jsonl import js_number, serialize_entry_bytes
-from sessiontree.persistence import MAX_PERSIST_CHARS, entry_line, prepare_for_persist
+from sessiontree.format import _jsonl as jsonl
+from sessiontree.format import js_number, serialize_entry_bytes
+from sessiontree.session import MAX_PERSIST_CHARS, entry_line, prepare_for_persist
+from sessiontree.session import _persistence as persistence
+from sessiontree.storage import MemoryBlobStore
 
 
 class Str(str):
@@ -455,7 +456,7 @@ def _shape(roots: list[Any], entries: list[dict[str, Any]]) -> list[Any]:
 def test_the_chain_build_is_the_general_build(
     session: tuple[list[dict[str, Any]], dict[str, str]],
 ) -> None:
-    from sessiontree import tree
+    from sessiontree.format import _tree as tree
 
     entries, labels = session
     general = _shape(tree._build_tree_general(entries, labels), entries)
@@ -472,7 +473,7 @@ def test_the_chain_build_is_the_general_build(
 
 
 def test_the_chain_build_answers_a_long_chain_with_one_branch() -> None:
-    from sessiontree import tree
+    from sessiontree.format import _tree as tree
 
     entries: list[dict[str, Any]] = [
         {"id": f"{i:08x}", "parentId": f"{i - 1:08x}" if i else None, "timestamp": "t"}

@@ -19,7 +19,7 @@ import pytest
 
 from helpers import assistant, user
 from sessiontree import SessionManager, SessionPersistenceError, SessionTreeError
-from sessiontree.storage import file as file_backend
+from sessiontree.storage import _file as file_backend
 
 ENOSPC = OSError(errno.ENOSPC, "No space left on device")
 

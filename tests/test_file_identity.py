@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import examples
-from sessiontree import discovery
-from sessiontree.discovery import clear_listing_cache, list_all_sessions
-from sessiontree.jsonl import serialize_entry
+from sessiontree.format import serialize_entry
+from sessiontree.listing import _discovery as discovery
+from sessiontree.listing import clear_listing_cache, list_all_sessions
 from sessiontree.search import search, search_sessions
 
 HEADER = {"type": "session", "version": 3, "id": "s1", "timestamp": "2026-01-01T00:00:00.000Z"}
@@ -161,7 +161,7 @@ def test_caches_written_before_ctime_was_kept_are_upgraded_and_not_trusted(
     # their rows for a file since rewritten in place must not be trusted.
     import sqlite3
 
-    from sessiontree.content_index import INDEX_DB_NAME
+    from sessiontree.search import INDEX_DB_NAME
 
     path = project / "a.jsonl"
     path.write_bytes(_session(["alpha needle"]))

@@ -25,7 +25,6 @@ from hypothesis import strategies as st
 import foreign_support as fs
 from conftest import SHARED_FIXTURES, examples, unavailable
 from sessiontree import SessionManager
-from sessiontree.context import build_session_context, convert_to_llm
 from sessiontree.foreign import ForeignSession
 from sessiontree.foreign._builder import TreeBuilder
 from sessiontree.foreign._chain import Chain
@@ -40,6 +39,7 @@ from sessiontree.foreign.opencode import (
 )
 from sessiontree.foreign.opencode_db import load_db_session
 from sessiontree.foreign.storage import session_bytes
+from sessiontree.format import build_session_context, convert_to_llm
 
 FOREIGN = SHARED_FIXTURES / "foreign"
 OPENCODE = sorted(p.name for p in (FOREIGN / "opencode").glob("*.jsonl"))

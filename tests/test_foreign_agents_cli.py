@@ -24,10 +24,10 @@ import foreign_support as fs
 from conftest import SHARED_FIXTURES, require_module, unavailable
 from sessiontree import SessionManager, load_entries_from_file
 from sessiontree.cli import app
-from sessiontree.content_index import ContentIndex
-from sessiontree.context import convert_to_llm
 from sessiontree.foreign import agents, opencode_db
 from sessiontree.foreign.store import ForeignStore
+from sessiontree.format import convert_to_llm
+from sessiontree.search import ContentIndex
 from test_foreign_agents import assert_answered
 
 runner = CliRunner()

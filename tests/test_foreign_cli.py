@@ -16,11 +16,11 @@ import foreign_support as fs
 from conftest import SHARED_FIXTURES, require_module, unavailable
 from sessiontree import SessionManager, load_entries_from_file
 from sessiontree.cli import app
-from sessiontree.content_index import ContentIndex
 from sessiontree.foreign import listing, read_claude_session, read_codex_session
 from sessiontree.foreign import store as store_module
 from sessiontree.foreign.listing import ForeignMeta
 from sessiontree.foreign.store import ForeignStore
+from sessiontree.search import ContentIndex
 
 runner = CliRunner()
 FOREIGN = SHARED_FIXTURES / "foreign"

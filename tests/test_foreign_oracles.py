@@ -49,7 +49,7 @@ import foreign_support as fs
 from conftest import SHARED_FIXTURES, require_module, unavailable
 from sessiontree import SessionManager, build_session_context, load_entries_from_file
 from sessiontree.foreign import ForeignSession, read_claude_session, read_codex_session
-from sessiontree.jsonl import serialize_entry
+from sessiontree.format import serialize_entry
 
 FOREIGN = SHARED_FIXTURES / "foreign"
 ORACLES: dict[str, Any] = json.loads((fs.DATA / "oracles.json").read_text(encoding="utf-8"))

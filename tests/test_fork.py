@@ -36,7 +36,7 @@ from sessiontree import (
     SessionLockError,
     SessionManager,
 )
-from sessiontree.locks import lock_path_for
+from sessiontree.storage import lock_path_for
 
 TIMEOUT = 60.0
 
@@ -531,7 +531,7 @@ def test_a_forked_child_neither_uses_nor_closes_the_parents_history(tmp_path: Pa
 
 
 def test_a_forked_child_does_not_use_the_parents_content_index(tmp_path: Path) -> None:
-    from sessiontree.content_index import ContentIndex
+    from sessiontree.search import ContentIndex
 
     agent = Path(os.environ["PI_CODING_AGENT_DIR"])
     agent.mkdir(parents=True)

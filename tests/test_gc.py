@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-import sessiontree.gc as gc_module
+import sessiontree.maintenance._gc as gc_module
 from helpers import assistant, user
 from sessiontree import BlobStore, SessionManager
-from sessiontree.gc import collect_garbage, list_blobs
+from sessiontree.maintenance import collect_garbage, list_blobs
 from sessiontree.storage import MemorySessionStorage
 
 LATER = time.time() + 3600  # "now" for tests that need every blob to be old

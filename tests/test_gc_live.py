@@ -23,14 +23,12 @@ from typing import Any
 
 import pytest
 
-import sessiontree.gc as gc_module
+import sessiontree.maintenance._gc as gc_module
 from conftest import unavailable
 from helpers import assistant, user
 from sessiontree import BlobStore, MissingBlobError, SessionManager
-from sessiontree.blobs import MemoryBlobStore
-from sessiontree.gc import collect_garbage
-from sessiontree.pins import LIVE_DIR, read_pins
-from sessiontree.storage import MemorySessionStorage
+from sessiontree.maintenance import collect_garbage
+from sessiontree.storage import LIVE_DIR, MemoryBlobStore, MemorySessionStorage, read_pins
 
 CLI = os.path.join(os.path.dirname(sys.executable), "sessiontree")
 

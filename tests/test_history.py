@@ -20,7 +20,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import examples
-from sessiontree import history as history_module
 from sessiontree.errors import SessionPersistenceError
 from sessiontree.history import (
     MAX_LIMIT,
@@ -30,6 +29,7 @@ from sessiontree.history import (
     HistoryStorage,
     read_history,
 )
+from sessiontree.history import _history as history_module
 
 
 @pytest.fixture
@@ -691,7 +691,7 @@ def test_write_errors_are_logged_not_raised(
 def test_exit_without_close_writes_queued_prompts(db_path: Path) -> None:
     script = (
         "import sys\n"
-        "from sessiontree.history import HistoryStorage\n"
+        "from sessiontree.history._history import HistoryStorage\n"
         "h = HistoryStorage.open(sys.argv[1])\n"
         "for i in range(200):\n"
         "    h.add(f'prompt {i}')\n"

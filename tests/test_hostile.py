@@ -23,10 +23,10 @@ from sessiontree import (
     parse_jsonl_lenient,
     serialize_entry,
 )
-from sessiontree.loader import read_session
-from sessiontree.paths import get_terminal_id, is_safe_name
+from sessiontree.format import build_tree
+from sessiontree.layout import get_terminal_id, is_safe_name
+from sessiontree.session import read_session
 from sessiontree.storage import MemorySessionStorage
-from sessiontree.tree import build_tree
 
 FUZZ = settings(
     max_examples=examples(150, "SESSIONTREE_FUZZ_EXAMPLES"),

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from conftest import examples
 from sessiontree import UNSET, parse_jsonl_lenient, serialize_entry
-from sessiontree.jsonl import iter_jsonl_bytes, js_number, loads_line
+from sessiontree.format import iter_jsonl_bytes, js_number, loads_line
 
 
 def test_skips_malformed_and_blank_lines_and_continues() -> None:

@@ -31,10 +31,8 @@ from hypothesis import strategies as st
 from conftest import examples
 from helpers import assistant, last_entry_id, user
 from sessiontree import BlobStore, SessionManager, SessionWriteConflictError
-from sessiontree.index import EntryIndex
-from sessiontree.jsonl import serialize_entry_bytes
-from sessiontree.loader import LAZY_LOAD_BYTES
-from sessiontree.tree import SessionTreeNode
+from sessiontree.format import SessionTreeNode, serialize_entry_bytes
+from sessiontree.session import LAZY_LOAD_BYTES, EntryIndex
 
 IMAGE = "iVBORw0KGgo" + "B" * 1500
 
@@ -438,7 +436,7 @@ def test_edits_of_read_entries_are_written_the_rest_copied(work: Path) -> None:
 def test_small_files_load_whole_by_default(work: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = big_session(work, 3)
     assert not is_lazy(SessionManager.open(str(path), read_only=True))
-    monkeypatch.setattr("sessiontree.loader.LAZY_LOAD_BYTES", 0)
+    monkeypatch.setattr("sessiontree.session._loader.LAZY_LOAD_BYTES", 0)
     assert is_lazy(SessionManager.open(str(path), read_only=True))
 
 
@@ -503,9 +501,9 @@ def test_the_index_pass_reads_every_chunking_as_the_full_loader(
     """Lines across chunk boundaries (read inline or by the reader thread), a leading
     BOM, CRLF ends, a torn or whitespace tail: the same entries and line facts as
     `read_session`."""
-    import sessiontree.line_index as line_index
-    from sessiontree.loader import read_session
-    from sessiontree.storage.file import FilePin, FileSessionStorage
+    import sessiontree.session._line_index as line_index
+    from sessiontree.session import read_session
+    from sessiontree.storage import FilePin, FileSessionStorage
 
     directory = tmp_path_factory.mktemp("s") / "sessions"
     directory.mkdir()
@@ -546,7 +544,9 @@ def test_fork_from_a_lazy_source_copies_its_lines(
     work: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = big_session(work)
-    monkeypatch.setattr("sessiontree.loader.LAZY_LOAD_BYTES", 0)  # the source opens index first
+    monkeypatch.setattr(
+        "sessiontree.session._loader.LAZY_LOAD_BYTES", 0
+    )  # the source opens index first
     forked = SessionManager.fork_from(str(path), "/elsewhere", str(work / "forks"))
     assert is_lazy(forked)
     new = forked.get_session_file()
@@ -600,8 +600,8 @@ def test_lazy_and_whole_managers_stay_alike_through_random_writes(
     """The same operations (appends, branches, labels, compactions, renames, in-place
     edits, reads) on a session opened whole and one opened index first: the same
     entries, tree and context after each, and the same bytes on disk at the end."""
-    import sessiontree.index as index_module
-    import sessiontree.manager as manager_module
+    import sessiontree.session._index as index_module
+    import sessiontree.session._manager as manager_module
 
     path_a, path_b, full, lazy = writable_pair(tmp_path_factory, script)
     step = [0]
@@ -753,9 +753,9 @@ def resuming(lazy: bool) -> Iterator[None]:
         return f"{n:08x}"
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("sessiontree.loader.LAZY_LOAD_BYTES", 0 if lazy else 1 << 62)
-        mp.setattr("sessiontree.index.generate_entry_id", new_id)
-        mp.setattr("sessiontree.manager.iso_now", lambda: NOW)
+        mp.setattr("sessiontree.session._loader.LAZY_LOAD_BYTES", 0 if lazy else 1 << 62)
+        mp.setattr("sessiontree.session._index.generate_entry_id", new_id)
+        mp.setattr("sessiontree.session._manager.iso_now", lambda: NOW)
         yield
 
 

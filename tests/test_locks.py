@@ -18,8 +18,8 @@ from sessiontree import (
     SessionWriteConflictError,
     load_entries_from_file,
 )
-from sessiontree.locks import is_locked, lock_path_for
-from sessiontree.session_file import LOCK_CHECK_SECONDS
+from sessiontree.session import LOCK_CHECK_SECONDS
+from sessiontree.storage import is_locked, lock_path_for
 
 HOLDER = textwrap.dedent(
     """

@@ -63,7 +63,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-import sessiontree.gc as gc_module
+import sessiontree.maintenance._gc as gc_module
 from conftest import examples
 from helpers import last_entry_id
 from sessiontree import (
@@ -74,22 +74,26 @@ from sessiontree import (
     SessionLockError,
     SessionManager,
     SessionTreeError,
-    loader,
-    session_file,
 )
-from sessiontree import manager as manager_module
-from sessiontree._fs import side_stem
-from sessiontree.blobs import BlobStore, MemoryBlobStore, find_blob_refs
-from sessiontree.check import check_session
+from sessiontree._util.fs import side_stem
 from sessiontree.errors import SessionClosedError
-from sessiontree.gc import collect_garbage
-from sessiontree.jsonl import loads_line, serialize_entry_bytes
-from sessiontree.loader import read_session
-from sessiontree.locks import FileLock, lock_path_for
-from sessiontree.paths import get_default_session_dir
-from sessiontree.persistence import prepare_for_persist
-from sessiontree.pins import LIVE_DIR, read_pins
-from sessiontree.storage.file import FileSessionStorage
+from sessiontree.format import loads_line, serialize_entry_bytes
+from sessiontree.layout import get_default_session_dir
+from sessiontree.maintenance import check_session, collect_garbage
+from sessiontree.session import _file as session_file
+from sessiontree.session import _loader as loader
+from sessiontree.session import _manager as manager_module
+from sessiontree.session import prepare_for_persist, read_session
+from sessiontree.storage import (
+    LIVE_DIR,
+    BlobStore,
+    FileLock,
+    FileSessionStorage,
+    MemoryBlobStore,
+    find_blob_refs,
+    lock_path_for,
+    read_pins,
+)
 
 pytestmark = pytest.mark.slow  # a few minutes under the ci profile
 

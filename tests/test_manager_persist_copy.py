@@ -11,7 +11,7 @@ import pytest
 
 from helpers import assistant, user
 from sessiontree import UNSET, SessionManager, get_default_session_dir
-from sessiontree.storage.memory import MemorySessionStorage
+from sessiontree.storage import MemorySessionStorage
 
 
 def _header(path: str) -> dict[str, object]:

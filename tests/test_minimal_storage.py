@@ -2,7 +2,7 @@
 
 It supports every operation on one session (create, open with migration, append,
 flush, rewrite, rename, fork, context, and listing one directory), with the
-fallbacks `sessiontree.storage.base` documents; store-wide operations refuse with
+fallbacks `sessiontree.storage._base` documents; store-wide operations refuse with
 `MissingCapabilityError`, naming what is missing. Such a storage has no writer lock.
 """
 
@@ -21,9 +21,8 @@ from sessiontree import (
     SessionWriteConflictError,
     StorageStat,
 )
-from sessiontree.gc import collect_garbage
-from sessiontree.maintenance import delete_session
-from sessiontree.storage.base import (
+from sessiontree.maintenance import collect_garbage, delete_session
+from sessiontree.storage import (
     AtomicWrites,
     ChunkedReads,
     DirectoryTree,

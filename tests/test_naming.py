@@ -15,8 +15,7 @@ from hypothesis import strategies as st
 
 from conftest import examples
 from sessiontree import SessionManager
-from sessiontree.discovery import list_sessions
-from sessiontree.naming import (
+from sessiontree.format import (
     TITLE_SLOT_BYTES,
     entry_name,
     head_kind,
@@ -28,6 +27,7 @@ from sessiontree.naming import (
     session_name,
     title_slot_line,
 )
+from sessiontree.listing import list_sessions
 
 names = st.one_of(st.none(), st.sampled_from(["", "  ", "Alpha", " Beta ", "Gamma"]))
 

@@ -25,7 +25,7 @@ For every committed session file:
 Every test runs twice: with the files loaded whole, and loaded index first (as
 sessions of 8 MiB and more are), where entries are read only when asked for.
 
-Messages are stringified with `sessiontree.jsonl.serialize_value` when it exists, else as
+Messages are stringified with `sessiontree.format._jsonl.serialize_value` when it exists, else as
 `"[" + ",".join(serialize_entry(m) for m in messages) + "]"`, which is what
 `JSON.stringify` writes for an array of objects.
 """
@@ -41,7 +41,7 @@ from typing import Any
 import pytest
 
 import sessiontree
-import sessiontree.jsonl
+import sessiontree.format._jsonl
 from sessiontree import BlobStore, SessionManager, load_entries_from_file, serialize_entry
 
 DATA = Path(__file__).parent / "data" / "peers"
@@ -52,7 +52,7 @@ MANIFEST = json.loads((DATA / "manifest.json").read_text(encoding="utf-8"))
 def load_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both ways a session is loaded (see the module doc)."""
     if request.param == "index-first":
-        monkeypatch.setattr("sessiontree.loader.LAZY_LOAD_BYTES", 0)
+        monkeypatch.setattr("sessiontree.session._loader.LAZY_LOAD_BYTES", 0)
     return str(request.param)
 
 
@@ -71,7 +71,7 @@ OMP_FILES = _files(lambda case, rec: case["writer"] == "omp")
 
 
 def stringify(value: list[Any]) -> str:
-    ser = getattr(sessiontree.jsonl, "serialize_value", None)
+    ser = getattr(sessiontree.format._jsonl, "serialize_value", None)
     if ser is not None:
         return str(ser(value))
     return "[" + ",".join(serialize_entry(m) for m in value) + "]"

@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 
 from conftest import examples
 from sessiontree import SessionManager
-from sessiontree.blobs import BlobPutResult, BlobStore, MemoryBlobStore
-from sessiontree.persistence import (
+from sessiontree.session import (
     BLOB_EXTERNALIZE_THRESHOLD,
     MAX_PERSIST_CHARS,
     TRUNCATION_NOTICE,
@@ -28,6 +27,7 @@ from sessiontree.persistence import (
     resolve_blob_refs,
     truncate_for_persist,
 )
+from sessiontree.storage import BlobPutResult, BlobStore, MemoryBlobStore
 
 KEEP = MAX_PERSIST_CHARS - len(TRUNCATION_NOTICE)
 EMOJI = "😀"  # two UTF-16 units

@@ -30,10 +30,10 @@ from typer.testing import CliRunner
 from conftest import SHARED_FIXTURES, examples
 from helpers import assistant
 from sessiontree import BlobStore, SessionManager, get_default_session_dir
-from sessiontree.agent_dir import is_pi_agent_dir, writes_pi_form
 from sessiontree.cli import app
-from sessiontree.jsonl import serialize_entry_bytes
-from sessiontree.persistence import MAX_PERSIST_CHARS, TRUNCATION_NOTICE
+from sessiontree.format import serialize_entry_bytes
+from sessiontree.layout import is_pi_agent_dir, writes_pi_form
+from sessiontree.session import MAX_PERSIST_CHARS, TRUNCATION_NOTICE
 
 DATA = Path(__file__).parent / "data" / "peers"
 MANIFEST = json.loads((DATA / "manifest.json").read_text(encoding="utf-8"))
@@ -52,7 +52,7 @@ PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 8
 def load_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Both ways a session is loaded (index first: as sessions of 8 MiB and more are)."""
     if request.param == "index-first":
-        monkeypatch.setattr("sessiontree.loader.LAZY_LOAD_BYTES", 0)
+        monkeypatch.setattr("sessiontree.session._loader.LAZY_LOAD_BYTES", 0)
     return str(request.param)
 
 

@@ -205,7 +205,7 @@ def test_a_dropped_lock_taken_by_another_stops_the_writer(
     import psycopg
 
     from sessiontree import SessionLockError, SessionManager
-    from sessiontree.session_file import LOCK_CHECK_SECONDS as _GAP_SECONDS
+    from sessiontree.session import LOCK_CHECK_SECONDS as _GAP_SECONDS
 
     root = tmp_path / "agent"
     url, _ = store

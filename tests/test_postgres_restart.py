@@ -29,7 +29,7 @@ from sessiontree import (
     SessionPersistenceError,
     SessionWriteConflictError,
 )
-from sessiontree.session_file import LOCK_CHECK_SECONDS
+from sessiontree.session import LOCK_CHECK_SECONDS
 from sessiontree.storage.postgres import PostgresSessionStorage, new_schema_name
 
 # Crash runs: a server of its own, started, restarted, crashed and stopped again and again.

@@ -17,10 +17,10 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from sessiontree import load_entries_from_file
-from sessiontree.check import repair_session
 from sessiontree.cli import app
 from sessiontree.errors import SessionTreeError
-from sessiontree.storage.memory import MemorySessionStorage
+from sessiontree.maintenance import repair_session
+from sessiontree.storage import MemorySessionStorage
 from test_check import damaged
 
 runner = CliRunner()
@@ -68,7 +68,7 @@ def test_repair_never_writes_through_a_symlink_at_its_name(tmp_path: Path) -> No
 
 def _appearing(path: str, when: str) -> Any:
     """A write of the repaired bytes during which another program creates `path`."""
-    from sessiontree import _fs
+    from sessiontree._util import fs as _fs
 
     original = _fs.write_all
 
@@ -83,7 +83,7 @@ def _appearing(path: str, when: str) -> Any:
 def test_a_file_made_at_the_name_while_repair_writes_is_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sessiontree import _fs
+    from sessiontree._util import fs as _fs
 
     path = damaged(tmp_path)
     monkeypatch.setattr(_fs, "write_all", _appearing(f"{path}.repaired", "meanwhile"))

@@ -15,8 +15,7 @@ from hypothesis import strategies as st
 from conftest import examples
 from helpers import assistant, user
 from sessiontree import SessionManager, serialize_entry
-from sessiontree.export import entry_text
-from sessiontree.jsonl import loads_line
+from sessiontree.format import entry_text, loads_line
 from sessiontree.search import search_sessions
 from sessiontree.storage import FileSessionStorage
 

@@ -15,10 +15,9 @@ from sessiontree import (
     SessionPersistenceError,
     SessionWriteConflictError,
 )
-from sessiontree.blobs import MemoryBlobStore
 from sessiontree.errors import SessionClosedError
-from sessiontree.locks import lock_path_for
-from sessiontree.session_file import LINK_CHECK_SECONDS, SessionFile, rescue_dir
+from sessiontree.session import LINK_CHECK_SECONDS, SessionFile, rescue_dir
+from sessiontree.storage import MemoryBlobStore, lock_path_for
 
 HEADER = b'{"type":"session","version":3,"id":"s1","timestamp":"t","cwd":"/p"}\n'
 

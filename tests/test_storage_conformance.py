@@ -19,20 +19,18 @@ import pytest
 
 from pg_support import pg_storage
 from sessiontree import InvalidBlobRefError, SessionLockError, serialize_entry
-from sessiontree.blobs import CollectableBlobStore
-from sessiontree.locks import is_locked
 from sessiontree.storage import (
+    BlobBackedStorage,
+    CollectableBlobStore,
     FileSessionStorage,
+    LockingStorage,
     MemorySessionStorage,
+    SessionIndexStorage,
     SessionStorage,
     SessionStorageWriter,
     StorageStat,
-)
-from sessiontree.storage.base import (
-    BlobBackedStorage,
-    LockingStorage,
-    SessionIndexStorage,
     WriterLock,
+    is_locked,
 )
 
 # Each factory is a context manager: a backend with a server behind it gets a fresh
@@ -210,7 +208,7 @@ def test_list_files_one_level_with_pattern(storage: SessionStorage, root: str) -
 def test_a_stored_file_is_named_by_its_listing_whatever_its_name(
     storage: SessionStorage, root: str
 ) -> None:
-    from sessiontree.storage.base import is_stored_file
+    from sessiontree.storage import is_stored_file
 
     odd = os.path.join(root, "a*b?[c].jsonl")  # glob metacharacters match only themselves
     storage.write_text(odd, "x")

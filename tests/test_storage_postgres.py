@@ -27,7 +27,7 @@ def pg(tmp_path: Path) -> Iterator[Any]:
 
 
 def test_paths_are_keys_relative_to_the_root(pg: Any, tmp_path: Path) -> None:
-    from sessiontree.storage.base import RootedStorage, store_root
+    from sessiontree.storage import RootedStorage, store_root
     from sessiontree.storage.postgres import PathOutsideStoreError, PostgresSessionStorage
 
     root = tmp_path / "agent"
@@ -318,15 +318,15 @@ class _WithoutIndex:
 
 
 def test_discovery_from_the_index_equals_scanning_the_files(tmp_path: Path) -> None:
-    from sessiontree.discovery import (
+    from sessiontree.listing import (
         clear_listing_cache,
         find_most_recent_session,
         get_recent_sessions,
         list_all_sessions,
         list_sessions,
     )
+    from sessiontree.maintenance import import_files
     from sessiontree.storage import SessionIndexStorage
-    from sessiontree.stores import import_files
 
     agent = tmp_path / "agent"
     _varied_store(agent)

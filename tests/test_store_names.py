@@ -28,10 +28,10 @@ from conftest import examples, require_module
 from helpers import assistant, user
 from pg_support import fresh_schema, pg_storage
 from sessiontree import SessionManager
-from sessiontree._fs import NAME_MAX, name_problem
-from sessiontree.blobs import BlobStore
+from sessiontree._util.fs import NAME_MAX, name_problem
 from sessiontree.cli import app
-from sessiontree.stores import TransferReport, export_files, import_files
+from sessiontree.maintenance import TransferReport, export_files, import_files
+from sessiontree.storage import BlobStore
 
 psycopg = require_module("psycopg")
 
@@ -153,7 +153,7 @@ def test_export_files_writes_only_sessions_and_blobs_whatever_the_database_holds
 
 
 def test_readers_leave_out_rows_whose_names_are_not_paths(tmp_path: Path) -> None:
-    from sessiontree.discovery import list_all_sessions
+    from sessiontree.listing import list_all_sessions
 
     data = _session_bytes(tmp_path)
     root = tmp_path / "db"
@@ -283,7 +283,7 @@ def test_a_store_from_before_the_check_opens_reports_its_bad_rows_and_keeps_them
 
 
 def test_a_walk_deeper_than_any_agent_writes_is_cut_and_reported(tmp_path: Path) -> None:
-    from sessiontree.stores import _MAX_DEPTH
+    from sessiontree.maintenance._transfers import _MAX_DEPTH
 
     with pg_storage(root=tmp_path / "db") as storage:
         deep = "/".join(["sessions", *["d"] * (_MAX_DEPTH + 5)])

@@ -13,14 +13,9 @@ import pytest
 
 from helpers import assistant, user
 from pg_support import fresh_schema, pg_storage
-from sessiontree import (
-    FileSessionStorage,
-    SessionManager,
-    SessionTreeError,
-    load_entries_from_file,
-)
-from sessiontree.blobs import BlobStore
-from sessiontree.stores import STORE_ENV, close_store, export_files, import_files, open_store
+from sessiontree import FileSessionStorage, SessionManager, SessionTreeError, load_entries_from_file
+from sessiontree.maintenance import STORE_ENV, close_store, export_files, import_files, open_store
+from sessiontree.storage import BlobStore
 
 
 def test_open_store_files_by_default_and_for_paths(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -70,7 +65,7 @@ def test_missing_psycopg_says_what_to_install() -> None:
         import sys
         sys.modules["psycopg"] = None  # as if the extra were not installed
         from sessiontree import SessionTreeError
-        from sessiontree.stores import open_store
+        from sessiontree.maintenance import open_store
         try:
             open_store("postgresql://localhost/db")
         except SessionTreeError as exc:

@@ -20,8 +20,7 @@ from sessiontree import (
     build_session_context,
     serialize_entry,
 )
-from sessiontree.context import ContextBuilder
-from sessiontree.tree import build_tree, path_to_root
+from sessiontree.format import ContextBuilder, build_tree, path_to_root
 
 ID = re.compile(r"^[0-9a-f]{8}$")
 

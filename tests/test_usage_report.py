@@ -13,15 +13,15 @@ from hypothesis import strategies as st
 
 from conftest import examples
 from sessiontree import serialize_entry
-from sessiontree.pricing import price_table
-from sessiontree.stats import store_stats
-from sessiontree.usage_report import (
+from sessiontree.reports import (
     blocks,
     count_once,
     load_usage,
     parse_time,
     price,
+    price_table,
     report,
+    store_stats,
     time_zone,
 )
 

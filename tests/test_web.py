@@ -30,10 +30,11 @@ import pytest
 from conftest import REPO_ROOT, require_module
 from helpers import assistant, user
 from sessiontree import SessionManager
-from sessiontree.check import check_session
-from sessiontree.export import export_markdown, message_text
-from sessiontree.stats import store_stats
-from sessiontree.storage.file import FileSessionStorage
+from sessiontree.export import export_markdown
+from sessiontree.format import message_text
+from sessiontree.maintenance import check_session
+from sessiontree.reports import store_stats
+from sessiontree.storage import FileSessionStorage
 from web_support import (
     HOSTILE,
     HOSTILE_ID,
@@ -1008,7 +1009,7 @@ def test_a_database_store(store: WebStore, tmp_path: Path) -> None:
     import shutil
 
     from pg_support import pg_storage
-    from sessiontree.stores import import_files
+    from sessiontree.maintenance import import_files
 
     agent = tmp_path / "agent"
     shutil.copytree(store.agent, agent, ignore=shutil.ignore_patterns("cache"))
@@ -1079,7 +1080,7 @@ def test_two_stores_served_at_once_each_use_their_own_agent_dir(
     from concurrent.futures import ThreadPoolExecutor
 
     from sessiontree import BlobStore
-    from sessiontree.paths import encode_session_dir_name
+    from sessiontree.layout import encode_session_dir_name
     from web_support import png
 
     one, two = tmp_path / "one", tmp_path / "two"

@@ -19,8 +19,8 @@ import pytest
 from conftest import require_module, unavailable
 from helpers import assistant, user
 from sessiontree import SessionManager
-from sessiontree.export import message_text
-from sessiontree.storage.file import FileSessionStorage
+from sessiontree.format import message_text
+from sessiontree.storage import FileSessionStorage
 from web_support import (
     BROWSER_ARGS,
     CHROMIUM,

@@ -14,8 +14,8 @@ from typing import Any
 
 from helpers import assistant, user
 from sessiontree import SessionManager
-from sessiontree.jsonl import serialize_entry
-from sessiontree.paths import encode_session_dir_name
+from sessiontree.format import serialize_entry
+from sessiontree.layout import encode_session_dir_name
 
 CHROMIUM = os.environ.get("SESSIONTREE_CHROMIUM", "/usr/bin/chromium")
 BROWSER_ARGS = [

@@ -6,27 +6,9 @@ too: one `JSON.stringify`-identical line per entry, linked by `id`/`parentId`.
 
 from __future__ import annotations
 
-from ._unset import UNSET
-from ._version import __version__ as __version__
-from .blobs import BlobPutResult, BlobStore, is_blob_ref, parse_blob_ref
-from .context import (
-    SessionContext,
-    build_session_context,
-    convert_to_llm,
-    create_branch_summary_message,
-    create_compaction_summary_message,
-    create_custom_message,
-)
-from .discovery import (
-    RecentSessionInfo,
-    ResolvedSessionMatch,
-    SessionInfo,
-    find_most_recent_session,
-    get_recent_sessions,
-    resolve_resumable_session,
-)
-from .entries import CURRENT_SESSION_VERSION
-from .errors import (
+from sessiontree._util.unset import UNSET
+from sessiontree._version import __version__ as __version__
+from sessiontree.errors import (
     AmbiguousSessionError,
     EntryNotFoundError,
     EntryNotSerializableError,
@@ -40,22 +22,49 @@ from .errors import (
     SessionTreeError,
     SessionWriteConflictError,
 )
-from .history import HistoryEntry, HistoryStorage
-from .jsonl import parse_jsonl_lenient, serialize_entry
-from .loader import load_entries_from_file
-from .manager import SessionManager, UsageStatistics
-from .migrations import migrate_session_entries
-from .paths import encode_session_dir_name, get_agent_dir, get_default_session_dir
-from .persistence import BLOB_EXTERNALIZE_THRESHOLD, MAX_PERSIST_CHARS, TRUNCATION_NOTICE
-from .storage import (
+from sessiontree.format import (
+    CURRENT_SESSION_VERSION,
+    SessionContext,
+    SessionTreeNode,
+    build_session_context,
+    convert_to_llm,
+    create_branch_summary_message,
+    create_compaction_summary_message,
+    create_custom_message,
+    migrate_session_entries,
+    parse_jsonl_lenient,
+    serialize_entry,
+)
+from sessiontree.history import HistoryEntry, HistoryStorage
+from sessiontree.layout import encode_session_dir_name, get_agent_dir, get_default_session_dir
+from sessiontree.listing import (
+    RecentSessionInfo,
+    ResolvedSessionMatch,
+    SessionInfo,
+    find_most_recent_session,
+    get_recent_sessions,
+    resolve_resumable_session,
+)
+from sessiontree.session import (
+    BLOB_EXTERNALIZE_THRESHOLD,
+    MAX_PERSIST_CHARS,
+    TRUNCATION_NOTICE,
+    SessionManager,
+    UsageStatistics,
+    load_entries_from_file,
+)
+from sessiontree.storage import (
+    BlobPutResult,
+    BlobStore,
     FileSessionStorage,
     MemorySessionStorage,
+    MissingCapabilityError,
     SessionStorage,
     SessionStorageWriter,
     StorageStat,
+    is_blob_ref,
+    parse_blob_ref,
 )
-from .storage.base import MissingCapabilityError
-from .tree import SessionTreeNode
 
 __all__ = [
     "BLOB_EXTERNALIZE_THRESHOLD",

@@ -1,6 +1,6 @@
 """`python -m sessiontree`: the `sessiontree` command."""
 
-from .cli import main
+from sessiontree.cli import main
 
 if __name__ == "__main__":
     main()

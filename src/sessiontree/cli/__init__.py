@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from .app import app, main
+from sessiontree.cli.app import app, main
 
 __all__ = ["app", "main"]

@@ -19,9 +19,15 @@ from typing import Any
 
 import typer
 
-from ..errors import AmbiguousSessionError, SessionTreeError
-from .errors import EXIT_AMBIGUOUS, EXIT_ERROR, CliError, ambiguous_message, error_text
-from .registry import LazyGroup
+from sessiontree.cli.errors import (
+    EXIT_AMBIGUOUS,
+    EXIT_ERROR,
+    CliError,
+    ambiguous_message,
+    error_text,
+)
+from sessiontree.cli.registry import LazyGroup
+from sessiontree.errors import AmbiguousSessionError, SessionTreeError
 
 __all__ = ["app", "main"]
 
@@ -29,7 +35,7 @@ __all__ = ["app", "main"]
 def _error(message: str, code: int) -> typer.Exit:
     from rich.text import Text
 
-    from .common import err_console
+    from sessiontree.cli.common import err_console
 
     # One line, whatever the message (a database driver's may span several).
     message = " ".join(part.strip() for part in message.splitlines() if part.strip())

@@ -16,30 +16,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from ..errors import SessionTreeError
-from ..foreign import ForeignSession
-from ..foreign.agents import detect_file
-from ..foreign.importer import (
-    AlreadyImportedError,
-    EarlierImport,
-    find_imports,
-    import_session,
-)
-from ..foreign.opencode_db import is_opencode_db, split_db_path
-from ..foreign.storage import ForeignStorage
-from ..foreign.store import (
-    AGENT_NAMES,
-    AGENTS,
-    FOREIGN_AGENTS,
-    ForeignListing,
-    ForeignStore,
-    detect_agent,
-    native_agent_dir,
-    require_store_exists,
-)
-from ..paths import get_agent_dir
-from ..storage.base import SessionStorage
-from .common import (
+from sessiontree.cli.common import (
     EXIT_AMBIGUOUS,
     EXIT_USAGE,
     CliError,
@@ -52,7 +29,30 @@ from .common import (
     invoked_command,
     progress,
 )
-from .common import agent_dir as current_agent_dir
+from sessiontree.cli.common import agent_dir as current_agent_dir
+from sessiontree.errors import SessionTreeError
+from sessiontree.foreign import ForeignSession
+from sessiontree.foreign.agents import detect_file
+from sessiontree.foreign.importer import (
+    AlreadyImportedError,
+    EarlierImport,
+    find_imports,
+    import_session,
+)
+from sessiontree.foreign.opencode_db import is_opencode_db, split_db_path
+from sessiontree.foreign.storage import ForeignStorage
+from sessiontree.foreign.store import (
+    AGENT_NAMES,
+    AGENTS,
+    FOREIGN_AGENTS,
+    ForeignListing,
+    ForeignStore,
+    detect_agent,
+    native_agent_dir,
+    require_store_exists,
+)
+from sessiontree.layout import get_agent_dir
+from sessiontree.storage import SessionStorage
 
 __all__ = ["READING_COMMANDS", "import_command", "read_in_place", "resolve_agent"]
 

@@ -15,18 +15,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ..context import convert_to_llm
-from ..discovery import SessionInfo, list_all_sessions, list_sessions
-from ..entries import format_iso
-from ..export import entry_role, message_text
-from ..foreign.storage import index_view
-from ..gc import storage_blob_store
-from ..history import read_history
-from ..maintenance import file_version, session_files
-from ..search import SearchHit, search
-from ..stats import UsageTotals, store_stats, summarize_session
-from ..usage_report import Totals, parse_time, time_zone
-from .common import (
+from sessiontree.cli.common import (
     EXIT_USAGE,
     CliError,
     JsonOption,
@@ -41,8 +30,22 @@ from .common import (
     open_read_only,
     resolve_session,
 )
-from .common import agent_dir as current_agent_dir
-from .render import TreeOptions, preview, render_tree, time_ago
+from sessiontree.cli.common import agent_dir as current_agent_dir
+from sessiontree.cli.render import TreeOptions, preview, render_tree, time_ago
+from sessiontree.foreign.storage import index_view
+from sessiontree.format import convert_to_llm, entry_role, format_iso, message_text
+from sessiontree.history import read_history
+from sessiontree.listing import SessionInfo, list_all_sessions, list_sessions
+from sessiontree.maintenance import file_version, session_files, storage_blob_store
+from sessiontree.reports import (
+    Totals,
+    UsageTotals,
+    parse_time,
+    store_stats,
+    summarize_session,
+    time_zone,
+)
+from sessiontree.search import SearchHit, search
 
 AllOption = Annotated[bool, typer.Option("--all", "-a", help="Every project, not just this one.")]
 

@@ -10,11 +10,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ..check import Finding, check_session, repair_session
-from ..errors import SessionTreeError
-from ..gc import DEFAULT_MIN_AGE_SECONDS, BlobFile, GcReport, collect_garbage
-from ..paths import EXTERNAL_SESSION_DIRS
-from .common import (
+from sessiontree.cli.common import (
     EXIT_ERROR,
     EXIT_USAGE,
     CliError,
@@ -31,7 +27,18 @@ from .common import (
     resolve_session,
     select_files,
 )
-from .common import agent_dir as current_agent_dir
+from sessiontree.cli.common import agent_dir as current_agent_dir
+from sessiontree.errors import SessionTreeError
+from sessiontree.layout import EXTERNAL_SESSION_DIRS
+from sessiontree.maintenance import (
+    DEFAULT_MIN_AGE_SECONDS,
+    BlobFile,
+    Finding,
+    GcReport,
+    check_session,
+    collect_garbage,
+    repair_session,
+)
 
 
 def _finding_json(f: Finding) -> dict[str, Any]:

@@ -12,18 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from ..agent_dir import agent_dir_of
-from ..discovery import resolve_resumable_session
-from ..errors import AmbiguousSessionError, SessionTreeError
-from ..export import export_html, export_jsonl, export_markdown
-from ..loader import read_head
-from ..maintenance import delete_session, migrate_session_file, plan_delete
-from ..manager import SessionManager
-from ..paths import get_default_session_dir
-from ..storage.base import SessionStorage
-from ..storage.file import FileSessionStorage
-from ..stores import TransferReport, export_files, import_files
-from .common import (
+from sessiontree.cli.common import (
     EXIT_AMBIGUOUS,
     EXIT_ERROR,
     EXIT_USAGE,
@@ -47,8 +36,22 @@ from .common import (
     stored_session_path,
     write_document,
 )
-from .common import agent_dir as current_agent_dir
-from .render import terminal_safe
+from sessiontree.cli.common import agent_dir as current_agent_dir
+from sessiontree.cli.render import terminal_safe
+from sessiontree.errors import AmbiguousSessionError, SessionTreeError
+from sessiontree.export import export_html, export_jsonl, export_markdown
+from sessiontree.layout import agent_dir_of, get_default_session_dir
+from sessiontree.listing import resolve_resumable_session
+from sessiontree.maintenance import (
+    TransferReport,
+    delete_session,
+    export_files,
+    import_files,
+    migrate_session_file,
+    plan_delete,
+)
+from sessiontree.session import SessionManager, read_head
+from sessiontree.storage import FileSessionStorage, SessionStorage
 
 LeafOption = Annotated[
     str | None, typer.Option("--leaf", help="Entry id ending the path (default: the leaf).")

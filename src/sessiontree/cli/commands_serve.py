@@ -8,7 +8,14 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from .common import EXIT_USAGE, CliError, agent_dir, console, current_storage, err_console
+from sessiontree.cli.common import (
+    EXIT_USAGE,
+    CliError,
+    agent_dir,
+    console,
+    current_storage,
+    err_console,
+)
 
 INSTALL_HINT = "sessiontree serve needs the web extra: pip install 'sessiontree[web]'"
 
@@ -55,7 +62,7 @@ def serve_command(
     link for another one at /link.
     """
     try:
-        from ..web.server import is_loopback, serve
+        from sessiontree.web.server import is_loopback, serve
     except ImportError as exc:
         missing = getattr(exc, "name", None) or str(exc)
         raise CliError(f"{INSTALL_HINT} ({missing} is missing)") from None

@@ -1,7 +1,7 @@
 """`sessiontree usage`: token and cost reports (daily, weekly, monthly, session, project,
 5-hour blocks, and a live view of the active block).
 
-Everything comes from `sessiontree.usage_report` (each reply counted once, unrecorded
+Everything comes from `sessiontree.reports._usage` (each reply counted once, unrecorded
 costs estimated from the price table and marked); the commands only render it.
 """
 
@@ -20,11 +20,23 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from ..entries import format_iso
-from ..foreign.storage import index_view
-from ..maintenance import session_files
-from ..pricing import price_table
-from ..usage_report import (
+from sessiontree.cli.common import (
+    EXIT_USAGE,
+    CliError,
+    JsonOption,
+    byte_progress,
+    console,
+    current_storage,
+    emit_json,
+    err_console,
+)
+from sessiontree.cli.common import agent_dir as current_agent_dir
+from sessiontree.cli.options import Command
+from sessiontree.cli.options import Group as CommandGroup
+from sessiontree.foreign.storage import index_view
+from sessiontree.format import format_iso
+from sessiontree.maintenance import session_files
+from sessiontree.reports import (
     BLOCK_HOURS,
     Block,
     Duplicates,
@@ -37,22 +49,10 @@ from ..usage_report import (
     load_usage,
     parse_time,
     price,
+    price_table,
     report,
     time_zone,
 )
-from .common import (
-    EXIT_USAGE,
-    CliError,
-    JsonOption,
-    byte_progress,
-    console,
-    current_storage,
-    emit_json,
-    err_console,
-)
-from .common import agent_dir as current_agent_dir
-from .options import Command
-from .options import Group as CommandGroup
 
 usage_app = typer.Typer(
     name="usage",

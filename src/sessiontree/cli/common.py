@@ -37,27 +37,23 @@ from rich.progress import (
 from rich.segment import Segment
 from rich.text import Text
 
-from ..agent_dir import blob_store_for as agent_blob_store_for
-from ..blobs import BlobStoreLike
-from ..discovery import resolve_resumable_session
-from ..errors import AmbiguousSessionError
-from ..jsonl import serialize_entry
-from ..maintenance import session_files
-from ..manager import SessionManager
-from ..paths import get_agent_dir
-from ..storage.base import SessionStorage, is_stored_file
-from ..storage.file import FileSessionStorage
-from ..stores import close_store, open_store
-
 # Re-exported: the commands take them from here with the rest of the plumbing.
-from .errors import EXIT_AMBIGUOUS as EXIT_AMBIGUOUS
-from .errors import EXIT_ERROR as EXIT_ERROR
-from .errors import EXIT_OK as EXIT_OK
-from .errors import EXIT_USAGE as EXIT_USAGE
-from .errors import CliError as CliError
-from .errors import ambiguous_message as ambiguous_message
-from .errors import error_text as error_text
-from .render import terminal_safe, terminal_safe_text
+from sessiontree.cli.errors import EXIT_AMBIGUOUS as EXIT_AMBIGUOUS
+from sessiontree.cli.errors import EXIT_ERROR as EXIT_ERROR
+from sessiontree.cli.errors import EXIT_OK as EXIT_OK
+from sessiontree.cli.errors import EXIT_USAGE as EXIT_USAGE
+from sessiontree.cli.errors import CliError as CliError
+from sessiontree.cli.errors import ambiguous_message as ambiguous_message
+from sessiontree.cli.errors import error_text as error_text
+from sessiontree.cli.render import terminal_safe, terminal_safe_text
+from sessiontree.errors import AmbiguousSessionError
+from sessiontree.format import serialize_entry
+from sessiontree.layout import blob_store_for as agent_blob_store_for
+from sessiontree.layout import get_agent_dir
+from sessiontree.listing import resolve_resumable_session
+from sessiontree.maintenance import close_store, open_store, session_files
+from sessiontree.session import SessionManager
+from sessiontree.storage import BlobStoreLike, FileSessionStorage, SessionStorage, is_stored_file
 
 SCHEMA_VERSION = 1
 """`schemaVersion` of every `--json` document this CLI prints."""
@@ -211,7 +207,7 @@ def is_file_store(storage: SessionStorage | None = None) -> bool:
 
 def blob_store_for(path: str) -> BlobStoreLike:
     """The blob store of the session at `path` in the store in effect (one rule:
-    `sessiontree.agent_dir.blob_store_for`)."""
+    `sessiontree.layout._agent_dir.blob_store_for`)."""
     return agent_blob_store_for(path, current_storage(), agent_dir())
 
 
@@ -284,7 +280,7 @@ def resolve_session(arg: str) -> str:
     path = os.path.abspath(os.path.expanduser(arg))
     kind = _stored_kind(storage, path)
     if kind != "dir" and is_file_store(storage):
-        from .commands_foreign import read_in_place  # it imports this module
+        from sessiontree.cli.commands_foreign import read_in_place  # it imports this module
 
         if read_in_place(path):  # another agent's session file: read in place
             return path

@@ -13,9 +13,9 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from ..manager import SessionManager
-from .common import console, emit_json
-from .render import TreeOptions, preview, render_tree
+from sessiontree.cli.common import console, emit_json
+from sessiontree.cli.render import TreeOptions, preview, render_tree
+from sessiontree.session import SessionManager
 
 
 def _png(width: int, height: int) -> bytes:

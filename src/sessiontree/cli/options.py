@@ -22,15 +22,15 @@ import typer
 import typer.main
 from typer.core import TyperCommand, TyperGroup
 
-from .._version import __version__
-from ..errors import SessionTreeError
-from .errors import EXIT_USAGE, CliError
+from sessiontree._version import __version__
+from sessiontree.cli.errors import EXIT_USAGE, CliError
+from sessiontree.errors import SessionTreeError
 
 __all__ = ["STORE_ENV", "Command", "GlobalOptions", "Group", "settle_global_options"]
 
 STORE_ENV = "SESSIONTREE_STORE"
-"""`sessiontree.stores.STORE_ENV`, written here too (a test keeps the two equal) so that
-listing the commands imports no store code."""
+"""The store transfers' `STORE_ENV`, written here too (a test keeps the two equal) so
+that listing the commands imports no store code."""
 
 AgentDirOption = Annotated[
     str | None,
@@ -179,7 +179,7 @@ def _meaning(name: str, value: str) -> str:
     if name == "agent_dir":
         return os.path.abspath(os.path.expanduser(value))
     if name == "store":
-        from ..stores import file_store_dir
+        from sessiontree.maintenance import file_store_dir
 
         try:
             files = file_store_dir(value)
@@ -221,13 +221,13 @@ def _start_invocation(ctx: Any) -> None:
     foreign = None
     if options.agent is not None or agent_dir is not None:
         # Another agent's store (Claude Code, Codex) is read through its own storage.
-        from .commands_foreign import resolve_agent
+        from sessiontree.cli.commands_foreign import resolve_agent
 
         agent_dir, foreign = resolve_agent(
             options.agent, agent_dir, root.invoked_subcommand, database=url is not None
         )
     if url is not None:
-        from ..stores import file_store_dir
+        from sessiontree.maintenance import file_store_dir
 
         files = file_store_dir(url)  # SessionTreeError for an unsupported scheme
         if files is not None:
@@ -237,7 +237,7 @@ def _start_invocation(ctx: Any) -> None:
                     EXIT_USAGE,
                 )
             agent_dir, url = files, None
-    from .common import begin_invocation
+    from sessiontree.cli.common import begin_invocation
 
     # The agent dir goes to the library as `agent_dir=` (blobs, breadcrumbs, session
     # dirs), never through the environment: None is `$PI_CODING_AGENT_DIR` or the default.

@@ -18,7 +18,7 @@ import typer
 import typer.main
 from typer.core import TyperCommand
 
-from .options import Command, Group
+from sessiontree.cli.options import Command, Group
 
 __all__ = ["COMMANDS", "CommandEntry", "LazyGroup", "load_command"]
 

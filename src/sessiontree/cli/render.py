@@ -15,9 +15,8 @@ from typing import Any
 from rich.text import Span, Text
 from rich.tree import Tree
 
-from ..export import entry_preview
-from ..manager import SessionManager
-from ..tree import SessionTreeNode
+from sessiontree.format import SessionTreeNode, entry_preview
+from sessiontree.session import SessionManager
 
 __all__ = [
     "TreeOptions",

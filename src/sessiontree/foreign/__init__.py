@@ -13,23 +13,23 @@ sessions read as v3 session trees.
 
 from __future__ import annotations
 
-from ._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
-from ._records import Damaged
-from .agents import detect_file
-from .claude import read_claude_session
-from .codex import read_codex_session
-from .copilot import read_copilot_session
-from .gemini import read_gemini_session
-from .importer import (
+from sessiontree.foreign._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
+from sessiontree.foreign._records import Damaged
+from sessiontree.foreign.agents import detect_file
+from sessiontree.foreign.claude import read_claude_session
+from sessiontree.foreign.codex import read_codex_session
+from sessiontree.foreign.copilot import read_copilot_session
+from sessiontree.foreign.gemini import read_gemini_session
+from sessiontree.foreign.importer import (
     AlreadyImportedError,
     EarlierImport,
     ImportedSession,
     find_imports,
     import_session,
 )
-from .opencode import read_opencode_export
-from .storage import ForeignStorage
-from .store import ForeignStore, detect_agent
+from sessiontree.foreign.opencode import read_opencode_export
+from sessiontree.foreign.storage import ForeignStorage
+from sessiontree.foreign.store import ForeignStore, detect_agent
 
 __all__ = [
     "AlreadyImportedError",

@@ -33,9 +33,9 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
-from ..entries import Entry
-from ..manager import SessionManager
-from ._records import iso
+from sessiontree.foreign._records import iso
+from sessiontree.format import Entry
+from sessiontree.session import SessionManager
 
 __all__ = ["TreeBuilder"]
 

@@ -1,7 +1,7 @@
 """Foreign listings and import records in the persistent listing cache.
 
 The same SQLite file as the native listing (`<agent dir>/cache/sessions-meta.db`,
-see `sessiontree.discovery`), in tables of its own, with the same rule: a row is
+see `sessiontree.listing._discovery`), in tables of its own, with the same rule: a row is
 valid for one file identity (path and `discovery.stat_identity`: size, mtime_ns,
 inode, ctime_ns), and every failure
 degrades to "no cache" (a locked, read-only or damaged database is passed over;
@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable
 from contextlib import closing
 from typing import Any, TypeVar
 
-from .._fs import private_database, utf8_encodable
-from ..discovery import CACHE_DB_NAME, add_ctime_column
-from ..jsonl import loads_line, serialize_entry_bytes
-from ..storage.file import ensure_private_dir
+from sessiontree._util.fs import private_database, utf8_encodable
+from sessiontree.format import loads_line, serialize_entry_bytes
+from sessiontree.listing import CACHE_DB_NAME, add_ctime_column
+from sessiontree.storage import ensure_private_dir
 
 __all__ = ["Identity", "IdentityCache"]
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ._builder import TreeBuilder
+from sessiontree.foreign._builder import TreeBuilder
 
 __all__ = ["INTERRUPTED", "Chain"]
 

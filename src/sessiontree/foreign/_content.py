@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..jsonl import serialize_entry
+from sessiontree.format import serialize_entry
 
 __all__ = ["ZERO_COST", "block_as_text", "int_field", "str_field", "text_of", "usage"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from ._records import Damaged
+from sessiontree.foreign._records import Damaged
 
 __all__ = ["Document", "read_document"]
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..entries import Entry
-from ..errors import SessionTreeError
-from ..manager import SessionManager
-from ..naming import new_header
-from ._records import Damaged, iso
+from sessiontree.errors import SessionTreeError
+from sessiontree.foreign._records import Damaged, iso
+from sessiontree.format import Entry, new_header
+from sessiontree.session import SessionManager
 
 __all__ = ["ForeignSession", "ForeignSubsession", "NotAForeignSessionError", "Source"]
 

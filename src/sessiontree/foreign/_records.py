@@ -14,8 +14,7 @@ from typing import Any
 
 import orjson
 
-from ..entries import format_iso, parse_iso_ms
-from ..jsonl import loads_line
+from sessiontree.format import format_iso, loads_line, parse_iso_ms
 
 __all__ = ["Damaged", "Record", "Transcript", "iso", "read_transcript", "timestamp_ms"]
 

@@ -30,15 +30,13 @@ from typing import Any
 
 import orjson
 
-from ..discovery import stat_identity
-from ..errors import SessionTreeError
-from ..jsonl import loads_line
-from ._content import str_field
-from ._model import ForeignSession, NotAForeignSessionError, Source
-from .copilot import is_copilot_event, read_copilot_session, scan_copilot
-from .gemini import is_gemini_document, read_gemini_session, scan_gemini
-from .listing import ForeignMeta
-from .opencode import (
+from sessiontree.errors import SessionTreeError
+from sessiontree.foreign._content import str_field
+from sessiontree.foreign._model import ForeignSession, NotAForeignSessionError, Source
+from sessiontree.foreign.copilot import is_copilot_event, read_copilot_session, scan_copilot
+from sessiontree.foreign.gemini import is_gemini_document, read_gemini_session, scan_gemini
+from sessiontree.foreign.listing import ForeignMeta
+from sessiontree.foreign.opencode import (
     OpenCodeSession,
     convert_opencode,
     is_default_title,
@@ -48,7 +46,7 @@ from .opencode import (
     read_opencode_json,
     storage_dir_of,
 )
-from .opencode_db import (
+from sessiontree.foreign.opencode_db import (
     DatabaseError,
     DbListing,
     DbSession,
@@ -59,6 +57,8 @@ from .opencode_db import (
     session_bytes,
     split_db_path,
 )
+from sessiontree.format import loads_line
+from sessiontree.listing import stat_identity
 
 __all__ = ["BACKENDS", "Backend", "Located", "detect_file", "detect_store"]
 

@@ -57,10 +57,10 @@ from typing import Any
 
 import orjson
 
-from ._builder import TreeBuilder
-from ._content import block_as_text, int_field, str_field, text_of, usage
-from ._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
-from ._records import Damaged, Record, Transcript, read_transcript, timestamp_ms
+from sessiontree.foreign._builder import TreeBuilder
+from sessiontree.foreign._content import block_as_text, int_field, str_field, text_of, usage
+from sessiontree.foreign._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
+from sessiontree.foreign._records import Damaged, Record, Transcript, read_transcript, timestamp_ms
 
 __all__ = ["claude_fork_parent", "claude_session_id", "claude_title", "read_claude_session"]
 

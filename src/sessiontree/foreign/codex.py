@@ -52,11 +52,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..jsonl import loads_line, serialize_entry
-from ._builder import TreeBuilder
-from ._content import block_as_text, int_field, str_field, usage
-from ._model import ForeignSession, NotAForeignSessionError
-from ._records import Record, read_transcript, timestamp_ms
+from sessiontree.foreign._builder import TreeBuilder
+from sessiontree.foreign._content import block_as_text, int_field, str_field, usage
+from sessiontree.foreign._model import ForeignSession, NotAForeignSessionError
+from sessiontree.foreign._records import Record, read_transcript, timestamp_ms
+from sessiontree.format import loads_line, serialize_entry
 
 __all__ = [
     "environment_cwd",

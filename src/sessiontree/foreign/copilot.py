@@ -44,12 +44,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._builder import TreeBuilder
-from ._chain import Chain
-from ._content import block_as_text, int_field, str_field, usage
-from ._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
-from ._records import Record, read_transcript, timestamp_ms
-from .listing import ForeignMeta, _estimate, _prompt_further, _read_windows
+from sessiontree.foreign._builder import TreeBuilder
+from sessiontree.foreign._chain import Chain
+from sessiontree.foreign._content import block_as_text, int_field, str_field, usage
+from sessiontree.foreign._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
+from sessiontree.foreign._records import Record, read_transcript, timestamp_ms
+from sessiontree.foreign.listing import ForeignMeta, _estimate, _prompt_further, _read_windows
 
 __all__ = ["is_copilot_event", "read_copilot_session", "scan_copilot"]
 

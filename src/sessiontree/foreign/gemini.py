@@ -53,14 +53,14 @@ from typing import Any
 
 import orjson
 
-from ..jsonl import serialize_entry
-from ._builder import TreeBuilder
-from ._chain import Chain
-from ._content import block_as_text, int_field, str_field, usage
-from ._document import read_document
-from ._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
-from ._records import Damaged, Record, read_transcript, timestamp_ms
-from .listing import ForeignMeta, _estimate, _read_windows
+from sessiontree.foreign._builder import TreeBuilder
+from sessiontree.foreign._chain import Chain
+from sessiontree.foreign._content import block_as_text, int_field, str_field, usage
+from sessiontree.foreign._document import read_document
+from sessiontree.foreign._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
+from sessiontree.foreign._records import Damaged, Record, read_transcript, timestamp_ms
+from sessiontree.foreign.listing import ForeignMeta, _estimate, _read_windows
+from sessiontree.format import serialize_entry
 
 __all__ = [
     "gemini_project_root",

@@ -23,17 +23,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..blobs import BlobStoreLike
-from ..discovery import same_identity, stat_identity
-from ..errors import SessionTreeError
-from ..jsonl import loads_line
-from ..maintenance import artifacts_dir, session_files
-from ..manager import SessionManager
-from ..paths import get_agent_dir, get_default_session_dir
-from ..storage.base import SessionStorage, read_chunks
-from ..storage.file import FileSessionStorage
-from ._cache import Identity, IdentityCache
-from ._model import ForeignSession
+from sessiontree.errors import SessionTreeError
+from sessiontree.foreign._cache import Identity, IdentityCache
+from sessiontree.foreign._model import ForeignSession
+from sessiontree.format import loads_line
+from sessiontree.layout import get_agent_dir, get_default_session_dir
+from sessiontree.listing import same_identity, stat_identity
+from sessiontree.maintenance import artifacts_dir, session_files
+from sessiontree.session import SessionManager
+from sessiontree.storage import BlobStoreLike, FileSessionStorage, SessionStorage, read_chunks
 
 __all__ = [
     "IMPORT_TYPE",

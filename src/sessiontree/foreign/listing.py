@@ -22,11 +22,16 @@ from typing import Any
 
 import orjson
 
-from ..jsonl import loads_line
-from ._content import str_field, text_of
-from ._records import Record, timestamp_ms
-from .claude import claude_fork_parent, claude_session_id, claude_title
-from .codex import environment_cwd, is_injected_text, is_legacy_rollout, rollout_id
+from sessiontree.foreign._content import str_field, text_of
+from sessiontree.foreign._records import Record, timestamp_ms
+from sessiontree.foreign.claude import claude_fork_parent, claude_session_id, claude_title
+from sessiontree.foreign.codex import (
+    environment_cwd,
+    is_injected_text,
+    is_legacy_rollout,
+    rollout_id,
+)
+from sessiontree.format import loads_line
 
 __all__ = ["PROMPT_REACH", "WINDOW", "ForeignMeta", "scan_claude", "scan_codex"]
 

@@ -53,12 +53,12 @@ from typing import Any
 
 import orjson
 
-from ._builder import TreeBuilder
-from ._chain import Chain
-from ._content import int_field, str_field, usage
-from ._document import read_document
-from ._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
-from ._records import Damaged, timestamp_ms
+from sessiontree.foreign._builder import TreeBuilder
+from sessiontree.foreign._chain import Chain
+from sessiontree.foreign._content import int_field, str_field, usage
+from sessiontree.foreign._document import read_document
+from sessiontree.foreign._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
+from sessiontree.foreign._records import Damaged, timestamp_ms
 
 __all__ = [
     "INTERRUPTED",

@@ -33,8 +33,8 @@ from typing import Any
 
 import orjson
 
-from ._records import Damaged
-from .opencode import OpenCodeSession
+from sessiontree.foreign._records import Damaged
+from sessiontree.foreign.opencode import OpenCodeSession
 
 __all__ = [
     "DbSession",

@@ -29,17 +29,21 @@ from datetime import UTC, datetime
 
 import orjson
 
-from ..content_index import SessionSource
-from ..discovery import same_identity
-from ..entries import Entry
-from ..errors import SessionTreeError
-from ..jsonl import loads_line, serialize_entry_bytes
-from ..paths import encode_session_dir_name
-from ..storage.base import SessionMeta, SessionStorage, SessionStorageWriter, StorageStat
-from ..storage.file import FileSessionStorage
-from ._model import ForeignSession, NotAForeignSessionError
-from ._records import iso
-from .store import ForeignListing, ForeignStore
+from sessiontree.errors import SessionTreeError
+from sessiontree.foreign._model import ForeignSession, NotAForeignSessionError
+from sessiontree.foreign._records import iso
+from sessiontree.foreign.store import ForeignListing, ForeignStore
+from sessiontree.format import Entry, loads_line, serialize_entry_bytes
+from sessiontree.layout import encode_session_dir_name
+from sessiontree.listing import same_identity
+from sessiontree.search import SessionSource
+from sessiontree.storage import (
+    FileSessionStorage,
+    SessionMeta,
+    SessionStorage,
+    SessionStorageWriter,
+    StorageStat,
+)
 
 __all__ = ["ForeignStorage", "IndexView", "index_view", "session_bytes"]
 

@@ -22,15 +22,15 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from ..discovery import same_identity, stat_identity
-from ..errors import SessionTreeError
-from ._cache import Identity, IdentityCache
-from ._model import ForeignSession, Source
-from ._records import read_transcript
-from .agents import BACKENDS, Backend, Located, detect_store
-from .claude import read_claude_session
-from .codex import read_codex_session
-from .listing import ForeignMeta, scan_claude, scan_codex
+from sessiontree.errors import SessionTreeError
+from sessiontree.foreign._cache import Identity, IdentityCache
+from sessiontree.foreign._model import ForeignSession, Source
+from sessiontree.foreign._records import read_transcript
+from sessiontree.foreign.agents import BACKENDS, Backend, Located, detect_store
+from sessiontree.foreign.claude import read_claude_session
+from sessiontree.foreign.codex import read_codex_session
+from sessiontree.foreign.listing import ForeignMeta, scan_claude, scan_codex
+from sessiontree.listing import same_identity, stat_identity
 
 log = logging.getLogger("sessiontree")
 

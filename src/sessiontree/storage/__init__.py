@@ -1,14 +1,21 @@
-"""Storage backends for session files (real filesystem, in-memory, PostgreSQL).
+"""Where the bytes live: the storage Protocols and capabilities, the file and memory
+backends (PostgreSQL in `sessiontree.storage.postgres`), the blob store, writer locks,
+live pins."""
 
-`PostgresSessionStorage` is imported on first use: it needs the optional extra
-(`pip install 'sessiontree[postgres]'`) and says so when it is missing.
-"""
+from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sessiontree.storage.base import (
+from sessiontree.storage._base import (
+    AtomicWrites,
     BlobBackedStorage,
+    ChunkedReads,
+    DirectoryTree,
+    HostFilesystem,
     LockingStorage,
+    MissingCapabilityError,
+    PinnedFile,
+    PinnedReads,
     RootedStorage,
     SessionIndexStorage,
     SessionMeta,
@@ -16,18 +23,77 @@ from sessiontree.storage.base import (
     SessionStorageWriter,
     StorageStat,
     WriterLock,
+    directory_tree,
+    is_stored_file,
+    read_chunks,
+    read_range,
+    read_range_chunks,
+    replace_checked,
+    store_root,
+    sync_dir,
+    write_new,
+    write_whole,
 )
-from sessiontree.storage.file import FileSessionStorage
-from sessiontree.storage.memory import MemorySessionStorage
+from sessiontree.storage._blobs import (
+    BLOB_REF_PREFIX,
+    BlobPins,
+    BlobPutResult,
+    BlobStatus,
+    BlobStore,
+    BlobStoreLike,
+    CollectableBlobStore,
+    MemoryBlobStore,
+    VerifiableBlobStore,
+    blob_extension_for_mime_type,
+    check_hash,
+    find_blob_refs,
+    is_blob_extension,
+    is_blob_ref,
+    parse_blob_ref,
+    same_blob_store,
+)
+from sessiontree.storage._file import (
+    FilePin,
+    FileSessionStorage,
+    ensure_private_dir,
+    fsync_directory,
+)
+from sessiontree.storage._locks import (
+    FileLock,
+    acquire_session_lock,
+    is_locked,
+    lock_path_for,
+    verify_lock,
+)
+from sessiontree.storage._memory import MemorySessionStorage
+from sessiontree.storage._pins import LIVE_DIR, read_pins
 
 if TYPE_CHECKING:
     from sessiontree.storage.postgres import PostgresSessionStorage
 
 __all__ = [
+    "BLOB_REF_PREFIX",
+    "LIVE_DIR",
+    "AtomicWrites",
     "BlobBackedStorage",
+    "BlobPins",
+    "BlobPutResult",
+    "BlobStatus",
+    "BlobStore",
+    "BlobStoreLike",
+    "ChunkedReads",
+    "CollectableBlobStore",
+    "DirectoryTree",
+    "FileLock",
+    "FilePin",
     "FileSessionStorage",
+    "HostFilesystem",
     "LockingStorage",
+    "MemoryBlobStore",
     "MemorySessionStorage",
+    "MissingCapabilityError",
+    "PinnedFile",
+    "PinnedReads",
     "PostgresSessionStorage",
     "RootedStorage",
     "SessionIndexStorage",
@@ -35,13 +101,46 @@ __all__ = [
     "SessionStorage",
     "SessionStorageWriter",
     "StorageStat",
+    "VerifiableBlobStore",
     "WriterLock",
+    "acquire_session_lock",
+    "blob_extension_for_mime_type",
+    "check_hash",
+    "directory_tree",
+    "ensure_private_dir",
+    "find_blob_refs",
+    "fsync_directory",
+    "is_blob_extension",
+    "is_blob_ref",
+    "is_locked",
+    "is_stored_file",
+    "lock_path_for",
+    "parse_blob_ref",
+    "read_chunks",
+    "read_pins",
+    "read_range",
+    "read_range_chunks",
+    "replace_checked",
+    "same_blob_store",
+    "store_root",
+    "sync_dir",
+    "verify_lock",
+    "write_new",
+    "write_whole",
 ]
+
+_LAZY = {
+    "PostgresSessionStorage": "postgres",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "PostgresSessionStorage":
-        from sessiontree.storage.postgres import PostgresSessionStorage
+    """Imported on first use: HTML needs Jinja2, PostgreSQL the `postgres` extra."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
 
-        return PostgresSessionStorage
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

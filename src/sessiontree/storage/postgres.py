@@ -89,9 +89,28 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, TypeVar
 
-from sessiontree._closing import ClosesOnExit, keep_forever, process_id
-from sessiontree._fs import glob_match_name, name_problem, utf8_prefix_text
-from sessiontree.blobs import (
+from sessiontree._util.closing import ClosesOnExit, keep_forever, process_id
+from sessiontree._util.env import get_agent_dir
+from sessiontree._util.fs import glob_match_name, name_problem, utf8_prefix_text
+from sessiontree.errors import (
+    BackendUnavailableError,
+    InheritedHandleError,
+    SessionLockError,
+    SessionTreeError,
+)
+from sessiontree.format import (
+    content_text,
+    entry_name,
+    head_kind,
+    head_title,
+    head_title_source,
+    listing_title,
+    loads_line,
+    parse_iso_ms,
+    session_name,
+)
+from sessiontree.storage._base import SessionMeta, StorageStat, WriterState
+from sessiontree.storage._blobs import (
     BLOB_REF_PREFIX,
     BlobInfo,
     BlobPutResult,
@@ -103,24 +122,6 @@ from sessiontree.blobs import (
     check_hash,
     is_blob_extension,
 )
-from sessiontree.entries import content_text, parse_iso_ms
-from sessiontree.errors import (
-    BackendUnavailableError,
-    InheritedHandleError,
-    SessionLockError,
-    SessionTreeError,
-)
-from sessiontree.jsonl import loads_line
-from sessiontree.naming import (
-    entry_name,
-    head_kind,
-    head_title,
-    head_title_source,
-    listing_title,
-    session_name,
-)
-from sessiontree.paths import get_agent_dir
-from sessiontree.storage.base import SessionMeta, StorageStat, WriterState
 
 try:
     import psycopg

@@ -26,10 +26,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from ..agent_dir import blob_store_for
-from ..blobs import check_hash
-from ..errors import InvalidBlobRefError, SessionTreeError
-from ..export import (
+from sessiontree.errors import InvalidBlobRefError, SessionTreeError
+from sessiontree.export import (
     asset_text,
     export_html,
     export_jsonl,
@@ -39,13 +37,13 @@ from ..export import (
     json_island,
     leaf_choice_text,
 )
-from ..foreign.storage import ForeignStorage
-from ..paths import default_agent_dir
-from ..storage.base import SessionStorage
-from . import charts
-from .data import Data, SessionRow, Tally, UsageSnapshot, handle_of
-from .security import Guard, Keys
-from .sessions import (
+from sessiontree.foreign.storage import ForeignStorage
+from sessiontree.layout import blob_store_for, default_agent_dir
+from sessiontree.storage import SessionStorage, check_hash
+from sessiontree.web import charts
+from sessiontree.web.data import Data, SessionRow, Tally, UsageSnapshot, handle_of
+from sessiontree.web.security import Guard, Keys
+from sessiontree.web.sessions import (
     OpenSession,
     SessionCache,
     Tail,

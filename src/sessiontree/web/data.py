@@ -3,11 +3,11 @@ and usage. One module, so that the backends can change here alone.
 
 * The listing is `discovery.list_all_sessions` (the persistent listing cache: a warm
   store costs one `stat` per file) plus each file's size.
-* Search is `sessiontree.search.search`: the content index where it can answer, a scan
+* Search is `sessiontree.search._search.search`: the content index where it can answer, a scan
   where it cannot; the outcome says which and why. A Claude Code or Codex store goes
   through the content index of this agent's dir (`foreign.storage.index_view`).
 * Usage (cost and tokens per day, model, project and session) is the usage library
-  (`sessiontree.usage_report`: each reply counted once, unrecorded costs estimated and
+  (`sessiontree.reports._usage`: each reply counted once, unrecorded costs estimated and
   marked), computed in a background thread so no page waits for it.
 """
 
@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from .. import usage_report
-from ..discovery import SessionInfo, list_all_sessions
-from ..foreign.storage import index_view
-from ..search import search
-from ..storage.base import SessionStorage
-from ..usage import utc_day
+from sessiontree.foreign.storage import index_view
+from sessiontree.format import utc_day
+from sessiontree.listing import SessionInfo, list_all_sessions
+from sessiontree.reports import _usage as usage_report
+from sessiontree.search import search
+from sessiontree.storage import SessionStorage
 
 __all__ = [
     "Data",

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import uvicorn
 
-from ..storage.base import SessionStorage
-from .app import ServeOptions, create_app
+from sessiontree.storage import SessionStorage
+from sessiontree.web.app import ServeOptions, create_app
 
 __all__ = [
     "BROWSER_FILE_SECONDS",

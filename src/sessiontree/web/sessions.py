@@ -22,10 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
-from ..agent_dir import blob_store_for
-from ..blobs import parse_blob_ref
-from ..entries import Entry
-from ..export import (
+from sessiontree.export import (
     HtmlEntry,
     NavItem,
     entry_images,
@@ -34,10 +31,10 @@ from ..export import (
     leaf_choice_text,
     nav_items,
 )
-from ..jsonl import loads_line
-from ..manager import SessionManager
-from ..storage.base import SessionStorage, read_range
-from ..tree import SessionTreeNode
+from sessiontree.format import Entry, SessionTreeNode, loads_line
+from sessiontree.layout import blob_store_for
+from sessiontree.session import SessionManager
+from sessiontree.storage import SessionStorage, parse_blob_ref, read_range
 
 __all__ = [
     "NAV_FULL",

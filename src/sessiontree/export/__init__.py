@@ -1,0 +1,66 @@
+"""Exports of a session: Markdown and JSONL of a path, one self-contained HTML page
+(Jinja2, loaded only for HTML)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sessiontree.export._jsonl import export_jsonl
+from sessiontree.export._markdown import export_markdown
+
+if TYPE_CHECKING:
+    from sessiontree.export._html import (
+        HtmlEntry,
+        NavItem,
+        asset_text,
+        entry_images,
+        export_html,
+        html_entry,
+        html_environment,
+        is_raster_image,
+        json_island,
+        leaf_choice_text,
+        nav_items,
+    )
+
+__all__ = [
+    "HtmlEntry",
+    "NavItem",
+    "asset_text",
+    "entry_images",
+    "export_html",
+    "export_jsonl",
+    "export_markdown",
+    "html_entry",
+    "html_environment",
+    "is_raster_image",
+    "json_island",
+    "leaf_choice_text",
+    "nav_items",
+]
+
+_LAZY = {
+    "HtmlEntry": "_html",
+    "NavItem": "_html",
+    "asset_text": "_html",
+    "entry_images": "_html",
+    "export_html": "_html",
+    "html_entry": "_html",
+    "html_environment": "_html",
+    "is_raster_image": "_html",
+    "json_island": "_html",
+    "leaf_choice_text": "_html",
+    "nav_items": "_html",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Imported on first use: HTML needs Jinja2, PostgreSQL the `postgres` extra."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,460 @@
+"""One self-contained HTML page of a whole session (`export_html`), drawn by the Jinja2
+templates in `templates/`, which `sessiontree serve` draws with too; the pieces the web
+app shares (view objects, the environment, assets).
+
+One HTML file, no network assets (a Content Security Policy forbids any fetch),
+holding every entry of the tree; the chosen path is visible without JavaScript, and
+inline JS switches to any other branch (a leaf picker and a clickable tree)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import jinja2
+from markupsafe import Markup
+
+from sessiontree.export._jsonl import _path
+from sessiontree.export._markdown import _json, _when
+from sessiontree.format import (
+    Entry,
+    SessionTreeNode,
+    blocks_text,
+    build_tree,
+    entry_preview,
+    entry_role,
+    message_text,
+)
+from sessiontree.session import SessionManager
+
+_BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
+_RASTER = {"image/png", "image/jpeg", "image/jpg", "image/gif", "image/webp"}
+
+
+# ---------------------------------------------------------------------- html
+#
+# One renderer for HTML: the Jinja2 templates in `sessiontree/templates`, autoescaped,
+# used by `export_html` here and by `sessiontree serve` (`sessiontree.web`). Python
+# builds plain view objects (`HtmlEntry`, `HtmlBlock`, `NavItem`); the templates only
+# lay them out, so every string from a session reaches the page escaped.
+
+EXPORT_CSP = (
+    "default-src 'none'; img-src data:; style-src 'unsafe-inline'; "
+    "script-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+)
+"""The exported page's policy: nothing is fetched, from anywhere."""
+
+ImageSource = Callable[[Entry, int, dict[str, Any]], str | None]
+"""(entry, image number within the entry, image block) -> the URL of the image, or None."""
+
+
+@dataclass(slots=True)
+class HtmlBlock:
+    """One piece of an entry's body, as the `block` macro draws it."""
+
+    kind: str
+    """text | thinking | tool_call | pre | image | em | note"""
+    text: str = ""
+    name: str = ""
+    """The tool's name (tool_call)."""
+    src: str | None = None
+    """The image's URL (image); None: `text` says why there is none."""
+    omitted: int = 0
+    """Characters cut from the end of `text` (the page can fetch the whole)."""
+    index: int = 0
+    """Position among the entry's blocks."""
+
+
+@dataclass(slots=True)
+class HtmlEntry:
+    """One entry as an `<article>`: the `entry` macro's input."""
+
+    n: int
+    id: str
+    parent_id: str | None
+    css: str
+    heading: str
+    label: str | None
+    blocks: list[HtmlBlock]
+    usage: str | None = None
+    hidden: bool = False
+
+
+@dataclass(slots=True)
+class NavItem:
+    """One token of the tree navigation, a flat list however deep the tree is:
+    `open`/`close` start and end a branch's nested list; `entry` is a button;
+    `gap` stands for a run of entries left out."""
+
+    kind: str
+    n: int | None = None
+    id: str = ""
+    text: str = ""
+    label: str | None = None
+    forks: int = 0
+    count: int = 0
+    on_path: bool = False
+
+
+def _asset(name: str) -> Markup:
+    return Markup(_asset_text(name))
+
+
+@functools.cache
+def _asset_text(name: str) -> str:
+    """A stylesheet or script shipped with the templates (our own text, never a session's)."""
+    return (resources.files("sessiontree.export") / "templates" / "assets" / name).read_text(
+        "utf-8"
+    )
+
+
+def asset_text(name: str) -> str:
+    """The text of a file in `sessiontree/templates/assets` (CSS and JavaScript)."""
+    return _asset_text(name)
+
+
+@functools.cache
+def html_environment() -> jinja2.Environment:
+    """The Jinja2 environment of the shared templates: autoescaped, strict about names."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("sessiontree.export", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.globals["asset"] = _asset
+    env.filters["thousands"] = lambda n: f"{n:,}"
+    env.filters["sentence"] = lambda text: str(text)[:1].upper() + str(text)[1:]
+    env.filters["home"] = _home_relative
+    return env
+
+
+def _home_relative(path: object) -> str:
+    """`~/...` for a path under the home directory, else the path."""
+    text = str(path)
+    home = os.path.expanduser("~")
+    if home not in ("", "/") and (text == home or text.startswith(home + os.sep)):
+        return "~" + text[len(home) :]
+    return text
+
+
+def json_island(value: object) -> Markup:
+    """JSON for a `<script type="application/json">` element: `<`, `>` and `&` escaped,
+    so no string in it can close the element or open a comment."""
+    text = json.dumps(value, separators=(",", ":"))  # ASCII: U+2028 and the like escaped
+    return Markup(text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026"))
+
+
+def _data_url(block: dict[str, Any]) -> str | None:
+    mime = str(block.get("mimeType", ""))
+    data = block.get("data")
+    if mime.lower() in _RASTER and isinstance(data, str) and _BASE64.fullmatch(data):
+        return f"data:{mime};base64,{''.join(data.split())}"
+    return None
+
+
+def is_raster_image(block: dict[str, Any]) -> bool:
+    """Whether an image block holds base64 of a type browsers show without running it."""
+    mime = block.get("mimeType")
+    data = block.get("data")
+    return (
+        isinstance(mime, str)
+        and mime.lower() in _RASTER
+        and isinstance(data, str)
+        and not data.startswith("blob:")
+        and _BASE64.fullmatch(data) is not None
+    )
+
+
+def entry_images(entry: Entry) -> list[dict[str, Any]]:
+    """The image blocks of an entry, in the order its page shows them."""
+    return [b for b in _content_blocks(entry) if isinstance(b, dict) and b.get("type") == "image"]
+
+
+def _content_blocks(entry: Entry) -> list[Any]:
+    kind = entry.get("type")
+    content: object = None
+    if kind == "message":
+        message = entry.get("message")
+        if isinstance(message, dict) and message.get("role") not in (
+            "bashExecution",
+            "pythonExecution",
+            "branchSummary",
+            "compactionSummary",
+        ):
+            content = message.get("content")
+    elif kind == "custom_message":
+        content = entry.get("content")
+    return content if isinstance(content, list) else []
+
+
+class _Blocks:
+    """Collects an entry's blocks, cutting long text at `limit` characters."""
+
+    def __init__(self, entry: Entry, image_src: ImageSource, limit: int | None) -> None:
+        self.entry = entry
+        self.image_src = image_src
+        self.limit = limit
+        self.blocks: list[HtmlBlock] = []
+        self.images = 0
+
+    def add(self, kind: str, text: str = "", name: str = "") -> None:
+        omitted = 0
+        if self.limit is not None and len(text) > self.limit and kind != "em":
+            omitted = len(text) - self.limit
+            text = text[: self.limit]
+        self.blocks.append(HtmlBlock(kind, text, name, omitted=omitted, index=len(self.blocks)))
+
+    def image(self, block: dict[str, Any]) -> None:
+        number = self.images
+        self.images += 1
+        src = self.image_src(self.entry, number, block)
+        if src is not None:
+            self.blocks.append(HtmlBlock("image", src=src, index=len(self.blocks)))
+            return
+        data = block.get("data")
+        if isinstance(data, str) and data.startswith("blob:"):
+            self.add("em", f"[image missing from the blob store: {data}]")
+        else:
+            self.add("em", f"[image: {block.get('mimeType') or 'unknown type'}]")
+
+    def content(self, content: object) -> None:
+        if isinstance(content, str):
+            self.add("text", content)
+            return
+        if not isinstance(content, list):
+            return
+        for block in content:
+            if not isinstance(block, dict):
+                continue
+            kind = block.get("type")
+            if kind == "text":
+                self.add("text", str(block.get("text", "")))
+            elif kind == "thinking":
+                self.add("thinking", str(block.get("thinking", "")))
+            elif kind == "toolCall":
+                self.add("tool_call", _json(block.get("arguments")), str(block.get("name")))
+            elif kind == "image":
+                self.image(block)
+            else:
+                self.add("em", f"[{kind} block]")
+
+
+def _usage_line(message: dict[str, Any]) -> str | None:
+    usage = message.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    parts = []
+    for key, name in (("input", "in"), ("output", "out"), ("cacheRead", "cache read")):
+        value = usage.get(key)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            parts.append(f"{name} {int(value):,}")
+    write = usage.get("cacheWrite")
+    if isinstance(write, int | float) and not isinstance(write, bool) and write:
+        parts.append(f"cache write {int(write):,}")
+    cost = usage.get("cost")
+    total = cost.get("total") if isinstance(cost, dict) else None
+    if isinstance(total, int | float) and not isinstance(total, bool):
+        parts.append(f"${total:.4f}")
+    return " · ".join(parts) or None
+
+
+def _export_image(entry: Entry, number: int, block: dict[str, Any]) -> str | None:
+    return _data_url(block)
+
+
+def html_entry(
+    entry: Entry,
+    n: int,
+    labels: dict[str, str],
+    *,
+    image_src: ImageSource = _export_image,
+    limit: int | None = None,
+) -> HtmlEntry:
+    """The view of one entry: css class, heading, blocks (text cut at `limit` characters)."""
+    kind = entry.get("type")
+    out = _Blocks(entry, image_src, limit)
+    css, heading, usage = "note", "", None
+    if kind == "message":
+        message = entry.get("message")
+        message = message if isinstance(message, dict) else {}
+        css = role = str(message.get("role", "message"))
+        heading = role
+        if role == "assistant":
+            heading = f"assistant · {message.get('provider')}/{message.get('model')}"
+            out.content(message.get("content"))
+            if message.get("errorMessage"):
+                out.add("em", f"error: {message['errorMessage']}")
+            usage = _usage_line(message)
+        elif role == "toolResult":
+            error = " (error)" if message.get("isError") else ""
+            heading = f"tool result · {message.get('toolName')}{error}"
+            out.add("pre", blocks_text(message.get("content"), tools=False))
+            for block in entry_images(entry):
+                out.image(block)
+        elif role in ("bashExecution", "pythonExecution"):
+            out.add("pre", message_text(message))
+        elif role in ("branchSummary", "compactionSummary"):
+            out.add("text", str(message.get("summary", "")))
+        else:
+            out.content(message.get("content"))
+    elif kind == "compaction":
+        css, heading = "compaction", f"compaction · kept from {entry.get('firstKeptEntryId')}"
+        out.add("text", str(entry.get("summary", "")))
+    elif kind == "branch_summary":
+        css, heading = "branch_summary", "branch summary"
+        out.add("text", str(entry.get("summary", "")))
+    elif kind == "custom_message":
+        css, heading = "custom", f"extension · {entry.get('customType')}"
+        out.content(entry.get("content"))
+    elif kind == "session_init":
+        css, heading = "session_init", "session init"
+        out.add("text", str(entry.get("task", "")))
+    else:
+        out.add("note", entry_preview(entry, 0))
+    entry_id = str(entry.get("id", ""))
+    parent = entry.get("parentId")
+    return HtmlEntry(
+        n,
+        entry_id,
+        parent if isinstance(parent, str) else None,
+        css,
+        heading,
+        labels.get(entry_id),
+        out.blocks,
+        usage,
+    )
+
+
+def nav_items(
+    roots: Sequence[SessionTreeNode],
+    number: Callable[[Entry], int | None],
+    on_path: set[str],
+    *,
+    keep: Callable[[SessionTreeNode, SessionTreeNode | None], bool] | None = None,
+) -> list[NavItem]:
+    """The tree as flat tokens: a linear run stays in one list, each child of a branch
+    point opens a nested one. With `keep`, entries it rejects inside a run are left
+    out (a `gap` token counts them); `keep(node, parent)` sees each node once."""
+    out: list[NavItem] = []
+    stack: list[SessionTreeNode | str] = []
+    if len(roots) == 1:
+        stack.append(roots[0])
+    else:
+        for root in reversed(roots):
+            stack.extend(["close", root, "open"])
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            out.append(NavItem(item))
+            continue
+        node: SessionTreeNode = item
+        parent: SessionTreeNode | None = None
+        skipped = 0
+        while True:
+            entry = node.entry
+            entry_id = str(entry.get("id", ""))
+            if keep is None or keep(node, parent):
+                if skipped:
+                    out.append(NavItem("gap", count=skipped))
+                    skipped = 0
+                out.append(
+                    NavItem(
+                        "entry",
+                        number(entry),
+                        entry_id,
+                        entry_preview(entry, 70),
+                        node.label,
+                        len(node.children) if len(node.children) > 1 else 0,
+                        on_path=entry_id in on_path,
+                    )
+                )
+            else:
+                skipped += 1
+            if len(node.children) == 1:
+                parent, node = node, node.children[0]
+                continue
+            if skipped:
+                out.append(NavItem("gap", count=skipped))
+            for child in reversed(node.children):
+                stack.extend(["close", child, "open"])
+            break
+    return out
+
+
+def leaf_choice_text(sm: SessionManager, entry: Entry) -> str:
+    """`<id> · <the last user prompt on its path>` for a leaf picker."""
+    last_prompt = ""
+    seen: set[int] = set()
+    item: Entry | None = entry
+    while item is not None and id(item) not in seen:
+        if entry_role(item) == "user":
+            last_prompt = entry_preview(item, 60)
+            break
+        seen.add(id(item))
+        parent = item.get("parentId")
+        item = sm.get_entry(parent) if isinstance(parent, str) else None
+    return f"{entry.get('id')} · {last_prompt or entry_preview(entry, 60)}"
+
+
+def export_html(sm: SessionManager, leaf_id: str | None = None) -> str:
+    """The whole tree as one self-contained HTML page, showing the root -> leaf path.
+
+    Every entry is rendered once; inline JavaScript shows the path to whichever
+    entry or leaf the reader picks. No external URL is referenced.
+    """
+    path = _path(sm, leaf_id)
+    entries = sm.get_entries()
+    labels = sm.get_labels()
+    index = {id(e): n for n, e in enumerate(entries)}
+    by_id: dict[str, int] = {}
+    for n, entry in enumerate(entries):
+        if isinstance(entry.get("id"), str):
+            by_id[entry["id"]] = n
+    parents: dict[str, int | None] = {}
+    for n, entry in enumerate(entries):
+        parent = entry.get("parentId")
+        parents[str(n)] = by_id.get(parent) if isinstance(parent, str) else None
+    on_path = {id(e) for e in path}
+    leaf_n = index[id(path[-1])] if path else None
+
+    views = []
+    for n, entry in enumerate(entries):
+        view = html_entry(entry, n, labels)
+        view.hidden = id(entry) not in on_path
+        views.append(view)
+    tree = build_tree(entries, labels)
+    tips = [e for e in entries if not sm.get_children(e.get("id"))]
+    choices = list(tips)
+    if path and not any(e is path[-1] for e in tips):
+        choices.append(path[-1])
+    options = [
+        {"value": index[id(e)], "selected": index[id(e)] == leaf_n, "text": leaf_choice_text(sm, e)}
+        for e in choices
+    ]
+    name = sm.get_session_name() or f"Session {sm.get_session_id()}"
+    header = sm.get_header() or {}
+    return (
+        html_environment()
+        .get_template("export.html")
+        .render(
+            csp=EXPORT_CSP,
+            name=name,
+            session_id=sm.get_session_id(),
+            cwd=header.get("cwd", ""),
+            created=_when(header),
+            entry_count=len(entries),
+            tip_count=len(tips),
+            nav=nav_items(tree, lambda e: index[id(e)], set()),
+            options=options,
+            entries=views,
+            data=json_island({"leaf": leaf_n, "parents": parents}),
+        )
+    )

@@ -1,0 +1,213 @@
+"""Token usage of assistant messages: per-message records and summed totals.
+
+`usage_record(entry)` reads one assistant message's `usage` into a `UsageRecord`
+(the content index stores these; `sessiontree.reports._usage` de-duplicates and
+sums them); `UsageTotals` sums `usage` objects as `SessionManager` does.
+`import_marker(entry)` reads the `foreign_session_import` entry an importer
+writes (source, sourceId, which entries came from the source).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from sessiontree.format._entries import Entry, parse_iso_ms
+
+__all__ = [
+    "IMPORT_CUSTOM_TYPE",
+    "ImportMarker",
+    "UsageRecord",
+    "UsageTotals",
+    "import_marker",
+    "message_time_ms",
+    "number",
+    "usage_record",
+    "utc_day",
+]
+
+IMPORT_CUSTOM_TYPE = "foreign_session_import"
+"""`customType` of the `custom` entry an import writes (oh-my-pi's, and `sessiontree import`)."""
+
+
+def number(value: object) -> float | None:
+    """`value` when it is an int or float (not a bool), else None."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    return None
+
+
+def _count(usage: dict[str, Any], key: str) -> int:
+    value = number(usage.get(key))
+    if value is None or value != value or value in (float("inf"), float("-inf")):
+        return 0
+    return max(-_BIG, min(_BIG, int(value)))  # SQLite holds 64-bit integers
+
+
+_BIG = 1 << 60
+
+
+class UsageRecord(NamedTuple):
+    """One assistant message's usage, as its file records it (a tuple: reports build
+    millions of these)."""
+
+    entry_id: str | None
+    """None in v1 files (ids are assigned on load); `line` tells the messages apart then."""
+    line: int
+    """Line number in the file (position in the entry list for other sources)."""
+    timestamp: int | None
+    """Epoch ms: the message's `timestamp`, else the entry's."""
+    provider: str
+    model: str
+    response_id: str | None
+    """The provider's id of the reply (`responseId`): lines that repeat it are one reply."""
+    input: int
+    output: int
+    cache_read: int
+    cache_write: int
+    cost: float | None
+    """`usage.cost.total` as recorded; None when the file records none."""
+
+    @property
+    def tokens(self) -> int:
+        return self.input + self.output + self.cache_read + self.cache_write
+
+
+def message_time_ms(entry: Entry, message: dict[str, Any]) -> int | None:
+    """The message's epoch-ms `timestamp`, else the entry's ISO `timestamp`."""
+    ms = number(message.get("timestamp"))
+    if ms is not None and ms == ms and abs(ms) < 1e15:
+        return int(ms)
+    return parse_iso_ms(entry.get("timestamp"))
+
+
+def usage_record(entry: Entry, line: int) -> UsageRecord | None:
+    """The usage of an assistant message entry; None for any other entry."""
+    if entry.get("type") != "message":
+        return None
+    message = entry.get("message")
+    if not isinstance(message, dict) or message.get("role") != "assistant":
+        return None
+    usage = message.get("usage")
+    if not isinstance(usage, dict):
+        usage = {}
+    cost: float | None = None
+    cost_obj = usage.get("cost")
+    if isinstance(cost_obj, dict):
+        total = number(cost_obj.get("total"))
+        if total is not None and total == total and abs(total) != float("inf"):
+            cost = float(total)
+    entry_id = entry.get("id")
+    provider = message.get("provider")
+    model = message.get("model")
+    response = message.get("responseId")
+    return UsageRecord(
+        entry_id=entry_id if isinstance(entry_id, str) else None,
+        line=line,
+        timestamp=message_time_ms(entry, message),
+        provider=provider if isinstance(provider, str) else "?",
+        model=model if isinstance(model, str) else "?",
+        response_id=response if isinstance(response, str) and response else None,
+        input=_count(usage, "input"),
+        output=_count(usage, "output"),
+        cache_read=_count(usage, "cacheRead"),
+        cache_write=_count(usage, "cacheWrite"),
+        cost=cost,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ImportMarker:
+    """A `foreign_session_import` entry: this session holds a copy of another agent's."""
+
+    line: int
+    source: str
+    source_id: str
+    version: int
+    extra_ids: tuple[str, ...]
+    """Version 2+: ids of the entries copied from the source (besides `codex-` ones)."""
+
+
+def import_marker(entry: Entry, line: int) -> ImportMarker | None:
+    """The import marker in `entry` (a `custom` entry of type `foreign_session_import`
+    whose data names a `sourceId`), else None."""
+    if entry.get("type") != "custom" or entry.get("customType") != IMPORT_CUSTOM_TYPE:
+        return None
+    data = entry.get("data")
+    if not isinstance(data, dict):
+        return None
+    source_id = data.get("sourceId")
+    if not isinstance(source_id, str) or not source_id:
+        return None
+    source = data.get("source")
+    version = number(data.get("version"))
+    extra = data.get("sourceExtraEntryIds")
+    return ImportMarker(
+        line=line,
+        source=source if isinstance(source, str) else "",
+        source_id=source_id,
+        version=int(version) if version is not None and version == version else 1,
+        extra_ids=tuple(x for x in extra if isinstance(x, str)) if isinstance(extra, list) else (),
+    )
+
+
+@dataclass(slots=True)
+class UsageTotals:
+    """Summed usage of some assistant messages."""
+
+    messages: int = 0
+    input: int = 0
+    output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    cost: float = 0.0
+
+    def add_usage(self, usage: object) -> None:
+        """Add one assistant message's `usage` object (anything else counts the message only)."""
+        self.messages += 1
+        if not isinstance(usage, dict):
+            return
+        for attr, key in (
+            ("input", "input"),
+            ("output", "output"),
+            ("cache_read", "cacheRead"),
+            ("cache_write", "cacheWrite"),
+        ):
+            value = number(usage.get(key))
+            if value is not None:
+                setattr(self, attr, getattr(self, attr) + int(value))
+        cost = usage.get("cost")
+        if isinstance(cost, dict):
+            total = number(cost.get("total"))
+            if total is not None:
+                self.cost += total
+
+    def merge(self, other: UsageTotals) -> None:
+        self.messages += other.messages
+        self.input += other.input
+        self.output += other.output
+        self.cache_read += other.cache_read
+        self.cache_write += other.cache_write
+        self.cost += other.cost
+
+    def to_json(self) -> dict[str, Any]:
+        """The on-disk key names: input, output, cacheRead, cacheWrite, cost."""
+        return {
+            "messages": self.messages,
+            "input": self.input,
+            "output": self.output,
+            "cacheRead": self.cache_read,
+            "cacheWrite": self.cache_write,
+            "cost": round(self.cost, 10),
+        }
+
+
+def utc_day(ms: int | None) -> str:
+    """The UTC calendar day (`YYYY-MM-DD`) of an epoch-milliseconds time, else "unknown"."""
+    if ms is None:
+        return "unknown"
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d")
+    except (OverflowError, OSError, ValueError):
+        return "unknown"

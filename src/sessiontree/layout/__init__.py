@@ -1,0 +1,50 @@
+"""The agent dir: where sessions, images and breadcrumbs live, and the one rule for where a
+session's images go."""
+
+from __future__ import annotations
+
+from sessiontree.layout._agent_dir import (
+    BlobCarry,
+    agent_dir_of,
+    blob_carry,
+    blob_store_for,
+    is_pi_agent_dir,
+    read_breadcrumb,
+    read_registry,
+    register_session_dir,
+    registered_session_dirs,
+    write_breadcrumb,
+    writes_pi_form,
+)
+from sessiontree.layout._paths import (
+    EXTERNAL_SESSION_DIRS,
+    default_agent_dir,
+    encode_session_dir_name,
+    get_agent_dir,
+    get_default_session_dir,
+    get_terminal_id,
+    home_relative_dir_name,
+    is_safe_name,
+)
+
+__all__ = [
+    "EXTERNAL_SESSION_DIRS",
+    "BlobCarry",
+    "agent_dir_of",
+    "blob_carry",
+    "blob_store_for",
+    "default_agent_dir",
+    "encode_session_dir_name",
+    "get_agent_dir",
+    "get_default_session_dir",
+    "get_terminal_id",
+    "home_relative_dir_name",
+    "is_pi_agent_dir",
+    "is_safe_name",
+    "read_breadcrumb",
+    "read_registry",
+    "register_session_dir",
+    "registered_session_dirs",
+    "write_breadcrumb",
+    "writes_pi_form",
+]

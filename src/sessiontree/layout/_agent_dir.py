@@ -1,0 +1,401 @@
+"""What a session has in the agent dir besides itself: its blob store, terminal
+breadcrumbs, and the registry of session dirs outside the store; and whose store it is.
+
+- Whose: pi's store (an agent dir named `.pi/agent`: `~/.pi/agent`, what `--agent pi`
+  names) gets entries written as pi writes them, images inline (pi reads no blob
+  refs); every other store as oh-my-pi writes them (`writes_pi_form`).
+
+- `blob_store_for`: the one rule for where a session's images live;
+  `blob_carry`: where a copy's images go, and `BlobCarry`, how they get there. Every
+  copy of a session (fork, fork_from, extract, persist_copy, a branched session,
+  move_to, an import, `export -o`, `repair -o`, the store transfers) takes its
+  images along through it, so that a copy's refs resolve in its own agent dir.
+- `terminal-sessions/<terminal id>`: two lines, the cwd and the session file, so
+  the next `continue_recent` in this terminal resumes it. Names are bytes on
+  disk (`os.fsencode`), so a project dir whose name is not UTF-8 works too.
+- `external-session-dirs`: one absolute directory per line, each holding sessions
+  whose images live in the agent's `blobs/` (so `gc` must read them before it
+  deletes anything). Several processes append to it at once: every update is one
+  `O_APPEND` write of one whole line, so no update is lost, and readers drop
+  duplicates and an unterminated last line (a write in progress).
+
+Both are best effort for the caller (a failure is logged, never raised) and are
+written without following symlinks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+from collections.abc import Iterable, Iterator
+from typing import Final
+
+from sessiontree._util.fs import atomic_write, ensure_private_dir, open_regular, write_all
+from sessiontree.errors import InvalidBlobRefError
+from sessiontree.layout._paths import EXTERNAL_SESSION_DIRS, get_agent_dir, get_terminal_id
+from sessiontree.storage import (
+    BlobBackedStorage,
+    BlobStore,
+    BlobStoreLike,
+    HostFilesystem,
+    same_blob_store,
+)
+
+__all__ = [
+    "BlobCarry",
+    "agent_dir_of",
+    "blob_carry",
+    "blob_store_for",
+    "breadcrumb_path",
+    "is_pi_agent_dir",
+    "read_breadcrumb",
+    "read_registry",
+    "register_session_dir",
+    "registered_session_dirs",
+    "write_breadcrumb",
+    "writes_pi_form",
+]
+
+log = logging.getLogger("sessiontree")
+
+
+def breadcrumb_path(agent_dir: str | None = None) -> str | None:
+    """This terminal's breadcrumb file in `agent_dir` (default: the configured one),
+    None without a terminal."""
+    terminal = get_terminal_id()
+    if terminal is None:
+        return None
+    agent = agent_dir if agent_dir is not None else get_agent_dir()
+    return os.path.join(agent, "terminal-sessions", terminal)
+
+
+def write_breadcrumb(cwd: str, session_file: str, agent_dir: str | None = None) -> None:
+    """Remember this terminal's session (best effort: never fails the caller)."""
+    path = breadcrumb_path(agent_dir)
+    if path is None:
+        return
+    try:
+        data = os.fsencode(cwd) + b"\n" + os.fsencode(os.path.abspath(session_file)) + b"\n"
+        ensure_private_dir(os.path.dirname(path))
+        atomic_write(path, [data])
+    except (OSError, ValueError) as exc:
+        log.debug("could not write terminal breadcrumb %s: %s", path, exc)
+
+
+def read_breadcrumb(cwd: str, agent_dir: str | None = None) -> str | None:
+    """This terminal's last session file, if its cwd matches and it lies in the store."""
+    agent = agent_dir if agent_dir is not None else get_agent_dir()
+    path = breadcrumb_path(agent)
+    if path is None:
+        return None
+    try:
+        fd = open_regular(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        data = os.read(fd, 16384)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    lines = data.split(b"\n")
+    if len(lines) < 2 or lines[0] != os.fsencode(cwd):
+        return None
+    target = os.fsdecode(lines[1])
+    if not target.endswith(".jsonl") or "\x00" in target or not os.path.isabs(target):
+        return None
+    # A breadcrumb is a file anyone could have edited: follow it only into our store.
+    sessions_root = os.path.realpath(os.path.join(agent, "sessions"))
+    real = os.path.realpath(target)
+    if os.path.commonpath([real, sessions_root]) != sessions_root:
+        log.warning(
+            "ignoring terminal breadcrumb %s: %s is outside %s", path, target, sessions_root
+        )
+        return None
+    return target if os.path.isfile(target) else None
+
+
+def _read_registry(registry: str) -> bytes:
+    try:
+        fd = open_regular(registry, os.O_RDONLY)
+    except FileNotFoundError:
+        return b""
+    try:
+        chunks = []
+        while chunk := os.read(fd, 1 << 16):
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def _parse_registry(data: bytes) -> tuple[list[str], bytes]:
+    """(absolute dirs, first recorded first, without duplicates; the unterminated rest)."""
+    lines = data.split(b"\n")
+    torn = lines.pop()  # b"" when the data ends with a newline
+    seen: dict[str, None] = {}
+    for line in lines:
+        directory = os.fsdecode(line)
+        if directory and os.path.isabs(directory) and "\0" not in directory:
+            seen.setdefault(directory, None)
+    return list(seen), torn
+
+
+def read_registry(agent_dir: str | None = None) -> tuple[list[str], bytes]:
+    """The recorded outside session dirs and an unterminated last line (b"" if none).
+
+    An unterminated last line is a path still being written or cut by a crash: it
+    is not a dir of the list, and a reader that must not miss a dir (gc) should
+    treat it as unreadable. OSError when the registry exists but cannot be read.
+    """
+    registry = os.path.join(agent_dir or get_agent_dir(), EXTERNAL_SESSION_DIRS)
+    return _parse_registry(_read_registry(registry))
+
+
+def registered_session_dirs(agent_dir: str | None = None) -> list[str]:
+    """The recorded outside session dirs, first-recorded first, without duplicates.
+
+    An unterminated last line is skipped: it may be a path still being written,
+    and a cut path could name another directory. Relative paths are ignored.
+    OSError when the registry exists but cannot be read.
+    """
+    return read_registry(agent_dir)[0]
+
+
+def register_session_dir(session_file: str, agent_dir: str | None = None) -> None:
+    """Record the dir of a session outside `<agent>/sessions` that uses the agent's blobs.
+
+    Best effort; a dir already recorded is not written again.
+    """
+    agent = agent_dir or get_agent_dir()
+    directory = os.path.realpath(os.path.dirname(os.path.abspath(session_file)))
+    sessions = os.path.realpath(os.path.join(agent, "sessions"))
+    if os.path.commonpath([directory, sessions]) == sessions:
+        return
+    registry = os.path.join(agent, EXTERNAL_SESSION_DIRS)
+    try:
+        current = _read_registry(registry)
+        if directory not in _parse_registry(current)[0]:
+            ensure_private_dir(agent)
+            # A crash may have left half a line: start ours on a line of its own.
+            line = os.fsencode(directory) + b"\n"
+            if current and not current.endswith(b"\n"):
+                line = b"\n" + line
+            fd = open_regular(registry, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            try:
+                # One write of whole lines: concurrent appenders never interleave.
+                write_all(fd, line)
+            finally:
+                os.close(fd)
+    except (OSError, ValueError) as exc:
+        log.warning("could not record session dir %s in %s: %s", directory, registry, exc)
+
+
+def agent_dir_of(session_path: str, agent_dir: str | None = None) -> str | None:
+    """The agent dir holding `session_path` (a session file or dir) under its
+    `sessions/`, if there is one.
+
+    The nearest ancestor named `sessions` counts when its parent is the agent dir in
+    effect (`agent_dir`, default the configured one) or holds a `blobs/` dir: a
+    project's own `sessions/` folder is not an agent dir.
+    """
+    current = os.path.abspath(session_path)
+    configured = os.path.abspath(agent_dir if agent_dir is not None else get_agent_dir())
+    while True:
+        parent = os.path.dirname(current)
+        if os.path.basename(current) == "sessions":
+            if parent == configured or os.path.isdir(os.path.join(parent, "blobs")):
+                return parent
+        if parent == current:
+            return None
+        current = parent
+
+
+def blob_store_for(
+    session_path: str | None, storage: object = None, agent_dir: str | None = None
+) -> BlobStoreLike:
+    """The one rule for where a session's images live.
+
+    The storage's own blob store when it has one (PostgreSQL's table); else the
+    `blobs/` of the agent dir that holds the session under `sessions/`; else the
+    agent dir in effect: `agent_dir` when a caller works on one it was given (an
+    import, a store transfer), else the configured one (`$PI_CODING_AGENT_DIR`,
+    else `~/.xcsh/agent`).
+    """
+    if isinstance(storage, BlobBackedStorage):
+        own = storage.blob_store()
+        if own is not None:
+            return own
+    agent = agent_dir_of(session_path, agent_dir) if session_path else None
+    if agent is None:
+        agent = agent_dir if agent_dir is not None else get_agent_dir()
+    return BlobStore(os.path.join(agent, "blobs"))
+
+
+_BLOB_REF: Final = re.compile(rb"blob:sha256:([0-9a-f]{64})")
+"""A blob ref anywhere in a session's bytes, as `verify` and `gc` find them."""
+_REF_OVERLAP: Final = len("blob:sha256:") + 64 - 1
+"""Bytes of one chunk kept for the next, so that a ref cut in two is still found."""
+
+
+def _where(blobs: BlobStoreLike) -> str:
+    where = getattr(blobs, "dir", None)
+    return where if isinstance(where, str) else type(blobs).__name__
+
+
+class BlobCarry:
+    """How one copy takes its images along: from the store the source's images are
+    in (`source`) into the store the copy's refs must resolve in (`target`).
+
+    Every byte written to the copy passes `take` (or `chunks`): each blob it refers
+    to that `target` lacks is copied from `source`, as stored (checked against its
+    hash). One that neither holds is missing: the copy keeps its ref (the image can
+    still be restored under its name) and `report` says so, naming the copy. When
+    both are one store (`carries` is False) nothing is read or copied.
+    """
+
+    __slots__ = ("_seen", "carried", "carries", "copy_path", "missing", "source", "target")
+
+    def __init__(self, source: BlobStoreLike, target: BlobStoreLike, copy_path: str) -> None:
+        self.source = source
+        self.target = target
+        self.copy_path = copy_path
+        self.carries = not same_blob_store(source, target)
+        self.carried = 0
+        """Blobs copied into `target`."""
+        self.missing: dict[tuple[str, str], None] = {}
+        """(path of the copy, hash) of each blob a copy refers to that neither store holds."""
+        self._seen: dict[str, bool] = {}  # hash -> in `target` now
+
+    def take(self, data: bytes, path: str | None = None) -> None:
+        """Make the blobs `data` (bytes of the copy at `path`, default the copy's)
+        refers to resolve in `target`."""
+        if not self.carries or b"blob:sha256:" not in data:
+            return
+        for match in _BLOB_REF.finditer(data):
+            digest = match.group(1).decode("ascii")
+            there = self._seen.get(digest)
+            if there is None:
+                there = self._seen[digest] = self._carry(digest)
+            if not there:
+                self.missing.setdefault((path or self.copy_path, digest), None)
+
+    def _carry(self, digest: str) -> bool:
+        if self.target.has(digest):
+            return True
+        try:
+            data = self.source.get(digest)
+        except (OSError, InvalidBlobRefError) as exc:
+            log.warning("could not read blob %s from %s: %s", digest, _where(self.source), exc)
+            return False
+        if data is None or hashlib.sha256(data).hexdigest() != digest:
+            return False  # missing, or damaged (a store that checks its hashes said so)
+        self.target.put(data)
+        self.carried += 1
+        return True
+
+    def chunks(self, chunks: Iterable[bytes], path: str | None = None) -> Iterator[bytes]:
+        """`chunks` (a whole file of the copy, at `path`) passed on through `take`. The
+        blobs carried are synced once the last chunk is taken, before a writer can
+        make the file durable: a durable ref never names a blob a crash could lose."""
+        if not self.carries:
+            yield from chunks
+            return
+        tail = b""
+        for chunk in chunks:
+            if chunk:
+                self.take(tail + chunk, path)
+                tail = (tail + chunk)[-_REF_OVERLAP:]
+            yield chunk
+        if self.carried:
+            self.target.sync()
+
+    def report(self) -> list[tuple[str, str]]:
+        """Log the blobs found missing (one warning per copy); (path, hash) of each."""
+        by_path: dict[str, list[str]] = {}
+        for path, digest in self.missing:
+            by_path.setdefault(path, []).append(digest)
+        for path, digests in by_path.items():
+            shown = ", ".join(d[:12] + "…" for d in digests[:3])
+            more = f" and {len(digests) - 3} more" if len(digests) > 3 else ""
+            log.warning(
+                "%s: %d image(s) it refers to are in neither %s nor %s (blob %s%s): the copy "
+                "keeps their refs, which do not resolve until the images are stored again",
+                path,
+                len(digests),
+                _where(self.source),
+                _where(self.target),
+                shown,
+                more,
+            )
+        return list(self.missing)
+
+
+def blob_carry(
+    source: BlobStoreLike,
+    copy_path: str,
+    storage: object = None,
+    *,
+    source_path: str | None = None,
+    source_storage: object = None,
+    agent_dir: str | None = None,
+    blob_store: BlobStoreLike | None = None,
+) -> BlobCarry:
+    """Where the images of a copy written at `copy_path` (on `storage`) go, and how
+    they get there: the one rule every copy follows.
+
+    The store `blob_store` names when the caller chose one for the copy; else, when
+    the source (at `source_path` on `source_storage`, default `storage`) keeps its
+    images in a store its caller chose rather than the one `blob_store_for` gives its
+    path, that store (a chosen store stays the session's, and its copies'); else the
+    store `blob_store_for` gives the copy's path, so the copy's refs resolve in its
+    own agent dir. `source` is the store the source's images are in now.
+    """
+    if blob_store is None:
+        if source_path is not None:
+            own = blob_store_for(
+                source_path, storage if source_storage is None else source_storage, agent_dir
+            )
+            if not same_blob_store(source, own):
+                blob_store = source
+        if blob_store is None:
+            blob_store = blob_store_for(copy_path, storage, agent_dir)
+    return BlobCarry(source, blob_store, copy_path)
+
+
+def is_pi_agent_dir(path: str) -> bool:
+    """Whether `path` is pi's agent dir: one named `.pi/agent` (`~/.pi/agent`, the
+    store `--agent pi` names, for any home)."""
+    parent, name = os.path.split(os.path.normpath(os.path.abspath(path)))
+    return name == "agent" and os.path.basename(parent) == ".pi"
+
+
+def writes_pi_form(
+    session_path: str | None, storage: object = None, agent_dir: str | None = None
+) -> bool:
+    """The one rule for how a session's entries are written: True in pi's store.
+
+    pi (0.73) reads no blob refs and applies none of oh-my-pi's persistence
+    transforms, so in its store entries are written as pi writes them: the entry's
+    JSON, images inline. A session is in pi's store when it lies under the `sessions/`
+    of pi's agent dir (pi makes no `blobs/` there, so `agent_dir_of` would not see
+    it), else when the agent dir `blob_store_for` picks is pi's (the one holding the
+    session, else the one in effect). A database store is nobody's agent dir (False).
+    """
+    if storage is not None and not isinstance(storage, HostFilesystem):
+        return False
+    if session_path:
+        current = os.path.abspath(session_path)
+        while True:
+            parent = os.path.dirname(current)
+            if os.path.basename(current) == "sessions" and is_pi_agent_dir(parent):
+                return True
+            if parent == current:
+                break
+            current = parent
+    agent = agent_dir_of(session_path, agent_dir) if session_path else None
+    if agent is None:
+        agent = agent_dir if agent_dir is not None else get_agent_dir()
+    return is_pi_agent_dir(agent)

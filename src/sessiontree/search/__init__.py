@@ -1,0 +1,28 @@
+"""Search over sessions (index first, scan fallback) and the SQLite FTS5 content index."""
+
+from __future__ import annotations
+
+from sessiontree.search._content_index import (
+    INDEX_DB_NAME,
+    ContentIndex,
+    IndexedFile,
+    SessionSource,
+    index_text,
+    query_trigrams,
+    read_source,
+)
+from sessiontree.search._search import SearchHit, regex_literals, search, search_sessions
+
+__all__ = [
+    "INDEX_DB_NAME",
+    "ContentIndex",
+    "IndexedFile",
+    "SearchHit",
+    "SessionSource",
+    "index_text",
+    "query_trigrams",
+    "read_source",
+    "regex_literals",
+    "search",
+    "search_sessions",
+]

@@ -1,0 +1,55 @@
+"""One session: `SessionManager`, its file (lock, guard, rescue), the entry index, the
+index-first pass, reading a file, persistence transforms."""
+
+from __future__ import annotations
+
+from sessiontree.session._file import (
+    LINK_CHECK_SECONDS,
+    LOCK_CHECK_SECONDS,
+    SessionFile,
+    backup_path,
+    rescue_dir,
+)
+from sessiontree.session._index import EntryIndex
+from sessiontree.session._loader import (
+    LAZY_LOAD_BYTES,
+    load_entries_from_file,
+    read_head,
+    read_session,
+)
+from sessiontree.session._manager import SessionManager, UsageStatistics
+from sessiontree.session._persistence import (
+    BLOB_EXTERNALIZE_THRESHOLD,
+    MAX_PERSIST_CHARS,
+    TRUNCATION_NOTICE,
+    b64decode_lenient,
+    entry_line,
+    js_len,
+    prepare_for_persist,
+    resolve_blob_refs,
+    truncate_for_persist,
+)
+
+__all__ = [
+    "BLOB_EXTERNALIZE_THRESHOLD",
+    "LAZY_LOAD_BYTES",
+    "LINK_CHECK_SECONDS",
+    "LOCK_CHECK_SECONDS",
+    "MAX_PERSIST_CHARS",
+    "TRUNCATION_NOTICE",
+    "EntryIndex",
+    "SessionFile",
+    "SessionManager",
+    "UsageStatistics",
+    "b64decode_lenient",
+    "backup_path",
+    "entry_line",
+    "js_len",
+    "load_entries_from_file",
+    "prepare_for_persist",
+    "read_head",
+    "read_session",
+    "rescue_dir",
+    "resolve_blob_refs",
+    "truncate_for_persist",
+]
