@@ -341,3 +341,105 @@ def test_a_dry_run_keeps_stale_pins_and_an_unreadable_pin_stops_deletion(
     planted.unlink()
     report = collect_garbage(str(agent_dir), delete=True)
     assert [b.hash for b in report.deleted] == [orphan] and not stale.exists()
+
+
+class _HookedOs:
+    """`os` as gc sees it, calling `before` ahead of the first removal or rename of a
+    path whose name starts with `prefix` (the moment between gc's last look at a blob
+    and its removal)."""
+
+    def __init__(self, prefix: str, before: Any) -> None:
+        self.prefix = prefix
+        self.before = before
+        self.fired = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(os, name)
+
+    def _maybe(self, path: Any) -> None:
+        if not self.fired and os.path.basename(os.fspath(path)).startswith(self.prefix):
+            self.fired = True
+            self.before()
+
+    def unlink(self, path: Any, *args: Any, **kwargs: Any) -> None:
+        self._maybe(path)
+        os.unlink(path, *args, **kwargs)
+
+    def rename(self, src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        self._maybe(src)
+        os.rename(src, dst, *args, **kwargs)
+
+    def replace(self, src: Any, dst: Any, *args: Any, **kwargs: Any) -> None:
+        self._maybe(src)
+        os.replace(src, dst, *args, **kwargs)
+
+
+@pytest.mark.parametrize("how", ["put", "ref"])
+def test_gc_racing_a_manager_that_takes_an_old_blob_at_that_moment_keeps_it(
+    agent_dir: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A manager puts again (or names) an old blob no file names, right between gc's
+    last look at the blob (its pins, its age) and the removal: the blob stays, and the
+    session written afterwards resolves it. (Putting the same image again is common:
+    the same screenshot pasted twice; its blob is old when the first session went.)"""
+    other_session()
+    blobs = agent_dir / "blobs"
+    data = png(b"race")
+    digest = BlobStore(str(blobs)).put(data, "image/png").hash
+    sm = SessionManager.create("/proj")  # written with its first reply
+
+    def take() -> None:
+        ref = sm.put_blob(data).ref if how == "put" else f"blob:sha256:{digest}"
+        sm.append_message(image_message(ref))
+
+    hooked = _HookedOs(digest, take)
+    monkeypatch.setattr(gc_module, "os", hooked)
+    monkeypatch.setattr(gc_module, "time", types.SimpleNamespace(time=lambda: time.time() + 3600))
+    collect_garbage(str(agent_dir), delete=True)
+    assert hooked.fired
+    assert BlobStore(str(blobs)).get(digest) == data
+    sm.append_message(assistant("the same picture"))  # the session is written now
+    path = sm.get_session_file() or ""
+    sm.close()
+    assert verify(path) == []
+
+
+def test_a_put_whose_blob_a_gc_takes_while_it_reads_it_stores_it_anew(
+    agent_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A re-put reads the blob there, then touches it; a gc that takes the file between
+    the two (the moment `test_gc_racing_...` leaves a writer) must not leave the put
+    returning a blob that is gone."""
+    import sessiontree.blobs as blobs_module
+
+    store = BlobStore(str(agent_dir / "blobs"))
+    data = png(b"taken")
+    digest = store.put(data).hash
+    real_holds = blobs_module._holds
+
+    def holds_then_taken(path: str, wanted: bytes) -> bool:
+        found = real_holds(path, wanted)
+        os.rename(path, path + ".taken")  # what gc's `_take` does
+        return found
+
+    monkeypatch.setattr(blobs_module, "_holds", holds_then_taken)
+    assert store.put(data).hash == digest
+    monkeypatch.undo()
+    assert store.get(digest) == data
+
+
+def test_a_blob_a_stopped_gc_left_taken_is_put_back_and_judged_again(agent_dir: Path) -> None:
+    """gc renames a blob before it deletes it; one killed in between leaves the file
+    under a hidden name: the next `gc --delete` puts it back first, so a session naming
+    it keeps it."""
+    blobs = agent_dir / "blobs"
+    data = png(b"left")
+    digest = BlobStore(str(blobs)).put(data).hash
+    with SessionManager.create("/proj") as sm:
+        sm.append_message(image_message(f"blob:sha256:{digest}"))
+        sm.append_message(assistant("seen"))
+    (blobs / digest).rename(blobs / f".{digest}.0123456789ab.gc.tmp")
+    report = later_gc(agent_dir)
+    assert report["deleted"] == []
+    assert BlobStore(str(blobs)).get(digest) == data
+    assert sorted(p.name for p in blobs.iterdir() if p.is_file()) == [digest]

@@ -350,6 +350,8 @@ class BlobStore:
             # 10 minutes, so a writer about to reference an old blob keeps it alive.
             try:
                 os.utime(path)
+            except FileNotFoundError:
+                self._write_new(path, data)  # taken by a gc since it was read: stored anew
             except OSError:
                 pass
         else:
