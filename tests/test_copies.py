@@ -258,6 +258,35 @@ def test_a_copy_within_one_agent_dir_neither_adds_nor_moves_a_blob(
 
 
 @pytest.mark.parametrize("lazy", [False, True], ids=["whole", "index-first"])
+@pytest.mark.parametrize("operation", ["fork_from", *sorted(COPIES)])
+def test_a_copy_replaces_a_damaged_blob_of_its_own_store_with_the_sources_good_one(
+    tmp_path: Path,
+    agent_dir: Path,
+    operation: str,
+    lazy: bool,
+    lazy_loads: Callable[[bool], None],
+) -> None:
+    """The copy's store holds a blob of the same name whose bytes are damaged (cut short
+    by a writer that crashed, as omp's non-atomic writes can leave one): the copy takes
+    the source's good bytes, so its images live on when the source dir goes."""
+    a = tmp_path / "a"
+    src = source_in(a)
+    blobs = agent_dir / "blobs"
+    blobs.mkdir(parents=True, exist_ok=True)
+    for data in IMAGES.values():
+        (blobs / sha(data)).write_bytes(data[: len(data) // 2])
+    dest = Path(get_default_session_dir("/dest"))
+    if operation == "fork_from":
+        lazy_loads(lazy)
+        with SessionManager.fork_from(src, "/dest") as forked:
+            copy = forked.get_session_file() or ""
+    else:
+        copy = COPIES[operation](src, dest, lazy)
+    shutil.rmtree(a)
+    assert_resolves_in(copy, agent_dir)
+
+
+@pytest.mark.parametrize("lazy", [False, True], ids=["whole", "index-first"])
 @pytest.mark.parametrize("missing", sorted(IMAGES))
 def test_a_blob_missing_in_the_source_is_reported_by_the_copy(
     tmp_path: Path,

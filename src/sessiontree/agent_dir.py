@@ -33,7 +33,7 @@ from collections.abc import Iterable, Iterator
 from typing import Final
 
 from ._fs import atomic_write, ensure_private_dir, open_regular, write_all
-from .blobs import BlobStore, BlobStoreLike, same_blob_store
+from .blobs import BlobStore, BlobStoreLike, VerifiableBlobStore, same_blob_store
 from .errors import InvalidBlobRefError
 from .paths import EXTERNAL_SESSION_DIRS, get_agent_dir, get_terminal_id
 from .storage.base import BlobBackedStorage, HostFilesystem
@@ -245,10 +245,11 @@ class BlobCarry:
     in (`source`) into the store the copy's refs must resolve in (`target`).
 
     Every byte written to the copy passes `take` (or `chunks`): each blob it refers
-    to that `target` lacks is copied from `source`, as stored (checked against its
-    hash). One that neither holds is missing: the copy keeps its ref (the image can
-    still be restored under its name) and `report` says so, naming the copy. When
-    both are one store (`carries` is False) nothing is read or copied.
+    to that `target` lacks, or holds damaged, is copied from `source`, as stored
+    (checked against its hash). One that neither holds intact is missing: the copy
+    keeps its ref (the image can still be restored under its name) and `report` says
+    so, naming the copy. When both are one store (`carries` is False) nothing is read
+    or copied.
     """
 
     __slots__ = ("_seen", "carried", "carries", "copy_path", "missing", "source", "target")
@@ -278,7 +279,13 @@ class BlobCarry:
                 self.missing.setdefault((path or self.copy_path, digest), None)
 
     def _carry(self, digest: str) -> bool:
-        if self.target.has(digest):
+        target = self.target
+        if isinstance(target, VerifiableBlobStore):
+            # A damaged blob there (cut short by a crashed writer) is replaced by the
+            # source's good bytes: once the source goes, they are the only ones left.
+            if target.verify(digest) == "ok":
+                return True
+        elif target.has(digest):
             return True
         try:
             data = self.source.get(digest)
