@@ -686,3 +686,45 @@ def test_a_child_forked_while_another_thread_holds_a_lock_is_not_stuck(
         check=False,
     )
     assert (done.returncode, done.stdout.strip()) == (0, "exit 0"), done.stderr
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc (Linux)")
+def test_a_program_spawned_not_forked_inherits_no_lock_pin_or_database(agent_dir: Path) -> None:
+    """`subprocess` (with `close_fds=False` too) and `os.posix_spawn` run no fork hook:
+    what keeps a spawned program from holding the parent's writer lock, pin or databases
+    after the parent is gone is that every descriptor sessiontree opens is close-on-exec."""
+    from sessiontree.content_index import ContentIndex
+
+    def descriptors() -> dict[int, str]:
+        found = {}
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                found[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+            except OSError:
+                continue  # the listing's own descriptor, closed meanwhile
+        return found
+
+    before = descriptors()
+    sm = SessionManager.create("/proj")
+    sm.append_message({"role": "user", "content": "u", "timestamp": 1})
+    sm.append_message({"role": "assistant", "content": [], "timestamp": 2})  # locked
+    sm.put_blob(b"pinned" * 20)
+    history = HistoryStorage.open()
+    history.add("a prompt")
+    assert len(SessionManager.list("/proj")) == 1  # the listing cache
+    index = ContentIndex.open(str(agent_dir))
+    assert index is not None
+    opened = {fd: target for fd, target in descriptors().items() if fd not in before}
+    assert any(t.endswith(".writer-lock") for t in opened.values())
+    assert any(t.endswith(".pin") for t in opened.values())
+    inherited = []
+    for fd, target in opened.items():
+        try:
+            if os.get_inheritable(fd):
+                inherited.append(target)
+        except OSError:
+            continue  # closed since it was listed
+    assert inherited == []
+    index.close()
+    history.close()
+    sm.close()
