@@ -865,6 +865,25 @@ def test_serve_prints_a_link_and_serves_until_interrupted(store: WebStore) -> No
         serving.stop()
 
 
+def test_serve_on_every_address_prints_a_link_on_a_loopback_address_of_its_own(
+    store: WebStore,
+) -> None:
+    """`--host 0.0.0.0` answers on every address, 127/8 too: the printed link names a
+    random one of those, so the cookie the browser gets is sent to no other local server
+    (on 127.0.0.1 it would go to every one the person visits), as without `--host`."""
+    serving = Serving(store.agent, "--host", "0.0.0.0")
+    try:
+        match = re.fullmatch(LINK, serving.url)
+        assert match is not None, serving.url
+        assert match.group(1) != "127.0.0.1"
+        with httpx.Client(timeout=10) as c:
+            assert c.get(serving.url).status_code == 200
+            assert c.get(serving.base).status_code == 200
+    finally:
+        err = serving.stop()
+    assert "anyone who can reach it" in err  # the network warning stays
+
+
 BROWSER_STUB = """#!{python}
 import json, os, stat, sys
 record = {{"argv": sys.argv, "pid": os.getpid()}}
