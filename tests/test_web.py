@@ -214,6 +214,28 @@ def test_a_link_works_once_and_becomes_a_cookie_of_its_own(server: BackgroundSer
         assert r.headers.get_list("set-cookie") == [r.headers["set-cookie"]]
 
 
+def test_a_link_opened_by_many_at_once_opens_the_store_for_one(server: BackgroundServer) -> None:
+    """Two browsers (or a browser and a link previewer) opening the same link at the same
+    moment: one gets a cookie, every other one is refused."""
+    link = server.new_link()
+    start = threading.Barrier(12)
+    outcomes: list[tuple[int, str | None]] = []
+
+    def open_it() -> None:
+        with httpx.Client(timeout=10) as c:
+            start.wait()
+            r = c.get(link)
+            outcomes.append((r.status_code, r.headers.get("set-cookie")))
+
+    threads = [threading.Thread(target=open_it) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(status for status, _ in outcomes) == [200] + [403] * 11
+    assert [cookie is not None for status, cookie in outcomes if status == 200] == [True]
+
+
 def test_a_browser_with_the_cookie_gets_links_for_other_browsers(
     server: BackgroundServer, client: Any
 ) -> None:
