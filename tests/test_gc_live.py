@@ -50,8 +50,9 @@ def png(seed: bytes) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + seed * 300
 
 
-def later_gc(agent_dir: Path) -> dict[str, Any]:
-    """`sessiontree gc --delete --json` in a process whose clock is an hour ahead."""
+def later_gc(agent_dir: Path, code: int = 0) -> dict[str, Any]:
+    """`sessiontree gc --delete --json` in a process whose clock is an hour ahead (its
+    exit status `code`: 1 when it refuses to delete)."""
     faketime = shutil.which("faketime")
     if faketime is None:
         unavailable("faketime is not installed (apt-get install faketime; scripts/test does)")
@@ -61,7 +62,7 @@ def later_gc(agent_dir: Path) -> dict[str, Any]:
         text=True,
         check=False,
     )
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == code, done.stderr
     report: dict[str, Any] = json.loads(done.stdout)
     return report
 
@@ -482,3 +483,28 @@ def test_a_live_session_whose_file_is_deleted_keeps_its_images_through_gc(
     live.append_message(user("more"))  # recreates the file whole
     live.close()
     assert verify(path) == []
+
+
+@pytest.mark.parametrize("planted", ["a file", "a dangling symlink"])
+def test_a_pin_dir_that_is_not_a_directory_stops_deletion(
+    agent_dir: Path, planted: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Something else at `blobs/.live` (a file, a link to nowhere) keeps every process
+    from pinning there: gc cannot know what live managers hold, so it deletes nothing
+    (it used to read that as "no pins" and delete what they held)."""
+    other_session()
+    blobs = agent_dir / "blobs"
+    blobs.mkdir(parents=True)
+    live = blobs / LIVE_DIR
+    if planted == "a file":
+        live.write_text("not a dir\n")
+    else:
+        live.symlink_to(agent_dir / "nowhere")
+    sm = SessionManager.in_memory("/proj")
+    with caplog.at_level("WARNING", logger="sessiontree"):
+        held = sm.put_blob(png(b"unpinnable")).hash
+    assert "could not pin blob" in caplog.text
+    report = later_gc(agent_dir, code=1)
+    assert report["deleted"] == [] and report["refused"] is not None
+    assert (blobs / held).is_file()
+    sm.close()

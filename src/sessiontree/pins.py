@@ -216,14 +216,18 @@ def read_pins(blob_dir: str, *, remove_stale: bool = False) -> LivePins:
     """The hashes live processes hold in `blob_dir`'s pin files.
 
     A pin file nobody holds locked is stale: ignored, and removed with `remove_stale`
-    (a `.tmp` one only once it is old). A pin file that cannot be read is reported in
-    `unreadable` (a caller about to delete should then delete nothing).
+    (a `.tmp` one only once it is old). A pin file that cannot be read, or something
+    other than a directory at `.live`, is reported in `unreadable` (a caller about to
+    delete should then delete nothing).
     """
     found = LivePins()
     live = os.path.join(blob_dir, LIVE_DIR)
     try:
         names = sorted(os.listdir(live))
     except (FileNotFoundError, NotADirectoryError):
+        if os.path.lexists(live) and os.path.isdir(blob_dir):
+            # A file or a link to nowhere in its place: no process could pin there.
+            found.unreadable.append((live, "not a directory: no process can pin there"))
         return found
     except OSError as exc:
         found.unreadable.append((live, exc.strerror or str(exc)))
