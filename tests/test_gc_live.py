@@ -28,7 +28,7 @@ from conftest import unavailable
 from helpers import assistant, user
 from sessiontree import BlobStore, MissingBlobError, SessionManager
 from sessiontree.blobs import MemoryBlobStore
-from sessiontree.gc import collect_garbage
+from sessiontree.gc import collect_garbage, list_blobs
 from sessiontree.pins import LIVE_DIR, read_pins
 from sessiontree.storage import MemorySessionStorage
 
@@ -508,3 +508,31 @@ def test_a_pin_dir_that_is_not_a_directory_stops_deletion(
     assert report["deleted"] == [] and report["refused"] is not None
     assert (blobs / held).is_file()
     sm.close()
+
+
+def test_a_pin_file_caught_being_made_keeps_its_blobs(
+    agent_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pin file is written under a `.tmp` name, locked, then renamed: a gc that lists
+    `.live` in that moment sees only the `.tmp`. What it holds is not always just put: a
+    pin file made anew without the hashes let go (or the first pin of a ref to an old
+    blob) holds old ones. They are kept as a named pin's are."""
+    import fcntl
+
+    other_session()
+    blobs = agent_dir / "blobs"
+    old = BlobStore(str(blobs)).put(png(b"old, held")).hash
+    live = blobs / LIVE_DIR
+    live.mkdir()
+    being_made = live / f".{os.getpid()}-0123456789abcdef.tmp"  # as `_PinFile._make` names it
+    fd = os.open(being_made, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, old.encode() + b"\n")
+        monkeypatch.setattr(
+            gc_module, "time", types.SimpleNamespace(time=lambda: time.time() + 3600)
+        )
+        report = collect_garbage(str(agent_dir), delete=True)
+        assert report.deleted == [] and old in {b.hash for b in list_blobs(str(blobs))}
+    finally:
+        os.close(fd)

@@ -14,8 +14,8 @@ every blob a live pin names, whatever its age.
   SIGKILL) and is ignored (and removed by `gc --delete`).
 - **A pin file is named only once it is locked.** It is made under a `.tmp` name,
   locked, written, then renamed to its `.pin` name, so a reader never takes a pin
-  being made for a stale one (a `.tmp` name is ignored; an unlocked one is removed
-  once it is old).
+  being made for a stale one (a locked `.tmp` counts as a live pin; an unlocked one is
+  removed once it is old).
 - **Cheap on the hot path.** A hash new to the process costs one `write` of 65 bytes
   (the file is appended to); a hash held already costs a dict lookup. A hash is let go
   when no holder of the process holds it any more: the file is made anew without the
@@ -256,10 +256,11 @@ def _read_pin(path: str, is_pin: bool, remove_stale: bool, found: LivePins) -> N
             except OSError as exc:
                 if exc.errno not in _WOULD_BLOCK:
                     raise
+                # Locked: its process lives. A `.tmp` is a pin file being made, which
+                # may hold old hashes (one made anew without those let go): kept too.
+                found.hashes.update(_hashes(fd))
                 if is_pin:
-                    found.hashes.update(_hashes(fd))
                     found.live.append(path)
-                # A `.tmp` being made holds hashes just put (too young for gc).
                 return
             # Unlocked: its process is gone, unless the name now holds a newer file
             # (the holder made its pin anew and let the old one go): read that one.
