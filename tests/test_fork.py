@@ -126,6 +126,20 @@ if mode in ("returns", "sys.exit", "close"):
     else:
         _, status = os.waitpid(pid, 0)
         assert status == 0, status
+elif mode == "grandchild":
+    # A child of a child: the grandchild does its worst and exits as a program does,
+    # then the child runs off the end of the script (both at-exit handlers run).
+    pid = os.fork()
+    if pid == 0:
+        grandchild = os.fork()
+        if grandchild == 0:
+            child()
+            sys.exit(0)
+        _, status = os.waitpid(grandchild, 0)
+        assert status == 0, status
+    else:
+        _, status = os.waitpid(pid, 0)
+        assert status == 0, status
 elif mode == "mp-process":
     process = forker.Process(target=child)
     process.start()
@@ -305,7 +319,9 @@ CHILD_SAW = {
 
 
 @pytest.mark.parametrize("store", ["file", "postgres"])
-@pytest.mark.parametrize("mode", ["returns", "sys.exit", "close", "mp-process", "mp-pool"])
+@pytest.mark.parametrize(
+    "mode", ["returns", "sys.exit", "close", "grandchild", "mp-process", "mp-pool"]
+)
 def test_a_forked_child_leaves_its_parents_session_alone(
     tmp_path: Path, mode: str, store: str
 ) -> None:
