@@ -439,3 +439,29 @@ def test_a_copy_from_another_store_into_pi_store_writes_its_images_inline(
     copied = copy(src, pi / "sessions" / "--dest--", load_mode == "index-first")
     assert writes_pi_form(copied)
     assert _inline_images_of(copied) == [PNG, PNG[::-1]]
+
+
+@pytest.mark.parametrize("how", ["fork", "branched"])
+def test_after_a_fork_into_pi_store_appends_are_in_pi_form(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """The manager goes on in the copy: what it appends there is written as pi writes
+    it (it went on in the source store's form, refs and all)."""
+    xcsh = store_dir(tmp_path, "xcsh")
+    sm = SessionManager.create("/proj", str(xcsh / "sessions" / "--proj--"))
+    sm.append_message(image_message(base64.b64encode(PNG).decode()))
+    sm.append_message(assistant("a picture"))
+    pi = store_dir(tmp_path, "pi")
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(pi))
+    sm.close()
+    with SessionManager.open(
+        sm.get_session_file() or "", session_dir=str(pi / "sessions" / "--dest--")
+    ) as copy_from:
+        if how == "fork":
+            assert copy_from.fork() is not None
+        else:
+            assert copy_from.create_branched_session(copy_from.get_leaf_id() or "")
+        copy_from.append_message(image_message(base64.b64encode(PNG[::-1]).decode()))
+        path = copy_from.get_session_file() or ""
+    assert path.startswith(str(pi))
+    assert _inline_images_of(path) == [PNG, PNG[::-1]]
