@@ -15,9 +15,10 @@ breadcrumbs, and the registry of session dirs outside the store; and whose store
   disk (`os.fsencode`), so a project dir whose name is not UTF-8 works too.
 - `external-session-dirs`: one absolute directory per line, each holding sessions
   whose images live in the agent's `blobs/` (so `gc` must read them before it
-  deletes anything). Several processes append to it at once: every update is one
-  `O_APPEND` write of one whole line, so no update is lost, and readers drop
-  duplicates and an unterminated last line (a write in progress).
+  deletes anything); a path holding a newline is written in hex after a NUL.
+  Several processes append to it at once: every update is one `O_APPEND` write of
+  one whole line, so no update is lost, and readers drop duplicates and an
+  unterminated last line (a write in progress).
 
 Both are best effort for the caller (a failure is logged, never raised) and are
 written without following symlinks.
@@ -40,6 +41,7 @@ from sessiontree.storage import (
     BlobStore,
     BlobStoreLike,
     HostFilesystem,
+    VerifiableBlobStore,
     same_blob_store,
 )
 
@@ -131,12 +133,27 @@ def _read_registry(registry: str) -> bytes:
     return b"".join(chunks)
 
 
+_ENCODED: Final = b"\0"
+"""Starts a registry line holding a path with a newline, in hex (no path holds a NUL,
+and a reader that does not know the form skips the line)."""
+
+
+def _registry_line(directory: str) -> bytes:
+    raw = os.fsencode(directory)
+    return (_ENCODED + raw.hex().encode("ascii") if b"\n" in raw else raw) + b"\n"
+
+
 def _parse_registry(data: bytes) -> tuple[list[str], bytes]:
     """(absolute dirs, first recorded first, without duplicates; the unterminated rest)."""
     lines = data.split(b"\n")
     torn = lines.pop()  # b"" when the data ends with a newline
     seen: dict[str, None] = {}
     for line in lines:
+        if line.startswith(_ENCODED):
+            try:
+                line = bytes.fromhex(line[len(_ENCODED) :].decode("ascii"))
+            except ValueError:
+                continue
         directory = os.fsdecode(line)
         if directory and os.path.isabs(directory) and "\0" not in directory:
             seen.setdefault(directory, None)
@@ -180,7 +197,7 @@ def register_session_dir(session_file: str, agent_dir: str | None = None) -> Non
         if directory not in _parse_registry(current)[0]:
             ensure_private_dir(agent)
             # A crash may have left half a line: start ours on a line of its own.
-            line = os.fsencode(directory) + b"\n"
+            line = _registry_line(directory)
             if current and not current.endswith(b"\n"):
                 line = b"\n" + line
             fd = open_regular(registry, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
@@ -250,10 +267,11 @@ class BlobCarry:
     in (`source`) into the store the copy's refs must resolve in (`target`).
 
     Every byte written to the copy passes `take` (or `chunks`): each blob it refers
-    to that `target` lacks is copied from `source`, as stored (checked against its
-    hash). One that neither holds is missing: the copy keeps its ref (the image can
-    still be restored under its name) and `report` says so, naming the copy. When
-    both are one store (`carries` is False) nothing is read or copied.
+    to that `target` lacks, or holds damaged, is copied from `source`, as stored
+    (checked against its hash). One that neither holds intact is missing: the copy
+    keeps its ref (the image can still be restored under its name) and `report` says
+    so, naming the copy. When both are one store (`carries` is False) nothing is read
+    or copied.
     """
 
     __slots__ = ("_seen", "carried", "carries", "copy_path", "missing", "source", "target")
@@ -283,7 +301,13 @@ class BlobCarry:
                 self.missing.setdefault((path or self.copy_path, digest), None)
 
     def _carry(self, digest: str) -> bool:
-        if self.target.has(digest):
+        target = self.target
+        if isinstance(target, VerifiableBlobStore):
+            # A damaged blob there (cut short by a crashed writer) is replaced by the
+            # source's good bytes: once the source goes, they are the only ones left.
+            if target.verify(digest) == "ok":
+                return True
+        elif target.has(digest):
             return True
         try:
             data = self.source.get(digest)

@@ -555,9 +555,10 @@ class SessionManager(ClosesOnExit):
         carry = source.blob_carry(path, self._storage, agent_dir=agent, blob_store=blob_store)
         blobs = carry.target
         file = self._new_file(path, blobs=blobs)
+        pi_form = writes_pi_form(path, self._storage)  # the new file's store's, not ours
         try:
             chunks = index.file_chunks(
-                SessionHead(header).lines(), blobs, carry=carry, pi_form=self._pi_form
+                SessionHead(header).lines(), blobs, carry=carry, pi_form=pi_form
             )
             file.create(chunks, rescue=False)
         except BaseException:
@@ -566,6 +567,7 @@ class SessionManager(ClosesOnExit):
             file.release_lock()
             raise
         self._blobs = blobs
+        self._pi_form = pi_form
         index.use_blobs(blobs)  # its unread lines now name blobs of this store
         file.restore_content(self._content_source())
         self._use_file(file)
