@@ -226,7 +226,7 @@ class Store:
             kind = detect_agent(files)
         if kind is not None and kind not in NATIVE_AGENTS:
             if agent is not None and agent != kind:
-                raise InvalidStoreError(f"{files} is a {kind} store, not a {agent} one")
+                raise InvalidStoreError(f"{files} is a {kind} store, not a {agent} agent dir")
             self._open_foreign(kind, files, None)
             return
         self.location = files
