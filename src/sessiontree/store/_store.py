@@ -220,10 +220,10 @@ class Store:
                 f"{given} names the agent dir {files}, but agent_dir is {chosen}"
             )
         kind = agent
-        if kind is None and explicit and not _looks_native(files):
+        if (kind is None or kind in NATIVE_AGENTS) and explicit and not _looks_native(files):
             from sessiontree.foreign.store import detect_agent
 
-            kind = detect_agent(files)
+            kind = detect_agent(files) or kind
         if kind is not None and kind not in NATIVE_AGENTS:
             if agent is not None and agent != kind:
                 raise InvalidStoreError(f"{files} is a {kind} store, not a {agent} agent dir")
@@ -587,7 +587,7 @@ class Store:
         *,
         since: Moment | None = None,
         until: Moment | None = None,
-        projects: Iterable[str] | None = None,
+        projects: Iterable[str | os.PathLike[str]] | None = None,
         tz: str | None = None,
         use_index: bool = True,
         progress: Progress | None = None,
@@ -613,7 +613,7 @@ class Store:
             tz_name=zone_name,
             since=_ms(since, end=False, tz=zone),
             until=_ms(until, end=True, tz=zone),
-            projects=[os.path.abspath(os.path.expanduser(p)) for p in projects]
+            projects=[os.path.abspath(os.path.expanduser(os.fspath(p))) for p in projects]
             if projects is not None
             else None,
             duplicates=priced.duplicates,
