@@ -196,14 +196,16 @@ _WHERE: dict[str, str] = {
 imported from; the errors (no imports of their own) are here from the start."""
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    _publish(value)
-    globals()[name] = value  # later lookups find it without this function
-    return value
+if not TYPE_CHECKING:  # a module `__getattr__` would make type checkers accept any name
+
+    def __getattr__(name: str) -> Any:
+        module = _WHERE.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        _publish(value)
+        globals()[name] = value  # later lookups find it without this function
+        return value
 
 
 def __dir__() -> list[str]:
