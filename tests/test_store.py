@@ -390,6 +390,8 @@ def test_locations_name_agent_dirs(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     with pytest.raises(InvalidStoreError, match="agent_dir"):
         Store(agent, agent_dir=tmp_path / "other")
     assert Store(agent, agent_dir=agent).location == str(agent)
+    with pytest.raises(InvalidStoreError, match="empty"):
+        Store("")
 
 
 def test_agents_by_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

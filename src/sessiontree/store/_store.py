@@ -191,6 +191,8 @@ class Store:
         self._owns_storage = storage is None
         self.read_only = False
         given = os.fspath(location) if location is not None else None
+        if given == "":
+            raise InvalidStoreError("an empty location names no store (None: the default one)")
         chosen = (
             os.path.abspath(os.path.expanduser(os.fspath(agent_dir)))
             if agent_dir is not None
