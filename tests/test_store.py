@@ -30,6 +30,7 @@ from sessiontree import (
     SessionManager,
     SessionNotFoundError,
     SessionTreeError,
+    SessionWriteConflictError,
     Store,
     StoreClosedError,
 )
@@ -226,6 +227,26 @@ def test_gc_check_and_repair(store: Store, tmp_path: Path) -> None:
     assert store.check() == [] and storage.exists(damaged + ".bak")
     with store.open(made.ids[damaged], read_only=True) as sm:
         assert len(sm.get_entries()) == 2
+
+
+def test_check_does_not_repair_a_session_a_live_writer_holds(tmp_path: Path) -> None:
+    with Store(tmp_path / "agent") as store:
+        made = _fill(store, tmp_path)
+        path = made.paths[str(made.beta)][0]
+        live = store.open(made.ids[path])  # holds the writer lock
+        live.append_message(assistant("still talking"))
+        live.flush()
+        before = Path(path).read_bytes()
+        with open(path, "ab") as f:  # another program tears the last line
+            f.write(b'{"type":"message"')
+        findings = store.check(fix=True)
+        kinds = {f.kind for f in findings}
+        assert "unrepaired" in kinds and kinds - {"unrepaired"}
+        assert {f.path for f in findings} == {path}
+        assert Path(path).read_bytes() == before + b'{"type":"message"'
+        assert not os.path.exists(path + ".bak")
+        with pytest.raises(SessionWriteConflictError):  # the writer sees the change too
+            live.close()
 
 
 def test_fork_delete_continue_and_history(store: Store, tmp_path: Path) -> None:

@@ -676,7 +676,9 @@ class Store:
         file that cannot be read is a finding of kind "unreadable".
 
         `fix=True` repairs each damaged session in place (its original kept as
-        `<file>.bak`) and returns what is still wrong after the repair.
+        `<file>.bak`) and returns what is still wrong after the repair; a session it
+        could not repair (a live agent is writing it) keeps its findings, and one of
+        kind "unrepaired" says why.
         """
         if fix:
             self._check_writable("repair its sessions")
@@ -691,13 +693,22 @@ class Store:
             blobs = self.blobs_for(path)
             try:
                 findings = check_session(path, storage=storage, blobs=blobs)
-                if fix and findings:
-                    repair_session(
-                        path, in_place=True, storage=storage, blobs=blobs, agent_dir=self.agent_dir
-                    )
-                    findings = check_session(path, storage=storage, blobs=blobs)
             except (OSError, SessionTreeError) as exc:
                 findings = [Finding("unreadable", None, None, f"cannot read: {exc}")]
+            else:
+                if fix and findings:
+                    try:
+                        repair_session(
+                            path,
+                            in_place=True,
+                            storage=storage,
+                            blobs=blobs,
+                            agent_dir=self.agent_dir,
+                        )
+                        findings = check_session(path, storage=storage, blobs=blobs)
+                    except (OSError, SessionTreeError) as exc:  # a live writer holds it, ...
+                        message = f"not repaired: {exc}"
+                        findings = [*findings, Finding("unrepaired", None, None, message)]
             found += [dataclasses.replace(f, path=path) for f in findings]
         return found
 
