@@ -271,6 +271,26 @@ def test_fork_delete_continue_and_history(store: Store, tmp_path: Path) -> None:
     assert store.history_path == os.path.join(store.agent_dir, "history.db")
 
 
+def test_delete_takes_only_the_stores_own_sessions(tmp_path: Path) -> None:
+    """A session file outside the store, and a symlink to one inside it, are refused
+    and stay; a store's own goes, with nothing else."""
+    with Store(tmp_path / "agent") as store:
+        made = _fill(store, tmp_path)
+        path = made.paths[str(made.beta)][0]
+        outside = tmp_path / "elsewhere" / os.path.basename(path)
+        outside.parent.mkdir()
+        outside.write_bytes(Path(path).read_bytes())
+        with pytest.raises(SessionTreeError):
+            store.delete(outside)
+        link = Path(path).parent / "link.jsonl"
+        link.symlink_to(path)
+        with pytest.raises(SessionTreeError):
+            store.delete(link)
+        assert outside.exists() and link.is_symlink() and Path(path).exists()
+        assert store.delete(path) == [path] and not Path(path).exists()
+        assert sorted(i.path for i in store.list()) == sorted(made.paths[str(made.alpha)])
+
+
 def test_images_go_to_the_stores_blobs(store: Store, tmp_path: Path) -> None:
     _fill(store, tmp_path)
     blobs = store.blobs
