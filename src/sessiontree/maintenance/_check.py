@@ -57,11 +57,11 @@ from sessiontree.session import backup_path
 from sessiontree.storage import (
     BlobStatus,
     BlobStoreLike,
-    FileSessionStorage,
     HostFilesystem,
     SessionStorage,
     VerifiableBlobStore,
     acquire_session_lock,
+    default_storage,
     read_chunks,
     replace_checked,
     write_new,
@@ -97,6 +97,8 @@ class Finding:
     """1-based physical line number in the file, where known."""
     entry_id: str | None
     message: str
+    path: str | None = None
+    """The session file, where the finding is one of several files' (`Store.check`)."""
 
 
 @dataclass(slots=True)
@@ -164,7 +166,7 @@ def scan_session(
     decides whether this is a session file) but keeps every line's number and
     bytes, and reads on after a bad header only to count lines.
     """
-    storage = storage if storage is not None else FileSessionStorage()
+    storage = default_storage(storage)
     scanned = ScannedSession(path)
     last_has_newline = True
     header_done = False
@@ -213,7 +215,7 @@ def scan_session(
 
 def conflict_siblings(path: str, storage: SessionStorage | None = None) -> list[str]:
     """Files named `<session file>.conflict-*` next to `path` (see `side_path`)."""
-    storage = storage if storage is not None else FileSessionStorage()
+    storage = default_storage(storage)
     directory, name = os.path.split(path)
     return storage.list_files(directory or ".", glob_escape(side_stem(name)) + ".conflict-*")
 
@@ -459,7 +461,7 @@ def check_session(
     Never writes. `blobs` defaults to the blob store of the store holding `path` (see
     `blob_store_for` in `sessiontree.layout`). FileNotFoundError when the file is missing.
     """
-    storage = storage if storage is not None else FileSessionStorage()
+    storage = default_storage(storage)
     scanned = scan_session(path, storage)
     findings = _findings(scanned, blobs if blobs is not None else blob_store_for(path, storage))
     if conflicts:
@@ -675,7 +677,7 @@ def repair_session(
     be repaired: InvalidSessionFileError. `agent_dir`: the one a caller works on (its
     blob store takes the images of a copy outside every agent dir).
     """
-    storage = storage if storage is not None else FileSessionStorage()
+    storage = default_storage(storage)
     blob_store = blobs if blobs is not None else blob_store_for(path, storage, agent_dir)
     if in_place and isinstance(storage, HostFilesystem) and os.path.islink(path):
         path = os.path.realpath(path)  # repair the file, not the link that names it

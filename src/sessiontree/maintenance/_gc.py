@@ -46,9 +46,10 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from sessiontree._util.env import agent_dir_or_default
 from sessiontree._util.fs import side_path
 from sessiontree.errors import SessionTreeError
-from sessiontree.layout import EXTERNAL_SESSION_DIRS, get_agent_dir, read_registry
+from sessiontree.layout import EXTERNAL_SESSION_DIRS, read_registry
 from sessiontree.storage import (
     BlobBackedStorage,
     CollectableBlobStore,
@@ -433,7 +434,7 @@ def find_referenced_hashes(
     store's only. Returns (hashes, unreadable (path, reason) pairs, stable).
     `stable` is False when files kept changing for several passes.
     """
-    agent = agent_dir if agent_dir is not None else get_agent_dir()
+    agent = agent_dir_or_default(agent_dir)
     files = storage is None or isinstance(storage, HostFilesystem)
     via = None if files else storage
     sessions = os.path.join(agent if files else store_root(storage, agent), "sessions")
@@ -512,7 +513,7 @@ def collect_garbage(
     report only: deletion checks each blob's age again on the real clock (a blob
     store's `delete` on its own clock), whatever `now` says.
     """
-    agent = agent_dir if agent_dir is not None else get_agent_dir()
+    agent = agent_dir_or_default(agent_dir)
     store = storage_blob_store(storage)
     blob_dir = (
         os.path.join(agent, "blobs") if store is None else str(getattr(store, "dir", "") or "")

@@ -29,6 +29,7 @@ from pathlib import Path
 import uvicorn
 
 from sessiontree.storage import SessionStorage
+from sessiontree.store import Store
 from sessiontree.web.app import ServeOptions, create_app
 
 __all__ = [
@@ -205,8 +206,7 @@ def _open_browser(options: ServeOptions, base: str, warn: Callable[[str], None])
 
 
 def serve(
-    storage: SessionStorage,
-    agent_dir: str,
+    store: Store,
     *,
     host: str | None,
     port: int,
@@ -216,7 +216,7 @@ def serve(
     allowed_hosts: Sequence[str] = (),
     use_index: bool = True,
 ) -> None:
-    """Serve until interrupted (Ctrl-C, SIGTERM), then return.
+    """Serve `store` until interrupted (Ctrl-C, SIGTERM), then return.
 
     `host` None: a random loopback address. `announce` gets the printed one-time
     link, `warn` what the user should know (a fallback address, no browser).
@@ -226,7 +226,7 @@ def serve(
         warn(warning)
     port = sock.getsockname()[1]
     options = ServeOptions(f"sessiontree-{port}", allowed_hosts=allowed_hosts, use_index=use_index)
-    app = create_app(storage, agent_dir, options)
+    app = create_app(store, options)
     config = uvicorn.Config(
         app,
         log_level="warning",
@@ -256,13 +256,14 @@ def serve(
 
 class BackgroundServer:
     """The app served from a thread (tests, benchmarks, the screenshot script):
-    `with BackgroundServer(storage, agent_dir) as s: s.url` (a one-time link);
-    `s.new_link()` makes another, `s.login_cookies()` a browser's cookie outright."""
+    `with BackgroundServer(store) as s: s.url` (a one-time link); `s.new_link()` makes
+    another, `s.login_cookies()` a browser's cookie outright. Given a storage and its
+    agent dir instead of a `Store`, it serves `Store(agent_dir, storage=storage)`."""
 
     def __init__(
         self,
-        storage: SessionStorage,
-        agent_dir: str,
+        store: Store | SessionStorage,
+        agent_dir: str | None = None,
         *,
         host: str | None = None,
         port: int = 0,
@@ -275,7 +276,10 @@ class BackgroundServer:
         self.options = ServeOptions(f"sessiontree-{self.port}", use_index=use_index)
         if poll_seconds is not None:
             self.options.poll_seconds = poll_seconds
-        self.app = create_app(storage, agent_dir, self.options)
+        if not isinstance(store, Store):
+            store = Store(agent_dir, storage=store)
+        self.store = store
+        self.app = create_app(store, self.options)
         config = uvicorn.Config(
             self.app,
             log_level="warning",
