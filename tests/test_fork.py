@@ -592,7 +592,7 @@ def test_a_forked_child_gets_a_pool_of_its_own(tmp_path: Path) -> None:
         )
 
         def backend() -> int:
-            row = storage._run(str(tmp_path), lambda c, _: c.execute("SELECT pg_backend_pid()"))
+            row = storage._db.run(str(tmp_path), lambda c, _: c.execute("SELECT pg_backend_pid()"))
             return int(row.fetchone()[0])
 
         try:
