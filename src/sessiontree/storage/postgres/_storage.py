@@ -26,7 +26,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from sessiontree._util.closing import ClosesOnExit
-from sessiontree._util.env import get_agent_dir
+from sessiontree._util.env import agent_dir_or_default
 from sessiontree._util.fs import glob_match_name, name_problem, utf8_prefix_text
 from sessiontree.storage._base import SessionMeta, StorageStat
 from sessiontree.storage.postgres import _schema
@@ -145,7 +145,7 @@ class PostgresSessionStorage(ClosesOnExit):
         timeout: float = 30.0,
     ) -> None:
         self.schema = _schema.validate_schema_name(schema)
-        self._keys = Keys(root if root is not None else get_agent_dir())
+        self._keys = Keys(agent_dir_or_default(root))
         self.root = self._keys.root
         self.durable_appends = durable_appends
         self._sql = statements(self.schema)
