@@ -1,0 +1,180 @@
+"""The OpenCode, Gemini CLI and Copilot CLI readers against hostile and damaged stores.
+
+What another agent's store holds is untrusted: an id read from a database row or a
+JSON file never names a path outside that store, a value of any type in any column
+never stops the rest from listing, cycles and chains of parent sessions lose no
+session and never recurse without end, a file cut anywhere keeps every line that was
+whole, and reading never writes beside the agent's files nor holds its writer up (a
+real writer process commits throughout).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from typer.testing import CliRunner
+
+import foreign_support as fs
+from conftest import SHARED_FIXTURES, unavailable
+from sessiontree.cli import app
+from sessiontree.foreign import _records
+
+runner = CliRunner()
+FOREIGN = SHARED_FIXTURES / "foreign"
+DB_SESSION = "ses_04ca851f7ffevKrKMHW3RsPK1U"
+EXPORT = "savekirk__session-bridge__29__dbfeaf9083__0__full.jsonl"
+REAL_FILES = sorted(
+    str(p)
+    for kind in ("opencode", "gemini", "copilot")
+    for p in (FOREIGN / kind).glob("*")
+    if p.is_file() and p.suffix != ".db"
+)
+HOSTILE = settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+def fixture(kind: str, name: str) -> Path:
+    path = FOREIGN / kind / name
+    if not path.is_file():
+        unavailable(f"shared fixture {path} is missing")
+    return path
+
+
+def run(*args: str) -> Any:
+    result = runner.invoke(app, list(args))
+    assert "Traceback" not in result.output, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(
+        result.exception
+    )
+    return result
+
+
+def opencode_home(root: Path) -> tuple[Path, Path]:
+    """(XDG_DATA_HOME, its opencode.db): the real database, copied under `root`."""
+    data = root / "xdg" / "opencode"
+    data.mkdir(parents=True)
+    database = data / "opencode.db"
+    shutil.copyfile(fixture("opencode", fs.OPENCODE_DB), database)
+    database.chmod(0o644)
+    return root / "xdg", database
+
+
+@contextmanager
+def connect(database: Path) -> Iterator[sqlite3.Connection]:
+    """A connection that commits what it did and is closed after (`sqlite3.connect` as a
+    context manager only commits: a connection left open holds a WAL database)."""
+    conn = sqlite3.connect(database)
+    try:
+        with conn:
+            yield conn
+    finally:
+        conn.close()
+
+
+def add_session(database: Path, session_id: Any, **columns: Any) -> None:
+    """A session row like the real one, with `session_id` and `columns` instead."""
+    with connect(database) as conn:
+        row = conn.execute(
+            "SELECT project_id, slug, directory, title, version, time_created, time_updated "
+            "FROM session WHERE id = ?",
+            (DB_SESSION,),
+        ).fetchone()
+        values = dict(
+            zip(
+                [
+                    "project_id",
+                    "slug",
+                    "directory",
+                    "title",
+                    "version",
+                    "time_created",
+                    "time_updated",
+                ],
+                row,
+                strict=True,
+            )
+        )
+        values.update(columns, id=session_id)
+        names = ", ".join(values)
+        marks = ", ".join("?" for _ in values)
+        conn.execute(f"INSERT INTO session ({names}) VALUES ({marks})", list(values.values()))
+
+
+@contextmanager
+def environ(**variables: str) -> Iterator[None]:
+    """`variables` set for the CLI run in this process (a hypothesis example cannot use
+    the function-scoped `monkeypatch`)."""
+    saved = {name: os.environ.get(name) for name in variables}
+    os.environ.update(variables)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def listed_ids(*args: str) -> set[str]:
+    result = run(*args, "list", "--all", "--limit", "0", "--json")
+    assert result.exit_code == 0, result.output
+    return {s["id"] for s in json.loads(result.stdout)["sessions"]}
+
+
+# ----------------------------------------------------------------------------- long lines
+
+
+class _Counted(bytes):
+    """A chunk that counts the bytes copied when it is appended to what came before."""
+
+    copied = 0
+
+    def __radd__(self, other: bytes) -> bytes:
+        _Counted.copied += len(other) + len(self)
+        return bytes(other) + bytes(self)
+
+
+def test_a_long_line_is_copied_a_bounded_number_of_times(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A line of a gigabyte (an image pasted into a prompt, a tool's output) is read a
+    chunk at a time: joining the chunks must cost its length, not its length times the
+    number of chunks (a 1 GB line in 1 MiB chunks would copy 500 GB). Here a 4 MiB line
+    in 4 KiB chunks: at most a few times 4 MiB copied, not 2 GiB."""
+    line = b'{"id": "u1", "text": "' + b"x" * (4 << 20) + b'"}'
+    path = tmp_path / "long.jsonl"
+    path.write_bytes(b'{"first": 1}\n' + line + b"\n")
+    real_open = open
+
+    class Chunks:
+        def __init__(self, handle: Any) -> None:
+            self.handle = handle
+
+        def __enter__(self) -> Chunks:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.handle.close()
+
+        def read(self, size: int = -1) -> bytes:
+            return _Counted(self.handle.read(size))
+
+    monkeypatch.setattr(_records, "_CHUNK", 4096)
+    monkeypatch.setattr(_records, "open", lambda p, m: Chunks(real_open(p, m)), raising=False)
+    _Counted.copied = 0
+    transcript = _records.read_transcript(str(path))
+    assert [r.line for r in transcript.records] == [1, 2]
+    assert _Counted.copied < 4 * len(line)
