@@ -27,6 +27,8 @@ import foreign_support as fs
 from conftest import SHARED_FIXTURES, unavailable
 from sessiontree.cli import app
 from sessiontree.foreign import _records
+from sessiontree.foreign.gemini import read_gemini_session
+from sessiontree.foreign.opencode import read_opencode_export
 
 runner = CliRunner()
 FOREIGN = SHARED_FIXTURES / "foreign"
@@ -178,3 +180,40 @@ def test_a_long_line_is_copied_a_bounded_number_of_times(
     transcript = _records.read_transcript(str(path))
     assert [r.line for r in transcript.records] == [1, 2]
     assert _Counted.copied < 4 * len(line)
+
+
+# ----------------------------------------------------------------------------- documents
+
+
+def test_a_document_nested_deeper_than_python_recurses_is_read_or_reported(
+    tmp_path: Path,
+) -> None:
+    """A one-document session (an `opencode export`, Gemini CLI's `.json`) with a value
+    nested thousands deep: one JavaScript parses is read whole; one cut short there
+    keeps the messages before it and reports the rest; never a RecursionError."""
+    deep = "[" * 5000 + "]" * 5000
+    part = '{"id": "prt_1", "type": "text", "text": "hello", "deep": ' + deep + "}"
+    message = '{"info": {"id": "msg_1", "role": "user"}, "parts": [' + part + "]}"
+    head = '{"info": {"id": "ses_x", "directory": "/w"}, "messages": ['
+    export = tmp_path / "export.json"
+    export.write_text(head + message + "]}", encoding="utf-8")
+    whole = read_opencode_export(str(export))
+    assert whole.damaged == []
+    assert [e["message"]["content"] for e in whole.manager.get_entries()] == [
+        [{"type": "text", "text": "hello"}]
+    ]
+    export.write_text(head + message + ", " + deep[:7000], encoding="utf-8")
+    cut = read_opencode_export(str(export))
+    assert [d.line for d in cut.damaged] == [1] and cut.source_id == "ses_x"
+    assert len(cut.manager.get_entries()) == 1
+    gemini = tmp_path / "session-deep.json"
+    gemini.write_text(
+        '{\n  "sessionId": "g", "projectHash": "p", "messages": ['
+        '{"id": "u1", "type": "user", "content": "hello"}, ' + deep[:7000],
+        encoding="utf-8",
+    )
+    session = read_gemini_session(str(gemini))
+    assert len(session.damaged) == 1
+    assert [e["message"]["content"] for e in session.manager.get_entries()] == [
+        [{"type": "text", "text": "hello"}]
+    ]
