@@ -217,3 +217,21 @@ def test_a_document_nested_deeper_than_python_recurses_is_read_or_reported(
     assert [e["message"]["content"] for e in session.manager.get_entries()] == [
         [{"type": "text", "text": "hello"}]
     ]
+
+
+# ----------------------------------------------------------------------------- import
+
+
+def test_an_import_whose_directory_cannot_be_a_path_is_refused_clearly(
+    tmp_path: Path, agent_dir: Path
+) -> None:
+    """The directory a session was recorded in names the project dir of the import; one
+    with a NUL byte names none: the import says so (and `--cwd` files it elsewhere)."""
+    _, database = opencode_home(tmp_path / "home")
+    with connect(database) as conn:
+        conn.execute("UPDATE session SET directory = '/w' || char(0) || 'x'")
+    refused = run("import", str(database / DB_SESSION))
+    assert refused.exit_code == 1 and str(database / DB_SESSION) in refused.output
+    assert "--cwd" in refused.output
+    done = run("import", str(database / DB_SESSION), "--cwd", str(tmp_path), "--json")
+    assert done.exit_code == 0, done.output
