@@ -14,21 +14,25 @@ import json
 import os
 import shutil
 import sqlite3
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import foreign_support as fs
 from conftest import SHARED_FIXTURES, unavailable
 from sessiontree.cli import app
 from sessiontree.foreign import _records
+from sessiontree.foreign.copilot import read_copilot_session
 from sessiontree.foreign.gemini import read_gemini_session
 from sessiontree.foreign.opencode import read_opencode_export
+from test_foreign_agents import assert_sound
 
 runner = CliRunner()
 FOREIGN = SHARED_FIXTURES / "foreign"
@@ -235,3 +239,146 @@ def test_an_import_whose_directory_cannot_be_a_path_is_refused_clearly(
     assert "--cwd" in refused.output
     done = run("import", str(database / DB_SESSION), "--cwd", str(tmp_path), "--json")
     assert done.exit_code == 0, done.output
+
+
+# ----------------------------------------------------------------------------- Copilot CLI
+
+
+def test_a_copilot_rewind_into_the_middle_of_a_turn_answers_its_calls(tmp_path: Path) -> None:
+    """`upToEventId` naming a tool result (not the prompt a snapshot is taken at): the
+    conversation goes on from before that result, where the response's second call has
+    no result; it gets the interrupted result, and the prompt that follows comes after."""
+    start = {"sessionId": "s", "context": {"cwd": "/w"}, "selectedModel": "gpt-5"}
+    calls = [{"toolCallId": "t1", "name": "bash"}, {"toolCallId": "t2", "name": "bash"}]
+    kinds = [
+        ("session.start", start),
+        ("user.message", {"content": "run both"}),
+        ("assistant.message", {"messageId": "m1", "content": "", "toolRequests": calls}),
+        ("tool.execution_complete", {"toolCallId": "t1", "success": True}),
+        ("tool.execution_complete", {"toolCallId": "t2", "success": True}),
+        ("session.snapshot_rewind", {"upToEventId": "e4"}),
+        ("user.message", {"content": "again"}),
+    ]
+    path = tmp_path / "events.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps(
+                {
+                    "type": kind,
+                    "data": data,
+                    "id": f"e{n}",
+                    "timestamp": f"2026-05-01T10:00:{n:02d}.000Z",
+                    "parentId": f"e{n - 1}" if n else None,
+                }
+            )
+            + "\n"
+            for n, (kind, data) in enumerate(kinds)
+        ),
+        encoding="utf-8",
+    )
+    sm = read_copilot_session(str(path)).manager
+    assert_sound(sm)
+    branch = [e["message"] for e in sm.get_branch() if e["type"] == "message"]
+    assert [(m["role"], m.get("toolCallId")) for m in branch] == [
+        ("user", None),
+        ("assistant", None),
+        ("toolResult", "t1"),
+        ("toolResult", "t2"),
+        ("user", None),
+    ]
+    assert branch[3]["isError"] and branch[3]["details"] == {"synthetic": True}
+
+
+_COPILOT_KINDS = [
+    "user.message",
+    "assistant.message",
+    "tool.execution_complete",
+    "session.snapshot_rewind",
+    "session.context_cleared",
+    "session.compaction_start",
+    "session.compaction_complete",
+    "subagent.started",
+    "session.model_change",
+    "hook.end",
+    "unknown.kind",
+]
+
+
+def _copilot_event(number: int, drawn: dict[str, Any]) -> dict[str, Any]:
+    kind, call = drawn["type"], drawn["call"]
+    data: dict[str, Any] = {
+        "user.message": {"content": f"prompt {number}"},
+        "assistant.message": {
+            "messageId": f"m{number}",
+            "content": f"answer {number}",
+            "toolRequests": [{"toolCallId": call, "name": "bash"}] if drawn["calls"] else [],
+        },
+        "tool.execution_complete": {"toolCallId": call, "success": drawn["calls"]},
+        "session.snapshot_rewind": {"upToEventId": drawn["parent"] or "unknown"},
+        "session.context_cleared": {},
+        "session.compaction_start": {},
+        "session.compaction_complete": {"success": True, "summaryContent": "summary"},
+        "subagent.started": {"toolCallId": call, "agentName": "explore"},
+        "session.model_change": {"newModel": f"model-{number % 3}"},
+        "hook.end": {"success": False},
+        "unknown.kind": {"x": number},
+    }[kind]
+    event = {
+        "type": kind,
+        "data": data,
+        "id": drawn["id"],
+        "timestamp": f"2026-05-01T10:00:{drawn['second']:02d}.000Z",
+        "parentId": drawn["parent"],
+    }
+    if drawn["agent"] is not None:
+        event["agentId"] = drawn["agent"]
+    return event
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {
+                "type": st.sampled_from(_COPILOT_KINDS),
+                "id": st.sampled_from(["e0", "e1", "e2"]),  # duplicate ids
+                "parent": st.one_of(st.none(), st.sampled_from(["e0", "e1", "e9"])),
+                "agent": st.one_of(st.none(), st.sampled_from(["a", "b", ""])),
+                "second": st.integers(0, 59),  # out of order
+                "call": st.sampled_from(["t1", "t2"]),
+                "calls": st.booleans(),
+            }
+        ),
+        max_size=30,
+    )
+)
+def test_copilot_events_in_any_order_with_any_ids_keep_every_prompt(
+    drawn: list[dict[str, Any]],
+) -> None:
+    """Events out of time order, duplicate and dangling ids, rewinds to unknown events,
+    subagents that start each other: a sound tree (every call answered right after it)
+    for the session and each subagent, every prompt in it exactly once."""
+    start = {
+        "type": "session.start",
+        "data": {"sessionId": "s", "context": {"cwd": "/w"}},
+        "id": "e0",
+        "timestamp": "2026-05-01T10:00:00.000Z",
+        "parentId": None,
+    }
+    events = [start] + [_copilot_event(n, d) for n, d in enumerate(drawn)]
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "events.jsonl"
+        path.write_text("".join(json.dumps(e) + "\n" for e in events), encoding="utf-8")
+        session = read_copilot_session(str(path))
+    managers = [session.manager] + [sub.manager for sub in session.subsessions]
+    prompts = []
+    for sm in managers:
+        if sm.get_entries():  # a subagent may hold nothing but bookkeeping
+            assert_sound(sm)
+        prompts += [
+            e["message"]["content"][0]["text"]
+            for e in sm.get_entries()
+            if e["type"] == "message" and e["message"]["role"] == "user"
+        ]
+    want = [f"prompt {n}" for n, d in enumerate(drawn) if d["type"] == "user.message"]
+    assert sorted(prompts) == sorted(want)
