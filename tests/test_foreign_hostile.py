@@ -32,6 +32,7 @@ from sessiontree.foreign import _records
 from sessiontree.foreign.copilot import read_copilot_session
 from sessiontree.foreign.gemini import read_gemini_session
 from sessiontree.foreign.opencode import read_opencode_export
+from sessiontree.foreign.store import ForeignStore
 from test_foreign_agents import assert_sound
 
 runner = CliRunner()
@@ -382,3 +383,124 @@ def test_copilot_events_in_any_order_with_any_ids_keep_every_prompt(
         ]
     want = [f"prompt {n}" for n, d in enumerate(drawn) if d["type"] == "user.message"]
     assert sorted(prompts) == sorted(want)
+
+
+# ----------------------------------------------------------------------------- Gemini CLI
+
+
+def test_a_gemini_session_id_never_names_a_directory_outside_its_chats(
+    tmp_path: Path, agent_dir: Path
+) -> None:
+    """Subagents are read from `chats/<session id>/`; a `sessionId` that is a path
+    (absolute, with `..`, a NUL) would read any directory's JSONL files as this
+    session's subagents. The session reads, with none of them."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    meta = {"sessionId": "s", "projectHash": "p", "startTime": "2026-01-01T00:00:00Z"}
+    prompt = {"id": "u1", "type": "user", "timestamp": "2026-01-01T00:00:01Z"}
+    (outside / "private.jsonl").write_text(
+        json.dumps(meta) + "\n" + json.dumps({**prompt, "content": [{"text": "PRIVATE"}]}) + "\n",
+        encoding="utf-8",
+    )
+    chats = tmp_path / "gemini" / ".gemini" / "tmp" / "project" / "chats"
+    chats.mkdir(parents=True)
+    for number, session_id in enumerate(
+        [str(outside), "../../../../../outside", "x\x00y", "..", ""]
+    ):
+        path = chats / f"session-{number}.jsonl"
+        path.write_text(
+            json.dumps({**meta, "sessionId": session_id})
+            + "\n"
+            + json.dumps({**prompt, "content": [{"text": "hello"}]})
+            + "\n",
+            encoding="utf-8",
+        )
+        session = read_gemini_session(str(path))
+        assert session.subsessions == []
+        result = run("import", str(path), "--json")
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)["subsessions"] == []
+
+
+_GEMINI_IDS = ["u0", "u1", "g2", "g3", "u4"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("message"), st.sampled_from(_GEMINI_IDS)),
+            st.tuples(st.just("rewind"), st.sampled_from([*_GEMINI_IDS, "unknown"])),
+            st.tuples(st.just("set"), st.lists(st.sampled_from(_GEMINI_IDS), max_size=6)),
+        ),
+        max_size=20,
+    )
+)
+def test_gemini_histories_written_again_and_rewound_anywhere(
+    operations: list[tuple[str, Any]],
+) -> None:
+    """`$set.messages` histories that repeat an id (a message listed twice, one id
+    before and after another: a would-be cycle) and `$rewindTo` ids that were never
+    recorded: the path to the leaf is the history Gemini CLI resumes, each message
+    once, in its last version."""
+    records: list[dict[str, Any]] = [
+        {"sessionId": "s", "projectHash": "p", "startTime": "2026-01-01T00:00:00Z"}
+    ]
+    history: list[str] = []
+    latest: dict[str, str] = {}
+
+    def record(mid: str, version: int) -> dict[str, Any]:
+        text = f"{mid}#{version}"
+        latest[mid] = text
+        kind = "user" if mid.startswith("u") else "gemini"
+        return {"id": mid, "type": kind, "content": [{"text": text}] if kind == "user" else text}
+
+    for step, (operation, argument) in enumerate(operations):
+        if operation == "message":
+            records.append(record(argument, step))
+            history += [] if argument in history else [argument]
+        elif operation == "rewind":
+            records.append({"$rewindTo": argument})
+            history = history[: history.index(argument)] if argument in history else []
+        else:
+            written = [record(mid, step * 100 + n) for n, mid in enumerate(argument)]
+            records.append({"$set": {"messages": written}})
+            history = list(dict.fromkeys(argument))
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "session-x.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+        session = read_gemini_session(str(path))
+    sm = session.manager
+    if not history:
+        assert sm.get_leaf_id() is None
+        return
+    assert_sound(sm)
+    path_texts = []
+    for entry in sm.get_branch():
+        if entry["type"] == "message":
+            content = entry["message"]["content"]
+            path_texts.append(content[-1]["text"] if content else "")
+    assert [t for t in path_texts if t] == [latest[mid] for mid in history]
+
+
+def test_a_gemini_project_dir_that_is_a_link_is_read_where_it_leads(tmp_path: Path) -> None:
+    """`~/.gemini/tmp/<project>` a link to a directory outside the home (another disk),
+    beside a link to its own parent and one to nothing: the session it leads to lists
+    and reads, the loop ends, nothing anywhere is written."""
+    tmp = tmp_path / "home" / ".gemini" / "tmp"
+    tmp.mkdir(parents=True)
+    chats = tmp_path / "disk" / "project" / "chats"
+    chats.mkdir(parents=True)
+    shutil.copyfile(
+        fixture("gemini", "computermode__test-repo__72__9ac91fce19__0__full.jsonl"),
+        chats / "session-1.jsonl",
+    )
+    (tmp / "linked").symlink_to(chats.parent)
+    (tmp / "loop").symlink_to(tmp)
+    (tmp / "dangling").symlink_to(tmp / "nowhere")
+    before = {str(p): p.lstat().st_mtime_ns for p in tmp_path.rglob("*")}
+    store = ForeignStore.at("gemini", str(tmp.parent))
+    (item,) = store.list()
+    assert item.path == str(tmp / "linked" / "chats" / "session-1.jsonl")
+    assert_sound(store.read(item.path).manager)
+    assert {str(p): p.lstat().st_mtime_ns for p in tmp_path.rglob("*")} == before

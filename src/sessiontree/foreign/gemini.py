@@ -54,6 +54,7 @@ from typing import Any
 import orjson
 
 from ..jsonl import serialize_entry
+from ..paths import is_safe_name
 from ._builder import TreeBuilder
 from ._chain import Chain
 from ._content import block_as_text, int_field, str_field, usage
@@ -536,6 +537,10 @@ def _cwd(path: str, meta: dict[str, Any]) -> str:
 
 
 def _subagent_files(path: str, session_id: str) -> list[str]:
+    """The files in `chats/<session id>/`; none for an id that is no file name (a path,
+    `..`, a NUL: the file's own `sessionId` must not name another directory)."""
+    if not is_safe_name(session_id):
+        return []
     directory = os.path.join(os.path.dirname(os.path.abspath(path)), session_id)
     try:
         names = sorted(os.listdir(directory))
