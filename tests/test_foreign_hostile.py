@@ -14,14 +14,18 @@ import json
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 import tempfile
+import textwrap
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -29,8 +33,9 @@ import foreign_support as fs
 from conftest import SHARED_FIXTURES, unavailable
 from sessiontree.cli import app
 from sessiontree.foreign import _records
+from sessiontree.foreign.agents import detect_file
 from sessiontree.foreign.copilot import read_copilot_session
-from sessiontree.foreign.gemini import read_gemini_session
+from sessiontree.foreign.gemini import is_gemini_document, read_gemini_session
 from sessiontree.foreign.opencode import read_opencode_export
 from sessiontree.foreign.store import ForeignStore
 from test_foreign_agents import assert_sound
@@ -504,3 +509,552 @@ def test_a_gemini_project_dir_that_is_a_link_is_read_where_it_leads(tmp_path: Pa
     assert item.path == str(tmp / "linked" / "chats" / "session-1.jsonl")
     assert_sound(store.read(item.path).manager)
     assert {str(p): p.lstat().st_mtime_ns for p in tmp_path.rglob("*")} == before
+
+
+# ----------------------------------------------------------------------------- OpenCode: ids as paths
+
+
+def test_database_ids_that_cannot_be_names_are_skipped_never_read_as_paths(
+    tmp_path: Path, agent_dir: Path
+) -> None:
+    """A session row's id becomes `<db>/<id>`: an absolute path, `..`, a separator, a
+    NUL would name another file (here an `opencode export` document that would list as
+    one of the database's sessions, and a FIFO that would hang the listing). Such rows
+    are skipped with a warning that names the database; nothing outside it is opened."""
+    xdg, database = opencode_home(tmp_path / "home")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    decoy = elsewhere / "decoy.json"
+    shutil.copyfile(fixture("opencode", EXPORT), decoy)
+    fifo = elsewhere / "fifo"
+    os.mkfifo(fifo)
+    hostile = [
+        str(decoy),
+        str(fifo),
+        "../../../elsewhere/decoy.json",
+        "..",
+        ".",
+        "",
+        "a/b",
+        "ses_\x00nul",
+        "ses_" + "x" * 300,
+    ]
+    for number, session_id in enumerate(hostile):
+        add_session(database, session_id, slug=f"hostile-{number}")
+    env = {**os.environ, "XDG_DATA_HOME": str(xdg), "PI_CODING_AGENT_DIR": str(agent_dir)}
+    # A subprocess: a FIFO read as a session would block the listing for good.
+    listing = subprocess.run(
+        [sys.executable, "-m", "sessiontree", "--agent", "opencode", "list", "--all", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert listing.returncode == 0, listing.stderr
+    assert {s["id"] for s in json.loads(listing.stdout)["sessions"]} == {DB_SESSION}
+    assert f"{database}: a session row whose id" in listing.stderr
+    assert str(decoy) not in listing.stdout
+    with environ(XDG_DATA_HOME=str(xdg)):
+        imported = run("import", "--from", "opencode", "--all", "--json")
+        assert imported.exit_code == 0, imported.output
+        assert [s["sourceId"] for s in json.loads(imported.stdout)["imported"]] == [DB_SESSION]
+
+
+# ----------------------------------------------------------------------------- OpenCode: hostile rows
+
+
+_SQL_VALUE = st.one_of(
+    st.none(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False),
+    st.text(max_size=12),
+    st.binary(max_size=12),
+)
+
+
+_SQL_NOT_NULL = st.one_of(
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False),
+    st.text(max_size=12),
+    st.binary(max_size=12),
+)
+
+
+_ROW = {
+    "time_created": 1,
+    "title": "t",
+    "directory": "/w",
+    "parent_id": None,
+    "revert": None,
+    "summary_diffs": None,
+    "share_url": None,
+}
+_JSON_TIME = st.one_of(
+    st.none(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=8),
+)
+
+
+@HOSTILE
+@given(
+    session=st.fixed_dictionaries(
+        {
+            "time_created": _SQL_NOT_NULL,
+            "time_updated": _SQL_NOT_NULL,
+            "title": _SQL_NOT_NULL,
+            "directory": _SQL_NOT_NULL,
+            "parent_id": _SQL_VALUE,
+            "revert": _SQL_VALUE,
+            "summary_diffs": _SQL_VALUE,
+            "share_url": _SQL_VALUE,
+        }
+    ),
+    message=st.fixed_dictionaries(
+        {"time_created": _SQL_NOT_NULL, "time_updated": _SQL_NOT_NULL, "data": _SQL_NOT_NULL}
+    ),
+    created=_JSON_TIME,
+    part=_SQL_NOT_NULL,
+)
+@example(
+    session={**_ROW, "time_updated": float("inf")},
+    message={"time_created": 1, "time_updated": 2, "data": "{}"},
+    created=None,
+    part="{}",
+)
+@example(
+    session={**_ROW, "time_updated": "abc"},
+    message={"time_created": 1, "time_updated": 2, "data": "{}"},
+    created=None,
+    part="{}",
+)
+@example(
+    session={**_ROW, "time_updated": 2**63 - 1},
+    message={"time_created": 1, "time_updated": 2, "data": "{}"},
+    created=None,
+    part="{}",
+)
+@example(
+    session={**_ROW, "time_updated": 1e300},
+    message={"time_created": 1, "time_updated": 2, "data": "{}"},
+    created=None,
+    part="{}",
+)
+@example(
+    session={**_ROW, "time_updated": 9_223_372_036_855},
+    message={"time_created": 1, "time_updated": 2, "data": "{}"},
+    created=None,
+    part="{}",
+)
+def test_any_value_in_any_column_never_stops_the_store(
+    tmp_path_factory: pytest.TempPathFactory,
+    agent_dir: Path,
+    session: dict[str, Any],
+    message: dict[str, Any],
+    created: Any,
+    part: Any,
+) -> None:
+    """A row whose columns hold what OpenCode never writes (infinite, huge, negative
+    or text timestamps, JSON columns that are not JSON, blobs) lists, shows and
+    imports with the rest of the database, or is reported; never a traceback."""
+    root = tmp_path_factory.mktemp("hostile")
+    xdg, database = opencode_home(root)
+    if isinstance(session["parent_id"], str):
+        assume(session["parent_id"] != "ses_hostile")
+    add_session(database, "ses_hostile", **session)
+    with connect(database) as conn:
+        conn.execute(
+            "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+            "VALUES ('msg_hostile', 'ses_hostile', ?, ?, ?)",
+            (message["time_created"], message["time_updated"], message["data"]),
+        )
+        good = json.dumps({"role": "user", "time": {"created": created}})
+        conn.execute(
+            "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+            "VALUES ('msg_good', 'ses_hostile', 1, 2, ?)",
+            (good,),
+        )
+        conn.execute(
+            "INSERT INTO part (id, message_id, session_id, time_created, time_updated, data) "
+            "VALUES ('prt_hostile', 'msg_good', 'ses_hostile', 1, 2, ?)",
+            (part,),
+        )
+        conn.execute(
+            "INSERT INTO part (id, message_id, session_id, time_created, time_updated, data) "
+            "VALUES ('prt_good', 'msg_good', 'ses_hostile', 1, 2, ?)",
+            (json.dumps({"type": "text", "text": "hostile prompt"}),),
+        )
+    with environ(XDG_DATA_HOME=str(xdg)):
+        listed = listed_ids("--agent", "opencode")
+        assert DB_SESSION in listed
+        shown = run("show", str(database / "ses_hostile"), "--json")
+        assert shown.exit_code == 0, shown.output
+        assert json.loads(shown.stdout)["roles"]["user"] >= 1
+        assert run("--agent", "opencode", "search", "hostile", "--all").exit_code in (0, 1)
+        imported = run("import", str(database / "ses_hostile"), "--json", "--again")
+        refused = "--cwd" in imported.output  # a directory with a NUL names no project dir
+        assert imported.exit_code == 0 or refused, imported.output
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a session table of another schema (a column dropped or renamed by a future "
+    "OpenCode) makes the whole database unreadable (skipped, with a warning that names "
+    "it); reading the columns that are there instead is for the lead to decide",
+)
+def test_a_session_table_of_another_schema_still_lists(tmp_path: Path) -> None:
+    _, database = opencode_home(tmp_path)
+    with connect(database) as conn:
+        conn.execute("ALTER TABLE session RENAME COLUMN directory TO worktree")
+    store = ForeignStore.at("opencode", str(database.parent))
+    assert [item.meta.id for item in store.list()] == [DB_SESSION]
+
+
+# ----------------------------------------------------------------------------- OpenCode: parents
+
+
+_PARENT = st.one_of(st.none(), st.just("missing"), st.integers(0, 6))
+
+
+def _opencode_parents(kind: str, root: Path, parents: list[Any]) -> tuple[ForeignStore, set[str]]:
+    """Sessions `ses_k` whose parent is `parents[k]` (None: a root, "missing": one not
+    in the store, an int: that session), in a database (beside its real session) or in
+    OpenCode's JSON files; the store and the ids of every session in it."""
+    names = [f"ses_{k}" for k in range(len(parents))]
+
+    def parent_id(value: Any) -> str | None:
+        if value is None:
+            return None
+        return "ses_missing" if value == "missing" else names[value % len(parents)]
+
+    if kind == "database":
+        _, database = opencode_home(root)
+        for name, parent in zip(names, parents, strict=True):
+            add_session(database, name, parent_id=parent_id(parent), title=name)
+        return ForeignStore.at("opencode", str(database.parent)), {*names, DB_SESSION}
+    data = root / "xdg" / "opencode"
+    for name, parent in zip(names, parents, strict=True):
+        info = {"id": name, "projectID": "p", "directory": "/w", "title": name}
+        if parent_id(parent) is not None:
+            info["parentID"] = parent_id(parent)
+        path = data / "storage" / "session" / "p" / f"{name}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(info), encoding="utf-8")
+    return ForeignStore.at("opencode", str(data)), set(names)
+
+
+@HOSTILE
+@given(
+    kind=st.sampled_from(["database", "files"]),
+    parents=st.lists(_PARENT, min_size=1, max_size=7),
+)
+def test_parent_cycles_and_deep_chains_lose_no_session(
+    tmp_path_factory: pytest.TempPathFactory, kind: str, parents: list[Any]
+) -> None:
+    """Whatever the parent links (a session its own parent, a cycle, a chain deeper
+    than the children read with a session, a parent not in the store): every session
+    is listed or read with a listed one, a read never holds a session twice nor itself,
+    and nothing recurses without end."""
+    store, everyone = _opencode_parents(kind, tmp_path_factory.mktemp("parents"), parents)
+    listing = store.list()
+    reached: list[str] = []
+    for item in listing:
+        session = store.read(item.path)
+        keys = [sub.key for sub in session.subsessions]
+        assert session.source_id not in keys
+        assert len(set(keys)) == len(keys)
+        reached += [session.source_id, *keys]
+    assert set(reached) == everyone
+
+
+def test_a_self_parent_and_a_chain_of_six(tmp_path: Path) -> None:
+    """The shapes the property above finds, named: each listed or read, once."""
+    for kind in ("database", "files"):
+        store, _ = _opencode_parents(kind, tmp_path / kind / "self", [0])
+        (only,) = [item for item in store.list() if item.meta.id == "ses_0"]
+        assert store.read(only.path).subsessions == []
+        store, _ = _opencode_parents(kind, tmp_path / kind / "chain", [None, 0, 1, 2, 3, 4])
+        listed = {item.meta.id: item for item in store.list()}
+        assert set(listed) - {DB_SESSION} == {"ses_0", "ses_5"}
+        subs = [s.key for s in store.read(listed["ses_0"].path).subsessions]
+        assert sorted(subs) == ["ses_1", "ses_2", "ses_3", "ses_4"]
+
+
+# ----------------------------------------------------------------------------- OpenCode: the database file
+
+
+def _writer(database: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(database, isolation_level=None, timeout=0)
+    conn.execute("PRAGMA wal_autocheckpoint = 0")  # what is committed stays in the WAL
+    return conn
+
+
+def test_a_database_reached_by_a_symlink_reads_its_wal_and_journal(tmp_path: Path) -> None:
+    """`~/.local/share/opencode/opencode.db` a link to the real file (dotfiles, another
+    disk): SQLite keeps `-wal` and `-journal` beside the real file. A commit still in
+    the WAL is read; a write half done (a journal beside the real file) skips the
+    database, as it does when no link is in between."""
+    _, database = opencode_home(tmp_path / "home")
+    real = tmp_path / "disk" / "opencode.db"
+    real.parent.mkdir()
+    database.rename(real)
+    database.symlink_to(real)
+    writer = _writer(real)
+    try:
+        assert writer.execute("PRAGMA journal_mode = WAL").fetchone()[0] == "wal"
+        add_session(real, "ses_in_wal")
+        writer.execute(
+            "UPDATE session SET time_updated = time_updated WHERE id = 'ses_in_wal'"
+        )  # the writer keeps the WAL open: nothing checkpointed
+        assert (real.parent / "opencode.db-wal").stat().st_size > 0
+        store = ForeignStore.at("opencode", str(database.parent))
+        assert {item.meta.id for item in store.list()} == {DB_SESSION, "ses_in_wal"}
+        assert sorted(p.name for p in database.parent.iterdir()) == ["opencode.db"]
+    finally:
+        writer.close()
+    with connect(real) as conn:
+        assert conn.execute("PRAGMA journal_mode = DELETE").fetchone()[0] == "delete"
+    writer = sqlite3.connect(real, isolation_level=None)
+    try:
+        writer.execute("BEGIN EXCLUSIVE")
+        writer.execute("UPDATE part SET data = data || ' '")
+        assert (real.parent / "opencode.db-journal").stat().st_size > 0
+        store = ForeignStore.at("opencode", str(database.parent))
+        assert store.list() == []  # skipped, named in a warning
+    finally:
+        writer.execute("ROLLBACK")
+        writer.close()
+
+
+def test_a_wal_without_its_shm_creates_nothing_beside_the_database(tmp_path: Path) -> None:
+    """A `-wal` whose `-shm` is gone (a copied or restored store; a WAL that is
+    garbage): no OpenCode has the database open, and a read-only reader would create
+    the `-shm`. The database reads as it was last checkpointed, nothing is written."""
+    for wal in (os.urandom(20_000), b""):
+        _, database = opencode_home(tmp_path / str(len(wal)))
+        (database.parent / "opencode.db-wal").write_bytes(wal)
+        before = {p.name: p.stat().st_mtime_ns for p in database.parent.iterdir()}
+        store = ForeignStore.at("opencode", str(database.parent))
+        (item,) = store.list()
+        assert item.meta.id == DB_SESSION
+        assert len(store.read(item.path).manager.get_entries()) > 50
+        after = {p.name: p.stat().st_mtime_ns for p in database.parent.iterdir()}
+        assert after == before
+
+
+_WRITER = textwrap.dedent(
+    """
+    import sqlite3, sys, time
+    database, mode, stop = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    conn = sqlite3.connect(database, timeout=0, isolation_level=None)
+    conn.execute(f"PRAGMA journal_mode = {mode}")
+    project = conn.execute("SELECT project_id FROM session LIMIT 1").fetchone()[0]
+    commits = 0
+    while time.time() < stop:
+        conn.execute("BEGIN IMMEDIATE")  # timeout=0: a lock held by a reader fails here
+        sid = f"ses_w{commits}"
+        conn.execute(
+            "INSERT INTO session (id, project_id, slug, directory, title, version, "
+            "time_created, time_updated) VALUES (?, ?, 's', '/w', 'written', '1', 1, 2)",
+            (sid, project),
+        )
+        conn.execute(
+            "INSERT INTO message (id, session_id, time_created, time_updated, data) "
+            "VALUES (?, ?, 1, 2, '{\\"role\\": \\"user\\"}')",
+            ("msg_" + sid, sid),
+        )
+        conn.execute("UPDATE message SET time_updated = time_updated + 1 WHERE session_id = ?",
+                     ("ses_04ca851f7ffevKrKMHW3RsPK1U",))
+        conn.execute("COMMIT")
+        commits += 1
+        if mode == "WAL" and commits % 25 == 0:
+            conn.execute("VACUUM")
+    print(commits)
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["WAL", "DELETE"])
+def test_a_writer_process_is_never_held_up_while_the_store_is_read(
+    tmp_path: Path, agent_dir: Path, mode: str
+) -> None:
+    """OpenCode (another process, no patience: `timeout=0`) commits, and VACUUMs, all
+    the while the store is listed, shown and searched: not one of its commits fails
+    on a lock of ours, and every read succeeds or skips the database with a warning."""
+    xdg, database = opencode_home(tmp_path / "home")
+    stop = time.time() + 6
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(database), mode, str(stop)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    reads = 0
+    try:
+        with environ(XDG_DATA_HOME=str(xdg)):
+            while time.time() < stop - 0.5:
+                listing = run("--agent", "opencode", "list", "--all", "--json", "--limit", "0")
+                assert listing.exit_code == 0, listing.output
+                shown = run("show", str(database / DB_SESSION), "--json")
+                assert shown.exit_code == 0 or str(database) in shown.stderr, shown.output
+                reads += 1
+    finally:
+        out, err = writer.communicate(timeout=60)
+    assert writer.returncode == 0, err
+    assert int(out) > 10 and reads >= 2
+
+
+# ----------------------------------------------------------------------------- OpenCode: change
+
+
+def test_parts_written_into_a_message_in_place_are_seen(tmp_path: Path, agent_dir: Path) -> None:
+    """The real database was copied while OpenCode ran: its last message's reasoning
+    and tool call were written as parts after the message row was last updated, and
+    the session row too. A listing and a search made before those parts came see
+    them once they are there (same message count, same last update)."""
+    xdg, database = opencode_home(tmp_path / "home")
+    with connect(database) as conn:
+        late = conn.execute(
+            "SELECT * FROM part WHERE time_created > "
+            "(SELECT MAX(time_updated) FROM session) ORDER BY id"
+        ).fetchall()
+        assert len(late) == 3
+        conn.executemany("DELETE FROM part WHERE id = ?", [(row[0],) for row in late])
+    agent_dir.mkdir()
+    with environ(XDG_DATA_HOME=str(xdg)):
+        word = "Update the script to copy opencode.db"
+        assert run("--agent", "opencode", "search", word, "--all").exit_code == 1
+        with connect(database) as conn:
+            conn.executemany(f"INSERT INTO part VALUES ({', '.join('?' * 6)})", late)
+        found = run("--agent", "opencode", "search", word, "--all", "--json")
+        assert found.exit_code == 0, found.output
+        assert json.loads(found.stdout)["mode"] == "index"
+        # A session row OpenCode updates (its title, its time) is seen as before.
+        with connect(database) as conn:
+            conn.execute("UPDATE session SET title = 'Renamed', time_updated = time_updated + 1")
+        (listed,) = json.loads(run("--agent", "opencode", "list", "--all", "--json").stdout)[
+            "sessions"
+        ]
+        assert listed["title"] == "Renamed"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a part updated in place (same count) is not seen until its message or session "
+    "row changes: seeing it costs a scan of the whole part table per listing (lead decides)",
+)
+def test_a_part_updated_in_place_is_seen(tmp_path: Path, agent_dir: Path) -> None:
+    xdg, database = opencode_home(tmp_path / "home")
+    agent_dir.mkdir()
+    with environ(XDG_DATA_HOME=str(xdg)):
+        assert run("--agent", "opencode", "search", "zyxwvut", "--all").exit_code == 1
+        with connect(database) as conn:
+            conn.execute(
+                "UPDATE part SET data = json_set(data, '$.text', 'zyxwvut'), "
+                "time_updated = time_updated + 1000 WHERE id = (SELECT id FROM part WHERE "
+                'data LIKE \'%"type":"text"%\' ORDER BY id LIMIT 1)'
+            )
+        assert run("--agent", "opencode", "search", "zyxwvut", "--all").exit_code == 0
+
+
+def test_the_listed_first_prompt_comes_from_the_sessions_own_parts(
+    tmp_path: Path, agent_dir: Path
+) -> None:
+    """A part row of another session naming this session's first prompt as its message
+    is not this session's (OpenCode joins parts on the session too): neither the
+    listing nor `show` takes it."""
+    xdg, database = opencode_home(tmp_path / "home")
+    add_session(database, "ses_other")
+    with connect(database) as conn:
+        (first,) = conn.execute(
+            "SELECT id FROM message WHERE session_id = ? ORDER BY time_created LIMIT 1",
+            (DB_SESSION,),
+        ).fetchone()
+        conn.execute(
+            "INSERT INTO part VALUES ('prt_0000', ?, 'ses_other', 1, 2, ?)",
+            (first, json.dumps({"type": "text", "text": "INJECTED"})),
+        )
+    with environ(XDG_DATA_HOME=str(xdg)):
+        result = run("--agent", "opencode", "list", "--all", "--json")
+        prompts = {s["id"]: s["firstMessage"] for s in json.loads(result.stdout)["sessions"]}
+        assert prompts[DB_SESSION].startswith("Read SPEC.md")
+        shown = run("--agent", "opencode", "context", DB_SESSION)
+        assert "INJECTED" not in shown.output
+
+
+# ----------------------------------------------------------------------------- cut short, damaged
+
+
+def _reads(path: Path) -> tuple[int, dict[str, Any] | None, str]:
+    result = run("show", str(path), "--json")
+    return (
+        result.exit_code,
+        json.loads(result.stdout) if result.exit_code == 0 else None,
+        result.stderr,
+    )
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_every_real_file_cut_anywhere_keeps_every_whole_line(data: st.DataObject) -> None:
+    """Each real file cut at any byte (the agent was writing it, the disk filled up):
+    `show FILE` never a traceback; a JSONL file reads as the lines before the cut do,
+    the torn line reported with the file's name; a one-document file keeps the
+    messages before the cut. What cannot be read at all is an error naming the file."""
+    if not REAL_FILES:
+        unavailable(f"shared fixtures {FOREIGN} are missing")
+    original = Path(data.draw(st.sampled_from(REAL_FILES), label="file"))
+    raw = original.read_bytes()
+    cut = data.draw(st.integers(1, len(raw) - 1), label="cut")
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / ("cut" + original.suffix)
+        path.write_bytes(raw[:cut])
+        code, shown, stderr = _reads(path)
+        if detect_file(str(path)) is None or not raw[cut:].strip():
+            return  # too little left to tell whose it is; or nothing was cut
+        if code != 0:
+            assert str(path) in stderr or "not a session file" in stderr, stderr
+            return
+        assert shown is not None
+        if is_gemini_document(raw[:4096]) or raw.lstrip()[:8].startswith(b'{"info"'):
+            assert f"{path}: skipped" in stderr
+            return
+        start = raw.rfind(b"\n", 0, cut) + 1
+        whole = Path(directory) / ("whole" + original.suffix)
+        whole.write_bytes(raw[:start])
+        torn = raw[start:cut].strip()
+        try:
+            complete = isinstance(json.loads(torn), dict) if torn else True
+        except ValueError:
+            complete = False
+        if complete:
+            return
+        assert f"{path}: skipped line" in stderr
+        if detect_file(str(whole)) is None:
+            return  # what stands before the cut is not enough to tell the format
+        code, before, _ = _reads(whole)
+        assert code == 0 and before is not None
+        assert shown["roles"] == before["roles"] and shown["entries"] == before["entries"]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@given(pages=st.sets(st.integers(0, 151), min_size=1, max_size=6))
+def test_a_database_with_pages_zeroed_is_never_fatal(pages: set[int]) -> None:
+    """The real database with pages zeroed (a disk error, a copy cut short): the store
+    lists, shows and searches what it can; the database is named in each warning."""
+    with tempfile.TemporaryDirectory() as directory:
+        xdg, database = opencode_home(Path(directory))
+        raw = bytearray(database.read_bytes())
+        for page in pages:
+            raw[page * 4096 : (page + 1) * 4096] = bytes(4096)
+        database.write_bytes(bytes(raw))
+        with environ(XDG_DATA_HOME=str(xdg), PI_CODING_AGENT_DIR=str(Path(directory) / "a")):
+            listing = run("--agent", "opencode", "list", "--all", "--json", "--limit", "0")
+            assert listing.exit_code in (0, 1), listing.output
+            if listing.exit_code == 1 or not json.loads(listing.stdout)["sessions"]:
+                assert str(database) in listing.stderr
+            shown = run("show", str(database / DB_SESSION), "--json")
+            assert shown.exit_code == 0 or str(database) in shown.stderr, shown.output
