@@ -782,6 +782,20 @@ def test_a_self_parent_and_a_chain_of_six(tmp_path: Path) -> None:
         assert sorted(subs) == ["ses_1", "ses_2", "ses_3", "ses_4"]
 
 
+def test_a_parent_that_is_no_id_leaves_the_session_listed(tmp_path: Path) -> None:
+    """A JSON session file whose `parentID` is a number, `true`, an object: it names no
+    parent session, so the session is listed as any other (it was neither listed nor
+    read with a parent: lost, with no warning)."""
+    directory = tmp_path / "opencode" / "storage" / "session" / "p"
+    directory.mkdir(parents=True)
+    values: list[Any] = [123, True, {"a": 1}, [], "", None]
+    for number, value in enumerate(values):
+        info = {"id": f"ses_{number}", "projectID": "p", "directory": "/w", "parentID": value}
+        (directory / f"ses_{number}.json").write_text(json.dumps(info), encoding="utf-8")
+    store = ForeignStore.at("opencode", str(tmp_path / "opencode"))
+    assert sorted(item.meta.id for item in store.list()) == [f"ses_{n}" for n in range(len(values))]
+
+
 # ----------------------------------------------------------------------------- OpenCode: the database file
 
 

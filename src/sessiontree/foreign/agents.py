@@ -317,7 +317,7 @@ class OpenCodeBackend(Backend):
                 session = load_opencode_json(located.path, children=False)
             else:
                 session = load_opencode_export(located.path)
-            listed = not session.info.get("parentID")
+            listed = not str_field(session.info, "parentID")  # a parent it can name
             return _opencode_meta(session, listed), session.size
         database, session_id = split
         described = describe_db_sessions(database, [session_id])
