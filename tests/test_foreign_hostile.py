@@ -38,6 +38,7 @@ from sessiontree.foreign.copilot import read_copilot_session
 from sessiontree.foreign.gemini import is_gemini_document, read_gemini_session
 from sessiontree.foreign.opencode import read_opencode_export
 from sessiontree.foreign.store import ForeignStore
+from sessiontree.jsonl import loads_line, serialize_entry
 from test_foreign_agents import assert_sound
 
 runner = CliRunner()
@@ -1072,3 +1073,43 @@ def test_a_database_with_pages_zeroed_is_never_fatal(pages: set[int]) -> None:
                 assert str(database) in listing.stderr
             shown = run("show", str(database / DB_SESSION), "--json")
             assert shown.exit_code == 0 or str(database) in shown.stderr, shown.output
+
+
+# ----------------------------------------------------------------------------- timestamps
+
+
+def test_a_timestamp_beyond_a_double_reads_as_none(tmp_path: Path, agent_dir: Path) -> None:
+    """JSON allows an integer of any length where a timestamp goes (`JSON.parse` makes
+    it Infinity); a Gemini CLI message, a Copilot CLI event, an OpenCode message with
+    one shows with the time next to it, and imports."""
+    huge = "1" + "0" * 400
+    gemini = tmp_path / "session-huge.jsonl"
+    gemini.write_text(
+        '{"sessionId": "g", "projectHash": "p", "startTime": ' + huge + "}\n"
+        '{"id": "u1", "type": "user", "timestamp": ' + huge + ', "content": [{"text": "hi"}]}\n',
+        encoding="utf-8",
+    )
+    copilot = tmp_path / "events.jsonl"
+    copilot.write_text(
+        '{"type": "session.start", "data": {"sessionId": "c", "startTime": ' + huge + "}, "
+        '"id": "e0", "parentId": null, "timestamp": ' + huge + "}\n"
+        '{"type": "user.message", "data": {"content": "hi"}, "id": "e1", "parentId": "e0", '
+        '"timestamp": ' + huge + "}\n",
+        encoding="utf-8",
+    )
+    export = tmp_path / "export.json"
+    export.write_text(
+        '{"info": {"id": "ses_h", "directory": "/w", "time": {"created": ' + huge + "}}, "
+        '"messages": [{"info": {"id": "msg_1", "role": "user", "time": {"created": '
+        + huge
+        + '}}, "parts": [{"id": "prt_1", "type": "text", "text": "hi"}]}]}',
+        encoding="utf-8",
+    )
+    # Kept as JavaScript keeps it: JSON.stringify(Infinity) is null.
+    assert serialize_entry(loads_line('{"x": ' + huge + "}")) == '{"x":null}'
+    for path in (gemini, copilot, export):
+        shown = run("show", str(path), "--json")
+        assert shown.exit_code == 0, shown.output
+        assert json.loads(shown.stdout)["roles"]["user"] == 1
+        imported = run("import", str(path), "--json")
+        assert imported.exit_code == 0, imported.output

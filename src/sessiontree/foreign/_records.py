@@ -7,6 +7,7 @@ with its number, never fatal: the rest of the transcript is still worth reading.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -120,9 +121,12 @@ def timestamp_ms(value: object) -> int | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        if value != value or value in (float("inf"), float("-inf")):
+        try:
+            number = float(value)  # an integer beyond a double (JSON allows it) raises
+        except OverflowError:
             return None
-        number = float(value)
+        if not math.isfinite(number):
+            return None
         return int(number * 1000) if abs(number) < 10_000_000_000 else int(number)
     return parse_iso_ms(value)
 

@@ -185,7 +185,9 @@ def epoch_ms(value: object) -> int:
     """A timestamp column as epoch milliseconds; 0 for what OpenCode never writes there
     (text, a blob, NaN or infinity, a time before 1970 or one whose nanoseconds, as a
     session's modification time, would not fit in 64 bits)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    if isinstance(value, float) and not math.isfinite(value):
         return 0
     return int(value) if 0 <= value <= _MAX_MS else 0
 
