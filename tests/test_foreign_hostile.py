@@ -922,6 +922,32 @@ def test_a_writer_process_is_never_held_up_while_the_store_is_read(
     assert int(out) > 10 and reads >= 2
 
 
+def test_a_row_with_a_string_cut_inside_an_emoji_is_read(tmp_path: Path) -> None:
+    """`JSON.stringify` writes half an emoji (a tool output cut at a UTF-16 length) as a
+    lone surrogate escape, which `JSON.parse` reads and orjson refuses: such a part row
+    of the database, and such a part file of OpenCode's JSON layout, is read with its
+    text, not skipped as damaged."""
+    _, database = opencode_home(tmp_path / "db")
+    cut = '{"type": "text", "text": "half an emoji \\ud83d then more"}'
+    with connect(database) as conn:
+        (part,) = conn.execute(
+            'SELECT id FROM part WHERE session_id = ? AND data LIKE \'%"type":"text"%\' '
+            "ORDER BY id LIMIT 1",
+            (DB_SESSION,),
+        ).fetchone()
+        conn.execute("UPDATE part SET data = ? WHERE id = ?", (cut, part))
+    store = ForeignStore.at("opencode", str(database.parent))
+    session = store.read(str(database / DB_SESSION))
+    assert session.damaged == []
+    texts = json.dumps([e.get("message") for e in session.manager.get_entries()])
+    assert "half an emoji \\ud83d then more" in texts
+    info = fs.opencode_json_layout(fixture("opencode", EXPORT), tmp_path / "files")
+    part_file = next((tmp_path / "files" / "storage" / "part").rglob("*.json"))
+    part_file.write_text(cut[:-1] + ', "id": "prt_cut"}', encoding="utf-8")
+    from_files = ForeignStore.at("opencode", str(tmp_path / "files")).read(str(info))
+    assert from_files.damaged == []
+
+
 # ----------------------------------------------------------------------------- OpenCode: change
 
 

@@ -51,8 +51,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
+from ..jsonl import loads_line
 from ._builder import TreeBuilder
 from ._chain import Chain
 from ._content import int_field, str_field, usage
@@ -536,8 +535,8 @@ def _read_json(path: str, damaged: list[Damaged], sizes: list[int]) -> dict[str,
         return None
     sizes.append(len(data))
     try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError:
+        value = loads_line(data)  # as JSON.parse: lone surrogate escapes too
+    except (ValueError, UnicodeError):
         damaged.append(Damaged(0, f"{path}: not valid JSON"))
         return None
     if not isinstance(value, dict):
@@ -612,8 +611,8 @@ def _child_files(storage: str, parent_id: str) -> Iterable[str]:
             try:
                 with open(path, "rb") as f:
                     data = f.read()
-                value = orjson.loads(data)
-            except (OSError, orjson.JSONDecodeError):
+                value = loads_line(data)
+            except (OSError, ValueError, UnicodeError):
                 continue
             if isinstance(value, dict) and value.get("parentID") == parent_id:
                 yield path

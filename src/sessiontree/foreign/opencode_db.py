@@ -38,8 +38,7 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from ..jsonl import loads_line
 from ..paths import is_safe_name
 from ._records import Damaged
 from .opencode import CHILD_DEPTH, OpenCodeSession
@@ -267,8 +266,8 @@ def _info(row: sqlite3.Row) -> dict[str, Any]:
             continue
         if column in _JSON_COLUMNS and isinstance(value, str):
             try:
-                value = orjson.loads(value)
-            except orjson.JSONDecodeError:
+                value = loads_line(value)
+            except (ValueError, UnicodeError):
                 pass
         if column in _INFO:
             info[_INFO[column]] = value
@@ -351,11 +350,14 @@ def _load(
 
 
 def _json(data: object) -> dict[str, Any] | None:
+    """A row's JSON object, parsed as `JSON.parse` does (OpenCode wrote it with
+    `JSON.stringify`: a string cut in the middle of an emoji holds a lone surrogate
+    escape, which orjson refuses); None when it is no JSON object."""
     if not isinstance(data, str | bytes):
         return None
     try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError:
+        value = loads_line(data)
+    except (ValueError, UnicodeError):
         return None
     return value if isinstance(value, dict) else None
 
