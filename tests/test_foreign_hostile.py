@@ -37,6 +37,7 @@ from sessiontree.foreign.agents import detect_file
 from sessiontree.foreign.copilot import read_copilot_session
 from sessiontree.foreign.gemini import is_gemini_document, read_gemini_session
 from sessiontree.foreign.opencode import read_opencode_export
+from sessiontree.foreign.storage import ForeignStorage
 from sessiontree.foreign.store import ForeignStore
 from sessiontree.jsonl import loads_line, serialize_entry
 from test_foreign_agents import assert_sound
@@ -556,6 +557,11 @@ def test_database_ids_that_cannot_be_names_are_skipped_never_read_as_paths(
     assert {s["id"] for s in json.loads(listing.stdout)["sessions"]} == {DB_SESSION}
     assert f"{database}: a session row whose id" in listing.stderr
     assert str(decoy) not in listing.stdout
+    # What `serve` reads the store through: the database's sessions, nothing beside.
+    storage = ForeignStorage(ForeignStore.at("opencode", str(database.parent)))
+    assert [m.path for m in storage.list_session_meta()] == [str(database / DB_SESSION)]
+    with pytest.raises(FileNotFoundError):
+        storage.read_text(f"{database}/../../elsewhere/decoy.json")
     with environ(XDG_DATA_HOME=str(xdg)):
         imported = run("import", "--from", "opencode", "--all", "--json")
         assert imported.exit_code == 0, imported.output
