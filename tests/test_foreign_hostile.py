@@ -954,6 +954,17 @@ def test_a_row_with_a_string_cut_inside_an_emoji_is_read(tmp_path: Path) -> None
     assert from_files.damaged == []
 
 
+def test_a_session_of_a_database_that_cannot_be_read_says_why(tmp_path: Path) -> None:
+    """`show <db>/<id>` while OpenCode is half way through a write (a rollback journal):
+    the error says the database is being written, not that there is no such session
+    (which a user would take for the session being gone)."""
+    _, database = opencode_home(tmp_path)
+    (database.parent / "opencode.db-journal").write_bytes(b"\x00" * 512)
+    shown = run("show", str(database / DB_SESSION))
+    assert shown.exit_code == 1
+    assert f"{database}: being written" in shown.output, shown.output
+
+
 # ----------------------------------------------------------------------------- OpenCode: change
 
 

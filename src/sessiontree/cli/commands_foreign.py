@@ -25,7 +25,7 @@ from ..foreign.importer import (
     find_imports,
     import_session,
 )
-from ..foreign.opencode_db import is_opencode_db, split_db_path
+from ..foreign.opencode_db import DatabaseError, is_opencode_db, list_db_sessions, split_db_path
 from ..foreign.storage import ForeignStorage
 from ..foreign.store import (
     AGENT_NAMES,
@@ -132,6 +132,13 @@ def read_in_place(path: str) -> bool:
             "it into this agent's store",
             EXIT_USAGE,
         )
+    split = split_db_path(path)
+    if split is not None:
+        # Said now: once adopted, a database that cannot be read looks like no session.
+        try:
+            list_db_sessions(*split)
+        except DatabaseError as exc:
+            raise CliError(str(exc)) from None
     adopt_storage(ForeignStorage(ForeignStore.single(agent, path)))
     return True
 

@@ -44,6 +44,7 @@ from ._records import Damaged
 from .opencode import CHILD_DEPTH, OpenCodeSession
 
 __all__ = [
+    "DatabaseError",
     "DbSession",
     "epoch_ms",
     "is_opencode_db",
