@@ -38,7 +38,12 @@ from sessiontree.foreign.importer import (
     find_imports,
     import_session,
 )
-from sessiontree.foreign.opencode_db import is_opencode_db, split_db_path
+from sessiontree.foreign.opencode_db import (
+    DatabaseError,
+    is_opencode_db,
+    list_db_sessions,
+    split_db_path,
+)
 from sessiontree.foreign.storage import ForeignStorage
 from sessiontree.foreign.store import (
     AGENT_NAMES,
@@ -120,6 +125,13 @@ def read_in_place(path: str) -> bool:
             "it into this agent's store",
             EXIT_USAGE,
         )
+    split = split_db_path(path)
+    if split is not None:
+        # Said now: once adopted, a database that cannot be read looks like no session.
+        try:
+            list_db_sessions(*split)
+        except DatabaseError as exc:
+            raise CliError(str(exc)) from None
     here = current_store().agent_dir  # the invocation's: its caches and blobs stay in use
     adopt_store(Store(here, storage=ForeignStorage(ForeignStore.single(agent, path))))
     return True

@@ -122,10 +122,41 @@ class Chain:
                 return candidate
         return None
 
-    def at(self, entry: str | None) -> None:
-        """Continue under `entry` (what the open response left is closed first)."""
+    def at(self, entry: str | None, key: str = "at", ms: int = 0) -> None:
+        """Continue under `entry` (what the open response left is closed first). When
+        `entry` is a response, or one of its results, whose calls are not all answered
+        on the path to it (a rewind into the middle of a turn), those calls are open
+        again: what follows waits, and `close` answers them (keys from `key`)."""
         self.close()
         self.current = entry
+        for call_id, name in self._unanswered(entry).items():
+            self._pending[call_id] = (name, f"{key}:interrupted:{call_id}", ms)
+
+    def _unanswered(self, entry: str | None) -> dict[str, str]:
+        """The calls of the response `entry` is (or whose results it ends) that are not
+        answered on the path to it: call id -> tool name."""
+        answered: set[str] = set()
+        node = self.builder.tail(entry)
+        while node is not None:
+            found = self.builder.entry(node)
+            message = found.get("message") if found.get("type") == "message" else None
+            if not isinstance(message, dict):
+                return {}
+            if message.get("role") == "toolResult":
+                answered.add(str(message.get("toolCallId")))
+                parent = found.get("parentId")
+                node = parent if isinstance(parent, str) else None
+                continue
+            if message.get("role") != "assistant":
+                return {}
+            return {
+                str(block.get("id")): str(block.get("name"))
+                for block in message.get("content") or ()
+                if isinstance(block, dict)
+                and block.get("type") == "toolCall"
+                and str(block.get("id")) not in answered
+            }
+        return {}
 
     def assistant(self, message: dict[str, Any], key: str, ms: int) -> str:
         """A response: answers what the one before left open, then opens its own calls.

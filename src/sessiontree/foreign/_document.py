@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from sessiontree.foreign._records import Damaged
+from sessiontree.format import allow_deep_nesting
 
 __all__ = ["Document", "read_document"]
 
@@ -42,6 +43,14 @@ def _skip(text: str, pos: int) -> int:
     return pos
 
 
+def _decode(text: str, pos: int) -> tuple[Any, int]:
+    """One JSON value at `pos`, nested as deep as JavaScript allows (ValueError past it)."""
+    try:
+        return allow_deep_nesting(lambda: _DECODER.raw_decode(text, pos))
+    except RecursionError as exc:
+        raise ValueError("JSON nested too deeply") from exc
+
+
 def _salvage(text: str) -> tuple[dict[str, Any] | None, Damaged | None]:
     """What parses of a damaged top-level object, and where the damage starts."""
     pos = _skip(text, 0)
@@ -54,7 +63,7 @@ def _salvage(text: str) -> tuple[dict[str, Any] | None, Damaged | None]:
         if text.startswith("}", pos):
             return value, None
         try:
-            key, pos = _DECODER.raw_decode(text, pos)
+            key, pos = _decode(text, pos)
             pos = _skip(text, pos)
             if not isinstance(key, str) or not text.startswith(":", pos):
                 raise ValueError("no key")
@@ -67,7 +76,7 @@ def _salvage(text: str) -> tuple[dict[str, Any] | None, Damaged | None]:
             pos = _skip(text, pos + 1)
             while not text.startswith("]", pos):
                 try:
-                    item, pos = _DECODER.raw_decode(text, pos)
+                    item, pos = _decode(text, pos)
                 except ValueError:
                     return value, Damaged(
                         _line_of(text, pos), f"not valid JSON from here in {key!r} (cut short?)"
@@ -81,7 +90,7 @@ def _salvage(text: str) -> tuple[dict[str, Any] | None, Damaged | None]:
             pos += 1
         else:
             try:
-                value[key], pos = _DECODER.raw_decode(text, pos)
+                value[key], pos = _decode(text, pos)
             except ValueError:
                 return value, Damaged(_line_of(text, pos), "not valid JSON from here (cut short?)")
         pos = _skip(text, pos)

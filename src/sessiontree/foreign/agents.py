@@ -38,6 +38,7 @@ from sessiontree.foreign.copilot import is_copilot_event, read_copilot_session, 
 from sessiontree.foreign.gemini import is_gemini_document, read_gemini_session, scan_gemini
 from sessiontree.foreign.listing import ForeignMeta
 from sessiontree.foreign.opencode import (
+    CHILD_DEPTH,
     OpenCodeSession,
     convert_opencode,
     is_default_title,
@@ -52,6 +53,7 @@ from sessiontree.foreign.opencode_db import (
     DbListing,
     DbSession,
     describe_db_sessions,
+    epoch_ms,
     is_opencode_db,
     list_db_sessions,
     load_db_session,
@@ -67,7 +69,8 @@ log = logging.getLogger("sessiontree")
 
 Identity = tuple[int, int, int, int]
 """What a listing is cached under (`discovery.stat_identity` for one file; for a
-session that is not one file, what changes with it, and 0 for the ctime)."""
+session that is not one file, what changes with it: a database session's message
+count, last update, the database's inode and its part count)."""
 _HEAD = 64 * 1024
 
 
@@ -108,6 +111,9 @@ class Backend:
 
     agent: Source
     name: str
+    child_depth = 0
+    """How many levels of child sessions `read` gives with a session (a child deeper
+    below a listed session is listed on its own)."""
 
     def default_home(self) -> str:
         raise NotImplementedError
@@ -178,8 +184,8 @@ def _opencode_meta(session: OpenCodeSession, listed: bool) -> ForeignMeta:
         if isinstance(role, str):
             roles[role] = roles.get(role, 0) + 1
         time = message.get("time")
-        if isinstance(time, dict) and isinstance(time.get("created"), int | float):
-            last = max(last or 0, int(time["created"]))
+        if isinstance(time, dict) and epoch_ms(time.get("created")):
+            last = max(last or 0, epoch_ms(time["created"]))
         if role == "assistant":
             count += sum(1 for p in parts if p.get("type") in ("step-start", "tool")) or 1
         elif role == "user":
@@ -204,12 +210,11 @@ def _opencode_meta(session: OpenCodeSession, listed: bool) -> ForeignMeta:
         cwd=str_field(info, "directory") or "",
         title=title,
         title_source="auto" if title else None,
-        created_ms=int(created) if isinstance(created, int | float) else None,
+        created_ms=epoch_ms(created) or None,
         first_message=prompt,
         message_count=count,
         exact_count=True,
-        last_activity_ms=max(last or 0, int(updated) if isinstance(updated, int | float) else 0)
-        or None,
+        last_activity_ms=max(last or 0, epoch_ms(updated)) or None,
         parent=str_field(info, "parentID"),
         listed=listed,
     )
@@ -218,6 +223,7 @@ def _opencode_meta(session: OpenCodeSession, listed: bool) -> ForeignMeta:
 class OpenCodeBackend(Backend):
     agent: Source = "opencode"
     name = "OpenCode"
+    child_depth = CHILD_DEPTH
 
     def default_home(self) -> str:
         return opencode_home()
@@ -238,13 +244,13 @@ class OpenCodeBackend(Backend):
             for database in self.databases(home):
                 try:
                     ino = os.stat(database).st_ino
-                    sessions = list_db_sessions(database)
+                    sessions = list_db_sessions(database, warn=True)
                 except (DatabaseError, OSError) as exc:
                     log.warning("%s", _problem(database, exc))
                     continue
                 for row in sessions:
                     in_database.add(row.id)
-                    yield _db_located(database, row.id, row.messages, row.updated_ms, ino)
+                    yield _db_located(database, row, ino)
             session_root = os.path.join(home, "storage", "session")
             for project in _names(session_root):
                 directory = os.path.join(session_root, project)
@@ -278,7 +284,7 @@ class OpenCodeBackend(Backend):
                 return None
             if not rows:
                 return None
-            return _db_located(database, session_id, rows[0].messages, rows[0].updated_ms, ino)
+            return _db_located(database, rows[0], ino)
         if path.endswith(".json") and storage_dir_of(path) is not None:
             return self._json_located(path)
         return None
@@ -304,7 +310,7 @@ class OpenCodeBackend(Backend):
                 session = load_opencode_json(located.path, children=False)
             else:
                 session = load_opencode_export(located.path)
-            listed = not session.info.get("parentID")
+            listed = not str_field(session.info, "parentID")  # a parent it can name
             return _opencode_meta(session, listed), session.size
         database, session_id = split
         described = describe_db_sessions(database, [session_id])
@@ -382,11 +388,10 @@ def _db_meta(row: DbSession, described: DbListing) -> tuple[ForeignMeta, int]:
     return meta, described.size
 
 
-def _db_located(
-    database: str, session_id: str, messages: int, updated_ms: int, ino: int
-) -> Located:
-    mtime = updated_ms * 1_000_000
-    return Located(os.path.join(database, session_id), (messages, mtime, ino, 0), -1, mtime, ino)
+def _db_located(database: str, row: DbSession, ino: int) -> Located:
+    mtime = row.updated_ms * 1_000_000
+    identity = (row.messages, mtime, ino, row.parts)
+    return Located(os.path.join(database, row.id), identity, -1, mtime, ino)
 
 
 def _problem(path: str, exc: BaseException) -> str:

@@ -176,7 +176,7 @@ class _Agent:
             chain.custom(f"copilot:{kind}", data, key, ms)
             target = str_field(data, "upToEventId")
             if target is not None and target in self.before:
-                chain.at(self.before[target])
+                chain.at(self.before[target], key, ms)
         elif kind == "session.context_cleared":
             chain.at(None)
             chain.custom(f"copilot:{kind}", data, key, ms)

@@ -61,6 +61,7 @@ from sessiontree.foreign._model import ForeignSession, ForeignSubsession, NotAFo
 from sessiontree.foreign._records import Damaged, Record, read_transcript, timestamp_ms
 from sessiontree.foreign.listing import ForeignMeta, _estimate, _read_windows
 from sessiontree.format import serialize_entry
+from sessiontree.layout import is_safe_name
 
 __all__ = [
     "gemini_project_root",
@@ -536,6 +537,10 @@ def _cwd(path: str, meta: dict[str, Any]) -> str:
 
 
 def _subagent_files(path: str, session_id: str) -> list[str]:
+    """The files in `chats/<session id>/`; none for an id that is no file name (a path,
+    `..`, a NUL: the file's own `sessionId` must not name another directory)."""
+    if not is_safe_name(session_id):
+        return []
     directory = os.path.join(os.path.dirname(os.path.abspath(path)), session_id)
     try:
         names = sorted(os.listdir(directory))

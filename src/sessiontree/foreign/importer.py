@@ -212,7 +212,8 @@ def import_session(
     """Write `session` into the agent dir's store as a new session (see the module doc).
 
     `earlier`: the store's imports when the caller has them already (`find_imports`).
-    Raises AlreadyImportedError for a source imported before, unless `again`.
+    Raises AlreadyImportedError for a source imported before, unless `again`, and
+    SessionTreeError for a working directory that cannot be a path (a NUL in it).
     """
     agent = agent_dir_or_default(agent_dir)
     storage = default_storage(storage)
@@ -223,6 +224,11 @@ def import_session(
     sm = session.manager
     if cwd is None and not session.cwd:
         cwd = os.getcwd()  # the source names none: file it under this directory's project
+    if "\x00" in (cwd if cwd is not None else session.cwd):
+        raise SessionTreeError(
+            f"{session.path}: the directory it was recorded in ({session.cwd!r}) cannot be "
+            "a path; give it another working directory to be filed under (--cwd)"
+        )
     if cwd is not None:
         sm.move_to(cwd)
     record = {**session.import_record(), "sourceBytes": session.size}

@@ -51,16 +51,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from sessiontree.foreign._builder import TreeBuilder
 from sessiontree.foreign._chain import Chain
 from sessiontree.foreign._content import int_field, str_field, usage
 from sessiontree.foreign._document import read_document
 from sessiontree.foreign._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
 from sessiontree.foreign._records import Damaged, timestamp_ms
+from sessiontree.format import loads_line
 
 __all__ = [
+    "CHILD_DEPTH",
     "INTERRUPTED",
     "OpenCodeSession",
     "convert_opencode",
@@ -87,7 +87,9 @@ _STOP = {"tool-calls": "toolUse", "stop": "stop", "length": "length", "error": "
 _EFFORT = {"none": "off", "minimal": "minimal", "low": "low", "medium": "medium"}
 _EFFORT |= {"high": "high", "xhigh": "xhigh", "max": "xhigh"}
 _USER_KEYS = frozenset({"id", "sessionID", "role", "time", "agent", "model"})
-_CHILD_DEPTH = 4
+CHILD_DEPTH = 4
+"""How many levels of child sessions are read with a session (a listing shows a
+session deeper than that below a listed one on its own)."""
 
 
 def is_default_title(title: str) -> bool:
@@ -456,7 +458,7 @@ def convert_opencode(
         skipped={k: v for k, v in skipped.items() if v},
         size=session.size,
     )
-    if subagents and depth < _CHILD_DEPTH:
+    if subagents and depth < CHILD_DEPTH:
         for child in session.children:
             converted = convert_opencode(child, subagents=True, depth=depth + 1)
             result.subsessions.append(
@@ -533,8 +535,8 @@ def _read_json(path: str, damaged: list[Damaged], sizes: list[int]) -> dict[str,
         return None
     sizes.append(len(data))
     try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError:
+        value = loads_line(data)  # as JSON.parse: lone surrogate escapes too
+    except (ValueError, UnicodeError):
         damaged.append(Damaged(0, f"{path}: not valid JSON"))
         return None
     if not isinstance(value, dict):
@@ -555,7 +557,12 @@ def _json_files(directory: str) -> list[str]:
 
 def load_opencode_json(info_path: str, *, children: bool = True) -> OpenCodeSession:
     """A session of the JSON-file layout, its messages and parts in id order (OpenCode's
-    ids grow with time). Damaged files are skipped and reported."""
+    ids grow with time), its children down to `CHILD_DEPTH`, each session once however
+    the `parentID` links loop. Damaged files are skipped and reported."""
+    return _load_json(info_path, 0 if children else CHILD_DEPTH, set())
+
+
+def _load_json(info_path: str, depth: int, seen: set[str]) -> OpenCodeSession:
     damaged: list[Damaged] = []
     sizes: list[int] = []
     info = _read_json(info_path, damaged, sizes)
@@ -563,6 +570,7 @@ def load_opencode_json(info_path: str, *, children: bool = True) -> OpenCodeSess
     if info is None or storage is None or not str(info.get("id", "")).startswith("ses"):
         raise NotAForeignSessionError(info_path, "OpenCode")
     session_id = os.path.basename(info_path)[: -len(".json")]
+    seen.add(session_id)
     messages: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     for file in _json_files(os.path.join(storage, "message", session_id)):
         message = _read_json(file, damaged, sizes)
@@ -576,10 +584,16 @@ def load_opencode_json(info_path: str, *, children: bool = True) -> OpenCodeSess
         ]
         messages.append((message, parts))
     session = OpenCodeSession(info, messages, os.path.abspath(info_path), sum(sizes), damaged)
-    if children:
-        for path in _child_files(storage, session_id):
+    if depth < CHILD_DEPTH:
+        paths = [
+            p
+            for p in _child_files(storage, session_id)
+            if os.path.basename(p)[: -len(".json")] not in seen
+        ]
+        seen.update(os.path.basename(p)[: -len(".json")] for p in paths)
+        for path in paths:
             try:
-                session.children.append(load_opencode_json(path, children=True))
+                session.children.append(_load_json(path, depth + 1, seen))
             except (OSError, NotAForeignSessionError):
                 continue
     return session
@@ -597,8 +611,8 @@ def _child_files(storage: str, parent_id: str) -> Iterable[str]:
             try:
                 with open(path, "rb") as f:
                     data = f.read()
-                value = orjson.loads(data)
-            except (OSError, orjson.JSONDecodeError):
+                value = loads_line(data)
+            except (OSError, ValueError, UnicodeError):
                 continue
             if isinstance(value, dict) and value.get("parentID") == parent_id:
                 yield path

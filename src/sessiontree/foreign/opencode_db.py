@@ -19,10 +19,17 @@ what is read is one committed state.
 Anything that goes wrong (the database is locked past a short wait, damaged, not
 an OpenCode database) is an OSError naming the database: a listing passes over it
 with a warning, a command reports it; it is never fatal to the rest.
+
+**Rows are untrusted.** A session id becomes a path (`<db>/<id>`): a row whose id
+is not a safe file name (a separator, `..`, a NUL; an absolute path would name any
+file) is skipped with a warning. A timestamp of another type or out of range reads
+as 0, and the parent links are followed once each, however they loop.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import os
 import sqlite3
 import urllib.parse
@@ -31,27 +38,32 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from sessiontree.foreign._records import Damaged
-from sessiontree.foreign.opencode import OpenCodeSession
+from sessiontree.foreign.opencode import CHILD_DEPTH, OpenCodeSession
+from sessiontree.format import loads_line
+from sessiontree.layout import is_safe_name
 
 __all__ = [
+    "DatabaseError",
     "DbSession",
+    "epoch_ms",
     "is_opencode_db",
     "list_db_sessions",
     "load_db_session",
     "open_db",
     "session_bytes",
     "split_db_path",
+    "usable_id",
 ]
+
+log = logging.getLogger("sessiontree")
 
 _BUSY_TIMEOUT = 0.25
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _BYTES = (
     "octet_length(data)" if sqlite3.sqlite_version_info >= (3, 43) else "length(CAST(data AS BLOB))"
 )
-_CHILD_DEPTH = 4
+_MAX_MS = (2**63 - 1) // 1_000_000  # 2262-04-11: its nanoseconds still fit in 64 bits
 
 
 class DatabaseError(OSError):
@@ -89,19 +101,26 @@ def _uri(path: str, immutable: bool) -> str:
 
 @contextmanager
 def open_db(path: str) -> Iterator[sqlite3.Connection]:
-    """A read-only connection (see the module doc); DatabaseError when it cannot be had."""
+    """A read-only connection (see the module doc); DatabaseError when it cannot be had.
+
+    SQLite keeps `-journal`, `-wal` and `-shm` beside the real file of a database
+    reached through a symlink: they are looked for there. A `-wal` without its `-shm`
+    (no SQLite has the database open: a copied store, a WAL that is garbage) is not
+    read: a reader would create the `-shm`; the database reads as last checkpointed.
+    """
+    real = os.path.realpath(path)
     try:
-        journal = os.path.getsize(path + "-journal")
+        journal = os.path.getsize(real + "-journal")
     except FileNotFoundError:
         journal = 0
     except OSError as exc:
         raise DatabaseError(path, f"cannot be read: {exc.strerror or exc}") from None
     if journal > 0:
         raise DatabaseError(path, "being written (a rollback journal is present); skipped")
-    immutable = not os.path.exists(path + "-wal")
+    immutable = not (os.path.exists(real + "-wal") and os.path.exists(real + "-shm"))
     try:
         conn = sqlite3.connect(
-            _uri(path, immutable),
+            _uri(real, immutable),
             uri=True,
             timeout=_BUSY_TIMEOUT,
             isolation_level=None,
@@ -148,8 +167,9 @@ def _reading(path: str, conn: sqlite3.Connection) -> Iterator[None]:
 
 @dataclass(frozen=True, slots=True)
 class DbSession:
-    """A session row, with what tells whether it changed (its messages' count and
-    last update: OpenCode updates a message row when its response completes)."""
+    """A session row, with what tells whether it changed: its messages' count and
+    last update (OpenCode updates a message row when its response completes) and its
+    parts' count (the parts of a response come before that update)."""
 
     id: str
     parent_id: str | None
@@ -158,26 +178,53 @@ class DbSession:
     created_ms: int
     updated_ms: int
     messages: int
+    parts: int
 
 
-def list_db_sessions(path: str, session_id: str | None = None) -> list[DbSession]:
+def epoch_ms(value: object) -> int:
+    """A timestamp column as epoch milliseconds; 0 for what OpenCode never writes there
+    (text, a blob, NaN or infinity, a time before 1970 or one whose nanoseconds, as a
+    session's modification time, would not fit in 64 bits)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    if isinstance(value, float) and not math.isfinite(value):
+        return 0
+    return int(value) if 0 <= value <= _MAX_MS else 0
+
+
+def usable_id(session_id: object) -> bool:
+    """Whether a session id can name a session (`<db>/<id>`): a safe file name."""
+    return isinstance(session_id, str) and is_safe_name(session_id)
+
+
+def list_db_sessions(
+    path: str, session_id: str | None = None, *, warn: bool = False
+) -> list[DbSession]:
     """Every session of the database, or the one with `session_id` (DatabaseError when
-    it cannot be read)."""
+    it cannot be read). `warn`: log each row skipped for its id (see the module doc)."""
     with open_db(path) as conn, _reading(path, conn):
-        return _sessions(conn, session_id)
+        return _sessions(conn, session_id, path if warn else None)
 
 
-def _sessions(conn: sqlite3.Connection, session_id: str | None = None) -> list[DbSession]:
+def _sessions(
+    conn: sqlite3.Connection, session_id: str | None = None, warn: str | None = None
+) -> list[DbSession]:
     where = "" if session_id is None else "WHERE s.id = ? "
+    # The parts are counted from their session index alone (never their rows).
     rows = conn.execute(
         "SELECT s.id, s.parent_id, s.directory, s.title, s.time_created, s.time_updated, "
-        "COUNT(m.id), MAX(m.time_updated) FROM session s "
+        "COUNT(m.id), MAX(m.time_updated), "
+        "(SELECT COUNT(*) FROM part p WHERE p.session_id = s.id) FROM session s "
         f"LEFT JOIN message m ON m.session_id = s.id {where}GROUP BY s.id",
         () if session_id is None else (session_id,),
     ).fetchall()
     found = []
     for row in rows:
-        if not isinstance(row[0], str):
+        if not usable_id(row[0]):
+            if warn is not None:
+                log.warning(
+                    "%s: a session row whose id %r cannot name a session: skipped", warn, row[0]
+                )
             continue
         found.append(
             DbSession(
@@ -185,9 +232,10 @@ def _sessions(conn: sqlite3.Connection, session_id: str | None = None) -> list[D
                 row[1] if isinstance(row[1], str) and row[1] else None,
                 row[2] if isinstance(row[2], str) else "",
                 row[3] if isinstance(row[3], str) else "",
-                int(row[4] or 0),
-                max(int(row[5] or 0), int(row[7] or 0)),
+                epoch_ms(row[4]),
+                max(epoch_ms(row[5]), epoch_ms(row[7])),
                 int(row[6] or 0),
+                int(row[8] or 0),
             )
         )
     return found
@@ -219,8 +267,8 @@ def _info(row: sqlite3.Row) -> dict[str, Any]:
             continue
         if column in _JSON_COLUMNS and isinstance(value, str):
             try:
-                value = orjson.loads(value)
-            except orjson.JSONDecodeError:
+                value = loads_line(value)
+            except (ValueError, UnicodeError):
                 pass
         if column in _INFO:
             info[_INFO[column]] = value
@@ -240,8 +288,16 @@ def _info(row: sqlite3.Row) -> dict[str, Any]:
 
 
 def _load(
-    path: str, conn: sqlite3.Connection, session_id: str, depth: int, damaged: list[Damaged]
+    path: str,
+    conn: sqlite3.Connection,
+    session_id: str,
+    depth: int,
+    damaged: list[Damaged],
+    seen: set[str],
 ) -> OpenCodeSession | None:
+    """The session with its messages, parts and (down to `CHILD_DEPTH`) its children,
+    each session once however the parent links loop (`seen`)."""
+    seen.add(session_id)
     conn.row_factory = sqlite3.Row
     try:
         row = conn.execute("SELECT * FROM session WHERE id = ?", (session_id,)).fetchone()
@@ -277,27 +333,32 @@ def _load(
     session = OpenCodeSession(
         _info(row), messages, os.path.join(os.path.abspath(path), session_id), size
     )
-    if depth < _CHILD_DEPTH:
+    if depth < CHILD_DEPTH:
         children = [
             r[0]
             for r in conn.execute(
                 "SELECT id FROM session WHERE parent_id = ? ORDER BY time_created, id",
                 (session_id,),
             )
+            if usable_id(r[0]) and r[0] not in seen
         ]
+        seen.update(children)  # a child also reached deeper down is read here, once
         for child_id in children:
-            child = _load(path, conn, child_id, depth + 1, [])
+            child = _load(path, conn, child_id, depth + 1, [], seen)
             if child is not None:
                 session.children.append(child)
     return session
 
 
 def _json(data: object) -> dict[str, Any] | None:
+    """A row's JSON object, parsed as `JSON.parse` does (OpenCode wrote it with
+    `JSON.stringify`: a string cut in the middle of an emoji holds a lone surrogate
+    escape, which orjson refuses); None when it is no JSON object."""
     if not isinstance(data, str | bytes):
         return None
     try:
-        value = orjson.loads(data)
-    except orjson.JSONDecodeError:
+        value = loads_line(data)
+    except (ValueError, UnicodeError):
         return None
     return value if isinstance(value, dict) else None
 
@@ -308,7 +369,7 @@ def load_db_session(path: str, session_id: str, *, children: bool = True) -> Ope
     reported. Raises DatabaseError, or FileNotFoundError for no such session."""
     damaged: list[Damaged] = []
     with open_db(path) as conn, _reading(path, conn):
-        session = _load(path, conn, session_id, 0 if children else _CHILD_DEPTH, damaged)
+        session = _load(path, conn, session_id, 0 if children else CHILD_DEPTH, damaged, set())
     if session is None:
         raise FileNotFoundError(2, "No such OpenCode session", os.path.join(path, session_id))
     session.damaged = damaged
@@ -372,11 +433,13 @@ def _describe(conn: sqlite3.Connection, session_id: str) -> DbListing:
             users.append(str(message_id))
         if value.get("finish") == "tool-calls":
             tool_calls = True
-        last_ms = max(last_ms or 0, int(updated or 0)) or last_ms
+        last_ms = max(last_ms or 0, epoch_ms(updated)) or last_ms
     for message_id in users[:5]:
         texts = []
         for (data,) in conn.execute(
-            "SELECT data FROM part WHERE message_id = ? ORDER BY id", (message_id,)
+            # OpenCode joins a message's parts on its session too.
+            "SELECT data FROM part WHERE message_id = ? AND session_id = ? ORDER BY id",
+            (message_id, session_id),
         ):
             part = _json(data) or {}
             if (

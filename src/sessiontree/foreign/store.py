@@ -362,13 +362,33 @@ class ForeignStore:
                 found.append(ForeignListing(path, size, item.mtime_ns, item.ino, meta))
             elif self.backend is not None and meta.parent:
                 children.append(ForeignListing(path, size, item.mtime_ns, item.ino, meta))
-        # A subagent's session is read with its parent; listed when the parent is gone.
-        held = {f.meta.id for f in found} | {c.meta.id for c in children}
-        found += [c for c in children if c.meta.parent not in held]
+        found += self._unheld(found, children)
         if fresh:
             cache.store(fresh)
         found.sort(key=lambda f: (f.mtime_ns, f.path), reverse=True)
         return found
+
+    def _unheld(
+        self, found: builtins.list[ForeignListing], children: builtins.list[ForeignListing]
+    ) -> builtins.list[ForeignListing]:
+        """The child sessions no listed session is read with: a subagent's session is
+        read with its parent, down to `Backend.child_depth` levels below a listed one.
+        One whose parent is gone, one deeper than that, one on a loop of parent links
+        (its own parent, or its child's child) is listed on its own."""
+        depth = self.backend.child_depth if self.backend is not None else 0
+        parent_of = {c.meta.id: c.meta.parent for c in children}
+        tops = {f.meta.id for f in found}
+        tops |= {c.meta.id for c in children if c.meta.parent not in tops | parent_of.keys()}
+
+        def read_with_a_top(child: ForeignListing) -> bool:
+            above = child.meta.parent
+            for _ in range(depth):
+                if above in tops:
+                    return True
+                above = parent_of.get(above) if above is not None else None
+            return False
+
+        return [c for c in children if c.meta.id in tops or not read_with_a_top(c)]
 
     def _scan_all(
         self, items: builtins.list[Located]

@@ -54,7 +54,10 @@ def js_number(value: float | int) -> str:
     if isinstance(value, int):
         if -_MAX_SAFE_INTEGER <= value <= _MAX_SAFE_INTEGER:
             return str(value)
-        value = float(value)  # JavaScript holds every number as a double
+        try:
+            value = float(value)  # JavaScript holds every number as a double
+        except OverflowError:
+            return "null"  # beyond a double: Infinity, which JSON.stringify writes as null
     if math.isnan(value) or math.isinf(value):
         return "null"
     if value == 0:
