@@ -461,3 +461,35 @@ def test_an_in_memory_session_on_a_blob_backed_storage_uses_the_agent_dir_blobs_
     storage = MemorySessionStorage()  # given explicitly: its own store, as every manager on it
     given = SessionManager.in_memory("/p", storage).put_blob(b"other bytes" * 200)
     assert storage.blob_store().has(given.hash)
+
+
+@pytest.mark.parametrize(
+    "data", [b"\x89PNG\r\n\x1a\n" + b"fifo" * 100, b""], ids=["image", "empty"]
+)
+def test_a_fifo_under_a_blobs_name_is_never_blocked_on(tmp_path: Path, data: bytes) -> None:
+    """Something that is not a file under a blob's name (a FIFO someone made there) is
+    no blob (as `has` says): reading it, checking it or putting the good bytes returns at once (a FIFO
+    opened for reading waits for a writer that never comes), and the put replaces it."""
+    import threading
+
+    store = BlobStore(str(tmp_path / "blobs"))
+    store.put(b"make the dir")
+    digest = hashlib.sha256(data).hexdigest()
+    fifo = tmp_path / "blobs" / digest
+    os.mkfifo(fifo)
+    outcome: dict[str, object] = {}
+
+    def use() -> None:
+        outcome["get"] = store.get(digest)
+        outcome["verify"] = store.verify(digest)
+        outcome["put"] = store.put(data).hash
+
+    worker = threading.Thread(target=use, daemon=True)
+    worker.start()
+    worker.join(10)
+    if worker.is_alive():  # let the stuck reader go before failing
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        worker.join(10)
+        pytest.fail(f"blocked on the FIFO at {fifo}")
+    assert outcome == {"get": None, "verify": "missing", "put": digest}
+    assert stat_mod.S_ISREG(os.lstat(fifo).st_mode) and store.get(digest) == data

@@ -523,3 +523,37 @@ def test_repair_in_place_never_replaces_a_line_appended_while_it_writes(
         repair_session(str(path), in_place=True)
     assert path.read_bytes().endswith(line)
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_torn_title_slot_is_found_and_repaired_at_every_byte(tmp_path: Path) -> None:
+    """oh-my-pi rewrites its 256-byte title slot in place; a write torn at byte k leaves
+    the new slot's first k bytes and the old one's rest. Where that still parses as JSON
+    but is no valid slot (an empty `source`, say), every reader (oh-my-pi's too) takes
+    the file for no session: it leaves every listing. `verify` names the slot, and
+    `repair` drops it and keeps every entry (the header's title stands)."""
+    from sessiontree.format import title_slot_line
+
+    old = title_slot_line("old title é", "auto", "2026-01-01T00:00:00.000Z")
+    new = title_slot_line("a new 😀 title", "user", "2026-01-02T00:00:00.000Z")
+    body = write_lines(
+        tmp_path / "body.jsonl",
+        [{**header(), "title": "the header's"}, entry("a1", None), entry("a2", "a1", "y")],
+    ).read_bytes()
+    unreadable = 0
+    for k in range(len(old) + 1):
+        path = tmp_path / f"torn-{k}.jsonl"
+        path.write_bytes(new[:k] + old[k:] + body)
+        try:
+            SessionManager.open(str(path), read_only=True).close()
+            continue  # a slot (or a line) every reader reads or skips
+        except InvalidSessionFileError:
+            unreadable += 1
+        assert kinds(check_session(str(path), conflicts=False)) == [("damaged_title_slot", 1)]
+        report = repair_session(str(path))
+        assert [c.kind for c in report.changes] == ["dropped_title_slot"]
+        assert report.out_path is not None
+        assert Path(report.out_path).read_bytes() == body  # every byte after the slot
+        with SessionManager.open(report.out_path, read_only=True) as sm:
+            assert [e["id"] for e in sm.get_entries()] == ["a1", "a2"]
+            assert sm.get_session_name() == "the header's"
+    assert unreadable > 0  # the case exists

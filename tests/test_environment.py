@@ -1,5 +1,6 @@
 """No library, CLI or web code writes the process environment: the agent dir is passed
-down as `agent_dir=` (issue 21, item 8).
+down as `agent_dir=` (issue 21, item 8). And only `sessiontree._util.env` reads it: the
+default store is chosen there, once; everything else is handed its store (issue 22).
 
 The environment is shared by every thread of the process; the web app serves requests
 from a thread pool, and a program that embeds the library has threads of its own. A
@@ -11,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,7 @@ from typer.testing import CliRunner
 
 import foreign_support as fs
 import sessiontree
+from conftest import require_module
 from helpers import assistant, user
 from sessiontree import SessionManager
 from sessiontree.cli import app
@@ -269,3 +272,194 @@ def test_cli_agent_dir_is_passed_down_not_put_in_the_environment(
     assert json.loads(runner.invoke(app, ["list", "--all", "--json"]).stdout) == listed
     monkeypatch.setenv("PI_CODING_AGENT_DIR", str(other))
     assert json.loads(runner.invoke(app, ["list", "--all", "--json"]).stdout)["total"] == 0
+
+
+# ---------------------------------------------------------------------------- reading it
+
+_READERS = {"getenv", "getenvb"}
+"""`os` functions that read the environment (besides `os.environ` / `os.environb`)."""
+ENV_MODULE = SRC / "_util" / "env.py"
+"""The one module that reads the environment."""
+
+
+def environment_reads(source: str, filename: str = "<source>") -> list[str]:
+    """Every place in `source` that touches the process environment (reading it, or
+    taking hold of it to read later), as `file:line what`."""
+    tree = ast.parse(source, filename)
+    os_names = {"os"}
+    bound: set[str] = set()  # names `from os import environ, getenv` bound
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "os":
+                    os_names.add(alias.asname or "os")
+        elif isinstance(node, ast.ImportFrom) and node.module == "os":
+            for alias in node.names:
+                if alias.name in ("environ", "environb", *_READERS, "*"):
+                    found.append(f"{filename}:{node.lineno} from os import {alias.name}")
+                    bound.add(alias.asname or alias.name)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ("environ", "environb", *_READERS):
+            if isinstance(node.value, ast.Name) and node.value.id in os_names:
+                found.append(f"{filename}:{node.lineno} os.{node.attr}")
+        elif isinstance(node, ast.Name) and node.id in bound:
+            found.append(f"{filename}:{node.lineno} {node.id}")
+    return found
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "import os\na = os.environ.get('X')",
+        "import os\na = os.environ['X']",
+        "import os\na = 'X' in os.environ",
+        "import os\na = dict(os.environ)",
+        "import os\na = os.getenv('X')",
+        "import os\na = os.getenvb(b'X')",
+        "import os\na = os.environb[b'X']",
+        "import os as o\na = o.environ.get('X')",
+        "import os\nsee = os.environ",
+        "import os\nf = os.getenv",
+    ],
+)
+def test_the_read_check_finds_every_kind_of_read(snippet: str) -> None:
+    assert len(environment_reads(snippet)) == 1, snippet
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "from os import environ\na = environ.get('X')",
+        "from os import getenv as g\na = g('X')",
+    ],
+)
+def test_the_read_check_finds_names_imported_from_os(snippet: str) -> None:
+    assert environment_reads(snippet), snippet
+
+
+def test_the_read_check_lets_the_rest_of_os_pass() -> None:
+    other = "import os\nimport os.path\na = os.path.join('a', 'b')\nb = os.getcwd()\n"
+    assert environment_reads(other) == []
+
+
+def test_only_the_env_module_reads_the_environment() -> None:
+    """The default store, the other agents' homes, the terminal and the time zone are
+    read in `_util/env.py`; every other module is handed what it needs."""
+    files = sorted(SRC.rglob("*.py"))
+    assert ENV_MODULE in files and len(files) > 50
+    found = [
+        r for f in files if f != ENV_MODULE for r in environment_reads(f.read_text("utf-8"), str(f))
+    ]
+    assert found == [], "\n".join(found)
+    assert environment_reads(ENV_MODULE.read_text("utf-8"))  # the check sees it there
+
+
+@pytest.fixture
+def env_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the variables read (through `_util/env.py`) from now on."""
+    from sessiontree._util import env
+
+    reads: list[str] = []
+    real = env._read
+
+    def recording(name: str) -> str | None:
+        reads.append(name)
+        return real(name)
+
+    monkeypatch.setattr(env, "_read", recording)
+    return reads
+
+
+def test_the_cli_reads_the_default_store_once_and_passes_it_down(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env_reads: list[str]
+) -> None:
+    """A command given `--agent-dir` never consults the environment for a store; one
+    given none reads it once, as its store is chosen: every other part of the command
+    is handed the store (its storage and agent dir)."""
+    agent = tmp_path / "chosen"
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(agent))
+    monkeypatch.setenv("TMUX_PANE", "%3")  # a terminal: breadcrumbs are written and read
+    monkeypatch.setenv("COLUMNS", "200")
+    first, second = _store(project)
+    first_id = os.path.basename(first).split("_", 1)[1][: -len(".jsonl")]
+    leaf = SessionManager.open(first, read_only=True).get_leaf_id()
+    assert leaf is not None
+    runner = CliRunner()
+    store_variables = {"PI_CODING_AGENT_DIR", "SESSIONTREE_STORE"}
+    commands: list[list[str]] = [
+        ["list"],
+        ["list", "--all", "--json"],
+        ["show", first_id],
+        ["tree", first_id],
+        ["context", first_id],
+        ["export", first_id, "-f", "md"],
+        ["export", first_id, "-f", "jsonl", "-o", str(tmp_path / "copy{}.jsonl")],
+        ["search", "parsing"],
+        ["stats"],
+        ["usage", "daily"],
+        ["history"],
+        ["resume", first_id],
+        ["rename", first_id, "renamed"],
+        ["fork", first_id],
+        ["extract", first_id, "--leaf", leaf],
+        ["migrate", "--all"],
+        ["verify", "--all"],
+        ["repair", second, "-o", str(tmp_path / "repaired{}.jsonl")],
+        ["gc"],
+    ]
+    for command in commands:
+        args = [a.format(1) for a in command]  # a new output file for each run
+        env_reads.clear()
+        result = runner.invoke(app, ["--agent-dir", str(agent), *args])
+        assert result.exit_code == 0, (args, result.output, result.exception)
+        assert store_variables.isdisjoint(env_reads), (args, env_reads)
+        args = [a.format(2) for a in command]
+        env_reads.clear()
+        result = runner.invoke(app, args)
+        assert result.exit_code == 0, (args, result.output, result.exception)
+        assert env_reads.count("PI_CODING_AGENT_DIR") == 1, (args, env_reads)
+        assert env_reads.count("SESSIONTREE_STORE") == 1, (args, env_reads)
+
+
+def test_the_web_app_works_on_its_store_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env_reads: list[str]
+) -> None:
+    """The web app holds one `Store` and reads no store from the environment while it
+    serves every kind of page."""
+    require_module("httpx")
+    require_module("uvicorn")
+    import httpx
+
+    from sessiontree import Store
+    from sessiontree.web.server import BackgroundServer
+
+    agent = tmp_path / "served"
+    project = tmp_path / "project"
+    project.mkdir()
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(agent))
+    _store(project)
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(tmp_path / "elsewhere"))
+    with Store(agent) as store:
+        env_reads.clear()
+        with (
+            BackgroundServer(store, poll_seconds=0.05) as server,
+            httpx.Client(
+                base_url=server.base, cookies=server.login_cookies(), timeout=30
+            ) as client,
+        ):
+            listing = client.get("/sessions")
+            assert listing.status_code == 200
+            handles = list(dict.fromkeys(re.findall(r'href="(/s/[0-9a-f]+)', listing.text)))
+            assert len(handles) == 2
+            for handle in handles:
+                assert client.get(handle).status_code == 200
+                assert client.get(handle + "/export/md").status_code == 200
+            assert "parsing" in client.get("/search?q=parsing").text
+            assert client.get("/usage").status_code == 200
+            assert client.get("/").status_code == 200
+        assert "PI_CODING_AGENT_DIR" not in env_reads and "SESSIONTREE_STORE" not in env_reads
+    assert not (tmp_path / "elsewhere").exists()

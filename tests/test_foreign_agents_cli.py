@@ -485,12 +485,13 @@ def test_the_web_app_offers_each_agents_resume_command(
     require_module("starlette")
     from datetime import UTC, datetime
 
+    from sessiontree import Store
     from sessiontree.foreign.storage import ForeignStorage
     from sessiontree.web.app import ServeOptions, _App
     from sessiontree.web.data import SessionRow
 
     store = ForeignStore.default(agent)  # type: ignore[arg-type]
-    app_ = _App(ForeignStorage(store), store.home, ServeOptions("token", "cookie"))
+    app_ = _App(Store(storage=ForeignStorage(store)), ServeOptions("token", "cookie"))
     try:
         moment = datetime.now(UTC)
         row = SessionRow("h", "/p", "ID", "/work/app", "p", None, "", 0, 0, moment, moment, None)

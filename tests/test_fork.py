@@ -126,6 +126,20 @@ if mode in ("returns", "sys.exit", "close"):
     else:
         _, status = os.waitpid(pid, 0)
         assert status == 0, status
+elif mode == "grandchild":
+    # A child of a child: the grandchild does its worst and exits as a program does,
+    # then the child runs off the end of the script (both at-exit handlers run).
+    pid = os.fork()
+    if pid == 0:
+        grandchild = os.fork()
+        if grandchild == 0:
+            child()
+            sys.exit(0)
+        _, status = os.waitpid(grandchild, 0)
+        assert status == 0, status
+    else:
+        _, status = os.waitpid(pid, 0)
+        assert status == 0, status
 elif mode == "mp-process":
     process = forker.Process(target=child)
     process.start()
@@ -305,7 +319,9 @@ CHILD_SAW = {
 
 
 @pytest.mark.parametrize("store", ["file", "postgres"])
-@pytest.mark.parametrize("mode", ["returns", "sys.exit", "close", "mp-process", "mp-pool"])
+@pytest.mark.parametrize(
+    "mode", ["returns", "sys.exit", "close", "grandchild", "mp-process", "mp-pool"]
+)
 def test_a_forked_child_leaves_its_parents_session_alone(
     tmp_path: Path, mode: str, store: str
 ) -> None:
@@ -576,7 +592,7 @@ def test_a_forked_child_gets_a_pool_of_its_own(tmp_path: Path) -> None:
         )
 
         def backend() -> int:
-            row = storage._run(str(tmp_path), lambda c, _: c.execute("SELECT pg_backend_pid()"))
+            row = storage._db.run(str(tmp_path), lambda c, _: c.execute("SELECT pg_backend_pid()"))
             return int(row.fetchone()[0])
 
         try:
@@ -609,3 +625,122 @@ def test_the_error_names_the_owner_and_survives_pickling() -> None:
     again = pickle.loads(pickle.dumps(error))
     assert type(again) is InheritedHandleError
     assert (again.path, again.owner_pid, str(again)) == (error.path, 4242, str(error))
+
+
+# A thread of the parent holds a process-wide lock at the moment another thread forks
+# (a listing, a put_blob, a history open in flight): the child has no such thread, so a
+# lock copied held is held forever there. The child then does what the lock guards.
+LOCK_HELD_AT_FORK = r"""
+import importlib, os, sys, threading, time
+from sessiontree import HistoryStorage, SessionManager
+
+module, attribute, use = sys.argv[1:4]
+owner = importlib.import_module(module)
+for part in attribute.split(".")[:-1]:
+    owner = getattr(owner, part)
+name = attribute.split(".")[-1]
+sm = SessionManager.create("/proj")
+sm.append_message({"role": "user", "content": "u", "timestamp": 1})
+sm.append_message({"role": "assistant", "content": [], "timestamp": 2})
+holding, release = threading.Event(), threading.Event()
+
+
+def in_flight():
+    with getattr(owner, name):  # where the other thread is when the fork comes
+        holding.set()
+        release.wait()
+
+
+threading.Thread(target=in_flight, daemon=True).start()
+holding.wait()
+pid = os.fork()
+if pid == 0:
+    if use == "list":
+        done = len(SessionManager.list("/proj")) == 1
+    elif use == "put_blob":
+        done = len(SessionManager.in_memory("/x").put_blob(b"image").hash) == 64
+    elif use == "append":
+        done = bool(SessionManager.in_memory("/x").append_message(
+            {"role": "user", "content": "u", "timestamp": 1}))
+    else:
+        done = HistoryStorage.open(os.path.join(sys.argv[4], "h.db")) is not None
+    os._exit(0 if done else 3)
+release.set()
+deadline = time.monotonic() + 20
+while time.monotonic() < deadline:
+    finished, status = os.waitpid(pid, os.WNOHANG)
+    if finished:
+        print("exit", os.waitstatus_to_exitcode(status), flush=True)
+        sys.exit(0)
+    time.sleep(0.02)
+os.kill(pid, 9)
+os.waitpid(pid, 0)
+print("stuck", flush=True)
+"""
+
+
+@pytest.mark.parametrize(
+    ("module", "attribute", "use"),
+    [
+        ("sessiontree.listing._discovery", "_lock", "list"),
+        ("sessiontree.storage._pins", "_lock", "put_blob"),
+        ("sessiontree.format._entries", "_snowflake_lock", "append"),
+        ("sessiontree.history._history", "HistoryStorage._registry_lock", "history"),
+    ],
+)
+def test_a_child_forked_while_another_thread_holds_a_lock_is_not_stuck(
+    tmp_path: Path, agent_dir: Path, module: str, attribute: str, use: str
+) -> None:
+    script = tmp_path / "held.py"
+    script.write_text(LOCK_HELD_AT_FORK)
+    done = subprocess.run(
+        [sys.executable, str(script), module, attribute, use, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        start_new_session=True,
+        check=False,
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "exit 0"), done.stderr
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc (Linux)")
+def test_a_program_spawned_not_forked_inherits_no_lock_pin_or_database(agent_dir: Path) -> None:
+    """`subprocess` (with `close_fds=False` too) and `os.posix_spawn` run no fork hook:
+    what keeps a spawned program from holding the parent's writer lock, pin or databases
+    after the parent is gone is that every descriptor sessiontree opens is close-on-exec."""
+    from sessiontree.search import ContentIndex
+
+    def descriptors() -> dict[int, str]:
+        found = {}
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                found[int(name)] = os.readlink(f"/proc/self/fd/{name}")
+            except OSError:
+                continue  # the listing's own descriptor, closed meanwhile
+        return found
+
+    before = descriptors()
+    sm = SessionManager.create("/proj")
+    sm.append_message({"role": "user", "content": "u", "timestamp": 1})
+    sm.append_message({"role": "assistant", "content": [], "timestamp": 2})  # locked
+    sm.put_blob(b"pinned" * 20)
+    history = HistoryStorage.open()
+    history.add("a prompt")
+    assert len(SessionManager.list("/proj")) == 1  # the listing cache
+    index = ContentIndex.open(str(agent_dir))
+    assert index is not None
+    opened = {fd: target for fd, target in descriptors().items() if fd not in before}
+    assert any(t.endswith(".writer-lock") for t in opened.values())
+    assert any(t.endswith(".pin") for t in opened.values())
+    inherited = []
+    for fd, target in opened.items():
+        try:
+            if os.get_inheritable(fd):
+                inherited.append(target)
+        except OSError:
+            continue  # closed since it was listed
+    assert inherited == []
+    index.close()
+    history.close()
+    sm.close()

@@ -16,6 +16,7 @@ import pytest
 import sessiontree.maintenance._gc as gc_module
 from helpers import assistant, user
 from sessiontree import BlobStore, SessionManager
+from sessiontree.layout import registered_session_dirs
 from sessiontree.maintenance import collect_garbage, list_blobs
 from sessiontree.storage import MemorySessionStorage
 
@@ -413,6 +414,33 @@ def test_the_outside_dirs_registry_is_read_tolerantly(agent_dir: Path, tmp_path:
     assert report.refused is None and report.unreadable == []
     assert hashes(report.deleted) == {orphan}
     assert all((agent_dir / "blobs" / digest).exists() for digest in kept)
+
+
+@pytest.mark.usefixtures("an_hour_later")
+def test_an_outside_session_dir_whose_path_holds_a_newline_is_read(
+    agent_dir: Path, tmp_path: Path
+) -> None:
+    """The registry is one path a line: a newline in a recorded path cut it in two (gc
+    read `<tmp>/home` and never the dir; `rm` took `<tmp>/home` for a session dir)."""
+    session_with_image()
+    home = tmp_path / "home"
+    home.mkdir()
+    outside = tmp_path / "home\nproject"
+    with SessionManager.create("/proj", session_dir=str(outside)) as sm:
+        sm.append_message(
+            {
+                "role": "user",
+                "content": [{"type": "image", "data": sm.put_blob(b"kept").ref}],
+                "timestamp": 1,
+            }
+        )
+        sm.append_message({"role": "assistant", "content": [], "timestamp": 2})
+    kept = hashlib.sha256(b"kept").hexdigest()
+    assert registered_session_dirs(str(agent_dir)) == [str(outside)]
+    report = collect_garbage(str(agent_dir), delete=True)
+    assert report.external_dirs == [str(outside)] and report.refused is None
+    assert kept not in hashes(report.deleted)
+    assert (agent_dir / "blobs" / kept).exists()
 
 
 @pytest.mark.usefixtures("an_hour_later")

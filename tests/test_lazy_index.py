@@ -840,8 +840,9 @@ def test_a_tail_cut_at_every_byte_resumes_alike(tmp_path_factory: Any, form: str
     sm = SessionManager.in_memory("/proj")
     sm.append_message(user("first"))
     sm.append_message(assistant("one {brace} two"))
-    sm.append_message(user("x"))
-    sm.append_message(assistant("a}b", thinking={"x": [{}]}))
+    sm.append_message(user("x é"))
+    # Multi-byte UTF-8 (2, 3 and 4 bytes): cuts inside a character too.
+    sm.append_message(assistant("a}b é漢😀", thinking={"x": [{}]}))
     path = write(sm, directory)
     data = variant(path.read_bytes(), form)
     blobs = blobs_of(directory)

@@ -259,9 +259,10 @@ def test_a_copy_into_pi_store_writes_its_images_inline(
     assert base64.b64encode(PNG) in data
 
 
-def test_a_rewrite_in_pi_store_turns_refs_back_into_images(tmp_path: Path) -> None:
+def test_a_rewrite_in_pi_store_turns_refs_back_into_images(tmp_path: Path, load_mode: str) -> None:
     """A session in pi's store that an older version wrote with blob refs: its next
-    rewrite writes the images inline, where pi can read them."""
+    rewrite writes the images inline, where pi can read them (index first too: its
+    unread lines with refs are written anew, not copied as they are)."""
     agent = store_dir(tmp_path, "pi")
     with SessionManager.create("/proj", str(tmp_path / "xcsh-form")) as sm:
         sm.append_message(image_message(base64.b64encode(PNG).decode()))
@@ -372,3 +373,95 @@ def test_any_session_written_as_pi_writes_comes_back_from_a_rename_unchanged(
         after = path.read_bytes().split(b"\n")
         assert after[1:-1] == lines[1:]
         assert not (agent / "blobs").exists() or not any((agent / "blobs").iterdir())
+
+
+def _inline_images_of(path: str) -> list[bytes]:
+    """The images of the file's message blocks, each inline (a ref fails the test)."""
+    found = []
+    for line in Path(path).read_bytes().splitlines():
+        entry = json.loads(line)
+        content = (
+            entry.get("message", {}).get("content") if entry.get("type") == "message" else None
+        )
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "image":
+                assert not block["data"].startswith("blob:"), (path, block["data"])
+                found.append(base64.b64decode(block["data"]))
+    return found
+
+
+def _pi_fork(src: str, dest: Path, lazy: bool) -> str:
+    with SessionManager.open(src, session_dir=str(dest), lazy=lazy, breadcrumb=False) as sm:
+        forked = sm.fork()
+    assert forked is not None
+    return forked[1]
+
+
+def _pi_branched(src: str, dest: Path, lazy: bool) -> str:
+    with SessionManager.open(src, session_dir=str(dest), lazy=lazy, breadcrumb=False) as sm:
+        path = sm.create_branched_session(sm.get_leaf_id() or "")
+    assert path is not None
+    return path
+
+
+def _pi_move(src: str, dest: Path, lazy: bool) -> str:
+    with SessionManager.open(src, lazy=lazy, breadcrumb=False) as sm:
+        sm.move_to("/dest")  # into the configured agent dir: pi's
+        return sm.get_session_file() or ""
+
+
+def _pi_fork_from(src: str, dest: Path, lazy: bool) -> str:
+    with SessionManager.fork_from(src, "/dest") as forked:  # by size: see the test
+        return forked.get_session_file() or ""
+
+
+@pytest.mark.parametrize(
+    "copy", [_pi_fork, _pi_branched, _pi_move, _pi_fork_from], ids=lambda f: f.__name__[4:]
+)
+def test_a_copy_from_another_store_into_pi_store_writes_its_images_inline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, load_mode: str, copy: Any
+) -> None:
+    """A session of the xcsh store (images as refs) forked, branched or moved into pi's
+    store: the copy holds its images inline, as pi writes them, whether the source was
+    loaded whole (its form was the source store's) or index first (unread lines with
+    refs were copied as they are): pi reads no refs."""
+    xcsh = store_dir(tmp_path, "xcsh")
+    sm = SessionManager.create("/proj", str(xcsh / "sessions" / "--proj--"))
+    sm.append_message(image_message(base64.b64encode(PNG).decode()))
+    sm.append_message(assistant("a picture"))
+    sm.append_message(image_message(sm.put_blob(PNG[::-1]).ref))
+    sm.append_message(assistant("another"))
+    sm.close()
+    src = sm.get_session_file() or ""
+    assert Path(src).read_bytes().count(REF) == 2
+    pi = store_dir(tmp_path, "pi")
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(pi))
+    copied = copy(src, pi / "sessions" / "--dest--", load_mode == "index-first")
+    assert writes_pi_form(copied)
+    assert _inline_images_of(copied) == [PNG, PNG[::-1]]
+
+
+@pytest.mark.parametrize("how", ["fork", "branched"])
+def test_after_a_fork_into_pi_store_appends_are_in_pi_form(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """The manager goes on in the copy: what it appends there is written as pi writes
+    it (it went on in the source store's form, refs and all)."""
+    xcsh = store_dir(tmp_path, "xcsh")
+    sm = SessionManager.create("/proj", str(xcsh / "sessions" / "--proj--"))
+    sm.append_message(image_message(base64.b64encode(PNG).decode()))
+    sm.append_message(assistant("a picture"))
+    pi = store_dir(tmp_path, "pi")
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(pi))
+    sm.close()
+    with SessionManager.open(
+        sm.get_session_file() or "", session_dir=str(pi / "sessions" / "--dest--")
+    ) as copy_from:
+        if how == "fork":
+            assert copy_from.fork() is not None
+        else:
+            assert copy_from.create_branched_session(copy_from.get_leaf_id() or "")
+        copy_from.append_message(image_message(base64.b64encode(PNG[::-1]).decode()))
+        path = copy_from.get_session_file() or ""
+    assert path.startswith(str(pi))
+    assert _inline_images_of(path) == [PNG, PNG[::-1]]

@@ -3,10 +3,17 @@ test_docs.py)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
 import sessiontree
 
 API_NAMES = """
-CURRENT_SESSION_VERSION UNSET SessionManager SessionContext SessionTreeNode SessionInfo
+CURRENT_SESSION_VERSION UNSET Store SessionManager SessionContext SessionTreeNode SessionInfo
 RecentSessionInfo ResolvedSessionMatch StorageStat UsageStatistics build_session_context
 migrate_session_entries parse_jsonl_lenient serialize_entry load_entries_from_file
 find_most_recent_session get_recent_sessions resolve_resumable_session get_default_session_dir
@@ -67,3 +74,23 @@ def test_public_names_belong_to_the_package() -> None:
     assert pickle.loads(pickle.dumps(stats)) == stats
     error = sessiontree.EntryNotFoundError("x")
     assert isinstance(pickle.loads(pickle.dumps(error)), sessiontree.EntryNotFoundError)
+
+
+def test_import_sessiontree_loads_its_names_on_first_use(tmp_path: Path) -> None:
+    """`import sessiontree` loads the errors and a table, nothing else of the package;
+    every name of `__all__` is there on first use, and `dir()` lists them all."""
+    script = (
+        "import json, sys, sessiontree\n"
+        "before = sorted(m for m in sys.modules if m.startswith('sessiontree'))\n"
+        "names = {n: type(getattr(sessiontree, n)).__name__ for n in sessiontree.__all__}\n"
+        "print(json.dumps({'before': before, 'dir': dir(sessiontree), 'names': names}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=tmp_path
+    )
+    report = json.loads(out.stdout)
+    assert report["before"] == ["sessiontree", "sessiontree._version", "sessiontree.errors"]
+    assert set(report["names"]) == set(sessiontree.__all__) and "Store" in report["names"]
+    assert set(sessiontree.__all__) <= set(report["dir"])
+    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
+        _ = sessiontree.no_such_name  # type: ignore[attr-defined]

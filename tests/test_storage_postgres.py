@@ -46,7 +46,7 @@ def test_paths_are_keys_relative_to_the_root(pg: Any, tmp_path: Path) -> None:
     pg.write_text(path, "shared\n")
     # Another host, another home directory: same key, its own absolute path.
     other_root = tmp_path / "home" / "bob" / ".xcsh" / "agent"
-    other = PostgresSessionStorage(pg._pool, schema=pg.schema, root=str(other_root))
+    other = PostgresSessionStorage(pg._db.pool(), schema=pg.schema, root=str(other_root))
     other_path = str(other_root / "sessions" / "--p--" / "s.jsonl")
     assert other.read_text(other_path) == "shared\n"
     assert other.list_files(str(other_root / "sessions" / "--p--"), "*.jsonl") == [other_path]
@@ -77,7 +77,7 @@ def test_one_row_per_append(pg: Any, tmp_path: Path) -> None:
         writer.write_line(f'{{"n":{i}}}\n')
     writer.fsync()
     writer.close()
-    with psycopg.connect(pg._conninfo) as conn:
+    with psycopg.connect(pg._db.conninfo) as conn:
         count, total = conn.execute(
             f'SELECT count(*), sum(length(data)) FROM "{pg.schema}".lines'
         ).fetchone()
@@ -204,7 +204,7 @@ def test_database_failures_are_oserrors_stored_by_the_writer(pg: Any, tmp_path: 
     path = str(tmp_path / "agent" / "sessions" / "--p--" / "a.jsonl")
     writer = pg.open_writer(path)
     writer.write_line("ok\n")
-    with psycopg.connect(pg._conninfo, autocommit=True) as conn:
+    with psycopg.connect(pg._db.conninfo, autocommit=True) as conn:
         conn.execute(f'ALTER TABLE "{pg.schema}".lines RENAME TO lines_gone')
         try:
             with pytest.raises(OSError, match="PostgreSQL"):
@@ -361,7 +361,7 @@ def test_discovery_from_the_index_equals_scanning_the_files(tmp_path: Path) -> N
 def _set_blob_age(pg: Any, digest: str, seconds: float) -> None:
     from psycopg import sql
 
-    with psycopg.connect(pg._conninfo, autocommit=True) as conn:
+    with psycopg.connect(pg._db.conninfo, autocommit=True) as conn:
         conn.execute(
             sql.SQL(
                 "UPDATE {}.blobs SET created_at = now() - make_interval(secs => %s) WHERE hash = %s"
@@ -400,7 +400,7 @@ def test_a_re_put_racing_gc_stores_the_blob_again(pg: Any) -> None:
         # gc deletes the blob between put's look-up and its touch.
         if query is touch and not deleted:
             deleted.append(True)
-            with psycopg.connect(pg._conninfo, autocommit=True) as other:
+            with psycopg.connect(pg._db.conninfo, autocommit=True) as other:
                 other.execute(
                     psycopg.sql.SQL("DELETE FROM {}.blobs WHERE hash = %s").format(
                         psycopg.sql.Identifier(pg.schema)

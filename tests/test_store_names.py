@@ -198,7 +198,17 @@ def test_the_schema_refuses_names_that_are_not_one_path_component(tmp_path: Path
         assert storage.list_files(storage.path_for("sessions/--p--"), "*") == []
 
 
-NAME_CHARS = st.sampled_from(["a", ".", "/", "\\", "é", "-", "😀", " ", "\n", "_"])
+NAME_CHARS = st.sampled_from(
+    [
+        *["a", ".", "/", "\\", "é", "-", "😀", " ", "\n", "_"],
+        # Look-alikes of separators and dots (fullwidth solidus and reverse solidus, one
+        # and two dot leaders, the division slash), a combining accent (NFC and NFD spell
+        # "é" apart: "e" + U+0301), an RTL override, a zero-width space, a BOM: names
+        # like any other.
+        *["\uff0f", "\uff3c", "\u2024", "\u2025", "\u2215", "\u0301", "\u202e"],
+        *["\u200b", "\ufeff"],
+    ]
+)
 
 
 @pytest.fixture(scope="module")

@@ -215,6 +215,28 @@ def test_a_link_works_once_and_becomes_a_cookie_of_its_own(server: BackgroundSer
         assert r.headers.get_list("set-cookie") == [r.headers["set-cookie"]]
 
 
+def test_a_link_opened_by_many_at_once_opens_the_store_for_one(server: BackgroundServer) -> None:
+    """Two browsers (or a browser and a link previewer) opening the same link at the same
+    moment: one gets a cookie, every other one is refused."""
+    link = server.new_link()
+    start = threading.Barrier(12)
+    outcomes: list[tuple[int, str | None]] = []
+
+    def open_it() -> None:
+        with httpx.Client(timeout=10) as c:
+            start.wait()
+            r = c.get(link)
+            outcomes.append((r.status_code, r.headers.get("set-cookie")))
+
+    threads = [threading.Thread(target=open_it) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(status for status, _ in outcomes) == [200] + [403] * 11
+    assert [cookie is not None for status, cookie in outcomes if status == 200] == [True]
+
+
 def test_a_browser_with_the_cookie_gets_links_for_other_browsers(
     server: BackgroundServer, client: Any
 ) -> None:
@@ -864,6 +886,25 @@ def test_serve_prints_a_link_and_serves_until_interrupted(store: WebStore) -> No
             assert c.get(serving.url).status_code == 200
     finally:
         serving.stop()
+
+
+def test_serve_on_every_address_prints_a_link_on_a_loopback_address_of_its_own(
+    store: WebStore,
+) -> None:
+    """`--host 0.0.0.0` answers on every address, 127/8 too: the printed link names a
+    random one of those, so the cookie the browser gets is sent to no other local server
+    (on 127.0.0.1 it would go to every one the person visits), as without `--host`."""
+    serving = Serving(store.agent, "--host", "0.0.0.0")
+    try:
+        match = re.fullmatch(LINK, serving.url)
+        assert match is not None, serving.url
+        assert match.group(1) != "127.0.0.1"
+        with httpx.Client(timeout=10) as c:
+            assert c.get(serving.url).status_code == 200
+            assert c.get(serving.base).status_code == 200
+    finally:
+        err = serving.stop()
+    assert "anyone who can reach it" in err  # the network warning stays
 
 
 BROWSER_STUB = """#!{python}

@@ -425,3 +425,62 @@ def test_the_file_open_gives_the_browser_leads_to_the_store(
     finally:
         context.close()
         page_file.remove()
+
+
+class _Attacker(http.server.BaseHTTPRequestHandler):
+    """A page of another site (or of another server on this server's own address) that
+    tries to have the browser ask the server for a link, and to read what comes back."""
+
+    target = ""
+
+    def do_GET(self) -> None:
+        t = self.target
+        body = f"""<!DOCTYPE html><img src="{t}/link"><script>
+window.read = "pending"; window.opaque = "pending";
+fetch("{t}/link", {{credentials: "include"}}).then(r => r.text())
+  .then(text => {{ window.read = text; }}, e => {{ window.read = "blocked: " + e; }});
+fetch("{t}/link", {{credentials: "include", mode: "no-cors"}})
+  .then(r => r.text()).then(text => {{ window.opaque = text; }}, e => {{ window.opaque = "blocked"; }});
+</script>""".encode()
+        self.send_response(200)
+        self.send_header("content-type", "text/html; charset=utf-8")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize("where", ["another site", "another port of its address"])
+def test_another_page_can_neither_mint_nor_read_a_link(
+    browser: Any, server: BackgroundServer, where: str
+) -> None:
+    """A browser that holds the cookie visits a page elsewhere. Another site (127.0.0.1)
+    gets no SameSite=Strict cookie sent along: the server mints nothing and answers 403,
+    a top-level visit too. A page on the server's own address but another port is the
+    same site (the cookie goes along) but another origin: it cannot read the answer."""
+    handler = type("Attacker", (_Attacker,), {"target": server.base})
+    host = "127.0.0.1" if where == "another site" else server.host
+    httpd = http.server.ThreadingHTTPServer((host, 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    context = browser.new_context()
+    try:
+        p = context.new_page()
+        p.goto(server.new_link())
+        p.wait_for_url(server.base + "/")
+        links = len(server.options.keys._links)
+        p.goto(f"http://{host}:{httpd.server_address[1]}/")
+        p.wait_for_function("window.read !== 'pending' && window.opaque !== 'pending'")
+        assert p.evaluate("window.read").startswith("blocked: ")
+        assert "token=" not in p.evaluate("window.opaque")
+        if where == "another site":
+            assert len(server.options.keys._links) == links  # nothing minted
+            with p.expect_navigation() as moved:  # the page itself goes there
+                p.evaluate(f"location.href = {server.base + '/link'!r}")
+            assert moved.value is not None and moved.value.status == 403
+            assert len(server.options.keys._links) == links
+    finally:
+        context.close()
+        httpd.shutdown()
+        httpd.server_close()

@@ -16,12 +16,18 @@ Every error derives from one root, so callers can catch the whole family::
       MissingBlobError           # a session would name a blob this manager put that is gone
       BackendUnavailableError    # an optional backend's packages are missing (also an ImportError)
       MissingCapabilityError     # a storage lacks what an operation needs (storage.base)
+      InvalidStoreError          # a location or agent name naming no store (also a ValueError)
+      ReadOnlyStoreError         # a write asked of another agent's store (only read here)
+      StoreClosedError           # an operation on a closed Store (also a ValueError)
+      SessionNotFoundError       # nothing in the store matches a path or prefix (a LookupError)
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+TYPE_CHECKING = False  # `typing.TYPE_CHECKING` without importing typing: errors load first
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
 
 
 class SessionTreeError(Exception):
@@ -175,3 +181,29 @@ class MissingBlobError(SessionTreeError):
 
 class BackendUnavailableError(SessionTreeError, ImportError):
     """An optional storage backend is missing its packages; the message says what to install."""
+
+
+class InvalidStoreError(SessionTreeError, ValueError):
+    """A store location or agent name that names no store (an unsupported URL scheme,
+    an unknown agent, a location and an agent that disagree); nothing was opened."""
+
+
+class ReadOnlyStoreError(SessionTreeError):
+    """A write asked of a store sessiontree only reads (another agent's: Claude Code,
+    Codex, OpenCode, Gemini CLI, Copilot CLI); nothing was written."""
+
+
+class StoreClosedError(SessionTreeError, ValueError):
+    """The `Store` was closed: open a new one."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__(f"{location}: the store is closed")
+        self.location = location
+
+
+class SessionNotFoundError(SessionTreeError, LookupError):
+    """No session of the store matches a path, a session-id prefix or a file-name prefix."""
+
+    def __init__(self, arg: str, message: str | None = None) -> None:
+        super().__init__(message or f"no session matches {arg!r}")
+        self.arg = arg

@@ -21,16 +21,15 @@ from sessiontree.cli.common import (
     EXIT_USAGE,
     CliError,
     JsonOption,
-    adopt_storage,
+    adopt_store,
     console,
-    current_storage,
+    current_store,
     emit_json,
     err_console,
     invoked_command,
     progress,
 )
-from sessiontree.cli.common import agent_dir as current_agent_dir
-from sessiontree.errors import SessionTreeError
+from sessiontree.errors import InvalidStoreError, SessionTreeError
 from sessiontree.foreign import ForeignSession
 from sessiontree.foreign.agents import detect_file
 from sessiontree.foreign.importer import (
@@ -48,13 +47,11 @@ from sessiontree.foreign.store import (
     ForeignListing,
     ForeignStore,
     detect_agent,
-    native_agent_dir,
-    require_store_exists,
 )
-from sessiontree.layout import get_agent_dir
 from sessiontree.storage import SessionStorage
+from sessiontree.store import Store
 
-__all__ = ["READING_COMMANDS", "import_command", "read_in_place", "resolve_agent"]
+__all__ = ["READING_COMMANDS", "agent_store", "import_command", "read_in_place"]
 
 READING_COMMANDS = frozenset(
     {"list", "show", "tree", "context", "export", "search", "stats", "resume", "usage", "serve"}
@@ -62,50 +59,41 @@ READING_COMMANDS = frozenset(
 """The commands that work on another agent's store (read-only)."""
 
 
-def resolve_agent(
-    agent: str | None, agent_dir: str | None, command: str | None, database: bool
-) -> tuple[str | None, SessionStorage | None]:
-    """The agent dir and, for another agent's store, its read-only storage.
+def agent_store(
+    agent: str | None, agent_dir: str | None, url: str | None, command: str | None
+) -> Store:
+    """The store `--agent` and `--agent-dir` name (`url`: the database `--store` names).
 
     `agent_dir` (absolute) is where the store is when given; `agent` says whose it is
     (without it, the format of `agent_dir` is detected). Raises CliError (usage) for
-    an unknown agent, a command that would write a foreign store, or a database.
+    an unknown agent, a command that would write another agent's store, or such a
+    store with a database.
     """
     if agent is not None and agent not in AGENTS:
         raise CliError(f"--agent must be one of {', '.join(AGENTS)}, not {agent!r}", EXIT_USAGE)
-    kind = agent
-    if kind is None and agent_dir is not None:
-        kind = detect_agent(agent_dir)
-    if kind not in FOREIGN_AGENTS:
-        if agent_dir is None and kind is not None:
-            agent_dir = native_agent_dir(kind)
-        elif agent_dir is not None and kind is not None and detect_agent(agent_dir):
+    if url is not None:
+        kind = agent if agent is not None else detect_agent(agent_dir) if agent_dir else None
+        if kind in FOREIGN_AGENTS:
             raise CliError(
-                f"{agent_dir} is a {detect_agent(agent_dir)} store, not a {kind} agent dir",
-                EXIT_USAGE,
+                f"--store and the {AGENT_NAMES[kind]} store cannot be used together", EXIT_USAGE
             )
-        return agent_dir, None
-    cache: str | None = get_agent_dir()  # this agent's listing cache, not the other's
-    source = next(a for a in FOREIGN_AGENTS if a == kind)
-    store = (
-        ForeignStore.default(source, cache)
-        if agent_dir is None
-        else ForeignStore.at(source, agent_dir, cache)
-    )
-    if agent_dir is None:
-        require_store_exists(store)
-    if cache is not None and _inside(cache, store.home):
-        store.cache_dir = None  # never write into the other agent's directory
-    if database:
-        raise CliError(f"--store and the {store.name} store cannot be used together", EXIT_USAGE)
-    if command is not None and command not in READING_COMMANDS:
+    try:
+        if url is not None:
+            store = Store(url, agent=agent, agent_dir=agent_dir)
+        else:
+            store = Store(agent_dir, agent=agent)
+    except InvalidStoreError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    if store.read_only and command is not None and command not in READING_COMMANDS:
+        name = AGENT_NAMES[store.agent]
+        store.close()
         raise CliError(
-            f"`{command}` does not work on the {store.name} store, which sessiontree only "
+            f"`{command}` does not work on the {name} store, which sessiontree only "
             f"reads ({', '.join(sorted(READING_COMMANDS))}); `sessiontree import --from "
             f"{store.agent}` copies its sessions into this agent's store",
             EXIT_USAGE,
         )
-    return store.home, ForeignStorage(store)
+    return store
 
 
 def read_in_place(path: str) -> bool:
@@ -132,13 +120,9 @@ def read_in_place(path: str) -> bool:
             "it into this agent's store",
             EXIT_USAGE,
         )
-    adopt_storage(ForeignStorage(ForeignStore.single(agent, path)))
+    here = current_store().agent_dir  # the invocation's: its caches and blobs stay in use
+    adopt_store(Store(here, storage=ForeignStorage(ForeignStore.single(agent, path))))
     return True
-
-
-def _inside(path: str, directory: str) -> bool:
-    path, directory = os.path.realpath(path), os.path.realpath(directory)
-    return path == directory or path.startswith(os.path.join(directory, ""))
 
 
 # ---------------------------------------------------------------------------- import
@@ -150,7 +134,7 @@ def _source_store(source: str) -> ForeignStore:
         raise CliError(
             f"--from must be one of {', '.join(FOREIGN_AGENTS)}, not {source!r}", EXIT_USAGE
         )
-    return ForeignStore.default(agent, current_agent_dir())
+    return ForeignStore.default(agent, current_store().agent_dir)
 
 
 def _detected_source(arg: str) -> str:
@@ -264,8 +248,8 @@ def import_command(
     store = _source_store(source)
     if cwd is not None:
         cwd = os.path.abspath(os.path.expanduser(cwd))
-    storage = current_storage()
-    agent = current_agent_dir()
+    target = current_store()
+    storage, agent = target.storage, target.agent_dir
     earlier = find_imports(agent, storage)
     if session is not None:
         path = _source_path(store, session)

@@ -22,30 +22,26 @@ from sessiontree.cli.common import (
     SessionArg,
     byte_progress,
     console,
-    current_storage,
+    current_store,
     emit_json,
     err_console,
     human_size,
-    is_file_store,
     open_read_only,
     resolve_session,
 )
-from sessiontree.cli.common import agent_dir as current_agent_dir
 from sessiontree.cli.render import TreeOptions, preview, render_tree, time_ago
-from sessiontree.foreign.storage import index_view
 from sessiontree.format import convert_to_llm, entry_role, format_iso, message_text
 from sessiontree.history import read_history
-from sessiontree.listing import SessionInfo, list_all_sessions, list_sessions
-from sessiontree.maintenance import file_version, session_files, storage_blob_store
+from sessiontree.listing import SessionInfo
+from sessiontree.maintenance import file_version
 from sessiontree.reports import (
     Totals,
     UsageTotals,
     parse_time,
-    store_stats,
     summarize_session,
     time_zone,
 )
-from sessiontree.search import SearchHit, search
+from sessiontree.search import SearchHit
 
 AllOption = Annotated[bool, typer.Option("--all", "-a", help="Every project, not just this one.")]
 
@@ -60,16 +56,13 @@ def _iso(moment: object) -> str | None:
 
 
 def _listing(all_projects: bool) -> list[SessionInfo]:
-    storage = current_storage()
-    if all_projects:
-        return list(list_all_sessions(storage, agent_dir=current_agent_dir()))
-    return list(list_sessions(os.getcwd(), storage=storage, agent_dir=current_agent_dir()))
+    return current_store().list(None if all_projects else os.getcwd())
 
 
 def _file_size(path: str) -> int:
     """A session file's size in the store in effect (0 when it cannot be read)."""
     try:
-        return current_storage().stat(path).size
+        return current_store().storage.stat(path).size
     except (OSError, ValueError):
         return 0
 
@@ -164,7 +157,7 @@ def _usage_table(rows: Mapping[str, UsageTotals | Totals], first: str) -> Table:
 
 
 def _version_text(path: str, loaded: int) -> str:
-    on_disk = file_version(path, current_storage())
+    on_disk = file_version(path, current_store().storage)
     if on_disk is not None and on_disk < loaded:
         return f"{on_disk} on disk (read as {loaded}; `sessiontree migrate` upgrades the file)"
     return str(loaded)
@@ -183,7 +176,7 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
                 "path": summary.path,
                 "id": summary.id,
                 "title": summary.title,
-                "version": file_version(path, current_storage()),
+                "version": file_version(path, current_store().storage),
                 "header": summary.header,
                 "size": _file_size(path),
                 "entries": summary.entries,
@@ -356,9 +349,7 @@ def _scope(all_projects: bool, project: str | None) -> list[SessionInfo]:
     if all_projects and project is not None:
         raise CliError("give --all or --project, not both", EXIT_USAGE)
     if project is not None:
-        directory = os.path.abspath(os.path.expanduser(project))
-        storage = current_storage()
-        return list(list_sessions(directory, storage=storage, agent_dir=current_agent_dir()))
+        return current_store().list(os.path.abspath(os.path.expanduser(project)))
     return _listing(all_projects)
 
 
@@ -424,21 +415,18 @@ def search_command(
     until_ms = parse_time(until, tz, end=True) if until else None
     sessions = _scope(all_projects, project)
     titles = {s.path: (s.title or s.first_message) for s in sessions}
-    view = index_view(current_storage(), [s.path for s in sessions], current_agent_dir())
     with byte_progress("Indexing sessions") as advance:
-        result = search(
-            view.sources,
+        result = current_store().search(
             text,
+            sessions=[s.path for s in sessions],
             regex=regex,
             case_sensitive=case_sensitive,
             roles=role or None,
             since=since_ms,
             until=until_ms,
             limit=limit,
-            storage=view.storage,
-            agent_dir=view.agent_dir,
             use_index=not no_index,
-            index_progress=advance,
+            progress=advance,
         )
     hits = result.hits
     if as_json:
@@ -504,7 +492,7 @@ def history_command(
     as_json: JsonOption = False,
 ) -> None:
     """The prompt history (history.db), newest first; opened read-only."""
-    entries = read_history(os.path.join(current_agent_dir(), "history.db"), search, limit)
+    entries = read_history(current_store().history_path, search, limit)
     if as_json:
         emit_json(
             {
@@ -534,27 +522,8 @@ def stats_command(
     as_json: JsonOption = False,
 ) -> None:
     """Store-wide figures: sessions, bytes, blobs, tokens and cost per model and per day."""
-    agent = current_agent_dir()
-    storage = current_storage()
-    every = session_files(agent, nested=False, storage=storage)
-    paths = (
-        every
-        if all_projects
-        else session_files(agent, cwd=os.getcwd(), nested=False, storage=storage)
-    )
-    blob_dir = os.path.join(agent, "blobs")
-    blobs = None if is_file_store(storage) else storage_blob_store(storage)
-    view, scope = index_view(storage, every, agent), index_view(storage, paths, agent)
     with byte_progress("Indexing sessions") as advance:
-        stats = store_stats(
-            scope.sources,
-            blob_dir,
-            storage=view.storage,
-            index_progress=advance,
-            blob_store=blobs,
-            context=view.sources,
-            agent_dir=view.agent_dir,
-        )
+        stats = current_store().stats(None if all_projects else os.getcwd(), progress=advance)
     if as_json:
         emit_json(
             {

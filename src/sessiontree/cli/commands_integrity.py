@@ -16,18 +16,15 @@ from sessiontree.cli.common import (
     CliError,
     JsonOption,
     SessionArg,
-    blob_store_for,
     console,
-    current_storage,
+    current_store,
     emit_json,
     err_console,
     human_size,
-    is_file_store,
     progress,
     resolve_session,
     select_files,
 )
-from sessiontree.cli.common import agent_dir as current_agent_dir
 from sessiontree.errors import SessionTreeError
 from sessiontree.layout import EXTERNAL_SESSION_DIRS
 from sessiontree.maintenance import (
@@ -36,7 +33,6 @@ from sessiontree.maintenance import (
     Finding,
     GcReport,
     check_session,
-    collect_garbage,
     repair_session,
 )
 
@@ -67,14 +63,13 @@ def verify_command(
     path, labels on unknown entries, missing or damaged blobs and conflict copies.
     """
     files = select_files(paths, all_projects)
+    store = current_store()
     report: list[tuple[str, list[Finding] | str]] = []
     with progress("Verifying", len(files)) as advance:
         for path in files:
             advance(path)
             try:
-                findings = check_session(
-                    path, storage=current_storage(), blobs=blob_store_for(path)
-                )
+                findings = check_session(path, storage=store.storage, blobs=store.blobs_for(path))
                 report.append((path, findings))
             except (OSError, SessionTreeError) as exc:
                 report.append((path, f"cannot read: {exc}"))
@@ -144,14 +139,15 @@ def repair_command(
         raise CliError("--in-place and --output exclude each other", EXIT_USAGE)
     path = resolve_session(session)
     out = os.path.abspath(os.path.expanduser(output)) if output is not None else None
+    store = current_store()
     report = repair_session(
         path,
         out,
         in_place=in_place,
-        storage=current_storage(),
-        blobs=blob_store_for(path),
+        storage=store.storage,
+        blobs=store.blobs_for(path),
         dry_run=dry_run,
-        agent_dir=current_agent_dir(),
+        agent_dir=store.agent_dir,
     )
     if as_json:
         emit_json(
@@ -235,16 +231,13 @@ def gc_command(
     blob younger than 10 minutes is never deleted, and nothing is deleted if any
     file is unreadable.
     """
-    agent = current_agent_dir()
-    storage = current_storage()
+    store = current_store()
     with progress("Reading session files", None) as advance:
-        report = collect_garbage(
-            agent, delete=delete, min_age_seconds=min_age, progress=advance, storage=storage
-        )
+        report = store.gc(delete=delete, min_age_seconds=min_age, progress=advance)
     if as_json:
         emit_json(_gc_json(report, delete))
     else:
-        _print_gc(report, agent, is_file_store(storage), delete, min_age)
+        _print_gc(report, store.agent_dir, store.is_files, delete, min_age)
     if delete and report.refused is not None:
         err_console.print(Text(f"sessiontree: error: {report.refused}"), soft_wrap=True)
         raise typer.Exit(EXIT_ERROR)

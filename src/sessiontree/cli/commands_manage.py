@@ -19,39 +19,33 @@ from sessiontree.cli.common import (
     CliError,
     JsonOption,
     SessionArg,
-    blob_store_for,
     console,
-    current_storage,
+    current_store,
     echo_path,
     emit_json,
     err_console,
     error_text,
     human_size,
-    is_file_store,
     open_read_only,
     open_writable,
     progress,
     resolve_session,
     select_files,
-    stored_session_path,
     write_document,
 )
-from sessiontree.cli.common import agent_dir as current_agent_dir
 from sessiontree.cli.render import terminal_safe
-from sessiontree.errors import AmbiguousSessionError, SessionTreeError
+from sessiontree.errors import AmbiguousSessionError, SessionNotFoundError, SessionTreeError
 from sessiontree.export import export_html, export_jsonl, export_markdown
 from sessiontree.layout import agent_dir_of, get_default_session_dir
-from sessiontree.listing import resolve_resumable_session
 from sessiontree.maintenance import (
     TransferReport,
     delete_session,
-    export_files,
-    import_files,
     migrate_session_file,
     plan_delete,
 )
-from sessiontree.session import SessionManager, read_head
+from sessiontree.session import read_head
 from sessiontree.storage import FileSessionStorage, SessionStorage
+from sessiontree.store import Store
 
 LeafOption = Annotated[
     str | None, typer.Option("--leaf", help="Entry id ending the path (default: the leaf).")
@@ -65,14 +59,10 @@ def resume_command(
 
     Exit 1 when nothing matches, 3 when ARG is ambiguous (candidates on stderr).
     """
-    direct = stored_session_path(arg)
-    if direct is not None:
-        echo_path(direct)
-        return
     try:
-        match = resolve_resumable_session(
-            arg, os.getcwd(), storage=current_storage(), agent_dir=current_agent_dir()
-        )
+        path = current_store().resolve(arg)
+    except SessionNotFoundError:
+        raise CliError(f"no session matches {arg!r}") from None
     except AmbiguousSessionError as exc:
         err_console.print(
             Text(f"sessiontree: {arg!r} matches {len(exc.candidates)} sessions:"), soft_wrap=True
@@ -81,9 +71,7 @@ def resume_command(
             title = " ".join(str(candidate.title or candidate.first_message).split())[:60]
             err_console.print(Text(f"  {candidate.path}  {title}"), soft_wrap=True)
         raise typer.Exit(EXIT_AMBIGUOUS) from None
-    if match is None:
-        raise CliError(f"no session matches {arg!r}")
-    echo_path(match.session.path)
+    echo_path(path)
 
 
 def rename_command(
@@ -114,8 +102,8 @@ def rm_command(
     goes only with a file named <timestamp>_<session id>.jsonl.
     """
     path = resolve_session(session)
-    storage = current_storage()
-    plan = plan_delete(path, storage, agent_dir=current_agent_dir(), force=force)
+    store = current_store()
+    plan = plan_delete(path, store.storage, agent_dir=store.agent_dir, force=force)
     if not yes:
         extra = f" and {plan.artifacts}{os.sep}" if plan.artifacts else ""
         try:
@@ -126,7 +114,7 @@ def rm_command(
             confirmed = False
         if not confirmed:
             raise CliError("nothing deleted (not confirmed; --yes skips the question)")
-    for removed in delete_session(path, storage, agent_dir=current_agent_dir(), force=force):
+    for removed in delete_session(path, store.storage, agent_dir=store.agent_dir, force=force):
         console.print(Text(f"Deleted {removed}"), soft_wrap=True)
 
 
@@ -143,13 +131,7 @@ def fork_command(
     agent dir's blob store, wherever the source is.
     """
     path = resolve_session(session)
-    if cwd is None:
-        with open_read_only(path) as source:
-            header = source.get_header() or {}
-            cwd = str(header.get("cwd") or os.getcwd())
-    with SessionManager.fork_from(
-        path, cwd, storage=current_storage(), agent_dir=current_agent_dir()
-    ) as sm:
+    with current_store().fork(path, cwd) as sm:
         new_path = sm.get_session_file()
     echo_path(new_path)
 
@@ -167,14 +149,15 @@ def extract_command(
     agent dir it is in. The source is only read: it is neither migrated nor locked.
     """
     path = resolve_session(session)
-    agent = current_agent_dir()
+    store = current_store()
+    agent = store.agent_dir
     with open_read_only(path) as source:
         directory = os.path.dirname(path)
         home = agent_dir_of(path, agent)
         if home is not None and os.path.realpath(home) != os.path.realpath(agent):
             directory = get_default_session_dir(source.get_cwd(), agent)
         copy = source.persist_copy(
-            directory, current_storage(), breadcrumb=False, leaf_id=leaf, agent_dir=agent
+            directory, store.storage, breadcrumb=False, leaf_id=leaf, agent_dir=agent
         )
     with copy:
         new_path = copy.get_session_file()
@@ -228,7 +211,8 @@ def export_command(
         else:
             data = export_jsonl(sm, leaf)
             if target is not None:
-                carry = sm.blob_carry(target, FileSessionStorage(), agent_dir=current_agent_dir())
+                agent = current_store().agent_dir
+                carry = sm.blob_carry(target, FileSessionStorage(), agent_dir=agent)
     if target is None:
         write_document(data)
         return
@@ -271,6 +255,7 @@ def migrate_command(
 ) -> None:
     """Bring session files to the current format version (v3), atomically."""
     files = select_files(paths, all_projects)
+    store = current_store()
     results: list[dict[str, Any]] = []
     failed = 0
     with progress("Migrating", len(files)) as advance:
@@ -280,9 +265,9 @@ def migrate_command(
                 result = migrate_session_file(
                     path,
                     dry_run=dry_run,
-                    storage=current_storage(),
-                    blob_store=blob_store_for(path),
-                    agent_dir=current_agent_dir(),
+                    storage=store.storage,
+                    blob_store=store.blobs_for(path),
+                    agent_dir=store.agent_dir,
                 )
             except (SessionTreeError, OSError) as exc:
                 failed += 1
@@ -327,15 +312,15 @@ def migrate_command(
         raise typer.Exit(EXIT_ERROR)
 
 
-def _database_store(command: str) -> SessionStorage:
-    storage = current_storage()
-    if is_file_store(storage):
+def _database_store(command: str) -> Store:
+    store = current_store()
+    if store.is_files:
         raise CliError(
             f"{command} moves sessions between files and a database: give the database "
             "with --store postgresql://... (or $SESSIONTREE_STORE)",
             EXIT_USAGE,
         )
-    return storage
+    return store
 
 
 def _store_name(storage: SessionStorage) -> str:
@@ -426,11 +411,12 @@ def import_files_command(
     and devices are skipped and listed (exit 1). Prompt history, breadcrumbs and
     settings stay on this host.
     """
-    storage = _database_store("import-files")
-    agent = os.path.abspath(os.path.expanduser(source)) if source else current_agent_dir()
+    store = _database_store("import-files")
+    storage = store.storage
+    agent = os.path.abspath(os.path.expanduser(source)) if source else store.agent_dir
     if not os.path.isdir(agent):
         raise CliError(f"{source or agent}: no such directory")
-    report = _transfer("import", lambda report: import_files(agent, storage, report))
+    report = _transfer("import", lambda report: store.import_files(agent, report))
     if as_json:
         emit_json(_transfer_json(agent, report))
     else:
@@ -461,11 +447,12 @@ def export_files_command(
     name is not one plain path component, and a symlink where a file would go, are
     skipped and listed (exit 1).
     """
-    storage = _database_store("export-files")
+    store = _database_store("export-files")
+    storage = store.storage
     agent = os.path.abspath(os.path.expanduser(target))
     if os.path.exists(agent) and not os.path.isdir(agent):
         raise CliError(f"{target}: is not a directory")
-    report = _transfer("export", lambda report: export_files(storage, agent, report))
+    report = _transfer("export", lambda report: store.export_files(agent, report))
     if as_json:
         emit_json(_transfer_json(agent, report))
     else:

@@ -11,9 +11,8 @@ from rich.text import Text
 from sessiontree.cli.common import (
     EXIT_USAGE,
     CliError,
-    agent_dir,
     console,
-    current_storage,
+    current_store,
     err_console,
 )
 
@@ -76,7 +75,8 @@ def serve_command(
             ),
             soft_wrap=True,
         )
-    directory = agent_dir()
+    store = current_store()
+    directory = store.agent_dir
 
     def announce(url: str) -> None:
         console.print(Text(f"Serving {directory} read-only at"), soft_wrap=True)
@@ -92,8 +92,7 @@ def serve_command(
 
     try:
         serve(
-            current_storage(),
-            directory,
+            store,
             host=host,
             port=port,
             announce=announce,

@@ -26,16 +26,13 @@ from sessiontree.cli.common import (
     JsonOption,
     byte_progress,
     console,
-    current_storage,
+    current_store,
     emit_json,
     err_console,
 )
-from sessiontree.cli.common import agent_dir as current_agent_dir
 from sessiontree.cli.options import Command
 from sessiontree.cli.options import Group as CommandGroup
-from sessiontree.foreign.storage import index_view
 from sessiontree.format import format_iso
-from sessiontree.maintenance import session_files
 from sessiontree.reports import (
     BLOCK_HOURS,
     Block,
@@ -45,10 +42,7 @@ from sessiontree.reports import (
     ReportKind,
     Totals,
     blocks,
-    count_once,
-    load_usage,
     parse_time,
-    price,
     price_table,
     report,
     time_zone,
@@ -116,21 +110,10 @@ class _Inputs:
         self.duplicates = Duplicates()
 
     def replies(self) -> list[Reply]:
-        agent = current_agent_dir()
-        storage = current_storage()
-        paths = session_files(agent, nested=False, storage=storage)
-        view = index_view(storage, paths, agent)
         with byte_progress("Indexing sessions") as advance:
-            data = load_usage(
-                view.sources,
-                storage=view.storage,
-                agent_dir=view.agent_dir,
-                use_index=not self.no_index,
-                progress=advance,
-            )
-        self.notes = data.notes
-        counted, self.duplicates = count_once(data.sessions)
-        return price(counted)
+            priced = current_store().replies(use_index=not self.no_index, progress=advance)
+        self.notes, self.duplicates = priced.notes, priced.duplicates
+        return priced.replies
 
 
 def _money(value: float, estimated: bool = False) -> str:

@@ -9,9 +9,9 @@ markup in it is never interpreted. `--json` output bypasses them, unchanged.
 Exit codes (`errors.py`): 0 success, 1 error (unknown session, unreadable file,
 problems found by `verify`), 2 usage error, 3 ambiguous session prefix.
 
-The store (`--store` / `$SESSIONTREE_STORE`) is opened on first use by
-`current_storage()`, once per invocation, and closed when the command ends;
-without one it is the agent dir's files, as always.
+The store of an invocation (`current_store()`: a `Store` built once from `--store`,
+`--agent-dir`, `--agent` or `$SESSIONTREE_STORE`) is closed when the command ends; a
+database is connected to only by the commands that use it.
 """
 
 from __future__ import annotations
@@ -46,14 +46,10 @@ from sessiontree.cli.errors import CliError as CliError
 from sessiontree.cli.errors import ambiguous_message as ambiguous_message
 from sessiontree.cli.errors import error_text as error_text
 from sessiontree.cli.render import terminal_safe, terminal_safe_text
-from sessiontree.errors import AmbiguousSessionError
+from sessiontree.errors import AmbiguousSessionError, SessionNotFoundError
 from sessiontree.format import serialize_entry
-from sessiontree.layout import blob_store_for as agent_blob_store_for
-from sessiontree.layout import get_agent_dir
-from sessiontree.listing import resolve_resumable_session
-from sessiontree.maintenance import close_store, open_store, session_files
 from sessiontree.session import SessionManager
-from sessiontree.storage import BlobStoreLike, FileSessionStorage, SessionStorage, is_stored_file
+from sessiontree.store import Store
 
 SCHEMA_VERSION = 1
 """`schemaVersion` of every `--json` document this CLI prints."""
@@ -100,47 +96,21 @@ SessionArg = Annotated[
 ]
 
 
-def agent_dir() -> str:
-    """The agent dir in effect (`--agent-dir`, else `$PI_CODING_AGENT_DIR`, else the default).
-
-    Chosen once per invocation and passed down to the library as `agent_dir=`: the
-    CLI never writes it into the environment.
-    """
-    if _invocation is not None:
-        return _invocation.agent_dir
-    return get_agent_dir()
-
-
 class _Invocation:
-    """The store of one command-line invocation: opened on first use, closed at its end."""
+    """The store of one command-line invocation (and any it moved to), closed at its end."""
 
-    def __init__(
-        self,
-        url: str | None,
-        storage: SessionStorage | None = None,
-        agent_dir: str | None = None,
-        command: str | None = None,
-    ) -> None:
-        self.url = url or None
-        self._storage: SessionStorage | None = storage
-        self.agent_dir = agent_dir if agent_dir is not None else get_agent_dir()
+    def __init__(self, store: Store, command: str | None = None) -> None:
+        self.store = store
+        self.opened = [store]
         self.command = command
-
-    def storage(self) -> SessionStorage:
-        if self._storage is None:
-            if self.url is None:
-                self._storage = FileSessionStorage()
-            else:
-                self._storage = open_store(self.url, agent_dir=self.agent_dir)
-        return self._storage
 
     def close(self) -> None:
         global _invocation
         if _invocation is self:
             _invocation = None
-        storage, self._storage = self._storage, None
-        if storage is not None:
-            close_store(storage)
+        opened, self.opened = self.opened, []
+        for store in opened:
+            store.close()
 
 
 _invocation: _Invocation | None = None
@@ -158,17 +128,10 @@ class _LogToConsole(logging.Handler):
             self.handleError(record)
 
 
-def begin_invocation(
-    ctx: typer.Context,
-    url: str | None,
-    storage: SessionStorage | None = None,
-    agent_dir: str | None = None,
-) -> None:
-    """Use the database at `url` (`--store`; None: the files), or `storage` (another
-    agent's store, read-only), and the agent dir `agent_dir` (None: the configured
-    one), until the command ends."""
+def begin_invocation(ctx: typer.Context, store: Store) -> None:
+    """Work on `store` until the command ends (then it is closed)."""
     global _invocation
-    invocation = _Invocation(url, storage, agent_dir, ctx.invoked_subcommand)
+    invocation = _Invocation(store, ctx.invoked_subcommand)
     _invocation = invocation
     ctx.call_on_close(invocation.close)
     logger = logging.getLogger("sessiontree")
@@ -182,33 +145,20 @@ def invoked_command() -> str | None:
     return _invocation.command if _invocation is not None else None
 
 
-def adopt_storage(storage: SessionStorage) -> None:
-    """Read from `storage` for the rest of this invocation (another agent's session
-    file, given by its path)."""
-    if _invocation is not None:
-        _invocation._storage = storage
-
-
-def current_storage() -> SessionStorage:
-    """The storage of this invocation: the database `--store` names, else the files.
-
-    Opened on first use (commands that need no store never connect) and closed
-    when the command ends.
-    """
+def current_store() -> Store:
+    """The store of this invocation: the one the global options name (`--store`,
+    `--agent-dir`, `--agent`, `$SESSIONTREE_STORE`), chosen once as it starts."""
     if _invocation is None:
-        return FileSessionStorage()
-    return _invocation.storage()
+        raise RuntimeError("no command is running: the store is chosen as one starts")
+    return _invocation.store
 
 
-def is_file_store(storage: SessionStorage | None = None) -> bool:
-    """Whether the store in effect (or `storage`) is the agent dir's files."""
-    return isinstance(storage if storage is not None else current_storage(), FileSessionStorage)
-
-
-def blob_store_for(path: str) -> BlobStoreLike:
-    """The blob store of the session at `path` in the store in effect (one rule:
-    `sessiontree.layout._agent_dir.blob_store_for`)."""
-    return agent_blob_store_for(path, current_storage(), agent_dir())
+def adopt_store(store: Store) -> None:
+    """Work on `store` for the rest of this invocation (another agent's session file,
+    given by its path), closing it with the others at the end."""
+    if _invocation is not None:
+        _invocation.opened.append(store)
+        _invocation.store = store
 
 
 def emit_json(payload: dict[str, Any]) -> None:
@@ -249,76 +199,49 @@ def echo_path(path: str | None) -> None:
     write_document(os.fsencode(path or "") + b"\n")
 
 
-def _looks_like_path(arg: str) -> bool:
-    return os.sep in arg or (os.altsep is not None and os.altsep in arg) or arg.endswith(".jsonl")
-
-
-def _stored_kind(storage: SessionStorage, path: str) -> str | None:
-    """'file', 'dir' or None (missing, or outside a database store's root)."""
-    if isinstance(storage, FileSessionStorage):
-        return "file" if os.path.isfile(path) else "dir" if os.path.isdir(path) else None
-    try:
-        if is_stored_file(storage, path):
-            return "file"
-        return "dir" if storage.exists(path) else None
-    except ValueError:  # a path outside the store's root names nothing in it
-        return None
-
-
-def stored_session_path(arg: str) -> str | None:
-    """`arg` as the path of a file in the store in effect (absolute), else None."""
-    path = os.path.abspath(os.path.expanduser(arg))
-    return path if _stored_kind(current_storage(), path) == "file" else None
-
-
 def resolve_session(arg: str) -> str:
     """A session file path from a path, a session-id prefix or a file-name prefix.
 
     Raises CliError (exit 1) when nothing matches, (exit 3) when several do.
     """
-    storage = current_storage()
-    path = os.path.abspath(os.path.expanduser(arg))
-    kind = _stored_kind(storage, path)
-    if kind != "dir" and is_file_store(storage):
-        from sessiontree.cli.commands_foreign import read_in_place  # it imports this module
+    store = current_store()
+    if store.is_files:
+        path = os.path.abspath(os.path.expanduser(arg))
+        if not os.path.isdir(path):
+            from sessiontree.cli.commands_foreign import read_in_place  # it imports this module
 
-        if read_in_place(path):  # another agent's session file: read in place
-            return path
-    if kind == "file":
-        return path
-    if _looks_like_path(arg):
-        if kind == "dir":
-            raise CliError(f"{arg}: is a directory, not a session file")
-        where = "" if is_file_store(storage) else " in the store"
-        raise CliError(f"{arg}: no such session file{where}")
+            if read_in_place(path):  # another agent's session file: read in place
+                return path
     try:
-        match = resolve_resumable_session(arg, os.getcwd(), storage=storage, agent_dir=agent_dir())
+        return store.resolve(arg)
+    except SessionNotFoundError as exc:
+        raise CliError(str(exc)) from None
     except AmbiguousSessionError as exc:
         raise CliError(ambiguous_message(arg, exc.candidates), EXIT_AMBIGUOUS) from None
-    if match is None:
-        raise CliError(f"no session matches {arg!r} (in this project or any other)")
-    return str(match.session.path)
 
 
 def open_read_only(path: str) -> SessionManager:
-    """Open a session without writing anything (no migration rewrite, breadcrumb, or file)."""
+    """Open a session (a path `resolve_session` gave) without writing anything (no
+    migration rewrite, breadcrumb, or file)."""
+    store = current_store()
     return SessionManager.open(
         path,
-        storage=current_storage(),
+        storage=store.storage,
         read_only=True,
-        blob_store=blob_store_for(path),
-        agent_dir=agent_dir(),
+        blob_store=store.blobs_for(path),
+        agent_dir=store.agent_dir,
     )
 
 
 def open_writable(path: str) -> SessionManager:
-    """Open a session for a command that changes it."""
+    """Open a session (a path `resolve_session` gave) for a command that changes it."""
+    store = current_store()
     return SessionManager.open(
         path,
-        storage=current_storage(),
-        blob_store=blob_store_for(path),
+        storage=store.storage,
+        blob_store=store.blobs_for(path),
         breadcrumb=False,
-        agent_dir=agent_dir(),
+        agent_dir=store.agent_dir,
     )
 
 
@@ -328,10 +251,7 @@ def select_files(paths: list[str] | None, all_projects: bool) -> list[str]:
         if all_projects:
             raise CliError("give PATHS or --all, not both", EXIT_USAGE)
         return [resolve_session(p) for p in paths]
-    storage = current_storage()
-    if all_projects:
-        return session_files(agent_dir(), storage=storage)
-    return session_files(agent_dir(), cwd=os.getcwd(), storage=storage)
+    return current_store().files(None if all_projects else os.getcwd())
 
 
 @contextmanager

@@ -6,7 +6,7 @@ of the command line takes them: `sessiontree --agent-dir X list`, `sessiontree l
 starts, its values move out of its parameters into the record the nested contexts share
 (`ctx.meta`); the command, as it starts, settles them: a value typed at two levels must
 be the same at both (else a usage error), one typed beats `$SESSIONTREE_STORE`. Then the
-store of the invocation is chosen (`common.begin_invocation`).
+store of the invocation is chosen: one `Store` (`common.begin_invocation`).
 
 Light on purpose: `sessiontree --help` imports this module and no command.
 """
@@ -24,7 +24,6 @@ from typer.core import TyperCommand, TyperGroup
 
 from sessiontree._version import __version__
 from sessiontree.cli.errors import EXIT_USAGE, CliError
-from sessiontree.errors import SessionTreeError
 
 __all__ = ["STORE_ENV", "Command", "GlobalOptions", "Group", "settle_global_options"]
 
@@ -183,7 +182,7 @@ def _meaning(name: str, value: str) -> str:
 
         try:
             files = file_store_dir(value)
-        except SessionTreeError:  # an unsupported scheme: reported when the store opens
+        except ValueError:  # an unsupported scheme (InvalidStoreError): reported when it opens
             return value
         return value if files is None else files
     return value
@@ -211,25 +210,18 @@ def settle_global_options(ctx: Any) -> GlobalOptions:
 
 
 def _start_invocation(ctx: Any) -> None:
-    """Choose the store of this invocation from the settled global options."""
+    """Choose the store of this invocation from the settled global options: one `Store`,
+    which every command works on."""
     options = settle_global_options(ctx)
     root = ctx.find_root()
     agent_dir = options.agent_dir
     if agent_dir is not None:
         agent_dir = os.path.abspath(os.path.expanduser(agent_dir))
     url = options.store or None
-    foreign = None
-    if options.agent is not None or agent_dir is not None:
-        # Another agent's store (Claude Code, Codex) is read through its own storage.
-        from sessiontree.cli.commands_foreign import resolve_agent
-
-        agent_dir, foreign = resolve_agent(
-            options.agent, agent_dir, root.invoked_subcommand, database=url is not None
-        )
     if url is not None:
         from sessiontree.maintenance import file_store_dir
 
-        files = file_store_dir(url)  # SessionTreeError for an unsupported scheme
+        files = file_store_dir(url)  # InvalidStoreError for an unsupported scheme
         if files is not None:
             if agent_dir is not None and agent_dir != files:
                 raise CliError(
@@ -239,9 +231,17 @@ def _start_invocation(ctx: Any) -> None:
             agent_dir, url = files, None
     from sessiontree.cli.common import begin_invocation
 
-    # The agent dir goes to the library as `agent_dir=` (blobs, breadcrumbs, session
-    # dirs), never through the environment: None is `$PI_CODING_AGENT_DIR` or the default.
-    begin_invocation(root, url, foreign, agent_dir)
+    if options.agent is not None or agent_dir is not None:
+        # Another agent's store (Claude Code, Codex, ...) is read through its own storage.
+        from sessiontree.cli.commands_foreign import agent_store
+
+        store = agent_store(options.agent, agent_dir, url, root.invoked_subcommand)
+    else:
+        from sessiontree.store import Store
+
+        # The environment is read here, once (through `Store()`), and never written.
+        store = Store(url) if url is not None else Store()
+    begin_invocation(root, store)
 
 
 class Command(TyperCommand):

@@ -30,6 +30,7 @@ from typing import Any
 
 import orjson
 
+from sessiontree._util.env import copilot_home, gemini_home, opencode_home
 from sessiontree.errors import SessionTreeError
 from sessiontree.foreign._content import str_field
 from sessiontree.foreign._model import ForeignSession, NotAForeignSessionError, Source
@@ -161,14 +162,6 @@ class Backend:
 
 
 # ---------------------------------------------------------------------------- OpenCode
-
-
-def opencode_home() -> str:
-    """`$XDG_DATA_HOME/opencode`, else `~/.local/share/opencode`."""
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
-        os.path.expanduser("~"), ".local", "share"
-    )
-    return os.path.join(os.path.abspath(os.path.expanduser(base)), "opencode")
 
 
 _DB_NAME = re.compile(r"^opencode(-[A-Za-z0-9._-]+)?\.db$")
@@ -407,12 +400,6 @@ def _problem(path: str, exc: BaseException) -> str:
 # ---------------------------------------------------------------------------- Gemini CLI
 
 
-def gemini_home() -> str:
-    """`$GEMINI_CLI_HOME/.gemini`, else `~/.gemini`."""
-    base = os.environ.get("GEMINI_CLI_HOME") or os.path.expanduser("~")
-    return os.path.join(os.path.abspath(os.path.expanduser(base)), ".gemini")
-
-
 class GeminiBackend(Backend):
     agent: Source = "gemini"
     name = "Gemini CLI"
@@ -449,12 +436,6 @@ class GeminiBackend(Backend):
 
 
 # ---------------------------------------------------------------------------- Copilot CLI
-
-
-def copilot_home() -> str:
-    """`$COPILOT_HOME`, else `~/.copilot`."""
-    env = os.environ.get("COPILOT_HOME")
-    return os.path.abspath(os.path.expanduser(env)) if env else os.path.expanduser("~/.copilot")
 
 
 class CopilotBackend(Backend):

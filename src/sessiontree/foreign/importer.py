@@ -23,15 +23,22 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sessiontree._util.env import agent_dir_or_default
 from sessiontree.errors import SessionTreeError
 from sessiontree.foreign._cache import Identity, IdentityCache
 from sessiontree.foreign._model import ForeignSession
 from sessiontree.format import loads_line
-from sessiontree.layout import get_agent_dir, get_default_session_dir
+from sessiontree.layout import get_default_session_dir
 from sessiontree.listing import same_identity, stat_identity
 from sessiontree.maintenance import artifacts_dir, session_files
 from sessiontree.session import SessionManager
-from sessiontree.storage import BlobStoreLike, FileSessionStorage, SessionStorage, read_chunks
+from sessiontree.storage import (
+    BlobStoreLike,
+    FileSessionStorage,
+    SessionStorage,
+    default_storage,
+    read_chunks,
+)
 
 __all__ = [
     "IMPORT_TYPE",
@@ -116,8 +123,8 @@ def find_imports(
     agent_dir: str | None = None, storage: SessionStorage | None = None
 ) -> list[EarlierImport]:
     """Every import recorded in the store's sessions (artifacts dirs not included)."""
-    agent = agent_dir if agent_dir is not None else get_agent_dir()
-    storage = storage if storage is not None else FileSessionStorage()
+    agent = agent_dir_or_default(agent_dir)
+    storage = default_storage(storage)
     paths = session_files(agent, nested=False, storage=storage)
     file_store = isinstance(storage, FileSessionStorage)
     cache = IdentityCache(agent, "foreign_imports")
@@ -207,8 +214,8 @@ def import_session(
     `earlier`: the store's imports when the caller has them already (`find_imports`).
     Raises AlreadyImportedError for a source imported before, unless `again`.
     """
-    agent = agent_dir if agent_dir is not None else get_agent_dir()
-    storage = storage if storage is not None else FileSessionStorage()
+    agent = agent_dir_or_default(agent_dir)
+    storage = default_storage(storage)
     known = earlier if earlier is not None else find_imports(agent, storage)
     previous = earlier_import(session, known)
     if previous is not None and not again:

@@ -22,6 +22,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from sessiontree._util.env import claude_config_dirs, codex_home, native_agent_dir
 from sessiontree.errors import SessionTreeError
 from sessiontree.foreign._cache import Identity, IdentityCache
 from sessiontree.foreign._model import ForeignSession, Source
@@ -47,31 +48,9 @@ __all__ = [
 
 FOREIGN_AGENTS: tuple[Source, ...] = ("claude", "codex", "opencode", "gemini", "copilot")
 AGENTS = ("claude", "codex", "opencode", "gemini", "copilot", "pi", "omp", "xcsh")
-_NATIVE_DIRS = {"pi": (".pi", "agent"), "omp": (".omp", "agent"), "xcsh": (".xcsh", "agent")}
 AGENT_NAMES = {"claude": "Claude Code", "codex": "Codex"} | {
     agent: backend.name for agent, backend in BACKENDS.items()
 }
-
-
-def native_agent_dir(agent: str) -> str:
-    """The default agent dir of pi, oh-my-pi or xcsh."""
-    return os.path.join(os.path.expanduser("~"), *_NATIVE_DIRS[agent])
-
-
-def claude_config_dirs() -> list[str]:
-    """Claude Code's config dirs: `$CLAUDE_CONFIG_DIR` (comma-separated), else the defaults."""
-    env = os.environ.get("CLAUDE_CONFIG_DIR", "")
-    dirs = [os.path.abspath(os.path.expanduser(d.strip())) for d in env.split(",") if d.strip()]
-    if dirs:
-        return list(dict.fromkeys(dirs))
-    home = os.path.expanduser("~")
-    return [os.path.join(home, ".claude"), os.path.join(home, ".config", "claude")]
-
-
-def codex_home() -> str:
-    """`$CODEX_HOME`, else `~/.codex`."""
-    env = os.environ.get("CODEX_HOME")
-    return os.path.abspath(os.path.expanduser(env)) if env else os.path.expanduser("~/.codex")
 
 
 def _has_jsonl_below(directory: str, depth: int) -> bool:

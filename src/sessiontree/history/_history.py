@@ -47,8 +47,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from sessiontree._util.closing import ClosesOnExit, keep_forever, process_id
+from sessiontree._util.env import agent_dir_or_default
 from sessiontree.errors import InheritedHandleError, SessionPersistenceError, SessionTreeError
-from sessiontree.layout import get_agent_dir
 
 __all__ = [
     "MAX_LIMIT",
@@ -433,7 +433,9 @@ def read_history(
         SessionTreeError: the file is not a readable SQLite database (it names it).
     """
     path = (
-        os.fspath(db_path) if db_path is not None else os.path.join(get_agent_dir(), "history.db")
+        os.fspath(db_path)
+        if db_path is not None
+        else os.path.join(agent_dir_or_default(), "history.db")
     )
     if not os.path.isfile(path):
         return []
@@ -521,7 +523,7 @@ def _like_rows(conn: sqlite3.Connection, words: list[str], limit: int) -> list[A
 
 def _resolve(db_path: str | os.PathLike[str] | None) -> str:
     if db_path is None:
-        return os.path.realpath(os.path.join(get_agent_dir(), "history.db"))
+        return os.path.realpath(os.path.join(agent_dir_or_default(), "history.db"))
     return os.path.realpath(os.fspath(db_path))
 
 

@@ -15,9 +15,10 @@ breadcrumbs, and the registry of session dirs outside the store; and whose store
   disk (`os.fsencode`), so a project dir whose name is not UTF-8 works too.
 - `external-session-dirs`: one absolute directory per line, each holding sessions
   whose images live in the agent's `blobs/` (so `gc` must read them before it
-  deletes anything). Several processes append to it at once: every update is one
-  `O_APPEND` write of one whole line, so no update is lost, and readers drop
-  duplicates and an unterminated last line (a write in progress).
+  deletes anything); a path holding a newline is written in hex after a NUL.
+  Several processes append to it at once: every update is one `O_APPEND` write of
+  one whole line, so no update is lost, and readers drop duplicates and an
+  unterminated last line (a write in progress).
 
 Both are best effort for the caller (a failure is logged, never raised) and are
 written without following symlinks.
@@ -32,14 +33,16 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Final
 
+from sessiontree._util.env import agent_dir_or_default
 from sessiontree._util.fs import atomic_write, ensure_private_dir, open_regular, write_all
 from sessiontree.errors import InvalidBlobRefError
-from sessiontree.layout._paths import EXTERNAL_SESSION_DIRS, get_agent_dir, get_terminal_id
+from sessiontree.layout._paths import EXTERNAL_SESSION_DIRS, get_terminal_id
 from sessiontree.storage import (
     BlobBackedStorage,
     BlobStore,
     BlobStoreLike,
     HostFilesystem,
+    VerifiableBlobStore,
     same_blob_store,
 )
 
@@ -61,17 +64,15 @@ __all__ = [
 log = logging.getLogger("sessiontree")
 
 
-def breadcrumb_path(agent_dir: str | None = None) -> str | None:
-    """This terminal's breadcrumb file in `agent_dir` (default: the configured one),
-    None without a terminal."""
+def breadcrumb_path(agent_dir: str) -> str | None:
+    """This terminal's breadcrumb file in `agent_dir`, None without a terminal."""
     terminal = get_terminal_id()
     if terminal is None:
         return None
-    agent = agent_dir if agent_dir is not None else get_agent_dir()
-    return os.path.join(agent, "terminal-sessions", terminal)
+    return os.path.join(agent_dir, "terminal-sessions", terminal)
 
 
-def write_breadcrumb(cwd: str, session_file: str, agent_dir: str | None = None) -> None:
+def write_breadcrumb(cwd: str, session_file: str, agent_dir: str) -> None:
     """Remember this terminal's session (best effort: never fails the caller)."""
     path = breadcrumb_path(agent_dir)
     if path is None:
@@ -84,9 +85,9 @@ def write_breadcrumb(cwd: str, session_file: str, agent_dir: str | None = None) 
         log.debug("could not write terminal breadcrumb %s: %s", path, exc)
 
 
-def read_breadcrumb(cwd: str, agent_dir: str | None = None) -> str | None:
+def read_breadcrumb(cwd: str, agent_dir: str) -> str | None:
     """This terminal's last session file, if its cwd matches and it lies in the store."""
-    agent = agent_dir if agent_dir is not None else get_agent_dir()
+    agent = agent_dir
     path = breadcrumb_path(agent)
     if path is None:
         return None
@@ -131,30 +132,45 @@ def _read_registry(registry: str) -> bytes:
     return b"".join(chunks)
 
 
+_ENCODED: Final = b"\0"
+"""Starts a registry line holding a path with a newline, in hex (no path holds a NUL,
+and a reader that does not know the form skips the line)."""
+
+
+def _registry_line(directory: str) -> bytes:
+    raw = os.fsencode(directory)
+    return (_ENCODED + raw.hex().encode("ascii") if b"\n" in raw else raw) + b"\n"
+
+
 def _parse_registry(data: bytes) -> tuple[list[str], bytes]:
     """(absolute dirs, first recorded first, without duplicates; the unterminated rest)."""
     lines = data.split(b"\n")
     torn = lines.pop()  # b"" when the data ends with a newline
     seen: dict[str, None] = {}
     for line in lines:
+        if line.startswith(_ENCODED):
+            try:
+                line = bytes.fromhex(line[len(_ENCODED) :].decode("ascii"))
+            except ValueError:
+                continue
         directory = os.fsdecode(line)
         if directory and os.path.isabs(directory) and "\0" not in directory:
             seen.setdefault(directory, None)
     return list(seen), torn
 
 
-def read_registry(agent_dir: str | None = None) -> tuple[list[str], bytes]:
+def read_registry(agent_dir: str) -> tuple[list[str], bytes]:
     """The recorded outside session dirs and an unterminated last line (b"" if none).
 
     An unterminated last line is a path still being written or cut by a crash: it
     is not a dir of the list, and a reader that must not miss a dir (gc) should
     treat it as unreadable. OSError when the registry exists but cannot be read.
     """
-    registry = os.path.join(agent_dir or get_agent_dir(), EXTERNAL_SESSION_DIRS)
+    registry = os.path.join(agent_dir, EXTERNAL_SESSION_DIRS)
     return _parse_registry(_read_registry(registry))
 
 
-def registered_session_dirs(agent_dir: str | None = None) -> list[str]:
+def registered_session_dirs(agent_dir: str) -> list[str]:
     """The recorded outside session dirs, first-recorded first, without duplicates.
 
     An unterminated last line is skipped: it may be a path still being written,
@@ -164,12 +180,12 @@ def registered_session_dirs(agent_dir: str | None = None) -> list[str]:
     return read_registry(agent_dir)[0]
 
 
-def register_session_dir(session_file: str, agent_dir: str | None = None) -> None:
+def register_session_dir(session_file: str, agent_dir: str) -> None:
     """Record the dir of a session outside `<agent>/sessions` that uses the agent's blobs.
 
     Best effort; a dir already recorded is not written again.
     """
-    agent = agent_dir or get_agent_dir()
+    agent = agent_dir
     directory = os.path.realpath(os.path.dirname(os.path.abspath(session_file)))
     sessions = os.path.realpath(os.path.join(agent, "sessions"))
     if os.path.commonpath([directory, sessions]) == sessions:
@@ -180,7 +196,7 @@ def register_session_dir(session_file: str, agent_dir: str | None = None) -> Non
         if directory not in _parse_registry(current)[0]:
             ensure_private_dir(agent)
             # A crash may have left half a line: start ours on a line of its own.
-            line = os.fsencode(directory) + b"\n"
+            line = _registry_line(directory)
             if current and not current.endswith(b"\n"):
                 line = b"\n" + line
             fd = open_regular(registry, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
@@ -193,16 +209,16 @@ def register_session_dir(session_file: str, agent_dir: str | None = None) -> Non
         log.warning("could not record session dir %s in %s: %s", directory, registry, exc)
 
 
-def agent_dir_of(session_path: str, agent_dir: str | None = None) -> str | None:
+def agent_dir_of(session_path: str, agent_dir: str) -> str | None:
     """The agent dir holding `session_path` (a session file or dir) under its
     `sessions/`, if there is one.
 
     The nearest ancestor named `sessions` counts when its parent is the agent dir in
-    effect (`agent_dir`, default the configured one) or holds a `blobs/` dir: a
+    effect (`agent_dir`) or holds a `blobs/` dir: a
     project's own `sessions/` folder is not an agent dir.
     """
     current = os.path.abspath(session_path)
-    configured = os.path.abspath(agent_dir if agent_dir is not None else get_agent_dir())
+    configured = os.path.abspath(agent_dir)
     while True:
         parent = os.path.dirname(current)
         if os.path.basename(current) == "sessions":
@@ -228,10 +244,9 @@ def blob_store_for(
         own = storage.blob_store()
         if own is not None:
             return own
-    agent = agent_dir_of(session_path, agent_dir) if session_path else None
-    if agent is None:
-        agent = agent_dir if agent_dir is not None else get_agent_dir()
-    return BlobStore(os.path.join(agent, "blobs"))
+    in_effect = agent_dir_or_default(agent_dir)
+    agent = agent_dir_of(session_path, in_effect) if session_path else None
+    return BlobStore(os.path.join(agent or in_effect, "blobs"))
 
 
 _BLOB_REF: Final = re.compile(rb"blob:sha256:([0-9a-f]{64})")
@@ -250,10 +265,11 @@ class BlobCarry:
     in (`source`) into the store the copy's refs must resolve in (`target`).
 
     Every byte written to the copy passes `take` (or `chunks`): each blob it refers
-    to that `target` lacks is copied from `source`, as stored (checked against its
-    hash). One that neither holds is missing: the copy keeps its ref (the image can
-    still be restored under its name) and `report` says so, naming the copy. When
-    both are one store (`carries` is False) nothing is read or copied.
+    to that `target` lacks, or holds damaged, is copied from `source`, as stored
+    (checked against its hash). One that neither holds intact is missing: the copy
+    keeps its ref (the image can still be restored under its name) and `report` says
+    so, naming the copy. When both are one store (`carries` is False) nothing is read
+    or copied.
     """
 
     __slots__ = ("_seen", "carried", "carries", "copy_path", "missing", "source", "target")
@@ -283,7 +299,13 @@ class BlobCarry:
                 self.missing.setdefault((path or self.copy_path, digest), None)
 
     def _carry(self, digest: str) -> bool:
-        if self.target.has(digest):
+        target = self.target
+        if isinstance(target, VerifiableBlobStore):
+            # A damaged blob there (cut short by a crashed writer) is replaced by the
+            # source's good bytes: once the source goes, they are the only ones left.
+            if target.verify(digest) == "ok":
+                return True
+        elif target.has(digest):
             return True
         try:
             data = self.source.get(digest)
@@ -395,7 +417,6 @@ def writes_pi_form(
             if parent == current:
                 break
             current = parent
-    agent = agent_dir_of(session_path, agent_dir) if session_path else None
-    if agent is None:
-        agent = agent_dir if agent_dir is not None else get_agent_dir()
-    return is_pi_agent_dir(agent)
+    in_effect = agent_dir_or_default(agent_dir)
+    agent = agent_dir_of(session_path, in_effect) if session_path else None
+    return is_pi_agent_dir(agent or in_effect)

@@ -11,7 +11,12 @@ import os
 import re
 import sys
 
-from sessiontree._util.env import default_agent_dir, get_agent_dir
+from sessiontree._util.env import (
+    agent_dir_or_default,
+    default_agent_dir,
+    get_agent_dir,
+    terminal_variable,
+)
 
 __all__ = [
     "EXTERNAL_SESSION_DIRS",
@@ -55,8 +60,7 @@ def home_relative_dir_name(cwd: str, home: str | None = None) -> str | None:
 
 def get_default_session_dir(cwd: str, agent_dir: str | None = None, storage: object = None) -> str:
     """`<agent dir>/sessions/--<cwd-encoded>--` (not created here)."""
-    base = agent_dir if agent_dir is not None else get_agent_dir()
-    return os.path.join(base, "sessions", encode_session_dir_name(cwd))
+    return os.path.join(agent_dir_or_default(agent_dir), "sessions", encode_session_dir_name(cwd))
 
 
 def is_safe_name(name: str) -> bool:
@@ -85,16 +89,7 @@ def get_terminal_id() -> str | None:
     except (OSError, ValueError, AttributeError):
         candidate = None
     if candidate is None:
-        for var, prefix in (
-            ("TMUX_PANE", "tmux-"),
-            ("KITTY_WINDOW_ID", "kitty-"),
-            ("TERM_SESSION_ID", "apple-"),
-            ("WT_SESSION", "wt-"),
-        ):
-            value = os.environ.get(var)
-            if value:
-                candidate = prefix + value
-                break
+        candidate = terminal_variable()
     if candidate is None or not is_safe_name(candidate):
         return None
     return candidate

@@ -852,6 +852,16 @@ _file_cache: _DirCache = {}
 _other_caches: weakref.WeakKeyDictionary[object, _DirCache] = weakref.WeakKeyDictionary()
 
 
+def _forked() -> None:
+    # Another thread may have held the lock at the fork: it stays held in the child,
+    # where that thread does not exist, and the child's first listing would wait forever.
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 def _memory_cache(storage: SessionStorage) -> _DirCache | None:
     if isinstance(storage, HostFilesystem):
         return _file_cache  # every instance sees the same filesystem

@@ -36,6 +36,7 @@ from sessiontree.maintenance._transfers import (
     file_store_dir,
     import_files,
     open_store,
+    redact_url,
 )
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "migrate_session_file",
     "open_store",
     "plan_delete",
+    "redact_url",
     "repair_session",
     "scan_session",
     "session_files",

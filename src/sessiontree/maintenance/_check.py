@@ -7,6 +7,8 @@ never writing) and reports what a reader would trip over::
     torn_final_line      the last line is cut off (a crash mid-append)
     empty_file           zero bytes or whitespace only
     invalid_header       the first object is not a session header (the file is unreadable)
+    damaged_title_slot   line 1 is a title line but no valid slot (oh-my-pi's in-place
+                         rewrite torn): every reader takes the file for no session
     missing_id           an entry without a string id (v2+ files)
     duplicate_id         a second entry with an id already used
     invalid_parent       a parentId that is neither null nor a string
@@ -21,7 +23,8 @@ never writing) and reports what a reader would trip over::
 `repair_session` keeps every line it can and writes the result atomically to a
 new file (or, asked to, over the original after keeping a `.bak`): unparseable
 and torn lines are dropped, duplicate ids renamed, dangling parents and cycles
-turned into roots. Untouched lines are copied byte for byte.
+turned into roots, a damaged title slot dropped (the header's title stands).
+Untouched lines are copied byte for byte.
 """
 
 from __future__ import annotations
@@ -54,11 +57,11 @@ from sessiontree.session import backup_path
 from sessiontree.storage import (
     BlobStatus,
     BlobStoreLike,
-    FileSessionStorage,
     HostFilesystem,
     SessionStorage,
     VerifiableBlobStore,
     acquire_session_lock,
+    default_storage,
     read_chunks,
     replace_checked,
     write_new,
@@ -94,6 +97,8 @@ class Finding:
     """1-based physical line number in the file, where known."""
     entry_id: str | None
     message: str
+    path: str | None = None
+    """The session file, where the finding is one of several files' (`Store.check`)."""
 
 
 @dataclass(slots=True)
@@ -114,6 +119,8 @@ class ScannedSession:
     size: int = 0
     blank: bool = True
     title_slot: ScannedLine | None = None
+    damaged_slot: ScannedLine | None = None
+    """Line 1 when it is a title line (`"type":"title"`) but no valid slot."""
     header: ScannedLine | None = None
     invalid_header_line: int | None = None
     entries: list[ScannedLine] = field(default_factory=list)
@@ -159,7 +166,7 @@ def scan_session(
     decides whether this is a session file) but keeps every line's number and
     bytes, and reads on after a bad header only to count lines.
     """
-    storage = storage if storage is not None else FileSessionStorage()
+    storage = default_storage(storage)
     scanned = ScannedSession(path)
     last_has_newline = True
     header_done = False
@@ -193,6 +200,10 @@ def scan_session(
         if kind == "slot":
             scanned.title_slot = line
             continue
+        if kind == "invalid" and number == 1 and value.get("type") == "title":
+            # A slot torn by its in-place rewrite: readers stop here, a repair goes on.
+            scanned.damaged_slot = line
+            continue
         header_done = True
         if kind == "header":
             scanned.header = line
@@ -204,7 +215,7 @@ def scan_session(
 
 def conflict_siblings(path: str, storage: SessionStorage | None = None) -> list[str]:
     """Files named `<session file>.conflict-*` next to `path` (see `side_path`)."""
-    storage = storage if storage is not None else FileSessionStorage()
+    storage = default_storage(storage)
     directory, name = os.path.split(path)
     return storage.list_files(directory or ".", glob_escape(side_stem(name)) + ".conflict-*")
 
@@ -450,7 +461,7 @@ def check_session(
     Never writes. `blobs` defaults to the blob store of the store holding `path` (see
     `blob_store_for` in `sessiontree.layout`). FileNotFoundError when the file is missing.
     """
-    storage = storage if storage is not None else FileSessionStorage()
+    storage = default_storage(storage)
     scanned = scan_session(path, storage)
     findings = _findings(scanned, blobs if blobs is not None else blob_store_for(path, storage))
     if conflicts:
@@ -482,6 +493,17 @@ def _findings(scanned: ScannedSession, blobs: BlobStoreLike) -> list[Finding]:
             )
         )
         return findings
+    if scanned.damaged_slot is not None:
+        findings.append(
+            Finding(
+                "damaged_title_slot",
+                1,
+                None,
+                "a title line that is no valid title slot (a rewrite torn?): every reader "
+                "takes the file for no session; repair drops it: "
+                + _short(scanned.damaged_slot.raw),
+            )
+        )
     lines = _migrated_lines(scanned)
     findings.extend(check_entries(lines, scanned.version))
     findings.extend(_blob_findings(scanned.entries, blobs))
@@ -610,6 +632,10 @@ def _line_repairs(scanned: ScannedSession) -> list[Finding]:
     changes = []
     if scanned.has_bom:
         changes.append(Finding("removed_bom", 1, None, "removed a UTF-8 byte order mark"))
+    if scanned.damaged_slot is not None:
+        changes.append(
+            Finding("dropped_title_slot", 1, None, "dropped a damaged title slot (line 1)")
+        )
     torn = _torn_line(scanned)
     for number, raw in scanned.malformed:
         if number == torn:
@@ -651,7 +677,7 @@ def repair_session(
     be repaired: InvalidSessionFileError. `agent_dir`: the one a caller works on (its
     blob store takes the images of a copy outside every agent dir).
     """
-    storage = storage if storage is not None else FileSessionStorage()
+    storage = default_storage(storage)
     blob_store = blobs if blobs is not None else blob_store_for(path, storage, agent_dir)
     if in_place and isinstance(storage, HostFilesystem) and os.path.islink(path):
         path = os.path.realpath(path)  # repair the file, not the link that names it

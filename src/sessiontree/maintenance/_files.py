@@ -12,12 +12,12 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from sessiontree._util.env import agent_dir_or_default
 from sessiontree.errors import InvalidSessionFileError, SessionTreeError, SessionWriteConflictError
 from sessiontree.format import CURRENT_SESSION_VERSION, Entry, session_version
 from sessiontree.layout import (
     blob_store_for,
     encode_session_dir_name,
-    get_agent_dir,
     home_relative_dir_name,
     registered_session_dirs,
 )
@@ -25,13 +25,13 @@ from sessiontree.maintenance._check import scan_session
 from sessiontree.session import SessionManager, backup_path, read_head
 from sessiontree.storage import (
     BlobStoreLike,
-    FileSessionStorage,
     HostFilesystem,
     LockingStorage,
     MissingCapabilityError,
     RootedStorage,
     SessionStorage,
     acquire_session_lock,
+    default_storage,
     directory_tree,
     store_root,
     sync_dir,
@@ -53,7 +53,7 @@ __all__ = [
 
 def sessions_root(agent_dir: str | None = None) -> str:
     """`<agent dir>/sessions`."""
-    return os.path.join(agent_dir if agent_dir is not None else get_agent_dir(), "sessions")
+    return os.path.join(agent_dir_or_default(agent_dir), "sessions")
 
 
 def _is_file_storage(storage: SessionStorage | None) -> bool:
@@ -135,7 +135,7 @@ def file_version(path: str, storage: SessionStorage | None = None) -> int | None
 
     Reads only the start of the file, up to the end of the header line.
     """
-    storage = storage if storage is not None else FileSessionStorage()
+    storage = default_storage(storage)
     header = read_head(path, storage)
     return session_version([header]) if header is not None else None
 
@@ -194,8 +194,8 @@ def plan_delete(
     only for a file named `<timestamp>_<header id>.jsonl` whose sibling dir has
     exactly that stem. FileNotFoundError when there is no such file.
     """
-    storage = storage if storage is not None else FileSessionStorage()
-    agent = agent_dir if agent_dir is not None else get_agent_dir()
+    storage = default_storage(storage)
+    agent = agent_dir_or_default(agent_dir)
     files = isinstance(storage, HostFilesystem)
     if files:
         if os.path.islink(path):
@@ -242,7 +242,7 @@ def delete_session(
     `plan_delete` decides what may go. SessionLockError when a live writer holds
     the session; SessionWriteConflictError when the file changed since it was checked.
     """
-    storage = storage if storage is not None else FileSessionStorage()
+    storage = default_storage(storage)
     directory_tree(storage, "rm (it removes the artifacts dir too)")
     if not isinstance(storage, LockingStorage):
         raise MissingCapabilityError(
@@ -300,7 +300,7 @@ def migrate_session_file(
     a valid header, FileNotFoundError for a missing one. `agent_dir` (default: the
     configured one) is the store the session belongs to (its blobs, `rescue/`).
     """
-    storage = storage if storage is not None else FileSessionStorage()
+    storage = default_storage(storage)
     scanned = scan_session(path, storage)
     if scanned.header is None:
         if scanned.blank:

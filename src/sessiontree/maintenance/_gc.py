@@ -22,7 +22,10 @@ the rules lean to keeping:
   is never deleted, whatever its age. The pins are read before marking (a manager
   lets its pins go when it closes, after its file is written: a blob unpinned before
   marking began is named by a file marking reads) and again just before deleting; a
-  pin whose process is gone is ignored (and removed by `delete=True`).
+  pin whose process is gone is ignored (and removed by `delete=True`). A blob is
+  deleted in two steps: its files are renamed away, then the pins and their mtimes
+  are looked at once more, so a manager that put it again or pinned it in the
+  moment before is given it back (`_delete_blobs`).
 - If any session file or directory cannot be read, nothing is deleted; nor when
   the store holds no session file at all (a wrong or unmounted agent dir).
 
@@ -37,13 +40,16 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import stat
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from sessiontree._util.env import agent_dir_or_default
+from sessiontree._util.fs import side_path
 from sessiontree.errors import SessionTreeError
-from sessiontree.layout import EXTERNAL_SESSION_DIRS, get_agent_dir, read_registry
+from sessiontree.layout import EXTERNAL_SESSION_DIRS, read_registry
 from sessiontree.storage import (
     BlobBackedStorage,
     CollectableBlobStore,
@@ -428,7 +434,7 @@ def find_referenced_hashes(
     store's only. Returns (hashes, unreadable (path, reason) pairs, stable).
     `stable` is False when files kept changing for several passes.
     """
-    agent = agent_dir if agent_dir is not None else get_agent_dir()
+    agent = agent_dir_or_default(agent_dir)
     files = storage is None or isinstance(storage, HostFilesystem)
     via = None if files else storage
     sessions = os.path.join(agent if files else store_root(storage, agent), "sessions")
@@ -507,12 +513,14 @@ def collect_garbage(
     report only: deletion checks each blob's age again on the real clock (a blob
     store's `delete` on its own clock), whatever `now` says.
     """
-    agent = agent_dir if agent_dir is not None else get_agent_dir()
+    agent = agent_dir_or_default(agent_dir)
     store = storage_blob_store(storage)
     blob_dir = (
         os.path.join(agent, "blobs") if store is None else str(getattr(store, "dir", "") or "")
     )
     report = GcReport(blob_dir)
+    if delete and store is None:
+        put_back_taken(blob_dir)
     # Before marking: a manager lets a pin go only once a file names the blob.
     pinned, pin_errors = _pinned(store, blob_dir, report, remove_stale=False)
     referenced, unreadable, stable = find_referenced_hashes(
@@ -554,14 +562,13 @@ def collect_garbage(
     pinned |= again
     report.pinned = len(pinned)
     report.unreferenced = [b for b in report.unreferenced if b.hash not in pinned]
-    for blob in report.unreferenced:
-        if store is not None:
-            deleted = store.delete(blob.hash, min_age_seconds=min_age_seconds)
-        else:
-            deleted = _delete_blob(blob, min_age_seconds)
-        if deleted:
-            report.deleted.append(blob)
-    if report.deleted and store is None:
+    if store is not None:
+        for blob in report.unreferenced:
+            if store.delete(blob.hash, min_age_seconds=min_age_seconds):
+                report.deleted.append(blob)
+        return report
+    report.deleted = _delete_blobs(report.unreferenced, blob_dir, min_age_seconds)
+    if report.deleted:
         fsync_directory(blob_dir)
     return report
 
@@ -581,13 +588,46 @@ def _pinned(
     return pins.hashes, pins.unreadable
 
 
-def _delete_blob(blob: BlobFile, min_age_seconds: float) -> bool:
-    """Unlink the sidecars, then the blob; skipped if any file got younger meanwhile.
+_TAKEN_SUFFIX = ".gc.tmp"
+"""A blob file gc has taken from its name and not yet deleted or put back."""
+
+
+def _delete_blobs(blobs: list[BlobFile], blob_dir: str, min_age_seconds: float) -> list[BlobFile]:
+    """Delete these blobs (with their sidecars) unless a writer takes one meanwhile.
+
+    A manager may put one again (a re-put touches its mtime) or pin it between gc's
+    last look and the removal. So each blob's files are first taken from their names
+    (renamed to hidden temp names), then the pins are read again and the files looked
+    at once more: a blob touched or pinned meanwhile is put back, the rest deleted.
+    A writer that comes after the rename finds the blob missing and stores it anew
+    (`BlobStore.put`), or refuses to write a session naming it (a pin).
+    """
+    taken = [(blob, files) for blob in blobs if (files := _take(blob, min_age_seconds))]
+    if not taken:
+        return []
+    pins = read_pins(blob_dir)
+    deleted = []
+    for blob, files in taken:
+        kept = bool(pins.unreadable) or blob.hash in pins.hashes or _touched(files)
+        for path, tmp, _ in files:
+            if kept:
+                _put_back(tmp, path)
+            else:
+                _unlink(tmp)
+        if not kept:
+            deleted.append(blob)
+    return deleted
+
+
+def _take(blob: BlobFile, min_age_seconds: float) -> list[tuple[str, str, int]]:
+    """Rename the blob's files (sidecars first) to hidden temp names; (path, temp name,
+    mtime_ns) of each. Nothing is taken when a file got younger since the listing.
 
     The age is taken on the real clock, never the caller's `now`: a `now` in the
     future must not make a blob a writer just put look old enough to delete.
     """
     clock = time.time()
+    present = []
     for path in blob.paths:
         try:
             st = os.stat(path, follow_symlinks=False)
@@ -595,10 +635,64 @@ def _delete_blob(blob: BlobFile, min_age_seconds: float) -> bool:
             continue
         newest = max(st.st_mtime, st.st_ctime)
         if clock - newest < min_age_seconds or newest > blob.newest:
-            return False
-    for path in reversed(blob.paths):  # sidecars first: the blob itself goes last
+            return []
+        present.append((path, st.st_mtime_ns))
+    files: list[tuple[str, str, int]] = []
+    for path, mtime_ns in reversed(present):  # sidecars first: the blob itself goes last
+        tmp = side_path(path, f".{secrets.token_hex(6)}{_TAKEN_SUFFIX}", hidden=True)
         try:
-            os.unlink(path)
+            os.rename(path, tmp)
         except FileNotFoundError:
-            pass
-    return True
+            continue
+        except OSError:
+            for done, moved, _ in files:
+                _put_back(moved, done)
+            return []
+        files.append((path, tmp, mtime_ns))
+    return files
+
+
+def _touched(files: list[tuple[str, str, int]]) -> bool:
+    """Whether a writer touched one of the taken files before it was taken (a re-put)."""
+    for _, tmp, mtime_ns in files:
+        try:
+            if os.stat(tmp, follow_symlinks=False).st_mtime_ns != mtime_ns:
+                return True
+        except OSError:
+            return True  # cannot tell: keep it
+    return False
+
+
+def _put_back(tmp: str, path: str) -> None:
+    """The taken file back under its name, unless a writer stored the blob anew there."""
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass  # stored anew meanwhile: the same bytes
+    except OSError:
+        if not os.path.lexists(path):
+            os.rename(tmp, path)
+            return
+    _unlink(tmp)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def put_back_taken(blob_dir: str) -> None:
+    """Put back the blob files a gc that stopped midway (a crash) left taken: the next
+    run decides about them again."""
+    try:
+        names = os.listdir(blob_dir)
+    except OSError:
+        return
+    for name in names:
+        if not (name.startswith(".") and name.endswith(_TAKEN_SUFFIX)):
+            continue
+        stem = name[1:].rsplit(".", 3)[0]  # .<name>.<random>.gc.tmp
+        if _BLOB_NAME.fullmatch(stem):
+            _put_back(os.path.join(blob_dir, name), os.path.join(blob_dir, stem))

@@ -50,9 +50,10 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import xxhash
 
+from sessiontree._util.env import STORE_ENV, agent_dir_or_default, default_store
 from sessiontree._util.fs import name_problem, open_regular
-from sessiontree.errors import SessionLockError, SessionTreeError
-from sessiontree.layout import BlobCarry, blob_carry, blob_store_for, get_agent_dir
+from sessiontree.errors import InvalidStoreError, SessionLockError
+from sessiontree.layout import BlobCarry, blob_carry, blob_store_for
 from sessiontree.session import backup_path
 from sessiontree.storage import (
     BlobStore,
@@ -79,9 +80,9 @@ __all__ = [
     "file_store_dir",
     "import_files",
     "open_store",
+    "redact_url",
 ]
 
-STORE_ENV: Final = "SESSIONTREE_STORE"
 _PG_SCHEMES: Final = ("postgresql", "postgres")
 _BLOB_NAME: Final = re.compile(r"([0-9a-f]{64})(?:\.([a-zA-Z0-9][a-zA-Z0-9._-]*))?")
 _TREES: Final = ("sessions",)
@@ -96,7 +97,7 @@ def file_store_dir(url_or_path: str) -> str | None:
     PostgreSQL URL.
 
     Raises:
-        SessionTreeError: an unsupported URL scheme.
+        InvalidStoreError: an unsupported URL scheme.
     """
     scheme = _scheme(url_or_path)
     if scheme == "":
@@ -105,8 +106,8 @@ def file_store_dir(url_or_path: str) -> str | None:
         return os.path.abspath(os.path.expanduser(unquote(urlsplit(url_or_path).path)))
     if scheme in _PG_SCHEMES:
         return None
-    raise SessionTreeError(
-        f"unsupported store {_redact(url_or_path)!r}: use a path or a postgresql:// URL"
+    raise InvalidStoreError(
+        f"unsupported store {redact_url(url_or_path)!r}: use a path or a postgresql:// URL"
     )
 
 
@@ -120,17 +121,16 @@ def open_store(url_or_path: str | None = None, *, agent_dir: str | None = None) 
 
     Raises:
         BackendUnavailableError: psycopg is not installed (the message says what to install).
-        SessionTreeError: an unsupported URL scheme, or the database cannot be used.
+        InvalidStoreError: an unsupported URL scheme.
+        SessionTreeError: the database cannot be used.
     """
-    target = url_or_path if url_or_path else os.environ.get(STORE_ENV) or None
-    if target is None:
-        return FileSessionStorage()
+    target = url_or_path or default_store()
     scheme = _scheme(target)
     if scheme in ("", "file"):
         return FileSessionStorage()
     if scheme not in _PG_SCHEMES:
-        raise SessionTreeError(
-            f"unsupported store {_redact(target)!r}: use a path or a postgresql:// URL"
+        raise InvalidStoreError(
+            f"unsupported store {redact_url(target)!r}: use a path or a postgresql:// URL"
         )
     from sessiontree.storage.postgres import PostgresSessionStorage
 
@@ -154,13 +154,21 @@ def _split_schema(url: str) -> tuple[str, str | None]:
     return urlunsplit(parts._replace(query=rest)), schema
 
 
-def _redact(url: str) -> str:
-    """A URL without its password, for messages."""
+def redact_url(url: str) -> str:
+    """A URL without its password (`user:***@`, and `password=***` in its query, where
+    libpq takes one too), for messages, reprs and `Store.location`."""
     parts = urlsplit(url)
-    if parts.password is None:
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    user, colon, _ = userinfo.partition(":")
+    netloc = f"{user}:***@{hostport}" if at and colon else parts.netloc
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(key == "password" for key, _ in pairs):
+            query = urlencode([(k, "***" if k == "password" else v) for k, v in pairs], safe="*")
+    if (netloc, query) == (parts.netloc, parts.query):
         return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 # -- moving stores ---------------------------------------------------------------------------
@@ -467,7 +475,7 @@ def import_files(
     are copied, so after an exception it says what was.
     """
     report = report if report is not None else TransferReport()
-    agent_dir = os.path.abspath(agent_dir if agent_dir is not None else get_agent_dir())
+    agent_dir = os.path.abspath(agent_dir_or_default(agent_dir))
     files = FileSessionStorage()
     root = store_root(storage, agent_dir)
     carry = blob_carry(
@@ -531,7 +539,7 @@ def export_files(
     `report.missing_blobs`. `report` (new if None) is filled as files are copied.
     """
     report = report if report is not None else TransferReport()
-    agent_dir = os.path.abspath(agent_dir if agent_dir is not None else get_agent_dir())
+    agent_dir = os.path.abspath(agent_dir_or_default(agent_dir))
     files = FileSessionStorage()
     root = store_root(storage, agent_dir)
     invalid_names = getattr(storage, "invalid_names", None)

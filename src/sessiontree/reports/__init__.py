@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sessiontree.reports._pricing import price_table
-from sessiontree.reports._stats import UsageTotals, store_stats, summarize_session
+from sessiontree.reports._stats import StoreStats, UsageTotals, store_stats, summarize_session
 from sessiontree.reports._usage import (
     BLOCK_HOURS,
     Block,
@@ -28,6 +28,7 @@ __all__ = [
     "Reply",
     "Report",
     "ReportKind",
+    "StoreStats",
     "Totals",
     "UsageTotals",
     "blocks",

@@ -20,7 +20,11 @@ from sessiontree.reports._pricing import price_table
 from sessiontree.reports._usage import Duplicates, Totals, count_once, load_usage, price
 from sessiontree.search import SessionSource
 from sessiontree.session import SessionManager
-from sessiontree.storage import CollectableBlobStore, FileSessionStorage, SessionStorage
+from sessiontree.storage import (
+    CollectableBlobStore,
+    SessionStorage,
+    default_storage,
+)
 
 __all__ = [
     "SessionSummary",
@@ -164,7 +168,7 @@ def store_stats(
     Sources of other formats (`SessionSource` with a loader) are read as `load_usage`
     reads them.
     """
-    storage = storage if storage is not None else FileSessionStorage()
+    storage = default_storage(storage)
     given = list(paths)
     sources = {_path_of(s): s for s in [*(context or ()), *given]}
     wanted = list(dict.fromkeys(_path_of(s) for s in given))

@@ -57,12 +57,12 @@ from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any, Literal, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from sessiontree._util.env import agent_dir_or_default, time_zone_name
 from sessiontree.errors import SessionTreeError
 from sessiontree.format import ImportMarker, UsageRecord, UsageTotals
-from sessiontree.layout import get_agent_dir
 from sessiontree.reports._pricing import PriceTable, price_table
 from sessiontree.search import ContentIndex, IndexedFile, SessionSource, read_source
-from sessiontree.storage import FileSessionStorage, HostFilesystem, SessionStorage
+from sessiontree.storage import HostFilesystem, SessionStorage, default_storage
 
 __all__ = [
     "BLOCK_HOURS",
@@ -131,11 +131,11 @@ def load_usage(
     """Usage records of `sources` (from the content index when the store is the
     agent dir's files; files the index cannot cover are read directly)."""
     srcs = [s if isinstance(s, SessionSource) else SessionSource(s) for s in sources]
-    storage = storage if storage is not None else FileSessionStorage()
+    storage = default_storage(storage)
     notes: list[str] = []
     index = None
     if use_index and isinstance(storage, HostFilesystem):
-        index = ContentIndex.open(agent_dir if agent_dir is not None else get_agent_dir())
+        index = ContentIndex.open(agent_dir_or_default(agent_dir))
         if index is None:
             notes.append("the content index cannot be opened or created: every session was read")
     if index is not None:
@@ -524,7 +524,7 @@ def time_zone(name: str | None) -> tuple[tzinfo, str]:
             raise SessionTreeError(f"unknown time zone {name!r}") from exc
     local = datetime.now().astimezone().tzinfo
     assert local is not None
-    key = os.environ.get("TZ")
+    key = time_zone_name()
     return local, key or (local.tzname(None) or "local")
 
 

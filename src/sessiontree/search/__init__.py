@@ -11,13 +11,20 @@ from sessiontree.search._content_index import (
     query_trigrams,
     read_source,
 )
-from sessiontree.search._search import SearchHit, regex_literals, search, search_sessions
+from sessiontree.search._search import (
+    SearchHit,
+    SearchResult,
+    regex_literals,
+    search,
+    search_sessions,
+)
 
 __all__ = [
     "INDEX_DB_NAME",
     "ContentIndex",
     "IndexedFile",
     "SearchHit",
+    "SearchResult",
     "SessionSource",
     "index_text",
     "query_trigrams",

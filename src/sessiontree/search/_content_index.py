@@ -74,8 +74,8 @@ from sessiontree.listing import (
     stat_identity,
 )
 from sessiontree.storage import (
-    FileSessionStorage,
     SessionStorage,
+    default_storage,
     read_chunks,
     read_range,
     read_range_chunks,
@@ -481,7 +481,7 @@ def read_source(
 ) -> tuple[IndexedFile, list[UsageRecord], list[ImportMarker]]:
     """What the index would hold of one source, read now (no text): for stores the
     index does not cover. Raises OSError when it cannot be read."""
-    storage = storage if storage is not None else FileSessionStorage()
+    storage = default_storage(storage)
     if source.load is not None:
         rows, final = _read_loaded(source.load, source.path, want_text=False)
         size = 0
@@ -688,7 +688,7 @@ class ContentIndex:
         `prune` also forgets indexed files that no longer exist (whatever `sources`
         holds). Raises sqlite3.DatabaseError when the database is damaged.
         """
-        storage = storage if storage is not None else FileSessionStorage()
+        storage = default_storage(storage)
         result = Refreshed()
         if self._should_rebuild():
             self.reset()

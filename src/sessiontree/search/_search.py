@@ -31,6 +31,7 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
+from sessiontree._util.env import agent_dir_or_default
 from sessiontree.errors import SessionTreeError
 from sessiontree.format import (
     Entry,
@@ -42,7 +43,6 @@ from sessiontree.format import (
     parse_iso_ms,
 )
 from sessiontree.history import read_history
-from sessiontree.layout import get_agent_dir
 from sessiontree.search._content_index import (
     MIN_QUERY_CHARS,
     Candidate,
@@ -53,9 +53,9 @@ from sessiontree.search._content_index import (
     query_trigrams,
 )
 from sessiontree.storage import (
-    FileSessionStorage,
     HostFilesystem,
     SessionStorage,
+    default_storage,
     read_chunks,
     read_range,
 )
@@ -453,7 +453,7 @@ def search_sessions(
     """
     if not query:
         return
-    storage = storage if storage is not None else FileSessionStorage()
+    storage = default_storage(storage)
     matcher = _matcher(query, regex, case_sensitive)
     filters = _Filters(frozenset(roles) if roles is not None else None, since, until)
     found = 0
@@ -557,7 +557,7 @@ def search(
     matcher = _matcher(query, regex, case_sensitive)
     srcs = [s if isinstance(s, SessionSource) else SessionSource(s) for s in sources]
     filters = _Filters(frozenset(roles) if roles is not None else None, since, until)
-    storage = storage if storage is not None else FileSessionStorage()
+    storage = default_storage(storage)
     if not query:
         return SearchResult([], "index")
     trigrams = _trigrams(matcher)
@@ -574,7 +574,7 @@ def search(
             "every session was read"
         )
     else:
-        index = ContentIndex.open(agent_dir if agent_dir is not None else get_agent_dir())
+        index = ContentIndex.open(agent_dir_or_default(agent_dir))
         if index is None:
             notes.append("the content index cannot be opened or created: every session was read")
     if index is None or not trigrams:

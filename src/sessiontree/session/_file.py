@@ -37,6 +37,7 @@ from typing import Protocol, runtime_checkable
 import xxhash
 
 from sessiontree._util.closing import process_id
+from sessiontree._util.env import agent_dir_or_default
 from sessiontree._util.fs import private_temp_dir, side_path
 from sessiontree.errors import (
     InheritedHandleError,
@@ -47,7 +48,6 @@ from sessiontree.errors import (
     SessionWriteConflictError,
 )
 from sessiontree.format import Entry, iso_now
-from sessiontree.layout import get_agent_dir
 from sessiontree.session._loader import LoadedSession, load_session
 from sessiontree.storage import (
     BlobStoreLike,
@@ -141,7 +141,7 @@ def backup_path(storage: SessionStorage, path: str) -> str:
 def rescue_dir(agent_dir: str | None = None) -> str:
     """Where rescue copies go when they cannot be written beside the session: the
     `rescue/` of `agent_dir` (default: the configured agent dir)."""
-    return os.path.join(agent_dir if agent_dir is not None else get_agent_dir(), "rescue")
+    return os.path.join(agent_dir_or_default(agent_dir), "rescue")
 
 
 @dataclass(slots=True)

@@ -65,6 +65,8 @@ from sessiontree.storage import BlobStoreLike, PinnedFile
 
 __all__ = ["EntryIndex", "LineSource", "SessionChunks", "is_assistant_message"]
 
+_REF_MARK: Final = b"blob:sha256:"
+
 log = logging.getLogger("sessiontree")
 
 _READ_BYTES: Final = 8 << 20
@@ -844,7 +846,12 @@ class SessionChunks:
             data = source.read(start, run)
             if self._carry is not None:
                 self._carry.take(data)
-            if all(self._holds(data, source.offsets[p] - start, source.lengths[p], p) for p in run):
+            # In pi's form a line with a ref is written anew, its images as their data
+            # (pi reads no refs); the others go out as they are.
+            refs = self._pi_form and _REF_MARK in data
+            if not refs and all(
+                self._holds(data, source.offsets[p] - start, source.lengths[p], p) for p in run
+            ):
                 for p in run:
                     offsets.append(at + source.offsets[p] - start)
                     lengths.append(source.lengths[p])
@@ -858,6 +865,8 @@ class SessionChunks:
                 length = source.lengths[p]
                 if self._holds(data, lo, length, p):
                     line = data[lo : lo + length] + b"\n"
+                    if refs and _REF_MARK in line:
+                        line = self._pi_line(line[:-1], source.blobs, p)
                 elif entries[p] is not None:
                     # Changed on disk, but held in memory: written from memory.
                     line = self._serialize(p)
@@ -870,6 +879,22 @@ class SessionChunks:
                 lengths.append(len(line) - 1)
                 yield line
                 at += len(line)
+
+    def _pi_line(self, raw: bytes, blobs: BlobStoreLike, p: int) -> bytes:
+        """The line `raw` (holding refs into `blobs`) as pi writes it: images as data
+        (a line damaged past its prefix, which no reader takes, goes out as it is)."""
+        entry = parse_line(raw)
+        if not isinstance(entry, dict):
+            return raw + b"\n"
+        try:
+            resolved = resolve_blob_refs(entry, blobs)
+        except RecursionError:
+            resolved = allow_deep_nesting(partial(resolve_blob_refs, entry, blobs))
+        line = entry_line(resolved, self._blobs, pi_form=True)
+        if self._carry is not None:
+            self._carry.take(line)
+        self._serialized[p] = match_prefix(line, 0, len(line) - 1) is not None
+        return line
 
     def _serialize(self, p: int) -> bytes:
         """The line of the entry at `p` (held in memory), written anew."""

@@ -31,6 +31,7 @@ from functools import partial
 from typing import Any
 
 from sessiontree._util.closing import ClosesOnExit
+from sessiontree._util.env import agent_dir_or_default
 from sessiontree._util.unset import UNSET, Maybe, UnsetType
 from sessiontree.errors import (
     EntryNotSerializableError,
@@ -61,7 +62,6 @@ from sessiontree.layout import (
     BlobCarry,
     blob_carry,
     blob_store_for,
-    get_agent_dir,
     get_default_session_dir,
     home_relative_dir_name,
     read_breadcrumb,
@@ -78,10 +78,10 @@ from sessiontree.storage import (
     BlobPutResult,
     BlobStore,
     BlobStoreLike,
-    FileSessionStorage,
     HostFilesystem,
     MemorySessionStorage,
     SessionStorage,
+    default_storage,
     directory_tree,
     find_blob_refs,
 )
@@ -156,14 +156,16 @@ class SessionManager(ClosesOnExit):
         self._storage = storage
         self._breadcrumb = breadcrumb
         # Chosen once: the environment is read here, never written (see `paths`).
-        self._agent_dir = agent_dir if agent_dir is not None else get_agent_dir()
+        self._agent_dir = agent_dir_or_default(agent_dir)
         self._blobs: BlobStoreLike = (
             blob_store
             if blob_store is not None
             else blob_store_for(session_file or session_dir or None, storage, self._agent_dir)
         )
         # Entries are written as pi writes them in pi's store (`writes_pi_form`).
-        self._pi_form = writes_pi_form(session_file or session_dir or None, storage)
+        self._pi_form = writes_pi_form(
+            session_file or session_dir or None, storage, self._agent_dir
+        )
         self._index = EntryIndex()
         self._head = SessionHead(new_header(cwd))
         # None: in memory. A persistent session always has one, even before it is written.
@@ -196,7 +198,7 @@ class SessionManager(ClosesOnExit):
         `agent_dir` (default: the configured one) is the store whose session dir,
         blobs, breadcrumbs and `rescue/` the session uses; every factory takes it.
         """
-        storage = storage if storage is not None else FileSessionStorage()
+        storage = default_storage(storage)
         directory = (
             session_dir if session_dir is not None else get_default_session_dir(cwd, agent_dir)
         )
@@ -224,7 +226,7 @@ class SessionManager(ClosesOnExit):
         (False), or when the file is big (None: at least `loader.LAZY_LOAD_BYTES`);
         see `sessiontree.session._index` for what reads what.
         """
-        storage = storage if storage is not None else FileSessionStorage()
+        storage = default_storage(storage)
         directory = session_dir if session_dir is not None else os.path.dirname(path)
         return cls(
             os.getcwd(),
@@ -257,8 +259,8 @@ class SessionManager(ClosesOnExit):
         """
         from sessiontree.listing import find_most_recent_session
 
-        storage = storage if storage is not None else FileSessionStorage()
-        agent = agent_dir if agent_dir is not None else get_agent_dir()
+        storage = default_storage(storage)
+        agent = agent_dir_or_default(agent_dir)
         directory = session_dir if session_dir is not None else get_default_session_dir(cwd, agent)
         dirs = [directory]
         alt = home_relative_dir_name(cwd)
@@ -304,7 +306,7 @@ class SessionManager(ClosesOnExit):
         source in another agent dir has its images copied along), unless
         `blob_store` is a store chosen for the source, which then holds the fork's too.
         """
-        storage = storage if storage is not None else FileSessionStorage()
+        storage = default_storage(storage)
         source = cls.open(
             source_path, storage=storage, read_only=True, blob_store=blob_store, agent_dir=agent_dir
         )
@@ -430,7 +432,7 @@ class SessionManager(ClosesOnExit):
         if not read_only and isinstance(self._storage, HostFilesystem) and os.path.islink(path):
             # Writes never go through a symlink: work on the file it names.
             path = os.path.realpath(path)
-        self._pi_form = writes_pi_form(path, self._storage)
+        self._pi_form = writes_pi_form(path, self._storage, self._agent_dir)
         file = self._new_file(path, read_only=read_only)
         old = self._file
         same = old is not None and not read_only and old.path == path
@@ -555,9 +557,10 @@ class SessionManager(ClosesOnExit):
         carry = source.blob_carry(path, self._storage, agent_dir=agent, blob_store=blob_store)
         blobs = carry.target
         file = self._new_file(path, blobs=blobs)
+        pi_form = writes_pi_form(path, self._storage, agent)  # the new file's store's, not ours
         try:
             chunks = index.file_chunks(
-                SessionHead(header).lines(), blobs, carry=carry, pi_form=self._pi_form
+                SessionHead(header).lines(), blobs, carry=carry, pi_form=pi_form
             )
             file.create(chunks, rescue=False)
         except BaseException:
@@ -566,6 +569,7 @@ class SessionManager(ClosesOnExit):
             file.release_lock()
             raise
         self._blobs = blobs
+        self._pi_form = pi_form
         index.use_blobs(blobs)  # its unread lines now name blobs of this store
         file.restore_content(self._content_source())
         self._use_file(file)
@@ -1063,7 +1067,7 @@ class SessionManager(ClosesOnExit):
         entries = (
             self._index.branch_with_labels(leaf_id) if leaf_id is not None else self._index.entries
         )
-        storage = storage if storage is not None else FileSessionStorage()
+        storage = default_storage(storage)
         agent = agent_dir if agent_dir is not None else self._agent_dir
         directory = (
             session_dir if session_dir is not None else get_default_session_dir(self._cwd, agent)
@@ -1118,7 +1122,7 @@ class SessionManager(ClosesOnExit):
         if not file.on_disk:
             # Nothing written yet (and no lock taken): the first write goes there.
             self._use_file(self._new_file(new_path))
-            self._pi_form = writes_pi_form(new_path, self._storage)
+            self._pi_form = writes_pi_form(new_path, self._storage, self._agent_dir)
             self._head, self._cwd, self._session_dir = head, new_cwd, new_dir
             return
         artifacts = None
@@ -1129,7 +1133,7 @@ class SessionManager(ClosesOnExit):
         carry = self.blob_carry(new_path)
         blobs = carry.target
         old_head, self._head = self._head, head
-        pi_form = writes_pi_form(new_path, self._storage)
+        pi_form = writes_pi_form(new_path, self._storage, self._agent_dir)
         try:
             chunks = self._index.file_chunks(
                 head.lines(), blobs, carry=carry, file_checked=True, pi_form=pi_form

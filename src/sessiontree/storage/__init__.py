@@ -55,6 +55,7 @@ from sessiontree.storage._blobs import (
 from sessiontree.storage._file import (
     FilePin,
     FileSessionStorage,
+    default_storage,
     ensure_private_dir,
     fsync_directory,
 )
@@ -106,6 +107,7 @@ __all__ = [
     "acquire_session_lock",
     "blob_extension_for_mime_type",
     "check_hash",
+    "default_storage",
     "directory_tree",
     "ensure_private_dir",
     "find_blob_refs",

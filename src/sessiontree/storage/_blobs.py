@@ -58,6 +58,7 @@ BlobStatus = Literal["ok", "missing", "damaged"]
 BLOB_REF_PREFIX: Final = "blob:sha256:"
 _HASH_RE: Final = re.compile(r"[0-9a-f]{64}")
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _PREFIX_LEN = len(BLOB_REF_PREFIX)
 _REF_LEN = _PREFIX_LEN + 64
 
@@ -293,11 +294,35 @@ class CollectableBlobStore(Protocol):
         ...
 
 
+def _read_file(path: str, limit: int = -1) -> bytes | None:
+    """The bytes of the blob file at `path` (up to `limit`), None when there is none.
+
+    What is not a regular file under a blob's name (a FIFO, a device) is no blob, as
+    `has` says. The open never blocks (a FIFO opened for reading waits for a
+    writer); a symlink is followed (the bytes are checked against the hash anyway).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | _O_CLOEXEC | _O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+        if regular:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    if not regular:
+        os.close(fd)
+        return None
+    with open(fd, "rb") as f:
+        return f.read(limit)
+
+
 def _holds(path: str, data: bytes) -> bool:
     """Whether the file holds exactly `data` (an unreadable or vanished file does not)."""
     try:
-        with open(path, "rb") as f:
-            return f.read(len(data) + 1) == data
+        return _read_file(path, len(data) + 1) == data
     except OSError:
         return False
 
@@ -351,6 +376,8 @@ class BlobStore:
             # 10 minutes, so a writer about to reference an old blob keeps it alive.
             try:
                 os.utime(path)
+            except FileNotFoundError:
+                self._write_new(path, data)  # taken by a gc since it was read: stored anew
             except OSError:
                 pass
         else:
@@ -423,11 +450,7 @@ class BlobStore:
                 self._replace_sidecar(path, display, data)
 
     def _read(self, digest: str) -> bytes | None:
-        try:
-            with open(self._path(digest), "rb") as f:
-                return f.read()
-        except FileNotFoundError:
-            return None
+        return _read_file(self._path(digest))
 
     def get(self, hash: str) -> bytes | None:
         """The blob's bytes, or None when missing or damaged (a warning names the file);

@@ -24,7 +24,7 @@ from sessiontree._util.fs import (
     glob_match_name,
     utf8_prefix_text,
 )
-from sessiontree.storage._base import StorageStat, WriterState
+from sessiontree.storage._base import SessionStorage, StorageStat, WriterState
 from sessiontree.storage._locks import FileLock
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "FilePin",
     "FileSessionStorage",
     "FileSessionWriter",
+    "default_storage",
     "ensure_private_dir",
     "fsync_directory",
     "glob_match_name",
@@ -368,3 +369,9 @@ class FileSessionStorage:
     def acquire_lock(self, path: str) -> FileLock:
         """The session's writer lock: `flock` on a sidecar (see `sessiontree.storage._locks`)."""
         return FileLock(path)
+
+
+def default_storage(storage: SessionStorage | None) -> SessionStorage:
+    """`storage` when given, else the agent dir's files: what a library function given
+    no storage works on (the one place that default is chosen)."""
+    return storage if storage is not None else FileSessionStorage()

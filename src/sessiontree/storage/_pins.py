@@ -14,8 +14,8 @@ every blob a live pin names, whatever its age.
   SIGKILL) and is ignored (and removed by `gc --delete`).
 - **A pin file is named only once it is locked.** It is made under a `.tmp` name,
   locked, written, then renamed to its `.pin` name, so a reader never takes a pin
-  being made for a stale one (a `.tmp` name is ignored; an unlocked one is removed
-  once it is old).
+  being made for a stale one (a locked `.tmp` counts as a live pin; an unlocked one is
+  removed once it is old).
 - **Cheap on the hot path.** A hash new to the process costs one `write` of 65 bytes
   (the file is appended to); a hash held already costs a dict lookup. A hash is let go
   when no holder of the process holds it any more: the file is made anew without the
@@ -216,14 +216,18 @@ def read_pins(blob_dir: str, *, remove_stale: bool = False) -> LivePins:
     """The hashes live processes hold in `blob_dir`'s pin files.
 
     A pin file nobody holds locked is stale: ignored, and removed with `remove_stale`
-    (a `.tmp` one only once it is old). A pin file that cannot be read is reported in
-    `unreadable` (a caller about to delete should then delete nothing).
+    (a `.tmp` one only once it is old). A pin file that cannot be read, or something
+    other than a directory at `.live`, is reported in `unreadable` (a caller about to
+    delete should then delete nothing).
     """
     found = LivePins()
     live = os.path.join(blob_dir, LIVE_DIR)
     try:
         names = sorted(os.listdir(live))
     except (FileNotFoundError, NotADirectoryError):
+        if os.path.lexists(live) and os.path.isdir(blob_dir):
+            # A file or a link to nowhere in its place: no process could pin there.
+            found.unreadable.append((live, "not a directory: no process can pin there"))
         return found
     except OSError as exc:
         found.unreadable.append((live, exc.strerror or str(exc)))
@@ -252,10 +256,11 @@ def _read_pin(path: str, is_pin: bool, remove_stale: bool, found: LivePins) -> N
             except OSError as exc:
                 if exc.errno not in _WOULD_BLOCK:
                     raise
+                # Locked: its process lives. A `.tmp` is a pin file being made, which
+                # may hold old hashes (one made anew without those let go): kept too.
+                found.hashes.update(_hashes(fd))
                 if is_pin:
-                    found.hashes.update(_hashes(fd))
                     found.live.append(path)
-                # A `.tmp` being made holds hashes just put (too young for gc).
                 return
             # Unlocked: its process is gone, unless the name now holds a newer file
             # (the holder made its pin anew and let the old one go): read that one.

@@ -38,8 +38,9 @@ from sessiontree.export import (
     leaf_choice_text,
 )
 from sessiontree.foreign.storage import ForeignStorage
-from sessiontree.layout import blob_store_for, default_agent_dir
-from sessiontree.storage import SessionStorage, check_hash
+from sessiontree.layout import default_agent_dir
+from sessiontree.storage import check_hash
+from sessiontree.store import Store
 from sessiontree.web import charts
 from sessiontree.web.data import Data, SessionRow, Tally, UsageSnapshot, handle_of
 from sessiontree.web.security import Guard, Keys
@@ -136,12 +137,13 @@ def _int(text: str | None, default: int) -> int:
 class _App:
     """The routes, over one store."""
 
-    def __init__(self, storage: SessionStorage, agent_dir: str, options: ServeOptions) -> None:
-        self.storage = storage
-        self.agent_dir = agent_dir
+    def __init__(self, store: Store, options: ServeOptions) -> None:
+        self.store = store
+        self.storage = store.storage
+        self.agent_dir = store.agent_dir
         self.options = options
-        self.data = Data(storage, agent_dir, use_index=options.use_index)
-        self.cache = SessionCache(storage, agent_dir)
+        self.data = Data(store, use_index=options.use_index)
+        self.cache = SessionCache(store)
 
     def close(self) -> None:
         self.data.close()
@@ -453,7 +455,7 @@ class _App:
         row = self.data.session(request.query_params.get("s", ""))
         if row is None:
             return Response(b"no such session", 404, media_type="text/plain")
-        data = blob_store_for(row.path, self.storage, self.agent_dir).get(digest)
+        data = self.store.blobs_for(row.path).get(digest)
         mime = sniff_image(data) if data is not None else None
         if data is None or mime is None:
             return Response(b"no such image", 404, media_type="text/plain")
@@ -704,10 +706,10 @@ async def _unreadable(request: Request, exc: Exception) -> Response:
     return _page("error.html", 500, title="Unreadable", message=message)
 
 
-def create_app(storage: SessionStorage, agent_dir: str, options: ServeOptions) -> Starlette:
-    """The web app over `storage` (sessions under `agent_dir`), open to the browsers
-    that bring one of `options.keys`' links (see `security`)."""
-    routes = _App(storage, agent_dir, options)
+def create_app(store: Store, options: ServeOptions) -> Starlette:
+    """The web app over `store`, open to the browsers that bring one of `options.keys`'
+    links (see `security`). The caller closes the store once the app is done."""
+    routes = _App(store, options)
     app = Starlette(
         routes=[
             Route("/", routes.projects),

@@ -1,9 +1,9 @@
 """Everything the web app asks of the store besides single sessions: the listing, search
 and usage. One module, so that the backends can change here alone.
 
-* The listing is `discovery.list_all_sessions` (the persistent listing cache: a warm
+* The listing is the store's (`Store.list`: the persistent listing cache, so a warm
   store costs one `stat` per file) plus each file's size.
-* Search is `sessiontree.search._search.search`: the content index where it can answer, a scan
+* Search is the store's (`Store.search`): the content index where it can answer, a scan
   where it cannot; the outcome says which and why. A Claude Code or Codex store goes
   through the content index of this agent's dir (`foreign.storage.index_view`).
 * Usage (cost and tokens per day, model, project and session) is the usage library
@@ -25,10 +25,10 @@ from typing import Any
 
 from sessiontree.foreign.storage import index_view
 from sessiontree.format import utc_day
-from sessiontree.listing import SessionInfo, list_all_sessions
+from sessiontree.listing import SessionInfo
 from sessiontree.reports import _usage as usage_report
-from sessiontree.search import search
 from sessiontree.storage import SessionStorage
+from sessiontree.store import Store
 
 __all__ = [
     "Data",
@@ -275,19 +275,20 @@ class _UsageWorker:
 class Data:
     """The store as the web app sees it (thread-safe)."""
 
-    def __init__(self, storage: SessionStorage, agent_dir: str, *, use_index: bool = True) -> None:
-        self.storage = storage
-        self.agent_dir = agent_dir
+    def __init__(self, store: Store, *, use_index: bool = True) -> None:
+        self.store = store
+        self.storage = store.storage
+        self.agent_dir = store.agent_dir
         self.use_index = use_index
         self._lock = threading.Lock()
         self._rows: dict[str, SessionRow] = {}
         self._projects: dict[str, str] = {}
-        self._usage = _UsageWorker(_Usage(storage, agent_dir, use_index))
+        self._usage = _UsageWorker(_Usage(self.storage, self.agent_dir, use_index))
 
     def sessions(self) -> list[SessionRow]:
         """Every session of the store, newest first (and the handles that name them)."""
         with self._lock:
-            infos = list_all_sessions(self.storage, agent_dir=self.agent_dir)
+            infos = self.store.list()
             rows = []
             for info in infos:
                 rows.append(
@@ -333,14 +334,8 @@ class Data:
 
     def search(self, query: str, paths: Iterable[str], limit: int = 200) -> SearchOutcome:
         """Entries whose text holds `query` (case-insensitive), up to `limit` hits."""
-        view = index_view(self.storage, list(paths), self.agent_dir)
-        result = search(
-            view.sources,
-            query,
-            limit=limit + 1,
-            storage=view.storage,
-            agent_dir=view.agent_dir,
-            use_index=self.use_index,
+        result = self.store.search(
+            query, sessions=list(paths), limit=limit + 1, use_index=self.use_index
         )
         hits = [_hit(h) for h in result.hits]
         notes, mode = list(result.notes), str(result.mode)

@@ -4,7 +4,8 @@ works the moment it is printed), then hand it to uvicorn.
 By default the server listens on a random address of 127/8 (Linux answers all of
 them on the loopback device): a browser sends a cookie to every port of its host,
 and no other local server is on that host. Where such an address cannot be bound
-(macOS has only 127.0.0.1), it falls back to 127.0.0.1 and says so.
+(macOS has only 127.0.0.1), it falls back to 127.0.0.1 and says so. A wildcard
+bind (`--host 0.0.0.0`) answers on those addresses too: its link names one of them.
 
 `--open` never puts the link on a command line (every local user can read those):
 the browser is given a file, private to the user, that moves on to the link.
@@ -28,6 +29,7 @@ from pathlib import Path
 import uvicorn
 
 from sessiontree.storage import SessionStorage
+from sessiontree.store import Store
 from sessiontree.web.app import ServeOptions, create_app
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "BrowserFile",
     "bind",
     "is_loopback",
+    "link_host",
     "listen",
     "random_loopback",
     "serve",
@@ -100,11 +103,34 @@ def listen(host: str | None, port: int) -> tuple[socket.socket, str | None]:
         return sock, warning
 
 
-def url_for(sock: socket.socket, token: str | None = None) -> str:
-    """The URL to open: the bound address (loopback for a wildcard bind), with `token`."""
+def _answers(address: str, port: int) -> bool:
+    """Whether a connection to `address`:`port` is taken (by our listening socket)."""
+    try:
+        socket.create_connection((address, port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+def link_host(sock: socket.socket) -> str:
+    """The address the printed link names: the bound one; for a wildcard bind (which
+    answers on every local address) a random loopback address of its own where one
+    reaches the socket (Linux answers all of 127/8), so no other local server gets the
+    cookie, else 127.0.0.1 (IPv6: ::1)."""
     host, port = sock.getsockname()[:2]
-    if host in ("0.0.0.0", "::"):
-        host = "127.0.0.1" if host == "0.0.0.0" else "::1"
+    if host == "::":
+        return "::1"
+    if host != "0.0.0.0":
+        return str(host)
+    address = random_loopback()
+    return address if _answers(address, port) else "127.0.0.1"
+
+
+def url_for(sock: socket.socket, token: str | None = None, host: str | None = None) -> str:
+    """The URL to open: `host` (default: `link_host`) and the bound port, with `token`."""
+    port = sock.getsockname()[1]
+    if host is None:
+        host = link_host(sock)
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}/" + (f"?token={token}" if token is not None else "")
 
@@ -180,8 +206,7 @@ def _open_browser(options: ServeOptions, base: str, warn: Callable[[str], None])
 
 
 def serve(
-    storage: SessionStorage,
-    agent_dir: str,
+    store: Store,
     *,
     host: str | None,
     port: int,
@@ -191,7 +216,7 @@ def serve(
     allowed_hosts: Sequence[str] = (),
     use_index: bool = True,
 ) -> None:
-    """Serve until interrupted (Ctrl-C, SIGTERM), then return.
+    """Serve `store` until interrupted (Ctrl-C, SIGTERM), then return.
 
     `host` None: a random loopback address. `announce` gets the printed one-time
     link, `warn` what the user should know (a fallback address, no browser).
@@ -201,7 +226,7 @@ def serve(
         warn(warning)
     port = sock.getsockname()[1]
     options = ServeOptions(f"sessiontree-{port}", allowed_hosts=allowed_hosts, use_index=use_index)
-    app = create_app(storage, agent_dir, options)
+    app = create_app(store, options)
     config = uvicorn.Config(
         app,
         log_level="warning",
@@ -214,10 +239,11 @@ def serve(
     server = uvicorn.Server(config)
     opened = None
     try:
-        announce(url_for(sock, options.keys.new_link()))
+        shown = link_host(sock)
+        announce(url_for(sock, options.keys.new_link(), shown))
         if open_browser:
             # The socket listens already: the browser's request waits for uvicorn.
-            opened = _open_browser(options, url_for(sock), warn)
+            opened = _open_browser(options, url_for(sock, host=shown), warn)
         server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass  # uvicorn has shut down and re-raised the signal: Ctrl-C is the way to stop
@@ -230,13 +256,14 @@ def serve(
 
 class BackgroundServer:
     """The app served from a thread (tests, benchmarks, the screenshot script):
-    `with BackgroundServer(storage, agent_dir) as s: s.url` (a one-time link);
-    `s.new_link()` makes another, `s.login_cookies()` a browser's cookie outright."""
+    `with BackgroundServer(store) as s: s.url` (a one-time link); `s.new_link()` makes
+    another, `s.login_cookies()` a browser's cookie outright. Given a storage and its
+    agent dir instead of a `Store`, it serves `Store(agent_dir, storage=storage)`."""
 
     def __init__(
         self,
-        storage: SessionStorage,
-        agent_dir: str,
+        store: Store | SessionStorage,
+        agent_dir: str | None = None,
         *,
         host: str | None = None,
         port: int = 0,
@@ -249,7 +276,10 @@ class BackgroundServer:
         self.options = ServeOptions(f"sessiontree-{self.port}", use_index=use_index)
         if poll_seconds is not None:
             self.options.poll_seconds = poll_seconds
-        self.app = create_app(storage, agent_dir, self.options)
+        if not isinstance(store, Store):
+            store = Store(agent_dir, storage=store)
+        self.store = store
+        self.app = create_app(store, self.options)
         config = uvicorn.Config(
             self.app,
             log_level="warning",
@@ -259,7 +289,8 @@ class BackgroundServer:
             timeout_graceful_shutdown=1,
         )
         self.server = uvicorn.Server(config)
-        self.base = url_for(self.sock).rstrip("/")
+        self.link_host = link_host(self.sock)
+        self.base = url_for(self.sock, host=self.link_host).rstrip("/")
         self.url = self.new_link()
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True
@@ -267,7 +298,7 @@ class BackgroundServer:
 
     def new_link(self) -> str:
         """A new one-time link (as `serve` prints)."""
-        return url_for(self.sock, self.options.keys.new_link())
+        return url_for(self.sock, self.options.keys.new_link(), self.link_host)
 
     def login_cookies(self) -> dict[str, str]:
         """The cookie a browser gets for a link, without the round trip."""

@@ -32,9 +32,9 @@ from sessiontree.export import (
     nav_items,
 )
 from sessiontree.format import Entry, SessionTreeNode, loads_line
-from sessiontree.layout import blob_store_for
 from sessiontree.session import SessionManager
 from sessiontree.storage import SessionStorage, parse_blob_ref, read_range
+from sessiontree.store import Store
 
 __all__ = [
     "NAV_FULL",
@@ -159,14 +159,14 @@ class SessionCache:
 
     def __init__(
         self,
-        storage: SessionStorage,
-        agent_dir: str,
+        store: Store,
         *,
         max_sessions: int = 6,
         max_bytes: int = 600 << 20,
     ) -> None:
-        self.storage = storage
-        self.agent_dir = agent_dir
+        self.store = store
+        self.storage = store.storage
+        self.agent_dir = store.agent_dir
         self.max_sessions = max_sessions
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
@@ -194,7 +194,7 @@ class SessionCache:
                 path,
                 storage=self.storage,
                 read_only=True,
-                blob_store=blob_store_for(path, self.storage, self.agent_dir),
+                blob_store=self.store.blobs_for(path),
                 agent_dir=self.agent_dir,
             )
             session = OpenSession(handle, path, sm, mark)

@@ -1,0 +1,783 @@
+"""`Store`: one value for a store of sessions, and what is done to one.
+
+A store is where sessions live, said once: an agent dir (its `sessions/`, `blobs/`,
+caches and prompt history), a PostgreSQL database (`postgresql://...`, its paths
+relative to an agent dir, the caches and history in that dir on this host), or
+another agent's store (Claude Code, Codex, OpenCode, Gemini CLI, Copilot CLI), which
+sessiontree only reads. Everything the library does to sessions takes the storage and
+the agent dir the store holds; the free functions still take them one by one.
+
+The default store (`Store()`) is the one place the environment is consulted
+(`sessiontree._util.env`). A database is connected to on first use, so a `Store` on a
+URL costs nothing until a method needs the database; `close()` releases it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from sessiontree._util.env import (
+    NATIVE_AGENTS,
+    agent_dir_or_default,
+    default_store,
+    native_agent_dir,
+)
+from sessiontree.errors import (
+    InvalidStoreError,
+    ReadOnlyStoreError,
+    SessionNotFoundError,
+    SessionTreeError,
+    StoreClosedError,
+)
+from sessiontree.layout import blob_store_for
+from sessiontree.listing import (
+    SessionInfo,
+    list_all_sessions,
+    list_sessions,
+    resolve_resumable_session,
+)
+from sessiontree.maintenance import (
+    DEFAULT_MIN_AGE_SECONDS,
+    Finding,
+    GcReport,
+    TransferReport,
+    check_session,
+    close_store,
+    collect_garbage,
+    delete_session,
+    export_files,
+    file_store_dir,
+    import_files,
+    open_store,
+    redact_url,
+    repair_session,
+    session_files,
+    storage_blob_store,
+)
+from sessiontree.session import SessionManager
+from sessiontree.storage import (
+    BlobStoreLike,
+    FileSessionStorage,
+    SessionStorage,
+    is_stored_file,
+    store_root,
+)
+
+if TYPE_CHECKING:
+    from sessiontree.foreign.store import ForeignStore
+    from sessiontree.history import HistoryStorage
+    from sessiontree.maintenance._check import RepairReport
+    from sessiontree.reports import Duplicates, Reply, Report, ReportKind, StoreStats
+    from sessiontree.search import SearchResult, SessionSource
+
+__all__ = ["PricedReplies", "Store"]
+
+Progress = Callable[[int, int], None]
+"""`progress(bytes_done, bytes_total)` while the content index is refreshed."""
+Moment = int | str | datetime
+"""A time: epoch milliseconds, a `datetime`, or text as `--since` takes it (`2026-02-01`,
+an ISO date-time, `30m`/`12h`/`7d`/`2w` ago; a date in `until` means its end)."""
+
+
+@dataclass(slots=True)
+class PricedReplies:
+    """Every assistant reply of the store counted once and priced (`Store.replies`)."""
+
+    replies: list[Reply]
+    duplicates: Duplicates
+    """What was left out as a copy of a reply counted elsewhere."""
+    notes: list[str] = field(default_factory=list)
+    """Why sessions were read instead of taken from the content index."""
+
+
+def _native_agent_of(path: str) -> str:
+    """Whose agent dir `path` is by its name: `~/.pi/agent` is pi's, `~/.omp/agent`
+    oh-my-pi's; any other is xcsh's (whose format oh-my-pi shares)."""
+    parent, name = os.path.split(os.path.normpath(path))
+    if name == "agent":
+        for agent, directory in NATIVE_AGENTS.items():
+            if os.path.basename(parent) == directory:
+                return agent
+    return "xcsh"
+
+
+def _looks_native(path: str) -> bool:
+    """An agent dir whose `sessions/` holds `--<cwd>--` project dirs (decided without
+    loading the other agents' readers)."""
+    try:
+        with os.scandir(os.path.join(path, "sessions")) as entries:
+            return any(entry.name.startswith("-") for entry in entries)
+    except OSError:
+        return False
+
+
+def _inside(path: str, directory: str) -> bool:
+    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return path == directory or path.startswith(os.path.join(directory, ""))
+
+
+def _looks_like_path(arg: str) -> bool:
+    return os.sep in arg or (os.altsep is not None and os.altsep in arg) or arg.endswith(".jsonl")
+
+
+def _foreign_agents() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(every agent name, the other agents'): from the module that reads their stores."""
+    from sessiontree.foreign.store import AGENTS, FOREIGN_AGENTS
+
+    return AGENTS, FOREIGN_AGENTS
+
+
+class Store:
+    """A store of sessions: where they live, and what is done to them.
+
+    `location`: an agent dir (a path, `~` expanded, or a `file:` URL), a
+    `postgresql://` URL (its `schema` query parameter picks the schema, default
+    `sessiontree`), or another agent's store by its path (a Claude Code config dir, a
+    Codex home, an OpenCode data dir, a Gemini CLI or Copilot CLI home: detected, and
+    read-only). None: the default store (`$SESSIONTREE_STORE`, else
+    `$PI_CODING_AGENT_DIR`, else `~/.xcsh/agent`), or, with `agent`, that agent's.
+
+    `agent`: `"xcsh"`, `"omp"`, `"pi"` (their agent dirs, `~/.<agent>/agent`) or
+    `"claude"`, `"codex"`, `"opencode"`, `"gemini"`, `"copilot"` (their stores, where
+    they keep them by default or at `location`; read-only).
+
+    `agent_dir`: for a database, the agent dir its paths are relative to and whose
+    caches and history it uses (default: the default agent dir); for an agent dir, the
+    same dir (anything else is refused). `storage`: read and write through a storage
+    of your own (e.g. a `MemorySessionStorage`) with `location` as its agent dir; the
+    store does not close it.
+
+    A `Store` is a context manager; `close()` releases its database connections. Its
+    methods may be called from several threads at once (the web app does); each
+    `SessionManager` it returns is used from one thread at a time.
+
+    Raises (on construction): `InvalidStoreError` for an unsupported URL scheme, an
+    unknown agent or arguments that disagree; `SessionTreeError` for another agent's
+    default store that does not exist.
+    """
+
+    location: str
+    """Where the store is: an agent dir's path, or a database's URL without its password."""
+    agent: str
+    """The agent whose format and rules apply: xcsh, omp, pi, claude, codex, ..."""
+    agent_dir: str
+    """The dir the store's paths are under (`<agent_dir>/sessions/...`) and whose caches
+    it uses: the agent dir; a database's root; another agent's home."""
+    read_only: bool
+    """Whether the store is another agent's, which sessiontree only reads."""
+
+    def __init__(
+        self,
+        location: str | os.PathLike[str] | None = None,
+        *,
+        agent: str | None = None,
+        agent_dir: str | os.PathLike[str] | None = None,
+        storage: SessionStorage | None = None,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._closed = False
+        self._url: str | None = None  # a database's, with its password: never shown
+        self._foreign: ForeignStore | None = None
+        self._storage: SessionStorage | None = None
+        self._owns_storage = storage is None
+        self.read_only = False
+        given = os.fspath(location) if location is not None else None
+        if given == "":
+            raise InvalidStoreError("an empty location names no store (None: the default one)")
+        chosen = (
+            os.path.abspath(os.path.expanduser(os.fspath(agent_dir)))
+            if agent_dir is not None
+            else None
+        )
+        if agent is not None:
+            known, _ = _foreign_agents()
+            if agent not in known:
+                raise InvalidStoreError(
+                    f"unknown agent {agent!r}: use one of {', '.join(sorted(known))}"
+                )
+        if storage is not None:
+            self._adopt(storage, given, agent, chosen)
+            return
+        explicit = given is not None
+        if given is None:
+            if agent is not None and agent not in NATIVE_AGENTS:
+                self._open_foreign(agent, None, chosen)
+                return
+            given = native_agent_dir(agent) if agent is not None else default_store()
+        files = file_store_dir(given)  # InvalidStoreError for an unsupported scheme
+        if files is None:
+            self._open_database(given, agent, chosen)
+            return
+        if chosen is not None and chosen != files:
+            raise InvalidStoreError(
+                f"{given} names the agent dir {files}, but agent_dir is {chosen}"
+            )
+        kind = agent
+        if (kind is None or kind in NATIVE_AGENTS) and explicit and not _looks_native(files):
+            from sessiontree.foreign.store import detect_agent
+
+            kind = detect_agent(files) or kind
+        if kind is not None and kind not in NATIVE_AGENTS:
+            if agent is not None and agent != kind:
+                raise InvalidStoreError(f"{files} is a {kind} store, not a {agent} agent dir")
+            self._open_foreign(kind, files, None)
+            return
+        self.location = files
+        self.agent = agent or _native_agent_of(files)
+        self.agent_dir = files
+        self._storage = FileSessionStorage()
+
+    # ------------------------------------------------------------------ opening
+
+    def _open_database(self, url: str, agent: str | None, chosen: str | None) -> None:
+        if agent is not None and agent not in NATIVE_AGENTS:
+            raise InvalidStoreError(
+                f"a database holds no {agent} store: give the database, or the {agent} store"
+            )
+        self._url = url
+        self.location = redact_url(url)
+        self.agent = agent or "xcsh"
+        self.agent_dir = chosen if chosen is not None else os.path.abspath(agent_dir_or_default())
+
+    def _open_foreign(self, agent: str, path: str | None, chosen: str | None) -> None:
+        from sessiontree.foreign.storage import ForeignStorage
+        from sessiontree.foreign.store import FOREIGN_AGENTS, ForeignStore, require_store_exists
+
+        source = next(a for a in FOREIGN_AGENTS if a == agent)
+        cache: str | None = agent_dir_or_default()  # this agent's caches, never the other's
+        if path is None:
+            store = ForeignStore.default(source, cache)
+            require_store_exists(store)
+        else:
+            store = ForeignStore.at(source, path, cache)
+        if chosen is not None and chosen != os.path.abspath(store.home):
+            raise InvalidStoreError(
+                f"the {store.name} store is at {store.home}, but agent_dir is {chosen}"
+            )
+        if cache is not None and _inside(cache, store.home):
+            store.cache_dir = None  # never write into the other agent's directory
+        self._foreign = store
+        self._storage = ForeignStorage(store)
+        self.read_only = True
+        self.location = store.home
+        self.agent = agent
+        self.agent_dir = store.home
+
+    def _adopt(
+        self, storage: SessionStorage, given: str | None, agent: str | None, chosen: str | None
+    ) -> None:
+        if given is not None and file_store_dir(given) is None:
+            raise InvalidStoreError("a storage of your own is given a path, not a URL")
+        directory = file_store_dir(given) if given is not None else chosen
+        if chosen is not None and directory != chosen:
+            raise InvalidStoreError(f"{given} is the agent dir, but agent_dir is {chosen}")
+        # A ForeignStorage is one only when its module is loaded: no import to find out.
+        foreign_module = sys.modules.get("sessiontree.foreign.storage")
+        foreign = foreign_module.ForeignStorage if foreign_module is not None else None
+        self._storage = storage
+        if foreign is not None and isinstance(storage, foreign):
+            self._foreign = storage.store
+            self.read_only = True
+            self.agent = agent or storage.store.agent
+            home = os.path.abspath(storage.store.home)
+            self.agent_dir = directory if directory is not None else home
+        else:
+            fallback = directory if directory is not None else agent_dir_or_default()
+            self.agent_dir = os.path.abspath(store_root(storage, fallback))
+            self.agent = agent or _native_agent_of(self.agent_dir)
+        self.location = self.agent_dir
+
+    def __repr__(self) -> str:
+        extra = ", read-only" if self.read_only else ""
+        extra += ", closed" if self._closed else ""
+        return f"Store({self.location!r}, agent={self.agent!r}{extra})"
+
+    def __enter__(self) -> Store:
+        self._check_open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the database connections (a second call does nothing). Sessions
+        opened from the store should be closed first: they use its connections."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            storage, self._storage = self._storage, None
+        if storage is not None and self._owns_storage:
+            close_store(storage)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(self.location)
+
+    def _check_writable(self, what: str) -> None:
+        self._check_open()
+        if self.read_only:
+            name = self._foreign.name if self._foreign is not None else self.agent
+            raise ReadOnlyStoreError(
+                f"{self.location}: cannot {what}: the {name} store is read-only here "
+                "(`sessiontree import` copies its sessions into this agent's store)"
+            )
+
+    # ------------------------------------------------------------------ parts
+
+    @property
+    def storage(self) -> SessionStorage:
+        """The storage of the store's sessions (a database is connected to here, once)."""
+        storage = self._storage
+        if storage is None:
+            with self._lock:
+                self._check_open()
+                if self._storage is None:
+                    assert self._url is not None
+                    self._storage = open_store(self._url, agent_dir=self.agent_dir)
+                storage = self._storage
+        self._check_open()
+        return storage
+
+    @property
+    def is_files(self) -> bool:
+        """Whether the sessions are files on this host (an agent dir's)."""
+        return isinstance(self._storage, FileSessionStorage)
+
+    @property
+    def blobs(self) -> BlobStoreLike | None:
+        """The store's blob store (images kept once, by hash): `<agent dir>/blobs`, a
+        database's table; None for another agent's store (its images are inline)."""
+        if self.read_only:
+            self._check_open()
+            return None
+        return self.blobs_for(None)
+
+    def blobs_for(self, path: str | None) -> BlobStoreLike:
+        """The blob store of the session at `path`: the store's own, or, for a session
+        file under another agent dir's `sessions/`, that dir's (`blob_store_for`)."""
+        return blob_store_for(path, self.storage, self.agent_dir)
+
+    @property
+    def history_path(self) -> str:
+        """The prompt history's database: `<agent dir>/history.db`, on this host."""
+        return os.path.join(self.agent_dir, "history.db")
+
+    def history(self) -> HistoryStorage:
+        """The store's prompt history (`HistoryStorage.open(<agent dir>/history.db)`)."""
+        self._check_writable("keep a prompt history")
+        from sessiontree.history import HistoryStorage
+
+        return HistoryStorage.open(self.history_path)
+
+    # ------------------------------------------------------------------ sessions
+
+    def list(self, cwd: str | os.PathLike[str] | None = None) -> builtins.list[SessionInfo]:
+        """The sessions of `cwd`'s project (None: of every project), newest modified first."""
+        storage = self.storage
+        if cwd is None:
+            return list_all_sessions(storage, agent_dir=self.agent_dir)
+        return list_sessions(os.fspath(cwd), storage=storage, agent_dir=self.agent_dir)
+
+    def files(
+        self, cwd: str | os.PathLike[str] | None = None, *, nested: bool = True
+    ) -> builtins.list[str]:
+        """Every session file (`*.jsonl`, sound or not) of `cwd`'s project (None: of every
+        project), sorted; `nested` includes subagent sessions in artifacts dirs."""
+        where = os.fspath(cwd) if cwd is not None else None
+        return session_files(self.agent_dir, where, nested=nested, storage=self.storage)
+
+    def _kind(self, path: str) -> str | None:
+        """'file', 'dir' or None (missing, or outside a database's root)."""
+        storage = self.storage
+        if isinstance(storage, FileSessionStorage):
+            return "file" if os.path.isfile(path) else "dir" if os.path.isdir(path) else None
+        try:
+            if is_stored_file(storage, path):
+                return "file"
+            return "dir" if storage.exists(path) else None
+        except ValueError:  # a path outside the store's root names nothing in it
+            return None
+
+    def resolve(
+        self, session: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None
+    ) -> str:
+        """The path of the session `session` names: a session file's path, a session-id
+        prefix or a file-name prefix (the sessions of `cwd`'s project first, default the
+        current directory's, then every project's), as the CLI resolves them.
+
+        Raises:
+            SessionNotFoundError: nothing matches (a path that is no session file).
+            AmbiguousSessionError: a prefix matching several sessions (`.candidates`).
+        """
+        arg = os.fspath(session)
+        path = os.path.abspath(os.path.expanduser(arg))
+        kind = self._kind(path)
+        if kind == "file":
+            return path
+        if _looks_like_path(arg):
+            if kind == "dir":
+                raise SessionNotFoundError(arg, f"{arg}: is a directory, not a session file")
+            where = "" if self.is_files else " in the store"
+            raise SessionNotFoundError(arg, f"{arg}: no such session file{where}")
+        here = os.fspath(cwd) if cwd is not None else os.getcwd()
+        match = resolve_resumable_session(arg, here, storage=self.storage, agent_dir=self.agent_dir)
+        if match is None:
+            raise SessionNotFoundError(
+                arg, f"no session matches {arg!r} (in this project or any other)"
+            )
+        return str(match.session.path)
+
+    def open(
+        self,
+        session: str | os.PathLike[str],
+        *,
+        read_only: bool = False,
+        breadcrumb: bool = True,
+        lazy: bool | None = None,
+    ) -> SessionManager:
+        """The session `session` names (see `resolve`), its images in its blob store.
+
+        `read_only=True` writes nothing, ever (another agent's store is only opened so).
+        `breadcrumb=False` leaves this terminal's "last session" pointer alone.
+        """
+        if not read_only:
+            self._check_writable("open a session for writing (give read_only=True)")
+        path = self.resolve(session)
+        return SessionManager.open(
+            path,
+            storage=self.storage,
+            read_only=read_only,
+            blob_store=self.blobs_for(path),
+            breadcrumb=breadcrumb,
+            lazy=lazy,
+            agent_dir=self.agent_dir,
+        )
+
+    def create(self, cwd: str | os.PathLike[str]) -> SessionManager:
+        """A new session for `cwd` in this store (written with its first assistant message)."""
+        self._check_writable("create a session")
+        return SessionManager.create(os.fspath(cwd), storage=self.storage, agent_dir=self.agent_dir)
+
+    def continue_recent(self, cwd: str | os.PathLike[str]) -> SessionManager:
+        """This terminal's session for `cwd`, else its newest one, else a new one."""
+        self._check_writable("continue a session")
+        return SessionManager.continue_recent(
+            os.fspath(cwd), storage=self.storage, agent_dir=self.agent_dir
+        )
+
+    def fork(
+        self, session: str | os.PathLike[str], cwd: str | os.PathLike[str] | None = None
+    ) -> SessionManager:
+        """A new session of this store holding a copy of `session` (see `resolve`), in
+        `cwd`'s project (default: the source's); `parentSession` names the source."""
+        self._check_writable("fork a session")
+        path = self.resolve(session)
+        if cwd is None:
+            with SessionManager.open(
+                path,
+                storage=self.storage,
+                read_only=True,
+                blob_store=self.blobs_for(path),
+                agent_dir=self.agent_dir,
+            ) as source:
+                header = source.get_header() or {}
+            where = str(header.get("cwd") or os.getcwd())
+        else:
+            where = os.fspath(cwd)
+        return SessionManager.fork_from(path, where, storage=self.storage, agent_dir=self.agent_dir)
+
+    def delete(self, session: str | os.PathLike[str], *, force: bool = False) -> builtins.list[str]:
+        """Delete a session file of the store and its artifacts dir; returns what was
+        removed (`sessiontree rm`: a damaged file needs `force`)."""
+        self._check_writable("delete a session")
+        path = self.resolve(session)
+        return delete_session(path, self.storage, agent_dir=self.agent_dir, force=force)
+
+    # ------------------------------------------------------------------ reading it all
+
+    def _view(self, paths: Sequence[str]) -> tuple[builtins.list[str | SessionSource], Any, Any]:
+        """(sources, storage, agent dir) the content index reads `paths` through: another
+        agent's sessions by their reader (`index_view`), ours as they are."""
+        storage = self.storage
+        if self._foreign is None:
+            return builtins.list(paths), storage, self.agent_dir
+        from sessiontree.foreign.storage import index_view
+
+        view = index_view(storage, paths, self.agent_dir)
+        return view.sources, view.storage, view.agent_dir
+
+    def search(
+        self,
+        query: str,
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        sessions: Iterable[str] | None = None,
+        regex: bool = False,
+        case_sensitive: bool = False,
+        roles: Iterable[str] | None = None,
+        since: Moment | None = None,
+        until: Moment | None = None,
+        limit: int | None = None,
+        use_index: bool = True,
+        progress: Progress | None = None,
+    ) -> SearchResult:
+        """Entries whose text contains `query` (a phrase; with `regex`, a Python regular
+        expression), newest first where the content index answers: `.hits` (session
+        path and id, entry id, role, time, snippet), `.mode`, `.notes`.
+
+        In the sessions of `cwd`'s project (None: every project), or in `sessions`
+        (paths). `roles`, `since`/`until` and `limit` narrow the hits.
+        """
+        from sessiontree.search import search
+
+        paths = (
+            builtins.list(sessions) if sessions is not None else [s.path for s in self.list(cwd)]
+        )
+        sources, storage, agent_dir = self._view(paths)
+        return search(
+            sources,
+            query,
+            regex=regex,
+            case_sensitive=case_sensitive,
+            roles=builtins.list(roles) if roles is not None else None,
+            since=_ms(since, end=False),
+            until=_ms(until, end=True),
+            limit=limit,
+            storage=storage,
+            agent_dir=agent_dir,
+            use_index=use_index,
+            index_progress=progress,
+        )
+
+    def replies(self, *, use_index: bool = True, progress: Progress | None = None) -> PricedReplies:
+        """Every assistant reply of the store, counted once (a fork's or an import's copy
+        of a reply is not counted again) and priced (recorded costs, else estimates
+        from the bundled price table, marked): what `usage` and `sessiontree usage`
+        report on."""
+        from sessiontree.reports import count_once, load_usage, price
+
+        paths = self.files(nested=False)
+        sources, storage, agent_dir = self._view(paths)
+        data = load_usage(
+            sources, storage=storage, agent_dir=agent_dir, use_index=use_index, progress=progress
+        )
+        counted, duplicates = count_once(data.sessions)
+        return PricedReplies(price(counted), duplicates, data.notes)
+
+    def usage(
+        self,
+        period: ReportKind = "daily",
+        *,
+        since: Moment | None = None,
+        until: Moment | None = None,
+        projects: Iterable[str | os.PathLike[str]] | None = None,
+        tz: str | None = None,
+        use_index: bool = True,
+        progress: Progress | None = None,
+    ) -> Report:
+        """Tokens and cost per `period` ("daily", "weekly", "monthly"; or per "session" or
+        "project"), each row with its models; estimated costs are marked.
+
+        `since`/`until` bound the replies, `projects` (cwds) keeps theirs; `tz` names the
+        time zone the days are in (default: the local one).
+        """
+        from sessiontree.reports import report, time_zone
+
+        if period not in ("daily", "weekly", "monthly", "session", "project"):
+            raise ValueError(
+                f"unknown period {period!r}: daily, weekly, monthly, session or project"
+            )
+        zone, zone_name = time_zone(tz)
+        priced = self.replies(use_index=use_index, progress=progress)
+        return report(
+            priced.replies,
+            period,
+            tz=zone,
+            tz_name=zone_name,
+            since=_ms(since, end=False, tz=zone),
+            until=_ms(until, end=True, tz=zone),
+            projects=[os.path.abspath(os.path.expanduser(os.fspath(p))) for p in projects]
+            if projects is not None
+            else None,
+            duplicates=priced.duplicates,
+        )
+
+    def stats(
+        self, cwd: str | os.PathLike[str] | None = None, *, progress: Progress | None = None
+    ) -> StoreStats:
+        """Sessions, bytes, entries, blobs, and tokens and cost per model and per day: of
+        `cwd`'s project (None: of every project); blobs are the whole store's."""
+        from sessiontree.reports import store_stats
+
+        storage = self.storage
+        every = self.files(nested=False)
+        paths = every if cwd is None else self.files(cwd, nested=False)
+        context, view_storage, agent_dir = self._view(every)
+        scope, _, _ = self._view(paths)
+        return store_stats(
+            scope,
+            os.path.join(self.agent_dir, "blobs"),
+            storage=view_storage,
+            index_progress=progress,
+            blob_store=None if self.is_files else storage_blob_store(storage),
+            context=context,
+            agent_dir=agent_dir,
+        )
+
+    # ------------------------------------------------------------------ keeping it sound
+
+    def gc(
+        self,
+        *,
+        delete: bool = False,
+        min_age_seconds: float = DEFAULT_MIN_AGE_SECONDS,
+        progress: Callable[[str], None] | None = None,
+    ) -> GcReport:
+        """The blobs no session of the store references (`.unreferenced`, `.young`, their
+        bytes), and what could not be read (`.unreadable`); with `delete=True`, the old
+        enough ones are deleted (`.deleted`; `.refused` says why nothing was)."""
+        self._check_writable("collect its blobs")
+        return collect_garbage(
+            self.agent_dir,
+            delete=delete,
+            min_age_seconds=min_age_seconds,
+            progress=progress,
+            storage=self.storage,
+        )
+
+    def check(
+        self,
+        paths: Iterable[str] | None = None,
+        *,
+        fix: bool = False,
+        progress: Callable[[str], None] | None = None,
+    ) -> builtins.list[Finding]:
+        """What is wrong with the named sessions (paths or prefixes; None: every session
+        file of the store): each `Finding` with its `.path`; [] when all are sound. A
+        file that cannot be read is a finding of kind "unreadable".
+
+        `fix=True` repairs each damaged session in place (its original kept as
+        `<file>.bak`) and returns what is still wrong after the repair; a session it
+        could not repair (a live agent is writing it) keeps its findings, and one of
+        kind "unrepaired" says why.
+        """
+        if fix:
+            self._check_writable("repair its sessions")
+        else:
+            self._check_open()
+        files = [self.resolve(p) for p in paths] if paths is not None else self.files()
+        storage = self.storage
+        found: builtins.list[Finding] = []
+        for path in files:
+            if progress is not None:
+                progress(path)
+            blobs = self.blobs_for(path)
+            try:
+                findings = check_session(path, storage=storage, blobs=blobs)
+            except (OSError, SessionTreeError) as exc:
+                findings = [Finding("unreadable", None, None, f"cannot read: {exc}")]
+            else:
+                if fix and findings:
+                    try:
+                        repair_session(
+                            path,
+                            in_place=True,
+                            storage=storage,
+                            blobs=blobs,
+                            agent_dir=self.agent_dir,
+                        )
+                        findings = check_session(path, storage=storage, blobs=blobs)
+                    except (OSError, SessionTreeError) as exc:  # a live writer holds it, ...
+                        message = f"not repaired: {exc}"
+                        findings = [*findings, Finding("unrepaired", None, None, message)]
+            found += [dataclasses.replace(f, path=path) for f in findings]
+        return found
+
+    def repair(
+        self,
+        session: str | os.PathLike[str],
+        out_path: str | None = None,
+        *,
+        in_place: bool = False,
+        dry_run: bool = False,
+    ) -> RepairReport:
+        """Write a repaired copy of a session (default `<file>.repaired`; `in_place`:
+        the file itself, the original kept as `.bak`), reporting every change."""
+        if dry_run:
+            self._check_open()
+        else:
+            self._check_writable("repair a session")
+        path = self.resolve(session)
+        return repair_session(
+            path,
+            out_path,
+            in_place=in_place,
+            storage=self.storage,
+            blobs=self.blobs_for(path),
+            dry_run=dry_run,
+            agent_dir=self.agent_dir,
+        )
+
+    # ------------------------------------------------------------------ transfers
+
+    def _database(self, what: str) -> SessionStorage:
+        self._check_writable(what)
+        if self._url is None and self._owns_storage:
+            raise InvalidStoreError(
+                f"{self.location}: {what} moves sessions between an agent dir's files and "
+                "a database: open the store on the database (postgresql://...)"
+            )
+        return self.storage
+
+    def import_files(
+        self, agent_dir: str | os.PathLike[str], report: TransferReport | None = None
+    ) -> TransferReport:
+        """Copy an agent dir's `sessions/` and `blobs/` into this (database) store, byte
+        for byte (`report`, when given, says what was copied if the copy stops)."""
+        storage = self._database("import_files")
+        source = os.path.abspath(os.path.expanduser(os.fspath(agent_dir)))
+        if not os.path.isdir(source):
+            raise FileNotFoundError(2, "No such directory", source)
+        return import_files(source, storage, report)
+
+    def export_files(
+        self, agent_dir: str | os.PathLike[str], report: TransferReport | None = None
+    ) -> TransferReport:
+        """Copy this (database) store's sessions and blobs into an agent dir's `sessions/`
+        and `blobs/`, byte for byte, mtimes kept."""
+        storage = self._database("export_files")
+        target = os.path.abspath(os.path.expanduser(os.fspath(agent_dir)))
+        if os.path.exists(target) and not os.path.isdir(target):
+            raise NotADirectoryError(20, "Not a directory", target)
+        return export_files(storage, target, report)
+
+
+def _ms(moment: Moment | None, *, end: bool, tz: Any = None) -> int | None:
+    """Epoch milliseconds of a `Moment` (text parsed in `tz`, default the local zone)."""
+    if moment is None or isinstance(moment, int):
+        return moment
+    if isinstance(moment, datetime):
+        return int(moment.timestamp() * 1000)
+    from sessiontree.reports import parse_time, time_zone
+
+    zone = tz if tz is not None else time_zone(None)[0]
+    return parse_time(moment, zone, end=end)
