@@ -86,7 +86,7 @@ class _TerminalConsole(Console):
 console: Console = _TerminalConsole()
 err_console: Console = _TerminalConsole(stderr=True)
 
-JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (see README) instead.")]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (see docs/cli.md) instead.")]
 SessionArg = Annotated[
     str,
     typer.Argument(
