@@ -15,7 +15,9 @@ project dirs of a temporary agent dir, then times, each `--runs` times:
 * grown:        a fresh process after 10 sessions grew by a few entries.
 
 Times are for the `list_all_sessions` call inside the process (interpreter start
-and `import sessiontree` are reported separately). The machine's other load
+and `import sessiontree` are reported separately); `cpu` is the CPU time that call
+took, its worker processes included (on a shared machine it moves less than the
+wall time). The machine's other load
 shows up in the spread, so read the medians.
 """
 
@@ -39,21 +41,29 @@ from sessiontree.format import serialize_entry
 PEER_GENERATOR = Path("/work/shared/peers/gen_big_session.py")
 
 CHILD = r"""
-import json, sys, time
+import json, resource, sys, time
 t0 = time.perf_counter()
-from sessiontree.listing import _discovery as discovery
+from sessiontree.listing import _scan, list_all_sessions
 t1 = time.perf_counter()
 args = json.loads(sys.argv[1])
 if args.get("workers"):
-    discovery.MAX_WORKERS = args["workers"]
+    _scan.MAX_WORKERS = args["workers"]
+def cpu():
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)  # the scan's worker processes
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 times = []
+cpus = []
 for _ in range(args["repeat"]):
     t = time.perf_counter()
-    infos = discovery.list_all_sessions(agent_dir=args["agent"])
+    c = cpu()
+    infos = list_all_sessions(agent_dir=args["agent"])
     times.append((time.perf_counter() - t) * 1000)
+    cpus.append((cpu() - c) * 1000)
 print(json.dumps({
     "import_ms": (t1 - t0) * 1000,
     "times": times,
+    "cpu": cpus,
     "count": len(infos),
     "messages": sum(i.message_count for i in infos),
 }))
@@ -192,12 +202,14 @@ def main(argv: list[str] | None = None) -> None:
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load {os.getloadavg()}")
         cache = agent / "cache"
         rows: dict[str, list[float]] = {}
+        cpu: dict[str, list[float]] = {}
         imports: list[float] = []
 
-        def record(name: str, result: dict[str, Any], times: list[float] | None = None) -> None:
+        def record(name: str, result: dict[str, Any], skip: int = 0) -> None:
             if result["count"] != len(files):
                 raise SystemExit(f"{name}: listed {result['count']} of {len(files)} sessions")
-            rows.setdefault(name, []).extend(times if times is not None else result["times"])
+            rows.setdefault(name, []).extend(result["times"][skip:])
+            cpu.setdefault(name, []).extend(result["cpu"][skip:])
             imports.append(result["import_ms"])
 
         # touch every file once so the page cache is warm for every scenario
@@ -214,7 +226,7 @@ def main(argv: list[str] | None = None) -> None:
         for _ in range(args.runs):
             record("warm, fresh process", child(agent))
         result = child(agent, repeat=args.runs + 1)
-        record("warm, same process again", result, result["times"][1:])
+        record("warm, same process again", result, skip=1)
         step = max(1, len(files) // 10)
         grown = files[::step][:10]
         for k in range(args.runs):
@@ -222,11 +234,13 @@ def main(argv: list[str] | None = None) -> None:
             record("10 sessions grew, fresh process", child(agent))
 
         print()
-        heading = f"{'list_all_sessions':36s} {'median':>9s} {'min':>9s} {'max':>9s}"
-        print(f"{heading}   (ms, {args.runs} runs)")
+        heading = f"{'list_all_sessions':36s} {'median':>9s} {'min':>9s} {'max':>9s} {'cpu':>9s}"
+        print(f"{heading}   (ms, {args.runs} runs; cpu: median, workers included)")
         for name, values in rows.items():
+            used = f"{statistics.median(cpu[name]):9.1f}" if name in cpu else f"{'':9s}"
             print(
-                f"{name:36s} {statistics.median(values):9.1f} {min(values):9.1f} {max(values):9.1f}"
+                f"{name:36s} {statistics.median(values):9.1f} {min(values):9.1f} "
+                f"{max(values):9.1f} {used}"
             )
         print(f"{'(import sessiontree, per process)':36s} {statistics.median(imports):9.1f}")
         db = cache / "sessions-meta.db"
@@ -234,6 +248,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"cache db: {db.stat().st_size / 1e6:.1f} MB")
         if args.json:
             print(json.dumps({k: sorted(v) for k, v in rows.items()}))
+            print(json.dumps({k: sorted(v) for k, v in cpu.items()}))
     finally:
         if not args.keep and not args.work:
             shutil.rmtree(work, ignore_errors=True)

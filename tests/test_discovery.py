@@ -17,11 +17,14 @@ from typing import Any
 import pytest
 
 from sessiontree.errors import AmbiguousSessionError
-from sessiontree.format import serialize_entry, session_file_name
+from sessiontree.format import content_text, serialize_entry, session_file_name
 from sessiontree.layout import encode_session_dir_name, home_relative_dir_name
 from sessiontree.listing import (
+    CACHE_DB_NAME,
     RecentSessionInfo,
     SessionInfo,
+    _resume,
+    _scan,
     clear_listing_cache,
     find_most_recent_session,
     get_recent_sessions,
@@ -29,7 +32,6 @@ from sessiontree.listing import (
     list_sessions,
     resolve_resumable_session,
 )
-from sessiontree.listing import _discovery as discovery
 from sessiontree.storage import FileSessionStorage, MemorySessionStorage
 
 CWD = "/work/proj"
@@ -581,13 +583,13 @@ def test_recent_session_with_title_slot_and_prefix_header(store: Store) -> None:
 def test_time_ago() -> None:
     now = datetime(2026, 2, 16, 12, 0, tzinfo=UTC)
     ts = now.timestamp()
-    assert discovery._time_ago(now - timedelta(seconds=59), ts) == "just now"
-    assert discovery._time_ago(now + timedelta(seconds=30), ts) == "just now"
-    assert discovery._time_ago(now - timedelta(minutes=5, seconds=3), ts) == "5m ago"
-    assert discovery._time_ago(now - timedelta(hours=3, minutes=59), ts) == "3h ago"
-    assert discovery._time_ago(now - timedelta(days=2, hours=1), ts) == "2d ago"
+    assert _resume._time_ago(now - timedelta(seconds=59), ts) == "just now"
+    assert _resume._time_ago(now + timedelta(seconds=30), ts) == "just now"
+    assert _resume._time_ago(now - timedelta(minutes=5, seconds=3), ts) == "5m ago"
+    assert _resume._time_ago(now - timedelta(hours=3, minutes=59), ts) == "3h ago"
+    assert _resume._time_ago(now - timedelta(days=2, hours=1), ts) == "2d ago"
     old = now - timedelta(days=7, minutes=1)
-    assert discovery._time_ago(old, ts) == old.astimezone().strftime("%Y-%m-%d")
+    assert _resume._time_ago(old, ts) == old.astimezone().strftime("%Y-%m-%d")
 
 
 def test_find_most_recent_session(store: Store) -> None:
@@ -927,25 +929,25 @@ def test_parallel_scan_matches_sequential(fstore: Store, monkeypatch: pytest.Mon
         (i.path, i.message_count, i.first_message)
         for i in list_all_sessions(storage=FileSessionStorage(), cache=False)
     ]
-    monkeypatch.setattr(discovery, "PARALLEL_MIN_FILES", 8)
-    monkeypatch.setattr(discovery, "PARALLEL_MIN_BYTES", 1)
+    monkeypatch.setattr(_scan, "PARALLEL_MIN_FILES", 8)
+    monkeypatch.setattr(_scan, "PARALLEL_MIN_BYTES", 1)
     calls: list[int] = []
-    real = discovery._scan_parallel
+    real = _scan._scan_parallel
 
     def spy(jobs: Any, workers: int) -> Any:
         calls.append(workers)
         return real(jobs, workers)
 
-    monkeypatch.setattr(discovery, "_scan_parallel", spy)
+    monkeypatch.setattr(_scan, "_scan_parallel", spy)
     got = list_all_sessions(storage=FileSessionStorage())
     assert [(i.path, i.message_count, i.first_message) for i in got] == expected
     if threading.active_count() == 1 and (os.cpu_count() or 1) > 1 and sys.platform == "linux":
         assert calls and calls[0] >= 2
     # never with another thread alive (fork would copy its locks), nor for other storages
     jobs = [((f"/x/{i}", 1 << 20, 0, 0), None) for i in range(64)]
-    assert discovery._workers_for(jobs, MemorySessionStorage()) == 1  # type: ignore[arg-type]
+    assert _scan._workers_for(jobs, MemorySessionStorage()) == 1  # type: ignore[arg-type]
     monkeypatch.setattr(threading, "active_count", lambda: 2)
-    assert discovery._workers_for(jobs, FileSessionStorage()) == 1  # type: ignore[arg-type]
+    assert _scan._workers_for(jobs, FileSessionStorage()) == 1  # type: ignore[arg-type]
 
 
 def reference(storage: Any, path: str) -> tuple[Any, ...] | None:
@@ -962,7 +964,7 @@ def reference(storage: Any, path: str) -> tuple[Any, ...] | None:
             count += 1
             m = e.get("message")
             if isinstance(m, dict) and m.get("role") in ("user", "assistant"):
-                text = discovery.content_text(m.get("content"))
+                text = content_text(m.get("content"))
                 if text:
                     texts.append(text)
                     if first is None and m["role"] == "user":
@@ -1163,7 +1165,7 @@ def test_a_symlink_planted_as_the_listing_cache_is_never_followed(
     cache.mkdir(mode=0o700, exist_ok=True)
     for name in os.listdir(cache):
         os.unlink(cache / name)
-    db = agent_dir / discovery.CACHE_DB_NAME
+    db = agent_dir / CACHE_DB_NAME
     db.symlink_to(victim)
     Path(str(db) + "-wal").symlink_to(text)
     if how == "listing":

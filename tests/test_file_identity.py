@@ -23,8 +23,7 @@ from hypothesis import strategies as st
 
 from conftest import examples
 from sessiontree.format import serialize_entry
-from sessiontree.listing import _discovery as discovery
-from sessiontree.listing import clear_listing_cache, list_all_sessions
+from sessiontree.listing import CACHE_DB_NAME, _marks, _scan, clear_listing_cache, list_all_sessions
 from sessiontree.search import search, search_sessions
 
 HEADER = {"type": "session", "version": 3, "id": "s1", "timestamp": "2026-01-01T00:00:00.000Z"}
@@ -168,7 +167,7 @@ def test_caches_written_before_ctime_was_kept_are_upgraded_and_not_trusted(
     os.utime(path, ns=(OLD_NS, OLD_NS))
     assert _first_messages(agent_dir) == ["alpha needle"]
     assert len(search([str(path)], "alpha", agent_dir=str(agent_dir)).hits) == 1
-    for name in (discovery.CACHE_DB_NAME, INDEX_DB_NAME):
+    for name in (CACHE_DB_NAME, INDEX_DB_NAME):
         conn = sqlite3.connect(agent_dir / name)
         conn.execute("ALTER TABLE files DROP COLUMN ctime_ns")
         conn.close()
@@ -176,7 +175,7 @@ def test_caches_written_before_ctime_was_kept_are_upgraded_and_not_trusted(
     _rewrite_in_place(path, _session(["omega needle"]))
     assert _first_messages(agent_dir) == ["omega needle"]
     assert len(search([str(path)], "omega", agent_dir=str(agent_dir)).hits) == 1
-    for name in (discovery.CACHE_DB_NAME, INDEX_DB_NAME):
+    for name in (CACHE_DB_NAME, INDEX_DB_NAME):
         conn = sqlite3.connect(agent_dir / name)
         columns = [row[1] for row in conn.execute("PRAGMA table_info(files)")]
         ctimes = conn.execute("SELECT ctime_ns FROM files").fetchall()
@@ -188,14 +187,14 @@ def test_caches_written_before_ctime_was_kept_are_upgraded_and_not_trusted(
 def _coarse_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     """A kernel whose ctime is as coarse as its mtime: it never tells a write within
     the tick apart (only the racy-scan rule can)."""
-    monkeypatch.setattr(discovery, "_CTIME_MOVES", False)
+    monkeypatch.setattr(_marks, "_CTIME_MOVES", False)
 
 
 def _racy_rewrite(path: Path, data: bytes, monkeypatch: pytest.MonkeyPatch) -> None:
     """A rewrite in the tick of the file's mtime, right after a scan in that same tick:
     the clock the caches read says it is still that tick."""
     mtime = os.stat(path).st_mtime_ns
-    monkeypatch.setattr(discovery, "_now_ns", lambda: mtime + 1_000)
+    monkeypatch.setattr(_marks, "_now_ns", lambda: mtime + 1_000)
     _rewrite_in_place(path, data)
 
 
@@ -206,24 +205,24 @@ def test_a_scan_within_the_tick_of_a_write_is_not_trusted_later(
     path = project / "a.jsonl"
     path.write_bytes(_session(["alpha needle"]))
     os.utime(path, ns=(OLD_NS, OLD_NS))
-    monkeypatch.setattr(discovery, "_now_ns", lambda: OLD_NS + 1_000)  # scanned in its tick
+    monkeypatch.setattr(_marks, "_now_ns", lambda: OLD_NS + 1_000)  # scanned in its tick
     assert _first_messages(agent_dir) == ["alpha needle"]
     assert len(search([str(path)], "alpha", agent_dir=str(agent_dir)).hits) == 1
     _racy_rewrite(path, _session(["omega needle"]), monkeypatch)
-    monkeypatch.setattr(discovery, "_now_ns", time.time_ns)  # the tick is long over
+    monkeypatch.setattr(_marks, "_now_ns", time.time_ns)  # the tick is long over
     assert _first_messages(agent_dir) == ["omega needle"]
     assert len(search([str(path)], "omega", agent_dir=str(agent_dir)).hits) == 1
     clear_listing_cache()
     assert _first_messages(agent_dir) == ["omega needle"]
     # Scanned after the tick: trusted, not read again.
     reads: list[str] = []
-    original = discovery._scan_file
+    original = _scan.scan_file
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         reads.append(args[1])
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(discovery, "_scan_file", counting)
+    monkeypatch.setattr(_scan, "scan_file", counting)
     assert _first_messages(agent_dir) == ["omega needle"]
     clear_listing_cache()
     assert _first_messages(agent_dir) == ["omega needle"]
@@ -265,8 +264,8 @@ def test_cached_answers_equal_uncached_ones_whatever_the_writes(
     clear_listing_cache()
     clock = [OLD_NS]
     with monkeypatch.context() as patch:
-        patch.setattr(discovery, "_CTIME_MOVES", False)
-        patch.setattr(discovery, "_now_ns", lambda: clock[0])
+        patch.setattr(_marks, "_CTIME_MOVES", False)
+        patch.setattr(_marks, "_now_ns", lambda: clock[0])
         texts: dict[int, list[str]] = {}
         for k in range(3):
             texts[k] = ["alpha"]

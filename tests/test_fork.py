@@ -682,7 +682,7 @@ print("stuck", flush=True)
 @pytest.mark.parametrize(
     ("module", "attribute", "use"),
     [
-        ("sessiontree.listing._discovery", "_lock", "list"),
+        ("sessiontree.listing._cache", "lock", "list"),
         ("sessiontree.storage._pins", "_lock", "put_blob"),
         ("sessiontree.format._entries", "_snowflake_lock", "append"),
         ("sessiontree.history._history", "HistoryStorage._registry_lock", "history"),

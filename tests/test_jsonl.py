@@ -160,3 +160,27 @@ def test_fast_path_numbers_match_the_exact_formatter(value: float) -> None:
     assert serialize_entry({"v": value, "a": [value]}) == (
         f'{{"v":{js_number(value)},"a":[{js_number(value)}]}}'
     )
+
+
+def test_one_way_to_parse_a_json_line() -> None:
+    # `loads_line` tries orjson first; no reader keeps a copy of that try (issue 22.3).
+    import re
+    from pathlib import Path
+
+    from sessiontree.format import loads_object
+
+    src = Path(__file__).resolve().parents[1] / "src" / "sessiontree"
+    copy = re.compile(
+        r"except orjson\.JSONDecodeError:[^\n]*\n(?:[^\n]*\n){0,3}?[^\n]*loads_line\("
+    )
+    copies = [
+        str(p.relative_to(src))
+        for p in src.rglob("*.py")
+        if p.name != "_jsonl.py" and copy.search(p.read_text(encoding="utf-8"))
+    ]
+    assert copies == []
+    assert loads_object(b'{"a":1}') == {"a": 1}
+    assert loads_object(memoryview(b' {"a":"\\ud83d"} ')) == {"a": "\ud83d"}
+    assert loads_object(bytearray(b'{"t":1e400}')) == {"t": float("inf")}
+    for other in (b"[1]", b'"s"', b"null", b"{bad", b"", b"\xff{}", b"1"):
+        assert loads_object(other) is None

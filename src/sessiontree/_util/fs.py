@@ -173,12 +173,20 @@ def clear_non_regular(path: str) -> None:
         os.unlink(path)
 
 
-def private_database(path: str) -> None:
+def private_database(path: str) -> os.stat_result:
     """Ready `path` for SQLite, which follows symlinks: no link under its name or its
-    side files' (`-wal`, `-shm`, `-journal`), and the file there, created 0600."""
+    side files' (`-wal`, `-shm`, `-journal`), and the file there, 0600 (created so, or
+    made so: it holds what the sessions say). Returns the file's stat."""
     for suffix in ("", "-wal", "-shm", "-journal"):
         clear_non_regular(path + suffix)
-    os.close(open_regular(path, os.O_RDWR | os.O_CREAT, FILE_MODE))
+    fd = open_regular(path, os.O_RDWR | os.O_CREAT, FILE_MODE)
+    try:
+        st = os.fstat(fd)
+        if stat.S_IMODE(st.st_mode) != FILE_MODE:
+            os.fchmod(fd, FILE_MODE)
+    finally:
+        os.close(fd)
+    return st
 
 
 def private_temp_dir(name: str) -> str:

@@ -1,12 +1,12 @@
 """Foreign listings and import records in the persistent listing cache.
 
 The same SQLite file as the native listing (`<agent dir>/cache/sessions-meta.db`,
-see `sessiontree.listing._discovery`), in tables of its own, with the same rule: a row is
-valid for one file identity (path and `discovery.stat_identity`: size, mtime_ns,
-inode, ctime_ns), and every failure
-degrades to "no cache" (a locked, read-only or damaged database is passed over;
-the file is only a cache and safe to delete). Nothing creates an agent dir just
-to hold a cache.
+see `sessiontree.listing`), one family of tables each (`sessiontree._util.cachedb`: a
+family is upgraded or rebuilt without touching the others), with the same rule: a row
+is valid for one file identity (path and `listing.stat_identity`: size, mtime_ns, inode,
+ctime_ns), and every failure degrades to "no cache" (a locked, read-only or damaged
+database is passed over or repaired once; the file is only a cache and safe to delete).
+Nothing creates an agent dir just to hold a cache.
 """
 
 from __future__ import annotations
@@ -14,22 +14,35 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Callable, Iterable
-from contextlib import closing
 from typing import Any, TypeVar
 
-from sessiontree._util.fs import private_database, utf8_encodable
+from sessiontree._util.cachedb import Family, run_cached
+from sessiontree._util.fs import utf8_encodable
 from sessiontree.format import loads_line, serialize_entry_bytes
-from sessiontree.listing import CACHE_DB_NAME, add_ctime_column
-from sessiontree.storage import ensure_private_dir
+from sessiontree.listing import CACHE_DB_NAME, META_DB_APP_ID
 
-__all__ = ["Identity", "IdentityCache"]
+__all__ = ["FOREIGN_FAMILIES", "Identity", "IdentityCache"]
 
-Identity = tuple[int, int, int, int]  # `discovery.stat_identity`: size, mtime_ns, inode, ctime
+Identity = tuple[int, int, int, int]  # `listing.stat_identity`: size, mtime_ns, inode, ctime
 T = TypeVar("T")
 
-_TABLES = {
-    "foreign_files": "listing metadata of other agents' sessions",
-    "foreign_imports": "the foreign_session_import records found in this store's sessions",
+
+def _family(table: str) -> Family:
+    return Family(
+        name=table,
+        version=1,
+        schema=(
+            f"CREATE TABLE {table} (path TEXT PRIMARY KEY, size INTEGER NOT NULL, "
+            "mtime_ns INTEGER NOT NULL, ino INTEGER NOT NULL, value BLOB NOT NULL, "
+            "ctime_ns INTEGER NOT NULL) WITHOUT ROWID",
+        ),
+        tables=(table,),
+    )
+
+
+FOREIGN_FAMILIES = {
+    "foreign_files": _family("foreign_files"),  # listing metadata of other agents' sessions
+    "foreign_imports": _family("foreign_imports"),  # the import records in this store's sessions
 }
 
 
@@ -37,31 +50,14 @@ class IdentityCache:
     """One table: path -> (identity, JSON value)."""
 
     def __init__(self, agent_dir: str | None, table: str) -> None:
-        assert table in _TABLES
+        self.family = FOREIGN_FAMILIES[table]
         self.table = table
-        self.agent_dir = agent_dir
         self.path = os.path.join(agent_dir, CACHE_DB_NAME) if agent_dir else None
 
     def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T | None:
-        if self.path is None or self.agent_dir is None or not os.path.isdir(self.agent_dir):
+        if self.path is None:
             return None
-        try:
-            ensure_private_dir(os.path.dirname(self.path))
-            private_database(self.path)  # sqlite follows links: a planted one goes first
-            conn = sqlite3.connect(self.path, timeout=2.0, isolation_level=None)
-        except (OSError, sqlite3.Error):
-            return None
-        try:
-            with closing(conn):
-                conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {self.table} (path TEXT PRIMARY KEY, "
-                    "size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL, ino INTEGER NOT NULL, "
-                    "value BLOB NOT NULL, ctime_ns INTEGER NOT NULL DEFAULT -1) WITHOUT ROWID"
-                )
-                add_ctime_column(conn, self.table)
-                return fn(conn)
-        except (sqlite3.Error, ValueError, TypeError, OSError):
-            return None
+        return run_cached(self.path, self.family, fn, application_id=META_DB_APP_ID)
 
     def fetch(self, paths: Iterable[str]) -> dict[str, tuple[Identity, Any]]:
         """Cached values of `paths` (whatever identity they were stored with)."""

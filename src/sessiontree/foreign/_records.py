@@ -13,8 +13,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from sessiontree.format import format_iso, loads_line, parse_iso_ms
 
 __all__ = ["Damaged", "Record", "Transcript", "iso", "read_transcript", "timestamp_ms"]
@@ -75,14 +73,6 @@ def _lines(path: str) -> Iterator[tuple[int, bytes]]:
             yield number + 1, rest
 
 
-def _parse(raw: bytes) -> Any:
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        # orjson refuses lone surrogates and the like that JSON.parse accepts.
-        return loads_line(raw)
-
-
 def _why(line: bytes) -> str:
     try:
         line.decode("utf-8")
@@ -104,7 +94,7 @@ def read_transcript(path: str) -> Transcript:
         if number == 1 and line.startswith(b"\xef\xbb\xbf"):
             line = line[3:]
         try:
-            value = _parse(line)
+            value = loads_line(line)
         except (ValueError, UnicodeError):
             transcript.damaged.append(Damaged(number, _why(line)))
             continue

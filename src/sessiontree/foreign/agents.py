@@ -28,8 +28,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from sessiontree._util.env import copilot_home, gemini_home, opencode_home
 from sessiontree.errors import SessionTreeError
 from sessiontree.foreign._content import str_field
@@ -60,7 +58,7 @@ from sessiontree.foreign.opencode_db import (
     session_bytes,
     split_db_path,
 )
-from sessiontree.format import loads_line
+from sessiontree.format import loads_object
 from sessiontree.listing import stat_identity
 
 __all__ = ["BACKENDS", "Backend", "Located", "detect_file", "detect_store"]
@@ -68,7 +66,7 @@ __all__ = ["BACKENDS", "Backend", "Located", "detect_file", "detect_store"]
 log = logging.getLogger("sessiontree")
 
 Identity = tuple[int, int, int, int]
-"""What a listing is cached under (`discovery.stat_identity` for one file; for a
+"""What a listing is cached under (`listing.stat_identity` for one file; for a
 session that is not one file, what changes with it: a database session's message
 count, last update, the database's inode and its part count)."""
 _HEAD = 64 * 1024
@@ -511,14 +509,8 @@ def _lines(head: bytes) -> list[dict[str, Any]]:
         line = raw.strip()
         if not line:
             continue
-        try:
-            value = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            try:
-                value = loads_line(line)
-            except (ValueError, UnicodeError):
-                continue
-        if isinstance(value, dict):
+        value = loads_object(line)
+        if value is not None:
             values.append(value)
     return values
 

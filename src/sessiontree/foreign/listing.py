@@ -20,8 +20,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import astuple, dataclass
 from typing import Any
 
-import orjson
-
 from sessiontree.foreign._content import str_field, text_of
 from sessiontree.foreign._records import Record, timestamp_ms
 from sessiontree.foreign.claude import claude_fork_parent, claude_session_id, claude_title
@@ -31,7 +29,7 @@ from sessiontree.foreign.codex import (
     is_legacy_rollout,
     rollout_id,
 )
-from sessiontree.format import loads_line
+from sessiontree.format import loads_object
 
 __all__ = ["PROMPT_REACH", "WINDOW", "ForeignMeta", "scan_claude", "scan_codex"]
 
@@ -73,16 +71,7 @@ class ForeignMeta:
 
 
 def _parse(line: bytes) -> dict[str, Any] | None:
-    if not line.strip():
-        return None
-    try:
-        value = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        try:
-            value = loads_line(line)
-        except (ValueError, UnicodeError):
-            return None
-    return value if isinstance(value, dict) else None
+    return loads_object(line) if line.strip() else None
 
 
 @dataclass(slots=True)

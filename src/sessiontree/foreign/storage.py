@@ -27,8 +27,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import orjson
-
 from sessiontree.errors import SessionTreeError
 from sessiontree.foreign._model import ForeignSession, NotAForeignSessionError
 from sessiontree.foreign._records import iso
@@ -154,10 +152,7 @@ class ForeignStorage:
         values: list[Entry] = []
         for line in data.split(b"\n"):
             if line:
-                try:
-                    values.append(orjson.loads(line))
-                except orjson.JSONDecodeError:
-                    values.append(loads_line(line))  # what orjson refuses (lone surrogates)
+                values.append(loads_line(line))
         return (values[0], values[1:]) if values else (None, [])
 
     def exists(self, path: str) -> bool:

@@ -1,5 +1,6 @@
 """The on-disk format, pure (no I/O): entries, JS-identical JSON, migrations, names, the
-tree, the model context, the text view of an entry, token sums."""
+tree, the model context, the text view of an entry, token sums, a listing's metadata
+fold."""
 
 from __future__ import annotations
 
@@ -27,6 +28,13 @@ from sessiontree.format._entries import (
     iso_now,
     parse_iso_ms,
 )
+from sessiontree.format._fold import (
+    AWAITING_HEADER,
+    FOLD_FIELDS,
+    NOT_A_SESSION,
+    SESSION,
+    MetaFold,
+)
 from sessiontree.format._jsonl import (
     STRICT_DUMPS_OPTIONS,
     allow_deep_nesting,
@@ -35,6 +43,7 @@ from sessiontree.format._jsonl import (
     iter_jsonl_bytes,
     js_number,
     loads_line,
+    loads_object,
     parse_jsonl_lenient,
     serialize_entry,
     serialize_entry_bytes,
@@ -58,6 +67,7 @@ from sessiontree.format._naming import (
     session_file_name,
     session_name,
     session_path,
+    session_title,
     title_slot_line,
 )
 from sessiontree.format._text import (
@@ -78,15 +88,20 @@ from sessiontree.format._usage import (
 )
 
 __all__ = [
+    "AWAITING_HEADER",
     "BRANCH_SUMMARY_PREFIX",
     "COMPACTION_SUMMARY_PREFIX",
     "CURRENT_SESSION_VERSION",
+    "FOLD_FIELDS",
+    "NOT_A_SESSION",
+    "SESSION",
     "SETTING_KINDS",
     "STRICT_DUMPS_OPTIONS",
     "TITLE_SLOT_BYTES",
     "ContextBuilder",
     "Entry",
     "ImportMarker",
+    "MetaFold",
     "SessionContext",
     "SessionHead",
     "SessionTreeNode",
@@ -123,6 +138,7 @@ __all__ = [
     "js_number",
     "listing_title",
     "loads_line",
+    "loads_object",
     "message_text",
     "migrate_session_entries",
     "model_setting",
@@ -136,6 +152,7 @@ __all__ = [
     "session_file_name",
     "session_name",
     "session_path",
+    "session_title",
     "session_version",
     "title_slot_line",
     "usage_record",

@@ -32,6 +32,7 @@ __all__ = [
     "iter_jsonl_bytes",
     "js_number",
     "loads_line",
+    "loads_object",
     "parse_jsonl_lenient",
     "serialize_entry",
     "serialize_entry_bytes",
@@ -452,23 +453,34 @@ def _reject_constant(name: str) -> Any:
 _slow_decoder = json.JSONDecoder(parse_constant=_reject_constant)
 
 
-def loads_line(line: str | bytes) -> Any:
+def loads_line(line: str | bytes | bytearray | memoryview) -> Any:
     """Parse one JSON text as `JSON.parse` would; raises ValueError when it is invalid.
 
-    orjson is tried first; it refuses lone-surrogate escapes and numbers beyond a
-    double, which JavaScript accepts, so those lines take the exact slow path.
+    The one way every reader parses a line. orjson is tried first; it refuses
+    lone-surrogate escapes and numbers beyond a double, which JavaScript accepts, so
+    those lines take the exact slow path.
     """
     try:
         return orjson.loads(line)
     except orjson.JSONDecodeError:
         pass
-    if isinstance(line, bytes):
-        line = line.decode("utf-8", "replace")
+    if not isinstance(line, str):
+        line = bytes(line).decode("utf-8", "replace")
     text = line.strip(" \t\r\n")
     try:
         return allow_deep_nesting(lambda: _slow_decoder.decode(text))
     except RecursionError as exc:
         raise ValueError("JSON nested too deeply") from exc
+
+
+def loads_object(line: str | bytes | bytearray | memoryview) -> dict[str, Any] | None:
+    """The JSON object on a line (`loads_line`); None when the line is malformed or holds
+    another JSON value: every reader skips such a line."""
+    try:
+        value = loads_line(line)
+    except (ValueError, UnicodeError):
+        return None
+    return value if type(value) is dict else None
 
 
 def _iter_lines(text: str) -> Iterator[str]:
@@ -485,17 +497,13 @@ def parse_jsonl_lenient(text: str) -> list[Any]:
     """
     values: list[Any] = []
     append = values.append
-    loads = orjson.loads
     for line in _iter_lines(text):
         if not line or line.isspace():
             continue
         try:
-            append(loads(line))
-        except orjson.JSONDecodeError:
-            try:
-                append(loads_line(line))
-            except (ValueError, UnicodeError):
-                continue
+            append(loads_line(line))
+        except (ValueError, UnicodeError):
+            continue
     return values
 
 

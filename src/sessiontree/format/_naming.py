@@ -55,6 +55,7 @@ __all__ = [
     "session_file_name",
     "session_name",
     "session_path",
+    "session_title",
     "slot_header_title",
     "title_slot_line",
 ]
@@ -158,6 +159,19 @@ def listing_title(name: str | None, short_summary: str | None) -> str | None:
     if name:
         return name
     return None if _blank(short_summary) else short_summary
+
+
+def session_title(
+    has_slot: bool,
+    slot_title: object,
+    header_title: object,
+    latest_entry_name: str | None,
+    short_summary: str | None,
+) -> str | None:
+    """`SessionInfo.title` from the fields a listing keeps: rules 1-3, then the short
+    summary (both backends' listings decide it here)."""
+    name = session_name(head_title(has_slot, slot_title, header_title), latest_entry_name)
+    return listing_title(name, short_summary)
 
 
 def ordered_header(header: Mapping[str, Any]) -> Entry:

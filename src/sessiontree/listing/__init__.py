@@ -1,34 +1,44 @@
 """Finding sessions: listings (with the persistent listing cache), the most recent session,
-resume-argument matching."""
+resume-argument matching, and the file identities the caches trust.
+
+Modules by job: `_marks` (file identity, growth), `_scan` (scanning files with the metadata
+fold, in worker processes for a large cold scan), `_cache` (the in-process and on-disk
+listing caches), `_listing` (`list_sessions`, `SessionInfo`), `_resume` (recent sessions,
+resume arguments).
+
+Typical use::
+
+    for info in list_sessions("/work/repo"):
+        print(info.modified, info.title or info.first_message)
+    match = resolve_resumable_session("01a2", cwd="/work/repo")
+"""
 
 from __future__ import annotations
 
-from sessiontree.listing._discovery import (
-    CACHE_DB_NAME,
+from sessiontree.listing._cache import CACHE_DB_NAME, META_DB_APP_ID, clear_listing_cache
+from sessiontree.listing._listing import SessionInfo, list_all_sessions, list_sessions
+from sessiontree.listing._marks import (
     FileMark,
-    RecentSessionInfo,
-    ResolvedSessionMatch,
-    SessionInfo,
-    add_ctime_column,
-    clear_listing_cache,
-    find_most_recent_session,
-    get_recent_sessions,
-    list_all_sessions,
-    list_sessions,
     mark_file,
     only_appended,
-    resolve_resumable_session,
     same_identity,
     stat_identity,
+)
+from sessiontree.listing._resume import (
+    RecentSessionInfo,
+    ResolvedSessionMatch,
+    find_most_recent_session,
+    get_recent_sessions,
+    resolve_resumable_session,
 )
 
 __all__ = [
     "CACHE_DB_NAME",
+    "META_DB_APP_ID",
     "FileMark",
     "RecentSessionInfo",
     "ResolvedSessionMatch",
     "SessionInfo",
-    "add_ctime_column",
     "clear_listing_cache",
     "find_most_recent_session",
     "get_recent_sessions",

@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-import orjson
 import xxhash
 
 from sessiontree._util.fs import glob_escape, side_path, side_stem
@@ -47,7 +46,7 @@ from sessiontree.format import (
     generate_entry_id,
     head_kind,
     iter_jsonl_bytes,
-    loads_line,
+    loads_object,
     migrate_session_entries,
     serialize_entry_bytes,
     session_version,
@@ -179,16 +178,8 @@ def scan_session(
                 scanned.blank_lines.append(number)
             continue
         scanned.blank = False
-        value: Any
-        try:
-            value = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            try:
-                value = loads_line(raw)
-            except (ValueError, UnicodeError):
-                scanned.malformed.append((number, raw))
-                continue
-        if not isinstance(value, dict):
+        value = loads_object(raw)
+        if value is None:
             scanned.malformed.append((number, raw))
             continue
         line = ScannedLine(number, value, raw)

@@ -57,6 +57,7 @@ from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any, Literal, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from sessiontree._util.cachedb import is_locked
 from sessiontree._util.env import agent_dir_or_default, time_zone_name
 from sessiontree.errors import SessionTreeError
 from sessiontree.format import ImportMarker, UsageRecord, UsageTotals
@@ -143,10 +144,10 @@ def load_usage(
             for attempt in range(2):
                 try:
                     return _from_index(index, srcs, storage, notes, progress)
-                except sqlite3.DatabaseError:
-                    if attempt:
+                except sqlite3.DatabaseError as exc:
+                    # Damaged: rebuilt from the files, once; locked: gone without.
+                    if is_locked(exc) or attempt or not index.reset():
                         break
-                    index.reset()
         finally:
             index.close()
         notes.append("the content index could not be read: every session was read")

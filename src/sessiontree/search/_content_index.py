@@ -20,13 +20,15 @@ per session file, what `search` and the usage reports need:
 
 **Refresh.** `ContentIndex.refresh(sources)` stats every source and compares it
 with the `FileMark` the listing cache's change detection uses
-(`discovery.stat_identity`, `discovery.only_appended`): an unchanged file (size,
+(`listing.stat_identity`, `listing.only_appended`): an unchanged file (size,
 mtime, inode and ctime) is not read, a file that only grew
 is read from the end of its last complete line, anything else is read again from
 the start. An entry deleted from the index stays in the FTS table as a dead row
 (SQLite before 3.43 cannot delete from a contentless table): it joins no entry
 row, so it costs space only; when dead text outweighs live text the index is
-rebuilt. A corrupt, foreign or newer-schema database is deleted and rebuilt.
+rebuilt. The file follows the rules of every cache database (`sessiontree._util.cachedb`):
+an older index is rebuilt, a damaged one deleted and made again; another program's
+database or a newer sessiontree's index is left alone (search then reads the files).
 
 Sources are our JSONL files, or any session a loader turns into entries
 (`SessionSource.load`, for other agents' formats): those are re-read whole when
@@ -36,7 +38,6 @@ they change, and their entries are found again by position.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import os
 import re
 import sqlite3
@@ -44,12 +45,11 @@ import stat as stat_module
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Final
+from typing import Final
 
-import orjson
-
-from sessiontree._util.closing import keep_forever, process_id
-from sessiontree._util.fs import clear_non_regular, ensure_private_dir, open_regular, utf8_encodable
+from sessiontree._util.cachedb import CacheDB, Family, is_damage, is_locked, open_cache
+from sessiontree._util.closing import process_id
+from sessiontree._util.fs import utf8_encodable
 from sessiontree.errors import InheritedHandleError
 from sessiontree.format import (
     Entry,
@@ -61,13 +61,13 @@ from sessiontree.format import (
     head_kind,
     import_marker,
     loads_line,
+    loads_object,
     parse_iso_ms,
     serialize_entry_bytes,
     usage_record,
 )
 from sessiontree.listing import (
     FileMark,
-    add_ctime_column,
     mark_file,
     only_appended,
     same_identity,
@@ -101,7 +101,6 @@ INDEX_DB_NAME: Final = os.path.join("cache", "content-index.db")
 MIN_QUERY_CHARS: Final = 3
 """A literal shorter than this has no trigram: the index cannot answer it."""
 
-_SCHEMA_VERSION = 1
 _APPLICATION_ID = 0x53544958  # "STIX": tells our database from any other at that path
 _CHUNK = 1 << 20
 _BATCH_BYTES = 32 << 20  # read per write transaction (other processes get the lock between)
@@ -281,11 +280,13 @@ _SCHEMA = (
         text, content='', detail=none, columnsize=0, tokenize='trigram case_sensitive 1'
     )""",
 )
-_TABLES = frozenset({"meta", "files", "entries", "usage", "imports", "fts"})
-
-
-class _Corrupt(Exception):
-    """The database is damaged or not ours: delete it and start over."""
+INDEX_FAMILY: Final = Family(
+    name="content_index",
+    version=1,
+    schema=_SCHEMA,
+    tables=("meta", "files", "entries", "usage", "imports", "fts"),
+)
+"""The index's tables in its cache file (`sessiontree._util.cachedb`)."""
 
 
 # ---------------------------------------------------------------------------- reading
@@ -317,16 +318,6 @@ class _Rows:
     usage: list[tuple[int, int, UsageRecord]] = field(default_factory=list)  # (line, offset, rec)
     imports: list[tuple[int, int, ImportMarker]] = field(default_factory=list)
     want_text: bool = True
-
-
-def _parse(raw: bytes) -> Any:
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        try:
-            return loads_line(raw)
-        except (ValueError, UnicodeError):
-            return None
 
 
 def _text_of(entry: Entry) -> str:
@@ -374,8 +365,8 @@ def _add_entry(
 def _feed(rows: _Rows, st: _FileState, raw: bytes, number: int, offset: int, order: int) -> None:
     """One non-blank line: before the header, the title slot / header / junk; after, an entry."""
     if st.phase == _PHASE_START:
-        value = _parse(raw)
-        if not isinstance(value, dict):
+        value = loads_object(raw)
+        if value is None:
             return  # malformed or not an object: skipped, as the loader does
         kind = head_kind(value, number == 1)
         if kind == "slot":
@@ -391,8 +382,8 @@ def _feed(rows: _Rows, st: _FileState, raw: bytes, number: int, offset: int, ord
         st.parent = parent if isinstance(parent, str) and parent else None
         st.created = parse_iso_ms(value.get("timestamp"))
         return
-    value = _parse(raw)
-    if isinstance(value, dict):
+    value = loads_object(raw)
+    if value is not None:
         _add_entry(rows, st, value, number, offset, len(raw), order)
 
 
@@ -580,11 +571,11 @@ class _Keys:
 class ContentIndex:
     """The content index of one agent dir (see the module docstring)."""
 
-    def __init__(self, path: str, conn: sqlite3.Connection) -> None:
+    def __init__(self, path: str, db: CacheDB) -> None:
         self.path = path
-        self._db = conn
+        self._db = db
         self._owner = process_id()
-        self._keys = _Keys(conn)
+        self._keys = _Keys(db.conn)
         self._files: dict[int, tuple[str, str, str]] | None = None
 
     @property
@@ -593,66 +584,24 @@ class ContentIndex:
         across a fork (a forked child raises InheritedHandleError)."""
         if self._owner != process_id():
             raise InheritedHandleError(self.path, self._owner)
-        return self._db
+        return self._db.conn
 
     # -- opening
 
     @classmethod
     def open(cls, agent_dir: str, *, create: bool = True) -> ContentIndex | None:
         """The index of `agent_dir`, created (or rebuilt) as needed; None when it cannot
-        be used (no agent dir, an unwritable cache dir, a directory in its place)."""
+        be used (no agent dir, an unwritable cache dir, a directory or another program's
+        database in its place, a newer sessiontree's index)."""
         if not os.path.isdir(agent_dir):
             return None  # never create an agent dir just to hold a cache
         path = os.path.join(agent_dir, INDEX_DB_NAME)
-        for attempt in range(2):
-            try:
-                return cls._open(path, create)
-            except _Corrupt:
-                if attempt:
-                    return None
-                try:
-                    _delete_db(path)
-                except OSError:
-                    return None
-            except (OSError, sqlite3.Error):
-                return None
-        return None
-
-    @classmethod
-    def _open(cls, path: str, create: bool) -> ContentIndex | None:
-        if not create and not os.path.exists(path):
-            return None
-        ensure_private_dir(os.path.dirname(path))
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            clear_non_regular(path + suffix)  # a planted link is unlinked, never followed
-        fd = open_regular(path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            if stat_module.S_IMODE(os.fstat(fd).st_mode) != 0o600:
-                os.fchmod(fd, 0o600)  # it holds what the sessions say: private
-        finally:
-            os.close(fd)
-        conn = sqlite3.connect(path, timeout=_LOCK_TIMEOUT, isolation_level=None)
-        try:
-            _prepare(conn)
-        except sqlite3.OperationalError as exc:
-            conn.close()
-            if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (5, 6, 8, 10, 14):
-                raise  # locked, busy, read-only, I/O error, cannot open: go without
-            raise _Corrupt from exc
-        except (sqlite3.DatabaseError, ValueError, TypeError) as exc:
-            conn.close()
-            raise _Corrupt from exc
-        except BaseException:
-            conn.close()
-            raise
-        return cls(path, conn)
+        db = _open_db(path, create)
+        return cls(path, db) if db is not None else None
 
     def close(self) -> None:
         """Close the connection; in a forked child, keep the parent's (never closed
         here: a close rolls back what the parent may be in the middle of)."""
-        if self._owner != process_id():
-            keep_forever(self._db)
-            return
         self._db.close()
 
     def __enter__(self) -> ContentIndex:
@@ -661,16 +610,26 @@ class ContentIndex:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def reset(self) -> None:
-        """Delete the database and start an empty one (after corruption was found)."""
-        self._conn.close()
-        _delete_db(self.path)
-        fresh = ContentIndex._open(self.path, True)
-        if fresh is None:  # pragma: no cover - _open(create=True) returns an index or raises
-            raise OSError(errno.ENOENT, "cannot recreate the content index", self.path)
-        self._db = fresh._db
-        self._keys = _Keys(self._db)
+    def reset(self) -> bool:
+        """Empty the index, to be built again from the files (after it was found damaged,
+        or when dead text outweighs the live): its tables made afresh, or the file
+        itself when SQLite cannot read it. False when that cannot be done now (another
+        process holds the index, the file cannot be replaced): the index is as it was,
+        or closed when it was damaged."""
+        conn = self._conn  # never from a forked child
+        try:
+            self._db.rebuild(INDEX_FAMILY)
+        except sqlite3.Error as exc:
+            if not is_damage(exc) or not self._db.discard():
+                return False
+            fresh = _open_db(self.path, True)
+            if fresh is None:
+                return False
+            self._db = fresh
+            conn = fresh.conn
+        self._keys = _Keys(conn)
         self._files = None
+        return True
 
     # -- refresh
 
@@ -690,8 +649,7 @@ class ContentIndex:
         """
         storage = default_storage(storage)
         result = Refreshed()
-        if self._should_rebuild():
-            self.reset()
+        if self._should_rebuild() and self.reset():
             result.rebuilt = True
         conn = self._conn
         known: dict[str, tuple[int, tuple[int, ...]]] = {
@@ -762,7 +720,7 @@ class ContentIndex:
                     self._save_meta()
                 self._keys.end()
         except sqlite3.OperationalError as exc:
-            if not _locked(exc):
+            if not is_locked(exc):
                 raise
             result.stale += [source.path for source, _ in pending]
         self._files = None
@@ -813,7 +771,7 @@ class ContentIndex:
     def _index_file(
         self, source: SessionSource, storage: SessionStorage, identity: tuple[int, int, int, int]
     ) -> tuple[int, int]:
-        """Read what is new in one file (`discovery.stat_identity` when it was stat'ed);
+        """Read what is new in one file (`listing.stat_identity` when it was stat'ed);
         returns (bytes read, entries added)."""
         conn = self._conn
         path = source.path
@@ -1089,10 +1047,10 @@ def _head_len(storage: SessionStorage, path: str) -> int:
         text = line[3:] if number == 1 and line.startswith(_BOM) else line
         if not text.strip():
             continue
-        value = _parse(text)
-        if isinstance(value, dict) and head_kind(value, number == 1) == "slot":
+        value = loads_object(text)
+        if value is not None and head_kind(value, number == 1) == "slot":
             continue
-        if isinstance(value, dict):
+        if value is not None:
             return end
     return min(end, 4096) or min(len(data), 4096)
 
@@ -1103,11 +1061,6 @@ def _exists(path: str) -> bool:
     except OSError:
         return False
     return True
-
-
-def _locked(exc: sqlite3.OperationalError) -> bool:
-    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
-    return code in (5, 6, 8) or "locked" in str(exc) or "readonly" in str(exc)
 
 
 class _write:
@@ -1129,45 +1082,22 @@ class _write:
                 pass
 
 
-def _prepare(conn: sqlite3.Connection) -> None:
-    """Check that the database is ours (else _Corrupt), creating the schema in an empty one."""
-    app = conn.execute("PRAGMA application_id").fetchone()[0]
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    if app == _APPLICATION_ID and version == _SCHEMA_VERSION:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if not _TABLES <= tables:
-            raise _Corrupt("tables missing")
-        add_ctime_column(conn, "files")
-        _tune(conn)
-        return
-    if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
-        raise _Corrupt("not the content index (or another version of it)")
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("BEGIN IMMEDIATE")
+def _open_db(path: str, create: bool) -> CacheDB | None:
+    db = open_cache(
+        path,
+        (INDEX_FAMILY,),
+        application_id=_APPLICATION_ID,
+        timeout=_LOCK_TIMEOUT,
+        create=create,
+    )
+    if db is None:
+        return None
     try:
-        if conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] == 0:
-            for statement in _SCHEMA:
-                conn.execute(statement)
-            conn.execute(f"PRAGMA application_id = {_APPLICATION_ID}")
-            conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    _tune(conn)
-
-
-def _tune(conn: sqlite3.Connection) -> None:
-    conn.execute("PRAGMA synchronous=NORMAL")  # a lost commit is re-read from the files
-    conn.execute("PRAGMA journal_size_limit=4194304")  # the -wal file shrinks back after a build
-
-
-def _delete_db(path: str) -> None:
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        try:
-            st = os.lstat(path + suffix)
-        except FileNotFoundError:
-            continue
-        if stat_module.S_ISDIR(st.st_mode):
-            raise OSError(errno.EISDIR, "a directory where the content index belongs", path)
-        os.unlink(path + suffix)
+        if db.has(INDEX_FAMILY):
+            # The -wal file shrinks back after a build.
+            db.conn.execute("PRAGMA journal_size_limit=4194304")
+            return db
+    except sqlite3.Error:
+        pass
+    db.close()
+    return None

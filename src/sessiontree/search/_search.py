@@ -29,8 +29,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-import orjson
-
+from sessiontree._util.cachedb import is_locked
 from sessiontree._util.env import agent_dir_or_default
 from sessiontree.errors import SessionTreeError
 from sessiontree.format import (
@@ -40,6 +39,7 @@ from sessiontree.format import (
     head_kind,
     iter_jsonl_bytes,
     loads_line,
+    loads_object,
     parse_iso_ms,
 )
 from sessiontree.history import read_history
@@ -499,14 +499,8 @@ def _search_file(
             may_match(raw) if chunks.seen else may_match.unescaped(raw)
         ):
             continue
-        try:
-            entry = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            try:
-                entry = loads_line(raw)
-            except (ValueError, UnicodeError):
-                continue
-        if not isinstance(entry, dict):
+        entry = loads_object(raw)
+        if entry is None:
             continue
         hit = _entry_hit(path, session_id, entry, number, matcher, filters)
         if hit is not None:
@@ -585,14 +579,11 @@ def search(
                 return _indexed(
                     index, srcs, matcher, trigrams, filters, storage, limit, notes, index_progress
                 )
-            except sqlite3.OperationalError as exc:
-                if "locked" in str(exc) or "readonly" in str(exc) or attempt:
+            except sqlite3.DatabaseError as exc:
+                # Damaged, or tables not as this version reads them: rebuilt from the
+                # files, once. A locked or read-only index is gone without.
+                if is_locked(exc) or attempt or not index.reset():
                     break
-                index.reset()
-            except sqlite3.DatabaseError:
-                if attempt:
-                    break
-                index.reset()  # damaged: rebuilt from the files
     finally:
         index.close()
     notes.append("the content index could not be read: every session was read")
@@ -769,18 +760,11 @@ def _candidate_entry(
         if not 0 < candidate.line <= len(entries):
             return None
         value: Any = entries[candidate.line - 1]
-    else:
-        try:
-            raw = read_range(storage, candidate.path, candidate.offset, candidate.length)
-        except OSError:
-            return None
-        if len(raw) != candidate.length:
-            return None
-        try:
-            value = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            try:
-                value = loads_line(raw)
-            except (ValueError, UnicodeError):
-                return None
-    return value if isinstance(value, dict) else None
+        return value if isinstance(value, dict) else None
+    try:
+        raw = read_range(storage, candidate.path, candidate.offset, candidate.length)
+    except OSError:
+        return None
+    if len(raw) != candidate.length:
+        return None
+    return loads_object(raw)

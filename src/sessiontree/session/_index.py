@@ -49,6 +49,7 @@ from sessiontree.format import (
     build_tree,
     entry_name,
     generate_entry_id,
+    loads_object,
     model_setting,
 )
 from sessiontree.layout import BlobCarry
@@ -58,7 +59,6 @@ from sessiontree.session._line_index import (
     PREFIX_FORM,
     IndexedLines,
     match_prefix,
-    parse_line,
 )
 from sessiontree.session._persistence import entry_line, resolve_blob_refs
 from sessiontree.storage import BlobStoreLike, PinnedFile
@@ -366,8 +366,8 @@ class EntryIndex:
             for p in run:
                 lo = offsets[p] - start
                 hi = lo + lengths[p]
-                value = parse_line(view[lo:hi]) if hi <= len(data) else None
-                if not isinstance(value, dict):
+                value = loads_object(view[lo:hi]) if hi <= len(data) else None
+                if value is None:
                     log.warning(
                         "%s: the line of entry %s does not parse; it is left out",
                         source.path,
@@ -418,8 +418,7 @@ class EntryIndex:
             return entry if entry is not _SKIP else None
         source = self._source
         raw = source.pinned.pread(source.offsets[p], source.lengths[p])
-        value = parse_line(raw)
-        return value if isinstance(value, dict) else None
+        return loads_object(raw)
 
     def _read_all(self) -> list[Entry]:
         while self._lazy and self._read(range(len(self._entries))):
@@ -883,7 +882,7 @@ class SessionChunks:
     def _pi_line(self, raw: bytes, blobs: BlobStoreLike, p: int) -> bytes:
         """The line `raw` (holding refs into `blobs`) as pi writes it: images as data
         (a line damaged past its prefix, which no reader takes, goes out as it is)."""
-        entry = parse_line(raw)
+        entry = loads_object(raw)
         if not isinstance(entry, dict):
             return raw + b"\n"
         try:
@@ -932,8 +931,8 @@ class SessionChunks:
         if index._flags[p] & PREFIX_FORM:
             m = match_prefix(data, lo, lo + length)
             return m is not None and m.group(2) == str(index._ids[p]).encode("ascii")
-        value = parse_line(data[lo : lo + length])
-        return isinstance(value, dict) and value.get("id") == index._ids[p]
+        value = loads_object(data[lo : lo + length])
+        return value is not None and value.get("id") == index._ids[p]
 
     def commit(self, pinned: PinnedFile) -> None:
         """These chunks were written whole as the index's file, readable by `pinned`."""

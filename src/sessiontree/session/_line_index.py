@@ -31,10 +31,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import orjson
-
 from sessiontree._util.gcpause import gc_paused
-from sessiontree.format import SETTING_KINDS, Entry, head_kind, loads_line
+from sessiontree.format import SETTING_KINDS, Entry, head_kind, loads_object
 from sessiontree.storage import PinnedFile
 
 __all__ = [
@@ -44,7 +42,6 @@ __all__ = [
     "IndexedLines",
     "ScannedFile",
     "match_prefix",
-    "parse_line",
     "scan_pinned",
 ]
 
@@ -202,18 +199,6 @@ class _Chunks:
         self._thread = None
 
 
-def parse_line(raw: bytes | bytearray | memoryview) -> Any:
-    """One line's JSON value as `JSON.parse` reads it; None when it is not JSON."""
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        return loads_line(bytes(raw))
-    except (ValueError, UnicodeError):
-        return None
-
-
 def scan_pinned(
     pinned: PinnedFile,
     wants_head: Callable[[Entry], bool],
@@ -333,8 +318,8 @@ class _Scan:
             return True
         result = self.result
         result.blank = False
-        value = parse_line(raw)
-        if not isinstance(value, dict):
+        value = loads_object(raw)
+        if value is None:
             result.malformed_lines.append(number)
             return True
         kind = head_kind(value, number == 1)
@@ -429,8 +414,8 @@ class _Scan:
             return
         # The last line is `buf` whole: parsed as it is, not copied out of a view.
         raw = buf if last else view[start:end]
-        value = parse_line(raw)
-        if not isinstance(value, dict):
+        value = loads_object(raw)
+        if value is None:
             self.result.malformed_lines.append(number)
             return
         kind = value.get("type")

@@ -15,10 +15,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-import orjson
-
 from sessiontree._util.gcpause import gc_paused
-from sessiontree.format import Entry, head_kind, iter_jsonl_bytes, loads_line
+from sessiontree.format import Entry, head_kind, iter_jsonl_bytes, loads_line, loads_object
 from sessiontree.session._line_index import IndexedLines, scan_pinned
 from sessiontree.storage import PinnedFile, PinnedReads, SessionStorage, read_chunks
 
@@ -94,7 +92,6 @@ def _read_session(
     result = LoadedSession(exists=True)
     entries = result.entries
     append = entries.append
-    loads = orjson.loads
     header_seen = False
     last_has_newline = True
     chunks = _sized(read_chunks(storage, path), result, observe)
@@ -103,15 +100,8 @@ def _read_session(
         if not raw or raw.isspace():
             continue
         result.blank = False
-        try:
-            value: Any = loads(raw)
-        except orjson.JSONDecodeError:
-            try:
-                value = loads_line(raw)
-            except (ValueError, UnicodeError):
-                result.malformed_lines.append(number)
-                continue
-        if not isinstance(value, dict):
+        value = loads_object(raw)
+        if value is None:
             result.malformed_lines.append(number)
             continue
         if header_seen:

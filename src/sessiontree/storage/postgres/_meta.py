@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
-from sessiontree.format import head_title, listing_title, session_name
+from sessiontree.format import session_title
 from sessiontree.storage._base import SessionMeta
 from sessiontree.storage.postgres._scan import _SESSION
 
@@ -36,12 +36,11 @@ def session_meta(row: Sequence[Any], path: str, with_text: bool) -> SessionMeta:
     }
     if row[4] != _SESSION:
         return SessionMeta(valid=False, **common)
-    slot, slot_title, header_title, name, short = row[7:12]
     return SessionMeta(
         valid=True,
         id=row[5],
         cwd=row[6],
-        title=listing_title(session_name(head_title(slot, slot_title, header_title), name), short),
+        title=session_title(*row[7:12]),
         title_source=row[12],
         parent_session=row[13],
         created=row[14],

@@ -42,7 +42,7 @@ from sessiontree.storage.postgres._pool import (
     probe,
     transaction,
 )
-from sessiontree.storage.postgres._scan import _meta_params, _Scan
+from sessiontree.storage.postgres._scan import _meta_params, _pg_text, _Scan
 from sessiontree.storage.postgres._sql import statements
 from sessiontree.storage.postgres._writer import PostgresSessionWriter
 
@@ -579,7 +579,7 @@ class PostgresSessionStorage(ClosesOnExit):
             for line in _raw_lines(chunks):
                 ends = line.endswith(b"\n")
                 text = scan.feed(line[:-1] if ends else line)
-                copy.write_row((node_id, size, line, text))
+                copy.write_row((node_id, size, line, _pg_text(text)))
                 size += len(line)
                 newlines += ends
         if old is not None:

@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, NamedTuple
 from sessiontree._util.closing import process_id
 from sessiontree.storage._base import WriterState
 from sessiontree.storage.postgres._pool import Attempt, Conn
-from sessiontree.storage.postgres._scan import _AWAITING_HEADER, _meta_params, _Scan
+from sessiontree.storage.postgres._scan import (
+    _AWAITING_HEADER,
+    _meta_params,
+    _pg_text,
+    _Scan,
+    _texts,
+)
 
 if TYPE_CHECKING:
     from sessiontree.storage.postgres._storage import PostgresSessionStorage
@@ -137,7 +143,7 @@ class PostgresSessionWriter(WriterState):
         if self._state == _AWAITING_HEADER:
             return self._append_slow(conn, a)
         scan = _Scan(self._state, line_no=2)  # past any title slot
-        texts = [t for t in (scan.feed(p) for p in a.complete) if t]
+        text = _texts(scan.feed(p) for p in a.complete)
         row = conn.execute(
             s.append,
             {
@@ -145,16 +151,16 @@ class PostgresSessionWriter(WriterState):
                 "nl": a.newlines,
                 "ends": a.ends,
                 "msgs": scan.messages,
-                "first": scan.first_message,
+                "first": _pg_text(scan.first_message),
                 "act": scan.activity,
                 "name_set": scan.name_set,
-                "name": scan.name,
-                "short": scan.short_summary,
+                "name": _pg_text(scan.name),
+                "short": _pg_text(scan.short_summary),
                 "id": self._id,
                 "off": a.expected,
                 "sync": "on" if storage.durable_appends else "off",
                 "data": a.data,
-                "text": " ".join(texts) or None,
+                "text": text,
             },
         ).fetchone()
         if row is not None:
@@ -178,13 +184,13 @@ class PostgresSessionWriter(WriterState):
             # A title slot read by an earlier write (the header is still to come).
             scan.slot, scan.slot_title = bool(row[3]), row[4]
             scan.slot_source = scan.title_source = row[5]
-            texts = [t for t in (scan.feed(p) for p in a.complete) if t]
+            text = _texts(scan.feed(p) for p in a.complete)
             conn.execute(
                 s.append_slow,
                 {"n": len(a.data), "nl": a.newlines, "ends": a.ends, **_meta_params(scan)}
                 | {"msgs": scan.messages, "id": self._id},
             )
-            conn.execute(s.insert_line, (self._id, size, a.data, " ".join(texts) or None))
+            conn.execute(s.insert_line, (self._id, size, a.data, text))
         self._state = scan.state
         return size
 

@@ -1,0 +1,181 @@
+"""The listing caches: scan records kept in process, and on disk in
+`<agent dir>/cache/sessions-meta.db` (the `listing` family of that cache file, see
+`sessiontree._util.cachedb`; the foreign listings keep families of their own there).
+
+Every failure of the on-disk cache degrades to "no cache": a locked or unwritable file
+is passed over, rows that cannot be read make the family rebuild once.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Final, TypeVar
+
+from sessiontree._util.cachedb import Family, run_cached
+from sessiontree._util.fs import utf8_encodable
+from sessiontree.listing._scan import Record, dump_fold, load_fold
+from sessiontree.storage import HostFilesystem, SessionStorage
+
+__all__ = ["CACHE_DB_NAME", "LISTING_FAMILY", "META_DB_APP_ID", "MetaDB", "clear_listing_cache"]
+
+T = TypeVar("T")
+
+CACHE_DB_NAME = os.path.join("cache", "sessions-meta.db")
+"""The persistent listing cache, relative to the agent dir."""
+
+META_DB_APP_ID: Final = 0x53544C43  # "STLC": sessions-meta.db, the listings' cache file
+"""The application_id of `CACHE_DB_NAME` (every family in it opens it with this one)."""
+
+_COLUMNS = (
+    "path, size, mtime_ns, ino, ctime_ns, scan_offset, head_len, head, tail, state, final, "
+    "created_ms"
+)
+LISTING_FAMILY: Final = Family(
+    name="listing",
+    version=2,  # 2: the fold of both backends (format.MetaFold), created_ms
+    schema=(
+        """CREATE TABLE files (
+            path TEXT PRIMARY KEY,
+            size INTEGER NOT NULL,
+            mtime_ns INTEGER NOT NULL,
+            ino INTEGER NOT NULL,
+            ctime_ns INTEGER NOT NULL,
+            scan_offset INTEGER NOT NULL,
+            head_len INTEGER NOT NULL,
+            head BLOB NOT NULL,
+            tail BLOB NOT NULL,
+            state BLOB,
+            final BLOB NOT NULL,
+            created_ms INTEGER
+        ) WITHOUT ROWID""",
+    ),
+    tables=("files",),
+)
+assert _COLUMNS.count(",") == 11
+
+# ---------------------------------------------------------------------------- in process
+
+DirCache = dict[str, dict[str, Record]]  # directory -> path -> record
+
+lock = threading.Lock()
+"""Guards the in-process records; read as `_cache.lock` (a forked child gets a new one)."""
+_file_cache: DirCache = {}
+_other_caches: weakref.WeakKeyDictionary[object, DirCache] = weakref.WeakKeyDictionary()
+
+
+def _forked() -> None:
+    # Another thread may have held the lock at the fork: it stays held in the child,
+    # where that thread does not exist, and the child's first listing would wait forever.
+    global lock
+    lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+def memory_cache(storage: SessionStorage) -> DirCache | None:
+    """The in-process records of `storage` (one for every host-filesystem storage);
+    None when it cannot have one. Guarded by `lock`."""
+    if isinstance(storage, HostFilesystem):
+        return _file_cache  # every instance sees the same filesystem
+    try:
+        cache = _other_caches.get(storage)
+        if cache is None:
+            cache = _other_caches[storage] = {}
+    except TypeError:  # not weak-referenceable: no cache
+        return None
+    return cache
+
+
+def clear_listing_cache() -> None:
+    """Forget the in-process scan cache (the on-disk cache stays)."""
+    with lock:
+        _file_cache.clear()
+        _other_caches.clear()
+
+
+# ---------------------------------------------------------------------------- on disk
+
+
+class MetaDB:
+    """The on-disk scan cache of one agent dir."""
+
+    def __init__(self, agent_dir: str) -> None:
+        self.path = os.path.join(agent_dir, CACHE_DB_NAME)
+
+    def fetch(self, directories: Iterable[str]) -> dict[str, Record]:
+        """The records of the files directly in `directories`."""
+
+        def run(conn: sqlite3.Connection) -> dict[str, Record]:
+            found: dict[str, Record] = {}
+            query = f"SELECT {_COLUMNS} FROM files WHERE path >= ? AND path < ?"
+            for directory in directories:
+                if not utf8_encodable(directory):
+                    continue
+                low = directory.rstrip(os.sep) + os.sep
+                high = low[:-1] + chr(ord(os.sep) + 1)
+                start = len(low)
+                for row in conn.execute(query, (low, high)):
+                    path = row[0]
+                    if path.find(os.sep, start) >= 0:
+                        continue  # in a subdirectory
+                    found[path] = Record(
+                        size=row[1],
+                        mtime_ns=row[2],
+                        ino=row[3],
+                        ctime_ns=row[4],
+                        offset=row[5],
+                        head_len=row[6],
+                        head=row[7],
+                        tail=row[8],
+                        state_blob=row[9],
+                        final=load_fold(row[10]),
+                        created_ms=row[11],
+                    )
+            return found
+
+        return self._run(run) or {}
+
+    def store(self, records: list[tuple[str, Record]], stale: list[str]) -> None:
+        """Keep `records` and forget the `stale` paths."""
+        rows = [
+            (
+                path,
+                r.size,
+                r.mtime_ns,
+                r.ino,
+                r.ctime_ns,
+                r.offset,
+                r.head_len,
+                r.head,
+                r.tail,
+                r.state_blob,
+                dump_fold(r.final),
+                r.created_ms,
+            )
+            for path, r in records
+            if utf8_encodable(path)
+        ]
+        gone = [(p,) for p in stale if utf8_encodable(p)]
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(
+                    f"INSERT OR REPLACE INTO files ({_COLUMNS}) VALUES ({'?,' * 11}?)", rows
+                )
+                conn.executemany("DELETE FROM files WHERE path = ?", gone)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+        if rows or gone:
+            self._run(run)
+
+    def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T | None:
+        return run_cached(self.path, LISTING_FAMILY, fn, application_id=META_DB_APP_ID)

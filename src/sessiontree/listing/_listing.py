@@ -1,0 +1,382 @@
+"""Listings: `list_sessions`, `list_all_sessions` and the `SessionInfo` they return.
+
+Listing a store of thousands of sessions must not read thousands of files, so every
+scan result is cached by file identity (`_marks.stat_identity`): in process for every
+storage (a repeated listing only stats the files), and on disk for the host
+filesystem (`_cache`), so that a fresh process lists an unchanged store without
+opening a single session file. A file that only grew is scanned from its last complete
+line on (`_scan`). A backend that keeps the metadata as it writes (PostgreSQL) is
+asked instead of scanned.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, overload
+
+from sessiontree._util.env import agent_dir_or_default
+from sessiontree.format import SESSION, parse_iso_ms
+from sessiontree.layout import (
+    get_default_session_dir,
+    home_relative_dir_name,
+    is_safe_name,
+)
+from sessiontree.listing import _cache, _marks
+from sessiontree.listing._cache import DirCache, MetaDB, memory_cache
+from sessiontree.listing._marks import Stat, stat_dir
+from sessiontree.listing._scan import Record, scan_file, scan_jobs
+from sessiontree.storage import (
+    HostFilesystem,
+    SessionIndexStorage,
+    SessionStorage,
+    default_storage,
+    directory_tree,
+)
+
+__all__ = ["NO_MESSAGES", "SessionInfo", "list_all_sessions", "list_sessions"]
+
+NO_MESSAGES = "(no messages)"
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+# ---------------------------------------------------------------------------- SessionInfo
+
+
+class _TextLoader:
+    """Reads a session's user/assistant text when `all_messages_text` is first used."""
+
+    __slots__ = ("path", "size", "storage")
+
+    def __init__(self, storage: SessionStorage, path: str, size: int) -> None:
+        self.storage = storage
+        self.path = path
+        self.size = size
+
+    def __call__(self) -> str:
+        texts: list[str] = []
+        try:
+            scan_file(self.storage, self.path, self.size, None, texts)
+        except OSError:
+            return ""
+        return " ".join(texts)
+
+
+class _LazyText:
+    """The descriptor behind `SessionInfo.all_messages_text`.
+
+    It holds a string, or a loader run (once) on first access. Assignment goes
+    through `__set__`, so the frozen dataclass's `__init__` accepts either.
+    """
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._attr = "_" + name
+
+    @overload
+    def __get__(self, obj: None, objtype: type | None = None) -> _LazyText: ...
+    @overload
+    def __get__(self, obj: object, objtype: type | None = None) -> str: ...
+    def __get__(self, obj: object | None, objtype: type | None = None) -> str | _LazyText:
+        if obj is None:
+            return self
+        value = obj.__dict__.get(self._attr, "")
+        if isinstance(value, _TextLoader):
+            value = value()
+            obj.__dict__[self._attr] = value
+        assert isinstance(value, str)
+        return value
+
+    def __set__(self, obj: object, value: str | _TextLoader | _LazyText) -> None:
+        # The dataclass passes the descriptor itself as the default value.
+        obj.__dict__[self._attr] = "" if value is self else value
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """Metadata of one session file, as listings return it.
+
+    `all_messages_text` (every user/assistant text, joined by a space as both peers do) is read
+    from the file on first access when the listing came from the cache; it takes
+    no part in equality or repr.
+    """
+
+    path: str
+    id: str
+    cwd: str
+    title: str | None
+    parent_session_path: str | None
+    created: datetime
+    modified: datetime
+    message_count: int
+    first_message: str
+    all_messages_text: _LazyText = field(default=_LazyText(), compare=False, repr=False)
+    size: int = field(default=-1, compare=False, repr=False)
+    """The file's size in bytes when it was listed (-1: not known to this listing)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_all_messages_text"] = self.all_messages_text  # never pickle a loader
+        return state
+
+
+def _from_ms(ms: int | None, fallback: datetime) -> datetime:
+    if ms is None:
+        return fallback
+    try:
+        return EPOCH + timedelta(milliseconds=ms)
+    except OverflowError:
+        return fallback
+
+
+def _new_info(
+    storage: SessionStorage,
+    path: str,
+    size: int,
+    session_id: str,
+    cwd: str | None,
+    title: str | None,
+    parent: str | None,
+    created_ms: int | None,
+    modified: datetime,
+    messages: int,
+    first: str | None,
+) -> SessionInfo:
+    # What SessionInfo(...) does, minus ten object.__setattr__ calls: a fresh
+    # process builds thousands of these from the cache.
+    info: SessionInfo = object.__new__(SessionInfo)
+    info.__dict__.update(
+        path=path,
+        id=session_id,
+        cwd=cwd or "",
+        title=title,
+        parent_session_path=parent,
+        created=_from_ms(created_ms, modified),
+        modified=modified,
+        message_count=messages,
+        first_message=first or NO_MESSAGES,
+        _all_messages_text=_TextLoader(storage, path, size),
+        size=size,
+    )
+    return info
+
+
+def session_info(rec: Record, path: str, storage: SessionStorage) -> SessionInfo | None:
+    """The listing of the file `rec` scanned (None: not a session); built once."""
+    if not rec.built:
+        fold = rec.final
+        rec.info = (
+            _new_info(
+                storage,
+                path,
+                rec.size,
+                fold.header_id or "",
+                fold.cwd,
+                fold.title(),
+                fold.parent_session,
+                rec.created_ms,
+                EPOCH + timedelta(microseconds=rec.mtime_ns // 1000),
+                fold.messages,
+                fold.first_message,
+            )
+            if fold.state == SESSION
+            else None
+        )
+        rec.built = True
+    return rec.info
+
+
+# ---------------------------------------------------------------------------- listing core
+
+
+def _project_dirs(root: str, storage: SessionStorage) -> list[str]:
+    if isinstance(storage, HostFilesystem):
+        try:
+            with os.scandir(root) as entries:
+                return sorted(e.path for e in entries if e.is_dir())
+        except OSError:
+            return []
+    try:
+        return directory_tree(storage, "listing every project").list_dirs(root)
+    except OSError:
+        return []
+
+
+def collect(
+    directories: list[str],
+    storage: SessionStorage,
+    agent_dir: str | None,
+    cache: bool,
+) -> list[SessionInfo]:
+    """Every valid session in `directories`, newest modified first."""
+    seen: set[str] = set()
+    dirs = []
+    for d in directories:
+        d = os.path.abspath(d)
+        if d not in seen:
+            seen.add(d)
+            dirs.append(d)
+    if isinstance(storage, SessionIndexStorage):  # [storage index] no session file is read
+        return _collect_indexed(dirs, storage)
+    now_ns = _marks._now_ns()  # before any file is read: see `stat_identity`
+    listing = {d: stat_dir(d, storage, now_ns) for d in dirs}
+    memory = memory_cache(storage) if cache else None
+    records: dict[str, Record | None] = {}
+    misses: list[tuple[str, Stat, Record | None]] = []
+    with _cache.lock:
+        for d, stats in listing.items():
+            known = memory.get(d) if memory is not None else None
+            for s in stats:
+                rec = known.get(s[0]) if known is not None else None
+                if rec is not None and rec.same_as(s):
+                    records[s[0]] = rec
+                else:
+                    misses.append((d, s, rec))
+    db = None
+    if cache and misses and isinstance(storage, HostFilesystem):
+        db = MetaDB(agent_dir_or_default(agent_dir))
+    fresh: list[tuple[str, str, Record]] = []  # (dir, path, record) loaded or scanned now
+    stale_db: list[str] = []
+    if db is not None:
+        miss_dirs = sorted({d for d, _, _ in misses})
+        stored = db.fetch(miss_dirs)
+        listed = {s[0] for d in miss_dirs for s in listing[d]}
+        stale_db = [p for p in stored if p not in listed]
+        todo: list[tuple[str, Stat, Record | None]] = []
+        for d, s, rec in misses:
+            row = stored.get(s[0])
+            if row is not None and row.same_as(s):
+                records[s[0]] = row
+                fresh.append((d, s[0], row))
+            else:
+                todo.append((d, s, rec if rec is not None else row))
+        misses = todo
+    scanned: list[tuple[str, Record]] = []
+    results = scan_jobs([(s, rec) for _, s, rec in misses], storage)
+    for (d, s, _), rec in zip(misses, results, strict=True):
+        records[s[0]] = rec
+        if rec is not None:
+            fresh.append((d, s[0], rec))
+            scanned.append((s[0], rec))
+    if db is not None and (scanned or stale_db):
+        db.store(scanned, stale_db)
+    if memory is not None:
+        _remember(memory, listing, fresh)
+    return _newest_first(dirs, listing, records, storage)
+
+
+def _remember(
+    memory: DirCache,
+    listing: dict[str, list[Stat]],
+    fresh: list[tuple[str, str, Record]],
+) -> None:
+    """Keep this listing in the in-process cache (files gone from a dir are forgotten)."""
+    with _cache.lock:
+        for d, stats in listing.items():
+            known = memory.get(d)
+            if known is None:
+                known = memory[d] = {}
+            elif known:
+                present = {s[0] for s in stats}
+                for p in [p for p in known if p not in present]:
+                    del known[p]
+        for d, p, rec in fresh:
+            memory[d][p] = rec
+
+
+def _newest_first(
+    dirs: list[str],
+    listing: dict[str, list[Stat]],
+    records: dict[str, Record | None],
+    storage: SessionStorage,
+) -> list[SessionInfo]:
+    ordered: list[tuple[int, datetime, str, SessionInfo]] = []
+    for d in dirs:
+        for s in listing[d]:
+            found = records.get(s[0])
+            if found is not None:
+                info = session_info(found, s[0], storage)
+                if info is not None:
+                    ordered.append((found.mtime_ns, info.created, s[0], info))
+    ordered.sort(key=lambda t: (t[0], t[1], t[2]), reverse=True)
+    return [t[3] for t in ordered]
+
+
+# [storage index] A backend that keeps each session's metadata up to date as it
+# writes (SessionIndexStorage: PostgreSQL, by the same fold) answers listings from
+# it, one query per directory.
+def _collect_indexed(dirs: list[str], storage: SessionIndexStorage) -> list[SessionInfo]:
+    ordered: list[tuple[int, datetime, str, SessionInfo]] = []
+    for d in dirs:
+        try:
+            metas = storage.list_session_meta(d)
+        except OSError:
+            continue
+        for m in metas:
+            if not m.valid or m.id is None:
+                continue
+            info = _new_info(
+                storage,  # type: ignore[arg-type]
+                m.path,
+                m.size,
+                m.id,
+                m.cwd,
+                m.title,
+                m.parent_session,
+                parse_iso_ms(m.created),
+                m.mtime,
+                m.message_count,
+                m.first_message,
+            )
+            ordered.append((m.mtime_ns, info.created, m.path, info))
+    ordered.sort(key=lambda t: (t[0], t[1], t[2]), reverse=True)
+    return [t[3] for t in ordered]
+
+
+def _sessions_root(agent_dir: str | None) -> str:
+    return os.path.join(agent_dir_or_default(agent_dir), "sessions")
+
+
+def local_dirs(
+    cwd: str, session_dir: str | None, storage: SessionStorage, agent_dir: str | None
+) -> list[str]:
+    """The directories that hold `cwd`'s sessions (`session_dir` alone when given)."""
+    if session_dir is not None:
+        return [session_dir]
+    dirs = [get_default_session_dir(cwd, agent_dir)]
+    newer = home_relative_dir_name(cwd)
+    if newer is not None and is_safe_name(newer):
+        candidate = os.path.join(_sessions_root(agent_dir), newer)
+        if candidate != dirs[0] and storage.exists(candidate):
+            dirs.append(candidate)
+    return dirs
+
+
+def list_sessions(
+    cwd: str,
+    session_dir: str | None = None,
+    storage: SessionStorage | None = None,
+    agent_dir: str | None = None,
+    *,
+    cache: bool = True,
+) -> list[SessionInfo]:
+    """The sessions of `cwd`'s project, newest modified first.
+
+    Reads `<agent dir>/sessions/--<cwd>--` and, when it exists, the directory
+    newer TypeScript agents use for the same cwd; with `session_dir`, only that
+    directory. Files without a valid header are skipped. `cache=False` scans
+    every file and leaves every cache alone.
+    """
+    storage = default_storage(storage)
+    return collect(local_dirs(cwd, session_dir, storage, agent_dir), storage, agent_dir, cache)
+
+
+def list_all_sessions(
+    storage: SessionStorage | None = None,
+    agent_dir: str | None = None,
+    *,
+    cache: bool = True,
+) -> list[SessionInfo]:
+    """The sessions of every project directory under `<agent dir>/sessions`, newest first."""
+    storage = default_storage(storage)
+    dirs = _project_dirs(_sessions_root(agent_dir), storage)
+    return collect(dirs, storage, agent_dir, cache)
