@@ -46,6 +46,7 @@ import base64
 import builtins
 import math
 import os
+import secrets
 import threading
 import uuid
 from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
@@ -53,6 +54,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
 
+import orjson
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     WRITES_IDX_MAP,
@@ -299,6 +301,9 @@ class _Thread:
     write_entries: dict[tuple[str, str], list[str]] = field(default_factory=dict)
     items: dict[tuple[str, str, str], list[tuple[str, bytes]]] = field(default_factory=dict)
     """Serialized list items of versions read or written lately (for list deltas)."""
+    early: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
+    """Writes of a checkpoint not written yet (LangGraph saves a step's checkpoint in
+    the background, so its writes may come first): written right after it."""
 
 
 def _fold(thread: _Thread, entries: Iterable[dict[str, Any]]) -> None:
@@ -333,7 +338,8 @@ def _add_checkpoint(thread: _Thread, entry_id: str, data: dict[str, Any]) -> Non
         thread.homes.setdefault(key, entry_id)
 
 
-def _add_writes(thread: _Thread, entry_id: str, data: dict[str, Any]) -> None:
+def _add_writes(thread: _Thread, entry_id: str | None, data: dict[str, Any]) -> None:
+    """Fold a writes entry in; `entry_id` None: held until its checkpoint is written."""
     ns, cid = str(data.get("ns", "")), str(data.get("checkpoint"))
     task, path = str(data.get("task", "")), str(data.get("path", ""))
     bucket = thread.writes.setdefault((ns, cid), {})
@@ -343,6 +349,12 @@ def _add_writes(thread: _Thread, entry_id: str, data: dict[str, Any]) -> None:
         if idx >= 0 and key in bucket:
             continue
         bucket[key] = (task, str(item["channel"]), item, path)
+    if entry_id is not None:
+        _writes_written(thread, entry_id, data)
+
+
+def _writes_written(thread: _Thread, entry_id: str, data: dict[str, Any]) -> None:
+    ns, cid = str(data.get("ns", "")), str(data.get("checkpoint"))
     thread.write_entries.setdefault((ns, cid), []).append(entry_id)
     record = thread.checkpoints.get((ns, cid))
     if record is not None:
@@ -352,7 +364,7 @@ def _add_writes(thread: _Thread, entry_id: str, data: dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------- the saver
 
 
-class SessionTreeSaver(BaseCheckpointSaver[int]):
+class SessionTreeSaver(BaseCheckpointSaver[str]):
     """A LangGraph checkpointer writing each thread as a session tree of a store.
 
     `location`: the store, as the CLI's `--store` takes it: an agent dir (a path or a
@@ -388,6 +400,17 @@ class SessionTreeSaver(BaseCheckpointSaver[int]):
         self._threads: dict[str, _Thread] = {}
         self._closed = False
 
+    def get_next_version(self, current: str | None, channel: None = None) -> str:
+        """`<count, 12 digits>.<8 random hex digits>`: versions sort as strings, and a
+        fork's versions never equal the original branch's (values are stored by version)."""
+        if current is None:
+            count = 0
+        elif isinstance(current, int | float):
+            count = int(current)
+        else:
+            count = int(str(current).split(".", 1)[0])
+        return f"{count + 1:012d}.{secrets.token_hex(4)}"
+
     # ------------------------------------------------------------------ lifecycle
 
     def __enter__(self) -> SessionTreeSaver:
@@ -413,6 +436,8 @@ class SessionTreeSaver(BaseCheckpointSaver[int]):
             errors: list[BaseException] = []
             for thread in threads:
                 try:
+                    if thread.early:
+                        self._write_early(thread)
                     thread.manager.close()
                 except BaseException as exc:  # close them all, raise the first
                     errors.append(exc)
@@ -426,7 +451,10 @@ class SessionTreeSaver(BaseCheckpointSaver[int]):
         with self._lock:
             thread = self._threads.pop(thread_id, None)
             if thread is not None:
-                thread.manager.close()
+                try:
+                    self._write_early(thread)
+                finally:
+                    thread.manager.close()
 
     def flush(self) -> None:
         """Make every write so far durable (fsync)."""
@@ -515,6 +543,7 @@ class SessionTreeSaver(BaseCheckpointSaver[int]):
             breadcrumb=False,
             agent_dir=self.store.agent_dir,
         )
+        manager.move_to(PROJECT)  # the header's cwd (the file stays where it is)
         manager.set_session_name(thread_id, "langgraph")
         thread = _Thread(thread_id, path, manager, True)
         thread.root = manager.append_custom_entry(THREAD_TYPE, {"thread_id": thread_id})
@@ -644,14 +673,14 @@ class SessionTreeSaver(BaseCheckpointSaver[int]):
         return {"v": version, "t": "list", "items": items}, None
 
     def _encode(self, thread: _Thread, value: Any) -> dict[str, Any]:
-        if _plain(value):
-            return {"json": value}
+        if _plain(value):  # a copy: LangGraph goes on changing its dicts in place
+            return {"json": orjson.loads(orjson.dumps(value))}
         kind, data = self.serde.dumps_typed(value)
         return self._store_bytes(thread, kind, data)
 
     def _decode(self, stored: dict[str, Any]) -> Any:
-        if "json" in stored:
-            return stored["json"]
+        if "json" in stored:  # a copy: the caller may change it in place
+            return orjson.loads(orjson.dumps(stored["json"]))
         return self.serde.loads_typed(self._bytes_of(stored))
 
     def _versions(self, record: _Checkpoint) -> dict[str, Any]:
@@ -815,9 +844,10 @@ class SessionTreeSaver(BaseCheckpointSaver[int]):
             _add_checkpoint(thread, entry_id, data)
             if old is not None:  # put again: the writes stay the checkpoint's
                 thread.checkpoints[(ns, checkpoint["id"])].tail = entry_id
-            thread.checkpoints[(ns, checkpoint["id"])].versions = dict(
-                checkpoint.get("channel_versions") or {}
-            )
+            record = thread.checkpoints[(ns, checkpoint["id"])]
+            record.versions = dict(checkpoint.get("channel_versions") or {})
+            for early in thread.early.pop((ns, checkpoint["id"]), ()):
+                self._append_writes(thread, record.tail, early)
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -878,10 +908,22 @@ class SessionTreeSaver(BaseCheckpointSaver[int]):
                 "path": task_path,
                 "writes": items,
             }
-            record = thread.checkpoints.get((ns, cid))
-            thread.manager.branch(record.tail if record is not None else thread.root)
-            entry_id = thread.manager.append_custom_entry(WRITES_TYPE, data_)
-            _add_writes(thread, entry_id, data_)
+            if (ns, cid) not in thread.checkpoints:
+                _add_writes(thread, None, data_)
+                thread.early.setdefault((ns, cid), []).append(data_)
+                return
+            self._append_writes(thread, thread.checkpoints[(ns, cid)].tail, data_)
+            _add_writes(thread, None, data_)
+
+    def _append_writes(self, thread: _Thread, parent: str, data: dict[str, Any]) -> None:
+        thread.manager.branch(parent)
+        _writes_written(thread, thread.manager.append_custom_entry(WRITES_TYPE, data), data)
+
+    def _write_early(self, thread: _Thread) -> None:
+        """Writes whose checkpoint never came: under the thread's root, not lost."""
+        for key in list(thread.early):
+            for data in thread.early.pop(key):
+                self._append_writes(thread, thread.root, data)
 
     # ------------------------------------------------------------------ removing
 
@@ -995,11 +1037,28 @@ class SessionTreeSaver(BaseCheckpointSaver[int]):
             entry_id = str(entry.get("id"))
             if entry.get("type") == "message" and entry_id not in needed:
                 removed_ids.add(entry_id)
-        manager.remove_entries(removed_ids, replace=replacements)
+        try:
+            manager.remove_entries(removed_ids, replace=replacements)
+        except BaseException:
+            self._drop(thread)  # read again from the file (unchanged) on the next use
+            raise
         # Read the rewritten file's entries again: positions and homes changed.
         fresh = _Thread(thread.thread_id, thread.path, manager, thread.writable)
         _fold(fresh, manager.get_entries())
+        fresh.early = {k: v for k, v in thread.early.items() if k not in doomed}
+        for held in fresh.early.values():
+            for data in held:
+                _add_writes(fresh, None, data)
         self._threads[thread.thread_id] = fresh
+
+    def _drop(self, thread: _Thread) -> None:
+        """Forget a thread whose manager failed (its error was raised already)."""
+        if self._threads.get(thread.thread_id) is thread:
+            del self._threads[thread.thread_id]
+        try:
+            thread.manager.close()
+        except Exception:  # the failure the caller is raising
+            pass
 
     def _flat(self, thread: _Thread, key: tuple[str, str, str]) -> dict[str, Any]:
         """A version's stored form that needs no other version."""
