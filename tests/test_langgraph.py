@@ -470,3 +470,30 @@ def test_pi_messages_from_dicts_and_langchain_messages() -> None:
     }
     assert converted["stopReason"] == "toolUse"
     assert pi_message({"role": "system", "content": "be brief"}, 5) is None
+
+
+@pytest.mark.slow
+def test_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
+    """benchmarks/bench_langgraph.py at a tiny size: a broken benchmark is caught here."""
+    env = {k: v for k, v in os.environ.items() if k != "SESSIONTREE_TEST_PG"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(HERE.parent / "benchmarks" / "bench_langgraph.py"),
+            "--steps",
+            "12",
+            "--repeat",
+            "1",
+            "--pg",
+            "",
+            "--work",
+            str(tmp_path / "work"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        timeout=300,
+    )
+    for saver in ("sessiontree ", "sessiontree+fsync", "sqlite", "memory"):
+        assert saver in proc.stdout, proc.stdout

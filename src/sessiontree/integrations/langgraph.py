@@ -68,6 +68,7 @@ from langgraph.checkpoint.base import (
     writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from sessiontree.errors import InvalidStoreError
 from sessiontree.format import session_file_name
@@ -96,6 +97,8 @@ INLINE_BYTES: Final = 4096
 
 _FILE_NAMESPACE: Final = uuid.UUID("6d1c5f57-3c77-4f1e-9a55-3b0f0e0c4a21")
 _MISSING: Final = object()
+_ITEM_CACHE: Final = 256
+"""List versions whose serialized items a thread keeps (for deltas and histories)."""
 
 
 def thread_file_key(thread_id: str) -> str:
@@ -371,8 +374,12 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
     `file:` URL), a `postgresql://` URL, or None for the default store
     (`$SESSIONTREE_STORE`, else the agent dir); or pass `store=` a `Store` of your own
     (not closed by the saver). `serde`: LangGraph's serializer (default
-    `JsonPlusSerializer`). Use it as a context manager, or call `close()`: it flushes
-    and lets go of the threads' writer locks (and closes the store it opened).
+    `JsonPlusSerializer`). `fsync`: make each checkpoint durable (fsync, a synchronous
+    commit on PostgreSQL) before `put` returns, as a database saver's commit does;
+    without it a checkpoint is written (it survives the process) and made durable by
+    `flush()` and `close()`, as the agents write their sessions. Use it as a context
+    manager, or call `close()`: it flushes and lets go of the threads' writer locks (and
+    closes the store it opened).
 
     The async methods run the sync ones in a worker thread (`asyncio.to_thread`); one
     saver may be used from several threads at once.
@@ -384,8 +391,10 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
         *,
         serde: SerializerProtocol | None = None,
         store: Store | None = None,
+        fsync: bool = False,
     ) -> None:
         super().__init__(serde=serde)
+        self.fsync = fsync
         if store is not None and location is not None:
             raise InvalidStoreError("give a location or a store, not both")
         self.store = store if store is not None else Store(location)
@@ -632,18 +641,57 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
         return items
 
     def _item_bytes(self, thread: _Thread, key: tuple[str, str, str]) -> list[tuple[str, bytes]]:
-        cached = thread.items.get(key)
-        if cached is None:
-            cached = [self._bytes_of(item) for item in self._item_forms(thread, key)]
-            thread.items[key] = cached
-        return cached
+        """A list version's serialized items: from the nearest version in the cache on,
+        each version on the way cached too (a history reads them all)."""
+        cache = thread.items
+        cached = cache.get(key)
+        if cached is not None:
+            return cached
+        pending: list[tuple[tuple[str, str, str], dict[str, Any]]] = []
+        current: tuple[str, str, str] | None = key
+        base: list[tuple[str, bytes]] = []
+        while current is not None:
+            hit = cache.get(current)
+            if hit is not None:
+                base = hit
+                break
+            stored = thread.values.get(current)
+            if stored is None or any(current == k for k, _ in pending):
+                raise LookupError(f"checkpoint value {current} is missing")
+            pending.append((current, stored))
+            current = (
+                (current[0], current[1], _version_key(stored.get("base")))
+                if stored.get("t") == "list+"
+                else None
+            )
+        for version_key, stored in reversed(pending):
+            base = base + [self._bytes_of(item) for item in stored.get("items") or ()]
+            cache[version_key] = base
+        while len(cache) > _ITEM_CACHE:
+            del cache[next(iter(cache))]
+        return base
+
+    def _load_items(self, items: list[tuple[str, bytes]]) -> builtins.list[Any]:
+        if type(self.serde) is JsonPlusSerializer and all(k == "msgpack" for k, _ in items):
+            # A msgpack array is its header and its items' bytes: one call for the list.
+            n = len(items)
+            if n < 16:
+                head = bytes((0x90 | n,))
+            elif n < 1 << 16:
+                head = b"\xdc" + n.to_bytes(2, "big")
+            else:
+                head = b"\xdd" + n.to_bytes(4, "big")
+            value = self.serde.loads_typed(("msgpack", head + b"".join(d for _, d in items)))
+            if type(value) is list and len(value) == n:
+                return value
+        return [self.serde.loads_typed(item) for item in items]
 
     def _load_value(self, thread: _Thread, key: tuple[str, str, str]) -> Any:
         stored = thread.values.get(key)
         if stored is None or stored.get("empty"):
             return _MISSING
         if stored.get("t") in ("list", "list+"):
-            return [self.serde.loads_typed(item) for item in self._item_bytes(thread, key)]
+            return self._load_items(self._item_bytes(thread, key))
         return self.serde.loads_typed(self._bytes_of(stored))
 
     def _dump_value(
@@ -848,6 +896,8 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
             record.versions = dict(checkpoint.get("channel_versions") or {})
             for early in thread.early.pop((ns, checkpoint["id"]), ()):
                 self._append_writes(thread, record.tail, early)
+            if self.fsync:
+                manager.flush()
         return {
             "configurable": {
                 "thread_id": thread_id,
