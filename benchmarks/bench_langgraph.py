@@ -235,9 +235,8 @@ def main() -> None:
             rows[kind] = best
     shutil.rmtree(work, ignore_errors=True)
     sqlite_row = rows["sqlite"]
-    print(
-        f"{args.steps}-step MessagesState run, best of {args.repeat}; python {sys.version.split()[0]}"
-    )
+    python = sys.version.split()[0]
+    print(f"{args.steps}-step MessagesState run, best of {args.repeat}; python {python}")
     header = (
         f"{'saver':<22}{'writes ms':>11}{'run ms':>9}{'bytes':>13}{'B/step':>9}"
         f"{'vs sqlite':>10}{'history cold ms':>17}{'warm ms':>9}{'states':>8}"
