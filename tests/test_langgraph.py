@@ -497,3 +497,75 @@ def test_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     )
     for saver in ("sessiontree ", "sessiontree+fsync", "sqlite", "memory"):
         assert saver in proc.stdout, proc.stdout
+
+
+def test_thread_with_its_fork_in_the_web_app(tmp_path: Path) -> None:
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("uvicorn")
+    from sessiontree.web.data import handle_of
+    from sessiontree.web.server import BackgroundServer
+
+    agent = tmp_path / "agent"
+    with SessionTreeSaver(str(agent)) as saver:
+        graph = support.build(saver)
+        ask(graph, "w", "What is the weather in Paris?")
+        graph.invoke(support.Command(resume="yes"), support.config("w"))  # type: ignore[attr-defined]
+        start = next(
+            s
+            for s in graph.get_state_history(support.config("w"))
+            if s.next == ("model",) and s.metadata["step"] == 0
+        )
+        fork = graph.update_state(start.config, {"messages": [HumanMessage("And in Rome?")]})
+        graph.invoke(None, fork)
+        graph.invoke(support.Command(resume="yes"), support.config("w"))  # type: ignore[attr-defined]
+        path = saver.session_path("w")
+    assert path is not None
+    with (
+        BackgroundServer(FileSessionStorage(), str(agent), poll_seconds=0.05) as server,
+        httpx.Client(base_url=server.base, cookies=server.login_cookies(), timeout=30) as client,
+    ):
+        listing = client.get("/")
+        assert listing.status_code == 200 and "langgraph" in listing.text
+        page = client.get("/s/" + handle_of("s", path))
+        assert page.status_code == 200
+        # The branch shown (the last written) and the fork point's other branch.
+        assert "Sunny in Rome" in page.text
+        assert "And in Rome?" in page.text
+        assert "What is the weather in Paris?" in page.text
+        assert "Sunny in Paris" in page.text  # the other branch, in the tree
+
+
+def test_many_threads_read_keep_few_open(tmp_path: Path) -> None:
+    location = str(tmp_path / "store")
+    with SessionTreeSaver(location) as writer:
+        for i in range(70):
+            put_chain(writer, f"t{i}", [{"n": i}], ["r"])
+    with SessionTreeSaver(location) as reader:
+        listed = list(reader.list(None))
+        assert sorted(t.checkpoint["channel_values"]["n"] for t in listed) == list(range(70))
+        assert len(reader._threads) <= 64
+        assert len(reader.list_threads()) == 70
+
+
+def test_two_processes_two_threads_never_block_one_thread_refused(tmp_path: Path) -> None:
+    location = str(tmp_path / "store")
+    script = (
+        "import sys\n"
+        "from sessiontree.integrations.langgraph import SessionTreeSaver\n"
+        "from langgraph.checkpoint.base import empty_checkpoint\n"
+        "with SessionTreeSaver(sys.argv[1]) as s:\n"
+        "    c = empty_checkpoint(); c['channel_values'] = {'a': 1}; c['channel_versions'] = {'a': 1}\n"
+        "    s.put({'configurable': {'thread_id': sys.argv[2], 'checkpoint_ns': ''}}, c, {}, {'a': 1})\n"
+        "    print('ok')\n"
+    )
+    with SessionTreeSaver(location) as holder:
+        put_chain(holder, "mine", [{"a": 1}], ["r"])  # holds the thread's lock
+        other = subprocess.run(
+            [sys.executable, "-c", script, location, "theirs"], capture_output=True, text=True
+        )
+        assert other.returncode == 0 and other.stdout.strip() == "ok", other.stderr
+        refused = subprocess.run(
+            [sys.executable, "-c", script, location, "mine"], capture_output=True, text=True
+        )
+        assert refused.returncode != 0 and "SessionLockError" in refused.stderr
+        assert sorted(holder.list_threads()) == ["mine", "theirs"]

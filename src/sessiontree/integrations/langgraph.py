@@ -97,6 +97,8 @@ INLINE_BYTES: Final = 4096
 
 _FILE_NAMESPACE: Final = uuid.UUID("6d1c5f57-3c77-4f1e-9a55-3b0f0e0c4a21")
 _MISSING: Final = object()
+_READERS: Final = 64
+"""Threads a saver keeps open that it only reads (those it writes stay open)."""
 _ITEM_CACHE: Final = 256
 """List versions whose serialized items a thread keeps (for deltas and histories)."""
 
@@ -499,6 +501,7 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
             if not write:
                 try:
                     if self._stamp(thread.path) == thread.stamp:
+                        self._threads[thread_id] = self._threads.pop(thread_id)  # recent
                         return thread
                 except FileNotFoundError:
                     pass
@@ -534,6 +537,10 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
         thread = _Thread(thread_id, path, manager, write)
         if not write:
             thread.stamp = stamp
+            readers = [t for t in self._threads.values() if not t.writable]
+            for old in readers[: max(0, len(readers) - _READERS + 1)]:
+                del self._threads[old.thread_id]  # the least recently read first
+                old.manager.close()
         _fold(thread, manager.get_entries())
         if write and not thread.root:
             manager.reset_leaf()
