@@ -222,17 +222,18 @@ def main() -> None:
     with pg_location(args.pg) as pg:
         if pg is not None:
             kinds[2:2] = ["sessiontree-pg", "sessiontree-pg+fsync"]
-        for kind in kinds:
-            best: dict[str, Any] = {}
-            for _ in range(args.repeat):
+        # Interleaved (each saver once per round): a load that comes and goes on the
+        # machine falls on every saver alike.
+        for _ in range(args.repeat):
+            for kind in kinds:
                 if pg is not None and kind.startswith("sessiontree-pg"):
                     with SessionTreeSaver(pg) as saver:
                         saver.delete_thread("bench")
                 got = measure(kind, args.steps, work / kind, pg)
+                best = rows.setdefault(kind, {})
                 for key, value in got.items():
                     better = max if key == "n" else min
                     best[key] = better(best[key], value) if key in best else value
-            rows[kind] = best
     shutil.rmtree(work, ignore_errors=True)
     sqlite_row = rows["sqlite"]
     python = sys.version.split()[0]

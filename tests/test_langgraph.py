@@ -5,6 +5,7 @@ branch), the same history as `InMemorySaver`, the messages as pi messages, and t
 rewrites' four questions (the same path, not ours, changed a moment ago, a write that
 fails halfway)."""
 
+# ruff: noqa: E402  (the LangGraph imports come after the check that they are installed)
 from __future__ import annotations
 
 import asyncio
@@ -15,15 +16,18 @@ import sys
 import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
+from conftest import require_module
 from pg_support import fresh_schema
 
-pytest.importorskip("langgraph.checkpoint.conformance")
+require_module("langgraph.checkpoint.conformance")  # skips locally without it; fails in CI
+require_module("langgraph.checkpoint.sqlite")
 
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
@@ -49,10 +53,10 @@ from sessiontree.storage import FileSessionStorage
 HERE = Path(__file__).parent
 
 
-@pytest.fixture(params=["files", "postgres"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+@contextmanager
+def store_at(kind: str, tmp_path: Path) -> Iterator[str]:
     """Where a store is, as `--store` takes it: an agent dir, or a database schema."""
-    if request.param == "files":
+    if kind == "files":
         yield str(tmp_path / "store")
         return
     with fresh_schema() as (url, schema):
@@ -60,10 +64,24 @@ def location(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield f"{url}{separator}schema={schema}"
 
 
+@pytest.fixture(params=["files", "postgres"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    with store_at(request.param, tmp_path) as where:
+        yield where
+
+
 # ----------------------------------------------------------------------------- conformance
 
 
-def test_conformance_every_capability(location: str) -> None:
+@pytest.mark.parametrize(
+    "backend", ["files", pytest.param("postgres", marks=pytest.mark.slow)]
+)  # (PostgreSQL's run takes 20 s: the full suite, CI's, runs it)
+def test_conformance_every_capability(backend: str, tmp_path: Path) -> None:
+    with store_at(backend, tmp_path) as location:
+        conformance(location)
+
+
+def conformance(location: str) -> None:
     @checkpointer_test(name=f"SessionTreeSaver-{uuid.uuid4().hex}")
     async def factory() -> Any:
         saver = SessionTreeSaver(location)
@@ -500,8 +518,8 @@ def test_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
 
 
 def test_thread_with_its_fork_in_the_web_app(tmp_path: Path) -> None:
-    httpx = pytest.importorskip("httpx")
-    pytest.importorskip("uvicorn")
+    httpx = require_module("httpx")
+    require_module("uvicorn")
     from sessiontree.web.data import handle_of
     from sessiontree.web.server import BackgroundServer
 
