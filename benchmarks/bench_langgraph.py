@@ -47,9 +47,10 @@ WORDS = (
 
 def text(step: int, length: int) -> str:
     words = []
-    i = step
-    while sum(len(w) + 1 for w in words) < length:
+    i, size = step, 0
+    while size < length:
         words.append(WORDS[i % len(WORDS)])
+        size += len(words[-1]) + 1
         i = i * 7 + 3
     return " ".join(words)
 
