@@ -51,7 +51,7 @@ def text(step: int, length: int) -> str:
     while size < length:
         words.append(WORDS[i % len(WORDS)])
         size += len(words[-1]) + 1
-        i = i * 7 + 3
+        i = (i * 7 + 3) % 1_000_003
     return " ".join(words)
 
 
