@@ -587,3 +587,28 @@ def test_two_processes_two_threads_never_block_one_thread_refused(tmp_path: Path
         )
         assert refused.returncode != 0 and "SessionLockError" in refused.stderr
         assert sorted(holder.list_threads()) == ["mine", "theirs"]
+
+
+def test_two_savers_creating_one_thread_at_once_end_with_one_file(tmp_path: Path) -> None:
+    location = str(tmp_path / "store")
+    barrier = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def create(saver: SessionTreeSaver) -> None:
+        barrier.wait()
+        try:
+            put_chain(saver, "same", [{"a": 1}], ["r"])
+            outcomes.append("wrote")
+        except SessionLockError:
+            outcomes.append("locked")
+
+    with SessionTreeSaver(location) as a, SessionTreeSaver(location) as b:
+        workers = [threading.Thread(target=create, args=(s,)) for s in (a, b)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        assert sorted(outcomes) == ["locked", "wrote"]
+        directory = os.path.dirname(a.session_path("same") or "")
+        assert len([n for n in os.listdir(directory) if n.endswith(".jsonl")]) == 1
+        assert a.list_threads() == ["same"]

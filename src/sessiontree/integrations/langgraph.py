@@ -512,7 +512,7 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
             if not create:
                 return None
             return self._create(thread_id)
-        path = paths[-1]
+        path = paths[0]  # (two savers that created it at once: the older file)
         storage = self.store.storage
         if write:
             manager = SessionManager.open(
@@ -559,10 +559,25 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
             breadcrumb=False,
             agent_dir=self.store.agent_dir,
         )
-        manager.move_to(PROJECT)  # the header's cwd (the file stays where it is)
-        manager.set_session_name(thread_id, "langgraph")
+        try:
+            manager.move_to(PROJECT)  # the header's cwd (the file stays where it is)
+            manager.set_session_name(thread_id, "langgraph")
+            root = manager.append_custom_entry(THREAD_TYPE, {"thread_id": thread_id})
+        except BaseException:
+            manager.close()
+            raise
+        first = self._paths(thread_id)[0]
+        if first != path:
+            # Another saver created the thread at the same moment: the older file is the
+            # thread's; ours (a header and the thread entry) goes, and theirs is opened
+            # (its lock: SessionLockError while they write it).
+            manager.close()
+            self.store.delete(path, force=True)
+            found = self._thread(thread_id, write=True)
+            assert found is not None
+            return found
         thread = _Thread(thread_id, path, manager, True)
-        thread.root = manager.append_custom_entry(THREAD_TYPE, {"thread_id": thread_id})
+        thread.root = root
         self._threads[thread_id] = thread
         return thread
 
@@ -590,8 +605,11 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
                 for entry in manager.get_entries():
                     if entry.get("type") == "custom" and entry.get("customType") == THREAD_TYPE:
                         data = entry.get("data")
-                        if isinstance(data, dict) and isinstance(data.get("thread_id"), str):
-                            return str(data["thread_id"])
+                        thread_id = data.get("thread_id") if isinstance(data, dict) else None
+                        key = "_" + thread_file_key(str(thread_id)) + ".jsonl"
+                        # Only the file the thread's name leads to is the thread's.
+                        if isinstance(thread_id, str) and path.endswith(key):
+                            return thread_id
                         return None
         except (OSError, ValueError):
             return None
@@ -602,7 +620,7 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
         the thread has none."""
         with self._lock:
             paths = self._paths(thread_id)
-            return paths[-1] if paths else None
+            return paths[0] if paths else None
 
     # ------------------------------------------------------------------ values
 
