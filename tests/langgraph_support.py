@@ -9,10 +9,11 @@ process of its own (the resume-after-interrupt test).
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.tools import tool
+from langgraph.channels.delta import DeltaChannel
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, interrupt
@@ -77,6 +78,30 @@ def build(checkpointer: Any) -> Any:
     graph.add_edge(START, "model")
     graph.add_conditional_edges("model", route, ["review", END])
     graph.add_edge("tools", "model")
+    return graph.compile(checkpointer=checkpointer)
+
+
+def add_items(state: list[int], writes: list[list[int]]) -> list[int]:
+    return [*state, *(x for w in writes for x in w)]
+
+
+class Counting(TypedDict):
+    """A DeltaChannel (its writes kept, a snapshot every third update) and a counter."""
+
+    items: Annotated[list[int], DeltaChannel(add_items, snapshot_frequency=3)]
+    n: int
+
+
+def delta_graph(checkpointer: Any) -> Any:
+    """Eight steps a run, each adding its number to `items`."""
+
+    def step(state: Counting) -> dict[str, Any]:
+        return {"items": [state["n"]], "n": state["n"] + 1}
+
+    graph = StateGraph(Counting)
+    graph.add_node("step", step)
+    graph.add_edge(START, "step")
+    graph.add_conditional_edges("step", lambda s: END if s["n"] % 8 == 0 else "step", ["step", END])
     return graph.compile(checkpointer=checkpointer)
 
 

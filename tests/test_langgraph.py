@@ -612,3 +612,29 @@ def test_two_savers_creating_one_thread_at_once_end_with_one_file(tmp_path: Path
         directory = os.path.dirname(a.session_path("same") or "")
         assert len([n for n in os.listdir(directory) if n.endswith(".jsonl")]) == 1
         assert a.list_threads() == ["same"]
+
+
+def test_delta_channel_survives_prune_and_delete_for_runs(location: str) -> None:
+    config: Any = {"configurable": {"thread_id": "d"}}
+    with SessionTreeSaver(location) as saver:
+        graph = support.delta_graph(saver)
+        graph.invoke({"items": [], "n": 0}, {**config, "metadata": {"run_id": "first"}})
+        graph.invoke({"n": 8}, {**config, "metadata": {"run_id": "second"}})
+        expected = graph.get_state(config).values
+        assert expected["items"] == list(range(16))
+        memory = support.delta_graph(InMemorySaver())
+        memory.invoke({"items": [], "n": 0}, config)
+        memory.invoke({"n": 8}, config)
+        assert [s.values for s in graph.get_state_history(config)] == [
+            s.values for s in memory.get_state_history(config)
+        ]
+        saver.delete_for_runs(["first"])
+        assert graph.get_state(config).values == expected
+        saver.prune(["d"])
+        assert len(list(saver.list(config))) == 1
+        assert graph.get_state(config).values == expected
+    with SessionTreeSaver(location) as saver:  # from the store alone, and on from there
+        graph = support.delta_graph(saver)
+        assert graph.get_state(config).values == expected
+        graph.invoke({"n": 16}, config)
+        assert graph.get_state(config).values["items"] == list(range(24))

@@ -49,7 +49,7 @@ import os
 import secrets
 import threading
 import uuid
-from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -63,6 +63,7 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    DeltaChannelHistory,
     get_checkpoint_id,
     get_checkpoint_metadata,
     writes_sort_key,
@@ -1092,11 +1093,16 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
                     own[channel] = self._flat(thread, key)
                     available.add(key)
                     changed = True
+            data = {**record.data, "values": own}
+            if record.parent is not None and (record.ns, record.parent) in doomed:
+                # Its parent goes: what a DeltaChannel rebuilds from the ancestors (their
+                # writes back to a stored value) is kept in it.
+                history = self._history_forms(thread, record, self._absent(thread, record))
+                if history:
+                    data["history"] = {**(record.data.get("history") or {}), **history}
+                    changed = True
             if changed:
-                replacements[record.entry] = {
-                    **entry,
-                    "data": {**record.data, "values": own},
-                }
+                replacements[record.entry] = {**entry, "data": data}
         # Messages: kept where a kept entry comes after them on their branch.
         parents = {str(e.get("id")): e.get("parentId") for e in entries}
         needed: set[str] = set()
@@ -1125,6 +1131,114 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
             for data in held:
                 _add_writes(fresh, None, data)
         self._threads[thread.thread_id] = fresh
+
+    # ------------------------------------------------------------------ DeltaChannel
+
+    def _absent(self, thread: _Thread, record: _Checkpoint) -> builtins.list[str]:
+        """The channels a checkpoint has a version of but no value for (a DeltaChannel
+        between its snapshots, among others)."""
+        absent = []
+        for channel, version in self._versions(record).items():
+            stored = thread.values.get((record.ns, channel, _version_key(version)))
+            if stored is None or stored.get("empty"):
+                absent.append(channel)
+        return absent
+
+    def _history_forms(
+        self, thread: _Thread, record: _Checkpoint, channels: Sequence[str]
+    ) -> dict[str, dict[str, Any]]:
+        """`get_delta_channel_history` in stored forms: for each channel, the writes of
+        the ancestors (oldest first) back to the nearest one with a value (the seed);
+        a history kept in a checkpoint (its ancestors pruned) ends the walk there."""
+        remaining = list(channels)
+        writes: dict[str, list[dict[str, Any]]] = {c: [] for c in remaining}
+        seeds: dict[str, dict[str, Any]] = {}
+
+        def kept_history(at: _Checkpoint) -> None:
+            kept = at.data.get("history") or {}
+            for channel in [c for c in remaining if c in kept]:
+                writes[channel].extend(reversed(kept[channel].get("writes") or []))
+                if "seed" in kept[channel]:
+                    seeds[channel] = kept[channel]["seed"]
+                remaining.remove(channel)
+
+        kept_history(record)
+        seen = {(record.ns, record.id)}
+        cursor = thread.checkpoints.get((record.ns, record.parent)) if record.parent else None
+        while cursor is not None and remaining and (cursor.ns, cursor.id) not in seen:
+            seen.add((cursor.ns, cursor.id))
+            stored_writes = thread.writes.get((cursor.ns, cursor.id), {})
+            ordered = sorted(
+                stored_writes.items(),
+                key=lambda kv: writes_sort_key(kv[1][3], kv[0][0], kv[0][1]),
+            )
+            for _, (task, channel, form, _path) in reversed(ordered):
+                if channel in remaining:
+                    item = {k: form[k] for k in ("t", "b", "ref") if k in form}
+                    writes[channel].append({"task": task, **item})
+            versions = self._versions(cursor)
+            for channel in list(remaining):
+                version = versions.get(channel)
+                key = (cursor.ns, channel, _version_key(version))
+                stored = thread.values.get(key) if version is not None else None
+                if stored is not None and not stored.get("empty"):
+                    seeds[channel] = self._flat(thread, key)
+                    remaining.remove(channel)
+            kept_history(cursor)
+            parent = cursor.parent
+            cursor = thread.checkpoints.get((cursor.ns, parent)) if parent else None
+        found = {}
+        for channel in channels:
+            if writes[channel] or channel in seeds:
+                entry: dict[str, Any] = {"writes": list(reversed(writes[channel]))}
+                if channel in seeds:
+                    entry["seed"] = seeds[channel]
+                found[channel] = entry
+        return found
+
+    def _load_form(self, form: dict[str, Any]) -> Any:
+        """A value from a stored form that needs no other version (`_flat`'s)."""
+        if form.get("t") == "list":
+            return self._load_items([self._bytes_of(item) for item in form.get("items") or ()])
+        return self.serde.loads_typed(self._bytes_of(form))
+
+    def get_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """LangGraph's walk up the parent chain (each checkpoint's writes, back to a
+        stored value), through the histories kept where `prune` or `delete_for_runs`
+        removed a checkpoint's ancestors."""
+        if not channels:
+            return {}
+        configurable = config["configurable"]
+        with self._lock:
+            thread = self._thread(str(configurable["thread_id"]), write=False)
+            ns = configurable.get("checkpoint_ns", "") or ""
+            cid = get_checkpoint_id(config) or (thread.latest.get(ns) if thread else None)
+            record = thread.checkpoints.get((ns, cid)) if thread and cid else None
+            if thread is None or record is None:
+                return {c: {"writes": []} for c in channels}
+            forms = self._history_forms(thread, record, channels)
+            result: dict[str, DeltaChannelHistory] = {}
+            for channel in channels:
+                form = forms.get(channel, {"writes": []})
+                history: DeltaChannelHistory = {
+                    "writes": [
+                        (w["task"], channel, self.serde.loads_typed(self._bytes_of(w)))
+                        for w in form["writes"]
+                    ]
+                }
+                if "seed" in form:
+                    history["seed"] = self._load_form(form["seed"])
+                result[channel] = history
+            return result
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        return await asyncio.to_thread(
+            self.get_delta_channel_history, config=config, channels=channels
+        )
 
     def _drop(self, thread: _Thread) -> None:
         """Forget a thread whose manager failed (its error was raised already)."""
