@@ -638,3 +638,19 @@ def test_delta_channel_survives_prune_and_delete_for_runs(location: str) -> None
         assert graph.get_state(config).values == expected
         graph.invoke({"n": 16}, config)
         assert graph.get_state(config).values["items"] == list(range(24))
+
+
+def test_copy_thread_onto_itself_or_onto_a_held_thread_changes_nothing(tmp_path: Path) -> None:
+    location = str(tmp_path / "store")
+    with SessionTreeSaver(location) as saver, SessionTreeSaver(location) as holder:
+        put_chain(saver, "src", [{"a": 1}, {"a": 2}], ["r", "r"])
+        put_chain(holder, "held", [{"a": 9}], ["r"])
+        saver.copy_thread("src", "src")
+        assert len(list(saver.list({"configurable": {"thread_id": "src"}}))) == 2
+        with pytest.raises(SessionLockError):
+            saver.copy_thread("src", "held")
+        got = holder.get_tuple({"configurable": {"thread_id": "held"}})
+        assert got is not None and got.checkpoint["channel_values"] == {"a": 9}
+        assert sorted(saver.list_threads()) == ["held", "src"]
+        directory = os.path.dirname(saver.session_path("src") or "")
+        assert len([n for n in os.listdir(directory) if n.endswith(".jsonl")]) == 2

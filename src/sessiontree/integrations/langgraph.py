@@ -1261,16 +1261,17 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy a thread (every namespace, checkpoint, write and message) to another
         thread id: a new session whose header names the source's file (a fork). The
-        target's checkpoints, if it has any, are deleted first."""
+        copy is written whole first; then the target's old session, if it has one, is
+        deleted (`SessionLockError` while another saver writes it: the copy goes, the
+        target stays) and the copy takes its place. A thread copied onto itself is left
+        as it is."""
+        if source_thread_id == target_thread_id:
+            return
         with self._lock:
             self._check_open()
             source = self._thread(source_thread_id, write=False)
             if source is None:
                 return
-            self.delete_thread(target_thread_id)
-            path = os.path.join(
-                self._dir, session_file_name(_now_iso(), thread_file_key(target_thread_id))
-            )
             copy = source.manager.persist_copy(
                 self._dir,
                 self.store.storage,
@@ -1278,14 +1279,18 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
                 parent_session=source.path,
                 agent_dir=self.store.agent_dir,
             )
+            written = copy.get_session_file()
+            assert written is not None
+            copy.close()
             try:
-                written = copy.get_session_file()
-                assert written is not None
-                copy.close()
-                self.store.storage.rename(written, path)
+                self.delete_thread(target_thread_id)
             except BaseException:
-                copy.close()
+                self.store.delete(written, force=True)
                 raise
+            path = os.path.join(
+                self._dir, session_file_name(_now_iso(), thread_file_key(target_thread_id))
+            )
+            self.store.storage.rename(written, path)
             manager = SessionManager.open(
                 path,
                 storage=self.store.storage,
