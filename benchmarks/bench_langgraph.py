@@ -210,14 +210,46 @@ def measure(kind: str, steps: int, work: Path, pg: str | None) -> dict[str, Any]
     return {"writes": writes, "run": total, "bytes": size, "cold": cold, "warm": warm, "n": count}
 
 
+def compare_history(steps: int, rounds: int, work: Path) -> None:
+    """`get_state_history` of one run by this saver and by `SqliteSaver`, read in turns
+    in one process (`rounds` each, warm): a load that comes and goes falls on both."""
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    with SessionTreeSaver(str(work / "agent")) as saver:
+        run(saver, steps)
+    conn = sqlite3.connect(work / "checkpoints.sqlite", check_same_thread=False)
+    run(SqliteSaver(conn), steps)
+    times: dict[str, list[float]] = {"sessiontree": [], "sqlite": []}
+    with SessionTreeSaver(str(work / "agent")) as ours:
+        theirs = SqliteSaver(conn)
+        for _ in range(rounds):
+            times["sessiontree"].append(history(ours, steps)[0])
+            times["sqlite"].append(history(theirs, steps)[0])
+    conn.close()
+    shutil.rmtree(work, ignore_errors=True)
+    for name, got in times.items():
+        got.sort()
+        best, median = got[0] * 1000, got[len(got) // 2] * 1000
+        print(f"history in turns, {name}: best {best:.0f} ms, median {median:.0f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--pg", default=os.environ.get("SESSIONTREE_TEST_PG"))
     parser.add_argument("--work", type=Path, default=None)
+    parser.add_argument(
+        "--history-turns",
+        type=int,
+        default=0,
+        help="instead: read one run's history by this saver and SqliteSaver in turns, N each",
+    )
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="lg-bench-"))
+    if args.history_turns:
+        compare_history(args.steps, args.history_turns, work)
+        return
     kinds = ["sessiontree", "sessiontree+fsync", "sqlite", "memory"]
     rows: dict[str, dict[str, Any]] = {}
     with pg_location(args.pg) as pg:
