@@ -515,6 +515,19 @@ def test_benchmark_runs_at_a_tiny_size(tmp_path: Path) -> None:
     )
     for saver in ("sessiontree ", "sessiontree+fsync", "sqlite", "memory"):
         assert saver in proc.stdout, proc.stdout
+    turns = subprocess.run(
+        [
+            sys.executable,
+            str(HERE.parent / "benchmarks" / "bench_langgraph.py"),
+            *("--steps", "6", "--history-turns", "1", "--work", str(tmp_path / "turns")),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        timeout=300,
+    )
+    assert "history in turns, sqlite" in turns.stdout
 
 
 def test_thread_with_its_fork_in_the_web_app(tmp_path: Path) -> None:
