@@ -35,8 +35,9 @@ when its file changed.
 
 `delete_thread` removes the thread's file (`sessiontree rm`); `delete_for_runs` and
 `prune` rewrite a thread's file atomically without what they remove (a value a kept
-checkpoint still needs is moved into it first); `copy_thread` writes the copy as a
-new session whose header names its source (a fork).
+checkpoint still needs is moved into it first, and what its DeltaChannels need of the
+removed ancestors' writes); `copy_thread` writes the copy as a new session whose
+header names its source (a fork). docs/langgraph.md says it all at length.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ __all__ = [
     "THREAD_TYPE",
     "WRITES_TYPE",
     "SessionTreeSaver",
+    "pi_message",
     "thread_file_key",
 ]
 
