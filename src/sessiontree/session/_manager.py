@@ -25,7 +25,7 @@ import logging
 import os
 import re
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -669,6 +669,65 @@ class SessionManager(ClosesOnExit):
         self._check_rewrite()
         self._index.changed_in_place()
         self._rewrite()
+
+    def remove_entries(
+        self, entry_ids: Iterable[str], *, replace: Mapping[str, Entry] | None = None
+    ) -> builtins.list[str]:
+        """Remove entries and rewrite the file atomically, keeping every other entry
+        (`replace`: id -> an entry to write in place of the one with that id, its id
+        and parent kept).
+
+        A child of a removed entry takes the nearest kept ancestor as its parent (None:
+        it becomes a root), a label of a removed entry goes with it, and the leaf moves
+        up the same way. The rewrite is the one every rewrite is: the same path, under
+        this manager's lock, refused when the file changed since this manager read or
+        wrote it, and atomic (the old file or the new one, never half of it); when it
+        fails nothing changes, in memory or on disk. Returns the ids removed, in file
+        order (ids the session does not have are passed over).
+        """
+        self._check_writable()
+        index = self._index
+        wanted = {i for i in entry_ids if i in index}
+        replace = {i: e for i, e in (replace or {}).items() if i in index and i not in wanted}
+        if not wanted and not replace:
+            return []
+        entries = index.entries
+        for entry in entries:
+            if entry.get("type") == "label" and entry.get("targetId") in wanted:
+                wanted.add(str(entry["id"]))
+        parents = {str(e.get("id")): e.get("parentId") for e in entries}
+
+        def kept_ancestor(entry_id: Any) -> Any:
+            seen: set[str] = set()
+            while entry_id in wanted and entry_id not in seen:
+                seen.add(entry_id)
+                entry_id = parents.get(entry_id)
+            return None if entry_id in wanted else entry_id
+
+        kept: builtins.list[Entry] = []
+        removed: builtins.list[str] = []
+        for entry in entries:
+            entry_id = entry.get("id")
+            if entry_id in wanted:
+                removed.append(str(entry_id))
+                continue
+            parent = entry.get("parentId")
+            if entry_id in replace:
+                entry = {**replace[entry_id], "id": entry_id, "parentId": parent}
+            if parent in wanted:
+                entry = {**entry, "parentId": kept_ancestor(parent)}
+            kept.append(entry)
+        replacement = EntryIndex(kept)
+        replacement.leaf = kept_ancestor(index.leaf)
+        self._index = replacement
+        try:
+            self._check_rewrite()
+            self._rewrite()
+        except BaseException:
+            self._index = index
+            raise
+        index.reset([])  # lets go of the lines it may still read from the old file
+        return removed
 
     def is_persisted(self) -> bool:
         """Whether this session writes to storage at all."""
