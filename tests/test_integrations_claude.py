@@ -113,6 +113,7 @@ def test_sdk_conformance_suite_nothing_skipped(backend: str, tmp_path: Path) -> 
         asyncio.run(run_session_store_conformance(make))
 
 
+@pytest.mark.slow
 def test_layout_is_claude_codes_and_the_claude_reader_reads_it(tmp_path: Path) -> None:
     root = tmp_path / "claude"
     store = SessionTreeStore(root)
@@ -295,6 +296,7 @@ def _check_concurrent(loaded: list[dict[str, Any]], workers: int, n: int) -> Non
         assert mine == [f"w{w}-{i}" for i in range(n)]
 
 
+@pytest.mark.slow
 def test_concurrent_writers_threads_and_processes_on_files(tmp_path: Path) -> None:
     root = str(tmp_path / "claude")
     threads = [threading.Thread(target=_writer, args=(root, w, 20)) for w in range(4)]
@@ -312,6 +314,7 @@ def test_concurrent_writers_threads_and_processes_on_files(tmp_path: Path) -> No
     _check_concurrent(asyncio.run(SessionTreeStore(root).load(KEY)) or [], 8, 20)
 
 
+@pytest.mark.slow
 def test_concurrent_writers_processes_on_postgres(tmp_path: Path) -> None:
     from sessiontree.storage.postgres import new_schema_name
 
