@@ -45,6 +45,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+import orjson
+
 from sessiontree.integrations._common import check_name, missing_extra, open_location
 
 try:
@@ -91,11 +93,16 @@ class _Known:
 
 
 def _lines(data: bytes) -> Iterator[dict[str, Any]]:
+    """The JSON objects of the lines (malformed lines and other values skipped)."""
     for raw in data.split(b"\n"):
-        if raw.strip():
-            obj = loads_object(raw)
-            if obj is not None:
-                yield obj
+        try:
+            obj = orjson.loads(raw)  # the common case, without a call in between
+        except orjson.JSONDecodeError:
+            if not raw.strip():
+                continue
+            obj = loads_object(raw)  # what orjson refuses and JavaScript reads
+        if type(obj) is dict:
+            yield obj
 
 
 def _encode(entries: list[SessionStoreEntry]) -> list[tuple[str | None, bytes]]:
