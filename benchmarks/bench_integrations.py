@@ -86,6 +86,12 @@ def bench_openai(work: Path, items: int, url: str | None) -> list[Row]:
             lambda: SessionTreeSession("bench", work / "agent", cwd="/bench"),
         ),
     ]
+    makers.append(
+        (
+            "SessionTreeSession (files, durable=False)",
+            lambda: SessionTreeSession("bench2", work / "agent", cwd="/bench", durable=False),
+        )
+    )
     if url is not None:
         makers.append(
             (

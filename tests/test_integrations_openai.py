@@ -26,7 +26,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call  # no
 
 from sessiontree.integrations.openai_agents import SessionTreeSession  # noqa: E402
 
-BACKENDS = ["sqlite", "files", "postgres"]
+BACKENDS = ["sqlite", "files", "postgres", "files-not-durable"]
 
 
 @pytest.fixture
@@ -47,6 +47,10 @@ def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
     def factory(session_id: str, **kwargs: Any) -> Any:
         if backend == "sqlite":
             session: Any = SQLiteSession(session_id, tmp_path / "sessions.db", **kwargs)
+        elif backend == "files-not-durable":
+            session = SessionTreeSession(
+                session_id, location, cwd="/work/proj", durable=False, **kwargs
+            )
         else:
             session = SessionTreeSession(session_id, location, cwd="/work/proj", **kwargs)
         made.append(session)
@@ -447,3 +451,62 @@ def test_import_without_the_sdk_names_the_extra() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "pip install 'sessiontree[openai-agents]'" in out.stdout
+
+
+@pytest.mark.slow  # runs the peers themselves (node, bun)
+@pytest.mark.peers
+def test_pi_and_omp_read_the_same_context(tmp_path: Path) -> None:
+    import os
+    import shutil
+
+    from conftest import SHARED_FIXTURES
+    from sessiontree.format import serialize_entry
+    from sessiontree.session import SessionManager
+
+    anchors = Path(os.environ.get("ANCHORS_DIR", "/tmp/anchors"))
+    peers = SHARED_FIXTURES.parent / "peers"
+    bun = anchors / "omp" / "node_modules" / ".bin" / "bun"
+    if not bun.exists() or not (peers / "pi-oracle.mjs").exists() or not shutil.which("node"):
+        pytest.skip(f"the TypeScript peers are not installed ({bun}, node); see peers/setup.sh")
+    s = SessionTreeSession("peer", tmp_path / "agent", cwd="/work/proj")
+    items: list[Any] = [
+        {"role": "user", "content": "hi"},
+        {"type": "reasoning", "id": "rs_1", "summary": [{"type": "summary_text", "text": "think"}]},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a":1}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+        {"role": "system", "content": "sys"},
+        {
+            "type": "message",
+            "role": "assistant",
+            "id": "m",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "done", "annotations": []}],
+        },
+        {"role": "user", "content": "popped"},
+    ]
+
+    async def go() -> None:
+        await s.add_items(items)
+        await s.pop_item()
+        await s.add_items([{"role": "user", "content": "instead"}])
+
+    run(go())
+    path = s.path
+    s.close()
+    with SessionManager.open(path, read_only=True) as manager:
+        ours = manager.build_session_context().messages
+    assert [m["role"] for m in ours] == [
+        "user",
+        "assistant",
+        "assistant",
+        "toolResult",
+        "assistant",
+        "user",
+    ]
+    env = {**os.environ, "ANCHORS_DIR": str(anchors)}
+    for cmd in (["node", str(peers / "pi-oracle.mjs")], [str(bun), str(peers / "omp-oracle.ts")]):
+        done = subprocess.run(
+            [*cmd, "context", path], capture_output=True, text=True, env=env, check=True
+        )
+        theirs = json.loads(done.stdout.strip().splitlines()[-1])["messages"]
+        assert serialize_entry(theirs) == serialize_entry(ours), cmd

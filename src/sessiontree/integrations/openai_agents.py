@@ -97,7 +97,8 @@ class SessionTreeSession(SessionABC):
     (the default store), as `sessiontree --store` takes it; `store`: a
     `sessiontree.Store` of your own instead. `cwd`: the project the session belongs
     to (default: the current directory). `session_settings`: as the SDK's sessions
-    take them (`limit`: the default of `get_items`).
+    take them (`limit`: the default of `get_items`). `durable=False`: no fsync per
+    write (see `durable`).
 
     ValueError for a `session_id` that is not a safe file name.
     """
@@ -110,6 +111,7 @@ class SessionTreeSession(SessionABC):
         cwd: str | os.PathLike[str] | None = None,
         store: Store | None = None,
         session_settings: SessionSettings | dict[str, Any] | None = None,
+        durable: bool = True,
     ) -> None:
         if store is not None and location is not None:
             raise ValueError("give a location or a store, not both")
@@ -119,6 +121,11 @@ class SessionTreeSession(SessionABC):
             if isinstance(session_settings, dict)
             else session_settings or SessionSettings()
         )
+        self.durable = durable
+        """Whether each write ends with a durable flush (fsync; a synchronous commit on
+        PostgreSQL). False: written to the OS (or committed asynchronously) at once,
+        made durable at `close()`; a crash of the process loses nothing, one of the host
+        may lose the last writes (SQLite's `synchronous=NORMAL`)."""
         self._owns_store = store is None
         self._store = store if store is not None else open_location(location)
         self.cwd = os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd()
@@ -244,7 +251,8 @@ class SessionTreeSession(SessionABC):
                     manager.append_message(message, extra={ITEM_FIELD: item})
                 else:
                     manager.append_custom_entry(ITEM_TYPE, item)
-            manager.flush()
+            if self.durable:
+                manager.flush()
 
         await self._run(write)
 
@@ -254,7 +262,8 @@ class SessionTreeSession(SessionABC):
         else:
             manager.branch(parent)
         manager.append_custom_entry(MARKER_TYPE, data)
-        manager.flush()
+        if self.durable:
+            manager.flush()
 
     async def pop_item(self) -> TResponseInputItem | None:
         """The latest item of the current branch, the leaf moved back before it (the
@@ -415,7 +424,8 @@ class SessionTreeSession(SessionABC):
 
         def record(manager: SessionManager) -> None:
             manager.append_custom_entry(MARKER_TYPE, data)
-            manager.flush()
+            if self.durable:
+                manager.flush()
 
         await self._run(record)
 
