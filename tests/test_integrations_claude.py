@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from conftest import require_module
+from conftest import examples, require_module
 from pg_support import drop_schema, pg_url
 
 sdk = require_module("claude_agent_sdk")
@@ -348,3 +350,59 @@ def test_import_without_the_sdk_names_the_extra(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "pip install 'sessiontree[claude-agent-sdk]'" in out.stdout
     assert os.environ.get("PI_CODING_AGENT_DIR")
+
+
+json_value = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**53) + 1, 2**53 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+entry = st.builds(
+    lambda extra, uuid: {**extra, "type": "x", **({"uuid": uuid} if uuid else {})},
+    st.dictionaries(st.text(max_size=8), json_value, max_size=5),
+    st.none() | st.uuids().map(str),
+)
+
+
+@settings(max_examples=examples(50), deadline=None)
+@given(st.lists(st.lists(entry, max_size=5), max_size=5))
+def test_any_json_entries_load_as_json_parse_reads_what_json_stringify_wrote(
+    tmp_path_factory: pytest.TempPathFactory, batches: list[list[dict[str, Any]]]
+) -> None:
+    """Entries come back deep-equal to what JavaScript reads of the line JavaScript
+    writes (`JSON.parse(JSON.stringify(e))`: the same, but for a float JavaScript writes
+    as an integer, 1e16 and beyond), and the file holds exactly those lines."""
+    import uuid
+
+    from sessiontree.format import loads_line, serialize_entry
+
+    store = SessionTreeStore(tmp_path_factory.getbasetemp() / "hypothesis-claude")
+    key: Any = {"project_key": "p", "session_id": str(uuid.uuid4())}
+
+    async def go() -> list[dict[str, Any]] | None:
+        for batch in batches:
+            await store.append(key, batch)
+        return await store.load(key)
+
+    loaded = asyncio.run(go())
+    seen: set[str] = set()
+    expected: list[dict[str, Any]] = []
+    for e in (e for batch in batches for e in batch):
+        if isinstance(e.get("uuid"), str):
+            if e["uuid"] in seen:
+                continue
+            seen.add(e["uuid"])
+        expected.append(e)
+    if not expected:
+        assert loaded is None
+        return
+    assert loaded == [loads_line(serialize_entry(e)) for e in expected]
+    assert Path(store.path_of(key)).read_text(encoding="utf-8") == "".join(
+        serialize_entry(e) + "\n" for e in expected
+    )
