@@ -510,3 +510,39 @@ def test_pi_and_omp_read_the_same_context(tmp_path: Path) -> None:
         )
         theirs = json.loads(done.stdout.strip().splitlines()[-1])["messages"]
         assert serialize_entry(theirs) == serialize_entry(ours), cmd
+
+
+@pytest.mark.parametrize("make", ["files", "postgres"], indirect=True)
+@pytest.mark.parametrize("fail_at", [0, 2, 4, "flush"])
+def test_a_batch_that_failed_part_way_lands_once_on_retry(
+    make: Any, fail_at: int | str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sessiontree.session import SessionManager
+
+    s = make("retry")
+    run(s.add_items(CONVERSATION[:1]))
+    batch = CONVERSATION[1:]
+    calls = {"n": 0}
+    append, flush = SessionManager.append_message, SessionManager.flush
+
+    def failing_append(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if calls["n"] == fail_at:
+            raise OSError("the database went away")
+        calls["n"] += 1
+        return append(self, *args, **kwargs)
+
+    def failing_flush(self: Any) -> None:
+        if fail_at == "flush":
+            raise OSError("the disk went away")
+        flush(self)
+
+    monkeypatch.setattr(SessionManager, "append_message", failing_append)
+    monkeypatch.setattr(SessionManager, "flush", failing_flush)
+    with pytest.raises(OSError):
+        run(s.add_items(batch))
+    monkeypatch.undo()
+    run(s.add_items(batch))  # the retry
+    assert run(s.get_items()) == CONVERSATION
+    # Another batch after it is added whole, and so is the same batch again, on purpose.
+    run(s.add_items(batch))
+    assert run(s.get_items()) == CONVERSATION + batch

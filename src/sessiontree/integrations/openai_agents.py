@@ -86,6 +86,23 @@ def _marker(entry: Entry) -> dict[str, Any] | None:
     return None
 
 
+def _landed(manager: SessionManager, before: str | None, lines: list[bytes]) -> int:
+    """How many of a batch's items a failed call landed: the items between `before`
+    (the leaf the batch started from) and the leaf, when they are the batch's first
+    ones; else 0 (the session moved on: the batch is added whole)."""
+    got: list[bytes] = []
+    entry_id = manager.get_leaf_id()
+    while entry_id != before:
+        entry = manager.get_entry(entry_id) if entry_id is not None else None
+        item = _item_of(entry) if entry is not None else None
+        if entry is None or item is None or len(got) == len(lines):
+            return 0
+        got.append(serialize_entry_bytes(item))
+        entry_id = entry.get("parentId")
+    got.reverse()
+    return len(got) if got == lines[: len(got)] else 0
+
+
 def _is_user_turn(item: dict[str, Any]) -> bool:
     return item.get("role") == "user" and item.get("type") in (None, "message")
 
@@ -137,6 +154,8 @@ class SessionTreeSession(SessionABC):
         self._mutex = threading.Lock()
         self._tool_names: dict[str, str] = {}
         self._closed = False
+        # A batch whose add_items failed: its lines, and the leaf before it.
+        self._pending: tuple[list[bytes], str | None] | None = None
 
     def __repr__(self) -> str:
         return f"SessionTreeSession({self.session_id!r}, {self._store.location!r})"
@@ -233,28 +252,52 @@ class SessionTreeSession(SessionABC):
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items on the current branch (checked first: nothing is written
-        when one is not a JSON object), then a durable flush."""
+        when one is not a JSON object), then a durable flush.
+
+        A call that fails part way (the database went away, the disk is full) leaves
+        what it wrote; the same batch added again lands only the rest, so that it is in
+        the session once (the session is read again from storage after a failure)."""
         if self._closed:
             raise RuntimeError("SessionTreeSession is closed")
         if not items:
             return
+        lines: list[bytes] = []
         for item in items:
             if not isinstance(item, dict):
                 raise TypeError(f"a session item is a dict, not {type(item).__name__}")
-            serialize_entry_bytes(item)  # TypeError for what JSON cannot hold
+            lines.append(serialize_entry_bytes(item))  # TypeError for what JSON cannot hold
 
         def write(manager: SessionManager) -> None:
-            for raw in items:
-                item = cast("dict[str, Any]", raw)
-                message = item_to_pi_message(item, self._tool_names)
-                if message is not None:
-                    manager.append_message(message, extra={ITEM_FIELD: item})
-                else:
-                    manager.append_custom_entry(ITEM_TYPE, item)
-            if self.durable:
-                manager.flush()
+            start = 0
+            pending = self._pending
+            if pending is not None and pending[0] == lines:
+                start = _landed(manager, pending[1], lines)
+            else:
+                self._pending = (lines, manager.get_leaf_id())
+            try:
+                for raw in items[start:]:
+                    item = cast("dict[str, Any]", raw)
+                    message = item_to_pi_message(item, self._tool_names)
+                    if message is not None:
+                        manager.append_message(message, extra={ITEM_FIELD: item})
+                    else:
+                        manager.append_custom_entry(ITEM_TYPE, item)
+                if self.durable:
+                    manager.flush()
+            except BaseException:
+                self._drop_manager()  # read again from storage at the next call
+                raise
+            self._pending = None
 
         await self._run(write)
+
+    def _drop_manager(self) -> None:
+        manager, self._manager = self._manager, None
+        if manager is not None:
+            try:
+                manager.close()
+            except Exception:
+                pass
 
     def _move_leaf(self, manager: SessionManager, parent: str | None, data: dict[str, Any]) -> None:
         if parent is None:
