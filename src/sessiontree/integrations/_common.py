@@ -4,13 +4,39 @@ are safe as path components, the error for a missing framework."""
 from __future__ import annotations
 
 import os
+import time
 
 from sessiontree._util.fs import name_problem
+from sessiontree.errors import SessionLockError
 from sessiontree.maintenance import file_store_dir
-from sessiontree.storage import FileSessionStorage
+from sessiontree.storage import (
+    FileSessionStorage,
+    SessionStorage,
+    WriterLock,
+    acquire_session_lock,
+)
 from sessiontree.store import Store
 
-__all__ = ["check_name", "missing_extra", "open_location"]
+__all__ = ["check_name", "missing_extra", "open_location", "wait_for_lock"]
+
+LOCK_PATIENCE_S = 30.0
+
+
+def wait_for_lock(
+    storage: SessionStorage, path: str, patience: float = LOCK_PATIENCE_S
+) -> WriterLock | None:
+    """The session's writer lock, waiting (up to `patience` seconds) while another
+    writer holds it; None for a storage without locks. SessionLockError after that."""
+    deadline = time.monotonic() + patience
+    delay = 0.001
+    while True:
+        try:
+            return acquire_session_lock(storage, path)
+        except SessionLockError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
 
 def open_location(location: str | os.PathLike[str] | None) -> Store:

@@ -40,14 +40,18 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import orjson
 
-from sessiontree.integrations._common import check_name, missing_extra, open_location
+from sessiontree.integrations._common import (
+    check_name,
+    missing_extra,
+    open_location,
+    wait_for_lock,
+)
 
 try:
     from claude_agent_sdk import SessionStore, fold_session_summary
@@ -61,12 +65,9 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise missing_extra(__name__, "claude-agent-sdk", "the Claude Agent SDK") from exc
 
-from sessiontree.errors import SessionLockError
 from sessiontree.format import loads_object, serialize_entry_bytes
 from sessiontree.storage import (
     SessionStorage,
-    WriterLock,
-    acquire_session_lock,
     directory_tree,
     read_chunks,
     read_range,
@@ -74,8 +75,6 @@ from sessiontree.storage import (
 from sessiontree.store import Store
 
 __all__ = ["SessionTreeStore"]
-
-_LOCK_PATIENCE_S = 30.0
 
 
 @dataclass(slots=True)
@@ -178,18 +177,6 @@ class SessionTreeStore(SessionStore):
 
     # ------------------------------------------------------------------ writing
 
-    def _writer_lock(self, path: str) -> WriterLock | None:
-        deadline = time.monotonic() + _LOCK_PATIENCE_S
-        delay = 0.001
-        while True:
-            try:
-                return acquire_session_lock(self._storage, path)
-            except SessionLockError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(delay)
-                delay = min(delay * 2, 0.05)
-
     def _catch_up(self, path: str) -> _Known:
         """What this process knows of `path`, brought up to the file as it is now."""
         known = self._known.get(path)
@@ -218,7 +205,7 @@ class SessionTreeStore(SessionStore):
             return
         with self._path_lock(path):
             self._storage.ensure_dir(os.path.dirname(path))
-            lock = self._writer_lock(path)
+            lock = wait_for_lock(self._storage, path)
             try:
                 known = self._catch_up(path)
                 batch: list[bytes] = [] if known.whole else [b""]
@@ -341,7 +328,7 @@ class SessionTreeStore(SessionStore):
     def _delete(self, key: SessionKey) -> None:
         path = self.path_of(key)
         with self._path_lock(path):
-            lock = self._writer_lock(path) if self._storage.exists(path) else None
+            lock = wait_for_lock(self._storage, path) if self._storage.exists(path) else None
             try:
                 try:
                     self._storage.unlink(path)

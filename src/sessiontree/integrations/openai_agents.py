@@ -35,7 +35,12 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from sessiontree.integrations._common import check_name, missing_extra, open_location
+from sessiontree.integrations._common import (
+    check_name,
+    missing_extra,
+    open_location,
+    wait_for_lock,
+)
 
 try:
     from agents.memory import SessionABC, SessionSettings
@@ -170,15 +175,22 @@ class SessionTreeSession(SessionABC):
             return manager
         storage = self._store.storage
         if not storage.exists(self.path):
+            # Its header, written once under the session's lock (two processes may
+            # start the same new session at once).
             storage.ensure_dir(os.path.dirname(self.path))
-            header = new_header(self.cwd, session_id=self.session_id)
-            writer = storage.open_writer(self.path, "a")
+            lock = wait_for_lock(storage, self.path)
             try:
-                if storage.stat(self.path).size == 0:
-                    writer.write_line(serialize_entry_bytes(header).decode("utf-8") + "\n")
-                    writer.fsync()
+                header = new_header(self.cwd, session_id=self.session_id)
+                writer = storage.open_writer(self.path, "a")
+                try:
+                    if storage.stat(self.path).size == 0:
+                        writer.write_line(serialize_entry_bytes(header).decode("utf-8") + "\n")
+                        writer.fsync()
+                finally:
+                    writer.close()
             finally:
-                writer.close()
+                if lock is not None:
+                    lock.release()
         manager = SessionManager.open(
             self.path,
             storage=storage,
