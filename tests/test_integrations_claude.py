@@ -130,6 +130,8 @@ def test_layout_is_claude_codes_and_the_claude_reader_reads_it(tmp_path: Path) -
     assert (
         root / "projects" / KEY["project_key"] / KEY["session_id"] / "subagents" / "agent-1.jsonl"
     ).exists()
+    assert [p.name for p in (root / "projects").rglob("*") if "lock" in p.name]  # kept a moment
+    store.close()  # lets go of the writer locks it kept for the next batch
     assert not [p for p in (root / "projects").rglob("*") if "lock" in p.name]
 
     from sessiontree.store import Store
@@ -406,3 +408,27 @@ def test_any_json_entries_load_as_json_parse_reads_what_json_stringify_wrote(
     assert Path(store.path_of(key)).read_text(encoding="utf-8") == "".join(
         serialize_entry(e) + "\n" for e in expected
     )
+
+
+def test_the_writer_lock_is_kept_between_batches_and_let_go_once_idle(tmp_path: Path) -> None:
+    import time
+
+    from sessiontree.storage import FileSessionStorage, is_locked
+
+    store = SessionTreeStore(tmp_path / "claude")
+    asyncio.run(store.append(KEY, [user("u1", "a")]))
+    path = store.path_of(KEY)
+    assert is_locked(FileSessionStorage(), path)  # kept for the next batch
+    deadline = time.monotonic() + 10
+    while is_locked(FileSessionStorage(), path):
+        assert time.monotonic() < deadline, "the lock was never let go"
+        time.sleep(0.05)
+    # Another writer (a new store object: another process would do the same) goes on.
+    other = SessionTreeStore(tmp_path / "claude")
+    asyncio.run(other.append(KEY, [user("u2", "b")]))
+    other.close()
+    asyncio.run(store.append(KEY, [user("u3", "c")]))  # takes it again, seeing u2
+    store.close()
+    assert [
+        e["uuid"] for e in asyncio.run(SessionTreeStore(tmp_path / "claude").load(KEY)) or []
+    ] == ["u1", "u2", "u3"]

@@ -65,16 +65,23 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise missing_extra(__name__, "claude-agent-sdk", "the Claude Agent SDK") from exc
 
+from sessiontree.errors import SessionTreeError
 from sessiontree.format import loads_object, serialize_entry_bytes
 from sessiontree.storage import (
     SessionStorage,
+    WriterLock,
     directory_tree,
     read_chunks,
     read_range,
+    verify_lock,
 )
 from sessiontree.store import Store
 
 __all__ = ["SessionTreeStore"]
+
+_IDLE_S = 0.1
+"""How long a writer lock is kept after a batch for the next one (the SDK sends a batch
+about every 100 ms during a turn): taking it costs more than the write of a batch."""
 
 
 @dataclass(slots=True)
@@ -137,9 +144,15 @@ class SessionTreeStore(SessionStore):
         self._known: dict[str, _Known] = {}
         self._mutex = threading.Lock()
         self._path_locks: dict[str, threading.Lock] = {}
+        # Writer locks kept between batches, each released once idle for _IDLE_S.
+        self._held: dict[str, tuple[WriterLock, threading.Timer]] = {}
 
     def close(self) -> None:
-        """Release the store (its database connections), when it is this object's."""
+        """Release the writer locks still held, and the store (its database
+        connections) when it is this object's."""
+        for path in list(self._held):
+            with self._path_lock(path):
+                self._let_go(path)
         if self._owns_store:
             self._store.close()
 
@@ -177,6 +190,41 @@ class SessionTreeStore(SessionStore):
 
     # ------------------------------------------------------------------ writing
 
+    def _take(self, path: str) -> WriterLock | None:
+        """The session's writer lock: the one kept from the last batch while it is still
+        ours, else taken (waiting while another writer holds it). Under the path lock."""
+        held = self._held.pop(path, None)
+        if held is not None:
+            lock, timer = held
+            timer.cancel()
+            try:
+                verify_lock(lock)
+                return lock
+            except SessionTreeError:
+                lock.release()
+        return wait_for_lock(self._storage, path)
+
+    def _keep(self, path: str, lock: WriterLock | None) -> None:
+        """Keep the lock for the next batch; let go of it once idle for `_IDLE_S`."""
+        if lock is None:
+            return
+        timer = threading.Timer(_IDLE_S, self._idle, (path, lock))
+        timer.daemon = True
+        self._held[path] = (lock, timer)
+        timer.start()
+
+    def _idle(self, path: str, lock: WriterLock) -> None:
+        with self._path_lock(path):
+            held = self._held.get(path)
+            if held is not None and held[0] is lock:
+                self._let_go(path)
+
+    def _let_go(self, path: str) -> None:
+        held = self._held.pop(path, None)
+        if held is not None:
+            held[1].cancel()
+            held[0].release()
+
     def _catch_up(self, path: str) -> _Known:
         """What this process knows of `path`, brought up to the file as it is now."""
         known = self._known.get(path)
@@ -204,8 +252,9 @@ class SessionTreeStore(SessionStore):
         if not encoded:
             return
         with self._path_lock(path):
-            self._storage.ensure_dir(os.path.dirname(path))
-            lock = wait_for_lock(self._storage, path)
+            if path not in self._held:
+                self._storage.ensure_dir(os.path.dirname(path))
+            lock = self._take(path)
             try:
                 known = self._catch_up(path)
                 batch: list[bytes] = [] if known.whole else [b""]
@@ -235,9 +284,11 @@ class SessionTreeStore(SessionStore):
                 if st.ino == known.ino or known.size == 0:
                     known.ino = st.ino
                     known.size += len(data)
-            finally:
+            except BaseException:
                 if lock is not None:
                     lock.release()
+                raise
+            self._keep(path, lock)
 
     async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
         """Append a batch (whole lines, durable, entries with a known uuid skipped)."""
@@ -328,7 +379,7 @@ class SessionTreeStore(SessionStore):
     def _delete(self, key: SessionKey) -> None:
         path = self.path_of(key)
         with self._path_lock(path):
-            lock = wait_for_lock(self._storage, path) if self._storage.exists(path) else None
+            lock = self._take(path) if self._storage.exists(path) else None
             try:
                 try:
                     self._storage.unlink(path)
@@ -337,6 +388,9 @@ class SessionTreeStore(SessionStore):
                 self._known.pop(path, None)
                 if not key.get("subpath"):
                     directory = self._session_dir(key)
+                    for sub in [p for p in self._held if p.startswith(directory + os.sep)]:
+                        with self._path_lock(sub):
+                            self._let_go(sub)
                     directory_tree(self._storage, "delete").remove_tree(directory)
                     for known in [p for p in self._known if p.startswith(directory + os.sep)]:
                         self._known.pop(known, None)
