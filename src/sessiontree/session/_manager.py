@@ -836,10 +836,22 @@ class SessionManager(ClosesOnExit):
             "timestamp": iso_now(),
         }
 
-    def append_message(self, message: dict[str, Any]) -> str:
-        """Append a message entry (stored verbatim)."""
+    def append_message(
+        self, message: dict[str, Any], *, extra: Mapping[str, Any] | None = None
+    ) -> str:
+        """Append a message entry (stored verbatim).
+
+        `extra`: more fields of the entry, after `message` (what an integration keeps
+        beside the message, e.g. the framework's own item); the agents ignore fields
+        they do not know. ValueError for a field the entry already has.
+        """
         entry = self._base("message")
         entry["message"] = message
+        if extra:
+            for key, value in extra.items():
+                if key in entry:
+                    raise ValueError(f"an extra field cannot replace the entry's {key!r}")
+                entry[key] = value
         return self._append(entry)
 
     def append_thinking_level_change(self, thinking_level: str | None) -> str:
