@@ -17,6 +17,7 @@ __all__ = [
     "AGENT_DIR_ENV",
     "NATIVE_AGENTS",
     "STORE_ENV",
+    "agent_dir_env",
     "agent_dir_or_default",
     "claude_config_dirs",
     "codex_home",
@@ -56,8 +57,20 @@ def native_agent_dir(agent: str) -> str:
 
 
 def default_agent_dir() -> str:
-    """The agent dir when `$PI_CODING_AGENT_DIR` is not set: `~/.xcsh/agent`."""
+    """The agent dir when `$PI_CODING_AGENT_DIR` is not set: `~/.xcsh/agent`, else the
+    first of `~/.omp/agent` and `~/.pi/agent` that exists (a home where only pi ran
+    works with no setup), else `~/.xcsh/agent`."""
+    for agent in NATIVE_AGENTS:
+        candidate = native_agent_dir(agent)
+        if os.path.isdir(candidate):
+            return candidate
     return native_agent_dir("xcsh")
+
+
+def agent_dir_env() -> str | None:
+    """`$PI_CODING_AGENT_DIR` (`~` expanded), None when it is not set."""
+    env = _read(AGENT_DIR_ENV)
+    return os.path.expanduser(env) if env else None
 
 
 def get_agent_dir() -> str:

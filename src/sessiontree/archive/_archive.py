@@ -1,0 +1,717 @@
+"""The archive: a copy of every session file of every agent store, kept whatever the
+agents prune (Claude Code's `cleanupPeriodDays`, Codex's and others' cleanups).
+
+Layout of an archive dir (default `<agent dir>/archive`):
+
+* `ARCHIVE`: what the dir is (`{"format": "sessiontree-archive", "version": 1}`);
+* `chunks/<2 hex>/<sha256>.zst`: the files' bytes, cut in chunks at line ends chosen by
+  the lines themselves (a chunk ends after a line whose xxh64 is 0 mod 16, or at
+  4 MiB): a fork or a resumed copy that repeats another file's lines repeats its chunks,
+  which are stored once; each chunk is compressed with zstd on its own (a file is read
+  from any chunk on: seekable);
+* `files/<agent>/<sha256 of the source path>.json`: one manifest per archived file: the
+  agent, its home and the file's path relative to it, size, mtime, inode, the chunk list
+  (hash and length of each), the file's hash (sha256 over the chunk list, what `verify`
+  checks every chunk against), earlier versions (a file rewritten, not appended to: its
+  old chunk list is kept) and `deletedMs` once the source is gone (it stays).
+
+A run (`archive_stores`) stats every file under each store's roots; a file whose size,
+mtime and inode are the manifest's is not read. A file that grew is checked by its last
+chunk (read again and hashed) and only what follows is cut and stored. Chunks are
+written (temp file, fsync, rename) before the manifest that names them, which is
+replaced atomically: a run stopped anywhere (a full disk, a kill) leaves every file
+archived before it as it was. One run at a time: a second one exits at once
+(`ArchiveBusyError`, naming the pid that holds the lock).
+
+Nothing is followed out of a store: symlinks under its roots are skipped (counted),
+and `restore` writes only under the target it names, never through a symlink, never
+over an existing file.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import xxhash
+import zstandard
+
+from sessiontree._util.fs import (
+    O_CLOEXEC,
+    O_NOFOLLOW,
+    atomic_write,
+    create_new,
+    ensure_private_dir,
+)
+from sessiontree.errors import SessionTreeError
+
+__all__ = [
+    "ARCHIVE_VERSION",
+    "ArchiveBusyError",
+    "ArchiveError",
+    "ArchiveReport",
+    "ArchiveSource",
+    "ArchivedFile",
+    "ArchiveStats",
+    "RestoreReport",
+    "archive_stores",
+    "archive_stats",
+    "archived_files",
+    "is_archive",
+    "restore_files",
+    "restore_session",
+    "verify_archive",
+]
+
+ARCHIVE_VERSION = 1
+_MARK = "ARCHIVE"
+_BOUNDARY = 16
+_MAX_CHUNK = 4 * 1024 * 1024
+_LEVEL = 9
+
+
+class ArchiveError(SessionTreeError):
+    """The archive cannot do what was asked (the message says why)."""
+
+
+class ArchiveBusyError(ArchiveError):
+    """Another archive run holds the archive's lock."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveSource:
+    """A store to archive: its agent, its home and the dirs under it that hold its
+    sessions (with their images and subagent files), relative to the home."""
+
+    agent: str
+    home: str
+    roots: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class ArchiveReport:
+    files_seen: int = 0
+    files_new: int = 0
+    files_grown: int = 0
+    files_rewritten: int = 0
+    files_deleted: int = 0
+    bytes_read: int = 0
+    bytes_stored: int = 0
+    skipped: list[str] = field(default_factory=list)
+    """Files passed over this run, each with why (a symlink, changed while read)."""
+    seconds: float = 0.0
+
+
+@dataclass(slots=True)
+class ArchiveStats:
+    sessions: int
+    files: int
+    deleted: int
+    original_bytes: int
+    stored_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedFile:
+    agent: str
+    home: str
+    rel: str
+    size: int
+    mtime_ns: int
+    deleted_ms: int | None
+    is_session: bool
+    manifest: str
+
+
+@dataclass(slots=True)
+class RestoreReport:
+    written: list[str] = field(default_factory=list)
+    unchanged: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------- chunks
+
+
+def _is_boundary(line: bytes) -> bool:
+    return xxhash.xxh64_intdigest(line) % _BOUNDARY == 0
+
+
+def _cut(data: bytes) -> Iterator[bytes]:
+    """`data` cut after lines that end a chunk (see the module doc); the last chunk may
+    end mid-line (the rest of a line being written)."""
+    start = 0
+    pos = 0
+    size = len(data)
+    while pos < size:
+        end = data.find(b"\n", pos)
+        end = size if end < 0 else end + 1
+        if end - start >= _MAX_CHUNK and pos > start:
+            yield data[start:pos]
+            start = pos
+        if _is_boundary(data[pos:end]) or end - start >= _MAX_CHUNK:
+            yield data[start:end]
+            start = end
+        pos = end
+    if start < size:
+        yield data[start:]
+
+
+def _chunk_path(archive: str, digest: str) -> str:
+    return os.path.join(archive, "chunks", digest[:2], digest + ".zst")
+
+
+def _put_chunk(archive: str, data: bytes, report: ArchiveReport) -> list[Any]:
+    digest = hashlib.sha256(data).hexdigest()
+    path = _chunk_path(archive, digest)
+    if not os.path.exists(path):
+        ensure_private_dir(os.path.dirname(path))
+        packed = zstandard.ZstdCompressor(level=_LEVEL).compress(data)
+        _write_or_stop(path, packed)
+        report.bytes_stored += len(packed)
+    return [digest, len(data)]
+
+
+def _write_or_stop(path: str, data: bytes) -> None:
+    try:
+        atomic_write(path, [data])
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise ArchiveError(
+                f"{path}: the archive's disk is full; stopped (everything archived before "
+                "is kept as it was)"
+            ) from exc
+        raise
+
+
+def _get_chunk(archive: str, digest: str, length: int) -> bytes:
+    path = _chunk_path(archive, digest)
+    try:
+        with open(path, "rb") as f:
+            packed = f.read()
+    except OSError as exc:
+        raise ArchiveError(f"chunk {digest} is missing: {exc.strerror or exc}") from exc
+    try:
+        data = zstandard.ZstdDecompressor().decompress(packed, max_output_size=length)
+    except zstandard.ZstdError as exc:
+        raise ArchiveError(f"chunk {digest} is damaged: {exc}") from exc
+    if len(data) != length or hashlib.sha256(data).hexdigest() != digest:
+        raise ArchiveError(f"chunk {digest} does not hold what its name says")
+    return data
+
+
+def _file_hash(chunks: Iterable[list[Any]]) -> str:
+    h = hashlib.sha256()
+    for digest, length in chunks:
+        h.update(f"{digest}:{length}\n".encode())
+    return h.hexdigest()
+
+
+# ---------------------------------------------------------------------------- manifests
+
+
+def _manifest_path(archive: str, agent: str, source: str) -> str:
+    key = hashlib.sha256(source.encode("utf-8", "surrogateescape")).hexdigest()
+    return os.path.join(archive, "files", agent, key + ".json")
+
+
+def _load_manifest(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path, "rb") as f:
+            value = json.loads(f.read())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ArchiveError(f"{path}: manifest cannot be read: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ArchiveError(f"{path}: manifest is not a JSON object")
+    return value
+
+
+def _save_manifest(path: str, manifest: dict[str, Any]) -> None:
+    ensure_private_dir(os.path.dirname(path))
+    _write_or_stop(path, json.dumps(manifest, sort_keys=True).encode())
+
+
+def _manifests(archive: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    base = os.path.join(archive, "files")
+    for agent in sorted(_listdir(base)):
+        directory = os.path.join(base, agent)
+        for name in sorted(_listdir(directory)):
+            if name.endswith(".json"):
+                path = os.path.join(directory, name)
+                manifest = _load_manifest(path)
+                if manifest is not None:
+                    yield path, manifest
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
+
+
+# ---------------------------------------------------------------------------- the archive dir
+
+
+def _inside(path: str, directory: str) -> bool:
+    path, directory = os.path.realpath(path), os.path.realpath(directory)
+    return path == directory or path.startswith(os.path.join(directory, ""))
+
+
+def _prepare(archive: str, sources: Iterable[ArchiveSource]) -> None:
+    """Refuse an archive inside a store it archives (or a store inside it), and a
+    non-empty dir that is no archive; mark a new one."""
+    for source in sources:
+        for root in source.roots:
+            full = os.path.join(source.home, root)
+            if _inside(archive, full) or _inside(full, archive):
+                raise ArchiveError(
+                    f"{archive}: the archive would be inside the {source.agent} store it "
+                    f"archives ({full}), or hold it: choose another --to"
+                )
+    mark = os.path.join(archive, _MARK)
+    if os.path.islink(archive):
+        raise ArchiveError(f"{archive}: is a symlink; give the real directory")
+    if os.path.isdir(archive) and _listdir(archive) and not os.path.isfile(mark):
+        raise ArchiveError(f"{archive}: not an archive (no {_MARK} file) and not empty")
+    ensure_private_dir(archive)
+    if not os.path.isfile(mark):
+        body = {"format": "sessiontree-archive", "version": ARCHIVE_VERSION}
+        atomic_write(mark, [json.dumps(body).encode()])
+
+
+def _lock(archive: str) -> int:
+    path = os.path.join(archive, ".lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+        os.close(fd)
+        raise ArchiveBusyError(
+            f"{archive}: another archive run (pid {holder}) is writing it; this one exits "
+            "(run it again when that one is done)"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode(), 0)
+    return fd
+
+
+def is_archive(path: str) -> bool:
+    return os.path.isfile(os.path.join(path, _MARK))
+
+
+# ---------------------------------------------------------------------------- one run
+
+
+def _walk(home: str, root: str, report: ArchiveReport) -> Iterator[tuple[str, os.stat_result]]:
+    """Regular files under `home/root` (relative paths), no symlink followed below
+    the root."""
+    top = os.path.join(home, root)
+    stack = [top]
+    while stack:
+        directory = stack.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in sorted(entries, key=lambda e: e.name):
+            if entry.is_symlink():
+                report.skipped.append(f"{entry.path}: a symlink (not followed)")
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                stack.append(entry.path)
+            elif entry.is_file(follow_symlinks=False) and not entry.name.endswith(".tmp"):
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                yield os.path.relpath(entry.path, home), st
+
+
+def _read_span(path: str, offset: int, size: int) -> tuple[bytes, os.stat_result] | None:
+    """`size` bytes of `path` from `offset`, and its stat when opened; None when the
+    file is gone, is no longer a regular file, or was replaced or cut meanwhile."""
+    try:
+        fd = os.open(path, os.O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        before = os.fstat(fd)
+        data = os.pread(fd, size, offset) if size else b""
+        while len(data) < size:
+            more = os.pread(fd, size - len(data), offset + len(data))
+            if not more:
+                return None  # cut short while read
+            data += more
+    finally:
+        os.close(fd)
+    return data, before
+
+
+def _archive_file(
+    archive: str,
+    source: ArchiveSource,
+    rel: str,
+    st: os.stat_result,
+    manifest_path: str,
+    old: dict[str, Any] | None,
+    report: ArchiveReport,
+) -> None:
+    path = os.path.join(source.home, rel)
+    size = st.st_size
+    chunks: list[list[Any]] = []
+    offset = 0
+    earlier: list[dict[str, Any]] = list(old.get("earlier", [])) if old else []
+    kind = "new"
+    if old is not None and old.get("ino") == st.st_ino and size >= int(old.get("size", 0)):
+        kept = [list(c) for c in old.get("chunks", [])]
+        if kept:
+            last_digest, last_len = kept[-1]
+            start = int(old["size"]) - int(last_len)
+            span = _read_span(path, start, int(last_len))
+            if span is not None and hashlib.sha256(span[0]).hexdigest() == last_digest:
+                chunks, offset, kind = kept[:-1], start, "grown"
+    if old is not None and kind == "new":
+        kind = "rewritten"
+        if True:
+            earlier.append(
+                {
+                    "chunks": old["chunks"],
+                    "size": old.get("size"),
+                    "mtimeNs": old.get("mtimeNs"),
+                    "hash": old.get("hash"),
+                    "replacedMs": int(time.time() * 1000),
+                }
+            )
+    span = _read_span(path, offset, size - offset)
+    if span is None:
+        report.skipped.append(f"{path}: changed while read (next run)")
+        return
+    data, _ = span
+    after = _stat(path)
+    if after is None or after.st_ino != st.st_ino or after.st_size < size:
+        report.skipped.append(f"{path}: replaced or cut while read (next run)")
+        return
+    report.bytes_read += len(data)
+    for piece in _cut(data):
+        chunks.append(_put_chunk(archive, piece, report))
+    if kind == "rewritten" and old is not None and _file_hash(chunks) == old.get("hash"):
+        earlier.pop()  # the same bytes again (restored, copied back): no new version
+        kind = "same"
+    now = int(time.time() * 1000)
+    manifest = {
+        "agent": source.agent,
+        "home": source.home,
+        "rel": rel,
+        "size": size,
+        "mtimeNs": st.st_mtime_ns,
+        "ino": st.st_ino,
+        "chunks": chunks,
+        "hash": _file_hash(chunks),
+        "firstMs": old.get("firstMs", now) if old else now,
+        "lastMs": now,
+        "earlier": earlier,
+        "deletedMs": None,
+    }
+    _save_manifest(manifest_path, manifest)
+    if kind == "new":
+        report.files_new += 1
+    elif kind == "grown":
+        report.files_grown += 1
+    elif kind == "rewritten":
+        report.files_rewritten += 1
+
+
+def _stat(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+
+
+def archive_stores(
+    archive: str,
+    sources: Iterable[ArchiveSource],
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> ArchiveReport:
+    """Archive every file under each source's roots into `archive` (see the module doc)."""
+    started = time.monotonic()
+    archive = os.path.abspath(os.path.expanduser(archive))
+    sources = list(sources)
+    _prepare(archive, sources)
+    fd = _lock(archive)
+    report = ArchiveReport()
+    try:
+        for source in sources:
+            seen: set[str] = set()
+            for root in source.roots:
+                if not os.path.isdir(os.path.join(source.home, root)):
+                    continue
+                for rel, st in _walk(source.home, root, report):
+                    report.files_seen += 1
+                    full = os.path.join(source.home, rel)
+                    manifest_path = _manifest_path(archive, source.agent, full)
+                    seen.add(manifest_path)
+                    old = _load_manifest(manifest_path)
+                    if (
+                        old is not None
+                        and old.get("size") == st.st_size
+                        and old.get("mtimeNs") == st.st_mtime_ns
+                        and old.get("ino") == st.st_ino
+                        and old.get("deletedMs") is None
+                    ):
+                        continue
+                    if progress is not None:
+                        progress(full)
+                    _archive_file(archive, source, rel, st, manifest_path, old, report)
+            report.files_deleted += _mark_deleted(archive, source, seen)
+    finally:
+        os.close(fd)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _mark_deleted(archive: str, source: ArchiveSource, seen: set[str]) -> int:
+    """Mark each archived file of `source` no longer at its source (kept, never removed)."""
+    marked = 0
+    directory = os.path.join(archive, "files", source.agent)
+    for name in _listdir(directory):
+        path = os.path.join(directory, name)
+        if path in seen or not name.endswith(".json"):
+            continue
+        manifest = _load_manifest(path)
+        if manifest is None or manifest.get("home") != source.home:
+            continue
+        if manifest.get("deletedMs") is not None:
+            continue
+        if os.path.lexists(os.path.join(source.home, str(manifest.get("rel")))):
+            continue  # there, but not walked (a symlink now, a root not read this run)
+        manifest["deletedMs"] = int(time.time() * 1000)
+        _save_manifest(path, manifest)
+        marked += 1
+    return marked
+
+
+# ---------------------------------------------------------------------------- reading it
+
+
+def _is_session(agent: str, rel: str) -> bool:
+    parts = rel.split("/")
+    name = parts[-1]
+    if agent == "claude":
+        return len(parts) == 3 and parts[0] == "projects" and name.endswith(".jsonl")
+    if agent == "codex":
+        return name.endswith(".jsonl")
+    if agent == "gemini":
+        return (
+            len(parts) == 4
+            and parts[2] == "chats"
+            and name.startswith("session-")
+            and name.endswith((".json", ".jsonl"))
+        )
+    if agent == "copilot":
+        return len(parts) == 3 and name == "events.jsonl"
+    if agent == "opencode":
+        return len(parts) == 4 and parts[:2] == ["storage", "session"] and name.endswith(".json")
+    return parts[0] == "sessions" and len(parts) == 3 and name.endswith(".jsonl")
+
+
+def archived_files(archive: str) -> list[ArchivedFile]:
+    """Every file the archive keeps (deleted at its source or not)."""
+    archive = os.path.abspath(os.path.expanduser(archive))
+    if not is_archive(archive):
+        raise ArchiveError(f"{archive}: not an archive (no {_MARK} file)")
+    found = []
+    for path, m in _manifests(archive):
+        agent, rel = str(m.get("agent")), str(m.get("rel"))
+        found.append(
+            ArchivedFile(
+                agent,
+                str(m.get("home")),
+                rel,
+                int(m.get("size", 0)),
+                int(m.get("mtimeNs", 0)),
+                m.get("deletedMs"),
+                _is_session(agent, rel),
+                path,
+            )
+        )
+    return found
+
+
+def archive_stats(archive: str) -> ArchiveStats:
+    files = archived_files(archive)
+    stored = 0
+    for directory, _, names in os.walk(os.path.abspath(os.path.expanduser(archive))):
+        for name in names:
+            try:
+                stored += os.lstat(os.path.join(directory, name)).st_size
+            except OSError:
+                pass
+    return ArchiveStats(
+        sessions=sum(1 for f in files if f.is_session),
+        files=len(files),
+        deleted=sum(1 for f in files if f.is_session and f.deleted_ms is not None),
+        original_bytes=sum(f.size for f in files),
+        stored_bytes=stored,
+    )
+
+
+def verify_archive(archive: str) -> list[str]:
+    """Every problem found: each chunk of each file (and of its earlier versions) read
+    and checked against its hash, and each file against its recorded hash. [] when sound."""
+    archive = os.path.abspath(os.path.expanduser(archive))
+    problems = []
+    for file in archived_files(archive):
+        manifest = _load_manifest(file.manifest) or {}
+        versions = [manifest, *manifest.get("earlier", [])]
+        for version in versions:
+            chunks = version.get("chunks", [])
+            if _file_hash(chunks) != version.get("hash"):
+                problems.append(f"{file.home}/{file.rel}: its chunk list is not the one recorded")
+                continue
+            if sum(int(c[1]) for c in chunks) != version.get("size"):
+                problems.append(f"{file.home}/{file.rel}: its chunks do not add up to its size")
+            for digest, length in chunks:
+                try:
+                    _get_chunk(archive, digest, int(length))
+                except ArchiveError as exc:
+                    problems.append(f"{file.home}/{file.rel}: {exc}")
+    return problems
+
+
+# ---------------------------------------------------------------------------- restore
+
+
+def _safe_rel(rel: str) -> bool:
+    parts = rel.split("/")
+    return (
+        bool(rel)
+        and not os.path.isabs(rel)
+        and "\0" not in rel
+        and all(p not in ("", ".", "..") for p in parts)
+    )
+
+
+def _matches(session: str, file: ArchivedFile) -> bool:
+    full = os.path.join(file.home, file.rel)
+    if session in (file.rel, full):
+        return True
+    if len(session) < 8:
+        return False
+    name = file.rel.rsplit("/", 1)[-1]
+    if session in name:
+        return True
+    # A Gemini CLI file is named by the first 8 characters of its session id.
+    return file.agent == "gemini" and session[:8] in name and len(session) >= 32
+
+
+def _companions(file: ArchivedFile, session: str, every: list[ArchivedFile]) -> list[ArchivedFile]:
+    """The files kept with a session file: under a dir named as the file (Claude Code's
+    `<id>/subagents/`), its session dir (Copilot CLI), a dir named by its id (Gemini
+    CLI's subagents, `chats/<parent id>/`)."""
+    stem = file.rel.rsplit(".", 1)[0] + "/"
+    parent = file.rel.rsplit("/", 1)[0] + "/"
+    found = []
+    for other in every:
+        if other is file or other.agent != file.agent or other.home != file.home:
+            continue
+        if other.rel.startswith(stem):
+            found.append(other)
+        elif file.agent == "copilot" and other.rel.startswith(parent):
+            found.append(other)
+        elif len(session) >= 8 and f"/{session}/" in f"/{other.rel}" and not other.is_session:
+            found.append(other)
+    return found
+
+
+def restore_session(
+    archive: str, session: str, *, to: str | None = None, deleted_only: bool = False
+) -> RestoreReport:
+    """Write the archived session `session` (its id, its file name, or its path) and its
+    companion files back where its agent keeps them (or under `to`, as the agent's
+    home), byte for byte with their mtimes. A file already there with the same bytes
+    is left alone; one with other bytes is never replaced (ArchiveError: give `to`)."""
+    archive = os.path.abspath(os.path.expanduser(archive))
+    every = archived_files(archive)
+    found = [f for f in every if f.is_session and _matches(session, f)]
+    if not found:
+        raise ArchiveError(f"no archived session matches {session!r}")
+    if len(found) > 1:
+        names = ", ".join(f"{f.agent}:{f.rel}" for f in found[:5])
+        raise ArchiveError(f"{session!r} matches {len(found)} archived sessions: {names}")
+    (file,) = found
+    files = [file, *_companions(file, session, every)]
+    return restore_files(archive, files, to=to)
+
+
+def restore_files(archive: str, files: list[ArchivedFile], *, to: str | None) -> RestoreReport:
+    report = RestoreReport()
+    if to is not None:
+        to = os.path.abspath(os.path.expanduser(to))
+        if _inside(to, archive) or _inside(archive, to):
+            raise ArchiveError(f"{to}: is the archive, or inside it, or holds it")
+    plans = []
+    for file in files:
+        if not _safe_rel(file.rel):
+            raise ArchiveError(f"{file.manifest}: names {file.rel!r}, not a path inside a store")
+        home = to if to is not None else file.home
+        if not os.path.isabs(home):
+            raise ArchiveError(f"{file.manifest}: its home {home!r} is not an absolute path")
+        plans.append((file, home, os.path.join(home, file.rel)))
+    for file, home, target in plans:
+        manifest = _load_manifest(file.manifest) or {}
+        data = b"".join(_get_chunk(archive, d, int(n)) for d, n in manifest.get("chunks", []))
+        if _file_hash(manifest.get("chunks", [])) != manifest.get("hash"):
+            raise ArchiveError(f"{file.manifest}: does not match its recorded hash")
+        parent = os.path.dirname(target)
+        _make_dirs_inside(home, parent)
+        if os.path.lexists(target):
+            if os.path.islink(target) or not os.path.isfile(target):
+                raise ArchiveError(f"{target}: is there and is not a regular file; left alone")
+            with open(target, "rb") as f:
+                if f.read() == data:
+                    report.unchanged.append(target)
+                    continue
+            raise ArchiveError(
+                f"{target}: is there with other bytes; never replaced (restore it --to "
+                "another dir)"
+            )
+        try:
+            create_new([target], [data])
+        except FileExistsError:
+            raise ArchiveError(
+                f"{target}: appeared while it was restored; left alone (run again)"
+            ) from None
+        mtime = int(manifest.get("mtimeNs", 0))
+        if mtime:
+            os.utime(target, ns=(mtime, mtime), follow_symlinks=False)
+        report.written.append(target)
+    return report
+
+
+def _make_dirs_inside(home: str, directory: str) -> None:
+    """Create `directory` under `home`, refusing any existing component that is a
+    symlink (a restore never writes through one, out of the store)."""
+    ensure_private_dir(home)
+    real_home = os.path.realpath(home)
+    rel = os.path.relpath(directory, home)
+    current = home
+    for part in [] if rel == "." else rel.split(os.sep):
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            raise ArchiveError(f"{current}: is a symlink; a restore never writes through one")
+        if not os.path.isdir(current):
+            os.mkdir(current, 0o700)
+    if not _inside(directory, real_home):
+        raise ArchiveError(f"{directory}: is outside {home}")
