@@ -28,6 +28,7 @@ __all__ = [
     "get_agent_dir",
     "native_agent_dir",
     "opencode_home",
+    "store_named_by_environment",
     "terminal_variable",
     "time_zone_name",
 ]
@@ -87,6 +88,12 @@ def agent_dir_or_default(agent_dir: str | None = None) -> str:
     """`agent_dir` when given, else the default one (`get_agent_dir`): the one place a
     library function given no agent dir chooses it."""
     return agent_dir if agent_dir is not None else get_agent_dir()
+
+
+def store_named_by_environment() -> bool:
+    """Whether `$SESSIONTREE_STORE` or `$PI_CODING_AGENT_DIR` names the store (else every
+    store found is read; see `sessiontree.store.find_stores`)."""
+    return _read(STORE_ENV) is not None or _read(AGENT_DIR_ENV) is not None
 
 
 def default_store() -> str:

@@ -58,11 +58,11 @@ __all__ = [
     "ArchiveError",
     "ArchiveReport",
     "ArchiveSource",
-    "ArchivedFile",
     "ArchiveStats",
+    "ArchivedFile",
     "RestoreReport",
-    "archive_stores",
     "archive_stats",
+    "archive_stores",
     "archived_files",
     "is_archive",
     "restore_files",
@@ -684,8 +684,7 @@ def restore_files(archive: str, files: list[ArchivedFile], *, to: str | None) ->
                     report.unchanged.append(target)
                     continue
             raise ArchiveError(
-                f"{target}: is there with other bytes; never replaced (restore it --to "
-                "another dir)"
+                f"{target}: is there with other bytes; never replaced (restore it --to another dir)"
             )
         try:
             create_new([target], [data])

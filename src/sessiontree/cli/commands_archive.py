@@ -73,8 +73,11 @@ def stores_command(as_json: JsonOption = False) -> None:
         console.print("No agent store found on this machine.", markup=False)
         return
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
-    for name, right in (("Agent", False), ("Sessions", True), ("Size", True), ("Path", False)):
-        table.add_column(name, no_wrap=True, justify="right" if right else "left")
+    for name, right in (("Agent", False), ("Sessions", True), ("Size", True)):
+        table.add_column(
+            name, no_wrap=True, min_width=len(name), justify="right" if right else "left"
+        )
+    table.add_column("Path", overflow="fold")
     for row in rows:
         suffix = "" if row["problem"] is None else f"  ({row['problem']})"
         table.add_row(

@@ -27,9 +27,11 @@ from sessiontree.cli.common import (
     err_console,
     human_size,
     open_read_only,
+    other_stores,
     resolve_session,
 )
 from sessiontree.cli.render import TreeOptions, preview, render_tree, time_ago
+from sessiontree.errors import SessionTreeError
 from sessiontree.format import convert_to_llm, entry_role, format_iso, message_text
 from sessiontree.history import read_history
 from sessiontree.listing import SessionInfo
@@ -42,6 +44,7 @@ from sessiontree.reports import (
     time_zone,
 )
 from sessiontree.search import SearchHit
+from sessiontree.store import Store
 
 AllOption = Annotated[bool, typer.Option("--all", "-a", help="Every project, not just this one.")]
 
@@ -57,6 +60,34 @@ def _iso(moment: object) -> str | None:
 
 def _listing(all_projects: bool) -> list[SessionInfo]:
     return current_store().list(None if all_projects else os.getcwd())
+
+
+def _listings(all_projects: bool) -> tuple[list[tuple[SessionInfo, str]], list[Store]]:
+    """The sessions (each with its store's agent) of the invocation's store and, when
+    no option named one, of every other store found; newest first; the stores read."""
+    stores = [current_store(), *other_stores()]
+    found: list[tuple[SessionInfo, str]] = []
+    read: list[Store] = []
+    for store in stores:
+        try:
+            found += [(s, store.agent) for s in store.list(None if all_projects else os.getcwd())]
+        except (OSError, SessionTreeError) as exc:
+            err_console.print(Text(f"sessiontree: warning: {store.location}: skipped: {exc}"))
+            continue
+        read.append(store)
+    found.sort(key=lambda pair: pair[0].modified, reverse=True)
+    return found, read
+
+
+def _elsewhere(stores: list[Store]) -> int:
+    """Sessions of every project in `stores` (what `list --all` would show)."""
+    total = 0
+    for store in stores:
+        try:
+            total += len(store.list())
+        except (OSError, SessionTreeError):
+            continue
+    return total
 
 
 def _file_size(path: str) -> int:
@@ -77,16 +108,24 @@ def list_command(
     limit: Annotated[int, typer.Option("--limit", "-n", min=0, help="Show at most N.")] = 50,
     as_json: JsonOption = False,
 ) -> None:
-    """List sessions, newest first: this directory's project, or every project with --all."""
-    sessions = _listing(all_projects)
+    """List sessions, newest first: this directory's project, or every project with --all.
+
+    With no --agent, --agent-dir or --store (and no $SESSIONTREE_STORE or
+    $PI_CODING_AGENT_DIR), every agent store found on this machine is read
+    (`sessiontree stores` lists them)."""
+    pairs, read = _listings(all_projects)
+    sessions = [s for s, _ in pairs]
+    agents = {id(s): agent for s, agent in pairs}
     shown = sessions[:limit] if limit else sessions
     if as_json:
         emit_json(
             {
                 "total": len(sessions),
+                "stores": [{"agent": st.agent, "location": st.location} for st in read],
                 "sessions": [
                     {
                         "path": s.path,
+                        "agent": agents[id(s)],
                         "id": s.id,
                         "cwd": s.cwd,
                         "title": s.title,
@@ -102,14 +141,31 @@ def list_command(
             }
         )
         return
+    looked = ", ".join(f"{st.location} ({st.agent})" for st in read) or "no store"
     if not sessions:
         where = "any project" if all_projects else os.getcwd()
-        console.print(f"No sessions for {where}.", markup=False)
+        console.print(f"No sessions for {where} in {looked}.", markup=False)
+        if not all_projects:
+            others = _elsewhere(read)
+            if others:
+                console.print(
+                    f"{others} sessions of other projects are there: sessiontree list --all",
+                    markup=False,
+                )
         return
-    headers = ["Modified", "ID", "Msgs", "Size"] + (["Project"] if all_projects else [])
+    several = len({agents[id(s)] for s in sessions}) > 1
+    if len(read) > 1:
+        err_console.print(Text(f"Read {looked}.", style="dim"))
+    headers = (
+        ["Modified", "ID", "Msgs", "Size"]
+        + (["Agent"] if several else [])
+        + (["Project"] if all_projects else [])
+    )
     rows: list[list[str]] = []
     for s in shown:
         row = [time_ago(s.modified), s.id, str(s.message_count), human_size(_size(s))]
+        if several:
+            row.append(agents[id(s)])
         if all_projects:
             row.append((os.path.basename(s.cwd.rstrip("/")) or s.cwd)[:16])
         row.append(" ".join(str(s.title or s.first_message).split()))

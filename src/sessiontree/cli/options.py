@@ -237,10 +237,14 @@ def _start_invocation(ctx: Any) -> None:
 
         store = agent_store(options.agent, agent_dir, url, root.invoked_subcommand)
     else:
+        from sessiontree._util.env import store_named_by_environment
         from sessiontree.store import Store
 
         # The environment is read here, once (through `Store()`), and never written.
         store = Store(url) if url is not None else Store()
+        if url is None and not store_named_by_environment():
+            begin_invocation(root, store, found=True)
+            return
     begin_invocation(root, store)
 
 
