@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from sessiontree.archive import (
     ArchiveBusyError,
     ArchiveError,
     ArchiveSource,
+    _archive,
     archive_stats,
     archive_stores,
     archived_files,
@@ -33,7 +33,6 @@ from sessiontree.archive import (
     restore_session,
     verify_archive,
 )
-from sessiontree.archive import _archive
 from sessiontree.cli import app
 
 FOREIGN = SHARED_FIXTURES / "foreign"
@@ -455,3 +454,50 @@ class ArchiveModel(RuleBasedStateMachine):
 
 ArchiveModel.TestCase.settings = settings(max_examples=25, stateful_step_count=15, deadline=None)
 TestArchiveModel = ArchiveModel.TestCase
+
+
+def test_opencode_database_sessions_are_kept_as_export_documents(tmp_path: Path) -> None:
+    """A session OpenCode deletes from its database stays in the archive, as the
+    document `opencode export` writes (`opencode import` and `sessiontree import` take
+    it); a part OpenCode rewrites in place is archived again."""
+    import sqlite3
+
+    from sessiontree.foreign import read_opencode_export
+
+    home = tmp_path / "opencode"
+    home.mkdir()
+    database = home / "opencode.db"
+    shutil.copyfile(fixture("opencode", "suhd550-dev__stunning-memory__opencode.db"), database)
+    database.chmod(0o644)
+    source = ArchiveSource("opencode", str(home), ())
+    archive = str(tmp_path / "archive")
+    first = archive_stores(archive, [source])
+    assert first.files_new >= 1
+    sessions = [f for f in archived_files(archive) if f.is_session]
+    assert sessions
+    again = archive_stores(archive, [source])
+    assert (again.files_new, again.files_rewritten, again.bytes_read) == (0, 0, 0)
+    conn = sqlite3.connect(database)
+    with conn:
+        conn.execute(
+            "UPDATE part SET data = json_set(data, '$.text', 'rewritten'), "
+            "time_updated = time_updated + 1 WHERE id = (SELECT MIN(id) FROM part "
+            'WHERE data LIKE \'%"type":"text"%\')'
+        )
+    assert archive_stores(archive, [source]).files_rewritten == 1
+    (session_id,) = [r[0] for r in conn.execute("SELECT id FROM session WHERE parent_id IS NULL")][
+        :1
+    ]
+    with conn:
+        conn.execute("DELETE FROM part WHERE session_id = ?", (session_id,))
+        conn.execute("DELETE FROM message WHERE session_id = ?", (session_id,))
+        conn.execute("DELETE FROM session WHERE id = ?", (session_id,))
+    conn.close()
+    assert archive_stores(archive, [source]).files_deleted == 1
+    out = tmp_path / "out"
+    restored = restore_session(archive, session_id, to=str(out))
+    (document,) = restored.written
+    session = read_opencode_export(document)
+    assert session.source_id == session_id
+    assert session.damaged == []
+    assert verify_archive(archive) == []

@@ -1180,3 +1180,26 @@ def test_a_timestamp_beyond_a_double_reads_as_none(tmp_path: Path, agent_dir: Pa
         assert json.loads(shown.stdout)["roles"]["user"] == 1
         imported = run("import", str(path), "--json")
         assert imported.exit_code == 0, imported.output
+
+
+def test_gemini_subagent_files_are_read_as_subagents_of_their_parent(tmp_path: Path) -> None:
+    """`chats/<parent id>/<id>.jsonl` (`kind: "subagent"`) is a subsession of the parent,
+    not a session of its own in the listing."""
+    chats = tmp_path / ".gemini" / "tmp" / "project" / "chats"
+    (chats / "parent-1").mkdir(parents=True)
+    meta = {"sessionId": "parent-1", "projectHash": "p", "startTime": "2026-01-01T00:00:00Z"}
+    prompt = {"id": "u1", "type": "user", "timestamp": "2026-01-01T00:00:01Z"}
+    (chats / "session-2026-01-01T00-00-parent-1.jsonl").write_text(
+        json.dumps(meta) + "\n" + json.dumps({**prompt, "content": [{"text": "parent"}]}) + "\n",
+        encoding="utf-8",
+    )
+    sub = {**meta, "sessionId": "child-1", "kind": "subagent"}
+    (chats / "parent-1" / "child-1.jsonl").write_text(
+        json.dumps(sub) + "\n" + json.dumps({**prompt, "content": [{"text": "child"}]}) + "\n",
+        encoding="utf-8",
+    )
+    store = ForeignStore.at("gemini", str(tmp_path / ".gemini"))
+    listed = [item for item in store.list() if item.meta.listed]
+    assert [item.meta.id for item in listed] == ["parent-1"]
+    session = store.read(listed[0].path)
+    assert [s.key for s in session.subsessions] == ["child-1"]

@@ -361,13 +361,16 @@ def _archive_file(
     archive: str,
     source: ArchiveSource,
     rel: str,
-    st: os.stat_result,
+    st: os.stat_result | _Virtual,
     manifest_path: str,
     old: dict[str, Any] | None,
     report: ArchiveReport,
 ) -> None:
     path = os.path.join(source.home, rel)
     size = st.st_size
+    if isinstance(st, _Virtual):
+        _save_virtual(archive, source, rel, st, manifest_path, old, report)
+        return
     chunks: list[list[Any]] = []
     offset = 0
     earlier: list[dict[str, Any]] = list(old.get("earlier", [])) if old else []
@@ -401,6 +404,25 @@ def _archive_file(
     if after is None or after.st_ino != st.st_ino or after.st_size < size:
         report.skipped.append(f"{path}: replaced or cut while read (next run)")
         return
+    _store_manifest(
+        archive, source, rel, st, manifest_path, old, report, chunks, data, earlier, kind
+    )
+
+
+def _store_manifest(
+    archive: str,
+    source: ArchiveSource,
+    rel: str,
+    st: os.stat_result | _Virtual,
+    manifest_path: str,
+    old: dict[str, Any] | None,
+    report: ArchiveReport,
+    chunks: list[list[Any]],
+    data: bytes,
+    earlier: list[dict[str, Any]],
+    kind: str,
+) -> None:
+    size = st.st_size
     report.bytes_read += len(data)
     for piece in _cut(data):
         chunks.append(_put_chunk(archive, piece, report))
@@ -415,6 +437,7 @@ def _archive_file(
         "size": size,
         "mtimeNs": st.st_mtime_ns,
         "ino": st.st_ino,
+        "signal": st.signal if isinstance(st, _Virtual) else None,
         "chunks": chunks,
         "hash": _file_hash(chunks),
         "firstMs": old.get("firstMs", now) if old else now,
@@ -429,6 +452,104 @@ def _archive_file(
         report.files_grown += 1
     elif kind == "rewritten":
         report.files_rewritten += 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Virtual:
+    """A session that is not a file of its own (an OpenCode database's): the document
+    it is kept as, and what changes when it does."""
+
+    data: bytes
+    signal: list[int]
+    st_mtime_ns: int
+    st_ino: int = 0
+
+    @property
+    def st_size(self) -> int:
+        return len(self.data)
+
+
+def _save_virtual(
+    archive: str,
+    source: ArchiveSource,
+    rel: str,
+    st: _Virtual,
+    manifest_path: str,
+    old: dict[str, Any] | None,
+    report: ArchiveReport,
+) -> None:
+    earlier: list[dict[str, Any]] = list(old.get("earlier", [])) if old else []
+    kind = "new"
+    if old is not None:
+        kind = "rewritten"
+        earlier.append(
+            {
+                "chunks": old.get("chunks", []),
+                "size": old.get("size"),
+                "mtimeNs": old.get("mtimeNs"),
+                "hash": old.get("hash"),
+                "replacedMs": int(time.time() * 1000),
+            }
+        )
+    _store_manifest(
+        archive, source, rel, st, manifest_path, old, report, [], st.data, earlier, kind
+    )
+
+
+def _opencode_sessions(
+    home: str, report: ArchiveReport, unreadable: set[str]
+) -> Iterator[tuple[str, Callable[[], _Virtual | None], list[int]]]:
+    """Each session of OpenCode's databases in `home`: its path in the archive
+    (`export/<db>/<session id>.json`, as `opencode export` writes it and `opencode
+    import` takes it), how to read it, and its change signal. A database that cannot
+    be read now is passed over (named in `report.skipped`)."""
+    from sessiontree.foreign.opencode_db import DatabaseError, list_db_sessions, load_db_session
+
+    for name in sorted(_listdir(home)):
+        if not (name.startswith("opencode") and name.endswith(".db")):
+            continue
+        database = os.path.join(home, name)
+        if os.path.islink(database) or not os.path.isfile(database):
+            continue
+        try:
+            rows = list_db_sessions(database)
+        except (DatabaseError, OSError) as exc:
+            report.skipped.append(f"{database}: {exc}")
+            unreadable.add(f"export/{name}/")
+            continue
+        for row in rows:
+            signal = [row.messages, row.updated_ms, row.parts, row.parts_updated]
+
+            def read(
+                row_id: str = row.id, updated: int = row.updated_ms, database: str = database
+            ) -> _Virtual | None:
+                try:
+                    session = load_db_session(database, row_id, children=False)
+                except (DatabaseError, OSError) as exc:
+                    report.skipped.append(f"{database}/{row_id}: {exc}")
+                    return None
+                return _Virtual(
+                    _export_document(session.info, session.messages), [], updated * 1_000_000
+                )
+
+            yield f"export/{name}/{row.id}.json", read, signal
+
+
+def _export_document(
+    info: dict[str, Any], messages: list[tuple[dict[str, Any], list[dict[str, Any]]]]
+) -> bytes:
+    """`opencode export`'s document, one message a line (so that a session's unchanged
+    messages are chunks already stored)."""
+
+    def dump(value: Any) -> str:
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+    lines = [f'{{"info":{dump(info)},"messages":[']
+    for number, (message, parts) in enumerate(messages):
+        comma = "," if number < len(messages) - 1 else ""
+        lines.append(dump({"info": message, "parts": parts}) + comma)
+    lines.append("]}")
+    return ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass")
 
 
 def _stat(path: str) -> os.stat_result | None:
@@ -454,6 +575,7 @@ def archive_stores(
     try:
         for source in sources:
             seen: set[str] = set()
+            unreadable: set[str] = set()  # an OpenCode database not read this run
             for root in source.roots:
                 if not os.path.isdir(os.path.join(source.home, root)):
                     continue
@@ -474,14 +596,40 @@ def archive_stores(
                     if progress is not None:
                         progress(full)
                     _archive_file(archive, source, rel, st, manifest_path, old, report)
-            report.files_deleted += _mark_deleted(archive, source, seen)
+            if source.agent == "opencode":
+                for rel, read, signal in _opencode_sessions(source.home, report, unreadable):
+                    report.files_seen += 1
+                    full = os.path.join(source.home, rel)
+                    manifest_path = _manifest_path(archive, source.agent, full)
+                    seen.add(manifest_path)
+                    old = _load_manifest(manifest_path)
+                    if (
+                        old is not None
+                        and old.get("signal") == signal
+                        and old.get("deletedMs") is None
+                    ):
+                        continue
+                    virtual = read()
+                    if virtual is None:
+                        continue
+                    virtual = _Virtual(virtual.data, signal, virtual.st_mtime_ns)
+                    if old is not None and old.get("hash") == _file_hash(
+                        [[hashlib.sha256(p).hexdigest(), len(p)] for p in _cut(virtual.data)]
+                    ):
+                        old["signal"], old["deletedMs"] = signal, None
+                        _save_manifest(manifest_path, old)
+                        continue
+                    if progress is not None:
+                        progress(full)
+                    _archive_file(archive, source, rel, virtual, manifest_path, old, report)
+            report.files_deleted += _mark_deleted(archive, source, seen, unreadable)
     finally:
         os.close(fd)
     report.seconds = time.monotonic() - started
     return report
 
 
-def _mark_deleted(archive: str, source: ArchiveSource, seen: set[str]) -> int:
+def _mark_deleted(archive: str, source: ArchiveSource, seen: set[str], unreadable: set[str]) -> int:
     """Mark each archived file of `source` no longer at its source (kept, never removed)."""
     marked = 0
     directory = os.path.join(archive, "files", source.agent)
@@ -494,7 +642,10 @@ def _mark_deleted(archive: str, source: ArchiveSource, seen: set[str]) -> int:
             continue
         if manifest.get("deletedMs") is not None:
             continue
-        if os.path.lexists(os.path.join(source.home, str(manifest.get("rel")))):
+        virtual = manifest.get("signal") is not None
+        if virtual and any(str(manifest.get("rel")).startswith(u) for u in unreadable):
+            continue  # its database could not be read this run: not known to be gone
+        if not virtual and os.path.lexists(os.path.join(source.home, str(manifest.get("rel")))):
             continue  # there, but not walked (a symlink now, a root not read this run)
         manifest["deletedMs"] = int(time.time() * 1000)
         _save_manifest(path, manifest)
@@ -522,6 +673,8 @@ def _is_session(agent: str, rel: str) -> bool:
     if agent == "copilot":
         return len(parts) == 3 and name == "events.jsonl"
     if agent == "opencode":
+        if len(parts) == 3 and parts[0] == "export":
+            return name.endswith(".json")
         return len(parts) == 4 and parts[:2] == ["storage", "session"] and name.endswith(".json")
     return parts[0] == "sessions" and len(parts) == 3 and name.endswith(".jsonl")
 

@@ -120,7 +120,7 @@ def _sources(archive: str) -> list[ArchiveSource]:
                 os.path.join(os.path.realpath(archive), "")
             )
         )
-        if roots:
+        if roots or item.agent == "opencode":  # its databases are read besides its roots
             sources.append(ArchiveSource(item.agent, item.home, roots))
     return sources
 
