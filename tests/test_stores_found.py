@@ -127,3 +127,16 @@ def test_nothing_found_says_so(home: Path) -> None:
     assert find_stores() == []
     result = CliRunner().invoke(app, ["stores"])
     assert "No agent store found" in result.stdout
+
+
+def test_search_reads_every_store_found(home: Path, tmp_path: Path) -> None:
+    pi_session(home / ".pi" / "agent", tmp_path / "p", "the word zanzibar in pi")
+    claude_session(home)
+    result = CliRunner().invoke(app, ["search", "zanzibar", "--all", "--json"])
+    assert result.exit_code == 0, result.output
+    hits = json.loads(result.stdout)["hits"]
+    assert {h["path"].startswith(str(home / ".pi")) for h in hits} == {True}
+    # a word of the Claude Code session is found in its store
+    claude_text = "entire"
+    both = json.loads(CliRunner().invoke(app, ["search", claude_text, "--all", "--json"]).stdout)
+    assert any(h["path"].startswith(str(home / ".claude")) for h in both["hits"])

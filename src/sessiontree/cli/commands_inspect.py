@@ -469,36 +469,56 @@ def search_command(
     tz, _ = time_zone(None)
     since_ms = parse_time(since, tz) if since else None
     until_ms = parse_time(until, tz, end=True) if until else None
-    sessions = _scope(all_projects, project)
+    if all_projects and project is not None:
+        raise CliError("give --all or --project, not both", EXIT_USAGE)
+    where = os.path.abspath(os.path.expanduser(project)) if project is not None else os.getcwd()
+    sessions: list[SessionInfo] = []
+    hits: list[SearchHit] = []
+    modes: set[str] = set()
+    notes: list[str] = []
+    searched = 0
+    # Every store found, when none was named (each searched through its own index).
+    for store in [current_store(), *other_stores()]:
+        scope = store.list(None if all_projects else where)
+        if not scope:
+            continue
+        sessions += scope
+        with byte_progress("Indexing sessions") as advance:
+            result = store.search(
+                text,
+                sessions=[s.path for s in scope],
+                regex=regex,
+                case_sensitive=case_sensitive,
+                roles=role or None,
+                since=since_ms,
+                until=until_ms,
+                limit=limit,
+                use_index=not no_index,
+                progress=advance,
+            )
+        hits += result.hits
+        searched += 1
+        modes.add(result.mode)
+        notes += result.notes
     titles = {s.path: (s.title or s.first_message) for s in sessions}
-    with byte_progress("Indexing sessions") as advance:
-        result = current_store().search(
-            text,
-            sessions=[s.path for s in sessions],
-            regex=regex,
-            case_sensitive=case_sensitive,
-            roles=role or None,
-            since=since_ms,
-            until=until_ms,
-            limit=limit,
-            use_index=not no_index,
-            progress=advance,
-        )
-    hits = result.hits
+    if searched > 1:
+        hits.sort(key=lambda h: -(h.timestamp or 0))
+    hits = hits[:limit]
+    mode = modes.pop() if len(modes) == 1 else "mixed" if modes else "index"
     if as_json:
         emit_json(
             {
                 "query": text,
                 "regex": regex,
-                "mode": result.mode,
-                "notes": result.notes,
+                "mode": mode,
+                "notes": notes,
                 "hits": [_hit_json(h) for h in hits],
             }
         )
         if not hits:
             raise typer.Exit(1)  # like grep: 1 means no match
         return
-    for note in result.notes:
+    for note in notes:
         err_console.print(Text(f"sessiontree: note: {note}", style="dim"), soft_wrap=True)
     if not hits:
         console.print(Text(f"No match for {text!r} in {len(sessions)} session(s)."))

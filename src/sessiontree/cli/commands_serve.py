@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated
 
@@ -14,6 +15,7 @@ from sessiontree.cli.common import (
     console,
     current_store,
     err_console,
+    other_stores,
 )
 
 INSTALL_HINT = "sessiontree serve needs the web extra: pip install 'sessiontree[web]'"
@@ -76,9 +78,20 @@ def serve_command(
             soft_wrap=True,
         )
     store = current_store()
+    others = other_stores()  # no store named: the others found (the app serves one)
+    if others and not os.path.isdir(store.agent_dir):
+        store = others.pop(0)  # the default dir does not exist: the first store found
     directory = store.agent_dir
 
     def announce(url: str) -> None:
+        for other in others:
+            err_console.print(
+                Text(
+                    f"sessiontree: note: also found {other.location} ({other.agent}): serve it "
+                    f"with --agent {other.agent} or --agent-dir {other.location}"
+                ),
+                soft_wrap=True,
+            )
         console.print(Text(f"Serving {directory} read-only at"), soft_wrap=True)
         console.print(Text(url), soft_wrap=True)
         console.print(
