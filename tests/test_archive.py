@@ -501,3 +501,26 @@ def test_opencode_database_sessions_are_kept_as_export_documents(tmp_path: Path)
     assert session.source_id == session_id
     assert session.damaged == []
     assert verify_archive(archive) == []
+
+
+def test_the_archive_reads_as_a_store(tmp_path: Path) -> None:
+    """`list`, `search`, `usage` (and `serve`) read an archive named by --agent-dir, its
+    sessions gone at their source included; a writing command is refused."""
+    source, _ = claude_home(tmp_path)
+    archive = tmp_path / "archive"
+    archive_stores(str(archive), [source])
+    shutil.rmtree(Path(source.home) / "projects")
+    archive_stores(str(archive), [source])
+    runner = CliRunner()
+    listed = runner.invoke(app, ["--agent-dir", str(archive), "list", "--all", "--json"])
+    assert listed.exit_code == 0, listed.output
+    (row,) = json.loads(listed.stdout)["sessions"]
+    assert row["agent"] == "claude" and row["id"] == ID
+    found = runner.invoke(app, ["--agent-dir", str(archive), "search", "entire", "--all", "--json"])
+    assert found.exit_code == 0, found.output
+    usage = runner.invoke(app, ["--agent-dir", str(archive), "usage", "daily", "--json"])
+    assert usage.exit_code == 0, usage.output
+    shown = runner.invoke(app, ["--agent-dir", str(archive), "show", ID[:8]])
+    assert shown.exit_code == 0, shown.output
+    refused = runner.invoke(app, ["--agent-dir", str(archive), "rm", ID])
+    assert refused.exit_code == 2 and "only read" in refused.output

@@ -24,11 +24,11 @@ __all__ = [
     "copilot_home",
     "default_agent_dir",
     "default_store",
+    "default_store_choice",
     "gemini_home",
     "get_agent_dir",
     "native_agent_dir",
     "opencode_home",
-    "store_named_by_environment",
     "terminal_variable",
     "time_zone_name",
 ]
@@ -90,16 +90,22 @@ def agent_dir_or_default(agent_dir: str | None = None) -> str:
     return agent_dir if agent_dir is not None else get_agent_dir()
 
 
-def store_named_by_environment() -> bool:
-    """Whether `$SESSIONTREE_STORE` or `$PI_CODING_AGENT_DIR` names the store (else every
-    store found is read; see `sessiontree.store.find_stores`)."""
-    return _read(STORE_ENV) is not None or _read(AGENT_DIR_ENV) is not None
+def default_store_choice() -> tuple[str, bool]:
+    """(`default_store()`, whether a variable named it): each variable read once.
+    Nothing named (False): the CLI reads every store found besides it."""
+    store = _read(STORE_ENV)
+    if store:
+        return store, True
+    env = _read(AGENT_DIR_ENV)
+    if env:
+        return os.path.expanduser(env), True
+    return default_agent_dir(), False
 
 
 def default_store() -> str:
     """Where `Store()` (and the CLI without `--store` or `--agent-dir`) works:
     `$SESSIONTREE_STORE` (a path or a URL), else the default agent dir."""
-    return _read(STORE_ENV) or get_agent_dir()
+    return default_store_choice()[0]
 
 
 # ---------------------------------------------------------------------------- other agents

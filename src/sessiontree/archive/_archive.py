@@ -59,10 +59,12 @@ __all__ = [
     "ArchiveReport",
     "ArchiveSource",
     "ArchiveStats",
+    "ArchiveView",
     "ArchivedFile",
     "RestoreReport",
     "archive_stats",
     "archive_stores",
+    "archive_view",
     "archived_files",
     "is_archive",
     "restore_files",
@@ -705,7 +707,10 @@ def archived_files(archive: str) -> list[ArchivedFile]:
 def archive_stats(archive: str) -> ArchiveStats:
     files = archived_files(archive)
     stored = 0
-    for directory, _, names in os.walk(os.path.abspath(os.path.expanduser(archive))):
+    top = os.path.abspath(os.path.expanduser(archive))
+    for directory, dirs, names in os.walk(top):
+        if directory == top and "view" in dirs:
+            dirs.remove("view")  # a readable copy, not the archive (see `archive_view`)
         for name in names:
             try:
                 stored += os.lstat(os.path.join(directory, name)).st_size
@@ -867,3 +872,46 @@ def _make_dirs_inside(home: str, directory: str) -> None:
             os.mkdir(current, 0o700)
     if not _inside(directory, real_home):
         raise ArchiveError(f"{directory}: is outside {home}")
+
+
+# ---------------------------------------------------------------------------- a view
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveView:
+    """One archived store as files that its reader reads: `home` holds what the
+    store's home held (sessions gone at their source included)."""
+
+    agent: str
+    home: str
+    source_home: str
+
+
+def archive_view(archive: str) -> list[ArchiveView]:
+    """The archive as stores that can be read (`list`, `search`, `usage`, `serve`):
+    every archived file written under `<archive>/view/<agent>/<key of its home>/`, as it
+    was at its source (sessions gone there included), each one rewritten only when its
+    archived bytes changed. The view is the archive's own dir: safe to delete. OpenCode
+    database sessions are not in it (they are documents: `restore` them)."""
+    archive = os.path.abspath(os.path.expanduser(archive))
+    views: dict[tuple[str, str], ArchiveView] = {}
+    for file in archived_files(archive):
+        if file.agent == "opencode" and file.rel.startswith("export/"):
+            continue
+        if not _safe_rel(file.rel):
+            continue
+        key = hashlib.sha256(file.home.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+        home = os.path.join(archive, "view", file.agent, key)
+        views.setdefault((file.agent, home), ArchiveView(file.agent, home, file.home))
+        target = os.path.join(home, file.rel)
+        st = _stat(target)
+        if st is not None and st.st_size == file.size and st.st_mtime_ns == file.mtime_ns:
+            continue
+        manifest = _load_manifest(file.manifest) or {}
+        chunks = manifest.get("chunks", [])
+        data = b"".join(_get_chunk(archive, d, int(n)) for d, n in chunks)
+        _make_dirs_inside(home, os.path.dirname(target))
+        atomic_write(target, [data], durable=False)
+        if file.mtime_ns:
+            os.utime(target, ns=(file.mtime_ns, file.mtime_ns), follow_symlinks=False)
+    return sorted(views.values(), key=lambda v: (v.agent, v.home))

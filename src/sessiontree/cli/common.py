@@ -131,7 +131,9 @@ class _LogToConsole(logging.Handler):
             self.handleError(record)
 
 
-def begin_invocation(ctx: typer.Context, store: Store, *, found: bool = False) -> None:
+def begin_invocation(
+    ctx: typer.Context, store: Store, *, found: bool = False, others: list[Store] | None = None
+) -> None:
     """Work on `store` until the command ends (then it is closed). `found`: no option
     or variable named it: the commands that read also read every other store found
     (`other_stores`), and one that writes needs this one to be the only pi-format store."""
@@ -150,6 +152,9 @@ def begin_invocation(ctx: typer.Context, store: Store, *, found: bool = False) -
                 EXIT_USAGE,
             )
     invocation = _Invocation(store, command, found)
+    if others is not None:  # an archive's stores: read together, as the ones found are
+        invocation.others = list(others)
+        invocation.opened.extend(others)
     _invocation = invocation
     ctx.call_on_close(invocation.close)
     logger = logging.getLogger("sessiontree")
@@ -194,7 +199,9 @@ def other_stores() -> list[Store]:
     once per invocation, closed with it); [] when the store was named. A store that
     cannot be opened is passed over with a warning naming it."""
     invocation = _invocation
-    if invocation is None or not invocation.found:
+    if invocation is None:
+        return []
+    if invocation.others is None and not invocation.found:
         return []
     if invocation.others is None:
         from sessiontree.errors import SessionTreeError

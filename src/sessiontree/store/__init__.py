@@ -5,6 +5,6 @@ stats, gc, check, transfers; `find_stores`: every agent store on this machine.""
 from __future__ import annotations
 
 from sessiontree.store._discover import FoundStore, find_stores, store_size
-from sessiontree.store._store import PricedReplies, Store
+from sessiontree.store._store import PricedReplies, Store, replies_of
 
-__all__ = ["FoundStore", "PricedReplies", "Store", "find_stores", "store_size"]
+__all__ = ["FoundStore", "PricedReplies", "Store", "find_stores", "replies_of", "store_size"]
