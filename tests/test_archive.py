@@ -524,3 +524,28 @@ def test_the_archive_reads_as_a_store(tmp_path: Path) -> None:
     assert shown.exit_code == 0, shown.output
     refused = runner.invoke(app, ["--agent-dir", str(archive), "rm", ID])
     assert refused.exit_code == 2 and "only read" in refused.output
+
+
+def test_the_watch_wakes_on_a_write(tmp_path: Path) -> None:
+    """inotify (where the platform has it) wakes the watch at once; else it polls."""
+    import threading
+    import time
+
+    from sessiontree.archive import Waiter
+
+    store = tmp_path / "store" / "deep"
+    store.mkdir(parents=True)
+    waiter = Waiter()
+    try:
+        if waiter.mode != "inotify":
+            assert waiter.wait([str(tmp_path / "store")], 0.1) is False
+            return
+        assert waiter.wait([str(tmp_path / "store")], 0.05) is False  # nothing yet
+        timer = threading.Timer(0.2, lambda: (store / "s.jsonl").write_bytes(b"{}\n"))
+        timer.start()
+        started = time.monotonic()
+        assert waiter.wait([str(tmp_path / "store")], 20) is True
+        assert time.monotonic() - started < 10
+        timer.join()
+    finally:
+        waiter.close()

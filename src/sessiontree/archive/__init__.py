@@ -23,6 +23,7 @@ from sessiontree.archive._archive import (
     restore_session,
     verify_archive,
 )
+from sessiontree.archive._watch import Waiter
 
 __all__ = [
     "ARCHIVE_VERSION",
@@ -34,6 +35,7 @@ __all__ = [
     "ArchiveView",
     "ArchivedFile",
     "RestoreReport",
+    "Waiter",
     "archive_stats",
     "archive_stores",
     "archive_view",

@@ -17,6 +17,7 @@ from sessiontree.archive import (
     ArchiveError,
     ArchiveReport,
     ArchiveSource,
+    Waiter,
     archive_stats,
     archive_stores,
     archived_files,
@@ -158,10 +159,14 @@ def archive_command(
         typer.Option("--to", help="The archive dir (default: <agent dir>/archive)."),
     ] = None,
     watch: Annotated[
-        bool, typer.Option("--watch", help="Follow the stores live (polling), one status line.")
+        bool,
+        typer.Option(
+            "--watch", help="Follow the stores live (inotify, else polling), one status line."
+        ),
     ] = False,
     interval: Annotated[
-        float, typer.Option("--interval", min=0.1, help="Seconds between polls with --watch.")
+        float,
+        typer.Option("--interval", min=0.1, help="With --watch: seconds between rounds at most."),
     ] = 1.0,
     rounds: Annotated[int, typer.Option("--rounds", hidden=True)] = 0,
     stats: Annotated[
@@ -229,19 +234,27 @@ def archive_command(
         _print_report(archive, sources, report, as_json)
         return
     done = 0
-    while True:
-        report = archive_stores(archive, _sources(archive))
-        stamp = time.strftime("%H:%M:%S")
-        err_console.print(f"\r{stamp} {_summary(report)}", end="", markup=False)
-        done += 1
-        if rounds and done >= rounds:
-            err_console.print("")
-            return
-        try:
-            time.sleep(interval)
-        except KeyboardInterrupt:
-            err_console.print("")
-            return
+    waiter = Waiter()
+    try:
+        while True:
+            sources = _sources(archive)
+            report = archive_stores(archive, sources)
+            stamp = time.strftime("%H:%M:%S")
+            line = f"{stamp} ({waiter.mode}) {_summary(report)}"
+            err_console.print(f"\r{line}", end="", markup=False)
+            done += 1
+            if rounds and done >= rounds:
+                err_console.print("")
+                return
+            dirs = [os.path.join(s.home, r) for s in sources for r in s.roots]
+            dirs += [s.home for s in sources if s.agent == "opencode"]
+            try:
+                waiter.wait(dirs, interval)
+            except KeyboardInterrupt:
+                err_console.print("")
+                return
+    finally:
+        waiter.close()
 
 
 def _print_report(
