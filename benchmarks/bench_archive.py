@@ -81,9 +81,10 @@ def main() -> None:
             f"{original / 1e6 / elapsed:.1f} MB/s"
         )
         print(f"again (nothing new): {second * 1000:.0f} ms, read {again.bytes_read} bytes")
+        ratio = figures.stored_bytes / figures.original_bytes
         print(
             f"archive: {figures.stored_bytes / 1e6:.2f} MB stored for "
-            f"{figures.original_bytes / 1e6:.2f} MB ({figures.stored_bytes / figures.original_bytes:.2f}x)"
+            f"{figures.original_bytes / 1e6:.2f} MB ({ratio:.2f}x)"
         )
         env = {
             **os.environ,
@@ -109,9 +110,7 @@ def main() -> None:
                 while True:
                     from sessiontree.archive import archived_files
 
-                    sizes = [
-                        f.size for f in archived_files(archive) if f.rel.endswith(target.name)
-                    ]
+                    sizes = [f.size for f in archived_files(archive) if f.rel.endswith(target.name)]
                     if sizes and sizes[0] > size_before:
                         break
                     if time.perf_counter() - appended > 30:

@@ -85,8 +85,9 @@ def test_list_reads_every_store_and_says_where_it_looked(home: Path, tmp_path: P
     result = CliRunner().invoke(app, ["list"])
     assert result.exit_code == 0, result.output
     assert "No sessions for" in result.stdout
-    assert str(home / ".pi" / "agent") in result.stdout
-    assert str(home / ".claude") in result.stdout
+    text = "".join(result.stdout.split())
+    assert str(home / ".pi" / "agent") in text
+    assert str(home / ".claude") in text
     assert "2 sessions of other projects" in result.stdout
     every = json.loads(CliRunner().invoke(app, ["list", "--all", "--json"]).stdout)
     assert {s["agent"] for s in every["sessions"]} == {"pi", "claude"}

@@ -168,7 +168,9 @@ def archive_command(
         float,
         typer.Option("--interval", min=0.1, help="With --watch: seconds between rounds at most."),
     ] = 1.0,
-    rounds: Annotated[int, typer.Option("--rounds", hidden=True)] = 0,
+    rounds: Annotated[
+        int, typer.Option("--rounds", hidden=True, help="Stop after N rounds (tests).")
+    ] = 0,
     stats: Annotated[
         bool, typer.Option("--stats", help="Original bytes, stored bytes and sessions kept.")
     ] = False,
@@ -302,8 +304,10 @@ def restore_command(
     ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Write an archived session back where its agent looks for it (or under --to),
-    byte for byte; an existing file is never replaced."""
+    """Write an archived session back where its agent looks for it, or under --to.
+
+    Byte for byte, with its subagent files and mtimes; an existing file is never
+    replaced."""
     archive = _target(source)
     if (session is None) == (not every):
         raise CliError("give a SESSION or --all (not both)", EXIT_USAGE)

@@ -68,10 +68,12 @@ def _listings(all_projects: bool) -> tuple[list[tuple[SessionInfo, str]], list[S
     stores = [current_store(), *other_stores()]
     found: list[tuple[SessionInfo, str]] = []
     read: list[Store] = []
-    for store in stores:
+    for number, store in enumerate(stores):
         try:
             found += [(s, store.agent) for s in store.list(None if all_projects else os.getcwd())]
         except (OSError, SessionTreeError) as exc:
+            if number == 0:
+                raise  # the store named (or the default one): its error is the command's
             err_console.print(Text(f"sessiontree: warning: {store.location}: skipped: {exc}"))
             continue
         read.append(store)
@@ -121,7 +123,11 @@ def list_command(
         emit_json(
             {
                 "total": len(sessions),
-                "stores": [{"agent": st.agent, "location": st.location} for st in read],
+                **(
+                    {"stores": [{"agent": st.agent, "location": st.location} for st in read]}
+                    if len(read) > 1 or current_store().found_by_default
+                    else {}
+                ),
                 "sessions": [
                     {
                         "path": s.path,
@@ -144,7 +150,7 @@ def list_command(
     looked = ", ".join(f"{st.location} ({st.agent})" for st in read) or "no store"
     if not sessions:
         where = "any project" if all_projects else os.getcwd()
-        console.print(f"No sessions for {where} in {looked}.", markup=False)
+        console.print(f"No sessions for {where} in {looked}.", markup=False, soft_wrap=True)
         if not all_projects:
             others = _elsewhere(read)
             if others:

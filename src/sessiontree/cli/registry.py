@@ -156,7 +156,7 @@ COMMANDS: Final[Mapping[str, CommandEntry]] = {
     "restore": CommandEntry(
         "commands_archive",
         "restore_command",
-        "Write an archived session back where its agent looks for it (or under --to),",
+        "Write an archived session back where its agent looks for it, or under --to.",
     ),
     "usage": CommandEntry(
         "commands_usage",
