@@ -178,8 +178,8 @@ def test_cli_archive_stats_verify_restore(tmp_path: Path, monkeypatch: pytest.Mo
     assert (out / "projects" / "-w" / f"{ID}.jsonl").read_bytes() == fixture(
         "claude", CLAUDE
     ).read_bytes()
-    database = runner.invoke(app, ["archive", "--to", "postgresql://x/y"])
-    assert database.exit_code == 2 and "not supported yet" in database.output
+    other = runner.invoke(app, ["archive", "--to", "s3://x/y"])
+    assert other.exit_code == 2 and "postgresql://" in other.output
 
 
 # ---------------------------------------------------------------------------- the four questions
@@ -549,3 +549,38 @@ def test_the_watch_wakes_on_a_write(tmp_path: Path) -> None:
         timer.join()
     finally:
         waiter.close()
+
+
+def test_an_archive_in_postgresql(tmp_path: Path) -> None:
+    """`--to postgresql://...`: the same archive, its files rows of the database; it
+    survives the source's cleanup, restores byte for byte, verifies, and one run at a
+    time holds it (an advisory lock)."""
+    from pg_support import fresh_schema
+
+    source, session = claude_home(tmp_path)
+    original = session.read_bytes()
+    with fresh_schema() as (url, schema):
+        target = url + ("&" if "?" in url else "?") + f"schema={schema}"
+        first = archive_stores(target, [source])
+        assert first.files_new == 2
+        again = archive_stores(target, [source])
+        assert (again.files_new, again.bytes_read) == (0, 0)
+        shutil.rmtree(Path(source.home) / "projects")
+        assert archive_stores(target, [source]).files_deleted == 2
+        assert verify_archive(target) == []
+        figures = archive_stats(target)
+        assert figures.sessions == 1 and 0 < figures.stored_bytes < figures.original_bytes
+        restored = restore_session(target, ID)
+        assert len(restored.written) == 2
+        assert session.read_bytes() == original
+        with _archive._opened(target) as place:
+            release = place.lock()
+            try:
+                with pytest.raises(ArchiveBusyError):
+                    archive_stores(target, [source])
+            finally:
+                release()
+        runner = CliRunner()
+        stats = runner.invoke(app, ["archive", "--to", target, "--stats", "--json"])
+        assert stats.exit_code == 0, stats.output
+        assert json.loads(stats.stdout)["sessions"] == 1

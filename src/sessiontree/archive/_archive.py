@@ -37,6 +37,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -130,6 +131,9 @@ class ArchivedFile:
     deleted_ms: int | None
     is_session: bool
     manifest: str
+    """Where its manifest is (a path; in a database, the path of its row)."""
+    key: str = ""
+    """The manifest's path inside the archive (`files/<agent>/<sha256>.json`)."""
 
 
 @dataclass(slots=True)
@@ -165,40 +169,27 @@ def _cut(data: bytes) -> Iterator[bytes]:
         yield data[start:]
 
 
-def _chunk_path(archive: str, digest: str) -> str:
-    return os.path.join(archive, "chunks", digest[:2], digest + ".zst")
+def _chunk_rel(digest: str) -> str:
+    return f"chunks/{digest[:2]}/{digest}.zst"
 
 
-def _put_chunk(archive: str, data: bytes, report: ArchiveReport) -> list[Any]:
+def _put_chunk(place: _Place, data: bytes, report: ArchiveReport) -> list[Any]:
     digest = hashlib.sha256(data).hexdigest()
-    path = _chunk_path(archive, digest)
-    if not os.path.exists(path):
-        ensure_private_dir(os.path.dirname(path))
+    rel = _chunk_rel(digest)
+    if not place.exists(rel):
         packed = zstandard.ZstdCompressor(level=_LEVEL).compress(data)
-        _write_or_stop(path, packed)
+        place.write(rel, packed)
         report.bytes_stored += len(packed)
     return [digest, len(data)]
 
 
-def _write_or_stop(path: str, data: bytes) -> None:
+def _get_chunk(place: _Place, digest: str, length: int) -> bytes:
     try:
-        atomic_write(path, [data])
+        packed = place.read(_chunk_rel(digest))
     except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-            raise ArchiveError(
-                f"{path}: the archive's disk is full; stopped (everything archived before "
-                "is kept as it was)"
-            ) from exc
-        raise
-
-
-def _get_chunk(archive: str, digest: str, length: int) -> bytes:
-    path = _chunk_path(archive, digest)
-    try:
-        with open(path, "rb") as f:
-            packed = f.read()
-    except OSError as exc:
-        raise ArchiveError(f"chunk {digest} is missing: {exc.strerror or exc}") from exc
+        raise ArchiveError(f"chunk {digest} cannot be read: {exc.strerror or exc}") from exc
+    if packed is None:
+        raise ArchiveError(f"chunk {digest} is missing")
     try:
         data = zstandard.ZstdDecompressor().decompress(packed, max_output_size=length)
     except zstandard.ZstdError as exc:
@@ -218,39 +209,35 @@ def _file_hash(chunks: Iterable[list[Any]]) -> str:
 # ---------------------------------------------------------------------------- manifests
 
 
-def _manifest_path(archive: str, agent: str, source: str) -> str:
+def _manifest_rel(agent: str, source: str) -> str:
     key = hashlib.sha256(source.encode("utf-8", "surrogateescape")).hexdigest()
-    return os.path.join(archive, "files", agent, key + ".json")
+    return f"files/{agent}/{key}.json"
 
 
-def _load_manifest(path: str) -> dict[str, Any] | None:
+def _load_manifest(place: _Place, rel: str) -> dict[str, Any] | None:
     try:
-        with open(path, "rb") as f:
-            value = json.loads(f.read())
-    except FileNotFoundError:
-        return None
+        raw = place.read(rel)
+        if raw is None:
+            return None
+        value = json.loads(raw)
     except (OSError, ValueError) as exc:
-        raise ArchiveError(f"{path}: manifest cannot be read: {exc}") from exc
+        raise ArchiveError(f"{place.path(rel)}: manifest cannot be read: {exc}") from exc
     if not isinstance(value, dict):
-        raise ArchiveError(f"{path}: manifest is not a JSON object")
+        raise ArchiveError(f"{place.path(rel)}: manifest is not a JSON object")
     return value
 
 
-def _save_manifest(path: str, manifest: dict[str, Any]) -> None:
-    ensure_private_dir(os.path.dirname(path))
-    _write_or_stop(path, json.dumps(manifest, sort_keys=True).encode())
+def _save_manifest(place: _Place, rel: str, manifest: dict[str, Any]) -> None:
+    place.write(rel, json.dumps(manifest, sort_keys=True).encode())
 
 
-def _manifests(archive: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    base = os.path.join(archive, "files")
-    for agent in sorted(_listdir(base)):
-        directory = os.path.join(base, agent)
-        for name in sorted(_listdir(directory)):
-            if name.endswith(".json"):
-                path = os.path.join(directory, name)
-                manifest = _load_manifest(path)
-                if manifest is not None:
-                    yield path, manifest
+def _manifests(place: _Place) -> Iterator[tuple[str, dict[str, Any]]]:
+    for agent in place.dirs("files"):
+        for name in place.names(f"files/{agent}", ".json"):
+            rel = f"files/{agent}/{name}"
+            manifest = _load_manifest(place, rel)
+            if manifest is not None:
+                yield rel, manifest
 
 
 def _listdir(path: str) -> list[str]:
@@ -268,26 +255,219 @@ def _inside(path: str, directory: str) -> bool:
     return path == directory or path.startswith(os.path.join(directory, ""))
 
 
-def _prepare(archive: str, sources: Iterable[ArchiveSource]) -> None:
+_PG_ROOT = "/sessiontree-archive"
+"""The root an archive in PostgreSQL keeps its files under (the keys are relative to it:
+`ARCHIVE`, `chunks/...`, `files/...`)."""
+
+
+class _Place:
+    """Where an archive's files are: a dir (`_FilePlace`) or a PostgreSQL database
+    (`_PgPlace`); `rel` paths are relative to it (`chunks/ab/<sha256>.zst`)."""
+
+    label: str
+    local: str | None = None
+    """The dir, for an archive of files."""
+
+    def path(self, rel: str) -> str:
+        raise NotImplementedError
+
+    def exists(self, rel: str) -> bool:
+        raise NotImplementedError
+
+    def read(self, rel: str) -> bytes | None:
+        """The file's bytes; None when it is not there."""
+        raise NotImplementedError
+
+    def write(self, rel: str, data: bytes) -> None:
+        """Atomically (all or nothing), durably; ArchiveError on a full disk."""
+        raise NotImplementedError
+
+    def names(self, rel_dir: str, suffix: str) -> list[str]:
+        raise NotImplementedError
+
+    def dirs(self, rel_dir: str) -> list[str]:
+        raise NotImplementedError
+
+    def lock(self) -> Callable[[], None]:
+        """Take the archive's lock (ArchiveBusyError when another run has it); the
+        function that releases it."""
+        raise NotImplementedError
+
+    def stored_bytes(self) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def is_archive(self) -> bool:
+        return self.exists(_MARK)
+
+    def _full(self, exc: OSError, rel: str) -> ArchiveError | None:
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT) or "No space left" in str(exc):
+            return ArchiveError(
+                f"{self.path(rel)}: the archive's disk is full; stopped (everything "
+                "archived before is kept as it was)"
+            )
+        return None
+
+
+class _FilePlace(_Place):
+    def __init__(self, directory: str) -> None:
+        self.local = os.path.abspath(os.path.expanduser(directory))
+        self.label = self.local
+
+    def path(self, rel: str) -> str:
+        assert self.local is not None
+        return os.path.join(self.local, *rel.split("/"))
+
+    def exists(self, rel: str) -> bool:
+        return os.path.exists(self.path(rel))
+
+    def read(self, rel: str) -> bytes | None:
+        try:
+            with open(self.path(rel), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+    def write(self, rel: str, data: bytes) -> None:
+        path = self.path(rel)
+        try:
+            ensure_private_dir(os.path.dirname(path))
+            atomic_write(path, [data])
+        except OSError as exc:
+            full = self._full(exc, rel)
+            if full is not None:
+                raise full from exc
+            raise
+
+    def names(self, rel_dir: str, suffix: str) -> list[str]:
+        return sorted(n for n in _listdir(self.path(rel_dir)) if n.endswith(suffix))
+
+    def dirs(self, rel_dir: str) -> list[str]:
+        base = self.path(rel_dir)
+        return sorted(n for n in _listdir(base) if os.path.isdir(os.path.join(base, n)))
+
+    def lock(self) -> Callable[[], None]:
+        fd = _lock(self.label)
+        return lambda: os.close(fd)
+
+    def stored_bytes(self) -> int:
+        assert self.local is not None
+        stored = 0
+        for directory, dirs, names in os.walk(self.local):
+            if directory == self.local and "view" in dirs:
+                dirs.remove("view")  # a readable copy, not the archive (see `archive_view`)
+            for name in names:
+                try:
+                    stored += os.lstat(os.path.join(directory, name)).st_size
+                except OSError:
+                    pass
+        return stored
+
+
+class _PgPlace(_Place):
+    """An archive in a PostgreSQL database, through its session storage (each file a
+    row, written in one transaction; the lock an advisory lock)."""
+
+    def __init__(self, url: str) -> None:
+        from sessiontree.maintenance import open_store, redact_url
+
+        self.label = redact_url(url)
+        try:
+            self._storage: Any = open_store(url, agent_dir=_PG_ROOT)
+        except SessionTreeError as exc:
+            raise ArchiveError(f"{self.label}: {exc}") from exc
+
+    def path(self, rel: str) -> str:
+        return f"{_PG_ROOT}/{rel}"
+
+    def exists(self, rel: str) -> bool:
+        return bool(self._storage.exists(self.path(rel)))
+
+    def read(self, rel: str) -> bytes | None:
+        try:
+            return b"".join(self._storage.iter_chunks(self.path(rel)))
+        except FileNotFoundError:
+            return None
+
+    def write(self, rel: str, data: bytes) -> None:
+        path = self.path(rel)
+        try:
+            self._storage.ensure_dir(os.path.dirname(path))
+            self._storage.write_atomic(path, [data])
+        except OSError as exc:
+            full = self._full(exc, rel)
+            if full is not None:
+                raise full from exc
+            raise
+
+    def names(self, rel_dir: str, suffix: str) -> list[str]:
+        found = self._storage.list_files(self.path(rel_dir), "*" + suffix)
+        return sorted(os.path.basename(p) for p in found)
+
+    def dirs(self, rel_dir: str) -> list[str]:
+        return sorted(os.path.basename(p) for p in self._storage.list_dirs(self.path(rel_dir)))
+
+    def lock(self) -> Callable[[], None]:
+        from sessiontree.errors import SessionLockError
+
+        try:
+            held = self._storage.acquire_lock(self.path(".lock"))
+        except SessionLockError as exc:
+            raise ArchiveBusyError(
+                f"{self.label}: another archive run ({exc}) is writing it; this one exits "
+                "(run it again when that one is done)"
+            ) from None
+        return held.release  # type: ignore[no-any-return]
+
+    def stored_bytes(self) -> int:
+        total = 0
+        for top in ("chunks", "files"):
+            for sub in self.dirs(top):
+                for path in self._storage.list_files(self.path(f"{top}/{sub}"), "*"):
+                    total += int(self._storage.stat(path).size)
+        mark = self.path(_MARK)
+        if self._storage.exists(mark):
+            total += int(self._storage.stat(mark).size)
+        return total
+
+    def close(self) -> None:
+        from sessiontree.maintenance import close_store
+
+        close_store(self._storage)
+
+
+def _is_url(archive: str) -> bool:
+    return archive.startswith(("postgresql://", "postgres://"))
+
+
+def _open(archive: str) -> _Place:
+    return _PgPlace(archive) if _is_url(archive) else _FilePlace(archive)
+
+
+def _prepare(place: _Place, sources: Iterable[ArchiveSource]) -> None:
     """Refuse an archive inside a store it archives (or a store inside it), and a
     non-empty dir that is no archive; mark a new one."""
-    for source in sources:
-        for root in source.roots:
-            full = os.path.join(source.home, root)
-            if _inside(archive, full) or _inside(full, archive):
-                raise ArchiveError(
-                    f"{archive}: the archive would be inside the {source.agent} store it "
-                    f"archives ({full}), or hold it: choose another --to"
-                )
-    mark = os.path.join(archive, _MARK)
-    if os.path.islink(archive):
-        raise ArchiveError(f"{archive}: is a symlink; give the real directory")
-    if os.path.isdir(archive) and _listdir(archive) and not os.path.isfile(mark):
-        raise ArchiveError(f"{archive}: not an archive (no {_MARK} file) and not empty")
-    ensure_private_dir(archive)
-    if not os.path.isfile(mark):
+    archive = place.local
+    if archive is not None:
+        for source in sources:
+            for root in source.roots:
+                full = os.path.join(source.home, root)
+                if _inside(archive, full) or _inside(full, archive):
+                    raise ArchiveError(
+                        f"{archive}: the archive would be inside the {source.agent} store it "
+                        f"archives ({full}), or hold it: choose another --to"
+                    )
+        mark = os.path.join(archive, _MARK)
+        if os.path.islink(archive):
+            raise ArchiveError(f"{archive}: is a symlink; give the real directory")
+        if os.path.isdir(archive) and _listdir(archive) and not os.path.isfile(mark):
+            raise ArchiveError(f"{archive}: not an archive (no {_MARK} file) and not empty")
+        ensure_private_dir(archive)
+    if not place.is_archive():
         body = {"format": "sessiontree-archive", "version": ARCHIVE_VERSION}
-        atomic_write(mark, [json.dumps(body).encode()])
+        place.write(_MARK, json.dumps(body).encode())
 
 
 def _lock(archive: str) -> int:
@@ -308,7 +488,9 @@ def _lock(archive: str) -> int:
 
 
 def is_archive(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, _MARK))
+    """Whether `path` is an archive dir (its `ARCHIVE` file); a PostgreSQL URL is not
+    asked here (it would connect)."""
+    return not _is_url(path) and os.path.isfile(os.path.join(path, _MARK))
 
 
 # ---------------------------------------------------------------------------- one run
@@ -360,7 +542,7 @@ def _read_span(path: str, offset: int, size: int) -> tuple[bytes, os.stat_result
 
 
 def _archive_file(
-    archive: str,
+    archive: _Place,
     source: ArchiveSource,
     rel: str,
     st: os.stat_result | _Virtual,
@@ -387,16 +569,15 @@ def _archive_file(
                 chunks, offset, kind = kept[:-1], start, "grown"
     if old is not None and kind == "new":
         kind = "rewritten"
-        if True:
-            earlier.append(
-                {
-                    "chunks": old["chunks"],
-                    "size": old.get("size"),
-                    "mtimeNs": old.get("mtimeNs"),
-                    "hash": old.get("hash"),
-                    "replacedMs": int(time.time() * 1000),
-                }
-            )
+        earlier.append(
+            {
+                "chunks": old["chunks"],
+                "size": old.get("size"),
+                "mtimeNs": old.get("mtimeNs"),
+                "hash": old.get("hash"),
+                "replacedMs": int(time.time() * 1000),
+            }
+        )
     span = _read_span(path, offset, size - offset)
     if span is None:
         report.skipped.append(f"{path}: changed while read (next run)")
@@ -412,7 +593,7 @@ def _archive_file(
 
 
 def _store_manifest(
-    archive: str,
+    archive: _Place,
     source: ArchiveSource,
     rel: str,
     st: os.stat_result | _Virtual,
@@ -447,7 +628,7 @@ def _store_manifest(
         "earlier": earlier,
         "deletedMs": None,
     }
-    _save_manifest(manifest_path, manifest)
+    _save_manifest(archive, manifest_path, manifest)
     if kind == "new":
         report.files_new += 1
     elif kind == "grown":
@@ -472,7 +653,7 @@ class _Virtual:
 
 
 def _save_virtual(
-    archive: str,
+    archive: _Place,
     source: ArchiveSource,
     rel: str,
     st: _Virtual,
@@ -567,79 +748,86 @@ def archive_stores(
     *,
     progress: Callable[[str], None] | None = None,
 ) -> ArchiveReport:
-    """Archive every file under each source's roots into `archive` (see the module doc)."""
+    """Archive every file under each source's roots into `archive` (a dir, or a
+    PostgreSQL URL) (see the module doc)."""
     started = time.monotonic()
-    archive = os.path.abspath(os.path.expanduser(archive))
     sources = list(sources)
-    _prepare(archive, sources)
-    fd = _lock(archive)
-    report = ArchiveReport()
-    try:
-        for source in sources:
-            seen: set[str] = set()
-            unreadable: set[str] = set()  # an OpenCode database not read this run
-            for root in source.roots:
-                if not os.path.isdir(os.path.join(source.home, root)):
-                    continue
-                for rel, st in _walk(source.home, root, report):
-                    report.files_seen += 1
-                    full = os.path.join(source.home, rel)
-                    manifest_path = _manifest_path(archive, source.agent, full)
-                    seen.add(manifest_path)
-                    old = _load_manifest(manifest_path)
-                    if (
-                        old is not None
-                        and old.get("size") == st.st_size
-                        and old.get("mtimeNs") == st.st_mtime_ns
-                        and old.get("ino") == st.st_ino
-                        and old.get("deletedMs") is None
-                    ):
-                        continue
-                    if progress is not None:
-                        progress(full)
-                    _archive_file(archive, source, rel, st, manifest_path, old, report)
-            if source.agent == "opencode":
-                for rel, read, signal in _opencode_sessions(source.home, report, unreadable):
-                    report.files_seen += 1
-                    full = os.path.join(source.home, rel)
-                    manifest_path = _manifest_path(archive, source.agent, full)
-                    seen.add(manifest_path)
-                    old = _load_manifest(manifest_path)
-                    if (
-                        old is not None
-                        and old.get("signal") == signal
-                        and old.get("deletedMs") is None
-                    ):
-                        continue
-                    virtual = read()
-                    if virtual is None:
-                        continue
-                    virtual = _Virtual(virtual.data, signal, virtual.st_mtime_ns)
-                    if old is not None and old.get("hash") == _file_hash(
-                        [[hashlib.sha256(p).hexdigest(), len(p)] for p in _cut(virtual.data)]
-                    ):
-                        old["signal"], old["deletedMs"] = signal, None
-                        _save_manifest(manifest_path, old)
-                        continue
-                    if progress is not None:
-                        progress(full)
-                    _archive_file(archive, source, rel, virtual, manifest_path, old, report)
-            report.files_deleted += _mark_deleted(archive, source, seen, unreadable)
-    finally:
-        os.close(fd)
+    with _opened(archive) as place:
+        _prepare(place, sources)
+        release = place.lock()
+        try:
+            report = _run(place, sources, progress)
+        finally:
+            release()
     report.seconds = time.monotonic() - started
     return report
 
 
-def _mark_deleted(archive: str, source: ArchiveSource, seen: set[str], unreadable: set[str]) -> int:
+def _run(
+    archive: _Place,
+    sources: list[ArchiveSource],
+    progress: Callable[[str], None] | None,
+) -> ArchiveReport:
+    report = ArchiveReport()
+    for source in sources:
+        seen: set[str] = set()
+        unreadable: set[str] = set()  # an OpenCode database not read this run
+        for root in source.roots:
+            if not os.path.isdir(os.path.join(source.home, root)):
+                continue
+            for rel, st in _walk(source.home, root, report):
+                report.files_seen += 1
+                full = os.path.join(source.home, rel)
+                manifest_path = _manifest_rel(source.agent, full)
+                seen.add(manifest_path)
+                old = _load_manifest(archive, manifest_path)
+                if (
+                    old is not None
+                    and old.get("size") == st.st_size
+                    and old.get("mtimeNs") == st.st_mtime_ns
+                    and old.get("ino") == st.st_ino
+                    and old.get("deletedMs") is None
+                ):
+                    continue
+                if progress is not None:
+                    progress(full)
+                _archive_file(archive, source, rel, st, manifest_path, old, report)
+        if source.agent == "opencode":
+            for rel, read, signal in _opencode_sessions(source.home, report, unreadable):
+                report.files_seen += 1
+                full = os.path.join(source.home, rel)
+                manifest_path = _manifest_rel(source.agent, full)
+                seen.add(manifest_path)
+                old = _load_manifest(archive, manifest_path)
+                if old is not None and old.get("signal") == signal and old.get("deletedMs") is None:
+                    continue
+                virtual = read()
+                if virtual is None:
+                    continue
+                virtual = _Virtual(virtual.data, signal, virtual.st_mtime_ns)
+                if old is not None and old.get("hash") == _file_hash(
+                    [[hashlib.sha256(p).hexdigest(), len(p)] for p in _cut(virtual.data)]
+                ):
+                    old["signal"], old["deletedMs"] = signal, None
+                    _save_manifest(archive, manifest_path, old)
+                    continue
+                if progress is not None:
+                    progress(full)
+                _archive_file(archive, source, rel, virtual, manifest_path, old, report)
+        report.files_deleted += _mark_deleted(archive, source, seen, unreadable)
+    return report
+
+
+def _mark_deleted(
+    archive: _Place, source: ArchiveSource, seen: set[str], unreadable: set[str]
+) -> int:
     """Mark each archived file of `source` no longer at its source (kept, never removed)."""
     marked = 0
-    directory = os.path.join(archive, "files", source.agent)
-    for name in _listdir(directory):
-        path = os.path.join(directory, name)
-        if path in seen or not name.endswith(".json"):
+    for name in archive.names(f"files/{source.agent}", ".json"):
+        path = f"files/{source.agent}/{name}"
+        if path in seen:
             continue
-        manifest = _load_manifest(path)
+        manifest = _load_manifest(archive, path)
         if manifest is None or manifest.get("home") != source.home:
             continue
         if manifest.get("deletedMs") is not None:
@@ -650,7 +838,7 @@ def _mark_deleted(archive: str, source: ArchiveSource, seen: set[str], unreadabl
         if not virtual and os.path.lexists(os.path.join(source.home, str(manifest.get("rel")))):
             continue  # there, but not walked (a symlink now, a root not read this run)
         manifest["deletedMs"] = int(time.time() * 1000)
-        _save_manifest(path, manifest)
+        _save_manifest(archive, path, manifest)
         marked += 1
     return marked
 
@@ -681,13 +869,27 @@ def _is_session(agent: str, rel: str) -> bool:
     return parts[0] == "sessions" and len(parts) == 3 and name.endswith(".jsonl")
 
 
+@contextmanager
+def _opened(archive: str) -> Iterator[_Place]:
+    place = _open(archive)
+    try:
+        yield place
+    finally:
+        place.close()
+
+
 def archived_files(archive: str) -> list[ArchivedFile]:
-    """Every file the archive keeps (deleted at its source or not)."""
-    archive = os.path.abspath(os.path.expanduser(archive))
-    if not is_archive(archive):
-        raise ArchiveError(f"{archive}: not an archive (no {_MARK} file)")
+    """Every file the archive (a dir, or a PostgreSQL URL) keeps, gone at its source
+    or not."""
+    with _opened(archive) as place:
+        return _files(place)
+
+
+def _files(place: _Place) -> list[ArchivedFile]:
+    if not place.is_archive():
+        raise ArchiveError(f"{place.label}: not an archive (no {_MARK} file)")
     found = []
-    for path, m in _manifests(archive):
+    for key, m in _manifests(place):
         agent, rel = str(m.get("agent")), str(m.get("rel"))
         found.append(
             ArchivedFile(
@@ -698,24 +900,17 @@ def archived_files(archive: str) -> list[ArchivedFile]:
                 int(m.get("mtimeNs", 0)),
                 m.get("deletedMs"),
                 _is_session(agent, rel),
-                path,
+                place.path(key),
+                key,
             )
         )
     return found
 
 
 def archive_stats(archive: str) -> ArchiveStats:
-    files = archived_files(archive)
-    stored = 0
-    top = os.path.abspath(os.path.expanduser(archive))
-    for directory, dirs, names in os.walk(top):
-        if directory == top and "view" in dirs:
-            dirs.remove("view")  # a readable copy, not the archive (see `archive_view`)
-        for name in names:
-            try:
-                stored += os.lstat(os.path.join(directory, name)).st_size
-            except OSError:
-                pass
+    with _opened(archive) as place:
+        files = _files(place)
+        stored = place.stored_bytes()
     return ArchiveStats(
         sessions=sum(1 for f in files if f.is_session),
         files=len(files),
@@ -728,23 +923,24 @@ def archive_stats(archive: str) -> ArchiveStats:
 def verify_archive(archive: str) -> list[str]:
     """Every problem found: each chunk of each file (and of its earlier versions) read
     and checked against its hash, and each file against its recorded hash. [] when sound."""
-    archive = os.path.abspath(os.path.expanduser(archive))
     problems = []
-    for file in archived_files(archive):
-        manifest = _load_manifest(file.manifest) or {}
-        versions = [manifest, *manifest.get("earlier", [])]
-        for version in versions:
-            chunks = version.get("chunks", [])
-            if _file_hash(chunks) != version.get("hash"):
-                problems.append(f"{file.home}/{file.rel}: its chunk list is not the one recorded")
-                continue
-            if sum(int(c[1]) for c in chunks) != version.get("size"):
-                problems.append(f"{file.home}/{file.rel}: its chunks do not add up to its size")
-            for digest, length in chunks:
-                try:
-                    _get_chunk(archive, digest, int(length))
-                except ArchiveError as exc:
-                    problems.append(f"{file.home}/{file.rel}: {exc}")
+    with _opened(archive) as place:
+        for file in _files(place):
+            manifest = _load_manifest(place, file.key) or {}
+            versions = [manifest, *manifest.get("earlier", [])]
+            for version in versions:
+                chunks = version.get("chunks", [])
+                where = f"{file.home}/{file.rel}"
+                if _file_hash(chunks) != version.get("hash"):
+                    problems.append(f"{where}: its chunk list is not the one recorded")
+                    continue
+                if sum(int(c[1]) for c in chunks) != version.get("size"):
+                    problems.append(f"{where}: its chunks do not add up to its size")
+                for digest, length in chunks:
+                    try:
+                        _get_chunk(place, digest, int(length))
+                    except ArchiveError as exc:
+                        problems.append(f"{where}: {exc}")
     return problems
 
 
@@ -800,7 +996,6 @@ def restore_session(
     companion files back where its agent keeps them (or under `to`, as the agent's
     home), byte for byte with their mtimes. A file already there with the same bytes
     is left alone; one with other bytes is never replaced (ArchiveError: give `to`)."""
-    archive = os.path.abspath(os.path.expanduser(archive))
     every = archived_files(archive)
     found = [f for f in every if f.is_session and _matches(session, f)]
     if not found:
@@ -814,10 +1009,17 @@ def restore_session(
 
 
 def restore_files(archive: str, files: list[ArchivedFile], *, to: str | None) -> RestoreReport:
+    """Write `files` (of `archived_files(archive)`) back (see `restore_session`)."""
+    with _opened(archive) as place:
+        return _restore(place, files, to)
+
+
+def _restore(archive: _Place, files: list[ArchivedFile], to: str | None) -> RestoreReport:
     report = RestoreReport()
     if to is not None:
         to = os.path.abspath(os.path.expanduser(to))
-        if _inside(to, archive) or _inside(archive, to):
+        local = archive.local
+        if local is not None and (_inside(to, local) or _inside(local, to)):
             raise ArchiveError(f"{to}: is the archive, or inside it, or holds it")
     plans = []
     for file in files:
@@ -828,7 +1030,7 @@ def restore_files(archive: str, files: list[ArchivedFile], *, to: str | None) ->
             raise ArchiveError(f"{file.manifest}: its home {home!r} is not an absolute path")
         plans.append((file, home, os.path.join(home, file.rel)))
     for file, home, target in plans:
-        manifest = _load_manifest(file.manifest) or {}
+        manifest = _load_manifest(archive, file.key) or {}
         data = b"".join(_get_chunk(archive, d, int(n)) for d, n in manifest.get("chunks", []))
         if _file_hash(manifest.get("chunks", [])) != manifest.get("hash"):
             raise ArchiveError(f"{file.manifest}: does not match its recorded hash")
@@ -893,9 +1095,19 @@ def archive_view(archive: str) -> list[ArchiveView]:
     was at its source (sessions gone there included), each one rewritten only when its
     archived bytes changed. The view is the archive's own dir: safe to delete. OpenCode
     database sessions are not in it (they are documents: `restore` them)."""
-    archive = os.path.abspath(os.path.expanduser(archive))
+    if _is_url(archive):
+        raise ArchiveError(
+            "an archive in PostgreSQL is read by restoring it: restore --all --to DIR"
+        )
+    with _opened(archive) as place:
+        return _view(place)
+
+
+def _view(place: _Place) -> list[ArchiveView]:
+    archive = place.local
+    assert archive is not None
     views: dict[tuple[str, str], ArchiveView] = {}
-    for file in archived_files(archive):
+    for file in _files(place):
         if file.agent == "opencode" and file.rel.startswith("export/"):
             continue
         if not _safe_rel(file.rel):
@@ -907,9 +1119,9 @@ def archive_view(archive: str) -> list[ArchiveView]:
         st = _stat(target)
         if st is not None and st.st_size == file.size and st.st_mtime_ns == file.mtime_ns:
             continue
-        manifest = _load_manifest(file.manifest) or {}
+        manifest = _load_manifest(place, file.key) or {}
         chunks = manifest.get("chunks", [])
-        data = b"".join(_get_chunk(archive, d, int(n)) for d, n in chunks)
+        data = b"".join(_get_chunk(place, d, int(n)) for d, n in chunks)
         _make_dirs_inside(home, os.path.dirname(target))
         atomic_write(target, [data], durable=False)
         if file.mtime_ns:

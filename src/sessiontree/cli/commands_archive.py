@@ -104,10 +104,9 @@ def _default_archive() -> str:
 
 def _target(to: str | None) -> str:
     if to is not None and "://" in to:
-        raise CliError(
-            f"{to}: an archive in a database is not supported yet; give a directory",
-            EXIT_USAGE,
-        )
+        if not to.startswith(("postgresql://", "postgres://")):
+            raise CliError(f"{to}: give a directory or a postgresql:// URL", EXIT_USAGE)
+        return to
     return os.path.abspath(os.path.expanduser(to)) if to is not None else _default_archive()
 
 
@@ -156,7 +155,10 @@ WantedBy=default.target
 def archive_command(
     to: Annotated[
         str | None,
-        typer.Option("--to", help="The archive dir (default: <agent dir>/archive)."),
+        typer.Option(
+            "--to",
+            help="The archive: a dir (default: <agent dir>/archive) or a postgresql:// URL.",
+        ),
     ] = None,
     watch: Annotated[
         bool,
@@ -293,7 +295,10 @@ def restore_command(
     ] = None,
     source: Annotated[
         str | None,
-        typer.Option("--from", help="The archive dir (default: <agent dir>/archive)."),
+        typer.Option(
+            "--from",
+            help="The archive: a dir (default: <agent dir>/archive) or a postgresql:// URL.",
+        ),
     ] = None,
     to: Annotated[
         str | None,
