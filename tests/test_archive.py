@@ -584,3 +584,16 @@ def test_an_archive_in_postgresql(tmp_path: Path) -> None:
         stats = runner.invoke(app, ["archive", "--to", target, "--stats", "--json"])
         assert stats.exit_code == 0, stats.output
         assert json.loads(stats.stdout)["sessions"] == 1
+
+
+def test_restoring_onto_the_same_bytes_writes_nothing(tmp_path: Path) -> None:
+    """The source and the target are the same file, unchanged: left alone (not
+    rewritten, its inode and mtime kept)."""
+    source, session = claude_home(tmp_path)
+    archive = str(tmp_path / "archive")
+    archive_stores(archive, [source])
+    before = session.stat()
+    report = restore_session(archive, ID)
+    assert report.written == [] and str(session) in report.unchanged
+    after = session.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
