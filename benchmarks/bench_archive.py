@@ -5,7 +5,8 @@
 Builds a home with a Claude Code and a Codex store from the real files in
 `shared/fixtures/foreign` (each file, and `--forks` forks of it: the parent's lines
 copied after a new first line, as Codex forks copy their parent, plus lines of their
-own), then measures:
+own; a Claude Code copy is a resume, every line replayed with the new session's id),
+then measures:
 
 * first:  archiving it all from nothing: sessions/s and MB/s;
 * again:  the same with nothing new (only metadata is read);
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -46,8 +48,11 @@ def build(home: Path, forks: int) -> int:
             for k in range(1, forks + 1):
                 own = json.dumps({"type": "fork", "n": k}).encode() + b"\n"
                 fork = f"{n:08x}-0000-4000-8000-{k:012x}"
-                meta = first.replace(b'"', b'"', 1) + b" "  # another first line
-                (target / f"{prefix}{fork}.jsonl").write_bytes(meta + b"\n" + rest + own)
+                if agent == "claude":  # a resume: every line replayed with the new id
+                    copy = re.sub(rb'"sessionId":"[^"]*"', f'"sessionId":"{fork}"'.encode(), body)
+                else:  # a Codex fork: a new first line, the parent's lines as they are
+                    copy = first + b" \n" + rest
+                (target / f"{prefix}{fork}.jsonl").write_bytes(copy + own)
                 count += 1
     return count
 

@@ -597,3 +597,26 @@ def test_restoring_onto_the_same_bytes_writes_nothing(tmp_path: Path) -> None:
     assert report.written == [] and str(session) in report.unchanged
     after = session.stat()
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+
+
+def test_a_resumed_copy_is_stored_as_a_delta(tmp_path: Path) -> None:
+    """Claude Code replays a resumed session's lines into a new file with the new
+    session's id in each: cut where the original was, and stored against it."""
+    source, session = claude_home(tmp_path)
+    archive = str(tmp_path / "archive")
+    archive_stores(archive, [source])
+    alone = archive_stats(archive).stored_bytes
+    other = "bbbbbbbb-1111-2222-3333-444444444444"
+    body = session.read_bytes().replace(
+        b'"sessionId":"062a8bdd-4322-4ffa-bc38-3e8b8bfb5a56"', f'"sessionId":"{other}"'.encode()
+    )
+    assert body != session.read_bytes()
+    copy = session.with_name(f"{other}.jsonl")
+    copy.write_bytes(body + b'{"type":"user","sessionId":"' + other.encode() + b'"}\n')
+    archive_stores(archive, [source])
+    figures = archive_stats(archive)
+    assert figures.stored_bytes - alone < 0.1 * len(body)
+    assert verify_archive(archive) == []
+    out = tmp_path / "out"
+    restore_session(archive, other, to=str(out))
+    assert (out / "projects" / "-w" / copy.name).read_bytes() == copy.read_bytes()

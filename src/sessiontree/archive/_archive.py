@@ -35,6 +35,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -50,6 +51,7 @@ from sessiontree._util.fs import (
     atomic_write,
     create_new,
     ensure_private_dir,
+    fsync_directory,
 )
 from sessiontree.errors import SessionTreeError
 
@@ -145,8 +147,18 @@ class RestoreReport:
 # ---------------------------------------------------------------------------- chunks
 
 
+# What a resumed copy of a line changes: Claude Code writes the new session's id into
+# every line it replays. Chunk boundaries and the delta index (`_put_chunk`) look at
+# lines without it, so a resumed copy is cut where its original was.
+_SESSION_ID = re.compile(rb'"sessionId":"[^"\\]*"')
+
+
+def _normal(data: bytes) -> bytes:
+    return _SESSION_ID.sub(b'"sessionId":""', data)
+
+
 def _is_boundary(line: bytes) -> bool:
-    return xxhash.xxh64_intdigest(line) % _BOUNDARY == 0
+    return xxhash.xxh64_intdigest(_normal(line)) % _BOUNDARY == 0
 
 
 def _cut(data: bytes) -> Iterator[bytes]:
@@ -169,32 +181,75 @@ def _cut(data: bytes) -> Iterator[bytes]:
         yield data[start:]
 
 
-def _chunk_rel(digest: str) -> str:
-    return f"chunks/{digest[:2]}/{digest}.zst"
+def _chunk_rel(digest: str, delta: bool = False) -> str:
+    return f"chunks/{digest[:2]}/{digest}.{'zsd' if delta else 'zst'}"
+
+
+def _similar_rel(normal_digest: str) -> str:
+    return f"similar/{normal_digest[:2]}/{normal_digest}"
 
 
 def _put_chunk(place: _Place, data: bytes, report: ArchiveReport) -> list[Any]:
+    """Store a chunk once: `chunks/ab/<sha256>.zst` (zstd); or, when a chunk that is the
+    same but for its lines' session ids is stored already (a resumed copy's), as a
+    delta against it, `<sha256>.zsd` (the base's sha256, a newline, then zstd with the
+    base as its dictionary). `similar/<sha256 of the lines without ids>` names the base."""
     digest = hashlib.sha256(data).hexdigest()
-    rel = _chunk_rel(digest)
-    if not place.exists(rel):
+    if place.exists(_chunk_rel(digest)) or place.exists(_chunk_rel(digest, True)):
+        return [digest, len(data)]
+    normal = hashlib.sha256(_normal(data)).hexdigest()
+    base_digest = place.read(_similar_rel(normal))
+    base = None
+    if base_digest is not None:
+        base_hex = base_digest.decode("ascii", "replace").strip()
+        try:
+            base = (base_hex, _get_chunk(place, base_hex, -1, base=True))
+        except ArchiveError:
+            base = None  # a base that cannot be read: store this chunk whole
+    if base is not None:
+        dictionary = zstandard.ZstdCompressionDict(
+            base[1], dict_type=zstandard.DICT_TYPE_RAWCONTENT
+        )
+        packed = base[0].encode() + b"\n"
+        packed += zstandard.ZstdCompressor(level=_LEVEL, dict_data=dictionary).compress(data)
+        place.write(_chunk_rel(digest, True), packed, durable=False)
+    else:
         packed = zstandard.ZstdCompressor(level=_LEVEL).compress(data)
-        place.write(rel, packed)
-        report.bytes_stored += len(packed)
+        place.write(_chunk_rel(digest), packed, durable=False)
+        if base_digest is None:  # a hint: lost in a crash, the next copy is stored whole
+            place.write(_similar_rel(normal), digest.encode(), durable=False)
+    report.bytes_stored += len(packed)
     return [digest, len(data)]
 
 
-def _get_chunk(place: _Place, digest: str, length: int) -> bytes:
+def _get_chunk(place: _Place, digest: str, length: int, *, base: bool = False) -> bytes:
+    """The chunk's bytes, checked against its name (`length` -1: not known). `base`: it
+    is a delta's base, which is never a delta itself (no chain, however the files read)."""
     try:
         packed = place.read(_chunk_rel(digest))
+        delta = packed is None and not base
+        if delta:
+            packed = place.read(_chunk_rel(digest, True))
     except OSError as exc:
         raise ArchiveError(f"chunk {digest} cannot be read: {exc.strerror or exc}") from exc
     if packed is None:
         raise ArchiveError(f"chunk {digest} is missing")
+    limit = length if length >= 0 else _MAX_CHUNK * 2
     try:
-        data = zstandard.ZstdDecompressor().decompress(packed, max_output_size=length)
+        if delta:
+            base_hex, _, body = packed.partition(b"\n")
+            reference = _get_chunk(place, base_hex.decode("ascii", "replace"), -1, base=True)
+            dictionary = zstandard.ZstdCompressionDict(
+                reference, dict_type=zstandard.DICT_TYPE_RAWCONTENT
+            )
+            data = zstandard.ZstdDecompressor(dict_data=dictionary).decompress(
+                body, max_output_size=limit
+            )
+        else:
+            data = zstandard.ZstdDecompressor().decompress(packed, max_output_size=limit)
     except zstandard.ZstdError as exc:
         raise ArchiveError(f"chunk {digest} is damaged: {exc}") from exc
-    if len(data) != length or hashlib.sha256(data).hexdigest() != digest:
+    if (length >= 0 and len(data) != length) or hashlib.sha256(data).hexdigest() != digest:
         raise ArchiveError(f"chunk {digest} does not hold what its name says")
     return data
 
@@ -278,9 +333,14 @@ class _Place:
         """The file's bytes; None when it is not there."""
         raise NotImplementedError
 
-    def write(self, rel: str, data: bytes) -> None:
-        """Atomically (all or nothing), durably; ArchiveError on a full disk."""
+    def write(self, rel: str, data: bytes, *, durable: bool = True) -> None:
+        """Atomically (all or nothing), durably (`durable=False`: not yet, until
+        `sync`); ArchiveError on a full disk."""
         raise NotImplementedError
+
+    def sync(self) -> None:
+        """Make every write made with `durable=False` durable (before a manifest names
+        what they wrote)."""
 
     def names(self, rel_dir: str, suffix: str) -> list[str]:
         raise NotImplementedError
@@ -315,6 +375,7 @@ class _FilePlace(_Place):
     def __init__(self, directory: str) -> None:
         self.local = os.path.abspath(os.path.expanduser(directory))
         self.label = self.local
+        self._pending: list[str] = []
 
     def path(self, rel: str) -> str:
         assert self.local is not None
@@ -330,13 +391,33 @@ class _FilePlace(_Place):
         except FileNotFoundError:
             return None
 
-    def write(self, rel: str, data: bytes) -> None:
+    def write(self, rel: str, data: bytes, *, durable: bool = True) -> None:
         path = self.path(rel)
         try:
             ensure_private_dir(os.path.dirname(path))
-            atomic_write(path, [data])
+            atomic_write(path, [data], durable=durable)
         except OSError as exc:
             full = self._full(exc, rel)
+            if full is not None:
+                raise full from exc
+            raise
+        if not durable:
+            self._pending.append(path)
+
+    def sync(self) -> None:
+        """fsync each file written since, then each of their dirs once."""
+        pending, self._pending = self._pending, []
+        try:
+            for path in pending:
+                fd = os.open(path, os.O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            for directory in sorted({os.path.dirname(p) for p in pending}):
+                fsync_directory(directory)
+        except OSError as exc:
+            full = self._full(exc, "chunks")
             if full is not None:
                 raise full from exc
             raise
@@ -391,8 +472,8 @@ class _PgPlace(_Place):
         except FileNotFoundError:
             return None
 
-    def write(self, rel: str, data: bytes) -> None:
-        path = self.path(rel)
+    def write(self, rel: str, data: bytes, *, durable: bool = True) -> None:
+        path = self.path(rel)  # every write commits: durable as it is made
         try:
             self._storage.ensure_dir(os.path.dirname(path))
             self._storage.write_atomic(path, [data])
@@ -423,7 +504,7 @@ class _PgPlace(_Place):
 
     def stored_bytes(self) -> int:
         total = 0
-        for top in ("chunks", "files"):
+        for top in ("chunks", "files", "similar"):
             for sub in self.dirs(top):
                 for path in self._storage.list_files(self.path(f"{top}/{sub}"), "*"):
                     total += int(self._storage.stat(path).size)
@@ -628,6 +709,7 @@ def _store_manifest(
         "earlier": earlier,
         "deletedMs": None,
     }
+    archive.sync()  # the chunks are on disk before the manifest that names them
     _save_manifest(archive, manifest_path, manifest)
     if kind == "new":
         report.files_new += 1
