@@ -691,7 +691,7 @@ def stats_command(
     grid.add_row("Scope", Text("all projects" if all_projects else os.getcwd()))
     if len(per) > 1:
         where = ", ".join(f"{store.agent} ({store.location})" for store, _ in per)
-        grid.add_row("Stores", Text(f"{where}; the figures below are their total"))
+        grid.add_row("Stores", Text(f"{where}; the figures below are their total", overflow="fold"))
     grid.add_row("Sessions", f"{stats.sessions} in {stats.projects} project dir(s)")
     if stats.invalid:
         grid.add_row("Not sessions", f"{stats.invalid} file(s) (see `sessiontree verify`)")
