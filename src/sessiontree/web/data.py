@@ -233,7 +233,8 @@ class _Usage:
             source=self.source if indexed else "each session file (the index was not used)",
             notes=[
                 *notes,
-                "each reply counted once (forks and imports do not count copied replies again)",
+                "each reply counted once (forks and imports do not count copied replies again"
+                + (", across the stores too)" if len(by_store) > 1 else ")"),
             ],
             estimates=True,
         )
