@@ -232,3 +232,30 @@ def test_serve_with_a_store_named_serves_that_one(found: FoundHome) -> None:
         proc.send_signal(signal.SIGINT)
         _out, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
+
+
+def test_a_store_that_cannot_be_listed_is_passed_over(
+    found: FoundHome, caplog: pytest.LogCaptureFixture
+) -> None:
+    good, bad = Store(found.pi), Store(found.claude)
+
+    def unreadable(*args: object, **kwargs: object) -> list[object]:
+        raise OSError(13, "Permission denied", str(found.claude))
+
+    bad.list = unreadable  # type: ignore[method-assign]
+    try:
+        with BackgroundServer([good, bad]) as server:
+            with httpx.Client(base_url=server.base, cookies=server.login_cookies()) as c:
+                projects = get(c, "/")
+                get(c, "/")
+                assert "unreadable" in projects
+                assert set(rows(get(c, "/sessions"))) == {
+                    handle_of("s", found.pi_session),
+                    handle_of("s", found.imported),
+                }
+                assert "zanzibar" in get(c, "/search?q=zanzibar")
+        said = [r for r in caplog.records if "skipped" in r.getMessage()]
+        assert len(said) == 1  # once, not on every page
+    finally:
+        good.close()
+        bad.close()

@@ -361,8 +361,9 @@ class Data:
                 except (OSError, SessionTreeError) as exc:
                     if number == 0:
                         raise
-                    log.warning("%s: skipped: %s", store.location, exc)
                     skipped[key] = str(exc) or type(exc).__name__
+                    if self.skipped.get(key) != skipped[key]:  # said once, not per page
+                        log.warning("%s: skipped: %s", store.location, exc)
                     continue
                 storage = store.storage
                 for info in infos:
