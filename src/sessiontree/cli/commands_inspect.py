@@ -27,14 +27,17 @@ from sessiontree.cli.common import (
     err_console,
     human_size,
     open_read_only,
+    other_stores,
     resolve_session,
 )
 from sessiontree.cli.render import TreeOptions, preview, render_tree, time_ago
-from sessiontree.format import convert_to_llm, entry_role, format_iso, message_text
+from sessiontree.errors import SessionTreeError
+from sessiontree.format import convert_to_llm, entry_role, format_iso, message_text, utc_day
 from sessiontree.history import read_history
 from sessiontree.listing import SessionInfo
 from sessiontree.maintenance import file_version
 from sessiontree.reports import (
+    StoreStats,
     Totals,
     UsageTotals,
     parse_time,
@@ -42,6 +45,7 @@ from sessiontree.reports import (
     time_zone,
 )
 from sessiontree.search import SearchHit
+from sessiontree.store import Store, replies_of
 
 AllOption = Annotated[bool, typer.Option("--all", "-a", help="Every project, not just this one.")]
 
@@ -57,6 +61,36 @@ def _iso(moment: object) -> str | None:
 
 def _listing(all_projects: bool) -> list[SessionInfo]:
     return current_store().list(None if all_projects else os.getcwd())
+
+
+def _listings(all_projects: bool) -> tuple[list[tuple[SessionInfo, str]], list[Store]]:
+    """The sessions (each with its store's agent) of the invocation's store and, when
+    no option named one, of every other store found; newest first; the stores read."""
+    stores = [current_store(), *other_stores()]
+    found: list[tuple[SessionInfo, str]] = []
+    read: list[Store] = []
+    for number, store in enumerate(stores):
+        try:
+            found += [(s, store.agent) for s in store.list(None if all_projects else os.getcwd())]
+        except (OSError, SessionTreeError) as exc:
+            if number == 0:
+                raise  # the store named (or the default one): its error is the command's
+            err_console.print(Text(f"sessiontree: warning: {store.location}: skipped: {exc}"))
+            continue
+        read.append(store)
+    found.sort(key=lambda pair: pair[0].modified, reverse=True)
+    return found, read
+
+
+def _elsewhere(stores: list[Store]) -> int:
+    """Sessions of every project in `stores` (what `list --all` would show)."""
+    total = 0
+    for store in stores:
+        try:
+            total += len(store.list())
+        except (OSError, SessionTreeError):
+            continue
+    return total
 
 
 def _file_size(path: str) -> int:
@@ -77,16 +111,28 @@ def list_command(
     limit: Annotated[int, typer.Option("--limit", "-n", min=0, help="Show at most N.")] = 50,
     as_json: JsonOption = False,
 ) -> None:
-    """List sessions, newest first: this directory's project, or every project with --all."""
-    sessions = _listing(all_projects)
+    """List sessions, newest first: this directory's project, or every project with --all.
+
+    With no --agent, --agent-dir or --store (and no $SESSIONTREE_STORE or
+    $PI_CODING_AGENT_DIR), every agent store found on this machine is read
+    (`sessiontree stores` lists them)."""
+    pairs, read = _listings(all_projects)
+    sessions = [s for s, _ in pairs]
+    agents = {id(s): agent for s, agent in pairs}
     shown = sessions[:limit] if limit else sessions
     if as_json:
         emit_json(
             {
                 "total": len(sessions),
+                **(
+                    {"stores": [{"agent": st.agent, "location": st.location} for st in read]}
+                    if len(read) > 1 or current_store().found_by_default
+                    else {}
+                ),
                 "sessions": [
                     {
                         "path": s.path,
+                        "agent": agents[id(s)],
                         "id": s.id,
                         "cwd": s.cwd,
                         "title": s.title,
@@ -102,14 +148,31 @@ def list_command(
             }
         )
         return
+    looked = ", ".join(f"{st.location} ({st.agent})" for st in read) or "no store"
     if not sessions:
         where = "any project" if all_projects else os.getcwd()
-        console.print(f"No sessions for {where}.", markup=False)
+        console.print(f"No sessions for {where} in {looked}.", markup=False, soft_wrap=True)
+        if not all_projects:
+            others = _elsewhere(read)
+            if others:
+                console.print(
+                    f"{others} sessions of other projects are there: sessiontree list --all",
+                    markup=False,
+                )
         return
-    headers = ["Modified", "ID", "Msgs", "Size"] + (["Project"] if all_projects else [])
+    several = len({agents[id(s)] for s in sessions}) > 1
+    if len(read) > 1:
+        err_console.print(Text(f"Read {looked}.", style="dim"))
+    headers = (
+        ["Modified", "ID", "Msgs", "Size"]
+        + (["Agent"] if several else [])
+        + (["Project"] if all_projects else [])
+    )
     rows: list[list[str]] = []
     for s in shown:
         row = [time_ago(s.modified), s.id, str(s.message_count), human_size(_size(s))]
+        if several:
+            row.append(agents[id(s)])
         if all_projects:
             row.append((os.path.basename(s.cwd.rstrip("/")) or s.cwd)[:16])
         row.append(" ".join(str(s.title or s.first_message).split()))
@@ -413,36 +476,56 @@ def search_command(
     tz, _ = time_zone(None)
     since_ms = parse_time(since, tz) if since else None
     until_ms = parse_time(until, tz, end=True) if until else None
-    sessions = _scope(all_projects, project)
+    if all_projects and project is not None:
+        raise CliError("give --all or --project, not both", EXIT_USAGE)
+    where = os.path.abspath(os.path.expanduser(project)) if project is not None else os.getcwd()
+    sessions: list[SessionInfo] = []
+    hits: list[SearchHit] = []
+    modes: set[str] = set()
+    notes: list[str] = []
+    searched = 0
+    # Every store found, when none was named (each searched through its own index).
+    for store in [current_store(), *other_stores()]:
+        scope = store.list(None if all_projects else where)
+        if not scope:
+            continue
+        sessions += scope
+        with byte_progress("Indexing sessions") as advance:
+            result = store.search(
+                text,
+                sessions=[s.path for s in scope],
+                regex=regex,
+                case_sensitive=case_sensitive,
+                roles=role or None,
+                since=since_ms,
+                until=until_ms,
+                limit=limit,
+                use_index=not no_index,
+                progress=advance,
+            )
+        hits += result.hits
+        searched += 1
+        modes.add(result.mode)
+        notes += result.notes
     titles = {s.path: (s.title or s.first_message) for s in sessions}
-    with byte_progress("Indexing sessions") as advance:
-        result = current_store().search(
-            text,
-            sessions=[s.path for s in sessions],
-            regex=regex,
-            case_sensitive=case_sensitive,
-            roles=role or None,
-            since=since_ms,
-            until=until_ms,
-            limit=limit,
-            use_index=not no_index,
-            progress=advance,
-        )
-    hits = result.hits
+    if searched > 1:
+        hits.sort(key=lambda h: -(h.timestamp or 0))
+    hits = hits[:limit]
+    mode = modes.pop() if len(modes) == 1 else "mixed" if modes else "index"
     if as_json:
         emit_json(
             {
                 "query": text,
                 "regex": regex,
-                "mode": result.mode,
-                "notes": result.notes,
+                "mode": mode,
+                "notes": notes,
                 "hits": [_hit_json(h) for h in hits],
             }
         )
         if not hits:
             raise typer.Exit(1)  # like grep: 1 means no match
         return
-    for note in result.notes:
+    for note in notes:
         err_console.print(Text(f"sessiontree: note: {note}", style="dim"), soft_wrap=True)
     if not hits:
         console.print(Text(f"No match for {text!r} in {len(sessions)} session(s)."))
@@ -516,30 +599,89 @@ def history_command(
     console.print(table)
 
 
+def _stats_json(stats: StoreStats) -> dict[str, Any]:
+    return {
+        "sessions": stats.sessions,
+        "invalidFiles": stats.invalid,
+        "projects": stats.projects,
+        "bytes": stats.bytes,
+        "entries": stats.entries,
+        "blobs": stats.blobs,
+        "blobBytes": stats.blob_bytes,
+        "usage": stats.usage.to_json(),
+        "byModel": {k: v.to_json() for k, v in sorted(stats.by_model.items())},
+        "byDay": {k: v.to_json() for k, v in sorted(stats.by_day.items())},
+        "duplicates": stats.duplicates.to_json(),
+        "prices": stats.prices,
+    }
+
+
+def _stats_of_stores(
+    stores: list[Store], cwd: str | None
+) -> tuple[list[tuple[Store, StoreStats]], StoreStats]:
+    """Each store's own figures (as `stats` of it alone) and their total: counts summed,
+    usage counted once across the stores (`replies_of`, as `usage` does), so a reply an
+    import in one store copies from another's session is not counted twice."""
+    per: list[tuple[Store, StoreStats]] = []
+    for number, store in enumerate(stores):
+        try:
+            with byte_progress("Indexing sessions") as advance:
+                per.append((store, store.stats(cwd, progress=advance)))
+        except (OSError, SessionTreeError) as exc:
+            if number == 0:
+                raise  # the store named (or the default one): its error is the command's
+            err_console.print(Text(f"sessiontree: warning: {store.location}: skipped: {exc}"))
+    if len(per) == 1:
+        return per, per[0][1]
+    total = StoreStats()
+    scope: set[str] = set()
+    for store, stats in per:
+        for name in ("sessions", "invalid", "bytes", "entries", "projects", "blobs", "blob_bytes"):
+            setattr(total, name, getattr(total, name) + getattr(stats, name))
+        total.prices = total.prices or stats.prices
+        scope.update(store.files(cwd, nested=False))
+    with byte_progress("Indexing sessions") as advance:
+        priced = replies_of([store for store, _ in per], progress=advance)
+    total.duplicates = priced.duplicates
+    for reply in priced.replies:
+        if reply.session.path not in scope:
+            continue
+        total.usage.add(reply)
+        total.by_model.setdefault(reply.model, Totals()).add(reply)
+        total.by_day.setdefault(utc_day(reply.record.timestamp), Totals()).add(reply)
+    return per, total
+
+
 def stats_command(
     all_projects: AllOption = False,
     days: Annotated[int, typer.Option("--days", min=0, help="Days shown in the table.")] = 14,
     as_json: JsonOption = False,
 ) -> None:
-    """Store-wide figures: sessions, bytes, blobs, tokens and cost per model and per day."""
-    with byte_progress("Indexing sessions") as advance:
-        stats = current_store().stats(None if all_projects else os.getcwd(), progress=advance)
+    """Store-wide figures: sessions, bytes, blobs, tokens and cost per model and per day.
+
+    With no --agent, --agent-dir or --store (and no $SESSIONTREE_STORE or
+    $PI_CODING_AGENT_DIR), every agent store found on this machine is counted: a row
+    per store and their total (each reply counted once across them, as in `usage`)."""
+    cwd = None if all_projects else os.getcwd()
+    stores = [current_store(), *other_stores()]
+    if len(stores) > 1 and not os.path.isdir(stores[0].agent_dir):
+        stores.pop(0)  # the default dir does not exist: only the stores found
+    per, stats = _stats_of_stores(stores, cwd)
     if as_json:
         emit_json(
             {
                 "scope": "all" if all_projects else os.getcwd(),
-                "sessions": stats.sessions,
-                "invalidFiles": stats.invalid,
-                "projects": stats.projects,
-                "bytes": stats.bytes,
-                "entries": stats.entries,
-                "blobs": stats.blobs,
-                "blobBytes": stats.blob_bytes,
-                "usage": stats.usage.to_json(),
-                "byModel": {k: v.to_json() for k, v in sorted(stats.by_model.items())},
-                "byDay": {k: v.to_json() for k, v in sorted(stats.by_day.items())},
-                "duplicates": stats.duplicates.to_json(),
-                "prices": stats.prices,
+                **_stats_json(stats),
+                **(
+                    {
+                        "stores": [
+                            {"agent": store.agent, "location": store.location, **_stats_json(one)}
+                            for store, one in per
+                        ]
+                    }
+                    if len(per) > 1 or current_store().found_by_default
+                    else {}
+                ),
             }
         )
         return
@@ -547,11 +689,15 @@ def stats_command(
     grid.add_column(style="bold")
     grid.add_column()
     grid.add_row("Scope", Text("all projects" if all_projects else os.getcwd()))
+    if len(per) > 1:
+        where = ", ".join(f"{store.agent} ({store.location})" for store, _ in per)
+        grid.add_row("Stores", Text(f"{where}; the figures below are their total", overflow="fold"))
     grid.add_row("Sessions", f"{stats.sessions} in {stats.projects} project dir(s)")
     if stats.invalid:
         grid.add_row("Not sessions", f"{stats.invalid} file(s) (see `sessiontree verify`)")
     grid.add_row("Size", f"{human_size(stats.bytes)}, {stats.entries:,} entries")
-    grid.add_row("Blobs", f"{stats.blobs} ({human_size(stats.blob_bytes)}), whole store")
+    whole = "whole store" if len(per) == 1 else "whole stores"
+    grid.add_row("Blobs", f"{stats.blobs} ({human_size(stats.blob_bytes)}), {whole}")
     u = stats.usage
     grid.add_row(
         "Tokens",
@@ -565,7 +711,13 @@ def stats_command(
             f"from {stats.prices.get('table')} {stats.prices.get('version')})"
         )
     grid.add_row("Cost", cost)
+    copies = sum(one.usage.messages for _, one in per) - u.messages
+    if len(per) > 1 and copies > 0:
+        grid.add_row("Copies", f"{copies:,} replies held by more than one store, counted once")
     console.print(grid)
+    if len(per) > 1:
+        console.print()
+        console.print(_stores_table(per, stats))
     if stats.by_model:
         console.print()
         by_model = dict(sorted(stats.by_model.items(), key=lambda kv: -kv[1].cost))
@@ -574,3 +726,27 @@ def stats_command(
         console.print()
         recent = dict(sorted(stats.by_day.items())[-days:])
         console.print(_usage_table(recent, "Day (UTC)"))
+
+
+def _stores_table(per: list[tuple[Store, StoreStats]], total: StoreStats) -> Table:
+    """A row per store and the total (whose replies are counted once across stores)."""
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
+    table.add_column("Store", no_wrap=True)
+    for name in ("Sessions", "Projects", "Size", "Entries", "Blobs", "Replies", "Cost $"):
+        table.add_column(name, justify="right", no_wrap=True)
+
+    def cells(stats: StoreStats) -> list[str]:
+        return [
+            str(stats.sessions),
+            str(stats.projects),
+            human_size(stats.bytes),
+            f"{stats.entries:,}",
+            str(stats.blobs),
+            f"{stats.usage.messages:,}",
+            f"{stats.usage.cost:.4f}",
+        ]
+
+    for store, stats in per:
+        table.add_row(Text(store.agent), *cells(stats))
+    table.add_row(Text("total", style="bold"), *cells(total))
+    return table
