@@ -500,10 +500,10 @@ def test_the_index_pass_reads_every_chunking_as_the_full_loader(
 ) -> None:
     """Lines across chunk boundaries (read inline or by the reader thread), a leading
     BOM, CRLF ends, a torn or whitespace tail: the same entries and line facts as
-    `read_session`."""
+    `read_session`, and every blob ref of the file."""
     import sessiontree.session._line_index as line_index
     from sessiontree.session import read_session
-    from sessiontree.storage import FilePin, FileSessionStorage
+    from sessiontree.storage import FilePin, FileSessionStorage, find_blob_refs
 
     directory = tmp_path_factory.mktemp("s") / "sessions"
     directory.mkdir()
@@ -538,6 +538,9 @@ def test_the_index_pass_reads_every_chunking_as_the_full_loader(
         line = raw[lines.offsets[p] : lines.offsets[p] + lines.lengths[p]]
         read_back.append(entry if entry is not None else loads_object(line))
     assert read_back == want.entries
+    # Every blob ref of the entry lines, read or not, split by a chunk's end or not
+    # (what a writable manager pins, issue 21.2).
+    assert lines.refs == find_blob_refs(raw)  # the head lines hold none
 
 
 def test_fork_from_a_lazy_source_copies_its_lines(

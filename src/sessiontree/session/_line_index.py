@@ -18,6 +18,12 @@ just after an inner `}`): a torn line is found here, as the full loader finds it
 whose body is damaged further in is found when it is first read (`EntryIndex` then
 drops it, as the full loader would have; it reads the last entry's line at once, so
 the leaf is the one the full loader finds).
+
+The pass also notes the hash of every blob ref in the entry lines (`IndexedLines.refs`),
+parsed or not: one `find` of the ref's prefix over each chunk's lines, and a look at
+the 64 bytes after it where it is found (no line is parsed for it). A writable manager
+pins them: the unread lines' images live only in the file, and a gc that runs while
+the file is deleted must not take them (issue 21.2).
 """
 
 from __future__ import annotations
@@ -69,6 +75,7 @@ the assistant marker, as ASCII bytes; None when the line is not in the writers' 
 _ASSISTANT_PREFIX: Final = ASSISTANT | PREFIX_FORM
 _BOM: Final = b"\xef\xbb\xbf"
 _BLOB_MARK: Final = b"blob:sha256:"
+_HASH: Final = re.compile(rb"[0-9a-f]{64}")
 _CHUNK: Final = 1 << 20
 _THREAD_BYTES: Final = 4 << 20
 """Files this big are read by a thread of their own (see `_Chunks`)."""
@@ -95,6 +102,8 @@ class IndexedLines:
     """The parsed entry where the index keeps one, else None (read it when asked)."""
     blob_refs: list[int] = field(default_factory=list)
     """Positions of the kept entries whose line mentions a blob ref."""
+    refs: set[str] = field(default_factory=set)
+    """The hash of every blob ref in the entry lines (read or not): what the file names."""
 
 
 @dataclass(slots=True)
@@ -275,6 +284,7 @@ class _Scan:
                 carry = []
                 number += 1
                 if header_seen:
+                    self._find_refs(line, 0, len(line))
                     self._entry(line, memoryview(line), 0, len(line), carry_base, number)
                 elif not self._head(memoryview(line), 0, len(line), number):
                     result.size = chunks.read
@@ -305,6 +315,7 @@ class _Scan:
             number += 1
             result.ends_with_newline = False
             if header_seen:
+                self._find_refs(line, 0, len(line))
                 self._entry(line, memoryview(line), 0, len(line), carry_base, number, last=True)
             else:
                 self._head(memoryview(line), 0, len(line), number)
@@ -356,6 +367,7 @@ class _Scan:
         add_entry = lines.entries.append
         kinds = self.kind_names
         find = buf.find
+        first = start
         while end >= 0:
             number += 1
             m = match_prefix(buf, start, end)
@@ -378,7 +390,24 @@ class _Scan:
             self._entry(buf, view, start, end, base, number, m)
             start = end + 1
             end = find(b"\n", start, filled)
+        self._find_refs(buf, first, start)
         return start, number
+
+    def _find_refs(self, buf: bytes | bytearray, start: int, end: int) -> None:
+        """Note the hash of every blob ref in `buf[start:end]` (whole lines): one `find`
+        of the prefix, which most chunks do not hold."""
+        find = buf.find
+        at = find(_BLOB_MARK, start, end)
+        if at < 0:
+            return
+        refs = self.lines.refs
+        match = _HASH.match
+        while at >= 0:
+            at += len(_BLOB_MARK)
+            m = match(buf, at, end)
+            if m is not None:
+                refs.add(m.group().decode("ascii"))
+            at = find(_BLOB_MARK, at, end)
 
     def _entry(
         self,

@@ -25,6 +25,7 @@ import hashlib
 import json
 import logging
 import re
+from functools import partial
 from typing import Any, Final
 
 import orjson
@@ -45,6 +46,7 @@ __all__ = [
     "TRUNCATION_NOTICE",
     "b64decode_lenient",
     "entry_line",
+    "held_blob_refs",
     "js_len",
     "prepare_for_persist",
     "resolve_blob_refs",
@@ -489,6 +491,31 @@ def _contains_ref(v: Any) -> bool:
         elif (tx is dict or tx is list) and _contains_ref(x):
             return True
     return False
+
+
+def held_blob_refs(entry: JSONDict) -> set[str]:
+    """The hashes of the blob refs an entry holds as refs (after `resolve_blob_refs`:
+    snapcompact frames, a blob that was missing or damaged), anywhere in it."""
+    found: set[str] = set()
+    if _contains_ref(entry):
+        allow_deep_nesting(partial(_collect_refs, entry, found))
+    return found
+
+
+def _collect_refs(v: Any, found: set[str]) -> None:
+    if type(v) is dict:
+        v = v.values()
+    elif type(v) is not list:
+        return
+    for x in v:
+        tx = type(x)
+        if tx is str:
+            if x.startswith(BLOB_REF_PREFIX):
+                digest = parse_blob_ref(x)
+                if digest is not None:
+                    found.add(digest)
+        elif tx is dict or tx is list:
+            _collect_refs(x, found)
 
 
 def _resolve_ref(ref: str, as_text: bool, blobs: BlobStoreLike) -> str:
