@@ -530,10 +530,13 @@ class SessionManager(ClosesOnExit):
         *,
         agent_dir: str | None = None,
         blob_store: BlobStoreLike | None = None,
+        standalone: bool = False,
     ) -> BlobCarry:
         """How a copy of this session written at `copy_path` (on `storage`, default
         this session's) takes its images along: the store they go to and the carrying
-        (`sessiontree.layout._agent_dir.blob_carry`, which every copy uses)."""
+        (`sessiontree.layout._agent_dir.blob_carry`, which every copy uses). A
+        `standalone` copy (one no manager writes: an export) holds its images itself
+        when it is written outside every agent dir."""
         file = self._file
         return blob_carry(
             self._blobs,
@@ -543,6 +546,7 @@ class SessionManager(ClosesOnExit):
             source_storage=self._storage,
             agent_dir=agent_dir if agent_dir is not None else self._agent_dir,
             blob_store=blob_store,
+            standalone=standalone,
         )
 
     def _write_new_file(
