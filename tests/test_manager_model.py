@@ -9,8 +9,10 @@ truncates the session file, with forked children that do what they like with the
 manager they inherit, with I/O faults (ENOSPC, EIO, EACCES, EROFS on write, fsync,
 rename or open) injected into the calls the package makes, and with other managers
 that hold images no file names yet while `gc --delete` runs an hour later (issue
-21.2; see that family's block for its own checks). After every manager operation it
-checks:
+21.2), with index-first managers whose file another program deletes before such a gc,
+and with copies written outside every agent dir (`export -o`, `repair -o`) whose source
+then goes before a gc (see each family's block for its own checks). After every manager
+operation it checks:
 
 - every session file the manager wrote loads;
 - the manager's entries equal what a fresh read-only open sees (both through the
