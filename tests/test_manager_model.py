@@ -1539,14 +1539,16 @@ class ManagerModel(RuleBasedStateMachine):
                     sm.close()
             return out
 
-        targets: list[str] = []
+        targets: list[str] = [out]  # (a fault after the rename may leave it, whole)
         error = self.run("copy", lambda: targets.append(action() or ""), targets)
-        made = error is None and bool(targets) and targets[-1] == out
+        made = error is None and targets[-1] == out
         if removed and os.path.exists(path):
             os.unlink(path)
         if not made:
             RAN[f"copies outside: {'failed' if error else 'nothing to copy'}"] += 1
-            assert not os.path.exists(out)
+            if os.path.exists(out):  # failed once it was in place (syncing its dir, say)
+                assert error is not None and read_session(out, FileSessionStorage()).valid
+                RAN["copies outside: failed after the copy was in place"] += 1
             return
         RAN[f"copies outside: {command} of {'a removed' if removed else 'this'} session"] += 1
         with open(out, "rb") as f:
