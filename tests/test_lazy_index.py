@@ -892,3 +892,32 @@ def test_a_tail_cut_anywhere_resumes_alike(
         root = tmp_path_factory.mktemp("cut")
         cut = cut_at(data, cuts, kind, w)
         check_torn(root, path.name, data[:cut], blobs_of(directory), rewrite=True)
+
+
+@pytest.mark.parametrize("finder", ["memmem", "bytes.find"])
+def test_the_index_pass_finds_every_ref_with_either_search(
+    tmp_path: Path, finder: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass looks for refs with the C library's `memmem` where there is one, else
+    `bytes.find`: both find every ref, at every place a chunk's end can cut it."""
+    import sessiontree.session._line_index as line_index
+    from sessiontree.storage import FilePin
+
+    if finder == "memmem":
+        assert line_index._mark_finder() is not None  # Linux, macOS: there is one
+    else:
+        monkeypatch.setattr(line_index, "_finder", [None])
+    hashes = [f"{i:02x}" * 32 for i in range(12)]
+    header = b'{"type":"session","version":3,"id":"s","timestamp":"t","cwd":"/"}\n'
+    lines = [header]
+    for i, digest in enumerate(hashes):
+        block = {"type": "image", "data": f"blob:sha256:{digest}", "mimeType": "image/png"}
+        entry = {"type": "message", "id": f"e{i}", "parentId": f"e{i - 1}" if i else None}
+        entry.update(timestamp="t", message={"role": "user", "content": ["x" * i * 7, block]})
+        lines.append(serialize_entry_bytes(entry) + b"\n")
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"".join(lines))
+    for chunk in (1, 5, 13, 64, 77, 100, 4096):
+        monkeypatch.setattr(line_index, "_CHUNK", chunk)
+        got = line_index.scan_pinned(FilePin.open(str(path)), lambda header: True)
+        assert got.lines.refs == set(hashes), chunk
