@@ -142,6 +142,8 @@ class ArchivedFile:
 class RestoreReport:
     written: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    """With `keep_going`: files left alone, each with why (there with other bytes)."""
 
 
 # ---------------------------------------------------------------------------- chunks
@@ -1090,13 +1092,20 @@ def restore_session(
     return restore_files(archive, files, to=to)
 
 
-def restore_files(archive: str, files: list[ArchivedFile], *, to: str | None) -> RestoreReport:
-    """Write `files` (of `archived_files(archive)`) back (see `restore_session`)."""
+def restore_files(
+    archive: str, files: list[ArchivedFile], *, to: str | None, keep_going: bool = False
+) -> RestoreReport:
+    """Write `files` (of `archived_files(archive)`) back (see `restore_session`).
+    `keep_going`: a file there with other bytes (a session the agent wrote to since
+    it was archived) is left alone and named in `conflicts`, and the others are still
+    restored (`restore --all` after a cleanup: the sessions gone come back)."""
     with _opened(archive) as place:
-        return _restore(place, files, to)
+        return _restore(place, files, to, keep_going=keep_going)
 
 
-def _restore(archive: _Place, files: list[ArchivedFile], to: str | None) -> RestoreReport:
+def _restore(
+    archive: _Place, files: list[ArchivedFile], to: str | None, *, keep_going: bool = False
+) -> RestoreReport:
     report = RestoreReport()
     if to is not None:
         to = os.path.abspath(os.path.expanduser(to))
@@ -1125,9 +1134,13 @@ def _restore(archive: _Place, files: list[ArchivedFile], to: str | None) -> Rest
                 if f.read() == data:
                     report.unchanged.append(target)
                     continue
-            raise ArchiveError(
+            conflict = (
                 f"{target}: is there with other bytes; never replaced (restore it --to another dir)"
             )
+            if keep_going:
+                report.conflicts.append(conflict)
+                continue
+            raise ArchiveError(conflict)
         try:
             create_new([target], [data])
         except FileExistsError:

@@ -318,16 +318,26 @@ def restore_command(
         raise CliError("give a SESSION or --all (not both)", EXIT_USAGE)
     try:
         if every:
-            report = restore_files(archive, archived_files(archive), to=to)
+            report = restore_files(archive, archived_files(archive), to=to, keep_going=True)
         else:
             assert session is not None
             report = restore_session(archive, session, to=to)
     except ArchiveError as exc:
         raise CliError(str(exc), EXIT_ERROR) from None
     if as_json:
-        emit_json({"written": report.written, "unchanged": report.unchanged})
-        return
-    for path in report.written:
-        console.print(f"restored {path}", markup=False)
-    for path in report.unchanged:
-        console.print(f"already there: {path}", markup=False)
+        emit_json(
+            {
+                "written": report.written,
+                "unchanged": report.unchanged,
+                "conflicts": report.conflicts,
+            }
+        )
+    else:
+        for path in report.written:
+            console.print(f"restored {path}", markup=False)
+        for path in report.unchanged:
+            console.print(f"already there: {path}", markup=False)
+        for conflict in report.conflicts:
+            err_console.print(f"sessiontree: warning: {conflict}", markup=False)
+    if report.conflicts:
+        raise typer.Exit(EXIT_ERROR)

