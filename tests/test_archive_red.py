@@ -4,6 +4,7 @@ chunk left damaged by a crash."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from sessiontree.archive import (
     archive_stores,
     archived_files,
     restore_files,
+    restore_session,
+    verify_archive,
 )
 from sessiontree.cli import app
 
@@ -64,3 +67,44 @@ def test_cli_restore_all_restores_the_rest_and_exits_1_on_a_conflict(
     assert "never replaced" in " ".join(result.output.split())
     again = CliRunner().invoke(app, ["restore", "--all", "--from", archive])
     assert again.exit_code == 1 and a.read_bytes() == b"other bytes\n"
+
+
+def test_a_damaged_manifest_never_stops_the_run_nor_the_restore_of_others(
+    tmp_path: Path,
+) -> None:
+    """One manifest cut short (a bad sector, a crafted archive): the other sessions are
+    still listed and restored, a run still archives every file (the damaged manifest
+    set aside, its file archived again), and verify names it."""
+    source, a, b = two_sessions(tmp_path)
+    archive = str(tmp_path / "archive")
+    archive_stores(archive, [source])
+    (key_a,) = [f.key for f in archived_files(archive) if f.rel.endswith(f"{A}.jsonl")]
+    (Path(archive) / key_a).write_bytes(b'{"agent": "claude", "chun')
+    assert verify_archive(archive) != []
+    b.unlink()
+    report = restore_session(archive, B)
+    assert report.written == [str(b)]
+    with a.open("ab") as f:
+        f.write(b'{"type":"user","n":3}\n')
+    run = archive_stores(archive, [source])
+    assert any("damaged" in s for s in run.skipped)
+    assert os.listdir(Path(archive) / "damaged")
+    assert verify_archive(archive) == []
+    grown = a.read_bytes()
+    a.unlink()
+    restore_session(archive, A)
+    assert a.read_bytes() == grown
+
+
+def test_a_manifest_of_the_wrong_shape_is_refused_not_a_crash(tmp_path: Path) -> None:
+    source, _, _ = two_sessions(tmp_path)
+    archive = str(tmp_path / "archive")
+    archive_stores(archive, [source])
+    (key_a,) = [f.key for f in archived_files(archive) if f.rel.endswith(f"{A}.jsonl")]
+    path = Path(archive) / key_a
+    manifest = json.loads(path.read_bytes())
+    manifest["size"] = "12"
+    manifest["chunks"] = [["../../../etc/passwd"]]
+    path.write_text(json.dumps(manifest))
+    assert [f.rel for f in archived_files(archive)] == [f"projects/-w/{B}.jsonl"]
+    assert any("damaged" in p for p in verify_archive(archive))

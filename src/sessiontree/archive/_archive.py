@@ -279,22 +279,73 @@ def _load_manifest(place: _Place, rel: str) -> dict[str, Any] | None:
         value = json.loads(raw)
     except (OSError, ValueError) as exc:
         raise ArchiveError(f"{place.path(rel)}: manifest cannot be read: {exc}") from exc
-    if not isinstance(value, dict):
-        raise ArchiveError(f"{place.path(rel)}: manifest is not a JSON object")
+    if not isinstance(value, dict) or not _well_formed(value):
+        raise ArchiveError(f"{place.path(rel)}: manifest is damaged (not the fields it holds)")
     return value
+
+
+def _chunk_list(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(c, list)
+        and len(c) == 2
+        and isinstance(c[0], str)
+        and re.fullmatch(r"[0-9a-f]{64}", c[0]) is not None
+        and isinstance(c[1], int)
+        and c[1] >= 0
+        for c in value
+    )
+
+
+def _well_formed(m: dict[str, Any]) -> bool:
+    """The fields the archive reads, of the types it reads them as (a damaged or
+    crafted manifest is refused as a whole, never half read)."""
+    earlier = m.get("earlier", [])
+    return (
+        isinstance(m.get("agent"), str)
+        and isinstance(m.get("home"), str)
+        and isinstance(m.get("rel"), str)
+        and isinstance(m.get("size", 0), int)
+        and isinstance(m.get("mtimeNs", 0), int)
+        and isinstance(m.get("deletedMs"), int | None)
+        and _chunk_list(m.get("chunks", []))
+        and isinstance(earlier, list)
+        and all(isinstance(e, dict) and _chunk_list(e.get("chunks", [])) for e in earlier)
+    )
 
 
 def _save_manifest(place: _Place, rel: str, manifest: dict[str, Any]) -> None:
     place.write(rel, json.dumps(manifest, sort_keys=True).encode())
 
 
-def _manifests(place: _Place) -> Iterator[tuple[str, dict[str, Any]]]:
+def _manifests(
+    place: _Place, problems: list[str] | None = None
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every manifest; a damaged one is passed over (named in `problems`): it never
+    keeps the others from being listed and restored."""
     for agent in place.dirs("files"):
         for name in place.names(f"files/{agent}", ".json"):
             rel = f"files/{agent}/{name}"
-            manifest = _load_manifest(place, rel)
+            try:
+                manifest = _load_manifest(place, rel)
+            except ArchiveError as exc:
+                if problems is not None:
+                    problems.append(str(exc))
+                continue
             if manifest is not None:
                 yield rel, manifest
+
+
+def _load_or_set_aside(place: _Place, rel: str, report: ArchiveReport) -> dict[str, Any] | None:
+    """The manifest at `rel`, for a run; a damaged one is copied to `damaged/` (kept,
+    as everything is) and the file archived again as new, so that one damaged
+    manifest never stops the run nor leaves its file unarchived."""
+    try:
+        return _load_manifest(place, rel)
+    except ArchiveError as exc:
+        raw = place.read(rel) or b""
+        place.write(f"damaged/{int(time.time() * 1000)}-{rel.replace('/', '-')}", raw)
+        report.skipped.append(f"{exc}; set aside in damaged/, its file archived again")
+        return None
 
 
 def _listdir(path: str) -> list[str]:
@@ -864,7 +915,7 @@ def _run(
                 full = os.path.join(source.home, rel)
                 manifest_path = _manifest_rel(source.agent, full)
                 seen.add(manifest_path)
-                old = _load_manifest(archive, manifest_path)
+                old = _load_or_set_aside(archive, manifest_path, report)
                 if (
                     old is not None
                     and old.get("size") == st.st_size
@@ -882,7 +933,7 @@ def _run(
                 full = os.path.join(source.home, rel)
                 manifest_path = _manifest_rel(source.agent, full)
                 seen.add(manifest_path)
-                old = _load_manifest(archive, manifest_path)
+                old = _load_or_set_aside(archive, manifest_path, report)
                 if old is not None and old.get("signal") == signal and old.get("deletedMs") is None:
                     continue
                 virtual = read()
@@ -911,7 +962,10 @@ def _mark_deleted(
         path = f"files/{source.agent}/{name}"
         if path in seen:
             continue
-        manifest = _load_manifest(archive, path)
+        try:
+            manifest = _load_manifest(archive, path)
+        except ArchiveError:
+            continue  # damaged: set aside when its file is seen, named by verify
         if manifest is None or manifest.get("home") != source.home:
             continue
         if manifest.get("deletedMs") is not None:
@@ -969,11 +1023,11 @@ def archived_files(archive: str) -> list[ArchivedFile]:
         return _files(place)
 
 
-def _files(place: _Place) -> list[ArchivedFile]:
+def _files(place: _Place, problems: list[str] | None = None) -> list[ArchivedFile]:
     if not place.is_archive():
         raise ArchiveError(f"{place.label}: not an archive (no {_MARK} file)")
     found = []
-    for key, m in _manifests(place):
+    for key, m in _manifests(place, problems):
         agent, rel = str(m.get("agent")), str(m.get("rel"))
         found.append(
             ArchivedFile(
@@ -1007,9 +1061,9 @@ def archive_stats(archive: str) -> ArchiveStats:
 def verify_archive(archive: str) -> list[str]:
     """Every problem found: each chunk of each file (and of its earlier versions) read
     and checked against its hash, and each file against its recorded hash. [] when sound."""
-    problems = []
+    problems: list[str] = []
     with _opened(archive) as place:
-        for file in _files(place):
+        for file in _files(place, problems):
             manifest = _load_manifest(place, file.key) or {}
             versions = [manifest, *manifest.get("earlier", [])]
             for version in versions:
