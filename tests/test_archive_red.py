@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -108,3 +110,32 @@ def test_a_manifest_of_the_wrong_shape_is_refused_not_a_crash(tmp_path: Path) ->
     path.write_text(json.dumps(manifest))
     assert [f.rel for f in archived_files(archive)] == [f"projects/-w/{B}.jsonl"]
     assert any("damaged" in p for p in verify_archive(archive))
+
+
+_FIFO_RUN = """
+import os, sys
+from sessiontree.archive import ArchiveSource, archive_stores
+def swap(path):
+    os.unlink(path)
+    os.mkfifo(path)
+report = archive_stores(sys.argv[1], [ArchiveSource("claude", sys.argv[2], ("projects",))],
+                        progress=swap)
+print(len(report.skipped))
+"""
+
+
+def test_a_fifo_put_in_place_of_a_session_mid_run_does_not_hang_the_run(
+    tmp_path: Path,
+) -> None:
+    """A session file replaced by a FIFO between the walk and its read (another
+    program, or an attacker sharing the dir): the run passes over it (it blocked
+    forever in open)."""
+    source, _, _ = two_sessions(tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-c", _FIFO_RUN, str(tmp_path / "archive"), source.home],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert int(result.stdout) == 2

@@ -36,6 +36,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -659,11 +660,15 @@ def _read_span(path: str, offset: int, size: int) -> tuple[bytes, os.stat_result
     """`size` bytes of `path` from `offset`, and its stat when opened; None when the
     file is gone, is no longer a regular file, or was replaced or cut meanwhile."""
     try:
-        fd = os.open(path, os.O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        # O_NONBLOCK: a FIFO put where the file was (between the walk and this open)
+        # would block the run forever; it is refused below as not a regular file.
+        fd = os.open(path, os.O_RDONLY | O_CLOEXEC | O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     try:
         before = os.fstat(fd)
+        if not stat.S_ISREG(before.st_mode):
+            return None
         data = os.pread(fd, size, offset) if size else b""
         while len(data) < size:
             more = os.pread(fd, size - len(data), offset + len(data))
