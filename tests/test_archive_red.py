@@ -8,11 +8,15 @@ import json
 import os
 import subprocess
 import sys
+import tracemalloc
 from pathlib import Path
 
+import pytest
+import zstandard
 from typer.testing import CliRunner
 
 from sessiontree.archive import (
+    ArchiveError,
     ArchiveSource,
     archive_stores,
     archived_files,
@@ -139,3 +143,29 @@ def test_a_fifo_put_in_place_of_a_session_mid_run_does_not_hang_the_run(
     )
     assert result.returncode == 0, result.stderr
     assert int(result.stdout) == 2
+
+
+def test_a_zstd_bomb_in_a_chunk_is_refused_without_being_inflated(tmp_path: Path) -> None:
+    """A crafted chunk whose frame says (and holds) 64 MiB where the manifest names a
+    few bytes: verify and restore refuse it with at most its named length held (the
+    decompressor allocated what the frame header said, whatever the limit given)."""
+    source, a, _ = two_sessions(tmp_path)
+    archive = str(tmp_path / "archive")
+    archive_stores(archive, [source])
+    (file,) = [f for f in archived_files(archive) if f.rel.endswith(f"{A}.jsonl")]
+    manifest = json.loads((Path(archive) / file.key).read_bytes())
+    digest = manifest["chunks"][0][0]
+    chunk = Path(archive) / "chunks" / digest[:2] / f"{digest}.zst"
+    chunk.write_bytes(zstandard.ZstdCompressor(level=1).compress(b"\0" * (64 << 20)))
+    tracemalloc.start()
+    try:
+        problems = verify_archive(archive)
+        a.unlink()
+        with pytest.raises(ArchiveError):
+            restore_session(archive, A)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20
+    assert any(digest in p for p in problems)
+    assert not a.exists()

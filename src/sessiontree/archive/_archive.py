@@ -33,6 +33,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
+import io
 import json
 import os
 import re
@@ -206,7 +207,10 @@ def _put_chunk(place: _Place, data: bytes, report: ArchiveReport) -> list[Any]:
     if base_digest is not None:
         base_hex = base_digest.decode("ascii", "replace").strip()
         try:
-            base = (base_hex, _get_chunk(place, base_hex, -1, base=True))
+            base = (
+                base_hex,
+                _get_chunk(place, base_hex, -1, base=True, limit=_base_limit(len(data))),
+            )
         except ArchiveError:
             base = None  # a base that cannot be read: store this chunk whole
     if base is not None:
@@ -225,9 +229,36 @@ def _put_chunk(place: _Place, data: bytes, report: ArchiveReport) -> list[Any]:
     return [digest, len(data)]
 
 
-def _get_chunk(place: _Place, digest: str, length: int, *, base: bool = False) -> bytes:
-    """The chunk's bytes, checked against its name (`length` -1: not known). `base`: it
-    is a delta's base, which is never a delta itself (no chain, however the files read)."""
+def _decompress(
+    packed: bytes, limit: int, dictionary: zstandard.ZstdCompressionDict | None = None
+) -> bytes:
+    """One zstd frame's bytes, never more than `limit` of them held (the size a frame's
+    header claims is not trusted: a crafted one made the decompressor allocate it)."""
+    decompressor = (
+        zstandard.ZstdDecompressor()
+        if dictionary is None
+        else zstandard.ZstdDecompressor(dict_data=dictionary)
+    )
+    pieces = []
+    got = 0
+    with decompressor.stream_reader(io.BytesIO(packed)) as reader:
+        while True:
+            piece = reader.read(min(1 << 20, limit + 1 - got))
+            if not piece:
+                break
+            got += len(piece)
+            if got > limit:
+                raise ArchiveError(f"it holds more than the {limit} bytes it may")
+            pieces.append(piece)
+    return b"".join(pieces)
+
+
+def _get_chunk(
+    place: _Place, digest: str, length: int, *, base: bool = False, limit: int | None = None
+) -> bytes:
+    """The chunk's bytes, checked against its name (`length` -1: not known, then at
+    most `limit` bytes). `base`: it is a delta's base, which is never a delta itself
+    (no chain, however the files read)."""
     try:
         packed = place.read(_chunk_rel(digest))
         delta = packed is None and not base
@@ -237,24 +268,37 @@ def _get_chunk(place: _Place, digest: str, length: int, *, base: bool = False) -
         raise ArchiveError(f"chunk {digest} cannot be read: {exc.strerror or exc}") from exc
     if packed is None:
         raise ArchiveError(f"chunk {digest} is missing")
-    limit = length if length >= 0 else _MAX_CHUNK * 2
+    if length < 0:
+        length_limit = limit if limit is not None else _MAX_CHUNK * 2
+    else:
+        length_limit = length
     try:
         if delta:
             base_hex, _, body = packed.partition(b"\n")
-            reference = _get_chunk(place, base_hex.decode("ascii", "replace"), -1, base=True)
+            # a base differs from its copy by the session ids in its lines only
+            reference = _get_chunk(
+                place,
+                base_hex.decode("ascii", "replace"),
+                -1,
+                base=True,
+                limit=_base_limit(length_limit),
+            )
             dictionary = zstandard.ZstdCompressionDict(
                 reference, dict_type=zstandard.DICT_TYPE_RAWCONTENT
             )
-            data = zstandard.ZstdDecompressor(dict_data=dictionary).decompress(
-                body, max_output_size=limit
-            )
+            data = _decompress(body, length_limit, dictionary)
         else:
-            data = zstandard.ZstdDecompressor().decompress(packed, max_output_size=limit)
-    except zstandard.ZstdError as exc:
+            data = _decompress(packed, length_limit)
+    except (zstandard.ZstdError, ArchiveError) as exc:
         raise ArchiveError(f"chunk {digest} is damaged: {exc}") from exc
     if (length >= 0 and len(data) != length) or hashlib.sha256(data).hexdigest() != digest:
         raise ArchiveError(f"chunk {digest} does not hold what its name says")
     return data
+
+
+def _base_limit(length: int) -> int:
+    """The most bytes the base of a delta of `length` bytes may hold."""
+    return 2 * length + _MAX_CHUNK
 
 
 def _file_hash(chunks: Iterable[list[Any]]) -> str:
