@@ -4,6 +4,7 @@ chunk left damaged by a crash."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -169,3 +170,22 @@ def test_a_zstd_bomb_in_a_chunk_is_refused_without_being_inflated(tmp_path: Path
     assert peak < 16 << 20
     assert any(digest in p for p in problems)
     assert not a.exists()
+
+
+def test_a_chunk_left_damaged_by_a_crash_is_stored_again_not_named(tmp_path: Path) -> None:
+    """A chunk file there but empty (a power loss after its rename, before its fsync)
+    or damaged: a later file holding the same bytes stores them again instead of
+    naming the damaged chunk (it was taken as stored: the file could never be restored)."""
+    source, a, _ = two_sessions(tmp_path)
+    archive = tmp_path / "archive"
+    data = a.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    chunk = archive / "chunks" / digest[:2] / f"{digest}.zst"
+    chunk.parent.mkdir(parents=True)
+    (archive / "ARCHIVE").write_text('{"format": "sessiontree-archive", "version": 1}')
+    chunk.write_bytes(b"")
+    archive_stores(str(archive), [source])
+    assert verify_archive(str(archive)) == []
+    a.unlink()
+    restore_session(str(archive), A)
+    assert a.read_bytes() == data

@@ -199,12 +199,20 @@ def _put_chunk(place: _Place, data: bytes, report: ArchiveReport) -> list[Any]:
     delta against it, `<sha256>.zsd` (the base's sha256, a newline, then zstd with the
     base as its dictionary). `similar/<sha256 of the lines without ids>` names the base."""
     digest = hashlib.sha256(data).hexdigest()
+    damaged = False
     if place.exists(_chunk_rel(digest)) or place.exists(_chunk_rel(digest, True)):
-        return [digest, len(data)]
+        # Read back before it is named again: a chunk left empty or cut short (a power
+        # loss before its fsync, a bad sector) would otherwise be named by every later
+        # file holding these bytes, none of them restorable.
+        try:
+            _get_chunk(place, digest, len(data))
+            return [digest, len(data)]
+        except ArchiveError:
+            damaged = True  # stored again, whole, over the damaged one
     normal = hashlib.sha256(_normal(data)).hexdigest()
     base_digest = place.read(_similar_rel(normal))
     base = None
-    if base_digest is not None:
+    if base_digest is not None and not damaged:
         base_hex = base_digest.decode("ascii", "replace").strip()
         try:
             base = (
