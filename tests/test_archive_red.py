@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pytest
 import zstandard
@@ -189,3 +190,42 @@ def test_a_chunk_left_damaged_by_a_crash_is_stored_again_not_named(tmp_path: Pat
     a.unlink()
     restore_session(str(archive), A)
     assert a.read_bytes() == data
+
+
+def _crafted(archive: str, key: str, **fields: Any) -> None:
+    path = Path(archive) / key
+    manifest = json.loads(path.read_bytes())
+    manifest.update(fields)
+    path.write_text(json.dumps(manifest))
+
+
+def test_a_crafted_manifest_cannot_restore_a_file_outside_an_agents_session_dirs(
+    tmp_path: Path,
+) -> None:
+    """An archive from elsewhere names `home` ~/.config and `rel` autostart/x.desktop
+    (a file run at the next login): `restore --all` wrote it (any rel without `..`
+    was taken, under any home); now only the agent's session dirs are written."""
+    source, _, _ = two_sessions(tmp_path)
+    archive = str(tmp_path / "archive")
+    archive_stores(archive, [source])
+    (key,) = [f.key for f in archived_files(archive) if f.rel.endswith(f"{A}.jsonl")]
+    config = tmp_path / "victim" / ".config"
+    _crafted(archive, key, home=str(config), rel="autostart/evil.desktop")
+    with pytest.raises(ArchiveError, match="session dirs"):
+        restore_files(archive, archived_files(archive), to=None, keep_going=True)
+    assert not config.exists()
+    _crafted(archive, key, home=str(config) + "/../.config", rel=f"projects/-w/{A}.jsonl")
+    with pytest.raises(ArchiveError, match="absolute"):
+        restore_files(archive, archived_files(archive), to=None)
+    assert not config.exists()
+
+
+def test_a_crafted_manifest_cannot_restore_into_the_archive(tmp_path: Path) -> None:
+    source, _, _ = two_sessions(tmp_path)
+    archive = str(tmp_path / "archive")
+    archive_stores(archive, [source])
+    (key,) = [f.key for f in archived_files(archive) if f.rel.endswith(f"{A}.jsonl")]
+    _crafted(archive, key, home=archive, rel=f"projects/{A}.jsonl")
+    with pytest.raises(ArchiveError, match="inside the archive"):
+        restore_files(archive, archived_files(archive), to=None)
+    assert not (Path(archive) / "projects").exists()

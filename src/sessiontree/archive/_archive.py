@@ -1152,6 +1152,27 @@ def _safe_rel(rel: str) -> bool:
     )
 
 
+_SESSION_DIRS = {
+    "claude": ("projects",),
+    "codex": ("sessions", "archived_sessions"),
+    "opencode": ("storage", "export"),
+    "gemini": ("tmp",),
+    "copilot": ("session-state",),
+    **{agent: ("sessions", "blobs") for agent in ("xcsh", "omp", "pi")},
+}
+"""The dirs under each agent's home that an archive keeps (`find_stores`' roots)."""
+
+
+def _agent_file(agent: str, rel: str) -> bool:
+    """Whether `rel` is where `agent` keeps session files under its home: a restore
+    (without `--to`) writes at the home a manifest names, and a crafted archive must not
+    write `~/.config/autostart/x.desktop` or `~/.bashrc.d/x` through it."""
+    parts = rel.split("/")
+    if parts[0] not in _SESSION_DIRS.get(agent, ()) or len(parts) < 2:
+        return False
+    return agent != "gemini" or (len(parts) >= 4 and parts[2] == "chats")
+
+
 def _matches(session: str, file: ArchivedFile) -> bool:
     full = os.path.join(file.home, file.rel)
     if session in (file.rel, full):
@@ -1228,9 +1249,17 @@ def _restore(
         if not _safe_rel(file.rel):
             raise ArchiveError(f"{file.manifest}: names {file.rel!r}, not a path inside a store")
         home = to if to is not None else file.home
-        if not os.path.isabs(home):
+        if not os.path.isabs(home) or os.path.normpath(home) != home:
             raise ArchiveError(f"{file.manifest}: its home {home!r} is not an absolute path")
-        plans.append((file, home, os.path.join(home, file.rel)))
+        if not _agent_file(file.agent, file.rel):
+            raise ArchiveError(
+                f"{file.manifest}: names {file.agent}:{file.rel!r}, not a file of that "
+                "agent's session dirs; refused"
+            )
+        target = os.path.join(home, file.rel)
+        if archive.local is not None and _inside(target, archive.local):
+            raise ArchiveError(f"{target}: is inside the archive; a restore never writes there")
+        plans.append((file, home, target))
     for file, home, target in plans:
         manifest = _load_manifest(archive, file.key) or {}
         data = b"".join(_get_chunk(archive, d, int(n)) for d, n in manifest.get("chunks", []))
