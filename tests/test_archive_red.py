@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 from sessiontree.archive import (
     ArchiveError,
     ArchiveSource,
+    _archive,
     archive_stores,
     archived_files,
     restore_files,
@@ -229,3 +230,30 @@ def test_a_crafted_manifest_cannot_restore_into_the_archive(tmp_path: Path) -> N
     with pytest.raises(ArchiveError, match="inside the archive"):
         restore_files(archive, archived_files(archive), to=None)
     assert not (Path(archive) / "projects").exists()
+
+
+def test_archive_watch_follows_on_while_another_run_holds_the_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`archive --watch` (the systemd unit) while a one-off `archive` or the cron line
+    holds the lock: the watch said the other run's error and exited for good; now it
+    says so on its status line and archives at its next round."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for name in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "XDG_DATA_HOME", "GEMINI_CLI_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("PI_CODING_AGENT_DIR", raising=False)
+    monkeypatch.delenv("SESSIONTREE_STORE", raising=False)
+    monkeypatch.setenv("COPILOT_HOME", str(tmp_path / "none"))
+    two_sessions(tmp_path)
+    archive = str(tmp_path / "archive")
+    runner = CliRunner()
+    assert runner.invoke(app, ["archive", "--to", archive]).exit_code == 0
+    with _archive._opened(archive) as place:
+        release = place.lock()
+        try:
+            args = ["archive", "--to", archive, "--watch", "--rounds", "2", "--interval", "0.1"]
+            result = runner.invoke(app, args)
+        finally:
+            release()
+    assert result.exit_code == 0, result.output
+    assert "another archive run holds it" in result.output

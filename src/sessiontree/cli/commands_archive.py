@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sessiontree.archive import (
+    ArchiveBusyError,
     ArchiveError,
     ArchiveReport,
     ArchiveSource,
@@ -242,9 +243,14 @@ def archive_command(
     try:
         while True:
             sources = _sources(archive)
-            report = archive_stores(archive, sources)
             stamp = time.strftime("%H:%M:%S")
-            line = f"{stamp} ({waiter.mode}) {_summary(report)}"
+            try:
+                report = archive_stores(archive, sources)
+                line = f"{stamp} ({waiter.mode}) {_summary(report)}"
+            except ArchiveBusyError:
+                # another run (a cron line, a one-off `archive`) holds it now: the
+                # watch follows on, and archives what that run did not at its next round
+                line = f"{stamp} ({waiter.mode}) another archive run holds it; next round"
             err_console.print(f"\r{line}", end="", markup=False)
             done += 1
             if rounds and done >= rounds:
