@@ -22,6 +22,7 @@ from sessiontree.archive import (
     ArchiveSource,
     _archive,
     archive_stores,
+    archive_view,
     archived_files,
     restore_files,
     restore_session,
@@ -257,3 +258,26 @@ def test_archive_watch_follows_on_while_another_run_holds_the_archive(
             release()
     assert result.exit_code == 0, result.output
     assert "another archive run holds it" in result.output
+
+
+def test_the_view_survives_a_file_gone_and_a_dir_made_under_its_name(tmp_path: Path) -> None:
+    """A file archived, deleted at its source, then a dir made at its path (with a file
+    in it): the archive holds both, and its view (what `list --agent-dir ARCHIVE`
+    reads) failed as a whole ("File exists"); now the one still there wins and the
+    other sessions are all in the view."""
+    source, a, b = two_sessions(tmp_path)
+    archive = str(tmp_path / "archive")
+    archive_stores(archive, [source])
+    data = b.read_bytes()
+    b.unlink()
+    b.mkdir()
+    (b / "inner.jsonl").write_bytes(b'{"type":"user","n":9}\n')
+    archive_stores(archive, [source])
+    (view,) = archive_view(archive)
+    home = Path(view.home) / "projects" / "-w"
+    assert (home / b.name / "inner.jsonl").read_bytes() == b'{"type":"user","n":9}\n'
+    assert (home / a.name).read_bytes() == a.read_bytes()
+    (gone,) = [f for f in archived_files(archive) if f.deleted_ms is not None]
+    assert gone.rel == f"projects/-w/{B}.jsonl"
+    restore_files(archive, [gone], to=str(tmp_path / "out"))
+    assert (tmp_path / "out" / gone.rel).read_bytes() == data

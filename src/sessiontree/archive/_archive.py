@@ -35,6 +35,7 @@ import fcntl
 import hashlib
 import io
 import json
+import logging
 import os
 import re
 import stat
@@ -76,6 +77,8 @@ __all__ = [
     "restore_session",
     "verify_archive",
 ]
+
+log = logging.getLogger("sessiontree")
 
 ARCHIVE_VERSION = 1
 _MARK = "ARCHIVE"
@@ -1030,7 +1033,8 @@ def _mark_deleted(
         virtual = manifest.get("signal") is not None
         if virtual and any(str(manifest.get("rel")).startswith(u) for u in unreadable):
             continue  # its database could not be read this run: not known to be gone
-        if not virtual and os.path.lexists(os.path.join(source.home, str(manifest.get("rel")))):
+        at = os.path.join(source.home, str(manifest.get("rel")))
+        if not virtual and os.path.lexists(at) and (os.path.islink(at) or not os.path.isdir(at)):
             continue  # there, but not walked (a symlink now, a root not read this run)
         manifest["deletedMs"] = int(time.time() * 1000)
         _save_manifest(archive, path, manifest)
@@ -1342,7 +1346,9 @@ def _view(place: _Place) -> list[ArchiveView]:
     archive = place.local
     assert archive is not None
     views: dict[tuple[str, str], ArchiveView] = {}
-    for file in _files(place):
+    # the files still at their source first: where one gone there had the same path as
+    # a dir now (a file deleted, then a dir made under its name), the one there wins
+    for file in sorted(_files(place), key=lambda f: (f.deleted_ms is not None, -f.mtime_ns)):
         if file.agent == "opencode" and file.rel.startswith("export/"):
             continue
         if not _safe_rel(file.rel):
@@ -1357,8 +1363,12 @@ def _view(place: _Place) -> list[ArchiveView]:
         manifest = _load_manifest(place, file.key) or {}
         chunks = manifest.get("chunks", [])
         data = b"".join(_get_chunk(place, d, int(n)) for d, n in chunks)
-        _make_dirs_inside(home, os.path.dirname(target))
-        atomic_write(target, [data], durable=False)
+        try:
+            _make_dirs_inside(home, os.path.dirname(target))
+            atomic_write(target, [data], durable=False)
+        except (FileExistsError, NotADirectoryError, IsADirectoryError):
+            log.warning("%s: not in the archive's view: a file and a dir share its path", target)
+            continue
         if file.mtime_ns:
             os.utime(target, ns=(file.mtime_ns, file.mtime_ns), follow_symlinks=False)
     return sorted(views.values(), key=lambda v: (v.agent, v.home))
