@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import sqlite3
 import subprocess
 import sys
 import tracemalloc
@@ -17,6 +19,7 @@ import pytest
 import zstandard
 from typer.testing import CliRunner
 
+from conftest import SHARED_FIXTURES, unavailable
 from sessiontree.archive import (
     ArchiveError,
     ArchiveSource,
@@ -281,3 +284,47 @@ def test_the_view_survives_a_file_gone_and_a_dir_made_under_its_name(tmp_path: P
     assert gone.rel == f"projects/-w/{B}.jsonl"
     restore_files(archive, [gone], to=str(tmp_path / "out"))
     assert (tmp_path / "out" / gone.rel).read_bytes() == data
+
+
+def test_a_part_updated_while_the_sessions_are_listed_is_not_cached_as_unseen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenCode (running: WAL mode) rewrites a part in place just after a listing's
+    read transaction began and before it noted the database's identity on disk: the
+    part signals of the older snapshot were cached under the newer identity, so every
+    later listing (`archive --watch`, the web app) missed that update until the
+    database changed again. The identity is now noted before the transaction."""
+    from foreign_support import OPENCODE_DB
+    from sessiontree.foreign import opencode_db
+
+    source = SHARED_FIXTURES / "foreign" / "opencode" / OPENCODE_DB
+    if not source.exists():
+        unavailable(f"fixture {source} is missing")
+    database = tmp_path / "opencode.db"
+    shutil.copyfile(source, database)
+    writer = sqlite3.connect(database, isolation_level=None, timeout=5)
+    try:
+        writer.execute("PRAGMA journal_mode = WAL")
+        writer.execute("PRAGMA wal_autocheckpoint = 0")
+        writer.execute("UPDATE session SET title = title")
+        (part,) = writer.execute("SELECT id FROM part ORDER BY id LIMIT 1").fetchone()
+        before = {r.id: r.parts_updated for r in opencode_db.list_db_sessions(str(database))}
+        real = opencode_db._disk_identity
+        calls: list[str] = []
+
+        def identity(path: str) -> tuple[int, ...]:
+            if not calls:  # OpenCode commits now
+                writer.execute(
+                    "UPDATE part SET time_updated = time_updated + 1000 WHERE id = ?", (part,)
+                )
+            calls.append(path)
+            return real(path)
+
+        monkeypatch.setattr(opencode_db, "_disk_identity", identity)
+        opencode_db.list_db_sessions(str(database))
+        monkeypatch.setattr(opencode_db, "_disk_identity", real)
+        after = {r.id: r.parts_updated for r in opencode_db.list_db_sessions(str(database))}
+    finally:
+        writer.close()
+    assert calls
+    assert before != after
