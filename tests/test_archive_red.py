@@ -357,3 +357,34 @@ def test_an_earlier_line_rewritten_in_place_as_the_file_grows_is_archived(
     a.unlink()
     restore_session(archive, A)
     assert a.read_bytes() == expected
+
+
+def test_restoring_a_pi_session_brings_back_the_images_it_refers_to(tmp_path: Path) -> None:
+    """A pi-format session keeps its images in the agent dir's `blobs/` (shared,
+    content-addressed), not beside it: the session deleted and `gc` run, `restore
+    SESSION` wrote the session back without its images though the archive holds them."""
+    home = tmp_path / ".pi" / "agent"
+    project = home / "sessions" / "--w--"
+    project.mkdir(parents=True)
+    image = b"\x89PNG fake image bytes"
+    digest = hashlib.sha256(image).hexdigest()
+    other = b"another session's image"
+    other_digest = hashlib.sha256(other).hexdigest()
+    (home / "blobs").mkdir()
+    (home / "blobs" / digest).write_bytes(image)
+    (home / "blobs" / other_digest).write_bytes(other)
+    session_id = "cccccccc-0000-0000-0000-000000000003"
+    session = project / f"2026-01-01T00-00-00-000Z_{session_id}.jsonl"
+    session.write_bytes(
+        b'{"type":"session","version":3,"id":"%s"}\n'
+        b'{"type":"message","message":{"role":"user","content":[{"type":"image",'
+        b'"data":"blob:sha256:%s","mimeType":"image/png"}]}}\n'
+        % (session_id.encode(), digest.encode())
+    )
+    archive = str(tmp_path / "archive")
+    archive_stores(archive, [ArchiveSource("pi", str(home), ("sessions", "blobs"))])
+    shutil.rmtree(home)
+    report = restore_session(archive, session_id)
+    assert (home / "blobs" / digest).read_bytes() == image
+    assert not (home / "blobs" / other_digest).exists()
+    assert sorted(report.written) == sorted([str(session), str(home / "blobs" / digest)])

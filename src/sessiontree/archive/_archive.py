@@ -1225,7 +1225,37 @@ def restore_session(
         raise ArchiveError(f"{session!r} matches {len(found)} archived sessions: {names}")
     (file,) = found
     files = [file, *_companions(file, session, every)]
+    if file.agent in _PI_FORMAT:
+        files += _blobs_of(archive, files, every)
     return restore_files(archive, files, to=to)
+
+
+_PI_FORMAT = ("xcsh", "omp", "pi")
+_BLOB_REF = re.compile(rb"blob:sha256:([0-9a-f]{64})")
+
+
+def _blobs_of(
+    archive: str, files: list[ArchivedFile], every: list[ArchivedFile]
+) -> list[ArchivedFile]:
+    """The images a pi-format session refers to (`blob:sha256:<hex>`): they are kept in
+    its agent dir's `blobs/` (`<hex>`, and a `<hex>.<ext>` beside), shared by sessions,
+    not beside the session; a restore brings back the ones its files name."""
+    refs: set[str] = set()
+    with _opened(archive) as place:
+        for file in files:
+            manifest = _load_manifest(place, file.key) or {}
+            data = b"".join(_get_chunk(place, d, n) for d, n in manifest.get("chunks", []))
+            refs.update(m.decode() for m in _BLOB_REF.findall(data))
+    home = files[0].home
+    return [
+        other
+        for other in every
+        if other.agent == files[0].agent
+        and other.home == home
+        and other.rel.startswith("blobs/")
+        and other.rel[6:].split(".", 1)[0] in refs
+        and other not in files
+    ]
 
 
 def restore_files(
