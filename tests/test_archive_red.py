@@ -388,3 +388,25 @@ def test_restoring_a_pi_session_brings_back_the_images_it_refers_to(tmp_path: Pa
     assert (home / "blobs" / digest).read_bytes() == image
     assert not (home / "blobs" / other_digest).exists()
     assert sorted(report.written) == sorted([str(session), str(home / "blobs" / digest)])
+
+
+def test_restore_all_goes_past_a_damaged_file_and_a_path_taken_by_a_dir(
+    tmp_path: Path,
+) -> None:
+    """One archived file with a damaged chunk, another whose path is now a dir: the
+    rest of `restore --all` is still written (it stopped at the first)."""
+    source, a, b = two_sessions(tmp_path)
+    c = a.parent / "cccccccc-0000-0000-0000-000000000003.jsonl"
+    c.write_bytes(b'{"type":"user","n":3}\n')
+    archive = str(tmp_path / "archive")
+    archive_stores(archive, [source])
+    (file_a,) = [f for f in archived_files(archive) if f.rel.endswith(f"{A}.jsonl")]
+    digest = json.loads((Path(archive) / file_a.key).read_bytes())["chunks"][0][0]
+    (Path(archive) / "chunks" / digest[:2] / f"{digest}.zst").write_bytes(b"rot")
+    shutil.rmtree(a.parent)
+    a.parent.mkdir()
+    b.mkdir()  # a dir where the file was
+    report = restore_files(archive, archived_files(archive), to=None, keep_going=True)
+    assert report.written == [str(c)]
+    assert len(report.conflicts) == 2
+    assert not a.exists()

@@ -148,7 +148,8 @@ class RestoreReport:
     written: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     conflicts: list[str] = field(default_factory=list)
-    """With `keep_going`: files left alone, each with why (there with other bytes)."""
+    """With `keep_going`: files not restored, each with why (there with other bytes,
+    a damaged chunk, a dir of its path taken)."""
 
 
 # ---------------------------------------------------------------------------- chunks
@@ -1262,9 +1263,10 @@ def restore_files(
     archive: str, files: list[ArchivedFile], *, to: str | None, keep_going: bool = False
 ) -> RestoreReport:
     """Write `files` (of `archived_files(archive)`) back (see `restore_session`).
-    `keep_going`: a file there with other bytes (a session the agent wrote to since
-    it was archived) is left alone and named in `conflicts`, and the others are still
-    restored (`restore --all` after a cleanup: the sessions gone come back)."""
+    `keep_going`: a file that cannot be restored (there with other bytes: a session
+    the agent wrote to since it was archived; a damaged chunk) is named in `conflicts`,
+    and the others are still restored (`restore --all` after a cleanup: the sessions
+    gone come back); a full disk still stops it."""
     with _opened(archive) as place:
         return _restore(place, files, to, keep_going=keep_going)
 
@@ -1295,37 +1297,45 @@ def _restore(
             raise ArchiveError(f"{target}: is inside the archive; a restore never writes there")
         plans.append((file, home, target))
     for file, home, target in plans:
-        manifest = _load_manifest(archive, file.key) or {}
-        data = b"".join(_get_chunk(archive, d, int(n)) for d, n in manifest.get("chunks", []))
-        if _file_hash(manifest.get("chunks", [])) != manifest.get("hash"):
-            raise ArchiveError(f"{file.manifest}: does not match its recorded hash")
-        parent = os.path.dirname(target)
-        _make_dirs_inside(home, parent)
-        if os.path.lexists(target):
-            if os.path.islink(target) or not os.path.isfile(target):
-                raise ArchiveError(f"{target}: is there and is not a regular file; left alone")
-            with open(target, "rb") as f:
-                if f.read() == data:
-                    report.unchanged.append(target)
-                    continue
-            conflict = (
-                f"{target}: is there with other bytes; never replaced (restore it --to another dir)"
-            )
-            if keep_going:
-                report.conflicts.append(conflict)
-                continue
-            raise ArchiveError(conflict)
         try:
-            create_new([target], [data])
-        except FileExistsError:
-            raise ArchiveError(
-                f"{target}: appeared while it was restored; left alone (run again)"
-            ) from None
-        mtime = int(manifest.get("mtimeNs", 0))
-        if mtime:
-            os.utime(target, ns=(mtime, mtime), follow_symlinks=False)
-        report.written.append(target)
+            _restore_one(archive, file, home, target, report)
+        except (ArchiveError, OSError) as exc:
+            full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+            if not keep_going or full:
+                raise
+            why = str(exc) if isinstance(exc, ArchiveError) else f"{target}: {exc}"
+            report.conflicts.append(why)
     return report
+
+
+def _restore_one(
+    archive: _Place, file: ArchivedFile, home: str, target: str, report: RestoreReport
+) -> None:
+    manifest = _load_manifest(archive, file.key) or {}
+    data = b"".join(_get_chunk(archive, d, int(n)) for d, n in manifest.get("chunks", []))
+    if _file_hash(manifest.get("chunks", [])) != manifest.get("hash"):
+        raise ArchiveError(f"{file.manifest}: does not match its recorded hash")
+    _make_dirs_inside(home, os.path.dirname(target))
+    if os.path.lexists(target):
+        if os.path.islink(target) or not os.path.isfile(target):
+            raise ArchiveError(f"{target}: is there and is not a regular file; left alone")
+        with open(target, "rb") as f:
+            if f.read() == data:
+                report.unchanged.append(target)
+                return
+        raise ArchiveError(
+            f"{target}: is there with other bytes; never replaced (restore it --to another dir)"
+        )
+    try:
+        create_new([target], [data])
+    except FileExistsError:
+        raise ArchiveError(
+            f"{target}: appeared while it was restored; left alone (run again)"
+        ) from None
+    mtime = int(manifest.get("mtimeNs", 0))
+    if mtime:
+        os.utime(target, ns=(mtime, mtime), follow_symlinks=False)
+    report.written.append(target)
 
 
 def _make_dirs_inside(home: str, directory: str) -> None:
