@@ -410,3 +410,28 @@ def test_restore_all_goes_past_a_damaged_file_and_a_path_taken_by_a_dir(
     assert report.written == [str(c)]
     assert len(report.conflicts) == 2
     assert not a.exists()
+
+
+def test_a_dir_that_cannot_be_read_is_named_and_its_files_not_marked_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A project dir that cannot be listed this run (its permissions changed, an I/O
+    error): it was passed over without a word and its files, when not reachable, were
+    marked gone at their source; now the run names it and marks nothing under it."""
+    source, a, _ = two_sessions(tmp_path)
+    archive = str(tmp_path / "archive")
+    archive_stores(archive, [source])
+    real = os.scandir
+
+    def scandir(path: Any) -> Any:
+        if str(path) == str(a.parent):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(_archive.os, "scandir", scandir)
+    # the dir is there, its files cannot be reached (no search permission)
+    monkeypatch.setattr(_archive.os.path, "lexists", lambda p: str(p) == str(a.parent))
+    report = archive_stores(archive, [source])
+    assert report.files_deleted == 0
+    assert any(str(a.parent) in s and "cannot be read" in s for s in report.skipped)
+    assert all(f.deleted_ms is None for f in archived_files(archive))

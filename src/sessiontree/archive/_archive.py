@@ -687,16 +687,23 @@ def is_archive(path: str) -> bool:
 # ---------------------------------------------------------------------------- one run
 
 
-def _walk(home: str, root: str, report: ArchiveReport) -> Iterator[tuple[str, os.stat_result]]:
+def _walk(
+    home: str, root: str, report: ArchiveReport, unreadable: set[str] | None = None
+) -> Iterator[tuple[str, os.stat_result]]:
     """Regular files under `home/root` (relative paths), no symlink followed below
-    the root."""
+    the root. A dir that cannot be read is named in `report.skipped` and its path
+    (relative, with a trailing slash) added to `unreadable`: its files are not gone."""
     top = os.path.join(home, root)
     stack = [top]
     while stack:
         directory = stack.pop()
         try:
             entries = list(os.scandir(directory))
-        except OSError:
+        except OSError as exc:
+            if os.path.lexists(directory):
+                report.skipped.append(f"{directory}: cannot be read ({exc.strerror or exc})")
+                if unreadable is not None:
+                    unreadable.add(os.path.join(os.path.relpath(directory, home), ""))
             continue
         for entry in sorted(entries, key=lambda e: e.name):
             if entry.is_symlink():
@@ -967,11 +974,11 @@ def _run(
     report = ArchiveReport()
     for source in sources:
         seen: set[str] = set()
-        unreadable: set[str] = set()  # an OpenCode database not read this run
+        unreadable: set[str] = set()  # an OpenCode database or a dir not read this run
         for root in source.roots:
             if not os.path.isdir(os.path.join(source.home, root)):
                 continue
-            for rel, st in _walk(source.home, root, report):
+            for rel, st in _walk(source.home, root, report, unreadable):
                 report.files_seen += 1
                 full = os.path.join(source.home, rel)
                 manifest_path = _manifest_rel(source.agent, full)
@@ -1032,8 +1039,8 @@ def _mark_deleted(
         if manifest.get("deletedMs") is not None:
             continue
         virtual = manifest.get("signal") is not None
-        if virtual and any(str(manifest.get("rel")).startswith(u) for u in unreadable):
-            continue  # its database could not be read this run: not known to be gone
+        if any(str(manifest.get("rel")).startswith(u) for u in unreadable):
+            continue  # its database or dir could not be read this run: not known to be gone
         at = os.path.join(source.home, str(manifest.get("rel")))
         if not virtual and os.path.lexists(at) and (os.path.islink(at) or not os.path.isdir(at)):
             continue  # there, but not walked (a symlink now, a root not read this run)
