@@ -204,12 +204,15 @@ def _put_chunk(place: _Place, data: bytes, report: ArchiveReport) -> list[Any]:
     base as its dictionary). `similar/<sha256 of the lines without ids>` names the base."""
     digest = hashlib.sha256(data).hexdigest()
     damaged = False
+    if digest in place.sound:
+        return [digest, len(data)]
     if place.exists(_chunk_rel(digest)) or place.exists(_chunk_rel(digest, True)):
         # Read back before it is named again: a chunk left empty or cut short (a power
         # loss before its fsync, a bad sector) would otherwise be named by every later
         # file holding these bytes, none of them restorable.
         try:
             _get_chunk(place, digest, len(data))
+            place.sound.add(digest)
             return [digest, len(data)]
         except ArchiveError:
             damaged = True  # stored again, whole, over the damaged one
@@ -238,6 +241,7 @@ def _put_chunk(place: _Place, data: bytes, report: ArchiveReport) -> list[Any]:
         if base_digest is None:  # a hint: lost in a crash, the next copy is stored whole
             place.write(_similar_rel(normal), digest.encode(), durable=False)
     report.bytes_stored += len(packed)
+    place.sound.add(digest)
     return [digest, len(data)]
 
 
@@ -432,6 +436,8 @@ class _Place:
     label: str
     local: str | None = None
     """The dir, for an archive of files."""
+    sound: set[str]
+    """Chunks written or read back whole by this run (not read back again)."""
 
     def path(self, rel: str) -> str:
         raise NotImplementedError
@@ -485,6 +491,7 @@ class _FilePlace(_Place):
     def __init__(self, directory: str) -> None:
         self.local = os.path.abspath(os.path.expanduser(directory))
         self.label = self.local
+        self.sound = set()
         self._pending: list[str] = []
 
     def path(self, rel: str) -> str:
@@ -565,6 +572,7 @@ class _PgPlace(_Place):
         from sessiontree.maintenance import open_store, redact_url
 
         self.label = redact_url(url)
+        self.sound = set()
         try:
             self._storage: Any = open_store(url, agent_dir=_PG_ROOT)
         except SessionTreeError as exc:
