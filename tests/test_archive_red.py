@@ -435,3 +435,29 @@ def test_a_dir_that_cannot_be_read_is_named_and_its_files_not_marked_gone(
     assert report.files_deleted == 0
     assert any(str(a.parent) in s and "cannot be read" in s for s in report.skipped)
     assert all(f.deleted_ms is None for f in archived_files(archive))
+
+
+def test_restoring_a_gemini_session_by_its_file_name_brings_its_subagents(
+    tmp_path: Path,
+) -> None:
+    """Gemini CLI keeps a session's subagents in `chats/<parent session id>/`, a dir
+    named by the whole id, while the file is named by its first 8 characters: restored
+    by its file name or path (as `archive --stats` and `list` show it), the session
+    came back without its subagents; only its whole id found them."""
+    home = tmp_path / ".gemini"
+    chats = home / "tmp" / "abc123" / "chats"
+    session_id = "abcd1234-5678-90ab-cdef-1234567890ab"
+    sub = chats / session_id / "subagent-1.jsonl"
+    sub.parent.mkdir(parents=True)
+    session = chats / "session-2026-01-01T00-00-abcd1234.jsonl"
+    session.write_bytes(b'{"sessionId":"%s","kind":"main"}\n' % session_id.encode())
+    sub.write_bytes(b'{"sessionId":"sub-1","kind":"subagent"}\n')
+    archive = str(tmp_path / "archive")
+    source = ArchiveSource("gemini", str(home), (str(Path("tmp") / "abc123" / "chats"),))
+    archive_stores(archive, [source])
+    for query in (session.name, str(session)):
+        out = tmp_path / f"out-{len(query)}"
+        report = restore_session(archive, query, to=str(out))
+        assert sorted(report.written) == sorted(
+            str(out / p.relative_to(home)) for p in (session, sub)
+        ), query

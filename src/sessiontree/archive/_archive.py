@@ -1212,6 +1212,9 @@ def _companions(file: ArchivedFile, session: str, every: list[ArchivedFile]) -> 
     CLI's subagents, `chats/<parent id>/`)."""
     stem = file.rel.rsplit(".", 1)[0] + "/"
     parent = file.rel.rsplit("/", 1)[0] + "/"
+    # Gemini CLI: `chats/session-<time>-<first 8 of its id>.json[l]`, its subagents in
+    # `chats/<its whole id>/`: found however the session was named (file name, path)
+    short = file.rel.rsplit("-", 1)[-1].split(".", 1)[0] if file.agent == "gemini" else ""
     found = []
     for other in every:
         if other is file or other.agent != file.agent or other.home != file.home:
@@ -1221,6 +1224,14 @@ def _companions(file: ArchivedFile, session: str, every: list[ArchivedFile]) -> 
         elif file.agent == "copilot" and other.rel.startswith(parent):
             found.append(other)
         elif len(session) >= 8 and f"/{session}/" in f"/{other.rel}" and not other.is_session:
+            found.append(other)
+        elif (
+            len(short) == 8
+            and other.rel.startswith(parent)
+            and other.rel[len(parent) :].split("/", 1)[0].startswith(short)
+            and "/" in other.rel[len(parent) :]
+            and not other.is_session
+        ):
             found.append(other)
     return found
 
