@@ -461,3 +461,33 @@ def test_restoring_a_gemini_session_by_its_file_name_brings_its_subagents(
         assert sorted(report.written) == sorted(
             str(out / p.relative_to(home)) for p in (session, sub)
         ), query
+
+
+def test_restoring_an_opencode_json_session_brings_its_messages_and_parts(
+    tmp_path: Path,
+) -> None:
+    """OpenCode's older layout keeps a session's messages under its id and their parts
+    (the text itself) under each message's id: a restore wrote the session file alone
+    (by its path) or with its messages but none of their parts (by its id)."""
+    home = tmp_path / "opencode"
+    storage = home / "storage"
+    sid, mid, other_mid = "ses_0123456789abcdef", "msg_0001", "msg_0999"
+    files = {
+        storage / "session" / "proj" / f"{sid}.json": b'{"id":"%s"}' % sid.encode(),
+        storage / "message" / sid / f"{mid}.json": b'{"id":"%s"}' % mid.encode(),
+        storage / "part" / mid / "prt_0001.json": b'{"type":"text","text":"hello"}',
+        storage / "part" / other_mid / "prt_0002.json": b'{"type":"text","text":"other"}',
+    }
+    for path, data in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    archive = str(tmp_path / "archive")
+    archive_stores(archive, [ArchiveSource("opencode", str(home), ("storage",))])
+    session = next(iter(files))
+    for query in (sid, str(session)):
+        out = tmp_path / f"out-{len(query)}"
+        report = restore_session(archive, query, to=str(out))
+        expected = [p for p in files if other_mid not in str(p)]
+        assert sorted(report.written) == sorted(str(out / p.relative_to(home)) for p in expected), (
+            query
+        )

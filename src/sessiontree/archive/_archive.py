@@ -1215,9 +1215,11 @@ def _companions(file: ArchivedFile, session: str, every: list[ArchivedFile]) -> 
     # Gemini CLI: `chats/session-<time>-<first 8 of its id>.json[l]`, its subagents in
     # `chats/<its whole id>/`: found however the session was named (file name, path)
     short = file.rel.rsplit("-", 1)[-1].split(".", 1)[0] if file.agent == "gemini" else ""
-    found = []
+    found = _opencode_storage(file, every)
     for other in every:
         if other is file or other.agent != file.agent or other.home != file.home:
+            continue
+        if other in found:
             continue
         if other.rel.startswith(stem):
             found.append(other)
@@ -1232,6 +1234,33 @@ def _companions(file: ArchivedFile, session: str, every: list[ArchivedFile]) -> 
             and "/" in other.rel[len(parent) :]
             and not other.is_session
         ):
+            found.append(other)
+    return found
+
+
+def _opencode_storage(file: ArchivedFile, every: list[ArchivedFile]) -> list[ArchivedFile]:
+    """An OpenCode session of the older JSON layout (`storage/session/<project>/<id>.json`)
+    is its messages (`storage/message/<id>/<message id>.json`), their parts
+    (`storage/part/<message id>/`) and whatever else `storage/` keeps under its id."""
+    parts = file.rel.split("/")
+    if file.agent != "opencode" or parts[:2] != ["storage", "session"]:
+        return []
+    session_id = parts[-1].rsplit(".", 1)[0]
+    mine = [f for f in every if f is not file and f.agent == file.agent and f.home == file.home]
+    found = []
+    for other in mine:
+        o = other.rel.split("/")
+        if len(o) >= 3 and o[0] == "storage" and o[1] != "session":
+            if o[2] == session_id or o[2].rsplit(".", 1)[0] == session_id:
+                found.append(other)
+    messages = {
+        f.rel.split("/")[3].rsplit(".", 1)[0]
+        for f in found
+        if f.rel.startswith(f"storage/message/{session_id}/") and f.rel.count("/") == 3
+    }
+    for other in mine:
+        o = other.rel.split("/")
+        if len(o) >= 4 and o[:2] == ["storage", "part"] and o[2] in messages:
             found.append(other)
     return found
 
