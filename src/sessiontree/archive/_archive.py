@@ -33,9 +33,12 @@ from __future__ import annotations
 import errno
 import fcntl
 import hashlib
+import io
 import json
+import logging
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -74,6 +77,8 @@ __all__ = [
     "restore_session",
     "verify_archive",
 ]
+
+log = logging.getLogger("sessiontree")
 
 ARCHIVE_VERSION = 1
 _MARK = "ARCHIVE"
@@ -142,6 +147,9 @@ class ArchivedFile:
 class RestoreReport:
     written: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+    """With `keep_going`: files not restored, each with why (there with other bytes,
+    a damaged chunk, a dir of its path taken)."""
 
 
 # ---------------------------------------------------------------------------- chunks
@@ -195,15 +203,29 @@ def _put_chunk(place: _Place, data: bytes, report: ArchiveReport) -> list[Any]:
     delta against it, `<sha256>.zsd` (the base's sha256, a newline, then zstd with the
     base as its dictionary). `similar/<sha256 of the lines without ids>` names the base."""
     digest = hashlib.sha256(data).hexdigest()
-    if place.exists(_chunk_rel(digest)) or place.exists(_chunk_rel(digest, True)):
+    damaged = False
+    if digest in place.sound:
         return [digest, len(data)]
+    if place.exists(_chunk_rel(digest)) or place.exists(_chunk_rel(digest, True)):
+        # Read back before it is named again: a chunk left empty or cut short (a power
+        # loss before its fsync, a bad sector) would otherwise be named by every later
+        # file holding these bytes, none of them restorable.
+        try:
+            _get_chunk(place, digest, len(data))
+            place.sound.add(digest)
+            return [digest, len(data)]
+        except ArchiveError:
+            damaged = True  # stored again, whole, over the damaged one
     normal = hashlib.sha256(_normal(data)).hexdigest()
     base_digest = place.read(_similar_rel(normal))
     base = None
-    if base_digest is not None:
+    if base_digest is not None and not damaged:
         base_hex = base_digest.decode("ascii", "replace").strip()
         try:
-            base = (base_hex, _get_chunk(place, base_hex, -1, base=True))
+            base = (
+                base_hex,
+                _get_chunk(place, base_hex, -1, base=True, limit=_base_limit(len(data))),
+            )
         except ArchiveError:
             base = None  # a base that cannot be read: store this chunk whole
     if base is not None:
@@ -219,12 +241,40 @@ def _put_chunk(place: _Place, data: bytes, report: ArchiveReport) -> list[Any]:
         if base_digest is None:  # a hint: lost in a crash, the next copy is stored whole
             place.write(_similar_rel(normal), digest.encode(), durable=False)
     report.bytes_stored += len(packed)
+    place.sound.add(digest)
     return [digest, len(data)]
 
 
-def _get_chunk(place: _Place, digest: str, length: int, *, base: bool = False) -> bytes:
-    """The chunk's bytes, checked against its name (`length` -1: not known). `base`: it
-    is a delta's base, which is never a delta itself (no chain, however the files read)."""
+def _decompress(
+    packed: bytes, limit: int, dictionary: zstandard.ZstdCompressionDict | None = None
+) -> bytes:
+    """One zstd frame's bytes, never more than `limit` of them held (the size a frame's
+    header claims is not trusted: a crafted one made the decompressor allocate it)."""
+    decompressor = (
+        zstandard.ZstdDecompressor()
+        if dictionary is None
+        else zstandard.ZstdDecompressor(dict_data=dictionary)
+    )
+    pieces = []
+    got = 0
+    with decompressor.stream_reader(io.BytesIO(packed)) as reader:
+        while True:
+            piece = reader.read(min(1 << 20, limit + 1 - got))
+            if not piece:
+                break
+            got += len(piece)
+            if got > limit:
+                raise ArchiveError(f"it holds more than the {limit} bytes it may")
+            pieces.append(piece)
+    return b"".join(pieces)
+
+
+def _get_chunk(
+    place: _Place, digest: str, length: int, *, base: bool = False, limit: int | None = None
+) -> bytes:
+    """The chunk's bytes, checked against its name (`length` -1: not known, then at
+    most `limit` bytes). `base`: it is a delta's base, which is never a delta itself
+    (no chain, however the files read)."""
     try:
         packed = place.read(_chunk_rel(digest))
         delta = packed is None and not base
@@ -234,24 +284,37 @@ def _get_chunk(place: _Place, digest: str, length: int, *, base: bool = False) -
         raise ArchiveError(f"chunk {digest} cannot be read: {exc.strerror or exc}") from exc
     if packed is None:
         raise ArchiveError(f"chunk {digest} is missing")
-    limit = length if length >= 0 else _MAX_CHUNK * 2
+    if length < 0:
+        length_limit = limit if limit is not None else _MAX_CHUNK * 2
+    else:
+        length_limit = length
     try:
         if delta:
             base_hex, _, body = packed.partition(b"\n")
-            reference = _get_chunk(place, base_hex.decode("ascii", "replace"), -1, base=True)
+            # a base differs from its copy by the session ids in its lines only
+            reference = _get_chunk(
+                place,
+                base_hex.decode("ascii", "replace"),
+                -1,
+                base=True,
+                limit=_base_limit(length_limit),
+            )
             dictionary = zstandard.ZstdCompressionDict(
                 reference, dict_type=zstandard.DICT_TYPE_RAWCONTENT
             )
-            data = zstandard.ZstdDecompressor(dict_data=dictionary).decompress(
-                body, max_output_size=limit
-            )
+            data = _decompress(body, length_limit, dictionary)
         else:
-            data = zstandard.ZstdDecompressor().decompress(packed, max_output_size=limit)
-    except zstandard.ZstdError as exc:
+            data = _decompress(packed, length_limit)
+    except (zstandard.ZstdError, ArchiveError) as exc:
         raise ArchiveError(f"chunk {digest} is damaged: {exc}") from exc
     if (length >= 0 and len(data) != length) or hashlib.sha256(data).hexdigest() != digest:
         raise ArchiveError(f"chunk {digest} does not hold what its name says")
     return data
+
+
+def _base_limit(length: int) -> int:
+    """The most bytes the base of a delta of `length` bytes may hold."""
+    return 2 * length + _MAX_CHUNK
 
 
 def _file_hash(chunks: Iterable[list[Any]]) -> str:
@@ -277,22 +340,73 @@ def _load_manifest(place: _Place, rel: str) -> dict[str, Any] | None:
         value = json.loads(raw)
     except (OSError, ValueError) as exc:
         raise ArchiveError(f"{place.path(rel)}: manifest cannot be read: {exc}") from exc
-    if not isinstance(value, dict):
-        raise ArchiveError(f"{place.path(rel)}: manifest is not a JSON object")
+    if not isinstance(value, dict) or not _well_formed(value):
+        raise ArchiveError(f"{place.path(rel)}: manifest is damaged (not the fields it holds)")
     return value
+
+
+def _chunk_list(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(c, list)
+        and len(c) == 2
+        and isinstance(c[0], str)
+        and re.fullmatch(r"[0-9a-f]{64}", c[0]) is not None
+        and isinstance(c[1], int)
+        and c[1] >= 0
+        for c in value
+    )
+
+
+def _well_formed(m: dict[str, Any]) -> bool:
+    """The fields the archive reads, of the types it reads them as (a damaged or
+    crafted manifest is refused as a whole, never half read)."""
+    earlier = m.get("earlier", [])
+    return (
+        isinstance(m.get("agent"), str)
+        and isinstance(m.get("home"), str)
+        and isinstance(m.get("rel"), str)
+        and isinstance(m.get("size", 0), int)
+        and isinstance(m.get("mtimeNs", 0), int)
+        and isinstance(m.get("deletedMs"), int | None)
+        and _chunk_list(m.get("chunks", []))
+        and isinstance(earlier, list)
+        and all(isinstance(e, dict) and _chunk_list(e.get("chunks", [])) for e in earlier)
+    )
 
 
 def _save_manifest(place: _Place, rel: str, manifest: dict[str, Any]) -> None:
     place.write(rel, json.dumps(manifest, sort_keys=True).encode())
 
 
-def _manifests(place: _Place) -> Iterator[tuple[str, dict[str, Any]]]:
+def _manifests(
+    place: _Place, problems: list[str] | None = None
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every manifest; a damaged one is passed over (named in `problems`): it never
+    keeps the others from being listed and restored."""
     for agent in place.dirs("files"):
         for name in place.names(f"files/{agent}", ".json"):
             rel = f"files/{agent}/{name}"
-            manifest = _load_manifest(place, rel)
+            try:
+                manifest = _load_manifest(place, rel)
+            except ArchiveError as exc:
+                if problems is not None:
+                    problems.append(str(exc))
+                continue
             if manifest is not None:
                 yield rel, manifest
+
+
+def _load_or_set_aside(place: _Place, rel: str, report: ArchiveReport) -> dict[str, Any] | None:
+    """The manifest at `rel`, for a run; a damaged one is copied to `damaged/` (kept,
+    as everything is) and the file archived again as new, so that one damaged
+    manifest never stops the run nor leaves its file unarchived."""
+    try:
+        return _load_manifest(place, rel)
+    except ArchiveError as exc:
+        raw = place.read(rel) or b""
+        place.write(f"damaged/{int(time.time() * 1000)}-{rel.replace('/', '-')}", raw)
+        report.skipped.append(f"{exc}; set aside in damaged/, its file archived again")
+        return None
 
 
 def _listdir(path: str) -> list[str]:
@@ -322,6 +436,8 @@ class _Place:
     label: str
     local: str | None = None
     """The dir, for an archive of files."""
+    sound: set[str]
+    """Chunks written or read back whole by this run (not read back again)."""
 
     def path(self, rel: str) -> str:
         raise NotImplementedError
@@ -375,6 +491,7 @@ class _FilePlace(_Place):
     def __init__(self, directory: str) -> None:
         self.local = os.path.abspath(os.path.expanduser(directory))
         self.label = self.local
+        self.sound = set()
         self._pending: list[str] = []
 
     def path(self, rel: str) -> str:
@@ -455,6 +572,7 @@ class _PgPlace(_Place):
         from sessiontree.maintenance import open_store, redact_url
 
         self.label = redact_url(url)
+        self.sound = set()
         try:
             self._storage: Any = open_store(url, agent_dir=_PG_ROOT)
         except SessionTreeError as exc:
@@ -577,16 +695,23 @@ def is_archive(path: str) -> bool:
 # ---------------------------------------------------------------------------- one run
 
 
-def _walk(home: str, root: str, report: ArchiveReport) -> Iterator[tuple[str, os.stat_result]]:
+def _walk(
+    home: str, root: str, report: ArchiveReport, unreadable: set[str] | None = None
+) -> Iterator[tuple[str, os.stat_result]]:
     """Regular files under `home/root` (relative paths), no symlink followed below
-    the root."""
+    the root. A dir that cannot be read is named in `report.skipped` and its path
+    (relative, with a trailing slash) added to `unreadable`: its files are not gone."""
     top = os.path.join(home, root)
     stack = [top]
     while stack:
         directory = stack.pop()
         try:
             entries = list(os.scandir(directory))
-        except OSError:
+        except OSError as exc:
+            if os.path.lexists(directory):
+                report.skipped.append(f"{directory}: cannot be read ({exc.strerror or exc})")
+                if unreadable is not None:
+                    unreadable.add(os.path.join(os.path.relpath(directory, home), ""))
             continue
         for entry in sorted(entries, key=lambda e: e.name):
             if entry.is_symlink():
@@ -606,11 +731,15 @@ def _read_span(path: str, offset: int, size: int) -> tuple[bytes, os.stat_result
     """`size` bytes of `path` from `offset`, and its stat when opened; None when the
     file is gone, is no longer a regular file, or was replaced or cut meanwhile."""
     try:
-        fd = os.open(path, os.O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        # O_NONBLOCK: a FIFO put where the file was (between the walk and this open)
+        # would block the run forever; it is refused below as not a regular file.
+        fd = os.open(path, os.O_RDONLY | O_CLOEXEC | O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
         return None
     try:
         before = os.fstat(fd)
+        if not stat.S_ISREG(before.st_mode):
+            return None
         data = os.pread(fd, size, offset) if size else b""
         while len(data) < size:
             more = os.pread(fd, size - len(data), offset + len(data))
@@ -853,16 +982,16 @@ def _run(
     report = ArchiveReport()
     for source in sources:
         seen: set[str] = set()
-        unreadable: set[str] = set()  # an OpenCode database not read this run
+        unreadable: set[str] = set()  # an OpenCode database or a dir not read this run
         for root in source.roots:
             if not os.path.isdir(os.path.join(source.home, root)):
                 continue
-            for rel, st in _walk(source.home, root, report):
+            for rel, st in _walk(source.home, root, report, unreadable):
                 report.files_seen += 1
                 full = os.path.join(source.home, rel)
                 manifest_path = _manifest_rel(source.agent, full)
                 seen.add(manifest_path)
-                old = _load_manifest(archive, manifest_path)
+                old = _load_or_set_aside(archive, manifest_path, report)
                 if (
                     old is not None
                     and old.get("size") == st.st_size
@@ -880,7 +1009,7 @@ def _run(
                 full = os.path.join(source.home, rel)
                 manifest_path = _manifest_rel(source.agent, full)
                 seen.add(manifest_path)
-                old = _load_manifest(archive, manifest_path)
+                old = _load_or_set_aside(archive, manifest_path, report)
                 if old is not None and old.get("signal") == signal and old.get("deletedMs") is None:
                     continue
                 virtual = read()
@@ -909,15 +1038,19 @@ def _mark_deleted(
         path = f"files/{source.agent}/{name}"
         if path in seen:
             continue
-        manifest = _load_manifest(archive, path)
+        try:
+            manifest = _load_manifest(archive, path)
+        except ArchiveError:
+            continue  # damaged: set aside when its file is seen, named by verify
         if manifest is None or manifest.get("home") != source.home:
             continue
         if manifest.get("deletedMs") is not None:
             continue
         virtual = manifest.get("signal") is not None
-        if virtual and any(str(manifest.get("rel")).startswith(u) for u in unreadable):
-            continue  # its database could not be read this run: not known to be gone
-        if not virtual and os.path.lexists(os.path.join(source.home, str(manifest.get("rel")))):
+        if any(str(manifest.get("rel")).startswith(u) for u in unreadable):
+            continue  # its database or dir could not be read this run: not known to be gone
+        at = os.path.join(source.home, str(manifest.get("rel")))
+        if not virtual and os.path.lexists(at) and (os.path.islink(at) or not os.path.isdir(at)):
             continue  # there, but not walked (a symlink now, a root not read this run)
         manifest["deletedMs"] = int(time.time() * 1000)
         _save_manifest(archive, path, manifest)
@@ -967,11 +1100,11 @@ def archived_files(archive: str) -> list[ArchivedFile]:
         return _files(place)
 
 
-def _files(place: _Place) -> list[ArchivedFile]:
+def _files(place: _Place, problems: list[str] | None = None) -> list[ArchivedFile]:
     if not place.is_archive():
         raise ArchiveError(f"{place.label}: not an archive (no {_MARK} file)")
     found = []
-    for key, m in _manifests(place):
+    for key, m in _manifests(place, problems):
         agent, rel = str(m.get("agent")), str(m.get("rel"))
         found.append(
             ArchivedFile(
@@ -1005,9 +1138,9 @@ def archive_stats(archive: str) -> ArchiveStats:
 def verify_archive(archive: str) -> list[str]:
     """Every problem found: each chunk of each file (and of its earlier versions) read
     and checked against its hash, and each file against its recorded hash. [] when sound."""
-    problems = []
+    problems: list[str] = []
     with _opened(archive) as place:
-        for file in _files(place):
+        for file in _files(place, problems):
             manifest = _load_manifest(place, file.key) or {}
             versions = [manifest, *manifest.get("earlier", [])]
             for version in versions:
@@ -1039,6 +1172,27 @@ def _safe_rel(rel: str) -> bool:
     )
 
 
+_SESSION_DIRS = {
+    "claude": ("projects",),
+    "codex": ("sessions", "archived_sessions"),
+    "opencode": ("storage", "export"),
+    "gemini": ("tmp",),
+    "copilot": ("session-state",),
+    **{agent: ("sessions", "blobs") for agent in ("xcsh", "omp", "pi")},
+}
+"""The dirs under each agent's home that an archive keeps (`find_stores`' roots)."""
+
+
+def _agent_file(agent: str, rel: str) -> bool:
+    """Whether `rel` is where `agent` keeps session files under its home: a restore
+    (without `--to`) writes at the home a manifest names, and a crafted archive must not
+    write `~/.config/autostart/x.desktop` or `~/.bashrc.d/x` through it."""
+    parts = rel.split("/")
+    if parts[0] not in _SESSION_DIRS.get(agent, ()) or len(parts) < 2:
+        return False
+    return agent != "gemini" or (len(parts) >= 4 and parts[2] == "chats")
+
+
 def _matches(session: str, file: ArchivedFile) -> bool:
     full = os.path.join(file.home, file.rel)
     if session in (file.rel, full):
@@ -1058,15 +1212,55 @@ def _companions(file: ArchivedFile, session: str, every: list[ArchivedFile]) -> 
     CLI's subagents, `chats/<parent id>/`)."""
     stem = file.rel.rsplit(".", 1)[0] + "/"
     parent = file.rel.rsplit("/", 1)[0] + "/"
-    found = []
+    # Gemini CLI: `chats/session-<time>-<first 8 of its id>.json[l]`, its subagents in
+    # `chats/<its whole id>/`: found however the session was named (file name, path)
+    short = file.rel.rsplit("-", 1)[-1].split(".", 1)[0] if file.agent == "gemini" else ""
+    found = _opencode_storage(file, every)
     for other in every:
         if other is file or other.agent != file.agent or other.home != file.home:
+            continue
+        if other in found:
             continue
         if other.rel.startswith(stem):
             found.append(other)
         elif file.agent == "copilot" and other.rel.startswith(parent):
             found.append(other)
         elif len(session) >= 8 and f"/{session}/" in f"/{other.rel}" and not other.is_session:
+            found.append(other)
+        elif (
+            len(short) == 8
+            and other.rel.startswith(parent)
+            and other.rel[len(parent) :].split("/", 1)[0].startswith(short)
+            and "/" in other.rel[len(parent) :]
+            and not other.is_session
+        ):
+            found.append(other)
+    return found
+
+
+def _opencode_storage(file: ArchivedFile, every: list[ArchivedFile]) -> list[ArchivedFile]:
+    """An OpenCode session of the older JSON layout (`storage/session/<project>/<id>.json`)
+    is its messages (`storage/message/<id>/<message id>.json`), their parts
+    (`storage/part/<message id>/`) and whatever else `storage/` keeps under its id."""
+    parts = file.rel.split("/")
+    if file.agent != "opencode" or parts[:2] != ["storage", "session"]:
+        return []
+    session_id = parts[-1].rsplit(".", 1)[0]
+    mine = [f for f in every if f is not file and f.agent == file.agent and f.home == file.home]
+    found = []
+    for other in mine:
+        o = other.rel.split("/")
+        if len(o) >= 3 and o[0] == "storage" and o[1] != "session":
+            if o[2] == session_id or o[2].rsplit(".", 1)[0] == session_id:
+                found.append(other)
+    messages = {
+        f.rel.split("/")[3].rsplit(".", 1)[0]
+        for f in found
+        if f.rel.startswith(f"storage/message/{session_id}/") and f.rel.count("/") == 3
+    }
+    for other in mine:
+        o = other.rel.split("/")
+        if len(o) >= 4 and o[:2] == ["storage", "part"] and o[2] in messages:
             found.append(other)
     return found
 
@@ -1087,16 +1281,54 @@ def restore_session(
         raise ArchiveError(f"{session!r} matches {len(found)} archived sessions: {names}")
     (file,) = found
     files = [file, *_companions(file, session, every)]
+    if file.agent in _PI_FORMAT:
+        files += _blobs_of(archive, files, every)
     return restore_files(archive, files, to=to)
 
 
-def restore_files(archive: str, files: list[ArchivedFile], *, to: str | None) -> RestoreReport:
-    """Write `files` (of `archived_files(archive)`) back (see `restore_session`)."""
+_PI_FORMAT = ("xcsh", "omp", "pi")
+_BLOB_REF = re.compile(rb"blob:sha256:([0-9a-f]{64})")
+
+
+def _blobs_of(
+    archive: str, files: list[ArchivedFile], every: list[ArchivedFile]
+) -> list[ArchivedFile]:
+    """The images a pi-format session refers to (`blob:sha256:<hex>`): they are kept in
+    its agent dir's `blobs/` (`<hex>`, and a `<hex>.<ext>` beside), shared by sessions,
+    not beside the session; a restore brings back the ones its files name."""
+    refs: set[str] = set()
     with _opened(archive) as place:
-        return _restore(place, files, to)
+        for file in files:
+            manifest = _load_manifest(place, file.key) or {}
+            data = b"".join(_get_chunk(place, d, n) for d, n in manifest.get("chunks", []))
+            refs.update(m.decode() for m in _BLOB_REF.findall(data))
+    home = files[0].home
+    return [
+        other
+        for other in every
+        if other.agent == files[0].agent
+        and other.home == home
+        and other.rel.startswith("blobs/")
+        and other.rel[6:].split(".", 1)[0] in refs
+        and other not in files
+    ]
 
 
-def _restore(archive: _Place, files: list[ArchivedFile], to: str | None) -> RestoreReport:
+def restore_files(
+    archive: str, files: list[ArchivedFile], *, to: str | None, keep_going: bool = False
+) -> RestoreReport:
+    """Write `files` (of `archived_files(archive)`) back (see `restore_session`).
+    `keep_going`: a file that cannot be restored (there with other bytes: a session
+    the agent wrote to since it was archived; a damaged chunk) is named in `conflicts`,
+    and the others are still restored (`restore --all` after a cleanup: the sessions
+    gone come back); a full disk still stops it."""
+    with _opened(archive) as place:
+        return _restore(place, files, to, keep_going=keep_going)
+
+
+def _restore(
+    archive: _Place, files: list[ArchivedFile], to: str | None, *, keep_going: bool = False
+) -> RestoreReport:
     report = RestoreReport()
     if to is not None:
         to = os.path.abspath(os.path.expanduser(to))
@@ -1108,37 +1340,57 @@ def _restore(archive: _Place, files: list[ArchivedFile], to: str | None) -> Rest
         if not _safe_rel(file.rel):
             raise ArchiveError(f"{file.manifest}: names {file.rel!r}, not a path inside a store")
         home = to if to is not None else file.home
-        if not os.path.isabs(home):
+        if not os.path.isabs(home) or os.path.normpath(home) != home:
             raise ArchiveError(f"{file.manifest}: its home {home!r} is not an absolute path")
-        plans.append((file, home, os.path.join(home, file.rel)))
-    for file, home, target in plans:
-        manifest = _load_manifest(archive, file.key) or {}
-        data = b"".join(_get_chunk(archive, d, int(n)) for d, n in manifest.get("chunks", []))
-        if _file_hash(manifest.get("chunks", [])) != manifest.get("hash"):
-            raise ArchiveError(f"{file.manifest}: does not match its recorded hash")
-        parent = os.path.dirname(target)
-        _make_dirs_inside(home, parent)
-        if os.path.lexists(target):
-            if os.path.islink(target) or not os.path.isfile(target):
-                raise ArchiveError(f"{target}: is there and is not a regular file; left alone")
-            with open(target, "rb") as f:
-                if f.read() == data:
-                    report.unchanged.append(target)
-                    continue
+        if not _agent_file(file.agent, file.rel):
             raise ArchiveError(
-                f"{target}: is there with other bytes; never replaced (restore it --to another dir)"
+                f"{file.manifest}: names {file.agent}:{file.rel!r}, not a file of that "
+                "agent's session dirs; refused"
             )
+        target = os.path.join(home, file.rel)
+        if archive.local is not None and _inside(target, archive.local):
+            raise ArchiveError(f"{target}: is inside the archive; a restore never writes there")
+        plans.append((file, home, target))
+    for file, home, target in plans:
         try:
-            create_new([target], [data])
-        except FileExistsError:
-            raise ArchiveError(
-                f"{target}: appeared while it was restored; left alone (run again)"
-            ) from None
-        mtime = int(manifest.get("mtimeNs", 0))
-        if mtime:
-            os.utime(target, ns=(mtime, mtime), follow_symlinks=False)
-        report.written.append(target)
+            _restore_one(archive, file, home, target, report)
+        except (ArchiveError, OSError) as exc:
+            full = isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+            if not keep_going or full:
+                raise
+            why = str(exc) if isinstance(exc, ArchiveError) else f"{target}: {exc}"
+            report.conflicts.append(why)
     return report
+
+
+def _restore_one(
+    archive: _Place, file: ArchivedFile, home: str, target: str, report: RestoreReport
+) -> None:
+    manifest = _load_manifest(archive, file.key) or {}
+    data = b"".join(_get_chunk(archive, d, int(n)) for d, n in manifest.get("chunks", []))
+    if _file_hash(manifest.get("chunks", [])) != manifest.get("hash"):
+        raise ArchiveError(f"{file.manifest}: does not match its recorded hash")
+    _make_dirs_inside(home, os.path.dirname(target))
+    if os.path.lexists(target):
+        if os.path.islink(target) or not os.path.isfile(target):
+            raise ArchiveError(f"{target}: is there and is not a regular file; left alone")
+        with open(target, "rb") as f:
+            if f.read() == data:
+                report.unchanged.append(target)
+                return
+        raise ArchiveError(
+            f"{target}: is there with other bytes; never replaced (restore it --to another dir)"
+        )
+    try:
+        create_new([target], [data])
+    except FileExistsError:
+        raise ArchiveError(
+            f"{target}: appeared while it was restored; left alone (run again)"
+        ) from None
+    mtime = int(manifest.get("mtimeNs", 0))
+    if mtime:
+        os.utime(target, ns=(mtime, mtime), follow_symlinks=False)
+    report.written.append(target)
 
 
 def _make_dirs_inside(home: str, directory: str) -> None:
@@ -1189,7 +1441,9 @@ def _view(place: _Place) -> list[ArchiveView]:
     archive = place.local
     assert archive is not None
     views: dict[tuple[str, str], ArchiveView] = {}
-    for file in _files(place):
+    # the files still at their source first: where one gone there had the same path as
+    # a dir now (a file deleted, then a dir made under its name), the one there wins
+    for file in sorted(_files(place), key=lambda f: (f.deleted_ms is not None, -f.mtime_ns)):
         if file.agent == "opencode" and file.rel.startswith("export/"):
             continue
         if not _safe_rel(file.rel):
@@ -1204,8 +1458,12 @@ def _view(place: _Place) -> list[ArchiveView]:
         manifest = _load_manifest(place, file.key) or {}
         chunks = manifest.get("chunks", [])
         data = b"".join(_get_chunk(place, d, int(n)) for d, n in chunks)
-        _make_dirs_inside(home, os.path.dirname(target))
-        atomic_write(target, [data], durable=False)
+        try:
+            _make_dirs_inside(home, os.path.dirname(target))
+            atomic_write(target, [data], durable=False)
+        except (FileExistsError, NotADirectoryError, IsADirectoryError):
+            log.warning("%s: not in the archive's view: a file and a dir share its path", target)
+            continue
         if file.mtime_ns:
             os.utime(target, ns=(file.mtime_ns, file.mtime_ns), follow_symlinks=False)
     return sorted(views.values(), key=lambda v: (v.agent, v.home))

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sessiontree.archive import (
+    ArchiveBusyError,
     ArchiveError,
     ArchiveReport,
     ArchiveSource,
@@ -242,9 +243,14 @@ def archive_command(
     try:
         while True:
             sources = _sources(archive)
-            report = archive_stores(archive, sources)
             stamp = time.strftime("%H:%M:%S")
-            line = f"{stamp} ({waiter.mode}) {_summary(report)}"
+            try:
+                report = archive_stores(archive, sources)
+                line = f"{stamp} ({waiter.mode}) {_summary(report)}"
+            except ArchiveBusyError:
+                # another run (a cron line, a one-off `archive`) holds it now: the
+                # watch follows on, and archives what that run did not at its next round
+                line = f"{stamp} ({waiter.mode}) another archive run holds it; next round"
             err_console.print(f"\r{line}", end="", markup=False)
             done += 1
             if rounds and done >= rounds:
@@ -318,16 +324,26 @@ def restore_command(
         raise CliError("give a SESSION or --all (not both)", EXIT_USAGE)
     try:
         if every:
-            report = restore_files(archive, archived_files(archive), to=to)
+            report = restore_files(archive, archived_files(archive), to=to, keep_going=True)
         else:
             assert session is not None
             report = restore_session(archive, session, to=to)
     except ArchiveError as exc:
         raise CliError(str(exc), EXIT_ERROR) from None
     if as_json:
-        emit_json({"written": report.written, "unchanged": report.unchanged})
-        return
-    for path in report.written:
-        console.print(f"restored {path}", markup=False)
-    for path in report.unchanged:
-        console.print(f"already there: {path}", markup=False)
+        emit_json(
+            {
+                "written": report.written,
+                "unchanged": report.unchanged,
+                "conflicts": report.conflicts,
+            }
+        )
+    else:
+        for path in report.written:
+            console.print(f"restored {path}", markup=False)
+        for path in report.unchanged:
+            console.print(f"already there: {path}", markup=False)
+        for conflict in report.conflicts:
+            err_console.print(f"sessiontree: warning: {conflict}", markup=False)
+    if report.conflicts:
+        raise typer.Exit(EXIT_ERROR)

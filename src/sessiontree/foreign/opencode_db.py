@@ -206,8 +206,11 @@ def list_db_sessions(
 ) -> list[DbSession]:
     """Every session of the database, or the one with `session_id` (DatabaseError when
     it cannot be read). `warn`: log each row skipped for its id (see the module doc)."""
+    # the identity on disk noted before the read transaction begins: what it reads is
+    # then at least as new as the identity its part signals are cached under
+    disk = _disk_identity(os.path.realpath(path))
     with open_db(path) as conn, _reading(path, conn):
-        return _sessions(conn, session_id, path if warn else None, path)
+        return _sessions(conn, session_id, path if warn else None, path, disk)
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> frozenset[str]:
@@ -243,7 +246,10 @@ def _disk_identity(path: str) -> tuple[int, ...]:
 
 
 def _part_signals(
-    conn: sqlite3.Connection, path: str | None, part_columns: frozenset[str]
+    conn: sqlite3.Connection,
+    path: str | None,
+    part_columns: frozenset[str],
+    disk: tuple[int, ...] | None = None,
 ) -> dict[str, tuple[int, int, int]]:
     """Per session: its parts' count, last `time_updated` and sum of `time_updated`.
 
@@ -254,7 +260,9 @@ def _part_signals(
     (their leading columns: the `data` after them, in overflow pages for a big part, is
     not read), done only when the database changed on disk since the last one (see
     `_PART_SIGNALS`). Without a `time_updated` column, the count alone (from the
-    session index)."""
+    session index). `disk`: the database's identity noted before `conn`'s read
+    transaction began (else noted now, and nothing is cached: a write committed
+    between the transaction's start and now would be cached as not there)."""
     if "session_id" not in part_columns:
         return {}
     if "time_updated" not in part_columns:
@@ -265,7 +273,9 @@ def _part_signals(
             )
         }
     key = os.path.realpath(path) if path is not None else None
-    disk = _disk_identity(key) if key is not None else None
+    cacheable = disk is not None
+    if disk is None and key is not None:
+        disk = _disk_identity(key)
     if key is not None:
         with _PART_SIGNALS_LOCK:
             cached = _PART_SIGNALS.get(key)
@@ -277,7 +287,7 @@ def _part_signals(
         "FROM part GROUP BY session_id"
     ):
         signals[str(sid)] = (int(count), epoch_ms(last), int(total) & 0x7FFFFFFFFFFF)
-    if key is not None and disk is not None and disk == _disk_identity(key):
+    if cacheable and key is not None and disk is not None and disk == _disk_identity(key):
         with _PART_SIGNALS_LOCK:
             _PART_SIGNALS[key] = (disk, signals)
     return signals
@@ -288,6 +298,7 @@ def _sessions(
     session_id: str | None = None,
     warn: str | None = None,
     path: str | None = None,
+    disk: tuple[int, ...] | None = None,
 ) -> list[DbSession]:
     session_columns = _columns(conn, "session")
     if "id" not in session_columns:
@@ -307,7 +318,7 @@ def _sessions(
         f"{join}{where}GROUP BY s.id",
         () if session_id is None else (session_id,),
     ).fetchall()
-    signals = _part_signals(conn, path or warn, part_columns)
+    signals = _part_signals(conn, path or warn, part_columns, disk)
     found = []
     for row in rows:
         if not usable_id(row[0]):
@@ -500,8 +511,9 @@ def describe_db_sessions(
     """Each session's row and `DbListing`, in one read of the database (a session no
     longer there is left out)."""
     found: dict[str, tuple[DbSession, DbListing]] = {}
+    disk = _disk_identity(os.path.realpath(path))  # before the read (`list_db_sessions`)
     with open_db(path) as conn, _reading(path, conn):
-        rows = {row.id: row for row in _sessions(conn, path=path)}
+        rows = {row.id: row for row in _sessions(conn, path=path, disk=disk)}
         for session_id in session_ids:
             if session_id in rows:
                 found[session_id] = (rows[session_id], _describe(conn, session_id))
