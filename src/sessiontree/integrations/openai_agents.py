@@ -48,7 +48,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise missing_extra(__name__, "openai-agents", "the OpenAI Agents SDK") from exc
 
-from sessiontree.format import Entry, new_header, serialize_entry_bytes
+from sessiontree.format import Entry, loads_line, new_header, serialize_entry_bytes
 from sessiontree.integrations._items import item_to_pi_message
 from sessiontree.layout import get_default_session_dir
 from sessiontree.session import SessionManager
@@ -82,6 +82,11 @@ def _item_of(entry: Entry) -> dict[str, Any] | None:
     else:
         return None
     return item if isinstance(item, dict) else None
+
+
+def _copy(item: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a stored item for the caller (who may change it: the session must not)."""
+    return cast("dict[str, Any]", loads_line(serialize_entry_bytes(item)))
 
 
 def _marker(entry: Entry) -> dict[str, Any] | None:
@@ -245,7 +250,7 @@ class SessionTreeSession(SessionABC):
 
         def read(manager: SessionManager) -> list[TResponseInputItem]:
             if wanted is None or wanted < 0:
-                items = [i for e in manager.get_branch() if (i := _item_of(e)) is not None]
+                items = [_copy(i) for e in manager.get_branch() if (i := _item_of(e)) is not None]
                 return cast("list[TResponseInputItem]", items)
             out: list[dict[str, Any]] = []
             entry_id = manager.get_leaf_id()
@@ -255,7 +260,7 @@ class SessionTreeSession(SessionABC):
                     break
                 item = _item_of(entry)
                 if item is not None:
-                    out.append(item)
+                    out.append(_copy(item))
                 entry_id = entry.get("parentId")
             out.reverse()
             return cast("list[TResponseInputItem]", out)
@@ -274,22 +279,29 @@ class SessionTreeSession(SessionABC):
         if not items:
             return
         lines: list[bytes] = []
+        stored: list[dict[str, Any]] = []
         for item in items:
             if not isinstance(item, dict):
                 raise TypeError(f"a session item is a dict, not {type(item).__name__}")
             lines.append(serialize_entry_bytes(item))  # TypeError for what JSON cannot hold
+            # The item as storage holds it (what every other process reads), and not
+            # the caller's dict, which the caller may change after this call.
+            stored.append(cast("dict[str, Any]", loads_line(lines[-1])))
 
         def write(manager: SessionManager) -> None:
             start = 0
             pending = self._pending
             if pending is not None and pending[0] == lines:
                 start = _landed(manager, pending[1], lines)
-            else:
+            # Every item converted before any is written: one the conversion refuses
+            # fails the batch with nothing of it written.
+            tool_names = dict(self._tool_names)
+            messages = [item_to_pi_message(item, tool_names) for item in stored[start:]]
+            if pending is None or pending[0] != lines:
                 self._pending = (lines, manager.get_leaf_id())
+            self._tool_names = tool_names
             try:
-                for raw in items[start:]:
-                    item = cast("dict[str, Any]", raw)
-                    message = item_to_pi_message(item, self._tool_names)
+                for item, message in zip(stored[start:], messages, strict=True):
                     if message is not None:
                         manager.append_message(message, extra={ITEM_FIELD: item})
                     else:
@@ -333,7 +345,7 @@ class SessionTreeSession(SessionABC):
                 item = _item_of(entry)
                 if item is not None:
                     self._move_leaf(manager, entry.get("parentId"), {"op": "pop", "item": entry_id})
-                    return cast("TResponseInputItem", item)
+                    return cast("TResponseInputItem", _copy(item))
                 entry_id = entry.get("parentId")
             return None
 
