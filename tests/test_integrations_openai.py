@@ -635,3 +635,25 @@ def test_values_javascript_cannot_hold_round_trip_as_in_sqlite_session(tmp_path:
         again.close()
     assert got[0]["big"] == 2**64 + 1
     assert got[0]["nan"] != got[0]["nan"]
+
+
+@pytest.mark.parametrize("make", ["files", "postgres"], indirect=True)
+def test_a_session_another_object_writes_can_be_read(make: Any) -> None:
+    # Red team: a second SessionTreeSession of a session (another process, a request
+    # handler, a dashboard) raised SessionLockError on get_items while the first one
+    # was open, where SQLiteSession reads. Writing stays one writer's (a loud error).
+    from sessiontree.errors import SessionLockError
+
+    writer, reader = make("shared"), make("shared")
+    run(writer.add_items(CONVERSATION[:2]))
+    assert run(reader.get_items()) == CONVERSATION[:2]
+    assert run(reader.get_items(limit=1)) == CONVERSATION[1:2]
+    assert [t["content"] for t in run(reader.get_conversation_turns())] == ["Message 1"]
+    assert run(reader.get_current_branch()) == "main"
+    assert [b["message_count"] for b in run(reader.list_branches())] == [2]
+    assert run(reader.get_turn_usage()) == []
+    run(writer.add_items(CONVERSATION[2:3]))
+    assert run(reader.get_items()) == CONVERSATION[:3]  # read again: the writer's new items
+    with pytest.raises(SessionLockError):
+        run(reader.add_items(CONVERSATION[3:4]))
+    assert run(writer.get_items()) == CONVERSATION[:3]

@@ -23,7 +23,8 @@ reads a leaf. Branches as `AdvancedSQLiteSession` has them are branches of the t
 `store_run_usage(result)` records a run's usage, `get_turn_usage` reads it per turn.
 
 One `SessionTreeSession` writes a session at a time (the session's writer lock, held
-from the first call until `close()`; on PostgreSQL for every host).
+from the first call until `close()`; on PostgreSQL for every host). Another one reads
+the session meanwhile, as stored; its writes raise SessionLockError.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise missing_extra(__name__, "openai-agents", "the OpenAI Agents SDK") from exc
 
+from sessiontree.errors import SessionLockError
 from sessiontree.format import Entry, loads_line, new_header, serialize_entry_bytes
 from sessiontree.integrations._items import item_to_pi_message
 from sessiontree.layout import get_default_session_dir
@@ -211,9 +213,12 @@ class SessionTreeSession(SessionABC):
         self._manager = manager
         return manager
 
-    async def _run(self, fn: Callable[[SessionManager], _T], empty: Any = _WRITES) -> _T:
-        """`fn(manager)` in a worker thread; a read (`empty` given) of a session that
-        was never written is `empty`, and creates nothing."""
+    async def _run(
+        self, fn: Callable[[SessionManager], _T], empty: Any = _WRITES, *, read: bool = False
+    ) -> _T:
+        """`fn(manager)` in a worker thread; a call given `empty` on a session that was
+        never written is `empty`, and creates nothing. A `read` while another object
+        (another process) writes the session reads it as stored, without its lock."""
 
         def locked() -> _T:
             with self._mutex:
@@ -225,7 +230,22 @@ class SessionTreeSession(SessionABC):
                     and not self._store.storage.exists(self.path)
                 ):
                     return cast("_T", empty)
-                return fn(self._open())
+                try:
+                    manager = self._open()
+                except SessionLockError:
+                    if not read:
+                        raise
+                    with SessionManager.open(
+                        self.path,
+                        storage=self._store.storage,
+                        blob_store=self._store.blobs_for(self.path),
+                        read_only=True,
+                        breadcrumb=False,
+                        lazy=False,
+                        agent_dir=self._store.agent_dir,
+                    ) as reader:
+                        return fn(reader)
+                return fn(manager)
 
         return await asyncio.to_thread(locked)
 
@@ -265,7 +285,7 @@ class SessionTreeSession(SessionABC):
             out.reverse()
             return cast("list[TResponseInputItem]", out)
 
-        return await self._run(read, [])
+        return await self._run(read, [], read=True)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items on the current branch (checked first: nothing is written
@@ -392,7 +412,7 @@ class SessionTreeSession(SessionABC):
 
     async def get_current_branch(self) -> str:
         """The name of the branch the leaf is on (`main` until a branch is made)."""
-        return await self._run(self._current_branch, MAIN)
+        return await self._run(self._current_branch, MAIN, read=True)
 
     async def get_conversation_turns(self) -> list[dict[str, Any]]:
         """The user turns of the current branch: `turn` (from 1), `content`, `entry_id`."""
@@ -405,7 +425,7 @@ class SessionTreeSession(SessionABC):
                 for n, (entry, item) in enumerate(self._turns(manager), 1)
             ]
 
-        return await self._run(turns, [])
+        return await self._run(turns, [], read=True)
 
     async def create_branch_from_turn(
         self, turn_number: int, branch_name: str | None = None
@@ -472,6 +492,7 @@ class SessionTreeSession(SessionABC):
                     "head": None,
                 }
             ],
+            read=True,
         )
 
     # ------------------------------------------------------------------ usage
@@ -520,4 +541,4 @@ class SessionTreeSession(SessionABC):
                 return turns.get(user_turn_number, {})
             return [turns[t] for t in sorted(turns)]
 
-        return await self._run(per_turn, {} if user_turn_number is not None else [])
+        return await self._run(per_turn, {} if user_turn_number is not None else [], read=True)
