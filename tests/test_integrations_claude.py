@@ -484,3 +484,19 @@ def test_list_subkeys_does_not_follow_symlinked_directories(tmp_path: Path) -> N
     assert (outside / "secret.jsonl").exists()
     assert asyncio.run(store.list_subkeys(KEY)) == []
     store.close()
+
+
+def test_a_subpath_too_long_for_a_path_is_refused_before_any_directory(tmp_path: Path) -> None:
+    # Red team: 30 components of 200 bytes each (each a safe name) made 23 directories
+    # before the OS refused the path; load raised OSError.
+    store = SessionTreeStore(tmp_path / "claude")
+    key: Any = {**KEY, "subpath": "/".join(["d" * 200] * 30)}
+    for call in (
+        lambda: store.append(key, [user("u1", "a")]),
+        lambda: store.load(key),
+        lambda: store.delete(key),
+    ):
+        with pytest.raises(ValueError, match="too long"):
+            asyncio.run(call())
+    assert not (tmp_path / "claude" / "projects").exists()
+    store.close()

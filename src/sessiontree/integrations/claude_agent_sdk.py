@@ -82,6 +82,9 @@ from sessiontree.store import Store
 
 __all__ = ["SessionTreeStore"]
 
+_PATH_MAX = 4096
+"""Linux's PATH_MAX: a longer transcript path is refused before a directory is made."""
+
 _IDLE_S = 0.1
 """How long a writer lock is kept after a batch for the next one (the SDK sends a batch
 about every 100 ms during a turn): taking it costs more than the write of a batch."""
@@ -192,7 +195,10 @@ class SessionTreeStore(SessionStore):
         for part in parts[:-1]:
             _dir_name(check_name(part, "subpath component"))
         check_name(parts[-1], "subpath component", suffix=".jsonl")
-        return os.path.join(base, *parts[:-1], parts[-1] + ".jsonl")
+        path = os.path.join(base, *parts[:-1], parts[-1] + ".jsonl")
+        if len(os.fsencode(path)) >= _PATH_MAX:
+            raise ValueError(f"unsafe subpath {subpath[:80]!r}: the path is too long")
+        return path
 
     def _path_lock(self, path: str) -> threading.Lock:
         with self._mutex:
