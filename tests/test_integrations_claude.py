@@ -432,3 +432,71 @@ def test_the_writer_lock_is_kept_between_batches_and_let_go_once_idle(tmp_path: 
     assert [
         e["uuid"] for e in asyncio.run(SessionTreeStore(tmp_path / "claude").load(KEY)) or []
     ] == ["u1", "u2", "u3"]
+
+
+@pytest.mark.parametrize(
+    ("victim", "other"),
+    [
+        # Session "s.jsonl"'s subagent dir is session "s"'s transcript path.
+        (
+            {"project_key": "p", "session_id": "s"},
+            {"project_key": "p", "session_id": "s.jsonl", "subpath": "agent"},
+        ),
+        # Subpath "x.jsonl/y"'s directory is subpath "x"'s transcript path.
+        (
+            {"project_key": "p", "session_id": "s", "subpath": "x"},
+            {"project_key": "p", "session_id": "s", "subpath": "x.jsonl/y"},
+        ),
+    ],
+)
+def test_a_key_whose_directory_is_another_transcript_is_refused(
+    victim: Any, other: Any, tmp_path: Path
+) -> None:
+    # Red team: either key written first made the other unwritable (IsADirectoryError,
+    # NotADirectoryError), its load None, and deleting one raised on the other's file.
+    store = SessionTreeStore(tmp_path / "claude")
+    asyncio.run(store.append(victim, [user("u1", "a")]))
+    for call in (
+        lambda: store.append(other, [user("u2", "b")]),
+        lambda: store.load(other),
+        lambda: store.delete(other),
+    ):
+        with pytest.raises(ValueError):
+            asyncio.run(call())
+    assert [e["uuid"] for e in asyncio.run(store.load(victim)) or []] == ["u1"]
+    store.close()
+
+
+def test_list_subkeys_does_not_follow_symlinked_directories(tmp_path: Path) -> None:
+    # Red team: a symlink loop under a session's dir made list_subkeys raise ELOOP, and a
+    # link to a directory outside the store listed that directory's files as subkeys.
+    store = SessionTreeStore(tmp_path / "claude")
+    sub: Any = {**KEY, "subpath": "subagents/agent-1"}
+    asyncio.run(store.append(sub, [user("u1", "a")]))
+    session_dir = Path(store.path_of(KEY)[: -len(".jsonl")])
+    (session_dir / "loop").symlink_to(session_dir)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.jsonl").write_text("{}\n")
+    (session_dir / "subagents" / "out").symlink_to(outside)
+    assert asyncio.run(store.list_subkeys(KEY)) == ["subagents/agent-1"]
+    asyncio.run(store.delete(KEY))
+    assert (outside / "secret.jsonl").exists()
+    assert asyncio.run(store.list_subkeys(KEY)) == []
+    store.close()
+
+
+def test_a_subpath_too_long_for_a_path_is_refused_before_any_directory(tmp_path: Path) -> None:
+    # Red team: 30 components of 200 bytes each (each a safe name) made 23 directories
+    # before the OS refused the path; load raised OSError.
+    store = SessionTreeStore(tmp_path / "claude")
+    key: Any = {**KEY, "subpath": "/".join(["d" * 200] * 30)}
+    for call in (
+        lambda: store.append(key, [user("u1", "a")]),
+        lambda: store.load(key),
+        lambda: store.delete(key),
+    ):
+        with pytest.raises(ValueError, match="too long"):
+            asyncio.run(call())
+    assert not (tmp_path / "claude" / "projects").exists()
+    store.close()

@@ -4,8 +4,10 @@ own types accept, and pi messages survive the trip through each API and back
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -317,3 +319,44 @@ def test_anthropic_tool_results_share_one_user_message_and_unsigned_thinking_is_
     assert out["messages"][0]["content"][0] == {"type": "text", "text": "plan"}
     assert [b["tool_use_id"] for b in out["messages"][1]["content"]] == ["a", "b"]
     assert out["messages"][1]["content"][1]["is_error"] is True
+
+
+def test_what_build_session_context_gives_is_converted_whole_summaries_included() -> None:
+    # Red team: build_session_context's messages hold compaction and branch summaries,
+    # bash executions and custom messages, which every converter dropped silently: a
+    # compacted session reached the model without the summary of its history.
+    from sessiontree.integrations.messages import to_anthropic, to_openai_chat, to_openai_responses
+
+    messages: list[dict[str, Any]] = [
+        {"role": "compactionSummary", "summary": "EARLIER-WORK", "tokensBefore": 9, "timestamp": 1},
+        {"role": "branchSummary", "summary": "OTHER-BRANCH", "fromId": "x", "timestamp": 2},
+        {
+            "role": "bashExecution",
+            "command": "ls",
+            "output": "BASH-OUT",
+            "exitCode": 0,
+            "cancelled": False,
+            "truncated": False,
+            "timestamp": 3,
+        },
+        {
+            "role": "custom",
+            "customType": "note",
+            "content": "CUSTOM-NOTE",
+            "display": True,
+            "timestamp": 4,
+        },
+        {"role": "user", "content": "question", "timestamp": 5},
+    ]
+    for convert in (to_anthropic, to_openai_chat, to_openai_responses):
+        text = json.dumps(convert(messages))
+        for marker in ("EARLIER-WORK", "OTHER-BRANCH", "BASH-OUT", "CUSTOM-NOTE", "question"):
+            assert marker in text, (convert.__name__, marker)
+
+
+def test_a_message_that_is_no_object_is_a_clear_type_error() -> None:
+    from sessiontree.integrations.messages import to_anthropic, to_openai_chat, to_openai_responses
+
+    for convert in (to_anthropic, to_openai_chat, to_openai_responses):
+        with pytest.raises(TypeError, match="message"):
+            convert(["hello"])  # type: ignore[list-item]

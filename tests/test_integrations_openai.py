@@ -197,8 +197,13 @@ def test_unicode_special_characters_and_every_item_kind(make: Any) -> None:
         {"role": "user", "content": "big number", "n": 1.5, "big": 12345678901234567890},
     ]
     run(s.add_items(items))
-    assert run(s.get_items()) == json.loads(json.dumps(items))
-    assert run(s.get_items(limit=3)) == json.loads(json.dumps(items[-3:]))
+    expected = json.loads(json.dumps(items))
+    if not isinstance(s, SQLiteSession):
+        # An integer beyond a double reads as JSON.parse reads it (pi's file format),
+        # in this process as in every other one (see the xfail below).
+        expected[-1]["big"] = 12345678901234567000
+    assert run(s.get_items()) == expected
+    assert run(s.get_items(limit=3)) == expected[-3:]
 
 
 @pytest.mark.parametrize("make", BACKENDS, indirect=True)
@@ -546,3 +551,109 @@ def test_a_batch_that_failed_part_way_lands_once_on_retry(
     # Another batch after it is added whole, and so is the same batch again, on purpose.
     run(s.add_items(batch))
     assert run(s.get_items()) == CONVERSATION + batch
+
+
+@pytest.mark.parametrize("make", ["sqlite", "files", "postgres"], indirect=True)
+def test_an_odd_item_in_a_batch_is_kept_as_sqlite_session_keeps_it(make: Any) -> None:
+    # Red team: a reasoning item whose summary is no list made the pi conversion raise
+    # after the batch's first item had landed.
+    s = make("odd-item")
+    odd = {"type": "reasoning", "summary": 5}
+    run(s.add_items([{"role": "user", "content": "first"}, odd]))
+    assert run(s.get_items()) == [{"role": "user", "content": "first"}, odd]
+
+
+@pytest.mark.parametrize("make", ["files", "postgres"], indirect=True)
+def test_a_conversion_that_fails_mid_batch_writes_nothing_of_the_batch(
+    make: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sessiontree.integrations import openai_agents
+
+    s = make("mid-batch")
+    run(s.add_items([{"role": "user", "content": "before"}]))
+    real = openai_agents.item_to_pi_message
+
+    def convert(item: dict[str, Any], names: dict[str, str]) -> Any:
+        if item.get("content") == "boom":
+            raise TypeError("refused")
+        return real(item, names)
+
+    monkeypatch.setattr(openai_agents, "item_to_pi_message", convert)
+    with pytest.raises(TypeError):
+        run(
+            s.add_items([{"role": "user", "content": "first"}, {"role": "user", "content": "boom"}])
+        )
+    assert run(s.get_items()) == [{"role": "user", "content": "before"}]
+
+
+@pytest.mark.parametrize("make", BACKENDS, indirect=True)
+def test_items_are_copies_neither_the_added_nor_the_returned_dicts_are_the_session(
+    make: Any,
+) -> None:
+    # Red team: get_items returned the very dicts add_items was given, so mutating an
+    # item after adding it (or a returned one) changed the session in this process only.
+    s = make("aliasing")
+    item = {"role": "user", "content": "original"}
+    run(s.add_items([item]))
+    item["content"] = "mutated after add"
+    got = run(s.get_items())
+    assert got == [{"role": "user", "content": "original"}]
+    got[0]["content"] = "mutated after get"
+    popped = run(s.pop_item())
+    assert popped == {"role": "user", "content": "original"}
+    run(s.add_items([{"role": "user", "content": "next"}]))
+    assert run(s.get_items()) == [{"role": "user", "content": "next"}]
+
+
+@pytest.mark.parametrize("make", ["files", "postgres"], indirect=True)
+def test_what_this_process_reads_is_what_another_reads_from_storage(make: Any) -> None:
+    # Red team: values JSON.stringify changes (an int key, an int beyond a double) read
+    # back as given in the writing process and as stored in every other one.
+    s = make("as-stored")
+    run(s.add_items([{"role": "user", "content": "x", 1: 2**70}]))
+    here = run(s.get_items())
+    s.close()
+    again = make("as-stored")
+    assert here == run(again.get_items()) == [{"role": "user", "content": "x", "1": float(2**70)}]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="design: items are stored as pi's JSON (JSON.stringify / JSON.parse), so NaN "
+    "reads as null and an integer beyond 2**53 as the nearest double, where SQLiteSession "
+    "(Python's json) gives them back exactly",
+)
+def test_values_javascript_cannot_hold_round_trip_as_in_sqlite_session(tmp_path: Path) -> None:
+    items = [{"role": "user", "content": "x", "big": 2**64 + 1, "nan": float("nan")}]
+    s = SessionTreeSession("js-values", tmp_path / "agent", cwd="/work/proj")
+    run(s.add_items(items))
+    s.close()
+    again = SessionTreeSession("js-values", tmp_path / "agent", cwd="/work/proj")
+    try:
+        got = run(again.get_items())
+    finally:
+        again.close()
+    assert got[0]["big"] == 2**64 + 1
+    assert got[0]["nan"] != got[0]["nan"]
+
+
+@pytest.mark.parametrize("make", ["files", "postgres"], indirect=True)
+def test_a_session_another_object_writes_can_be_read(make: Any) -> None:
+    # Red team: a second SessionTreeSession of a session (another process, a request
+    # handler, a dashboard) raised SessionLockError on get_items while the first one
+    # was open, where SQLiteSession reads. Writing stays one writer's (a loud error).
+    from sessiontree.errors import SessionLockError
+
+    writer, reader = make("shared"), make("shared")
+    run(writer.add_items(CONVERSATION[:2]))
+    assert run(reader.get_items()) == CONVERSATION[:2]
+    assert run(reader.get_items(limit=1)) == CONVERSATION[1:2]
+    assert [t["content"] for t in run(reader.get_conversation_turns())] == ["Message 1"]
+    assert run(reader.get_current_branch()) == "main"
+    assert [b["message_count"] for b in run(reader.list_branches())] == [2]
+    assert run(reader.get_turn_usage()) == []
+    run(writer.add_items(CONVERSATION[2:3]))
+    assert run(reader.get_items()) == CONVERSATION[:3]  # read again: the writer's new items
+    with pytest.raises(SessionLockError):
+        run(reader.add_items(CONVERSATION[3:4]))
+    assert run(writer.get_items()) == CONVERSATION[:3]

@@ -117,7 +117,8 @@ def item_to_pi_message(
         }
     if kind == "reasoning":
         summary = item.get("summary")
-        thinking = "\n\n".join(str(s.get("text", "")) for s in summary or [] if isinstance(s, dict))
+        parts = summary if isinstance(summary, list) else []
+        thinking = "\n\n".join(str(s.get("text", "")) for s in parts if isinstance(s, dict))
         thought: dict[str, Any] = {"type": "thinking", "thinking": thinking}
         if isinstance(item.get("encrypted_content"), str):
             thought["thinkingSignature"] = item["encrypted_content"]

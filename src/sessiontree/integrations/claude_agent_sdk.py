@@ -30,9 +30,11 @@ process), stamped with the transcript's modification time: nothing is written be
 the transcript, which stays exactly Claude Code's file.
 
 Names: a `project_key`, `session_id` or `subpath` component that is not a safe file
-name (empty, `.`, `..`, a `/` or NUL inside, a leading `.`, too long) raises ValueError
-before any path is made; an entry that is not a JSON object with a string `type`, or
-holds a value JSON cannot, raises TypeError and nothing of its batch is written.
+name (empty, `.`, `..`, a `/` or NUL inside, a leading `.`, too long), or a
+`session_id` or subpath directory ending in `.jsonl` (it would be another key's
+transcript), raises ValueError before any path is made; an entry that is not a JSON
+object with a string `type`, or holds a value JSON cannot, raises TypeError and nothing
+of its batch is written.
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
 from sessiontree.errors import SessionTreeError
 from sessiontree.format import loads_object, serialize_entry_bytes
 from sessiontree.storage import (
+    HostFilesystem,
     SessionStorage,
     WriterLock,
     directory_tree,
@@ -78,6 +81,9 @@ from sessiontree.storage import (
 from sessiontree.store import Store
 
 __all__ = ["SessionTreeStore"]
+
+_PATH_MAX = 4096
+"""Linux's PATH_MAX: a longer transcript path is refused before a directory is made."""
 
 _IDLE_S = 0.1
 """How long a writer lock is kept after a batch for the next one (the SDK sends a batch
@@ -109,6 +115,15 @@ def _lines(data: bytes) -> Iterator[dict[str, Any]]:
             obj = loads_object(raw)  # what orjson refuses and JavaScript reads
         if type(obj) is dict:
             yield obj
+
+
+def _dir_name(name: str) -> str:
+    """`name` as a directory of the layout (a session's, a subpath's): ValueError when it
+    ends in `.jsonl`, for it would be the path of another key's transcript (session
+    `s.jsonl`'s directory is session `s`'s file)."""
+    if name.endswith(".jsonl"):
+        raise ValueError(f"unsafe name {name[:80]!r}: a directory of the layout ends in .jsonl")
+    return name
 
 
 def _encode(entries: list[SessionStoreEntry]) -> list[tuple[str | None, bytes]]:
@@ -165,7 +180,7 @@ class SessionTreeStore(SessionStore):
         return os.path.join(self.root, "projects", check_name(project_key, "project_key"))
 
     def _session_dir(self, key: SessionListSubkeysKey | SessionKey) -> str:
-        sid = check_name(key["session_id"], "session_id", suffix=".jsonl")
+        sid = _dir_name(check_name(key["session_id"], "session_id", suffix=".jsonl"))
         return os.path.join(self._project_dir(key["project_key"]), sid)
 
     def path_of(self, key: SessionKey) -> str:
@@ -177,9 +192,13 @@ class SessionTreeStore(SessionStore):
         if not isinstance(subpath, str):
             raise ValueError("subpath must be a string")
         parts = subpath.split("/")
-        for i, part in enumerate(parts):
-            check_name(part, "subpath component", suffix=".jsonl" if i == len(parts) - 1 else "")
-        return os.path.join(base, *parts[:-1], parts[-1] + ".jsonl")
+        for part in parts[:-1]:
+            _dir_name(check_name(part, "subpath component"))
+        check_name(parts[-1], "subpath component", suffix=".jsonl")
+        path = os.path.join(base, *parts[:-1], parts[-1] + ".jsonl")
+        if len(os.fsencode(path)) >= _PATH_MAX:
+            raise ValueError(f"unsafe subpath {subpath[:80]!r}: the path is too long")
+        return path
 
     def _path_lock(self, path: str) -> threading.Lock:
         with self._mutex:
@@ -367,6 +386,10 @@ class SessionTreeStore(SessionStore):
         for path in self._storage.list_files(directory, "*.jsonl"):
             yield prefix + os.path.basename(path)[:-6]
         for sub in directory_tree(self._storage, "list_subkeys").list_dirs(directory):
+            if isinstance(self._storage, HostFilesystem) and os.path.islink(
+                self._storage.host_path(sub)
+            ):
+                continue  # a link (a loop, a directory outside the store) is no subkey
             yield from self._walk(sub, prefix + os.path.basename(sub) + "/")
 
     async def list_subkeys(self, key: SessionListSubkeysKey) -> list[str]:

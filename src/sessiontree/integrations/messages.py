@@ -1,8 +1,9 @@
 """Message converters for agents written on the raw SDKs: pi messages (what
-`build_session_context(...).messages` and `convert_to_llm` give: user, assistant and
-toolResult messages) to the Anthropic Messages API and to OpenAI Chat Completions and
-Responses input; and a response (with its usage) back to the pi assistant message to
-append with `SessionManager.append_message`.
+`build_session_context(...).messages` gives; compaction and branch summaries, bash
+runs and custom messages go as `convert_to_llm` makes them, user messages) to the
+Anthropic Messages API and to OpenAI Chat Completions and Responses input; and a
+response (with its usage) back to the pi assistant message to append with
+`SessionManager.append_message`.
 
 Pure functions over plain dicts: no SDK is imported. A response may be given as the
 SDK's object (anything with `model_dump()`) or as its dict.
@@ -27,7 +28,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from sessiontree.format import loads_line, serialize_entry
+from sessiontree.format import convert_to_llm, loads_line, serialize_entry
 
 __all__ = [
     "from_anthropic",
@@ -39,6 +40,16 @@ __all__ = [
 ]
 
 Message = dict[str, Any]
+
+
+def _llm(messages: Sequence[Message]) -> list[Message]:
+    """The messages as the model gets them (`convert_to_llm`: summaries, bash runs and
+    custom messages as user messages, as pi sends them); TypeError for one that is no
+    object."""
+    for m in messages:
+        if not isinstance(m, dict):
+            raise TypeError(f"a pi message is a dict, not {type(m).__name__}")
+    return convert_to_llm(messages)
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:
@@ -173,7 +184,7 @@ def to_anthropic(messages: Sequence[Message], system: str | None = None) -> dict
     """`{"system": system, "messages": [...]}` for `client.messages.create(**...)`
     (`system` left out when None)."""
     out: list[dict[str, Any]] = []
-    for m in messages:
+    for m in _llm(messages):
         role = m.get("role")
         if role == "user":
             out.append({"role": "user", "content": _anthropic_user(m.get("content"))})
@@ -275,7 +286,7 @@ def to_openai_chat(messages: Sequence[Message], system: str | None = None) -> li
     out: list[dict[str, Any]] = []
     if system is not None:
         out.append({"role": "system", "content": system})
-    for m in messages:
+    for m in _llm(messages):
         role = m.get("role")
         content = m.get("content")
         if role == "user":
@@ -386,7 +397,7 @@ def to_openai_responses(
     out: list[dict[str, Any]] = []
     if system is not None:
         out.append({"role": "system", "content": system})
-    for m in messages:
+    for m in _llm(messages):
         role = m.get("role")
         content = m.get("content")
         if role == "user":

@@ -23,7 +23,8 @@ reads a leaf. Branches as `AdvancedSQLiteSession` has them are branches of the t
 `store_run_usage(result)` records a run's usage, `get_turn_usage` reads it per turn.
 
 One `SessionTreeSession` writes a session at a time (the session's writer lock, held
-from the first call until `close()`; on PostgreSQL for every host).
+from the first call until `close()`; on PostgreSQL for every host). Another one reads
+the session meanwhile, as stored; its writes raise SessionLockError.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
     raise missing_extra(__name__, "openai-agents", "the OpenAI Agents SDK") from exc
 
-from sessiontree.format import Entry, new_header, serialize_entry_bytes
+from sessiontree.errors import SessionLockError
+from sessiontree.format import Entry, loads_line, new_header, serialize_entry_bytes
 from sessiontree.integrations._items import item_to_pi_message
 from sessiontree.layout import get_default_session_dir
 from sessiontree.session import SessionManager
@@ -82,6 +84,11 @@ def _item_of(entry: Entry) -> dict[str, Any] | None:
     else:
         return None
     return item if isinstance(item, dict) else None
+
+
+def _copy(item: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a stored item for the caller (who may change it: the session must not)."""
+    return cast("dict[str, Any]", loads_line(serialize_entry_bytes(item)))
 
 
 def _marker(entry: Entry) -> dict[str, Any] | None:
@@ -206,9 +213,12 @@ class SessionTreeSession(SessionABC):
         self._manager = manager
         return manager
 
-    async def _run(self, fn: Callable[[SessionManager], _T], empty: Any = _WRITES) -> _T:
-        """`fn(manager)` in a worker thread; a read (`empty` given) of a session that
-        was never written is `empty`, and creates nothing."""
+    async def _run(
+        self, fn: Callable[[SessionManager], _T], empty: Any = _WRITES, *, read: bool = False
+    ) -> _T:
+        """`fn(manager)` in a worker thread; a call given `empty` on a session that was
+        never written is `empty`, and creates nothing. A `read` while another object
+        (another process) writes the session reads it as stored, without its lock."""
 
         def locked() -> _T:
             with self._mutex:
@@ -220,7 +230,22 @@ class SessionTreeSession(SessionABC):
                     and not self._store.storage.exists(self.path)
                 ):
                     return cast("_T", empty)
-                return fn(self._open())
+                try:
+                    manager = self._open()
+                except SessionLockError:
+                    if not read:
+                        raise
+                    with SessionManager.open(
+                        self.path,
+                        storage=self._store.storage,
+                        blob_store=self._store.blobs_for(self.path),
+                        read_only=True,
+                        breadcrumb=False,
+                        lazy=False,
+                        agent_dir=self._store.agent_dir,
+                    ) as reader:
+                        return fn(reader)
+                return fn(manager)
 
         return await asyncio.to_thread(locked)
 
@@ -245,7 +270,7 @@ class SessionTreeSession(SessionABC):
 
         def read(manager: SessionManager) -> list[TResponseInputItem]:
             if wanted is None or wanted < 0:
-                items = [i for e in manager.get_branch() if (i := _item_of(e)) is not None]
+                items = [_copy(i) for e in manager.get_branch() if (i := _item_of(e)) is not None]
                 return cast("list[TResponseInputItem]", items)
             out: list[dict[str, Any]] = []
             entry_id = manager.get_leaf_id()
@@ -255,12 +280,12 @@ class SessionTreeSession(SessionABC):
                     break
                 item = _item_of(entry)
                 if item is not None:
-                    out.append(item)
+                    out.append(_copy(item))
                 entry_id = entry.get("parentId")
             out.reverse()
             return cast("list[TResponseInputItem]", out)
 
-        return await self._run(read, [])
+        return await self._run(read, [], read=True)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items on the current branch (checked first: nothing is written
@@ -274,22 +299,29 @@ class SessionTreeSession(SessionABC):
         if not items:
             return
         lines: list[bytes] = []
+        stored: list[dict[str, Any]] = []
         for item in items:
             if not isinstance(item, dict):
                 raise TypeError(f"a session item is a dict, not {type(item).__name__}")
             lines.append(serialize_entry_bytes(item))  # TypeError for what JSON cannot hold
+            # The item as storage holds it (what every other process reads), and not
+            # the caller's dict, which the caller may change after this call.
+            stored.append(cast("dict[str, Any]", loads_line(lines[-1])))
 
         def write(manager: SessionManager) -> None:
             start = 0
             pending = self._pending
             if pending is not None and pending[0] == lines:
                 start = _landed(manager, pending[1], lines)
-            else:
+            # Every item converted before any is written: one the conversion refuses
+            # fails the batch with nothing of it written.
+            tool_names = dict(self._tool_names)
+            messages = [item_to_pi_message(item, tool_names) for item in stored[start:]]
+            if pending is None or pending[0] != lines:
                 self._pending = (lines, manager.get_leaf_id())
+            self._tool_names = tool_names
             try:
-                for raw in items[start:]:
-                    item = cast("dict[str, Any]", raw)
-                    message = item_to_pi_message(item, self._tool_names)
+                for item, message in zip(stored[start:], messages, strict=True):
                     if message is not None:
                         manager.append_message(message, extra={ITEM_FIELD: item})
                     else:
@@ -333,7 +365,7 @@ class SessionTreeSession(SessionABC):
                 item = _item_of(entry)
                 if item is not None:
                     self._move_leaf(manager, entry.get("parentId"), {"op": "pop", "item": entry_id})
-                    return cast("TResponseInputItem", item)
+                    return cast("TResponseInputItem", _copy(item))
                 entry_id = entry.get("parentId")
             return None
 
@@ -380,7 +412,7 @@ class SessionTreeSession(SessionABC):
 
     async def get_current_branch(self) -> str:
         """The name of the branch the leaf is on (`main` until a branch is made)."""
-        return await self._run(self._current_branch, MAIN)
+        return await self._run(self._current_branch, MAIN, read=True)
 
     async def get_conversation_turns(self) -> list[dict[str, Any]]:
         """The user turns of the current branch: `turn` (from 1), `content`, `entry_id`."""
@@ -393,7 +425,7 @@ class SessionTreeSession(SessionABC):
                 for n, (entry, item) in enumerate(self._turns(manager), 1)
             ]
 
-        return await self._run(turns, [])
+        return await self._run(turns, [], read=True)
 
     async def create_branch_from_turn(
         self, turn_number: int, branch_name: str | None = None
@@ -460,6 +492,7 @@ class SessionTreeSession(SessionABC):
                     "head": None,
                 }
             ],
+            read=True,
         )
 
     # ------------------------------------------------------------------ usage
@@ -508,4 +541,4 @@ class SessionTreeSession(SessionABC):
                 return turns.get(user_turn_number, {})
             return [turns[t] for t in sorted(turns)]
 
-        return await self._run(per_turn, {} if user_turn_number is not None else [])
+        return await self._run(per_turn, {} if user_turn_number is not None else [], read=True)
