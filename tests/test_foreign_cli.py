@@ -525,9 +525,11 @@ def test_usage_and_serve_read_a_foreign_store(stores: dict[str, Any], agent_dir:
         BackgroundServer(ForeignStorage(store), store.home) as server,
         httpx.Client(base_url=server.base, cookies=server.login_cookies(), timeout=30) as client,
     ):
+        # Usage first: its thread brings the index up to date at start, and a search that
+        # meets that refresh reads the files it holds (answers alike, mode "mixed").
+        assert "from the content index" in client.get("/usage").text
         found = client.get("/search?q=off+by+one")
         assert "searched by the content index" in found.text and "off by one" in found.text
-        assert "from the content index" in client.get("/usage").text
         # The agent's own resume command, in the session's directory, for this store.
         listing = client.get("/sessions").text
         handle = re.search(r'href="(/s/[0-9a-f]+)"[^>]*>Find the bug in parse', listing)
