@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -527,7 +528,10 @@ def test_usage_and_serve_read_a_foreign_store(stores: dict[str, Any], agent_dir:
     ):
         # Usage first: its thread brings the index up to date at start, and a search that
         # meets that refresh reads the files it holds (answers alike, mode "mixed").
-        assert "from the content index" in client.get("/usage").text
+        deadline = time.monotonic() + 120  # the page waits 3 s for the figures, then says so
+        while "Usage is being computed" in (usage := client.get("/usage").text):
+            assert time.monotonic() < deadline, "usage was never computed"
+        assert "from the content index" in usage
         found = client.get("/search?q=off+by+one")
         assert "searched by the content index" in found.text and "off by one" in found.text
         # The agent's own resume command, in the session's directory, for this store.
