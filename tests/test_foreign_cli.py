@@ -448,7 +448,7 @@ def test_import_all_then_nothing_new(stores: dict[str, Any], agent_dir: Path) ->
 
 
 def test_import_arguments(stores: dict[str, Any]) -> None:
-    assert run("import", "20b81bf8").exit_code == 2  # no --from
+    assert run("import", "zzzz").exit_code == 1  # no --from, in no store
     assert run("import", "--from", "claude").exit_code == 2  # neither SESSION nor --all
     assert run("import", "zzzz", "--from", "claude").exit_code == 1
     assert run("import", "/nowhere/x.jsonl", "--from", "claude").exit_code == 1

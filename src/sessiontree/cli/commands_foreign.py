@@ -26,6 +26,7 @@ from sessiontree.cli.common import (
     current_store,
     emit_json,
     err_console,
+    error_text,
     invoked_command,
     progress,
 )
@@ -54,7 +55,7 @@ from sessiontree.foreign.store import (
     detect_agent,
 )
 from sessiontree.storage import SessionStorage
-from sessiontree.store import Store
+from sessiontree.store import Store, find_stores
 
 __all__ = ["READING_COMMANDS", "agent_store", "import_command", "read_in_place"]
 
@@ -149,25 +150,80 @@ def _source_store(source: str) -> ForeignStore:
     return ForeignStore.default(agent, current_store().agent_dir)
 
 
-def _detected_source(arg: str) -> str:
-    """Whose session the file SESSION names is (`import FILE` without --from)."""
+def _detected_source(arg: str) -> tuple[str, list[ForeignListing] | None]:
+    """Whose session SESSION is (`import SESSION` without --from), and, for an id or
+    prefix, what it matched in that agent's store (None for a file's path).
+
+    A file (or an OpenCode database's `<db>/<session id>`) is read for its format,
+    as `show FILE` detects it. An id or prefix is looked up in every other agent's
+    store found here without setup (`sessiontree stores`): found in one, that agent
+    it is; in several, a usage error naming them; in none, an error."""
     path = os.path.abspath(os.path.expanduser(arg))
-    if not os.path.isfile(path) and split_db_path(path) is None:
+    if os.path.isfile(path) or split_db_path(path) is not None:
+        agent = detect_file(path)
+        if agent is None:
+            raise CliError(
+                f"{arg}: not a session file of {', '.join(AGENT_NAMES.values())} "
+                "(give --from AGENT to read it as one)"
+            )
+        return agent, None
+    if os.sep in arg or arg.endswith((".jsonl", ".json")):
+        raise CliError(f"{arg}: no such file")
+    return _inferred_source(arg)
+
+
+def _inferred_source(arg: str) -> tuple[str, list[ForeignListing]]:
+    """The one agent whose store holds a session SESSION (an id or prefix) names."""
+    present = {f.agent for f in find_stores()}
+    agents = [a for a in FOREIGN_AGENTS if a in present]
+    cache = current_store().agent_dir
+    matches: dict[str, list[ForeignListing]] = {}
+    looked: list[str] = []
+    for agent in agents:
+        store = ForeignStore.default(agent, cache)
+        looked.extend(r for r in store.roots if os.path.exists(r))
+        try:
+            found = store.find(arg)
+        except (OSError, SessionTreeError) as exc:
+            err_console.print(
+                Text(f"sessiontree: warning: {store.name} store not read: {error_text(exc)}"),
+                soft_wrap=True,
+            )
+            continue
+        if found:
+            matches[agent] = found
+    if len(matches) == 1:
+        [(only, found)] = matches.items()
+        return only, found
+    flags = f"--from {'|'.join(FOREIGN_AGENTS)}"
+    if matches:
+        named = "; ".join(
+            f"{AGENT_NAMES[a]}: "
+            + ", ".join(os.path.basename(f.path) for f in found[:3])
+            + (f" and {len(found) - 3} more" if len(found) > 3 else "")
+            for a, found in matches.items()
+        )
         raise CliError(
-            f"--from {'|'.join(FOREIGN_AGENTS)} is required (or give a session file's path)",
+            f"{arg!r} matches sessions in {len(matches)} agents' stores ({named}); "
+            f"say whose with --from {'|'.join(matches)}",
             EXIT_USAGE,
         )
-    agent = detect_file(path)
-    if agent is None:
+    if not agents:
         raise CliError(
-            f"{arg}: not a session file of {', '.join(AGENT_NAMES.values())} "
-            "(give --from AGENT to read it as one)"
+            f"no other agent's store found here to look for {arg!r} in "
+            f"({', '.join(AGENT_NAMES[a] for a in FOREIGN_AGENTS)}: see `sessiontree "
+            f"stores`); give a session file's path, or {flags}"
         )
-    return agent
+    raise CliError(
+        f"no session matches {arg!r} in the stores of "
+        f"{', '.join(AGENT_NAMES[a] for a in agents)} (looked in {', '.join(looked)}); "
+        f"give a session file's path, or {flags}"
+    )
 
 
-def _source_path(store: ForeignStore, arg: str) -> str:
-    """SESSION as a file: a path, else a session-id or file-name prefix in the store."""
+def _source_path(store: ForeignStore, arg: str, found: list[ForeignListing] | None = None) -> str:
+    """SESSION as a file: a path, else a session-id or file-name prefix in the store
+    (`found`: what it matched there, when looked up already)."""
     path = os.path.abspath(os.path.expanduser(arg))
     if os.path.isfile(path) and is_opencode_db(path):
         names = ", ".join(ForeignStore.at("opencode", path).sessions_in(path)[:3])
@@ -179,7 +235,8 @@ def _source_path(store: ForeignStore, arg: str) -> str:
         return path
     if os.sep in arg or arg.endswith((".jsonl", ".json")):
         raise CliError(f"{arg}: no such file")
-    found = store.find(arg)
+    if found is None:
+        found = store.find(arg)
     if not found:
         where = ", ".join(store.roots)
         raise CliError(f"no {store.name} session matches {arg!r} (looked in {where})")
@@ -230,8 +287,9 @@ def import_command(
         typer.Option(
             "--from",
             metavar="AGENT",
-            help="Whose session: claude, codex, opencode, gemini or copilot (a file's "
-            "format is detected without it).",
+            help="Whose session: claude, codex, opencode, gemini or copilot. Without it, "
+            "a file's format is detected, and an id is looked for in every agent's store "
+            "found here (`sessiontree stores`).",
         ),
     ] = "",
     cwd: Annotated[
@@ -253,10 +311,11 @@ def import_command(
     """
     if (session is None) == (not every):
         raise CliError("give SESSION or --all", EXIT_USAGE)
+    matched = None
     if not source:
         if session is None:
             raise CliError(f"--from {'|'.join(FOREIGN_AGENTS)} is required", EXIT_USAGE)
-        source = _detected_source(session)
+        source, matched = _detected_source(session)
     store = _source_store(source)
     if cwd is not None:
         cwd = os.path.abspath(os.path.expanduser(cwd))
@@ -264,7 +323,7 @@ def import_command(
     storage, agent = target.storage, target.agent_dir
     earlier = find_imports(agent, storage)
     if session is not None:
-        path = _source_path(store, session)
+        path = _source_path(store, session, matched)
         foreign = _read(store, path)
         try:
             done = import_session(

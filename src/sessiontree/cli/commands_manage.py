@@ -35,7 +35,7 @@ from sessiontree.cli.common import (
 )
 from sessiontree.cli.render import terminal_safe
 from sessiontree.errors import AmbiguousSessionError, SessionNotFoundError, SessionTreeError
-from sessiontree.export import export_html, export_jsonl, export_markdown
+from sessiontree.export import export_html, export_jsonl, export_markdown, html_size_warning
 from sessiontree.layout import agent_dir_of, get_default_session_dir
 from sessiontree.maintenance import (
     TransferReport,
@@ -208,6 +208,8 @@ def export_command(
         if fmt is ExportFormat.md:
             data = _utf8(export_markdown(sm, leaf))
         elif fmt is ExportFormat.html:
+            if (huge := html_size_warning(current_store().storage, path)) is not None:
+                err_console.print(Text(f"sessiontree: warning: {huge}"), soft_wrap=True)
             data = _utf8(export_html(sm, leaf))
         else:
             data = export_jsonl(sm, leaf)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from sessiontree.export._jsonl import export_jsonl
 from sessiontree.export._markdown import export_markdown
+from sessiontree.export._size import HTML_WARN_BYTES, html_size_warning
 
 if TYPE_CHECKING:
     from sessiontree.export._html import (
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = [
+    "HTML_WARN_BYTES",
     "HtmlEntry",
     "NavItem",
     "asset_text",
@@ -33,6 +35,7 @@ __all__ = [
     "export_markdown",
     "html_entry",
     "html_environment",
+    "html_size_warning",
     "is_raster_image",
     "json_island",
     "leaf_choice_text",
