@@ -1214,3 +1214,62 @@ def test_two_stores_served_at_once_each_use_their_own_agent_dir(
         finally:
             stop.set()
             toggler.join()
+
+
+def test_a_foreign_session_is_live_without_a_false_rewrite(tmp_path: Path) -> None:
+    """Claude Code and Codex sessions: the page's offset counts the bytes the tail reads
+    (the pi-format view), so an unchanged file is no "rewritten" file, and an append to
+    the transcript arrives as an entry."""
+    import foreign_support as fs
+    from conftest import SHARED_FIXTURES
+    from sessiontree import Store
+
+    foreign = SHARED_FIXTURES / "foreign"
+    if not foreign.is_dir():
+        pytest.skip("shared fixtures are missing")
+    claude, codex, placed = fs.layout(foreign, tmp_path / "stores")
+    name = "kvsankar__agent-history__tests__fixtures__real_sessions__claude__session-01.jsonl"
+    for home, target in ((claude, placed[name]), (codex, None)):
+        with BackgroundServer(Store(str(home)), poll_seconds=0.05) as s:
+            with httpx.Client(base_url=s.base, cookies=s.login_cookies(), timeout=30) as c:
+                if target is None:  # a Codex session: the first one listed
+                    first = re.search(r'href="(/s/[^"?]+)"', c.get("/sessions").text)
+                    assert first is not None
+                    url = first.group(1)
+                else:
+                    url = f"/s/{handle(str(target))}"
+                text = c.get(url).text
+                offset = re.search(r'data-offset="(\d+)"', text)
+                assert offset is not None
+                found: list[dict[str, Any]] = []
+                stop = threading.Event()
+                reader = threading.Thread(
+                    target=_events,
+                    args=(c, f"{url}/events?from={offset.group(1)}", found, stop),
+                    daemon=True,
+                )
+                reader.start()
+                time.sleep(0.5)  # ten polls of an unchanged file
+                assert [f["event"] for f in found] == ["open"], home
+                if target is not None:
+                    lines = target.read_text().splitlines()
+                    last = json.loads(lines[-2])
+                    added = {
+                        **last,
+                        "parentUuid": last["uuid"],
+                        "uuid": "11111111-2222-4333-8444-555555555555",
+                        "timestamp": "2026-06-05T04:57:00.000Z",
+                        "message": {
+                            **last["message"],
+                            "id": "msg_live",
+                            "content": [{"type": "text", "text": "a live reply"}],
+                        },
+                    }
+                    with open(target, "a") as f:
+                        f.write(json.dumps(added) + "\n")
+                    deadline = time.monotonic() + 10
+                    while len(found) < 2 and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                    assert [f["event"] for f in found[1:]] == ["entry"], found
+                    assert "a live reply" in found[1]["html"]
+                stop.set()

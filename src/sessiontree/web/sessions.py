@@ -31,6 +31,7 @@ from sessiontree.export import (
     leaf_choice_text,
     nav_items,
 )
+from sessiontree.foreign.storage import ForeignStorage
 from sessiontree.format import Entry, SessionTreeNode, loads_line
 from sessiontree.session import SessionManager
 from sessiontree.storage import SessionStorage, parse_blob_ref, read_range
@@ -82,8 +83,12 @@ class Mark:
 
 
 def _mark(storage: SessionStorage, path: str) -> Mark:
+    """The file's mark. Its size is in the bytes the storage reads: for another agent's
+    session, its pi-format view (whose length is not the transcript's), so that the
+    page's offset and the tail's reads count the same bytes."""
     st = storage.stat(path)
-    return Mark(st.size, st.mtime_ns or int(st.mtime_ms * 1_000_000), st.ino)
+    size = storage.view_size(path) if isinstance(storage, ForeignStorage) else st.size
+    return Mark(size, st.mtime_ns or int(st.mtime_ms * 1_000_000), st.ino)
 
 
 def sniff_image(data: bytes) -> str | None:
