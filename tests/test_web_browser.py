@@ -484,3 +484,37 @@ def test_another_page_can_neither_mint_nor_read_a_link(
         context.close()
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_switching_branches_moves_the_export_links_the_url_and_the_picker(
+    page: Any, server: BackgroundServer, store: WebStore
+) -> None:
+    h = handle_of("s", store.demo)
+    page.goto(f"{server.base}/s/{h}")
+
+    def exports() -> dict[str, str]:
+        return dict(
+            page.eval_on_selector_all(
+                ".exports a[data-format]",
+                "as => as.map(a => [a.dataset.format, a.getAttribute('href')])",
+            )
+        )
+
+    for leaf, text in (("b1", "Alternatively we could install 3.12"), ("a3", "Pinned python3.11")):
+        page.select_option("#leaf-picker", store.ids[leaf])
+        page.wait_for_url(f"**/s/{h}?leaf={store.ids[leaf]}")
+        page.locator("#entries").get_by_text(text).first.wait_for()
+        assert exports() == {
+            fmt: f"/s/{h}/export/{fmt}?leaf={store.ids[leaf]}" for fmt in ("md", "html", "jsonl")
+        }
+    # An entry inside a branch, picked in the tree: the picker shows it, not the old tip.
+    page.locator(f"#tree button[data-id='{store.ids['a2']}']").click()
+    page.wait_for_url(f"**?leaf={store.ids['a2']}")
+    assert page.locator("#leaf-picker").input_value() == store.ids["a2"]
+    assert exports()["md"] == f"/s/{h}/export/md?leaf={store.ids['a2']}"
+    # The exported path is the shown one, and the address opens the same path.
+    shown = shown_ids(page)
+    assert shown == path_ids(store.demo, store.ids["a2"])
+    page.goto(page.url)
+    assert shown_ids(page) == shown
+    assert page.locator("#leaf-picker").input_value() == store.ids["a2"]

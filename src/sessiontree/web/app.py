@@ -410,6 +410,7 @@ class _App:
                     "earlier": part.earlier,
                     "ancestor": ancestor,
                     "leaf": leaf.get("id") if leaf is not None else None,
+                    "option": leaf_choice_text(session.sm, leaf) if leaf is not None else None,
                     "length": part.length,
                     "nav": str(macros.tree(items, leaf.get("id") if leaf else None)),  # type: ignore[attr-defined]
                 }

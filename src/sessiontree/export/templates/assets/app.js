@@ -57,6 +57,25 @@
     return Array.prototype.some.call(picker.options, function (o) { return o.value === id; });
   }
 
+  // The picker and the export links follow the shown leaf. A leaf that is no branch tip
+  // (an entry picked in the tree) gets an option of its own while it is shown.
+  function showLeaf(text) {
+    Array.prototype.forEach.call(picker.querySelectorAll('option[data-picked]'), function (o) {
+      if (o.value !== leaf) { o.remove(); }
+    });
+    if (leaf && !hasOption(leaf)) {
+      var option = document.createElement('option');
+      option.value = leaf;
+      option.textContent = text || leaf;
+      option.dataset.picked = '1';
+      picker.appendChild(option);
+    }
+    if (leaf) { picker.value = leaf; }
+    document.querySelectorAll('.exports a[data-format]').forEach(function (a) {
+      a.href = base + '/export/' + a.dataset.format + (leaf ? '?leaf=' + encodeURIComponent(leaf) : '');
+    });
+  }
+
   function switchTo(id) {
     if (!id) { return; }
     var url = base + '/path?leaf=' + encodeURIComponent(id) + '&from=' + encodeURIComponent(leaf);
@@ -75,9 +94,9 @@
       pathLength = data.length;
       info.textContent = pathLength.toLocaleString() + ' entries on this path';
       tree.innerHTML = data.nav;
-      if (hasOption(leaf)) { picker.value = leaf; }
+      showLeaf(data.option);
       showEarlier();
-      history.replaceState(null, '', base + '?leaf=' + encodeURIComponent(leaf));
+      history.replaceState(null, '', base + (leaf ? '?leaf=' + encodeURIComponent(leaf) : ''));
       root.classList.remove('loading');
       toBottom();
     }).catch(function (error) { say('Could not load that branch: ' + error.message); });
