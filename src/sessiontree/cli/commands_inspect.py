@@ -30,7 +30,8 @@ from sessiontree.cli.common import (
     resolve_session,
 )
 from sessiontree.cli.render import TreeOptions, preview, render_tree, time_ago
-from sessiontree.format import convert_to_llm, entry_role, format_iso, message_text
+from sessiontree.export import session_shown_title
+from sessiontree.format import convert_to_llm, entry_role, format_iso, message_text, shown_title
 from sessiontree.history import read_history
 from sessiontree.listing import SessionInfo
 from sessiontree.maintenance import file_version
@@ -112,7 +113,7 @@ def list_command(
         row = [time_ago(s.modified), s.id, str(s.message_count), human_size(_size(s))]
         if all_projects:
             row.append((os.path.basename(s.cwd.rstrip("/")) or s.cwd)[:16])
-        row.append(" ".join(str(s.title or s.first_message).split()))
+        row.append(shown_title(s.title, s.first_message, s.id))
         rows.append(row)
     # Only the title is cut to fit the terminal; ids and sizes are shown whole.
     fixed = sum(max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)) + 3 * len(
@@ -168,6 +169,7 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
     path = resolve_session(session)
     with open_read_only(path) as sm:
         summary = summarize_session(sm)
+        title = session_shown_title(sm, None)
         leaf = sm.get_leaf_entry()
         leaf_preview = preview(leaf, 70) if leaf is not None else None
     if as_json:
@@ -199,7 +201,7 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
     grid.add_column()
     rows: list[tuple[str, object]] = [
         ("Session", summary.id),
-        ("Title", summary.title or "(untitled)"),
+        ("Title", title),
         ("File", f"{path} ({human_size(_file_size(path))})"),
         ("Directory", header.get("cwd", "")),
         ("Created", header.get("timestamp", "")),
@@ -282,9 +284,7 @@ def tree_command(
                 }
             )
             return
-        title = Text.assemble(
-            (sm.get_session_id(), "bold"), "  ", sm.get_session_name() or "(untitled)"
-        )
+        title = Text.assemble((sm.get_session_id(), "bold"), "  ", session_shown_title(sm))
         console.print(render_tree(sm, title, TreeOptions(full=full, depth=depth)))
 
 
@@ -414,7 +414,7 @@ def search_command(
     since_ms = parse_time(since, tz) if since else None
     until_ms = parse_time(until, tz, end=True) if until else None
     sessions = _scope(all_projects, project)
-    titles = {s.path: (s.title or s.first_message) for s in sessions}
+    titles = {s.path: shown_title(s.title, s.first_message, s.id, 70) for s in sessions}
     with byte_progress("Indexing sessions") as advance:
         result = current_store().search(
             text,
@@ -453,7 +453,7 @@ def search_command(
         grouped.setdefault(hit.path, []).append(hit)
     for path, group in grouped.items():
         console.print()
-        title = " ".join(str(titles.get(path) or "").split())[:70]
+        title = titles.get(path) or shown_title(None, None, group[0].session_id)
         console.print(
             Text.assemble((group[0].session_id, "bold"), "  ", title, "  ", (path, "dim")),
             soft_wrap=True,

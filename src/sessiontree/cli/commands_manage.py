@@ -36,6 +36,7 @@ from sessiontree.cli.common import (
 from sessiontree.cli.render import terminal_safe
 from sessiontree.errors import AmbiguousSessionError, SessionNotFoundError, SessionTreeError
 from sessiontree.export import export_html, export_jsonl, export_markdown
+from sessiontree.format import shown_title
 from sessiontree.layout import agent_dir_of, get_default_session_dir
 from sessiontree.maintenance import (
     TransferReport,
@@ -68,7 +69,7 @@ def resume_command(
             Text(f"sessiontree: {arg!r} matches {len(exc.candidates)} sessions:"), soft_wrap=True
         )
         for candidate in exc.candidates:
-            title = " ".join(str(candidate.title or candidate.first_message).split())[:60]
+            title = shown_title(candidate.title, candidate.first_message, candidate.id, 60)
             err_console.print(Text(f"  {candidate.path}  {title}"), soft_wrap=True)
         raise typer.Exit(EXIT_AMBIGUOUS) from None
     echo_path(path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sessiontree.export._jsonl import export_jsonl
-from sessiontree.export._markdown import export_markdown
+from sessiontree.export._markdown import export_markdown, session_shown_title
 
 if TYPE_CHECKING:
     from sessiontree.export._html import (
@@ -37,6 +37,7 @@ __all__ = [
     "json_island",
     "leaf_choice_text",
     "nav_items",
+    "session_shown_title",
 ]
 
 _LAZY = {

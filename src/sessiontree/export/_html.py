@@ -21,7 +21,7 @@ import jinja2
 from markupsafe import Markup
 
 from sessiontree.export._jsonl import _path
-from sessiontree.export._markdown import _json, _when
+from sessiontree.export._markdown import _json, _when, session_shown_title
 from sessiontree.format import (
     Entry,
     SessionTreeNode,
@@ -439,7 +439,7 @@ def export_html(sm: SessionManager, leaf_id: str | None = None) -> str:
         {"value": index[id(e)], "selected": index[id(e)] == leaf_n, "text": leaf_choice_text(sm, e)}
         for e in choices
     ]
-    name = sm.get_session_name() or f"Session {sm.get_session_id()}"
+    name = session_shown_title(sm)
     header = sm.get_header() or {}
     return (
         html_environment()

@@ -54,8 +54,10 @@ from sessiontree.format._migrations import (
     session_version,
 )
 from sessiontree.format._naming import (
+    SHORT_TITLE_CHARS,
     TITLE_SLOT_BYTES,
     SessionHead,
+    clean_title,
     entry_name,
     head_kind,
     head_title,
@@ -68,6 +70,8 @@ from sessiontree.format._naming import (
     session_name,
     session_path,
     session_title,
+    shorten,
+    shown_title,
     title_slot_line,
 )
 from sessiontree.format._text import (
@@ -96,6 +100,7 @@ __all__ = [
     "NOT_A_SESSION",
     "SESSION",
     "SETTING_KINDS",
+    "SHORT_TITLE_CHARS",
     "STRICT_DUMPS_OPTIONS",
     "TITLE_SLOT_BYTES",
     "ContextBuilder",
@@ -114,6 +119,7 @@ __all__ = [
     "branch_with_labels",
     "build_session_context",
     "build_tree",
+    "clean_title",
     "content_text",
     "convert_to_llm",
     "create_branch_summary_message",
@@ -154,6 +160,8 @@ __all__ = [
     "session_path",
     "session_title",
     "session_version",
+    "shorten",
+    "shown_title",
     "title_slot_line",
     "usage_record",
     "utc_day",

@@ -36,6 +36,7 @@ from sessiontree.export import (
     html_environment,
     json_island,
     leaf_choice_text,
+    session_shown_title,
 )
 from sessiontree.foreign.storage import ForeignStorage
 from sessiontree.layout import default_agent_dir
@@ -281,7 +282,7 @@ class _App:
             "size": lambda r: r.size,
             "messages": lambda r: r.message_count,
             "cost": cost_of,
-            "title": lambda r: (r.title or r.first_message).casefold(),
+            "title": lambda r: r.shown_title.casefold(),
         }
         sort = params.get("sort", "modified")
         sort = sort if sort in keys else "modified"
@@ -319,7 +320,7 @@ class _App:
             items.append(
                 {
                     "handle": r.handle,
-                    "title": r.title,
+                    "title": r.shown_title,
                     "first": r.first_message,
                     "id": r.id,
                     "size": _size(r.size),
@@ -357,7 +358,7 @@ class _App:
             context: dict[str, Any] = {
                 "row": row,
                 "handle": row.handle,
-                "name": session.sm.get_session_name() or row.first_message or row.id,
+                "name": session_shown_title(session.sm),
                 "leaf_id": leaf.get("id") if leaf is not None else "",
                 "part": part,
                 "nav": nav(session, leaf, part.ids),

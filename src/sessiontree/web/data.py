@@ -24,7 +24,7 @@ from datetime import datetime
 from typing import Any
 
 from sessiontree.foreign.storage import index_view
-from sessiontree.format import utc_day
+from sessiontree.format import SHORT_TITLE_CHARS, shown_title, utc_day
 from sessiontree.listing import SessionInfo
 from sessiontree.reports import _usage as usage_report
 from sessiontree.storage import SessionStorage
@@ -70,6 +70,11 @@ class SessionRow:
     created: datetime
     modified: datetime
     parent_session_path: str | None
+
+    @property
+    def shown_title(self) -> str:
+        """The title the session is shown by (`format.shown_title`), shortened."""
+        return shown_title(self.title, self.first_message, self.id, SHORT_TITLE_CHARS)
 
 
 def _size(info: SessionInfo, storage: SessionStorage) -> int:
