@@ -104,3 +104,25 @@ def test_a_claude_command_is_titled_by_the_command(tmp_path: Path) -> None:
     assert title.group(1).strip() == "/superpowers:brainstorm"
     listed = out("--agent-dir", str(claude), "list", "--all")
     assert "<command" not in listed
+
+
+def test_show_prices_as_usage_does(tmp_path: Path) -> None:
+    """`show` of another agent's session (no recorded cost) gives the cost `usage`
+    estimates for it, marked `~` (issue 23: `0.0000` against `~$27.58`)."""
+    import json
+
+    foreign = SHARED_FIXTURES / "foreign"
+    if not foreign.is_dir():
+        pytest.skip("shared fixtures are missing")
+    claude, codex, _ = fs.layout(foreign, tmp_path / "stores")
+    for home in (claude, codex):
+        rows = json.loads(out("--agent-dir", str(home), "usage", "session", "--json"))["rows"]
+        assert rows
+        for row in rows:
+            shown = json.loads(out("--agent-dir", str(home), "show", row["path"], "--json"))
+            assert shown["usage"]["cost"] == pytest.approx(row["cost"]), row["path"]
+            assert shown["usage"]["messages"] == row["messages"], row["path"]
+        priced = max(rows, key=lambda r: r["cost"])
+        assert priced["estimatedCost"] > 0
+        text = out("--agent-dir", str(home), "show", priced["path"])
+        assert f"~${priced['cost']:,.2f}" in text

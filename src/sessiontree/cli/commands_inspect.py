@@ -29,7 +29,7 @@ from sessiontree.cli.common import (
     open_read_only,
     resolve_session,
 )
-from sessiontree.cli.render import TreeOptions, preview, render_tree, time_ago
+from sessiontree.cli.render import TreeOptions, money, preview, render_tree, time_ago
 from sessiontree.export import session_shown_title
 from sessiontree.format import convert_to_llm, entry_role, format_iso, message_text, shown_title
 from sessiontree.history import read_history
@@ -142,7 +142,7 @@ def _usage_table(rows: Mapping[str, UsageTotals | Totals], first: str) -> Table:
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
     widest = max([len(first)] + [len(name) for name in rows])
     table.add_column(first, no_wrap=True, min_width=min(widest, 40))
-    for name in ("Replies", "Input", "Output", "Cache read", "Cache write", "Cost $"):
+    for name in ("Replies", "Input", "Output", "Cache read", "Cache write", "Cost"):
         table.add_column(name, justify="right")
     for name, usage in rows.items():
         table.add_row(
@@ -152,7 +152,7 @@ def _usage_table(rows: Mapping[str, UsageTotals | Totals], first: str) -> Table:
             f"{usage.output:,}",
             f"{usage.cache_read:,}",
             f"{usage.cache_write:,}",
-            f"{usage.cost:.4f}",
+            money(usage.cost, isinstance(usage, Totals) and usage.estimated_messages > 0),
         )
     return table
 

@@ -32,6 +32,7 @@ from sessiontree.cli.common import (
 )
 from sessiontree.cli.options import Command
 from sessiontree.cli.options import Group as CommandGroup
+from sessiontree.cli.render import money
 from sessiontree.format import format_iso
 from sessiontree.reports import (
     BLOCK_HOURS,
@@ -116,11 +117,6 @@ class _Inputs:
         return priced.replies
 
 
-def _money(value: float, estimated: bool = False) -> str:
-    text = f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.4f}"
-    return ("~" if estimated else "") + text
-
-
 def _bar(value: float, top: float, width: int = 8) -> Text:
     if top <= 0 or value <= 0:
         return Text("")
@@ -145,7 +141,7 @@ def _totals_cells(t: Totals) -> list[Text]:
         Text(_tokens(t.cache_read)),
         Text(_tokens(t.cache_write)),
         Text(_tokens(t.total_tokens)),
-        Text(_money(t.cost, t.estimated_messages > 0)),
+        Text(money(t.cost, t.estimated_messages > 0)),
     ]
 
 
@@ -361,7 +357,7 @@ def _blocks_table(found: Sequence[Block], now_ms: int, tz: tzinfo, breakdown: bo
             Text(models),
             str(block.totals.messages),
             _tokens(block.totals.total_tokens),
-            _money(block.totals.cost, block.totals.estimated_messages > 0),
+            money(block.totals.cost, block.totals.estimated_messages > 0),
             _bar(block.totals.cost, top),
         )
         if breakdown:
@@ -372,7 +368,7 @@ def _blocks_table(found: Sequence[Block], now_ms: int, tz: tzinfo, breakdown: bo
                     Text(f"└ {name}", style="dim"),
                     Text(str(t.messages), style="dim"),
                     Text(_tokens(t.total_tokens), style="dim"),
-                    Text(_money(t.cost, t.estimated_messages > 0), style="dim"),
+                    Text(money(t.cost, t.estimated_messages > 0), style="dim"),
                     "",
                 )
     return table
@@ -399,18 +395,18 @@ def live_panel(block: Block | None, now_ms: int, tz: tzinfo) -> RenderableType:
     lines.append(
         Text(
             f"{t.messages:,} replies · {t.total_tokens:,} tokens · "
-            f"{_money(t.cost, t.estimated_messages > 0)}"
+            f"{money(t.cost, t.estimated_messages > 0)}"
         )
     )
     rate = block.burn_rate()
     if rate is not None:
-        lines.append(Text(f"Burn rate: {rate[0]:,.0f} tokens/min · {_money(rate[1])}/hour"))
+        lines.append(Text(f"Burn rate: {rate[0]:,.0f} tokens/min · {money(rate[1])}/hour"))
         projection = block.projection(now_ms)
         if projection is not None:
             lines.append(
                 Text(
                     f"Projected at the block's end: {projection[0]:,} tokens · "
-                    f"{_money(projection[1])}"
+                    f"{money(projection[1])}"
                 )
             )
     lines.append(Text("Ctrl-C stops", style="dim"))
