@@ -74,12 +74,52 @@ def _size(info: SessionInfo) -> int:
 
 
 def list_command(
+    text: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[TEXT]",
+            help="Only sessions whose title, first prompt, id or directory contains TEXT "
+            "(case-insensitive).",
+            show_default=False,
+        ),
+    ] = None,
     all_projects: AllOption = False,
     limit: Annotated[int, typer.Option("--limit", "-n", min=0, help="Show at most N.")] = 50,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DATE",
+            help="Sessions modified from this time: YYYY-MM-DD, ISO date-time, or 30m/12h/7d ago.",
+        ),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DATE", help="Sessions modified up to this time (a date: to its end)."
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """List sessions, newest first: this directory's project, or every project with --all."""
     sessions = _listing(all_projects)
+    if text is not None or since is not None or until is not None:
+        tz, _ = time_zone(None)
+        since_ms = parse_time(since, tz) if since else None
+        until_ms = parse_time(until, tz, end=True) if until else None
+        needle = " ".join((text or "").split()).casefold()
+
+        def wanted(s: SessionInfo) -> bool:
+            modified = int(s.modified.timestamp() * 1000)
+            if since_ms is not None and modified < since_ms:
+                return False
+            if until_ms is not None and modified > until_ms:
+                return False
+            if not needle:
+                return True
+            fields = (shown_title(s.title, s.first_message, s.id), s.first_message, s.id, s.cwd)
+            return any(needle in " ".join(str(f or "").split()).casefold() for f in fields)
+
+        sessions = [s for s in sessions if wanted(s)]
     shown = sessions[:limit] if limit else sessions
     if as_json:
         emit_json(
@@ -105,7 +145,8 @@ def list_command(
         return
     if not sessions:
         where = "any project" if all_projects else os.getcwd()
-        console.print(f"No sessions for {where}.", markup=False)
+        matching = " matching the filters" if text or since or until else ""
+        console.print(f"No sessions{matching} for {where}.", markup=False)
         return
     headers = ["Modified", "ID", "Msgs", "Size"] + (["Project"] if all_projects else [])
     rows: list[list[str]] = []
@@ -467,7 +508,7 @@ def search_command(
             console.print(
                 Text.assemble(
                     "  ",
-                    (str(hit.entry_id or f"line {hit.line}"), "dim"),
+                    (str(hit.entry_id or (f"line {hit.line}" if hit.line else "")), "dim"),
                     " ",
                     (hit.role, "cyan"),
                     " ",

@@ -68,6 +68,7 @@ __all__ = [
     "search",
     "search_sessions",
     "snippet",
+    "title_hits",
 ]
 
 Progress = Callable[[str], None]
@@ -464,6 +465,35 @@ def _entry_hit(
         after,
         ts,
     )
+
+
+def title_hits(
+    titles: Iterable[tuple[str, str, str | None, int | None]],
+    query: str,
+    *,
+    case_sensitive: bool = False,
+    regex: bool = False,
+    roles: Iterable[str] | None = None,
+    since: int | None = None,
+    until: int | None = None,
+) -> list[SearchHit]:
+    """Hits on session titles: for each (path, session id, title, modified ms) whose
+    title matches, a hit of role `title` (no entry; line 0), matched as entries are.
+    `roles` without `title` finds none; `since`/`until` apply to the modified time."""
+    if not query or (roles is not None and "title" not in set(roles)):
+        return []
+    matcher = _matcher(query, regex, case_sensitive)
+    filters = _Filters(None, since, until)
+    hits = []
+    for path, session_id, title, modified in titles:
+        if not title or not filters.time_ok(modified):
+            continue
+        span = matcher.find(title)
+        if span is None:
+            continue
+        before, match, after = snippet(title, span[0], span[1])
+        hits.append(SearchHit(path, session_id, None, 0, "title", before, match, after, modified))
+    return hits
 
 
 # ---------------------------------------------------------------------------- scanning

@@ -1,0 +1,76 @@
+"""Finding sessions (issue 23): titles are searched, `list` filters by text and time,
+and an unknown value is an error that names the known ones, not an empty result."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from helpers import assistant, user
+from sessiontree import SessionManager
+from sessiontree.cli import app
+
+runner = CliRunner()
+TITLE = "Übersicht 🚀 der Woche"
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = runner.invoke(app, list(args), env={"COLUMNS": "200"})
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def agent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    agent = tmp_path / "agent"
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(agent))
+    monkeypatch.delenv("SESSIONTREE_STORE", raising=False)
+    paths = []
+    for n in range(7):
+        cwd = f"/work/p{n % 2}"
+        directory = agent / "sessions" / f"--work-p{n % 2}--"
+        with SessionManager.create(cwd, str(directory)) as sm:
+            sm.append_message(user(f"question {n}"))
+            sm.append_message(assistant(f"answer {n}"))
+            if n < 5:
+                sm.set_session_name(f"{TITLE} {n}", "user")
+            paths.append(sm.get_session_file() or "")
+    # Two old sessions: modified in 2025.
+    for path in paths[5:]:
+        old = time.mktime((2025, 3, 1, 12, 0, 0, 0, 0, -1))
+        os.utime(path, (old, old))
+    return paths
+
+
+def test_titles_are_searched(agent: list[str]) -> None:
+    code, out, _ = run("search", "übersicht 🚀", "--all", "--json")
+    assert code == 0
+    hits = json.loads(out)["hits"]
+    assert sorted(h["path"] for h in hits) == sorted(agent[:5])
+    assert {h["role"] for h in hits} == {"title"}
+    for h in hits:
+        assert h["snippet"][h["matchStart"] : h["matchEnd"]] == "Übersicht 🚀"
+    code, out, _ = run("search", "ÜBERSICHT 🚀", "--all")
+    assert code == 0 and out.count(TITLE) == 10  # each session's heading, and its hit
+    # A role filter without `title` leaves titles out.
+    code, _, _ = run("search", "übersicht", "--all", "-r", "user")
+    assert code == 1
+
+
+def test_list_filters_by_text_and_time(agent: list[str]) -> None:
+    listed = json.loads(run("list", "--all", "--json")[1])
+    assert listed["total"] == 7
+    found = json.loads(run("list", "übersicht 🚀", "--all", "--json")[1])
+    assert sorted(s["path"] for s in found["sessions"]) == sorted(agent[:5])
+    found = json.loads(run("list", "question 6", "--all", "--json")[1])
+    assert [s["path"] for s in found["sessions"]] == [agent[6]]
+    recent = json.loads(run("list", "--all", "--since", "2026-01-01", "--json")[1])
+    assert sorted(s["path"] for s in recent["sessions"]) == sorted(agent[:5])
+    old = json.loads(run("list", "--all", "--until", "2025-12-31", "--json")[1])
+    assert sorted(s["path"] for s in old["sessions"]) == sorted(agent[5:])
+    code, out, _ = run("list", "nothing like this", "--all")
+    assert code == 0 and "No sessions matching the filters" in out
