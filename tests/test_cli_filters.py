@@ -74,3 +74,17 @@ def test_list_filters_by_text_and_time(agent: list[str]) -> None:
     assert sorted(s["path"] for s in old["sessions"]) == sorted(agent[5:])
     code, out, _ = run("list", "nothing like this", "--all")
     assert code == 0 and "No sessions matching the filters" in out
+
+
+def test_unknown_values_are_errors_that_name_the_known_ones(agent: list[str]) -> None:
+    code, out, err = run("search", "question", "--all", "-r", "asistant")
+    assert code == 2 and out == ""
+    assert "unknown role 'asistant' (did you mean assistant?)" in err
+    assert "user, assistant, toolResult" in err
+    code, out, err = run("search", "question", "-p", "/work/nowhere")
+    assert code == 2 and out == ""
+    assert "no sessions of a project in /work/nowhere" in err
+    assert "/work/p0, /work/p1" in err
+    # Known values still find what they did.
+    assert run("search", "question", "--all", "-r", "user")[0] == 0
+    assert run("search", "question", "-p", "/work/p1")[0] == 0

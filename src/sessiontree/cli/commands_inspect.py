@@ -5,6 +5,7 @@ Every session is opened with `read_only=True`: these commands never write.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from collections.abc import Mapping
@@ -31,7 +32,14 @@ from sessiontree.cli.common import (
 )
 from sessiontree.cli.render import TreeOptions, money, preview, render_tree, time_ago
 from sessiontree.export import session_shown_title
-from sessiontree.format import convert_to_llm, entry_role, format_iso, message_text, shown_title
+from sessiontree.format import (
+    SEARCH_ROLES,
+    convert_to_llm,
+    entry_role,
+    format_iso,
+    message_text,
+    shown_title,
+)
 from sessiontree.history import read_history
 from sessiontree.listing import SessionInfo
 from sessiontree.maintenance import file_version
@@ -181,20 +189,25 @@ def list_command(
 
 def _usage_table(rows: Mapping[str, UsageTotals | Totals], first: str) -> Table:
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
-    widest = max([len(first)] + [len(name) for name in rows])
-    table.add_column(first, no_wrap=True, min_width=min(widest, 40))
-    for name in ("Replies", "Input", "Output", "Cache read", "Cache write", "Cost"):
-        table.add_column(name, justify="right")
-    for name, usage in rows.items():
-        table.add_row(
-            Text(name),
-            str(usage.messages),
+    cells = [
+        [
+            f"{usage.messages:,}",
             f"{usage.input:,}",
             f"{usage.output:,}",
             f"{usage.cache_read:,}",
             f"{usage.cache_write:,}",
             money(usage.cost, isinstance(usage, Totals) and usage.estimated_messages > 0),
-        )
+        ]
+        for usage in rows.values()
+    ]
+    # Numbers are never cut: the name column gives up the width (wrapped in a narrow one).
+    table.add_column(first, overflow="fold", min_width=min(len(first), 12))
+    names = ("Replies", "Input", "Output", "Cache read", "Cache write", "Cost")
+    for i, name in enumerate(names):
+        widest = max([len(name) if " " not in name else 5] + [len(c[i]) for c in cells])
+        table.add_column(name, justify="right", no_wrap=True, min_width=widest)
+    for name, row in zip(rows, cells, strict=True):
+        table.add_row(Text(name), *row)
     return table
 
 
@@ -390,7 +403,17 @@ def _scope(all_projects: bool, project: str | None) -> list[SessionInfo]:
     if all_projects and project is not None:
         raise CliError("give --all or --project, not both", EXIT_USAGE)
     if project is not None:
-        return current_store().list(os.path.abspath(os.path.expanduser(project)))
+        where = os.path.abspath(os.path.expanduser(project))
+        sessions = current_store().list(where)
+        if not sessions:
+            projects = sorted({s.cwd for s in current_store().list(None) if s.cwd})
+            known = ", ".join(projects[:10]) + (", ..." if len(projects) > 10 else "")
+            raise CliError(
+                f"no sessions of a project in {where}"
+                + (f"; the projects are: {known}" if projects else "; the store has none"),
+                EXIT_USAGE,
+            )
+        return sessions
     return _listing(all_projects)
 
 
@@ -433,7 +456,9 @@ def search_command(
         typer.Option(
             "--role",
             "-r",
-            help="Only entries of this role (user, assistant, toolResult, label, ...); repeatable.",
+            metavar="ROLE",
+            help="Only entries of this role (user, assistant, toolResult, title, label, ...); "
+            "repeatable.",
         ),
     ] = None,
     since: Annotated[
@@ -451,6 +476,14 @@ def search_command(
     """Full-text search across session contents: newest hits first, with a snippet each."""
     if not text.strip():
         raise CliError("search text is empty", EXIT_USAGE)
+    for wanted in role or ():
+        if wanted not in SEARCH_ROLES:
+            close = difflib.get_close_matches(wanted, SEARCH_ROLES, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise CliError(
+                f"unknown role {wanted!r}{hint}; the roles are: {', '.join(SEARCH_ROLES)}",
+                EXIT_USAGE,
+            )
     tz, _ = time_zone(None)
     since_ms = parse_time(since, tz) if since else None
     until_ms = parse_time(until, tz, end=True) if until else None

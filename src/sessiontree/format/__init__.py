@@ -75,6 +75,7 @@ from sessiontree.format._naming import (
     title_slot_line,
 )
 from sessiontree.format._text import (
+    SEARCH_ROLES,
     blocks_text,
     entry_preview,
     entry_role,
@@ -98,6 +99,7 @@ __all__ = [
     "CURRENT_SESSION_VERSION",
     "FOLD_FIELDS",
     "NOT_A_SESSION",
+    "SEARCH_ROLES",
     "SESSION",
     "SETTING_KINDS",
     "SHORT_TITLE_CHARS",
