@@ -518,3 +518,42 @@ def test_switching_branches_moves_the_export_links_the_url_and_the_picker(
     page.goto(page.url)
     assert shown_ids(page) == shown
     assert page.locator("#leaf-picker").input_value() == store.ids["a2"]
+
+
+MARKDOWN_MESSAGE = """## Plan
+
+Pin **Python** with `uv`:
+
+| where | version |
+|-------|---------|
+| CI    | 3.11    |
+
+```python
+print("<b>hi</b>")
+```
+
+<script>window.__pwned = true</script> [x](javascript:window.__pwned=true)
+"""
+
+
+def test_a_markdown_message_renders_and_its_script_stays_text(
+    page: Any, server: BackgroundServer, store: WebStore
+) -> None:
+    directory = store.agent / "sessions" / "--work-markdown--"
+    with SessionManager.create("/work/markdown", str(directory)) as sm:
+        sm.append_message(user("How do we pin it?"))
+        sm.append_message(assistant(MARKDOWN_MESSAGE))
+        path = sm.get_session_file() or ""
+    page.goto(server.base + "/sessions")  # the listing sees the new session
+    page.goto(f"{server.base}/s/{handle_of('s', path)}")
+    body = page.locator("#entries article.assistant .md")
+    assert body.locator("h2").inner_text() == "Plan"
+    assert body.locator("table td").first.inner_text() == "CI"
+    assert body.locator("pre.hl code span.nb").first.inner_text() == "print"
+    assert body.locator("script").count() == 0
+    assert "<script>window.__pwned = true</script>" in body.inner_text()
+    assert body.locator("a").count() == 0
+    assert page.evaluate("window.__pwned") is None
+    # Code is coloured (highlight.css is served and applies).
+    color = body.locator("pre.hl span.nb").first.evaluate("e => getComputedStyle(e).color")
+    assert color != body.locator("pre.hl").evaluate("e => getComputedStyle(e).color")

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         leaf_choice_text,
         nav_items,
     )
+    from sessiontree.export._render import render_markdown
 
 __all__ = [
     "HtmlEntry",
@@ -37,6 +38,7 @@ __all__ = [
     "json_island",
     "leaf_choice_text",
     "nav_items",
+    "render_markdown",
     "session_shown_title",
 ]
 
@@ -52,6 +54,7 @@ _LAZY = {
     "json_island": "_html",
     "leaf_choice_text": "_html",
     "nav_items": "_html",
+    "render_markdown": "_render",
 }
 
 

@@ -22,6 +22,7 @@ from markupsafe import Markup
 
 from sessiontree.export._jsonl import _path
 from sessiontree.export._markdown import _json, _when, session_shown_title
+from sessiontree.export._render import highlight_css, render_markdown
 from sessiontree.format import (
     Entry,
     SessionTreeNode,
@@ -108,7 +109,10 @@ def _asset(name: str) -> Markup:
 
 @functools.cache
 def _asset_text(name: str) -> str:
-    """A stylesheet or script shipped with the templates (our own text, never a session's)."""
+    """A stylesheet or script shipped with the templates (our own text, never a session's);
+    `highlight.css`, the colours of highlighted code, is made by Pygments."""
+    if name == "highlight.css":
+        return highlight_css()
     return (resources.files("sessiontree.export") / "templates" / "assets" / name).read_text(
         "utf-8"
     )
@@ -133,6 +137,7 @@ def html_environment() -> jinja2.Environment:
     env.filters["thousands"] = lambda n: f"{n:,}"
     env.filters["sentence"] = lambda text: str(text)[:1].upper() + str(text)[1:]
     env.filters["home"] = _home_relative
+    env.filters["markdown"] = render_markdown
     return env
 
 

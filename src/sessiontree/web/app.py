@@ -36,6 +36,7 @@ from sessiontree.export import (
     html_environment,
     json_island,
     leaf_choice_text,
+    render_markdown,
     session_shown_title,
 )
 from sessiontree.foreign.storage import ForeignStorage
@@ -68,6 +69,7 @@ POLL_SECONDS = 0.25
 _ASSETS = {
     "app.css": "text/css; charset=utf-8",
     "session.css": "text/css; charset=utf-8",
+    "highlight.css": "text/css; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
 }
 _AGENTS = {".xcsh": ("xcsh", "--resume", "id"), ".omp": ("omp", "--resume", "id")}
@@ -433,7 +435,10 @@ class _App:
             ).blocks
         if not 0 <= index < len(blocks):
             return _json({"error": "no such block"}, 404)
-        return _json({"text": blocks[index].text})
+        block = blocks[index]
+        if block.kind in ("text", "thinking"):
+            return _json({"text": block.text, "html": str(render_markdown(block.text))})
+        return _json({"text": block.text})
 
     def image(self, request: Request) -> Response:
         row = self._row(request)

@@ -126,7 +126,11 @@
     var url = base + '/text?entry=' + encodeURIComponent(entry.dataset.id) + '&block=' + encodeURIComponent(button.dataset.block);
     button.disabled = true;
     get(url).then(function (data) {
-      button.parentElement.textContent = data.text;
+      if (typeof data.html === 'string') {
+        button.parentElement.innerHTML = data.html;  // the server's Markdown renderer's
+      } else {
+        button.parentElement.textContent = data.text;
+      }
     }).catch(function (error) { button.disabled = false; say('Could not load the text: ' + error.message); });
   });
 
