@@ -557,3 +557,83 @@ def test_a_markdown_message_renders_and_its_script_stays_text(
     # Code is coloured (highlight.css is served and applies).
     color = body.locator("pre.hl span.nb").first.evaluate("e => getComputedStyle(e).color")
     assert color != body.locator("pre.hl").evaluate("e => getComputedStyle(e).color")
+
+
+OVERFLOW = """() => {
+  const width = document.documentElement.clientWidth;
+  const wide = Array.from(document.querySelectorAll('body *'))
+    .filter(e => e.getBoundingClientRect().right > width + 1 && e.closest('nav.tree, pre, table.md, .md table, figure.chart') === null)
+    .slice(0, 3).map(e => e.tagName + '.' + e.className);
+  return [document.documentElement.scrollWidth, width, wide];
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 400])
+def test_no_page_scrolls_sideways(
+    browser: Any, server: BackgroundServer, store: WebStore, width: int, tmp_path: Path
+) -> None:
+    """Every page at a laptop's width and a phone's: nothing wider than the window,
+    the hostile session's unbroken strings included; the exported page too."""
+    context = browser.new_context(viewport={"width": width, "height": 800})
+    page = context.new_page()
+    page.goto(server.new_link())
+    page.wait_for_url(server.base + "/")
+    urls = ["/", "/sessions", "/search?q=python", "/usage", "/link", "/nope"]
+    urls += [f"/s/{handle_of('s', p)}" for p in (store.demo, store.long, store.hostile)]
+    for url in urls:
+        page.goto(server.base + url)
+        scroll, client, wide = page.evaluate(OVERFLOW)
+        assert scroll <= client, (width, url, scroll, wide)
+    export = tmp_path / "export.html"
+    export.write_bytes(
+        page.request.get(f"{server.base}/s/{handle_of('s', store.hostile)}/export/html").body()
+    )
+    page.goto(export.as_uri())
+    scroll, client, wide = page.evaluate(OVERFLOW)
+    assert scroll <= client, (width, "export", scroll, wide)
+    context.close()
+
+
+def test_on_a_phone_the_tree_is_a_drawer(
+    browser: Any, server: BackgroundServer, store: WebStore
+) -> None:
+    context = browser.new_context(viewport={"width": 400, "height": 800}, color_scheme="dark")
+    page = context.new_page()
+    page.goto(server.new_link())
+    page.wait_for_url(server.base + "/")
+    page.goto(f"{server.base}/s/{handle_of('s', store.demo)}")
+    tree, toggle = page.locator("#tree"), page.locator("#tree-toggle")
+    assert not tree.is_visible()
+    # The conversation takes the width.
+    box = page.locator("#entries").bounding_box()
+    assert box is not None and box["width"] > 360
+    toggle.click()
+    tree.locator(f"button[data-id='{store.ids['a3']}']").wait_for(state="visible")
+    assert toggle.get_attribute("aria-expanded") == "true"
+    tree.locator(f"button[data-id='{store.ids['a3']}']").click()
+    page.wait_for_url(f"**?leaf={store.ids['a3']}")
+    page.wait_for_function(
+        "() => !document.getElementById('session').classList.contains('tree-open')"
+    )
+    assert shown_ids(page) == path_ids(store.demo, store.ids["a3"])
+    # Dark mode kept: a dark page, light text.
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(17, 20, 24)"
+    # Tables are cards: each value labelled, no header row.
+    page.goto(server.base + "/sessions")
+    row = page.locator("#sessions tbody tr").first
+    assert row.evaluate("e => getComputedStyle(e).display") == "block"
+    labels = row.locator("td[data-label]").evaluate_all(
+        "tds => tds.map(td => getComputedStyle(td, '::before').content)"
+    )
+    assert '"Messages"' in labels and '"Cost"' in labels
+    context.close()
+    # At a laptop's width the tree is beside the path and the toggle hidden.
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    page.goto(server.new_link())
+    page.wait_for_url(server.base + "/")
+    page.goto(f"{server.base}/s/{handle_of('s', store.demo)}")
+    assert page.locator("#tree").is_visible()
+    assert not page.locator("#tree-toggle").is_visible()
+    context.close()

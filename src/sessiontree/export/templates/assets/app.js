@@ -102,9 +102,20 @@
     }).catch(function (error) { say('Could not load that branch: ' + error.message); });
   }
 
+  // On a narrow screen the tree is a drawer: the Tree button opens it, a pick closes it.
+  var toggle = document.getElementById('tree-toggle');
+  function drawer(open) {
+    root.classList.toggle('tree-open', open);
+    toggle.setAttribute('aria-expanded', open ? 'true' : 'false');
+  }
+  toggle.addEventListener('click', function () { drawer(!root.classList.contains('tree-open')); });
+  document.addEventListener('keydown', function (event) {
+    if (event.key === 'Escape') { drawer(false); }
+  });
+
   tree.addEventListener('click', function (event) {
     var button = event.target.closest('button[data-id]');
-    if (button) { switchTo(button.dataset.id); }
+    if (button) { drawer(false); switchTo(button.dataset.id); }
   });
   picker.addEventListener('change', function () { switchTo(picker.value); });
 
