@@ -628,7 +628,7 @@ def test_exports(client: Any, store: WebStore, tmp_path: Path) -> None:
 
 def test_search_finds_entries_and_says_how(client: Any, store: WebStore) -> None:
     doc = page(client, "/search?q=HOMEPAGE")
-    links = [a["href"] for a in doc.all("a") if "leaf=" in str(a.get("href"))]
+    links = [a["href"] for a in doc.all("a") if "at=" in str(a.get("href"))]
     assert len(links) == 2  # the session and its copy
     assert {str(link).split("?")[0] for link in links} == {
         f"/s/{handle(store.other)}",
@@ -727,7 +727,9 @@ def test_live_appends_arrive_as_events(server: BackgroundServer, store: WebStore
     assert [f["id"] for f in found] == [new, later]
     assert found[0]["parentId"] == leaf and found[1]["parentId"] == new
     assert "a live question &lt;b&gt;bold?&lt;/b&gt;" in found[0]["html"]
-    assert found[1]["option"].startswith(f"{later} · user: a live question")
+    # The picker knows a branch by its tip's own text, its time and id.
+    assert found[1]["option"].startswith("assistant: a live answer · 20")
+    assert found[1]["option"].endswith(f" · {later}")
 
 
 def test_the_tail_reads_only_appends_and_sees_rewrites(tmp_path: Path) -> None:

@@ -637,3 +637,39 @@ def test_on_a_phone_the_tree_is_a_drawer(
     assert page.locator("#tree").is_visible()
     assert not page.locator("#tree-toggle").is_visible()
     context.close()
+
+
+def test_the_tree_reads_like_the_cli_and_a_hit_opens_in_its_branch(
+    page: Any, server: BackgroundServer, store: WebStore
+) -> None:
+    h = handle_of("s", store.demo)
+    page.goto(f"{server.base}/s/{h}?leaf={store.ids['a3']}")
+
+    def dot(entry: str) -> str:
+        return str(
+            page.locator(f"#tree button[data-id='{entry}'] .dot").evaluate(
+                "e => getComputedStyle(e, '::before').content"
+            )
+        )
+
+    # The two branches after the question: ● the shown one, ○ the other (as `tree` draws).
+    heads = page.locator("#tree button:has(.dot)")
+    assert heads.count() == 2
+    assert dot(store.ids["a1"]) == '"● "'
+    assert dot(store.ids["bs"]) == '"○ "'
+    assert "⑂ 2" in page.locator(f"#tree button[data-id='{store.ids['q']}']").inner_text()
+    # The picker: each tip by its own text and time.
+    options = page.locator("#leaf-picker option").all_inner_texts()
+    assert any(o.startswith("assistant: Pinned python3.11 in .ci/run. · 20") for o in options)
+    assert all(o.endswith(tuple(store.ids.values())) for o in options)
+    # A search hit in the middle of a branch: the whole branch, the hit scrolled to.
+    page.goto(f"{server.base}/search?q=images+ship+Python")
+    page.locator("section.hits li a").first.click()
+    page.wait_for_url("**?at=*")
+    hit = page.locator("#entries article.hit")
+    hit.wait_for()
+    assert hit.get_attribute("data-id") == store.ids["a2"]
+    assert shown_ids(page) == path_ids(store.demo, store.ids["a3"])  # to the branch's tip
+    assert hit.evaluate(
+        "e => { const r = e.getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight; }"
+    )

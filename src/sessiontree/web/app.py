@@ -50,6 +50,7 @@ from sessiontree.web.sessions import (
     OpenSession,
     SessionCache,
     Tail,
+    branch_around,
     find_image,
     image_bytes,
     image_url_for,
@@ -355,9 +356,17 @@ class _App:
             return _not_found("No such session (the server names sessions itself).")
         session = self._open(row)
         with session.lock:
-            leaf = session.leaf(request.query_params.get("leaf"))
-            part = path_slice(session, leaf)
+            params = request.query_params
+            focus = params.get("at") or ""
+            around = branch_around(session, focus) if focus and not params.get("leaf") else None
+            leaf: dict[str, Any] | None
+            if around is not None:
+                leaf, part = around
+            else:
+                leaf = session.leaf(params.get("leaf") or focus or None)
+                part = path_slice(session, leaf)
             context: dict[str, Any] = {
+                "focus": focus if focus in part.ids[part.earlier :] else "",
                 "row": row,
                 "handle": row.handle,
                 "name": session_shown_title(session.sm),
@@ -516,8 +525,8 @@ class _App:
                     group = index[hit.path] = {"row": row, "hits": []}
                     groups.append(group)
                 href = f"/s/{row.handle}"
-                if hit.entry_id:
-                    href += "?" + urlencode({"leaf": hit.entry_id})
+                if hit.entry_id:  # the hit inside its whole branch, scrolled to
+                    href += "?" + urlencode({"at": hit.entry_id})
                 group["hits"].append({"hit": hit, "href": href})
         return _page(
             "search.html",

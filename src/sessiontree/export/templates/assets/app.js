@@ -190,5 +190,12 @@
   }
 
   showEarlier();
-  toBottom();
+  // A search hit: its entry, inside its whole branch, scrolled to and highlighted.
+  var focus = root.dataset.focus ? article(root.dataset.focus) : null;
+  if (focus) {
+    focus.classList.add('hit');
+    focus.scrollIntoView({ block: 'center' });
+  } else {
+    toBottom();
+  }
 })();
