@@ -1275,3 +1275,32 @@ def test_a_foreign_session_is_live_without_a_false_rewrite(tmp_path: Path) -> No
                     assert [f["event"] for f in found[1:]] == ["entry"], found
                     assert "a live reply" in found[1]["html"]
                 stop.set()
+
+
+def test_the_search_form_has_the_cli_filters(client: Any, store: WebStore) -> None:
+    """regex (and ?regex=1), role, project, since/until, as `sessiontree search` takes them."""
+
+    def hits(query: str) -> list[str]:
+        doc = page(client, "/search?" + query)
+        return [str(a["href"]) for a in doc.all("a") if "at=" in str(a.get("href"))]
+
+    assert hits(urlencode({"q": r"pinned python3\.\d+", "regex": "1"}))
+    assert not hits(urlencode({"q": r"pinned python3\.\d+"}))  # as text, no match
+    users = hits(urlencode({"q": "fail on CI", "role": "user"}))
+    assistants = hits(urlencode({"q": "CI images", "role": "assistant"}))
+    assert users and assistants and not set(users) & set(assistants)
+    assert not hits(urlencode({"q": "python", "since": "2099-01-01"}))
+    assert hits(urlencode({"q": "python", "until": "2099-01-01"}))
+    demo = handle_of("p", os.path.dirname(store.demo))
+    found = hits(urlencode({"q": "python", "project": demo}))
+    assert found and all(h.startswith(f"/s/{handle(store.demo)}") for h in found)
+    # The form shows what was asked, and a bad value is said, not an empty result.
+    doc = page(client, "/search?" + urlencode({"q": "python", "role": "asistant"}))
+    assert "Unknown role 'asistant'" in doc.all_text
+    doc = page(client, "/search?" + urlencode({"q": "(", "regex": "1"}))
+    assert "Bad regular expression" in doc.all_text
+    doc = page(client, "/search?" + urlencode({"q": "x", "since": "someday"}))
+    assert any(p.get("id") == "search-problem" for p in doc.all("p"))
+    doc = page(client, "/search?" + urlencode({"q": "python", "regex": "1", "role": "user"}))
+    assert any(i.get("name") == "regex" and "checked" in i for i in doc.all("input"))
+    assert any(o.get("value") == "user" and "selected" in o for o in doc.all("option"))

@@ -40,7 +40,9 @@ from sessiontree.export import (
     session_shown_title,
 )
 from sessiontree.foreign.storage import ForeignStorage
+from sessiontree.format import SEARCH_ROLES
 from sessiontree.layout import default_agent_dir
+from sessiontree.reports import parse_time, time_zone
 from sessiontree.storage import check_hash
 from sessiontree.store import Store
 from sessiontree.web import charts
@@ -501,20 +503,48 @@ class _App:
         )
 
     def search(self, request: Request) -> Response:
-        query = request.query_params.get("q", "").strip()
+        params = request.query_params
+        query = params.get("q", "").strip()
         rows = self.data.sessions()
-        project_handle = request.query_params.get("project") or None
+        project_handle = params.get("project") or None
         project = self.data.project(project_handle) if project_handle else None
         if project is not None:
             rows = [r for r in rows if r.project == project]
+        regex = params.get("regex") in ("1", "on", "true")
+        role = params.get("role") or ""
+        since, until = params.get("since", "").strip(), params.get("until", "").strip()
         outcome = None
+        problem = ""
         groups: list[dict[str, Any]] = []
         elapsed = 0.0
-        if query:
+        tz, _ = time_zone(None)
+        try:
+            if role and role not in SEARCH_ROLES:
+                raise SessionTreeError(
+                    f"unknown role {role!r}: the roles are " + ", ".join(SEARCH_ROLES)
+                )
+            since_ms = parse_time(since, tz) if since else None
+            until_ms = parse_time(until, tz, end=True) if until else None
+        except SessionTreeError as exc:
+            problem = str(exc)
+        if query and not problem:
             by_path = {r.path: r for r in rows}
             started = time.perf_counter()
-            outcome = self.data.search(query, [r.path for r in rows], SEARCH_LIMIT)
+            try:
+                outcome = self.data.search(
+                    query,
+                    [r.path for r in rows],
+                    SEARCH_LIMIT,
+                    regex=regex,
+                    roles=[role] if role else None,
+                    since=since_ms,
+                    until=until_ms,
+                )
+            except SessionTreeError as exc:  # a bad regular expression
+                problem = str(exc)
+                outcome = None
             elapsed = time.perf_counter() - started
+        if outcome is not None:
             index: dict[str, dict[str, Any]] = {}
             for hit in outcome.hits:
                 row = by_path.get(hit.path)
@@ -537,6 +567,18 @@ class _App:
             outcome=outcome,
             groups=groups,
             elapsed=f"{elapsed * 1000:.0f} ms",
+            problem=problem,
+            regex=regex,
+            role=role,
+            roles=SEARCH_ROLES,
+            since=since,
+            until=until,
+            projects=sorted(
+                {
+                    handle_of("p", r.project): r.cwd or r.project for r in self.data.sessions()
+                }.items(),
+                key=lambda item: item[1],
+            ),
         )
 
     def usage(self, request: Request) -> Response:

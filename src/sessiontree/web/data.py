@@ -337,10 +337,28 @@ class Data:
             directory = self._projects.get(handle)
         return directory
 
-    def search(self, query: str, paths: Iterable[str], limit: int = 200) -> SearchOutcome:
-        """Entries whose text holds `query` (case-insensitive), up to `limit` hits."""
+    def search(
+        self,
+        query: str,
+        paths: Iterable[str],
+        limit: int = 200,
+        *,
+        regex: bool = False,
+        roles: list[str] | None = None,
+        since: int | None = None,
+        until: int | None = None,
+    ) -> SearchOutcome:
+        """Entries (and titles) whose text holds `query` (case-insensitive; with `regex`,
+        matches it), up to `limit` hits; `roles`, `since`/`until` (epoch ms) as the CLI's."""
         result = self.store.search(
-            query, sessions=list(paths), limit=limit + 1, use_index=self.use_index
+            query,
+            sessions=list(paths),
+            limit=limit + 1,
+            use_index=self.use_index,
+            regex=regex,
+            roles=roles,
+            since=since,
+            until=until,
         )
         hits = [_hit(h) for h in result.hits]
         notes, mode = list(result.notes), str(result.mode)
