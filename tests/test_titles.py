@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import foreign_support as fs
-from conftest import SHARED_FIXTURES
+from conftest import SHARED_FIXTURES, require_module, unavailable
 from helpers import assistant, user
 from sessiontree import SessionManager
 from sessiontree.cli import app
@@ -74,8 +74,8 @@ def test_the_same_title_in_every_command_and_export(
 
 
 def test_the_web_app_shows_that_title(agent: tuple[Path, str]) -> None:
-    pytest.importorskip("starlette")
-    httpx = pytest.importorskip("httpx")
+    require_module("starlette")
+    httpx = require_module("httpx")
     from sessiontree import Store
     from sessiontree.web.data import handle_of
     from sessiontree.web.server import BackgroundServer
@@ -93,7 +93,7 @@ def test_the_web_app_shows_that_title(agent: tuple[Path, str]) -> None:
 def test_a_claude_command_is_titled_by_the_command(tmp_path: Path) -> None:
     foreign = SHARED_FIXTURES / "foreign"
     if not foreign.is_dir():
-        pytest.skip("shared fixtures are missing")
+        unavailable(f"shared fixtures {foreign} are missing")
     claude, _, placed = fs.layout(foreign, tmp_path / "stores")
     # Its first prompt is a slash command, in Claude Code's markup.
     name = "entireio__cli__26__dcd5518fea__0__full.jsonl"
@@ -113,7 +113,7 @@ def test_show_prices_as_usage_does(tmp_path: Path) -> None:
 
     foreign = SHARED_FIXTURES / "foreign"
     if not foreign.is_dir():
-        pytest.skip("shared fixtures are missing")
+        unavailable(f"shared fixtures {foreign} are missing")
     claude, codex, _ = fs.layout(foreign, tmp_path / "stores")
     for home in (claude, codex):
         rows = json.loads(out("--agent-dir", str(home), "usage", "session", "--json"))["rows"]

@@ -1223,12 +1223,12 @@ def test_a_foreign_session_is_live_without_a_false_rewrite(tmp_path: Path) -> No
     (the pi-format view), so an unchanged file is no "rewritten" file, and an append to
     the transcript arrives as an entry."""
     import foreign_support as fs
-    from conftest import SHARED_FIXTURES
+    from conftest import SHARED_FIXTURES, unavailable
     from sessiontree import Store
 
     foreign = SHARED_FIXTURES / "foreign"
     if not foreign.is_dir():
-        pytest.skip("shared fixtures are missing")
+        unavailable(f"shared fixtures {foreign} are missing")
     claude, codex, placed = fs.layout(foreign, tmp_path / "stores")
     name = "kvsankar__agent-history__tests__fixtures__real_sessions__claude__session-01.jsonl"
     for home, target in ((claude, placed[name]), (codex, None)):
