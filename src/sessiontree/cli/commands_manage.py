@@ -31,6 +31,7 @@ from sessiontree.cli.common import (
     progress,
     resolve_session,
     select_files,
+    stdout_is_terminal,
     write_document,
 )
 from sessiontree.cli.render import terminal_safe
@@ -189,16 +190,26 @@ def export_command(
     ] = ExportFormat.md,
     leaf: LeafOption = None,
     output: Annotated[
-        str | None, typer.Option("--output", "-o", help="Write to FILE instead of stdout.")
+        str | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FILE",
+            help="Write to FILE instead of stdout (-: stdout, even for HTML on a terminal).",
+        ),
     ] = None,
 ) -> None:
     """Export the path to the leaf as Markdown or JSONL, or the whole tree as one HTML file.
 
-    A JSONL export written to a file (-o) is a session: the images it refers to go
-    into the blob store of the agent dir it is in (this one, outside any).
+    HTML is never poured into a terminal: without -o it goes to <session id>.html in
+    this directory (a number added when that name is taken). A JSONL export written to
+    a file (-o) is a session: the images it refers to go into the blob store of the
+    agent dir it is in (this one, outside any).
     """
     path = resolve_session(session)
     target = None
+    if output is None and fmt is ExportFormat.html and stdout_is_terminal():
+        output = _free_name(_session_file_stem(path), ".html")
     if output is not None and output != "-":
         target = os.path.abspath(os.path.expanduser(output))
         if os.path.isdir(target):
@@ -226,6 +237,26 @@ def export_command(
     if carry is not None:
         carry.report()
     err_console.print(Text(f"Wrote {target} ({len(data):,} bytes)"))
+
+
+def _session_file_stem(path: str) -> str:
+    """A file name for an export of the session at `path`: its id, in safe characters."""
+    try:
+        head = read_head(path, current_store().storage)
+        sid = str(head.get("id") or "") if head is not None else ""
+    except (OSError, ValueError):
+        sid = ""
+    stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in sid).strip("._")[:80]
+    return stem or "session"
+
+
+def _free_name(stem: str, suffix: str) -> str:
+    """`stem + suffix` in the current directory, or `stem-2 + suffix`, ... when taken."""
+    name, n = stem + suffix, 1
+    while os.path.lexists(name):
+        n += 1
+        name = f"{stem}-{n}{suffix}"
+    return name
 
 
 def _refuse_a_session(target: str, shown: str) -> None:
