@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
+from sessiontree.cli import common as cli_common
 from sessiontree.cli.common import (
     EXIT_AMBIGUOUS,
     EXIT_ERROR,
@@ -31,7 +32,6 @@ from sessiontree.cli.common import (
     progress,
     resolve_session,
     select_files,
-    stdout_is_terminal,
     write_document,
 )
 from sessiontree.cli.render import terminal_safe
@@ -208,7 +208,7 @@ def export_command(
     """
     path = resolve_session(session)
     target = None
-    if output is None and fmt is ExportFormat.html and stdout_is_terminal():
+    if output is None and fmt is ExportFormat.html and cli_common.stdout_is_terminal():
         output = _free_name(_session_file_stem(path), ".html")
     if output is not None and output != "-":
         target = os.path.abspath(os.path.expanduser(output))
