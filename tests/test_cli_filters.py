@@ -88,3 +88,47 @@ def test_unknown_values_are_errors_that_name_the_known_ones(agent: list[str]) ->
     # Known values still find what they did.
     assert run("search", "question", "--all", "-r", "user")[0] == 0
     assert run("search", "question", "-p", "/work/p1")[0] == 0
+
+
+def _commands() -> list[list[str]]:
+    from typer.main import get_command
+
+    root = get_command(app)
+    out = []
+    for name in root.list_commands(None):  # type: ignore[attr-defined]
+        command = root.get_command(None, name)  # type: ignore[attr-defined]
+        subs = getattr(command, "list_commands", None)
+        if subs is not None:
+            out += [[name, sub] for sub in subs(None)]
+        out.append([name])
+    return out
+
+
+def test_help_placeholders_and_short_flags_are_plain_and_consistent() -> None:
+    import re
+
+    for words in _commands():
+        code, text, _ = run(*words, "--help")
+        assert code == 0, words
+        usage = text.splitlines()[0]
+        assert "{" not in usage, (words, usage)
+        options = [line for line in text.splitlines() if line.startswith("  -")]
+        for line in options:
+            assert not re.match(r"\s+(-\w, )?--[\w-]+ +<", line), (words, line)
+            if line.lstrip().startswith("-n,"):
+                assert "--limit" in line, (words, line)
+            if line.lstrip().startswith("-p,"):
+                assert "--project" in line, (words, line)
+            if "--dry-run" in line:
+                assert line.lstrip().startswith("--dry-run"), (words, line)
+
+
+def test_a_bad_choice_is_one_clean_line() -> None:
+    code, out, err = run("export", "x", "-f", "pdf")
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == [
+        "sessiontree: error: --format/-f: 'pdf' is not one of md, html, jsonl "
+        "(see sessiontree export --help)"
+    ]
+    code, _, err = run("list", "-n", "many")
+    assert code == 2 and "--limit/-n: not a whole number" in err

@@ -85,7 +85,7 @@ def list_command(
     text: Annotated[
         str | None,
         typer.Argument(
-            metavar="[TEXT]",
+            metavar="TEXT",
             help="Only sessions whose title, first prompt, id or directory contains TEXT "
             "(case-insensitive).",
             show_default=False,
@@ -591,17 +591,33 @@ def history_command(
 
 
 def stats_command(
-    all_projects: AllOption = False,
+    project: Annotated[
+        str | None,
+        typer.Option(
+            "--project",
+            "-p",
+            metavar="DIR",
+            help="Only the project in DIR (default: every project, as `usage`).",
+        ),
+    ] = None,
+    all_projects: Annotated[
+        bool, typer.Option("--all", "-a", help="Every project (the default).", hidden=True)
+    ] = False,
     days: Annotated[int, typer.Option("--days", min=0, help="Days shown in the table.")] = 14,
     as_json: JsonOption = False,
 ) -> None:
-    """Store-wide figures: sessions, bytes, blobs, tokens and cost per model and per day."""
+    """Store-wide figures: sessions, bytes, blobs, tokens and cost per model and per day.
+
+    Every project unless -p, as `usage`."""
+    scope = None if project is None else os.path.abspath(os.path.expanduser(project))
+    if all_projects and scope is not None:
+        raise CliError("give --all or --project, not both", EXIT_USAGE)
     with byte_progress("Indexing sessions") as advance:
-        stats = current_store().stats(None if all_projects else os.getcwd(), progress=advance)
+        stats = current_store().stats(scope, progress=advance)
     if as_json:
         emit_json(
             {
-                "scope": "all" if all_projects else os.getcwd(),
+                "scope": "all" if scope is None else scope,
                 "sessions": stats.sessions,
                 "invalidFiles": stats.invalid,
                 "projects": stats.projects,

@@ -124,7 +124,7 @@ def repair_command(
         typer.Option("--in-place", help="Replace the file itself, keeping the original as .bak."),
     ] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", "-n", help="Report the changes; write nothing.")
+        bool, typer.Option("--dry-run", help="Report the changes; write nothing.")
     ] = False,
     as_json: JsonOption = False,
 ) -> None:

@@ -281,7 +281,7 @@ def migrate_command(
     ] = None,
     all_projects: Annotated[bool, typer.Option("--all", "-a", help="Every session file.")] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", "-n", help="Report what would change; write nothing.")
+        bool, typer.Option("--dry-run", help="Report what would change; write nothing.")
     ] = False,
     as_json: JsonOption = False,
 ) -> None:
