@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -187,7 +188,9 @@ def list_command(
         console.print(Text(f"{more} more; use --limit 0 to show all.", style="dim"))
 
 
-def _usage_table(rows: Mapping[str, UsageTotals | Totals], first: str) -> Table:
+def _usage_table(rows: Mapping[str, UsageTotals | Totals], first: str) -> Table | Group:
+    """A row per model (or day); on a terminal too narrow for the numbers, a line each,
+    so that no number is ever cut."""
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
     cells = [
         [
@@ -203,8 +206,17 @@ def _usage_table(rows: Mapping[str, UsageTotals | Totals], first: str) -> Table:
     # Numbers are never cut: the name column gives up the width (wrapped in a narrow one).
     table.add_column(first, overflow="fold", min_width=min(len(first), 12))
     names = ("Replies", "Input", "Output", "Cache read", "Cache write", "Cost")
-    for i, name in enumerate(names):
-        widest = max([len(name) if " " not in name else 5] + [len(c[i]) for c in cells])
+    widths = [
+        max([len(name) if " " not in name else 5] + [len(c[i]) for c in cells])
+        for i, name in enumerate(names)
+    ]
+    if min(len(first), 12) + sum(widths) + 3 * len(names) > console.width:
+        lines = []
+        for name, row in zip(rows, cells, strict=True):
+            parts = [f"{label.lower()} {value}" for label, value in zip(names, row, strict=True)]
+            lines.append(Text.assemble((name, "bold"), "  ", " · ".join(parts)))
+        return Group(*lines)
+    for name, widest in zip(names, widths, strict=True):
         table.add_column(name, justify="right", no_wrap=True, min_width=widest)
     for name, row in zip(rows, cells, strict=True):
         table.add_row(Text(name), *row)
@@ -250,13 +262,25 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
         )
         return
     header = summary.header
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
+    key_width = len("Directory")
+
+    def grid_of(rows: list[tuple[str, object]]) -> Table:
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold", min_width=key_width)
+        grid.add_column()
+        for key, value in rows:
+            grid.add_row(key, Text(str(value), overflow="fold"))
+        return grid
+
+    console.print(grid_of([("Session", summary.id), ("Title", title)]))
+    # The path on one line, whatever the width, so that it can be copied whole.
+    console.print(
+        Text.assemble(
+            ("File".ljust(key_width + 2), "bold"), path, f" ({human_size(_file_size(path))})"
+        ),
+        soft_wrap=True,
+    )
     rows: list[tuple[str, object]] = [
-        ("Session", summary.id),
-        ("Title", title),
-        ("File", f"{path} ({human_size(_file_size(path))})"),
         ("Directory", header.get("cwd", "")),
         ("Created", header.get("timestamp", "")),
         ("Version", _version_text(path, summary.version)),
@@ -280,12 +304,12 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
             else "none",
         ),
     ]
-    for key, value in rows:
-        grid.add_row(key, Text(str(value), overflow="fold"))
-    console.print(grid)
-    if summary.models:
+    console.print(grid_of(rows))
+    # Models that only a model change names (no reply) make no row.
+    replied = {name: u for name, u in summary.models.items() if u.messages}
+    if replied:
         console.print()
-        models = dict(summary.models)
+        models = dict(replied)
         if len(models) > 1:
             models["total"] = summary.usage
         console.print(_usage_table(models, "Model"))
@@ -566,7 +590,8 @@ def history_command(
     as_json: JsonOption = False,
 ) -> None:
     """The prompt history (history.db), newest first; opened read-only."""
-    entries = read_history(current_store().history_path, search, limit)
+    database = current_store().history_path
+    entries = read_history(database, search, limit)
     if as_json:
         emit_json(
             {
@@ -578,7 +603,7 @@ def history_command(
         )
         return
     if not entries:
-        console.print("No prompts found.", markup=False)
+        console.print(Text(f"No prompts found in {database}."), soft_wrap=True)
         return
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
     table.add_column("When", no_wrap=True)
@@ -588,6 +613,7 @@ def history_command(
         when = time_ago(datetime.fromtimestamp(e.created_at, UTC))
         table.add_row(when, Text(e.cwd or ""), Text(" ".join(e.prompt.split())))
     console.print(table)
+    console.print(Text(f"From {database}", style="dim"), soft_wrap=True)
 
 
 def stats_command(

@@ -108,9 +108,10 @@ def rm_command(
     plan = plan_delete(path, store.storage, agent_dir=store.agent_dir, force=force)
     if not yes:
         extra = f" and {plan.artifacts}{os.sep}" if plan.artifacts else ""
+        what = _what_is_deleted(path)
         try:
             confirmed = typer.confirm(
-                terminal_safe(f"Delete {path}{extra}?"), default=False, err=True
+                terminal_safe(f"Delete {what}: {path}{extra}?"), default=False, err=True
             )
         except typer.Abort:
             confirmed = False
@@ -237,6 +238,21 @@ def export_command(
     if carry is not None:
         carry.report()
     err_console.print(Text(f"Wrote {target} ({len(data):,} bytes)"))
+
+
+def _what_is_deleted(path: str) -> str:
+    """ "'<title>' (12 messages, 1.2 MB)" for rm's question; the size alone for a file
+    that cannot be read as a session."""
+    store = current_store()
+    try:
+        size = human_size(store.storage.stat(path).size)
+    except (OSError, ValueError):
+        size = "unknown size"
+    info = next((s for s in store.list(None) if s.path == path), None)
+    if info is None:
+        return f"the file ({size})"
+    title = shown_title(info.title, info.first_message, info.id, 60)
+    return f"{title!r} ({info.message_count:,} messages, {size})"
 
 
 def _session_file_stem(path: str) -> str:
