@@ -65,6 +65,35 @@ def _iso(moment: object) -> str | None:
     return None
 
 
+def short_ids(ids: list[str], least: int = 8) -> dict[str, str]:
+    """Each id's shortest prefix (at least `least` characters) that no other id shares,
+    as git abbreviates hashes: what `show`, `resume` and the others accept."""
+    ordered = sorted(set(ids))
+    out = {}
+    for i, sid in enumerate(ordered):
+        need = least
+        for other in (
+            ordered[i - 1] if i else None,
+            ordered[i + 1] if i + 1 < len(ordered) else None,
+        ):
+            if other is not None:
+                common = next(
+                    (k for k, (a, b) in enumerate(zip(sid, other, strict=False)) if a != b),
+                    min(len(sid), len(other)),
+                )
+                need = max(need, common + 1)
+        out[sid] = sid[:need]
+    return out
+
+
+def middle_cut(text: str, width: int) -> str:
+    """`text` in `width` characters, cut in the middle (`proj…name`) when longer."""
+    if len(text) <= width:
+        return text
+    left = (width - 1) // 2
+    return text[:left] + "…" + text[len(text) - (width - 1 - left) :]
+
+
 def _listing(all_projects: bool) -> list[SessionInfo]:
     return current_store().list(None if all_projects else os.getcwd())
 
@@ -158,27 +187,30 @@ def list_command(
         console.print(f"No sessions{matching} for {where}.", markup=False)
         return
     headers = ["Modified", "ID", "Msgs", "Size"] + (["Project"] if all_projects else [])
+    short = short_ids([s.id for s in sessions])
     rows: list[list[str]] = []
     for s in shown:
-        row = [time_ago(s.modified), s.id, str(s.message_count), human_size(_size(s))]
+        row = [time_ago(s.modified), short[s.id], f"{s.message_count:,}", human_size(_size(s))]
         if all_projects:
-            row.append((os.path.basename(s.cwd.rstrip("/")) or s.cwd)[:16])
+            row.append(middle_cut(os.path.basename(s.cwd.rstrip("/")) or s.cwd, 16))
         row.append(shown_title(s.title, s.first_message, s.id))
         rows.append(row)
-    # Only the title is cut to fit the terminal; ids and sizes are shown whole.
-    fixed = sum(max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)) + 3 * len(
-        headers
-    )
+    # Only the title is cut to fit the terminal; ids, counts and sizes are shown whole
+    # (each column as wide as its widest cell), and the title gets the rest.
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
-    for name in headers:
+    for name, width in zip(headers, widths, strict=True):
         table.add_column(
-            name, no_wrap=True, justify="right" if name in ("Msgs", "Size") else "left"
+            name,
+            no_wrap=True,
+            min_width=width,
+            justify="right" if name in ("Msgs", "Size") else "left",
         )
     table.add_column(
-        "Title / first prompt",
+        "Title",
         no_wrap=True,
         overflow="ellipsis",
-        max_width=max(20, console.width - fixed),
+        width=max(10, console.width - sum(widths) - 3 * len(headers)),
     )
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))
