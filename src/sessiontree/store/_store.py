@@ -551,15 +551,29 @@ class Store:
         from sessiontree.format import clean_title
         from sessiontree.search import search, title_hits
 
-        if sessions is not None:
-            paths = builtins.list(sessions)
-            wanted = set(paths)
-            infos = [s for s in self.list(None) if s.path in wanted]
-        else:
-            infos = self.list(cwd)
-            paths = [s.path for s in infos]
+        infos = None if sessions is not None else self.list(cwd)
+        paths = builtins.list(sessions) if sessions is not None else [s.path for s in infos or []]
         role_list = builtins.list(roles) if roles is not None else None
         since_ms, until_ms = _ms(since, end=False), _ms(until, end=True)
+        sources, storage, agent_dir = self._view(paths)
+        result = search(
+            sources,
+            query,
+            regex=regex,
+            case_sensitive=case_sensitive,
+            roles=role_list,
+            since=since_ms,
+            until=until_ms,
+            limit=limit,
+            storage=storage,
+            agent_dir=agent_dir,
+            use_index=use_index,
+            index_progress=progress,
+        )
+        # The titles, from the listing (after the entries: the index is refreshed first).
+        if infos is None:
+            wanted = set(paths)
+            infos = [s for s in self.list(None) if s.path in wanted]
         titled = title_hits(
             (
                 (s.path, s.id, clean_title(s.title), int(s.modified.timestamp() * 1000))
@@ -571,23 +585,6 @@ class Store:
             roles=role_list,
             since=since_ms,
             until=until_ms,
-        )
-        if limit is not None:
-            titled = titled[:limit]
-        sources, storage, agent_dir = self._view(paths)
-        result = search(
-            sources,
-            query,
-            regex=regex,
-            case_sensitive=case_sensitive,
-            roles=role_list,
-            since=since_ms,
-            until=until_ms,
-            limit=None if limit is None else max(1, limit - len(titled)),
-            storage=storage,
-            agent_dir=agent_dir,
-            use_index=use_index,
-            index_progress=progress,
         )
         if titled:
             result.hits[:0] = titled
