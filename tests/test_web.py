@@ -1304,3 +1304,31 @@ def test_the_search_form_has_the_cli_filters(client: Any, store: WebStore) -> No
     doc = page(client, "/search?" + urlencode({"q": "python", "regex": "1", "role": "user"}))
     assert any(i.get("name") == "regex" and "checked" in i for i in doc.all("input"))
     assert any(o.get("value") == "user" and "selected" in o for o in doc.all("option"))
+
+
+def test_the_usage_page_names_its_range_and_sums_it(client: Any, store: WebStore) -> None:
+    """7d/30d/90d/all presets; the range named; totals, models and projects of the range;
+    an activity heatmap of its days."""
+    for _ in range(50):
+        doc = page(client, "/usage?range=all")
+        if "usage-summary" in {a.get("id") for a in doc.all("p")}:
+            break
+        time.sleep(0.1)
+    text = doc.all_text
+    assert "All time (2026-01-01 to 2026-01-02, UTC)" in text
+    assert [a["href"] for a in doc.all("a") if "range=" in str(a.get("href"))] == [
+        "/usage?range=7d",
+        "/usage?range=30d",
+        "/usage?range=90d",
+        "/usage?range=all",
+    ]
+    cells = [td for td in doc.all("td") if str(td.get("title", "")).startswith("2026-01-01: ")]
+    assert len(cells) == 1 and cells[0]["class"] != "l0"
+    # The store's replies are all of January 2026: the last 7 days hold none, and the
+    # page says so in its totals, not only in its charts.
+    recent = page(client, "/usage?range=7d").all_text
+    assert "The last 7 days (no replies, UTC)" in recent
+    assert "0 replies · 0 tokens · $0 ·" in recent
+    assert "anthropic/claude-sonnet-4-5" not in recent.split("Per model", 1)[1]
+    # An unknown range is the whole.
+    assert "All time (" in page(client, "/usage?range=forever").all_text

@@ -16,7 +16,7 @@ import shlex
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -583,13 +583,27 @@ class _App:
 
     def usage(self, request: Request) -> Response:
         labels = _project_labels(self.data.sessions())
-        snapshot, error = self.data.usage(wait=3.0)
+        whole, error = self.data.usage(wait=3.0)
+        chosen = request.query_params.get("range", "all")
+        if chosen not in _RANGES:
+            chosen = "all"
+        days = _RANGES[chosen]
+        first = None
+        if days is not None:
+            first = (datetime.now(UTC) - timedelta(days=days - 1)).strftime("%Y-%m-%d")
+        snapshot = whole.within(first) if whole is not None else None
+        shown = sorted(d for d in (snapshot.by_day if snapshot else {}) if d != "unknown")
+        span = f"{shown[0]} to {shown[-1]}" if shown else "no replies"
+        name = "All time" if days is None else f"The last {days} days"
         return _page(
             "usage.html",
             title="Usage",
             snapshot=snapshot,
             error=error,
-            state=_usage_state(snapshot),
+            state=_usage_state(whole),
+            range_name=f"{name} ({span}, UTC)",
+            ranges=[(key, key if key != "all" else "all", key == chosen) for key in _RANGES],
+            heatmap=_heatmap(snapshot, first) if snapshot is not None else [],
             **(_usage_charts(snapshot, labels) if snapshot is not None else {}),
         )
 
@@ -707,6 +721,41 @@ def _project_labels(rows: Sequence[SessionRow]) -> dict[str, str]:
     return {
         d: name if seen[name] == 1 else f"{name} ({os.path.basename(d)})" for d, name in cwd.items()
     }
+
+
+_RANGES: dict[str, int | None] = {"7d": 7, "30d": 30, "90d": 90, "all": None}
+
+
+def _heatmap(snapshot: UsageSnapshot, first: str | None) -> list[list[dict[str, Any]]]:
+    """Weeks (columns) of days (rows, Monday first) shaded by cost, as activity heatmaps
+    draw them: the range's days (all time: at most the last 53 weeks)."""
+    days = sorted(d for d in snapshot.by_day if d != "unknown")
+    if not days:
+        return []
+    end = datetime.strptime(days[-1], "%Y-%m-%d").date()
+    start = datetime.strptime(first or days[0], "%Y-%m-%d").date()
+    start = max(start, end - timedelta(weeks=53))
+    start -= timedelta(days=start.weekday())
+    top = max((t.cost for t in snapshot.by_day.values()), default=0.0) or 1.0
+    weeks: list[list[dict[str, Any]]] = []
+    day = start
+    while day <= end:
+        key = day.isoformat()
+        tally = snapshot.by_day.get(key)
+        cost = tally.cost if tally is not None else 0.0
+        level = 0 if not tally or tally.messages == 0 else 1 + min(3, int(cost / top * 4))
+        if day.weekday() == 0:
+            weeks.append([])
+        replies = tally.messages if tally is not None else 0
+        weeks[-1].append(
+            {
+                "day": key,
+                "level": level,
+                "title": f"{key}: {replies:,} replies, {charts.money(cost)}",
+            }
+        )
+        day += timedelta(days=1)
+    return weeks
 
 
 def _usage_charts(snapshot: UsageSnapshot, labels: dict[str, str]) -> dict[str, Any]:

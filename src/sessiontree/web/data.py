@@ -13,6 +13,7 @@ and usage. One module, so that the backends can change here alone.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -143,6 +144,9 @@ class UsageSnapshot:
     by_session: dict[str, Tally] = field(default_factory=dict)
     """Keyed by path."""
     total: Tally = field(default_factory=Tally)
+    by_day_model: dict[tuple[str, str], Tally] = field(default_factory=dict)
+    """(UTC day, model): what a range of days sums per model."""
+    by_day_project: dict[tuple[str, str], Tally] = field(default_factory=dict)
     sessions_read: int = 0
     sessions_total: int = 0
     source: str = ""
@@ -160,7 +164,30 @@ class UsageSnapshot:
             (self.by_session, path),
         ):
             table.setdefault(key, Tally()).add(reply)
+        self.by_day_model.setdefault((day, model), Tally()).add(reply)
+        self.by_day_project.setdefault((day, project), Tally()).add(reply)
         self.total.add(reply)
+
+    def within(self, first: str | None) -> UsageSnapshot:
+        """The usage of the days from `first` (YYYY-MM-DD, UTC) on; None: every day (the
+        replies without a time too). Totals, models and projects sum those days alone."""
+        if first is None:
+            return self
+        out = dataclasses.replace(
+            self, by_day={}, by_model={}, by_project={}, by_session={}, total=Tally()
+        )
+        for day, tally in self.by_day.items():
+            if day != "unknown" and day >= first:
+                out.by_day[day] = tally
+                out.total.merge(tally)
+        for pairs, target in (
+            (self.by_day_model, out.by_model),
+            (self.by_day_project, out.by_project),
+        ):
+            for (day, key), tally in pairs.items():
+                if day != "unknown" and day >= first:
+                    target.setdefault(key, Tally()).merge(tally)
+        return out
 
 
 class _Usage:
