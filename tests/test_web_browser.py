@@ -673,3 +673,27 @@ def test_the_tree_reads_like_the_cli_and_a_hit_opens_in_its_branch(
     assert hit.evaluate(
         "e => { const r = e.getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight; }"
     )
+
+
+def test_the_live_view_grows_the_tree_and_follows_the_agent(
+    page: Any, server: BackgroundServer, store: WebStore
+) -> None:
+    page.goto(f"{server.base}/s/{handle_of('s', store.live)}")
+    page.wait_for_function("() => document.getElementById('live').textContent === 'live'")
+    with SessionManager.open(store.live) as sm:
+        first = sm.get_branch()[0]["id"]
+        # The agent goes on from the first entry: a new branch, not the shown path.
+        sm.branch(first)
+        other = sm.append_message(user("a new branch, written live"))
+        sm.flush()
+        page.locator(f"#tree button[data-id='{other}']").wait_for()
+        page.locator("#notice").get_by_text("on other branches").wait_for()
+        # Following the agent: the next entry elsewhere is shown, its branch and all.
+        page.locator("#follow").check()
+        sm.branch(first)
+        third = sm.append_message(user("and a third branch, followed"))
+        sm.flush()
+        page.locator("#entries").get_by_text("and a third branch, followed").wait_for()
+        page.wait_for_url(f"**?leaf={third}")
+    assert shown_ids(page) == path_ids(store.live, third)
+    assert page.locator(f"#tree button[data-id='{third}']").count() == 1

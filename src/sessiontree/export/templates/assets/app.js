@@ -145,6 +145,18 @@
     }).catch(function (error) { button.disabled = false; say('Could not load the text: ' + error.message); });
   });
 
+  // The live view: the tree takes new branches (redrawn by the server, a moment after
+  // the last entry), and "follow the agent" moves to wherever the agent writes next.
+  var followAgent = document.getElementById('follow');
+  var treeTimer = null;
+  function refreshTree() {
+    clearTimeout(treeTimer);
+    treeTimer = setTimeout(function () {
+      var url = base + '/path?leaf=' + encodeURIComponent(leaf) + '&from=' + encodeURIComponent(leaf);
+      get(url).then(function (data) { tree.innerHTML = data.nav; }).catch(function () {});
+    }, 250);
+  }
+
   var elsewhere = 0;
   if (window.EventSource) {
     var source = new EventSource(base + '/events?from=' + encodeURIComponent(root.dataset.offset));
@@ -165,6 +177,7 @@
         picker.appendChild(option);
       }
       if (article(data.id)) { return; }
+      refreshTree();
       if (data.parentId === leaf) {
         entries.insertAdjacentHTML('beforeend', data.html);
         var added = entries.lastElementChild;
@@ -175,6 +188,8 @@
         pathLength += 1;
         info.textContent = pathLength.toLocaleString() + ' entries on this path';
         if (follow) { toBottom(); }
+      } else if (followAgent && followAgent.checked) {
+        switchTo(data.id);
       } else {
         elsewhere += 1;
         say(elsewhere + ' new entr' + (elsewhere === 1 ? 'y' : 'ies') + ' on other branches (pick them in the branch list).');
