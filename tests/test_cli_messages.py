@@ -9,13 +9,18 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+import sessiontree.cli.common as cli_common
 from helpers import assistant, user
 from sessiontree import SessionManager
 from sessiontree.cli import app
 
 
 def run(*args: str, input: str | None = None, columns: int = 40) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, list(args), input=input, env={"COLUMNS": str(columns)})
+    # The console takes its width from $COLUMNS once, when the CLI is imported.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cli_common.console, "width", columns)
+        mp.setattr(cli_common.err_console, "width", columns)
+        result = CliRunner().invoke(app, list(args), input=input, env={"COLUMNS": str(columns)})
     return result.exit_code, result.stdout, result.stderr
 
 
