@@ -40,3 +40,21 @@ def test_quick_benchmark_suite_prints_every_workload(tmp_path: Path) -> None:
     ]:
         assert workload in out, out
     assert "ratio" in out and "peak RSS MB" in out
+
+
+def test_the_integrations_benchmark_prints_both_tables() -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    args = ["--items", "20", "--entries", "20", "--repeat", "1"]
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/bench_integrations.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    for row in ("SQLiteSession (file)", "SessionTreeSession (files)", "SessionTreeStore (files)"):
+        assert row in proc.stdout, proc.stdout
+    if os.environ.get("SESSIONTREE_TEST_PG"):
+        assert "SessionTreeStore (postgres)" in proc.stdout

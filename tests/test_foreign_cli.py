@@ -515,8 +515,11 @@ def test_usage_and_serve_read_a_foreign_store(stores: dict[str, Any], agent_dir:
             assert client.get(handle).status_code == 200
         found = client.get("/search?q=the")
         assert found.status_code == 200 and "searched by reading every session" in found.text
-    # With an agent dir to keep this agent's content index in, the pages use it.
+    # With an agent dir to keep this agent's content index in, the pages use it (files
+    # written within their mtime's tick are read again, not trusted: settle them first).
     agent_dir.mkdir(parents=True)
+    fs.settle(stores["claude"], stores["codex"])
+    before = snapshot(stores["claude"])
     store = ForeignStore.default("claude", str(agent_dir))
     with (
         BackgroundServer(ForeignStorage(store), store.home) as server,

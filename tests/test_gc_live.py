@@ -444,29 +444,15 @@ def test_a_blob_a_stopped_gc_left_taken_is_put_back_and_judged_again(agent_dir: 
     assert sorted(p.name for p in blobs.iterdir() if p.is_file()) == [digest]
 
 
-@pytest.mark.parametrize(
-    "lazy",
-    [
-        False,
-        pytest.param(
-            True,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="an index-first manager pins no ref of the lines it has not read: once "
-                "its file is deleted, no file names their blobs and gc deletes them; the file "
-                "recreated from the pinned descriptor then names blobs that are gone (a fix "
-                "pins every ref the index pass sees, or gc reads files live processes hold "
-                "open: a design choice for the lead)",
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("lazy", [False, True], ids=["whole", "index-first"])
 def test_a_live_session_whose_file_is_deleted_keeps_its_images_through_gc(
     agent_dir: Path, lazy: bool
 ) -> None:
     """A writer whose file another program deleted recreates it from what it holds; a
     gc run meanwhile must not take the images of the lines it holds. A whole load holds
-    them resolved in memory; an index-first load holds only the unread lines' bytes."""
+    them resolved in memory; an index-first load holds only the unread lines' bytes,
+    so its pass pins every ref it sees (and a whole load pins the refs it keeps as refs:
+    snapcompact frames, see the next test)."""
     other_session()
     with SessionManager.create("/proj") as sm:
         sm.append_message(image_message(sm.put_blob(png(b"deleted")).ref))
@@ -481,6 +467,87 @@ def test_a_live_session_whose_file_is_deleted_keeps_its_images_through_gc(
     live.append_message(user("more"))  # recreates the file whole
     live.close()
     assert verify(path) == []
+
+
+def session_with_images(cwd: str = "/proj") -> tuple[str, str, str]:
+    """A written session holding an image block and a snapcompact frame (a ref even in
+    memory), then 40 more entries: (path, the image's hash, the frame's hash)."""
+    with SessionManager.create(cwd) as sm:
+        image = sm.put_blob(png(b"block")).hash
+        sm.append_message(image_message(f"blob:sha256:{image}"))
+        frame = sm.put_blob(png(b"frame")).hash
+        sm.append_custom_entry(
+            "snapcompact", {"frames": [{"data": f"blob:sha256:{frame}", "mimeType": "image/png"}]}
+        )
+        sm.append_message(assistant("nice"))
+        for i in range(20):
+            sm.append_message(user(f"u{i}"))
+            sm.append_message(assistant(f"a{i}"))
+        path = sm.get_session_file() or ""
+    return path, image, frame
+
+
+@pytest.mark.parametrize("read", [False, True], ids=["unread", "read"])
+@pytest.mark.parametrize("lazy", [False, True], ids=["whole", "index-first"])
+def test_a_live_session_whose_file_is_deleted_keeps_its_frames_through_gc(
+    agent_dir: Path, lazy: bool, read: bool
+) -> None:
+    """A snapcompact frame stays a ref in memory (a whole load, an index-first line
+    read): the manager pins it as it pins the refs of unread lines, so a gc while the
+    file is deleted keeps the frame's blob too (an image block is held as data)."""
+    other_session()
+    path, image, frame = session_with_images()
+    live = SessionManager.open(path, lazy=lazy)
+    if read:
+        live.get_entries()
+    # Index first: every ref the pass saw; whole: the ones memory holds as refs.
+    assert read_pins(str(agent_dir / "blobs")).hashes == ({image, frame} if lazy else {frame})
+    os.unlink(path)
+    report = later_gc(agent_dir)
+    # A whole load holds the image block as data: its blob may go, and is put back.
+    assert report["deleted"] == ([] if lazy else [image])
+    live.append_message(user("more"))  # recreates the file whole
+    live.close()
+    assert verify(path) == []
+
+
+def test_a_fork_of_an_index_first_session_keeps_the_images_of_its_unread_lines(
+    agent_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`fork_from` copies the lines its source has not read as they are: the fork's
+    manager holds them only in its new file, and pins their refs as a load does."""
+    other_session()
+    path, *images = session_with_images()
+    monkeypatch.setattr("sessiontree.session._loader.LAZY_LOAD_BYTES", 0)
+    fork = SessionManager.fork_from(path, "/forked")
+    copy = fork.get_session_file() or ""
+    assert fork._index.pinned is not None  # unread lines, read from the fork's file
+    os.unlink(path)  # the source goes
+    os.unlink(copy)  # and so does the fork's file, under its live manager
+    assert set(images) <= read_pins(str(agent_dir / "blobs")).hashes
+    assert later_gc(agent_dir)["deleted"] == []
+    fork.append_message(user("more"))
+    fork.close()
+    assert verify(copy) == []
+
+
+def test_the_pins_of_a_loaded_file_go_with_its_manager_and_read_only_takes_none(
+    agent_dir: Path,
+) -> None:
+    """A read-only manager never writes its file again: it pins nothing. A writable
+    one lets its file's pins go when it closes; gc may then take what no file names."""
+    other_session()
+    path, image, frame = session_with_images()
+    blobs = str(agent_dir / "blobs")
+    for lazy in (False, True):
+        with SessionManager.open(path, read_only=True, lazy=lazy):
+            assert read_pins(blobs).hashes == set()
+    live = SessionManager.open(path, lazy=True)
+    assert read_pins(blobs).hashes == {image, frame}
+    live.close()
+    assert read_pins(blobs).hashes == set()
+    os.unlink(path)
+    assert sorted(later_gc(agent_dir)["deleted"]) == sorted([image, frame])
 
 
 @pytest.mark.parametrize("planted", ["a file", "a dangling symlink"])

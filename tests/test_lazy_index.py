@@ -500,10 +500,10 @@ def test_the_index_pass_reads_every_chunking_as_the_full_loader(
 ) -> None:
     """Lines across chunk boundaries (read inline or by the reader thread), a leading
     BOM, CRLF ends, a torn or whitespace tail: the same entries and line facts as
-    `read_session`."""
+    `read_session`, and every blob ref of the file."""
     import sessiontree.session._line_index as line_index
     from sessiontree.session import read_session
-    from sessiontree.storage import FilePin, FileSessionStorage
+    from sessiontree.storage import FilePin, FileSessionStorage, find_blob_refs
 
     directory = tmp_path_factory.mktemp("s") / "sessions"
     directory.mkdir()
@@ -538,6 +538,9 @@ def test_the_index_pass_reads_every_chunking_as_the_full_loader(
         line = raw[lines.offsets[p] : lines.offsets[p] + lines.lengths[p]]
         read_back.append(entry if entry is not None else loads_object(line))
     assert read_back == want.entries
+    # Every blob ref of the entry lines, read or not, split by a chunk's end or not
+    # (what a writable manager pins, issue 21.2).
+    assert lines.refs == find_blob_refs(raw)  # the head lines hold none
 
 
 def test_fork_from_a_lazy_source_copies_its_lines(
@@ -889,3 +892,32 @@ def test_a_tail_cut_anywhere_resumes_alike(
         root = tmp_path_factory.mktemp("cut")
         cut = cut_at(data, cuts, kind, w)
         check_torn(root, path.name, data[:cut], blobs_of(directory), rewrite=True)
+
+
+@pytest.mark.parametrize("finder", ["memmem", "bytes.find"])
+def test_the_index_pass_finds_every_ref_with_either_search(
+    tmp_path: Path, finder: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass looks for refs with the C library's `memmem` where there is one, else
+    `bytes.find`: both find every ref, at every place a chunk's end can cut it."""
+    import sessiontree.session._line_index as line_index
+    from sessiontree.storage import FilePin
+
+    if finder == "memmem":
+        assert line_index._mark_finder() is not None  # Linux, macOS: there is one
+    else:
+        monkeypatch.setattr(line_index, "_finder", [None])
+    hashes = [f"{i:02x}" * 32 for i in range(12)]
+    header = b'{"type":"session","version":3,"id":"s","timestamp":"t","cwd":"/"}\n'
+    lines = [header]
+    for i, digest in enumerate(hashes):
+        block = {"type": "image", "data": f"blob:sha256:{digest}", "mimeType": "image/png"}
+        entry = {"type": "message", "id": f"e{i}", "parentId": f"e{i - 1}" if i else None}
+        entry.update(timestamp="t", message={"role": "user", "content": ["x" * i * 7, block]})
+        lines.append(serialize_entry_bytes(entry) + b"\n")
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"".join(lines))
+    for chunk in (1, 5, 13, 64, 77, 100, 4096):
+        monkeypatch.setattr(line_index, "_CHUNK", chunk)
+        got = line_index.scan_pinned(FilePin.open(str(path)), lambda header: True)
+        assert got.lines.refs == set(hashes), chunk

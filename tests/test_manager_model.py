@@ -9,8 +9,10 @@ truncates the session file, with forked children that do what they like with the
 manager they inherit, with I/O faults (ENOSPC, EIO, EACCES, EROFS on write, fsync,
 rename or open) injected into the calls the package makes, and with other managers
 that hold images no file names yet while `gc --delete` runs an hour later (issue
-21.2; see that family's block for its own checks). After every manager operation it
-checks:
+21.2), with index-first managers whose file another program deletes before such a gc,
+and with copies written outside every agent dir (`export -o`, `repair -o`) whose source
+then goes before a gc (see each family's block for its own checks). After every manager
+operation it checks:
 
 - every session file the manager wrote loads;
 - the manager's entries equal what a fresh read-only open sees (both through the
@@ -38,6 +40,7 @@ about 40 on average) steps; what ran is printed.
 
 from __future__ import annotations
 
+import base64
 import copy
 import errno
 import fnmatch
@@ -77,9 +80,10 @@ from sessiontree import (
 )
 from sessiontree._util.fs import side_stem
 from sessiontree.errors import SessionClosedError
+from sessiontree.export import export_jsonl
 from sessiontree.format import loads_line, serialize_entry_bytes
 from sessiontree.layout import get_default_session_dir
-from sessiontree.maintenance import check_session, collect_garbage
+from sessiontree.maintenance import check_session, collect_garbage, repair_session
 from sessiontree.session import _file as session_file
 from sessiontree.session import _loader as loader
 from sessiontree.session import _manager as manager_module
@@ -1401,6 +1405,11 @@ class ManagerModel(RuleBasedStateMachine):
             with open(os.path.join(live, f"99999999-{stale:016x}.pin"), "w") as f:
                 f.write(digest + "\n")
             RAN["stale pins left"] += 1
+        self.later_gc()
+
+    def later_gc(self) -> bool:
+        """`gc --delete` with its clock an hour ahead, then the family's checks; False
+        when it refused to delete."""
         real = gc_module.time
         later = types.SimpleNamespace(time=lambda: real.time() + 3600)
         gc_module.time = later  # type: ignore[assignment]
@@ -1411,12 +1420,182 @@ class ManagerModel(RuleBasedStateMachine):
         RAN["gc runs"] += 1
         if report.refused is not None:
             RAN[f"gc refused: {report.refused}"] += 1
-            return
+            return False
         RAN["gc: blobs deleted"] += len(report.deleted)
         RAN["gc: blobs kept for live managers"] += report.pinned
         self.check_refs_resolve()
         pins = read_pins(os.path.join(self.agent, "blobs"))
         assert pins.stale == [], pins.stale
+        return True
+
+    # --- family: a live index-first session whose file is deleted (issue 21.2) ---
+    # A writable manager loaded index first holds the lines it has not read only in its
+    # file. Another program deletes that file, gc runs an hour later, and the manager
+    # writes again (it recreates the file from what it holds): every ref of the new file
+    # resolves, because the index pass pinned every ref it saw. The manager is this one
+    # (when it holds unread lines) or another, made with an image of every form.
+
+    @rule(which=st.sampled_from(["this", "another"]), read=st.booleans())
+    def lazy_file_deleted_then_gc(self, which: str, read: bool) -> None:
+        """`read`: another manager reads every line first (this one reads what the
+        other rules ask for)."""
+        sm = self.manager
+        path = sm.get_session_file()
+        this = (
+            which == "this"
+            and path is not None
+            and sm._index.pinned is not None  # lines not read yet
+            and self.on_disk()
+            and self.trusted
+            and not self.pending
+            and not self.dead()
+            and os.path.exists(path)
+        )
+        if not this:
+            self.another_lazy_file_deleted(read)
+            return
+        assert path is not None
+        os.unlink(path)
+        self.trusted, self.pending = False, "delete"
+        self.tampered.add(path)
+        RAN["index-first files deleted under their live manager: this one"] += 1
+        self.later_gc()
+        self.append_message("user", "after the delete")  # must recreate the file
+        if not self.dead() and os.path.exists(path):
+            self.check_refs_resolve()
+            RAN["index-first files recreated after gc: this one"] += 1
+
+    def another_lazy_file_deleted(self, read: bool) -> None:
+        directory = os.path.join(self.agent, "sessions", "--w-lazy--")
+        with SessionManager.create("/w/lazy", directory) as made:
+            made.append_message(message("image", "lazy"))
+            made.append_message(message("assistant", "seen"))
+            append_image_ref(made, "handed", "lazy")
+            append_image_ref(made, "frame", "lazy")
+            for i in range(6):
+                made.append_message(message("user", f"u{i}"))
+                made.append_message(message("assistant", f"a{i}"))
+            path = made.get_session_file() or ""
+        live = SessionManager.open(path, lazy=True)
+        assert live._index.pinned is not None
+        live.model_kind = "lazy"  # type: ignore[attr-defined]
+        self.live.append(live)
+        if read:
+            live.get_entries()
+        os.unlink(path)
+        RAN["index-first files deleted under their live manager: another"] += 1
+        self.later_gc()
+        live.append_message(message("user", "after the delete"))  # recreates the file
+        assert os.path.exists(path)
+        assert check_session(path, conflicts=False) == [], path
+        self.check_refs_resolve()
+        RAN["index-first files recreated after gc: another"] += 1
+
+    # --- family: copies outside every agent dir (issue 21.3, the lead's choice) ---
+    # `export -f jsonl -o` and `repair -o` (the library calls behind them) to a path
+    # outside every agent dir: no gc reads it there, so the copy holds its images itself.
+    # The source is this session (live) or one made for the copy, with an image of every
+    # form, removed once copied; gc runs an hour later. No image is lost: each image
+    # payload of the source is data in the copy, unless its blob could not be read (its
+    # ref is then kept, and reported), and gc changes nothing of the copy.
+
+    @rule(
+        command=st.sampled_from(["export", "repair"]),
+        source=st.sampled_from(["this", "removed"]),
+        lazy=st.booleans(),
+    )
+    def copy_outside(self, command: str, source: str, lazy: bool) -> None:
+        path = self.manager.get_session_file()
+        removed = source == "removed" or path is None or not self.on_disk() or self.dead()
+        if removed:
+            path = self.source_to_remove(command)
+        assert path is not None
+        outside = os.path.join(self.root, "outside")
+        os.makedirs(outside, exist_ok=True)
+        self.copy_dest = outside
+        out = os.path.join(outside, f"copy-{RAN['copies outside: tried']}.jsonl")
+        RAN["copies outside: tried"] += 1
+        reported: list[tuple[str, str]] = []
+        original: list[bytes] = []
+
+        def action() -> str | None:
+            if command == "repair":
+                with open(path, "rb") as f:
+                    original.append(f.read())
+                report = repair_session(path, out, agent_dir=self.agent)
+                return report.out_path if report.out_path == out else None
+            sm = self.manager
+            if removed:
+                sm = SessionManager.open(path, read_only=True, lazy=lazy)
+            try:
+                data = export_jsonl(sm)
+                original.append(data)
+                carry = sm.blob_carry(out, FileSessionStorage(), standalone=True)
+                assert carry.inlines
+                FileSessionStorage().write_atomic(out, carry.chunks([data], out))
+                reported.extend(carry.report())
+            finally:
+                if removed:
+                    sm.close()
+            return out
+
+        targets: list[str] = [out]  # (a fault after the rename may leave it, whole)
+        error = self.run("copy", lambda: targets.append(action() or ""), targets)
+        made = error is None and targets[-1] == out
+        if removed and os.path.exists(path):
+            os.unlink(path)
+        if not made:
+            RAN[f"copies outside: {'failed' if error else 'nothing to copy'}"] += 1
+            if os.path.exists(out):  # failed once it was in place (syncing its dir, say)
+                assert error is not None and read_session(out, FileSessionStorage()).valid
+                RAN["copies outside: failed after the copy was in place"] += 1
+            return
+        RAN[f"copies outside: {command} of {'a removed' if removed else 'this'} session"] += 1
+        with open(out, "rb") as f:
+            copied = f.read()
+        self.check_standalone(original[0], copied, {d for _, d in reported}, command)
+        self.later_gc()
+        with open(out, "rb") as f:
+            assert f.read() == copied
+        RAN["copies outside: checked after the source went and gc ran"] += 1
+
+    def source_to_remove(self, command: str) -> str:
+        """A session with an image of every form, for a copy outside; torn at its end
+        for a repair (something to repair)."""
+        directory = os.path.join(self.agent, "sessions", "--w-outside--")
+        with SessionManager.create("/w/outside", directory) as sm:
+            sm.append_message(message("image", "outside"))
+            sm.append_message(message("assistant", "seen"))
+            append_image_ref(sm, "handed", "outside")
+            append_image_ref(sm, "frame", "outside")
+            sm.append_message(message("assistant", "done"))
+            path = sm.get_session_file() or ""
+        if command == "repair":
+            with open(path, "ab") as f:
+                f.write(b'{"type":"message","id":"torn"')
+        return path
+
+    def check_standalone(
+        self, source: bytes, copied: bytes, reported: set[str], command: str
+    ) -> None:
+        """Every image payload of `source` is data in `copied`, in the same places, but
+        the refs reported (blobs that could not be read); no other ref is left."""
+        want, got = image_payloads(source), image_payloads(copied)
+        assert len(got) == len(want), (command, want, got)  # (a torn line is no image)
+        blobs = BlobStore(os.path.join(self.agent, "blobs"))
+        for before, after in zip(want, got, strict=True):
+            if after.startswith("blob:sha256:"):
+                assert after == before and after.removeprefix("blob:sha256:") in reported
+                RAN["copies outside: refs kept (reported)"] += 1
+                continue
+            if before.startswith("blob:sha256:"):
+                image = base64.b64decode(after, validate=True)  # the blob's canonical base64
+                assert blobs.get(before.removeprefix("blob:sha256:")) in (image, None)
+            else:
+                assert after == before  # data already: as the source holds it
+            RAN["copies outside: images inline"] += 1
+        left = find_blob_refs(copied)
+        assert left <= reported, (left, reported)
 
     def check_refs_resolve(self) -> None:
         blobs = os.path.join(self.agent, "blobs")
@@ -1451,6 +1630,28 @@ def append_image_ref(sm: SessionManager, kind: str, text: str) -> str:
         return sm.append_message({"role": "user", "content": [block], "timestamp": 5})
     frame = {"data": ref, "mimeType": "image/png"}
     return sm.append_custom_entry("snapcompact", {"frames": [frame]})
+
+
+def image_payloads(data: bytes) -> list[str]:
+    """The `data` of every image block and snapcompact frame in a session's bytes, in order."""
+    found: list[str] = []
+    for line in data.splitlines()[1:]:
+        try:
+            entry = loads_line(line)
+        except ValueError:
+            continue  # a torn line
+        if not isinstance(entry, dict):
+            continue
+        if entry.get("customType") == "snapcompact":
+            found += [f["data"] for f in entry.get("data", {}).get("frames", [])]
+            continue
+        content = (
+            entry.get("message", {}).get("content") if entry.get("type") == "message" else None
+        )
+        for block in content if isinstance(content, list) else []:
+            if isinstance(block, dict) and block.get("type") == "image":
+                found.append(block["data"])
+    return found
 
 
 def glob_escape(text: str) -> str:

@@ -16,17 +16,21 @@ from typing import Any
 
 import pytest
 
-from conftest import require_module, unavailable
+from conftest import SHARED_FIXTURES, require_module, unavailable
 from helpers import assistant, user
 from sessiontree import SessionManager
 from sessiontree.format import message_text
 from sessiontree.storage import FileSessionStorage
 from web_support import (
+    AGENT_VARIABLES,
     BROWSER_ARGS,
     CHROMIUM,
+    CLAUDE_FIXTURE,
+    CLAUDE_ID,
     HOSTILE,
     LONG_TEXT_CHARS,
     WebStore,
+    build_home,
     build_store,
     decode_png,
 )
@@ -697,3 +701,59 @@ def test_the_live_view_grows_the_tree_and_follows_the_agent(
         page.wait_for_url(f"**?leaf={third}")
     assert shown_ids(page) == path_ids(store.live, third)
     assert page.locator(f"#tree button[data-id='{third}']").count() == 1
+
+
+def test_every_store_found_in_one_app(browser: Any, tmp_path: Path) -> None:
+    """`serve` with no store named: the sessions of a pi and a Claude Code store in one
+    list, each with its store; a click opens the Claude Code session from its store;
+    the store filter and search cover both."""
+    from sessiontree.store import find_stores
+
+    source = SHARED_FIXTURES / "foreign" / "claude" / CLAUDE_FIXTURE
+    if not source.exists():
+        unavailable(f"fixture {source} is missing")
+    home = tmp_path / "home"
+    home.mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOME", str(home))
+        for name in AGENT_VARIABLES:
+            mp.delenv(name, raising=False)
+        found = build_home(home, source)
+        stores = [f.open() for f in find_stores()]
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.add_init_script(WATCH)
+    context.set_default_timeout(10_000)
+    try:
+        with BackgroundServer(stores) as server:
+            p = context.new_page()
+            errors: list[str] = []
+            p.on("pageerror", lambda exc: errors.append(str(exc)))
+            p.goto(server.new_link())
+            p.wait_for_url(server.base + "/")
+            assert p.locator("#stores tr[data-store]").count() == 2
+            p.get_by_role("link", name="all sessions").click()
+            p.wait_for_url("**/sessions")
+            rows = p.locator("#sessions tbody tr")
+            assert rows.count() == 3
+            badges = p.locator("#sessions tbody a.store").all_inner_texts()
+            assert sorted(badges) == ["claude", "pi", "pi"]
+            claude = p.locator(f"tr[data-handle='{handle_of('s', found.claude_session)}']")
+            assert claude.locator("a.store").inner_text() == "claude"
+            claude.locator("td.title a").click()
+            p.wait_for_url(f"**/s/{handle_of('s', found.claude_session)}")
+            assert CLAUDE_ID in p.locator(".meta").first.inner_text()
+            assert p.locator(".meta span.store").inner_text() == "claude"
+            assert p.locator("#entries article.entry").count() > 0
+            p.goto(server.base + "/sessions")
+            p.locator("#sessions tbody a.store", has_text="claude").click()
+            p.wait_for_url("**/sessions?store=claude")
+            assert p.locator("#sessions tbody tr").count() == 1
+            p.goto(server.base + "/search?q=zanzibar")
+            assert p.locator("section.hits").count() == 1
+            assert p.locator("section.hits span.store").inner_text() == "pi"
+            assert errors == []
+            assert p.evaluate("window.__violations") == []
+    finally:
+        context.close()
+        for store in stores:
+            store.close()

@@ -423,3 +423,53 @@ def decode_png(data: bytes) -> tuple[int, int, list[bytes]]:
 
 def json_lines(path: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+# ---------------------------------------------------------------------------- every store found
+
+AGENT_VARIABLES = (
+    "PI_CODING_AGENT_DIR",
+    "SESSIONTREE_STORE",
+    "CLAUDE_CONFIG_DIR",
+    "CODEX_HOME",
+    "XDG_DATA_HOME",
+    "GEMINI_CLI_HOME",
+    "COPILOT_HOME",
+)
+"""The variables that name a store: unset, every store under `$HOME` is found."""
+CLAUDE_FIXTURE = "entireio__cli__26__dcd5518fea__0__full.jsonl"
+CLAUDE_ID = "aaaaaaaa-1111-2222-3333-444444444444"
+
+
+@dataclass
+class FoundHome:
+    """A home with a pi store (a session of its own, one imported from Claude Code) and a
+    Claude Code store (the original of that import)."""
+
+    home: Path
+    pi: Path
+    claude: Path
+    pi_session: str
+    claude_session: str
+    imported: str
+
+
+def build_home(home: Path, claude_source: Path) -> FoundHome:
+    """`home` with ~/.pi/agent and ~/.claude (call with $HOME naming it and no
+    variable of `AGENT_VARIABLES` set)."""
+    from sessiontree.foreign import import_session, read_claude_session
+    from sessiontree.store import Store
+
+    pi = home / ".pi" / "agent"
+    claude = home / ".claude"
+    target = claude / "projects" / "-w" / f"{CLAUDE_ID}.jsonl"
+    target.parent.mkdir(parents=True)
+    shutil.copyfile(claude_source, target)
+    project = home / "p"
+    project.mkdir()
+    with Store(pi).create(project) as sm:
+        sm.append_message(user("the word zanzibar"))
+        sm.append_message(assistant("zanzibar it is"))
+        own = str(sm.get_session_file())
+    imported = import_session(read_claude_session(str(target)), agent_dir=str(pi))
+    return FoundHome(home, pi, claude, own, str(target), str(imported.path))

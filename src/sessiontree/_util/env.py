@@ -17,12 +17,14 @@ __all__ = [
     "AGENT_DIR_ENV",
     "NATIVE_AGENTS",
     "STORE_ENV",
+    "agent_dir_env",
     "agent_dir_or_default",
     "claude_config_dirs",
     "codex_home",
     "copilot_home",
     "default_agent_dir",
     "default_store",
+    "default_store_choice",
     "gemini_home",
     "get_agent_dir",
     "native_agent_dir",
@@ -56,8 +58,20 @@ def native_agent_dir(agent: str) -> str:
 
 
 def default_agent_dir() -> str:
-    """The agent dir when `$PI_CODING_AGENT_DIR` is not set: `~/.xcsh/agent`."""
+    """The agent dir when `$PI_CODING_AGENT_DIR` is not set: `~/.xcsh/agent`, else the
+    first of `~/.omp/agent` and `~/.pi/agent` that exists (a home where only pi ran
+    works with no setup), else `~/.xcsh/agent`."""
+    for agent in NATIVE_AGENTS:
+        candidate = native_agent_dir(agent)
+        if os.path.isdir(candidate):
+            return candidate
     return native_agent_dir("xcsh")
+
+
+def agent_dir_env() -> str | None:
+    """`$PI_CODING_AGENT_DIR` (`~` expanded), None when it is not set."""
+    env = _read(AGENT_DIR_ENV)
+    return os.path.expanduser(env) if env else None
 
 
 def get_agent_dir() -> str:
@@ -76,10 +90,22 @@ def agent_dir_or_default(agent_dir: str | None = None) -> str:
     return agent_dir if agent_dir is not None else get_agent_dir()
 
 
+def default_store_choice() -> tuple[str, bool]:
+    """(`default_store()`, whether a variable named it): each variable read once.
+    Nothing named (False): the CLI reads every store found besides it."""
+    store = _read(STORE_ENV)
+    if store:
+        return store, True
+    env = _read(AGENT_DIR_ENV)
+    if env:
+        return os.path.expanduser(env), True
+    return default_agent_dir(), False
+
+
 def default_store() -> str:
     """Where `Store()` (and the CLI without `--store` or `--agent-dir`) works:
     `$SESSIONTREE_STORE` (a path or a URL), else the default agent dir."""
-    return _read(STORE_ENV) or get_agent_dir()
+    return default_store_choice()[0]
 
 
 # ---------------------------------------------------------------------------- other agents

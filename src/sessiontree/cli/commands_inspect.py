@@ -10,7 +10,7 @@ import json
 import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Group
@@ -29,9 +29,11 @@ from sessiontree.cli.common import (
     err_console,
     human_size,
     open_read_only,
+    other_stores,
     resolve_session,
 )
 from sessiontree.cli.render import TreeOptions, money, preview, render_tree, time_ago
+from sessiontree.errors import SessionTreeError
 from sessiontree.export import session_shown_title
 from sessiontree.format import (
     SEARCH_ROLES,
@@ -40,11 +42,13 @@ from sessiontree.format import (
     format_iso,
     message_text,
     shown_title,
+    utc_day,
 )
 from sessiontree.history import read_history
 from sessiontree.listing import SessionInfo
 from sessiontree.maintenance import file_version
 from sessiontree.reports import (
+    StoreStats,
     Totals,
     UsageTotals,
     parse_time,
@@ -52,6 +56,7 @@ from sessiontree.reports import (
     time_zone,
 )
 from sessiontree.search import SearchHit
+from sessiontree.store import Store, replies_of
 
 AllOption = Annotated[bool, typer.Option("--all", "-a", help="Every project, not just this one.")]
 
@@ -98,6 +103,36 @@ def _listing(all_projects: bool) -> list[SessionInfo]:
     return current_store().list(None if all_projects else os.getcwd())
 
 
+def _listings(all_projects: bool) -> tuple[list[tuple[SessionInfo, str]], list[Store]]:
+    """The sessions (each with its store's agent) of the invocation's store and, when
+    no option named one, of every other store found; newest first; the stores read."""
+    stores = [current_store(), *other_stores()]
+    found: list[tuple[SessionInfo, str]] = []
+    read: list[Store] = []
+    for number, store in enumerate(stores):
+        try:
+            found += [(s, store.agent) for s in store.list(None if all_projects else os.getcwd())]
+        except (OSError, SessionTreeError) as exc:
+            if number == 0:
+                raise  # the store named (or the default one): its error is the command's
+            err_console.print(Text(f"sessiontree: warning: {store.location}: skipped: {exc}"))
+            continue
+        read.append(store)
+    found.sort(key=lambda pair: pair[0].modified, reverse=True)
+    return found, read
+
+
+def _elsewhere(stores: list[Store]) -> int:
+    """Sessions of every project in `stores` (what `list --all` would show)."""
+    total = 0
+    for store in stores:
+        try:
+            total += len(store.list())
+        except (OSError, SessionTreeError):
+            continue
+    return total
+
+
 def _file_size(path: str) -> int:
     """A session file's size in the store in effect (0 when it cannot be read)."""
     try:
@@ -138,8 +173,12 @@ def list_command(
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List sessions, newest first: this directory's project, or every project with --all."""
-    sessions = _listing(all_projects)
+    """List sessions, newest first: this directory's project, or every project with --all.
+
+    With no --agent, --agent-dir or --store (and no $SESSIONTREE_STORE or
+    $PI_CODING_AGENT_DIR), every agent store found on this machine is read
+    (`sessiontree stores` lists them)."""
+    pairs, read = _listings(all_projects)
     if text is not None or since is not None or until is not None:
         tz, _ = time_zone(None)
         since_ms = parse_time(since, tz) if since else None
@@ -157,15 +196,23 @@ def list_command(
             fields = (shown_title(s.title, s.first_message, s.id), s.first_message, s.id, s.cwd)
             return any(needle in " ".join(str(f or "").split()).casefold() for f in fields)
 
-        sessions = [s for s in sessions if wanted(s)]
+        pairs = [(s, agent) for s, agent in pairs if wanted(s)]
+    sessions = [s for s, _ in pairs]
+    agents = {id(s): agent for s, agent in pairs}
     shown = sessions[:limit] if limit else sessions
     if as_json:
         emit_json(
             {
                 "total": len(sessions),
+                **(
+                    {"stores": [{"agent": st.agent, "location": st.location} for st in read]}
+                    if len(read) > 1 or current_store().found_by_default
+                    else {}
+                ),
                 "sessions": [
                     {
                         "path": s.path,
+                        "agent": agents[id(s)],
                         "id": s.id,
                         "cwd": s.cwd,
                         "title": s.title,
@@ -181,16 +228,35 @@ def list_command(
             }
         )
         return
+    looked = ", ".join(f"{st.location} ({st.agent})" for st in read) or "no store"
     if not sessions:
         where = "any project" if all_projects else os.getcwd()
         matching = " matching the filters" if text or since or until else ""
-        console.print(f"No sessions{matching} for {where}.", markup=False)
+        console.print(
+            f"No sessions{matching} for {where} in {looked}.", markup=False, soft_wrap=True
+        )
+        if not all_projects and not matching:
+            others = _elsewhere(read)
+            if others:
+                console.print(
+                    f"{others} sessions of other projects are there: sessiontree list --all",
+                    markup=False,
+                )
         return
-    headers = ["Modified", "ID", "Msgs", "Size"] + (["Project"] if all_projects else [])
+    several = len({agents[id(s)] for s in sessions}) > 1
+    if len(read) > 1:
+        err_console.print(Text(f"Read {looked}.", style="dim"))
+    headers = (
+        ["Modified", "ID", "Msgs", "Size"]
+        + (["Agent"] if several else [])
+        + (["Project"] if all_projects else [])
+    )
     short = short_ids([s.id for s in sessions])
     rows: list[list[str]] = []
     for s in shown:
         row = [time_ago(s.modified), short[s.id], f"{s.message_count:,}", human_size(_size(s))]
+        if several:
+            row.append(agents[id(s)])
         if all_projects:
             row.append(middle_cut(os.path.basename(s.cwd.rstrip("/")) or s.cwd, 16))
         row.append(shown_title(s.title, s.first_message, s.id))
@@ -455,22 +521,21 @@ def context_command(
         console.print(Text(_context_text(message, full)))
 
 
-def _scope(all_projects: bool, project: str | None) -> list[SessionInfo]:
-    if all_projects and project is not None:
-        raise CliError("give --all or --project, not both", EXIT_USAGE)
-    if project is not None:
-        where = os.path.abspath(os.path.expanduser(project))
-        sessions = current_store().list(where)
-        if not sessions:
-            projects = sorted({s.cwd for s in current_store().list(None) if s.cwd})
-            known = ", ".join(projects[:10]) + (", ..." if len(projects) > 10 else "")
-            raise CliError(
-                f"no sessions of a project in {where}"
-                + (f"; the projects are: {known}" if projects else "; the store has none"),
-                EXIT_USAGE,
-            )
-        return sessions
-    return _listing(all_projects)
+def _no_such_project(where: str) -> NoReturn:
+    """Refuse a project dir without sessions, naming the projects there are."""
+    projects: set[str] = set()
+    for store in [current_store(), *other_stores()]:
+        try:
+            projects.update(s.cwd for s in store.list(None) if s.cwd)
+        except (OSError, SessionTreeError):
+            continue
+    ordered = sorted(projects)
+    known = ", ".join(ordered[:10]) + (", ..." if len(ordered) > 10 else "")
+    raise CliError(
+        f"no sessions of a project in {where}"
+        + (f"; the projects are: {known}" if ordered else "; the store has none"),
+        EXIT_USAGE,
+    )
 
 
 def _hit_json(hit: SearchHit) -> dict[str, Any]:
@@ -543,36 +608,58 @@ def search_command(
     tz, _ = time_zone(None)
     since_ms = parse_time(since, tz) if since else None
     until_ms = parse_time(until, tz, end=True) if until else None
-    sessions = _scope(all_projects, project)
+    if all_projects and project is not None:
+        raise CliError("give --all or --project, not both", EXIT_USAGE)
+    where = os.path.abspath(os.path.expanduser(project)) if project is not None else os.getcwd()
+    sessions: list[SessionInfo] = []
+    hits: list[SearchHit] = []
+    modes: set[str] = set()
+    notes: list[str] = []
+    searched = 0
+    # Every store found, when none was named (each searched through its own index).
+    for store in [current_store(), *other_stores()]:
+        scope = store.list(None if all_projects else where)
+        if not scope:
+            continue
+        sessions += scope
+        with byte_progress("Indexing sessions") as advance:
+            result = store.search(
+                text,
+                sessions=[s.path for s in scope],
+                regex=regex,
+                case_sensitive=case_sensitive,
+                roles=role or None,
+                since=since_ms,
+                until=until_ms,
+                limit=limit,
+                use_index=not no_index,
+                progress=advance,
+            )
+        hits += result.hits
+        searched += 1
+        modes.add(result.mode)
+        notes += result.notes
+    if project is not None and not sessions:
+        _no_such_project(where)
     titles = {s.path: shown_title(s.title, s.first_message, s.id, 70) for s in sessions}
-    with byte_progress("Indexing sessions") as advance:
-        result = current_store().search(
-            text,
-            sessions=[s.path for s in sessions],
-            regex=regex,
-            case_sensitive=case_sensitive,
-            roles=role or None,
-            since=since_ms,
-            until=until_ms,
-            limit=limit,
-            use_index=not no_index,
-            progress=advance,
-        )
-    hits = result.hits
+    if searched > 1:  # titles first, as one store's search gives them
+        hits.sort(key=lambda h: (h.role != "title", -(h.timestamp or 0)))
+    hits = hits[:limit]
+    mode = modes.pop() if len(modes) == 1 else "mixed" if modes else "index"
     if as_json:
         emit_json(
             {
                 "query": text,
                 "regex": regex,
-                "mode": result.mode,
-                "notes": result.notes,
+                "mode": mode,
+                "notes": notes,
                 "hits": [_hit_json(h) for h in hits],
             }
         )
         if not hits:
             raise typer.Exit(1)  # like grep: 1 means no match
         return
-    for note in result.notes:
+    for note in notes:
         err_console.print(Text(f"sessiontree: note: {note}", style="dim"), soft_wrap=True)
     if not hits:
         console.print(Text(f"No match for {text!r} in {len(sessions)} session(s)."))
@@ -648,6 +735,59 @@ def history_command(
     console.print(Text(f"From {database}", style="dim"), soft_wrap=True)
 
 
+def _stats_json(stats: StoreStats) -> dict[str, Any]:
+    return {
+        "sessions": stats.sessions,
+        "invalidFiles": stats.invalid,
+        "projects": stats.projects,
+        "bytes": stats.bytes,
+        "entries": stats.entries,
+        "blobs": stats.blobs,
+        "blobBytes": stats.blob_bytes,
+        "usage": stats.usage.to_json(),
+        "byModel": {k: v.to_json() for k, v in sorted(stats.by_model.items())},
+        "byDay": {k: v.to_json() for k, v in sorted(stats.by_day.items())},
+        "duplicates": stats.duplicates.to_json(),
+        "prices": stats.prices,
+    }
+
+
+def _stats_of_stores(
+    stores: list[Store], cwd: str | None
+) -> tuple[list[tuple[Store, StoreStats]], StoreStats]:
+    """Each store's own figures (as `stats` of it alone) and their total: counts summed,
+    usage counted once across the stores (`replies_of`, as `usage` does), so a reply an
+    import in one store copies from another's session is not counted twice."""
+    per: list[tuple[Store, StoreStats]] = []
+    for number, store in enumerate(stores):
+        try:
+            with byte_progress("Indexing sessions") as advance:
+                per.append((store, store.stats(cwd, progress=advance)))
+        except (OSError, SessionTreeError) as exc:
+            if number == 0:
+                raise  # the store named (or the default one): its error is the command's
+            err_console.print(Text(f"sessiontree: warning: {store.location}: skipped: {exc}"))
+    if len(per) == 1:
+        return per, per[0][1]
+    total = StoreStats()
+    scope: set[str] = set()
+    for store, stats in per:
+        for name in ("sessions", "invalid", "bytes", "entries", "projects", "blobs", "blob_bytes"):
+            setattr(total, name, getattr(total, name) + getattr(stats, name))
+        total.prices = total.prices or stats.prices
+        scope.update(store.files(cwd, nested=False))
+    with byte_progress("Indexing sessions") as advance:
+        priced = replies_of([store for store, _ in per], progress=advance)
+    total.duplicates = priced.duplicates
+    for reply in priced.replies:
+        if reply.session.path not in scope:
+            continue
+        total.usage.add(reply)
+        total.by_model.setdefault(reply.model, Totals()).add(reply)
+        total.by_day.setdefault(utc_day(reply.record.timestamp), Totals()).add(reply)
+    return per, total
+
+
 def stats_command(
     project: Annotated[
         str | None,
@@ -666,40 +806,48 @@ def stats_command(
 ) -> None:
     """Store-wide figures: sessions, bytes, blobs, tokens and cost per model and per day.
 
+    With no --agent, --agent-dir or --store (and no $SESSIONTREE_STORE or
+    $PI_CODING_AGENT_DIR), every agent store found on this machine is counted: a row
+    per store and their total (each reply counted once across them, as in `usage`).
     Every project unless -p, as `usage`."""
     scope = None if project is None else os.path.abspath(os.path.expanduser(project))
     if all_projects and scope is not None:
         raise CliError("give --all or --project, not both", EXIT_USAGE)
-    with byte_progress("Indexing sessions") as advance:
-        stats = current_store().stats(scope, progress=advance)
+    stores = [current_store(), *other_stores()]
+    if len(stores) > 1 and not os.path.isdir(stores[0].agent_dir):
+        stores.pop(0)  # the default dir does not exist: only the stores found
+    per, stats = _stats_of_stores(stores, scope)
     if as_json:
         emit_json(
             {
                 "scope": "all" if scope is None else scope,
-                "sessions": stats.sessions,
-                "invalidFiles": stats.invalid,
-                "projects": stats.projects,
-                "bytes": stats.bytes,
-                "entries": stats.entries,
-                "blobs": stats.blobs,
-                "blobBytes": stats.blob_bytes,
-                "usage": stats.usage.to_json(),
-                "byModel": {k: v.to_json() for k, v in sorted(stats.by_model.items())},
-                "byDay": {k: v.to_json() for k, v in sorted(stats.by_day.items())},
-                "duplicates": stats.duplicates.to_json(),
-                "prices": stats.prices,
+                **_stats_json(stats),
+                **(
+                    {
+                        "stores": [
+                            {"agent": store.agent, "location": store.location, **_stats_json(one)}
+                            for store, one in per
+                        ]
+                    }
+                    if len(per) > 1 or current_store().found_by_default
+                    else {}
+                ),
             }
         )
         return
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
-    grid.add_row("Scope", Text("all projects" if all_projects else os.getcwd()))
+    grid.add_row("Scope", Text("all projects" if scope is None else scope))
+    if len(per) > 1:
+        where = ", ".join(f"{store.agent} ({store.location})" for store, _ in per)
+        grid.add_row("Stores", Text(f"{where}; the figures below are their total", overflow="fold"))
     grid.add_row("Sessions", f"{stats.sessions} in {stats.projects} project dir(s)")
     if stats.invalid:
         grid.add_row("Not sessions", f"{stats.invalid} file(s) (see `sessiontree verify`)")
     grid.add_row("Size", f"{human_size(stats.bytes)}, {stats.entries:,} entries")
-    grid.add_row("Blobs", f"{stats.blobs} ({human_size(stats.blob_bytes)}), whole store")
+    whole = "whole store" if len(per) == 1 else "whole stores"
+    grid.add_row("Blobs", f"{stats.blobs} ({human_size(stats.blob_bytes)}), {whole}")
     u = stats.usage
     grid.add_row(
         "Tokens",
@@ -713,7 +861,13 @@ def stats_command(
             f"from {stats.prices.get('table')} {stats.prices.get('version')})"
         )
     grid.add_row("Cost", cost)
+    copies = sum(one.usage.messages for _, one in per) - u.messages
+    if len(per) > 1 and copies > 0:
+        grid.add_row("Copies", f"{copies:,} replies held by more than one store, counted once")
     console.print(grid)
+    if len(per) > 1:
+        console.print()
+        console.print(_stores_table(per, stats))
     if stats.by_model:
         console.print()
         by_model = dict(sorted(stats.by_model.items(), key=lambda kv: -kv[1].cost))
@@ -722,3 +876,27 @@ def stats_command(
         console.print()
         recent = dict(sorted(stats.by_day.items())[-days:])
         console.print(_usage_table(recent, "Day (UTC)"))
+
+
+def _stores_table(per: list[tuple[Store, StoreStats]], total: StoreStats) -> Table:
+    """A row per store and the total (whose replies are counted once across stores)."""
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
+    table.add_column("Store", no_wrap=True)
+    for name in ("Sessions", "Projects", "Size", "Entries", "Blobs", "Replies", "Cost $"):
+        table.add_column(name, justify="right", no_wrap=True)
+
+    def cells(stats: StoreStats) -> list[str]:
+        return [
+            str(stats.sessions),
+            str(stats.projects),
+            human_size(stats.bytes),
+            f"{stats.entries:,}",
+            str(stats.blobs),
+            f"{stats.usage.messages:,}",
+            f"{stats.usage.cost:.4f}",
+        ]
+
+    for store, stats in per:
+        table.add_row(Text(store.agent), *cells(stats))
+    table.add_row(Text("total", style="bold"), *cells(total))
+    return table

@@ -204,8 +204,9 @@ def export_command(
 
     HTML is never poured into a terminal: without -o it goes to <session id>.html in
     this directory (a number added when that name is taken). A JSONL export written to
-    a file (-o) is a session: the images it refers to go into the blob store of the
-    agent dir it is in (this one, outside any).
+    a file (-o) is a session: inside an agent dir's sessions/, the images it refers to
+    go into that dir's blob store; anywhere else, it holds them itself (inline, as
+    base64: no gc reads it there).
     """
     path = resolve_session(session)
     target = None
@@ -225,15 +226,17 @@ def export_command(
             data = export_jsonl(sm, leaf)
             if target is not None:
                 agent = current_store().agent_dir
-                carry = sm.blob_carry(target, FileSessionStorage(), agent_dir=agent)
+                carry = sm.blob_carry(
+                    target, FileSessionStorage(), agent_dir=agent, standalone=True
+                )
     if target is None:
         write_document(data)
         return
     _refuse_a_session(target, str(output))
     if carry is not None:
-        # The images first: the file written never names a blob that is not stored.
-        carry.take(data)
-        carry.target.sync()
+        # The images first (carried and synced, or inline): the file written never
+        # names a blob that is not stored.
+        data = b"".join(carry.chunks([data], target))
     FileSessionStorage().write_atomic(target, [data])
     if carry is not None:
         carry.report()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Annotated
 
@@ -14,6 +15,7 @@ from sessiontree.cli.common import (
     console,
     current_store,
     err_console,
+    other_stores,
 )
 
 INSTALL_HINT = "sessiontree serve needs the web extra: pip install 'sessiontree[web]'"
@@ -59,6 +61,10 @@ def serve_command(
     Read-only. It prints a link with a random token that works once: the browser that
     opens it gets a session cookie; everything else is refused. That browser finds a
     link for another one at /link.
+
+    With no --agent, --agent-dir or --store (and no $SESSIONTREE_STORE or
+    $PI_CODING_AGENT_DIR), every agent store found on this machine is served, each
+    session marked with its store (`sessiontree stores` lists them).
     """
     try:
         from sessiontree.web.server import is_loopback, serve
@@ -76,10 +82,20 @@ def serve_command(
             soft_wrap=True,
         )
     store = current_store()
-    directory = store.agent_dir
+    # No store named: every store found is served (an archive: every store of its view).
+    stores = [store, *other_stores()]
+    if len(stores) > 1 and not os.path.isdir(store.agent_dir):
+        stores.pop(0)  # the default dir does not exist: only the stores found
+    served = stores[0] if len(stores) == 1 else stores
 
     def announce(url: str) -> None:
-        console.print(Text(f"Serving {directory} read-only at"), soft_wrap=True)
+        if len(stores) == 1:
+            console.print(Text(f"Serving {stores[0].agent_dir} read-only at"), soft_wrap=True)
+        else:
+            console.print(Text(f"Serving {len(stores)} stores read-only:"), soft_wrap=True)
+            for one in stores:
+                console.print(Text(f"  {one.agent}: {one.location}"), soft_wrap=True)
+            console.print(Text("at"), soft_wrap=True)
         console.print(Text(url), soft_wrap=True)
         console.print(
             Text("(the link works once; /link there makes one for another browser; Ctrl-C stops)"),
@@ -92,7 +108,7 @@ def serve_command(
 
     try:
         serve(
-            store,
+            served,
             host=host,
             port=port,
             announce=announce,

@@ -29,6 +29,7 @@ from sessiontree.cli.common import (
     current_store,
     emit_json,
     err_console,
+    other_stores,
 )
 from sessiontree.cli.options import Command
 from sessiontree.cli.options import Group as CommandGroup
@@ -48,6 +49,7 @@ from sessiontree.reports import (
     report,
     time_zone,
 )
+from sessiontree.store import replies_of
 
 usage_app = typer.Typer(
     name="usage",
@@ -112,7 +114,9 @@ class _Inputs:
 
     def replies(self) -> list[Reply]:
         with byte_progress("Indexing sessions") as advance:
-            priced = current_store().replies(use_index=not self.no_index, progress=advance)
+            # Every store found when none was named (counted once across them).
+            stores = [current_store(), *other_stores()]
+            priced = replies_of(stores, use_index=not self.no_index, progress=advance)
         self.notes, self.duplicates = priced.notes, priced.duplicates
         return priced.replies
 

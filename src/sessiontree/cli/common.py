@@ -99,10 +99,13 @@ SessionArg = Annotated[
 class _Invocation:
     """The store of one command-line invocation (and any it moved to), closed at its end."""
 
-    def __init__(self, store: Store, command: str | None = None) -> None:
+    def __init__(self, store: Store, command: str | None = None, found: bool = False) -> None:
         self.store = store
         self.opened = [store]
         self.command = command
+        self.found = found
+        """Whether no option or variable named the store: every store found is read."""
+        self.others: list[Store] | None = None
 
     def close(self) -> None:
         global _invocation
@@ -128,10 +131,30 @@ class _LogToConsole(logging.Handler):
             self.handleError(record)
 
 
-def begin_invocation(ctx: typer.Context, store: Store) -> None:
-    """Work on `store` until the command ends (then it is closed)."""
+def begin_invocation(
+    ctx: typer.Context, store: Store, *, found: bool = False, others: list[Store] | None = None
+) -> None:
+    """Work on `store` until the command ends (then it is closed). `found`: no option
+    or variable named it: the commands that read also read every other store found
+    (`other_stores`), and one that writes needs this one to be the only pi-format store."""
     global _invocation
-    invocation = _Invocation(store, ctx.invoked_subcommand)
+    command = ctx.invoked_subcommand
+    if found and command not in _NOT_WRITING:
+        from sessiontree.store import find_stores
+
+        native = [f for f in find_stores() if f.native]
+        if len(native) > 1:
+            store.close()
+            where = ", ".join(f"{f.name} ({f.home})" for f in native)
+            raise CliError(
+                f"`{command}` writes to one store, and several are here: {where}; name one "
+                "with --agent-dir, --agent or --store",
+                EXIT_USAGE,
+            )
+    invocation = _Invocation(store, command, found)
+    if others is not None:  # an archive's stores: read together, as the ones found are
+        invocation.others = list(others)
+        invocation.opened.extend(others)
     _invocation = invocation
     ctx.call_on_close(invocation.close)
     logger = logging.getLogger("sessiontree")
@@ -143,6 +166,59 @@ def begin_invocation(ctx: typer.Context, store: Store) -> None:
 def invoked_command() -> str | None:
     """The name of the command this invocation runs."""
     return _invocation.command if _invocation is not None else None
+
+
+_NOT_WRITING = frozenset(
+    {
+        "list",
+        "show",
+        "tree",
+        "context",
+        "export",
+        "search",
+        "stats",
+        "resume",
+        "usage",
+        "serve",
+        "history",
+        "verify",
+        "stores",
+        "archive",
+        "restore",
+        "demo",
+        "import-files",
+        "export-files",
+        None,
+    }
+)
+"""Commands that write no session of the invocation's store (the archive writes its own)."""
+
+
+def other_stores() -> list[Store]:
+    """The other stores found on this machine when no option named one (each opened
+    once per invocation, closed with it); [] when the store was named. A store that
+    cannot be opened is passed over with a warning naming it."""
+    invocation = _invocation
+    if invocation is None:
+        return []
+    if invocation.others is None and not invocation.found:
+        return []
+    if invocation.others is None:
+        from sessiontree.errors import SessionTreeError
+        from sessiontree.store import find_stores
+
+        here = os.path.realpath(invocation.store.agent_dir)
+        others: list[Store] = []
+        for found in find_stores():
+            if os.path.realpath(found.home) == here:
+                continue
+            try:
+                others.append(found.open())
+            except (OSError, SessionTreeError) as exc:
+                logging.getLogger("sessiontree").warning("%s: skipped: %s", found.home, exc)
+        invocation.others = others
+        invocation.opened.extend(others)
+    return list(invocation.others)
 
 
 def current_store() -> Store:
@@ -215,6 +291,15 @@ def resolve_session(arg: str) -> str:
     try:
         return store.resolve(arg)
     except SessionNotFoundError as exc:
+        for other in other_stores():  # no store named: the others found are looked in too
+            try:
+                path = other.resolve(arg)
+            except SessionNotFoundError:
+                continue
+            except AmbiguousSessionError as again:
+                raise CliError(ambiguous_message(arg, again.candidates), EXIT_AMBIGUOUS) from None
+            adopt_store(other)
+            return path
         raise CliError(str(exc)) from None
     except AmbiguousSessionError as exc:
         raise CliError(ambiguous_message(arg, exc.candidates), EXIT_AMBIGUOUS) from None

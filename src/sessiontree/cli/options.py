@@ -233,6 +233,13 @@ def _start_invocation(ctx: Any) -> None:
             agent_dir, url = files, None
     from sessiontree.cli.common import begin_invocation
 
+    if options.agent is None and agent_dir is not None and url is None:
+        from sessiontree.archive import is_archive
+
+        if is_archive(agent_dir):
+            stores = _archive_stores(agent_dir, root.invoked_subcommand)
+            begin_invocation(root, stores[0], others=stores[1:])
+            return
     if options.agent is not None or agent_dir is not None:
         # Another agent's store (Claude Code, Codex, ...) is read through its own storage.
         from sessiontree.cli.commands_foreign import agent_store
@@ -243,6 +250,9 @@ def _start_invocation(ctx: Any) -> None:
 
         # The environment is read here, once (through `Store()`), and never written.
         store = Store(url) if url is not None else Store()
+        if store.found_by_default:
+            begin_invocation(root, store, found=True)
+            return
     begin_invocation(root, store)
 
 
@@ -282,6 +292,29 @@ def _name_placeholders(params: list[Any]) -> None:
             usage = shown if param.required else f"[{shown}]"
             param._usage_display_name = lambda usage=usage: usage
             param.display_type_rich = lambda ctx=None: None
+
+
+def _archive_stores(archive: str, command: str | None) -> list[Any]:
+    """The stores an archive holds, read from its view (`archive.archive_view`); a
+    command that writes is refused (the archive is only read: `restore` writes)."""
+    from sessiontree.archive import ArchiveError, archive_view
+    from sessiontree.cli.commands_foreign import READING_COMMANDS
+    from sessiontree.store import Store
+
+    if command is not None and command not in READING_COMMANDS:
+        raise CliError(
+            f"`{command}` does not work on an archive, which is only read here "
+            f"({', '.join(sorted(READING_COMMANDS))}); `sessiontree restore` writes "
+            "its sessions back",
+            EXIT_USAGE,
+        )
+    try:
+        views = archive_view(archive)
+    except ArchiveError as exc:
+        raise CliError(str(exc)) from None
+    if not views:
+        raise CliError(f"{archive}: the archive holds no session yet")
+    return [Store(view.home, agent=view.agent) for view in views]
 
 
 class Command(TyperCommand):

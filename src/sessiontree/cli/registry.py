@@ -143,6 +143,21 @@ COMMANDS: Final[Mapping[str, CommandEntry]] = {
         "import_command",
         "Copy another agent's session into this agent's store as a new v3 session.",
     ),
+    "stores": CommandEntry(
+        "commands_archive",
+        "stores_command",
+        "Every agent store on this machine, with its sessions and size.",
+    ),
+    "archive": CommandEntry(
+        "commands_archive",
+        "archive_command",
+        "Keep a copy of every session of every agent store found, so that no cleanup loses one.",
+    ),
+    "restore": CommandEntry(
+        "commands_archive",
+        "restore_command",
+        "Write an archived session back where its agent looks for it, or under --to.",
+    ),
     "usage": CommandEntry(
         "commands_usage",
         "usage_app",

@@ -388,7 +388,9 @@ def _db_meta(row: DbSession, described: DbListing) -> tuple[ForeignMeta, int]:
 
 def _db_located(database: str, row: DbSession, ino: int) -> Located:
     mtime = row.updated_ms * 1_000_000
-    identity = (row.messages, mtime, ino, row.parts)
+    # The parts' count and the sum of their updates, one number (a part updated in place).
+    parts = (row.parts * 1_000_003 + row.parts_updated) & 0x7FFF_FFFF_FFFF_FFFF
+    identity = (row.messages, mtime, ino, parts)
     return Located(os.path.join(database, row.id), identity, -1, mtime, ino)
 
 

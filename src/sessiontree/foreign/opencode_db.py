@@ -32,6 +32,7 @@ import logging
 import math
 import os
 import sqlite3
+import threading
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
@@ -179,6 +180,9 @@ class DbSession:
     updated_ms: int
     messages: int
     parts: int
+    parts_updated: int = 0
+    """Its parts' `time_updated`, summed and last, as one number (a part rewritten in
+    place changes it)."""
 
 
 def epoch_ms(value: object) -> int:
@@ -202,22 +206,119 @@ def list_db_sessions(
 ) -> list[DbSession]:
     """Every session of the database, or the one with `session_id` (DatabaseError when
     it cannot be read). `warn`: log each row skipped for its id (see the module doc)."""
+    # the identity on disk noted before the read transaction begins: what it reads is
+    # then at least as new as the identity its part signals are cached under
+    disk = _disk_identity(os.path.realpath(path))
     with open_db(path) as conn, _reading(path, conn):
-        return _sessions(conn, session_id, path if warn else None)
+        return _sessions(conn, session_id, path if warn else None, path, disk)
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> frozenset[str]:
+    """The columns `table` has (`PRAGMA table_info`): a database of another OpenCode
+    release is read by the columns that are there."""
+    return frozenset(str(row[1]) for row in conn.execute(f"PRAGMA table_info({table})"))
+
+
+def _pick(columns: frozenset[str], prefix: str, name: str) -> str:
+    """`prefix.name` when the column exists, else NULL (read as absent)."""
+    return f"{prefix}.{name}" if name in columns else "NULL"
+
+
+# The part signal of each database, as last computed: (the database's identity on
+# disk, its parts' signal per session). A process that lists often (the web app,
+# `archive --watch`) reads the part table again only when the database changed.
+_PART_SIGNALS: dict[str, tuple[tuple[int, ...], dict[str, tuple[int, int, int]]]] = {}
+_PART_SIGNALS_LOCK = threading.Lock()
+
+
+def _disk_identity(path: str) -> tuple[int, ...]:
+    """What changes on disk with any committed write: the database file's and its
+    WAL's inode, size and mtime (0s for a file that is not there)."""
+    found: list[int] = []
+    for name in (path, path + "-wal"):
+        try:
+            st = os.stat(name)
+        except OSError:
+            found += [0, 0, 0]
+        else:
+            found += [st.st_ino, st.st_size, st.st_mtime_ns]
+    return tuple(found)
+
+
+def _part_signals(
+    conn: sqlite3.Connection,
+    path: str | None,
+    part_columns: frozenset[str],
+    disk: tuple[int, ...] | None = None,
+) -> dict[str, tuple[int, int, int]]:
+    """Per session: its parts' count, last `time_updated` and sum of `time_updated`.
+
+    A part updated in place (OpenCode rewrites a tool part as it runs, and marks old
+    tool outputs compacted long after) changes no count and no message row; OpenCode
+    sets its `time_updated`, which moves the session's last update or the sum. No index
+    of OpenCode's has `time_updated`, so this is one pass over the part table's rows
+    (their leading columns: the `data` after them, in overflow pages for a big part, is
+    not read), done only when the database changed on disk since the last one (see
+    `_PART_SIGNALS`). Without a `time_updated` column, the count alone (from the
+    session index). `disk`: the database's identity noted before `conn`'s read
+    transaction began (else noted now, and nothing is cached: a write committed
+    between the transaction's start and now would be cached as not there)."""
+    if "session_id" not in part_columns:
+        return {}
+    if "time_updated" not in part_columns:
+        return {
+            str(sid): (int(count), 0, 0)
+            for sid, count in conn.execute(
+                "SELECT session_id, COUNT(*) FROM part GROUP BY session_id"
+            )
+        }
+    key = os.path.realpath(path) if path is not None else None
+    cacheable = disk is not None
+    if disk is None and key is not None:
+        disk = _disk_identity(key)
+    if key is not None:
+        with _PART_SIGNALS_LOCK:
+            cached = _PART_SIGNALS.get(key)
+        if cached is not None and cached[0] == disk:
+            return cached[1]
+    signals: dict[str, tuple[int, int, int]] = {}
+    for sid, count, last, total in conn.execute(
+        "SELECT session_id, COUNT(*), MAX(time_updated), TOTAL(time_updated) "
+        "FROM part GROUP BY session_id"
+    ):
+        signals[str(sid)] = (int(count), epoch_ms(last), int(total) & 0x7FFFFFFFFFFF)
+    if cacheable and key is not None and disk is not None and disk == _disk_identity(key):
+        with _PART_SIGNALS_LOCK:
+            _PART_SIGNALS[key] = (disk, signals)
+    return signals
 
 
 def _sessions(
-    conn: sqlite3.Connection, session_id: str | None = None, warn: str | None = None
+    conn: sqlite3.Connection,
+    session_id: str | None = None,
+    warn: str | None = None,
+    path: str | None = None,
+    disk: tuple[int, ...] | None = None,
 ) -> list[DbSession]:
+    session_columns = _columns(conn, "session")
+    if "id" not in session_columns:
+        raise DatabaseError(
+            path or warn or "opencode.db", "its session table has no id column; skipped"
+        )
+    message_columns = _columns(conn, "message")
+    part_columns = _columns(conn, "part")
     where = "" if session_id is None else "WHERE s.id = ? "
-    # The parts are counted from their session index alone (never their rows).
+    joined = "session_id" in message_columns
+    count = "COUNT(m.rowid)" if joined else "0"
+    last = f"MAX({_pick(message_columns, 'm', 'time_updated')})" if joined else "NULL"
+    join = "LEFT JOIN message m ON m.session_id = s.id " if joined else ""
+    pick = [_pick(session_columns, "s", c) for c in _SESSION_FIELDS]
     rows = conn.execute(
-        "SELECT s.id, s.parent_id, s.directory, s.title, s.time_created, s.time_updated, "
-        "COUNT(m.id), MAX(m.time_updated), "
-        "(SELECT COUNT(*) FROM part p WHERE p.session_id = s.id) FROM session s "
-        f"LEFT JOIN message m ON m.session_id = s.id {where}GROUP BY s.id",
+        f"SELECT s.id, {', '.join(pick)}, {count}, {last} FROM session s "
+        f"{join}{where}GROUP BY s.id",
         () if session_id is None else (session_id,),
     ).fetchall()
+    signals = _part_signals(conn, path or warn, part_columns, disk)
     found = []
     for row in rows:
         if not usable_id(row[0]):
@@ -226,6 +327,7 @@ def _sessions(
                     "%s: a session row whose id %r cannot name a session: skipped", warn, row[0]
                 )
             continue
+        parts, part_last, part_sum = signals.get(row[0], (0, 0, 0))
         found.append(
             DbSession(
                 row[0],
@@ -235,10 +337,14 @@ def _sessions(
                 epoch_ms(row[4]),
                 max(epoch_ms(row[5]), epoch_ms(row[7])),
                 int(row[6] or 0),
-                int(row[8] or 0),
+                parts,
+                (part_sum * 1_000_003 + part_last) & 0x7FFF_FFFF_FFFF,
             )
         )
     return found
+
+
+_SESSION_FIELDS = ("parent_id", "directory", "title", "time_created", "time_updated")
 
 
 # Session columns and where `Session.Info` (what `opencode export` writes) keeps them.
@@ -333,7 +439,7 @@ def _load(
     session = OpenCodeSession(
         _info(row), messages, os.path.join(os.path.abspath(path), session_id), size
     )
-    if depth < CHILD_DEPTH:
+    if depth < CHILD_DEPTH and "parent_id" in _columns(conn, "session"):
         children = [
             r[0]
             for r in conn.execute(
@@ -405,8 +511,9 @@ def describe_db_sessions(
     """Each session's row and `DbListing`, in one read of the database (a session no
     longer there is left out)."""
     found: dict[str, tuple[DbSession, DbListing]] = {}
+    disk = _disk_identity(os.path.realpath(path))  # before the read (`list_db_sessions`)
     with open_db(path) as conn, _reading(path, conn):
-        rows = {row.id: row for row in _sessions(conn)}
+        rows = {row.id: row for row in _sessions(conn, path=path, disk=disk)}
         for session_id in session_ids:
             if session_id in rows:
                 found[session_id] = (rows[session_id], _describe(conn, session_id))

@@ -26,9 +26,16 @@ from sessiontree.layout._paths import (
     home_relative_dir_name,
     is_safe_name,
 )
+from sessiontree.layout._refs import (
+    IMAGE_KEYS,
+    held_blob_refs,
+    is_image_payload,
+    resolve_blob_refs,
+)
 
 __all__ = [
     "EXTERNAL_SESSION_DIRS",
+    "IMAGE_KEYS",
     "BlobCarry",
     "agent_dir_of",
     "blob_carry",
@@ -38,13 +45,16 @@ __all__ = [
     "get_agent_dir",
     "get_default_session_dir",
     "get_terminal_id",
+    "held_blob_refs",
     "home_relative_dir_name",
+    "is_image_payload",
     "is_pi_agent_dir",
     "is_safe_name",
     "read_breadcrumb",
     "read_registry",
     "register_session_dir",
     "registered_session_dirs",
+    "resolve_blob_refs",
     "write_breadcrumb",
     "writes_pi_form",
 ]

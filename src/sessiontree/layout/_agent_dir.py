@@ -9,7 +9,10 @@ breadcrumbs, and the registry of session dirs outside the store; and whose store
   `blob_carry`: where a copy's images go, and `BlobCarry`, how they get there. Every
   copy of a session (fork, fork_from, extract, persist_copy, a branched session,
   move_to, an import, `export -o`, `repair -o`, the store transfers) takes its
-  images along through it, so that a copy's refs resolve in its own agent dir.
+  images along through it, so that a copy's refs resolve in its own agent dir. A
+  copy no manager writes (`export -o`, `repair -o`) written outside every agent dir
+  stands alone: no gc reads it, so its images go into it, inline, as the data they
+  were before a writer externalized them.
 - `terminal-sessions/<terminal id>`: two lines, the cwd and the session file, so
   the next `continue_recent` in this terminal resumes it. Names are bytes on
   disk (`os.fsencode`), so a project dir whose name is not UTF-8 works too.
@@ -36,7 +39,9 @@ from typing import Final
 from sessiontree._util.env import agent_dir_or_default
 from sessiontree._util.fs import atomic_write, ensure_private_dir, open_regular, write_all
 from sessiontree.errors import InvalidBlobRefError
+from sessiontree.format import allow_deep_nesting, loads_object, serialize_entry_bytes
 from sessiontree.layout._paths import EXTERNAL_SESSION_DIRS, get_terminal_id
+from sessiontree.layout._refs import resolve_blob_refs
 from sessiontree.storage import (
     BlobBackedStorage,
     BlobStore,
@@ -249,6 +254,7 @@ def blob_store_for(
     return BlobStore(os.path.join(agent or in_effect, "blobs"))
 
 
+_REF_MARK: Final = b"blob:sha256:"
 _BLOB_REF: Final = re.compile(rb"blob:sha256:([0-9a-f]{64})")
 """A blob ref anywhere in a session's bytes, as `verify` and `gc` find them."""
 _REF_OVERLAP: Final = len("blob:sha256:") + 64 - 1
@@ -270,19 +276,47 @@ class BlobCarry:
     keeps its ref (the image can still be restored under its name) and `report` says
     so, naming the copy. When both are one store (`carries` is False) nothing is read
     or copied.
+
+    A copy that stands alone (`inlines`: written outside every agent dir, see
+    `blob_carry`) has no store of its own (`target` is `source`): `chunks` rewrites
+    each line that holds a ref with its images as data, read from `source`
+    (`resolve_blob_refs` with frames; the other lines go out byte for byte). A ref
+    whose blob `source` does not hold intact, or cannot read, stays as it is and is
+    reported as missing; a ref that names no image (in a text, say) stays too.
     """
 
-    __slots__ = ("_seen", "carried", "carries", "copy_path", "missing", "source", "target")
+    __slots__ = (
+        "_seen",
+        "carried",
+        "carries",
+        "copy_path",
+        "inlined",
+        "inlines",
+        "missing",
+        "source",
+        "target",
+    )
 
-    def __init__(self, source: BlobStoreLike, target: BlobStoreLike, copy_path: str) -> None:
+    def __init__(
+        self,
+        source: BlobStoreLike,
+        target: BlobStoreLike,
+        copy_path: str,
+        *,
+        inline: bool = False,
+    ) -> None:
         self.source = source
-        self.target = target
+        self.target = source if inline else target
         self.copy_path = copy_path
-        self.carries = not same_blob_store(source, target)
+        self.inlines = inline
+        self.carries = not inline and not same_blob_store(source, target)
         self.carried = 0
         """Blobs copied into `target`."""
+        self.inlined = 0
+        """Lines of a copy that stands alone written with their images as data."""
         self.missing: dict[tuple[str, str], None] = {}
-        """(path of the copy, hash) of each blob a copy refers to that neither store holds."""
+        """(path of the copy, hash) of each blob a copy refers to that neither store holds
+        (that `source` does not hold intact, for a copy that stands alone)."""
         self._seen: dict[str, bool] = {}  # hash -> in `target` now
 
     def take(self, data: bytes, path: str | None = None) -> None:
@@ -321,7 +355,11 @@ class BlobCarry:
     def chunks(self, chunks: Iterable[bytes], path: str | None = None) -> Iterator[bytes]:
         """`chunks` (a whole file of the copy, at `path`) passed on through `take`. The
         blobs carried are synced once the last chunk is taken, before a writer can
-        make the file durable: a durable ref never names a blob a crash could lose."""
+        make the file durable: a durable ref never names a blob a crash could lose.
+        A copy that stands alone gets its lines with refs rewritten, images inline."""
+        if self.inlines:
+            yield from self._inlined(chunks, path or self.copy_path)
+            return
         if not self.carries:
             yield from chunks
             return
@@ -334,6 +372,66 @@ class BlobCarry:
         if self.carried:
             self.target.sync()
 
+    def _inlined(self, chunks: Iterable[bytes], path: str) -> Iterator[bytes]:
+        """`chunks` cut at line ends, each run of whole lines through `_inline`."""
+        pending: list[bytes] = []  # the start of a line that goes on in the next chunk
+        for chunk in chunks:
+            cut = chunk.rfind(b"\n") + 1
+            if not cut:
+                if chunk:
+                    pending.append(chunk)
+                continue
+            lines = b"".join([*pending, chunk[:cut]]) if pending else chunk[:cut]
+            pending = [chunk[cut:]] if cut < len(chunk) else []
+            yield self._inline(lines, path)
+        if pending:
+            yield self._inline(b"".join(pending), path)
+
+    def _inline(self, data: bytes, path: str) -> bytes:
+        """Whole lines (the last one may lack its newline), those with a ref rewritten."""
+        if _REF_MARK not in data:
+            return data
+        lines = data.split(b"\n")
+        for i, line in enumerate(lines):
+            if _REF_MARK in line:
+                lines[i] = self._inline_line(line, path)
+        return b"\n".join(lines)
+
+    def _inline_line(self, line: bytes, path: str) -> bytes:
+        entry = loads_object(line)
+        if entry is None:
+            # No reader takes the line (a copy keeps what it was given): its refs stay.
+            for match in _BLOB_REF.finditer(line):
+                self._check_kept(match.group(1).decode("ascii"), path)
+            return line
+        unresolved: set[str] = set()
+        resolved = allow_deep_nesting(
+            lambda: resolve_blob_refs(entry, self.source, frames=True, unresolved=unresolved)
+        )
+        for digest in unresolved:
+            self.missing.setdefault((path, digest), None)
+        if resolved is entry:
+            return line
+        self.inlined += 1
+        return allow_deep_nesting(lambda: serialize_entry_bytes(resolved))
+
+    def _check_kept(self, digest: str, path: str) -> None:
+        """A ref the copy keeps (in a line no reader takes): missing unless intact."""
+        intact = self._seen.get(digest)
+        if intact is None:
+            source = self.source
+            if isinstance(source, VerifiableBlobStore):
+                intact = source.verify(digest) == "ok"
+            else:
+                try:
+                    data = source.get(digest)
+                except (OSError, InvalidBlobRefError):
+                    data = None
+                intact = data is not None and hashlib.sha256(data).hexdigest() == digest
+            self._seen[digest] = intact
+        if not intact:
+            self.missing.setdefault((path, digest), None)
+
     def report(self) -> list[tuple[str, str]]:
         """Log the blobs found missing (one warning per copy); (path, hash) of each."""
         by_path: dict[str, list[str]] = {}
@@ -342,6 +440,18 @@ class BlobCarry:
         for path, digests in by_path.items():
             shown = ", ".join(d[:12] + "…" for d in digests[:3])
             more = f" and {len(digests) - 3} more" if len(digests) > 3 else ""
+            if self.inlines:
+                log.warning(
+                    "%s: %d image(s) it refers to are not in %s (blob %s%s): the copy, which "
+                    "holds its other images itself, keeps their refs, which do not resolve "
+                    "until the images are stored again",
+                    path,
+                    len(digests),
+                    _where(self.source),
+                    shown,
+                    more,
+                )
+                continue
             log.warning(
                 "%s: %d image(s) it refers to are in neither %s nor %s (blob %s%s): the copy "
                 "keeps their refs, which do not resolve until the images are stored again",
@@ -364,6 +474,7 @@ def blob_carry(
     source_storage: object = None,
     agent_dir: str | None = None,
     blob_store: BlobStoreLike | None = None,
+    standalone: bool = False,
 ) -> BlobCarry:
     """Where the images of a copy written at `copy_path` (on `storage`) go, and how
     they get there: the one rule every copy follows.
@@ -371,9 +482,12 @@ def blob_carry(
     The store `blob_store` names when the caller chose one for the copy; else, when
     the source (at `source_path` on `source_storage`, default `storage`) keeps its
     images in a store its caller chose rather than the one `blob_store_for` gives its
-    path, that store (a chosen store stays the session's, and its copies'); else the
-    store `blob_store_for` gives the copy's path, so the copy's refs resolve in its
-    own agent dir. `source` is the store the source's images are in now.
+    path, that store (a chosen store stays the session's, and its copies'); else,
+    for a `standalone` copy (one no manager writes and no agent dir records: an
+    export, a repaired copy) written as a file outside every agent dir, the copy
+    itself (`BlobCarry.inlines`: no gc reads it, so a blob store could lose its
+    images); else the store `blob_store_for` gives the copy's path, so the copy's refs
+    resolve in its own agent dir. `source` is the store the source's images are in now.
     """
     if blob_store is None:
         if source_path is not None:
@@ -383,8 +497,20 @@ def blob_carry(
             if not same_blob_store(source, own):
                 blob_store = source
         if blob_store is None:
+            if standalone and _outside_every_agent_dir(copy_path, storage, agent_dir):
+                return BlobCarry(source, source, copy_path, inline=True)
             blob_store = blob_store_for(copy_path, storage, agent_dir)
     return BlobCarry(source, blob_store, copy_path)
+
+
+def _outside_every_agent_dir(path: str, storage: object, agent_dir: str | None) -> bool:
+    """Whether `path` is a file of the host outside every agent dir's `sessions/` (where
+    no gc looks: `external-session-dirs` records only managers' session dirs)."""
+    if storage is not None and not isinstance(storage, HostFilesystem):
+        return False
+    if isinstance(storage, BlobBackedStorage) and storage.blob_store() is not None:
+        return False
+    return agent_dir_of(path, agent_dir_or_default(agent_dir)) is None
 
 
 def is_pi_agent_dir(path: str) -> bool:

@@ -665,8 +665,10 @@ def repair_session(
     repaired, SessionWriteConflictError and nothing is replaced; SessionLockError
     when a live writer holds it. When there is
     nothing to change, nothing is written. A file without a valid header cannot
-    be repaired: InvalidSessionFileError. `agent_dir`: the one a caller works on (its
-    blob store takes the images of a copy outside every agent dir).
+    be repaired: InvalidSessionFileError. The copy takes its images along as every copy
+    does (`blob_carry`): into the blob store of the agent dir it is in, and written
+    outside every agent dir, into itself (inline: no gc reads it there). `agent_dir`:
+    the one a caller works on.
     """
     storage = default_storage(storage)
     blob_store = blobs if blobs is not None else blob_store_for(path, storage, agent_dir)
@@ -700,9 +702,17 @@ def repair_session(
         return report
     chunks = _repaired_chunks(scanned, replaced)
     if targets is not None:
-        # A repaired copy in another agent dir takes its images along, as every copy does
-        # (every name tried is in one directory: one agent dir).
-        carry = blob_carry(blob_store, targets[0], storage, source_path=path, agent_dir=agent_dir)
+        # A repaired copy in another agent dir takes its images along, as every copy does,
+        # and one outside every agent dir holds them itself (every name tried is in one
+        # directory: one agent dir, or none).
+        carry = blob_carry(
+            blob_store,
+            targets[0],
+            storage,
+            source_path=path,
+            agent_dir=agent_dir,
+            standalone=True,
+        )
         try:
             report.out_path = write_new(storage, targets, carry.chunks(chunks, targets[0]))
         except FileExistsError:

@@ -183,6 +183,7 @@ class EntryIndex:
         "_pos",
         "_ppos",
         "_source",
+        "file_refs",
         "leaf",
     )
 
@@ -193,11 +194,21 @@ class EntryIndex:
 
     # ------------------------------------------------------------------ loading
 
-    def reset(self, entries: list[Entry], with_refs: Iterable[int] | None = None) -> None:
+    def reset(
+        self,
+        entries: list[Entry],
+        with_refs: Iterable[int] | None = None,
+        refs: Iterable[str] = (),
+    ) -> None:
         """Hold `entries` (taken, not copied); the leaf is the last one. `with_refs`:
         given when the entries were read from a file, the positions of those whose line
-        held a blob ref (the others are `AS_READ`)."""
+        held a blob ref (the others are `AS_READ`); `refs`, the blobs they name as refs."""
         self._use_source(None)
+        self.file_refs: set[str] = set(refs)
+        """Blobs named by refs that only the file, or the entries as refs, hold: every
+        ref an index-first pass saw (its unread lines' images are only in the file), the
+        refs entries kept as refs (snapcompact frames, a blob missing when read). What a
+        writable manager pins (`SessionManager._hold_file_refs`); a copy inherits them."""
         self._entries: list[Entry | None] = cast("list[Entry | None]", entries)
         self._ids = [e.get("id") for e in entries]
         self._parents = [e.get("parentId") for e in entries]
@@ -216,6 +227,7 @@ class EntryIndex:
         """Hold the entries of a file indexed by `line_index` (read from `source`
         when asked for); the leaf is the last one."""
         self._use_source(source)
+        self.file_refs = lines.refs
         self._entries = lines.entries
         self._ids, self._parents, self._kinds = lines.ids, lines.parents, lines.kinds
         self._flags = lines.flags

@@ -25,7 +25,7 @@ import logging
 import os
 import re
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -71,7 +71,12 @@ from sessiontree.layout import (
 )
 from sessiontree.session._file import ContentSource, SessionFile
 from sessiontree.session._index import EntryIndex, LineSource, SessionChunks, is_assistant_message
-from sessiontree.session._persistence import entry_line, resolve_blob_refs, validate_entry
+from sessiontree.session._persistence import (
+    entry_line,
+    held_blob_refs,
+    resolve_blob_refs,
+    validate_entry,
+)
 from sessiontree.storage import (
     BLOB_REF_PREFIX,
     BlobPins,
@@ -174,6 +179,10 @@ class SessionManager(ClosesOnExit):
         # Blobs this manager holds refs to that no file of its names yet (see `_pin`).
         self._pins = BlobPins()
         self._pins_finalizer: object | None = None
+        # Blobs its file names, kept from gc while it may write the file again (see
+        # `_hold_file_refs`); not a promise that they exist (`_check_pinned` ignores them).
+        self._file_pins = BlobPins()
+        self._file_pins_finalizer: object | None = None
         if session_file is not None:
             self._open_file(session_file, read_only, lazy)
         elif persist:
@@ -483,13 +492,15 @@ class SessionManager(ClosesOnExit):
         migrated = migrate_session_entries(raw)
         self._head = SessionHead(header, loaded.title_slot, loaded.title_slot_raw)
         entries = raw[1:]
+        held: set[str] = set()  # refs kept as refs in memory (frames, missing blobs)
         for index in loaded.blob_ref_entries:
-            entries[index] = allow_deep_nesting(
+            entries[index] = entry = allow_deep_nesting(
                 partial(resolve_blob_refs, entries[index], self._blobs)
             )
+            held |= held_blob_refs(entry)
         # Entries whose line held no ref are written back as they were read (`AS_READ`).
         same = len(entries) == len(loaded.entries)
-        self._index.reset(entries, loaded.blob_ref_entries if same else None)
+        self._index.reset(entries, loaded.blob_ref_entries if same else None, held)
         if read_only:
             return
         if migrated:
@@ -497,10 +508,12 @@ class SessionManager(ClosesOnExit):
         self._after_first_write()
 
     def _after_first_write(self) -> None:
-        """The file exists: record where (the terminal's breadcrumb, and the registry of
-        session dirs outside the store when its images are in the agent's blobs)."""
+        """The file exists: keep the blobs it names from gc (`_hold_file_refs`), and
+        record where (the terminal's breadcrumb, and the registry of session dirs outside
+        the store when its images are in the agent's blobs)."""
         file = self._file
         assert file is not None
+        self._hold_file_refs()
         if not isinstance(self._storage, HostFilesystem):
             return
         if self._breadcrumb:
@@ -517,10 +530,13 @@ class SessionManager(ClosesOnExit):
         *,
         agent_dir: str | None = None,
         blob_store: BlobStoreLike | None = None,
+        standalone: bool = False,
     ) -> BlobCarry:
         """How a copy of this session written at `copy_path` (on `storage`, default
         this session's) takes its images along: the store they go to and the carrying
-        (`sessiontree.layout._agent_dir.blob_carry`, which every copy uses)."""
+        (`sessiontree.layout._agent_dir.blob_carry`, which every copy uses). A
+        `standalone` copy (one no manager writes: an export) holds its images itself
+        when it is written outside every agent dir."""
         file = self._file
         return blob_carry(
             self._blobs,
@@ -530,6 +546,7 @@ class SessionManager(ClosesOnExit):
             source_storage=self._storage,
             agent_dir=agent_dir if agent_dir is not None else self._agent_dir,
             blob_store=blob_store,
+            standalone=standalone,
         )
 
     def _write_new_file(
@@ -571,6 +588,8 @@ class SessionManager(ClosesOnExit):
         self._blobs = blobs
         self._pi_form = pi_form
         index.use_blobs(blobs)  # its unread lines now name blobs of this store
+        # The copy may name every blob the source held as a ref (`_hold_file_refs`).
+        index.file_refs |= source._index.file_refs | source._pins.hashes()
         file.restore_content(self._content_source())
         self._use_file(file)
         self._head = SessionHead(header)
@@ -662,6 +681,7 @@ class SessionManager(ClosesOnExit):
                 self._file.close()
         finally:
             self._pins.release()
+            self._file_pins.release()
 
     def rewrite_entries(self) -> None:
         """Atomically rewrite the file after in-place edits of entries."""
@@ -669,6 +689,65 @@ class SessionManager(ClosesOnExit):
         self._check_rewrite()
         self._index.changed_in_place()
         self._rewrite()
+
+    def remove_entries(
+        self, entry_ids: Iterable[str], *, replace: Mapping[str, Entry] | None = None
+    ) -> builtins.list[str]:
+        """Remove entries and rewrite the file atomically, keeping every other entry
+        (`replace`: id -> an entry to write in place of the one with that id, its id
+        and parent kept).
+
+        A child of a removed entry takes the nearest kept ancestor as its parent (None:
+        it becomes a root), a label of a removed entry goes with it, and the leaf moves
+        up the same way. The rewrite is the one every rewrite is: the same path, under
+        this manager's lock, refused when the file changed since this manager read or
+        wrote it, and atomic (the old file or the new one, never half of it); when it
+        fails nothing changes, in memory or on disk. Returns the ids removed, in file
+        order (ids the session does not have are passed over).
+        """
+        self._check_writable()
+        index = self._index
+        wanted = {i for i in entry_ids if i in index}
+        replace = {i: e for i, e in (replace or {}).items() if i in index and i not in wanted}
+        if not wanted and not replace:
+            return []
+        entries = index.entries
+        for entry in entries:
+            if entry.get("type") == "label" and entry.get("targetId") in wanted:
+                wanted.add(str(entry["id"]))
+        parents = {str(e.get("id")): e.get("parentId") for e in entries}
+
+        def kept_ancestor(entry_id: Any) -> Any:
+            seen: set[str] = set()
+            while entry_id in wanted and entry_id not in seen:
+                seen.add(entry_id)
+                entry_id = parents.get(entry_id)
+            return None if entry_id in wanted else entry_id
+
+        kept: builtins.list[Entry] = []
+        removed: builtins.list[str] = []
+        for entry in entries:
+            entry_id = entry.get("id")
+            if entry_id in wanted:
+                removed.append(str(entry_id))
+                continue
+            parent = entry.get("parentId")
+            if entry_id in replace:
+                entry = {**replace[entry_id], "id": entry_id, "parentId": parent}
+            if parent in wanted:
+                entry = {**entry, "parentId": kept_ancestor(parent)}
+            kept.append(entry)
+        replacement = EntryIndex(kept)
+        replacement.leaf = kept_ancestor(index.leaf)
+        self._index = replacement
+        try:
+            self._check_rewrite()
+            self._rewrite()
+        except BaseException:
+            self._index = index
+            raise
+        index.reset([])  # lets go of the lines it may still read from the old file
+        return removed
 
     def is_persisted(self) -> bool:
         """Whether this session writes to storage at all."""
@@ -700,6 +779,21 @@ class SessionManager(ClosesOnExit):
         if self._pins_finalizer is None and self._pins:
             # A manager nobody closes (in memory, say) lets its pins go when collected.
             self._pins_finalizer = weakref.finalize(self, self._pins.release)
+
+    def _hold_file_refs(self) -> None:
+        """Pin every blob the session's file names (`EntryIndex.file_refs`) while this
+        manager lives (issue 21.2). A file deleted under a live writer is written again
+        from what the manager holds, and the lines an index-first load has not read
+        hold their images only in the file (a whole load holds snapcompact frames as
+        refs too): a gc that runs meanwhile must keep them."""
+        refs = self._index.file_refs
+        if not refs:
+            return
+        pins, blobs = self._file_pins, self._blobs
+        for digest in refs:
+            pins.add(blobs, digest)
+        if self._file_pins_finalizer is None and pins:
+            self._file_pins_finalizer = weakref.finalize(self, pins.release)
 
     def _check_refs(self, refs: Iterable[str], path: str) -> None:
         """MissingBlobError when a ref about to be written names a blob this manager
@@ -777,10 +871,22 @@ class SessionManager(ClosesOnExit):
             "timestamp": iso_now(),
         }
 
-    def append_message(self, message: dict[str, Any]) -> str:
-        """Append a message entry (stored verbatim)."""
+    def append_message(
+        self, message: dict[str, Any], *, extra: Mapping[str, Any] | None = None
+    ) -> str:
+        """Append a message entry (stored verbatim).
+
+        `extra`: more fields of the entry, after `message` (what an integration keeps
+        beside the message, e.g. the framework's own item); the agents ignore fields
+        they do not know. ValueError for a field the entry already has.
+        """
         entry = self._base("message")
         entry["message"] = message
+        if extra:
+            for key, value in extra.items():
+                if key in entry:
+                    raise ValueError(f"an extra field cannot replace the entry's {key!r}")
+                entry[key] = value
         return self._append(entry)
 
     def append_thinking_level_change(self, thinking_level: str | None) -> str:

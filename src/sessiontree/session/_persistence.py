@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 import logging
 import re
@@ -29,7 +28,7 @@ from typing import Any, Final
 
 import orjson
 
-from sessiontree.errors import EntryNotSerializableError, InvalidBlobRefError
+from sessiontree.errors import EntryNotSerializableError
 from sessiontree.format import (
     STRICT_DUMPS_OPTIONS,
     allow_deep_nesting,
@@ -37,7 +36,8 @@ from sessiontree.format import (
     find_unserializable,
     serialize_entry_bytes,
 )
-from sessiontree.storage import BLOB_REF_PREFIX, BlobStoreLike, VerifiableBlobStore, parse_blob_ref
+from sessiontree.layout import IMAGE_KEYS, held_blob_refs, is_image_payload, resolve_blob_refs
+from sessiontree.storage import BLOB_REF_PREFIX, BlobStoreLike
 
 __all__ = [
     "BLOB_EXTERNALIZE_THRESHOLD",
@@ -45,6 +45,7 @@ __all__ = [
     "TRUNCATION_NOTICE",
     "b64decode_lenient",
     "entry_line",
+    "held_blob_refs",
     "js_len",
     "prepare_for_persist",
     "resolve_blob_refs",
@@ -64,7 +65,6 @@ _KEEP_UNITS: Final = MAX_PERSIST_CHARS - len(TRUNCATION_NOTICE)  # 499953
 _SAFE_LEN: Final = MAX_PERSIST_CHARS // 2
 _SIGNATURE_KEYS: Final = frozenset({"thinkingSignature", "thoughtSignature", "textSignature"})
 _DROP_KEYS: Final = ("jsonlEvents", "partialJson")
-_IMAGE_KEYS: Final = frozenset({"content", "images", "frames"})
 # Objects whose `type` or parent key may trigger a rule other than the generic walk.
 _SPECIAL_TYPES: Final = frozenset(
     {
@@ -78,7 +78,7 @@ _SPECIAL_TYPES: Final = frozenset(
         "reasoning",
     }
 )
-_SPECIAL_KEYS: Final = _IMAGE_KEYS | {"anthropicCompaction"}
+_SPECIAL_KEYS: Final = IMAGE_KEYS | {"anthropicCompaction"}
 _SERVER_TOOL_NAMES: Final = frozenset(
     {"web_search", "tool_search_tool_regex", "tool_search_tool_bm25"}
 )
@@ -178,20 +178,8 @@ def _is_nonempty_str(v: object) -> bool:
 # -- shape predicates (mirroring omp's session-persistence.ts) -------------------------------
 
 
-def _externalizable_position(o: JSONDict, key: str | None) -> bool:
-    """omp's isExternalizableImagePosition: an image payload under content/images/frames."""
-    if key not in _IMAGE_KEYS or not isinstance(o.get("data"), str):
-        return False
-    if o.get("type") == "image":
-        return True
-    if key == "content":
-        return False
-    mime = o.get("mimeType")
-    return isinstance(mime, str) and mime.lower().startswith("image/")
-
-
 def _should_externalize_image(o: JSONDict, key: str | None) -> bool:
-    if not _externalizable_position(o, key):
+    if not is_image_payload(o, key):
         return False
     data: str = o["data"]
     return not data.startswith(BLOB_REF_PREFIX) and _long_enough_for_blob(data)
@@ -249,7 +237,7 @@ def _scan_dict(o: JSONDict, key: str | None) -> bool:
     # blocks are walked like any other, and a false alarm costs only the exact
     # transform, which still returns the entry itself when nothing changed.
     if (o.get("type") == "image_generation_call" and _externalize_generation_result(o)) or (
-        key in _IMAGE_KEYS and "data" in o and _should_externalize_image(o, key)
+        key in IMAGE_KEYS and "data" in o and _should_externalize_image(o, key)
     ):
         return True
     if "jsonlEvents" in o or "partialJson" in o:
@@ -336,7 +324,7 @@ def _transform_dict(o: JSONDict, key: str | None, blobs: BlobStoreLike) -> JSOND
         if t == "image_generation_call" and _externalize_generation_result(o):
             # omp decodes this as base64 and returns without descending further.
             return {**o, "result": blobs.put(b64decode_lenient(o["result"])).ref}
-        if key in _IMAGE_KEYS and _should_externalize_image(o, key):
+        if key in IMAGE_KEYS and _should_externalize_image(o, key):
             mime = o.get("mimeType")
             ref = blobs.put(
                 b64decode_lenient(o["data"]), mime if isinstance(mime, str) else None
@@ -473,105 +461,6 @@ def prepare_for_persist(entry: JSONDict, blobs: BlobStoreLike) -> JSONDict:
     if stripped is entry and not _scan_dict(entry, None):
         return entry
     return _transform_dict(stripped, None, blobs)
-
-
-def _contains_ref(v: Any) -> bool:
-    # omp's containsBlobRef: blob-free entries skip the resolving walk entirely.
-    if type(v) is dict:
-        v = v.values()
-    elif type(v) is not list:
-        return type(v) is str and v.startswith(BLOB_REF_PREFIX)
-    for x in v:
-        tx = type(x)
-        if tx is str:
-            if x.startswith(BLOB_REF_PREFIX):
-                return True
-        elif (tx is dict or tx is list) and _contains_ref(x):
-            return True
-    return False
-
-
-def _resolve_ref(ref: str, as_text: bool, blobs: BlobStoreLike) -> str:
-    digest = parse_blob_ref(ref)
-    if digest is None:
-        _log.warning("Rejected malformed blob reference %r", ref[:100])
-        return ref
-    try:
-        data = blobs.get(digest)
-    except (OSError, InvalidBlobRefError) as exc:
-        _log.warning("Could not read blob %s: %s", digest, exc)
-        return ref
-    if data is None:
-        # Missing, or damaged (the store warned): the entry keeps its ref, so a rewrite
-        # writes the ref back and the blob can still be restored under its name.
-        _log.warning("Blob %s is missing or damaged; the image stays a reference", digest)
-        return ref
-    if not isinstance(blobs, VerifiableBlobStore) and hashlib.sha256(data).hexdigest() != digest:
-        # A store that does not check its hashes handed out damaged bytes: turned into
-        # base64 here, they would be stored again under a new hash on the next rewrite.
-        _log.warning("Blob %s is damaged; the image stays a reference", digest)
-        return ref
-    return data.decode("utf-8", "replace") if as_text else base64.b64encode(data).decode("ascii")
-
-
-def _resolve(v: Any, key: str | None, blobs: BlobStoreLike) -> Any:
-    if isinstance(v, list):
-        copied: list[Any] | None = None
-        for i, item in enumerate(v):
-            new = _resolve(item, key, blobs)
-            if copied is None and new is not item:
-                copied = v[:i]
-            if copied is not None:
-                copied.append(new)
-        return v if copied is None else copied
-    if not isinstance(v, dict):
-        return v
-    if key != "frames" and _externalizable_position(v, key):
-        data = v["data"]
-        if data.startswith(BLOB_REF_PREFIX):
-            resolved = _resolve_ref(data, False, blobs)
-            return v if resolved is data else {**v, "data": resolved}
-    updates: dict[str, str] = {}
-    result = v.get("result")
-    if (
-        v.get("type") == "image_generation_call"
-        and isinstance(result, str)
-        and result.startswith(BLOB_REF_PREFIX)
-    ):
-        updates["result"] = _resolve_ref(result, False, blobs)
-    url = v.get("image_url")
-    if isinstance(url, str) and url.startswith(BLOB_REF_PREFIX):
-        updates["image_url"] = _resolve_ref(url, True, blobs)
-    out: JSONDict | None = None
-    for k, item in v.items():
-        new = updates[k] if k in updates else _resolve(item, k, blobs)
-        if out is None:
-            if new is item:
-                continue
-            out = {}
-            for k2, v2 in v.items():
-                if k2 == k:
-                    break
-                out[k2] = v2
-        out[k] = new
-    return v if out is None else out
-
-
-def resolve_blob_refs(entry: JSONDict, blobs: BlobStoreLike) -> JSONDict:
-    """The entry with blob refs turned back into data, as omp's loader does.
-
-    Image payloads in `content`/`images` positions get the canonical base64 of
-    their blob (snapcompact `frames` stay refs), `image_generation_call.result`
-    too, and `image_url` refs their UTF-8 data URL. A missing or damaged blob
-    (bytes that do not hash to the ref) or a malformed ref is left in place with a
-    warning on the `sessiontree` logger, so writing the entry back keeps the ref;
-    this never raises. Copy-on-write: `entry` is not mutated and is returned when it holds
-    no ref.
-    """
-    if entry.get("type") == "session" or not _contains_ref(entry):
-        return entry
-    resolved: JSONDict = _resolve(entry, None, blobs)
-    return resolved
 
 
 # -- entries as lines ---------------------------------------------------------------------

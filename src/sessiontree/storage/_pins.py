@@ -2,11 +2,12 @@
 
 `gc` finds the blobs sessions need by reading session files. A manager can hold a
 ref that no file names: an in-memory session's `put_blob`, a new session that is not
-written before its first reply. Once such a blob is older than gc's minimum age,
-`gc --delete` would remove it, and the session written later would name a blob that
-is gone. So a process lists the hashes its live managers hold, per blob dir, in a
-pin file: `<blobs>/.live/<pid>-<random>.pin`, one hash a line (0600), and gc keeps
-every blob a live pin names, whatever its age.
+written before its first reply, the lines of its file an index-first load has not read
+once that file is deleted (it writes them again from their bytes). Once such a blob is
+older than gc's minimum age, `gc --delete` would remove it, and the session written
+later would name a blob that is gone. So a process lists the hashes its live managers
+hold, per blob dir, in a pin file: `<blobs>/.live/<pid>-<random>.pin`, one hash a line
+(0600), and gc keeps every blob a live pin names, whatever its age.
 
 - **Live or stale is an `flock`.** The process holds an exclusive lock on its pin file
   as long as the file exists; the kernel drops it when the process dies. gc tries a

@@ -1,9 +1,10 @@
 """A store of sessions as one value: `Store` (an agent dir, a database, or another
 agent's store, read-only) and what is done to it: list, open, create, search, usage,
-stats, gc, check, transfers."""
+stats, gc, check, transfers; `find_stores`: every agent store on this machine."""
 
 from __future__ import annotations
 
-from sessiontree.store._store import PricedReplies, Store
+from sessiontree.store._discover import FoundStore, find_stores, store_size
+from sessiontree.store._store import PricedReplies, Store, replies_of
 
-__all__ = ["PricedReplies", "Store"]
+__all__ = ["FoundStore", "PricedReplies", "Store", "find_stores", "replies_of", "store_size"]

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from sessiontree._util.env import (
     NATIVE_AGENTS,
     agent_dir_or_default,
-    default_store,
+    default_store_choice,
     native_agent_dir,
 )
 from sessiontree.errors import (
@@ -79,7 +79,7 @@ if TYPE_CHECKING:
     from sessiontree.reports import Duplicates, Reply, Report, ReportKind, StoreStats
     from sessiontree.search import SearchResult, SessionSource
 
-__all__ = ["PricedReplies", "Store"]
+__all__ = ["PricedReplies", "Store", "replies_of"]
 
 Progress = Callable[[int, int], None]
 """`progress(bytes_done, bytes_total)` while the content index is refreshed."""
@@ -174,6 +174,9 @@ class Store:
     it uses: the agent dir; a database's root; another agent's home."""
     read_only: bool
     """Whether the store is another agent's, which sessiontree only reads."""
+    found_by_default: bool
+    """Whether nothing named it (no location, agent or variable): the default agent dir,
+    beside which the command line reads every other store found (`find_stores`)."""
 
     def __init__(
         self,
@@ -190,6 +193,7 @@ class Store:
         self._storage: SessionStorage | None = None
         self._owns_storage = storage is None
         self.read_only = False
+        self.found_by_default = False
         given = os.fspath(location) if location is not None else None
         if given == "":
             raise InvalidStoreError("an empty location names no store (None: the default one)")
@@ -212,7 +216,11 @@ class Store:
             if agent is not None and agent not in NATIVE_AGENTS:
                 self._open_foreign(agent, None, chosen)
                 return
-            given = native_agent_dir(agent) if agent is not None else default_store()
+            if agent is not None:
+                given = native_agent_dir(agent)
+            else:
+                given, named = default_store_choice()
+                self.found_by_default = not named
         files = file_store_dir(given)  # InvalidStoreError for an unsupported scheme
         if files is None:
             self._open_database(given, agent, chosen)
@@ -597,15 +605,7 @@ class Store:
         of a reply is not counted again) and priced (recorded costs, else estimates
         from the bundled price table, marked): what `usage` and `sessiontree usage`
         report on."""
-        from sessiontree.reports import count_once, load_usage, price
-
-        paths = self.files(nested=False)
-        sources, storage, agent_dir = self._view(paths)
-        data = load_usage(
-            sources, storage=storage, agent_dir=agent_dir, use_index=use_index, progress=progress
-        )
-        counted, duplicates = count_once(data.sessions)
-        return PricedReplies(price(counted), duplicates, data.notes)
+        return replies_of([self], use_index=use_index, progress=progress)
 
     def usage(
         self,
@@ -793,6 +793,28 @@ class Store:
         if os.path.exists(target) and not os.path.isdir(target):
             raise NotADirectoryError(20, "Not a directory", target)
         return export_files(storage, target, report)
+
+
+def replies_of(
+    stores: Sequence[Store], *, use_index: bool = True, progress: Progress | None = None
+) -> PricedReplies:
+    """Every assistant reply of several stores, counted once across them all (an import
+    in one store of a session another store holds is not counted again) and priced:
+    `Store.replies` of their union."""
+    from sessiontree.reports import count_once, load_usage, price
+
+    sessions: builtins.list[Any] = []
+    notes: builtins.list[str] = []
+    for store in stores:
+        paths = store.files(nested=False)
+        sources, storage, agent_dir = store._view(paths)
+        data = load_usage(
+            sources, storage=storage, agent_dir=agent_dir, use_index=use_index, progress=progress
+        )
+        sessions += data.sessions
+        notes += data.notes
+    counted, duplicates = count_once(sessions)
+    return PricedReplies(price(counted), duplicates, notes)
 
 
 def _ms(moment: Moment | None, *, end: bool, tz: Any = None) -> int | None:

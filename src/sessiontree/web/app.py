@@ -6,6 +6,10 @@ listing cache; the content index where this build has one). Sessions and project
 are named by handles the server issued (`data.handle_of`), never by paths; entry
 ids, image numbers and blob hashes from a request are looked up in what the
 server loaded, or validated (`check_hash`) before the blob store sees them.
+
+Several stores (`serve` with no store named) are served as one: a handle names a
+session of one of them (the server knows which; a request never names a store's
+path), a store filter (`?store=`) must be one of the keys the server made for them.
 """
 
 from __future__ import annotations
@@ -141,19 +145,18 @@ def _int(text: str | None, default: int) -> int:
 
 
 class _App:
-    """The routes, over one store."""
+    """The routes, over one store or several."""
 
-    def __init__(self, store: Store, options: ServeOptions) -> None:
-        self.store = store
-        self.storage = store.storage
-        self.agent_dir = store.agent_dir
+    def __init__(self, stores: Store | Sequence[Store], options: ServeOptions) -> None:
         self.options = options
-        self.data = Data(store, use_index=options.use_index)
-        self.cache = SessionCache(store)
+        self.data = Data(stores, use_index=options.use_index)
+        self.store = self.data.store
+        self.caches = {key: SessionCache(store) for key, store in self.data.stores.items()}
 
     def close(self) -> None:
         self.data.close()
-        self.cache.close()
+        for cache in self.caches.values():
+            cache.close()
 
     # ------------------------------------------------------------------ helpers
 
@@ -161,14 +164,37 @@ class _App:
         return self.data.session(request.path_params["handle"])
 
     def _open(self, row: SessionRow) -> OpenSession:
-        return self.cache.get(row.handle, row.path)
+        cache = self.caches.get(row.store) or next(iter(self.caches.values()))
+        return cache.get(row.handle, row.path)
+
+    def _store_filter(self, request: Request) -> tuple[str | None, Response | None]:
+        """The store key of `?store=` (None: every store), or the answer to a key the
+        server did not make."""
+        key = request.query_params.get("store") or None
+        if key is not None and key not in self.data.stores:
+            return None, _not_found("No such store (the server names stores itself).")
+        return key, None
+
+    def _stores(self, counts: dict[str, int] | None = None) -> list[dict[str, Any]]:
+        """The stores served, for the pages (with their sessions, when counted)."""
+        return [
+            {
+                "key": key,
+                "agent": store.agent,
+                "location": store.location,
+                "sessions": (counts or {}).get(key, 0),
+                "skipped": self.data.skipped.get(key),
+            }
+            for key, store in self.data.stores.items()
+        ]
 
     def _resume(self, row: SessionRow, rows: Sequence[SessionRow]) -> list[dict[str, str]]:
         unique = sum(1 for r in rows if r.id == row.id) == 1
         target = row.id if unique else row.path
+        agent_dir = self.data.store_of(row).agent_dir
         prefix = []
-        if os.path.abspath(self.agent_dir) != os.path.abspath(default_agent_dir()):
-            prefix = ["--agent-dir", self.agent_dir]
+        if os.path.abspath(agent_dir) != os.path.abspath(default_agent_dir()):
+            prefix = ["--agent-dir", agent_dir]
         commands = [
             {
                 "name": "sessiontree",
@@ -179,7 +205,7 @@ class _App:
         if foreign is not None:
             commands.append(foreign)
             return commands
-        parent, leaf = os.path.split(os.path.abspath(self.agent_dir))
+        parent, leaf = os.path.split(os.path.abspath(agent_dir))
         agent = _AGENTS.get(os.path.basename(parent)) if leaf == "agent" else None
         home = os.path.expanduser("~")
         if agent is not None and os.path.dirname(parent) == home:
@@ -192,9 +218,10 @@ class _App:
     def _foreign_resume(self, row: SessionRow) -> dict[str, str] | None:
         """The agent's own resume command for a session of its store (in its directory,
         naming a store away from the default location by its variable)."""
-        if not isinstance(self.storage, ForeignStorage):
+        storage = self.data.store_of(row).storage
+        if not isinstance(storage, ForeignStorage):
             return None
-        store = self.storage.store
+        store = storage.store
         home = os.path.expanduser("~")
         value = store.home
         if store.agent == "claude":
@@ -222,7 +249,14 @@ class _App:
     # ------------------------------------------------------------------ pages
 
     def projects(self, request: Request) -> Response:
-        rows = self.data.sessions()
+        key, refused = self._store_filter(request)
+        if refused is not None:
+            return refused
+        every = self.data.sessions()
+        counts: dict[str, int] = {}
+        for row in every:
+            counts[row.store] = counts.get(row.store, 0) + 1
+        rows = [r for r in every if key is None or r.store == key]
         snapshot, _ = self.data.usage()
         groups: dict[str, dict[str, Any]] = {}
         for row in rows:  # newest first: a project's first row names it
@@ -230,6 +264,7 @@ class _App:
             if group is None:
                 group = groups[row.project] = {
                     "handle": handle_of("p", row.project),
+                    "store": row.store,
                     "cwd": row.cwd,
                     "dir": os.path.basename(row.project),
                     "sessions": 0,
@@ -251,11 +286,16 @@ class _App:
             title="Projects",
             projects=list(groups.values()),
             total=len(rows),
-            agent_dir=self.agent_dir,
+            agent_dir=self.store.agent_dir,
+            stores=self._stores(counts) if self.data.several else [],
+            store_key=key,
             usage_note=_usage_state(snapshot),
         )
 
     def sessions(self, request: Request) -> Response:
+        store_key, refused = self._store_filter(request)
+        if refused is not None:
+            return refused
         rows = self.data.sessions()
         params = request.query_params
         project_handle = params.get("project")
@@ -264,6 +304,8 @@ class _App:
             return _not_found("No such project (the server names projects itself).")
         if project is not None:
             rows = [r for r in rows if r.project == project]
+        if store_key is not None:
+            rows = [r for r in rows if r.store == store_key]
         query = params.get("q", "").strip()
         if query:
             needle = query.casefold()
@@ -278,7 +320,7 @@ class _App:
         costs = snapshot.by_session if snapshot is not None else {}
 
         def cost_of(r: SessionRow) -> float:
-            tally = costs.get(r.path)
+            tally = costs.get(r.handle)
             return tally.cost if tally is not None else -1.0
 
         keys: dict[str, Callable[[SessionRow], Any]] = {
@@ -298,7 +340,9 @@ class _App:
         pages = max(1, (len(rows) + PAGE_ROWS - 1) // PAGE_ROWS)
         page = min(page, pages)
         shown = rows[(page - 1) * PAGE_ROWS : page * PAGE_ROWS]
-        base = {k: v for k, v in (("project", project_handle), ("q", query)) if v}
+        base = {
+            k: v for k, v in (("project", project_handle), ("store", store_key), ("q", query)) if v
+        }
 
         def link(**changes: Any) -> str:
             merged = {**base, "sort": sort, "order": order, **changes}
@@ -320,8 +364,9 @@ class _App:
                 {"key": key, "name": name, "href": link(sort=key, order=flip), "mark": mark}
             )
         items = []
+        several = self.data.several
         for r in shown:
-            tally = costs.get(r.path)
+            tally = costs.get(r.handle)
             items.append(
                 {
                     "handle": r.handle,
@@ -334,6 +379,7 @@ class _App:
                     "estimated": bool(tally is not None and tally.estimated_cost),
                     "modified": _when(r.modified),
                     "cwd": r.cwd,
+                    "store": r.store if several else None,
                 }
             )
         return _page(
@@ -341,6 +387,8 @@ class _App:
             title="Sessions",
             project=project,
             project_handle=project_handle,
+            store_key=store_key,
+            several=several,
             query=query,
             columns=columns,
             sessions=items,
@@ -370,6 +418,7 @@ class _App:
             context: dict[str, Any] = {
                 "focus": focus if focus in part.ids[part.earlier :] else "",
                 "row": row,
+                "store": self.data.store_of(row) if self.data.several else None,
                 "handle": row.handle,
                 "name": session_shown_title(session.sm),
                 "leaf_id": leaf.get("id") if leaf is not None else "",
@@ -473,7 +522,7 @@ class _App:
         row = self.data.session(request.query_params.get("s", ""))
         if row is None:
             return Response(b"no such session", 404, media_type="text/plain")
-        data = self.store.blobs_for(row.path).get(digest)
+        data = self.data.store_of(row).blobs_for(row.path).get(digest)
         mime = sniff_image(data) if data is not None else None
         if data is None or mime is None:
             return Response(b"no such image", 404, media_type="text/plain")
@@ -503,6 +552,9 @@ class _App:
         )
 
     def search(self, request: Request) -> Response:
+        store_key, refused = self._store_filter(request)
+        if refused is not None:
+            return refused
         params = request.query_params
         query = params.get("q", "").strip()
         rows = self.data.sessions()
@@ -510,6 +562,8 @@ class _App:
         project = self.data.project(project_handle) if project_handle else None
         if project is not None:
             rows = [r for r in rows if r.project == project]
+        if store_key is not None:
+            rows = [r for r in rows if r.store == store_key]
         regex = params.get("regex") in ("1", "on", "true")
         role = params.get("role") or ""
         since, until = params.get("since", "").strip(), params.get("until", "").strip()
@@ -528,12 +582,12 @@ class _App:
         except SessionTreeError as exc:
             problem = str(exc)
         if query and not problem:
-            by_path = {r.path: r for r in rows}
+            by_path = {(r.store, r.path): r for r in rows}
             started = time.perf_counter()
             try:
                 outcome = self.data.search(
                     query,
-                    [r.path for r in rows],
+                    rows,
                     SEARCH_LIMIT,
                     regex=regex,
                     roles=[role] if role else None,
@@ -545,14 +599,18 @@ class _App:
                 outcome = None
             elapsed = time.perf_counter() - started
         if outcome is not None:
-            index: dict[str, dict[str, Any]] = {}
+            index: dict[tuple[str, str], dict[str, Any]] = {}
             for hit in outcome.hits:
-                row = by_path.get(hit.path)
+                row = by_path.get((hit.store, hit.path))
                 if row is None:
                     continue
-                group = index.get(hit.path)
+                group = index.get((hit.store, hit.path))
                 if group is None:
-                    group = index[hit.path] = {"row": row, "hits": []}
+                    group = index[(hit.store, hit.path)] = {
+                        "row": row,
+                        "hits": [],
+                        "store": row.store if self.data.several else None,
+                    }
                     groups.append(group)
                 href = f"/s/{row.handle}"
                 if hit.entry_id:  # the hit inside its whole branch, scrolled to
@@ -564,6 +622,8 @@ class _App:
             query=query,
             project=project,
             project_handle=project_handle,
+            store_key=store_key,
+            stores=self._stores() if self.data.several else [],
             outcome=outcome,
             groups=groups,
             elapsed=f"{elapsed * 1000:.0f} ms",
@@ -595,6 +655,12 @@ class _App:
         shown = sorted(d for d in (snapshot.by_day if snapshot else {}) if d != "unknown")
         span = f"{shown[0]} to {shown[-1]}" if shown else "no replies"
         name = "All time" if days is None else f"The last {days} days"
+        by_store = None
+        if snapshot is not None and self.data.several:
+            by_store = [
+                (f"{store.agent} · {store.location}", snapshot.by_store.get(key, Tally()))
+                for key, store in self.data.stores.items()
+            ]
         return _page(
             "usage.html",
             title="Usage",
@@ -604,6 +670,7 @@ class _App:
             range_name=f"{name} ({span}, UTC)",
             ranges=[(key, key if key != "all" else "all", key == chosen) for key in _RANGES],
             heatmap=_heatmap(snapshot, first) if snapshot is not None else [],
+            by_store=by_store,
             **(_usage_charts(snapshot, labels) if snapshot is not None else {}),
         )
 
@@ -628,7 +695,7 @@ class _App:
         offset = _int(request.query_params.get("from"), -1)
         if offset < 0:
             return Response(b"from= is required", 400, media_type="text/plain")
-        tail = Tail(self.storage, row.path, offset)
+        tail = Tail(self.data.store_of(row).storage, row.path, offset)
         interval = self.options.poll_seconds
         app = self
 
@@ -813,9 +880,10 @@ async def _unreadable(request: Request, exc: Exception) -> Response:
     return _page("error.html", 500, title="Unreadable", message=message)
 
 
-def create_app(store: Store, options: ServeOptions) -> Starlette:
-    """The web app over `store`, open to the browsers that bring one of `options.keys`'
-    links (see `security`). The caller closes the store once the app is done."""
+def create_app(store: Store | Sequence[Store], options: ServeOptions) -> Starlette:
+    """The web app over `store` (or several stores, served as one), open to the browsers
+    that bring one of `options.keys`' links (see `security`). The caller closes the
+    stores once the app is done."""
     routes = _App(store, options)
     app = Starlette(
         routes=[

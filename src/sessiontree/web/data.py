@@ -9,6 +9,11 @@ and usage. One module, so that the backends can change here alone.
 * Usage (cost and tokens per day, model, project and session) is the usage library
   (`sessiontree.reports._usage`: each reply counted once, unrecorded costs estimated and
   marked), computed in a background thread so no page waits for it.
+
+Several stores (`serve` with no store named: every store found) are read as one: each
+listed, searched and read for usage through its own storage and index, the rows merged
+newest first, each row naming its store by a key the server made (`store_keys`); usage
+counts each reply once across them all, as `Store.replies_of` does.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sessiontree.errors import SessionTreeError
 from sessiontree.foreign.storage import index_view
 from sessiontree.format import SHORT_TITLE_CHARS, shown_title, utc_day
 from sessiontree.listing import SessionInfo
@@ -39,6 +45,7 @@ __all__ = [
     "Tally",
     "UsageSnapshot",
     "handle_of",
+    "store_keys",
 ]
 
 log = logging.getLogger("sessiontree")
@@ -71,11 +78,26 @@ class SessionRow:
     created: datetime
     modified: datetime
     parent_session_path: str | None
+    store: str = ""
+    """The key of the session's store (`Data.stores`)."""
 
     @property
     def shown_title(self) -> str:
         """The title the session is shown by (`format.shown_title`), shortened."""
         return shown_title(self.title, self.first_message, self.id, SHORT_TITLE_CHARS)
+
+
+def store_keys(stores: Sequence[Store]) -> dict[str, Store]:
+    """Each store by a key for URLs and badges: its agent (`pi`, `claude`, ...), with
+    `-2`, `-3`... when several stores are of one agent."""
+    keyed: dict[str, Store] = {}
+    for store in stores:
+        key, n = store.agent, 1
+        while key in keyed:
+            n += 1
+            key = f"{store.agent}-{n}"
+        keyed[key] = store
+    return keyed
 
 
 def _size(info: SessionInfo, storage: SessionStorage) -> int:
@@ -100,6 +122,8 @@ class Hit:
     match: str
     after: str
     timestamp: int | None
+    store: str = ""
+    """The key of the store searched."""
 
 
 @dataclass(slots=True)
@@ -112,7 +136,7 @@ class SearchOutcome:
     """More hits exist than `hits` holds."""
 
 
-def _hit(raw: Any) -> Hit:
+def _hit(raw: Any, store: str) -> Hit:
     return Hit(
         raw.path,
         raw.session_id,
@@ -122,6 +146,7 @@ def _hit(raw: Any) -> Hit:
         raw.match,
         raw.after,
         getattr(raw, "timestamp", None),
+        store,
     )
 
 
@@ -142,11 +167,14 @@ class UsageSnapshot:
     by_project: dict[str, Tally] = field(default_factory=dict)
     """Keyed by the project's session dir (`SessionRow.project`)."""
     by_session: dict[str, Tally] = field(default_factory=dict)
-    """Keyed by path."""
+    """Keyed by handle (`SessionRow.handle`)."""
+    by_store: dict[str, Tally] = field(default_factory=dict)
+    """Keyed by store key (`SessionRow.store`)."""
     total: Tally = field(default_factory=Tally)
     by_day_model: dict[tuple[str, str], Tally] = field(default_factory=dict)
     """(UTC day, model): what a range of days sums per model."""
     by_day_project: dict[tuple[str, str], Tally] = field(default_factory=dict)
+    by_day_store: dict[tuple[str, str], Tally] = field(default_factory=dict)
     sessions_read: int = 0
     sessions_total: int = 0
     source: str = ""
@@ -156,25 +184,36 @@ class UsageSnapshot:
     complete: bool = False
     taken: float = 0.0
 
-    def add(self, day: str, model: str, project: str, path: str, reply: usage_report.Reply) -> None:
+    def add(
+        self, day: str, model: str, project: str, row: SessionRow, reply: usage_report.Reply
+    ) -> None:
         for table, key in (
             (self.by_day, day),
             (self.by_model, model),
             (self.by_project, project),
-            (self.by_session, path),
+            (self.by_session, row.handle),
+            (self.by_store, row.store),
         ):
             table.setdefault(key, Tally()).add(reply)
         self.by_day_model.setdefault((day, model), Tally()).add(reply)
         self.by_day_project.setdefault((day, project), Tally()).add(reply)
+        self.by_day_store.setdefault((day, row.store), Tally()).add(reply)
         self.total.add(reply)
 
     def within(self, first: str | None) -> UsageSnapshot:
         """The usage of the days from `first` (YYYY-MM-DD, UTC) on; None: every day (the
-        replies without a time too). Totals, models and projects sum those days alone."""
+        replies without a time too). Totals, models, projects and stores sum those days
+        alone."""
         if first is None:
             return self
         out = dataclasses.replace(
-            self, by_day={}, by_model={}, by_project={}, by_session={}, total=Tally()
+            self,
+            by_day={},
+            by_model={},
+            by_project={},
+            by_session={},
+            by_store={},
+            total=Tally(),
         )
         for day, tally in self.by_day.items():
             if day != "unknown" and day >= first:
@@ -183,6 +222,7 @@ class UsageSnapshot:
         for pairs, target in (
             (self.by_day_model, out.by_model),
             (self.by_day_project, out.by_project),
+            (self.by_day_store, out.by_store),
         ):
             for (day, key), tally in pairs.items():
                 if day != "unknown" and day >= first:
@@ -191,42 +231,63 @@ class UsageSnapshot:
 
 
 class _Usage:
-    """Usage from the usage library (over the content index where it can be used)."""
+    """Usage from the usage library (over each store's content index where it can be used)."""
 
     source = "the content index"
 
-    def __init__(self, storage: SessionStorage, agent_dir: str, use_index: bool) -> None:
-        self.storage = storage
-        self.agent_dir = agent_dir
+    def __init__(self, stores: dict[str, Store], use_index: bool) -> None:
+        self.stores = stores
         self.use_index = use_index
 
     def compute(self, rows: Sequence[SessionRow], publish: Callable[[UsageSnapshot], None]) -> None:
         lib = usage_report
-        view = index_view(self.storage, [row.path for row in rows], self.agent_dir)
-        data = lib.load_usage(
-            view.sources,
-            storage=view.storage,
-            agent_dir=view.agent_dir,
-            use_index=self.use_index,
-        )
-        counted, _duplicates = lib.count_once(data.sessions)
+        by_store: dict[str, list[SessionRow]] = {}
+        for row in rows:
+            by_store.setdefault(row.store, []).append(row)
+        sessions: list[usage_report.SessionUsage] = []
+        notes: list[str] = []
+        indexed = True
+        row_of: dict[int, SessionRow] = {}
+        for key, store_rows in by_store.items():
+            store = self.stores[key]
+            view = index_view(store.storage, [row.path for row in store_rows], store.agent_dir)
+            data = lib.load_usage(
+                view.sources,
+                storage=view.storage,
+                agent_dir=view.agent_dir,
+                use_index=self.use_index,
+            )
+            paths = {row.path: row for row in store_rows}
+            for session in data.sessions:
+                listed = paths.get(session.path)
+                if listed is not None:
+                    row_of[id(session)] = listed
+            sessions += data.sessions
+            notes += data.notes
+            indexed = indexed and data.indexed
+        # Counted once across every store: an import in one of a session another holds
+        # is not counted again (`Store.replies_of`).
+        counted, _duplicates = lib.count_once(sessions)
         replies = lib.price(counted)
         snap = UsageSnapshot(
             sessions_total=len(rows),
             sessions_read=len(rows),
-            source=self.source if data.indexed else "each session file (the index was not used)",
+            source=self.source if indexed else "each session file (the index was not used)",
             notes=[
-                *data.notes,
-                "each reply counted once (forks and imports do not count copied replies again)",
+                *notes,
+                "each reply counted once (forks and imports do not count copied replies again"
+                + (", across the stores too)" if len(by_store) > 1 else ")"),
             ],
             estimates=True,
         )
         for reply in replies:
-            path = reply.session.path
+            owner = row_of.get(id(reply.session))
+            if owner is None:
+                continue
             day = utc_day(reply.record.timestamp)
-            snap.add(day, reply.model, os.path.dirname(path), path, reply)
+            snap.add(day, reply.model, owner.project, owner, reply)
         for row in rows:  # sessions without a reply cost nothing (rather than unknown)
-            snap.by_session.setdefault(row.path, Tally())
+            snap.by_session.setdefault(row.handle, Tally())
         if snap.total.estimated_cost:
             snap.notes.append("costs marked ~ include estimates from a price table")
         snap.complete = True
@@ -240,15 +301,15 @@ class _UsageWorker:
         self.backend = backend
         self.cond = threading.Condition()
         self.snapshot: UsageSnapshot | None = None
-        self.wanted: tuple[tuple[str, int, float], ...] | None = None
+        self.wanted: tuple[tuple[str, str, int, float], ...] | None = None
         self.rows: list[SessionRow] = []
-        self.done_for: tuple[tuple[str, int, float], ...] | None = None
+        self.done_for: tuple[tuple[str, str, int, float], ...] | None = None
         self.error: str | None = None
         self.thread: threading.Thread | None = None
         self.stopped = False
 
     def request(self, rows: Sequence[SessionRow]) -> None:
-        key = tuple((r.path, r.size, r.modified.timestamp()) for r in rows)
+        key = tuple((r.store, r.path, r.size, r.modified.timestamp()) for r in rows)
         with self.cond:
             if key == self.wanted:
                 return
@@ -305,42 +366,75 @@ class _UsageWorker:
 
 
 class Data:
-    """The store as the web app sees it (thread-safe)."""
+    """The stores as the web app sees them, as one (thread-safe)."""
 
-    def __init__(self, store: Store, *, use_index: bool = True) -> None:
-        self.store = store
-        self.storage = store.storage
-        self.agent_dir = store.agent_dir
+    def __init__(self, stores: Store | Sequence[Store], *, use_index: bool = True) -> None:
+        listed = [stores] if isinstance(stores, Store) else list(stores)
+        if not listed:
+            raise ValueError("the web app needs a store")
+        self.stores = store_keys(listed)
+        """Each store by its key (the first: the store named, or the default one)."""
+        self.store = listed[0]
         self.use_index = use_index
         self._lock = threading.Lock()
         self._rows: dict[str, SessionRow] = {}
         self._projects: dict[str, str] = {}
-        self._usage = _UsageWorker(_Usage(self.storage, self.agent_dir, use_index))
+        self.skipped: dict[str, str] = {}
+        """Stores (by key) the last listing could not read, and why."""
+        self._usage = _UsageWorker(_Usage(self.stores, use_index))
+
+    @property
+    def several(self) -> bool:
+        """Whether more than one store is served (rows then show theirs)."""
+        return len(self.stores) > 1
 
     def sessions(self) -> list[SessionRow]:
-        """Every session of the store, newest first (and the handles that name them)."""
+        """Every session of the stores, newest first (and the handles that name them).
+
+        The first store's error is raised; another store that cannot be listed is
+        passed over (`skipped` says why)."""
         with self._lock:
-            infos = self.store.list()
-            rows = []
-            for info in infos:
-                rows.append(
-                    SessionRow(
-                        handle_of("s", info.path),
-                        info.path,
-                        info.id,
-                        info.cwd,
-                        os.path.dirname(info.path),
-                        info.title,
-                        info.first_message,
-                        info.message_count,
-                        _size(info, self.storage),
-                        info.created,
-                        info.modified,
-                        info.parent_session_path,
+            rows: list[SessionRow] = []
+            handles: set[str] = set()
+            skipped: dict[str, str] = {}
+            for number, (key, store) in enumerate(self.stores.items()):
+                try:
+                    infos = store.list()
+                except (OSError, SessionTreeError) as exc:
+                    if number == 0:
+                        raise
+                    skipped[key] = str(exc) or type(exc).__name__
+                    if self.skipped.get(key) != skipped[key]:  # said once, not per page
+                        log.warning("%s: skipped: %s", store.location, exc)
+                    continue
+                storage = store.storage
+                for info in infos:
+                    handle = handle_of("s", info.path)
+                    if handle in handles:  # the same path in two stores (never one file)
+                        handle = handle_of("s", key + "\0" + info.path)
+                    handles.add(handle)
+                    rows.append(
+                        SessionRow(
+                            handle,
+                            info.path,
+                            info.id,
+                            info.cwd,
+                            os.path.dirname(info.path),
+                            info.title,
+                            info.first_message,
+                            info.message_count,
+                            _size(info, storage),
+                            info.created,
+                            info.modified,
+                            info.parent_session_path,
+                            key,
+                        )
                     )
-                )
+            if self.several:
+                rows.sort(key=lambda row: row.modified, reverse=True)
             self._rows = {row.handle: row for row in rows}
             self._projects = {handle_of("p", row.project): row.project for row in rows}
+            self.skipped = skipped
         self._usage.request(rows)
         return rows
 
@@ -356,6 +450,10 @@ class Data:
             row = self._rows.get(handle)
         return row
 
+    def store_of(self, row: SessionRow) -> Store:
+        """The store a row was listed from (a row made elsewhere: the first store)."""
+        return self.stores.get(row.store, self.store)
+
     def project(self, handle: str) -> str | None:
         """The session dir a project handle names."""
         directory = self._projects.get(handle)
@@ -367,7 +465,7 @@ class Data:
     def search(
         self,
         query: str,
-        paths: Iterable[str],
+        rows: Iterable[SessionRow],
         limit: int = 200,
         *,
         regex: bool = False,
@@ -375,20 +473,33 @@ class Data:
         since: int | None = None,
         until: int | None = None,
     ) -> SearchOutcome:
-        """Entries (and titles) whose text holds `query` (case-insensitive; with `regex`,
-        matches it), up to `limit` hits; `roles`, `since`/`until` (epoch ms) as the CLI's."""
-        result = self.store.search(
-            query,
-            sessions=list(paths),
-            limit=limit + 1,
-            use_index=self.use_index,
-            regex=regex,
-            roles=roles,
-            since=since,
-            until=until,
-        )
-        hits = [_hit(h) for h in result.hits]
-        notes, mode = list(result.notes), str(result.mode)
+        """Entries (and titles) of the sessions of `rows` whose text holds `query`
+        (case-insensitive; with `regex`, matches it), up to `limit` hits; `roles`,
+        `since`/`until` (epoch ms) as the CLI's. Each store is searched through its own
+        index; the hits of several are merged, titles first, then newest first."""
+        by_store: dict[str, list[str]] = {}
+        for row in rows:
+            by_store.setdefault(row.store, []).append(row.path)
+        hits: list[Hit] = []
+        notes: list[str] = []
+        modes: set[str] = set()
+        for key, paths in by_store.items():
+            result = self.stores[key].search(
+                query,
+                sessions=paths,
+                limit=limit + 1,
+                use_index=self.use_index,
+                regex=regex,
+                roles=roles,
+                since=since,
+                until=until,
+            )
+            hits += [_hit(h, key) for h in result.hits]
+            notes += result.notes
+            modes.add(str(result.mode))
+        if len(by_store) > 1:
+            hits.sort(key=lambda h: (h.role != "title", -(h.timestamp or 0)))
+        mode = modes.pop() if len(modes) == 1 else "mixed" if modes else "index"
         return SearchOutcome(hits[:limit], mode, notes, len(hits) > limit)
 
     def usage(self, wait: float = 0.0) -> tuple[UsageSnapshot | None, str | None]:

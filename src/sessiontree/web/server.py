@@ -206,7 +206,7 @@ def _open_browser(options: ServeOptions, base: str, warn: Callable[[str], None])
 
 
 def serve(
-    store: Store,
+    store: Store | Sequence[Store],
     *,
     host: str | None,
     port: int,
@@ -216,7 +216,8 @@ def serve(
     allowed_hosts: Sequence[str] = (),
     use_index: bool = True,
 ) -> None:
-    """Serve `store` until interrupted (Ctrl-C, SIGTERM), then return.
+    """Serve `store` (or several stores, as one) until interrupted (Ctrl-C, SIGTERM),
+    then return.
 
     `host` None: a random loopback address. `announce` gets the printed one-time
     link, `warn` what the user should know (a fallback address, no browser).
@@ -258,11 +259,12 @@ class BackgroundServer:
     """The app served from a thread (tests, benchmarks, the screenshot script):
     `with BackgroundServer(store) as s: s.url` (a one-time link); `s.new_link()` makes
     another, `s.login_cookies()` a browser's cookie outright. Given a storage and its
-    agent dir instead of a `Store`, it serves `Store(agent_dir, storage=storage)`."""
+    agent dir instead of a `Store`, it serves `Store(agent_dir, storage=storage)`; given
+    several stores, it serves them as one."""
 
     def __init__(
         self,
-        store: Store | SessionStorage,
+        store: Store | Sequence[Store] | SessionStorage,
         agent_dir: str | None = None,
         *,
         host: str | None = None,
@@ -276,10 +278,15 @@ class BackgroundServer:
         self.options = ServeOptions(f"sessiontree-{self.port}", use_index=use_index)
         if poll_seconds is not None:
             self.options.poll_seconds = poll_seconds
-        if not isinstance(store, Store):
-            store = Store(agent_dir, storage=store)
-        self.store = store
-        self.app = create_app(store, self.options)
+        if isinstance(store, Store):
+            stores = [store]
+        elif isinstance(store, Sequence):
+            stores = list(store)
+        else:
+            stores = [Store(agent_dir, storage=store)]
+        self.store = stores[0]
+        self.stores = stores
+        self.app = create_app(stores, self.options)
         config = uvicorn.Config(
             self.app,
             log_level="warning",

@@ -1,0 +1,353 @@
+"""Every store on this machine (`stores`), and the archive that keeps their sessions
+(`archive`, `restore`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from sessiontree.archive import (
+    ArchiveBusyError,
+    ArchiveError,
+    ArchiveReport,
+    ArchiveSource,
+    Waiter,
+    archive_stats,
+    archive_stores,
+    archived_files,
+    restore_files,
+    restore_session,
+    verify_archive,
+)
+from sessiontree.cli.common import (
+    EXIT_ERROR,
+    EXIT_USAGE,
+    CliError,
+    JsonOption,
+    console,
+    current_store,
+    emit_json,
+    err_console,
+    human_size,
+)
+from sessiontree.errors import SessionTreeError
+from sessiontree.store import FoundStore, find_stores, store_size
+
+
+def _count(found: FoundStore) -> tuple[int, str | None]:
+    """(sessions, why they could not be counted)."""
+    try:
+        with found.open() as store:
+            return len(store.list()), None
+    except (OSError, SessionTreeError) as exc:
+        return 0, str(exc)
+
+
+def stores_command(as_json: JsonOption = False) -> None:
+    """Every agent store on this machine, with its sessions and size."""
+    found = find_stores()
+    rows: list[dict[str, Any]] = []
+    for item in found:
+        sessions, problem = _count(item)
+        rows.append(
+            {
+                "agent": item.agent,
+                "name": item.name,
+                "path": item.home,
+                "via": item.via,
+                "sessions": sessions,
+                "bytes": store_size(item),
+                "readOnly": not item.native,
+                "problem": problem,
+            }
+        )
+    if as_json:
+        emit_json({"stores": rows})
+        return
+    if not rows:
+        console.print("No agent store found on this machine.", markup=False)
+        return
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
+    for name, right in (("Agent", False), ("Sessions", True), ("Size", True)):
+        table.add_column(
+            name, no_wrap=True, min_width=len(name), justify="right" if right else "left"
+        )
+    table.add_column("Path", overflow="fold")
+    for row in rows:
+        suffix = "" if row["problem"] is None else f"  ({row['problem']})"
+        table.add_row(
+            Text(row["name"]),
+            str(row["sessions"]),
+            human_size(row["bytes"]),
+            Text(row["path"] + suffix),
+        )
+    console.print(table)
+
+
+# ---------------------------------------------------------------------------- archive
+
+
+def _default_archive() -> str:
+    store = current_store()
+    if store.is_files and not store.read_only:
+        return os.path.join(store.agent_dir, "archive")
+    from sessiontree._util.env import get_agent_dir
+
+    return os.path.join(get_agent_dir(), "archive")
+
+
+def _target(to: str | None) -> str:
+    if to is not None and "://" in to:
+        if not to.startswith(("postgresql://", "postgres://")):
+            raise CliError(f"{to}: give a directory or a postgresql:// URL", EXIT_USAGE)
+        return to
+    return os.path.abspath(os.path.expanduser(to)) if to is not None else _default_archive()
+
+
+def _sources(archive: str) -> list[ArchiveSource]:
+    sources = []
+    for item in find_stores():
+        roots = tuple(
+            r
+            for r in item.archive_roots
+            if not os.path.realpath(os.path.join(item.home, r)).startswith(
+                os.path.join(os.path.realpath(archive), "")
+            )
+        )
+        if roots or item.agent == "opencode":  # its databases are read besides its roots
+            sources.append(ArchiveSource(item.agent, item.home, roots))
+    return sources
+
+
+def _summary(report: ArchiveReport) -> str:
+    return (
+        f"{report.files_seen} files seen: {report.files_new} new, {report.files_grown} grown, "
+        f"{report.files_rewritten} rewritten, {report.files_deleted} gone at their source "
+        f"(kept); read {human_size(report.bytes_read)}, stored "
+        f"{human_size(report.bytes_stored)} in {report.seconds:.2f}s"
+    )
+
+
+_HINT = """\
+# A systemd --user unit (~/.config/systemd/user/sessiontree-archive.service), then
+#   systemctl --user daemon-reload && systemctl --user enable --now sessiontree-archive
+[Unit]
+Description=Keep a copy of every coding-agent session (sessiontree archive --watch)
+
+[Service]
+ExecStart={exe} archive --to {archive} --watch
+Restart=on-failure
+
+[Install]
+WantedBy=default.target
+
+# Or a cron line (crontab -e), every 10 minutes:
+*/10 * * * * {exe} archive --to {archive} >/dev/null
+"""
+
+
+def archive_command(
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to",
+            metavar="DIR|URL",
+            help="The archive: a dir (default: <agent dir>/archive) or a postgresql:// URL.",
+        ),
+    ] = None,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            "--watch", help="Follow the stores live (inotify, else polling), one status line."
+        ),
+    ] = False,
+    interval: Annotated[
+        float,
+        typer.Option("--interval", min=0.1, help="With --watch: seconds between rounds at most."),
+    ] = 1.0,
+    rounds: Annotated[
+        int, typer.Option("--rounds", hidden=True, help="Stop after N rounds (tests).")
+    ] = 0,
+    stats: Annotated[
+        bool, typer.Option("--stats", help="Original bytes, stored bytes and sessions kept.")
+    ] = False,
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Check every archived file against its hash.")
+    ] = False,
+    install_hint: Annotated[
+        bool,
+        typer.Option("--install-hint", help="Print a systemd --user unit and a cron line."),
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Keep a copy of every session of every agent store found, so that no cleanup loses one.
+
+    Incremental (only what is new is read), deduplicated (lines shared by forks and
+    resumed copies stored once), compressed (zstd per chunk), never deleting (a session
+    gone at its source stays, marked). One run at a time: a second one exits (code 1).
+    """
+    archive = _target(to)
+    if install_hint:
+        exe = shutil.which("sessiontree") or f"{sys.executable} -m sessiontree"
+        console.print(_HINT.format(exe=exe, archive=archive), markup=False, end="")
+        return
+    if stats:
+        try:
+            figures = archive_stats(archive)
+        except ArchiveError as exc:
+            raise CliError(str(exc), EXIT_ERROR) from None
+        document = {
+            "archive": archive,
+            "sessions": figures.sessions,
+            "files": figures.files,
+            "deletedAtSource": figures.deleted,
+            "originalBytes": figures.original_bytes,
+            "storedBytes": figures.stored_bytes,
+        }
+        if as_json:
+            emit_json(document)
+            return
+        ratio = figures.stored_bytes / figures.original_bytes if figures.original_bytes else 0.0
+        console.print(
+            f"{archive}: {figures.sessions} sessions ({figures.deleted} gone at their source) "
+            f"in {figures.files} files; original {human_size(figures.original_bytes)}, stored "
+            f"{human_size(figures.stored_bytes)} ({ratio:.2f}x)",
+            markup=False,
+        )
+        return
+    if verify:
+        problems = verify_archive(archive)
+        if as_json:
+            emit_json({"archive": archive, "problems": problems})
+        else:
+            for problem in problems:
+                console.print(problem, markup=False)
+            if not problems:
+                console.print(f"{archive}: every archived file matches its hash.", markup=False)
+        if problems:
+            raise typer.Exit(EXIT_ERROR)
+        return
+    sources = _sources(archive)
+    if not watch:
+        report = archive_stores(archive, sources)
+        _print_report(archive, sources, report, as_json)
+        return
+    done = 0
+    waiter = Waiter()
+    try:
+        while True:
+            sources = _sources(archive)
+            stamp = time.strftime("%H:%M:%S")
+            try:
+                report = archive_stores(archive, sources)
+                line = f"{stamp} ({waiter.mode}) {_summary(report)}"
+            except ArchiveBusyError:
+                # another run (a cron line, a one-off `archive`) holds it now: the
+                # watch follows on, and archives what that run did not at its next round
+                line = f"{stamp} ({waiter.mode}) another archive run holds it; next round"
+            err_console.print(f"\r{line}", end="", markup=False)
+            done += 1
+            if rounds and done >= rounds:
+                err_console.print("")
+                return
+            dirs = [os.path.join(s.home, r) for s in sources for r in s.roots]
+            dirs += [s.home for s in sources if s.agent == "opencode"]
+            try:
+                waiter.wait(dirs, interval)
+            except KeyboardInterrupt:
+                err_console.print("")
+                return
+    finally:
+        waiter.close()
+
+
+def _print_report(
+    archive: str, sources: list[ArchiveSource], report: ArchiveReport, as_json: bool
+) -> None:
+    if as_json:
+        emit_json(
+            {
+                "archive": archive,
+                "stores": [{"agent": s.agent, "path": s.home} for s in sources],
+                "filesSeen": report.files_seen,
+                "filesNew": report.files_new,
+                "filesGrown": report.files_grown,
+                "filesRewritten": report.files_rewritten,
+                "filesGoneAtSource": report.files_deleted,
+                "bytesRead": report.bytes_read,
+                "bytesStored": report.bytes_stored,
+                "skipped": report.skipped,
+                "seconds": report.seconds,
+            }
+        )
+        return
+    where = ", ".join(f"{s.agent} {s.home}" for s in sources) or "no store found"
+    console.print(f"Archived into {archive} from: {where}", markup=False)
+    console.print(_summary(report), markup=False)
+    for skipped in report.skipped:
+        err_console.print(f"sessiontree: warning: {skipped}", markup=False)
+
+
+def restore_command(
+    session: Annotated[
+        str | None,
+        typer.Argument(help="A session id, file name or path (see `archive --stats`)."),
+    ] = None,
+    source: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            metavar="DIR|URL",
+            help="The archive: a dir (default: <agent dir>/archive) or a postgresql:// URL.",
+        ),
+    ] = None,
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to", metavar="DIR", help="Write under this dir (as the agent's home) instead."
+        ),
+    ] = None,
+    every: Annotated[
+        bool, typer.Option("--all", help="Every archived file (with --to: a copy of all).")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Write an archived session back where its agent looks for it, or under --to.
+
+    Byte for byte, with its subagent files and mtimes; an existing file is never
+    replaced."""
+    archive = _target(source)
+    if (session is None) == (not every):
+        raise CliError("give a SESSION or --all (not both)", EXIT_USAGE)
+    try:
+        if every:
+            report = restore_files(archive, archived_files(archive), to=to, keep_going=True)
+        else:
+            assert session is not None
+            report = restore_session(archive, session, to=to)
+    except ArchiveError as exc:
+        raise CliError(str(exc), EXIT_ERROR) from None
+    if as_json:
+        emit_json(
+            {
+                "written": report.written,
+                "unchanged": report.unchanged,
+                "conflicts": report.conflicts,
+            }
+        )
+    else:
+        for path in report.written:
+            console.print(f"restored {path}", markup=False)
+        for path in report.unchanged:
+            console.print(f"already there: {path}", markup=False)
+        for conflict in report.conflicts:
+            err_console.print(f"sessiontree: warning: {conflict}", markup=False)
+    if report.conflicts:
+        raise typer.Exit(EXIT_ERROR)

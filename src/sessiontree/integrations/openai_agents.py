@@ -1,0 +1,511 @@
+"""The OpenAI Agents SDK's `Session` on sessiontree: `SessionTreeSession(session_id)`.
+
+One line in an Agents SDK program::
+
+    session = SessionTreeSession("conversation_123")   # was SQLiteSession(...)
+    result = await Runner.run(agent, "Hello", session=session)
+
+A session is a v3 session file (or its PostgreSQL twin) named `<session_id>.jsonl` in
+the project dir of `cwd` (default: the current directory), its header's id the
+`session_id`. Each item becomes the entry pi and oh-my-pi read as the same thing: a
+user message; an assistant output message as a text block; a `function_call` as a
+`toolCall` block; a `function_call_output` as a `toolResult`; reasoning as thinking;
+anything else (system and developer messages, built-in tool calls...) as a custom entry
+(`openai-agents.item`). The item itself is kept verbatim in its entry (the message
+entry's `openaiAgentsItem` field, the custom entry's `data`), so `get_items` returns
+exactly what was added, in order.
+
+Nothing is deleted: `pop_item` moves the leaf back to the popped item's parent (the
+item stays in the file, on a branch), `clear_session` starts a new root; each writes
+a marker (a custom entry `openai-agents.marker`) so the move is in the file, as pi
+reads a leaf. Branches as `AdvancedSQLiteSession` has them are branches of the tree:
+`create_branch_from_turn`, `switch_to_branch`, `list_branches`, `get_conversation_turns`;
+`store_run_usage(result)` records a run's usage, `get_turn_usage` reads it per turn.
+
+One `SessionTreeSession` writes a session at a time (the session's writer lock, held
+from the first call until `close()`; on PostgreSQL for every host).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+from sessiontree.integrations._common import (
+    check_name,
+    missing_extra,
+    open_location,
+    wait_for_lock,
+)
+
+try:
+    from agents.memory import SessionABC, SessionSettings
+    from agents.memory.session_settings import resolve_session_limit
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess test
+    raise missing_extra(__name__, "openai-agents", "the OpenAI Agents SDK") from exc
+
+from sessiontree.format import Entry, new_header, serialize_entry_bytes
+from sessiontree.integrations._items import item_to_pi_message
+from sessiontree.layout import get_default_session_dir
+from sessiontree.session import SessionManager
+from sessiontree.store import Store
+
+if TYPE_CHECKING:
+    from agents.items import TResponseInputItem
+    from agents.result import RunResult
+
+__all__ = ["ITEM_FIELD", "ITEM_TYPE", "MARKER_TYPE", "SessionTreeSession"]
+
+ITEM_FIELD = "openaiAgentsItem"
+"""The field of a message entry that holds the item it was made from."""
+ITEM_TYPE = "openai-agents.item"
+"""The custom type of an item that is no pi message (its `data` is the item)."""
+MARKER_TYPE = "openai-agents.marker"
+"""The custom type of a leaf move (`data.op`: pop, clear, branch, switch) or of a
+run's usage (`op`: usage)."""
+MAIN = "main"
+
+_T = TypeVar("_T")
+_WRITES: Any = object()
+
+
+def _item_of(entry: Entry) -> dict[str, Any] | None:
+    kind = entry.get("type")
+    if kind == "message":
+        item = entry.get(ITEM_FIELD)
+    elif kind == "custom" and entry.get("customType") == ITEM_TYPE:
+        item = entry.get("data")
+    else:
+        return None
+    return item if isinstance(item, dict) else None
+
+
+def _marker(entry: Entry) -> dict[str, Any] | None:
+    if entry.get("type") == "custom" and entry.get("customType") == MARKER_TYPE:
+        data = entry.get("data")
+        return data if isinstance(data, dict) else None
+    return None
+
+
+def _landed(manager: SessionManager, before: str | None, lines: list[bytes]) -> int:
+    """How many of a batch's items a failed call landed: the items between `before`
+    (the leaf the batch started from) and the leaf, when they are the batch's first
+    ones; else 0 (the session moved on: the batch is added whole)."""
+    got: list[bytes] = []
+    entry_id = manager.get_leaf_id()
+    while entry_id != before:
+        entry = manager.get_entry(entry_id) if entry_id is not None else None
+        item = _item_of(entry) if entry is not None else None
+        if entry is None or item is None or len(got) == len(lines):
+            return 0
+        got.append(serialize_entry_bytes(item))
+        entry_id = entry.get("parentId")
+    got.reverse()
+    return len(got) if got == lines[: len(got)] else 0
+
+
+def _is_user_turn(item: dict[str, Any]) -> bool:
+    return item.get("role") == "user" and item.get("type") in (None, "message")
+
+
+class SessionTreeSession(SessionABC):
+    """An OpenAI Agents SDK session kept as a session tree.
+
+    `location`: an agent dir (a path or `file:` URL), a `postgresql://` URL or None
+    (the default store), as `sessiontree --store` takes it; `store`: a
+    `sessiontree.Store` of your own instead. `cwd`: the project the session belongs
+    to (default: the current directory). `session_settings`: as the SDK's sessions
+    take them (`limit`: the default of `get_items`). `durable=False`: no fsync per
+    write (see `durable`).
+
+    ValueError for a `session_id` that is not a safe file name.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        location: str | os.PathLike[str] | None = None,
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        store: Store | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
+        durable: bool = True,
+    ) -> None:
+        if store is not None and location is not None:
+            raise ValueError("give a location or a store, not both")
+        self.session_id = check_name(session_id, "session_id", suffix=".jsonl")
+        self.session_settings = (
+            SessionSettings(**session_settings)
+            if isinstance(session_settings, dict)
+            else session_settings or SessionSettings()
+        )
+        self.durable = durable
+        """Whether each write ends with a durable flush (fsync; a synchronous commit on
+        PostgreSQL). False: written to the OS (or committed asynchronously) at once,
+        made durable at `close()`; a crash of the process loses nothing, one of the host
+        may lose the last writes (SQLite's `synchronous=NORMAL`)."""
+        self._owns_store = store is None
+        self._store = store if store is not None else open_location(location)
+        self.cwd = os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd()
+        self.path = os.path.join(
+            get_default_session_dir(self.cwd, self._store.agent_dir), self.session_id + ".jsonl"
+        )
+        """The session file (a key under the database's root on PostgreSQL)."""
+        self._manager: SessionManager | None = None
+        self._mutex = threading.Lock()
+        self._tool_names: dict[str, str] = {}
+        self._closed = False
+        # A batch whose add_items failed: its lines, and the leaf before it.
+        self._pending: tuple[list[bytes], str | None] | None = None
+
+    def __repr__(self) -> str:
+        return f"SessionTreeSession({self.session_id!r}, {self._store.location!r})"
+
+    # ------------------------------------------------------------------ the manager
+
+    def _open(self) -> SessionManager:
+        if self._closed:
+            raise RuntimeError("SessionTreeSession is closed")
+        manager = self._manager
+        if manager is not None:
+            return manager
+        storage = self._store.storage
+        if not storage.exists(self.path):
+            # Its header, written once under the session's lock (two processes may
+            # start the same new session at once).
+            storage.ensure_dir(os.path.dirname(self.path))
+            lock = wait_for_lock(storage, self.path)
+            try:
+                header = new_header(self.cwd, session_id=self.session_id)
+                writer = storage.open_writer(self.path, "a")
+                try:
+                    if storage.stat(self.path).size == 0:
+                        writer.write_line(serialize_entry_bytes(header).decode("utf-8") + "\n")
+                        writer.fsync()
+                finally:
+                    writer.close()
+            finally:
+                if lock is not None:
+                    lock.release()
+        manager = SessionManager.open(
+            self.path,
+            storage=storage,
+            blob_store=self._store.blobs_for(self.path),
+            breadcrumb=False,
+            lazy=False,
+            agent_dir=self._store.agent_dir,
+        )
+        for entry in manager.get_entries():
+            item = _item_of(entry)
+            if item is not None and item.get("type") == "function_call":
+                self._tool_names[str(item.get("call_id"))] = str(item.get("name") or "")
+        self._manager = manager
+        return manager
+
+    async def _run(self, fn: Callable[[SessionManager], _T], empty: Any = _WRITES) -> _T:
+        """`fn(manager)` in a worker thread; a read (`empty` given) of a session that
+        was never written is `empty`, and creates nothing."""
+
+        def locked() -> _T:
+            with self._mutex:
+                if self._closed:
+                    raise RuntimeError("SessionTreeSession is closed")
+                if (
+                    empty is not _WRITES
+                    and self._manager is None
+                    and not self._store.storage.exists(self.path)
+                ):
+                    return cast("_T", empty)
+                return fn(self._open())
+
+        return await asyncio.to_thread(locked)
+
+    def close(self) -> None:
+        """Flush and release the session (its writer lock) and the store, if ours."""
+        with self._mutex:
+            self._closed = True
+            manager, self._manager = self._manager, None
+            try:
+                if manager is not None:
+                    manager.close()
+            finally:
+                if self._owns_store:
+                    self._store.close()
+
+    # ------------------------------------------------------------------ the protocol
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The items on the current branch, oldest first; the latest `limit` when given
+        (default: `session_settings.limit`)."""
+        wanted = resolve_session_limit(limit, self.session_settings)
+
+        def read(manager: SessionManager) -> list[TResponseInputItem]:
+            if wanted is None or wanted < 0:
+                items = [i for e in manager.get_branch() if (i := _item_of(e)) is not None]
+                return cast("list[TResponseInputItem]", items)
+            out: list[dict[str, Any]] = []
+            entry_id = manager.get_leaf_id()
+            while entry_id is not None and len(out) < wanted:
+                entry = manager.get_entry(entry_id)
+                if entry is None:
+                    break
+                item = _item_of(entry)
+                if item is not None:
+                    out.append(item)
+                entry_id = entry.get("parentId")
+            out.reverse()
+            return cast("list[TResponseInputItem]", out)
+
+        return await self._run(read, [])
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Append the items on the current branch (checked first: nothing is written
+        when one is not a JSON object), then a durable flush.
+
+        A call that fails part way (the database went away, the disk is full) leaves
+        what it wrote; the same batch added again lands only the rest, so that it is in
+        the session once (the session is read again from storage after a failure)."""
+        if self._closed:
+            raise RuntimeError("SessionTreeSession is closed")
+        if not items:
+            return
+        lines: list[bytes] = []
+        for item in items:
+            if not isinstance(item, dict):
+                raise TypeError(f"a session item is a dict, not {type(item).__name__}")
+            lines.append(serialize_entry_bytes(item))  # TypeError for what JSON cannot hold
+
+        def write(manager: SessionManager) -> None:
+            start = 0
+            pending = self._pending
+            if pending is not None and pending[0] == lines:
+                start = _landed(manager, pending[1], lines)
+            else:
+                self._pending = (lines, manager.get_leaf_id())
+            try:
+                for raw in items[start:]:
+                    item = cast("dict[str, Any]", raw)
+                    message = item_to_pi_message(item, self._tool_names)
+                    if message is not None:
+                        manager.append_message(message, extra={ITEM_FIELD: item})
+                    else:
+                        manager.append_custom_entry(ITEM_TYPE, item)
+                if self.durable:
+                    manager.flush()
+            except BaseException:
+                self._drop_manager()  # read again from storage at the next call
+                raise
+            self._pending = None
+
+        await self._run(write)
+
+    def _drop_manager(self) -> None:
+        manager, self._manager = self._manager, None
+        if manager is not None:
+            try:
+                manager.close()
+            except Exception:
+                pass
+
+    def _move_leaf(self, manager: SessionManager, parent: str | None, data: dict[str, Any]) -> None:
+        if parent is None:
+            manager.reset_leaf()
+        else:
+            manager.branch(parent)
+        manager.append_custom_entry(MARKER_TYPE, data)
+        if self.durable:
+            manager.flush()
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """The latest item of the current branch, the leaf moved back before it (the
+        item stays in the file); None when the branch has none."""
+
+        def pop(manager: SessionManager) -> TResponseInputItem | None:
+            entry_id = manager.get_leaf_id()
+            while entry_id is not None:
+                entry = manager.get_entry(entry_id)
+                if entry is None:
+                    return None
+                item = _item_of(entry)
+                if item is not None:
+                    self._move_leaf(manager, entry.get("parentId"), {"op": "pop", "item": entry_id})
+                    return cast("TResponseInputItem", item)
+                entry_id = entry.get("parentId")
+            return None
+
+        return await self._run(pop, None)
+
+    async def clear_session(self) -> None:
+        """Start a new root: the session reads as empty, every entry stays in the file."""
+        await self._run(lambda m: self._move_leaf(m, None, {"op": "clear"}), None)
+
+    # ------------------------------------------------------------------ branches
+
+    @staticmethod
+    def _branch_of_entries(manager: SessionManager) -> dict[str, str]:
+        """Each entry's branch: the name of the nearest branch marker above it ("main")."""
+        names: dict[str, str] = {}
+        for entry in manager.get_entries():
+            marker = _marker(entry)
+            entry_id = str(entry.get("id"))
+            if marker is not None and marker.get("op") == "branch":
+                names[entry_id] = str(marker.get("branch"))
+            else:
+                names[entry_id] = names.get(str(entry.get("parentId")), MAIN)
+        return names
+
+    def _current_branch(self, manager: SessionManager) -> str:
+        leaf = manager.get_leaf_id()
+        return self._branch_of_entries(manager).get(str(leaf), MAIN) if leaf else MAIN
+
+    def _heads(self, manager: SessionManager) -> dict[str, str]:
+        """Each branch's head: its entry written last."""
+        heads: dict[str, str] = {}
+        for entry_id, name in self._branch_of_entries(manager).items():
+            heads[name] = entry_id  # entries are in file order
+        return heads
+
+    def _turns(
+        self, manager: SessionManager, leaf: str | None = None
+    ) -> list[tuple[Entry, dict[str, Any]]]:
+        return [
+            (e, i)
+            for e in manager.get_branch(leaf)
+            if (i := _item_of(e)) is not None and _is_user_turn(i)
+        ]
+
+    async def get_current_branch(self) -> str:
+        """The name of the branch the leaf is on (`main` until a branch is made)."""
+        return await self._run(self._current_branch, MAIN)
+
+    async def get_conversation_turns(self) -> list[dict[str, Any]]:
+        """The user turns of the current branch: `turn` (from 1), `content`, `entry_id`."""
+
+        def turns(manager: SessionManager) -> list[dict[str, Any]]:
+            from sessiontree.integrations._items import text_of
+
+            return [
+                {"turn": n, "content": text_of(item.get("content")), "entry_id": entry["id"]}
+                for n, (entry, item) in enumerate(self._turns(manager), 1)
+            ]
+
+        return await self._run(turns, [])
+
+    async def create_branch_from_turn(
+        self, turn_number: int, branch_name: str | None = None
+    ) -> str:
+        """A new branch holding the current branch's items before user turn
+        `turn_number`, made the current one; its name (ValueError for a turn that does
+        not exist or a name already used)."""
+        if branch_name is not None and not branch_name.strip():
+            raise ValueError("Branch name cannot be empty")
+
+        def create(manager: SessionManager) -> str:
+            turns = self._turns(manager)
+            if not 1 <= turn_number <= len(turns):
+                raise ValueError(f"Turn {turn_number} does not contain a user message")
+            used = set(self._heads(manager)) | {MAIN}
+            name = branch_name or f"branch_from_turn_{turn_number}_{int(time.time() * 1000)}"
+            if name in used:
+                raise ValueError(f"Branch '{name}' already exists")
+            parent = turns[turn_number - 1][0].get("parentId")
+            self._move_leaf(manager, parent, {"op": "branch", "branch": name})
+            return name
+
+        return await self._run(create)
+
+    async def switch_to_branch(self, branch_id: str) -> None:
+        """Make `branch_id` current (its latest entry the leaf); ValueError if unknown."""
+
+        def switch(manager: SessionManager) -> None:
+            head = self._heads(manager).get(branch_id)
+            if head is None:
+                raise ValueError(f"Branch '{branch_id}' does not exist")
+            self._move_leaf(manager, head, {"op": "switch", "branch": branch_id})
+
+        await self._run(switch)
+
+    async def list_branches(self) -> list[dict[str, Any]]:
+        """Every branch: `branch_id`, `message_count` (items), `user_turns`,
+        `is_current`, `head` (its latest entry's id)."""
+
+        def branches(manager: SessionManager) -> list[dict[str, Any]]:
+            current = self._current_branch(manager)
+            out = []
+            for name, head in self._heads(manager).items():
+                items = [i for e in manager.get_branch(head) if (i := _item_of(e)) is not None]
+                out.append(
+                    {
+                        "branch_id": name,
+                        "message_count": len(items),
+                        "user_turns": sum(1 for i in items if _is_user_turn(i)),
+                        "is_current": name == current,
+                        "head": head,
+                    }
+                )
+            return out
+
+        return await self._run(
+            branches,
+            [
+                {
+                    "branch_id": MAIN,
+                    "message_count": 0,
+                    "user_turns": 0,
+                    "is_current": True,
+                    "head": None,
+                }
+            ],
+        )
+
+    # ------------------------------------------------------------------ usage
+
+    async def store_run_usage(self, result: RunResult) -> None:
+        """Record the run's usage (`result.context_wrapper.usage`) at the leaf."""
+        usage = result.context_wrapper.usage
+        data = {
+            "op": "usage",
+            "requests": usage.requests,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "total_tokens": usage.total_tokens,
+            "cached_tokens": getattr(usage.input_tokens_details, "cached_tokens", 0) or 0,
+            "reasoning_tokens": getattr(usage.output_tokens_details, "reasoning_tokens", 0) or 0,
+        }
+
+        def record(manager: SessionManager) -> None:
+            manager.append_custom_entry(MARKER_TYPE, data)
+            if self.durable:
+                manager.flush()
+
+        await self._run(record)
+
+    async def get_turn_usage(
+        self, user_turn_number: int | None = None
+    ) -> list[dict[str, Any]] | dict[str, Any]:
+        """The usage recorded on the current branch per user turn (`user_turn_number`,
+        `requests`, `input_tokens`, `output_tokens`, `total_tokens`, ...); one turn's
+        when `user_turn_number` is given ({} when none was recorded)."""
+
+        def per_turn(manager: SessionManager) -> list[dict[str, Any]] | dict[str, Any]:
+            turns: dict[int, dict[str, Any]] = {}
+            turn = 0
+            for entry in manager.get_branch():
+                item = _item_of(entry)
+                if item is not None and _is_user_turn(item):
+                    turn += 1
+                marker = _marker(entry)
+                if marker is not None and marker.get("op") == "usage" and turn > 0:
+                    row = turns.setdefault(turn, {"user_turn_number": turn})
+                    for key, value in marker.items():
+                        if key != "op" and isinstance(value, int):
+                            row[key] = row.get(key, 0) + value
+            if user_turn_number is not None:
+                return turns.get(user_turn_number, {})
+            return [turns[t] for t in sorted(turns)]
+
+        return await self._run(per_turn, {} if user_turn_number is not None else [])

@@ -1,0 +1,152 @@
+"""Every agent store on this machine, found without setup.
+
+Where each agent keeps its sessions by default (`_util.env` reads the environment):
+`$PI_CODING_AGENT_DIR`, `~/.xcsh/agent`, `~/.omp/agent`, `~/.pi/agent` (an agent dir
+with a `sessions/` dir), Claude Code's config dirs (`projects/`), Codex's home
+(`sessions/`, `archived_sessions/`), OpenCode's data dir (its database, its older
+`storage/`), Gemini CLI's (`tmp/<project>/chats/`) and Copilot CLI's
+(`session-state/`). `find_stores` says which exist; `FoundStore.open()` is the
+`Store` of one; `archive_roots` what the archive keeps of it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from sessiontree._util.env import (
+    AGENT_DIR_ENV,
+    NATIVE_AGENTS,
+    agent_dir_env,
+    claude_config_dirs,
+    codex_home,
+    copilot_home,
+    gemini_home,
+    native_agent_dir,
+    opencode_home,
+)
+from sessiontree.store._store import Store
+
+__all__ = ["FoundStore", "find_stores", "store_size"]
+
+_NAMES = {
+    "xcsh": "xcsh",
+    "omp": "oh-my-pi",
+    "pi": "pi",
+    "claude": "Claude Code",
+    "codex": "Codex",
+    "opencode": "OpenCode",
+    "gemini": "Gemini CLI",
+    "copilot": "Copilot CLI",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FoundStore:
+    """An agent store that exists on this machine."""
+
+    agent: str
+    """xcsh, omp, pi, claude, codex, opencode, gemini, copilot."""
+    home: str
+    """Its agent dir, config dir or data dir."""
+    archive_roots: tuple[str, ...]
+    """The dirs under `home` (relative) holding its session files, images and
+    subagent files: what `sessiontree archive` keeps."""
+    via: str
+    """Why it is looked at: the variable that names it, or "default"."""
+
+    @property
+    def name(self) -> str:
+        return _NAMES.get(self.agent, self.agent)
+
+    @property
+    def native(self) -> bool:
+        return self.agent in NATIVE_AGENTS
+
+    def open(self) -> Store:
+        """This store as a `Store` (another agent's: read-only)."""
+        return Store(self.home, agent=self.agent)
+
+
+def _native_agent(path: str) -> str:
+    parent, name = os.path.split(os.path.normpath(path))
+    if name == "agent":
+        for agent, directory in NATIVE_AGENTS.items():
+            if os.path.basename(parent) == directory:
+                return agent
+    return "xcsh"
+
+
+def _subdirs(path: str) -> list[str]:
+    try:
+        return sorted(n for n in os.listdir(path) if os.path.isdir(os.path.join(path, n)))
+    except OSError:
+        return []
+
+
+def find_stores() -> list[FoundStore]:
+    """Every agent store that exists here, pi-format agent dirs first (each store
+    once, however many names lead to it)."""
+    found: list[FoundStore] = []
+    seen: set[str] = set()
+
+    def add(agent: str, home: str, roots: tuple[str, ...], via: str) -> None:
+        real = os.path.realpath(home)
+        if real in seen:
+            return
+        present = tuple(r for r in roots if os.path.isdir(os.path.join(home, r)))
+        if not present and not (agent == "opencode" and _opencode_databases(home)):
+            return
+        seen.add(real)
+        found.append(FoundStore(agent, os.path.abspath(home), present, via))
+
+    env = agent_dir_env()
+    if env is not None:
+        add(_native_agent(env), env, ("sessions", "blobs"), f"${AGENT_DIR_ENV}")
+    for agent in NATIVE_AGENTS:
+        add(agent, native_agent_dir(agent), ("sessions", "blobs"), "default")
+    for home in claude_config_dirs():
+        add("claude", home, ("projects",), "default")
+    add("codex", codex_home(), ("sessions", "archived_sessions"), "default")
+    add("opencode", opencode_home(), ("storage",), "default")
+    gemini = gemini_home()
+    chats = tuple(
+        os.path.join("tmp", p, "chats")
+        for p in _subdirs(os.path.join(gemini, "tmp"))
+        if os.path.isdir(os.path.join(gemini, "tmp", p, "chats"))
+    )
+    add("gemini", gemini, chats, "default")
+    add("copilot", copilot_home(), ("session-state",), "default")
+    return found
+
+
+def _opencode_databases(home: str) -> list[str]:
+    try:
+        names = os.listdir(home)
+    except OSError:
+        return []
+    return [
+        os.path.join(home, n)
+        for n in names
+        if n.startswith("opencode") and n.endswith(".db") and os.path.isfile(os.path.join(home, n))
+    ]
+
+
+def store_size(store: FoundStore) -> int:
+    """Bytes of the store's session files (their roots, its OpenCode databases)."""
+    total = 0
+    for root in store.archive_roots:
+        for directory, _, names in os.walk(os.path.join(store.home, root)):
+            for name in names:
+                try:
+                    total += os.lstat(os.path.join(directory, name)).st_size
+                except OSError:
+                    pass
+    if store.agent == "opencode":
+        for database in _opencode_databases(store.home):
+            for path in (database, database + "-wal"):
+                try:
+                    total += os.lstat(path).st_size
+                except OSError:
+                    pass
+    return total
