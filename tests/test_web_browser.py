@@ -751,6 +751,26 @@ def test_every_store_found_in_one_app(browser: Any, tmp_path: Path) -> None:
             p.goto(server.base + "/search?q=zanzibar")
             assert p.locator("section.hits").count() == 1
             assert p.locator("section.hits span.store").inner_text() == "pi"
+            # the search form's filters and the store key apply together
+            p.goto(server.base + "/search?q=zanzib.r&regex=1&store=pi")
+            assert p.locator("section.hits span.store").inner_text() == "pi"
+            assert p.locator("input[name=store]").get_attribute("value") == "pi"
+            p.goto(server.base + "/search?q=zanzibar&store=claude")
+            assert p.locator("section.hits").count() == 0
+            p.goto(server.base + "/usage")  # all time: the presets, heatmap, a row per store
+            assert p.locator("#table-stores").count() == 1
+            assert p.locator("#heatmap").count() == 1
+            p.goto(server.base + "/usage?range=30d")  # the per-store table over those days
+            assert p.locator("#table-stores").count() == 1
+            # a phone's width: the Store column is a labelled cell of each card, and
+            # no page of several stores scrolls sideways
+            p.set_viewport_size({"width": 400, "height": 800})
+            for url in ("/", "/sessions", "/search?q=zanzibar", "/usage"):
+                p.goto(server.base + url)
+                scroll, client, wide = p.evaluate(OVERFLOW)
+                assert scroll <= client, (url, scroll, wide)
+            p.goto(server.base + "/sessions")
+            assert p.locator("#sessions td[data-label='Store']").count() == 3
             assert errors == []
             assert p.evaluate("window.__violations") == []
     finally:
