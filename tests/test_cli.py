@@ -302,13 +302,14 @@ def test_history(agent_dir: Path) -> None:
 
 
 def test_stats(store: Store, agent_dir: Path) -> None:
-    document = as_json("stats")
+    document = as_json("stats", "-p", os.getcwd())
     assert document["sessions"] == 2 and document["blobs"] == 1
     assert document["usage"]["messages"] == 4 and document["usage"]["input"] == 400
     assert list(document["byModel"]) == ["anthropic/claude-sonnet-4-5"]
     assert sum(d["messages"] for d in document["byDay"].values()) == 4
-    every = as_json("stats", "--all")
+    every = as_json("stats")  # every project, as `usage` (issue 23)
     assert every["sessions"] == 3 and every["projects"] == 2
+    assert as_json("stats", "--all") == every
     assert "Sessions" in ok("stats", "--all").stdout
 
 

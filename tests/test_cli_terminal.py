@@ -140,7 +140,7 @@ COMMANDS = {
     "migrate": ["migrate", "--dry-run", "{damaged}"],
     "gc": ["gc"],
     "export md": ["export", "{path}"],
-    "export html": ["export", "{path}", "-f", "html"],
+    "export html": ["export", "{path}", "-f", "html", "-o", "-"],
     "rename": ["rename", "{path}", "new " + HOSTILE],
     "fork": ["fork", "{path}"],
     "extract": ["extract", "{path}", "--leaf", "{leaf}"],
@@ -291,3 +291,25 @@ def test_terminal_safe_leaves_nothing_raw_and_is_idempotent(text: str) -> None:
 )
 def test_terminal_safe_examples(raw: str, shown: str) -> None:
     assert terminal_safe(raw) == shown
+
+
+def test_html_is_never_poured_into_a_terminal(
+    hostile: Hostile, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Without -o, `export -f html` on a terminal writes <session id>.html here (a number
+    added when taken); into a pipe it still writes stdout."""
+    here = tmp_path / "here"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    monkeypatch.setattr(cli_common, "stdout_is_terminal", lambda: True)
+    for expected in ("", "-2"):
+        result = _invoke(["export", hostile.path, "-f", "html"])
+        assert result.exit_code == 0, result.stderr
+        assert "<html" not in result.stdout and "Wrote" in result.stderr
+        written = [p for p in here.iterdir() if p.name.endswith(f"{expected}.html")]
+        assert written and written[0].read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    names = sorted(p.name for p in here.iterdir())
+    assert len(names) == 2 and all(c.isalnum() or c in "-_." for n in names for c in n)
+    monkeypatch.setattr(cli_common, "stdout_is_terminal", lambda: False)
+    piped = _invoke(["export", hostile.path, "-f", "html"])
+    assert piped.stdout.startswith("<!DOCTYPE html>")

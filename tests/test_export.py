@@ -29,6 +29,8 @@ class Page(HTMLParser):
         super().__init__()
         self.articles: list[dict[str, Any]] = []
         self.urls: list[str] = []
+        """What the page would fetch: src, href (of anything but a link), action, ..."""
+        self.links: list[str] = []
         self.scripts: list[dict[str, str | None]] = []
         self.script_text: list[str] = []
         self.metas: list[dict[str, str | None]] = []
@@ -39,9 +41,16 @@ class Page(HTMLParser):
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         attributes = dict(attrs)
-        for name in ("src", "href", "action", "srcset", "poster"):
-            if attributes.get(name):
-                self.urls.append(str(attributes[name]))
+        if tag == "a" and attributes.get("href"):
+            # A link a message's Markdown made: followed only when clicked, never fetched,
+            # and with neither opener nor referrer (export/_render.py).
+            self.links.append(str(attributes["href"]))
+            assert attributes.get("rel") == "noopener noreferrer nofollow", attributes
+            assert str(attributes["href"]).lower().startswith(("http:", "https:", "mailto:"))
+        else:
+            for name in ("src", "href", "action", "srcset", "poster"):
+                if attributes.get(name):
+                    self.urls.append(str(attributes[name]))
         if tag == "script":
             self.scripts.append(attributes)
             self._in_script = True

@@ -450,3 +450,67 @@ def test_every_substring_of_an_entrys_text_finds_it(
         assert len(hits) == len(expected)
         if case_sensitive or query.casefold() in text.casefold():
             assert number in expected
+
+
+# ---------------------------------------------------------------------------- highlight
+
+# Text before the match whose casefolded form is longer (ß -> ss, ﬁ -> fi, İ -> i̇):
+# before issue 23 the highlight moved right by one character for each.
+_WIDENING = ["ß", "ﬁ", "İ", "ŉ", "ﬃ"]
+_SCRIPTS = ["flush model", "übersicht", "検索する", "🚀 launch", "שלום עולם", "straße"]
+
+
+def _highlight(hit: Any) -> tuple[str, str]:
+    snippet = hit.snippet
+    start, end = len(hit.before), len(hit.before) + len(hit.match)
+    return snippet, snippet[start:end]
+
+
+@pytest.mark.parametrize("query", _SCRIPTS)
+@pytest.mark.parametrize("widening", ["", *_WIDENING])
+def test_the_highlight_covers_exactly_the_query(tmp_path: Path, query: str, widening: str) -> None:
+    text = f"{widening * 3} Lint modules, then {query.upper()}\n\nflush. done"
+    with SessionManager.create("/p", str(tmp_path)) as sm:
+        sm.append_message(user(text))
+        sm.append_message(assistant("ok"))
+        path = sm.get_session_file() or ""
+    (hit,) = search_sessions([path], query)
+    _, marked = _highlight(hit)
+    assert marked.casefold() == query.upper().casefold()
+    assert hit.match == query.upper()
+
+
+def test_the_snippet_keeps_the_whitespace_around_the_match(tmp_path: Path) -> None:
+    with SessionManager.create("/p", str(tmp_path)) as sm:
+        sm.append_message(user("Straße: we flush model\n\nflush. then\tlint  mo"))
+        sm.append_message(assistant("ok"))
+        path = sm.get_session_file() or ""
+    (hit,) = search_sessions([path], "flush model")
+    assert hit.snippet == "Straße: we flush model flush. then lint mo"
+    assert _highlight(hit)[1] == "flush model"
+    (hit,) = search_sessions([path], r"model\s+flush", regex=True)
+    assert hit.snippet == "Straße: we flush model flush. then lint mo"
+    assert hit.match == "model flush"
+
+
+@given(
+    prefix=st.text(
+        alphabet=st.sampled_from([*_WIDENING, "a", " ", "\n", "É", "字", "🚀"]), max_size=30
+    ),
+    query=st.sampled_from(_SCRIPTS),
+    suffix=st.text(alphabet=st.sampled_from(["b", " ", "\n", "ß", "\t"]), max_size=30),
+)
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+def test_the_highlight_is_the_query_after_any_text(prefix: str, query: str, suffix: str) -> None:
+    from sessiontree.search._search import _Substring, snippet
+
+    text = prefix + "|" + query + "|" + suffix
+    span = _Substring(query, False).find(text)
+    assert span is not None
+    before, match, after = snippet(text, *span)
+    assert match == query
+    shown = before + match + after
+    assert shown[len(before) : len(before) + len(match)] == query
+    assert "  " not in shown
+    # What is shown is the text around the match, whitespace collapsed.
+    assert " ".join(shown.strip("…").split()) in " ".join(text.split())

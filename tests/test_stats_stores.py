@@ -77,7 +77,7 @@ def test_stats_text_has_a_row_per_store_and_the_total(found: FoundHome) -> None:
 
 def test_stats_of_this_project_only_across_stores(found: FoundHome) -> None:
     os.chdir(found.home / "p")
-    result = CliRunner().invoke(app, ["stats", "--json"])
+    result = CliRunner().invoke(app, ["stats", "-p", ".", "--json"])
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert document["sessions"] == 1  # the pi session of this project; none of claude's

@@ -628,7 +628,7 @@ def test_exports(client: Any, store: WebStore, tmp_path: Path) -> None:
 
 def test_search_finds_entries_and_says_how(client: Any, store: WebStore) -> None:
     doc = page(client, "/search?q=HOMEPAGE")
-    links = [a["href"] for a in doc.all("a") if "leaf=" in str(a.get("href"))]
+    links = [a["href"] for a in doc.all("a") if "at=" in str(a.get("href"))]
     assert len(links) == 2  # the session and its copy
     assert {str(link).split("?")[0] for link in links} == {
         f"/s/{handle(store.other)}",
@@ -727,7 +727,9 @@ def test_live_appends_arrive_as_events(server: BackgroundServer, store: WebStore
     assert [f["id"] for f in found] == [new, later]
     assert found[0]["parentId"] == leaf and found[1]["parentId"] == new
     assert "a live question &lt;b&gt;bold?&lt;/b&gt;" in found[0]["html"]
-    assert found[1]["option"].startswith(f"{later} · user: a live question")
+    # The picker knows a branch by its tip's own text, its time and id.
+    assert found[1]["option"].startswith("assistant: a live answer · 20")
+    assert found[1]["option"].endswith(f" · {later}")
 
 
 def test_the_tail_reads_only_appends_and_sees_rewrites(tmp_path: Path) -> None:
@@ -1214,3 +1216,123 @@ def test_two_stores_served_at_once_each_use_their_own_agent_dir(
         finally:
             stop.set()
             toggler.join()
+
+
+def test_a_foreign_session_is_live_without_a_false_rewrite(tmp_path: Path) -> None:
+    """Claude Code and Codex sessions: the page's offset counts the bytes the tail reads
+    (the pi-format view), so an unchanged file is no "rewritten" file, and an append to
+    the transcript arrives as an entry."""
+    import foreign_support as fs
+    from conftest import SHARED_FIXTURES, unavailable
+    from sessiontree import Store
+
+    foreign = SHARED_FIXTURES / "foreign"
+    if not foreign.is_dir():
+        unavailable(f"shared fixtures {foreign} are missing")
+    claude, codex, placed = fs.layout(foreign, tmp_path / "stores")
+    name = "kvsankar__agent-history__tests__fixtures__real_sessions__claude__session-01.jsonl"
+    for home, target in ((claude, placed[name]), (codex, None)):
+        with BackgroundServer(Store(str(home)), poll_seconds=0.05) as s:
+            with httpx.Client(base_url=s.base, cookies=s.login_cookies(), timeout=30) as c:
+                if target is None:  # a Codex session: the first one listed
+                    first = re.search(r'href="(/s/[^"?]+)"', c.get("/sessions").text)
+                    assert first is not None
+                    url = first.group(1)
+                else:
+                    url = f"/s/{handle(str(target))}"
+                text = c.get(url).text
+                offset = re.search(r'data-offset="(\d+)"', text)
+                assert offset is not None
+                found: list[dict[str, Any]] = []
+                stop = threading.Event()
+                reader = threading.Thread(
+                    target=_events,
+                    args=(c, f"{url}/events?from={offset.group(1)}", found, stop),
+                    daemon=True,
+                )
+                reader.start()
+                time.sleep(0.5)  # ten polls of an unchanged file
+                assert [f["event"] for f in found] == ["open"], home
+                if target is not None:
+                    lines = target.read_text().splitlines()
+                    last = json.loads(lines[-2])
+                    added = {
+                        **last,
+                        "parentUuid": last["uuid"],
+                        "uuid": "11111111-2222-4333-8444-555555555555",
+                        "timestamp": "2026-06-05T04:57:00.000Z",
+                        "message": {
+                            **last["message"],
+                            "id": "msg_live",
+                            "content": [{"type": "text", "text": "a live reply"}],
+                        },
+                    }
+                    with open(target, "a") as f:
+                        f.write(json.dumps(added) + "\n")
+                    deadline = time.monotonic() + 10
+                    while len(found) < 2 and time.monotonic() < deadline:
+                        time.sleep(0.05)
+                    assert [f["event"] for f in found[1:]] == ["entry"], found
+                    assert "a live reply" in found[1]["html"]
+                stop.set()
+
+
+def test_the_search_form_has_the_cli_filters(client: Any, store: WebStore) -> None:
+    """regex (and ?regex=1), role, project, since/until, as `sessiontree search` takes them."""
+
+    def hits(query: str) -> list[str]:
+        doc = page(client, "/search?" + query)
+        return [str(a["href"]) for a in doc.all("a") if "at=" in str(a.get("href"))]
+
+    assert hits(urlencode({"q": r"pinned python3\.\d+", "regex": "1"}))
+    assert not hits(urlencode({"q": r"pinned python3\.\d+"}))  # as text, no match
+    users = hits(urlencode({"q": "fail on CI", "role": "user"}))
+    assistants = hits(urlencode({"q": "CI images", "role": "assistant"}))
+    assert users and assistants and not set(users) & set(assistants)
+    assert not hits(urlencode({"q": "python", "since": "2099-01-01"}))
+    assert hits(urlencode({"q": "python", "until": "2099-01-01"}))
+    demo = handle_of("p", os.path.dirname(store.demo))
+    found = hits(urlencode({"q": "python", "project": demo}))
+    assert found and all(h.startswith(f"/s/{handle(store.demo)}") for h in found)
+    # The form shows what was asked, and a bad value is said, not an empty result.
+    doc = page(client, "/search?" + urlencode({"q": "python", "role": "asistant"}))
+    assert "Unknown role 'asistant'" in doc.all_text
+    doc = page(client, "/search?" + urlencode({"q": "(", "regex": "1"}))
+    assert "Bad regular expression" in doc.all_text
+    doc = page(client, "/search?" + urlencode({"q": "x", "since": "someday"}))
+    assert any(p.get("id") == "search-problem" for p in doc.all("p"))
+    doc = page(client, "/search?" + urlencode({"q": "python", "regex": "1", "role": "user"}))
+    assert any(i.get("name") == "regex" and "checked" in i for i in doc.all("input"))
+    assert any(o.get("value") == "user" and "selected" in o for o in doc.all("option"))
+
+
+def test_the_usage_page_names_its_range_and_sums_it(client: Any, store: WebStore) -> None:
+    """7d/30d/90d/all presets; the range named; totals, models and projects of the range;
+    an activity heatmap of its days."""
+    for _ in range(50):
+        doc = page(client, "/usage?range=all")
+        if "usage-summary" in {a.get("id") for a in doc.all("p")}:
+            break
+        time.sleep(0.1)
+    text = doc.all_text
+    # The store's replies are of January 2026 and of the days the live tests wrote on.
+    assert re.search(r"All time \(\d{4}-\d\d-\d\d to \d{4}-\d\d-\d\d, UTC\)", text)
+    assert [a["href"] for a in doc.all("a") if "range=" in str(a.get("href"))] == [
+        "/usage?range=7d",
+        "/usage?range=30d",
+        "/usage?range=90d",
+        "/usage?range=all",
+    ]
+    cells = [td for td in doc.all("td") if str(td.get("title", "")).startswith("2026-01-01: ")]
+    assert len(cells) == 1 and cells[0]["class"] != "l0"
+    # The last 7 days leave January out: the totals say so, not only the charts.
+    recent = page(client, "/usage?range=7d").all_text
+    assert re.search(
+        r"The last 7 days \((no replies|\d{4}-\d\d-\d\d to \d{4}-\d\d-\d\d), UTC\)", recent
+    )
+    replies = [
+        int(re.findall(r"([\d,]+) replies · ", t)[0].replace(",", "")) for t in (text, recent)
+    ]
+    assert replies[1] < replies[0]
+    # An unknown range is the whole.
+    assert "All time (" in page(client, "/usage?range=forever").all_text

@@ -490,6 +490,219 @@ def test_another_page_can_neither_mint_nor_read_a_link(
         httpd.server_close()
 
 
+def test_switching_branches_moves_the_export_links_the_url_and_the_picker(
+    page: Any, server: BackgroundServer, store: WebStore
+) -> None:
+    h = handle_of("s", store.demo)
+    page.goto(f"{server.base}/s/{h}")
+
+    def exports() -> dict[str, str]:
+        return dict(
+            page.eval_on_selector_all(
+                ".exports a[data-format]",
+                "as => as.map(a => [a.dataset.format, a.getAttribute('href')])",
+            )
+        )
+
+    for leaf, text in (("b1", "Alternatively we could install 3.12"), ("a3", "Pinned python3.11")):
+        page.select_option("#leaf-picker", store.ids[leaf])
+        page.wait_for_url(f"**/s/{h}?leaf={store.ids[leaf]}")
+        page.locator("#entries").get_by_text(text).first.wait_for()
+        assert exports() == {
+            fmt: f"/s/{h}/export/{fmt}?leaf={store.ids[leaf]}" for fmt in ("md", "html", "jsonl")
+        }
+    # An entry inside a branch, picked in the tree: the picker shows it, not the old tip.
+    page.locator(f"#tree button[data-id='{store.ids['a2']}']").click()
+    page.wait_for_url(f"**?leaf={store.ids['a2']}")
+    assert page.locator("#leaf-picker").input_value() == store.ids["a2"]
+    assert exports()["md"] == f"/s/{h}/export/md?leaf={store.ids['a2']}"
+    # The exported path is the shown one, and the address opens the same path.
+    shown = shown_ids(page)
+    assert shown == path_ids(store.demo, store.ids["a2"])
+    page.goto(page.url)
+    assert shown_ids(page) == shown
+    assert page.locator("#leaf-picker").input_value() == store.ids["a2"]
+
+
+MARKDOWN_MESSAGE = """## Plan
+
+Pin **Python** with `uv`:
+
+| where | version |
+|-------|---------|
+| CI    | 3.11    |
+
+```python
+print("<b>hi</b>")
+```
+
+<script>window.__pwned = true</script> [x](javascript:window.__pwned=true)
+"""
+
+
+def test_a_markdown_message_renders_and_its_script_stays_text(
+    page: Any, server: BackgroundServer, store: WebStore
+) -> None:
+    directory = store.agent / "sessions" / "--work-markdown--"
+    with SessionManager.create("/work/markdown", str(directory)) as sm:
+        sm.append_message(user("How do we pin it?"))
+        sm.append_message(assistant(MARKDOWN_MESSAGE))
+        path = sm.get_session_file() or ""
+    page.goto(server.base + "/sessions")  # the listing sees the new session
+    page.goto(f"{server.base}/s/{handle_of('s', path)}")
+    body = page.locator("#entries article.assistant .md")
+    assert body.locator("h2").inner_text() == "Plan"
+    assert body.locator("table td").first.inner_text() == "CI"
+    assert body.locator("pre.hl code span.nb").first.inner_text() == "print"
+    assert body.locator("script").count() == 0
+    assert "<script>window.__pwned = true</script>" in body.inner_text()
+    assert body.locator("a").count() == 0
+    assert page.evaluate("window.__pwned") is None
+    # Code is coloured (highlight.css is served and applies).
+    color = body.locator("pre.hl span.nb").first.evaluate("e => getComputedStyle(e).color")
+    assert color != body.locator("pre.hl").evaluate("e => getComputedStyle(e).color")
+
+
+OVERFLOW = """() => {
+  const width = document.documentElement.clientWidth;
+  const wide = Array.from(document.querySelectorAll('body *'))
+    .filter(e => e.getBoundingClientRect().right > width + 1 && e.closest('nav.tree, pre, table.md, .md table, figure.chart') === null)
+    .slice(0, 3).map(e => e.tagName + '.' + e.className);
+  return [document.documentElement.scrollWidth, width, wide];
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 400])
+def test_no_page_scrolls_sideways(
+    browser: Any, server: BackgroundServer, store: WebStore, width: int, tmp_path: Path
+) -> None:
+    """Every page at a laptop's width and a phone's: nothing wider than the window,
+    the hostile session's unbroken strings included; the exported page too."""
+    context = browser.new_context(viewport={"width": width, "height": 800})
+    page = context.new_page()
+    page.goto(server.new_link())
+    page.wait_for_url(server.base + "/")
+    urls = ["/", "/sessions", "/search?q=python", "/usage", "/link", "/nope"]
+    urls += [f"/s/{handle_of('s', p)}" for p in (store.demo, store.long, store.hostile)]
+    for url in urls:
+        page.goto(server.base + url)
+        scroll, client, wide = page.evaluate(OVERFLOW)
+        assert scroll <= client, (width, url, scroll, wide)
+    export = tmp_path / "export.html"
+    export.write_bytes(
+        page.request.get(f"{server.base}/s/{handle_of('s', store.hostile)}/export/html").body()
+    )
+    page.goto(export.as_uri())
+    scroll, client, wide = page.evaluate(OVERFLOW)
+    assert scroll <= client, (width, "export", scroll, wide)
+    context.close()
+
+
+def test_on_a_phone_the_tree_is_a_drawer(
+    browser: Any, server: BackgroundServer, store: WebStore
+) -> None:
+    context = browser.new_context(viewport={"width": 400, "height": 800}, color_scheme="dark")
+    page = context.new_page()
+    page.goto(server.new_link())
+    page.wait_for_url(server.base + "/")
+    page.goto(f"{server.base}/s/{handle_of('s', store.demo)}")
+    tree, toggle = page.locator("#tree"), page.locator("#tree-toggle")
+    assert not tree.is_visible()
+    # The conversation takes the width.
+    box = page.locator("#entries").bounding_box()
+    assert box is not None and box["width"] > 360
+    toggle.click()
+    tree.locator(f"button[data-id='{store.ids['a3']}']").wait_for(state="visible")
+    assert toggle.get_attribute("aria-expanded") == "true"
+    tree.locator(f"button[data-id='{store.ids['a3']}']").click()
+    page.wait_for_url(f"**?leaf={store.ids['a3']}")
+    page.wait_for_function(
+        "() => !document.getElementById('session').classList.contains('tree-open')"
+    )
+    assert shown_ids(page) == path_ids(store.demo, store.ids["a3"])
+    # Dark mode kept: a dark page, light text.
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(17, 20, 24)"
+    # Tables are cards: each value labelled, no header row.
+    page.goto(server.base + "/sessions")
+    row = page.locator("#sessions tbody tr").first
+    assert row.evaluate("e => getComputedStyle(e).display") == "block"
+    labels = row.locator("td[data-label]").evaluate_all(
+        "tds => tds.map(td => getComputedStyle(td, '::before').content)"
+    )
+    assert '"Messages"' in labels and '"Cost"' in labels
+    context.close()
+    # At a laptop's width the tree is beside the path and the toggle hidden.
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    page.goto(server.new_link())
+    page.wait_for_url(server.base + "/")
+    page.goto(f"{server.base}/s/{handle_of('s', store.demo)}")
+    assert page.locator("#tree").is_visible()
+    assert not page.locator("#tree-toggle").is_visible()
+    context.close()
+
+
+def test_the_tree_reads_like_the_cli_and_a_hit_opens_in_its_branch(
+    page: Any, server: BackgroundServer, store: WebStore
+) -> None:
+    h = handle_of("s", store.demo)
+    page.goto(f"{server.base}/s/{h}?leaf={store.ids['a3']}")
+
+    def dot(entry: str) -> str:
+        return str(
+            page.locator(f"#tree button[data-id='{entry}'] .dot").evaluate(
+                "e => getComputedStyle(e, '::before').content"
+            )
+        )
+
+    # The two branches after the question: ● the shown one, ○ the other (as `tree` draws).
+    heads = page.locator("#tree button:has(.dot)")
+    assert heads.count() == 2
+    assert dot(store.ids["a1"]) == '"● "'
+    assert dot(store.ids["bs"]) == '"○ "'
+    assert "⑂ 2" in page.locator(f"#tree button[data-id='{store.ids['q']}']").inner_text()
+    # The picker: each tip by its own text and time.
+    options = page.locator("#leaf-picker option").all_inner_texts()
+    assert any(o.startswith("assistant: Pinned python3.11 in .ci/run. · 20") for o in options)
+    assert all(o.endswith(tuple(store.ids.values())) for o in options)
+    # A search hit in the middle of a branch: the whole branch, the hit scrolled to.
+    page.goto(f"{server.base}/search?q=images+ship+Python")
+    page.locator("section.hits li a").first.click()
+    page.wait_for_url("**?at=*")
+    hit = page.locator("#entries article.hit")
+    hit.wait_for()
+    assert hit.get_attribute("data-id") == store.ids["a2"]
+    assert shown_ids(page) == path_ids(store.demo, store.ids["a3"])  # to the branch's tip
+    assert hit.evaluate(
+        "e => { const r = e.getBoundingClientRect(); return r.top >= 0 && r.bottom <= innerHeight; }"
+    )
+
+
+def test_the_live_view_grows_the_tree_and_follows_the_agent(
+    page: Any, server: BackgroundServer, store: WebStore
+) -> None:
+    page.goto(f"{server.base}/s/{handle_of('s', store.live)}")
+    page.wait_for_function("() => document.getElementById('live').textContent === 'live'")
+    with SessionManager.open(store.live) as sm:
+        first = sm.get_branch()[0]["id"]
+        # The agent goes on from the first entry: a new branch, not the shown path.
+        sm.branch(first)
+        other = sm.append_message(user("a new branch, written live"))
+        sm.flush()
+        page.locator(f"#tree button[data-id='{other}']").wait_for()
+        page.locator("#notice").get_by_text("on other branches").wait_for()
+        # Following the agent: the next entry elsewhere is shown, its branch and all.
+        page.locator("#follow").check()
+        sm.branch(first)
+        third = sm.append_message(user("and a third branch, followed"))
+        sm.flush()
+        page.locator("#entries").get_by_text("and a third branch, followed").wait_for()
+        page.wait_for_url(f"**?leaf={third}")
+    assert shown_ids(page) == path_ids(store.live, third)
+    assert page.locator(f"#tree button[data-id='{third}']").count() == 1
+
+
 def test_every_store_found_in_one_app(browser: Any, tmp_path: Path) -> None:
     """`serve` with no store named: the sessions of a pi and a Claude Code store in one
     list, each with its store; a click opens the Claude Code session from its store;
@@ -538,6 +751,26 @@ def test_every_store_found_in_one_app(browser: Any, tmp_path: Path) -> None:
             p.goto(server.base + "/search?q=zanzibar")
             assert p.locator("section.hits").count() == 1
             assert p.locator("section.hits span.store").inner_text() == "pi"
+            # the search form's filters and the store key apply together
+            p.goto(server.base + "/search?q=zanzib.r&regex=1&store=pi")
+            assert p.locator("section.hits span.store").inner_text() == "pi"
+            assert p.locator("input[name=store]").get_attribute("value") == "pi"
+            p.goto(server.base + "/search?q=zanzibar&store=claude")
+            assert p.locator("section.hits").count() == 0
+            p.goto(server.base + "/usage")  # all time: the presets, heatmap, a row per store
+            assert p.locator("#table-stores").count() == 1
+            assert p.locator("#heatmap").count() == 1
+            p.goto(server.base + "/usage?range=30d")  # the per-store table over those days
+            assert p.locator("#table-stores").count() == 1
+            # a phone's width: the Store column is a labelled cell of each card, and
+            # no page of several stores scrolls sideways
+            p.set_viewport_size({"width": 400, "height": 800})
+            for url in ("/", "/sessions", "/search?q=zanzibar", "/usage"):
+                p.goto(server.base + url)
+                scroll, client, wide = p.evaluate(OVERFLOW)
+                assert scroll <= client, (url, scroll, wide)
+            p.goto(server.base + "/sessions")
+            assert p.locator("#sessions td[data-label='Store']").count() == 3
             assert errors == []
             assert p.evaluate("window.__violations") == []
     finally:

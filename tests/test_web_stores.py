@@ -150,6 +150,12 @@ def test_search_covers_every_store(client: Any, found: FoundHome) -> None:
     only = get(client, "/search?q=entire&store=claude")
     hrefs = {u.split("?")[0] for u in Markup(only).urls() if u.startswith("/s/")}
     assert hrefs == {f"/s/{handle_of('s', found.claude_session)}"}
+    # the form's filters (regular expression, role) apply with the store key
+    regex = get(client, "/search?q=entir.&regex=1&store=claude")
+    hrefs = {u.split("?")[0] for u in Markup(regex).urls() if u.startswith("/s/")}
+    assert hrefs == {f"/s/{handle_of('s', found.claude_session)}"}
+    bad = get(client, "/search?q=entire&role=nobody&store=claude")
+    assert "unknown role" in Markup(bad).all_text.casefold()
 
 
 def test_usage_counts_each_reply_once_across_the_stores(
@@ -173,6 +179,13 @@ def test_usage_counts_each_reply_once_across_the_stores(
     page = get(client, "/usage")
     assert 'id="table-stores"' in page
     assert f"{len(once)} replies" in Markup(page).all_text
+    # a range sums the per-store table over its days alone
+    days = sorted(d for d in snapshot.by_day if d != "unknown")
+    ranged = snapshot.within(days[-1])
+    assert sum(t.messages for t in ranged.by_store.values()) == ranged.total.messages
+    assert ranged.total.messages == snapshot.by_day[days[-1]].messages
+    future = snapshot.within("9999-01-01")
+    assert future.by_store == {} and future.total.messages == 0
 
 
 def test_serve_with_no_store_named_serves_every_store_found(found: FoundHome) -> None:

@@ -22,6 +22,7 @@ import typer
 from sessiontree.cli.errors import (
     EXIT_AMBIGUOUS,
     EXIT_ERROR,
+    EXIT_USAGE,
     CliError,
     ambiguous_message,
     error_text,
@@ -43,12 +44,39 @@ def _error(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _bad_parameter(exc: Any) -> str:
+    """`-f pdf`: "--format/-f: 'pdf' is not one of md, html, jsonl (see ... --help)"."""
+    import re
+
+    param = getattr(exc, "param", None)
+    opts = list(getattr(param, "opts", None) or [])
+    if param is not None and getattr(param, "param_type_name", "") == "argument":
+        name = str(getattr(param, "human_readable_name", "") or getattr(param, "name", "value"))
+    else:
+        name = "/".join(opts) or str(getattr(exc, "param_hint", None) or "value")
+    message = re.sub(r"^Value error, ", "", str(exc.message or "")).rstrip(".")
+    if type(exc).__name__ == "MissingParameter" or not message:
+        message = "missing"
+    elif message.startswith("Input should be a valid integer"):
+        message = "not a whole number"
+    elif message.startswith("Input should be "):
+        message = "should be " + message[len("Input should be ") :]
+    choice = re.fullmatch(r"('[^']*') is not one of (.*)", message)
+    if choice is not None:
+        message = f"{choice.group(1)} is not one of " + choice.group(2).replace("'", "")
+    ctx = getattr(exc, "ctx", None)
+    command = ctx.command_path if ctx is not None else "sessiontree"
+    return f"{name.upper() if name.isidentifier() else name}: {message} (see {command} --help)"
+
+
 class _Group(LazyGroup):
     """Turns user errors raised by any command into one stderr line and an exit code."""
 
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
+        except typer.BadParameter as exc:
+            raise _error(_bad_parameter(exc), EXIT_USAGE) from None
         except CliError as exc:
             raise _error(exc.message, exc.code) from None
         except AmbiguousSessionError as exc:

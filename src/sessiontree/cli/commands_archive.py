@@ -158,6 +158,7 @@ def archive_command(
         str | None,
         typer.Option(
             "--to",
+            metavar="DIR|URL",
             help="The archive: a dir (default: <agent dir>/archive) or a postgresql:// URL.",
         ),
     ] = None,
@@ -303,12 +304,15 @@ def restore_command(
         str | None,
         typer.Option(
             "--from",
+            metavar="DIR|URL",
             help="The archive: a dir (default: <agent dir>/archive) or a postgresql:// URL.",
         ),
     ] = None,
     to: Annotated[
         str | None,
-        typer.Option("--to", help="Write under this dir (as the agent's home) instead."),
+        typer.Option(
+            "--to", metavar="DIR", help="Write under this dir (as the agent's home) instead."
+        ),
     ] = None,
     every: Annotated[
         bool, typer.Option("--all", help="Every archived file (with --to: a copy of all).")

@@ -5,13 +5,15 @@ Every session is opened with `read_only=True`: these commands never write.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -30,9 +32,18 @@ from sessiontree.cli.common import (
     other_stores,
     resolve_session,
 )
-from sessiontree.cli.render import TreeOptions, preview, render_tree, time_ago
+from sessiontree.cli.render import TreeOptions, money, preview, render_tree, time_ago
 from sessiontree.errors import SessionTreeError
-from sessiontree.format import convert_to_llm, entry_role, format_iso, message_text, utc_day
+from sessiontree.export import session_shown_title
+from sessiontree.format import (
+    SEARCH_ROLES,
+    convert_to_llm,
+    entry_role,
+    format_iso,
+    message_text,
+    shown_title,
+    utc_day,
+)
 from sessiontree.history import read_history
 from sessiontree.listing import SessionInfo
 from sessiontree.maintenance import file_version
@@ -57,6 +68,35 @@ def _iso(moment: object) -> str | None:
             moment = moment.replace(tzinfo=UTC)
         return format_iso(int(moment.timestamp() * 1000))
     return None
+
+
+def short_ids(ids: list[str], least: int = 8) -> dict[str, str]:
+    """Each id's shortest prefix (at least `least` characters) that no other id shares,
+    as git abbreviates hashes: what `show`, `resume` and the others accept."""
+    ordered = sorted(set(ids))
+    out = {}
+    for i, sid in enumerate(ordered):
+        need = least
+        for other in (
+            ordered[i - 1] if i else None,
+            ordered[i + 1] if i + 1 < len(ordered) else None,
+        ):
+            if other is not None:
+                common = next(
+                    (k for k, (a, b) in enumerate(zip(sid, other, strict=False)) if a != b),
+                    min(len(sid), len(other)),
+                )
+                need = max(need, common + 1)
+        out[sid] = sid[:need]
+    return out
+
+
+def middle_cut(text: str, width: int) -> str:
+    """`text` in `width` characters, cut in the middle (`proj…name`) when longer."""
+    if len(text) <= width:
+        return text
+    left = (width - 1) // 2
+    return text[:left] + "…" + text[len(text) - (width - 1 - left) :]
 
 
 def _listing(all_projects: bool) -> list[SessionInfo]:
@@ -107,8 +147,30 @@ def _size(info: SessionInfo) -> int:
 
 
 def list_command(
+    text: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="TEXT",
+            help="Only sessions whose title, first prompt, id or directory contains TEXT "
+            "(case-insensitive).",
+            show_default=False,
+        ),
+    ] = None,
     all_projects: AllOption = False,
     limit: Annotated[int, typer.Option("--limit", "-n", min=0, help="Show at most N.")] = 50,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DATE",
+            help="Sessions modified from this time: YYYY-MM-DD, ISO date-time, or 30m/12h/7d ago.",
+        ),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DATE", help="Sessions modified up to this time (a date: to its end)."
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """List sessions, newest first: this directory's project, or every project with --all.
@@ -117,6 +179,24 @@ def list_command(
     $PI_CODING_AGENT_DIR), every agent store found on this machine is read
     (`sessiontree stores` lists them)."""
     pairs, read = _listings(all_projects)
+    if text is not None or since is not None or until is not None:
+        tz, _ = time_zone(None)
+        since_ms = parse_time(since, tz) if since else None
+        until_ms = parse_time(until, tz, end=True) if until else None
+        needle = " ".join((text or "").split()).casefold()
+
+        def wanted(s: SessionInfo) -> bool:
+            modified = int(s.modified.timestamp() * 1000)
+            if since_ms is not None and modified < since_ms:
+                return False
+            if until_ms is not None and modified > until_ms:
+                return False
+            if not needle:
+                return True
+            fields = (shown_title(s.title, s.first_message, s.id), s.first_message, s.id, s.cwd)
+            return any(needle in " ".join(str(f or "").split()).casefold() for f in fields)
+
+        pairs = [(s, agent) for s, agent in pairs if wanted(s)]
     sessions = [s for s, _ in pairs]
     agents = {id(s): agent for s, agent in pairs}
     shown = sessions[:limit] if limit else sessions
@@ -151,8 +231,11 @@ def list_command(
     looked = ", ".join(f"{st.location} ({st.agent})" for st in read) or "no store"
     if not sessions:
         where = "any project" if all_projects else os.getcwd()
-        console.print(f"No sessions for {where} in {looked}.", markup=False, soft_wrap=True)
-        if not all_projects:
+        matching = " matching the filters" if text or since or until else ""
+        console.print(
+            f"No sessions{matching} for {where} in {looked}.", markup=False, soft_wrap=True
+        )
+        if not all_projects and not matching:
             others = _elsewhere(read)
             if others:
                 console.print(
@@ -168,29 +251,32 @@ def list_command(
         + (["Agent"] if several else [])
         + (["Project"] if all_projects else [])
     )
+    short = short_ids([s.id for s in sessions])
     rows: list[list[str]] = []
     for s in shown:
-        row = [time_ago(s.modified), s.id, str(s.message_count), human_size(_size(s))]
+        row = [time_ago(s.modified), short[s.id], f"{s.message_count:,}", human_size(_size(s))]
         if several:
             row.append(agents[id(s)])
         if all_projects:
-            row.append((os.path.basename(s.cwd.rstrip("/")) or s.cwd)[:16])
-        row.append(" ".join(str(s.title or s.first_message).split()))
+            row.append(middle_cut(os.path.basename(s.cwd.rstrip("/")) or s.cwd, 16))
+        row.append(shown_title(s.title, s.first_message, s.id))
         rows.append(row)
-    # Only the title is cut to fit the terminal; ids and sizes are shown whole.
-    fixed = sum(max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)) + 3 * len(
-        headers
-    )
+    # Only the title is cut to fit the terminal; ids, counts and sizes are shown whole
+    # (each column as wide as its widest cell), and the title gets the rest.
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
-    for name in headers:
+    for name, width in zip(headers, widths, strict=True):
         table.add_column(
-            name, no_wrap=True, justify="right" if name in ("Msgs", "Size") else "left"
+            name,
+            no_wrap=True,
+            min_width=width,
+            justify="right" if name in ("Msgs", "Size") else "left",
         )
     table.add_column(
-        "Title / first prompt",
+        "Title",
         no_wrap=True,
         overflow="ellipsis",
-        max_width=max(20, console.width - fixed),
+        width=max(10, console.width - sum(widths) - 3 * len(headers)),
     )
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))
@@ -200,22 +286,38 @@ def list_command(
         console.print(Text(f"{more} more; use --limit 0 to show all.", style="dim"))
 
 
-def _usage_table(rows: Mapping[str, UsageTotals | Totals], first: str) -> Table:
+def _usage_table(rows: Mapping[str, UsageTotals | Totals], first: str) -> Table | Group:
+    """A row per model (or day); on a terminal too narrow for the numbers, a line each,
+    so that no number is ever cut."""
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
-    widest = max([len(first)] + [len(name) for name in rows])
-    table.add_column(first, no_wrap=True, min_width=min(widest, 40))
-    for name in ("Replies", "Input", "Output", "Cache read", "Cache write", "Cost $"):
-        table.add_column(name, justify="right")
-    for name, usage in rows.items():
-        table.add_row(
-            Text(name),
-            str(usage.messages),
+    cells = [
+        [
+            f"{usage.messages:,}",
             f"{usage.input:,}",
             f"{usage.output:,}",
             f"{usage.cache_read:,}",
             f"{usage.cache_write:,}",
-            f"{usage.cost:.4f}",
-        )
+            money(usage.cost, isinstance(usage, Totals) and usage.estimated_messages > 0),
+        ]
+        for usage in rows.values()
+    ]
+    # Numbers are never cut: the name column gives up the width (wrapped in a narrow one).
+    table.add_column(first, overflow="fold", min_width=min(len(first), 12))
+    names = ("Replies", "Input", "Output", "Cache read", "Cache write", "Cost")
+    widths = [
+        max([len(name) if " " not in name else 5] + [len(c[i]) for c in cells])
+        for i, name in enumerate(names)
+    ]
+    if min(len(first), 12) + sum(widths) + 3 * len(names) > console.width:
+        lines = []
+        for name, row in zip(rows, cells, strict=True):
+            parts = [f"{label.lower()} {value}" for label, value in zip(names, row, strict=True)]
+            lines.append(Text.assemble((name, "bold"), "  ", " · ".join(parts)))
+        return Group(*lines)
+    for name, widest in zip(names, widths, strict=True):
+        table.add_column(name, justify="right", no_wrap=True, min_width=widest)
+    for name, row in zip(rows, cells, strict=True):
+        table.add_row(Text(name), *row)
     return table
 
 
@@ -231,6 +333,7 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
     path = resolve_session(session)
     with open_read_only(path) as sm:
         summary = summarize_session(sm)
+        title = session_shown_title(sm, None)
         leaf = sm.get_leaf_entry()
         leaf_preview = preview(leaf, 70) if leaf is not None else None
     if as_json:
@@ -257,13 +360,25 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
         )
         return
     header = summary.header
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
+    key_width = len("Directory")
+
+    def grid_of(rows: list[tuple[str, object]]) -> Table:
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold", min_width=key_width)
+        grid.add_column()
+        for key, value in rows:
+            grid.add_row(key, Text(str(value), overflow="fold"))
+        return grid
+
+    console.print(grid_of([("Session", summary.id), ("Title", title)]))
+    # The path on one line, whatever the width, so that it can be copied whole.
+    console.print(
+        Text.assemble(
+            ("File".ljust(key_width + 2), "bold"), path, f" ({human_size(_file_size(path))})"
+        ),
+        soft_wrap=True,
+    )
     rows: list[tuple[str, object]] = [
-        ("Session", summary.id),
-        ("Title", summary.title or "(untitled)"),
-        ("File", f"{path} ({human_size(_file_size(path))})"),
         ("Directory", header.get("cwd", "")),
         ("Created", header.get("timestamp", "")),
         ("Version", _version_text(path, summary.version)),
@@ -287,12 +402,12 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
             else "none",
         ),
     ]
-    for key, value in rows:
-        grid.add_row(key, Text(str(value), overflow="fold"))
-    console.print(grid)
-    if summary.models:
+    console.print(grid_of(rows))
+    # Models that only a model change names (no reply) make no row.
+    replied = {name: u for name, u in summary.models.items() if u.messages}
+    if replied:
         console.print()
-        models = dict(summary.models)
+        models = dict(replied)
         if len(models) > 1:
             models["total"] = summary.usage
         console.print(_usage_table(models, "Model"))
@@ -345,9 +460,7 @@ def tree_command(
                 }
             )
             return
-        title = Text.assemble(
-            (sm.get_session_id(), "bold"), "  ", sm.get_session_name() or "(untitled)"
-        )
+        title = Text.assemble((sm.get_session_id(), "bold"), "  ", session_shown_title(sm))
         console.print(render_tree(sm, title, TreeOptions(full=full, depth=depth)))
 
 
@@ -408,12 +521,21 @@ def context_command(
         console.print(Text(_context_text(message, full)))
 
 
-def _scope(all_projects: bool, project: str | None) -> list[SessionInfo]:
-    if all_projects and project is not None:
-        raise CliError("give --all or --project, not both", EXIT_USAGE)
-    if project is not None:
-        return current_store().list(os.path.abspath(os.path.expanduser(project)))
-    return _listing(all_projects)
+def _no_such_project(where: str) -> NoReturn:
+    """Refuse a project dir without sessions, naming the projects there are."""
+    projects: set[str] = set()
+    for store in [current_store(), *other_stores()]:
+        try:
+            projects.update(s.cwd for s in store.list(None) if s.cwd)
+        except (OSError, SessionTreeError):
+            continue
+    ordered = sorted(projects)
+    known = ", ".join(ordered[:10]) + (", ..." if len(ordered) > 10 else "")
+    raise CliError(
+        f"no sessions of a project in {where}"
+        + (f"; the projects are: {known}" if ordered else "; the store has none"),
+        EXIT_USAGE,
+    )
 
 
 def _hit_json(hit: SearchHit) -> dict[str, Any]:
@@ -455,7 +577,9 @@ def search_command(
         typer.Option(
             "--role",
             "-r",
-            help="Only entries of this role (user, assistant, toolResult, label, ...); repeatable.",
+            metavar="ROLE",
+            help="Only entries of this role (user, assistant, toolResult, title, label, ...); "
+            "repeatable.",
         ),
     ] = None,
     since: Annotated[
@@ -473,6 +597,14 @@ def search_command(
     """Full-text search across session contents: newest hits first, with a snippet each."""
     if not text.strip():
         raise CliError("search text is empty", EXIT_USAGE)
+    for wanted in role or ():
+        if wanted not in SEARCH_ROLES:
+            close = difflib.get_close_matches(wanted, SEARCH_ROLES, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise CliError(
+                f"unknown role {wanted!r}{hint}; the roles are: {', '.join(SEARCH_ROLES)}",
+                EXIT_USAGE,
+            )
     tz, _ = time_zone(None)
     since_ms = parse_time(since, tz) if since else None
     until_ms = parse_time(until, tz, end=True) if until else None
@@ -507,9 +639,11 @@ def search_command(
         searched += 1
         modes.add(result.mode)
         notes += result.notes
-    titles = {s.path: (s.title or s.first_message) for s in sessions}
-    if searched > 1:
-        hits.sort(key=lambda h: -(h.timestamp or 0))
+    if project is not None and not sessions:
+        _no_such_project(where)
+    titles = {s.path: shown_title(s.title, s.first_message, s.id, 70) for s in sessions}
+    if searched > 1:  # titles first, as one store's search gives them
+        hits.sort(key=lambda h: (h.role != "title", -(h.timestamp or 0)))
     hits = hits[:limit]
     mode = modes.pop() if len(modes) == 1 else "mixed" if modes else "index"
     if as_json:
@@ -536,7 +670,7 @@ def search_command(
         grouped.setdefault(hit.path, []).append(hit)
     for path, group in grouped.items():
         console.print()
-        title = " ".join(str(titles.get(path) or "").split())[:70]
+        title = titles.get(path) or shown_title(None, None, group[0].session_id)
         console.print(
             Text.assemble((group[0].session_id, "bold"), "  ", title, "  ", (path, "dim")),
             soft_wrap=True,
@@ -550,7 +684,7 @@ def search_command(
             console.print(
                 Text.assemble(
                     "  ",
-                    (str(hit.entry_id or f"line {hit.line}"), "dim"),
+                    (str(hit.entry_id or (f"line {hit.line}" if hit.line else "")), "dim"),
                     " ",
                     (hit.role, "cyan"),
                     " ",
@@ -575,7 +709,8 @@ def history_command(
     as_json: JsonOption = False,
 ) -> None:
     """The prompt history (history.db), newest first; opened read-only."""
-    entries = read_history(current_store().history_path, search, limit)
+    database = current_store().history_path
+    entries = read_history(database, search, limit)
     if as_json:
         emit_json(
             {
@@ -587,7 +722,7 @@ def history_command(
         )
         return
     if not entries:
-        console.print("No prompts found.", markup=False)
+        console.print(Text(f"No prompts found in {database}."), soft_wrap=True)
         return
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
     table.add_column("When", no_wrap=True)
@@ -597,6 +732,7 @@ def history_command(
         when = time_ago(datetime.fromtimestamp(e.created_at, UTC))
         table.add_row(when, Text(e.cwd or ""), Text(" ".join(e.prompt.split())))
     console.print(table)
+    console.print(Text(f"From {database}", style="dim"), soft_wrap=True)
 
 
 def _stats_json(stats: StoreStats) -> dict[str, Any]:
@@ -653,7 +789,18 @@ def _stats_of_stores(
 
 
 def stats_command(
-    all_projects: AllOption = False,
+    project: Annotated[
+        str | None,
+        typer.Option(
+            "--project",
+            "-p",
+            metavar="DIR",
+            help="Only the project in DIR (default: every project, as `usage`).",
+        ),
+    ] = None,
+    all_projects: Annotated[
+        bool, typer.Option("--all", "-a", help="Every project (the default).", hidden=True)
+    ] = False,
     days: Annotated[int, typer.Option("--days", min=0, help="Days shown in the table.")] = 14,
     as_json: JsonOption = False,
 ) -> None:
@@ -661,16 +808,19 @@ def stats_command(
 
     With no --agent, --agent-dir or --store (and no $SESSIONTREE_STORE or
     $PI_CODING_AGENT_DIR), every agent store found on this machine is counted: a row
-    per store and their total (each reply counted once across them, as in `usage`)."""
-    cwd = None if all_projects else os.getcwd()
+    per store and their total (each reply counted once across them, as in `usage`).
+    Every project unless -p, as `usage`."""
+    scope = None if project is None else os.path.abspath(os.path.expanduser(project))
+    if all_projects and scope is not None:
+        raise CliError("give --all or --project, not both", EXIT_USAGE)
     stores = [current_store(), *other_stores()]
     if len(stores) > 1 and not os.path.isdir(stores[0].agent_dir):
         stores.pop(0)  # the default dir does not exist: only the stores found
-    per, stats = _stats_of_stores(stores, cwd)
+    per, stats = _stats_of_stores(stores, scope)
     if as_json:
         emit_json(
             {
-                "scope": "all" if all_projects else os.getcwd(),
+                "scope": "all" if scope is None else scope,
                 **_stats_json(stats),
                 **(
                     {
@@ -688,7 +838,7 @@ def stats_command(
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold")
     grid.add_column()
-    grid.add_row("Scope", Text("all projects" if all_projects else os.getcwd()))
+    grid.add_row("Scope", Text("all projects" if scope is None else scope))
     if len(per) > 1:
         where = ", ".join(f"{store.agent} ({store.location})" for store, _ in per)
         grid.add_row("Stores", Text(f"{where}; the figures below are their total", overflow="fold"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import time
 from typing import Annotated, Any
 
@@ -124,7 +125,7 @@ def repair_command(
         typer.Option("--in-place", help="Replace the file itself, keeping the original as .bak."),
     ] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", "-n", help="Report the changes; write nothing.")
+        bool, typer.Option("--dry-run", help="Report the changes; write nothing.")
     ] = False,
     as_json: JsonOption = False,
 ) -> None:
@@ -179,6 +180,16 @@ def repair_command(
             note = " (earlier repaired copies are kept)" if kept else ""
             console.print(
                 Text(f"Wrote {report.out_path}; the original is unchanged{note}"), soft_wrap=True
+            )
+            # What to do with the copy: look at it, then put it in the original's place.
+            console.print(
+                Text(
+                    f"Next: check it (sessiontree show {shlex.quote(str(report.out_path))}), "
+                    f"then replace the original with it: "
+                    f"mv {shlex.quote(str(report.out_path))} {shlex.quote(path)}",
+                    style="dim",
+                ),
+                soft_wrap=True,
             )
     if report.remaining:
         console.print(Text("Left as they are:", style="bold"))

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
+from sessiontree.cli import common as cli_common
 from sessiontree.cli.common import (
     EXIT_AMBIGUOUS,
     EXIT_ERROR,
@@ -36,6 +37,7 @@ from sessiontree.cli.common import (
 from sessiontree.cli.render import terminal_safe
 from sessiontree.errors import AmbiguousSessionError, SessionNotFoundError, SessionTreeError
 from sessiontree.export import export_html, export_jsonl, export_markdown, html_size_warning
+from sessiontree.format import shown_title
 from sessiontree.layout import agent_dir_of, get_default_session_dir
 from sessiontree.maintenance import (
     TransferReport,
@@ -68,7 +70,7 @@ def resume_command(
             Text(f"sessiontree: {arg!r} matches {len(exc.candidates)} sessions:"), soft_wrap=True
         )
         for candidate in exc.candidates:
-            title = " ".join(str(candidate.title or candidate.first_message).split())[:60]
+            title = shown_title(candidate.title, candidate.first_message, candidate.id, 60)
             err_console.print(Text(f"  {candidate.path}  {title}"), soft_wrap=True)
         raise typer.Exit(EXIT_AMBIGUOUS) from None
     echo_path(path)
@@ -106,9 +108,10 @@ def rm_command(
     plan = plan_delete(path, store.storage, agent_dir=store.agent_dir, force=force)
     if not yes:
         extra = f" and {plan.artifacts}{os.sep}" if plan.artifacts else ""
+        what = _what_is_deleted(path)
         try:
             confirmed = typer.confirm(
-                terminal_safe(f"Delete {path}{extra}?"), default=False, err=True
+                terminal_safe(f"Delete {what}: {path}{extra}?"), default=False, err=True
             )
         except typer.Abort:
             confirmed = False
@@ -188,17 +191,27 @@ def export_command(
     ] = ExportFormat.md,
     leaf: LeafOption = None,
     output: Annotated[
-        str | None, typer.Option("--output", "-o", help="Write to FILE instead of stdout.")
+        str | None,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FILE",
+            help="Write to FILE instead of stdout (-: stdout, even for HTML on a terminal).",
+        ),
     ] = None,
 ) -> None:
     """Export the path to the leaf as Markdown or JSONL, or the whole tree as one HTML file.
 
-    A JSONL export written to a file (-o) is a session: inside an agent dir's
-    sessions/, the images it refers to go into that dir's blob store; anywhere else,
-    it holds them itself (inline, as base64: no gc reads it there).
+    HTML is never poured into a terminal: without -o it goes to <session id>.html in
+    this directory (a number added when that name is taken). A JSONL export written to
+    a file (-o) is a session: inside an agent dir's sessions/, the images it refers to
+    go into that dir's blob store; anywhere else, it holds them itself (inline, as
+    base64: no gc reads it there).
     """
     path = resolve_session(session)
     target = None
+    if output is None and fmt is ExportFormat.html and cli_common.stdout_is_terminal():
+        output = _free_name(_session_file_stem(path), ".html")
     if output is not None and output != "-":
         target = os.path.abspath(os.path.expanduser(output))
         if os.path.isdir(target):
@@ -232,6 +245,41 @@ def export_command(
     err_console.print(Text(f"Wrote {target} ({len(data):,} bytes)"))
 
 
+def _what_is_deleted(path: str) -> str:
+    """ "'<title>' (12 messages, 1.2 MB)" for rm's question; the size alone for a file
+    that cannot be read as a session."""
+    store = current_store()
+    try:
+        size = human_size(store.storage.stat(path).size)
+    except (OSError, ValueError):
+        size = "unknown size"
+    info = next((s for s in store.list(None) if s.path == path), None)
+    if info is None:
+        return f"the file ({size})"
+    title = shown_title(info.title, info.first_message, info.id, 60)
+    return f"{title!r} ({info.message_count:,} messages, {size})"
+
+
+def _session_file_stem(path: str) -> str:
+    """A file name for an export of the session at `path`: its id, in safe characters."""
+    try:
+        head = read_head(path, current_store().storage)
+        sid = str(head.get("id") or "") if head is not None else ""
+    except (OSError, ValueError):
+        sid = ""
+    stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in sid).strip("._")[:80]
+    return stem or "session"
+
+
+def _free_name(stem: str, suffix: str) -> str:
+    """`stem + suffix` in the current directory, or `stem-2 + suffix`, ... when taken."""
+    name, n = stem + suffix, 1
+    while os.path.lexists(name):
+        n += 1
+        name = f"{stem}-{n}{suffix}"
+    return name
+
+
 def _refuse_a_session(target: str, shown: str) -> None:
     """`export -o` replaces any file but a session (its own source included): a session
     is never overwritten by an export of itself or of another. What is a session is
@@ -254,7 +302,7 @@ def migrate_command(
     ] = None,
     all_projects: Annotated[bool, typer.Option("--all", "-a", help="Every session file.")] = False,
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", "-n", help="Report what would change; write nothing.")
+        bool, typer.Option("--dry-run", help="Report what would change; write nothing.")
     ] = False,
     as_json: JsonOption = False,
 ) -> None:

@@ -23,7 +23,7 @@ INSTALL_HINT = "sessiontree serve needs the web extra: pip install 'sessiontree[
 
 def serve_command(
     port: Annotated[
-        int, typer.Option("--port", "-p", min=0, max=65535, help="TCP port (0: any free port).")
+        int, typer.Option("--port", min=0, max=65535, help="TCP port (0: any free port).")
     ] = 0,
     host: Annotated[
         str | None,

@@ -33,7 +33,8 @@ from sessiontree.cli.common import (
 )
 from sessiontree.cli.options import Command
 from sessiontree.cli.options import Group as CommandGroup
-from sessiontree.format import format_iso
+from sessiontree.cli.render import money
+from sessiontree.format import format_iso, shown_title
 from sessiontree.reports import (
     BLOCK_HOURS,
     Block,
@@ -120,11 +121,6 @@ class _Inputs:
         return priced.replies
 
 
-def _money(value: float, estimated: bool = False) -> str:
-    text = f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.4f}"
-    return ("~" if estimated else "") + text
-
-
 def _bar(value: float, top: float, width: int = 8) -> Text:
     if top <= 0 or value <= 0:
         return Text("")
@@ -149,7 +145,7 @@ def _totals_cells(t: Totals) -> list[Text]:
         Text(_tokens(t.cache_read)),
         Text(_tokens(t.cache_write)),
         Text(_tokens(t.total_tokens)),
-        Text(_money(t.cost, t.estimated_messages > 0)),
+        Text(money(t.cost, t.estimated_messages > 0)),
     ]
 
 
@@ -183,17 +179,26 @@ def _row_json(kind: ReportKind, row: Any, tz: tzinfo) -> dict[str, Any]:
     return out
 
 
+def _session_titles() -> dict[str, str]:
+    """Each session's shown title by path (`format.shown_title`), for `usage session`."""
+    return {s.path: shown_title(s.title, s.first_message, s.id) for s in current_store().list(None)}
+
+
+def _replies(n: int) -> str:
+    return f"{n:,} {'reply' if n == 1 else 'replies'}"
+
+
 def _prices_note(rep_prices: dict[str, str | None], totals: Totals) -> list[str]:
     lines = []
     if totals.estimated_messages:
         lines.append(
             f"~ includes ${totals.estimated_cost:,.4f} estimated for "
-            f"{totals.estimated_messages:,} repl(ies) without a recorded cost "
+            f"{_replies(totals.estimated_messages)} without a recorded cost "
             f"({rep_prices.get('table')} {rep_prices.get('version')})"
         )
     if totals.unpriced_messages:
         lines.append(
-            f"{totals.unpriced_messages:,} repl(ies) without a recorded cost and with a model "
+            f"{_replies(totals.unpriced_messages)} without a recorded cost and with a model "
             "the price table does not know count $0"
         )
     return lines
@@ -236,27 +241,44 @@ def _print_report(kind: ReportKind, rep: Report, inputs: _Inputs, breakdown: boo
         title=f"Usage by {kind.removesuffix('ly') if kind != 'daily' else 'day'} ({rep.time_zone})",
         title_justify="left",
     )
-    table.add_column(first, no_wrap=True, overflow="ellipsis", max_width=28)
-    for name in ("Input", "Output", "Cache rd", "Cache wr", "Total", "Cost"):
-        table.add_column(name, justify="right", no_wrap=True)
-    table.add_column("", no_wrap=True)
+    # Numbers are never cut: each column as wide as its widest cell; the label takes
+    # what is left, and the bar only shows where there is room for it.
+    names = ("Input", "Output", "Cache rd", "Cache wr", "Total", "Cost")
+    every = [rep.totals, *(row.totals for row in rep.rows)]
+    if breakdown:
+        every += [t for row in rep.rows for t in row.models.values()]
+    widths = [
+        max([len(name)] + [len(cell.plain) for cell in (_totals_cells(t)[i] for t in every)])
+        for i, name in enumerate(names)
+    ]
+    left = console.width - sum(widths) - 3 * len(names)
+    bar = left >= 8 + 3 + 24
+    label_width = max(10, min(60, left - (11 if bar else 0)))
+    table.add_column(first, no_wrap=True, overflow="ellipsis", width=label_width)
+    for name, width in zip(names, widths, strict=True):
+        table.add_column(name, justify="right", no_wrap=True, min_width=width)
+    if bar:
+        table.add_column("", no_wrap=True)
     top = max(row.totals.cost for row in rep.rows)
+    titles = _session_titles() if kind == "session" else {}
     for row in rep.rows:
         label = row.key
         if kind == "session" and row.session is not None:
-            label = (
-                f"{row.session.file.session_id or '?'}  {_local_time(row.totals.last, inputs.tz)}"
-            )
+            sid = row.session.file.session_id or "?"
+            label = f"{titles.get(row.key) or sid} · {_local_time(row.totals.last, inputs.tz)}"
         elif kind == "project":
             label = row.key
-        table.add_row(Text(label), *_totals_cells(row.totals), _bar(row.totals.cost, top))
+        extra = [_bar(row.totals.cost, top)] if bar else []
+        table.add_row(Text(label), *_totals_cells(row.totals), *extra)
         if breakdown:
             for name, t in sorted(row.models.items(), key=lambda kv: -kv[1].cost):
                 cells = _totals_cells(t)
                 short = name.split("/", 1)[-1]
-                table.add_row(Text(f" └ {short}", style="dim"), *cells, Text(""), style="dim")
+                pad = [Text("")] if bar else []
+                table.add_row(Text(f" └ {short}", style="dim"), *cells, *pad, style="dim")
     table.add_section()
-    table.add_row(Text("Total", style="bold"), *_totals_cells(rep.totals), Text(""), style="bold")
+    pad = [Text("")] if bar else []
+    table.add_row(Text("Total", style="bold"), *_totals_cells(rep.totals), *pad, style="bold")
     console.print(table)
     for line in _prices_note(rep.prices, rep.totals):
         console.print(Text(line, style="dim"))
@@ -365,7 +387,7 @@ def _blocks_table(found: Sequence[Block], now_ms: int, tz: tzinfo, breakdown: bo
             Text(models),
             str(block.totals.messages),
             _tokens(block.totals.total_tokens),
-            _money(block.totals.cost, block.totals.estimated_messages > 0),
+            money(block.totals.cost, block.totals.estimated_messages > 0),
             _bar(block.totals.cost, top),
         )
         if breakdown:
@@ -376,7 +398,7 @@ def _blocks_table(found: Sequence[Block], now_ms: int, tz: tzinfo, breakdown: bo
                     Text(f"└ {name}", style="dim"),
                     Text(str(t.messages), style="dim"),
                     Text(_tokens(t.total_tokens), style="dim"),
-                    Text(_money(t.cost, t.estimated_messages > 0), style="dim"),
+                    Text(money(t.cost, t.estimated_messages > 0), style="dim"),
                     "",
                 )
     return table
@@ -403,18 +425,18 @@ def live_panel(block: Block | None, now_ms: int, tz: tzinfo) -> RenderableType:
     lines.append(
         Text(
             f"{t.messages:,} replies · {t.total_tokens:,} tokens · "
-            f"{_money(t.cost, t.estimated_messages > 0)}"
+            f"{money(t.cost, t.estimated_messages > 0)}"
         )
     )
     rate = block.burn_rate()
     if rate is not None:
-        lines.append(Text(f"Burn rate: {rate[0]:,.0f} tokens/min · {_money(rate[1])}/hour"))
+        lines.append(Text(f"Burn rate: {rate[0]:,.0f} tokens/min · {money(rate[1])}/hour"))
         projection = block.projection(now_ms)
         if projection is not None:
             lines.append(
                 Text(
                     f"Projected at the block's end: {projection[0]:,} tokens · "
-                    f"{_money(projection[1])}"
+                    f"{money(projection[1])}"
                 )
             )
     lines.append(Text("Ctrl-C stops", style="dim"))

@@ -13,7 +13,9 @@ Light on purpose: `sessiontree --help` imports this module and no command.
 
 from __future__ import annotations
 
+import enum
 import os
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar
@@ -254,6 +256,44 @@ def _start_invocation(ctx: Any) -> None:
     begin_invocation(root, store)
 
 
+_METAVARS = {"session": "SESSION", "since": "DATE", "until": "DATE", "leaf": "ENTRY"}
+
+
+def _plain_metavar(param: Any) -> str | None:
+    """A placeholder people read (SESSION, N, DATE, md|html|jsonl) for a parameter that
+    names none, instead of the toolkit's `<int range>` or `{session}`."""
+    name = str(getattr(param, "name", "") or "")
+    if name in _METAVARS:
+        return _METAVARS[name]
+    descriptor = getattr(param, "type_descriptor", None)
+    annotation = getattr(descriptor, "annotation", None)
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) is list and args:
+        annotation = args[0]
+    elif args:
+        annotation = args[0]
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return "|".join(str(member.value) for member in annotation)
+    if annotation in (int, float):
+        return "N"
+    if annotation is str:
+        return name.upper() or None
+    return None
+
+
+def _name_placeholders(params: list[Any]) -> None:
+    for param in params:
+        if getattr(param, "metavar", None) is None and not getattr(param, "is_flag", False):
+            param.metavar = _plain_metavar(param)
+        if getattr(param, "param_type_name", "") == "argument" and param.metavar:
+            # `SESSION` in the usage line (`[TEXT]` when optional), not `{session}`, and
+            # no `<str>` after it in the list of arguments.
+            shown = str(param.metavar)
+            usage = shown if param.required else f"[{shown}]"
+            param._usage_display_name = lambda usage=usage: usage
+            param.display_type_rich = lambda ctx=None: None
+
+
 def _archive_stores(archive: str, command: str | None) -> list[Any]:
     """The stores an archive holds, read from its view (`archive.archive_view`); a
     command that writes is refused (the archive is only read: `restore` writes)."""
@@ -284,6 +324,7 @@ class Command(TyperCommand):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.params.extend(_params(_after_command_options))
+        _name_placeholders(self.params)
 
     def invoke(self, ctx: Any) -> Any:
         _gather(ctx)

@@ -79,6 +79,13 @@ COLLAPSE_AFTER = 12
 _KEEP_ENDS = 3
 
 
+def money(value: float, estimated: bool = False) -> str:
+    """Dollars as every command prints them: `$2,924.55`, `$0.0042` below a cent, and
+    `~` before a sum that holds an estimate (a reply priced from the table)."""
+    text = f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.4f}"
+    return ("~" if estimated else "") + text
+
+
 def preview(entry: dict[str, Any], width: int = 60) -> str:
     """A one-line description of an entry for trees and tables."""
     return entry_preview(entry, width)

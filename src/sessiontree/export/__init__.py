@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sessiontree.export._jsonl import export_jsonl
-from sessiontree.export._markdown import export_markdown
+from sessiontree.export._markdown import export_markdown, session_shown_title
 from sessiontree.export._size import HTML_WARN_BYTES, html_size_warning
 
 if TYPE_CHECKING:
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         leaf_choice_text,
         nav_items,
     )
+    from sessiontree.export._render import render_markdown
 
 __all__ = [
     "HTML_WARN_BYTES",
@@ -40,6 +41,8 @@ __all__ = [
     "json_island",
     "leaf_choice_text",
     "nav_items",
+    "render_markdown",
+    "session_shown_title",
 ]
 
 _LAZY = {
@@ -54,6 +57,7 @@ _LAZY = {
     "json_island": "_html",
     "leaf_choice_text": "_html",
     "nav_items": "_html",
+    "render_markdown": "_render",
 }
 
 

@@ -21,14 +21,14 @@ import jinja2
 from markupsafe import Markup
 
 from sessiontree.export._jsonl import _path
-from sessiontree.export._markdown import _json, _when
+from sessiontree.export._markdown import _json, _when, session_shown_title
+from sessiontree.export._render import highlight_css, render_markdown
 from sessiontree.format import (
     Entry,
     SessionTreeNode,
     blocks_text,
     build_tree,
     entry_preview,
-    entry_role,
     message_text,
 )
 from sessiontree.session import SessionManager
@@ -100,6 +100,9 @@ class NavItem:
     forks: int = 0
     count: int = 0
     on_path: bool = False
+    head: bool = False
+    """The first entry of a branch (a child of a branch point): drawn with `●` when on
+    the shown path, `○` when not, as `sessiontree tree` draws them."""
 
 
 def _asset(name: str) -> Markup:
@@ -108,7 +111,10 @@ def _asset(name: str) -> Markup:
 
 @functools.cache
 def _asset_text(name: str) -> str:
-    """A stylesheet or script shipped with the templates (our own text, never a session's)."""
+    """A stylesheet or script shipped with the templates (our own text, never a session's);
+    `highlight.css`, the colours of highlighted code, is made by Pygments."""
+    if name == "highlight.css":
+        return highlight_css()
     return (resources.files("sessiontree.export") / "templates" / "assets" / name).read_text(
         "utf-8"
     )
@@ -133,6 +139,7 @@ def html_environment() -> jinja2.Environment:
     env.filters["thousands"] = lambda n: f"{n:,}"
     env.filters["sentence"] = lambda text: str(text)[:1].upper() + str(text)[1:]
     env.filters["home"] = _home_relative
+    env.filters["markdown"] = render_markdown
     return env
 
 
@@ -358,6 +365,7 @@ def nav_items(
         node: SessionTreeNode = item
         parent: SessionTreeNode | None = None
         skipped = 0
+        head = bool(out) and out[-1].kind == "open"
         while True:
             entry = node.entry
             entry_id = str(entry.get("id", ""))
@@ -374,8 +382,10 @@ def nav_items(
                         node.label,
                         len(node.children) if len(node.children) > 1 else 0,
                         on_path=entry_id in on_path,
+                        head=head,
                     )
                 )
+                head = False
             else:
                 skipped += 1
             if len(node.children) == 1:
@@ -390,18 +400,11 @@ def nav_items(
 
 
 def leaf_choice_text(sm: SessionManager, entry: Entry) -> str:
-    """`<id> · <the last user prompt on its path>` for a leaf picker."""
-    last_prompt = ""
-    seen: set[int] = set()
-    item: Entry | None = entry
-    while item is not None and id(item) not in seen:
-        if entry_role(item) == "user":
-            last_prompt = entry_preview(item, 60)
-            break
-        seen.add(id(item))
-        parent = item.get("parentId")
-        item = sm.get_entry(parent) if isinstance(parent, str) else None
-    return f"{entry.get('id')} · {last_prompt or entry_preview(entry, 60)}"
+    """`<the tip's own text> · <its time> · <id>` for a leaf picker: each branch known
+    by where it ends and when."""
+    when = _when(entry)[:16]  # YYYY-MM-DD HH:MM (UTC)
+    parts = [entry_preview(entry, 60), when, str(entry.get("id"))]
+    return " · ".join(p for p in parts if p)
 
 
 def export_html(sm: SessionManager, leaf_id: str | None = None) -> str:
@@ -439,7 +442,7 @@ def export_html(sm: SessionManager, leaf_id: str | None = None) -> str:
         {"value": index[id(e)], "selected": index[id(e)] == leaf_n, "text": leaf_choice_text(sm, e)}
         for e in choices
     ]
-    name = sm.get_session_name() or f"Session {sm.get_session_id()}"
+    name = session_shown_title(sm)
     header = sm.get_header() or {}
     return (
         html_environment()

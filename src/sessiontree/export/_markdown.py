@@ -6,7 +6,16 @@ import json
 import re
 
 from sessiontree.export._jsonl import _path
-from sessiontree.format import Entry, allow_deep_nesting, blocks_text, entry_preview, message_text
+from sessiontree.format import (
+    SHORT_TITLE_CHARS,
+    Entry,
+    allow_deep_nesting,
+    blocks_text,
+    content_text,
+    entry_preview,
+    message_text,
+    shown_title,
+)
 from sessiontree.session import SessionManager
 
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
@@ -118,11 +127,31 @@ def _md_entry(entry: Entry, labels: dict[str, str]) -> str | None:
     return f"*{kind} entry* `{entry_id}`"
 
 
+def session_shown_title(sm: SessionManager, width: int | None = SHORT_TITLE_CHARS) -> str:
+    """The title the session is shown by everywhere (`format.shown_title`): its name,
+    else the last compaction's short summary (as `SessionInfo.title`), else its first
+    user message; shortened to `width` (None: whole)."""
+    title: str | None = sm.get_session_name()
+    summary: str | None = None
+    first: str | None = None
+    for entry in sm.get_entries():
+        kind = entry.get("type")
+        if kind == "compaction":
+            short = entry.get("shortSummary")
+            if isinstance(short, str) and short.strip():
+                summary = short
+        elif kind == "message" and first is None:
+            message = entry.get("message")
+            if isinstance(message, dict) and message.get("role") == "user":
+                first = content_text(message.get("content")) or None
+    return shown_title(title or summary, first, sm.get_session_id(), width)
+
+
 def export_markdown(sm: SessionManager, leaf_id: str | None = None) -> str:
     """The root -> leaf path (default: the current leaf) as Markdown."""
     path = _path(sm, leaf_id)
     labels = sm.get_labels()
-    name = sm.get_session_name() or f"Session {sm.get_session_id()}"
+    name = session_shown_title(sm)
     header = sm.get_header() or {}
     leaf = path[-1].get("id") if path else None
     lines = [

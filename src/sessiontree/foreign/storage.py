@@ -200,6 +200,11 @@ class ForeignStorage:
             return sorted({self._dir_of(i) for i in self._all()})
         return []
 
+    def view_size(self, path: str) -> int:
+        """The length in bytes of the session as this storage shows it (in pi's format),
+        which `read_bytes_range` offsets count in; `stat().size` is the transcript's."""
+        return len(self._view(path))
+
     def read_text(self, path: str) -> str:
         return self._view(path).decode("utf-8", "surrogateescape")
 

@@ -18,6 +18,11 @@ after it must be a session header, or the file is not a session (`head_kind`).
 
 `SessionInfo.title` alone then falls back to the last compaction's `shortSummary`.
 
+**The title shown** (`shown_title`, by every command, page and export): that title,
+else the first user message, else `Session <id prefix>`; cleaned (Claude Code's
+`<command-message>` markup becomes the command it ran, reminders and command output go,
+whitespace collapsed) and, where it heads a page or a row, shortened (`shorten`).
+
 **Where it lives.** `<session dir>/<timestamp with : and . as ->_<session id>.jsonl`
 (`session_path`), the session dir being `--<cwd encoded>--` in `<agent dir>/sessions`.
 """
@@ -25,6 +30,7 @@ after it must be a session header, or the file is not a session (`head_kind`).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -43,6 +49,7 @@ __all__ = [
     "TITLE_SLOT_BYTES",
     "HeadKind",
     "SessionHead",
+    "clean_title",
     "entry_name",
     "head_kind",
     "head_title",
@@ -56,6 +63,8 @@ __all__ = [
     "session_name",
     "session_path",
     "session_title",
+    "shorten",
+    "shown_title",
     "slot_header_title",
     "title_slot_line",
 ]
@@ -172,6 +181,58 @@ def session_title(
     summary (both backends' listings decide it here)."""
     name = session_name(head_title(has_slot, slot_title, header_title), latest_entry_name)
     return listing_title(name, short_summary)
+
+
+# Claude Code's markup in a user message: blocks that are no prompt, and the command tags.
+_NOT_PROMPT = re.compile(
+    r"<(system-reminder|local-command-stdout|local-command-stderr|local-command-caveat|"
+    r"user-prompt-submit-hook|bash-stdout|bash-stderr)>.*?</\1>",
+    re.S,
+)
+_COMMAND_NAME = re.compile(r"<command-name>(.*?)</command-name>", re.S)
+_COMMAND_ARGS = re.compile(r"<command-args>(.*?)</command-args>", re.S)
+_TAG = re.compile(
+    r"</?(command-message|command-name|command-args|command-contents|bash-input|"
+    r"system-reminder|local-command-stdout|local-command-caveat)>"
+)
+SHORT_TITLE_CHARS: Final = 80
+"""How long a title that heads a page or a row may be (`shorten`)."""
+
+
+def clean_title(text: object) -> str | None:
+    """`text` as a title: one line, without Claude Code's markup (a slash command's
+    message is the command and its arguments); None when nothing is left."""
+    if not isinstance(text, str):
+        return None
+    command = _COMMAND_NAME.search(text)
+    if command is not None:
+        args = _COMMAND_ARGS.search(text)
+        text = command.group(1) + (" " + args.group(1) if args is not None else "")
+    else:
+        text = _TAG.sub(" ", _NOT_PROMPT.sub(" ", text))
+    cleaned = " ".join(text.split())
+    return cleaned or None
+
+
+def shorten(text: str, width: int = SHORT_TITLE_CHARS) -> str:
+    """`text` in at most `width` characters: cut at a word where one is near, with `…`."""
+    if len(text) <= width:
+        return text
+    cut = text[: max(1, width - 1)]
+    space = cut.rfind(" ")
+    if space >= width * 0.6:
+        cut = cut[:space]
+    return cut.rstrip() + "…"
+
+
+def shown_title(
+    title: object, first_message: object, session_id: str, width: int | None = None
+) -> str:
+    """The one title a session is shown by: its title (name, else short summary), else
+    its first user message, else `Session <first 8 of the id>`; cleaned, and shortened
+    to `width` when given."""
+    text = clean_title(title) or clean_title(first_message) or f"Session {session_id[:8]}"
+    return shorten(text, width) if width is not None else text
 
 
 def ordered_header(header: Mapping[str, Any]) -> Entry:

@@ -9,7 +9,15 @@ import json
 from sessiontree.format._entries import Entry
 from sessiontree.format._jsonl import allow_deep_nesting
 
-__all__ = ["blocks_text", "deep_dumps", "entry_preview", "entry_role", "entry_text", "message_text"]
+__all__ = [
+    "SEARCH_ROLES",
+    "blocks_text",
+    "deep_dumps",
+    "entry_preview",
+    "entry_role",
+    "entry_text",
+    "message_text",
+]
 
 
 def deep_dumps(value: object) -> str:
@@ -55,6 +63,28 @@ def message_text(message: object, *, tools: bool = True, thinking: bool = False)
     if role in ("branchSummary", "compactionSummary"):
         return str(message.get("summary", ""))
     return blocks_text(message.get("content"), tools=tools, thinking=thinking)
+
+
+SEARCH_ROLES: tuple[str, ...] = (
+    "user",
+    "assistant",
+    "toolResult",
+    "bashExecution",
+    "pythonExecution",
+    "custom",
+    "hookMessage",
+    "branchSummary",
+    "compactionSummary",
+    "custom_message",
+    "compaction",
+    "branch_summary",
+    "session_init",
+    "label",
+    "model_change",
+    "title",
+)
+"""The roles a search can filter on: what `entry_role` says of an entry that holds text
+(message roles, then entry types), and `title` for a session's title."""
 
 
 def entry_role(entry: Entry) -> str:

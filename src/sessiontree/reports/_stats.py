@@ -14,10 +14,25 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sessiontree.format import Entry, UsageTotals, session_version, utc_day
+from sessiontree.format import (
+    Entry,
+    UsageRecord,
+    UsageTotals,
+    session_version,
+    usage_record,
+    utc_day,
+)
 from sessiontree.maintenance import list_blobs, list_store_blobs
 from sessiontree.reports._pricing import price_table
-from sessiontree.reports._usage import Duplicates, Totals, count_once, load_usage, price
+from sessiontree.reports._usage import (
+    Duplicates,
+    Totals,
+    count_once,
+    load_usage,
+    price,
+    price_record,
+    within_session,
+)
 from sessiontree.search import SessionSource
 from sessiontree.session import SessionManager
 from sessiontree.storage import (
@@ -72,9 +87,10 @@ class SessionSummary:
     """Entries without children: the ends of the branches."""
     branch_points: int = 0
     roots: int = 0
-    models: dict[str, UsageTotals] = field(default_factory=dict)
-    """Every model seen (assistant messages and model changes) with its usage."""
-    usage: UsageTotals = field(default_factory=UsageTotals)
+    models: dict[str, Totals] = field(default_factory=dict)
+    """Every model seen (assistant messages and model changes) with its usage, each reply
+    once and priced as `usage` prices it (estimates in `estimated_cost`)."""
+    usage: Totals = field(default_factory=Totals)
     labels: dict[str, str] = field(default_factory=dict)
 
 
@@ -93,6 +109,8 @@ def summarize_session(sm: SessionManager) -> SessionSummary:
         labels=sm.get_labels(),
     )
     child_count: dict[str, int] = {}
+    records: list[UsageRecord] = []
+    model_of: dict[int, str] = {}
     for entry in entries:
         kind = str(entry.get("type"))
         summary.types[kind] = summary.types.get(kind, 0) + 1
@@ -109,12 +127,21 @@ def summarize_session(sm: SessionManager) -> SessionSummary:
             model = entry.get("model")
             if not isinstance(model, str) or not model:
                 model = f"{entry.get('provider')}/{entry.get('modelId')}"
-            summary.models.setdefault(model, UsageTotals())
+            summary.models.setdefault(model, Totals())
         assistant = _assistant(entry)
-        if assistant is not None:
-            usage = assistant.get("usage")
-            summary.models.setdefault(assistant_model(assistant), UsageTotals()).add_usage(usage)
-            summary.usage.add_usage(usage)
+        record = usage_record(entry, len(records)) if assistant is not None else None
+        if assistant is not None and record is not None:
+            records.append(record)
+            model_of[id(record)] = assistant_model(assistant)
+            summary.models.setdefault(model_of[id(record)], Totals())
+    # Priced as `usage` prices (one reply once, an unrecorded cost estimated and marked).
+    table = price_table()
+    total = Totals()
+    for record in within_session(records):
+        priced = price_record(record, table)
+        summary.models.setdefault(model_of[id(record)], Totals()).add_priced(record, *priced)
+        total.add_priced(record, *priced)
+    summary.usage = total
     summary.tips = [
         str(e.get("id"))
         for e in entries

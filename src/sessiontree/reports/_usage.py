@@ -413,22 +413,29 @@ def price(
 ) -> list[Reply]:
     """Each counted record with its cost: recorded, else estimated from the table."""
     table = table if table is not None else price_table()
-    out = []
-    for session, r in counted:
-        cost = r.cost
-        estimated = unpriced = False
-        if (cost is None or cost == 0) and r.tokens > 0:
-            quote = table.quote(
-                r.provider, r.model, r.timestamp, r.input, r.output, r.cache_read, r.cache_write
-            )
-            if quote is None:
-                unpriced = cost is None  # a recorded 0 for a model the table lacks stays
-            elif quote.cost > 0:
-                cost, estimated = quote.cost, True
-            else:
-                cost = 0.0  # the table prices it at 0: local or free
-        out.append(Reply(session, r, cost or 0.0, estimated, unpriced))
-    return out
+    return [Reply(session, r, *price_record(r, table)) for session, r in counted]
+
+
+def price_record(r: UsageRecord, table: PriceTable) -> tuple[float, bool, bool]:
+    """(cost, estimated, unpriced) of one reply: what `price` says of it."""
+    cost = r.cost
+    estimated = unpriced = False
+    if (cost is None or cost == 0) and r.tokens > 0:
+        quote = table.quote(
+            r.provider, r.model, r.timestamp, r.input, r.output, r.cache_read, r.cache_write
+        )
+        if quote is None:
+            unpriced = cost is None  # a recorded 0 for a model the table lacks stays
+        elif quote.cost > 0:
+            cost, estimated = quote.cost, True
+        else:
+            cost = 0.0  # the table prices it at 0: local or free
+    return cost or 0.0, estimated, unpriced
+
+
+def within_session(records: list[UsageRecord]) -> list[UsageRecord]:
+    """The replies of one session counted once (rules R1 and R2)."""
+    return _within_file(records, Duplicates())
 
 
 # ---------------------------------------------------------------------------- totals
@@ -450,17 +457,20 @@ class Totals(UsageTotals):
         return self.input + self.output + self.cache_read + self.cache_write
 
     def add(self, reply: Reply) -> None:
-        r = reply.record
+        self.add_priced(reply.record, reply.cost, reply.estimated, reply.unpriced)
+
+    def add_priced(self, r: UsageRecord, cost: float, estimated: bool, unpriced: bool) -> None:
+        """Add one reply, priced (`price_record`)."""
         self.messages += 1
         self.input += r.input
         self.output += r.output
         self.cache_read += r.cache_read
         self.cache_write += r.cache_write
-        self.cost += reply.cost
-        if reply.estimated:
-            self.estimated_cost += reply.cost
+        self.cost += cost
+        if estimated:
+            self.estimated_cost += cost
             self.estimated_messages += 1
-        if reply.unpriced:
+        if unpriced:
             self.unpriced_messages += 1
         if r.timestamp is not None:
             self.first = r.timestamp if self.first is None else min(self.first, r.timestamp)

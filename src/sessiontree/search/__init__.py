@@ -17,6 +17,7 @@ from sessiontree.search._search import (
     regex_literals,
     search,
     search_sessions,
+    title_hits,
 )
 
 __all__ = [
@@ -32,4 +33,5 @@ __all__ = [
     "regex_literals",
     "search",
     "search_sessions",
+    "title_hits",
 ]

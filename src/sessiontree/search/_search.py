@@ -68,6 +68,7 @@ __all__ = [
     "search",
     "search_sessions",
     "snippet",
+    "title_hits",
 ]
 
 Progress = Callable[[str], None]
@@ -98,24 +99,42 @@ def _oneline(text: str) -> str:
     return " ".join(text.split())
 
 
+_SPACES = re.compile(r"\s+")
+
+
 def snippet(text: str, start: int, end: int, width: int = 100) -> tuple[str, str, str]:
-    """(before, match, after) around `text[start:end]`, whitespace collapsed, ~`width` chars."""
+    """(before, match, after) around `text[start:end]`, ~`width` chars.
+
+    Every run of whitespace, in the window, is one space, including a run that
+    crosses an edge of the match (it stays on the side where it begins), so
+    `before + match + after` reads as the text does and `match` is the matched text
+    with its whitespace collapsed, never shifted.
+    """
     context = max(10, (width - (end - start)) // 2)
-    before = text[max(0, start - context) : start]
-    after = text[end : end + context]
-    left = _oneline(before)
-    if before[:1].isspace():
-        left = " " + left
-    if before[-1:].isspace() and left:
-        left += " "
-    right = _oneline(after)
-    if after[:1].isspace() and right:
-        right = " " + right
-    if start - context > 0:
-        left = "…" + left.lstrip()
-    if end + context < len(text):
-        right = right.rstrip() + "…"
-    return left, _oneline(text[start:end]), right
+    lo, hi = max(0, start - context), min(len(text), end + context)
+    pieces = [text[lo:start], text[start:end], text[end:hi]]
+    out = [_SPACES.sub(" ", piece) for piece in pieces]
+    # A run split by an edge of the match: one space, on the side it begins.
+    for i in (0, 1):
+        if out[i].endswith(" "):
+            j = i + 1
+            while j < 3 and out[j].startswith(" "):
+                out[j] = out[j][1:]
+                if out[j]:
+                    break
+                j += 1
+    before, match, after = out
+    if lo > 0:
+        before = "…" + before.lstrip()
+    elif not match.strip() or before.strip():
+        before = before.lstrip()
+    else:
+        before = before.strip()
+    if hi < len(text):
+        after = after.rstrip() + "…"
+    else:
+        after = after.rstrip()
+    return before, match, after
 
 
 # Characters that end a run of "plain" characters (see `_prefilter`): every character
@@ -309,15 +328,33 @@ class _Substring:
         start = haystack.find(self.needle)
         if start < 0:
             return None
-        # casefold can change lengths (ß -> ss); map back conservatively.
+        end = start + len(self.needle)
         if len(haystack) == len(text):
-            end = start + len(self.needle)
-        else:
-            end = start + len(self.query)
-        return start, min(end, len(text))
+            return start, end  # every character folded to one: offsets are the text's
+        return _unfold_span(text, start, end)
 
     def prefilter(self) -> _Prefilter:
         return _prefilter(self.query, self.case_sensitive)
+
+
+def _unfold_span(text: str, start: int, end: int) -> tuple[int, int]:
+    """The span of `text` whose casefolded form covers `casefold(text)[start:end]`.
+
+    casefold() maps each character on its own, to one or more characters (ß -> ss,
+    ﬁ -> fi, İ -> i̇): a match that begins or ends inside one character's folded form
+    takes that whole character.
+    """
+    folded = 0
+    first = last = len(text)
+    for i, char in enumerate(text):
+        size = len(char.casefold())
+        if first == len(text) and folded + size > start:
+            first = i
+        if folded + size >= end:
+            last = i + 1
+            break
+        folded += size
+    return first, max(last, first)
 
 
 # Under IGNORECASE `re` matches a letter to every character of its case class, e.g.
@@ -428,6 +465,35 @@ def _entry_hit(
         after,
         ts,
     )
+
+
+def title_hits(
+    titles: Iterable[tuple[str, str, str | None, int | None]],
+    query: str,
+    *,
+    case_sensitive: bool = False,
+    regex: bool = False,
+    roles: Iterable[str] | None = None,
+    since: int | None = None,
+    until: int | None = None,
+) -> list[SearchHit]:
+    """Hits on session titles: for each (path, session id, title, modified ms) whose
+    title matches, a hit of role `title` (no entry; line 0), matched as entries are.
+    `roles` without `title` finds none; `since`/`until` apply to the modified time."""
+    if not query or (roles is not None and "title" not in set(roles)):
+        return []
+    matcher = _matcher(query, regex, case_sensitive)
+    filters = _Filters(None, since, until)
+    hits = []
+    for path, session_id, title, modified in titles:
+        if not title or not filters.time_ok(modified):
+            continue
+        span = matcher.find(title)
+        if span is None:
+            continue
+        before, match, after = snippet(title, span[0], span[1])
+        hits.append(SearchHit(path, session_id, None, 0, "title", before, match, after, modified))
+    return hits
 
 
 # ---------------------------------------------------------------------------- scanning

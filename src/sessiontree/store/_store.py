@@ -553,28 +553,52 @@ class Store:
         path and id, entry id, role, time, snippet), `.mode`, `.notes`.
 
         In the sessions of `cwd`'s project (None: every project), or in `sessions`
-        (paths). `roles`, `since`/`until` and `limit` narrow the hits.
+        (paths). `roles`, `since`/`until` and `limit` narrow the hits. Session titles
+        are searched too: a matching title is a hit of role `title` (no entry), first.
         """
-        from sessiontree.search import search
+        from sessiontree.format import clean_title
+        from sessiontree.search import search, title_hits
 
-        paths = (
-            builtins.list(sessions) if sessions is not None else [s.path for s in self.list(cwd)]
-        )
+        infos = None if sessions is not None else self.list(cwd)
+        paths = builtins.list(sessions) if sessions is not None else [s.path for s in infos or []]
+        role_list = builtins.list(roles) if roles is not None else None
+        since_ms, until_ms = _ms(since, end=False), _ms(until, end=True)
         sources, storage, agent_dir = self._view(paths)
-        return search(
+        result = search(
             sources,
             query,
             regex=regex,
             case_sensitive=case_sensitive,
-            roles=builtins.list(roles) if roles is not None else None,
-            since=_ms(since, end=False),
-            until=_ms(until, end=True),
+            roles=role_list,
+            since=since_ms,
+            until=until_ms,
             limit=limit,
             storage=storage,
             agent_dir=agent_dir,
             use_index=use_index,
             index_progress=progress,
         )
+        # The titles, from the listing (after the entries: the index is refreshed first).
+        if infos is None:
+            wanted = set(paths)
+            infos = [s for s in self.list(None) if s.path in wanted]
+        titled = title_hits(
+            (
+                (s.path, s.id, clean_title(s.title), int(s.modified.timestamp() * 1000))
+                for s in infos
+            ),
+            query,
+            case_sensitive=case_sensitive,
+            regex=regex,
+            roles=role_list,
+            since=since_ms,
+            until=until_ms,
+        )
+        if titled:
+            result.hits[:0] = titled
+            if limit is not None:
+                del result.hits[limit:]
+        return result
 
     def replies(self, *, use_index: bool = True, progress: Progress | None = None) -> PricedReplies:
         """Every assistant reply of the store, counted once (a fork's or an import's copy

@@ -20,7 +20,7 @@ import shlex
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -40,9 +40,13 @@ from sessiontree.export import (
     html_environment,
     json_island,
     leaf_choice_text,
+    render_markdown,
+    session_shown_title,
 )
 from sessiontree.foreign.storage import ForeignStorage
+from sessiontree.format import SEARCH_ROLES
 from sessiontree.layout import default_agent_dir
+from sessiontree.reports import parse_time, time_zone
 from sessiontree.storage import check_hash
 from sessiontree.store import Store
 from sessiontree.web import charts
@@ -52,6 +56,7 @@ from sessiontree.web.sessions import (
     OpenSession,
     SessionCache,
     Tail,
+    branch_around,
     find_image,
     image_bytes,
     image_url_for,
@@ -71,6 +76,7 @@ POLL_SECONDS = 0.25
 _ASSETS = {
     "app.css": "text/css; charset=utf-8",
     "session.css": "text/css; charset=utf-8",
+    "highlight.css": "text/css; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
 }
 _AGENTS = {".xcsh": ("xcsh", "--resume", "id"), ".omp": ("omp", "--resume", "id")}
@@ -323,7 +329,7 @@ class _App:
             "size": lambda r: r.size,
             "messages": lambda r: r.message_count,
             "cost": cost_of,
-            "title": lambda r: (r.title or r.first_message).casefold(),
+            "title": lambda r: r.shown_title.casefold(),
         }
         sort = params.get("sort", "modified")
         sort = sort if sort in keys else "modified"
@@ -364,7 +370,7 @@ class _App:
             items.append(
                 {
                     "handle": r.handle,
-                    "title": r.title,
+                    "title": r.shown_title,
                     "first": r.first_message,
                     "id": r.id,
                     "size": _size(r.size),
@@ -400,13 +406,21 @@ class _App:
             return _not_found("No such session (the server names sessions itself).")
         session = self._open(row)
         with session.lock:
-            leaf = session.leaf(request.query_params.get("leaf"))
-            part = path_slice(session, leaf)
+            params = request.query_params
+            focus = params.get("at") or ""
+            around = branch_around(session, focus) if focus and not params.get("leaf") else None
+            leaf: dict[str, Any] | None
+            if around is not None:
+                leaf, part = around
+            else:
+                leaf = session.leaf(params.get("leaf") or focus or None)
+                part = path_slice(session, leaf)
             context: dict[str, Any] = {
+                "focus": focus if focus in part.ids[part.earlier :] else "",
                 "row": row,
                 "store": self.data.store_of(row) if self.data.several else None,
                 "handle": row.handle,
-                "name": session.sm.get_session_name() or row.first_message or row.id,
+                "name": session_shown_title(session.sm),
                 "leaf_id": leaf.get("id") if leaf is not None else "",
                 "part": part,
                 "nav": nav(session, leaf, part.ids),
@@ -459,6 +473,7 @@ class _App:
                     "earlier": part.earlier,
                     "ancestor": ancestor,
                     "leaf": leaf.get("id") if leaf is not None else None,
+                    "option": leaf_choice_text(session.sm, leaf) if leaf is not None else None,
                     "length": part.length,
                     "nav": str(macros.tree(items, leaf.get("id") if leaf else None)),  # type: ignore[attr-defined]
                 }
@@ -480,7 +495,10 @@ class _App:
             ).blocks
         if not 0 <= index < len(blocks):
             return _json({"error": "no such block"}, 404)
-        return _json({"text": blocks[index].text})
+        block = blocks[index]
+        if block.kind in ("text", "thinking"):
+            return _json({"text": block.text, "html": str(render_markdown(block.text))})
+        return _json({"text": block.text})
 
     def image(self, request: Request) -> Response:
         row = self._row(request)
@@ -537,22 +555,50 @@ class _App:
         store_key, refused = self._store_filter(request)
         if refused is not None:
             return refused
-        query = request.query_params.get("q", "").strip()
+        params = request.query_params
+        query = params.get("q", "").strip()
         rows = self.data.sessions()
-        project_handle = request.query_params.get("project") or None
+        project_handle = params.get("project") or None
         project = self.data.project(project_handle) if project_handle else None
         if project is not None:
             rows = [r for r in rows if r.project == project]
         if store_key is not None:
             rows = [r for r in rows if r.store == store_key]
+        regex = params.get("regex") in ("1", "on", "true")
+        role = params.get("role") or ""
+        since, until = params.get("since", "").strip(), params.get("until", "").strip()
         outcome = None
+        problem = ""
         groups: list[dict[str, Any]] = []
         elapsed = 0.0
-        if query:
+        tz, _ = time_zone(None)
+        try:
+            if role and role not in SEARCH_ROLES:
+                raise SessionTreeError(
+                    f"unknown role {role!r}: the roles are " + ", ".join(SEARCH_ROLES)
+                )
+            since_ms = parse_time(since, tz) if since else None
+            until_ms = parse_time(until, tz, end=True) if until else None
+        except SessionTreeError as exc:
+            problem = str(exc)
+        if query and not problem:
             by_path = {(r.store, r.path): r for r in rows}
             started = time.perf_counter()
-            outcome = self.data.search(query, rows, SEARCH_LIMIT)
+            try:
+                outcome = self.data.search(
+                    query,
+                    rows,
+                    SEARCH_LIMIT,
+                    regex=regex,
+                    roles=[role] if role else None,
+                    since=since_ms,
+                    until=until_ms,
+                )
+            except SessionTreeError as exc:  # a bad regular expression
+                problem = str(exc)
+                outcome = None
             elapsed = time.perf_counter() - started
+        if outcome is not None:
             index: dict[tuple[str, str], dict[str, Any]] = {}
             for hit in outcome.hits:
                 row = by_path.get((hit.store, hit.path))
@@ -567,8 +613,8 @@ class _App:
                     }
                     groups.append(group)
                 href = f"/s/{row.handle}"
-                if hit.entry_id:
-                    href += "?" + urlencode({"leaf": hit.entry_id})
+                if hit.entry_id:  # the hit inside its whole branch, scrolled to
+                    href += "?" + urlencode({"at": hit.entry_id})
                 group["hits"].append({"hit": hit, "href": href})
         return _page(
             "search.html",
@@ -581,11 +627,34 @@ class _App:
             outcome=outcome,
             groups=groups,
             elapsed=f"{elapsed * 1000:.0f} ms",
+            problem=problem,
+            regex=regex,
+            role=role,
+            roles=SEARCH_ROLES,
+            since=since,
+            until=until,
+            projects=sorted(
+                {
+                    handle_of("p", r.project): r.cwd or r.project for r in self.data.sessions()
+                }.items(),
+                key=lambda item: item[1],
+            ),
         )
 
     def usage(self, request: Request) -> Response:
         labels = _project_labels(self.data.sessions())
-        snapshot, error = self.data.usage(wait=3.0)
+        whole, error = self.data.usage(wait=3.0)
+        chosen = request.query_params.get("range", "all")
+        if chosen not in _RANGES:
+            chosen = "all"
+        days = _RANGES[chosen]
+        first = None
+        if days is not None:
+            first = (datetime.now(UTC) - timedelta(days=days - 1)).strftime("%Y-%m-%d")
+        snapshot = whole.within(first) if whole is not None else None
+        shown = sorted(d for d in (snapshot.by_day if snapshot else {}) if d != "unknown")
+        span = f"{shown[0]} to {shown[-1]}" if shown else "no replies"
+        name = "All time" if days is None else f"The last {days} days"
         by_store = None
         if snapshot is not None and self.data.several:
             by_store = [
@@ -597,7 +666,10 @@ class _App:
             title="Usage",
             snapshot=snapshot,
             error=error,
-            state=_usage_state(snapshot),
+            state=_usage_state(whole),
+            range_name=f"{name} ({span}, UTC)",
+            ranges=[(key, key if key != "all" else "all", key == chosen) for key in _RANGES],
+            heatmap=_heatmap(snapshot, first) if snapshot is not None else [],
             by_store=by_store,
             **(_usage_charts(snapshot, labels) if snapshot is not None else {}),
         )
@@ -716,6 +788,41 @@ def _project_labels(rows: Sequence[SessionRow]) -> dict[str, str]:
     return {
         d: name if seen[name] == 1 else f"{name} ({os.path.basename(d)})" for d, name in cwd.items()
     }
+
+
+_RANGES: dict[str, int | None] = {"7d": 7, "30d": 30, "90d": 90, "all": None}
+
+
+def _heatmap(snapshot: UsageSnapshot, first: str | None) -> list[list[dict[str, Any]]]:
+    """Weeks (columns) of days (rows, Monday first) shaded by cost, as activity heatmaps
+    draw them: the range's days (all time: at most the last 53 weeks)."""
+    days = sorted(d for d in snapshot.by_day if d != "unknown")
+    if not days:
+        return []
+    end = datetime.strptime(days[-1], "%Y-%m-%d").date()
+    start = datetime.strptime(first or days[0], "%Y-%m-%d").date()
+    start = max(start, end - timedelta(weeks=53))
+    start -= timedelta(days=start.weekday())
+    top = max((t.cost for t in snapshot.by_day.values()), default=0.0) or 1.0
+    weeks: list[list[dict[str, Any]]] = []
+    day = start
+    while day <= end:
+        key = day.isoformat()
+        tally = snapshot.by_day.get(key)
+        cost = tally.cost if tally is not None else 0.0
+        level = 0 if not tally or tally.messages == 0 else 1 + min(3, int(cost / top * 4))
+        if day.weekday() == 0:
+            weeks.append([])
+        replies = tally.messages if tally is not None else 0
+        weeks[-1].append(
+            {
+                "day": key,
+                "level": level,
+                "title": f"{key}: {replies:,} replies, {charts.money(cost)}",
+            }
+        )
+        day += timedelta(days=1)
+    return weeks
 
 
 def _usage_charts(snapshot: UsageSnapshot, labels: dict[str, str]) -> dict[str, Any]:

@@ -18,6 +18,7 @@ counts each reply once across them all, as `Store.replies_of` does.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import os
@@ -30,7 +31,7 @@ from typing import Any
 
 from sessiontree.errors import SessionTreeError
 from sessiontree.foreign.storage import index_view
-from sessiontree.format import utc_day
+from sessiontree.format import SHORT_TITLE_CHARS, shown_title, utc_day
 from sessiontree.listing import SessionInfo
 from sessiontree.reports import _usage as usage_report
 from sessiontree.storage import SessionStorage
@@ -79,6 +80,11 @@ class SessionRow:
     parent_session_path: str | None
     store: str = ""
     """The key of the session's store (`Data.stores`)."""
+
+    @property
+    def shown_title(self) -> str:
+        """The title the session is shown by (`format.shown_title`), shortened."""
+        return shown_title(self.title, self.first_message, self.id, SHORT_TITLE_CHARS)
 
 
 def store_keys(stores: Sequence[Store]) -> dict[str, Store]:
@@ -165,6 +171,10 @@ class UsageSnapshot:
     by_store: dict[str, Tally] = field(default_factory=dict)
     """Keyed by store key (`SessionRow.store`)."""
     total: Tally = field(default_factory=Tally)
+    by_day_model: dict[tuple[str, str], Tally] = field(default_factory=dict)
+    """(UTC day, model): what a range of days sums per model."""
+    by_day_project: dict[tuple[str, str], Tally] = field(default_factory=dict)
+    by_day_store: dict[tuple[str, str], Tally] = field(default_factory=dict)
     sessions_read: int = 0
     sessions_total: int = 0
     source: str = ""
@@ -185,7 +195,39 @@ class UsageSnapshot:
             (self.by_store, row.store),
         ):
             table.setdefault(key, Tally()).add(reply)
+        self.by_day_model.setdefault((day, model), Tally()).add(reply)
+        self.by_day_project.setdefault((day, project), Tally()).add(reply)
+        self.by_day_store.setdefault((day, row.store), Tally()).add(reply)
         self.total.add(reply)
+
+    def within(self, first: str | None) -> UsageSnapshot:
+        """The usage of the days from `first` (YYYY-MM-DD, UTC) on; None: every day (the
+        replies without a time too). Totals, models, projects and stores sum those days
+        alone."""
+        if first is None:
+            return self
+        out = dataclasses.replace(
+            self,
+            by_day={},
+            by_model={},
+            by_project={},
+            by_session={},
+            by_store={},
+            total=Tally(),
+        )
+        for day, tally in self.by_day.items():
+            if day != "unknown" and day >= first:
+                out.by_day[day] = tally
+                out.total.merge(tally)
+        for pairs, target in (
+            (self.by_day_model, out.by_model),
+            (self.by_day_project, out.by_project),
+            (self.by_day_store, out.by_store),
+        ):
+            for (day, key), tally in pairs.items():
+                if day != "unknown" and day >= first:
+                    target.setdefault(key, Tally()).merge(tally)
+        return out
 
 
 class _Usage:
@@ -420,10 +462,21 @@ class Data:
             directory = self._projects.get(handle)
         return directory
 
-    def search(self, query: str, rows: Iterable[SessionRow], limit: int = 200) -> SearchOutcome:
-        """Entries of the sessions of `rows` whose text holds `query` (case-insensitive),
-        up to `limit` hits: each store searched through its own index, the hits of
-        several merged newest first."""
+    def search(
+        self,
+        query: str,
+        rows: Iterable[SessionRow],
+        limit: int = 200,
+        *,
+        regex: bool = False,
+        roles: list[str] | None = None,
+        since: int | None = None,
+        until: int | None = None,
+    ) -> SearchOutcome:
+        """Entries (and titles) of the sessions of `rows` whose text holds `query`
+        (case-insensitive; with `regex`, matches it), up to `limit` hits; `roles`,
+        `since`/`until` (epoch ms) as the CLI's. Each store is searched through its own
+        index; the hits of several are merged, titles first, then newest first."""
         by_store: dict[str, list[str]] = {}
         for row in rows:
             by_store.setdefault(row.store, []).append(row.path)
@@ -432,13 +485,20 @@ class Data:
         modes: set[str] = set()
         for key, paths in by_store.items():
             result = self.stores[key].search(
-                query, sessions=paths, limit=limit + 1, use_index=self.use_index
+                query,
+                sessions=paths,
+                limit=limit + 1,
+                use_index=self.use_index,
+                regex=regex,
+                roles=roles,
+                since=since,
+                until=until,
             )
             hits += [_hit(h, key) for h in result.hits]
             notes += result.notes
             modes.add(str(result.mode))
         if len(by_store) > 1:
-            hits.sort(key=lambda h: -(h.timestamp or 0))
+            hits.sort(key=lambda h: (h.role != "title", -(h.timestamp or 0)))
         mode = modes.pop() if len(modes) == 1 else "mixed" if modes else "index"
         return SearchOutcome(hits[:limit], mode, notes, len(hits) > limit)
 

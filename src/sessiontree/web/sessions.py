@@ -31,6 +31,7 @@ from sessiontree.export import (
     leaf_choice_text,
     nav_items,
 )
+from sessiontree.foreign.storage import ForeignStorage
 from sessiontree.format import Entry, SessionTreeNode, loads_line
 from sessiontree.session import SessionManager
 from sessiontree.storage import SessionStorage, parse_blob_ref, read_range
@@ -82,8 +83,12 @@ class Mark:
 
 
 def _mark(storage: SessionStorage, path: str) -> Mark:
+    """The file's mark. Its size is in the bytes the storage reads: for another agent's
+    session, its pi-format view (whose length is not the transcript's), so that the
+    page's offset and the tail's reads count the same bytes."""
     st = storage.stat(path)
-    return Mark(st.size, st.mtime_ns or int(st.mtime_ms * 1_000_000), st.ino)
+    size = storage.view_size(path) if isinstance(storage, ForeignStorage) else st.size
+    return Mark(size, st.mtime_ns or int(st.mtime_ms * 1_000_000), st.ino)
 
 
 def sniff_image(data: bytes) -> str | None:
@@ -309,6 +314,33 @@ def path_slice(
             start = first
     chosen = path[start:stop]
     return PathSlice(leaf, len(path), start, render_entries(session, chosen, start), ids)
+
+
+def branch_around(session: OpenSession, entry_id: str) -> tuple[Entry, PathSlice] | None:
+    """The whole branch an entry is on, for a search hit: its newest tip (following the
+    newest child down from the entry) and a slice of the path that shows the entry and
+    everything after it (None when the entry is unknown or too far from its tip, where
+    the path to the entry alone is shown)."""
+    sm = session.sm
+    entry = sm.get_entry(entry_id)
+    if entry is None:
+        return None
+    tip = entry
+    seen = {entry_id}
+    while True:
+        children = sm.get_children(str(tip.get("id")))
+        if not children or str(children[-1].get("id")) in seen:
+            break
+        tip = children[-1]
+        seen.add(str(tip.get("id")))
+    part = path_slice(session, tip)
+    if entry_id in part.ids[part.earlier :]:
+        return tip, part
+    index = part.ids.index(entry_id)
+    if part.length - index > 4 * PATH_CHUNK:
+        return None
+    start = max(0, index - 2)  # two entries of context before the hit
+    return tip, path_slice(session, tip, limit=part.length - start)
 
 
 def _keeps(session: OpenSession, leaf_id: str | None) -> Callable[[SessionTreeNode, Any], bool]:

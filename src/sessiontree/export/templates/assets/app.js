@@ -57,6 +57,25 @@
     return Array.prototype.some.call(picker.options, function (o) { return o.value === id; });
   }
 
+  // The picker and the export links follow the shown leaf. A leaf that is no branch tip
+  // (an entry picked in the tree) gets an option of its own while it is shown.
+  function showLeaf(text) {
+    Array.prototype.forEach.call(picker.querySelectorAll('option[data-picked]'), function (o) {
+      if (o.value !== leaf) { o.remove(); }
+    });
+    if (leaf && !hasOption(leaf)) {
+      var option = document.createElement('option');
+      option.value = leaf;
+      option.textContent = text || leaf;
+      option.dataset.picked = '1';
+      picker.appendChild(option);
+    }
+    if (leaf) { picker.value = leaf; }
+    document.querySelectorAll('.exports a[data-format]').forEach(function (a) {
+      a.href = base + '/export/' + a.dataset.format + (leaf ? '?leaf=' + encodeURIComponent(leaf) : '');
+    });
+  }
+
   function switchTo(id) {
     if (!id) { return; }
     var url = base + '/path?leaf=' + encodeURIComponent(id) + '&from=' + encodeURIComponent(leaf);
@@ -75,17 +94,28 @@
       pathLength = data.length;
       info.textContent = pathLength.toLocaleString() + ' entries on this path';
       tree.innerHTML = data.nav;
-      if (hasOption(leaf)) { picker.value = leaf; }
+      showLeaf(data.option);
       showEarlier();
-      history.replaceState(null, '', base + '?leaf=' + encodeURIComponent(leaf));
+      history.replaceState(null, '', base + (leaf ? '?leaf=' + encodeURIComponent(leaf) : ''));
       root.classList.remove('loading');
       toBottom();
     }).catch(function (error) { say('Could not load that branch: ' + error.message); });
   }
 
+  // On a narrow screen the tree is a drawer: the Tree button opens it, a pick closes it.
+  var toggle = document.getElementById('tree-toggle');
+  function drawer(open) {
+    root.classList.toggle('tree-open', open);
+    toggle.setAttribute('aria-expanded', open ? 'true' : 'false');
+  }
+  toggle.addEventListener('click', function () { drawer(!root.classList.contains('tree-open')); });
+  document.addEventListener('keydown', function (event) {
+    if (event.key === 'Escape') { drawer(false); }
+  });
+
   tree.addEventListener('click', function (event) {
     var button = event.target.closest('button[data-id]');
-    if (button) { switchTo(button.dataset.id); }
+    if (button) { drawer(false); switchTo(button.dataset.id); }
   });
   picker.addEventListener('change', function () { switchTo(picker.value); });
 
@@ -107,9 +137,25 @@
     var url = base + '/text?entry=' + encodeURIComponent(entry.dataset.id) + '&block=' + encodeURIComponent(button.dataset.block);
     button.disabled = true;
     get(url).then(function (data) {
-      button.parentElement.textContent = data.text;
+      if (typeof data.html === 'string') {
+        button.parentElement.innerHTML = data.html;  // the server's Markdown renderer's
+      } else {
+        button.parentElement.textContent = data.text;
+      }
     }).catch(function (error) { button.disabled = false; say('Could not load the text: ' + error.message); });
   });
+
+  // The live view: the tree takes new branches (redrawn by the server, a moment after
+  // the last entry), and "follow the agent" moves to wherever the agent writes next.
+  var followAgent = document.getElementById('follow');
+  var treeTimer = null;
+  function refreshTree() {
+    clearTimeout(treeTimer);
+    treeTimer = setTimeout(function () {
+      var url = base + '/path?leaf=' + encodeURIComponent(leaf) + '&from=' + encodeURIComponent(leaf);
+      get(url).then(function (data) { tree.innerHTML = data.nav; }).catch(function () {});
+    }, 250);
+  }
 
   var elsewhere = 0;
   if (window.EventSource) {
@@ -131,6 +177,7 @@
         picker.appendChild(option);
       }
       if (article(data.id)) { return; }
+      refreshTree();
       if (data.parentId === leaf) {
         entries.insertAdjacentHTML('beforeend', data.html);
         var added = entries.lastElementChild;
@@ -141,6 +188,8 @@
         pathLength += 1;
         info.textContent = pathLength.toLocaleString() + ' entries on this path';
         if (follow) { toBottom(); }
+      } else if (followAgent && followAgent.checked) {
+        switchTo(data.id);
       } else {
         elsewhere += 1;
         say(elsewhere + ' new entr' + (elsewhere === 1 ? 'y' : 'ies') + ' on other branches (pick them in the branch list).');
@@ -156,5 +205,12 @@
   }
 
   showEarlier();
-  toBottom();
+  // A search hit: its entry, inside its whole branch, scrolled to and highlighted.
+  var focus = root.dataset.focus ? article(root.dataset.focus) : null;
+  if (focus) {
+    focus.classList.add('hit');
+    focus.scrollIntoView({ block: 'center' });
+  } else {
+    toBottom();
+  }
 })();
