@@ -1336,3 +1336,11 @@ def test_the_usage_page_names_its_range_and_sums_it(client: Any, store: WebStore
     assert replies[1] < replies[0]
     # An unknown range is the whole.
     assert "All time (" in page(client, "/usage?range=forever").all_text
+
+
+@pytest.mark.parametrize("value", ["9999-12-31", "99999999999999999999d", "9" * 5000 + "d"])
+def test_a_search_time_out_of_range_is_said_on_the_page(client: Any, value: str) -> None:
+    """These answered 500 (OverflowError, ValueError; the content index's SQLite integers)."""
+    for name in ("since", "until"):
+        doc = page(client, "/search?" + urlencode({"q": "python", name: value}))
+        assert any(p.get("id") == "search-problem" for p in doc.all("p")), name
