@@ -132,3 +132,25 @@ def test_a_bad_choice_is_one_clean_line() -> None:
     ]
     code, _, err = run("list", "-n", "many")
     assert code == 2 and "--limit/-n: not a whole number" in err
+
+
+HOSTILE_TIMES = [
+    "9999-12-31",
+    "99999999999999999999d",
+    "1000000000h",
+    "9" * 5000 + "d",
+    "0001-01-01",
+]
+
+
+@pytest.mark.parametrize("value", HOSTILE_TIMES, ids=lambda v: v[:24])
+def test_a_time_out_of_range_is_a_clean_error(agent: list[str], value: str) -> None:
+    """`--until 9999-12-31` printed an OverflowError's traceback, a 5,000-digit `--since`
+    a ValueError's, and `--since 99999999999999999999d` overflowed the content index's
+    SQLite integers (searches fell back to reading every session, the web app gave 500)."""
+    for args in (["list", "--all"], ["search", "answer", "--all"]):
+        for flag in ("--since", "--until"):
+            code, out, err = run(*args, flag, value)
+            assert code == 1, (args, flag, out, err)  # as for any unreadable time
+            assert "Traceback" not in out + err
+            assert "the time" in err and err.count("\n") == 1, err

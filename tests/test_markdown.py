@@ -203,3 +203,15 @@ def test_every_message_of_a_real_session_renders_safely(tmp_path: Path) -> None:
             continue
         assert tag in TAGS, tag
         assert set(attrs) <= ATTRIBUTES.get(tag, set()), (tag, attrs)
+
+
+def test_a_fence_that_pygments_lexes_in_quadratic_time_is_shown_plain() -> None:
+    """A message chooses the language and the code: AutoHotkey's lexer takes quadratic
+    time on lines of blanks (4,000 characters: 40 s, a page of them: hours; C's lexer
+    too, more slowly). The block's lexing has a budget; past it the code is plain text."""
+    code = " \n" * 3_000
+    html = str(render_markdown("```autohotkey\n" + code + "```"))
+    assert 'class="hl"' not in html
+    assert html == '<pre><code class="language-autohotkey">' + code + "</code></pre>\n"
+    # Ordinary code in the same language is still coloured.
+    assert 'class="hl"' in str(render_markdown("```autohotkey\nMsgBox, hello\n```"))

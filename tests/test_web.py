@@ -1336,3 +1336,40 @@ def test_the_usage_page_names_its_range_and_sums_it(client: Any, store: WebStore
     assert replies[1] < replies[0]
     # An unknown range is the whole.
     assert "All time (" in page(client, "/usage?range=forever").all_text
+
+
+@pytest.mark.parametrize("value", ["9999-12-31", "99999999999999999999d", "9" * 5000 + "d"])
+def test_a_search_time_out_of_range_is_said_on_the_page(client: Any, value: str) -> None:
+    """These answered 500 (OverflowError, ValueError; the content index's SQLite integers)."""
+    for name in ("since", "until"):
+        doc = page(client, "/search?" + urlencode({"q": "python", name: value}))
+        assert any(p.get("id") == "search-problem" for p in doc.all("p")), name
+
+
+@pytest.mark.parametrize("query", ["(x+x+)+y", "(a|aa)*b", "(?:\\w+\\s?)*$"])
+def test_a_catastrophic_regular_expression_is_refused_not_run(client: Any, query: str) -> None:
+    """`?regex=1&q=(x+x+)+y` over a message holding 'y ' and 22 x's held a server thread
+    at full CPU for good (Python's `re` cannot be interrupted in a thread): a pattern
+    that repeats a repetition or an alternation is refused, the page says why."""
+    doc = page(client, "/search?" + urlencode({"q": query, "regex": "1"}))
+    problem = [p for p in doc.all("p") if p.get("id") == "search-problem"]
+    assert problem and "repeats a group" in doc.all_text
+    assert not any(p.get("id") == "search-summary" for p in doc.all("p"))
+    # Ordinary patterns still run.
+    doc = page(
+        client, "/search?" + urlencode({"q": r"(pinned|installed) python3\.\d+", "regex": "1"})
+    )
+    assert any(p.get("id") == "search-summary" for p in doc.all("p"))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="design decision for the lead: polynomial backtracking (x*x*x*x*x*y, .*.*.*=) "
+    "is not caught by the nested-repetition check; bounding every regular expression "
+    "needs an engine with a time limit or a linear-time one (the `regex` package's "
+    "timeout, google-re2) or the search in a worker process that can be killed",
+)
+def test_every_web_regular_expression_search_is_bounded(client: Any) -> None:
+    # Letters no session holds: if the pattern runs, it runs fast here.
+    doc = page(client, "/search?" + urlencode({"q": "ж*ж*ж*ж*ж*щ", "regex": "1"}))
+    assert any(p.get("id") == "search-problem" for p in doc.all("p"))

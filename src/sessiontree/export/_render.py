@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import functools
 import re
+import time
 from typing import Any
 
 from markdown_it import MarkdownIt
 from markdown_it.common.utils import escapeHtml
 from markupsafe import Markup
-from pygments import highlight
+from pygments import format as format_tokens
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
 from pygments.util import ClassNotFound
@@ -31,6 +32,12 @@ HIGHLIGHT_CSS_CLASS = "hl"
 
 _HIGHLIGHT_MAX_CHARS = 100_000
 """Longer code blocks are shown plain (highlighting them would hold up the page)."""
+_HIGHLIGHT_SECONDS = 0.1
+_HIGHLIGHT_SECONDS_PER_CHAR = 50e-6
+"""A block's lexing may take this long (0.1 s, and 50 µs a character: several times what
+Pygments needs for ordinary code), else the block is shown plain. Some lexers take
+quadratic time on some text (the C lexer on lines of blanks, AutoHotkey's worse:
+4,000 characters took 40 s), and a message chooses both the language and the text."""
 _SAFE_SCHEME = re.compile(r"^(https?|mailto):", re.IGNORECASE)
 _LANGUAGE = re.compile(r"^[\w+#.\-]{1,40}$")
 
@@ -54,7 +61,13 @@ def _highlight(code: str, lang: str, _attrs: str) -> str:
         lexer = get_lexer_by_name(name, stripnl=False, ensurenl=False)
     except ClassNotFound:
         return ""
-    body = highlight(code, lexer, HtmlFormatter(nowrap=True))
+    deadline = time.monotonic() + _HIGHLIGHT_SECONDS + len(code) * _HIGHLIGHT_SECONDS_PER_CHAR
+    tokens = []
+    for token in lexer.get_tokens(code):  # one regular expression match at a time
+        tokens.append(token)
+        if time.monotonic() > deadline:
+            return ""
+    body = format_tokens(tokens, HtmlFormatter(nowrap=True))
     css_lang = escapeHtml(name)
     code_open = f'<code class="language-{css_lang}">'
     return f'<pre class="{HIGHLIGHT_CSS_CLASS}">{code_open}{body}</code></pre>\n'

@@ -14,6 +14,7 @@ from sessiontree.search._content_index import (
 from sessiontree.search._search import (
     SearchHit,
     SearchResult,
+    nested_repeat,
     regex_literals,
     search,
     search_sessions,
@@ -28,6 +29,7 @@ __all__ = [
     "SearchResult",
     "SessionSource",
     "index_text",
+    "nested_repeat",
     "query_trigrams",
     "read_source",
     "regex_literals",

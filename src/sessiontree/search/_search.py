@@ -63,6 +63,7 @@ from sessiontree.storage import (
 __all__ = [
     "SearchHit",
     "SearchResult",
+    "nested_repeat",
     "read_history",
     "regex_literals",
     "search",
@@ -363,6 +364,43 @@ def _unfold_span(text: str, start: int, end: int) -> tuple[int, int]:
 _CASE_SAFE = frozenset(chr(c) for c in range(128)) - {"i", "I"}
 
 
+def nested_repeat(pattern: str) -> bool:
+    """Whether `pattern` repeats something that itself repeats or alternates, as
+    `(x+x+)+y` or `(a|aa)*b`: Python's backtracking engine can take exponential time
+    on such a pattern (`(x+x+)+y` on 30 x's: hours), and nothing interrupts it. Not
+    every slow pattern (`x*x*x*y` is polynomial), the common catastrophic kind."""
+    try:
+        from re import _parser  # type: ignore[attr-defined]
+        from re._constants import (  # type: ignore[import-not-found]
+            BRANCH,
+            MAX_REPEAT,
+            MIN_REPEAT,
+        )
+    except ImportError:  # pragma: no cover - a Python without the parser
+        return False
+    try:
+        parsed = _parser.parse(pattern, 0)
+    except re.error:
+        return False
+
+    def walk(items: Any, inside: bool) -> bool:
+        for op, arg in items:
+            if op in (MAX_REPEAT, MIN_REPEAT) and arg[1] > 1:
+                if inside or walk(arg[2], True):
+                    return True
+            elif op is BRANCH:
+                if inside or any(walk(branch, inside) for branch in arg[1]):
+                    return True
+            elif isinstance(arg, (list, tuple)):
+                for part in arg:
+                    if hasattr(part, "data") or isinstance(part, list):
+                        if walk(part, inside):
+                            return True
+        return False
+
+    return walk(parsed, False)
+
+
 def regex_literals(pattern: str | re.Pattern[str]) -> list[str]:
     """Runs of literal text every match of `pattern` contains (possibly none).
 
@@ -372,7 +410,7 @@ def regex_literals(pattern: str | re.Pattern[str]) -> list[str]:
     """
     try:
         from re import _parser  # type: ignore[attr-defined]
-        from re._constants import LITERAL  # type: ignore[import-not-found]
+        from re._constants import LITERAL
     except ImportError:  # pragma: no cover - a Python without the parser: no literals
         return []
     if isinstance(pattern, re.Pattern):

@@ -47,6 +47,7 @@ from sessiontree.foreign.storage import ForeignStorage
 from sessiontree.format import SEARCH_ROLES
 from sessiontree.layout import default_agent_dir
 from sessiontree.reports import parse_time, time_zone
+from sessiontree.search import nested_repeat
 from sessiontree.storage import check_hash
 from sessiontree.store import Store
 from sessiontree.web import charts
@@ -579,6 +580,13 @@ class _App:
                 )
             since_ms = parse_time(since, tz) if since else None
             until_ms = parse_time(until, tz, end=True) if until else None
+            if regex and nested_repeat(query):
+                # Nothing could stop such a search once it runs on the server.
+                raise SessionTreeError(
+                    f"the regular expression {query!r} repeats a group that repeats or "
+                    "has alternatives, which can take hours to match; write it "
+                    "without the nesting (e.g. x+ for (x+)+)"
+                )
         except SessionTreeError as exc:
             problem = str(exc)
         if query and not problem:
