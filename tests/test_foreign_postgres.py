@@ -205,6 +205,13 @@ def test_list_show_search_usage_stats_on_postgres_as_on_files(both: Both) -> Non
     assert json.dumps(fork).count(f"{root}/projects/-work-app/{CLAUDE_SESSION}.jsonl")
     # The subagent's transcript (and its .meta.json) are read with the session.
     assert "Find the bug" in run(*pg, "tree", CLAUDE_SESSION[:8]).stdout
+    for command in (("context", "--json"), ("export", "-f", "jsonl"), ("export", "-f", "md")):
+        out = run(*pg, command[0], CLAUDE_SESSION[:8], *command[1:])
+        expected = run(*fs, command[0], CLAUDE_SESSION[:8], *command[1:])
+        assert out.exit_code == expected.exit_code == 0, (out.stdout, out.stderr)
+        skip = 1 if "jsonl" in command else 0  # an export's header: a new session's id and time
+        got = out.stdout.replace(root, files).splitlines()[skip:]
+        assert got == expected.stdout.splitlines()[skip:], command
 
     for query in ("bug", "parse", "the"):
         found = as_json(*pg, "search", "--all", query)
@@ -390,3 +397,30 @@ def test_the_listing_cache_keeps_a_database_file_apart_from_a_host_file(both: Bo
         titles = {s.first_message for s in pg.list()}
     assert "Find the bug in parse()" in titles
     assert "Hunt the bug in parse()" in {item.meta.first_message for item in host.list()}
+
+
+# ----------------------------------------------------------------------------- serve
+
+
+def test_serve_shows_searches_and_exports_the_database_transcripts(both: Both) -> None:
+    httpx = require_module("httpx")
+    require_module("starlette")
+    require_module("uvicorn")
+    from sessiontree.web.data import handle_of
+    from sessiontree.web.server import BackgroundServer
+
+    path = f"{both.pg_root}/projects/-work-app/{CLAUDE_SESSION}.jsonl"
+    with (
+        Store(both.url, agent="claude") as store,
+        BackgroundServer([store], poll_seconds=0.05) as server,
+        httpx.Client(base_url=server.base, cookies=server.login_cookies(), timeout=30) as client,
+    ):
+        listing = client.get("/sessions")
+        assert listing.status_code == 200 and handle_of("s", path) in listing.text
+        page = client.get(f"/s/{handle_of('s', path)}")
+        assert page.status_code == 200 and "Find the bug in parse()" in page.text
+        assert "claude --resume" not in page.text  # Claude Code reads files, not this store
+        found = client.get("/search?q=parse")
+        assert found.status_code == 200 and f"/s/{handle_of('s', path)}" in found.text
+        exported = client.get(f"/s/{handle_of('s', path)}/export/jsonl")
+        assert exported.status_code == 200 and CLAUDE_SESSION in exported.text
