@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import io
 import os
+import stat as stat_module
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
@@ -52,13 +53,14 @@ class Files:
     def __repr__(self) -> str:
         return "HOST_FILES"
 
-    def stat(self, path: str) -> FileStat | None:
-        """The regular file at `path`, else None."""
+    def stat(self, path: str, *, listed: bool = False) -> FileStat | None:
+        """The regular file at `path`, else None (`listed`: `entries` named it a file
+        a moment ago, which a storage need not ask again)."""
         try:
             st = os.stat(path)
         except (OSError, ValueError):
             return None
-        if not os.path.isfile(path):
+        if not stat_module.S_ISREG(st.st_mode):
             return None
         return FileStat(st.st_size, st.st_mtime_ns, st.st_ino, stat_identity(st), st.st_mtime)
 
@@ -127,15 +129,13 @@ class StorageFiles(Files):
         except (OSError, ValueError):  # outside the root, a NUL: no file of the storage
             return False
 
-    def stat(self, path: str) -> FileStat | None:
-        if not self._is_file(path):
-            return None
-        return self._stat(path)
-
-    def _stat(self, path: str) -> FileStat | None:
+    def stat(self, path: str, *, listed: bool = False) -> FileStat | None:
         try:
             st = self.storage.stat(path)
-        except (OSError, ValueError):
+        except (OSError, ValueError):  # outside the root, a NUL: no file of the storage
+            return None
+        # A directory stats as 0 bytes: only then is the listing asked which it is.
+        if st.size == 0 and not listed and not self._is_file(path):
             return None
         identity = (st.size, st.mtime_ns, st.ino, 0)
         return FileStat(st.size, st.mtime_ns, st.ino, identity, st.mtime_ns / 1e9)
@@ -159,9 +159,12 @@ class StorageFiles(Files):
         yield from self._walk(root, _WALK_DEPTH)
 
     def _walk(self, directory: str, depth: int) -> Iterator[tuple[str, list[str], list[str]]]:
-        found = self.entries(directory)
-        if not found and not self.is_dir(directory):
+        try:
+            if not self.storage.exists(directory):  # the usual case: one question
+                return
+        except (OSError, ValueError):
             return
+        found = self.entries(directory)
         dirs = [n for n, is_dir in found if is_dir]
         yield directory, dirs, [n for n, is_dir in found if not is_dir]
         if depth > 0:
@@ -169,8 +172,7 @@ class StorageFiles(Files):
                 yield from self._walk(os.path.join(directory, name), depth - 1)
 
     def open(self, path: str) -> BinaryIO:
-        if not self._is_file(path):
-            raise FileNotFoundError(errno.ENOENT, "No such file in the store", path)
+        # A directory or a missing file raises on the first read, as `open` would.
         return io.BufferedReader(_RangeReader(self.storage, path), 1 << 16)
 
     def cache_key(self, path: str) -> str:
@@ -192,6 +194,8 @@ class _RangeReader(io.RawIOBase):
         self._storage = storage
         self._path = path
         self._pos = 0
+        self._end: int | None = None
+        """Where a read came back short: the end (no question asked past it)."""
 
     def readable(self) -> bool:
         return True
@@ -203,6 +207,7 @@ class _RangeReader(io.RawIOBase):
         return self._pos
 
     def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._end = None
         if whence == io.SEEK_SET:
             self._pos = max(0, offset)
         elif whence == io.SEEK_CUR:
@@ -211,15 +216,25 @@ class _RangeReader(io.RawIOBase):
             self._pos = max(0, self._storage.stat(self._path).size + offset)
         return self._pos
 
+    def _read(self, length: int) -> bytes:
+        if length <= 0 or (self._end is not None and self._pos >= self._end):
+            return b""
+        try:
+            data = read_range(self._storage, self._path, self._pos, length)
+        except ValueError:  # outside the root, a NUL: no file of the storage
+            raise FileNotFoundError(errno.ENOENT, "No such file in the store", self._path) from None
+        if len(data) < length:
+            self._end = self._pos + len(data)
+        self._pos += len(data)
+        return data
+
     def readall(self) -> bytes:
         chunks = []
-        while chunk := read_range(self._storage, self._path, self._pos, 1 << 20):
+        while chunk := self._read(1 << 20):
             chunks.append(chunk)
-            self._pos += len(chunk)
         return b"".join(chunks)
 
     def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
-        data = read_range(self._storage, self._path, self._pos, len(buffer))
+        data = self._read(len(buffer))
         buffer[: len(data)] = data
-        self._pos += len(data)
         return len(data)

@@ -45,6 +45,8 @@ class Transcript:
     records: list[Record] = field(default_factory=list)
     damaged: list[Damaged] = field(default_factory=list)
     size: int = 0
+    mtime: float = 0.0
+    """Its modification time (seconds) when it was opened."""
 
 
 def _lines(path: str, files: Files) -> Iterator[tuple[int, bytes]]:
@@ -92,7 +94,7 @@ def read_transcript(path: str, files: Files = HOST_FILES) -> Transcript:
         if files.is_dir(path):
             raise IsADirectoryError(21, "Is a directory", path)
         raise FileNotFoundError(2, "No such file", path)
-    transcript = Transcript(path, size=found.size)
+    transcript = Transcript(path, size=found.size, mtime=found.mtime)
     for number, raw in _lines(path, files):
         line = raw.rstrip(b"\r")
         if not line.strip():

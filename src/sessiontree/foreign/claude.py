@@ -737,10 +737,7 @@ def read_claude_session(
     records = transcript.records
     if not _is_transcript(records):
         raise NotAForeignSessionError(path, "Claude Code")
-    found = files.stat(path)
-    if found is None:
-        raise FileNotFoundError(2, "No such file", path)
-    fallback_ms = int(found.mtime * 1000)
+    fallback_ms = int(transcript.mtime * 1000)
     session_id = claude_session_id(path, records)
     cwd = _first(records, "cwd") or ""
     main = [r for r in records if r.value.get("isSidechain") is not True]

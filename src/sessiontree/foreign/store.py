@@ -222,7 +222,7 @@ class ForeignStore:
             return builtins.list(self.backend.locate(self.roots))
         found: builtins.list[Located] = []
         for path in self._iter_files():
-            st = self.fs.stat(path)
+            st = self.fs.stat(path, listed=True)
             if st is not None:
                 found.append(Located(path, st.identity, st.size, st.mtime_ns, st.ino))
         return found
