@@ -13,7 +13,9 @@ working directory the sessions were recorded in. Every write raises.
 `index_view` is how `search`, `usage` and `stats` (and the web app) reach such a
 store: through the content index of this agent's dir (the one that keeps the
 listing cache), each session read by its reader (`SessionSource.load`), so they
-are indexed as our files are; with no such dir, every session is scanned.
+are indexed as our files are; with no such dir, every session is scanned. A
+database's transcripts (`ForeignStore.on_storage`) are read by their reader and
+never indexed: the content index keeps this host's files.
 """
 
 from __future__ import annotations

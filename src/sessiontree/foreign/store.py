@@ -12,6 +12,11 @@ listing them.
 `ForeignStore.list()` reads a window at each end of each file (`listing`), never a
 whole transcript, and keeps what it found in the persistent listing cache of the
 agent dir it is given, so a second listing only stats the files.
+
+Files are reached through `ForeignStore.fs` (`_files`): this host's, or, for Claude
+Code's layout the Claude Agent SDK adapter keeps in a database, a `SessionStorage`'s
+(`ForeignStore.on_storage`), read by the same readers; a database's listing records are
+cached under its label and path, never a host path.
 """
 
 from __future__ import annotations
