@@ -480,7 +480,12 @@ def test_a_database_url_hides_its_password(tmp_path: Path) -> None:
         Store("mysql://carol:topsecret@db.invalid/x")
     assert "topsecret" not in str(raised.value)
     with pytest.raises(InvalidStoreError):
-        Store("postgresql://db.invalid/x", agent="claude")
+        Store("postgresql://db.invalid/x", agent="codex")
+    # Claude Code's layout in a database (the Claude Agent SDK adapter's) is read from
+    # it, read-only; nothing is connected to before a method needs it.
+    claude = Store("postgresql://dan:pw4@db.invalid/x", agent="claude", agent_dir=tmp_path)
+    assert claude.read_only and claude.agent == "claude" and "pw4" not in repr(claude)
+    claude.close()
 
 
 @settings(max_examples=examples(50), deadline=None)

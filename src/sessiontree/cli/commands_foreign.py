@@ -79,7 +79,9 @@ def agent_store(
         raise CliError(f"--agent must be one of {', '.join(AGENTS)}, not {agent!r}", EXIT_USAGE)
     if url is not None:
         kind = agent if agent is not None else detect_agent(agent_dir) if agent_dir else None
-        if kind in FOREIGN_AGENTS:
+        # Claude Code's layout in a database (the Claude Agent SDK adapter's) is read from
+        # it, `--agent-dir` the root its paths are under; no other agent's is kept there.
+        if kind in FOREIGN_AGENTS and agent != "claude":
             raise CliError(
                 f"--store and the {AGENT_NAMES[kind]} store cannot be used together", EXIT_USAGE
             )

@@ -62,7 +62,8 @@ AgentOption = Annotated[
         "--agent",
         metavar="NAME",
         help="Use an agent's default store: claude, codex, opencode, gemini, copilot "
-        "(read-only), pi, omp or xcsh.",
+        "(read-only; claude with --store: the Claude Code transcripts a database "
+        "holds), pi, omp or xcsh.",
         show_default=False,
     ),
 ]

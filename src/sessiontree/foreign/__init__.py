@@ -6,7 +6,8 @@ sessions read as v3 session trees.
   `ForeignStore`, OpenCode's database and JSON files): one session as a
   `ForeignSession`, whose `manager` is an in-memory `SessionManager`;
   `detect_file(path)` says whose session a file is;
-* `ForeignStore`: where an agent keeps its sessions, listed from the ends of each file;
+* `ForeignStore`: where an agent keeps its sessions, listed from the ends of each file
+  (on this host, or Claude Code's layout in a database: `ForeignStore.on_storage`);
   `ForeignStorage`: such a store, read-only, through the `SessionStorage` protocol;
 * `import_session`: a copy in this agent's store (`find_imports`: earlier ones).
 """

@@ -8,11 +8,11 @@ with its number, never fatal: the rest of the transcript is still worth reading.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from sessiontree.foreign._files import HOST_FILES, Files
 from sessiontree.format import format_iso, loads_line, parse_iso_ms
 
 __all__ = ["Damaged", "Record", "Transcript", "iso", "read_transcript", "timestamp_ms"]
@@ -45,13 +45,15 @@ class Transcript:
     records: list[Record] = field(default_factory=list)
     damaged: list[Damaged] = field(default_factory=list)
     size: int = 0
+    mtime: float = 0.0
+    """Its modification time (seconds) when it was opened."""
 
 
-def _lines(path: str) -> Iterator[tuple[int, bytes]]:
+def _lines(path: str, files: Files) -> Iterator[tuple[int, bytes]]:
     """Each line with its number. A line longer than a chunk is kept as its pieces and
     joined once it ends: its bytes are copied once, not once per chunk (a 1 GB line
     read in 1 MiB chunks would otherwise copy 500 GB)."""
-    with open(path, "rb") as f:
+    with files.open(path) as f:
         pending: list[bytes] = []
         number = 0
         while True:
@@ -81,13 +83,19 @@ def _why(line: bytes) -> str:
     return "not valid JSON"
 
 
-def read_transcript(path: str) -> Transcript:
-    """Every JSON object line of `path`; blank lines are ignored, others reported.
+def read_transcript(path: str, files: Files = HOST_FILES) -> Transcript:
+    """Every JSON object line of `path` (one of `files`); blank lines are ignored,
+    others reported.
 
     Raises OSError when the file cannot be read at all.
     """
-    transcript = Transcript(path, size=os.path.getsize(path))
-    for number, raw in _lines(path):
+    found = files.stat(path)
+    if found is None:
+        if files.is_dir(path):
+            raise IsADirectoryError(21, "Is a directory", path)
+        raise FileNotFoundError(2, "No such file", path)
+    transcript = Transcript(path, size=found.size, mtime=found.mtime)
+    for number, raw in _lines(path, files):
         line = raw.rstrip(b"\r")
         if not line.strip():
             continue

@@ -59,6 +59,7 @@ import orjson
 
 from sessiontree.foreign._builder import TreeBuilder
 from sessiontree.foreign._content import block_as_text, int_field, str_field, text_of, usage
+from sessiontree.foreign._files import HOST_FILES, Files
 from sessiontree.foreign._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
 from sessiontree.foreign._records import Damaged, Record, Transcript, read_transcript, timestamp_ms
 
@@ -668,22 +669,22 @@ def _task_calls(records: list[Record]) -> dict[str, tuple[str, dict[str, Any]]]:
     return calls
 
 
-def _subagent_files(path: str) -> list[str]:
+def _subagent_files(path: str, files: Files) -> list[str]:
     """Claude Code v2 subagent transcripts of the session at `path`."""
     base = path[: -len(".jsonl")] if path.endswith(".jsonl") else path
     root = os.path.join(base, "subagents")
     found: list[str] = []
-    for directory, dirs, files in os.walk(root):
+    for directory, dirs, names in files.walk(root):
         dirs.sort()
-        for name in sorted(files):
+        for name in sorted(names):
             if name.startswith("agent-") and name.endswith(".jsonl"):
                 found.append(os.path.join(directory, name))
     return found
 
 
-def _read_meta(path: str) -> dict[str, Any]:
+def _read_meta(path: str, files: Files) -> dict[str, Any]:
     try:
-        with open(path[: -len(".jsonl")] + ".meta.json", "rb") as f:
+        with files.open(path[: -len(".jsonl")] + ".meta.json") as f:
             value = orjson.loads(f.read())
     except (OSError, ValueError):
         return {}
@@ -722,18 +723,21 @@ def _is_transcript(records: list[Record]) -> bool:
     )
 
 
-def read_claude_session(path: str, *, subagents: bool = True) -> ForeignSession:
-    """Read a Claude Code transcript into an in-memory v3 session (see the module doc).
+def read_claude_session(
+    path: str, *, subagents: bool = True, files: Files = HOST_FILES
+) -> ForeignSession:
+    """Read a Claude Code transcript into an in-memory v3 session (see the module doc);
+    `files`: where it is (default: this host's files).
 
     Lines that are not JSON objects are skipped and listed in `damaged`. Raises
     OSError when the file cannot be read, NotAForeignSessionError when it is not a
     transcript.
     """
-    transcript: Transcript = read_transcript(path)
+    transcript: Transcript = read_transcript(path, files)
     records = transcript.records
     if not _is_transcript(records):
         raise NotAForeignSessionError(path, "Claude Code")
-    fallback_ms = int(os.stat(path).st_mtime * 1000)
+    fallback_ms = int(transcript.mtime * 1000)
     session_id = claude_session_id(path, records)
     cwd = _first(records, "cwd") or ""
     main = [r for r in records if r.value.get("isSidechain") is not True]
@@ -782,14 +786,14 @@ def read_claude_session(path: str, *, subagents: bool = True) -> ForeignSession:
                 {},
             )
         )
-    for file in _subagent_files(path):
+    for file in _subagent_files(path, files):
         try:
-            sub = read_transcript(file)
+            sub = read_transcript(file, files)
         except OSError as exc:
             session.damaged.append(Damaged(0, f"{file}: {exc.strerror or exc}"))
             continue
         agent = os.path.basename(file)[len("agent-") : -len(".jsonl")]
-        meta = _read_meta(file)
+        meta = _read_meta(file, files)
         first_prompt = next(
             (
                 text_of(r.value["message"].get("content"))

@@ -21,6 +21,7 @@ from dataclasses import astuple, dataclass
 from typing import Any
 
 from sessiontree.foreign._content import str_field, text_of
+from sessiontree.foreign._files import HOST_FILES, Files
 from sessiontree.foreign._records import Record, timestamp_ms
 from sessiontree.foreign.claude import claude_fork_parent, claude_session_id, claude_title
 from sessiontree.foreign.codex import (
@@ -88,8 +89,10 @@ class _Windows:
         return self.head + self.tail
 
 
-def _read_windows(path: str, size: int, first_line_whole: bool = False) -> _Windows:
-    with open(path, "rb") as f:
+def _read_windows(
+    path: str, size: int, first_line_whole: bool = False, files: Files = HOST_FILES
+) -> _Windows:
+    with files.open(path) as f:
         head = f.read(WINDOW)
         if first_line_whole:
             # A Codex rollout's first line is its metadata: whole, and a window after it.
@@ -117,10 +120,10 @@ def _read_windows(path: str, size: int, first_line_whole: bool = False) -> _Wind
     return _Windows(head_records, tail_records, False, scanned, cut + 1 if cut >= 0 else 0)
 
 
-def _records_from(path: str, start: int, stop: int) -> Iterator[list[dict[str, Any]]]:
+def _records_from(path: str, start: int, stop: int, files: Files) -> Iterator[list[dict[str, Any]]]:
     """The complete lines between byte offsets `start` (a line start) and `stop`,
     parsed, a window at a time."""
-    with open(path, "rb") as f:
+    with files.open(path) as f:
         f.seek(start)
         pos, rest = start, b""
         while pos < stop:
@@ -142,12 +145,13 @@ def _prompt_further(
     windows: _Windows,
     size: int,
     find: Callable[[list[dict[str, Any]]], str | None],
+    files: Files = HOST_FILES,
 ) -> str | None:
     """The first prompt after the head window, within `PROMPT_REACH` of it."""
     if windows.whole:
         return None
     for records in _records_from(
-        path, windows.head_end, min(size, windows.head_end + PROMPT_REACH)
+        path, windows.head_end, min(size, windows.head_end + PROMPT_REACH), files
     ):
         found = find(records)
         if found:
@@ -248,9 +252,10 @@ def _claude_messages(records: list[dict[str, Any]]) -> int:
     return count
 
 
-def scan_claude(path: str, size: int) -> ForeignMeta:
-    """Listing metadata of a Claude Code transcript from its first and last 64 KiB."""
-    windows = _read_windows(path, size)
+def scan_claude(path: str, size: int, files: Files = HOST_FILES) -> ForeignMeta:
+    """Listing metadata of a Claude Code transcript from its first and last 64 KiB
+    (`files`: where it is, default this host's files)."""
+    windows = _read_windows(path, size, files=files)
     head = windows.head
     records = windows.all()
     first = head[0] if head else {}
@@ -263,7 +268,7 @@ def scan_claude(path: str, size: int) -> ForeignMeta:
     cwd = next((c for v in head if (c := str_field(v, "cwd"))), "")
     prompt, command = _claude_first_prompt(head)
     if prompt is None and command is None:
-        prompt = _prompt_further(path, windows, size, lambda rs: _claude_first_prompt(rs)[0])
+        prompt = _prompt_further(path, windows, size, lambda rs: _claude_first_prompt(rs)[0], files)
     title, source = claude_title(records)
     count = _claude_messages(records)
     return ForeignMeta(

@@ -13,7 +13,9 @@ working directory the sessions were recorded in. Every write raises.
 `index_view` is how `search`, `usage` and `stats` (and the web app) reach such a
 store: through the content index of this agent's dir (the one that keeps the
 listing cache), each session read by its reader (`SessionSource.load`), so they
-are indexed as our files are; with no such dir, every session is scanned.
+are indexed as our files are; with no such dir, every session is scanned. A
+database's transcripts (`ForeignStore.on_storage`) are read by their reader and
+never indexed: the content index keeps this host's files.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from sessiontree._util.fs import name_problem
 from sessiontree.errors import SessionTreeError
 from sessiontree.foreign._model import ForeignSession, NotAForeignSessionError
 from sessiontree.foreign._records import iso
@@ -75,6 +78,10 @@ class ForeignStorage:
 
     def __repr__(self) -> str:
         return f"ForeignStorage({self.store.agent}, {self.store.home!r})"
+
+    def close(self) -> None:
+        """Release what the store's files are read through (`close_store` calls it)."""
+        self.store.close()
 
     # ------------------------------------------------------------------ layout
 
@@ -132,8 +139,11 @@ class ForeignStorage:
             log.warning("%s: skipped %s%s", path, shown, more)
         parent = None
         if session.parent_source_id:
-            sibling = os.path.join(os.path.dirname(path), f"{session.parent_source_id}.jsonl")
-            parent = sibling if os.path.isfile(sibling) else session.parent_source_id
+            parent = session.parent_source_id
+            name = f"{parent}.jsonl"
+            if name_problem(name) is None:  # the source's text names no other directory
+                sibling = os.path.join(os.path.dirname(path), name)
+                parent = sibling if self.store.fs.stat(sibling) is not None else parent
         data = session_bytes(session, parent)
         self._views[path] = (identity, data)
         while len(self._views) > _VIEWS_KEPT:
@@ -163,7 +173,7 @@ class ForeignStorage:
             return bool(self._in(path))
         if self._is_session_file(path):
             return True
-        if os.path.isdir(path):
+        if self.store.fs.is_dir(path):
             return self.store.owns(path) or path in self.store.roots
         # An OpenCode database is a directory of sessions here.
         return self.store.owns(path) and bool(self.store.sessions_in(path))
@@ -315,11 +325,19 @@ def index_view(storage: SessionStorage, paths: Sequence[str], agent_dir: str | N
     if not isinstance(storage, ForeignStorage):
         return IndexView(list(paths), storage, agent_dir)
     cache = storage.store.cache_dir
+    kind = storage.store.agent
+    if not storage.store.fs.on_host:
+        # A database's transcripts: read by their reader, never indexed (the content
+        # index keeps this host's files, as for a database's own sessions).
+        sources: list[str | SessionSource] = [
+            SessionSource(path, load=storage.entries, kind=kind, identity=storage.identity)
+            for path in paths
+        ]
+        return IndexView(sources, storage, agent_dir)
     if cache is None:
         return IndexView(list(paths), storage, agent_dir)
-    kind = storage.store.agent
     identity = storage.identity if storage.store.backend is not None else None
-    sources: list[str | SessionSource] = [
+    sources = [
         SessionSource(path, load=storage.entries, kind=kind, identity=identity) for path in paths
     ]
     return IndexView(sources, FileSessionStorage(), cache)

@@ -12,6 +12,11 @@ listing them.
 `ForeignStore.list()` reads a window at each end of each file (`listing`), never a
 whole transcript, and keeps what it found in the persistent listing cache of the
 agent dir it is given, so a second listing only stats the files.
+
+Files are reached through `ForeignStore.fs` (`_files`): this host's, or, for Claude
+Code's layout the Claude Agent SDK adapter keeps in a database, a `SessionStorage`'s
+(`ForeignStore.on_storage`), read by the same readers; a database's listing records are
+cached under its label and path, never a host path.
 """
 
 from __future__ import annotations
@@ -25,13 +30,15 @@ from dataclasses import dataclass, field
 from sessiontree._util.env import claude_config_dirs, codex_home, native_agent_dir
 from sessiontree.errors import SessionTreeError
 from sessiontree.foreign._cache import Identity, IdentityCache
+from sessiontree.foreign._files import HOST_FILES, Files, StorageFiles
 from sessiontree.foreign._model import ForeignSession, Source
 from sessiontree.foreign._records import read_transcript
 from sessiontree.foreign.agents import BACKENDS, Backend, Located, detect_store
 from sessiontree.foreign.claude import read_claude_session
 from sessiontree.foreign.codex import read_codex_session
 from sessiontree.foreign.listing import ForeignMeta, scan_claude, scan_codex
-from sessiontree.listing import same_identity, stat_identity
+from sessiontree.listing import same_identity
+from sessiontree.storage import SessionStorage
 
 log = logging.getLogger("sessiontree")
 
@@ -120,6 +127,8 @@ class ForeignStore:
     _titles: dict[str, str] | None = field(default=None, repr=False)
     only: str | None = None
     """The one session of a store made for a file given by its path (`single`)."""
+    fs: Files = field(default=HOST_FILES, repr=False)
+    """Where its files are read: this host's, or a storage's (`on_storage`)."""
 
     @property
     def backend(self) -> Backend | None:
@@ -170,9 +179,31 @@ class ForeignStore:
             cache_dir,
         )
 
+    @classmethod
+    def on_storage(
+        cls,
+        storage: SessionStorage,
+        root: str,
+        label: str,
+        cache_dir: str | None = None,
+        *,
+        owned: bool = True,
+    ) -> ForeignStore:
+        """Claude Code's layout in a storage's files (`<root>/projects/...`: a PostgreSQL
+        database's, where the Claude Agent SDK adapter writes it), read through the
+        storage alone. `label` names the storage in the listing cache's keys (see
+        `StorageFiles`); `owned`: the store's `close` closes the storage."""
+        root = os.path.abspath(root)
+        files = StorageFiles(storage, label, owned=owned)
+        return cls("claude", root, (os.path.join(root, "projects"),), cache_dir, fs=files)
+
     @property
     def name(self) -> str:
         return AGENT_NAMES[self.agent]
+
+    def close(self) -> None:
+        """Release what its files are read through (a storage it owns)."""
+        self.fs.close()
 
     # ------------------------------------------------------------------ files
 
@@ -196,12 +227,9 @@ class ForeignStore:
             return builtins.list(self.backend.locate(self.roots))
         found: builtins.list[Located] = []
         for path in self._iter_files():
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue
-            identity = stat_identity(st)
-            found.append(Located(path, identity, st.st_size, st.st_mtime_ns, st.st_ino))
+            st = self.fs.stat(path, listed=True)
+            if st is not None:
+                found.append(Located(path, st.identity, st.size, st.mtime_ns, st.ino))
         return found
 
     def locate_path(self, path: str) -> Located | None:
@@ -212,14 +240,12 @@ class ForeignStore:
             found = self.backend.locate_path(path)
             if found is not None or self.only is None:
                 return found
-        try:
-            st = os.stat(path)
-        except OSError:
+        if not (path.endswith(".jsonl") or self.only is not None):
             return None
-        if not ((path.endswith(".jsonl") or self.only is not None) and os.path.isfile(path)):
+        st = self.fs.stat(path)
+        if st is None:
             return None
-        identity = stat_identity(st)
-        return Located(path, identity, st.st_size, st.st_mtime_ns, st.st_ino)
+        return Located(path, st.identity, st.size, st.mtime_ns, st.ino)
 
     def is_session(self, path: str) -> bool:
         """Whether `path` is a session of this store (in one of its roots)."""
@@ -229,7 +255,7 @@ class ForeignStore:
             return self.locate_path(path) is not None
         if self.backend is not None:
             return self.backend.is_session_name(path) and self.backend.locate_path(path) is not None
-        return path.endswith(".jsonl") and os.path.isfile(path)
+        return path.endswith(".jsonl") and self.fs.stat(path) is not None
 
     def sessions_in(self, directory: str) -> builtins.list[str]:
         """The sessions directly in `directory` (an OpenCode database's, given its file)."""
@@ -238,12 +264,8 @@ class ForeignStore:
             return [self.only] if same else []
         if self.backend is not None:
             return [p for p in self.backend.sessions_in(directory) if self.owns(p)]
-        try:
-            names = os.listdir(directory)
-        except OSError:
-            return []
-        paths = [os.path.join(directory, n) for n in names]
-        return [p for p in paths if p.endswith(".jsonl") and os.path.isfile(p)]
+        names = [n for n, is_dir in self.fs.entries(directory) if not is_dir]
+        return [os.path.join(directory, n) for n in names if n.endswith(".jsonl")]
 
     def stem(self, path: str) -> str:
         if self.backend is not None:
@@ -254,24 +276,17 @@ class ForeignStore:
     def _iter_files(self) -> Iterator[str]:
         if self.agent == "claude":
             for root in self.roots:
-                try:
-                    projects = sorted(os.scandir(root), key=lambda e: e.name)
-                except OSError:
-                    continue
-                for project in projects:
-                    if not project.is_dir() or project.name.startswith("."):
+                for project, is_dir in self.fs.entries(root):
+                    if not is_dir or project.startswith("."):
                         continue
-                    try:
-                        with os.scandir(project.path) as entries:
-                            for entry in entries:
-                                if (
-                                    entry.name.endswith(".jsonl")
-                                    and not entry.name.startswith((".", "agent-"))
-                                    and entry.is_file()
-                                ):
-                                    yield entry.path
-                    except OSError:
-                        continue
+                    directory = os.path.join(root, project)
+                    for name, sub in self.fs.entries(directory):
+                        if (
+                            not sub
+                            and name.endswith(".jsonl")
+                            and not name.startswith((".", "agent-"))
+                        ):
+                            yield os.path.join(directory, name)
             return
         for root in self.roots:
             for directory, dirs, names in os.walk(root):
@@ -303,7 +318,7 @@ class ForeignStore:
         if self.backend is not None:
             return self.backend.read(path, subagents=subagents)
         if self.agent == "claude":
-            return read_claude_session(path, subagents=subagents)
+            return read_claude_session(path, subagents=subagents, files=self.fs)
         rollout = read_codex_session(path)
         if rollout.name is None:
             title = self.titles().get(rollout.source_id.lower())
@@ -319,7 +334,7 @@ class ForeignStore:
                 raise FileNotFoundError(2, "No such session", path)
             return self.backend.scan(located)[0]
         if self.agent == "claude":
-            return scan_claude(path, size)
+            return scan_claude(path, size, self.fs)
         return scan_codex(path, size, self.titles())
 
     def list(self, paths: builtins.list[str] | None = None) -> builtins.list[ForeignListing]:
@@ -333,13 +348,14 @@ class ForeignStore:
         else:
             located = [f for p in paths if (f := self.locate_path(p)) is not None]
         cache = IdentityCache(self.cache_dir, "foreign_files")
-        cached = cache.fetch(f.path for f in located) if self.cache_dir else {}
+        key = self.fs.cache_key
+        cached = cache.fetch(key(f.path) for f in located) if self.cache_dir else {}
         found: list[ForeignListing] = []
         children: list[ForeignListing] = []
         fresh: list[tuple[str, Identity, object]] = []
         known: dict[str, tuple[ForeignMeta, int]] = {}
         for item in located:
-            hit = cached.get(item.path)
+            hit = cached.get(key(item.path))
             if hit is not None and same_identity(tuple(hit[0]), item.identity):
                 try:
                     known[item.path] = self._load_cached(hit[1], item)
@@ -357,7 +373,7 @@ class ForeignStore:
                         log.warning("%s: skipped (%s)", path, _reason(result))
                     continue
                 meta, size = result
-                fresh.append((path, item.identity, self._dump(meta, size)))
+                fresh.append((key(path), item.identity, self._dump(meta, size)))
             if meta.listed:
                 found.append(ForeignListing(path, size, item.mtime_ns, item.ino, meta))
             elif self.backend is not None and meta.parent:
@@ -437,7 +453,7 @@ class ForeignStore:
 
 def require_store_exists(store: ForeignStore) -> None:
     """SessionTreeError unless at least one of the store's roots exists."""
-    if not any(os.path.isdir(root) for root in store.roots):
+    if not any(store.fs.is_dir(root) for root in store.roots):
         where = ", ".join(store.roots)
         raise SessionTreeError(f"no {store.name} sessions found (looked in {where})")
 

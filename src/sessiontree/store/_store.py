@@ -247,7 +247,7 @@ class Store:
     # ------------------------------------------------------------------ opening
 
     def _open_database(self, url: str, agent: str | None, chosen: str | None) -> None:
-        if agent is not None and agent not in NATIVE_AGENTS:
+        if agent is not None and agent not in NATIVE_AGENTS and agent != "claude":
             raise InvalidStoreError(
                 f"a database holds no {agent} store: give the database, or the {agent} store"
             )
@@ -255,6 +255,26 @@ class Store:
         self.location = redact_url(url)
         self.agent = agent or "xcsh"
         self.agent_dir = chosen if chosen is not None else os.path.abspath(agent_dir_or_default())
+        # Claude Code's layout the Claude Agent SDK adapter keeps in a database
+        # (`<agent dir>/projects/...`): read through the database, read-only.
+        self.read_only = agent == "claude"
+
+    def _connect(self) -> SessionStorage:
+        """The database's storage; for Claude transcripts in it, read as Claude Code's
+        store is (`ForeignStore.on_storage`), with the listing cache of the agent dir."""
+        assert self._url is not None
+        storage = open_store(self._url, agent_dir=self.agent_dir)
+        if self.agent != "claude":
+            return storage
+        from sessiontree.foreign.storage import ForeignStorage
+        from sessiontree.foreign.store import ForeignStore
+
+        label = getattr(storage, "schema", "")
+        store = ForeignStore.on_storage(
+            storage, self.agent_dir, f"{self.location}#{label}", self.agent_dir
+        )
+        self._foreign = store
+        return ForeignStorage(store)
 
     def _open_foreign(self, agent: str, path: str | None, chosen: str | None) -> None:
         from sessiontree.foreign.storage import ForeignStorage
@@ -343,11 +363,16 @@ class Store:
     def _check_writable(self, what: str) -> None:
         self._check_open()
         if self.read_only:
-            name = self._foreign.name if self._foreign is not None else self.agent
+            name = self._foreign.name if self._foreign is not None else self._agent_name()
             raise ReadOnlyStoreError(
                 f"{self.location}: cannot {what}: the {name} store is read-only here "
                 "(`sessiontree import` copies its sessions into this agent's store)"
             )
+
+    def _agent_name(self) -> str:
+        from sessiontree.foreign.store import AGENT_NAMES
+
+        return AGENT_NAMES.get(self.agent, self.agent)
 
     # ------------------------------------------------------------------ parts
 
@@ -359,8 +384,7 @@ class Store:
             with self._lock:
                 self._check_open()
                 if self._storage is None:
-                    assert self._url is not None
-                    self._storage = open_store(self._url, agent_dir=self.agent_dir)
+                    self._storage = self._connect()
                 storage = self._storage
         self._check_open()
         return storage
@@ -657,12 +681,13 @@ class Store:
         paths = every if cwd is None else self.files(cwd, nested=False)
         context, view_storage, agent_dir = self._view(every)
         scope, _, _ = self._view(paths)
+        foreign = self.read_only  # another agent's store: its images are inline, no blobs
         return store_stats(
             scope,
-            os.path.join(self.agent_dir, "blobs"),
+            None if foreign else os.path.join(self.agent_dir, "blobs"),
             storage=view_storage,
             index_progress=progress,
-            blob_store=None if self.is_files else storage_blob_store(storage),
+            blob_store=None if self.is_files or foreign else storage_blob_store(storage),
             context=context,
             agent_dir=agent_dir,
         )

@@ -220,8 +220,8 @@ class _App:
         """The agent's own resume command for a session of its store (in its directory,
         naming a store away from the default location by its variable)."""
         storage = self.data.store_of(row).storage
-        if not isinstance(storage, ForeignStorage):
-            return None
+        if not isinstance(storage, ForeignStorage) or not storage.store.fs.on_host:
+            return None  # a database's transcripts: no agent resumes them from there
         store = storage.store
         home = os.path.expanduser("~")
         value = store.home
