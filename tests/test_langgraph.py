@@ -667,3 +667,29 @@ def test_copy_thread_onto_itself_or_onto_a_held_thread_changes_nothing(tmp_path:
         assert sorted(saver.list_threads()) == ["held", "src"]
         directory = os.path.dirname(saver.session_path("src") or "")
         assert len([n for n in os.listdir(directory) if n.endswith(".jsonl")]) == 2
+
+
+# ----------------------------------------------------------------------------- red team
+
+
+def test_metadata_json_cannot_hold_is_stored_as_in_memory_saver_stores_it(
+    tmp_path: Path,
+) -> None:
+    """A metadata string with a lone surrogate (JSON as UTF-8 cannot hold it) goes
+    through the serde, as InMemorySaver's does, instead of failing the put."""
+    odd = {"source": "input", "note": "\ud800"}
+    memory = InMemorySaver()
+    with SessionTreeSaver(str(tmp_path / "store")) as saver:
+        got = []
+        for each in (memory, saver):
+            config = each.put(
+                {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+                empty_checkpoint(),
+                dict(odd),
+                {},
+            )
+            found = each.get_tuple(config)
+            assert found is not None
+            got.append(found.metadata)
+        assert got[1] == got[0]
+        assert [t.metadata for t in saver.list(None, filter={"source": "input"})] == [got[0]]

@@ -750,7 +750,10 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
 
     def _encode(self, thread: _Thread, value: Any) -> dict[str, Any]:
         if _plain(value):  # a copy: LangGraph goes on changing its dicts in place
-            return {"json": orjson.loads(orjson.dumps(value))}
+            try:
+                return {"json": orjson.loads(orjson.dumps(value))}
+            except orjson.JSONEncodeError:  # a lone surrogate: UTF-8 has none
+                pass
         kind, data = self.serde.dumps_typed(value)
         return self._store_bytes(thread, kind, data)
 
