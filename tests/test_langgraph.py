@@ -47,6 +47,7 @@ from sessiontree.integrations.langgraph import (
     INLINE_BYTES,
     SessionTreeSaver,
     pi_message,
+    thread_file_key,
 )
 from sessiontree.storage import FileSessionStorage
 
@@ -693,3 +694,40 @@ def test_metadata_json_cannot_hold_is_stored_as_in_memory_saver_stores_it(
             got.append(found.metadata)
         assert got[1] == got[0]
         assert [t.metadata for t in saver.list(None, filter={"source": "input"})] == [got[0]]
+
+
+def test_copy_thread_whose_rename_fails_keeps_the_target_and_leaves_no_stray_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy takes the target's place in one step: when it cannot (the rename
+    fails: a full disk, a database error), the target keeps its checkpoints and no
+    copy is left behind under a name no thread leads to."""
+    location = str(tmp_path / "store")
+    with SessionTreeSaver(location) as saver:
+        put_chain(saver, "src", [{"a": 1}, {"a": 2}], ["r", "r"])
+        put_chain(saver, "dst", [{"a": 9}], ["r"])
+        saver.release("dst")
+        directory = os.path.dirname(saver.session_path("src") or "")
+
+        storage = saver.store.storage
+        rename = storage.rename
+        key = thread_file_key("dst")
+
+        def refuse(source: str, target: str) -> None:  # the copy into the target's place
+            if key in target:
+                raise OSError(28, "No space left on device")
+            rename(source, target)
+
+        monkeypatch.setattr(storage, "rename", refuse)
+        with pytest.raises(OSError):
+            saver.copy_thread("src", "dst")
+        monkeypatch.undo()
+        got = saver.get_tuple({"configurable": {"thread_id": "dst"}})
+        assert got is not None and got.checkpoint["channel_values"] == {"a": 9}
+        assert sorted(saver.list_threads()) == ["dst", "src"]
+        assert len([n for n in os.listdir(directory) if n.endswith(".jsonl")]) == 2
+        saver.copy_thread("src", "dst")  # and then it works, named as the target
+        copied = [t.checkpoint["channel_values"] for t in saver.list(support.config("dst"))]
+        assert copied == [{"a": 2}, {"a": 1}]
+        assert sorted(saver.list_threads()) == ["dst", "src"]
+        assert len([n for n in os.listdir(directory) if n.endswith(".jsonl")]) == 2

@@ -1266,10 +1266,10 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy a thread (every namespace, checkpoint, write and message) to another
         thread id: a new session whose header names the source's file (a fork). The
-        copy is written whole first; then the target's old session, if it has one, is
-        deleted (`SessionLockError` while another saver writes it: the copy goes, the
-        target stays) and the copy takes its place. A thread copied onto itself is left
-        as it is."""
+        copy is written whole first and takes a name of the target's (a failure on the
+        way: the copy goes, the target stays); then the target's old session, if it has
+        one, is deleted (`SessionLockError` while another saver writes it: the copy
+        goes, the target stays). A thread copied onto itself is left as it is."""
         if source_thread_id == target_thread_id:
             return
         with self._lock:
@@ -1286,34 +1286,38 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
             )
             written = copy.get_session_file()
             assert written is not None
-            copy.close()
+            old = self._paths(target_thread_id)
+            path = written
             try:
-                self.delete_thread(target_thread_id)
+                # The copy names its thread before it takes the target's place (under
+                # a name of the target's, newer than the old session's: until that
+                # goes, the thread is the old one), so no step leaves a thread whose
+                # file and name disagree, nor a copy no thread leads to.
+                for entry in copy.get_entries():
+                    if entry.get("type") == "custom" and entry.get("customType") == THREAD_TYPE:
+                        renamed = {**entry, "data": {"thread_id": target_thread_id}}
+                        copy.remove_entries((), replace={str(entry["id"]): renamed})
+                        break
+                copy.set_session_name(target_thread_id, "langgraph")
+                copy.close()
+                key = thread_file_key(target_thread_id)
+                path = os.path.join(self._dir, session_file_name(_now_iso(), key))
+                while old and path <= old[-1]:  # (the old one made this millisecond)
+                    path = os.path.join(self._dir, session_file_name(_now_iso(), key))
+                self.store.storage.rename(written, path)
             except BaseException:
+                copy.close()
                 self.store.delete(written, force=True)
                 raise
-            path = os.path.join(
-                self._dir, session_file_name(_now_iso(), thread_file_key(target_thread_id))
-            )
-            self.store.storage.rename(written, path)
-            manager = SessionManager.open(
-                path,
-                storage=self.store.storage,
-                blob_store=self.store.blobs_for(path),
-                breadcrumb=False,
-                agent_dir=self.store.agent_dir,
-            )
-            thread = _Thread(target_thread_id, path, manager, True)
-            entries = manager.get_entries()
-            renamed = {}
-            for entry in entries:
-                if entry.get("type") == "custom" and entry.get("customType") == THREAD_TYPE:
-                    renamed[str(entry["id"])] = {**entry, "data": {"thread_id": target_thread_id}}
-                    break
-            manager.remove_entries((), replace=renamed)
-            manager.set_session_name(target_thread_id, "langgraph")
-            _fold(thread, manager.get_entries())
-            self._threads[target_thread_id] = thread
+            try:
+                held = self._threads.pop(target_thread_id, None)
+                if held is not None:
+                    held.manager.close()
+                for each in old:
+                    self.store.delete(each, force=True)
+            except BaseException:
+                self.store.delete(path, force=True)
+                raise
 
     # ------------------------------------------------------------------ async
 
