@@ -716,6 +716,20 @@ class SessionManager(ClosesOnExit):
                 entry = {**replace[entry_id], "id": entry_id, "parentId": parent}
             if parent in wanted:
                 entry = {**entry, "parentId": kept_ancestor(parent)}
+            first_kept = entry.get("firstKeptEntryId")
+            if entry.get("type") == "compaction" and first_kept in wanted:
+                # The context keeps from the next kept entry of its path on.
+                path: builtins.list[Any] = []
+                current, seen = parent, set()
+                while isinstance(current, str) and current not in seen:
+                    if current == first_kept:
+                        later = [i for i in path if i not in wanted]
+                        if later:
+                            entry = {**entry, "firstKeptEntryId": later[-1]}
+                        break
+                    seen.add(current)
+                    path.append(current)
+                    current = parents.get(current)
             kept.append(entry)
         replacement = EntryIndex(kept)
         replacement.leaf = kept_ancestor(index.leaf)
