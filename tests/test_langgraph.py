@@ -758,3 +758,42 @@ def test_copy_thread_killed_before_the_rename_leaves_no_stray_session(tmp_path: 
         assert saver.list_threads() == ["src"]
         assert saver.get_tuple(support.config("dst")) is None
     assert len([n for n in os.listdir(directory) if n.endswith(".jsonl")]) == 1
+
+
+def test_a_saver_kept_across_a_fork_reads_in_the_child_while_a_parent_thread_held_it(
+    tmp_path: Path,
+) -> None:
+    """fork() while another thread is inside a saver call: the child's copy of the
+    saver's lock was held by a thread the child does not have, so every call hung."""
+    script = (
+        "import os, sys, threading\n"
+        "from langgraph.checkpoint.base import empty_checkpoint\n"
+        "from sessiontree.integrations.langgraph import SessionTreeSaver\n"
+        "s = SessionTreeSaver(sys.argv[1])\n"
+        "c = empty_checkpoint(); c['channel_values'] = {'a': 1}; c['channel_versions'] = {'a': 1}\n"
+        "s.put({'configurable': {'thread_id': 'T', 'checkpoint_ns': ''}}, c, {}, {'a': 1})\n"
+        "held, done = threading.Event(), threading.Event()\n"
+        "def busy():\n"
+        "    with s._lock:  # another thread in the middle of a call\n"
+        "        held.set(); done.wait()\n"
+        "t = threading.Thread(target=busy); t.start(); held.wait()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    got = s.get_tuple({'configurable': {'thread_id': 'T'}})\n"
+        "    print(got.checkpoint['channel_values'], flush=True)\n"
+        "    os._exit(0)\n"
+        "done.set(); t.join()\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "print('child', status, flush=True)\n"
+        "s.close()\n"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path / "store")],
+            capture_output=True,
+            text=True,
+            timeout=120,  # (a hang guard, not a timing)
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the forked child hung on the saver's lock")
+    assert done.stdout.split("\n")[:2] == ["{'a': 1}", "child 0"], done.stderr

@@ -50,6 +50,7 @@ import os
 import secrets
 import threading
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -104,6 +105,19 @@ _READERS: Final = 64
 """Threads a saver keeps open that it only reads (those it writes stay open)."""
 _ITEM_CACHE: Final = 256
 """List versions whose serialized items a thread keeps (for deltas and histories)."""
+
+
+_SAVERS: Final[weakref.WeakSet[SessionTreeSaver]] = weakref.WeakSet()
+
+
+def _forked() -> None:
+    """In a forked child, a saver's lock may be held by a thread the child does not
+    have: each saver gets a new one (its threads' files are the storage's to refuse)."""
+    for saver in list(_SAVERS):
+        saver._lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def thread_file_key(thread_id: str) -> str:
@@ -413,6 +427,7 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
         self._lock = threading.RLock()
         self._threads: dict[str, _Thread] = {}
         self._closed = False
+        _SAVERS.add(self)
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:
         """`<count, 12 digits>.<8 random hex digits>`: versions sort as strings, and a
