@@ -797,3 +797,44 @@ def test_a_saver_kept_across_a_fork_reads_in_the_child_while_a_parent_thread_hel
     except subprocess.TimeoutExpired:
         pytest.fail("the forked child hung on the saver's lock")
     assert done.stdout.split("\n")[:2] == ["{'a': 1}", "child 0"], done.stderr
+
+
+def test_a_thread_writes_again_once_a_full_disk_has_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put that fails on a full disk (ENOSPC) fails; once there is room, the next
+    puts and writes of that thread succeed (the thread is read again from its file),
+    instead of every later call failing with the old error until the saver closes."""
+    real_write = os.write
+    full = False
+
+    def write(fd: int, data: Any) -> int:
+        if full:
+            raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    def put(saver: SessionTreeSaver, parent: Any, value: int) -> Any:
+        checkpoint = empty_checkpoint()
+        version = f"{value:012d}.0"
+        checkpoint["channel_values"] = {"a": value}
+        checkpoint["channel_versions"] = {"a": version}
+        return saver.put(parent, checkpoint, {"run_id": "r"}, {"a": version})
+
+    monkeypatch.setattr(os, "write", write)
+    location = str(tmp_path / "store")
+    with SessionTreeSaver(location) as saver:
+        config = put(saver, {"configurable": {"thread_id": "T", "checkpoint_ns": ""}}, 1)
+        full = True
+        with pytest.raises(SessionPersistenceError):
+            put(saver, config, 2)
+        full = False
+        config = put(saver, config, 3)
+        saver.put_writes(config, [("a", 4)], "task")
+        got = saver.get_tuple(support.config("T"))
+        assert got is not None and got.checkpoint["channel_values"] == {"a": 3}
+        assert got.pending_writes == [("task", "a", 4)]
+    with SessionTreeSaver(location) as saver:
+        assert [t.checkpoint["channel_values"] for t in saver.list(support.config("T"))] == [
+            {"a": 3},
+            {"a": 1},
+        ]

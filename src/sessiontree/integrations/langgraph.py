@@ -73,7 +73,7 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from sessiontree.errors import InvalidStoreError
+from sessiontree.errors import InvalidStoreError, SessionPersistenceError
 from sessiontree.format import session_file_name
 from sessiontree.layout import get_default_session_dir
 from sessiontree.session import SessionManager
@@ -925,25 +925,34 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
                 "values": dumped,
             }
             manager = thread.manager
-            manager.branch(parent.tail if parent is not None else thread.root)
-            if "messages" in new_versions:
-                for message in self._new_messages(
-                    thread, ns, values.get("messages"), parent_versions, kept_of["messages"]
-                ):
-                    converted = pi_message(message, _millis(checkpoint.get("ts")))
-                    if converted is not None:
-                        manager.append_message(converted)
-            entry_id = manager.append_custom_entry(CHECKPOINT_TYPE, data)
-            old = thread.checkpoints.get((ns, checkpoint["id"]))
-            _add_checkpoint(thread, entry_id, data)
-            if old is not None:  # put again: the writes stay the checkpoint's
-                thread.checkpoints[(ns, checkpoint["id"])].tail = entry_id
-            record = thread.checkpoints[(ns, checkpoint["id"])]
-            record.versions = dict(checkpoint.get("channel_versions") or {})
-            for early in thread.early.pop((ns, checkpoint["id"]), ()):
-                self._append_writes(thread, record.tail, early)
-            if self.fsync:
-                manager.flush()
+            early_writes: builtins.list[dict[str, Any]] = []
+            try:
+                manager.branch(parent.tail if parent is not None else thread.root)
+                if "messages" in new_versions:
+                    for message in self._new_messages(
+                        thread, ns, values.get("messages"), parent_versions, kept_of["messages"]
+                    ):
+                        converted = pi_message(message, _millis(checkpoint.get("ts")))
+                        if converted is not None:
+                            manager.append_message(converted)
+                entry_id = manager.append_custom_entry(CHECKPOINT_TYPE, data)
+                old = thread.checkpoints.get((ns, checkpoint["id"]))
+                _add_checkpoint(thread, entry_id, data)
+                if old is not None:  # put again: the writes stay the checkpoint's
+                    thread.checkpoints[(ns, checkpoint["id"])].tail = entry_id
+                record = thread.checkpoints[(ns, checkpoint["id"])]
+                record.versions = dict(checkpoint.get("channel_versions") or {})
+                early_writes = thread.early.pop((ns, checkpoint["id"]), [])
+                while early_writes:
+                    self._append_writes(thread, record.tail, early_writes[0])
+                    early_writes.pop(0)
+                if self.fsync:
+                    manager.flush()
+            except (OSError, SessionPersistenceError):
+                if early_writes:
+                    thread.early[(ns, checkpoint["id"])] = early_writes
+                self._reopen(thread)
+                raise
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -1008,7 +1017,11 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
                 _add_writes(thread, None, data_)
                 thread.early.setdefault((ns, cid), []).append(data_)
                 return
-            self._append_writes(thread, thread.checkpoints[(ns, cid)].tail, data_)
+            try:
+                self._append_writes(thread, thread.checkpoints[(ns, cid)].tail, data_)
+            except (OSError, SessionPersistenceError):
+                self._reopen(thread)
+                raise
             _add_writes(thread, None, data_)
 
     def _append_writes(self, thread: _Thread, parent: str, data: dict[str, Any]) -> None:
@@ -1268,6 +1281,22 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
             thread.manager.close()
         except Exception:  # the failure the caller is raising
             pass
+
+    def _reopen(self, thread: _Thread) -> None:
+        """A write to the thread failed (a full disk): its manager will not write
+        again, so the thread is opened again from its file (which has every entry but
+        the failed one), keeping the writes held for checkpoints not written yet; when
+        that fails too, it is read again on its next use."""
+        self._drop(thread)
+        try:
+            fresh = self._thread(thread.thread_id, write=True)
+        except Exception:  # the failure the caller is raising
+            return
+        if fresh is not None:
+            fresh.early = thread.early
+            for held in fresh.early.values():
+                for data in held:
+                    _add_writes(fresh, None, data)
 
     def _flat(self, thread: _Thread, key: tuple[str, str, str]) -> dict[str, Any]:
         """A version's stored form that needs no other version."""
