@@ -35,6 +35,7 @@ from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.memory import InMemorySaver
 
 import langgraph_support as support
+from helpers import peer_context
 from sessiontree import SessionManager, Store
 from sessiontree.cli import app
 from sessiontree.errors import (
@@ -45,6 +46,7 @@ from sessiontree.errors import (
 from sessiontree.integrations.langgraph import (
     CHECKPOINT_TYPE,
     INLINE_BYTES,
+    LEAF_TYPE,
     SessionTreeSaver,
     pi_message,
     thread_file_key,
@@ -840,36 +842,138 @@ def test_a_thread_writes_again_once_a_full_disk_has_room(
         ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="design: the session's leaf (the context pi, omp, `sessiontree context` and the "
-    "web app open at) is the last entry written; writes LangGraph saves for a checkpoint "
-    "after its child checkpoint was written (its background writer's order) hang under "
-    "that checkpoint and become the leaf, off the newest checkpoint's path, so the context "
-    "misses the last messages (test_graph_interrupt_resume_..._views[postgres] fails so "
-    "under load). LangGraph reads by checkpoint, not by leaf: lead decides.",
-)
+def late_writes_thread(saver: SessionTreeSaver, thread_id: str, late: bool) -> list[Any]:
+    """Three checkpoints of a conversation, each with its writes; `late`: the writes of
+    the first two saved after the third checkpoint and its writes (LangGraph's
+    background writer may save them so), two tasks' for the first."""
+    messages = [HumanMessage("question", id="1"), AIMessage("answer", id="2")]
+    messages += [HumanMessage("more", id="3"), AIMessage("more answer", id="4")]
+    parent: dict[str, Any] = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    configs = []
+    for i, count in enumerate([1, 2, 4]):
+        checkpoint = empty_checkpoint()
+        checkpoint["id"] = f"1f0-{i}"
+        checkpoint["ts"] = "2026-01-01T00:00:00+00:00"
+        checkpoint["channel_values"] = {"messages": messages[:count]}
+        checkpoint["channel_versions"] = {"messages": f"00000000000{i + 1}.0"}
+        parent = saver.put(parent, checkpoint, {}, {"messages": f"00000000000{i + 1}.0"})
+        configs.append(parent)
+    writes = [
+        (configs[2], "end", [("done", True)]),  # in time
+        (configs[0], "model", [("messages", [messages[1]])]),
+        (configs[0], "other", [("other", "x")]),
+        (configs[1], "human", [("messages", messages[2:3])]),
+    ]
+    if not late:
+        return configs
+    for config, task, items in writes:
+        saver.put_writes(config, items, task)
+    return configs
+
+
+def leaf_and_context(path: str) -> tuple[dict[str, Any], list[Any]]:
+    with SessionManager.open(path, read_only=True) as manager:
+        leaf = manager.get_leaf_entry()
+        assert leaf is not None
+        return leaf, manager.build_session_context().messages
+
+
 def test_late_writes_of_an_older_checkpoint_leave_the_leaf_on_the_newest(tmp_path: Path) -> None:
+    with SessionTreeSaver(str(tmp_path / "plain")) as saver:
+        late_writes_thread(saver, "t", late=False)
+        plain = saver.session_path("t")
+    with SessionTreeSaver(str(tmp_path / "late")) as saver:
+        configs = late_writes_thread(saver, "t", late=True)
+        path = saver.session_path("t")
+        got = saver.get_tuple(configs[0])
+        assert got is not None and sorted(w[0] for w in got.pending_writes or []) == [
+            "model",
+            "other",
+        ]
+    assert plain is not None and path is not None
+    leaf, context = leaf_and_context(path)
+    assert context == leaf_and_context(plain)[1]
+    assert [m["content"] for m in context][-1] == [{"type": "text", "text": "more answer"}]
+    # The leaf: one leaf entry after each late put_writes, pointing at the newest
+    # checkpoint's last entry (its own writes, saved in time, are that entry).
+    entries = lines_of(path)
+    markers = [e for e in entries if e.get("customType") == LEAF_TYPE]
+    assert len(markers) == 3 and entries[-1] == leaf == markers[-1]
+    by_id = {e.get("id"): e for e in entries}
+    assert "data" not in leaf
+    tip = by_id[leaf["parentId"]]
+    assert tip["customType"] == "langgraph.writes" and tip["data"]["checkpoint"] == "1f0-2"
+    # A saver that opens the file again knows the tip: no leaf entry for the newest
+    # checkpoint's writes, one for another late write.
+    with SessionTreeSaver(str(tmp_path / "late")) as saver:
+        saver.put_writes(configs[2], [("after", 1)], "again")
+        again = lines_of(path)[-1]
+        assert again["data"]["task"] == "again" and again["parentId"] == tip["id"]
+        saver.put_writes(configs[1], [("late", 1)], "late-again")
+        last = lines_of(path)[-1]
+        assert last["customType"] == LEAF_TYPE and last["parentId"] == again["id"]
+    assert leaf_and_context(path)[1] == context
+
+
+@pytest.mark.peers
+@pytest.mark.slow  # runs the peers themselves (node, bun): 15 s
+def test_late_writes_leave_the_peers_context_on_the_newest(tmp_path: Path) -> None:
+    with SessionTreeSaver(str(tmp_path / "plain")) as saver:
+        late_writes_thread(saver, "t", late=False)
+        plain = saver.session_path("t")
+    with SessionTreeSaver(str(tmp_path / "late")) as saver:
+        late_writes_thread(saver, "t", late=True)
+        path = saver.session_path("t")
+    assert plain is not None and path is not None
+    for peer in ("pi", "omp"):
+        got = peer_context(peer, path)
+        assert got == peer_context(peer, plain)
+        assert len(got["messages"]) == 4, peer
+
+
+def test_prune_and_delete_for_runs_keep_the_leaf_entry_pointing_at_a_kept_entry(
+    tmp_path: Path,
+) -> None:
     location = str(tmp_path / "store")
     with SessionTreeSaver(location) as saver:
-        first = empty_checkpoint()
-        first["channel_values"] = {"messages": [HumanMessage("question", id="1")]}
-        first["channel_versions"] = {"messages": "000000000001.0"}
-        parent = saver.put(
-            support.config("t") | {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
-            first,
-            {},
-            {"messages": "000000000001.0"},
+        configs = late_writes_thread(saver, "t", late=True)
+        saver.copy_thread("t", "copy")
+        path, copy = saver.session_path("t"), saver.session_path("copy")
+        assert path is not None and copy is not None
+        # The copy carries the leaf entries: the same context.
+        assert leaf_and_context(copy)[1] == leaf_and_context(path)[1]
+        saver.prune(["t"])
+        entries = lines_of(path)
+        ids = {e.get("id") for e in entries}
+        markers = [e for e in entries if e.get("customType") == LEAF_TYPE]
+        assert markers == [entries[-1]] and markers[0]["parentId"] in ids
+        context = leaf_and_context(path)[1]
+        assert [m["role"] for m in context] == ["user", "assistant", "user", "assistant"]
+        got = saver.get_tuple(configs[2])
+        assert got is not None and [w[0] for w in got.pending_writes or []] == ["end"]
+    # The newest checkpoint's run goes: the leaf entry follows its parent up.
+    with SessionTreeSaver(location) as saver:
+        for i, config in enumerate(late_writes_thread(saver, "u", late=True)):
+            assert saver.get_tuple(config) is not None, i
+        checkpoint = empty_checkpoint()
+        checkpoint["id"] = "1f0-9"
+        checkpoint["channel_values"] = {"messages": [HumanMessage("x", id="9")]}
+        checkpoint["channel_versions"] = {"messages": "000000000009.0"}
+        newest = saver.put(
+            {"configurable": {"thread_id": "u", "checkpoint_ns": "", "checkpoint_id": "1f0-2"}},
+            checkpoint,
+            {"run_id": "doomed"},
+            {"messages": "000000000009.0"},
         )
-        second = empty_checkpoint()
-        second["channel_values"] = {
-            "messages": [HumanMessage("question", id="1"), AIMessage("answer", id="2")]
-        }
-        second["channel_versions"] = {"messages": "000000000002.0"}
-        saver.put(parent, second, {}, {"messages": "000000000002.0"})
-        saver.put_writes(parent, [("messages", [AIMessage("answer", id="2")])], "task")  # late
-        path = saver.session_path("t")
-    assert path is not None
-    with SessionManager.open(path, read_only=True) as manager:
-        roles = [m["role"] for m in manager.build_session_context().messages]
-    assert roles == ["user", "assistant"]
+        saver.put_writes(configs[0], [("late", 1)], "late")  # a leaf entry under 1f0-9
+        saver.delete_for_runs(["doomed"])
+        assert saver.get_tuple(newest) is None
+        upath = saver.session_path("u")
+        assert upath is not None
+        entries = lines_of(upath)
+        ids = {e.get("id") for e in entries}
+        assert all(e["parentId"] in ids for e in entries if e.get("customType") == LEAF_TYPE)
+        assert entries[-1]["customType"] == LEAF_TYPE
+        assert leaf_and_context(upath)[1] == leaf_and_context(path)[1]
+    with Store(location) as store:
+        assert store.check() == []

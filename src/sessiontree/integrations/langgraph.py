@@ -19,7 +19,9 @@ of sessions, files or PostgreSQL (`pip install 'sessiontree[langgraph]'`):
   holds its `blob:sha256:` ref;
 - pending writes (`put_writes`) are `langgraph.writes` entries under their
   checkpoint; metadata is plain JSON in the entry (when it is JSON), filtered by
-  `list(filter=)`;
+  `list(filter=)`; writes saved late, under an older checkpoint, are followed by a
+  `langgraph.leaf` entry under the newest checkpoint's last entry, so the file's last
+  entry (the leaf every reader opens at) stays on the newest path;
 - the `messages` channel (LangChain messages, or dicts of that shape) is also written
   as pi messages (user, assistant with tool calls and usage, tool results) on the same
   branch, just before the checkpoint that added them, so `sessiontree show`, `tree`,
@@ -83,6 +85,7 @@ from sessiontree.store import Store
 __all__ = [
     "CHECKPOINT_TYPE",
     "INLINE_BYTES",
+    "LEAF_TYPE",
     "PROJECT",
     "THREAD_TYPE",
     "WRITES_TYPE",
@@ -96,6 +99,10 @@ PROJECT: Final = "/langgraph"
 THREAD_TYPE: Final = "langgraph.thread"
 CHECKPOINT_TYPE: Final = "langgraph.checkpoint"
 WRITES_TYPE: Final = "langgraph.writes"
+LEAF_TYPE: Final = "langgraph.leaf"
+"""A custom entry (no data) whose parent is the newest checkpoint's last entry: written
+after writes saved late under an older checkpoint, so the file's last entry (the leaf
+the agents and the web app open at) is on the newest checkpoint's path again."""
 INLINE_BYTES: Final = 4096
 """A serialized value (or list item) larger than this goes to the blob store."""
 
@@ -326,6 +333,25 @@ class _Thread:
     early: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
     """Writes of a checkpoint not written yet (LangGraph saves a step's checkpoint in
     the background, so its writes may come first): written right after it."""
+    tip: str = ""
+    """The entry the session's leaf belongs at: the last entry of the newest checkpoint
+    put (its writes included), where a `LEAF_TYPE` entry points after late writes."""
+
+
+def _is_leaf_marker(entry: Mapping[str, Any]) -> bool:
+    return entry.get("type") == "custom" and entry.get("customType") == LEAF_TYPE
+
+
+def _tip_of(entries: Sequence[Mapping[str, Any]]) -> str:
+    """The entry a thread's file leads to: its last entry, or the one a leaf entry at
+    the end points at (never a leaf entry: one points at the tip)."""
+    if not entries:
+        return ""
+    last = entries[-1]
+    if _is_leaf_marker(last):
+        parent = last.get("parentId")
+        return parent if isinstance(parent, str) else ""
+    return str(last.get("id"))
 
 
 def _fold(thread: _Thread, entries: Iterable[dict[str, Any]]) -> None:
@@ -559,10 +585,13 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
             for old in readers[: max(0, len(readers) - _READERS + 1)]:
                 del self._threads[old.thread_id]  # the least recently read first
                 old.manager.close()
-        _fold(thread, manager.get_entries())
+        entries = manager.get_entries()
+        _fold(thread, entries)
+        thread.tip = _tip_of(entries)
         if write and not thread.root:
             manager.reset_leaf()
             thread.root = manager.append_custom_entry(THREAD_TYPE, {"thread_id": thread_id})
+            thread.tip = thread.root
         self._threads[thread_id] = thread
         return thread
 
@@ -595,7 +624,7 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
             assert found is not None
             return found
         thread = _Thread(thread_id, path, manager, True)
-        thread.root = root
+        thread.root = thread.tip = root
         self._threads[thread_id] = thread
         return thread
 
@@ -943,8 +972,10 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
                 record = thread.checkpoints[(ns, checkpoint["id"])]
                 record.versions = dict(checkpoint.get("channel_versions") or {})
                 early_writes = thread.early.pop((ns, checkpoint["id"]), [])
+                thread.tip = record.tail
                 while early_writes:
                     self._append_writes(thread, record.tail, early_writes[0])
+                    thread.tip = record.tail
                     early_writes.pop(0)
                 if self.fsync:
                     manager.flush()
@@ -1017,8 +1048,18 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
                 _add_writes(thread, None, data_)
                 thread.early.setdefault((ns, cid), []).append(data_)
                 return
+            record = thread.checkpoints[(ns, cid)]
+            # The writes of the newest checkpoint (of its namespace) take the leaf with
+            # them; those saved late, under an older checkpoint (after its child: the
+            # order of LangGraph's background writer), are followed by a leaf entry
+            # that points back at the newest one.
+            newest = record.tail == thread.tip or thread.latest.get(ns) == cid
             try:
-                self._append_writes(thread, thread.checkpoints[(ns, cid)].tail, data_)
+                self._append_writes(thread, record.tail, data_)
+                if newest:
+                    thread.tip = record.tail
+                else:
+                    self._lead_back(thread)
             except (OSError, SessionPersistenceError):
                 self._reopen(thread)
                 raise
@@ -1029,10 +1070,23 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
         _writes_written(thread, thread.manager.append_custom_entry(WRITES_TYPE, data), data)
 
     def _write_early(self, thread: _Thread) -> None:
-        """Writes whose checkpoint never came: under the thread's root, not lost."""
+        """Writes whose checkpoint never came: under the thread's root, not lost (the
+        leaf led back to the newest checkpoint after them)."""
+        if not thread.early:
+            return
         for key in list(thread.early):
             for data in thread.early.pop(key):
                 self._append_writes(thread, thread.root, data)
+        self._lead_back(thread)
+
+    def _lead_back(self, thread: _Thread) -> None:
+        """After writes off the newest checkpoint's path: one leaf entry under the
+        thread's tip, so the file's last entry (the leaf every reader opens at) is on
+        that path again. Not part of any context (a custom entry)."""
+        manager = thread.manager
+        if thread.tip and manager.get_leaf_id() != thread.tip:
+            manager.branch(thread.tip)
+            manager.append_custom_entry(LEAF_TYPE)
 
     # ------------------------------------------------------------------ removing
 
@@ -1143,6 +1197,8 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
             entry_id = str(entry.get("id"))
             if entry.get("type") == "message" or entry_id in removed_ids:
                 continue
+            if _is_leaf_marker(entry):
+                continue  # it keeps no message (it goes, or follows its parent up)
             current: Any = parents.get(entry_id)
             while isinstance(current, str) and current not in needed:
                 needed.add(current)
@@ -1151,6 +1207,12 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
             entry_id = str(entry.get("id"))
             if entry.get("type") == "message" and entry_id not in needed:
                 removed_ids.add(entry_id)
+        # Leaf entries: only one that ends the rewritten file stays (what it points at
+        # gone, it points at the nearest kept ancestor: `remove_entries`' rule).
+        kept = [e for e in entries if str(e.get("id")) not in removed_ids]
+        for entry in kept[:-1] if kept and _is_leaf_marker(kept[-1]) else kept:
+            if _is_leaf_marker(entry):
+                removed_ids.add(str(entry.get("id")))
         try:
             manager.remove_entries(removed_ids, replace=replacements)
         except BaseException:
@@ -1158,7 +1220,9 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
             raise
         # Read the rewritten file's entries again: positions and homes changed.
         fresh = _Thread(thread.thread_id, thread.path, manager, thread.writable)
-        _fold(fresh, manager.get_entries())
+        rewritten = manager.get_entries()
+        _fold(fresh, rewritten)
+        fresh.tip = _tip_of(rewritten)
         fresh.early = {k: v for k, v in thread.early.items() if k not in doomed}
         for held in fresh.early.values():
             for data in held:
