@@ -51,6 +51,7 @@ import math
 import os
 import secrets
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
@@ -75,11 +76,11 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from sessiontree.errors import InvalidStoreError, SessionPersistenceError
+from sessiontree.errors import InvalidStoreError, SessionPersistenceError, SessionTreeError
 from sessiontree.format import session_file_name
 from sessiontree.layout import get_default_session_dir
 from sessiontree.session import SessionManager
-from sessiontree.storage import parse_blob_ref
+from sessiontree.storage import acquire_session_lock, parse_blob_ref
 from sessiontree.store import Store
 
 __all__ = [
@@ -112,6 +113,12 @@ _READERS: Final = 64
 """Threads a saver keeps open that it only reads (those it writes stay open)."""
 _ITEM_CACHE: Final = 256
 """List versions whose serialized items a thread keeps (for deltas and histories)."""
+_COPYING: Final = ".copying"
+"""The end of a `copy_thread` copy's name until it takes the target's (`<a thread's
+file name>.<random>.copying`): no `*.jsonl`, so no listing shows it, nor any thread."""
+_STALE_COPY_NS: Final = 10 * 60 * 10**9
+"""A copy in progress this long unchanged, its writer's lock free, was left by a
+process killed mid-copy: a saver opening the store (or `list_threads`) removes it."""
 
 
 _SAVERS: Final[weakref.WeakSet[SessionTreeSaver]] = weakref.WeakSet()
@@ -454,6 +461,7 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
         self._threads: dict[str, _Thread] = {}
         self._closed = False
         _SAVERS.add(self)
+        self._remove_stale_copies()
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:
         """`<count, 12 digits>.<8 random hex digits>`: versions sort as strings, and a
@@ -628,10 +636,45 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
         self._threads[thread_id] = thread
         return thread
 
+    def _remove_stale_copies(self) -> None:
+        """Remove the copies `copy_thread` left in progress (its process killed before
+        the rename), and the temp files of their atomic writes: those unchanged for 10
+        minutes whose copy's writer lock is free. Never a session (`*.jsonl`), never a
+        copy being written (its writer holds the lock while it writes, and renames it
+        at once after); a failure leaves them."""
+        storage = self.store.storage
+        try:
+            if not storage.exists(self._dir):
+                return
+            leftovers = storage.list_files(self._dir, f"*.jsonl.*{_COPYING}")
+            leftovers += storage.list_files(self._dir, f".*.jsonl.*{_COPYING}.*.tmp")
+        except (OSError, SessionTreeError):
+            return
+        for path in leftovers:
+            name = os.path.basename(path)
+            if not name.endswith(_COPYING):  # `.<copy>.<random>.tmp`: the copy's temp
+                name = name[1:].rsplit(_COPYING, 1)[0] + _COPYING
+            try:
+                if time.time_ns() - storage.stat(path).mtime_ns < _STALE_COPY_NS:
+                    continue
+                # SessionLockError: the copy's writer is alive.
+                lock = acquire_session_lock(storage, os.path.join(self._dir, name))
+            except (OSError, SessionTreeError):
+                continue
+            try:
+                storage.unlink(path)
+            except (OSError, SessionTreeError):
+                pass
+            finally:
+                if lock is not None:
+                    lock.release()
+
     def list_threads(self) -> list[str]:
         """Every thread of the store, newest first (from the store's listing of the
-        `/langgraph` project: the sessions' names, checked against their file names)."""
+        `/langgraph` project: the sessions' names, checked against their file names);
+        copies left in progress by a killed `copy_thread` are removed first."""
         self._check_open()
+        self._remove_stale_copies()
         found: list[str] = []
         for info in self.store.list(PROJECT):
             name = info.title
@@ -1374,10 +1417,13 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy a thread (every namespace, checkpoint, write and message) to another
         thread id: a new session whose header names the source's file (a fork). The
-        copy is written whole first and takes a name of the target's (a failure on the
-        way: the copy goes, the target stays); then the target's old session, if it has
-        one, is deleted (`SessionLockError` while another saver writes it: the copy
-        goes, the target stays). A thread copied onto itself is left as it is."""
+        copy is written whole first, under a name no listing shows (`….copying`), and
+        takes a name of the target's (a failure on the way: the copy goes, the target
+        stays; a process killed on the way leaves that file alone, which a saver opening
+        the store removes once it is 10 minutes old and its lock free); then the
+        target's old session, if it has one, is deleted (`SessionLockError` while
+        another saver writes it: the copy goes, the target stays). A thread copied onto
+        itself is left as it is."""
         if source_thread_id == target_thread_id:
             return
         with self._lock:
@@ -1385,12 +1431,20 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
             source = self._thread(source_thread_id, write=False)
             if source is None:
                 return
+            key = thread_file_key(target_thread_id)
+            # Written under a name no listing shows (a process killed before the rename
+            # leaves no session: the next saver removes the copy, see _COPYING).
+            in_progress = os.path.join(
+                self._dir,
+                f"{session_file_name(_now_iso(), key)}.{secrets.token_hex(4)}{_COPYING}",
+            )
             copy = source.manager.persist_copy(
                 self._dir,
                 self.store.storage,
                 breadcrumb=False,
                 parent_session=source.path,
                 agent_dir=self.store.agent_dir,
+                path=in_progress,
             )
             written = copy.get_session_file()
             assert written is not None
@@ -1408,14 +1462,16 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
                         break
                 copy.set_session_name(target_thread_id, "langgraph")
                 copy.close()
-                key = thread_file_key(target_thread_id)
                 path = os.path.join(self._dir, session_file_name(_now_iso(), key))
                 while old and path <= old[-1]:  # (the old one made this millisecond)
                     path = os.path.join(self._dir, session_file_name(_now_iso(), key))
                 self.store.storage.rename(written, path)
             except BaseException:
                 copy.close()
-                self.store.delete(written, force=True)
+                try:
+                    self.store.storage.unlink(written)
+                except FileNotFoundError:
+                    pass
                 raise
             try:
                 held = self._threads.pop(target_thread_id, None)

@@ -540,15 +540,18 @@ class SessionManager(ClosesOnExit):
         *,
         agent_dir: str | None = None,
         blob_store: BlobStoreLike | None = None,
+        path: str | None = None,
     ) -> str:
         """Write `header` + the entries of `index` (a copy of `source`'s) as a new session
         file at once and switch to it (and to `index`), its images in the store
         `source.blob_carry` gives its path. `source` may be this manager; its pinned
-        blobs are the ones the entries may name.
+        blobs are the ones the entries may name. `path`: the file (default: the
+        header's name in the session dir).
 
         On failure the manager stays on its current session, unchanged.
         """
-        path = session_path(self._session_dir, header)
+        if path is None:
+            path = session_path(self._session_dir, header)
         source._check_pinned(index, path)
         current = self._file
         if current is not None and current.on_disk:
@@ -1123,6 +1126,7 @@ class SessionManager(ClosesOnExit):
         blob_store: BlobStoreLike | None = None,
         parent_session: str | None = None,
         agent_dir: str | None = None,
+        path: str | None = None,
     ) -> SessionManager:
         """A new persistent session holding a copy of this one (in memory or not).
 
@@ -1134,7 +1138,8 @@ class SessionManager(ClosesOnExit):
         session's file, as `create_branched_session` does. `parent_session` sets the
         new header's `parentSession` (an import names the session its source was
         forked from, a subagent's copy its parent's file). `agent_dir`: the copy's
-        agent dir (default: this session's).
+        agent dir (default: this session's). `path`: the copy's file (default: a new
+        name in `session_dir`; refused, as any new file, where a file is).
         """
         self._check_open()
         entries = (
@@ -1165,6 +1170,7 @@ class SessionManager(ClosesOnExit):
             self,
             agent_dir=agent,
             blob_store=blob_store,
+            path=path,
         )
         return copy_
 
