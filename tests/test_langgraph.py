@@ -39,6 +39,7 @@ import langgraph_support as support
 from helpers import peer_context
 from sessiontree import SessionManager, Store
 from sessiontree.cli import app
+from sessiontree.cli.common import console as cli_console
 from sessiontree.errors import (
     SessionLockError,
     SessionPersistenceError,
@@ -129,7 +130,9 @@ def cli(*args: str) -> str:
     return result.stdout
 
 
-def test_graph_interrupt_resume_in_another_process_time_travel_and_views(location: str) -> None:
+def test_graph_interrupt_resume_in_another_process_time_travel_and_views(
+    location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with SessionTreeSaver(location) as saver:
         graph = support.build(saver)
         first = ask(graph, "weather", "What is the weather in Paris?")
@@ -169,6 +172,8 @@ def test_graph_interrupt_resume_in_another_process_time_travel_and_views(locatio
         assert path is not None
         assert saver.list_threads() == ["weather"]
     store = ["--store", location]
+    # Wide: writes saved late branch the tree (deeper lines), which cuts previews at 80.
+    monkeypatch.setattr(cli_console, "_width", 400)
     tree = cli(*store, "tree", path, "--full")
     assert "user: What is the weather in Paris?" in tree
     assert "user: And in Rome?" in tree
