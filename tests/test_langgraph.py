@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,8 +36,10 @@ from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.memory import InMemorySaver
 
 import langgraph_support as support
+from helpers import peer_context
 from sessiontree import SessionManager, Store
 from sessiontree.cli import app
+from sessiontree.cli.common import console as cli_console
 from sessiontree.errors import (
     SessionLockError,
     SessionPersistenceError,
@@ -45,10 +48,12 @@ from sessiontree.errors import (
 from sessiontree.integrations.langgraph import (
     CHECKPOINT_TYPE,
     INLINE_BYTES,
+    LEAF_TYPE,
     SessionTreeSaver,
     pi_message,
+    thread_file_key,
 )
-from sessiontree.storage import FileSessionStorage
+from sessiontree.storage import FileSessionStorage, acquire_session_lock
 
 HERE = Path(__file__).parent
 
@@ -125,7 +130,9 @@ def cli(*args: str) -> str:
     return result.stdout
 
 
-def test_graph_interrupt_resume_in_another_process_time_travel_and_views(location: str) -> None:
+def test_graph_interrupt_resume_in_another_process_time_travel_and_views(
+    location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with SessionTreeSaver(location) as saver:
         graph = support.build(saver)
         first = ask(graph, "weather", "What is the weather in Paris?")
@@ -165,6 +172,8 @@ def test_graph_interrupt_resume_in_another_process_time_travel_and_views(locatio
         assert path is not None
         assert saver.list_threads() == ["weather"]
     store = ["--store", location]
+    # Wide: writes saved late branch the tree (deeper lines), which cuts previews at 80.
+    monkeypatch.setattr(cli_console, "_width", 400)
     tree = cli(*store, "tree", path, "--full")
     assert "user: What is the weather in Paris?" in tree
     assert "user: And in Rome?" in tree
@@ -667,3 +676,354 @@ def test_copy_thread_onto_itself_or_onto_a_held_thread_changes_nothing(tmp_path:
         assert sorted(saver.list_threads()) == ["held", "src"]
         directory = os.path.dirname(saver.session_path("src") or "")
         assert len([n for n in os.listdir(directory) if n.endswith(".jsonl")]) == 2
+
+
+# ----------------------------------------------------------------------------- red team
+
+
+def test_metadata_json_cannot_hold_is_stored_as_in_memory_saver_stores_it(
+    tmp_path: Path,
+) -> None:
+    """A metadata string with a lone surrogate (JSON as UTF-8 cannot hold it) goes
+    through the serde, as InMemorySaver's does, instead of failing the put."""
+    odd = {"source": "input", "note": "\ud800"}
+    memory = InMemorySaver()
+    with SessionTreeSaver(str(tmp_path / "store")) as saver:
+        got = []
+        for each in (memory, saver):
+            config = each.put(
+                {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+                empty_checkpoint(),
+                dict(odd),
+                {},
+            )
+            found = each.get_tuple(config)
+            assert found is not None
+            got.append(found.metadata)
+        assert got[1] == got[0]
+        assert [t.metadata for t in saver.list(None, filter={"source": "input"})] == [got[0]]
+
+
+def test_copy_thread_whose_rename_fails_keeps_the_target_and_leaves_no_stray_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy takes the target's place in one step: when it cannot (the rename
+    fails: a full disk, a database error), the target keeps its checkpoints and no
+    copy is left behind under a name no thread leads to."""
+    location = str(tmp_path / "store")
+    with SessionTreeSaver(location) as saver:
+        put_chain(saver, "src", [{"a": 1}, {"a": 2}], ["r", "r"])
+        put_chain(saver, "dst", [{"a": 9}], ["r"])
+        saver.release("dst")
+        directory = os.path.dirname(saver.session_path("src") or "")
+
+        storage = saver.store.storage
+        rename = storage.rename
+        key = thread_file_key("dst")
+
+        def refuse(source: str, target: str) -> None:  # the copy into the target's place
+            if key in target and target.endswith(".jsonl"):
+                raise OSError(28, "No space left on device")
+            rename(source, target)
+
+        monkeypatch.setattr(storage, "rename", refuse)
+        with pytest.raises(OSError):
+            saver.copy_thread("src", "dst")
+        monkeypatch.undo()
+        got = saver.get_tuple({"configurable": {"thread_id": "dst"}})
+        assert got is not None and got.checkpoint["channel_values"] == {"a": 9}
+        assert sorted(saver.list_threads()) == ["dst", "src"]
+        assert len([n for n in os.listdir(directory) if n.endswith(".jsonl")]) == 2
+        assert not [n for n in os.listdir(directory) if n.endswith(".copying")]
+        saver.copy_thread("src", "dst")  # and then it works, named as the target
+        copied = [t.checkpoint["channel_values"] for t in saver.list(support.config("dst"))]
+        assert copied == [{"a": 2}, {"a": 1}]
+        assert sorted(saver.list_threads()) == ["dst", "src"]
+        assert len([n for n in os.listdir(directory) if n.endswith(".jsonl")]) == 2
+
+
+def test_copy_thread_killed_before_the_rename_leaves_no_stray_session(tmp_path: Path) -> None:
+    location = str(tmp_path / "store")
+    script = (
+        "import os, sys\n"
+        "from sessiontree.integrations.langgraph import SessionTreeSaver\n"
+        "s = SessionTreeSaver(sys.argv[1])\n"
+        "rename = s.store.storage.rename\n"
+        "def killed(a, b):  # at the rename into the target's place, or at the first\n"
+        "    if b.endswith('.jsonl') or sys.argv[2] == 'first':\n"
+        "        os._exit(9)\n"
+        "    rename(a, b)\n"
+        "s.store.storage.rename = killed\n"
+        "s.copy_thread('src', 'dst')\n"
+    )
+    with SessionTreeSaver(location) as saver:
+        put_chain(saver, "src", [{"a": 1}], ["r"])
+        directory = os.path.dirname(saver.session_path("src") or "")
+
+    def killed_copy(when: str = "last") -> str:
+        done = subprocess.run([sys.executable, "-c", script, location, when], capture_output=True)
+        assert done.returncode == 9, done.stderr
+        left = [n for n in os.listdir(directory) if n.endswith(".copying")]
+        assert len(left) == 1
+        return os.path.join(directory, left[0])
+
+    def age(path: str) -> None:
+        old = time.time() - 11 * 60
+        for name in os.listdir(directory):
+            if os.path.basename(path) in name:  # its temp files too
+                os.utime(os.path.join(directory, name), (old, old))
+
+    leftover = killed_copy()
+    # No session, no thread: the copy is under a name no listing shows.
+    with SessionTreeSaver(location) as saver:
+        assert saver.list_threads() == ["src"]
+        assert saver.get_tuple(support.config("dst")) is None
+        assert [i.title for i in saver.store.list("/langgraph")] == ["src"]
+    assert len([n for n in os.listdir(directory) if n.endswith(".jsonl")]) == 1
+    assert os.path.exists(leftover)  # too recent to be taken for a leftover
+    # Ten minutes later, a saver opening the store removes it; list_threads too.
+    age(leftover)
+    with SessionTreeSaver(location) as saver:
+        assert not os.path.exists(leftover)
+        second = killed_copy("first")  # in the copy's own rewrite: its temp file left
+        assert any(n.endswith(".tmp") for n in os.listdir(directory))
+        age(second)
+        assert saver.list_threads() == ["src"]
+        assert not os.path.exists(second)
+    # A copy whose writer is alive (its lock held) stays, however old.
+    third = killed_copy()
+    age(third)
+    lock = acquire_session_lock(FileSessionStorage(), third)
+    try:
+        with SessionTreeSaver(location) as saver:
+            assert saver.list_threads() == ["src"]
+        assert os.path.exists(third)
+    finally:
+        assert lock is not None
+        lock.release()
+    with SessionTreeSaver(location) as saver:
+        saver.copy_thread("src", "dst")  # and a copy that goes through is the thread
+        assert sorted(saver.list_threads()) == ["dst", "src"]
+        assert not os.path.exists(third)
+    assert sorted(os.listdir(directory)) == sorted(
+        n for n in os.listdir(directory) if n.endswith(".jsonl")
+    )
+    with Store(location) as store:
+        assert store.check() == []
+
+
+def test_a_saver_kept_across_a_fork_reads_in_the_child_while_a_parent_thread_held_it(
+    tmp_path: Path,
+) -> None:
+    """fork() while another thread is inside a saver call: the child's copy of the
+    saver's lock was held by a thread the child does not have, so every call hung."""
+    script = (
+        "import os, sys, threading\n"
+        "from langgraph.checkpoint.base import empty_checkpoint\n"
+        "from sessiontree.integrations.langgraph import SessionTreeSaver\n"
+        "s = SessionTreeSaver(sys.argv[1])\n"
+        "c = empty_checkpoint(); c['channel_values'] = {'a': 1}; c['channel_versions'] = {'a': 1}\n"
+        "s.put({'configurable': {'thread_id': 'T', 'checkpoint_ns': ''}}, c, {}, {'a': 1})\n"
+        "held, done = threading.Event(), threading.Event()\n"
+        "def busy():\n"
+        "    with s._lock:  # another thread in the middle of a call\n"
+        "        held.set(); done.wait()\n"
+        "t = threading.Thread(target=busy); t.start(); held.wait()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    got = s.get_tuple({'configurable': {'thread_id': 'T'}})\n"
+        "    print(got.checkpoint['channel_values'], flush=True)\n"
+        "    os._exit(0)\n"
+        "done.set(); t.join()\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "print('child', status, flush=True)\n"
+        "s.close()\n"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script, str(tmp_path / "store")],
+            capture_output=True,
+            text=True,
+            timeout=120,  # (a hang guard, not a timing)
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the forked child hung on the saver's lock")
+    assert done.stdout.split("\n")[:2] == ["{'a': 1}", "child 0"], done.stderr
+
+
+def test_a_thread_writes_again_once_a_full_disk_has_room(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put that fails on a full disk (ENOSPC) fails; once there is room, the next
+    puts and writes of that thread succeed (the thread is read again from its file),
+    instead of every later call failing with the old error until the saver closes."""
+    real_write = os.write
+    full = False
+
+    def write(fd: int, data: Any) -> int:
+        if full:
+            raise OSError(28, "No space left on device")
+        return real_write(fd, data)
+
+    def put(saver: SessionTreeSaver, parent: Any, value: int) -> Any:
+        checkpoint = empty_checkpoint()
+        version = f"{value:012d}.0"
+        checkpoint["channel_values"] = {"a": value}
+        checkpoint["channel_versions"] = {"a": version}
+        return saver.put(parent, checkpoint, {"run_id": "r"}, {"a": version})
+
+    monkeypatch.setattr(os, "write", write)
+    location = str(tmp_path / "store")
+    with SessionTreeSaver(location) as saver:
+        config = put(saver, {"configurable": {"thread_id": "T", "checkpoint_ns": ""}}, 1)
+        full = True
+        with pytest.raises(SessionPersistenceError):
+            put(saver, config, 2)
+        full = False
+        config = put(saver, config, 3)
+        saver.put_writes(config, [("a", 4)], "task")
+        got = saver.get_tuple(support.config("T"))
+        assert got is not None and got.checkpoint["channel_values"] == {"a": 3}
+        assert got.pending_writes == [("task", "a", 4)]
+    with SessionTreeSaver(location) as saver:
+        assert [t.checkpoint["channel_values"] for t in saver.list(support.config("T"))] == [
+            {"a": 3},
+            {"a": 1},
+        ]
+
+
+def late_writes_thread(saver: SessionTreeSaver, thread_id: str, late: bool) -> list[Any]:
+    """Three checkpoints of a conversation, each with its writes; `late`: the writes of
+    the first two saved after the third checkpoint and its writes (LangGraph's
+    background writer may save them so), two tasks' for the first."""
+    messages = [HumanMessage("question", id="1"), AIMessage("answer", id="2")]
+    messages += [HumanMessage("more", id="3"), AIMessage("more answer", id="4")]
+    parent: dict[str, Any] = {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+    configs = []
+    for i, count in enumerate([1, 2, 4]):
+        checkpoint = empty_checkpoint()
+        checkpoint["id"] = f"1f0-{i}"
+        checkpoint["ts"] = "2026-01-01T00:00:00+00:00"
+        checkpoint["channel_values"] = {"messages": messages[:count]}
+        checkpoint["channel_versions"] = {"messages": f"00000000000{i + 1}.0"}
+        parent = saver.put(parent, checkpoint, {}, {"messages": f"00000000000{i + 1}.0"})
+        configs.append(parent)
+    writes = [
+        (configs[2], "end", [("done", True)]),  # in time
+        (configs[0], "model", [("messages", [messages[1]])]),
+        (configs[0], "other", [("other", "x")]),
+        (configs[1], "human", [("messages", messages[2:3])]),
+    ]
+    if not late:
+        return configs
+    for config, task, items in writes:
+        saver.put_writes(config, items, task)
+    return configs
+
+
+def leaf_and_context(path: str) -> tuple[dict[str, Any], list[Any]]:
+    with SessionManager.open(path, read_only=True) as manager:
+        leaf = manager.get_leaf_entry()
+        assert leaf is not None
+        return leaf, manager.build_session_context().messages
+
+
+def test_late_writes_of_an_older_checkpoint_leave_the_leaf_on_the_newest(tmp_path: Path) -> None:
+    with SessionTreeSaver(str(tmp_path / "plain")) as saver:
+        late_writes_thread(saver, "t", late=False)
+        plain = saver.session_path("t")
+    with SessionTreeSaver(str(tmp_path / "late")) as saver:
+        configs = late_writes_thread(saver, "t", late=True)
+        path = saver.session_path("t")
+        got = saver.get_tuple(configs[0])
+        assert got is not None and sorted(w[0] for w in got.pending_writes or []) == [
+            "model",
+            "other",
+        ]
+    assert plain is not None and path is not None
+    leaf, context = leaf_and_context(path)
+    assert context == leaf_and_context(plain)[1]
+    assert [m["content"] for m in context][-1] == [{"type": "text", "text": "more answer"}]
+    # The leaf: one leaf entry after each late put_writes, pointing at the newest
+    # checkpoint's last entry (its own writes, saved in time, are that entry).
+    entries = lines_of(path)
+    markers = [e for e in entries if e.get("customType") == LEAF_TYPE]
+    assert len(markers) == 3 and entries[-1] == leaf == markers[-1]
+    by_id = {e.get("id"): e for e in entries}
+    assert "data" not in leaf
+    tip = by_id[leaf["parentId"]]
+    assert tip["customType"] == "langgraph.writes" and tip["data"]["checkpoint"] == "1f0-2"
+    # A saver that opens the file again knows the tip: no leaf entry for the newest
+    # checkpoint's writes, one for another late write.
+    with SessionTreeSaver(str(tmp_path / "late")) as saver:
+        saver.put_writes(configs[2], [("after", 1)], "again")
+        again = lines_of(path)[-1]
+        assert again["data"]["task"] == "again" and again["parentId"] == tip["id"]
+        saver.put_writes(configs[1], [("late", 1)], "late-again")
+        last = lines_of(path)[-1]
+        assert last["customType"] == LEAF_TYPE and last["parentId"] == again["id"]
+    assert leaf_and_context(path)[1] == context
+
+
+@pytest.mark.peers
+@pytest.mark.slow  # runs the peers themselves (node, bun): 15 s
+def test_late_writes_leave_the_peers_context_on_the_newest(tmp_path: Path) -> None:
+    with SessionTreeSaver(str(tmp_path / "plain")) as saver:
+        late_writes_thread(saver, "t", late=False)
+        plain = saver.session_path("t")
+    with SessionTreeSaver(str(tmp_path / "late")) as saver:
+        late_writes_thread(saver, "t", late=True)
+        path = saver.session_path("t")
+    assert plain is not None and path is not None
+    for peer in ("pi", "omp"):
+        got = peer_context(peer, path)
+        assert got == peer_context(peer, plain)
+        assert len(got["messages"]) == 4, peer
+
+
+def test_prune_and_delete_for_runs_keep_the_leaf_entry_pointing_at_a_kept_entry(
+    tmp_path: Path,
+) -> None:
+    location = str(tmp_path / "store")
+    with SessionTreeSaver(location) as saver:
+        configs = late_writes_thread(saver, "t", late=True)
+        saver.copy_thread("t", "copy")
+        path, copy = saver.session_path("t"), saver.session_path("copy")
+        assert path is not None and copy is not None
+        # The copy carries the leaf entries: the same context.
+        assert leaf_and_context(copy)[1] == leaf_and_context(path)[1]
+        saver.prune(["t"])
+        entries = lines_of(path)
+        ids = {e.get("id") for e in entries}
+        markers = [e for e in entries if e.get("customType") == LEAF_TYPE]
+        assert markers == [entries[-1]] and markers[0]["parentId"] in ids
+        context = leaf_and_context(path)[1]
+        assert [m["role"] for m in context] == ["user", "assistant", "user", "assistant"]
+        got = saver.get_tuple(configs[2])
+        assert got is not None and [w[0] for w in got.pending_writes or []] == ["end"]
+    # The newest checkpoint's run goes: the leaf entry follows its parent up.
+    with SessionTreeSaver(location) as saver:
+        for i, config in enumerate(late_writes_thread(saver, "u", late=True)):
+            assert saver.get_tuple(config) is not None, i
+        checkpoint = empty_checkpoint()
+        checkpoint["id"] = "1f0-9"
+        checkpoint["channel_values"] = {"messages": [HumanMessage("x", id="9")]}
+        checkpoint["channel_versions"] = {"messages": "000000000009.0"}
+        newest = saver.put(
+            {"configurable": {"thread_id": "u", "checkpoint_ns": "", "checkpoint_id": "1f0-2"}},
+            checkpoint,
+            {"run_id": "doomed"},
+            {"messages": "000000000009.0"},
+        )
+        saver.put_writes(configs[0], [("late", 1)], "late")  # a leaf entry under 1f0-9
+        saver.delete_for_runs(["doomed"])
+        assert saver.get_tuple(newest) is None
+        upath = saver.session_path("u")
+        assert upath is not None
+        entries = lines_of(upath)
+        ids = {e.get("id") for e in entries}
+        assert all(e["parentId"] in ids for e in entries if e.get("customType") == LEAF_TYPE)
+        assert entries[-1]["customType"] == LEAF_TYPE
+        assert leaf_and_context(upath)[1] == leaf_and_context(path)[1]
+    with Store(location) as store:
+        assert store.check() == []

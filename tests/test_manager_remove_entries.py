@@ -13,6 +13,7 @@ import pytest
 from helpers import assistant, user
 from sessiontree import SessionManager
 from sessiontree.errors import SessionPersistenceError, SessionWriteConflictError
+from sessiontree.maintenance import check_session
 from sessiontree.storage import FileSessionStorage
 
 
@@ -104,3 +105,23 @@ def test_refused_when_the_file_changed_behind_the_manager(tmp_path: Path) -> Non
         sm.close()
     except SessionWriteConflictError:
         pass
+
+
+def test_a_compaction_whose_first_kept_entry_goes_keeps_what_came_after_it(
+    tmp_path: Path,
+) -> None:
+    """Removing the entry a compaction's `firstKeptEntryId` names moves that to the
+    next kept entry of its path: the context keeps the entries that were not removed
+    (and `verify` finds nothing), instead of losing every one before the compaction."""
+    sm, ids = session(tmp_path)
+    compaction = sm.append_compaction("summary", None, ids[1], 100)
+    sm.append_message(user("five"))
+    sm.remove_entries([ids[1]])
+    entry = sm.get_entry(compaction)
+    assert entry is not None and entry["firstKeptEntryId"] == ids[2]
+    kept = [m.get("content") for m in sm.build_session_context().messages[1:]]
+    assert kept == [user("three")["content"], assistant("four")["content"], "five"]
+    path = sm.get_session_file()
+    sm.close()
+    assert path is not None
+    assert check_session(path) == []

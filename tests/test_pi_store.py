@@ -17,7 +17,6 @@ import base64
 import json
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -27,8 +26,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from conftest import SHARED_FIXTURES, examples
-from helpers import assistant
+from conftest import examples
+from helpers import assistant, peer_context
 from sessiontree import BlobStore, SessionManager, get_default_session_dir
 from sessiontree.cli import app
 from sessiontree.format import serialize_entry_bytes
@@ -104,20 +103,7 @@ def tool_result(text: str) -> dict[str, Any]:
 
 def pi_context(path: Path) -> dict[str, Any]:
     """pi's own context of the session file (skips when pi is not installed)."""
-    anchors = Path(os.environ.get("ANCHORS_DIR", "/tmp/anchors"))
-    oracle = SHARED_FIXTURES.parent / "peers" / "pi-oracle.mjs"
-    pi = anchors / "pi" / "node_modules" / "@mariozechner" / "pi-coding-agent"
-    if not oracle.is_file() or not pi.is_dir() or not shutil.which("node"):
-        pytest.skip(f"pi is not installed ({pi}, node); see peers/setup.sh")
-    done = subprocess.run(
-        ["node", str(oracle), "context", str(path)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "ANCHORS_DIR": str(anchors)},
-        check=True,
-    )
-    context: dict[str, Any] = json.loads(done.stdout)
-    return context
+    return peer_context("pi", path)
 
 
 def images_of(context: dict[str, Any]) -> list[str]:

@@ -19,7 +19,9 @@ of sessions, files or PostgreSQL (`pip install 'sessiontree[langgraph]'`):
   holds its `blob:sha256:` ref;
 - pending writes (`put_writes`) are `langgraph.writes` entries under their
   checkpoint; metadata is plain JSON in the entry (when it is JSON), filtered by
-  `list(filter=)`;
+  `list(filter=)`; writes saved late, under an older checkpoint, are followed by a
+  `langgraph.leaf` entry under the newest checkpoint's last entry, so the file's last
+  entry (the leaf every reader opens at) stays on the newest path;
 - the `messages` channel (LangChain messages, or dicts of that shape) is also written
   as pi messages (user, assistant with tool calls and usage, tool results) on the same
   branch, just before the checkpoint that added them, so `sessiontree show`, `tree`,
@@ -49,7 +51,9 @@ import math
 import os
 import secrets
 import threading
+import time
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -72,16 +76,17 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from sessiontree.errors import InvalidStoreError
+from sessiontree.errors import InvalidStoreError, SessionPersistenceError, SessionTreeError
 from sessiontree.format import session_file_name
 from sessiontree.layout import get_default_session_dir
 from sessiontree.session import SessionManager
-from sessiontree.storage import parse_blob_ref
+from sessiontree.storage import acquire_session_lock, parse_blob_ref
 from sessiontree.store import Store
 
 __all__ = [
     "CHECKPOINT_TYPE",
     "INLINE_BYTES",
+    "LEAF_TYPE",
     "PROJECT",
     "THREAD_TYPE",
     "WRITES_TYPE",
@@ -95,6 +100,10 @@ PROJECT: Final = "/langgraph"
 THREAD_TYPE: Final = "langgraph.thread"
 CHECKPOINT_TYPE: Final = "langgraph.checkpoint"
 WRITES_TYPE: Final = "langgraph.writes"
+LEAF_TYPE: Final = "langgraph.leaf"
+"""A custom entry (no data) whose parent is the newest checkpoint's last entry: written
+after writes saved late under an older checkpoint, so the file's last entry (the leaf
+the agents and the web app open at) is on the newest checkpoint's path again."""
 INLINE_BYTES: Final = 4096
 """A serialized value (or list item) larger than this goes to the blob store."""
 
@@ -104,6 +113,25 @@ _READERS: Final = 64
 """Threads a saver keeps open that it only reads (those it writes stay open)."""
 _ITEM_CACHE: Final = 256
 """List versions whose serialized items a thread keeps (for deltas and histories)."""
+_COPYING: Final = ".copying"
+"""The end of a `copy_thread` copy's name until it takes the target's (`<a thread's
+file name>.<random>.copying`): no `*.jsonl`, so no listing shows it, nor any thread."""
+_STALE_COPY_NS: Final = 10 * 60 * 10**9
+"""A copy in progress this long unchanged, its writer's lock free, was left by a
+process killed mid-copy: a saver opening the store (or `list_threads`) removes it."""
+
+
+_SAVERS: Final[weakref.WeakSet[SessionTreeSaver]] = weakref.WeakSet()
+
+
+def _forked() -> None:
+    """In a forked child, a saver's lock may be held by a thread the child does not
+    have: each saver gets a new one (its threads' files are the storage's to refuse)."""
+    for saver in list(_SAVERS):
+        saver._lock = threading.RLock()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 def thread_file_key(thread_id: str) -> str:
@@ -312,6 +340,25 @@ class _Thread:
     early: dict[tuple[str, str], list[dict[str, Any]]] = field(default_factory=dict)
     """Writes of a checkpoint not written yet (LangGraph saves a step's checkpoint in
     the background, so its writes may come first): written right after it."""
+    tip: str = ""
+    """The entry the session's leaf belongs at: the last entry of the newest checkpoint
+    put (its writes included), where a `LEAF_TYPE` entry points after late writes."""
+
+
+def _is_leaf_marker(entry: Mapping[str, Any]) -> bool:
+    return entry.get("type") == "custom" and entry.get("customType") == LEAF_TYPE
+
+
+def _tip_of(entries: Sequence[Mapping[str, Any]]) -> str:
+    """The entry a thread's file leads to: its last entry, or the one a leaf entry at
+    the end points at (never a leaf entry: one points at the tip)."""
+    if not entries:
+        return ""
+    last = entries[-1]
+    if _is_leaf_marker(last):
+        parent = last.get("parentId")
+        return parent if isinstance(parent, str) else ""
+    return str(last.get("id"))
 
 
 def _fold(thread: _Thread, entries: Iterable[dict[str, Any]]) -> None:
@@ -413,6 +460,8 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
         self._lock = threading.RLock()
         self._threads: dict[str, _Thread] = {}
         self._closed = False
+        _SAVERS.add(self)
+        self._remove_stale_copies()
 
     def get_next_version(self, current: str | None, channel: None = None) -> str:
         """`<count, 12 digits>.<8 random hex digits>`: versions sort as strings, and a
@@ -544,10 +593,13 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
             for old in readers[: max(0, len(readers) - _READERS + 1)]:
                 del self._threads[old.thread_id]  # the least recently read first
                 old.manager.close()
-        _fold(thread, manager.get_entries())
+        entries = manager.get_entries()
+        _fold(thread, entries)
+        thread.tip = _tip_of(entries)
         if write and not thread.root:
             manager.reset_leaf()
             thread.root = manager.append_custom_entry(THREAD_TYPE, {"thread_id": thread_id})
+            thread.tip = thread.root
         self._threads[thread_id] = thread
         return thread
 
@@ -580,14 +632,49 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
             assert found is not None
             return found
         thread = _Thread(thread_id, path, manager, True)
-        thread.root = root
+        thread.root = thread.tip = root
         self._threads[thread_id] = thread
         return thread
 
+    def _remove_stale_copies(self) -> None:
+        """Remove the copies `copy_thread` left in progress (its process killed before
+        the rename), and the temp files of their atomic writes: those unchanged for 10
+        minutes whose copy's writer lock is free. Never a session (`*.jsonl`), never a
+        copy being written (its writer holds the lock while it writes, and renames it
+        at once after); a failure leaves them."""
+        storage = self.store.storage
+        try:
+            if not storage.exists(self._dir):
+                return
+            leftovers = storage.list_files(self._dir, f"*.jsonl.*{_COPYING}")
+            leftovers += storage.list_files(self._dir, f".*.jsonl.*{_COPYING}.*.tmp")
+        except (OSError, SessionTreeError):
+            return
+        for path in leftovers:
+            name = os.path.basename(path)
+            if not name.endswith(_COPYING):  # `.<copy>.<random>.tmp`: the copy's temp
+                name = name[1:].rsplit(_COPYING, 1)[0] + _COPYING
+            try:
+                if time.time_ns() - storage.stat(path).mtime_ns < _STALE_COPY_NS:
+                    continue
+                # SessionLockError: the copy's writer is alive.
+                lock = acquire_session_lock(storage, os.path.join(self._dir, name))
+            except (OSError, SessionTreeError):
+                continue
+            try:
+                storage.unlink(path)
+            except (OSError, SessionTreeError):
+                pass
+            finally:
+                if lock is not None:
+                    lock.release()
+
     def list_threads(self) -> list[str]:
         """Every thread of the store, newest first (from the store's listing of the
-        `/langgraph` project: the sessions' names, checked against their file names)."""
+        `/langgraph` project: the sessions' names, checked against their file names);
+        copies left in progress by a killed `copy_thread` are removed first."""
         self._check_open()
+        self._remove_stale_copies()
         found: list[str] = []
         for info in self.store.list(PROJECT):
             name = info.title
@@ -750,7 +837,10 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
 
     def _encode(self, thread: _Thread, value: Any) -> dict[str, Any]:
         if _plain(value):  # a copy: LangGraph goes on changing its dicts in place
-            return {"json": orjson.loads(orjson.dumps(value))}
+            try:
+                return {"json": orjson.loads(orjson.dumps(value))}
+            except orjson.JSONEncodeError:  # a lone surrogate: UTF-8 has none
+                pass
         kind, data = self.serde.dumps_typed(value)
         return self._store_bytes(thread, kind, data)
 
@@ -907,25 +997,36 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
                 "values": dumped,
             }
             manager = thread.manager
-            manager.branch(parent.tail if parent is not None else thread.root)
-            if "messages" in new_versions:
-                for message in self._new_messages(
-                    thread, ns, values.get("messages"), parent_versions, kept_of["messages"]
-                ):
-                    converted = pi_message(message, _millis(checkpoint.get("ts")))
-                    if converted is not None:
-                        manager.append_message(converted)
-            entry_id = manager.append_custom_entry(CHECKPOINT_TYPE, data)
-            old = thread.checkpoints.get((ns, checkpoint["id"]))
-            _add_checkpoint(thread, entry_id, data)
-            if old is not None:  # put again: the writes stay the checkpoint's
-                thread.checkpoints[(ns, checkpoint["id"])].tail = entry_id
-            record = thread.checkpoints[(ns, checkpoint["id"])]
-            record.versions = dict(checkpoint.get("channel_versions") or {})
-            for early in thread.early.pop((ns, checkpoint["id"]), ()):
-                self._append_writes(thread, record.tail, early)
-            if self.fsync:
-                manager.flush()
+            early_writes: builtins.list[dict[str, Any]] = []
+            try:
+                manager.branch(parent.tail if parent is not None else thread.root)
+                if "messages" in new_versions:
+                    for message in self._new_messages(
+                        thread, ns, values.get("messages"), parent_versions, kept_of["messages"]
+                    ):
+                        converted = pi_message(message, _millis(checkpoint.get("ts")))
+                        if converted is not None:
+                            manager.append_message(converted)
+                entry_id = manager.append_custom_entry(CHECKPOINT_TYPE, data)
+                old = thread.checkpoints.get((ns, checkpoint["id"]))
+                _add_checkpoint(thread, entry_id, data)
+                if old is not None:  # put again: the writes stay the checkpoint's
+                    thread.checkpoints[(ns, checkpoint["id"])].tail = entry_id
+                record = thread.checkpoints[(ns, checkpoint["id"])]
+                record.versions = dict(checkpoint.get("channel_versions") or {})
+                early_writes = thread.early.pop((ns, checkpoint["id"]), [])
+                thread.tip = record.tail
+                while early_writes:
+                    self._append_writes(thread, record.tail, early_writes[0])
+                    thread.tip = record.tail
+                    early_writes.pop(0)
+                if self.fsync:
+                    manager.flush()
+            except (OSError, SessionPersistenceError):
+                if early_writes:
+                    thread.early[(ns, checkpoint["id"])] = early_writes
+                self._reopen(thread)
+                raise
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -990,7 +1091,21 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
                 _add_writes(thread, None, data_)
                 thread.early.setdefault((ns, cid), []).append(data_)
                 return
-            self._append_writes(thread, thread.checkpoints[(ns, cid)].tail, data_)
+            record = thread.checkpoints[(ns, cid)]
+            # The writes of the newest checkpoint (of its namespace) take the leaf with
+            # them; those saved late, under an older checkpoint (after its child: the
+            # order of LangGraph's background writer), are followed by a leaf entry
+            # that points back at the newest one.
+            newest = record.tail == thread.tip or thread.latest.get(ns) == cid
+            try:
+                self._append_writes(thread, record.tail, data_)
+                if newest:
+                    thread.tip = record.tail
+                else:
+                    self._lead_back(thread)
+            except (OSError, SessionPersistenceError):
+                self._reopen(thread)
+                raise
             _add_writes(thread, None, data_)
 
     def _append_writes(self, thread: _Thread, parent: str, data: dict[str, Any]) -> None:
@@ -998,10 +1113,23 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
         _writes_written(thread, thread.manager.append_custom_entry(WRITES_TYPE, data), data)
 
     def _write_early(self, thread: _Thread) -> None:
-        """Writes whose checkpoint never came: under the thread's root, not lost."""
+        """Writes whose checkpoint never came: under the thread's root, not lost (the
+        leaf led back to the newest checkpoint after them)."""
+        if not thread.early:
+            return
         for key in list(thread.early):
             for data in thread.early.pop(key):
                 self._append_writes(thread, thread.root, data)
+        self._lead_back(thread)
+
+    def _lead_back(self, thread: _Thread) -> None:
+        """After writes off the newest checkpoint's path: one leaf entry under the
+        thread's tip, so the file's last entry (the leaf every reader opens at) is on
+        that path again. Not part of any context (a custom entry)."""
+        manager = thread.manager
+        if thread.tip and manager.get_leaf_id() != thread.tip:
+            manager.branch(thread.tip)
+            manager.append_custom_entry(LEAF_TYPE)
 
     # ------------------------------------------------------------------ removing
 
@@ -1112,6 +1240,8 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
             entry_id = str(entry.get("id"))
             if entry.get("type") == "message" or entry_id in removed_ids:
                 continue
+            if _is_leaf_marker(entry):
+                continue  # it keeps no message (it goes, or follows its parent up)
             current: Any = parents.get(entry_id)
             while isinstance(current, str) and current not in needed:
                 needed.add(current)
@@ -1120,6 +1250,12 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
             entry_id = str(entry.get("id"))
             if entry.get("type") == "message" and entry_id not in needed:
                 removed_ids.add(entry_id)
+        # Leaf entries: only one that ends the rewritten file stays (what it points at
+        # gone, it points at the nearest kept ancestor: `remove_entries`' rule).
+        kept = [e for e in entries if str(e.get("id")) not in removed_ids]
+        for entry in kept[:-1] if kept and _is_leaf_marker(kept[-1]) else kept:
+            if _is_leaf_marker(entry):
+                removed_ids.add(str(entry.get("id")))
         try:
             manager.remove_entries(removed_ids, replace=replacements)
         except BaseException:
@@ -1127,7 +1263,9 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
             raise
         # Read the rewritten file's entries again: positions and homes changed.
         fresh = _Thread(thread.thread_id, thread.path, manager, thread.writable)
-        _fold(fresh, manager.get_entries())
+        rewritten = manager.get_entries()
+        _fold(fresh, rewritten)
+        fresh.tip = _tip_of(rewritten)
         fresh.early = {k: v for k, v in thread.early.items() if k not in doomed}
         for held in fresh.early.values():
             for data in held:
@@ -1251,6 +1389,22 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
         except Exception:  # the failure the caller is raising
             pass
 
+    def _reopen(self, thread: _Thread) -> None:
+        """A write to the thread failed (a full disk): its manager will not write
+        again, so the thread is opened again from its file (which has every entry but
+        the failed one), keeping the writes held for checkpoints not written yet; when
+        that fails too, it is read again on its next use."""
+        self._drop(thread)
+        try:
+            fresh = self._thread(thread.thread_id, write=True)
+        except Exception:  # the failure the caller is raising
+            return
+        if fresh is not None:
+            fresh.early = thread.early
+            for held in fresh.early.values():
+                for data in held:
+                    _add_writes(fresh, None, data)
+
     def _flat(self, thread: _Thread, key: tuple[str, str, str]) -> dict[str, Any]:
         """A version's stored form that needs no other version."""
         stored = thread.values[key]
@@ -1263,10 +1417,13 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
     def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
         """Copy a thread (every namespace, checkpoint, write and message) to another
         thread id: a new session whose header names the source's file (a fork). The
-        copy is written whole first; then the target's old session, if it has one, is
-        deleted (`SessionLockError` while another saver writes it: the copy goes, the
-        target stays) and the copy takes its place. A thread copied onto itself is left
-        as it is."""
+        copy is written whole first, under a name no listing shows (`….copying`), and
+        takes a name of the target's (a failure on the way: the copy goes, the target
+        stays; a process killed on the way leaves that file alone, which a saver opening
+        the store removes once it is 10 minutes old and its lock free); then the
+        target's old session, if it has one, is deleted (`SessionLockError` while
+        another saver writes it: the copy goes, the target stays). A thread copied onto
+        itself is left as it is."""
         if source_thread_id == target_thread_id:
             return
         with self._lock:
@@ -1274,43 +1431,57 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
             source = self._thread(source_thread_id, write=False)
             if source is None:
                 return
+            key = thread_file_key(target_thread_id)
+            # Written under a name no listing shows (a process killed before the rename
+            # leaves no session: the next saver removes the copy, see _COPYING).
+            in_progress = os.path.join(
+                self._dir,
+                f"{session_file_name(_now_iso(), key)}.{secrets.token_hex(4)}{_COPYING}",
+            )
             copy = source.manager.persist_copy(
                 self._dir,
                 self.store.storage,
                 breadcrumb=False,
                 parent_session=source.path,
                 agent_dir=self.store.agent_dir,
+                path=in_progress,
             )
             written = copy.get_session_file()
             assert written is not None
-            copy.close()
+            old = self._paths(target_thread_id)
+            path = written
             try:
-                self.delete_thread(target_thread_id)
+                # The copy names its thread before it takes the target's place (under
+                # a name of the target's, newer than the old session's: until that
+                # goes, the thread is the old one), so no step leaves a thread whose
+                # file and name disagree, nor a copy no thread leads to.
+                for entry in copy.get_entries():
+                    if entry.get("type") == "custom" and entry.get("customType") == THREAD_TYPE:
+                        renamed = {**entry, "data": {"thread_id": target_thread_id}}
+                        copy.remove_entries((), replace={str(entry["id"]): renamed})
+                        break
+                copy.set_session_name(target_thread_id, "langgraph")
+                copy.close()
+                path = os.path.join(self._dir, session_file_name(_now_iso(), key))
+                while old and path <= old[-1]:  # (the old one made this millisecond)
+                    path = os.path.join(self._dir, session_file_name(_now_iso(), key))
+                self.store.storage.rename(written, path)
             except BaseException:
-                self.store.delete(written, force=True)
+                copy.close()
+                try:
+                    self.store.storage.unlink(written)
+                except FileNotFoundError:
+                    pass
                 raise
-            path = os.path.join(
-                self._dir, session_file_name(_now_iso(), thread_file_key(target_thread_id))
-            )
-            self.store.storage.rename(written, path)
-            manager = SessionManager.open(
-                path,
-                storage=self.store.storage,
-                blob_store=self.store.blobs_for(path),
-                breadcrumb=False,
-                agent_dir=self.store.agent_dir,
-            )
-            thread = _Thread(target_thread_id, path, manager, True)
-            entries = manager.get_entries()
-            renamed = {}
-            for entry in entries:
-                if entry.get("type") == "custom" and entry.get("customType") == THREAD_TYPE:
-                    renamed[str(entry["id"])] = {**entry, "data": {"thread_id": target_thread_id}}
-                    break
-            manager.remove_entries((), replace=renamed)
-            manager.set_session_name(target_thread_id, "langgraph")
-            _fold(thread, manager.get_entries())
-            self._threads[target_thread_id] = thread
+            try:
+                held = self._threads.pop(target_thread_id, None)
+                if held is not None:
+                    held.manager.close()
+                for each in old:
+                    self.store.delete(each, force=True)
+            except BaseException:
+                self.store.delete(path, force=True)
+                raise
 
     # ------------------------------------------------------------------ async
 

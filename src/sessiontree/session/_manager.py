@@ -557,15 +557,18 @@ class SessionManager(ClosesOnExit):
         *,
         agent_dir: str | None = None,
         blob_store: BlobStoreLike | None = None,
+        path: str | None = None,
     ) -> str:
         """Write `header` + the entries of `index` (a copy of `source`'s) as a new session
         file at once and switch to it (and to `index`), its images in the store
         `source.blob_carry` gives its path. `source` may be this manager; its pinned
-        blobs are the ones the entries may name.
+        blobs are the ones the entries may name. `path`: the file (default: the
+        header's name in the session dir).
 
         On failure the manager stays on its current session, unchanged.
         """
-        path = session_path(self._session_dir, header)
+        if path is None:
+            path = session_path(self._session_dir, header)
         source._check_pinned(index, path)
         current = self._file
         if current is not None and current.on_disk:
@@ -736,6 +739,20 @@ class SessionManager(ClosesOnExit):
                 entry = {**replace[entry_id], "id": entry_id, "parentId": parent}
             if parent in wanted:
                 entry = {**entry, "parentId": kept_ancestor(parent)}
+            first_kept = entry.get("firstKeptEntryId")
+            if entry.get("type") == "compaction" and first_kept in wanted:
+                # The context keeps from the next kept entry of its path on.
+                path: builtins.list[Any] = []
+                current, seen = parent, set()
+                while isinstance(current, str) and current not in seen:
+                    if current == first_kept:
+                        later = [i for i in path if i not in wanted]
+                        if later:
+                            entry = {**entry, "firstKeptEntryId": later[-1]}
+                        break
+                    seen.add(current)
+                    path.append(current)
+                    current = parents.get(current)
             kept.append(entry)
         replacement = EntryIndex(kept)
         replacement.leaf = kept_ancestor(index.leaf)
@@ -1156,6 +1173,7 @@ class SessionManager(ClosesOnExit):
         blob_store: BlobStoreLike | None = None,
         parent_session: str | None = None,
         agent_dir: str | None = None,
+        path: str | None = None,
     ) -> SessionManager:
         """A new persistent session holding a copy of this one (in memory or not).
 
@@ -1167,7 +1185,8 @@ class SessionManager(ClosesOnExit):
         session's file, as `create_branched_session` does. `parent_session` sets the
         new header's `parentSession` (an import names the session its source was
         forked from, a subagent's copy its parent's file). `agent_dir`: the copy's
-        agent dir (default: this session's).
+        agent dir (default: this session's). `path`: the copy's file (default: a new
+        name in `session_dir`; refused, as any new file, where a file is).
         """
         self._check_open()
         entries = (
@@ -1198,6 +1217,7 @@ class SessionManager(ClosesOnExit):
             self,
             agent_dir=agent,
             blob_store=blob_store,
+            path=path,
         )
         return copy_
 
