@@ -150,16 +150,38 @@ def test_a_damaged_file_of_ours_is_made_again(db_path: Path, damage: str) -> Non
     assert not Path(f"{db_path}.damaged").exists()
 
 
-def test_a_damaged_file_holding_tables_nobody_made_is_moved_aside(db_path: Path) -> None:
+def _damage_with_notes(db_path: Path, note: str) -> None:
+    """A cache file holding a table nobody made, its family's table then damaged."""
     put(db_path, A, {f"k{i}": i for i in range(2000)})  # pages of its own
     raw(db_path, "CREATE TABLE notes (t TEXT)")
-    raw(db_path, "INSERT INTO notes VALUES ('keep me')")
+    raw(db_path, f"INSERT INTO notes VALUES ('{note}')")
     raw(db_path, "PRAGMA wal_checkpoint(TRUNCATE)")
     page_size = raw(db_path, "PRAGMA page_size")[0][0]
     root = raw(db_path, "SELECT rootpage FROM sqlite_master WHERE name = 'a_rows'")[0][0]
-    with open(db_path, "r+b") as f:  # the family's table damaged, sqlite_master intact
+    with open(db_path, "r+b") as f:
         f.seek((root - 1) * page_size)
         f.write(b"\xff" * page_size)
+
+
+def test_a_second_damaged_file_never_replaces_the_first_copy_or_follows_a_link(
+    db_path: Path, tmp_path: Path
+) -> None:
+    _damage_with_notes(db_path, "first")
+    assert rows(db_path, A) == {}
+    first = Path(f"{db_path}.damaged")
+    assert raw(first, "SELECT t FROM notes") == [("first",)]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_bytes(b"not a cache")
+    os.symlink(elsewhere, f"{db_path}.damaged.1")  # planted under the next name
+    _damage_with_notes(db_path, "second")
+    assert rows(db_path, A) == {}
+    assert raw(first, "SELECT t FROM notes") == [("first",)]
+    assert elsewhere.read_bytes() == b"not a cache"
+    assert raw(Path(f"{db_path}.damaged.2"), "SELECT t FROM notes") == [("second",)]
+
+
+def test_a_damaged_file_holding_tables_nobody_made_is_moved_aside(db_path: Path) -> None:
+    _damage_with_notes(db_path, "keep me")  # the family's table damaged, sqlite_master intact
     assert rows(db_path, A) == {}
     aside = Path(f"{db_path}.damaged")
     assert aside.is_file()

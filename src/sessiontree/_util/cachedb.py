@@ -28,8 +28,9 @@ not destroy each other's cache in turn.
    has just made in its place), whose header names no other application. Its families
    are caches of files still on disk: it is deleted with its side files and made once
    more. When tables no family made can still be listed in it, it is moved aside to
-   `<name>.damaged` (with its -wal; one such copy, replaced) instead: it is not ours
-   alone to delete. A second failure in the same call goes without the cache.
+   `<name>.damaged` (with its -wal; a later one to `<name>.damaged.1` and so on, never
+   over an earlier copy) instead: it is not ours alone to delete. A second failure in
+   the same call goes without the cache.
 3. A database another application wrote (an application_id neither ours nor 0) is
    never written, rebuilt or deleted: its users go without the cache.
 4. A link, FIFO or socket planted under the file's or a side file's name is unlinked,
@@ -45,6 +46,7 @@ the parent's connection alone (closing it would roll back what the parent is doi
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import sqlite3
@@ -260,10 +262,7 @@ def _discard(path: str, identity: tuple[int, int], application_id: int, keep: bo
     if _header_app_id(path) not in (None, 0, application_id):
         return False  # another application's database: not ours to delete (rule 3)
     if keep:
-        for suffix in ("-wal", "-journal"):
-            if os.path.isfile(path + suffix) and not os.path.islink(path + suffix):
-                os.replace(path + suffix, path + ".damaged" + suffix)
-        os.replace(path, path + ".damaged")
+        _move_aside(path)
     else:
         os.unlink(path)
     for suffix in _SIDE_FILES:
@@ -273,6 +272,28 @@ def _discard(path: str, identity: tuple[int, int], application_id: int, keep: bo
         except FileNotFoundError:
             pass
     return True
+
+
+def _move_aside(path: str) -> None:
+    """Move a damaged file holding tables nobody made (and its -wal/-journal) to the first
+    free `<name>.damaged[.N]`: linked there, never replacing an earlier copy, then unlinked."""
+    for n in range(1000):
+        aside = path + ".damaged" + (f".{n}" if n else "")
+        try:
+            os.link(path, aside, follow_symlinks=False)
+        except FileExistsError:
+            continue
+        break
+    else:
+        raise FileExistsError(errno.EEXIST, "no free name to move a damaged cache aside", path)
+    for suffix in ("-wal", "-journal"):
+        side = path + suffix
+        if os.path.isfile(side) and not os.path.islink(side):
+            try:
+                os.link(side, aside + suffix, follow_symlinks=False)
+            except FileExistsError:
+                continue  # left in place: unlinked with the other side files
+    os.unlink(path)
 
 
 class _NotOurs(Exception):
