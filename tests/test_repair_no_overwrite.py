@@ -126,3 +126,29 @@ def test_repair_in_another_storage_takes_a_free_name_too(tmp_path: Path) -> None
     report = repair_session(path, storage=storage)
     assert report.out_path == path + ".repaired-2"
     assert storage.read_text(path + ".repaired") == "earlier\n"
+
+
+def test_a_new_file_whose_write_fails_halfway_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """create_new (repair's and export's free-name writer): a disk that fills after the
+    first chunk leaves no file under any name and no temp file, and says so."""
+    import errno
+
+    from sessiontree._util import fs
+
+    real = fs.write_all
+    calls = []
+
+    def fill(fd: int, data: bytes | bytearray | memoryview) -> int:
+        calls.append(len(data))
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd, data)
+
+    monkeypatch.setattr(fs, "write_all", fill)
+    names = [str(tmp_path / "out.jsonl"), str(tmp_path / "out-2.jsonl")]
+    with pytest.raises(OSError) as raised:
+        fs.create_new(names, [b"first line\n", b"second line\n"])
+    assert raised.value.errno == errno.ENOSPC
+    assert os.listdir(tmp_path) == []
