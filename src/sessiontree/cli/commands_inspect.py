@@ -55,7 +55,7 @@ from sessiontree.reports import (
     summarize_session,
     time_zone,
 )
-from sessiontree.search import SearchHit
+from sessiontree.search import SearchHit, merge_store_hits
 from sessiontree.store import Store, replies_of
 
 AllOption = Annotated[bool, typer.Option("--all", "-a", help="Every project, not just this one.")]
@@ -612,10 +612,9 @@ def search_command(
         raise CliError("give --all or --project, not both", EXIT_USAGE)
     where = os.path.abspath(os.path.expanduser(project)) if project is not None else os.getcwd()
     sessions: list[SessionInfo] = []
-    hits: list[SearchHit] = []
-    modes: set[str] = set()
+    groups: list[list[SearchHit]] = []
+    modes: list[str] = []
     notes: list[str] = []
-    searched = 0
     # Every store found, when none was named (each searched through its own index).
     for store in [current_store(), *other_stores()]:
         scope = store.list(None if all_projects else where)
@@ -635,17 +634,14 @@ def search_command(
                 use_index=not no_index,
                 progress=advance,
             )
-        hits += result.hits
-        searched += 1
-        modes.add(result.mode)
+        groups.append(result.hits)
+        modes.append(result.mode)
         notes += result.notes
     if project is not None and not sessions:
         _no_such_project(where)
     titles = {s.path: shown_title(s.title, s.first_message, s.id, 70) for s in sessions}
-    if searched > 1:  # titles first, as one store's search gives them
-        hits.sort(key=lambda h: (h.role != "title", -(h.timestamp or 0)))
+    hits, mode = merge_store_hits(groups, modes)
     hits = hits[:limit]
-    mode = modes.pop() if len(modes) == 1 else "mixed" if modes else "index"
     if as_json:
         emit_json(
             {

@@ -14,6 +14,7 @@ from sessiontree.search._content_index import (
 from sessiontree.search._search import (
     SearchHit,
     SearchResult,
+    merge_store_hits,
     nested_repeat,
     regex_literals,
     search,
@@ -29,6 +30,7 @@ __all__ = [
     "SearchResult",
     "SessionSource",
     "index_text",
+    "merge_store_hits",
     "nested_repeat",
     "query_trigrams",
     "read_source",

@@ -27,7 +27,7 @@ import re
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from sessiontree._util.cachedb import is_locked
 from sessiontree._util.env import agent_dir_or_default
@@ -63,6 +63,7 @@ from sessiontree.storage import (
 __all__ = [
     "SearchHit",
     "SearchResult",
+    "merge_store_hits",
     "nested_repeat",
     "read_history",
     "regex_literals",
@@ -532,6 +533,28 @@ def title_hits(
         before, match, after = snippet(title, span[0], span[1])
         hits.append(SearchHit(path, session_id, None, 0, "title", before, match, after, modified))
     return hits
+
+
+class _Ranked(Protocol):
+    @property
+    def role(self) -> str: ...
+    @property
+    def timestamp(self) -> int | None: ...
+
+
+_R = TypeVar("_R", bound=_Ranked)
+
+
+def merge_store_hits(groups: Sequence[Sequence[_R]], modes: Iterable[str]) -> tuple[list[_R], str]:
+    """The hits of several stores' searches as one store's search gives them (titles
+    first, then newest first; one group keeps its order), and their one mode (`mixed`
+    when they differ; `index` when there was none)."""
+    hits = [hit for group in groups for hit in group]
+    if len(groups) > 1:
+        hits.sort(key=lambda h: (h.role != "title", -(h.timestamp or 0)))
+    distinct = set(modes)
+    mode = distinct.pop() if len(distinct) == 1 else "mixed" if distinct else "index"
+    return hits, mode
 
 
 # ---------------------------------------------------------------------------- scanning

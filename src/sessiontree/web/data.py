@@ -34,6 +34,7 @@ from sessiontree.foreign.storage import index_view
 from sessiontree.format import SHORT_TITLE_CHARS, shown_title, utc_day
 from sessiontree.listing import SessionInfo
 from sessiontree.reports import _usage as usage_report
+from sessiontree.search import merge_store_hits
 from sessiontree.storage import SessionStorage
 from sessiontree.store import Store
 
@@ -480,9 +481,9 @@ class Data:
         by_store: dict[str, list[str]] = {}
         for row in rows:
             by_store.setdefault(row.store, []).append(row.path)
-        hits: list[Hit] = []
+        groups: list[list[Hit]] = []
         notes: list[str] = []
-        modes: set[str] = set()
+        modes: list[str] = []
         for key, paths in by_store.items():
             result = self.stores[key].search(
                 query,
@@ -494,12 +495,10 @@ class Data:
                 since=since,
                 until=until,
             )
-            hits += [_hit(h, key) for h in result.hits]
+            groups.append([_hit(h, key) for h in result.hits])
             notes += result.notes
-            modes.add(str(result.mode))
-        if len(by_store) > 1:
-            hits.sort(key=lambda h: (h.role != "title", -(h.timestamp or 0)))
-        mode = modes.pop() if len(modes) == 1 else "mixed" if modes else "index"
+            modes.append(str(result.mode))
+        hits, mode = merge_store_hits(groups, modes)
         return SearchOutcome(hits[:limit], mode, notes, len(hits) > limit)
 
     def usage(self, wait: float = 0.0) -> tuple[UsageSnapshot | None, str | None]:
