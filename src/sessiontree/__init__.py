@@ -74,6 +74,7 @@ if TYPE_CHECKING:  # what mypy and IDEs see: every name, from where it lives
         MAX_PERSIST_CHARS,
         TRUNCATION_NOTICE,
         SessionManager,
+        TreeShape,
         UsageStatistics,
         load_entries_from_file,
     )
@@ -120,6 +121,7 @@ __all__ = [
     "SessionInfo",
     "SessionLockError",
     "SessionManager",
+    "TreeShape",
     "SessionNotFoundError",
     "SessionPersistenceError",
     "SessionStorage",
@@ -168,6 +170,7 @@ _WHERE: dict[str, str] = {
     "SessionContext": "sessiontree.format",
     "SessionInfo": "sessiontree.listing",
     "SessionManager": "sessiontree.session",
+    "TreeShape": "sessiontree.session",
     "SessionStorage": "sessiontree.storage",
     "SessionStorageWriter": "sessiontree.storage",
     "SessionTreeNode": "sessiontree.format",

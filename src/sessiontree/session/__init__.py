@@ -18,6 +18,7 @@ from sessiontree.session._loader import (
     read_session,
 )
 from sessiontree.session._manager import SessionManager, UsageStatistics
+from sessiontree.session._shape import TreeShape
 from sessiontree.session._persistence import (
     BLOB_EXTERNALIZE_THRESHOLD,
     MAX_PERSIST_CHARS,
@@ -37,6 +38,7 @@ __all__ = [
     "LOCK_CHECK_SECONDS",
     "MAX_PERSIST_CHARS",
     "TRUNCATION_NOTICE",
+    "TreeShape",
     "EntryIndex",
     "SessionFile",
     "SessionManager",

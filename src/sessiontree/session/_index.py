@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from array import array
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from itertools import repeat
 from typing import Any, Final, cast
@@ -61,6 +61,7 @@ from sessiontree.session._line_index import (
     match_prefix,
 )
 from sessiontree.session._persistence import entry_line, resolve_blob_refs
+from sessiontree.session._shape import TreeShape
 from sessiontree.storage import BlobStoreLike, PinnedFile
 
 __all__ = ["EntryIndex", "LineSource", "SessionChunks", "is_assistant_message"]
@@ -596,6 +597,43 @@ class EntryIndex:
         return build_tree(
             entries, self._labels, ids=self._ids, parents=self._parents, position=self._pos
         )
+
+    def shape(self) -> TreeShape:
+        """The tree without its entries (`TreeShape`): reads no line of its own."""
+        ppos = self._parent_positions()
+        ids, parents, entries = self._ids, self._parents, self._entries
+        tree_parents = list(ppos)
+        for p, q in enumerate(ppos):
+            # As `build_tree`: an entry naming its own id as parent is a root, even
+            # where a later entry carries that id too.
+            if q >= 0 and parents[p] == ids[p]:
+                tree_parents[p] = -1
+        present = bytearray(e is not _SKIP for e in entries)
+        pos = self._pos
+        labels = {pos[t]: label for t, label in self._labels.items() if t in pos}
+        leaf = pos.get(self.leaf) if self.leaf is not None else None
+        return TreeShape(
+            self, list(ids), list(self._kinds), tree_parents, present, dict(pos), labels, leaf
+        )
+
+    def read_at(self, positions: Sequence[int]) -> list[Entry | None]:
+        """The entries at `positions`, read if they were not; None for a line found
+        not to be an entry (now or before)."""
+        wanted = [p for p in positions if 0 <= p < len(self._entries)]
+        while self._read(wanted):
+            pass  # a line dropped or re-indexed: the others are read on the next pass
+        entries = self._entries
+        out: list[Entry | None] = []
+        for p in positions:
+            entry = entries[p] if 0 <= p < len(entries) else None
+            out.append(entry if entry is not None and entry is not _SKIP else None)
+        return out
+
+    def path_at(self, position: int) -> list[int]:
+        """Positions from the root to `position`, following parents (nothing read)."""
+        if not 0 <= position < len(self._entries) or self._entries[position] is _SKIP:
+            return []
+        return self._path(position)
 
     # ------------------------------------------------------------------ context
 

@@ -71,6 +71,7 @@ from sessiontree.layout import (
 )
 from sessiontree.session._file import ContentSource, SessionFile
 from sessiontree.session._index import EntryIndex, LineSource, SessionChunks, is_assistant_message
+from sessiontree.session._shape import TreeShape
 from sessiontree.session._persistence import (
     entry_line,
     held_blob_refs,
@@ -1069,6 +1070,12 @@ class SessionManager(ClosesOnExit):
         """Roots of the entry tree (orphans are roots), children oldest first (reads
         every entry of a session loaded index first)."""
         return self._index.tree()
+
+    def get_tree_shape(self) -> TreeShape:
+        """The tree without its entries: ids, kinds, parents and labels by position,
+        entries read only when asked for by position (`TreeShape`). What a viewer of
+        a big session loaded index first asks for instead of `get_tree`."""
+        return self._index.shape()
 
     def build_session_context(self) -> SessionContext:
         """The model context at the current leaf.

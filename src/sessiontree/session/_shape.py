@@ -1,0 +1,162 @@
+"""`TreeShape`: a session's tree without its entries, for pages that show a little of
+a big session (a viewer asks for the shape, then for the entries it shows).
+
+The shape is drawn from what the entry index holds beside every entry (id, parent,
+kind, position), so a session loaded index first reads no line for it; only the
+entries asked for by position are read (`entries`), and the siblings under a branch
+point, whose timestamps order them. Positions are the entries' places in the file and
+never move, so a position stays good for the life of the manager.
+
+It is the tree `get_tree` builds: orphans and entries that name themselves as parent
+are roots, entries in a parent cycle are reachable from no root, children are in file
+order and then by timestamp, stably (an unparseable one last), and a label belongs to
+the last entry with its target id. `path` follows parents as `get_branch` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from sessiontree.format import Entry, parse_iso_ms
+
+__all__ = ["ShapeSource", "TreeShape"]
+
+
+class ShapeSource(Protocol):
+    """What a shape reads through (the entry index)."""
+
+    def read_at(self, positions: Sequence[int]) -> list[Entry | None]: ...
+
+    def path_at(self, position: int) -> list[int]: ...
+
+
+class TreeShape:
+    """The tree of a session as positions (see the module doc).
+
+    `ids`, `kinds` and `parents` hold every position in file order (`parents[p]` is
+    the parent's position, -1 for a root); `present` says which positions hold an
+    entry (a line found not to be one holds none and is in no list). `roots`,
+    `children` and `labels` are by position; `leaf` is the leaf's position.
+    """
+
+    __slots__ = (
+        "_children",
+        "_roots",
+        "_source",
+        "ids",
+        "kinds",
+        "labels",
+        "leaf",
+        "parents",
+        "position",
+        "present",
+        "size",
+    )
+
+    def __init__(
+        self,
+        source: ShapeSource,
+        ids: list[Any],
+        kinds: list[Any],
+        parents: list[int],
+        present: bytearray,
+        position: dict[str, int],
+        labels: dict[int, str],
+        leaf: int | None,
+    ) -> None:
+        self._source = source
+        self.ids = ids
+        self.kinds = kinds
+        self.parents = parents
+        self.present = present
+        self.position = position
+        """Entry id -> position of the last entry with that id."""
+        self.labels = labels
+        self.leaf = leaf
+        self.size = present.count(1)
+        """How many entries the session has."""
+        self._children: dict[int, list[int]] | None = None
+        self._roots: list[int] = []
+
+    # ------------------------------------------------------------------ the tree
+
+    def _link(self) -> dict[int, list[int]]:
+        children = self._children
+        if children is None:
+            children = {}
+            roots: list[int] = []
+            multi: list[int] = []
+            present, parents = self.present, self.parents
+            for p, q in enumerate(parents):
+                if not present[p]:
+                    continue
+                if q < 0:
+                    roots.append(p)
+                    continue
+                kids = children.get(q)
+                if kids is None:
+                    children[q] = [p]
+                else:
+                    kids.append(p)
+                    if len(kids) == 2:
+                        multi.append(q)
+            self._order(children, multi)
+            self._children, self._roots = children, roots
+        return children
+
+    def _order(self, children: dict[int, list[int]], multi: list[int]) -> None:
+        """Siblings by timestamp, stably: their entries are read for it."""
+        wanted = [p for q in multi for p in children[q]]
+        stamps: dict[int, float] = {}
+        inf = float("inf")
+        for p, entry in zip(wanted, self._source.read_at(wanted), strict=True):
+            ms = parse_iso_ms(entry.get("timestamp")) if entry is not None else None
+            stamps[p] = inf if ms is None else ms
+        for q in multi:
+            children[q].sort(key=stamps.__getitem__)
+
+    @property
+    def roots(self) -> list[int]:
+        """Positions of the roots, in file order."""
+        self._link()
+        return self._roots
+
+    def children(self, p: int) -> Sequence[int]:
+        """Positions of the children of `p`, oldest first."""
+        return self._link().get(p, ())
+
+    def tips(self) -> list[int]:
+        """Positions of the entries without children, in file order."""
+        children = self._link()
+        present = self.present
+        return [p for p in range(len(present)) if present[p] and p not in children]
+
+    def path(self, p: int) -> list[int]:
+        """Positions from the root to `p`, as `get_branch` follows parents."""
+        return self._source.path_at(p)
+
+    # ------------------------------------------------------------------ entries
+
+    def entries(self, positions: Sequence[int]) -> list[Entry | None]:
+        """The entries at `positions` (read if they were not: adjacent lines in one
+        read); None where a line turned out not to be an entry."""
+        return self._source.read_at(positions)
+
+    def entry(self, p: int) -> Entry | None:
+        return self._source.read_at((p,))[0]
+
+    def of_kind(self, kind: str) -> list[int]:
+        """Positions of the entries of one kind, in file order."""
+        present = self.present
+        return [p for p, k in enumerate(self.kinds) if k == kind and present[p]]
+
+    def first(self, positions: Sequence[int], test: Callable[[Entry], bool]) -> Entry | None:
+        """The first entry at `positions` that passes `test`, reading in small batches."""
+        start, batch = 0, 8
+        while start < len(positions):
+            for entry in self.entries(positions[start : start + batch]):
+                if entry is not None and test(entry):
+                    return entry
+            start, batch = start + batch, min(batch * 2, 256)
+        return None
