@@ -508,3 +508,81 @@ def test_chunk_boundaries_and_a_bom_do_not_change_what_is_indexed(
         f.write("\n" + entry_line(4, "last needle") + "\n")
     grown = search(paths, "needle", agent_dir=str(agent_dir), storage=SmallChunks(size))
     assert lines_of(grown) == {(a, 2), (a, 4), (a, 5), (str(b), 2)}
+
+
+# ---------------------------------------------------------------------- big files
+
+
+def _index_view(agent: Path, paths: list[str]) -> tuple[Any, ...]:
+    """What the index holds of `paths`, by path: files, entries found, usage records."""
+    with ContentIndex.open(str(agent)) as index:
+        assert index is not None
+        index.refresh([SessionSource(p) for p in paths])
+        files = {f.path: f for f in index.files(paths)}
+        ids = index.file_ids(paths)
+        usage = index.usage_records(ids.values())
+        return (
+            {p: (f.session_id, f.entries) for p, f in files.items()},
+            {p: usage[i] for p, i in ids.items()},
+        )
+
+
+def _big_store(store: Path) -> list[str]:
+    lines = []
+    for n in range(1, 120):
+        role = "assistant" if n % 2 == 0 else "user"
+        lines.append(entry_line(n, f"needle {n} " + "word " * (n * 7), role=role))
+    a = write(store / "a.jsonl", *lines)
+    b = write(store / "b.jsonl", entry_line(1, "needle in b"), header={"id": "s2"})
+    return [a, b]
+
+
+def test_a_file_indexed_in_pieces_is_indexed_as_if_whole(
+    store: Path, agent_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A big file's rows are written as it is read (bounded memory), in many pieces
+    here: the index holds the same files, hits and usage as one written at once."""
+    paths = _big_store(store)
+    whole = _index_view(agent_dir, paths)
+    expected = lines_of(found(paths, "needle", agent_dir))
+    assert len(expected) == 120
+    pieces = tmp_path / "pieces-agent"
+    pieces.mkdir()
+    monkeypatch.setattr(content_index, "_HELD_BYTES", 1)  # a write after every entry
+    assert _index_view(pieces, paths) == whole
+    result = found(paths, "needle", pieces)
+    assert result.mode == "index" and lines_of(result) == expected
+
+
+def test_a_file_failing_halfway_leaves_none_of_its_rows(
+    store: Path, agent_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file whose reading fails after some of its rows were written keeps none of
+    them (a savepoint per file); the other files of the same write are kept, and the
+    failed one is read again next time."""
+    a, b = _big_store(store)
+    monkeypatch.setattr(content_index, "_HELD_BYTES", 1)
+    real = content_index._feed
+
+    def failing(rows: Any, st: Any, raw: bytes, number: int, offset: int, order: int) -> None:
+        if b'"id":"e0000050"' in raw:  # halfway through a.jsonl (b has no such entry)
+            raise OSError("the disk went away")
+        real(rows, st, raw, number, offset, order)
+
+    monkeypatch.setattr(content_index, "_feed", failing)
+    with ContentIndex.open(str(agent_dir)) as index:
+        assert index is not None
+        result = index.refresh([SessionSource(a), SessionSource(b)])
+        assert result.stale == [a]
+        assert [f.path for f in index.files([a, b])] == [b]
+        ids = index.file_ids([a, b])
+        assert a not in ids
+        with index._conn:  # the test looks inside: no row names a file that is not there
+            orphans = index._conn.execute(
+                "SELECT count(*) FROM entries WHERE file NOT IN (SELECT id FROM files)"
+            ).fetchone()[0]
+        assert orphans == 0
+    monkeypatch.setattr(content_index, "_feed", real)
+    assert lines_of(found([a, b], "needle", agent_dir)) == {(a, n) for n in range(2, 121)} | {
+        (b, 2)
+    }

@@ -105,6 +105,7 @@ _APPLICATION_ID = 0x53544958  # "STIX": tells our database from any other at tha
 _CHUNK = 1 << 20
 _BATCH_BYTES = 32 << 20  # read per write transaction (other processes get the lock between)
 _BATCH_ROWS = 100_000
+_HELD_BYTES = 16 << 20  # rows of one file held before they are written (a big file's)
 _LOCK_TIMEOUT = 1.0
 _REBUILD_DEAD_BYTES = 64 << 20
 _KEY_MAX = 1 << 62
@@ -318,6 +319,8 @@ class _Rows:
     usage: list[tuple[int, int, UsageRecord]] = field(default_factory=list)  # (line, offset, rec)
     imports: list[tuple[int, int, ImportMarker]] = field(default_factory=list)
     want_text: bool = True
+    held: int = 0
+    """About how many bytes the rows hold (text, and a little per row)."""
 
 
 def _text_of(entry: Entry) -> str:
@@ -350,12 +353,14 @@ def _add_entry(
         )
         rows.texts.append(stored)
         rows.order.append(ts if ts is not None else 0)  # no time: after every timed entry
+        rows.held += size + 200
         st.text_bytes += size
     kind = entry.get("type")
     if kind == "message":
         record = usage_record(entry, line)
         if record is not None:
             rows.usage.append((line, offset, record))
+            rows.held += 300
     elif kind == "custom":
         marker = import_marker(entry, line)
         if marker is not None:
@@ -395,12 +400,15 @@ def _read_jsonl(
     st: _FileState,
     order: int,
     want_text: bool = True,
+    sink: Callable[[_Rows], None] | None = None,
 ) -> tuple[_Rows, int, _FileState, _FileState]:
     """Read `path`'s bytes [start, end) from state `st` (`want_text`: for the FTS table).
 
     Returns the rows, the committed offset (end of the last complete line; 0 while
     no header was found), the state there, and the state after an unterminated
     last line (rows of that line have offsets at or past the committed offset).
+    `sink` takes the rows read so far whenever they hold `_HELD_BYTES` (the rows
+    returned are the rest): a big file is indexed in bounded memory.
     """
     rows = _Rows(want_text=want_text)
     base = start  # file offset where the current (unfinished) line starts
@@ -441,6 +449,9 @@ def _read_jsonl(
                 number += 1
                 if raw and not raw.isspace() and st.phase != _PHASE_INVALID:
                     _feed(rows, st, raw, number, base, order)
+                    if sink is not None and rows.held >= _HELD_BYTES:
+                        sink(rows)
+                        rows = _Rows(want_text=want_text)
                 st.line = number
                 base += len(raw) + 1
                 pos = nl + 1
@@ -702,13 +713,19 @@ class ContentIndex:
                     self._keys.begin()
                     while pending and batch_bytes < _BATCH_BYTES and batch_rows < _BATCH_ROWS:
                         source, identity = pending.pop()
+                        # A savepoint per file: a big file's rows are written as it is
+                        # read, and one that fails halfway leaves none of them.
+                        conn.execute("SAVEPOINT file")
                         try:
                             read, added = self._index_file(source, storage, identity)
                         except sqlite3.Error:
                             raise
                         except Exception:  # unreadable, or a loader that failed on it
+                            conn.execute("ROLLBACK TO file")
+                            conn.execute("RELEASE file")
                             result.stale.append(source.path)
                             continue
+                        conn.execute("RELEASE file")
                         result.files_read += 1 if read else 0
                         result.bytes_read += read
                         result.entries_added += added
@@ -803,11 +820,31 @@ class ContentIndex:
                 self._forget(file_id, None)
                 file_id = None
         order = mtime_ns // 1_000_000
+        flushed = 0  # entries written while the file was read
         if source.load is not None:
             rows, final = _read_loaded(source.load, path)
             committed, saved, head_len = 0, final, 0
         else:
-            rows, committed, saved, final = _read_jsonl(storage, path, start, size, st, order)
+            if file_id is None:
+                # A row to hang the rows written as the file is read on (the same
+                # transaction completes it below, or none of it is kept).
+                file_id = conn.execute(
+                    "INSERT INTO files (path, kind, size, mtime_ns, ino, scan_offset, head_len,"
+                    " head, tail, line, phase, entries, tail_entries, text_bytes,"
+                    " tail_text_bytes) VALUES (?, ?, -1, -1, -1, 0, 0, x'', x'', 0, 0, 0, 0, 0, 0)",
+                    (path, source.kind),
+                ).lastrowid
+            assert file_id is not None
+            written = file_id
+
+            def sink(part: _Rows) -> None:
+                nonlocal flushed
+                flushed += len(part.entries)
+                self._write_rows(written, part)
+
+            rows, committed, saved, final = _read_jsonl(
+                storage, path, start, size, st, order, sink=sink
+            )
             head_len = _head_len(storage, path) if committed else 0
         if source.load is not None and source.identity is not None:
             mark = FileMark(size, mtime_ns, ino, 0, 0, b"", b"")  # no file to mark
@@ -849,7 +886,7 @@ class ContentIndex:
             conn.execute(f"UPDATE files SET {sets} WHERE id = ?", (*values, file_id))
         assert file_id is not None
         self._write_rows(file_id, rows)
-        return size - start, len(rows.entries)
+        return size - start, flushed + len(rows.entries)
 
     def _write_rows(self, file_id: int, rows: _Rows) -> None:
         conn = self._conn
