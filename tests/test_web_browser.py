@@ -777,3 +777,84 @@ def test_every_store_found_in_one_app(browser: Any, tmp_path: Path) -> None:
         context.close()
         for store in stores:
             store.close()
+
+
+# ---------------------------------------------------------------------- a 1 GB session
+
+SERVE_CHILD = r"""
+import json, sys
+from sessiontree.storage import FileSessionStorage
+from sessiontree.web.server import BackgroundServer
+with BackgroundServer(FileSessionStorage(), sys.argv[1]) as server:
+    print(json.dumps({"base": server.base, "cookies": server.login_cookies()}), flush=True)
+    sys.stdin.read()
+"""
+GIGABYTE_ENTRIES = 100_000
+GIGABYTE_TEXT = 10_700  # characters per message: about 1.0 GiB in all
+
+
+def peak_memory(pid: int) -> int:
+    """A process's peak resident memory (VmHWM), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_gigabyte_session_page_reads_what_it_shows(
+    browser: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A 1 GB session's page: the server (its own process) loads it index first and
+    reads what the page shows, so its memory stays within 0.35 GB; the page shows the
+    leaf's message, the tree's branches, and earlier entries as they scroll into view.
+    (How long the page takes is measured by `benchmarks/bench_web.py --gigabyte`.)"""
+    import json
+    import subprocess
+    import sys
+
+    from web_support import write_wide_session
+
+    agent = tmp_path_factory.mktemp("gigabyte") / "agent"
+    branches = ((GIGABYTE_ENTRIES - 500, GIGABYTE_ENTRIES - 2000), (GIGABYTE_ENTRIES - 300, 1000))
+    path = write_wide_session(
+        agent, GIGABYTE_ENTRIES, GIGABYTE_TEXT, branches=branches, name="gigabyte"
+    )
+    assert Path(path).stat().st_size >= 1 << 30
+    child = subprocess.Popen(
+        [sys.executable, "-c", SERVE_CHILD, str(agent)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        ready = json.loads(child.stdout.readline())
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        context.set_default_timeout(60_000)
+        context.add_cookies(
+            [{"name": k, "value": v, "url": ready["base"]} for k, v in ready["cookies"].items()]
+        )
+        page = context.new_page()
+        page.goto(ready["base"] + "/")  # as a person arrives: the listing first
+        page.goto(ready["base"] + "/s/" + handle_of("s", path))
+        last = page.locator("#entries > article:last-child")
+        assert f"message {GIGABYTE_ENTRIES - 1} " in last.inner_text()
+        assert last.is_visible()
+        assert len(shown_ids(page)) == PATH_CHUNK
+        assert page.locator("#tree button").count() < 60  # the shape, not 100,000 rows
+        assert "A big session (1," in page.locator("#load-note").inner_text()
+        # Scrolled to the top, the earlier entries come (one chunk per view).
+        page.evaluate("window.scrollTo(0, 0)")
+        page.wait_for_function(
+            f"document.querySelectorAll('#entries article').length > {PATH_CHUNK}"
+        )
+        # Another branch, far back: its end, then its own earlier entries.
+        page.select_option("#leaf-picker", f"{GIGABYTE_ENTRIES - 300:08x}")
+        page.wait_for_url(f"**?leaf={GIGABYTE_ENTRIES - 300:08x}")
+        page.locator("#entries").get_by_text(f"message {GIGABYTE_ENTRIES - 300} ").wait_for()
+        context.close()
+        assert peak_memory(child.pid) <= 0.35 * (1 << 30)
+    finally:
+        child.kill()
+        child.wait()
+        Path(path).unlink()

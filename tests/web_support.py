@@ -473,3 +473,69 @@ def build_home(home: Path, claude_source: Path) -> FoundHome:
         own = str(sm.get_session_file())
     imported = import_session(read_claude_session(str(target)), agent_dir=str(pi))
     return FoundHome(home, pi, claude, own, str(target), str(imported.path))
+
+
+def write_wide_session(
+    agent: Path,
+    entries: int,
+    text_chars: int,
+    *,
+    branches: tuple[tuple[int, int], ...] = (),
+    name: str = "wide",
+) -> str:
+    """A big session written fast, straight as JSONL: `entries` messages of about
+    `text_chars` characters each, user and assistant in turn, chained; each
+    `(at, back)` of `branches` makes entry `at` a child of entry `back` (a branch);
+    a label on entry 5 and a compaction two thirds in. The last line is the leaf."""
+    path = Path(_session_dir(agent, "/work/wide")) / f"2026-01-01T00-00-00-000Z_{name}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    back = dict(branches)
+    filler = ("lorem ipsum dolor sit amet " * (text_chars // 27 + 1))[:text_chars]
+    header = {
+        "type": "session",
+        "version": 3,
+        "id": f"{name}-session",
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "cwd": "/work/wide",
+    }
+    with open(path, "wb") as f:
+        f.write(serialize_entry(header).encode() + b"\n")
+        previous: str | None = None
+        for n in range(entries):
+            entry_id = f"{n:08x}"
+            parent = f"{back[n]:08x}" if n in back else previous
+            stamp = f"2026-01-01T{n // 3600 % 24:02d}:{n // 60 % 60:02d}:{n % 60:02d}.000Z"
+            if n == 2 * entries // 3:
+                entry: dict[str, Any] = {
+                    "type": "compaction",
+                    "id": entry_id,
+                    "parentId": parent,
+                    "timestamp": stamp,
+                    "summary": "what happened so far",
+                    "shortSummary": "wide work",
+                    "firstKeptEntryId": parent,
+                    "tokensBefore": 1000,
+                }
+            elif n == 6:
+                entry = {
+                    "type": "label",
+                    "id": entry_id,
+                    "parentId": parent,
+                    "timestamp": stamp,
+                    "targetId": f"{5:08x}",
+                    "label": "checkpoint",
+                }
+            else:
+                role = "user" if n % 2 == 0 else "assistant"
+                text = f"message {n} {filler}"
+                content: Any = text if role == "user" else [{"type": "text", "text": text}]
+                entry = {
+                    "type": "message",
+                    "id": entry_id,
+                    "parentId": parent,
+                    "timestamp": stamp,
+                    "message": {"role": role, "content": content, "timestamp": 1767225600000 + n},
+                }
+            f.write(serialize_entry(entry).encode() + b"\n")
+            previous = entry_id
+    return str(path)

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         json_island,
         leaf_choice_text,
         nav_items,
+        nav_tokens,
     )
     from sessiontree.export._render import render_markdown
 
@@ -41,6 +42,7 @@ __all__ = [
     "json_island",
     "leaf_choice_text",
     "nav_items",
+    "nav_tokens",
     "render_markdown",
     "session_shown_title",
 ]
@@ -57,6 +59,7 @@ _LAZY = {
     "json_island": "_html",
     "leaf_choice_text": "_html",
     "nav_items": "_html",
+    "nav_tokens": "_html",
     "render_markdown": "_render",
 }
 

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 import jinja2
 from markupsafe import Markup
@@ -84,6 +84,10 @@ class HtmlEntry:
     blocks: list[HtmlBlock]
     usage: str | None = None
     hidden: bool = False
+
+
+N = TypeVar("N")
+"""A node of a tree drawn by `nav_tokens`."""
 
 
 @dataclass(slots=True)
@@ -347,54 +351,74 @@ def nav_items(
     *,
     keep: Callable[[SessionTreeNode, SessionTreeNode | None], bool] | None = None,
 ) -> list[NavItem]:
-    """The tree as flat tokens: a linear run stays in one list, each child of a branch
-    point opens a nested one. With `keep`, entries it rejects inside a run are left
-    out (a `gap` token counts them); `keep(node, parent)` sees each node once."""
+    """`nav_tokens` of a `get_tree` tree: each entry numbered by `number`, marked when
+    its id is in `on_path`."""
+
+    def item(node: SessionTreeNode, head: bool) -> NavItem:
+        entry = node.entry
+        entry_id = str(entry.get("id", ""))
+        return NavItem(
+            "entry",
+            number(entry),
+            entry_id,
+            entry_preview(entry, 70),
+            node.label,
+            len(node.children) if len(node.children) > 1 else 0,
+            on_path=entry_id in on_path,
+            head=head,
+        )
+
+    return nav_tokens(roots, lambda node: node.children, item, keep=keep)
+
+
+def nav_tokens(
+    roots: Sequence[N],
+    children: Callable[[N], Sequence[N]],
+    item: Callable[[N, bool], NavItem],
+    *,
+    keep: Callable[[N, N | None], bool] | None = None,
+    gap: Callable[[N], int] | None = None,
+) -> list[NavItem]:
+    """A tree as flat tokens: a linear run stays in one list, each child of a branch
+    point opens a nested one; `item(node, head)` makes an entry's token (`head`: the
+    first of a branch). With `keep`, nodes it rejects inside a run are left out (a
+    `gap` token counts them); `keep(node, parent)` sees each node once. A tree already
+    without them gives `gap(node)`: how many were left out right before `node`."""
     out: list[NavItem] = []
-    stack: list[SessionTreeNode | str] = []
+    stack: list[tuple[str, N | None]] = []
     if len(roots) == 1:
-        stack.append(roots[0])
+        stack.append(("node", roots[0]))
     else:
         for root in reversed(roots):
-            stack.extend(["close", root, "open"])
+            stack.extend([("close", None), ("node", root), ("open", None)])
     while stack:
-        item = stack.pop()
-        if isinstance(item, str):
-            out.append(NavItem(item))
+        kind, item_node = stack.pop()
+        if item_node is None:
+            out.append(NavItem(kind))
             continue
-        node: SessionTreeNode = item
-        parent: SessionTreeNode | None = None
+        node: N = item_node
+        parent: N | None = None
         skipped = 0
         head = bool(out) and out[-1].kind == "open"
         while True:
-            entry = node.entry
-            entry_id = str(entry.get("id", ""))
+            kids = children(node)
             if keep is None or keep(node, parent):
+                if gap is not None:
+                    skipped += gap(node)
                 if skipped:
                     out.append(NavItem("gap", count=skipped))
                     skipped = 0
-                out.append(
-                    NavItem(
-                        "entry",
-                        number(entry),
-                        entry_id,
-                        entry_preview(entry, 70),
-                        node.label,
-                        len(node.children) if len(node.children) > 1 else 0,
-                        on_path=entry_id in on_path,
-                        head=head,
-                    )
-                )
+                out.append(item(node, head))
                 head = False
             else:
                 skipped += 1
-            if len(node.children) == 1:
-                parent, node = node, node.children[0]
+            if len(kids) == 1:
+                parent, node = node, kids[0]
                 continue
             if skipped:
                 out.append(NavItem("gap", count=skipped))
-            for child in reversed(node.children):
-                stack.extend(["close", child, "open"])
+            for child in reversed(kids):
+                stack.extend([("close", None), ("node", child), ("open", None)])
             break
     return out
 

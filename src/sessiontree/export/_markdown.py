@@ -11,6 +11,7 @@ from sessiontree.format import (
     Entry,
     allow_deep_nesting,
     blocks_text,
+    clean_title,
     content_text,
     entry_preview,
     message_text,
@@ -130,21 +131,32 @@ def _md_entry(entry: Entry, labels: dict[str, str]) -> str | None:
 def session_shown_title(sm: SessionManager, width: int | None = SHORT_TITLE_CHARS) -> str:
     """The title the session is shown by everywhere (`format.shown_title`): its name,
     else the last compaction's short summary (as `SessionInfo.title`), else its first
-    user message; shortened to `width` (None: whole)."""
+    user message; shortened to `width` (None: whole). Reads only the entries it looks
+    at (from the end for the summary, from the start for the message)."""
     title: str | None = sm.get_session_name()
-    summary: str | None = None
+    shape = sm.get_tree_shape()
+    if not title:
+        compactions = shape.of_kind("compaction")
+        compactions.reverse()
+        last = shape.first(compactions, lambda e: _short_summary(e) is not None)
+        title = _short_summary(last) if last is not None else None
     first: str | None = None
-    for entry in sm.get_entries():
-        kind = entry.get("type")
-        if kind == "compaction":
-            short = entry.get("shortSummary")
-            if isinstance(short, str) and short.strip():
-                summary = short
-        elif kind == "message" and first is None:
-            message = entry.get("message")
-            if isinstance(message, dict) and message.get("role") == "user":
-                first = content_text(message.get("content")) or None
-    return shown_title(title or summary, first, sm.get_session_id(), width)
+    if not clean_title(title):
+        message = shape.first(shape.of_kind("message"), lambda e: _user_text(e) is not None)
+        first = _user_text(message) if message is not None else None
+    return shown_title(title, first, sm.get_session_id(), width)
+
+
+def _short_summary(entry: Entry) -> str | None:
+    short = entry.get("shortSummary")
+    return short if isinstance(short, str) and short.strip() else None
+
+
+def _user_text(entry: Entry) -> str | None:
+    message = entry.get("message")
+    if isinstance(message, dict) and message.get("role") == "user":
+        return content_text(message.get("content")) or None
+    return None
 
 
 def export_markdown(sm: SessionManager, leaf_id: str | None = None) -> str:

@@ -18,7 +18,6 @@ from sessiontree.session._loader import (
     read_session,
 )
 from sessiontree.session._manager import SessionManager, UsageStatistics
-from sessiontree.session._shape import TreeShape
 from sessiontree.session._persistence import (
     BLOB_EXTERNALIZE_THRESHOLD,
     MAX_PERSIST_CHARS,
@@ -30,6 +29,7 @@ from sessiontree.session._persistence import (
     resolve_blob_refs,
     truncate_for_persist,
 )
+from sessiontree.session._shape import TreeShape
 
 __all__ = [
     "BLOB_EXTERNALIZE_THRESHOLD",
@@ -38,10 +38,10 @@ __all__ = [
     "LOCK_CHECK_SECONDS",
     "MAX_PERSIST_CHARS",
     "TRUNCATION_NOTICE",
-    "TreeShape",
     "EntryIndex",
     "SessionFile",
     "SessionManager",
+    "TreeShape",
     "UsageStatistics",
     "b64decode_lenient",
     "backup_path",

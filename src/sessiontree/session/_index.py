@@ -183,6 +183,7 @@ class EntryIndex:
         "_parents",
         "_pos",
         "_ppos",
+        "_shape",
         "_source",
         "file_refs",
         "leaf",
@@ -291,6 +292,7 @@ class EntryIndex:
         self._labels, self._name = labels, name
         self._children: dict[Any, list[int]] | None = None
         self._ppos: list[int] | None = None
+        self._shape: TreeShape | None = None
         self._has_assistant: bool | None = None
         self._context: ContextBuilder | None = None
 
@@ -331,6 +333,7 @@ class EntryIndex:
         self._flags.append(flag)
         if self._ppos is not None:
             self._ppos.append(self._pos.get(parent, -1) if parent else -1)
+        self._shape = None
         self._pos[entry_id] = p
         if self._children is not None:
             self._children.setdefault(parent, []).append(p)
@@ -599,7 +602,13 @@ class EntryIndex:
         )
 
     def shape(self) -> TreeShape:
-        """The tree without its entries (`TreeShape`): reads no line of its own."""
+        """The tree without its entries (`TreeShape`): reads no line of its own; kept
+        until an entry is added or a read changes what the index holds."""
+        if self._shape is None:
+            self._shape = self._new_shape()
+        return self._shape
+
+    def _new_shape(self) -> TreeShape:
         ppos = self._parent_positions()
         ids, parents, entries = self._ids, self._parents, self._entries
         tree_parents = list(ppos)

@@ -71,13 +71,13 @@ from sessiontree.layout import (
 )
 from sessiontree.session._file import ContentSource, SessionFile
 from sessiontree.session._index import EntryIndex, LineSource, SessionChunks, is_assistant_message
-from sessiontree.session._shape import TreeShape
 from sessiontree.session._persistence import (
     entry_line,
     held_blob_refs,
     resolve_blob_refs,
     validate_entry,
 )
+from sessiontree.session._shape import TreeShape
 from sessiontree.storage import (
     BLOB_REF_PREFIX,
     BlobPins,

@@ -64,6 +64,7 @@ from sessiontree.web.sessions import (
     leaf_choices,
     load_note,
     nav,
+    path_ids,
     path_slice,
     render_entries,
     sniff_image,
@@ -426,7 +427,7 @@ class _App:
                 "part": part,
                 "nav": nav(session, leaf, part.ids),
                 "options": leaf_choices(session, leaf),
-                "entry_count": len(session.sm.get_entries()),
+                "entry_count": session.shape().size,
                 "tip_count": len(session.tips()),
                 "size": _size(session.mark.size),
                 "load_note": load_note(session),
@@ -459,7 +460,7 @@ class _App:
             current = params.get("from")
             part = path_slice(session, leaf)
             if current and session.sm.get_entry(current) is not None and leaf is not None:
-                shown = {str(e.get("id")) for e in session.sm.get_branch(current)}
+                shown = set(path_ids(session, session.sm.get_entry(current)))
                 common = [i for i in part.ids if i in shown]
                 if common:
                     ancestor = common[-1]

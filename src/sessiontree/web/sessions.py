@@ -2,12 +2,12 @@
 session page (one slice of the active path, the tree, the leaf choices), and the tail
 that follows a file's appends for the live view.
 
-Only the public `SessionManager` API is used (`open(read_only=True)`, `get_branch`,
-`get_tree`, `get_entry`, `get_children`, `get_labels`, ...), so other readers and
-index-first loads slot in underneath. A session page still asks for every entry (the
-tree, the tips and the whole active path), so a session is read whole when it is first
-opened here, however the manager loads it; the page of a big one says so
-(`load_note`). Nothing here writes.
+A page asks only for what it shows: the tree's shape without its entries
+(`SessionManager.get_tree_shape`: ids, kinds, parents by position), then the entries
+it draws (the end of one path, the tree's branch points, tips and marks, the branch
+tips for the picker). A big session is loaded index first, so its page reads those
+lines and no others however big the file is. Only the public `SessionManager` API is
+used, so other readers slot in underneath. Nothing here writes.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import binascii
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -29,11 +29,11 @@ from sessiontree.export import (
     html_entry,
     is_raster_image,
     leaf_choice_text,
-    nav_items,
+    nav_tokens,
 )
 from sessiontree.foreign.storage import ForeignStorage
-from sessiontree.format import Entry, SessionTreeNode, loads_line
-from sessiontree.session import SessionManager
+from sessiontree.format import Entry, entry_preview, loads_line
+from sessiontree.session import SessionManager, TreeShape
 from sessiontree.storage import SessionStorage, parse_blob_ref, read_range
 from sessiontree.store import Store
 
@@ -54,13 +54,10 @@ PATH_CHUNK = 100
 """Entries of the active path a page holds at first; earlier ones load on demand."""
 TEXT_LIMIT = 4000
 """Characters of one block a page holds; the rest loads on demand."""
-PAGE_READS_EVERYTHING = True
-"""Whether a session page needs every entry of its session (it does: `get_tree` for the
-tree, `get_entries` for the tips and counts, `get_branch` for the whole active path),
-which turns an index-first load into a whole read. Clear it when the page asks only for
-what it shows, and the pages stop saying so."""
-WHOLE_READ_NOTE_BYTES = 8 << 20
-"""Sessions of at least this size say on their page that they were read whole."""
+BIG_NOTE_BYTES = 8 << 20
+"""Sessions of at least this size say on their page how it shows them."""
+TIPS_SHOWN = 200
+"""Branch tips the picker lists at most (the newest); the page counts them all."""
 NAV_FULL = 400
 """Sessions with up to this many entries show every entry in the tree; larger ones
 show the entries that shape it (roots, branch points and their children, tips,
@@ -128,8 +125,8 @@ class OpenSession:
     lock: threading.Lock = field(default_factory=threading.Lock)
     load_seconds: float = 0.0
     """How long opening it and reading what its pages need took."""
-    _tips: list[Entry] | None = None
-    _tree: list[SessionTreeNode] | None = None
+    _shape: TreeShape | None = None
+    _tips: list[int] | None = None
 
     def leaf(self, wanted: str | None) -> Entry | None:
         """The entry `wanted` names, else the session's own leaf."""
@@ -140,19 +137,18 @@ class OpenSession:
         leaf = self.sm.get_leaf_id()
         return self.sm.get_entry(leaf) if leaf is not None else None
 
-    def tips(self) -> list[Entry]:
-        """Entries without children: where the branches end."""
-        if self._tips is None:
-            entries = self.sm.get_entries()
-            parents = {e.get("parentId") for e in entries}
-            self._tips = [e for e in entries if e.get("id") not in parents]
-        return self._tips
+    def shape(self) -> TreeShape:
+        """The tree without its entries (drawn once: the session does not change
+        while it is open)."""
+        if self._shape is None:
+            self._shape = self.sm.get_tree_shape()
+        return self._shape
 
-    def tree(self) -> list[SessionTreeNode]:
-        """The entry tree (built once: the session does not change while it is open)."""
-        if self._tree is None:
-            self._tree = self.sm.get_tree()
-        return self._tree
+    def tips(self) -> list[int]:
+        """Positions of the entries without children: where the branches end."""
+        if self._tips is None:
+            self._tips = self.shape().tips()
+        return self._tips
 
 
 class SessionCache:
@@ -203,13 +199,11 @@ class SessionCache:
                 agent_dir=self.agent_dir,
             )
             session = OpenSession(handle, path, sm, mark)
-            if PAGE_READS_EVERYTHING:
-                try:
-                    session.tree()  # what the page reads anyway, here, so it is timed
-                    session.tips()
-                except BaseException:
-                    sm.close()
-                    raise
+            try:
+                session.tips()  # the shape every page draws, here, so it is timed
+            except BaseException:
+                sm.close()
+                raise
             session.load_seconds = time.perf_counter() - started
             with self._lock:
                 old = self._open.pop(path, None)
@@ -236,16 +230,13 @@ class SessionCache:
 
 
 def load_note(session: OpenSession) -> str | None:
-    """What the page of a big session says about how it was read (None: nothing to say)."""
-    if not PAGE_READS_EVERYTHING or session.mark.size < WHOLE_READ_NOTE_BYTES:
+    """What the page of a big session says about how it shows it (None: nothing)."""
+    if session.mark.size < BIG_NOTE_BYTES:
         return None
     return (
-        f"To draw this page the server read every entry of this file"
-        f" ({session.mark.size / (1 << 20):,.1f} MB) in {session.load_seconds:.2f} s, and keeps"
-        " them in memory while it is open: the page needs the whole tree and the whole"
-        " active path, so reading only the entries shown is not there yet, even where the"
-        " session is loaded index first. The page holds the last entries of one path; the"
-        " rest comes on demand."
+        f"A big session ({session.mark.size / (1 << 20):,.1f} MB). This page shows the"
+        " newest entries of one branch; older ones load when you ask for them, and the"
+        " tree shows where the session branches."
     )
 
 
@@ -291,6 +282,13 @@ class PathSlice:
     ids: list[str]
 
 
+def path_ids(session: OpenSession, entry: Entry | None) -> list[str]:
+    """Ids of the entries from the root to `entry` (none read)."""
+    shape = session.shape()
+    at = shape.position.get(entry.get("id")) if entry is not None else None  # type: ignore[arg-type]
+    return [str(shape.ids[p]) for p in shape.path(at)] if at is not None else []
+
+
 def path_slice(
     session: OpenSession,
     leaf: Entry | None,
@@ -300,9 +298,11 @@ def path_slice(
     limit: int = PATH_CHUNK,
 ) -> PathSlice:
     """At most `limit` entries of the path to `leaf`: its end; or the ones following
-    entry `after`; or the ones right before entry `before`."""
-    path = session.sm.get_branch(leaf["id"]) if leaf is not None else []
-    ids = [str(e.get("id", "")) for e in path]
+    entry `after`; or the ones right before entry `before`. Reads only those."""
+    shape = session.shape()
+    at = shape.position.get(leaf.get("id")) if leaf is not None else None  # type: ignore[arg-type]
+    path = shape.path(at) if at is not None else []
+    ids = [str(shape.ids[p]) for p in path]
     stop = len(path)
     start = max(0, stop - limit)
     if before is not None and before in ids:
@@ -312,7 +312,7 @@ def path_slice(
         first = ids.index(after) + 1
         if stop - first <= limit:
             start = first
-    chosen = path[start:stop]
+    chosen = [e for e in shape.entries(path[start:stop]) if e is not None]
     return PathSlice(leaf, len(path), start, render_entries(session, chosen, start), ids)
 
 
@@ -321,53 +321,108 @@ def branch_around(session: OpenSession, entry_id: str) -> tuple[Entry, PathSlice
     newest child down from the entry) and a slice of the path that shows the entry and
     everything after it (None when the entry is unknown or too far from its tip, where
     the path to the entry alone is shown)."""
-    sm = session.sm
-    entry = sm.get_entry(entry_id)
-    if entry is None:
+    shape = session.shape()
+    at = shape.position.get(entry_id)
+    if at is None:
         return None
-    tip = entry
-    seen = {entry_id}
+    tip, seen = at, {at}
     while True:
-        children = sm.get_children(str(tip.get("id")))
-        if not children or str(children[-1].get("id")) in seen:
+        children = shape.children(tip)
+        if not children or children[-1] in seen:
             break
         tip = children[-1]
-        seen.add(str(tip.get("id")))
-    part = path_slice(session, tip)
+        seen.add(tip)
+    tip_entry = shape.entry(tip)
+    if tip_entry is None:
+        return None
+    part = path_slice(session, tip_entry)
     if entry_id in part.ids[part.earlier :]:
-        return tip, part
+        return tip_entry, part
+    if entry_id not in part.ids:
+        return None
     index = part.ids.index(entry_id)
     if part.length - index > 4 * PATH_CHUNK:
         return None
     start = max(0, index - 2)  # two entries of context before the hit
-    return tip, path_slice(session, tip, limit=part.length - start)
-
-
-def _keeps(session: OpenSession, leaf_id: str | None) -> Callable[[SessionTreeNode, Any], bool]:
-    def keep(node: SessionTreeNode, parent: SessionTreeNode | None) -> bool:
-        entry = node.entry
-        return (
-            parent is None
-            or len(node.children) != 1
-            or len(parent.children) > 1
-            or node.label is not None
-            or entry.get("type") in ("compaction", "branch_summary")
-            or entry.get("id") == leaf_id
-        )
-
-    return keep
+    return tip_entry, path_slice(session, tip_entry, limit=part.length - start)
 
 
 def nav(session: OpenSession, leaf: Entry | None, path_ids: list[str]) -> list[NavItem]:
-    """The tree's tokens, the path to `leaf` (`path_ids`) marked."""
-    leaf_id = leaf.get("id") if leaf is not None else None
-    keep = None if len(session.sm.get_entries()) <= NAV_FULL else _keeps(session, leaf_id)
-    return nav_items(session.tree(), lambda _e: None, set(path_ids), keep=keep)
+    """The tree's tokens, the path to `leaf` (`path_ids`) marked. Sessions with more
+    than `NAV_FULL` entries show the entries that shape the tree (see `NAV_FULL`);
+    only the entries shown are read."""
+    shape = session.shape()
+    on_path = set(path_ids)
+    leaf_at = shape.position.get(leaf.get("id")) if leaf is not None else None  # type: ignore[arg-type]
+    children, labels = shape.children, shape.labels
+    if shape.size <= NAV_FULL:
+        down: Callable[[int], Sequence[int]] = children
+        gaps: dict[int, int] = {}
+    else:
+        down, gaps = _condensed(shape, leaf_at)
+    shown: list[int] = []
+
+    def item(p: int, head: bool) -> NavItem:
+        shown.append(p)
+        forks = len(children(p))
+        entry_id = str(shape.ids[p])
+        return NavItem(
+            "entry",
+            None,
+            entry_id,
+            "",
+            labels.get(p),
+            forks if forks > 1 else 0,
+            on_path=entry_id in on_path,
+            head=head,
+        )
+
+    tokens = nav_tokens(shape.roots, down, item, gap=lambda p: gaps.get(p, 0))
+    texts = iter(entry_preview(e, 70) if e is not None else "" for e in shape.entries(shown))
+    for token in tokens:
+        if token.kind == "entry":
+            token.text = next(texts)
+    return tokens
+
+
+def _condensed(
+    shape: TreeShape, leaf_at: int | None
+) -> tuple[Callable[[int], Sequence[int]], dict[int, int]]:
+    """The tree of the entries that shape it (see `NAV_FULL`): each one's children in
+    that tree, and how many entries of a run were left out before each."""
+    children = shape.children
+    kinds, labels = shape.kinds, shape.labels
+    down: dict[int, list[int]] = {}
+    gaps: dict[int, int] = {}
+    marked = {"compaction", "branch_summary"}
+    stack = list(shape.roots)
+    while stack:
+        p = stack.pop()
+        kids = children(p)
+        if len(kids) != 1:
+            down[p] = list(kids)
+            stack.extend(kids)
+            continue
+        # A run: walk down to the next entry kept (a mark, or where the run ends).
+        q, left_out = kids[0], 0
+        while True:
+            below = children(q)
+            if len(below) != 1 or q in labels or kinds[q] in marked or q == leaf_at:
+                break
+            left_out += 1
+            q = below[0]
+        down[p] = [q]
+        if left_out:
+            gaps[q] = left_out
+        stack.append(q)
+    return (lambda p: down.get(p, ())), gaps
 
 
 def leaf_choices(session: OpenSession, leaf: Entry | None) -> list[dict[str, Any]]:
-    """The branch tips (and the shown leaf when it is not one) for the leaf picker."""
-    choices = list(session.tips())
+    """The branch tips (the newest `TIPS_SHOWN`; and the shown leaf when it is not
+    one) for the leaf picker."""
+    shape = session.shape()
+    choices = [e for e in shape.entries(session.tips()[-TIPS_SHOWN:]) if e is not None]
     if leaf is not None and not any(e is leaf for e in choices):
         choices.append(leaf)
     leaf_id = leaf.get("id") if leaf is not None else None

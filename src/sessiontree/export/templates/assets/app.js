@@ -119,16 +119,27 @@
   });
   picker.addEventListener('change', function () { switchTo(picker.value); });
 
-  earlierButton.addEventListener('click', function () {
+  // Earlier entries: asked for when the button is pressed or scrolled into view (the
+  // page holds what is shown; the browser keeps the view where it was).
+  var loadingEarlier = false;
+  function loadEarlier() {
     var first = entries.querySelector('article.entry');
-    if (!first) { return; }
+    if (!first || loadingEarlier || earlier <= 0) { return; }
+    loadingEarlier = true;
     var url = base + '/path?leaf=' + encodeURIComponent(leaf) + '&before=' + encodeURIComponent(first.dataset.id);
     get(url).then(function (data) {
       entries.insertAdjacentHTML('afterbegin', data.html);
       earlier = data.earlier;
       showEarlier();
-    }).catch(function (error) { say('Could not load earlier entries: ' + error.message); });
-  });
+      loadingEarlier = false;
+    }).catch(function (error) { loadingEarlier = false; say('Could not load earlier entries: ' + error.message); });
+  }
+  earlierButton.addEventListener('click', loadEarlier);
+  if (window.IntersectionObserver) {
+    new IntersectionObserver(function (seen) {
+      if (seen[0].isIntersecting && !earlierButton.hidden) { loadEarlier(); }
+    }).observe(earlierButton);
+  }
 
   entries.addEventListener('click', function (event) {
     var button = event.target.closest('button.more');
