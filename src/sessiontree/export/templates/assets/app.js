@@ -119,12 +119,11 @@
   });
   picker.addEventListener('change', function () { switchTo(picker.value); });
 
-  // Earlier entries: asked for when the button is pressed or scrolled into view (the
-  // page holds what is shown; the browser keeps the view where it was).
+  // Earlier entries, a chunk per press (the page holds what is shown).
   var loadingEarlier = false;
-  function loadEarlier() {
+  earlierButton.addEventListener('click', function () {
     var first = entries.querySelector('article.entry');
-    if (!first || loadingEarlier || earlier <= 0) { return; }
+    if (!first || loadingEarlier) { return; }
     loadingEarlier = true;
     var url = base + '/path?leaf=' + encodeURIComponent(leaf) + '&before=' + encodeURIComponent(first.dataset.id);
     get(url).then(function (data) {
@@ -133,13 +132,7 @@
       showEarlier();
       loadingEarlier = false;
     }).catch(function (error) { loadingEarlier = false; say('Could not load earlier entries: ' + error.message); });
-  }
-  earlierButton.addEventListener('click', loadEarlier);
-  if (window.IntersectionObserver) {
-    new IntersectionObserver(function (seen) {
-      if (seen[0].isIntersecting && !earlierButton.hidden) { loadEarlier(); }
-    }).observe(earlierButton);
-  }
+  });
 
   entries.addEventListener('click', function (event) {
     var button = event.target.closest('button.more');
