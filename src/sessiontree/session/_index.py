@@ -28,10 +28,11 @@ The index does no I/O of its own beyond reading its source.
 from __future__ import annotations
 
 import logging
+import operator
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
-from itertools import repeat
+from itertools import compress, repeat
 from typing import Any, Final, cast
 
 from sessiontree._util.gcpause import gc_paused
@@ -612,12 +613,14 @@ class EntryIndex:
         ppos = self._parent_positions()
         ids, parents, entries = self._ids, self._parents, self._entries
         tree_parents = list(ppos)
-        for p, q in enumerate(ppos):
-            # As `build_tree`: an entry naming its own id as parent is a root, even
-            # where a later entry carries that id too.
-            if q >= 0 and parents[p] == ids[p]:
-                tree_parents[p] = -1
-        present = bytearray(e is not _SKIP for e in entries)
+        # As `build_tree`: an entry naming its own id as parent is a root, even where
+        # a later entry carries that id too.
+        for p in compress(range(len(ids)), map(operator.eq, parents, ids)):
+            tree_parents[p] = -1
+        if self._dropped:
+            present = bytearray(e is not _SKIP for e in entries)
+        else:
+            present = bytearray(b"\x01") * len(entries)
         pos = self._pos
         labels = {pos[t]: label for t, label in self._labels.items() if t in pos}
         leaf = pos.get(self.leaf) if self.leaf is not None else None

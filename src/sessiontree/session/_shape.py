@@ -15,7 +15,7 @@ the last entry with its target id. `path` follows parents as `get_branch` does.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from typing import Any, Protocol
 
 from sessiontree.format import Entry, parse_iso_ms
@@ -82,39 +82,46 @@ class TreeShape:
     # ------------------------------------------------------------------ the tree
 
     def _link(self) -> dict[int, list[int]]:
-        children = self._children
-        if children is None:
-            children = {}
-            roots: list[int] = []
-            multi: list[int] = []
+        """The links off the chain: a session is mostly one long chain (each entry the
+        child of the one before it), which `children` reads from `parents` directly;
+        the rest (roots, branches, entries after a jump back) are kept here, and
+        the children of every branch point ordered once."""
+        links = self._children
+        if links is None:
             present, parents = self.present, self.parents
-            for p, q in enumerate(parents):
+            odd = [p for p, q in enumerate(parents) if q != p - 1 or not p]  # a fast pass
+            roots: list[int] = []
+            links = {}
+            for p in odd:
                 if not present[p]:
                     continue
+                q = parents[p]
                 if q < 0:
                     roots.append(p)
                     continue
-                kids = children.get(q)
+                kids = links.get(q)
                 if kids is None:
-                    children[q] = [p]
-                else:
-                    kids.append(p)
-                    if len(kids) == 2:
-                        multi.append(q)
-            self._order(children, multi)
-            self._children, self._roots = children, roots
-        return children
+                    kids = links[q] = []
+                    if q + 1 < len(parents) and parents[q + 1] == q:
+                        kids.append(q + 1)  # its child on the chain
+                kids.append(p)
+            for kids in links.values():
+                kids.sort()  # file order (a child may come before its chained sibling)
+            self._order(links)
+            self._children, self._roots = links, roots
+        return links
 
-    def _order(self, children: dict[int, list[int]], multi: list[int]) -> None:
+    def _order(self, links: dict[int, list[int]]) -> None:
         """Siblings by timestamp, stably: their entries are read for it."""
-        wanted = [p for q in multi for p in children[q]]
+        multi = [q for q, kids in links.items() if len(kids) > 1]
+        wanted = [p for q in multi for p in links[q]]
         stamps: dict[int, float] = {}
         inf = float("inf")
         for p, entry in zip(wanted, self._source.read_at(wanted), strict=True):
             ms = parse_iso_ms(entry.get("timestamp")) if entry is not None else None
             stamps[p] = inf if ms is None else ms
         for q in multi:
-            children[q].sort(key=stamps.__getitem__)
+            links[q].sort(key=stamps.__getitem__)
 
     @property
     def roots(self) -> list[int]:
@@ -124,13 +131,42 @@ class TreeShape:
 
     def children(self, p: int) -> Sequence[int]:
         """Positions of the children of `p`, oldest first."""
-        return self._link().get(p, ())
+        kids = self._link().get(p)
+        if kids is not None:
+            return kids
+        parents = self.parents
+        return (p + 1,) if p + 1 < len(parents) and parents[p + 1] == p else ()
+
+    def run(self, p: int, marks: Container[int]) -> tuple[int, int]:
+        """Down the chain of single children from `p`'s only child: the first entry
+        that has not exactly one child or is in `marks`, and how many were passed."""
+        links, parents = self._link(), self.parents
+        last = len(parents) - 1
+        (q,) = self.children(p)
+        passed = 0
+        while q not in marks:
+            kids = links.get(q)
+            if kids is not None:
+                if len(kids) != 1:
+                    break
+                q = kids[0]
+            elif q < last and parents[q + 1] == q:
+                q += 1
+            else:
+                break  # no child: a tip
+            passed += 1
+        return q, passed
 
     def tips(self) -> list[int]:
         """Positions of the entries without children, in file order."""
-        children = self._link()
-        present = self.present
-        return [p for p in range(len(present)) if present[p] and p not in children]
+        links = self._link()
+        present, parents = self.present, self.parents
+        last = len(parents) - 1
+        return [
+            p
+            for p in range(len(parents))
+            if present[p] and p not in links and (p == last or parents[p + 1] != p)
+        ]
 
     def path(self, p: int) -> list[int]:
         """Positions from the root to `p`, as `get_branch` follows parents."""

@@ -58,6 +58,7 @@ BIG_NOTE_BYTES = 8 << 20
 """Sessions of at least this size say on their page how it shows them."""
 TIPS_SHOWN = 200
 """Branch tips the picker lists at most (the newest); the page counts them all."""
+_MARKED_KINDS = frozenset({"compaction", "branch_summary"})
 NAV_FULL = 400
 """Sessions with up to this many entries show every entry in the tree; larger ones
 show the entries that shape it (roots, branch points and their children, tips,
@@ -391,10 +392,12 @@ def _condensed(
     """The tree of the entries that shape it (see `NAV_FULL`): each one's children in
     that tree, and how many entries of a run were left out before each."""
     children = shape.children
-    kinds, labels = shape.kinds, shape.labels
+    marks = set(shape.labels)
+    marks.update(p for p, kind in enumerate(shape.kinds) if kind in _MARKED_KINDS)
+    if leaf_at is not None:
+        marks.add(leaf_at)
     down: dict[int, list[int]] = {}
     gaps: dict[int, int] = {}
-    marked = {"compaction", "branch_summary"}
     stack = list(shape.roots)
     while stack:
         p = stack.pop()
@@ -403,14 +406,7 @@ def _condensed(
             down[p] = list(kids)
             stack.extend(kids)
             continue
-        # A run: walk down to the next entry kept (a mark, or where the run ends).
-        q, left_out = kids[0], 0
-        while True:
-            below = children(q)
-            if len(below) != 1 or q in labels or kinds[q] in marked or q == leaf_at:
-                break
-            left_out += 1
-            q = below[0]
+        q, left_out = shape.run(p, marks)  # the next entry kept: a mark, or the run's end
         down[p] = [q]
         if left_out:
             gaps[q] = left_out
