@@ -519,8 +519,10 @@ def test_the_index_pass_reads_every_chunking_as_the_full_loader(
     line_index._THREAD_BYTES = 0 if threaded else 1 << 60  # type: ignore[misc]
     try:
         got = line_index.scan_pinned(FilePin.open(str(path)), lambda header: True)
+        found_later = line_index.refs_in(FilePin.open(str(path)))
     finally:
         line_index._CHUNK, line_index._THREAD_BYTES = original  # type: ignore[misc]
+    assert got.lines.refs is not None and got.lines.refs <= found_later
     assert (got.header, got.title_slot, got.malformed_lines) == (
         want.header,
         want.title_slot,
@@ -921,3 +923,7 @@ def test_the_index_pass_finds_every_ref_with_either_search(
         monkeypatch.setattr(line_index, "_CHUNK", chunk)
         got = line_index.scan_pinned(FilePin.open(str(path)), lambda header: True)
         assert got.lines.refs == set(hashes), chunk
+        # A read-only pass leaves them out; `refs_in` finds them when a copy asks.
+        pin = FilePin.open(str(path))
+        assert line_index.scan_pinned(pin, lambda h: True, find_refs=False).lines.refs is None
+        assert line_index.refs_in(pin) == set(hashes), chunk

@@ -292,7 +292,11 @@ class SessionFile:
         """
         wants = index_first_if if index_first_if is not None else (lambda header: True)
         if self.read_only:
-            return load_session(self.path, self.storage, lazy=lazy, index_first_if=wants)
+            # Nothing read-only pins blobs: the refs of its unread lines are looked
+            # for only if a copy is made of it (`EntryIndex.file_refs`).
+            return load_session(
+                self.path, self.storage, lazy=lazy, index_first_if=wants, find_refs=False
+            )
         self._take_lock()
         try:
             loaded = self._load_guarded(lazy, wants)

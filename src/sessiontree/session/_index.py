@@ -60,6 +60,7 @@ from sessiontree.session._line_index import (
     PREFIX_FORM,
     IndexedLines,
     match_prefix,
+    refs_in,
 )
 from sessiontree.session._persistence import entry_line, resolve_blob_refs
 from sessiontree.session._shape import TreeShape
@@ -174,6 +175,7 @@ class EntryIndex:
         "_dropped",
         "_dropped_here",
         "_entries",
+        "_file_refs",
         "_flags",
         "_has_assistant",
         "_ids",
@@ -186,7 +188,6 @@ class EntryIndex:
         "_ppos",
         "_shape",
         "_source",
-        "file_refs",
         "leaf",
     )
 
@@ -207,11 +208,7 @@ class EntryIndex:
         given when the entries were read from a file, the positions of those whose line
         held a blob ref (the others are `AS_READ`); `refs`, the blobs they name as refs."""
         self._use_source(None)
-        self.file_refs: set[str] = set(refs)
-        """Blobs named by refs that only the file, or the entries as refs, hold: every
-        ref an index-first pass saw (its unread lines' images are only in the file), the
-        refs entries kept as refs (snapcompact frames, a blob missing when read). What a
-        writable manager pins (`SessionManager._hold_file_refs`); a copy inherits them."""
+        self._file_refs: set[str] | None = set(refs)
         self._entries: list[Entry | None] = cast("list[Entry | None]", entries)
         self._ids = [e.get("id") for e in entries]
         self._parents = [e.get("parentId") for e in entries]
@@ -230,7 +227,7 @@ class EntryIndex:
         """Hold the entries of a file indexed by `line_index` (read from `source`
         when asked for); the leaf is the last one."""
         self._use_source(source)
-        self.file_refs = lines.refs
+        self._file_refs = lines.refs
         self._entries = lines.entries
         self._ids, self._parents, self._kinds = lines.ids, lines.parents, lines.kinds
         self._flags = lines.flags
@@ -239,6 +236,23 @@ class EntryIndex:
         self._derive()
         self._read_last()
         self._leaf_at_end()
+
+    @property
+    def file_refs(self) -> set[str]:
+        """Blobs named by refs that only the file, or the entries as refs, hold: every
+        ref an index-first pass saw (its unread lines' images are only in the file), the
+        refs entries kept as refs (snapcompact frames, a blob missing when read). What a
+        writable manager pins (`SessionManager._hold_file_refs`); a copy inherits them.
+        A read-only pass leaves them out; they are looked for in the file when asked."""
+        refs = self._file_refs
+        if refs is None:
+            source = self._source
+            refs = self._file_refs = refs_in(source.pinned) if source is not None else set()
+        return refs
+
+    @file_refs.setter
+    def file_refs(self, refs: set[str]) -> None:
+        self._file_refs = refs
 
     def _use_source(self, source: LineSource | None) -> None:
         old, self._source = self._source, source

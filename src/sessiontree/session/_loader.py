@@ -201,16 +201,22 @@ def load_session(
     *,
     lazy: bool | None = None,
     index_first_if: Callable[[Entry], bool] = lambda header: True,
+    find_refs: bool = True,
 ) -> LoadedSession:
     """The session at `path`, index first when `lazy` (None: when it is at least
     `LAZY_LOAD_BYTES`), the storage has pinned reads and `index_first_if(header)`
-    (say, no migration is due); else `read_session`. FileNotFoundError propagates."""
+    (say, no migration is due); else `read_session`. FileNotFoundError propagates.
+    `find_refs=False`: an index-first pass leaves the blob refs for later
+    (`line_index.refs_in`)."""
     if lazy is not False and isinstance(storage, PinnedReads):
         pinned = storage.open_pinned(path)
         try:
             if lazy or pinned.size() >= LAZY_LOAD_BYTES:
                 scanned = scan_pinned(
-                    pinned, index_first_if, observe.update if observe is not None else None
+                    pinned,
+                    index_first_if,
+                    observe.update if observe is not None else None,
+                    find_refs=find_refs,
                 )
                 if not scanned.stopped:
                     result = LoadedSession(
