@@ -514,3 +514,59 @@ def test_the_highlight_is_the_query_after_any_text(prefix: str, query: str, suff
     assert "  " not in shown
     # What is shown is the text around the match, whitespace collapsed.
     assert " ".join(shown.strip("…").split()) in " ".join(text.split())
+
+
+# ---------------------------------------------------------------------- regular expressions, bounded
+
+_PIECES = [
+    "a",
+    "b",
+    "ß",
+    "İ",
+    "i",
+    "I",
+    "ﬁ",
+    ".",
+    ".*",
+    "a+",
+    "[ab]",
+    "(a|b)",
+    r"\d",
+    r"\w+",
+    "x?",
+    r"\s",
+    "^",
+    "$",
+    r"\b",
+]
+
+
+@given(
+    pattern=st.lists(st.sampled_from(_PIECES), min_size=1, max_size=5).map("".join),
+    text=st.text(alphabet="abxßİiIﬁ1 \nAB", max_size=30),
+    case_sensitive=st.booleans(),
+)
+def test_a_bounded_regular_expression_matches_as_re_does(
+    pattern: str, text: str, case_sensitive: bool
+) -> None:
+    """Within `regex_time_limit` (the web's searches) patterns are matched by the `regex`
+    package, which can be stopped: it finds what `re` finds, at the same place."""
+    from sessiontree.search import regex_time_limit
+    from sessiontree.search._search import _Regex
+
+    plain = _Regex(pattern, case_sensitive)
+    with regex_time_limit(10):
+        bounded = _Regex(pattern, case_sensitive)
+    assert bounded.timed is not None
+    assert bounded.find(text) == plain.find(text)
+
+
+def test_a_search_past_its_time_limit_stops_and_says_so(tmp_path: Path) -> None:
+    from sessiontree.search import RegexTimeoutError, regex_time_limit
+
+    path = write_session(
+        str(tmp_path / "sessions"), [("message", {"role": "user", "content": "ж" * 4000})]
+    )
+    with regex_time_limit(0.3), pytest.raises(RegexTimeoutError, match=r"took more than 0\.3 s"):
+        list(search_sessions([path], r"ж*ж*ж*ж*ж*\d", regex=True))
+    assert list(search_sessions([path], "ж+$", regex=True))  # outside: re, unbounded

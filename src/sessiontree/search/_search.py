@@ -25,7 +25,10 @@ import heapq
 import os
 import re
 import sqlite3
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -61,12 +64,14 @@ from sessiontree.storage import (
 )
 
 __all__ = [
+    "RegexTimeoutError",
     "SearchHit",
     "SearchResult",
     "merge_store_hits",
     "nested_repeat",
     "read_history",
     "regex_literals",
+    "regex_time_limit",
     "search",
     "search_sessions",
     "snippet",
@@ -438,16 +443,61 @@ def regex_literals(pattern: str | re.Pattern[str]) -> list[str]:
     return runs
 
 
+_DEADLINE: ContextVar[tuple[float, float] | None] = ContextVar(
+    "sessiontree_regex_deadline", default=None
+)
+
+
+class RegexTimeoutError(SessionTreeError):
+    """A regular expression took longer to match than `regex_time_limit` allows."""
+
+
+@contextmanager
+def regex_time_limit(seconds: float) -> Iterator[None]:
+    """Searches run in this context (`search_sessions`, a generator: iterated in it)
+    stop matching regular expressions after `seconds` in all (`RegexTimeoutError`): Python's `re` backtracks without a bound
+    (`x*x*x*x*y` on a long line is polynomial, `(x+x+)+y` exponential) and nothing
+    interrupts it, so these searches match with the `regex` package, which takes a
+    time limit (the same syntax and matches as `re` in its VERSION0 mode). Without
+    that package installed, matching is unbounded, as outside this context."""
+    token = _DEADLINE.set((time.monotonic() + seconds, seconds))
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
 class _Regex:
     def __init__(self, pattern: str, case_sensitive: bool) -> None:
+        flags = 0 if case_sensitive else re.IGNORECASE
         try:
-            self.rx = re.compile(pattern, 0 if case_sensitive else re.IGNORECASE)
+            self.rx = re.compile(pattern, flags)
         except re.error as exc:
             raise SessionTreeError(f"bad regular expression {pattern!r}: {exc}") from None
         self.literals = regex_literals(self.rx)
+        self.limit = _DEADLINE.get()
+        self.timed: Any = None
+        if self.limit is not None:
+            try:
+                import regex as bounded
+
+                self.timed = bounded.compile(pattern, bounded.VERSION0 | flags)
+            except Exception:  # not installed, or a pattern it reads otherwise than re
+                self.timed = None
 
     def find(self, text: str) -> tuple[int, int] | None:
-        found = self.rx.search(text)
+        if self.timed is None or self.limit is None:
+            found = self.rx.search(text)
+        else:
+            deadline, seconds = self.limit
+            try:
+                found = self.timed.search(text, timeout=max(deadline - time.monotonic(), 0.0))
+            except TimeoutError:
+                raise RegexTimeoutError(
+                    f"the regular expression {self.rx.pattern!r} took more than"
+                    f" {seconds:g} s to match; a pattern with fewer repeats of what may be"
+                    " anything (.*, x*) runs fast"
+                ) from None
         return found.span() if found is not None else None
 
     def prefilter(self) -> None:
@@ -753,6 +803,8 @@ def _scan(
                 hits = list(_search_file(source.path, matcher, filters, storage))
             else:
                 hits = list(_search_loaded(source, matcher, filters))
+        except RegexTimeoutError:
+            raise  # the search is over, not this file
         except Exception:  # unreadable, or a loader that failed on it: skipped
             continue
         for hit in hits:

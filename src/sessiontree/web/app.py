@@ -47,7 +47,7 @@ from sessiontree.foreign.storage import ForeignStorage
 from sessiontree.format import SEARCH_ROLES
 from sessiontree.layout import default_agent_dir
 from sessiontree.reports import parse_time, time_zone
-from sessiontree.search import nested_repeat
+from sessiontree.search import nested_repeat, regex_time_limit
 from sessiontree.storage import check_hash
 from sessiontree.store import Store
 from sessiontree.web import charts
@@ -73,6 +73,9 @@ from sessiontree.web.sessions import (
 __all__ = ["ServeOptions", "create_app"]
 
 PAGE_ROWS = 100
+REGEX_SECONDS = 5.0
+"""How long a web search may spend matching a regular expression (nothing else stops
+one that backtracks without end on the server)."""
 SEARCH_LIMIT = 200
 POLL_SECONDS = 0.25
 _ASSETS = {
@@ -594,16 +597,17 @@ class _App:
             by_path = {(r.store, r.path): r for r in rows}
             started = time.perf_counter()
             try:
-                outcome = self.data.search(
-                    query,
-                    rows,
-                    SEARCH_LIMIT,
-                    regex=regex,
-                    roles=[role] if role else None,
-                    since=since_ms,
-                    until=until_ms,
-                )
-            except SessionTreeError as exc:  # a bad regular expression
+                with regex_time_limit(REGEX_SECONDS):
+                    outcome = self.data.search(
+                        query,
+                        rows,
+                        SEARCH_LIMIT,
+                        regex=regex,
+                        roles=[role] if role else None,
+                        since=since_ms,
+                        until=until_ms,
+                    )
+            except SessionTreeError as exc:  # a bad regular expression, or a slow one
                 problem = str(exc)
                 outcome = None
             elapsed = time.perf_counter() - started
