@@ -455,11 +455,12 @@ class RegexTimeoutError(SessionTreeError):
 @contextmanager
 def regex_time_limit(seconds: float) -> Iterator[None]:
     """Searches run in this context (`search_sessions`, a generator: iterated in it)
-    stop matching regular expressions after `seconds` in all (`RegexTimeoutError`): Python's `re` backtracks without a bound
-    (`x*x*x*x*y` on a long line is polynomial, `(x+x+)+y` exponential) and nothing
-    interrupts it, so these searches match with the `regex` package, which takes a
-    time limit (the same syntax and matches as `re` in its VERSION0 mode). Without
-    that package installed, matching is unbounded, as outside this context."""
+    stop matching regular expressions after `seconds` in all (`RegexTimeoutError`).
+    Python's `re` backtracks without a bound (`x*x*x*x*y` on a long line is polynomial,
+    `(x+x+)+y` exponential) and nothing interrupts it, so these searches match with the
+    `regex` package, which takes a time limit (the same syntax and matches as `re` in
+    its VERSION0 mode). Without that package installed, matching is unbounded, as
+    outside this context."""
     token = _DEADLINE.set((time.monotonic() + seconds, seconds))
     try:
         yield

@@ -85,6 +85,7 @@ or found other than its prefix said: a rewrite serializes it instead of copying 
 _SKIP: Final[dict[str, Any]] = {}
 """Stands for a line found not to be an entry when it was read (dropped)."""
 _NAME_KINDS: Final = ("session_info", "title_change")
+_STR_ONLY: Final = frozenset({str})
 
 
 def is_assistant_message(entry: Entry) -> bool:
@@ -287,10 +288,15 @@ class EntryIndex:
 
     def _derive(self) -> None:
         """Everything derived from the records: id map, labels, name; caches dropped."""
-        pos: dict[str, int] = {}
-        for p, entry_id in enumerate(self._ids):
-            if entry_id.__class__ is str:
-                pos[entry_id] = p
+        ids = self._ids
+        pos: dict[str, int]
+        if _STR_ONLY.issuperset(map(type, ids)):
+            pos = dict(zip(cast("list[str]", ids), range(len(ids)), strict=True))  # last wins
+        else:
+            pos = {}
+            for p, entry_id in enumerate(ids):
+                if entry_id.__class__ is str:
+                    pos[entry_id] = p
         self._pos = pos
         labels: dict[str, str] = {}
         name: str | None = None

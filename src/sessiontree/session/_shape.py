@@ -15,7 +15,9 @@ the last entry with its target id. `path` follows parents as `get_branch` does.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Container, Sequence
+from itertools import compress
 from typing import Any, Protocol
 
 from sessiontree.format import Entry, parse_iso_ms
@@ -161,12 +163,12 @@ class TreeShape:
         """Positions of the entries without children, in file order."""
         links = self._link()
         present, parents = self.present, self.parents
-        last = len(parents) - 1
-        return [
-            p
-            for p in range(len(parents))
-            if present[p] and p not in links and (p == last or parents[p + 1] != p)
-        ]
+        # Entries whose next one is no child of theirs (builtins over the whole list);
+        # of those, the ones with no child off the chain either.
+        chained = bytearray(map(operator.eq, parents[1:], range(len(parents) - 1)))
+        chained.append(0)
+        ends = compress(range(len(parents)), map(operator.not_, chained))
+        return [p for p in ends if present[p] and p not in links]
 
     def path(self, p: int) -> list[int]:
         """Positions from the root to `p`, as `get_branch` follows parents."""
