@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -208,3 +209,84 @@ def test_the_condensed_tree_is_the_tree_with_its_runs_left_out(
         keep=_reference_keep(leaf.get("id") if leaf else None),
     )
     assert nav(session, leaf, path_ids) == expected
+
+
+# ---------------------------------------------------------------------- hostile sessions
+
+
+def _write_lines(agent: Path, name: str, lines: list[Any]) -> str:
+    """A session of `lines` (dicts, or raw bytes written as they are) in `agent`."""
+    from sessiontree.layout import encode_session_dir_name
+
+    folder = agent / "sessions" / encode_session_dir_name("/work/odd")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"2026-01-01T00-00-00-000Z_{name}.jsonl"
+    header = {
+        "type": "session",
+        "version": 3,
+        "id": f"{name}-session",
+        "timestamp": "2026-01-01T00:00:00.000Z",
+        "cwd": "/work/odd",
+    }
+    raw = [orjson.dumps(header)]
+    raw += [line if isinstance(line, bytes) else orjson.dumps(line) for line in lines]
+    path.write_bytes(b"\n".join(raw) + b"\n")
+    return str(path)
+
+
+def _chained(n: int, first: int = 0, parent: str | None = None) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for k in range(first, first + n):
+        entry_id = f"{k:08x}"
+        out.append(
+            {
+                "type": "message",
+                "id": entry_id,
+                "parentId": parent,
+                "timestamp": f"2026-01-01T00:{k // 60 % 60:02d}:{k % 60:02d}.000Z",
+                "message": {"role": "user", "content": f"message {k}"},
+            }
+        )
+        parent = entry_id
+    return out
+
+
+def test_the_condensed_tree_takes_entries_whose_kind_is_not_a_string(tmp_path: Path) -> None:
+    # A hostile line's "type" may be any JSON value (a list is unhashable).
+    entries = _chained(web_sessions.NAV_FULL + 100)
+    entries[100]["type"] = ["odd"]
+    entries[101]["type"] = {"odd": 1}
+    path = _write_lines(tmp_path / "agent", "kinds", entries)
+    with (
+        BackgroundServer(FileSessionStorage(), str(tmp_path / "agent")) as server,
+        _client(server) as client,
+    ):
+        url = "/s/" + handle_of("s", path)
+        assert client.get(url).status_code == 200
+        assert client.get(url + "/path", params={"leaf": f"{50:08x}"}).status_code == 200
+
+
+def test_a_page_whose_reads_find_a_damaged_line_draws_the_tree_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Index first, a line in the writers' form that does not parse is found when the
+    # page reads it (on the path it shows); the tree drawn then is the tree read whole.
+    damaged = (
+        b'{"type":"message","id":"00000001","parentId":"00000000",'
+        b'"timestamp":"2026-01-01T00:00:01.000Z","message":{"role":"user","content":x}}'
+    )
+    lines: list[Any] = [*_chained(1), damaged, *_chained(3, first=2, parent="00000001")]
+    path = _write_lines(tmp_path / "agent", "damaged", lines)
+    pages = []
+    for lazy_from in (0, 1 << 50):
+        monkeypatch.setattr(loader, "LAZY_LOAD_BYTES", lazy_from)
+        with (
+            BackgroundServer(FileSessionStorage(), str(tmp_path / "agent")) as server,
+            _client(server) as client,
+        ):
+            url = "/s/" + handle_of("s", path)
+            got = [_page_parts(client.get(url).text), client.get(url + "/path").json()["nav"]]
+            index = _open_session(server, path).sm._index
+            assert (index._source is not None) == (lazy_from == 0)  # loaded index first
+            pages.append(got)
+    assert pages[0] == pages[1]

@@ -602,23 +602,34 @@ class EntryIndex:
         )
 
     def shape(self) -> TreeShape:
-        """The tree without its entries (`TreeShape`): reads no line of its own; kept
-        until an entry is added or a read changes what the index holds."""
-        if self._shape is None:
-            self._shape = self._new_shape()
-        return self._shape
+        """The tree without its entries (`TreeShape`): reads no line but the siblings
+        at branch points (linked here: a sibling found damaged or other than its prefix
+        said changes the tree, which is then drawn again); kept until an entry is added
+        or a read changes what the index holds."""
+        while True:
+            shape = self._shape
+            if shape is None:
+                shape = self._shape = self._new_shape()
+            shape.roots  # noqa: B018 (links it, reading the siblings it orders)
+            if self._shape is shape:
+                return shape
 
     def _new_shape(self) -> TreeShape:
         ppos = self._parent_positions()
         ids, parents, entries = self._ids, self._parents, self._entries
         tree_parents = list(ppos)
-        for p, q in enumerate(ppos):
+        pos = self._pos
+        empty = pos.get("")
+        if empty is not None:
+            # `get_tree` (as the reference's getTree) finds an empty parentId like any
+            # other id; only a branch's walk up (`path`) stops at it.
+            tree_parents = [empty if x == "" else q for x, q in zip(parents, ppos, strict=True)]
+        for p, q in enumerate(tree_parents):
             # As `build_tree`: an entry naming its own id as parent is a root, even
             # where a later entry carries that id too.
             if q >= 0 and parents[p] == ids[p]:
                 tree_parents[p] = -1
         present = bytearray(e is not _SKIP for e in entries)
-        pos = self._pos
         labels = {pos[t]: label for t, label in self._labels.items() if t in pos}
         leaf = pos.get(self.leaf) if self.leaf is not None else None
         return TreeShape(
