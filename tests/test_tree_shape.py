@@ -268,3 +268,17 @@ def test_an_unread_line_whose_body_names_another_id_is_in_the_shape_as_get_tree_
     path.write_bytes(b"\n".join(lines) + b"\n")
     expected = tree_of_nodes(_open(path, lazy=False).get_tree())
     assert tree_of_shape(_open(path, lazy=True).get_tree_shape()) == expected
+
+
+def test_the_shape_of_a_session_of_siblings_keeps_none_of_them_read(tmp_path: Path) -> None:
+    # A thousand forks off one entry: ordering them reads their lines, and holding
+    # them read would hold the whole session (a 1 GB one in a viewer's memory).
+    lines = [_header(), _message("root", None)]
+    lines += [_message(f"s{k:04d}", "root", 59 - k % 60) for k in range(1000)]
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    sm = _open(path, lazy=True)
+    shape = sm.get_tree_shape()
+    assert len(shape.children(0)) == 1000
+    assert sum(1 for e in sm._index._entries if e) <= 2  # the last line, read at load
+    assert tree_of_shape(shape) == tree_of_nodes(_open(path, lazy=False).get_tree())

@@ -649,6 +649,47 @@ class EntryIndex:
             out.append(entry if entry is not None and entry is not _SKIP else None)
         return out
 
+    def timestamps_at(self, positions: Sequence[int]) -> list[Any]:
+        """The `timestamp` of the entries at `positions` (None for a line found not to
+        be an entry), without keeping the unread ones read: the siblings a shape orders
+        may be most of a session. A line found damaged, or other than its prefix said,
+        is read as `read_at` reads it (which changes the index)."""
+        entries, source = self._entries, self._source
+        stamps: dict[int, Any] = {}
+        odd: list[int] = []
+        unread = [p for p in positions if 0 <= p < len(entries) and entries[p] is None]
+        if unread and source is not None:
+            offsets, lengths = source.offsets, source.lengths
+            ids, parents, kinds = self._ids, self._parents, self._kinds
+            for start, run in source.runs(unread):
+                data = source.read(start, run)
+                view = memoryview(data)
+                for p in run:
+                    lo = offsets[p] - start
+                    hi = lo + lengths[p]
+                    value = loads_object(view[lo:hi]) if hi <= len(data) else None
+                    if (
+                        value is None
+                        or value.get("id") != ids[p]
+                        or value.get("parentId") != parents[p]
+                        or value.get("type") != kinds[p]
+                    ):
+                        odd.append(p)
+                    else:
+                        stamps[p] = value.get("timestamp")
+                del view
+        if odd:
+            self.read_at(odd)
+        out: list[Any] = []
+        for p in positions:
+            if p in stamps:
+                out.append(stamps[p])
+                continue
+            entry = entries[p] if 0 <= p < len(entries) else None
+            ok = entry is not None and entry is not _SKIP
+            out.append(entry.get("timestamp") if ok else None)  # type: ignore[union-attr]
+        return out
+
     def path_at(self, position: int) -> list[int]:
         """Positions from the root to `position`, following parents (nothing read)."""
         if not 0 <= position < len(self._entries) or self._entries[position] is _SKIP:

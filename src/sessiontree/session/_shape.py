@@ -28,6 +28,8 @@ class ShapeSource(Protocol):
 
     def read_at(self, positions: Sequence[int]) -> list[Entry | None]: ...
 
+    def timestamps_at(self, positions: Sequence[int]) -> list[Any]: ...
+
     def path_at(self, position: int) -> list[int]: ...
 
 
@@ -106,12 +108,13 @@ class TreeShape:
         return children
 
     def _order(self, children: dict[int, list[int]], multi: list[int]) -> None:
-        """Siblings by timestamp, stably: their entries are read for it."""
+        """Siblings by timestamp, stably: their lines are read for it (not kept: the
+        siblings may be most of a session)."""
         wanted = [p for q in multi for p in children[q]]
         stamps: dict[int, float] = {}
         inf = float("inf")
-        for p, entry in zip(wanted, self._source.read_at(wanted), strict=True):
-            ms = parse_iso_ms(entry.get("timestamp")) if entry is not None else None
+        for p, stamp in zip(wanted, self._source.timestamps_at(wanted), strict=True):
+            ms = parse_iso_ms(stamp)
             stamps[p] = inf if ms is None else ms
         for q in multi:
             children[q].sort(key=stamps.__getitem__)
