@@ -310,3 +310,26 @@ def test_a_session_of_thousands_of_roots_draws_a_tree_of_bounded_size(tmp_path: 
     ):
         nav_html = client.get("/s/" + handle_of("s", path) + "/path").json()["nav"]
         assert nav_html.count("<button") <= 2 * web_sessions.NAV_FULL
+
+
+def test_a_branch_that_ends_in_an_entry_whose_id_is_not_a_string_has_a_page(
+    tmp_path: Path,
+) -> None:
+    # `?at=a` shows a's branch down to its newest tip: here an entry whose id is a list.
+    lines = [
+        {"type": "message", "id": ["a"], "parentId": "a", "timestamp": "2026-01-01T00:00:01Z"},
+        {"type": "message", "id": "b", "parentId": None, "timestamp": "2026-01-01T00:00:01Z"},
+        {"type": "message", "id": "a", "parentId": "b", "timestamp": "2026-01-01T00:00:01Z"},
+    ]
+    for line in lines:
+        line["message"] = {"role": "user", "content": f"text {line['id']}"}
+    path = _write_lines(tmp_path / "agent", "ids", lines)
+    with (
+        BackgroundServer(FileSessionStorage(), str(tmp_path / "agent")) as server,
+        _client(server) as client,
+    ):
+        url = "/s/" + handle_of("s", path)
+        page = client.get(url, params={"at": "a"})
+        assert page.status_code == 200
+        assert 'data-id="a"' in page.text
+        assert client.get(url + "/path", params={"leaf": "a"}).status_code == 200

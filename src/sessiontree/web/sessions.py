@@ -283,10 +283,17 @@ class PathSlice:
     ids: list[str]
 
 
+def _position(shape: TreeShape, entry: Entry | None) -> int | None:
+    """Where `entry` is in the shape (None for an id that is not a string: a hostile
+    line's id may be any JSON value, an unhashable list too)."""
+    entry_id = entry.get("id") if entry is not None else None
+    return shape.position.get(entry_id) if isinstance(entry_id, str) else None
+
+
 def path_ids(session: OpenSession, entry: Entry | None) -> list[str]:
     """Ids of the entries from the root to `entry` (none read)."""
     shape = session.shape()
-    at = shape.position.get(entry.get("id")) if entry is not None else None  # type: ignore[arg-type]
+    at = _position(shape, entry)
     return [str(shape.ids[p]) for p in shape.path(at)] if at is not None else []
 
 
@@ -304,7 +311,7 @@ def path_slice(
     path is then another)."""
     while True:
         shape = session.shape()
-        at = shape.position.get(leaf.get("id")) if leaf is not None else None  # type: ignore[arg-type]
+        at = _position(shape, leaf)
         path = shape.path(at) if at is not None else []
         ids = [str(shape.ids[p]) for p in path]
         stop = len(path)
@@ -338,8 +345,8 @@ def branch_around(session: OpenSession, entry_id: str) -> tuple[Entry, PathSlice
         tip = children[-1]
         seen.add(tip)
     tip_entry = shape.entry(tip)
-    if tip_entry is None:
-        return None
+    if tip_entry is None or _position(shape, tip_entry) is None:
+        return None  # a tip without a string id cannot be the page's leaf
     part = path_slice(session, tip_entry)
     if entry_id in part.ids[part.earlier :]:
         return tip_entry, part
@@ -365,7 +372,7 @@ def nav(session: OpenSession, leaf: Entry | None, path_ids: list[str]) -> list[N
 
 def _nav(shape: TreeShape, leaf: Entry | None, path_ids: list[str]) -> list[NavItem]:
     on_path = set(path_ids)
-    leaf_at = shape.position.get(leaf.get("id")) if leaf is not None else None  # type: ignore[arg-type]
+    leaf_at = _position(shape, leaf)
     children, labels = shape.children, shape.labels
     if shape.size <= NAV_FULL:
         down: Callable[[int], Sequence[int]] = children
