@@ -282,3 +282,19 @@ def test_the_shape_of_a_session_of_siblings_keeps_none_of_them_read(tmp_path: Pa
     assert len(shape.children(0)) == 1000
     assert sum(1 for e in sm._index._entries if e) <= 2  # the last line, read at load
     assert tree_of_shape(shape) == tree_of_nodes(_open(path, lazy=False).get_tree())
+
+
+def test_the_shape_names_the_leaf_the_manager_has_after_it_branches(tmp_path: Path) -> None:
+    lines = [_header()] + [_message(f"e{k}", f"e{k - 1}" if k else None) for k in range(6)]
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    for lazy in (False, True):
+        sm = SessionManager.open(str(path), lazy=lazy)
+        shape = sm.get_tree_shape()
+        assert shape.leaf is not None and shape.ids[shape.leaf] == "e5"
+        sm.branch("e2")
+        shape = sm.get_tree_shape()
+        assert shape.leaf is not None and shape.ids[shape.leaf] == "e2"
+        sm.reset_leaf()
+        assert sm.get_tree_shape().leaf is None
+        sm.close()

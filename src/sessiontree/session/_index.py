@@ -612,6 +612,9 @@ class EntryIndex:
                 shape = self._shape = self._new_shape()
             shape.roots  # noqa: B018 (links it, reading the siblings it orders)
             if self._shape is shape:
+                # The leaf moves without a new entry (`branch`, `reset_leaf`).
+                leaf = self.leaf
+                shape.leaf = self._pos.get(leaf) if leaf is not None else None
                 return shape
 
     def _new_shape(self) -> TreeShape:
@@ -631,9 +634,8 @@ class EntryIndex:
                 tree_parents[p] = -1
         present = bytearray(e is not _SKIP for e in entries)
         labels = {pos[t]: label for t, label in self._labels.items() if t in pos}
-        leaf = pos.get(self.leaf) if self.leaf is not None else None
         return TreeShape(
-            self, list(ids), list(self._kinds), tree_parents, present, dict(pos), labels, leaf
+            self, list(ids), list(self._kinds), tree_parents, present, dict(pos), labels, None
         )
 
     def read_at(self, positions: Sequence[int]) -> list[Entry | None]:

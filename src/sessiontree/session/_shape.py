@@ -39,7 +39,8 @@ class TreeShape:
     `ids`, `kinds` and `parents` hold every position in file order (`parents[p]` is
     the parent's position, -1 for a root); `present` says which positions hold an
     entry (a line found not to be one holds none and is in no list). `roots`,
-    `children` and `labels` are by position; `leaf` is the leaf's position.
+    `children` and `labels` are by position; `leaf` is the leaf's position (as of the
+    last `get_tree_shape`: the leaf moves without the tree changing).
     """
 
     __slots__ = (
