@@ -333,3 +333,77 @@ def test_a_branch_that_ends_in_an_entry_whose_id_is_not_a_string_has_a_page(
         assert page.status_code == 200
         assert 'data-id="a"' in page.text
         assert client.get(url + "/path", params={"leaf": "a"}).status_code == 200
+
+
+_ODD_IDS = ["a", "b", "c", ""]
+_odd_values = st.one_of(
+    st.sampled_from(_ODD_IDS), st.none(), st.integers(0, 2), st.just(["a"]), st.just({"x": 1})
+)
+
+
+@st.composite
+def hostile_sessions(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """Entries with ids and parents of any JSON value, reused ids, empty ids, kinds that
+    are not strings, bad timestamps (every line parses: a damaged line is found only
+    when read, which the tree drawn before it cannot know)."""
+    out: list[dict[str, Any]] = []
+    for k in range(draw(st.integers(1, 20))):
+        odd = draw(st.integers(0, 4)) == 0
+        entry_id = draw(_odd_values) if odd else draw(st.sampled_from(_ODD_IDS))
+        kind = (
+            draw(st.sampled_from(["message", ["x"], "compaction", "label"])) if odd else "message"
+        )
+        entry: dict[str, Any] = {
+            "type": kind,
+            "id": entry_id,
+            "parentId": draw(_odd_values),
+            "timestamp": draw(st.sampled_from(["2026-01-01T00:00:01.000Z", "bad", None])),
+            "message": {"role": "user", "content": f"text {k}"},
+        }
+        if kind == "label":
+            entry["targetId"] = draw(st.sampled_from(_ODD_IDS))
+            entry["label"] = "mark"
+        out.append(entry)
+    return out
+
+
+def _views(path: Path, lazy: bool, wanted: list[str | None]) -> list[Any]:
+    """What a page shows of the session, for each leaf or focus asked for."""
+    sm = SessionManager.open(str(path), read_only=True, lazy=lazy)
+    session = OpenSession("h", str(path), sm, web_sessions.Mark(0, 0, 0))
+    out: list[Any] = []
+    for want in wanted:
+        leaf = session.leaf(want)
+        part = web_sessions.path_slice(session, leaf, limit=3)
+        items = nav(session, leaf, part.ids)
+        around = web_sessions.branch_around(session, want) if want is not None else None
+        out.append(
+            (
+                part.length,
+                part.earlier,
+                part.ids,
+                [(t.kind, t.id, t.text, t.label, t.forks, t.on_path) for t in items],
+                [c["value"] for c in web_sessions.leaf_choices(session, leaf)],
+                None if around is None else (around[0].get("id"), around[1].ids),
+            )
+        )
+    return out
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    entries=hostile_sessions(),
+    nav_full=st.sampled_from([0, 400]),
+    wanted=st.lists(st.sampled_from([*_ODD_IDS, None]), max_size=3),
+)
+def test_the_views_of_a_hostile_session_read_index_first_are_those_read_whole(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    entries: list[dict[str, Any]],
+    nav_full: int,
+    wanted: list[str | None],
+) -> None:
+    path = Path(_write_lines(tmp_path / "agent", "hostile", list(entries)))
+    monkeypatch.setattr(web_sessions, "NAV_FULL", nav_full)  # 0: every tree condensed
+    asked = [None, *wanted]
+    assert _views(path, True, asked) == _views(path, False, asked)
