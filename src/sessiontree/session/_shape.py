@@ -3,14 +3,18 @@ a big session (a viewer asks for the shape, then for the entries it shows).
 
 The shape is drawn from what the entry index holds beside every entry (id, parent,
 kind, position), so a session loaded index first reads no line for it; only the
-entries asked for by position are read (`entries`), and the siblings under a branch
-point, whose timestamps order them. Positions are the entries' places in the file and
-never move, so a position stays good for the life of the manager.
+entries asked for by position are read (`entries`), and the lines of the siblings
+under a branch point, whose timestamps order them (not kept read: they may be most of
+the session). Positions are the entries' places in the file and never move, so a
+position stays good for the life of the manager (but for `create_branched_session` of
+a session in memory, which replaces its entries).
 
 It is the tree `get_tree` builds: orphans and entries that name themselves as parent
 are roots, entries in a parent cycle are reachable from no root, children are in file
 order and then by timestamp, stably (an unparseable one last), and a label belongs to
-the last entry with its target id. `path` follows parents as `get_branch` does.
+the last entry with its target id; an empty parentId names the entry with the empty
+id, if any (as the reference's getTree). `path` follows parents as `get_branch` does
+(which stops at an empty parentId).
 """
 
 from __future__ import annotations
