@@ -623,16 +623,31 @@ class EntryIndex:
         )
 
     def shape(self) -> TreeShape:
-        """The tree without its entries (`TreeShape`): reads no line of its own; kept
-        until an entry is added or a read changes what the index holds."""
-        if self._shape is None:
-            self._shape = self._new_shape()
-        return self._shape
+        """The tree without its entries (`TreeShape`): reads no line but the siblings
+        at branch points (linked here: a sibling found damaged or other than its prefix
+        said changes the tree, which is then drawn again); kept until an entry is added
+        or a read changes what the index holds."""
+        while True:
+            shape = self._shape
+            if shape is None:
+                shape = self._shape = self._new_shape()
+            shape.roots  # noqa: B018 (links it, reading the siblings it orders)
+            if self._shape is shape:
+                # The leaf moves without a new entry (`branch`, `reset_leaf`).
+                leaf = self.leaf
+                shape.leaf = self._pos.get(leaf) if leaf is not None else None
+                return shape
 
     def _new_shape(self) -> TreeShape:
         ppos = self._parent_positions()
         ids, parents, entries = self._ids, self._parents, self._entries
         tree_parents = list(ppos)
+        pos = self._pos
+        empty = pos.get("")
+        if empty is not None:
+            # `get_tree` (as the reference's getTree) finds an empty parentId like any
+            # other id; only a branch's walk up (`path`) stops at it.
+            tree_parents = [empty if x == "" else q for x, q in zip(parents, ppos, strict=True)]
         # As `build_tree`: an entry naming its own id as parent is a root, even where
         # a later entry carries that id too.
         for p in compress(range(len(ids)), map(operator.eq, parents, ids)):
@@ -641,11 +656,9 @@ class EntryIndex:
             present = bytearray(e is not _SKIP for e in entries)
         else:
             present = bytearray(b"\x01") * len(entries)
-        pos = self._pos
         labels = {pos[t]: label for t, label in self._labels.items() if t in pos}
-        leaf = pos.get(self.leaf) if self.leaf is not None else None
         return TreeShape(
-            self, list(ids), list(self._kinds), tree_parents, present, dict(pos), labels, leaf
+            self, list(ids), list(self._kinds), tree_parents, present, dict(pos), labels, None
         )
 
     def read_at(self, positions: Sequence[int]) -> list[Entry | None]:
@@ -659,6 +672,47 @@ class EntryIndex:
         for p in positions:
             entry = entries[p] if 0 <= p < len(entries) else None
             out.append(entry if entry is not None and entry is not _SKIP else None)
+        return out
+
+    def timestamps_at(self, positions: Sequence[int]) -> list[Any]:
+        """The `timestamp` of the entries at `positions` (None for a line found not to
+        be an entry), without keeping the unread ones read: the siblings a shape orders
+        may be most of a session. A line found damaged, or other than its prefix said,
+        is read as `read_at` reads it (which changes the index)."""
+        entries, source = self._entries, self._source
+        stamps: dict[int, Any] = {}
+        odd: list[int] = []
+        unread = [p for p in positions if 0 <= p < len(entries) and entries[p] is None]
+        if unread and source is not None:
+            offsets, lengths = source.offsets, source.lengths
+            ids, parents, kinds = self._ids, self._parents, self._kinds
+            for start, run in source.runs(unread):
+                data = source.read(start, run)
+                view = memoryview(data)
+                for p in run:
+                    lo = offsets[p] - start
+                    hi = lo + lengths[p]
+                    value = loads_object(view[lo:hi]) if hi <= len(data) else None
+                    if (
+                        value is None
+                        or value.get("id") != ids[p]
+                        or value.get("parentId") != parents[p]
+                        or value.get("type") != kinds[p]
+                    ):
+                        odd.append(p)
+                    else:
+                        stamps[p] = value.get("timestamp")
+                del view
+        if odd:
+            self.read_at(odd)
+        out: list[Any] = []
+        for p in positions:
+            if p in stamps:
+                out.append(stamps[p])
+                continue
+            entry = entries[p] if 0 <= p < len(entries) else None
+            ok = entry is not None and entry is not _SKIP
+            out.append(entry.get("timestamp") if ok else None)  # type: ignore[union-attr]
         return out
 
     def path_at(self, position: int) -> list[int]:

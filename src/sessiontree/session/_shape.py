@@ -3,14 +3,18 @@ a big session (a viewer asks for the shape, then for the entries it shows).
 
 The shape is drawn from what the entry index holds beside every entry (id, parent,
 kind, position), so a session loaded index first reads no line for it; only the
-entries asked for by position are read (`entries`), and the siblings under a branch
-point, whose timestamps order them. Positions are the entries' places in the file and
-never move, so a position stays good for the life of the manager.
+entries asked for by position are read (`entries`), and the lines of the siblings
+under a branch point, whose timestamps order them (not kept read: they may be most of
+the session). Positions are the entries' places in the file and never move, so a
+position stays good for the life of the manager (but for `create_branched_session` of
+a session in memory, which replaces its entries).
 
 It is the tree `get_tree` builds: orphans and entries that name themselves as parent
 are roots, entries in a parent cycle are reachable from no root, children are in file
 order and then by timestamp, stably (an unparseable one last), and a label belongs to
-the last entry with its target id. `path` follows parents as `get_branch` does.
+the last entry with its target id; an empty parentId names the entry with the empty
+id, if any (as the reference's getTree). `path` follows parents as `get_branch` does
+(which stops at an empty parentId).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ class ShapeSource(Protocol):
 
     def read_at(self, positions: Sequence[int]) -> list[Entry | None]: ...
 
+    def timestamps_at(self, positions: Sequence[int]) -> list[Any]: ...
+
     def path_at(self, position: int) -> list[int]: ...
 
 
@@ -39,7 +45,8 @@ class TreeShape:
     `ids`, `kinds` and `parents` hold every position in file order (`parents[p]` is
     the parent's position, -1 for a root); `present` says which positions hold an
     entry (a line found not to be one holds none and is in no list). `roots`,
-    `children` and `labels` are by position; `leaf` is the leaf's position.
+    `children` and `labels` are by position; `leaf` is the leaf's position (as of the
+    last `get_tree_shape`: the leaf moves without the tree changing).
     """
 
     __slots__ = (
@@ -114,13 +121,14 @@ class TreeShape:
         return links
 
     def _order(self, links: dict[int, list[int]]) -> None:
-        """Siblings by timestamp, stably: their entries are read for it."""
+        """Siblings by timestamp, stably: their lines are read for it (not kept: the
+        siblings may be most of a session)."""
         multi = [q for q, kids in links.items() if len(kids) > 1]
         wanted = [p for q in multi for p in links[q]]
         stamps: dict[int, float] = {}
         inf = float("inf")
-        for p, entry in zip(wanted, self._source.read_at(wanted), strict=True):
-            ms = parse_iso_ms(entry.get("timestamp")) if entry is not None else None
+        for p, stamp in zip(wanted, self._source.timestamps_at(wanted), strict=True):
+            ms = parse_iso_ms(stamp)
             stamps[p] = inf if ms is None else ms
         for q in multi:
             links[q].sort(key=stamps.__getitem__)

@@ -58,7 +58,7 @@ BIG_NOTE_BYTES = 8 << 20
 """Sessions of at least this size say on their page how it shows them."""
 TIPS_SHOWN = 200
 """Branch tips the picker lists at most (the newest); the page counts them all."""
-_MARKED_KINDS = frozenset({"compaction", "branch_summary"})
+_MARKED_KINDS = ("compaction", "branch_summary")  # a tuple: a hostile kind may be a list
 NAV_FULL = 400
 """Sessions with up to this many entries show every entry in the tree; larger ones
 show the entries that shape it (roots, branch points and their children, tips,
@@ -127,7 +127,7 @@ class OpenSession:
     load_seconds: float = 0.0
     """How long opening it and reading what its pages need took."""
     _shape: TreeShape | None = None
-    _tips: list[int] | None = None
+    _tips: list[int] = field(default_factory=list)
 
     def leaf(self, wanted: str | None) -> Entry | None:
         """The entry `wanted` names, else the session's own leaf."""
@@ -139,16 +139,17 @@ class OpenSession:
         return self.sm.get_entry(leaf) if leaf is not None else None
 
     def shape(self) -> TreeShape:
-        """The tree without its entries (drawn once: the session does not change
-        while it is open)."""
-        if self._shape is None:
-            self._shape = self.sm.get_tree_shape()
-        return self._shape
+        """The tree without its entries (the manager keeps it; it is drawn again only
+        when a read finds a line damaged or other than its prefix said, which changes
+        the tree: the file does not change while it is open)."""
+        shape = self.sm.get_tree_shape()
+        if shape is not self._shape:
+            self._shape, self._tips = shape, shape.tips()
+        return shape
 
     def tips(self) -> list[int]:
         """Positions of the entries without children: where the branches end."""
-        if self._tips is None:
-            self._tips = self.shape().tips()
+        self.shape()
         return self._tips
 
 
@@ -283,10 +284,17 @@ class PathSlice:
     ids: list[str]
 
 
+def _position(shape: TreeShape, entry: Entry | None) -> int | None:
+    """Where `entry` is in the shape (None for an id that is not a string: a hostile
+    line's id may be any JSON value, an unhashable list too)."""
+    entry_id = entry.get("id") if entry is not None else None
+    return shape.position.get(entry_id) if isinstance(entry_id, str) else None
+
+
 def path_ids(session: OpenSession, entry: Entry | None) -> list[str]:
     """Ids of the entries from the root to `entry` (none read)."""
     shape = session.shape()
-    at = shape.position.get(entry.get("id")) if entry is not None else None  # type: ignore[arg-type]
+    at = _position(shape, entry)
     return [str(shape.ids[p]) for p in shape.path(at)] if at is not None else []
 
 
@@ -299,22 +307,26 @@ def path_slice(
     limit: int = PATH_CHUNK,
 ) -> PathSlice:
     """At most `limit` entries of the path to `leaf`: its end; or the ones following
-    entry `after`; or the ones right before entry `before`. Reads only those."""
-    shape = session.shape()
-    at = shape.position.get(leaf.get("id")) if leaf is not None else None  # type: ignore[arg-type]
-    path = shape.path(at) if at is not None else []
-    ids = [str(shape.ids[p]) for p in path]
-    stop = len(path)
-    start = max(0, stop - limit)
-    if before is not None and before in ids:
-        stop = ids.index(before)
+    entry `after`; or the ones right before entry `before`. Reads only those (and
+    again, when a line read turns out damaged or other than its prefix said: the
+    path is then another)."""
+    while True:
+        shape = session.shape()
+        at = _position(shape, leaf)
+        path = shape.path(at) if at is not None else []
+        ids = [str(shape.ids[p]) for p in path]
+        stop = len(path)
         start = max(0, stop - limit)
-    elif after is not None and after in ids:
-        first = ids.index(after) + 1
-        if stop - first <= limit:
-            start = first
-    chosen = [e for e in shape.entries(path[start:stop]) if e is not None]
-    return PathSlice(leaf, len(path), start, render_entries(session, chosen, start), ids)
+        if before is not None and before in ids:
+            stop = ids.index(before)
+            start = max(0, stop - limit)
+        elif after is not None and after in ids:
+            first = ids.index(after) + 1
+            if stop - first <= limit:
+                start = first
+        chosen = [e for e in shape.entries(path[start:stop]) if e is not None]
+        if session.shape() is shape:
+            return PathSlice(leaf, len(path), start, render_entries(session, chosen, start), ids)
 
 
 def branch_around(session: OpenSession, entry_id: str) -> tuple[Entry, PathSlice] | None:
@@ -334,8 +346,8 @@ def branch_around(session: OpenSession, entry_id: str) -> tuple[Entry, PathSlice
         tip = children[-1]
         seen.add(tip)
     tip_entry = shape.entry(tip)
-    if tip_entry is None:
-        return None
+    if tip_entry is None or _position(shape, tip_entry) is None:
+        return None  # a tip without a string id cannot be the page's leaf
     part = path_slice(session, tip_entry)
     if entry_id in part.ids[part.earlier :]:
         return tip_entry, part
@@ -352,9 +364,16 @@ def nav(session: OpenSession, leaf: Entry | None, path_ids: list[str]) -> list[N
     """The tree's tokens, the path to `leaf` (`path_ids`) marked. Sessions with more
     than `NAV_FULL` entries show the entries that shape the tree (see `NAV_FULL`);
     only the entries shown are read."""
-    shape = session.shape()
+    while True:
+        shape = session.shape()
+        tokens = _nav(shape, leaf, path_ids)
+        if session.shape() is shape:  # else a line read was damaged: the tree is another
+            return tokens
+
+
+def _nav(shape: TreeShape, leaf: Entry | None, path_ids: list[str]) -> list[NavItem]:
     on_path = set(path_ids)
-    leaf_at = shape.position.get(leaf.get("id")) if leaf is not None else None  # type: ignore[arg-type]
+    leaf_at = _position(shape, leaf)
     children, labels = shape.children, shape.labels
     if shape.size <= NAV_FULL:
         down: Callable[[int], Sequence[int]] = children
