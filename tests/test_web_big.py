@@ -198,6 +198,7 @@ def test_the_condensed_tree_is_the_tree_with_its_runs_left_out(
     header = {"type": "session", "version": 3, "id": "t", "timestamp": "2026-01-01T00:00:00.000Z"}
     path.write_text("".join(serialize_entry(e) + "\n" for e in [{**header, "cwd": "/w"}, *entries]))
     monkeypatch.setattr(web_sessions, "NAV_FULL", 0)
+    monkeypatch.setattr(web_sessions, "SIBLINGS_SHOWN", 1 << 30)  # its own test below
     sm = SessionManager.open(str(path), read_only=True)
     session = OpenSession("h", str(path), sm, web_sessions.Mark(0, 0, 0))
     leaf = sm.get_entry(entries[pick % len(entries)]["id"])
@@ -292,14 +293,6 @@ def test_a_page_whose_reads_find_a_damaged_line_draws_the_tree_without_it(
     assert pages[0] == pages[1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="design: the condensed tree keeps every root and every child of a branch point,"
-    " so a session of thousands of roots or forks draws (and reads, for their previews)"
-    " every one of them: 20,000 roots made a 4.6 MB page and a 6.9 MB /path answer, all"
-    " 20,000 entries read. Bounding it needs a rule for many siblings (the newest N and"
-    " a count of the rest, as the leaf picker's TIPS_SHOWN does).",
-)
 def test_a_session_of_thousands_of_roots_draws_a_tree_of_bounded_size(tmp_path: Path) -> None:
     roots = 5000
     entries = [dict(e, parentId=None) for e in _chained(roots)]
@@ -310,6 +303,12 @@ def test_a_session_of_thousands_of_roots_draws_a_tree_of_bounded_size(tmp_path: 
     ):
         nav_html = client.get("/s/" + handle_of("s", path) + "/path").json()["nav"]
         assert nav_html.count("<button") <= 2 * web_sessions.NAV_FULL
+        assert nav_html.count("<button") == web_sessions.SIBLINGS_SHOWN - 1  # the newest
+        assert f"⋯ {roots - web_sessions.SIBLINGS_SHOWN + 1:,} older branches not drawn" in nav_html
+        # The leaf (the newest root here) is drawn; an old root picked shows too.
+        old = client.get("/s/" + handle_of("s", path) + "/path", params={"leaf": "00000003"})
+        assert 'data-id="00000003"' in old.json()["nav"]
+        assert old.json()["nav"].count("<button") == web_sessions.SIBLINGS_SHOWN
 
 
 def test_a_branch_that_ends_in_an_entry_whose_id_is_not_a_string_has_a_page(

@@ -56,6 +56,10 @@ TEXT_LIMIT = 4000
 """Characters of one block a page holds; the rest loads on demand."""
 BIG_NOTE_BYTES = 8 << 20
 """Sessions of at least this size say on their page how it shows them."""
+SIBLINGS_SHOWN = 50
+"""Roots, or children of one branch point, the tree draws at most: the one on the shown
+path and the newest; a token counts the rest (a session of thousands of roots draws a
+page of bounded size and reads only what it draws)."""
 TIPS_SHOWN = 200
 """Branch tips the picker lists at most (the newest); the page counts them all."""
 _MARKED_KINDS = ("compaction", "branch_summary")  # a tuple: a hostile kind may be a list
@@ -380,9 +384,22 @@ def _nav(shape: TreeShape, leaf: Entry | None, path_ids: list[str]) -> list[NavI
         gaps: dict[int, int] = {}
     else:
         down, gaps = _condensed(shape, leaf_at)
+    path_at = {at for i in path_ids if (at := shape.position.get(i)) is not None}
+
+    def few(kids: Sequence[int]) -> Sequence[int]:
+        """At most `SIBLINGS_SHOWN` siblings: the one on the path and the newest; the
+        rest stand as one token (a negative number: -1 - how many)."""
+        if len(kids) <= SIBLINGS_SHOWN:
+            return kids
+        newest = set(kids[-(SIBLINGS_SHOWN - 1) :])
+        kept = [k for k in kids if k in newest or k in path_at]
+        return [-1 - (len(kids) - len(kept)), *kept]
+
     shown: list[int] = []
 
     def item(p: int, head: bool) -> NavItem:
+        if p < 0:
+            return NavItem("more", count=-1 - p)
         shown.append(p)
         forks = len(children(p))
         entry_id = str(shape.ids[p])
@@ -397,7 +414,12 @@ def _nav(shape: TreeShape, leaf: Entry | None, path_ids: list[str]) -> list[NavI
             head=head,
         )
 
-    tokens = nav_tokens(shape.roots, down, item, gap=lambda p: gaps.get(p, 0))
+    tokens = nav_tokens(
+        few(shape.roots),
+        lambda p: few(down(p)) if p >= 0 else (),
+        item,
+        gap=lambda p: gaps.get(p, 0),
+    )
     texts = iter(entry_preview(e, 70) if e is not None else "" for e in shape.entries(shown))
     for token in tokens:
         if token.kind == "entry":
