@@ -588,16 +588,6 @@ def test_a_file_failing_halfway_leaves_none_of_its_rows(
     }
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="design: a file rewritten in place (same inode, as a writer that truncates and"
-    " writes it again) while it is read is indexed as old bytes then new ones, and marked"
-    " with head and tail read after the read, so the next refresh takes it as only"
-    " appended to and keeps the old rows for good (the index misses most hits a scan"
-    " finds). Telling a rewrite from an append during the read needs the bytes read"
-    " compared again (a hash of the read, or a re-read), or any change during the read"
-    " treated as a rewrite (a live session would then be read whole again).",
-)
 def test_a_file_rewritten_in_place_while_it_is_read_is_found_as_a_scan_finds_it(
     store: Path, agent_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -620,9 +610,40 @@ def test_a_file_rewritten_in_place_while_it_is_read_is_found_as_a_scan_finds_it(
     monkeypatch.setattr(content_index, "_feed", rewriting)
     with ContentIndex.open(str(agent_dir)) as index:
         assert index is not None
-        index.refresh([SessionSource(a)])
+        # The mark taken after the read holds other bytes than the read saw: nothing
+        # of the file is kept, and the next refresh reads it again.
+        assert index.refresh([SessionSource(a)]).stale == [a]
+        assert index.files([a]) == []
     monkeypatch.setattr(content_index, "_feed", real)
     assert done
     scanned = {(hit.path, hit.line) for hit in search_sessions([a], "fresh")}
     assert len(scanned) == 129
     assert lines_of(found([a], "fresh", agent_dir)) == scanned
+
+
+def test_a_file_appended_to_while_it_is_read_is_kept_and_caught_up(
+    store: Path, agent_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live session grows while it is indexed: what was read is kept (the bytes read
+    are still the file's), and the next refresh reads only the lines added."""
+    a = write(store / "a.jsonl", *[entry_line(n, f"needle {n}") for n in range(1, 60)])
+    monkeypatch.setattr(content_index, "_HELD_BYTES", 1)
+    real = content_index._feed
+    done: list[bool] = []
+
+    def appending(rows: Any, st: Any, raw: bytes, number: int, offset: int, order: int) -> None:
+        if b'"id":"e0000030"' in raw and not done:
+            done.append(True)
+            with open(a, "a") as f:
+                f.write(entry_line(60, "needle 60") + "\n")
+        real(rows, st, raw, number, offset, order)
+
+    monkeypatch.setattr(content_index, "_feed", appending)
+    with ContentIndex.open(str(agent_dir)) as index:
+        assert index is not None
+        first = index.refresh([SessionSource(a)])
+        assert first.stale == [] and first.entries_added == 59
+        monkeypatch.setattr(content_index, "_feed", real)
+        again = index.refresh([SessionSource(a)])
+        assert again.entries_added == 1 and again.bytes_read < 1000
+    assert lines_of(found([a], "needle", agent_dir)) == {(a, n) for n in range(2, 62)}

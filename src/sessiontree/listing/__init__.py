@@ -18,8 +18,11 @@ from __future__ import annotations
 from sessiontree.listing._cache import CACHE_DB_NAME, META_DB_APP_ID, clear_listing_cache
 from sessiontree.listing._listing import SessionInfo, list_all_sessions, list_sessions
 from sessiontree.listing._marks import (
+    MARK_HEAD_BYTES,
+    MARK_TAIL_BYTES,
     FileMark,
     mark_file,
+    marked_as_read,
     only_appended,
     same_identity,
     stat_identity,
@@ -34,6 +37,8 @@ from sessiontree.listing._resume import (
 
 __all__ = [
     "CACHE_DB_NAME",
+    "MARK_HEAD_BYTES",
+    "MARK_TAIL_BYTES",
     "META_DB_APP_ID",
     "FileMark",
     "RecentSessionInfo",
@@ -45,6 +50,7 @@ __all__ = [
     "list_all_sessions",
     "list_sessions",
     "mark_file",
+    "marked_as_read",
     "only_appended",
     "resolve_resumable_session",
     "same_identity",

@@ -23,10 +23,13 @@ from sessiontree.storage import (
 )
 
 __all__ = [
+    "MARK_HEAD_BYTES",
+    "MARK_TAIL_BYTES",
     "UNTRUSTED",
     "FileMark",
     "FileMarkLike",
     "mark_file",
+    "marked_as_read",
     "only_appended",
     "same_identity",
     "stat_identity",
@@ -40,6 +43,10 @@ __all__ = [
 HEAD_CHECK = 16 * 1024
 HEAD_MAX = 64 * 1024  # the header line (title slot included) may be longer
 TAIL_CHECK = 16 * 1024
+MARK_HEAD_BYTES = HEAD_MAX
+"""The most of a file's start a mark looks at (what `marked_as_read` needs of it)."""
+MARK_TAIL_BYTES = TAIL_CHECK
+"""The most of a file's end a mark looks at."""
 
 UNTRUSTED: int = -1
 """The ctime a cache keeps for a file it read within the file's timestamp tick: equal
@@ -208,6 +215,18 @@ def mark_file(
     want = min(TAIL_CHECK, size)
     tail = read_range(storage, path, size - want, want) if want else b""
     return FileMark(size, mtime_ns, ino, offset, head_len, digest(head), digest(tail))
+
+
+def marked_as_read(mark: FileMarkLike, head: bytes | None, tail: bytes) -> bool:
+    """Whether `mark`, taken after a read, holds what the read saw: `head`, the file's
+    first bytes as read (None: the read began further on), and `tail`, the last bytes
+    read (up to `mark.size`). False: the file was rewritten while it was read, and the
+    mark would pass the mixed bytes read as a file later only appended to."""
+    if head is not None and mark.head_len and len(head) >= mark.head_len:
+        if digest(head[: mark.head_len]) != mark.head:
+            return False
+    want = min(TAIL_CHECK, mark.size)
+    return not (want and len(tail) >= want and digest(tail[-want:]) != mark.tail)
 
 
 def only_appended(

@@ -67,8 +67,11 @@ from sessiontree.format import (
     usage_record,
 )
 from sessiontree.listing import (
+    MARK_HEAD_BYTES,
+    MARK_TAIL_BYTES,
     FileMark,
     mark_file,
+    marked_as_read,
     only_appended,
     same_identity,
     stat_identity,
@@ -321,6 +324,10 @@ class _Rows:
     want_text: bool = True
     held: int = 0
     """About how many bytes the rows hold (text, and a little per row)."""
+    head_seen: bytes | None = None
+    """The file's first bytes as this read saw them (None: it began further on)."""
+    tail_seen: bytes = b""
+    """The last bytes this read saw."""
 
 
 def _text_of(entry: Entry) -> str:
@@ -420,6 +427,8 @@ def _read_jsonl(
         chunks = read_range_chunks(storage, path, start, end, _CHUNK)
     remaining = end - start
     at_start = start == 0  # a BOM may still have to be dropped
+    head_seen: bytes | None = b"" if start == 0 else None
+    tail_seen = b""
     try:
         for chunk in chunks:
             if remaining <= 0 or st.phase == _PHASE_INVALID:
@@ -427,6 +436,11 @@ def _read_jsonl(
             if len(chunk) > remaining:
                 chunk = chunk[:remaining]
             remaining -= len(chunk)
+            # What the file held as it was read, for the mark taken after (a file
+            # rewritten meanwhile is not then taken for one only appended to).
+            if head_seen is not None and len(head_seen) < MARK_HEAD_BYTES:
+                head_seen += chunk[: MARK_HEAD_BYTES - len(head_seen)]
+            tail_seen = (tail_seen + chunk[-MARK_TAIL_BYTES:])[-MARK_TAIL_BYTES:]
             if at_start:
                 chunk = b"".join(parts) + chunk
                 parts = []
@@ -465,6 +479,7 @@ def _read_jsonl(
         close = getattr(chunks, "close", None)
         if close is not None:
             close()
+    rows.head_seen, rows.tail_seen = head_seen, tail_seen
     if st.phase == _PHASE_INVALID:
         return rows, end, st, st
     committed = base
@@ -850,6 +865,10 @@ class ContentIndex:
             mark = FileMark(size, mtime_ns, ino, 0, 0, b"", b"")  # no file to mark
         else:
             mark = mark_file(storage, path, size, mtime_ns, ino, committed, head_len)
+            if source.load is None and not marked_as_read(mark, rows.head_seen, rows.tail_seen):
+                # Rewritten while it was read: none of it is kept (the savepoint), and
+                # the next refresh reads it again.
+                raise OSError(f"{path}: changed while it was read")
         values = (
             path,
             source.kind,
