@@ -829,7 +829,6 @@ def test_a_gigabyte_session_page_reads_what_it_shows(
     try:
         assert child.stdout is not None
         ready = json.loads(child.stdout.readline())
-        child.stdout.close()
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         context.set_default_timeout(60_000)
         context.add_cookies(
@@ -860,4 +859,7 @@ def test_a_gigabyte_session_page_reads_what_it_shows(
     finally:
         child.kill()
         child.wait()
+        for pipe in (child.stdin, child.stdout):
+            if pipe is not None:
+                pipe.close()
         Path(path).unlink()
