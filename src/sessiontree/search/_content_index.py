@@ -49,6 +49,7 @@ from typing import Final
 
 from sessiontree._util.cachedb import CacheDB, Family, is_damage, is_locked, open_cache
 from sessiontree._util.closing import process_id
+from sessiontree._util.foreground import pause_point
 from sessiontree._util.fs import utf8_encodable
 from sessiontree.errors import InheritedHandleError
 from sessiontree.format import (
@@ -433,6 +434,7 @@ def _read_jsonl(
         for chunk in chunks:
             if remaining <= 0 or st.phase == _PHASE_INVALID:
                 break
+            pause_point()  # a web page a person waits for goes first
             if len(chunk) > remaining:
                 chunk = chunk[:remaining]
             remaining -= len(chunk)

@@ -406,6 +406,10 @@ class _App:
         )
 
     def session(self, request: Request) -> Response:
+        with self.data.foreground.working():  # background passes step aside meanwhile
+            return self._session(request)
+
+    def _session(self, request: Request) -> Response:
         row = self._row(request)
         if row is None:
             return _not_found("No such session (the server names sessions itself).")
@@ -446,6 +450,10 @@ class _App:
         return _page("session.html", title=context["name"], **context)
 
     def path(self, request: Request) -> Response:
+        with self.data.foreground.working():  # background passes step aside meanwhile
+            return self._path(request)
+
+    def _path(self, request: Request) -> Response:
         row = self._row(request)
         if row is None:
             return _json({"error": "no such session"}, 404)
@@ -485,6 +493,10 @@ class _App:
             )
 
     def text(self, request: Request) -> Response:
+        with self.data.foreground.working():  # background passes step aside meanwhile
+            return self._text(request)
+
+    def _text(self, request: Request) -> Response:
         row = self._row(request)
         if row is None:
             return _json({"error": "no such session"}, 404)

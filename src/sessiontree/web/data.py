@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from sessiontree._util.foreground import Foreground, stepping_aside
 from sessiontree.errors import SessionTreeError
 from sessiontree.foreign.storage import index_view
 from sessiontree.format import SHORT_TITLE_CHARS, shown_title, utc_day
@@ -298,7 +299,9 @@ class _Usage:
 class _UsageWorker:
     """Computes usage snapshots in one background thread, for the latest listing asked."""
 
-    def __init__(self, backend: _Usage) -> None:
+    def __init__(self, backend: _Usage, foreground: Foreground) -> None:
+        self.foreground = foreground
+        """The requests a person waits for: the computation steps aside for them."""
         self.backend = backend
         self.cond = threading.Condition()
         self.snapshot: UsageSnapshot | None = None
@@ -337,7 +340,8 @@ class _UsageWorker:
                     return
                 key, rows = self.wanted, self.rows
             try:
-                self.backend.compute(rows, self._publish)
+                with stepping_aside(self.foreground):
+                    self.backend.compute(rows, self._publish)
                 self.error = None
             except Exception as exc:  # reported on the page; the next request retries
                 log.warning("usage could not be computed: %s", exc)
@@ -382,7 +386,9 @@ class Data:
         self._projects: dict[str, str] = {}
         self.skipped: dict[str, str] = {}
         """Stores (by key) the last listing could not read, and why."""
-        self._usage = _UsageWorker(_Usage(self.stores, use_index))
+        self.foreground = Foreground()
+        """Requests a person waits for (session pages): background passes step aside."""
+        self._usage = _UsageWorker(_Usage(self.stores, use_index), self.foreground)
 
     @property
     def several(self) -> bool:
