@@ -459,13 +459,53 @@ def regex_time_limit(seconds: float) -> Iterator[None]:
     Python's `re` backtracks without a bound (`x*x*x*x*y` on a long line is polynomial,
     `(x+x+)+y` exponential) and nothing interrupts it, so these searches match with the
     `regex` package, which takes a time limit (the same syntax and matches as `re` in
-    its VERSION0 mode). Without that package installed, matching is unbounded, as
-    outside this context."""
+    its VERSION0 mode). A pattern `regex` does not read (`a{i`, `[[::]]`: literal text
+    to `re`) or whose repeats `regex` would unroll past `_UNROLLED_LIMIT` items (memory:
+    `x{1000000000}`) is refused (SessionTreeError) rather than matched without a bound.
+    Without that package installed, matching is unbounded, as outside this context."""
     token = _DEADLINE.set((time.monotonic() + seconds, seconds))
     try:
         yield
     finally:
         _DEADLINE.reset(token)
+
+
+_UNROLLED_LIMIT = 100_000
+"""How many pattern items a bounded regular expression may repeat, in all (see `_Regex`)."""
+
+
+def _unrolled_size(pattern: str, flags: int) -> int:
+    """The items `pattern` must match, its repeats' minimum counts unrolled (a run of
+    literals counted a character at a time: at most what `regex` builds)."""
+    try:
+        from re import _parser  # type: ignore[attr-defined]
+        from re._constants import MAX_REPEAT, MIN_REPEAT, POSSESSIVE_REPEAT
+    except ImportError:  # pragma: no cover - a Python without the parser
+        return 0
+    try:
+        parsed = _parser.parse(pattern, flags)
+    except re.error:
+        return 0
+    repeats = (MAX_REPEAT, MIN_REPEAT, POSSESSIVE_REPEAT)
+
+    def size(items: Any) -> int:
+        total = 0
+        for op, arg in items:
+            if op in repeats:
+                total += max(arg[0], 1) * size(arg[2])
+                continue
+            total += 1
+            if hasattr(arg, "data"):  # an atomic group
+                total += size(arg)
+            elif isinstance(arg, (list, tuple)):
+                for part in arg:
+                    if hasattr(part, "data"):
+                        total += size(part)
+                    elif isinstance(part, list) and all(hasattr(p, "data") for p in part):
+                        total += sum(size(p) for p in part)
+        return total
+
+    return size(parsed)
 
 
 class _Regex:
@@ -481,10 +521,24 @@ class _Regex:
         if self.limit is not None:
             try:
                 import regex as bounded
-
+            except ImportError:  # not installed: unbounded, as the context's doc says
+                return
+            if _unrolled_size(pattern, flags) > _UNROLLED_LIMIT:
+                # `regex` unrolls what a repeat must match (~270 bytes each time):
+                # x{1000000000} took all the memory there was, before any time limit.
+                raise SessionTreeError(
+                    f"the regular expression {pattern!r} repeats more than"
+                    f" {_UNROLLED_LIMIT:,} times in all; write fewer repeats (x+ for x{{200000,}})"
+                )
+            try:
                 self.timed = bounded.compile(pattern, bounded.VERSION0 | flags)
-            except Exception:  # not installed, or a pattern it reads otherwise than re
-                self.timed = None
+            except Exception as exc:
+                # A pattern `regex` reads otherwise than `re` (a{i, [[::]]): matching it
+                # with `re` would be unbounded, what this context is there to prevent.
+                raise SessionTreeError(
+                    f"the regular expression {pattern!r} cannot be matched within a time"
+                    f" limit ({exc}); escape a literal {{ or [ (\\{{, \\[)"
+                ) from None
 
     def find(self, text: str) -> tuple[int, int] | None:
         if self.timed is None or self.limit is None:
