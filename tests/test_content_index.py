@@ -621,6 +621,45 @@ def test_a_file_rewritten_in_place_while_it_is_read_is_found_as_a_scan_finds_it(
     assert lines_of(found([a], "fresh", agent_dir)) == scanned
 
 
+def test_a_file_rewritten_in_place_while_its_appended_lines_are_read_is_found_as_a_scan_finds_it(
+    store: Path, agent_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The read of lines appended (the incremental path) saw no head and less than the
+    16 KB tail window, so the check passed whatever the file became: a file rewritten in
+    place meanwhile, longer, was taken as one only appended to, and the rows of the old
+    file's first part stayed in the index (the new lines there were never found)."""
+    a = write(
+        store / "a.jsonl", *[entry_line(n, f"needle {n} " + "word " * 40) for n in range(1, 120)]
+    )
+    with ContentIndex.open(str(agent_dir)) as index:
+        assert index is not None
+        assert index.refresh([SessionSource(a)]).entries_added == 119
+    with open(a, "a") as f:
+        f.write(entry_line(120, "needle 120") + "\n")
+    new = [entry_line(n, f"fresh {n} " + "word " * 40) for n in range(1, 130)]
+    rewritten = Path(write(tmp_path / "new.jsonl", *new)).read_bytes()
+    real = content_index._feed
+    done: list[bool] = []
+
+    def rewriting(rows: Any, st: Any, raw: bytes, number: int, offset: int, order: int) -> None:
+        if b'"id":"e0000120"' in raw and not done:
+            done.append(True)
+            with open(a, "r+b") as f:  # in place: the same inode
+                f.truncate(0)
+                f.write(rewritten)
+        real(rows, st, raw, number, offset, order)
+
+    monkeypatch.setattr(content_index, "_feed", rewriting)
+    with ContentIndex.open(str(agent_dir)) as index:
+        assert index is not None
+        index.refresh([SessionSource(a)])
+    monkeypatch.setattr(content_index, "_feed", real)
+    assert done
+    for query in ("fresh", "needle"):
+        scanned = {(hit.path, hit.line) for hit in search_sessions([a], query)}
+        assert lines_of(found([a], query, agent_dir)) == scanned, query
+
+
 def test_a_file_appended_to_while_it_is_read_is_kept_and_caught_up(
     store: Path, agent_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -821,6 +821,7 @@ class ContentIndex:
         st = _FileState()
         start = 0
         file_id: int | None = None
+        before: FileMark | None = None  # the mark the lines appended are read after
         if row is not None:
             file_id = row[0]
             mark = FileMark(row[2], row[3], row[4], row[5], row[6], row[7], row[8])
@@ -829,6 +830,7 @@ class ContentIndex:
                 and row[1] == source.kind
                 and only_appended(storage, path, mark, size, ino)
             ):
+                before = mark
                 start = mark.offset
                 st = _FileState(row[9], row[10], row[11], row[12], row[13], row[14], row[15])
                 st.text_bytes = row[16]
@@ -867,7 +869,9 @@ class ContentIndex:
             mark = FileMark(size, mtime_ns, ino, 0, 0, b"", b"")  # no file to mark
         else:
             mark = mark_file(storage, path, size, mtime_ns, ino, committed, head_len)
-            if source.load is None and not marked_as_read(mark, rows.head_seen, rows.tail_seen):
+            if source.load is None and not _read_as_marked(
+                storage, path, mark, rows, before, start, size, ino
+            ):
                 # Rewritten while it was read: none of it is kept (the savepoint), and
                 # the next refresh reads it again.
                 raise OSError(f"{path}: changed while it was read")
@@ -1119,6 +1123,34 @@ def _exists(path: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def _read_as_marked(
+    storage: SessionStorage,
+    path: str,
+    mark: FileMark,
+    rows: _Rows,
+    before: FileMark | None,
+    start: int,
+    size: int,
+    ino: int,
+) -> bool:
+    """Whether `mark`, taken after `rows` were read from `start` to `size`, holds the
+    bytes the read saw (`listing.marked_as_read`). A read of lines appended (`before`:
+    the mark it followed) sees no head and often less than the tail window: the old
+    part must still be as `before` marked it, and the bytes before `start` in the
+    tail window (read now) complete what the read saw."""
+    tail = rows.tail_seen
+    if before is not None:
+        if not only_appended(storage, path, before, size, ino):
+            return False
+        low = max(0, size - MARK_TAIL_BYTES)
+        if low < start:
+            try:
+                tail = read_range(storage, path, low, start - low) + tail
+            except OSError:
+                return False
+    return marked_as_read(mark, rows.head_seen, tail)
 
 
 class _write:
