@@ -660,6 +660,27 @@ def test_a_file_rewritten_in_place_while_its_appended_lines_are_read_is_found_as
         assert lines_of(found([a], query, agent_dir)) == scanned, query
 
 
+def test_a_file_that_is_not_a_session_and_spans_chunks_is_indexed_once_not_stale_forever(
+    store: Path, agent_dir: Path
+) -> None:
+    """The read of a file that is not a session stops after the chunk that shows it: its
+    last bytes were taken for the file's and did not match the mark, so every refresh
+    read it again and said it could not bring it up to date (and every search scanned it)."""
+    store.mkdir(parents=True, exist_ok=True)
+    other = store / "other.jsonl"
+    line = '{"type":"message","id":"%d","text":"needle ' + "word " * 20 + '"}\n'
+    other.write_text('{"type":"not-a-session"}\n' + "".join(line % n for n in range(20000)))
+    assert other.stat().st_size > 2 * content_index._CHUNK
+    a = write(store / "a.jsonl", entry_line(1, "needle 1"))
+    sources = [SessionSource(str(other)), SessionSource(a)]
+    with ContentIndex.open(str(agent_dir)) as index:
+        assert index is not None
+        assert index.refresh(sources).stale == []
+        assert index.refresh(sources).stale == []
+    result = found([str(other), a], "needle", agent_dir)
+    assert lines_of(result) == {(a, 2)} and result.mode == "index", result.notes
+
+
 def test_a_file_appended_to_while_it_is_read_is_kept_and_caught_up(
     store: Path, agent_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -483,6 +483,8 @@ def _read_jsonl(
             close()
     rows.head_seen, rows.tail_seen = head_seen, tail_seen
     if st.phase == _PHASE_INVALID:
+        if remaining > 0:  # not a session: the read stopped, its last bytes are not the file's
+            rows.tail_seen = b""
         return rows, end, st, st
     committed = base
     final = st
