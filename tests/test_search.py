@@ -651,3 +651,23 @@ def test_a_bounded_regular_expression_reads_unicode_classes_and_case_as_re_does(
     with regex_time_limit(10):
         bounded = _Regex(pattern, case_sensitive)
     assert bounded.find(text) == plain.find(text)
+
+
+@pytest.mark.parametrize("pattern", ["x" * 3000, "(?:x)" * 3000, "[x]" * 3000])
+def test_a_pattern_with_thousands_of_characters_in_a_row_is_refused_not_slow_past_the_limit(
+    tmp_path: Path, pattern: str
+) -> None:
+    """`regex` prepares the search for a long run of characters (a string to find) on the
+    first search, outside its time limit, in time that grows as the cube of its length:
+    3,000 took 6 s against a limit of 0.3 s, and the search then simply found nothing.
+    Within the limit such a pattern is refused, and a run of up to 1,000 still runs."""
+    from sessiontree.errors import SessionTreeError
+    from sessiontree.search import regex_time_limit
+
+    path = write_session(
+        str(tmp_path / "sessions"), [("message", {"role": "user", "content": "y" * 40_000})]
+    )
+    with regex_time_limit(0.3), pytest.raises(SessionTreeError, match="in a row"):
+        list(search_sessions([path], pattern, regex=True))
+    with regex_time_limit(5):
+        assert list(search_sessions([path], "y" * 1000, regex=True))

@@ -461,7 +461,8 @@ def regex_time_limit(seconds: float) -> Iterator[None]:
     `regex` package, which takes a time limit (the same syntax and matches as `re` in
     its VERSION0 mode). A pattern `regex` does not read (`a{i`, `[[::]]`: literal text
     to `re`) or whose repeats `regex` would unroll past `_UNROLLED_LIMIT` items (memory:
-    `x{1000000000}`) is refused (SessionTreeError) rather than matched without a bound.
+    `x{1000000000}`) or holds more than `_LITERAL_RUN_LIMIT` characters in a row (time
+    outside the limit) is refused (SessionTreeError) rather than matched without a bound.
     Without that package installed, matching is unbounded, as outside this context."""
     token = _DEADLINE.set((time.monotonic() + seconds, seconds))
     try:
@@ -508,6 +509,51 @@ def _unrolled_size(pattern: str, flags: int) -> int:
     return size(parsed)
 
 
+_LITERAL_RUN_LIMIT = 1000
+"""The longest run of characters in a row a bounded regular expression may hold (see
+`_Regex`)."""
+
+
+def _literal_run(pattern: str, flags: int) -> int:
+    """The most single characters (literals, sets) `pattern` holds in a row, groups
+    without a number taken as their contents, as `regex` joins them into one string."""
+    try:
+        from re import _parser  # type: ignore[attr-defined]
+        from re._constants import IN, LITERAL, NOT_LITERAL, SUBPATTERN
+    except ImportError:  # pragma: no cover - a Python without the parser
+        return 0
+    try:
+        parsed = _parser.parse(pattern, flags)
+    except re.error:
+        return 0
+    single = (LITERAL, NOT_LITERAL, IN)
+
+    def flat(items: Any) -> Iterator[tuple[Any, Any]]:
+        for op, arg in items:
+            if op is SUBPATTERN and arg[0] is None:
+                yield from flat(arg[-1])
+            else:
+                yield op, arg
+
+    def longest(items: Any) -> int:
+        most = run = 0
+        for op, arg in flat(items):
+            if op in single:
+                run += 1
+                most = max(most, run)
+                continue
+            run = 0
+            parts = [arg] if hasattr(arg, "data") else arg if isinstance(arg, (list, tuple)) else []
+            for part in parts:
+                if hasattr(part, "data"):
+                    most = max(most, longest(part))
+                elif isinstance(part, list) and all(hasattr(p, "data") for p in part):
+                    most = max([most, *(longest(p) for p in part)])
+        return most
+
+    return longest(parsed)
+
+
 class _Regex:
     def __init__(self, pattern: str, case_sensitive: bool) -> None:
         flags = 0 if case_sensitive else re.IGNORECASE
@@ -529,6 +575,14 @@ class _Regex:
                 raise SessionTreeError(
                     f"the regular expression {pattern!r} repeats more than"
                     f" {_UNROLLED_LIMIT:,} times in all; write fewer repeats (x+ for x{{200000,}})"
+                )
+            if _literal_run(pattern, flags) > _LITERAL_RUN_LIMIT:
+                # `regex` builds its table for a string to find in time that grows as its
+                # cube, on the first search and outside the time limit: 4,000 characters in
+                # a row took 17 s, 16,000 (a long URL) would take most of an hour.
+                raise SessionTreeError(
+                    f"the regular expression holds more than {_LITERAL_RUN_LIMIT:,}"
+                    " characters in a row; search for a shorter part of the text"
                 )
             try:
                 self.timed = bounded.compile(pattern, bounded.VERSION0 | flags)
