@@ -622,12 +622,11 @@ with regex_time_limit(5):
 
 @pytest.mark.xfail(
     strict=True,
-    reason="a design choice for the lead: `regex` V0 is not `re` on Unicode classes and "
-    "case: its \\w, \\b take combining marks and ZWNJ as word characters, its \\s and (?x) "
-    "leave out \\x1c-\\x1f, and (?i)i does not match dotless ı. Either translate re's parse "
-    "tree into a regex pattern with re's classes spelled out (\\w as str.isalnum, the case "
-    "table of re._casefix), or match with re in a worker process killed at the limit, or "
-    "say in the docs that the web search follows regex's Unicode rules",
+    reason="decided: the web search follows the regex package's Unicode rules, as "
+    "docs/safety.md says (its \\w, \\b take combining marks and ZWNJ as word characters, "
+    "its \\s and (?x) leave out \\x1c-\\x1f, (?i)i does not match dotless ı); the CLI "
+    "keeps re's. Matching re's exactly within a time limit would need re's classes spelled "
+    "out in a translated pattern, or re in a worker process killed at the limit",
 )
 @pytest.mark.parametrize(
     ("pattern", "text", "case_sensitive"),
