@@ -342,3 +342,21 @@ def test_a_newer_content_index_is_not_downgraded(agent_dir: Path) -> None:
     found = search([path], "needle", agent_dir=str(agent_dir))
     assert found.mode == "scan" and len(found.hits) == 1
     assert db.read_bytes() == before
+
+
+def test_a_side_file_moves_aside_with_its_database_never_dropped(tmp_path: Path) -> None:
+    """A damaged file's -journal/-wal may hold its newest pages: it goes aside with the
+    file, under a number whose three names are all free (a file planted at one of them
+    is left alone), never unlinked for want of a name."""
+    from sessiontree._util import cachedb
+
+    path = tmp_path / "cache.db"
+    path.write_bytes(b"damaged database")
+    Path(f"{path}-journal").write_bytes(b"hot journal")
+    Path(f"{path}.damaged-journal").write_bytes(b"planted")
+    assert cachedb._move_aside(str(path))
+    assert not path.exists()  # its side files are unlinked by the caller, once linked aside
+    assert Path(f"{path}.damaged-journal").read_bytes() == b"planted"
+    assert not Path(f"{path}.damaged").exists()
+    assert Path(f"{path}.damaged.1").read_bytes() == b"damaged database"
+    assert Path(f"{path}.damaged.1-journal").read_bytes() == b"hot journal"

@@ -262,7 +262,8 @@ def _discard(path: str, identity: tuple[int, int], application_id: int, keep: bo
     if _header_app_id(path) not in (None, 0, application_id):
         return False  # another application's database: not ours to delete (rule 3)
     if keep:
-        _move_aside(path)
+        if not _move_aside(path):
+            return False
     else:
         os.unlink(path)
     for suffix in _SIDE_FILES:
@@ -274,26 +275,29 @@ def _discard(path: str, identity: tuple[int, int], application_id: int, keep: bo
     return True
 
 
-def _move_aside(path: str) -> None:
+def _move_aside(path: str) -> bool:
     """Move a damaged file holding tables nobody made (and its -wal/-journal) to the first
-    free `<name>.damaged[.N]`: linked there, never replacing an earlier copy, then unlinked."""
+    `<name>.damaged[.N]` free under all three names: linked there, never replacing an
+    earlier copy, then unlinked. False (everything left in place) when a name is taken
+    meanwhile: a side file is never dropped, for it may hold the newest pages."""
+    sides = [s for s in ("-wal", "-journal") if os.path.isfile(path + s)]
+    sides = [s for s in sides if not os.path.islink(path + s)]
     for n in range(1000):
         aside = path + ".damaged" + (f".{n}" if n else "")
-        try:
-            os.link(path, aside, follow_symlinks=False)
-        except FileExistsError:
+        if any(os.path.lexists(aside + s) for s in ("", "-wal", "-journal")):
             continue
-        break
-    else:
-        raise FileExistsError(errno.EEXIST, "no free name to move a damaged cache aside", path)
-    for suffix in ("-wal", "-journal"):
-        side = path + suffix
-        if os.path.isfile(side) and not os.path.islink(side):
-            try:
-                os.link(side, aside + suffix, follow_symlinks=False)
-            except FileExistsError:
-                continue  # left in place: unlinked with the other side files
-    os.unlink(path)
+        made: list[str] = []
+        try:
+            for suffix in ("", *sides):
+                os.link(path + suffix, aside + suffix, follow_symlinks=False)
+                made.append(aside + suffix)
+        except FileExistsError:  # taken since the look: undo ours, leave the file be
+            for name in made:
+                os.unlink(name)
+            return False
+        os.unlink(path)
+        return True
+    raise FileExistsError(errno.EEXIST, "no free name to move a damaged cache aside", path)
 
 
 class _NotOurs(Exception):
