@@ -500,3 +500,20 @@ def test_a_subpath_too_long_for_a_path_is_refused_before_any_directory(tmp_path:
             asyncio.run(call())
     assert not (tmp_path / "claude" / "projects").exists()
     store.close()
+
+
+def test_delete_never_follows_a_session_directory_linked_elsewhere(tmp_path: Path) -> None:
+    """A session's subagent directory replaced by a link to a directory that is not ours:
+    delete removes the transcript and nothing behind the link."""
+    store = SessionTreeStore(tmp_path / "claude")
+    asyncio.run(store.append(KEY, [user("u1", "a")]))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.jsonl").write_text("{}\n")
+    os.symlink(outside, Path(store.path_of(KEY)).with_suffix(""))
+    try:
+        asyncio.run(store.delete(KEY))
+    except OSError:
+        pass  # refused at the link: what matters is below
+    assert (outside / "keep.jsonl").read_text() == "{}\n"
+    assert asyncio.run(store.load(KEY)) is None
