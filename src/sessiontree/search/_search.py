@@ -370,24 +370,42 @@ def _unfold_span(text: str, start: int, end: int) -> tuple[int, int]:
 _CASE_SAFE = frozenset(chr(c) for c in range(128)) - {"i", "I"}
 
 
+def _parse(pattern: str, flags: int = 0) -> tuple[Any, Any] | None:
+    """re's parse tree of `pattern` and re's opcode constants (None: a pattern re
+    refuses, or a Python without re's parser, where the checks below find nothing)."""
+    try:
+        from re import _constants, _parser  # type: ignore[attr-defined]
+    except ImportError:  # pragma: no cover - a Python without the parser
+        return None
+    try:
+        return _parser.parse(pattern, flags), _constants
+    except re.error:
+        return None
+
+
+def _inner(arg: Any) -> list[Any]:
+    """The sub-patterns inside one parsed item's argument (a group's, a repeat's body,
+    a branch's alternatives)."""
+    parts = [arg] if hasattr(arg, "data") else arg if isinstance(arg, (list, tuple)) else []
+    inner: list[Any] = []
+    for part in parts:
+        if hasattr(part, "data"):
+            inner.append(part)
+        elif isinstance(part, list) and all(hasattr(p, "data") for p in part):
+            inner += part
+    return inner
+
+
 def nested_repeat(pattern: str) -> bool:
     """Whether `pattern` repeats something that itself repeats or alternates, as
     `(x+x+)+y` or `(a|aa)*b`: Python's backtracking engine can take exponential time
     on such a pattern (`(x+x+)+y` on 30 x's: hours), and nothing interrupts it. Not
     every slow pattern (`x*x*x*y` is polynomial), the common catastrophic kind."""
-    try:
-        from re import _parser  # type: ignore[attr-defined]
-        from re._constants import (  # type: ignore[import-not-found]
-            BRANCH,
-            MAX_REPEAT,
-            MIN_REPEAT,
-        )
-    except ImportError:  # pragma: no cover - a Python without the parser
+    found = _parse(pattern)
+    if found is None:
         return False
-    try:
-        parsed = _parser.parse(pattern, 0)
-    except re.error:
-        return False
+    parsed, c = found
+    BRANCH, MAX_REPEAT, MIN_REPEAT = c.BRANCH, c.MAX_REPEAT, c.MIN_REPEAT
 
     def walk(items: Any, inside: bool) -> bool:
         for op, arg in items:
@@ -414,19 +432,14 @@ def regex_literals(pattern: str | re.Pattern[str]) -> list[str]:
     alternations or repeats); under IGNORECASE, only characters whose every
     case-insensitive match casefolds alike (`_CASE_SAFE`).
     """
-    try:
-        from re import _parser  # type: ignore[attr-defined]
-        from re._constants import LITERAL
-    except ImportError:  # pragma: no cover - a Python without the parser: no literals
-        return []
     if isinstance(pattern, re.Pattern):
-        source, flags = pattern.pattern, pattern.flags
+        found = _parse(pattern.pattern, pattern.flags)
     else:
-        source, flags = pattern, 0
-    try:
-        parsed = _parser.parse(source, flags)
-    except re.error:
+        found = _parse(pattern)
+    if found is None:
         return []
+    parsed, c = found
+    LITERAL = c.LITERAL
     ignorecase = bool(parsed.state.flags & re.IGNORECASE)
     runs: list[str] = []
     current: list[str] = []
@@ -478,16 +491,11 @@ _UNROLLED_LIMIT = 100_000
 def _unrolled_size(pattern: str, flags: int) -> int:
     """The items `pattern` must match, its repeats' minimum counts unrolled (a run of
     literals counted a character at a time: at most what `regex` builds)."""
-    try:
-        from re import _parser  # type: ignore[attr-defined]
-        from re._constants import MAX_REPEAT, MIN_REPEAT, POSSESSIVE_REPEAT
-    except ImportError:  # pragma: no cover - a Python without the parser
+    found = _parse(pattern, flags)
+    if found is None:
         return 0
-    try:
-        parsed = _parser.parse(pattern, flags)
-    except re.error:
-        return 0
-    repeats = (MAX_REPEAT, MIN_REPEAT, POSSESSIVE_REPEAT)
+    parsed, c = found
+    repeats = (c.MAX_REPEAT, c.MIN_REPEAT, c.POSSESSIVE_REPEAT)
 
     def size(items: Any) -> int:
         total = 0
@@ -495,15 +503,7 @@ def _unrolled_size(pattern: str, flags: int) -> int:
             if op in repeats:
                 total += max(arg[0], 1) * size(arg[2])
                 continue
-            total += 1
-            if hasattr(arg, "data"):  # an atomic group
-                total += size(arg)
-            elif isinstance(arg, (list, tuple)):
-                for part in arg:
-                    if hasattr(part, "data"):
-                        total += size(part)
-                    elif isinstance(part, list) and all(hasattr(p, "data") for p in part):
-                        total += sum(size(p) for p in part)
+            total += 1 + sum(size(part) for part in _inner(arg))
         return total
 
     return size(parsed)
@@ -517,16 +517,12 @@ _LITERAL_RUN_LIMIT = 1000
 def _literal_run(pattern: str, flags: int) -> int:
     """The most single characters (literals, sets) `pattern` holds in a row, groups
     without a number taken as their contents, as `regex` joins them into one string."""
-    try:
-        from re import _parser  # type: ignore[attr-defined]
-        from re._constants import IN, LITERAL, NOT_LITERAL, SUBPATTERN
-    except ImportError:  # pragma: no cover - a Python without the parser
+    found = _parse(pattern, flags)
+    if found is None:
         return 0
-    try:
-        parsed = _parser.parse(pattern, flags)
-    except re.error:
-        return 0
-    single = (LITERAL, NOT_LITERAL, IN)
+    parsed, c = found
+    SUBPATTERN = c.SUBPATTERN
+    single = (c.LITERAL, c.NOT_LITERAL, c.IN)
 
     def flat(items: Any) -> Iterator[tuple[Any, Any]]:
         for op, arg in items:
@@ -543,12 +539,7 @@ def _literal_run(pattern: str, flags: int) -> int:
                 most = max(most, run)
                 continue
             run = 0
-            parts = [arg] if hasattr(arg, "data") else arg if isinstance(arg, (list, tuple)) else []
-            for part in parts:
-                if hasattr(part, "data"):
-                    most = max(most, longest(part))
-                elif isinstance(part, list) and all(hasattr(p, "data") for p in part):
-                    most = max([most, *(longest(p) for p in part)])
+            most = max([most, *(longest(part) for part in _inner(arg))])
         return most
 
     return longest(parsed)
