@@ -9,6 +9,7 @@ import sqlite3
 import stat
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -562,14 +563,11 @@ def test_a_file_failing_halfway_leaves_none_of_its_rows(
     failed one is read again next time."""
     a, b = _big_store(store)
     monkeypatch.setattr(content_index, "_HELD_BYTES", 1)
-    real = content_index._feed
 
-    def failing(rows: Any, st: Any, raw: bytes, number: int, offset: int, order: int) -> None:
-        if b'"id":"e0000050"' in raw:  # halfway through a.jsonl (b has no such entry)
-            raise OSError("the disk went away")
-        real(rows, st, raw, number, offset, order)
+    def fail() -> None:
+        raise OSError("the disk went away")
 
-    monkeypatch.setattr(content_index, "_feed", failing)
+    _, stop = _once_at(monkeypatch, "e0000050", fail)  # halfway through a.jsonl, not in b
     with ContentIndex.open(str(agent_dir)) as index:
         assert index is not None
         result = index.refresh([SessionSource(a), SessionSource(b)])
@@ -582,10 +580,34 @@ def test_a_file_failing_halfway_leaves_none_of_its_rows(
                 "SELECT count(*) FROM entries WHERE file NOT IN (SELECT id FROM files)"
             ).fetchone()[0]
         assert orphans == 0
-    monkeypatch.setattr(content_index, "_feed", real)
+    stop()
     assert lines_of(found([a, b], "needle", agent_dir)) == {(a, n) for n in range(2, 121)} | {
         (b, 2)
     }
+
+
+def _once_at(
+    monkeypatch: pytest.MonkeyPatch, entry_id: str, action: Callable[[], None]
+) -> tuple[list[bool], Callable[[], None]]:
+    """Run `action` once, as the content index reads the line of `entry_id` (the read
+    goes on after it). Returns whether it ran, and what puts the reader back."""
+    real = content_index._feed
+    done: list[bool] = []
+
+    def feed(rows: Any, st: Any, raw: bytes, number: int, offset: int, order: int) -> None:
+        if f'"id":"{entry_id}"'.encode() in raw and not done:
+            done.append(True)
+            action()
+        real(rows, st, raw, number, offset, order)
+
+    monkeypatch.setattr(content_index, "_feed", feed)
+    return done, lambda: monkeypatch.setattr(content_index, "_feed", real)
+
+
+def _rewrite_in_place(path: str, data: bytes) -> None:
+    with open(path, "r+b") as f:  # the same inode, as a writer that truncates
+        f.truncate(0)
+        f.write(data)
 
 
 def test_a_file_rewritten_in_place_while_it_is_read_is_found_as_a_scan_finds_it(
@@ -596,25 +618,14 @@ def test_a_file_rewritten_in_place_while_it_is_read_is_found_as_a_scan_finds_it(
     a = write(store / "a.jsonl", *old)
     rewritten = Path(write(tmp_path / "new.jsonl", *new)).read_bytes()
     monkeypatch.setattr(content_index, "_HELD_BYTES", 1)
-    real = content_index._feed
-    done: list[bool] = []
-
-    def rewriting(rows: Any, st: Any, raw: bytes, number: int, offset: int, order: int) -> None:
-        if b'"id":"e0000050"' in raw and not done:
-            done.append(True)
-            with open(a, "r+b") as f:  # in place: the same inode
-                f.truncate(0)
-                f.write(rewritten)
-        real(rows, st, raw, number, offset, order)
-
-    monkeypatch.setattr(content_index, "_feed", rewriting)
+    done, stop = _once_at(monkeypatch, "e0000050", lambda: _rewrite_in_place(a, rewritten))
     with ContentIndex.open(str(agent_dir)) as index:
         assert index is not None
         # The mark taken after the read holds other bytes than the read saw: nothing
         # of the file is kept, and the next refresh reads it again.
         assert index.refresh([SessionSource(a)]).stale == [a]
         assert index.files([a]) == []
-    monkeypatch.setattr(content_index, "_feed", real)
+    stop()
     assert done
     scanned = {(hit.path, hit.line) for hit in search_sessions([a], "fresh")}
     assert len(scanned) == 129
@@ -638,22 +649,11 @@ def test_a_file_rewritten_in_place_while_its_appended_lines_are_read_is_found_as
         f.write(entry_line(120, "needle 120") + "\n")
     new = [entry_line(n, f"fresh {n} " + "word " * 40) for n in range(1, 130)]
     rewritten = Path(write(tmp_path / "new.jsonl", *new)).read_bytes()
-    real = content_index._feed
-    done: list[bool] = []
-
-    def rewriting(rows: Any, st: Any, raw: bytes, number: int, offset: int, order: int) -> None:
-        if b'"id":"e0000120"' in raw and not done:
-            done.append(True)
-            with open(a, "r+b") as f:  # in place: the same inode
-                f.truncate(0)
-                f.write(rewritten)
-        real(rows, st, raw, number, offset, order)
-
-    monkeypatch.setattr(content_index, "_feed", rewriting)
+    done, stop = _once_at(monkeypatch, "e0000120", lambda: _rewrite_in_place(a, rewritten))
     with ContentIndex.open(str(agent_dir)) as index:
         assert index is not None
         index.refresh([SessionSource(a)])
-    monkeypatch.setattr(content_index, "_feed", real)
+    stop()
     assert done
     for query in ("fresh", "needle"):
         scanned = {(hit.path, hit.line) for hit in search_sessions([a], query)}
@@ -688,22 +688,17 @@ def test_a_file_appended_to_while_it_is_read_is_kept_and_caught_up(
     are still the file's), and the next refresh reads only the lines added."""
     a = write(store / "a.jsonl", *[entry_line(n, f"needle {n}") for n in range(1, 60)])
     monkeypatch.setattr(content_index, "_HELD_BYTES", 1)
-    real = content_index._feed
-    done: list[bool] = []
 
-    def appending(rows: Any, st: Any, raw: bytes, number: int, offset: int, order: int) -> None:
-        if b'"id":"e0000030"' in raw and not done:
-            done.append(True)
-            with open(a, "a") as f:
-                f.write(entry_line(60, "needle 60") + "\n")
-        real(rows, st, raw, number, offset, order)
+    def append() -> None:
+        with open(a, "a") as f:
+            f.write(entry_line(60, "needle 60") + "\n")
 
-    monkeypatch.setattr(content_index, "_feed", appending)
+    done, stop = _once_at(monkeypatch, "e0000030", append)
     with ContentIndex.open(str(agent_dir)) as index:
         assert index is not None
         first = index.refresh([SessionSource(a)])
-        assert first.stale == [] and first.entries_added == 59
-        monkeypatch.setattr(content_index, "_feed", real)
+        assert done and first.stale == [] and first.entries_added == 59
+        stop()
         again = index.refresh([SessionSource(a)])
         assert again.entries_added == 1 and again.bytes_read < 1000
     assert lines_of(found([a], "needle", agent_dir)) == {(a, n) for n in range(2, 62)}
