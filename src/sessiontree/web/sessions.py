@@ -295,11 +295,16 @@ def _position(shape: TreeShape, entry: Entry | None) -> int | None:
     return shape.position.get(entry_id) if isinstance(entry_id, str) else None
 
 
+def _path(shape: TreeShape, entry: Entry | None) -> list[int]:
+    """Positions from the root to `entry` (none read)."""
+    at = _position(shape, entry)
+    return shape.path(at) if at is not None else []
+
+
 def path_ids(session: OpenSession, entry: Entry | None) -> list[str]:
     """Ids of the entries from the root to `entry` (none read)."""
     shape = session.shape()
-    at = _position(shape, entry)
-    return [str(shape.ids[p]) for p in shape.path(at)] if at is not None else []
+    return [str(shape.ids[p]) for p in _path(shape, entry)]
 
 
 def path_slice(
@@ -316,8 +321,7 @@ def path_slice(
     path is then another)."""
     while True:
         shape = session.shape()
-        at = _position(shape, leaf)
-        path = shape.path(at) if at is not None else []
+        path = _path(shape, leaf)
         ids = [str(shape.ids[p]) for p in path]
         stop = len(path)
         start = max(0, stop - limit)
