@@ -2,16 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import subprocess
-from pathlib import Path
 from typing import Any
 
-import pytest
-
-from conftest import SHARED_FIXTURES
+import peers
 from sessiontree.format import loads_line
 
 
@@ -60,27 +54,6 @@ def last_entry_id(data: bytes) -> str | None:
 
 
 def peer_context(peer: str, path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The context `peer` ("pi" or "omp") itself builds at a session file's leaf, as the
-    oracles in `shared/peers` print it (skips when that peer is not installed)."""
-    anchors = Path(os.environ.get("ANCHORS_DIR", "/tmp/anchors"))
-    peers = SHARED_FIXTURES.parent / "peers"
-    if peer == "pi":
-        oracle = peers / "pi-oracle.mjs"
-        runner = shutil.which("node")
-        installed = anchors / "pi" / "node_modules" / "@mariozechner" / "pi-coding-agent"
-    else:
-        oracle = peers / "omp-oracle.ts"
-        bun = anchors / "omp" / "node_modules" / ".bin" / "bun"
-        runner = str(bun) if bun.exists() else None
-        installed = anchors / "omp" / "node_modules" / "@oh-my-pi" / "pi-coding-agent"
-    if not oracle.is_file() or not installed.is_dir() or runner is None:
-        pytest.skip(f"{peer} is not installed ({installed}); see peers/setup.sh")
-    done = subprocess.run(
-        [runner, str(oracle), "context", os.fspath(path)],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "ANCHORS_DIR": str(anchors)},
-        check=True,
-    )
-    context: dict[str, Any] = json.loads(done.stdout)
-    return context
+    """The context `peer` ("pi", "pi16" or "omp") itself builds at a session file's leaf
+    (see `peers.py`)."""
+    return peers.peer_context(peer, path)
