@@ -5,8 +5,10 @@ Hypothesis runs under one of two profiles (see `profile_name`): `ci`, what CI ru
 tenth of the examples, for the inner loop. A test that needs more (or fewer)
 examples than the default says how many under `ci` with `examples(n)`.
 
-What a test needs from outside the repository (the shared fixtures beside it,
-psycopg) is found here, in one place. When it is missing the test skips locally
+Every file a test reads is in the repository: the real session files of the agents are
+copied into `tests/data/real` (sources and licences in its SOURCES.md). What a test needs
+from outside the repository (psycopg, the TypeScript peers: `tests/peers.py`) is found here,
+in one place. When it is missing the test skips locally
 but FAILS under CI (`CI` set): there, a missing prerequisite must never pass as a
 skip.
 """
@@ -25,8 +27,10 @@ from hypothesis import HealthCheck, settings
 
 FIXTURES = Path(__file__).resolve().parent / "data"
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SHARED_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
-"""`shared/fixtures` beside the repository (a clone anywhere, with shared/ next to it)."""
+REAL_FILES = FIXTURES / "real"
+"""Real session files the agents wrote (Claude Code, Codex, OpenCode, Gemini CLI, Copilot
+CLI in `foreign/`, a pi v1 session), kept byte for byte; `foreign/SOURCES.md` says where
+each comes from and under which licence."""
 
 
 CI_EXAMPLES = 100
@@ -87,11 +91,11 @@ def unavailable(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-def shared_fixture(name: str) -> Path:
-    """The path of a file in `shared/fixtures`; skips (locally) or fails (CI) without it."""
-    path = SHARED_FIXTURES / name
+def real_file(name: str) -> Path:
+    """The path of a real session file (`tests/data/real/NAME`); fails when it is missing."""
+    path = REAL_FILES / name
     if not path.is_file():
-        unavailable(f"shared fixture {path} is missing")
+        pytest.fail(f"the real file {path} is missing from the repository", pytrace=False)
     return path
 
 

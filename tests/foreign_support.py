@@ -1,4 +1,4 @@
-"""The real Claude Code and Codex files (`shared/fixtures/foreign`) and how the oracles'
+"""The real Claude Code and Codex files (`tests/data/real/foreign`) and how the oracles'
 views of them are reduced for comparison; shared by the tests and
 `scripts/gen_foreign_oracles.py`, which writes `tests/data/foreign/oracles.json`.
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from typer.testing import CliRunner
 
-from conftest import SHARED_FIXTURES, unavailable
+from conftest import REAL_FILES, unavailable
 from sessiontree.archive import (
     ArchiveBusyError,
     ArchiveError,
@@ -35,7 +35,7 @@ from sessiontree.archive import (
 )
 from sessiontree.cli import app
 
-FOREIGN = SHARED_FIXTURES / "foreign"
+FOREIGN = REAL_FILES / "foreign"
 CLAUDE = "entireio__cli__26__dcd5518fea__0__full.jsonl"
 CODEX = "AcidicSoil__codex-session-viewer__docs__example.jsonl"
 ID = "aaaaaaaa-1111-2222-3333-444444444444"

@@ -19,7 +19,7 @@ import pytest
 import zstandard
 from typer.testing import CliRunner
 
-from conftest import SHARED_FIXTURES, unavailable
+from conftest import REAL_FILES, unavailable
 from sessiontree.archive import (
     ArchiveError,
     ArchiveSource,
@@ -297,7 +297,7 @@ def test_a_part_updated_while_the_sessions_are_listed_is_not_cached_as_unseen(
     from foreign_support import OPENCODE_DB
     from sessiontree.foreign import opencode_db
 
-    source = SHARED_FIXTURES / "foreign" / "opencode" / OPENCODE_DB
+    source = REAL_FILES / "foreign" / "opencode" / OPENCODE_DB
     if not source.exists():
         unavailable(f"fixture {source} is missing")
     database = tmp_path / "opencode.db"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import shared_fixture
+from conftest import real_file
 from helpers import assistant, user
 from sessiontree import (
     BlobStore,
@@ -220,7 +220,7 @@ def test_explicit_blob_store_is_used(agent_dir: Path, tmp_path: Path) -> None:
 
 
 def test_v1_fixture_is_sound(tmp_path: Path) -> None:
-    fixture = shared_fixture(LARGE_FIXTURE)
+    fixture = real_file(LARGE_FIXTURE)
     copy = tmp_path / "big.jsonl"
     shutil.copyfile(fixture, copy)
     assert check_session(str(copy)) == []

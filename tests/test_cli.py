@@ -16,7 +16,7 @@ from typer.main import get_command
 from typer.testing import CliRunner, Result
 
 import sessiontree.maintenance._gc as gc_module
-from conftest import shared_fixture, unique_prefix
+from conftest import real_file, unique_prefix
 from helpers import assistant, user
 from sessiontree import BlobStore, HistoryStorage, SessionManager, get_default_session_dir
 from sessiontree.cli import app
@@ -316,7 +316,7 @@ def test_stats(store: Store, agent_dir: Path) -> None:
 def test_inspecting_writes_nothing(
     agent_dir: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    fixture = shared_fixture(LARGE_FIXTURE)
+    fixture = real_file(LARGE_FIXTURE)
     monkeypatch.setenv("TMUX_PANE", "%7")  # a terminal: a writable open would drop a breadcrumb
     project = tmp_path / "proj"
     project.mkdir()
@@ -475,7 +475,7 @@ def test_fork_and_extract(store: Store) -> None:
 
 
 def test_migrate(agent_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fixture = shared_fixture(LARGE_FIXTURE)
+    fixture = real_file(LARGE_FIXTURE)
     project = tmp_path / "proj"
     project.mkdir()
     monkeypatch.chdir(project)

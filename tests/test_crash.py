@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import shared_fixture
+from conftest import real_file
 from sessiontree import SessionManager, load_entries_from_file
 from sessiontree.session import read_session
 from sessiontree.storage import FileSessionStorage
@@ -162,7 +162,7 @@ def test_sigkill_during_full_rewrites_leaves_old_or_new_file(tmp_path: Path) -> 
 
 def test_sigkill_during_migration_on_open_leaves_v1_or_v3(tmp_path: Path) -> None:
     rng = random.Random(7)
-    original = shared_fixture("pi-v1-large-session.jsonl").read_bytes()
+    original = real_file("pi-v1-large-session.jsonl").read_bytes()
     count = original.count(b"\n")
     for kill in range(max(10, KILLS // 20)):
         path = tmp_path / f"v1-{kill}.jsonl"

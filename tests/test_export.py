@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from conftest import shared_fixture
+from conftest import real_file
 from helpers import assistant, user
 from sessiontree import EntryNotFoundError, SessionManager
 from sessiontree.export import export_html, export_jsonl, export_markdown
@@ -278,7 +278,7 @@ def test_jsonl_export_header_carries_the_name_in_the_reference_key_order(
 
 
 def test_exports_of_the_large_v1_fixture(tmp_path: Path) -> None:
-    fixture = shared_fixture(LARGE_FIXTURE)
+    fixture = real_file(LARGE_FIXTURE)
     copy = tmp_path / "big.jsonl"
     shutil.copyfile(fixture, copy)
     with SessionManager.open(str(copy), read_only=True) as sm:

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 import foreign_support as fs
-from conftest import SHARED_FIXTURES, unavailable
+from conftest import REAL_FILES, unavailable
 from sessiontree import SessionManager, build_session_context
 from sessiontree.foreign import ForeignSession, read_claude_session, read_codex_session
 
-FOREIGN = SHARED_FIXTURES / "foreign"
+FOREIGN = REAL_FILES / "foreign"
 CLAUDE = sorted(p.name for p in (FOREIGN / "claude").glob("*.jsonl"))
 CODEX = sorted(p.name for p in (FOREIGN / "codex").glob("*.jsonl"))
 
@@ -29,7 +29,7 @@ CODEX = sorted(p.name for p in (FOREIGN / "codex").glob("*.jsonl"))
 def fixture(kind: str, name: str) -> Path:
     path = FOREIGN / kind / name
     if not path.is_file():
-        unavailable(f"shared fixture {path} is missing")
+        unavailable(f"real file {path} is missing")
     return path
 
 
@@ -60,7 +60,7 @@ def messages(sm: SessionManager, role: str) -> list[dict[str, Any]]:
 
 def test_the_shared_fixtures_are_all_there() -> None:
     if not FOREIGN.is_dir():
-        unavailable(f"shared fixtures {FOREIGN} are missing")
+        unavailable(f"real files {FOREIGN} are missing")
     assert (len(CLAUDE), len(CODEX)) == (12, 10)
 
 

@@ -1,6 +1,6 @@
 """The OpenCode, Gemini CLI and Copilot CLI readers on the real files and on generated shapes.
 
-Every real file (`shared/fixtures/foreign/{opencode,gemini,copilot}`, SOURCES.md)
+Every real file (`tests/data/real/foreign/{opencode,gemini,copilot}`, SOURCES.md)
 reads into a sound tree whose context a provider accepts (after `convert_to_llm`
 every assistant's tool calls are answered right after it). What each file is known
 for is checked on its tree, against the agent's own records where it keeps them:
@@ -23,7 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import foreign_support as fs
-from conftest import SHARED_FIXTURES, examples, unavailable
+from conftest import REAL_FILES, examples, unavailable
 from sessiontree import SessionManager
 from sessiontree.foreign import ForeignSession
 from sessiontree.foreign._builder import TreeBuilder
@@ -41,7 +41,7 @@ from sessiontree.foreign.opencode_db import load_db_session
 from sessiontree.foreign.storage import session_bytes
 from sessiontree.format import build_session_context, convert_to_llm
 
-FOREIGN = SHARED_FIXTURES / "foreign"
+FOREIGN = REAL_FILES / "foreign"
 OPENCODE = sorted(p.name for p in (FOREIGN / "opencode").glob("*.jsonl"))
 GEMINI = sorted(p.name for p in (FOREIGN / "gemini").iterdir()) if FOREIGN.is_dir() else []
 COPILOT = sorted(p.name for p in (FOREIGN / "copilot").glob("*.jsonl"))
@@ -57,7 +57,7 @@ ASK_USER = "computermode__test-repo__79__d52455f160__0__full.jsonl"
 def fixture(kind: str, name: str) -> Path:
     path = FOREIGN / kind / name
     if not path.is_file():
-        unavailable(f"shared fixture {path} is missing")
+        unavailable(f"real file {path} is missing")
     return path
 
 
@@ -128,7 +128,7 @@ ALL = (
 
 def test_the_shared_fixtures_are_all_there() -> None:
     if not FOREIGN.is_dir():
-        unavailable(f"shared fixtures {FOREIGN} are missing")
+        unavailable(f"real files {FOREIGN} are missing")
     assert (len(OPENCODE), len(GEMINI), len(COPILOT)) == (4, 7, 3)
     assert (FOREIGN / "opencode" / fs.OPENCODE_DB).is_file()
 

@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 import foreign_support as fs
-from conftest import SHARED_FIXTURES, require_module, unavailable
+from conftest import REAL_FILES, require_module, unavailable
 from sessiontree import SessionManager, load_entries_from_file
 from sessiontree.cli import app
 from sessiontree.foreign import agents, opencode_db
@@ -31,7 +31,7 @@ from sessiontree.search import ContentIndex
 from test_foreign_agents import assert_answered
 
 runner = CliRunner()
-FOREIGN = SHARED_FIXTURES / "foreign"
+FOREIGN = REAL_FILES / "foreign"
 DB_SESSION = "ses_04ca851f7ffevKrKMHW3RsPK1U"
 REAL: list[tuple[str, str]] = (
     [("opencode", fs.OPENCODE_DB)]
@@ -69,7 +69,7 @@ IDS = {
 def homes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """The real files where the agents keep them; their variables point there."""
     if not FOREIGN.is_dir():
-        unavailable(f"shared fixtures {FOREIGN} are missing")
+        unavailable(f"real files {FOREIGN} are missing")
     laid = fs.layout_more(FOREIGN, tmp_path / "homes")
     monkeypatch.setenv("XDG_DATA_HOME", str(laid["xdg"]))
     monkeypatch.setenv("GEMINI_CLI_HOME", str(laid["gemini"]))
@@ -549,7 +549,7 @@ def test_a_claude_code_or_codex_file_is_shown_by_its_path(
 
     path = FOREIGN / kind / name
     if not path.is_file():
-        unavailable(f"shared fixture {path} is missing")
+        unavailable(f"real file {path} is missing")
     assert detect_file(str(path)) == kind
     if kind == "claude":
         session = read_claude_session(str(path))

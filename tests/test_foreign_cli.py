@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 import foreign_support as fs
-from conftest import SHARED_FIXTURES, require_module, unavailable
+from conftest import REAL_FILES, require_module, unavailable
 from sessiontree import SessionManager, load_entries_from_file
 from sessiontree.cli import app
 from sessiontree.foreign import listing, read_claude_session, read_codex_session
@@ -24,7 +24,7 @@ from sessiontree.foreign.store import ForeignStore
 from sessiontree.search import ContentIndex
 
 runner = CliRunner()
-FOREIGN = SHARED_FIXTURES / "foreign"
+FOREIGN = REAL_FILES / "foreign"
 REWIND = "entireio__cli__de__22551397e1__0__full.jsonl"
 SKILLS = "entireio__skills__15__94d668ead7__0__raw_transcript.jsonl"
 
@@ -34,7 +34,7 @@ def stores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     """The real files laid out as the agents store them, plus the generated shapes;
     CLAUDE_CONFIG_DIR and CODEX_HOME point at them."""
     if not FOREIGN.is_dir():
-        unavailable(f"shared fixtures {FOREIGN} are missing")
+        unavailable(f"real files {FOREIGN} are missing")
     claude, codex, placed = fs.layout(FOREIGN, tmp_path / "stores")
     subagent = fs.claude_subagent_session(claude / "projects")
     fork = fs.claude_fork(claude / "projects")
@@ -56,7 +56,7 @@ def stores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 def fixture_file(kind: str, name: str) -> Path:
     path = FOREIGN / kind / name
     if not path.is_file():
-        unavailable(f"shared fixture {path} is missing")
+        unavailable(f"real file {path} is missing")
     return path
 
 

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import foreign_support as fs
-from conftest import SHARED_FIXTURES, unavailable
+from conftest import REAL_FILES, unavailable
 from sessiontree.cli import app
 from sessiontree.foreign import _records
 from sessiontree.foreign.agents import detect_file
@@ -43,7 +43,7 @@ from sessiontree.format._jsonl import loads_line, serialize_entry
 from test_foreign_agents import assert_sound
 
 runner = CliRunner()
-FOREIGN = SHARED_FIXTURES / "foreign"
+FOREIGN = REAL_FILES / "foreign"
 DB_SESSION = "ses_04ca851f7ffevKrKMHW3RsPK1U"
 EXPORT = "savekirk__session-bridge__29__dbfeaf9083__0__full.jsonl"
 REAL_FILES = sorted(
@@ -62,7 +62,7 @@ HOSTILE = settings(
 def fixture(kind: str, name: str) -> Path:
     path = FOREIGN / kind / name
     if not path.is_file():
-        unavailable(f"shared fixture {path} is missing")
+        unavailable(f"real file {path} is missing")
     return path
 
 
@@ -1087,7 +1087,7 @@ def test_every_real_file_cut_anywhere_keeps_every_whole_line(data: st.DataObject
     the torn line reported with the file's name; a one-document file keeps the
     messages before the cut. What cannot be read at all is an error naming the file."""
     if not REAL_FILES:
-        unavailable(f"shared fixtures {FOREIGN} are missing")
+        unavailable(f"real files {FOREIGN} are missing")
     original = Path(data.draw(st.sampled_from(REAL_FILES), label="file"))
     raw = original.read_bytes()
     cut = data.draw(st.integers(1, len(raw) - 1), label="cut")

@@ -46,12 +46,12 @@ from typing import Any
 import pytest
 
 import foreign_support as fs
-from conftest import SHARED_FIXTURES, require_module, unavailable
+from conftest import REAL_FILES, require_module, unavailable
 from sessiontree import SessionManager, build_session_context, load_entries_from_file
 from sessiontree.foreign import ForeignSession, read_claude_session, read_codex_session
 from sessiontree.format import serialize_entry
 
-FOREIGN = SHARED_FIXTURES / "foreign"
+FOREIGN = REAL_FILES / "foreign"
 ORACLES: dict[str, Any] = json.loads((fs.DATA / "oracles.json").read_text(encoding="utf-8"))
 CLAUDE = sorted(p.name for p in (FOREIGN / "claude").glob("*.jsonl"))
 CODEX = sorted(p.name for p in (FOREIGN / "codex").glob("*.jsonl"))
@@ -62,7 +62,7 @@ REAL_CODEX = [n for n in CODEX if n not in fs.HAND_ASSEMBLED]
 def fixture(kind: str, name: str) -> Path:
     path = FOREIGN / kind / name
     if not path.is_file():
-        unavailable(f"shared fixture {path} is missing")
+        unavailable(f"real file {path} is missing")
     return path
 
 
@@ -302,7 +302,7 @@ def test_sdk_chain_is_our_context_at_the_leaf(
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
     if not FOREIGN.is_dir():
-        unavailable(f"shared fixtures {FOREIGN} are missing")
+        unavailable(f"real files {FOREIGN} are missing")
     agent = tmp_path_factory.mktemp("foreign-imports") / "agent"
     saved = os.environ.get("PI_CODING_AGENT_DIR")
     os.environ["PI_CODING_AGENT_DIR"] = str(agent)
@@ -394,11 +394,11 @@ def _peers() -> tuple[Path, Path, Path, dict[str, str]]:
     """(bun, omp-oracle.ts, pi-oracle.mjs, env); skips when the peers are not installed."""
     anchors = Path(os.environ.get("ANCHORS_DIR", "/tmp/anchors"))
     bun = anchors / "omp" / "node_modules" / ".bin" / "bun"
-    peers = SHARED_FIXTURES.parent / "peers"
+    peers = REAL_FILES.parent / "peers"
     if not bun.exists() or not (peers / "omp-oracle.ts").exists() or not shutil.which("node"):
         pytest.skip(f"the TypeScript peers are not installed ({bun}, node); see peers/setup.sh")
     if not FOREIGN.is_dir():
-        unavailable(f"shared fixtures {FOREIGN} are missing")
+        unavailable(f"real files {FOREIGN} are missing")
     env = {**os.environ, "ANCHORS_DIR": str(anchors)}
     return bun, peers / "omp-oracle.ts", peers / "pi-oracle.mjs", env
 

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from conftest import SHARED_FIXTURES, require_module, unavailable
+from conftest import REAL_FILES, require_module, unavailable
 from foreign_support import (
     CLAUDE_FORK,
     CLAUDE_SESSION,
@@ -48,9 +48,9 @@ LARGE = (
 
 
 def _fixture(name: str) -> Path:
-    path = SHARED_FIXTURES / "foreign" / "claude" / name
+    path = REAL_FILES / "foreign" / "claude" / name
     if not path.is_file():
-        unavailable(f"shared fixture {path} is missing")
+        unavailable(f"real file {path} is missing")
     return path
 
 
@@ -239,7 +239,7 @@ def test_list_show_search_usage_stats_on_postgres_as_on_files(both: Both) -> Non
 
 @pytest.mark.slow
 def test_every_shared_fixture_reads_the_same_from_postgres(tmp_path: Path, agent_dir: Path) -> None:
-    every = tuple(p.name for p in sorted((SHARED_FIXTURES / "foreign" / "claude").glob("*.jsonl")))
+    every = tuple(p.name for p in sorted((REAL_FILES / "foreign" / "claude").glob("*.jsonl")))
     if not every:
         unavailable("the shared Claude Code fixtures are missing")
     with _both(tmp_path, agent_dir, every) as made:

@@ -7,7 +7,7 @@ results not written yet). Claude Code runs tools while a response streams, so on
 response's lines interleave calls, results and the text a tool injects (`isMeta`
 lines linked by `sourceToolUseID`); Codex events and injected messages can fall
 between a response's calls and their outputs. Checked on a hand-made transcript of
-each, on every real file of `shared/fixtures/foreign`, and on generated transcripts
+each, on every real file of `tests/data/real/foreign`, and on generated transcripts
 that interleave calls, results, meta lines, events and streaming splits, with
 nothing lost: every line's content is in the tree once, usage is counted once.
 """
@@ -24,12 +24,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import foreign_support as fs
-from conftest import SHARED_FIXTURES, examples, unavailable
+from conftest import REAL_FILES, examples, unavailable
 from sessiontree import SessionManager, build_session_context, convert_to_llm
 from sessiontree.foreign import ForeignSession, read_claude_session, read_codex_session
 from sessiontree.foreign.importer import import_session
 
-FOREIGN = SHARED_FIXTURES / "foreign"
+FOREIGN = REAL_FILES / "foreign"
 CLAUDE = sorted(p.name for p in (FOREIGN / "claude").glob("*.jsonl"))
 CODEX = sorted(p.name for p in (FOREIGN / "codex").glob("*.jsonl"))
 
@@ -397,7 +397,7 @@ def test_codex_events_and_injected_text_between_calls_and_outputs(tmp_path: Path
 def test_every_real_file_keeps_the_api_order(kind: str, name: str) -> None:
     path = FOREIGN / kind / name
     if not path.is_file():
-        unavailable(f"shared fixture {path} is missing")
+        unavailable(f"real file {path} is missing")
     session = read_claude_session(str(path)) if kind == "claude" else read_codex_session(str(path))
     for key, sm in sessions(session):
         assert tree_problems(sm) == [], key
@@ -405,7 +405,7 @@ def test_every_real_file_keeps_the_api_order(kind: str, name: str) -> None:
 
 def test_the_real_files_are_there() -> None:
     if not FOREIGN.is_dir():
-        unavailable(f"shared fixtures {FOREIGN} are missing")
+        unavailable(f"real files {FOREIGN} are missing")
     assert CLAUDE and CODEX
 
 

@@ -18,12 +18,12 @@ import pytest
 from typer.testing import CliRunner
 
 import foreign_support as fs
-from conftest import SHARED_FIXTURES, unavailable
+from conftest import REAL_FILES, unavailable
 from sessiontree import load_entries_from_file
 from sessiontree.cli import app
 
 runner = CliRunner()
-FOREIGN = SHARED_FIXTURES / "foreign"
+FOREIGN = REAL_FILES / "foreign"
 CLAUDE_ID = "20b81bf8-77cd-4205-8ac9-727b573a70e4"
 COPILOT_ID = "e07fc822-e277-4d5d-898a-1b91eedea7b6"
 OPENCODE_DB_ID = "ses_04ca851f7ffevKrKMHW3RsPK1U"
@@ -45,7 +45,7 @@ def _nowhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def homes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     if not FOREIGN.is_dir():
-        unavailable(f"shared fixtures {FOREIGN} are missing")
+        unavailable(f"real files {FOREIGN} are missing")
     _nowhere(tmp_path, monkeypatch)
     claude, codex, placed = fs.layout(FOREIGN, tmp_path / "stores")
     more = fs.layout_more(FOREIGN, tmp_path / "more")

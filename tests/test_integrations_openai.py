@@ -464,12 +464,12 @@ def test_pi_and_omp_read_the_same_context(tmp_path: Path) -> None:
     import os
     import shutil
 
-    from conftest import SHARED_FIXTURES
+    from conftest import REAL_FILES
     from sessiontree.format import serialize_entry
     from sessiontree.session import SessionManager
 
     anchors = Path(os.environ.get("ANCHORS_DIR", "/tmp/anchors"))
-    peers = SHARED_FIXTURES.parent / "peers"
+    peers = REAL_FILES.parent / "peers"
     bun = anchors / "omp" / "node_modules" / ".bin" / "bun"
     if not bun.exists() or not (peers / "pi-oracle.mjs").exists() or not shutil.which("node"):
         pytest.skip(f"the TypeScript peers are not installed ({bun}, node); see peers/setup.sh")

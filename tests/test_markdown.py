@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import shared_fixture
+from conftest import real_file
 from helpers import assistant, user
 from sessiontree import SessionManager
 from sessiontree.export import export_html, render_markdown
@@ -173,7 +173,7 @@ def test_every_message_of_a_real_session_renders_safely(tmp_path: Path) -> None:
     """The large pi session (real messages: code, tables, tool output): each article's
     rendered Markdown holds only the elements markdown-it-py and Pygments write."""
     copy = tmp_path / "big.jsonl"
-    shutil.copyfile(shared_fixture("pi-v1-large-session.jsonl"), copy)
+    shutil.copyfile(real_file("pi-v1-large-session.jsonl"), copy)
     with SessionManager.open(str(copy), read_only=True) as sm:
         page = export_html(sm)
 

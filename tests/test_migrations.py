@@ -7,7 +7,7 @@ import shutil
 import time
 from pathlib import Path
 
-from conftest import shared_fixture
+from conftest import real_file
 from sessiontree import (
     CURRENT_SESSION_VERSION,
     SessionManager,
@@ -107,7 +107,7 @@ def test_current_version_is_untouched() -> None:
 
 
 def test_real_v1_file_migrates_and_builds_a_sensible_context(tmp_path: Path) -> None:
-    fixture = shared_fixture(V1_FIXTURE)
+    fixture = real_file(V1_FIXTURE)
     path = tmp_path / "v1.jsonl"
     shutil.copy(fixture, path)
     raw_lines = fixture.read_text().splitlines()
@@ -137,7 +137,7 @@ def test_real_v1_file_migrates_and_builds_a_sensible_context(tmp_path: Path) -> 
 
 def test_read_only_open_does_not_migrate_the_file(tmp_path: Path) -> None:
     path = tmp_path / "v1.jsonl"
-    shutil.copy(shared_fixture(V1_FIXTURE), path)
+    shutil.copy(real_file(V1_FIXTURE), path)
     before = path.read_bytes()
     sm = SessionManager.open(str(path), read_only=True)
     assert sm.get_header()["version"] == 3  # type: ignore[index]

@@ -1,4 +1,5 @@
-"""Missing test prerequisites skip locally but fail under CI (review item 11)."""
+"""The suite runs from the repository alone: its files are in it, and a prerequisite from
+outside it (a module, a peer) skips locally but fails under CI."""
 
 from __future__ import annotations
 
@@ -8,25 +9,28 @@ from pathlib import Path
 import pytest
 
 import conftest
-from conftest import REPO_ROOT, require_module, shared_fixture, unique_prefix
+from conftest import REPO_ROOT, real_file, require_module, unique_prefix
 
 
-def test_shared_fixtures_are_found_beside_the_repository() -> None:
-    assert conftest.SHARED_FIXTURES == REPO_ROOT.parent / "shared" / "fixtures"
-    assert (REPO_ROOT / "pyproject.toml").is_file()
+def test_the_real_files_are_in_the_repository() -> None:
+    """Every real session file SOURCES.md lists is committed under tests/data/real."""
+    assert conftest.REAL_FILES == REPO_ROOT / "tests" / "data" / "real"
+    sources = (conftest.REAL_FILES / "foreign" / "SOURCES.md").read_text(encoding="utf-8")
+    files = sorted(p for p in (conftest.REAL_FILES / "foreign").rglob("*") if p.is_file())
+    named = [p for p in files if p.name != "SOURCES.md"]
+    assert len(named) == 37  # Claude Code 12, Codex 10, Copilot 3, Gemini 7, OpenCode 5
+    assert all(p.name.split("__", 1)[0] in sources for p in named)
+    assert real_file("pi-v1-large-session.jsonl").stat().st_size > 900_000
 
 
-@pytest.mark.parametrize("ci", ["", "true"])
-def test_a_missing_shared_fixture_skips_locally_and_fails_in_ci(
-    ci: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_missing_real_file_fails_wherever_it_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(conftest, "SHARED_FIXTURES", tmp_path)
-    monkeypatch.setenv("CI", ci)
+    monkeypatch.setattr(conftest, "REAL_FILES", tmp_path)
     (tmp_path / "there.jsonl").write_text("{}\n")
-    assert shared_fixture("there.jsonl") == tmp_path / "there.jsonl"
-    outcome = pytest.fail.Exception if ci else pytest.skip.Exception
-    with pytest.raises(outcome, match=r"missing\.jsonl is missing"):
-        shared_fixture("missing.jsonl")
+    assert real_file("there.jsonl") == tmp_path / "there.jsonl"
+    with pytest.raises(pytest.fail.Exception, match=r"missing\.jsonl is missing"):
+        real_file("missing.jsonl")
 
 
 @pytest.mark.parametrize("ci", ["", "1"])

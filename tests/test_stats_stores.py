@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import SHARED_FIXTURES, unavailable
+from conftest import REAL_FILES, unavailable
 from sessiontree.cli import app
 from sessiontree.store import Store, replies_of
 from web_support import AGENT_VARIABLES, CLAUDE_FIXTURE, FoundHome, build_home
@@ -18,7 +18,7 @@ from web_support import AGENT_VARIABLES, CLAUDE_FIXTURE, FoundHome, build_home
 
 @pytest.fixture
 def found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FoundHome:
-    source = SHARED_FIXTURES / "foreign" / "claude" / CLAUDE_FIXTURE
+    source = REAL_FILES / "foreign" / "claude" / CLAUDE_FIXTURE
     if not source.exists():
         unavailable(f"fixture {source} is missing")
     home = tmp_path / "home"

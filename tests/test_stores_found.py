@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import SHARED_FIXTURES, unavailable
+from conftest import REAL_FILES, unavailable
 from helpers import assistant, user
 from sessiontree.cli import app
 from sessiontree.store import Store, find_stores
@@ -47,7 +47,7 @@ def pi_session(agent_dir: Path, cwd: Path, text: str) -> str:
 
 
 def claude_session(home: Path) -> Path:
-    source = SHARED_FIXTURES / "foreign" / "claude" / CLAUDE
+    source = REAL_FILES / "foreign" / "claude" / CLAUDE
     if not source.exists():
         unavailable(f"fixture {source} is missing")
     target = home / ".claude" / "projects" / "-w" / f"{CLAUDE_ID}.jsonl"
@@ -104,9 +104,7 @@ def test_stores_lists_counts_and_sizes(home: Path, tmp_path: Path) -> None:
     rows = {r["agent"]: r for r in json.loads(result.stdout)["stores"]}
     assert rows["pi"]["sessions"] == 1 and rows["pi"]["readOnly"] is False
     assert rows["claude"]["sessions"] == 1 and rows["claude"]["readOnly"] is True
-    assert (
-        rows["claude"]["bytes"] == (SHARED_FIXTURES / "foreign" / "claude" / CLAUDE).stat().st_size
-    )
+    assert rows["claude"]["bytes"] == (REAL_FILES / "foreign" / "claude" / CLAUDE).stat().st_size
     text = CliRunner().invoke(app, ["stores"])
     assert "Claude Code" in text.stdout and "pi" in text.stdout
 

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import foreign_support as fs
-from conftest import SHARED_FIXTURES, require_module, unavailable
+from conftest import REAL_FILES, require_module, unavailable
 from helpers import assistant, user
 from sessiontree import SessionManager
 from sessiontree.cli import app
@@ -91,9 +91,9 @@ def test_the_web_app_shows_that_title(agent: tuple[Path, str]) -> None:
 
 
 def test_a_claude_command_is_titled_by_the_command(tmp_path: Path) -> None:
-    foreign = SHARED_FIXTURES / "foreign"
+    foreign = REAL_FILES / "foreign"
     if not foreign.is_dir():
-        unavailable(f"shared fixtures {foreign} are missing")
+        unavailable(f"real files {foreign} are missing")
     claude, _, placed = fs.layout(foreign, tmp_path / "stores")
     # Its first prompt is a slash command, in Claude Code's markup.
     name = "entireio__cli__26__dcd5518fea__0__full.jsonl"
@@ -111,9 +111,9 @@ def test_show_prices_as_usage_does(tmp_path: Path) -> None:
     estimates for it, marked `~` (issue 23: `0.0000` against `~$27.58`)."""
     import json
 
-    foreign = SHARED_FIXTURES / "foreign"
+    foreign = REAL_FILES / "foreign"
     if not foreign.is_dir():
-        unavailable(f"shared fixtures {foreign} are missing")
+        unavailable(f"real files {foreign} are missing")
     claude, codex, _ = fs.layout(foreign, tmp_path / "stores")
     for home in (claude, codex):
         rows = json.loads(out("--agent-dir", str(home), "usage", "session", "--json"))["rows"]

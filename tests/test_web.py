@@ -1221,12 +1221,12 @@ def test_a_foreign_session_is_live_without_a_false_rewrite(tmp_path: Path) -> No
     (the pi-format view), so an unchanged file is no "rewritten" file, and an append to
     the transcript arrives as an entry."""
     import foreign_support as fs
-    from conftest import SHARED_FIXTURES, unavailable
+    from conftest import REAL_FILES, unavailable
     from sessiontree import Store
 
-    foreign = SHARED_FIXTURES / "foreign"
+    foreign = REAL_FILES / "foreign"
     if not foreign.is_dir():
-        unavailable(f"shared fixtures {foreign} are missing")
+        unavailable(f"real files {foreign} are missing")
     claude, codex, placed = fs.layout(foreign, tmp_path / "stores")
     name = "kvsankar__agent-history__tests__fixtures__real_sessions__claude__session-01.jsonl"
     for home, target in ((claude, placed[name]), (codex, None)):

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from conftest import SHARED_FIXTURES, require_module, unavailable
+from conftest import REAL_FILES, require_module, unavailable
 from helpers import assistant, user
 from sessiontree import SessionManager
 from sessiontree.format import message_text
@@ -709,7 +709,7 @@ def test_every_store_found_in_one_app(browser: Any, tmp_path: Path) -> None:
     the store filter and search cover both."""
     from sessiontree.store import find_stores
 
-    source = SHARED_FIXTURES / "foreign" / "claude" / CLAUDE_FIXTURE
+    source = REAL_FILES / "foreign" / "claude" / CLAUDE_FIXTURE
     if not source.exists():
         unavailable(f"fixture {source} is missing")
     home = tmp_path / "home"

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from conftest import SHARED_FIXTURES, require_module, unavailable
+from conftest import REAL_FILES, require_module, unavailable
 from sessiontree.store import Store, find_stores, replies_of
 from web_support import AGENT_VARIABLES, CLAUDE_FIXTURE, CLAUDE_ID, FoundHome, Markup, build_home
 
@@ -34,7 +34,7 @@ from sessiontree.web.server import BackgroundServer  # noqa: E402
 
 @pytest.fixture(scope="module")
 def found(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FoundHome]:
-    source = SHARED_FIXTURES / "foreign" / "claude" / CLAUDE_FIXTURE
+    source = REAL_FILES / "foreign" / "claude" / CLAUDE_FIXTURE
     if not source.exists():
         unavailable(f"fixture {source} is missing")
     home = tmp_path_factory.mktemp("stores") / "home"
