@@ -572,14 +572,15 @@ def test_a_search_past_its_time_limit_stops_and_says_so(tmp_path: Path) -> None:
     assert list(search_sessions([path], "ж+$", regex=True))  # outside: re, unbounded
 
 
-@pytest.mark.parametrize("pattern", [r"ж*ж*ж*ж*ж*\d|{i", "(?x)ж*ж*ж*ж*ж*\\d|\x1c{2}"])
 def test_a_pattern_the_bounded_engine_cannot_read_is_refused_not_matched_unbounded(
-    tmp_path: Path, pattern: str
+    tmp_path: Path,
 ) -> None:
-    """`re` reads `{i` as literal text, and `\\x1c` in verbose mode; `regex` refuses them
-    (expected }; in verbose mode `\\x1c` is a space to it, so nothing to repeat). Matching such a
+    """`re` reads `{i` as literal text; `regex` refuses it (expected }). Matching such a
     pattern with `re` instead (as it was) took the bound off: this one, polynomial, held
-    the thread for minutes. Within the limit it is refused, with the reason."""
+    the thread for minutes. Within the limit it is refused, with the reason. (Which
+    patterns `regex` cannot read changes between its releases: in verbose mode `\\x1c` was
+    a space to it until 2026.12; the refusal, not the list, is what is tested.)"""
+    pattern = r"ж*ж*ж*ж*ж*\d|{i"
     from sessiontree.errors import SessionTreeError
     from sessiontree.search import regex_time_limit
 
@@ -621,10 +622,10 @@ with regex_time_limit(5):
 
 
 @pytest.mark.xfail(
-    strict=True,
+    strict=False,  # a regex release may move closer to re's tables: that is no failure
     reason="decided: the web search follows the regex package's Unicode rules, as "
     "docs/safety.md says (its \\w, \\b take combining marks and ZWNJ as word characters, "
-    "its \\s and (?x) leave out \\x1c-\\x1f, (?i)i does not match dotless ı); the CLI "
+    "its \\s leaves out \\x1c-\\x1f, (?i)i does not match dotless ı); the CLI "
     "keeps re's. Matching re's exactly within a time limit would need re's classes spelled "
     "out in a translated pattern, or re in a worker process killed at the limit",
 )
@@ -634,7 +635,6 @@ with regex_time_limit(5):
         (r"\w+", "e\u0301", True),  # a combining acute accent
         (r"\s", "x\x1c", True),  # FILE SEPARATOR: str.isspace()
         ("i", "ı", False),  # dotless i, re's case table
-        ("(?x)a\x1cb", "a\x1cb", True),  # a space only to regex's verbose mode
         (r"\b\w+\b", "\u200cab", True),  # ZERO WIDTH NON-JOINER
     ],
 )
