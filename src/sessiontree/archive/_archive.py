@@ -12,12 +12,16 @@ Layout of an archive dir (default `<agent dir>/archive`):
 * `files/<agent>/<sha256 of the source path>.json`: one manifest per archived file: the
   agent, its home and the file's path relative to it, size, mtime, inode, the chunk list
   (hash and length of each), the file's hash (sha256 over the chunk list, what `verify`
-  checks every chunk against), earlier versions (a file rewritten, not appended to: its
-  old chunk list is kept) and `deletedMs` once the source is gone (it stays).
+  checks every chunk against), its xxh3 (of its bytes) and lines, earlier versions (a
+  file rewritten, not appended to: its old chunk list is kept; see `archived_versions`)
+  and `deletedMs` once the source is gone (it stays).
 
 A run (`archive_stores`) stats every file under each store's roots; a file whose size,
-mtime and inode are the manifest's is not read. A file that grew is checked by its last
-chunk (read again and hashed) and only what follows is cut and stored. Chunks are
+mtime and inode are the manifest's is not read, unless its mtime was that close to the
+run that archived it that a write since may have kept them (`_racy`). A file that grew
+is read again before its old end, every byte, and checked against its xxh3 (an agent
+that rewrites in place, as oh-my-pi its title slot at offset 0, changes bytes anywhere);
+only then is what follows cut and stored, else the file is a new version. Chunks are
 written (temp file, fsync, rename) before the manifest that names them, which is
 replaced atomically: a run stopped anywhere (a full disk, a kill) leaves every file
 archived before it as it was. One run at a time: a second one exits at once
