@@ -190,6 +190,13 @@ def test_the_view_shows_the_transcript_of_a_clobbered_session(tmp_path: Path) ->
     (view,) = archive_view(archive)
     (shown,) = Path(view.home).rglob("*.jsonl")
     assert shown.read_bytes() == before
+    # and the commands that read the archive find its transcript (the clobber holds none)
+    runner = CliRunner()
+    found = runner.invoke(
+        app, ["--agent-dir", archive, "search", "image temp stop", "--all", "--json"]
+    )
+    assert found.exit_code == 0, found.output
+    assert json.loads(found.stdout)["hits"], found.stdout
 
 
 def test_the_cli_lists_and_restores_versions(tmp_path: Path) -> None:
@@ -215,3 +222,35 @@ def test_the_cli_lists_and_restores_versions(tmp_path: Path) -> None:
     (written,) = out.rglob("*.jsonl")
     assert written.read_bytes() == before
     shutil.rmtree(out)
+
+
+def test_a_manifest_from_before_the_whole_file_hash_is_checked_chunk_by_chunk(
+    tmp_path: Path,
+) -> None:
+    """An archive written before manifests held `xxh`: a file that grew is checked
+    against each chunk's sha256 instead; an append is still "grown", a rewritten slot
+    is still seen."""
+    source, session, _ = omp_home(tmp_path)
+    archive = tmp_path / "archive"
+    archive_stores(str(archive), [source])
+    (manifest,) = (archive / "files" / "omp").glob("*.json")
+
+    def as_before() -> None:
+        old = json.loads(manifest.read_bytes())
+        assert len(old["chunks"]) > 1
+        for key in ("xxh", "lines", "seenNs"):
+            del old[key]
+        manifest.write_text(json.dumps(old))
+
+    as_before()
+    size = session.stat().st_size
+    with session.open("ab") as f:
+        f.write(b'{"type":"custom","n":1}\n')
+    grown = archive_stores(str(archive), [source])
+    assert grown.files_grown == 1 and grown.bytes_checked >= size
+    as_before()
+    rename_as_omp(session, "Renamed")
+    after = session.read_bytes()
+    assert archive_stores(str(archive), [source]).files_rewritten == 1
+    restored = restore_session(str(archive), session.name, to=str(tmp_path / "out"))
+    assert Path(restored.written[0]).read_bytes() == after
