@@ -254,3 +254,25 @@ def test_a_manifest_from_before_the_whole_file_hash_is_checked_chunk_by_chunk(
     assert archive_stores(str(archive), [source]).files_rewritten == 1
     restored = restore_session(str(archive), session.name, to=str(tmp_path / "out"))
     assert Path(restored.written[0]).read_bytes() == after
+
+
+def test_an_earlier_version_of_a_copilot_session_is_restored_with_its_dir(tmp_path: Path) -> None:
+    """Copilot CLI keeps a session as a dir (`session-state/<id>/events.jsonl` and
+    files beside it): an earlier version of `events.jsonl` is restored once, the files
+    beside it with it (they were taken for the session file's companions)."""
+    home = tmp_path / ".copilot"
+    state = home / "session-state" / "0123abcd-0000-0000-0000-000000000000"
+    state.mkdir(parents=True)
+    events = state / "events.jsonl"
+    first = b"".join(b'{"type":"user.message","n":%d}\n' % n for n in range(8))
+    events.write_bytes(first)
+    (state / "workspace.yaml").write_bytes(b"cwd: /w\n")
+    source = ArchiveSource("copilot", str(home), ("session-state",))
+    archive = str(tmp_path / "archive")
+    archive_stores(archive, [source])
+    rewrite_in_place(events, b'{"type":"session.start"}\n')
+    assert len(archive_stores(archive, [source]).clobbered) == 1
+    rel = "session-state/0123abcd-0000-0000-0000-000000000000/events.jsonl"
+    report = restore_session(archive, rel, to=str(tmp_path / "out"), version=1)
+    assert sorted(Path(p).name for p in report.written) == ["events.jsonl", "workspace.yaml"]
+    assert (tmp_path / "out" / rel).read_bytes() == first

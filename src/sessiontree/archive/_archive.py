@@ -1603,7 +1603,8 @@ def restore_session(
             f"{fullest.number} holds {fullest.lines} lines: restore --version "
             f"{fullest.number} (with --to, as the file is there)"
         )
-    files = [file, *_companions(file, session, every)]
+    found = next(f for f in every if f.key == file.key)  # the one `_companions` passes over
+    files = [file, *_companions(found, session, every)]
     if file.agent in _PI_FORMAT:
         files += _blobs_of(archive, files, every)
     report = restore_files(archive, files, to=to)
