@@ -205,6 +205,12 @@ def test_the_cli_lists_and_restores_versions(tmp_path: Path) -> None:
     run = runner.invoke(app, ["archive", "--to", archive, "--json"], env={"HOME": str(tmp_path)})
     assert run.exit_code == 0, run.output
     assert len(json.loads(run.stdout)["clobbered"]) == 1
+    rewrite_in_place(session, CLOBBERED.read_bytes()[:-1] + b" \n")  # clobbered again
+    watched = runner.invoke(
+        app, ["archive", "--to", archive, "--watch", "--rounds", "1"], env={"HOME": str(tmp_path)}
+    )
+    assert watched.exit_code == 0, watched.output
+    assert "1 clobbered (see archive --stats)" in " ".join(watched.output.split())
     stats = runner.invoke(app, ["archive", "--to", archive, "--stats", "--json"])
     assert len(json.loads(stats.stdout)["clobbered"]) == 1
     listed = runner.invoke(app, ["restore", session.name, "--from", archive, "--versions"])
@@ -213,7 +219,7 @@ def test_the_cli_lists_and_restores_versions(tmp_path: Path) -> None:
     as_json = runner.invoke(
         app, ["restore", session.name, "--from", archive, "--versions", "--json"]
     )
-    assert [v["number"] for v in json.loads(as_json.stdout)["versions"]] == [1, 2]
+    assert [v["number"] for v in json.loads(as_json.stdout)["versions"]] == [1, 2, 3]
     out = tmp_path / "out"
     restored = runner.invoke(
         app, ["restore", session.name, "--from", archive, "--version", "1", "--to", str(out)]

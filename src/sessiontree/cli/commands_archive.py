@@ -134,6 +134,7 @@ def _summary(report: ArchiveReport) -> str:
         f"{report.files_rewritten} rewritten, {report.files_deleted} gone at their source "
         f"(kept); read {human_size(report.bytes_read)}, stored "
         f"{human_size(report.bytes_stored)} in {report.seconds:.2f}s"
+        + (f"; {len(report.clobbered)} clobbered (see archive --stats)" if report.clobbered else "")
     )
 
 
