@@ -3,13 +3,17 @@
     .venv/bin/python benchmarks/bench_archive.py [--forks 2]
 
 Builds a home with a Claude Code and a Codex store from the real files in
-`shared/fixtures/foreign` (each file, and `--forks` forks of it: the parent's lines
+`tests/data/real/foreign` (each file, and `--forks` forks of it: the parent's lines
 copied after a new first line, as Codex forks copy their parent, plus lines of their
 own; a Claude Code copy is a resume, every line replayed with the new session's id),
 then measures:
 
 * first:  archiving it all from nothing: sessions/s and MB/s;
-* again:  the same with nothing new (only metadata is read);
+* again:  the same with nothing new (only metadata is read; files written within 2 s
+          of the first run are read again once, see `_racy`);
+* grown:  a line appended to every session, archived again (every byte before each
+          file's old end is read again and checked: an in-place rewrite anywhere, as
+          oh-my-pi's title slot, is seen);
 * size:   the archive's stored bytes against the originals;
 * watch:  `archive --watch` latency from an append at the source to the archived copy.
 """
@@ -28,7 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT.parent / "shared" / "fixtures" / "foreign"
+FIXTURES = ROOT / "tests" / "data" / "real" / "foreign"
 
 
 def build(home: Path, forks: int) -> int:
@@ -79,13 +83,32 @@ def main() -> None:
         started = time.perf_counter()
         again = archive_stores(archive, sources)
         second = time.perf_counter() - started
+        archive_stores(archive, sources)  # past any file read again as racy
+        files = sorted(p for p in home.rglob("*.jsonl") if p.is_file())
+        grown_bytes = sum(p.stat().st_size for p in files)
+        for n, path in enumerate(files):
+            with path.open("ab") as f:
+                f.write(json.dumps({"type": "user", "grown": n}).encode() + b"\n")
+        started = time.perf_counter()
+        grown = archive_stores(archive, sources)
+        grown_seconds = time.perf_counter() - started
         figures = archive_stats(archive)
         print(f"sessions: {sessions}, original {original / 1e6:.1f} MB")
         print(
             f"first run: {elapsed:.2f}s, {sessions / elapsed:.0f} sessions/s, "
             f"{original / 1e6 / elapsed:.1f} MB/s"
         )
-        print(f"again (nothing new): {second * 1000:.0f} ms, read {again.bytes_read} bytes")
+        print(
+            f"again (nothing new): {second * 1000:.0f} ms, read {again.bytes_read} bytes, "
+            f"checked {getattr(again, 'bytes_checked', 0)} bytes"
+        )
+        checked = getattr(grown, "bytes_checked", 0)
+        print(
+            f"grown (a line appended to each of {len(files)} files, "
+            f"{grown_bytes / 1e6:.1f} MB): {grown_seconds * 1000:.0f} ms, "
+            f"{grown.files_grown} grown, read {grown.bytes_read / 1e6:.2f} MB, "
+            f"checked {checked / 1e6:.2f} MB"
+        )
         ratio = figures.stored_bytes / figures.original_bytes
         print(
             f"archive: {figures.stored_bytes / 1e6:.2f} MB stored for "

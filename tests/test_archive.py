@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from typer.testing import CliRunner
 
-from conftest import REAL_FILES, unavailable
+from conftest import REAL_FILES, examples, unavailable
 from sessiontree.archive import (
     ArchiveBusyError,
     ArchiveError,
@@ -29,6 +30,7 @@ from sessiontree.archive import (
     archive_stats,
     archive_stores,
     archived_files,
+    archived_versions,
     restore_files,
     restore_session,
     verify_archive,
@@ -359,12 +361,18 @@ def test_damage_in_the_archive_is_found_by_verify(tmp_path: Path) -> None:
 
 
 LINE = st.binary(min_size=0, max_size=40).map(lambda b: b.replace(b"\n", b" ") + b"\n")
+TITLE = st.text(max_size=300)
+HEADER = b'{"type":"session","version":3,"id":"fresh","timestamp":"2026-12-01T00:00:00.000Z"}\n'
+
+MODEL_COUNTS = {"examples": 0, "steps": 0, "in_place": 0, "versions_restored": 0}
+"""What the archive model ran (issue 32's note reports them)."""
 
 
 class ArchiveModel(RuleBasedStateMachine):
-    """Agents create sessions, append to them, rewrite and prune them; archive runs
-    come and go; restores write them back. Every version of every session the archive
-    saw can be restored; none is ever lost."""
+    """Agents create sessions, append to them, rewrite and prune them, and rewrite them
+    in place (oh-my-pi's title slot at offset 0, a same-length edit anywhere, pi
+    truncating one to a fresh header); archive runs come and go; restores write them
+    back. Every version the archive saw is listed and comes back byte for byte."""
 
     @initialize()
     def setup(self) -> None:
@@ -377,23 +385,36 @@ class ArchiveModel(RuleBasedStateMachine):
         self.source = ArchiveSource("codex", str(self.home), ("sessions",))
         self.live: dict[str, bytes] = {}
         self.archived: dict[str, bytes] = {}  # what the archive must give back
+        self.versions: dict[str, list[bytes]] = {}  # every version it must keep
+        self.replaced: set[str] = set()  # a new inode since the last run
         self.counter = 0
+        MODEL_COUNTS["examples"] += 1
+        # a chunk ends after one line in two (not 16): the model's few lines make files
+        # of several chunks, so that a change before a file's last chunk is tried
+        self.boundary, _archive._BOUNDARY = _archive._BOUNDARY, 2
 
     def teardown(self) -> None:
+        if hasattr(self, "boundary"):
+            _archive._BOUNDARY = self.boundary
         shutil.rmtree(self.root, ignore_errors=True)
 
     def _path(self, name: str) -> Path:
         return self.home / "sessions" / name
 
-    @rule(lines=st.lists(LINE, min_size=1, max_size=5), fork=st.booleans())
-    def create(self, lines: list[bytes], fork: bool) -> None:
+    @rule(lines=st.lists(LINE, min_size=1, max_size=5), fork=st.booleans(), slot=TITLE)
+    def create(self, lines: list[bytes], fork: bool, slot: str) -> None:
+        from sessiontree.format import title_slot_line
+
         self.counter += 1
         name = f"rollout-{self.counter:04d}.jsonl"
         body = b"".join(lines)
         if fork and self.live:
             body = b"meta\n" + next(iter(self.live.values())) + body
+        if slot:  # oh-my-pi's: a 256-byte title slot first
+            body = title_slot_line(slot, "auto", "2026-12-01T00:00:00.000Z") + body
         self._path(name).write_bytes(body)
         self.live[name] = body
+        self.replaced.add(name)
 
     @rule(data=st.data(), lines=st.lists(LINE, min_size=1, max_size=3))
     def grow(self, data: st.DataObject, lines: list[bytes]) -> None:
@@ -422,10 +443,69 @@ class ArchiveModel(RuleBasedStateMachine):
         tmp.write_bytes(body)
         os.replace(tmp, self._path(name))
         self.live[name] = body
+        self.replaced.add(name)
+
+    def _in_place(self, name: str, body: bytes, *, keep_mtime: bool = False) -> None:
+        """Write `body` into the file's inode (truncated first), as pi's
+        `writeFileSync` and oh-my-pi's slot rewrite do. `keep_mtime`: as a write in
+        the same tick of the clock as the one before (only while that tick could be
+        one a run saw: within 1.5 s)."""
+        path = self._path(name)
+        before = path.stat()
+        with path.open("r+b") as f:
+            f.truncate(len(body))
+            f.seek(0)
+            f.write(body)
+        if keep_mtime and before.st_mtime_ns >= time.time_ns() - 1_500_000_000:
+            os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert path.stat().st_ino == before.st_ino
+        self.live[name] = body
+        MODEL_COUNTS["in_place"] += 1
+
+    @rule(data=st.data(), title=TITLE)
+    def rename_slot(self, data: st.DataObject, title: str) -> None:
+        """oh-my-pi's rename: the slot rewritten at offset 0, a `title_change` appended."""
+        from sessiontree.format import title_slot_line
+
+        slotted = sorted(n for n, b in self.live.items() if b.startswith(b'{"type":"title"'))
+        if not slotted:
+            return
+        name = data.draw(st.sampled_from(slotted))
+        change = json.dumps({"type": "title_change", "title": title}).encode() + b"\n"
+        slot = title_slot_line(title, "user", "2026-12-02T00:00:00.000Z")
+        self._in_place(name, slot + self.live[name][256:] + change)
+
+    @rule(data=st.data(), byte=st.integers(0, 255), keep_mtime=st.booleans())
+    def edit_in_place(self, data: st.DataObject, byte: int, keep_mtime: bool) -> None:
+        """One byte changed anywhere, the length kept."""
+        bodies = sorted(n for n, b in self.live.items() if b)
+        if not bodies:
+            return
+        name = data.draw(st.sampled_from(bodies))
+        body = bytearray(self.live[name])
+        at = data.draw(st.integers(0, len(body) - 1))
+        body[at] = byte
+        self._in_place(name, bytes(body), keep_mtime=keep_mtime)
+
+    @rule(data=st.data())
+    def truncate_to_header(self, data: st.DataObject) -> None:
+        """pi 0.73 opening an oh-my-pi session: a fresh header, same inode."""
+        if not self.live:
+            return
+        self._in_place(data.draw(st.sampled_from(sorted(self.live))), HEADER)
 
     @rule()
     def run_archive(self) -> None:
         archive_stores(self.archive, [self.source])
+        for name, body in self.live.items():
+            kept = self.versions.setdefault(name, [])
+            if kept and kept[-1] == body:
+                pass
+            elif kept and name not in self.replaced and body.startswith(kept[-1]):
+                kept[-1] = body  # appended to only: the same version, grown
+            else:
+                kept.append(body)
+        self.replaced.clear()
         self.archived.update(self.live)
 
     @rule(data=st.data())
@@ -436,12 +516,14 @@ class ArchiveModel(RuleBasedStateMachine):
         name = data.draw(st.sampled_from(gone))
         restore_session(self.archive, f"sessions/{name}")
         self.live[name] = self._path(name).read_bytes()
+        self.replaced.add(name)
         assert self.live[name] == self.archived[name]
 
     @invariant()
     def nothing_is_lost(self) -> None:
         if not hasattr(self, "archive") or not os.path.isdir(self.archive):
             return
+        MODEL_COUNTS["steps"] += 1
         out = self.root / f"check-{self.counter}"
         files = {f.rel: f for f in archived_files(self.archive)}
         assert {f"sessions/{n}" for n in self.archived} <= set(files)
@@ -449,10 +531,23 @@ class ArchiveModel(RuleBasedStateMachine):
             restore_session(self.archive, f"sessions/{name}", to=str(out))
             assert (out / "sessions" / name).read_bytes() == body
         shutil.rmtree(out, ignore_errors=True)
+        for name, bodies in self.versions.items():
+            _, kept = archived_versions(self.archive, f"sessions/{name}")
+            assert len(kept) == len(bodies), name
+            for number, body in enumerate(bodies, 1):
+                where = out / str(number)
+                restore_session(self.archive, f"sessions/{name}", to=str(where), version=number)
+                assert (where / "sessions" / name).read_bytes() == body, (name, number)
+                MODEL_COUNTS["versions_restored"] += 1
+        shutil.rmtree(out, ignore_errors=True)
         assert verify_archive(self.archive) == []
 
 
-ArchiveModel.TestCase.settings = settings(max_examples=25, stateful_step_count=15, deadline=None)
+ArchiveModel.TestCase.settings = settings(
+    max_examples=examples(100, "SESSIONTREE_ARCHIVE_MODEL_EXAMPLES"),
+    stateful_step_count=20,
+    deadline=None,
+)
 TestArchiveModel = ArchiveModel.TestCase
 
 

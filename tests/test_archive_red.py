@@ -330,18 +330,11 @@ def test_a_part_updated_while_the_sessions_are_listed_is_not_cached_as_unseen(
     assert before != after
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="design: a file that grew (same inode) is checked by its last archived chunk "
-    "only (issue 26: 'only what is new' is read); a program that rewrites an earlier "
-    "line in place, keeping its length, and appends is archived as the old head and the "
-    "new tail. No agent we read does this (they append, or rewrite whole documents "
-    "whose closing lines move); reading every grown file whole would cost the "
-    "incremental run",
-)
 def test_an_earlier_line_rewritten_in_place_as_the_file_grows_is_archived(
     tmp_path: Path,
 ) -> None:
+    """A file that grew is checked before its old end, not only in its last chunk
+    (issue 32.4: it was archived as the old head and the new tail)."""
     source, a, _ = two_sessions(tmp_path)
     archive = str(tmp_path / "archive")
     for n in range(40):  # enough lines for several chunks

@@ -12,12 +12,16 @@ Layout of an archive dir (default `<agent dir>/archive`):
 * `files/<agent>/<sha256 of the source path>.json`: one manifest per archived file: the
   agent, its home and the file's path relative to it, size, mtime, inode, the chunk list
   (hash and length of each), the file's hash (sha256 over the chunk list, what `verify`
-  checks every chunk against), earlier versions (a file rewritten, not appended to: its
-  old chunk list is kept) and `deletedMs` once the source is gone (it stays).
+  checks every chunk against), its xxh3 (of its bytes) and lines, earlier versions (a
+  file rewritten, not appended to: its old chunk list is kept; see `archived_versions`)
+  and `deletedMs` once the source is gone (it stays).
 
 A run (`archive_stores`) stats every file under each store's roots; a file whose size,
-mtime and inode are the manifest's is not read. A file that grew is checked by its last
-chunk (read again and hashed) and only what follows is cut and stored. Chunks are
+mtime and inode are the manifest's is not read, unless its mtime was that close to the
+run that archived it that a write since may have kept them (`_racy`). A file that grew
+is read again before its old end, every byte, and checked against its xxh3 (an agent
+that rewrites in place, as oh-my-pi its title slot at offset 0, changes bytes anywhere);
+only then is what follows cut and stored, else the file is a new version. Chunks are
 written (temp file, fsync, rename) before the manifest that names them, which is
 replaced atomically: a run stopped anywhere (a full disk, a kill) leaves every file
 archived before it as it was. One run at a time: a second one exits at once
@@ -42,7 +46,7 @@ import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import xxhash
@@ -67,11 +71,13 @@ __all__ = [
     "ArchiveStats",
     "ArchiveView",
     "ArchivedFile",
+    "ArchivedVersion",
     "RestoreReport",
     "archive_stats",
     "archive_stores",
     "archive_view",
     "archived_files",
+    "archived_versions",
     "is_archive",
     "restore_files",
     "restore_session",
@@ -117,6 +123,12 @@ class ArchiveReport:
     skipped: list[str] = field(default_factory=list)
     """Files passed over this run, each with why (a symlink, changed while read)."""
     seconds: float = 0.0
+    bytes_checked: int = 0
+    """Bytes read again to check that a file that grew, or may have changed unseen,
+    still holds what was archived of it (every byte before its old end)."""
+    clobbered: list[str] = field(default_factory=list)
+    """Files this run found rewritten to a header or without most of their lines, each
+    with the earlier version that is kept (see `archived_versions`)."""
 
 
 @dataclass(slots=True)
@@ -126,6 +138,9 @@ class ArchiveStats:
     deleted: int
     original_bytes: int
     stored_bytes: int
+    clobbered: list[str] = field(default_factory=list)
+    """Files whose newest version is a clobber (see `ArchivedVersion.clobber`), each
+    with the version that holds the most lines."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +156,25 @@ class ArchivedFile:
     """Where its manifest is (a path; in a database, the path of its row)."""
     key: str = ""
     """The manifest's path inside the archive (`files/<agent>/<sha256>.json`)."""
+    version: int | None = None
+    """Which version a restore writes (see `archived_versions`); None: the newest."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedVersion:
+    """One version of an archived file: 1 is the oldest kept, the last the newest (the
+    file as the archive last saw it)."""
+
+    number: int
+    size: int
+    lines: int | None
+    """Its lines (entries); None when its chunks cannot be read."""
+    mtime_ns: int
+    replaced_ms: int | None
+    """When an archive run found it replaced by the next version; None: the newest."""
+    clobber: bool
+    """It holds one line or less, or fewer than half the lines, of a version before it
+    (an agent truncated the file to a fresh header, or dropped most of it)."""
 
 
 @dataclass(slots=True)
@@ -150,6 +184,9 @@ class RestoreReport:
     conflicts: list[str] = field(default_factory=list)
     """With `keep_going`: files not restored, each with why (there with other bytes,
     a damaged chunk, a dir of its path taken)."""
+    notes: list[str] = field(default_factory=list)
+    """What the user should know: the newest version restored is a clobber, and which
+    earlier version holds the transcript."""
 
 
 # ---------------------------------------------------------------------------- chunks
@@ -751,6 +788,68 @@ def _read_span(path: str, offset: int, size: int) -> tuple[bytes, os.stat_result
     return data, before
 
 
+def _prefix_check(
+    path: str, old: dict[str, Any], upto: int, ino: int
+) -> tuple[Any, int, int] | None:
+    """Whether `path` still holds, in its first `old["size"]` bytes, what the archive
+    kept of it: every byte read again (an agent that rewrites in place, as oh-my-pi its
+    256-byte title slot at offset 0, changes bytes anywhere before the old end). Checked
+    against the manifest's xxh3 of the whole file (`xxh`), or, for a manifest written
+    before it had one, against each chunk's sha256. Then the xxh3 state after `upto`
+    bytes (to go on hashing what follows), the lines in them, and the bytes read; None
+    when anything differs, or the file is no longer the one stat'ed."""
+    size = int(old.get("size", 0))
+    expected = old.get("xxh")
+    hasher = xxhash.xxh3_128()
+    at_upto: Any = hasher.copy() if upto == 0 else None
+    lines = 0
+    try:
+        fd = os.open(path, os.O_RDONLY | O_CLOEXEC | O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    pieces: list[tuple[int, int, str | None]] = []
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_ino != ino or st.st_size < size:
+            return None
+        if isinstance(expected, str):
+            offset = 0
+            while offset < size:
+                step = min(1 << 20, size - offset)
+                if offset < upto < offset + step:
+                    step = upto - offset  # a piece ends at `upto`, to copy the state there
+                pieces.append((offset, step, None))
+                offset += step
+        else:
+            offset = 0
+            for digest, length in old.get("chunks", []):
+                pieces.append((offset, int(length), str(digest)))
+                offset += int(length)
+            if offset != size:
+                return None
+        for offset, length, digest in pieces:
+            data = os.pread(fd, length, offset)
+            while len(data) < length:
+                more = os.pread(fd, length - len(data), offset + len(data))
+                if not more:
+                    return None  # cut short while read
+                data += more
+            if digest is not None and hashlib.sha256(data).hexdigest() != digest:
+                return None
+            hasher.update(data)
+            if offset + length <= upto:
+                lines += data.count(b"\n")
+            if offset + length == upto:
+                at_upto = hasher.copy()
+    finally:
+        os.close(fd)
+    if isinstance(expected, str) and hasher.hexdigest() != expected:
+        return None
+    if at_upto is None:
+        return None
+    return at_upto, lines, size
+
+
 def _archive_file(
     archive: _Place,
     source: ArchiveSource,
@@ -759,6 +858,7 @@ def _archive_file(
     manifest_path: str,
     old: dict[str, Any] | None,
     report: ArchiveReport,
+    seen_ns: int = 0,
 ) -> None:
     path = os.path.join(source.home, rel)
     size = st.st_size
@@ -769,25 +869,22 @@ def _archive_file(
     offset = 0
     earlier: list[dict[str, Any]] = list(old.get("earlier", [])) if old else []
     kind = "new"
+    hasher: Any = xxhash.xxh3_128()
+    lines = 0
     if old is not None and old.get("ino") == st.st_ino and size >= int(old.get("size", 0)):
         kept = [list(c) for c in old.get("chunks", [])]
         if kept:
-            last_digest, last_len = kept[-1]
-            start = int(old["size"]) - int(last_len)
-            span = _read_span(path, start, int(last_len))
-            if span is not None and hashlib.sha256(span[0]).hexdigest() == last_digest:
+            start = int(old["size"]) - int(kept[-1][1])
+            # Only what follows the old end is new, if nothing before it changed: the
+            # whole old part is read again (its last chunk is cut again with what follows).
+            checked = _prefix_check(path, old, start, st.st_ino)
+            if checked is not None:
+                hasher, lines, read = checked
+                report.bytes_checked += read
                 chunks, offset, kind = kept[:-1], start, "grown"
     if old is not None and kind == "new":
         kind = "rewritten"
-        earlier.append(
-            {
-                "chunks": old["chunks"],
-                "size": old.get("size"),
-                "mtimeNs": old.get("mtimeNs"),
-                "hash": old.get("hash"),
-                "replacedMs": int(time.time() * 1000),
-            }
-        )
+        earlier.append(_version_of(old))
     span = _read_span(path, offset, size - offset)
     if span is None:
         report.skipped.append(f"{path}: changed while read (next run)")
@@ -797,9 +894,36 @@ def _archive_file(
     if after is None or after.st_ino != st.st_ino or after.st_size < size:
         report.skipped.append(f"{path}: replaced or cut while read (next run)")
         return
+    hasher.update(data)
+    lines += data.count(b"\n")
     _store_manifest(
-        archive, source, rel, st, manifest_path, old, report, chunks, data, earlier, kind
+        archive,
+        source,
+        rel,
+        st,
+        manifest_path,
+        old,
+        report,
+        chunks,
+        data,
+        earlier,
+        kind,
+        extra={"xxh": hasher.hexdigest(), "lines": lines, "seenNs": seen_ns},
     )
+
+
+def _version_of(manifest: dict[str, Any]) -> dict[str, Any]:
+    """An earlier version: what `manifest` held, kept when its file is rewritten."""
+    version = {
+        "chunks": manifest.get("chunks", []),
+        "size": manifest.get("size"),
+        "mtimeNs": manifest.get("mtimeNs"),
+        "hash": manifest.get("hash"),
+        "replacedMs": int(time.time() * 1000),
+    }
+    if isinstance(manifest.get("lines"), int):
+        version["lines"] = manifest["lines"]
+    return version
 
 
 def _store_manifest(
@@ -814,14 +938,28 @@ def _store_manifest(
     data: bytes,
     earlier: list[dict[str, Any]],
     kind: str,
+    extra: dict[str, Any] | None = None,
 ) -> None:
     size = st.st_size
-    report.bytes_read += len(data)
     for piece in _cut(data):
         chunks.append(_put_chunk(archive, piece, report))
-    if kind == "rewritten" and old is not None and _file_hash(chunks) == old.get("hash"):
-        earlier.pop()  # the same bytes again (restored, copied back): no new version
+    if old is not None and _file_hash(chunks) == old.get("hash"):
+        if kind == "rewritten":
+            earlier.pop()  # the same bytes again (restored, copied back): no new version
         kind = "same"
+    if kind == "same" and old is not None and old.get("size") == size:
+        report.bytes_checked += len(data)  # a file checked again (see `_racy`): unchanged
+    else:
+        report.bytes_read += len(data)
+    extra = extra if extra is not None else {"lines": data.count(b"\n")}
+    if kind == "rewritten":
+        fullest = _fullest(archive, earlier)
+        if fullest is not None and _is_clobber(int(extra["lines"]), fullest[1]):
+            report.clobbered.append(
+                f"{os.path.join(source.home, rel)}: {_clobber_words(int(extra['lines']))} "
+                f"(version {fullest[0]} held {fullest[1]} lines; it is kept: "
+                f"restore --version {fullest[0]})"
+            )
     now = int(time.time() * 1000)
     manifest = {
         "agent": source.agent,
@@ -837,6 +975,7 @@ def _store_manifest(
         "lastMs": now,
         "earlier": earlier,
         "deletedMs": None,
+        **extra,
     }
     archive.sync()  # the chunks are on disk before the manifest that names them
     _save_manifest(archive, manifest_path, manifest)
@@ -846,6 +985,121 @@ def _store_manifest(
         report.files_grown += 1
     elif kind == "rewritten":
         report.files_rewritten += 1
+
+
+# ---------------------------------------------------------------------------- versions
+#
+# A file rewritten (not only appended to) keeps what it held as an earlier version:
+# version 1 is the oldest, the newest is the file as it is now. A rewrite that leaves
+# a file a header (pi 0.73 opening an oh-my-pi session truncates it to a fresh one) or
+# without most of its lines is a clobber: named by the run and by `archive_stats`, and
+# the view shows the fullest version instead.
+
+
+def _lines_of(place: _Place, version: dict[str, Any]) -> int:
+    """The lines (entries) a version holds: recorded since the archive counts them,
+    else counted from its chunks."""
+    lines = version.get("lines")
+    if isinstance(lines, int):
+        return lines
+    count = 0
+    for digest, length in version.get("chunks", []):
+        count += _get_chunk(place, digest, int(length)).count(b"\n")
+    version["lines"] = count
+    return count
+
+
+def _fullest(place: _Place, versions: list[dict[str, Any]]) -> tuple[int, int] | None:
+    """(number, lines) of the version with the most lines among `versions` (numbered
+    from 1, oldest first); the newest of those with as many. None: none at all or one
+    that cannot be read."""
+    best: tuple[int, int] | None = None
+    for number, version in enumerate(versions, 1):
+        try:
+            lines = _lines_of(place, version)
+        except ArchiveError:
+            continue
+        if best is None or lines >= best[1]:
+            best = (number, lines)
+    return best
+
+
+def _is_clobber(lines: int, most: int) -> bool:
+    """Whether a file of `lines` lines, where a version held `most`, was clobbered: cut
+    to one line (a header, a title slot) or less, or left without most of its lines."""
+    return (lines <= 1 < most) or (most >= 4 and lines * 2 < most)
+
+
+def _clobber_words(lines: int) -> str:
+    if lines <= 1:
+        return "shrank to a header" if lines == 1 else "emptied"
+    return f"lost most of its entries ({lines} lines left)"
+
+
+def _all_versions(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every version a manifest keeps, oldest first, the newest (the manifest's own
+    chunks) last."""
+    newest = {
+        "chunks": manifest.get("chunks", []),
+        "size": manifest.get("size"),
+        "mtimeNs": manifest.get("mtimeNs"),
+        "hash": manifest.get("hash"),
+    }
+    if isinstance(manifest.get("lines"), int):
+        newest["lines"] = manifest["lines"]
+    return [*manifest.get("earlier", []), newest]
+
+
+def _described(place: _Place, manifest: dict[str, Any]) -> list[ArchivedVersion]:
+    found = []
+    most = -1
+    for number, version in enumerate(_all_versions(manifest), 1):
+        try:
+            lines: int | None = _lines_of(place, version)
+        except ArchiveError:
+            lines = None
+        replaced = version.get("replacedMs")
+        found.append(
+            ArchivedVersion(
+                number,
+                int(version.get("size") or 0),
+                lines,
+                int(version.get("mtimeNs") or 0),
+                replaced if isinstance(replaced, int) else None,
+                lines is not None and _is_clobber(lines, most),
+            )
+        )
+        most = max(most, -1 if lines is None else lines)
+    return found
+
+
+def _pick(manifest: dict[str, Any], number: int | None, where: str) -> dict[str, Any]:
+    """Version `number` of a manifest (None: the newest)."""
+    versions = _all_versions(manifest)
+    if number is None:
+        return versions[-1]
+    if not 1 <= number <= len(versions):
+        raise ArchiveError(
+            f"{where}: has no version {number} (the archive keeps versions 1 to {len(versions)})"
+        )
+    return versions[number - 1]
+
+
+def _clobbered_newest(place: _Place, manifest: dict[str, Any]) -> tuple[int, int, int] | None:
+    """(its lines, the number and lines of the fullest earlier version) when the newest
+    version of a manifest is a clobber of an earlier one; else None."""
+    earlier = list(manifest.get("earlier", []))
+    if not earlier:
+        return None
+    newest = _all_versions(manifest)[-1]
+    fullest = _fullest(place, earlier)
+    try:
+        lines = _lines_of(place, newest)
+    except ArchiveError:
+        return None
+    if fullest is None or not _is_clobber(lines, fullest[1]):
+        return None
+    return lines, fullest[0], fullest[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -876,15 +1130,7 @@ def _save_virtual(
     kind = "new"
     if old is not None:
         kind = "rewritten"
-        earlier.append(
-            {
-                "chunks": old.get("chunks", []),
-                "size": old.get("size"),
-                "mtimeNs": old.get("mtimeNs"),
-                "hash": old.get("hash"),
-                "replacedMs": int(time.time() * 1000),
-            }
-        )
+        earlier.append(_version_of(old))
     _store_manifest(
         archive, source, rel, st, manifest_path, old, report, [], st.data, earlier, kind
     )
@@ -980,6 +1226,7 @@ def _run(
     progress: Callable[[str], None] | None,
 ) -> ArchiveReport:
     report = ArchiveReport()
+    seen_ns = time.time_ns()  # before any file is stat'ed (see `_racy`)
     for source in sources:
         seen: set[str] = set()
         unreadable: set[str] = set()  # an OpenCode database or a dir not read this run
@@ -998,11 +1245,12 @@ def _run(
                     and old.get("mtimeNs") == st.st_mtime_ns
                     and old.get("ino") == st.st_ino
                     and old.get("deletedMs") is None
+                    and not _racy(old)
                 ):
                     continue
                 if progress is not None:
                     progress(full)
-                _archive_file(archive, source, rel, st, manifest_path, old, report)
+                _archive_file(archive, source, rel, st, manifest_path, old, report, seen_ns)
         if source.agent == "opencode":
             for rel, read, signal in _opencode_sessions(source.home, report, unreadable):
                 report.files_seen += 1
@@ -1027,6 +1275,22 @@ def _run(
                 _archive_file(archive, source, rel, virtual, manifest_path, old, report)
         report.files_deleted += _mark_deleted(archive, source, seen, unreadable)
     return report
+
+
+_RACY_NS = 2_000_000_000
+"""How close to a run a file's mtime may be and still be changed unseen: a write in
+the same tick of the file system's clock (coarse: up to 2 s on some) leaves the mtime
+as it was."""
+
+
+def _racy(manifest: dict[str, Any]) -> bool:
+    """Whether a file whose size, mtime and inode are its manifest's may still have
+    changed since (git's "racily clean"): its mtime was within `_RACY_NS` of the run
+    that archived it, so a same-length write right after that run kept them all. Such
+    a file is read again (whole) until a run sees it with an mtime older than that."""
+    seen = manifest.get("seenNs")
+    mtime = manifest.get("mtimeNs")
+    return isinstance(seen, int) and isinstance(mtime, int) and mtime >= seen - _RACY_NS
 
 
 def _mark_deleted(
@@ -1126,12 +1390,22 @@ def archive_stats(archive: str) -> ArchiveStats:
     with _opened(archive) as place:
         files = _files(place)
         stored = place.stored_bytes()
+        clobbered = []
+        for _, manifest in _manifests(place):
+            found = _clobbered_newest(place, manifest)
+            if found is not None:
+                clobbered.append(
+                    f"{manifest.get('agent')}:{manifest.get('home')}/{manifest.get('rel')}: "
+                    f"newest version {_clobber_words(found[0])}; version {found[1]} holds "
+                    f"{found[2]} lines"
+                )
     return ArchiveStats(
         sessions=sum(1 for f in files if f.is_session),
         files=len(files),
         deleted=sum(1 for f in files if f.is_session and f.deleted_ms is not None),
         original_bytes=sum(f.size for f in files),
         stored_bytes=stored,
+        clobbered=sorted(clobbered),
     )
 
 
@@ -1265,25 +1539,77 @@ def _opencode_storage(file: ArchivedFile, every: list[ArchivedFile]) -> list[Arc
     return found
 
 
-def restore_session(
-    archive: str, session: str, *, to: str | None = None, deleted_only: bool = False
-) -> RestoreReport:
-    """Write the archived session `session` (its id, its file name, or its path) and its
-    companion files back where its agent keeps them (or under `to`, as the agent's
-    home), byte for byte with their mtimes. A file already there with the same bytes
-    is left alone; one with other bytes is never replaced (ArchiveError: give `to`)."""
-    every = archived_files(archive)
+def _find_session(every: list[ArchivedFile], session: str) -> ArchivedFile:
     found = [f for f in every if f.is_session and _matches(session, f)]
     if not found:
         raise ArchiveError(f"no archived session matches {session!r}")
     if len(found) > 1:
         names = ", ".join(f"{f.agent}:{f.rel}" for f in found[:5])
         raise ArchiveError(f"{session!r} matches {len(found)} archived sessions: {names}")
-    (file,) = found
-    files = [file, *_companions(file, session, every)]
+    return found[0]
+
+
+def archived_versions(archive: str, session: str) -> tuple[ArchivedFile, list[ArchivedVersion]]:
+    """The archived session `session` (as `restore_session` finds it) and every version
+    of it the archive keeps, oldest first."""
+    file = _find_session(archived_files(archive), session)
+    with _opened(archive) as place:
+        manifest = _load_manifest(place, file.key) or {}
+        return file, _described(place, manifest)
+
+
+def _version_at(versions: list[ArchivedVersion], at_ms: int, where: str) -> int:
+    """The version the file held at `at_ms` (epoch ms): the newest written by then."""
+    held = [v.number for v in versions if v.mtime_ns // 1_000_000 <= at_ms]
+    if not held:
+        raise ArchiveError(f"{where}: the archive keeps no version written by then")
+    return held[-1]
+
+
+def restore_session(
+    archive: str,
+    session: str,
+    *,
+    to: str | None = None,
+    deleted_only: bool = False,
+    version: int | None = None,
+    at_ms: int | None = None,
+) -> RestoreReport:
+    """Write the archived session `session` (its id, its file name, or its path) and its
+    companion files back where its agent keeps them (or under `to`, as the agent's
+    home), byte for byte with their mtimes. A file already there with the same bytes
+    is left alone; one with other bytes is never replaced (ArchiveError: give `to`).
+    `version` (a number of `archived_versions`) or `at_ms` (the version the file held
+    then) restores an earlier version of the session file (its companions as they are
+    newest)."""
+    every = archived_files(archive)
+    file = _find_session(every, session)
+    where = f"{file.agent}:{file.home}/{file.rel}"
+    notes = []
+    with _opened(archive) as place:
+        versions = _described(place, _load_manifest(place, file.key) or {})
+    if at_ms is not None:
+        version = _version_at(versions, at_ms, where)
+    if version is not None and not 1 <= version <= len(versions):
+        raise ArchiveError(
+            f"{where}: has no version {version} (the archive keeps versions 1 to {len(versions)})"
+        )
+    if version is not None and version != len(versions):
+        file = replace(file, version=version)
+    elif versions[-1].clobber:
+        fullest = max(versions, key=lambda v: (v.lines or 0, v.number))
+        notes.append(
+            f"{where}: the newest version ({versions[-1].lines} lines) is a clobber; version "
+            f"{fullest.number} holds {fullest.lines} lines: restore --version "
+            f"{fullest.number} (with --to, as the file is there)"
+        )
+    found = next(f for f in every if f.key == file.key)  # the one `_companions` passes over
+    files = [file, *_companions(found, session, every)]
     if file.agent in _PI_FORMAT:
         files += _blobs_of(archive, files, every)
-    return restore_files(archive, files, to=to)
+    report = restore_files(archive, files, to=to)
+    report.notes.extend(notes)
+    return report
 
 
 _PI_FORMAT = ("xcsh", "omp", "pi")
@@ -1300,7 +1626,8 @@ def _blobs_of(
     with _opened(archive) as place:
         for file in files:
             manifest = _load_manifest(place, file.key) or {}
-            data = b"".join(_get_chunk(place, d, n) for d, n in manifest.get("chunks", []))
+            chunks = _pick(manifest, file.version, file.manifest).get("chunks", [])
+            data = b"".join(_get_chunk(place, d, n) for d, n in chunks)
             refs.update(m.decode() for m in _BLOB_REF.findall(data))
     home = files[0].home
     return [
@@ -1366,7 +1693,7 @@ def _restore(
 def _restore_one(
     archive: _Place, file: ArchivedFile, home: str, target: str, report: RestoreReport
 ) -> None:
-    manifest = _load_manifest(archive, file.key) or {}
+    manifest = _pick(_load_manifest(archive, file.key) or {}, file.version, file.manifest)
     data = b"".join(_get_chunk(archive, d, int(n)) for d, n in manifest.get("chunks", []))
     if _file_hash(manifest.get("chunks", [])) != manifest.get("hash"):
         raise ArchiveError(f"{file.manifest}: does not match its recorded hash")
@@ -1387,7 +1714,7 @@ def _restore_one(
         raise ArchiveError(
             f"{target}: appeared while it was restored; left alone (run again)"
         ) from None
-    mtime = int(manifest.get("mtimeNs", 0))
+    mtime = int(manifest.get("mtimeNs") or 0)
     if mtime:
         os.utime(target, ns=(mtime, mtime), follow_symlinks=False)
     report.written.append(target)
@@ -1452,11 +1779,16 @@ def _view(place: _Place) -> list[ArchiveView]:
         home = os.path.join(archive, "view", file.agent, key)
         views.setdefault((file.agent, home), ArchiveView(file.agent, home, file.home))
         target = os.path.join(home, file.rel)
-        st = _stat(target)
-        if st is not None and st.st_size == file.size and st.st_mtime_ns == file.mtime_ns:
-            continue
         manifest = _load_manifest(place, file.key) or {}
-        chunks = manifest.get("chunks", [])
+        shown = _all_versions(manifest)[-1]
+        clobber = _clobbered_newest(place, manifest)
+        if clobber is not None:  # the transcript, not the fresh header it was cut to
+            shown = _pick(manifest, clobber[1], file.manifest)
+        size, mtime = int(shown.get("size") or 0), int(shown.get("mtimeNs") or 0)
+        st = _stat(target)
+        if st is not None and st.st_size == size and st.st_mtime_ns == mtime:
+            continue
+        chunks = shown.get("chunks", [])
         data = b"".join(_get_chunk(place, d, int(n)) for d, n in chunks)
         try:
             _make_dirs_inside(home, os.path.dirname(target))
@@ -1464,6 +1796,6 @@ def _view(place: _Place) -> list[ArchiveView]:
         except (FileExistsError, NotADirectoryError, IsADirectoryError):
             log.warning("%s: not in the archive's view: a file and a dir share its path", target)
             continue
-        if file.mtime_ns:
-            os.utime(target, ns=(file.mtime_ns, file.mtime_ns), follow_symlinks=False)
+        if mtime:
+            os.utime(target, ns=(mtime, mtime), follow_symlinks=False)
     return sorted(views.values(), key=lambda v: (v.agent, v.home))

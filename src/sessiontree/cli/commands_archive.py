@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 import time
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
@@ -22,6 +23,7 @@ from sessiontree.archive import (
     archive_stats,
     archive_stores,
     archived_files,
+    archived_versions,
     restore_files,
     restore_session,
     verify_archive,
@@ -132,6 +134,7 @@ def _summary(report: ArchiveReport) -> str:
         f"{report.files_rewritten} rewritten, {report.files_deleted} gone at their source "
         f"(kept); read {human_size(report.bytes_read)}, stored "
         f"{human_size(report.bytes_stored)} in {report.seconds:.2f}s"
+        + (f"; {len(report.clobbered)} clobbered (see archive --stats)" if report.clobbered else "")
     )
 
 
@@ -210,6 +213,7 @@ def archive_command(
             "deletedAtSource": figures.deleted,
             "originalBytes": figures.original_bytes,
             "storedBytes": figures.stored_bytes,
+            "clobbered": figures.clobbered,
         }
         if as_json:
             emit_json(document)
@@ -221,6 +225,8 @@ def archive_command(
             f"{human_size(figures.stored_bytes)} ({ratio:.2f}x)",
             markup=False,
         )
+        for clobbered in figures.clobbered:
+            console.print(f"clobbered: {clobbered}", markup=False)
         return
     if verify:
         problems = verify_archive(archive)
@@ -282,7 +288,9 @@ def _print_report(
                 "filesRewritten": report.files_rewritten,
                 "filesGoneAtSource": report.files_deleted,
                 "bytesRead": report.bytes_read,
+                "bytesChecked": report.bytes_checked,
                 "bytesStored": report.bytes_stored,
+                "clobbered": report.clobbered,
                 "skipped": report.skipped,
                 "seconds": report.seconds,
             }
@@ -291,6 +299,8 @@ def _print_report(
     where = ", ".join(f"{s.agent} {s.home}" for s in sources) or "no store found"
     console.print(f"Archived into {archive} from: {where}", markup=False)
     console.print(_summary(report), markup=False)
+    for clobbered in report.clobbered:
+        err_console.print(f"sessiontree: warning: clobbered: {clobbered}", markup=False)
     for skipped in report.skipped:
         err_console.print(f"sessiontree: warning: {skipped}", markup=False)
 
@@ -317,21 +327,54 @@ def restore_command(
     every: Annotated[
         bool, typer.Option("--all", help="Every archived file (with --to: a copy of all).")
     ] = False,
+    versions: Annotated[
+        bool,
+        typer.Option(
+            "--versions", help="List every version of SESSION the archive keeps; write nothing."
+        ),
+    ] = False,
+    version: Annotated[
+        int | None,
+        typer.Option(
+            "--version",
+            metavar="N",
+            min=1,
+            help="Restore version N of SESSION (see --versions; the newest by default).",
+        ),
+    ] = None,
+    at: Annotated[
+        str | None,
+        typer.Option(
+            "--at",
+            metavar="TIME",
+            help="Restore the version SESSION held at TIME (YYYY-MM-DD, ISO date-time, 2h).",
+        ),
+    ] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Write an archived session back where its agent looks for it, or under --to.
 
     Byte for byte, with its subagent files and mtimes; an existing file is never
-    replaced."""
+    replaced. A session an agent rewrote keeps its earlier versions: --versions lists
+    them (a clobber, a file cut to a header or to less than half its lines, is marked),
+    --version N or --at TIME restores one (with --to when the file is there)."""
     archive = _target(source)
     if (session is None) == (not every):
         raise CliError("give a SESSION or --all (not both)", EXIT_USAGE)
+    if every and (versions or version is not None or at is not None):
+        raise CliError("--versions, --version and --at take a SESSION, not --all", EXIT_USAGE)
+    if version is not None and at is not None:
+        raise CliError("give --version or --at (not both)", EXIT_USAGE)
     try:
+        if versions:
+            assert session is not None
+            _print_versions(archive, session, as_json)
+            return
         if every:
             report = restore_files(archive, archived_files(archive), to=to, keep_going=True)
         else:
             assert session is not None
-            report = restore_session(archive, session, to=to)
+            report = restore_session(archive, session, to=to, version=version, at_ms=_at_ms(at))
     except ArchiveError as exc:
         raise CliError(str(exc), EXIT_ERROR) from None
     if as_json:
@@ -340,6 +383,7 @@ def restore_command(
                 "written": report.written,
                 "unchanged": report.unchanged,
                 "conflicts": report.conflicts,
+                "notes": report.notes,
             }
         )
     else:
@@ -347,7 +391,53 @@ def restore_command(
             console.print(f"restored {path}", markup=False)
         for path in report.unchanged:
             console.print(f"already there: {path}", markup=False)
+        for note in report.notes:
+            err_console.print(f"sessiontree: note: {note}", markup=False)
         for conflict in report.conflicts:
             err_console.print(f"sessiontree: warning: {conflict}", markup=False)
     if report.conflicts:
         raise typer.Exit(EXIT_ERROR)
+
+
+def _at_ms(at: str | None) -> int | None:
+    if at is None:
+        return None
+    from sessiontree.reports import parse_time
+
+    try:
+        return parse_time(at, datetime.now().astimezone().tzinfo or UTC)
+    except SessionTreeError as exc:
+        raise CliError(f"--at: {exc}", EXIT_USAGE) from None
+
+
+def _print_versions(archive: str, session: str, as_json: bool) -> None:
+    file, versions = archived_versions(archive, session)
+    rows = [
+        {
+            "number": v.number,
+            "size": v.size,
+            "lines": v.lines,
+            "mtime": _iso_ns(v.mtime_ns),
+            "replaced": None if v.replaced_ms is None else _iso_ns(v.replaced_ms * 1_000_000),
+            "clobber": v.clobber,
+        }
+        for v in versions
+    ]
+    if as_json:
+        emit_json({"agent": file.agent, "path": f"{file.home}/{file.rel}", "versions": rows})
+        return
+    console.print(f"{file.agent}:{file.home}/{file.rel}", markup=False)
+    for row in rows:
+        lines = "?" if row["lines"] is None else str(row["lines"])
+        replaced = f"replaced {row['replaced']}" if row["replaced"] else "newest"
+        mark = "  clobber" if row["clobber"] else ""
+        console.print(
+            f"{row['number']:>4}  {lines:>7} lines  {human_size(int(row['size'] or 0)):>9}  "
+            f"written {row['mtime']}  {replaced}{mark}",
+            markup=False,
+            soft_wrap=True,
+        )
+
+
+def _iso_ns(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
