@@ -51,7 +51,8 @@ def test_settings_along_the_path() -> None:
         e("thinking_level_change", "t2", "m3", thinkingLevel=None),
     ]
     ctx = build_session_context(entries)
-    assert ctx.thinking_level == "off"
+    # A null level stays null, as both pi releases (0.73.1 and 1.6.0) give it.
+    assert ctx.thinking_level is None
     # pi's {provider, modelId} model_change counts as the default model, latest wins.
     assert ctx.models == {"default": "pi/format", "smol": "google/flash"}
     assert ctx.injected_ttsr_rules == ["x", "y", "z"]

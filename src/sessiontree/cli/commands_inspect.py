@@ -510,7 +510,7 @@ def context_command(
         Text.assemble(
             ("Context at ", "bold"),
             (str(leaf_id), "bold"),
-            f"  {len(messages)} messages · thinking {ctx.thinking_level} · "
+            f"  {len(messages)} messages · thinking {'null' if ctx.thinking_level is None else ctx.thinking_level} · "
             f"models {json.dumps(ctx.models)}",
         )
     )
