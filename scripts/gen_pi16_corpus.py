@@ -23,7 +23,8 @@ branch"), so a script stays valid whatever ids pi mints. Ids and timestamps are 
 (random, wall clock): a regenerated corpus differs in them, not in shape.
 
 Output: ``<out>/s<seed>.jsonl`` (renamed from pi's ``<time>_<uuid>.jsonl``), the op
-scripts in ``<out>/ops/s<seed>.json`` and ``<out>/manifest.json`` (seed, n, command).
+scripts in ``<out>/ops/s<seed>.json`` and ``<out>/manifest.json`` (seed, n, command, and
+per file the id of the entry each op made, or null).
 """
 
 from __future__ import annotations
@@ -351,7 +352,9 @@ def main() -> int:
             result = json.loads(done.stdout)
             name = f"s{seed}.jsonl"
             shutil.copyfile(result["files"][0], out / name)
-            cases.append({"seed": seed, "file": name, "ops": f"ops/s{seed}.json"})
+            cases.append(
+                {"seed": seed, "file": name, "ops": f"ops/s{seed}.json", "ids": result["ids"]}
+            )
     manifest = {
         "writer": "@earendil-works/pi-coding-agent@1.6.0 (SessionManager, Node 22)",
         "command": " ".join(["python", "scripts/gen_pi16_corpus.py", *sys.argv[1:]]),
