@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 import peers
-from sessiontree import SessionManager, convert_to_llm, serialize_entry
+from sessiontree import UNSET, SessionManager, convert_to_llm, serialize_entry
+from sessiontree.format import parse_iso_ms
 
 CORPUS = Path(__file__).parent / "data" / "pi16"
 MANIFEST = json.loads((CORPUS / "manifest.json").read_text(encoding="utf-8"))
@@ -108,3 +109,79 @@ def test_convert_to_llm_equals_pi_16_on_every_leaf(path: Path) -> None:
             if ours != stringify(leaf["llm"]):
                 bad.append(f"{leaf['leafId']} (our context): {ours[:300]}")
     assert not bad, f"{len(bad)} conversions differ from pi 1.6.0, e.g. {bad[:2]}"
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def _replay_cases() -> list[Any]:
+    """Every compaction and context edit in the corpus, with the op that made it."""
+    out = []
+    for case in MANIFEST["cases"]:
+        ops = json.loads((CORPUS / case["ops"]).read_text(encoding="utf-8"))["ops"]
+        for op, entry_id in zip(ops, case["ids"], strict=True):
+            if entry_id is not None and op["op"] in ("compaction", "edit"):
+                out.append(
+                    pytest.param(case["file"], op, entry_id, id=f"{case['file']}-{entry_id}")
+                )
+    return out
+
+
+REPLAYS = _replay_cases()
+
+
+def test_the_replays_cover_retain_none_system_messages_and_normalized_edits() -> None:
+    ops = [p.values[1] for p in REPLAYS]
+    assert any(op["op"] == "compaction" and op["pick"] is None for op in ops)
+    assert any(op["op"] == "edit" and op["replacement"] is None for op in ops)
+    assert any(
+        op["op"] == "edit" and isinstance((op["replacement"] or {}).get("content"), str)
+        for op in ops
+    )
+
+
+@pytest.mark.parametrize(("name", "op", "entry_id"), REPLAYS)
+def test_appended_line_is_what_pi_16_wrote(
+    name: str, op: dict[str, Any], entry_id: str, tmp_path: Path
+) -> None:
+    """The same call at the same leaf writes pi 1.6.0's line byte for byte (its id and
+    time aside): key order, "retain none", the replayed `systemMessage`, a string
+    replacement of an assistant's content stored as a text block."""
+    lines = (CORPUS / name).read_text(encoding="utf-8").splitlines()
+    written = next(json.loads(line) for line in lines if f'"id":"{entry_id}"' in line)
+    pi_line = next(line for line in lines if f'"id":"{entry_id}"' in line)
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with SessionManager.open(str(path), session_dir=str(tmp_path)) as sm:
+        sm.branch(written["parentId"])
+        if op["op"] == "compaction":
+            kept = written["firstKeptEntryId"]
+            new_id = sm.append_compaction(
+                op["summary"],
+                None,
+                None if kept == entry_id else kept,
+                op["tokensBefore"],
+                op.get("details", UNSET),
+                usage=op.get("usage", UNSET),
+            )
+        else:
+            new_id = sm.append_context_edit(written["targetId"], op["replacement"])
+    # The line in the file, as written (the last one).
+    ours = json.loads(path.read_text(encoding="utf-8").splitlines()[-1])
+    assert ours["id"] == new_id
+    # Only the id and the time are pi's own; the rest must come out the same.
+    ours["id"] = entry_id
+    if ours.get("firstKeptEntryId") == new_id:
+        ours["firstKeptEntryId"] = entry_id
+    if isinstance(ours.get("systemMessage"), dict):
+        # Stamped with the compaction's own time, as pi stamps it.
+        assert ours["systemMessage"]["timestamp"] == parse_iso_ms(ours["timestamp"])
+        ours["systemMessage"] = {
+            **ours["systemMessage"],
+            "timestamp": written["systemMessage"]["timestamp"],
+        }
+    ours["timestamp"] = written["timestamp"]
+    if op.get("fromHook"):  # pi's fromHook is oh-my-pi's fromExtension in this API
+        written = {k: v for k, v in written.items() if k != "fromHook"}
+        pi_line = serialize_entry(written)
+    assert serialize_entry(ours) == pi_line

@@ -29,6 +29,7 @@ __all__ = [
     "create_branch_summary_message",
     "create_compaction_summary_message",
     "create_custom_message",
+    "current_system_message",
     "model_setting",
 ]
 
@@ -543,6 +544,61 @@ def build_session_context(
     if leaf is None:
         return SessionContext()
     return ContextBuilder.from_leaf(by_id, leaf)._ctx
+
+
+def _content_text(content: object) -> str:
+    """pi-ai's `contentText`: a string as is, else the text blocks joined by newlines."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "\n".join(
+        str(block.get("text"))
+        for block in content
+        if isinstance(block, dict) and block.get("type") == "text"
+    )
+
+
+def current_system_message(messages: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """Every system message replayed into one (pi-ai's `getCurrentSystemMessage`): the
+    contents that are not empty joined by blank lines, the sections patched by name
+    (null removes one), the tools added and not removed since; None without system
+    messages and tools. What pi 1.6 records on a compaction as its `systemMessage`."""
+    content: list[str] = []
+    sections: dict[str, Any] = {}
+    tools: dict[Any, Any] = {}
+    timestamp: object = UNSET
+    for message in messages:
+        if message.get("role") != "system":
+            continue
+        if timestamp is None or isinstance(timestamp, UnsetType):
+            timestamp = message.get("timestamp", UNSET)
+        text = _content_text(message.get("content"))
+        if text:
+            content.append(text)
+        patch = message.get("sections")
+        for name, value in patch.items() if isinstance(patch, dict) else ():
+            if value is None:
+                sections.pop(name, None)
+            else:
+                sections[name] = value
+        for key, remove in (("toolsRemoved", True), ("toolsAdded", False)):
+            listed = message.get(key)
+            for tool in listed if isinstance(listed, list) else ():
+                name = tool.get("name") if isinstance(tool, dict) else None
+                if remove:
+                    tools.pop(name, None)
+                elif name.__class__ is str:
+                    tools[name] = tool
+    if isinstance(timestamp, UnsetType) and not tools:
+        return None
+    out: dict[str, Any] = {"role": "system", "content": "\n\n".join(content)}
+    if sections:
+        out["sections"] = sections
+    if tools:
+        out["toolsAdded"] = list(tools.values())
+    out["timestamp"] = 0 if timestamp is None or isinstance(timestamp, UnsetType) else timestamp
+    return out
 
 
 def _text_block(text: str) -> dict[str, Any]:
