@@ -185,3 +185,108 @@ def test_appended_line_is_what_pi_16_wrote(
         written = {k: v for k, v in written.items() if k != "fromHook"}
         pi_line = serialize_entry(written)
     assert serialize_entry(ours) == pi_line
+
+
+# ----------------------------------------------------------------------------- reading back
+
+
+def _line(kind: str, entry_id: str, parent: str | None, second: int, **fields: Any) -> str:
+    entry = {
+        "type": kind,
+        "id": entry_id,
+        "parentId": parent,
+        "timestamp": f"2026-11-20T10:00:{second:02d}.000Z",
+        **fields,
+    }
+    return serialize_entry(entry)
+
+
+def _msg(role: str, **fields: Any) -> dict[str, Any]:
+    return {"role": role, **fields, "timestamp": 1763632800000}
+
+
+HAND_EDITED = [
+    # Shapes pi 1.6's own API does not write but its reader takes (old or hand-edited
+    # files): missing content, edits of entries it would refuse, replacements without
+    # content, an edit on another branch, edits before a compaction's kept range.
+    serialize_entry(
+        {
+            "type": "session",
+            "version": 3,
+            "id": "0193f0c0-0000-7000-8000-000000000001",
+            "timestamp": "2026-11-20T10:00:00.000Z",
+            "cwd": "/p",
+        }
+    ),
+    _line("message", "s1", None, 1, message=_msg("system", sections={"a": "<a/>"})),
+    _line("message", "u1", "s1", 2, message=_msg("user")),
+    _line(
+        "message", "a1", "u1", 3, message=_msg("assistant", content=None, provider="p", model="m")
+    ),
+    _line("message", "t1", "a1", 4, message=_msg("toolResult", toolCallId="c", toolName="x")),
+    _line("custom_message", "c1", "t1", 5, customType="n", display=True),
+    _line("custom_message", "c2", "c1", 6, customType="n", content=None, display=False),
+    _line("context_edit", "e1", "c2", 7, targetId="a1", replacement={"content": "raw string"}),
+    _line("context_edit", "e2", "e1", 8, targetId="s1", replacement={"content": "not applied"}),
+    _line("context_edit", "e3", "e2", 9, targetId="c1", replacement={"content": "custom text"}),
+    _line("branch_summary", "b1", "e3", 10, fromId="u1", summary="went elsewhere"),
+    _line("context_edit", "e4", "b1", 11, targetId="b1", replacement=None),
+    _line("context_edit", "e5", "e4", 12, targetId="u1", replacement={"other": 1}),
+    _line("context_edit", "e6", "e5", 13, targetId="t1", replacement="no object"),
+    _line("context_edit", "x1", "e3", 14, targetId="c2", replacement=None),  # another branch
+    _line("message", "s2", "e6", 15, message=_msg("system", content="later rule")),
+    _line("message", "u2", "s2", 16, message=_msg("user", content="kept")),
+    _line("context_edit", "e7", "u2", 17, targetId="u2", replacement={"content": "first"}),
+    _line("context_edit", "e8", "e7", 18, targetId="u2", replacement={"content": "second"}),
+    _line(
+        "compaction",
+        "k1",
+        "e8",
+        19,
+        summary="sum",
+        firstKeptEntryId="e5",
+        tokensBefore=9,
+        systemMessage=_msg("system", content="replayed"),
+    ),
+    _line("thinking_level_change", "th", "k1", 20),  # no level at all
+    _line("context_edit", "e9", "th", 21, targetId="e6", replacement=None),
+    _line("context_edit", "ea", "e9", 22, targetId="c1", replacement=None),  # not in context
+    _line("compaction", "k2", "ea", 23, summary="none kept", firstKeptEntryId="k2", tokensBefore=1),
+    _line("context_edit", "eb", "k2", 24, targetId="k2", replacement={"content": "x"}),
+    _line("message", "u3", "eb", 25, message=_msg("user", content="after")),
+    _line("context_edit", "ec", "u3", 26, targetId="k2", replacement=None),
+]
+
+
+def test_hand_edited_shapes_read_as_pi_16_reads_them(tmp_path: Path) -> None:
+    path = tmp_path / "hand.jsonl"
+    path.write_text("\n".join(HAND_EDITED) + "\n", encoding="utf-8")
+    bad, leaves = context_mismatches(path)
+    assert leaves == len(HAND_EDITED) - 1
+    assert not bad, f"{len(bad)}/{leaves} leaves differ from pi 1.6.0, e.g. {bad[:2]}"
+
+
+def test_what_sessiontree_writes_pi_16_reads_with_the_same_context(tmp_path: Path) -> None:
+    """A session written through the API (system messages, edits, compactions that
+    keep some entries or none, a branch) has pi 1.6.0's context on every leaf."""
+    with SessionManager.create("/p", str(tmp_path)) as sm:
+        sm.append_message(_msg("system", content="base", toolsAdded=[{"name": "read"}]))
+        u1 = sm.append_message(_msg("user", content="one"))
+        a1 = sm.append_message(_msg("assistant", content=[], provider="p", model="m"))
+        sm.append_message(_msg("system", content="more", sections={"s": "<s/>"}))
+        sm.append_context_edit(a1, {"content": "shorter"})
+        sm.append_context_edit(u1, None)
+        u2 = sm.append_message(_msg("user", content="two"))
+        sm.append_compaction("kept from u2", None, u2, 100)
+        sm.append_message(_msg("system", content="after", toolsRemoved=[{"name": "read"}]))
+        sm.append_context_edit(u2, {"content": [{"type": "text", "text": "edited"}]})
+        fork = sm.append_message(_msg("user", content="three"))
+        sm.append_compaction("nothing kept", None, None, 200, usage={"input": 1})
+        sm.append_message(_msg("user", content="four"))
+        sm.branch(fork)
+        sm.append_context_edit(fork, None)
+        path = sm.get_session_file()
+    assert path is not None
+    bad, leaves = context_mismatches(Path(path))
+    assert leaves == 14
+    assert not bad, f"{len(bad)}/{leaves} leaves differ from pi 1.6.0, e.g. {bad[:2]}"
