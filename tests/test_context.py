@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from conftest import examples
 from helpers import assistant, user
 from sessiontree import (
     UNSET,
@@ -17,7 +20,12 @@ from sessiontree import (
     create_compaction_summary_message,
     create_custom_message,
 )
-from sessiontree.format import BRANCH_SUMMARY_PREFIX, COMPACTION_SUMMARY_PREFIX, parse_iso_ms
+from sessiontree.format import (
+    BRANCH_SUMMARY_PREFIX,
+    COMPACTION_SUMMARY_PREFIX,
+    ContextBuilder,
+    parse_iso_ms,
+)
 
 TS = "2026-02-16T10:20:30.123Z"
 TS_MS = 1771237230123
@@ -409,3 +417,58 @@ def test_append_compaction_records_the_replayed_system_message() -> None:
     plain = SessionManager.in_memory("/p")
     plain.append_message(user("x"))
     assert "systemMessage" not in plain.get_entry(plain.append_compaction("s", None, None, 1))  # type: ignore[operator]
+
+
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(["user", "assistant", "system", "null"])),
+        st.tuples(st.just("edit"), st.integers(0, 50), st.sampled_from([None, "text", "blocks"])),
+        st.tuples(st.just("compact"), st.one_of(st.none(), st.integers(0, 50))),
+        st.tuples(st.just("branch"), st.integers(0, 50)),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=examples(100))
+@given(_OPS)
+def test_the_kept_context_is_the_one_built_from_scratch(ops: list[tuple[Any, ...]]) -> None:
+    """Appending edits, compactions (some keeping nothing) and system messages, and
+    moving the leaf: the context the manager keeps up to date one entry at a time is
+    the one built from the entries, by the backward walk and by the path."""
+    sm = SessionManager.in_memory("/p")
+    for op in ops:
+        kind = op[0]
+        branch = sm.get_branch()
+        if kind == "user":
+            sm.append_message(user("u"))
+        elif kind == "null":
+            sm.append_message({"role": "user", "content": None, "timestamp": 1})
+        elif kind == "assistant":
+            sm.append_message(assistant("a"))
+        elif kind == "system":
+            sm.append_message({"role": "system", "content": "s", "timestamp": 1})
+        elif kind == "edit":
+            editable = [
+                x
+                for x in branch
+                if x["type"] == "message" and x["message"]["role"] in ("user", "assistant")
+            ]
+            if editable:
+                replacement = {
+                    None: None,
+                    "text": {"content": "edited"},
+                    "blocks": {"content": [{"type": "text", "text": "edited"}]},
+                }[op[2]]
+                sm.append_context_edit(editable[op[1] % len(editable)]["id"], replacement)
+        elif kind == "compact":
+            first = None if op[1] is None or not branch else branch[op[1] % len(branch)]["id"]
+            sm.append_compaction("sum", None, first, 1)
+        elif branch or sm.get_entries():
+            entries = sm.get_entries()
+            sm.branch(entries[op[1] % len(entries)]["id"])
+        kept = sm.build_session_context()
+        leaf = sm.get_leaf_id()
+        scratch = build_session_context(sm.get_entries(), leaf)
+        by_path = ContextBuilder.from_path(sm.get_branch()).snapshot()
+        assert kept == scratch == by_path
