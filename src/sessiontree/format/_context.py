@@ -230,19 +230,32 @@ def project(entries: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], se
     An older compaction among the kept entries adds nothing: only the newest one, at
     the front, gives a summary (as pi 1.6 does).
     """
+    out: list[dict[str, Any]] = []
+    add = out.append
     edits: dict[Any, dict[str, Any]] = {}
-    for entry in entries:
-        if entry.get("type") == "context_edit":
+    # One pass for the common case (a path of messages, no edits); edits, rare, are
+    # applied by a second pass once the first has seen them.
+    for index, entry in enumerate(entries):
+        kind = entry.get("type")
+        if kind == "message":
+            message = entry.get("message")
+            if message.__class__ is dict:
+                add(message if message.get("content") is not None else _message_of(message))
+        elif kind == "context_edit":
             target = entry.get("targetId")
             if target.__class__ is str:
                 edits[target] = entry
-    out: list[dict[str, Any]] = []
+        elif not (index and kind == "compaction"):
+            out.extend(_entry_messages(entry))
+    if not edits:
+        return out, set()
+    out = []
     for index, entry in enumerate(entries):
         if index and entry.get("type") == "compaction":
             continue
         messages = _entry_messages(entry)
         entry_id = entry.get("id")
-        edit = edits.get(entry_id) if edits and entry_id.__class__ is str else None
+        edit = edits.get(entry_id) if entry_id.__class__ is str else None
         # An edit without a replacement at all makes pi throw; it changes nothing here.
         if edit is not None and "replacement" in edit:
             replacement = edit["replacement"]
