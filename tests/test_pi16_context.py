@@ -47,9 +47,10 @@ def pi_model(context: dict[str, Any]) -> str | None:
     return f"{model.get('provider')}/{model.get('modelId')}"
 
 
-def context_mismatches(path: Path) -> tuple[list[str], int]:
-    """(what differs from pi 1.6.0's context, per leaf; the number of leaves)."""
-    want = peers.peer_contexts("pi16", path)
+def context_mismatches(path: Path, peer: str = "pi16") -> tuple[list[str], int]:
+    """(what differs from the peer's context (pi 1.6.0's by default), per leaf; the
+    number of leaves)."""
+    want = peers.peer_contexts(peer, path)
     bad: list[str] = []
     with SessionManager.open(str(path), read_only=True) as sm:
         assert [w["leafId"] for w in want] == [e["id"] for e in sm.get_entries()]
@@ -290,3 +291,22 @@ def test_what_sessiontree_writes_pi_16_reads_with_the_same_context(tmp_path: Pat
     bad, leaves = context_mismatches(Path(path))
     assert leaves == 14
     assert not bad, f"{len(bad)}/{leaves} leaves differ from pi 1.6.0, e.g. {bad[:2]}"
+
+
+PEER_DATA = Path(__file__).parent / "data" / "peers"
+PI_073_FILES = [
+    pytest.param(PEER_DATA / case["name"] / rec["file"], id=f"{case['name']}/{rec['index']}")
+    for case in json.loads((PEER_DATA / "manifest.json").read_text(encoding="utf-8"))["cases"]
+    if case["writer"] == "pi"
+    for rec in case["files"]
+    if rec["exists"]
+]
+
+
+@pytest.mark.parametrize("peer", peers.PI_VERSIONS)
+@pytest.mark.parametrize("path", PI_073_FILES)
+def test_files_pi_073_wrote_read_as_both_pi_releases_read_them(path: Path, peer: str) -> None:
+    """The pi 1.6 rules change nothing on what pi 0.73.1 writes: both releases build
+    the same context there, and so does sessiontree."""
+    bad, leaves = context_mismatches(path, peer)
+    assert not bad, f"{len(bad)}/{leaves} leaves differ from {peer}, e.g. {bad[:2]}"
