@@ -163,8 +163,8 @@ def _message_of(message: dict[str, Any]) -> dict[str, Any]:
     """A stored message as the context holds it: pi 1.6 gives a missing or null
     `content` of a user/assistant/toolResult message as `[]`, of a system one as `""`
     (a copy; the stored message is left as it is)."""
-    if message.get("content") is None:
-        role = message.get("role")
+    role = message.get("role")
+    if message.get("content") is None and role.__class__ is str:
         if role in _LIST_CONTENT_ROLES:
             return {**message, "content": []}
         if role == "system":
@@ -210,13 +210,14 @@ def _entry_messages(entry: dict[str, Any]) -> list[dict[str, Any]]:
 def _edited(message: dict[str, Any], replacement: Any) -> dict[str, Any]:
     """`message` with a context edit's (non-null) replacement applied: its content
     swapped, every other key kept in place (pi 1.6's `projectContextEntry`)."""
-    if message.get("role") not in _EDITABLE_ROLES:
+    role = message.get("role")
+    if role.__class__ is not str or role not in _EDITABLE_ROLES:
         return message
     # JS reads `.content` of anything: a replacement without one leaves no content.
     content = replacement.get("content", UNSET) if isinstance(replacement, dict) else UNSET
     if isinstance(content, UnsetType):
         return {k: v for k, v in message.items() if k != "content"}
-    if isinstance(content, str) and message.get("role") in ("assistant", "toolResult"):
+    if isinstance(content, str) and role in ("assistant", "toolResult"):
         content = [_text_block(content)]
     return {**message, "content": content}
 
