@@ -180,6 +180,19 @@ def test_tree_findings(tmp_path: Path) -> None:
     ]
 
 
+def test_retain_none_compactions_pi_wrote_are_no_finding() -> None:
+    """pi 1.6 writes "retain none" as a compaction whose firstKeptEntryId is its own
+    id (the corpus pi 1.6.0 wrote has them): nothing to report."""
+    corpus = Path(__file__).parent / "data" / "pi16"
+    retain_none = 0
+    for path in sorted(corpus.glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            value = json.loads(line)
+            retain_none += value.get("firstKeptEntryId", 0) == value.get("id")
+        assert check_session(str(path)) == [], path.name
+    assert retain_none > 0
+
+
 def test_compaction_keeping_an_ancestor_is_fine(tmp_path: Path) -> None:
     path = write_lines(
         tmp_path / "s.jsonl",

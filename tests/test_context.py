@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import examples
 from helpers import assistant, user
 from sessiontree import (
     UNSET,
+    EntryNotFoundError,
     SessionManager,
     build_session_context,
     convert_to_llm,
@@ -14,7 +20,12 @@ from sessiontree import (
     create_compaction_summary_message,
     create_custom_message,
 )
-from sessiontree.format import BRANCH_SUMMARY_PREFIX, COMPACTION_SUMMARY_PREFIX
+from sessiontree.format import (
+    BRANCH_SUMMARY_PREFIX,
+    COMPACTION_SUMMARY_PREFIX,
+    ContextBuilder,
+    parse_iso_ms,
+)
 
 TS = "2026-02-16T10:20:30.123Z"
 TS_MS = 1771237230123
@@ -51,7 +62,8 @@ def test_settings_along_the_path() -> None:
         e("thinking_level_change", "t2", "m3", thinkingLevel=None),
     ]
     ctx = build_session_context(entries)
-    assert ctx.thinking_level == "off"
+    # A null level stays null, as both pi releases (0.73.1 and 1.6.0) give it.
+    assert ctx.thinking_level is None
     # pi's {provider, modelId} model_change counts as the default model, latest wins.
     assert ctx.models == {"default": "pi/format", "smol": "google/flash"}
     assert ctx.injected_ttsr_rules == ["x", "y", "z"]
@@ -233,3 +245,230 @@ def test_manager_context_uses_its_leaf() -> None:
     assert [m["content"] for m in sm.build_session_context().messages] == ["a", "c"]
     sm.reset_leaf()
     assert sm.build_session_context().messages == []
+
+
+# ----------------------------------------------------------------------------- pi 1.6
+# What pi 1.6.0 added to the context (tests/test_pi16_context.py compares with pi itself
+# on every leaf of the sessions it wrote; these name one rule each).
+
+
+def _contents(entries: list[dict[str, Any]], leaf: str | None = None) -> list[Any]:
+    ctx = build_session_context(entries, leaf if leaf is not None else UNSET)
+    return [m.get("content", m.get("summary")) for m in ctx.messages]
+
+
+def test_latest_context_edit_on_the_branch_wins() -> None:
+    entries = [
+        e("message", "u1", None, message=user("one")),
+        e("context_edit", "e1", "u1", targetId="u1", replacement={"content": "first"}),
+        e("context_edit", "e2", "e1", targetId="u1", replacement={"content": "second"}),
+        e("context_edit", "x1", "e1", targetId="u1", replacement=None),  # another branch
+    ]
+    assert _contents(entries, "e2") == ["second"]
+    assert _contents(entries, "e1") == ["first"]
+    assert _contents(entries, "x1") == []  # null drops the target
+    assert _contents(entries, "u1") == ["one"]
+
+
+def test_a_replacement_swaps_the_content_and_keeps_the_rest_in_place() -> None:
+    answer = assistant("long answer")
+    entries = [
+        e("message", "a1", None, message=answer),
+        e("context_edit", "e1", "a1", targetId="a1", replacement={"content": "short"}),
+    ]
+    (got,) = build_session_context(entries).messages
+    # A string for an assistant's content becomes a text block, as pi reads it.
+    assert got == {**answer, "content": [{"type": "text", "text": "short"}]}
+    assert list(got) == list(answer)
+    assert answer["content"] == [{"type": "text", "text": "long answer"}]  # stored one untouched
+
+
+def test_edits_of_entries_a_compaction_summarized_change_nothing() -> None:
+    entries = [
+        e("message", "u1", None, message=user("old")),
+        e("message", "u2", "u1", message=user("kept")),
+        e("context_edit", "e1", "u2", targetId="u2", replacement=None),  # kept: applies
+        e("compaction", "k1", "e1", summary="s", firstKeptEntryId="e1", tokensBefore=1),
+        e("context_edit", "e2", "k1", targetId="u1", replacement={"content": "x"}),
+    ]
+    assert _contents(entries) == ["s"]
+    entries[3]["firstKeptEntryId"] = "u2"
+    assert _contents(entries) == ["s"]  # u2 kept, and its edit with it
+
+
+def test_a_compactions_system_message_comes_before_its_summary() -> None:
+    system = {"role": "system", "content": "replayed", "timestamp": 5}
+    entries = [
+        e("message", "u1", None, message=user("x")),
+        e(
+            "compaction",
+            "k1",
+            "u1",
+            summary="s",
+            firstKeptEntryId="u1",
+            tokensBefore=1,
+            systemMessage=system,
+        ),
+    ]
+    messages = build_session_context(entries).messages
+    assert [m["role"] for m in messages] == ["system", "compactionSummary", "user"]
+    assert messages[0] == system
+
+
+def test_retain_none_keeps_nothing_before_the_compaction() -> None:
+    entries = [
+        e("message", "u1", None, message=user("x")),
+        e("compaction", "k1", "u1", summary="s", firstKeptEntryId="k1", tokensBefore=1),
+        e("message", "u2", "k1", message=user("y")),
+    ]
+    assert _contents(entries) == ["s", "y"]
+
+
+def test_system_messages_in_a_compactions_kept_range_are_dropped() -> None:
+    def system(text: str) -> dict[str, Any]:
+        return {"role": "system", "content": text, "timestamp": 1}
+
+    entries = [
+        e("message", "s1", None, message=system("before")),
+        e("message", "u1", "s1", message=user("kept")),
+        e("message", "s2", "u1", message=system("kept range")),
+        e("compaction", "k1", "s2", summary="s", firstKeptEntryId="s1", tokensBefore=1),
+        e("message", "s3", "k1", message=system("after")),
+    ]
+    assert _contents(entries) == ["s", "kept", "after"]
+    assert _contents(entries, "s2") == ["before", "kept", "kept range"]  # no compaction yet
+
+
+def test_null_content_reads_as_empty() -> None:
+    entries = [
+        e("message", "u1", None, message={"role": "user", "content": None, "timestamp": 1}),
+        e("message", "a1", "u1", message=assistant(content=None)),
+        e("message", "t1", "a1", message={"role": "toolResult", "toolCallId": "c", "timestamp": 1}),
+        e("message", "s1", "t1", message={"role": "system", "content": None, "timestamp": 1}),
+        e("custom_message", "c1", "s1", customType="n", content=None, display=True),
+    ]
+    ctx = build_session_context(entries)
+    assert [m["content"] for m in ctx.messages] == [[], [], [], "", []]
+    assert list(ctx.messages[2])[-1] == "content"  # a missing key is added last, as JS spreads
+    assert entries[0]["message"]["content"] is None  # stored messages untouched
+
+
+def test_convert_to_llm_passes_system_messages_on() -> None:
+    system = {
+        "role": "system",
+        "content": "rules",
+        "sections": {"a": "<a/>"},
+        "toolsAdded": [{"name": "read"}],
+        "toolsRemoved": [{"name": "bash"}],
+        "timestamp": 1,
+    }
+    assert convert_to_llm([system, user("x")]) == [system, user("x")]
+
+
+def test_append_context_edit_refuses_what_pi_refuses() -> None:
+    sm = SessionManager.in_memory("/p")
+    system = sm.append_message({"role": "system", "content": "s", "timestamp": 1})
+    u1 = sm.append_message(user("one"))
+    a1 = sm.append_message(assistant("a"))
+    with pytest.raises(EntryNotFoundError):
+        sm.append_context_edit("nope", None)
+    with pytest.raises(ValueError, match="does not contribute editable"):
+        sm.append_context_edit(system, None)
+    with pytest.raises(ValueError, match="replacement"):
+        sm.append_context_edit(u1, {"text": "x"})
+    sm.branch(u1)
+    with pytest.raises(ValueError, match="not on the active branch"):
+        sm.append_context_edit(a1, None)
+    edit = sm.append_context_edit(u1, {"content": "kept a string"})
+    assert sm.get_entry(edit)["replacement"] == {"content": "kept a string"}  # type: ignore[index]
+    assert [m["content"] for m in sm.build_session_context().messages] == ["s", "kept a string"]
+
+
+def test_append_compaction_records_the_replayed_system_message() -> None:
+    sm = SessionManager.in_memory("/p")
+    sm.append_message(
+        {"role": "system", "content": "base", "toolsAdded": [{"name": "read"}], "timestamp": 7}
+    )
+    sm.append_message(
+        {
+            "role": "system",
+            "content": "more",
+            "sections": {"s": "x"},
+            "toolsRemoved": [{"name": "read"}],
+            "timestamp": 8,
+        }
+    )
+    u1 = sm.append_message(user("one"))
+    k1 = sm.append_compaction("s", None, None, 10)
+    entry = sm.get_entry(k1)
+    assert entry is not None and entry["firstKeptEntryId"] == k1
+    assert entry["systemMessage"] == {
+        "role": "system",
+        "content": "base\n\nmore",
+        "sections": {"s": "x"},
+        "timestamp": parse_iso_ms(entry["timestamp"]),
+    }
+    assert [m["role"] for m in sm.build_session_context().messages] == [
+        "system",
+        "compactionSummary",
+    ]
+    k2 = sm.append_compaction("t", None, u1, 10, system_message=None)
+    assert "systemMessage" not in sm.get_entry(k2)  # type: ignore[operator]
+    plain = SessionManager.in_memory("/p")
+    plain.append_message(user("x"))
+    assert "systemMessage" not in plain.get_entry(plain.append_compaction("s", None, None, 1))  # type: ignore[operator]
+
+
+_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.sampled_from(["user", "assistant", "system", "null"])),
+        st.tuples(st.just("edit"), st.integers(0, 50), st.sampled_from([None, "text", "blocks"])),
+        st.tuples(st.just("compact"), st.one_of(st.none(), st.integers(0, 50))),
+        st.tuples(st.just("branch"), st.integers(0, 50)),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=examples(100))
+@given(_OPS)
+def test_the_kept_context_is_the_one_built_from_scratch(ops: list[tuple[Any, ...]]) -> None:
+    """Appending edits, compactions (some keeping nothing) and system messages, and
+    moving the leaf: the context the manager keeps up to date one entry at a time is
+    the one built from the entries, by the backward walk and by the path."""
+    sm = SessionManager.in_memory("/p")
+    for op in ops:
+        kind = op[0]
+        branch = sm.get_branch()
+        if kind == "user":
+            sm.append_message(user("u"))
+        elif kind == "null":
+            sm.append_message({"role": "user", "content": None, "timestamp": 1})
+        elif kind == "assistant":
+            sm.append_message(assistant("a"))
+        elif kind == "system":
+            sm.append_message({"role": "system", "content": "s", "timestamp": 1})
+        elif kind == "edit":
+            editable = [
+                x
+                for x in branch
+                if x["type"] == "message" and x["message"]["role"] in ("user", "assistant")
+            ]
+            if editable:
+                replacement = {
+                    None: None,
+                    "text": {"content": "edited"},
+                    "blocks": {"content": [{"type": "text", "text": "edited"}]},
+                }[op[2]]
+                sm.append_context_edit(editable[op[1] % len(editable)]["id"], replacement)
+        elif kind == "compact":
+            first = None if op[1] is None or not branch else branch[op[1] % len(branch)]["id"]
+            sm.append_compaction("sum", None, first, 1)
+        elif branch or sm.get_entries():
+            entries = sm.get_entries()
+            sm.branch(entries[op[1] % len(entries)]["id"])
+        kept = sm.build_session_context()
+        leaf = sm.get_leaf_id()
+        scratch = build_session_context(sm.get_entries(), leaf)
+        by_path = ContextBuilder.from_path(sm.get_branch()).snapshot()
+        assert kept == scratch == by_path

@@ -62,6 +62,8 @@ entry_types = st.sampled_from(
         "mode_change",
         "title_change",
         "session_info",
+        "context_edit",
+        "usage",
         "unknown_future_type",
     ]
 )
@@ -85,6 +87,8 @@ field_names = st.sampled_from(
         "details",
         "attribution",
         "targetId",
+        "replacement",
+        "systemMessage",
         "label",
         "injectedRules",
         "mode",
@@ -263,3 +267,24 @@ def test_deeply_nested_entry_round_trips_through_a_persistent_session(tmp_path: 
     reopened = SessionManager.open(sm.get_session_file() or "", read_only=True)
     # (compared as text: == on 3000 nested lists would itself hit the recursion limit)
     assert serialize_entry(reopened.get_entry(entry_id)) == serialize_entry(sm.get_entry(entry_id))
+
+
+def test_a_role_that_is_no_string_is_no_role_for_pi_16s_rules() -> None:
+    """A list as a message's role, with null content and a context edit of it: no rule
+    of pi 1.6 (null content, edits) applies, nothing raises."""
+    entries = [
+        {
+            "type": "message",
+            "id": "a",
+            "parentId": None,
+            "message": {"role": ["x"], "content": None},
+        },
+        {
+            "type": "context_edit",
+            "id": "b",
+            "parentId": "a",
+            "targetId": "a",
+            "replacement": {"content": "x"},
+        },
+    ]
+    assert build_session_context(entries).messages == [{"role": ["x"], "content": None}]

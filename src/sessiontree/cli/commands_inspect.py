@@ -491,6 +491,7 @@ def context_command(
         ctx = sm.build_session_context()
         leaf_id = sm.get_leaf_id()
     messages = convert_to_llm(ctx.messages) if llm else ctx.messages
+    thinking = "null" if ctx.thinking_level is None else ctx.thinking_level
     if as_json:
         payload: dict[str, Any] = {
             "path": path,
@@ -510,8 +511,7 @@ def context_command(
         Text.assemble(
             ("Context at ", "bold"),
             (str(leaf_id), "bold"),
-            f"  {len(messages)} messages · thinking {ctx.thinking_level} · "
-            f"models {json.dumps(ctx.models)}",
+            f"  {len(messages)} messages · thinking {thinking} · models {json.dumps(ctx.models)}",
         )
     )
     for message in messages:

@@ -15,6 +15,7 @@ from sessiontree.format._context import (
     create_branch_summary_message,
     create_compaction_summary_message,
     create_custom_message,
+    current_system_message,
     model_setting,
 )
 from sessiontree.format._entries import (
@@ -127,6 +128,7 @@ __all__ = [
     "create_branch_summary_message",
     "create_compaction_summary_message",
     "create_custom_message",
+    "current_system_message",
     "entry_name",
     "entry_preview",
     "entry_role",

@@ -29,6 +29,7 @@ __all__ = [
     "create_branch_summary_message",
     "create_compaction_summary_message",
     "create_custom_message",
+    "current_system_message",
     "model_setting",
 ]
 
@@ -48,7 +49,8 @@ class SessionContext:
     """What the model sees at a leaf: messages plus settings derived from the path."""
 
     messages: list[dict[str, Any]] = field(default_factory=list)
-    thinking_level: str = "off"
+    thinking_level: str | None = "off"
+    """The last thinking level change's level ("off" with none; None for its null)."""
     models: dict[str, str] = field(default_factory=dict)
     injected_ttsr_rules: list[str] = field(default_factory=list)
     mode: str = "none"
@@ -151,45 +153,153 @@ def _compaction_summary(compaction: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def _entry_message(entry: dict[str, Any]) -> dict[str, Any] | None:
+_EDITABLE_ROLES = frozenset(("user", "assistant", "toolResult", "custom"))
+_LIST_CONTENT_ROLES = frozenset(("user", "assistant", "toolResult"))
+# Entries that can put messages into the context, or change those that do.
+_CONTEXT_KINDS = frozenset(("message", "custom_message", "branch_summary", "context_edit"))
+
+
+def _message_of(message: dict[str, Any]) -> dict[str, Any]:
+    """A stored message as the context holds it: pi 1.6 gives a missing or null
+    `content` of a user/assistant/toolResult message as `[]`, of a system one as `""`
+    (a copy; the stored message is left as it is)."""
+    role = message.get("role")
+    if message.get("content") is None and role.__class__ is str:
+        if role in _LIST_CONTENT_ROLES:
+            return {**message, "content": []}
+        if role == "system":
+            return {**message, "content": ""}
+    return message
+
+
+def _entry_messages(entry: dict[str, Any]) -> list[dict[str, Any]]:
+    """The messages one entry puts into the context (pi 1.6's
+    `sessionEntryToContextMessages`): a compaction gives its recorded system message
+    (when it has one) and its summary; a context edit, a setting, nothing."""
     kind = entry.get("type")
     if kind == "message":
         message = entry.get("message")
-        return message if isinstance(message, dict) else None
+        return [_message_of(message)] if message.__class__ is dict else []
     if kind == "custom_message":
-        return create_custom_message(
-            entry.get("customType", UNSET),
-            entry.get("content", UNSET),
-            entry.get("display", UNSET),
-            entry.get("details", UNSET),
-            entry.get("timestamp"),  # type: ignore[arg-type]
-            entry.get("attribution", UNSET),
-        )
+        content = entry.get("content")
+        return [
+            create_custom_message(
+                entry.get("customType", UNSET),
+                [] if content is None else content,  # pi 1.6: `content ?? []`
+                entry.get("display", UNSET),
+                entry.get("details", UNSET),
+                entry.get("timestamp"),  # type: ignore[arg-type]
+                entry.get("attribution", UNSET),
+            )
+        ]
     if kind == "branch_summary" and entry.get("summary"):
-        return create_branch_summary_message(
-            entry["summary"],
-            entry.get("fromId"),  # type: ignore[arg-type]
-            entry.get("timestamp"),  # type: ignore[arg-type]
-        )
-    return None
+        return [
+            create_branch_summary_message(
+                entry["summary"],
+                entry.get("fromId"),  # type: ignore[arg-type]
+                entry.get("timestamp"),  # type: ignore[arg-type]
+            )
+        ]
+    if kind == "compaction":
+        system = entry.get("systemMessage")
+        summary = _compaction_summary(entry)
+        return [system, summary] if isinstance(system, dict) else [summary]
+    return []
+
+
+def _edited(message: dict[str, Any], replacement: Any) -> dict[str, Any]:
+    """`message` with a context edit's (non-null) replacement applied: its content
+    swapped, every other key kept in place (pi 1.6's `projectContextEntry`)."""
+    role = message.get("role")
+    if role.__class__ is not str or role not in _EDITABLE_ROLES:
+        return message
+    # JS reads `.content` of anything: a replacement without one leaves no content.
+    content = replacement.get("content", UNSET) if isinstance(replacement, dict) else UNSET
+    if isinstance(content, UnsetType):
+        return {k: v for k, v in message.items() if k != "content"}
+    if isinstance(content, str) and role in ("assistant", "toolResult"):
+        content = [_text_block(content)]
+    return {**message, "content": content}
+
+
+def project(entries: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], set[Any]]:
+    """The messages of the context's entries (a compaction first, then what it keeps
+    and what follows it; see `ContextBuilder`), with their context edits applied:
+    the latest edit of an entry among them wins, a null replacement drops the entry's
+    messages, another swaps their content. Also the ids the edits target.
+
+    An older compaction among the kept entries adds nothing: only the newest one, at
+    the front, gives a summary (as pi 1.6 does).
+    """
+    out: list[dict[str, Any]] = []
+    add = out.append
+    edits: dict[Any, dict[str, Any]] = {}
+    # One pass for the common case (a path of messages, no edits); edits, rare, are
+    # applied by a second pass once the first has seen them.
+    for index, entry in enumerate(entries):
+        kind = entry.get("type")
+        if kind == "message":
+            message = entry.get("message")
+            if message.__class__ is dict:
+                add(message if message.get("content") is not None else _message_of(message))
+        elif kind == "context_edit":
+            target = entry.get("targetId")
+            if target.__class__ is str:
+                edits[target] = entry
+        elif not (index and kind == "compaction"):
+            out.extend(_entry_messages(entry))
+    if not edits:
+        return out, set()
+    out = []
+    for index, entry in enumerate(entries):
+        if index and entry.get("type") == "compaction":
+            continue
+        messages = _entry_messages(entry)
+        entry_id = entry.get("id")
+        edit = edits.get(entry_id) if entry_id.__class__ is str else None
+        # An edit without a replacement at all makes pi throw; it changes nothing here.
+        if edit is not None and "replacement" in edit:
+            replacement = edit["replacement"]
+            if replacement is None:
+                continue
+            messages = [_edited(m, replacement) for m in messages]
+        out.extend(messages)
+    return out, set(edits)
+
+
+def _is_system_message(entry: dict[str, Any]) -> bool:
+    message = entry.get("message")
+    return (
+        entry.get("type") == "message"
+        and message.__class__ is dict
+        and message.get("role") == "system"
+    )
 
 
 class ContextBuilder:
     """The context at the end of a path, extendable one entry at a time.
 
     `from_path` does the specification's two-phase build; `add` extends it for an
-    entry appended at the leaf (a compaction rebuilds the message list). The
-    session manager keeps one per leaf so rebuilding the context every turn is O(1)
-    per new entry instead of O(path).
+    entry appended at the leaf (a compaction or a context edit rebuilds the message
+    list). The session manager keeps one per leaf so rebuilding the context every
+    turn is O(1) per new entry instead of O(path).
+
+    The entries the messages come from are pi 1.6's: with a compaction on the path,
+    the last one, then the entries from its `firstKeptEntryId` up to it (without
+    role "system" messages: the compaction's own `systemMessage` stands for them;
+    none when that id is not on the path before it, as in a "retain none"
+    compaction, whose `firstKeptEntryId` is its own id), then the entries after it.
+    `project` turns them into messages.
     """
 
-    __slots__ = ("_compaction_index", "_ctx", "_path", "_rules_seen", "leaf_id")
+    __slots__ = ("_compaction_index", "_ctx", "_edited", "_path", "_rules_seen", "leaf_id")
 
     def __init__(self) -> None:
         self._path: list[dict[str, Any]] = []
         self._ctx = SessionContext()
         self._rules_seen: set[str] = set()
         self._compaction_index = -1
+        self._edited: set[Any] = set()  # ids the context's edits target
         self.leaf_id: str | None = None
 
     @classmethod
@@ -206,8 +316,8 @@ class ContextBuilder:
         get = by_id.get
         limit = len(by_id) + 1
         steps = 0
-        messages: list[dict[str, Any]] = []  # newest first; reversed at the end
-        add = messages.append
+        tail: list[dict[str, Any]] = []  # context entries, newest first; reversed at the end
+        add = tail.append
         kept: list[dict[str, Any]] = []  # before a compaction, until firstKeptEntryId
         compaction: dict[str, Any] | None = None
         first_kept: object = None
@@ -232,9 +342,9 @@ class ContextBuilder:
                             ctx.models["default"] = default
                         roles_seen["default"] = steps
                     if compaction is None:
-                        add(message)
-                    elif not found_first_kept:
-                        kept.append(message)
+                        add(entry)
+                    elif not found_first_kept and message.get("role") != "system":
+                        kept.append(entry)
             else:
                 if kind == "thinking_level_change":
                     if thinking_entry is None:
@@ -256,13 +366,11 @@ class ContextBuilder:
                 elif kind == "mode_change":
                     if mode_entry is None:
                         mode_entry = entry
-                if kind == "custom_message" or kind == "branch_summary":
-                    converted = _entry_message(entry)
-                    if converted is not None:
-                        if compaction is None:
-                            add(converted)
-                        elif not found_first_kept:
-                            kept.append(converted)
+                if kind.__class__ is str and kind in _CONTEXT_KINDS:
+                    if compaction is None:
+                        add(entry)
+                    elif not found_first_kept:
+                        kept.append(entry)
             if compaction is not None and not found_first_kept and entry is not compaction:
                 if entry.get("id") == first_kept:
                     found_first_kept = True
@@ -271,7 +379,7 @@ class ContextBuilder:
         builder._finish_walk(
             [*reversed(ttsr), thinking_entry, mode_entry],
             roles_seen,
-            messages,
+            tail,
             compaction,
             kept if found_first_kept else [],
         )
@@ -283,7 +391,7 @@ class ContextBuilder:
         self,
         settings: list[dict[str, Any] | None],
         roles_seen: dict[str, int],
-        messages: list[dict[str, Any]],
+        tail: list[dict[str, Any]],
         compaction: dict[str, Any] | None,
         kept: list[dict[str, Any]],
     ) -> None:
@@ -297,62 +405,60 @@ class ContextBuilder:
             # Keys in the order a forward walk would have first set them.
             order = sorted(roles_seen, key=roles_seen.__getitem__, reverse=True)
             ctx.models = {role: ctx.models[role] for role in order}
-        messages.reverse()
+        tail.reverse()
         if compaction is not None:
             # Nothing is kept when firstKeptEntryId is not on the path before it.
             kept.reverse()
-            messages = [_compaction_summary(compaction), *kept, *messages]
-        ctx.messages = messages
+            tail = [compaction, *kept, *tail]
+        ctx.messages, self._edited = project(tail)
 
     @classmethod
     def from_path(cls, path: list[dict[str, Any]]) -> ContextBuilder:
         """Build the context of a root->leaf path (the list is kept, not copied).
 
-        One pass: settings are applied and every entry's message is collected with
-        its path position; a compaction then only slices that list.
+        One pass: settings are applied and every entry that can add to the messages
+        is collected with its path position; a compaction then only slices that list.
         """
         builder = cls()
         builder._path = path
         models = builder._ctx.models
         out: list[dict[str, Any]] = []
-        owners: list[int] = []  # path index of each message in `out`, ascending
+        owners: list[int] = []  # path index of each entry in `out`, ascending
         add, own = out.append, owners.append
         for index, entry in enumerate(path):
-            if entry.get("type") == "message":
+            kind = entry.get("type")
+            if kind == "message":
                 message = entry.get("message")
                 if message.__class__ is not dict:
                     continue
                 default = assistant_model(message)
                 if default is not None:
                     models["default"] = default
-                add(message)
-                own(index)
-                continue
-            builder._apply_setting(entry, index)
-            converted = _entry_message(entry)
-            if converted is not None:
-                add(converted)
+            else:
+                builder._apply_setting(entry, index)
+            if kind.__class__ is str and kind in _CONTEXT_KINDS:
+                add(entry)
                 own(index)
         if builder._compaction_index >= 0:
-            builder._ctx.messages = builder._compacted(out, owners)
-        else:
-            builder._ctx.messages = out
+            out = builder._compacted(out, owners)
+        builder._ctx.messages, builder._edited = project(out)
         if path:
             leaf_id = path[-1].get("id")
             builder.leaf_id = leaf_id if isinstance(leaf_id, str) else None
         return builder
 
     def _compacted(self, out: list[dict[str, Any]], owners: list[int]) -> list[dict[str, Any]]:
-        """Summary, then the kept entries before the compaction, then what follows it."""
+        """The compaction, then the entries it keeps (no system messages), then what
+        follows it."""
         path, index = self._path, self._compaction_index
         start = _kept_start(path, index)
-        summary = _compaction_summary(path[index])
         lo, mid, hi = (
             bisect_left(owners, start),
             bisect_left(owners, index),
             bisect_right(owners, index),
         )
-        return [summary, *out[lo:mid], *out[hi:]]
+        kept = [e for e in out[lo:mid] if not _is_system_message(e)]
+        return [path[index], *kept, *out[hi:]]
 
     def _apply_model(self, entry: dict[str, Any]) -> None:
         message = entry.get("message")
@@ -365,8 +471,10 @@ class ContextBuilder:
         ctx = self._ctx
         kind = entry.get("type")
         if kind == "thinking_level_change":
+            # pi's `thinkingLevel = entry.thinkingLevel`: null stays null (so does a
+            # missing or non-string level, which is no level either).
             level = entry.get("thinkingLevel")
-            ctx.thinking_level = level if isinstance(level, str) else "off"
+            ctx.thinking_level = level if isinstance(level, str) else None
         elif kind == "model_change":
             setting = model_setting(entry)
             if setting is not None:
@@ -390,22 +498,22 @@ class ContextBuilder:
         """Extend the context with an entry appended as the child of the leaf.
 
         False for a compaction, which starts the message list over from its first
-        kept entry: the owner of the entries builds the context again instead.
+        kept entry, and for a context edit (or an entry an edit already targets),
+        which changes earlier messages: the owner of the entries builds the context
+        again instead.
         """
         kind = entry.get("type")
-        if kind == "compaction":
+        if kind == "compaction" or kind == "context_edit":
+            return False
+        entry_id = entry.get("id")
+        if self._edited and entry_id.__class__ is str and entry_id in self._edited:
             return False
         self._path.append(entry)
         if kind == "message":
             self._apply_model(entry)
-            message = entry.get("message")
-            if message.__class__ is dict:
-                self._ctx.messages.append(message)
         else:
             self._apply_setting(entry, len(self._path) - 1)
-            converted = _entry_message(entry)
-            if converted is not None:
-                self._ctx.messages.append(converted)
+        self._ctx.messages.extend(_entry_messages(entry))
         leaf_id = entry.get("id")
         self.leaf_id = leaf_id if isinstance(leaf_id, str) else None
         return True
@@ -452,6 +560,61 @@ def build_session_context(
     return ContextBuilder.from_leaf(by_id, leaf)._ctx
 
 
+def _content_text(content: object) -> str:
+    """pi-ai's `contentText`: a string as is, else the text blocks joined by newlines."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        return ""
+    return "\n".join(
+        str(block.get("text"))
+        for block in content
+        if isinstance(block, dict) and block.get("type") == "text"
+    )
+
+
+def current_system_message(messages: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """Every system message replayed into one (pi-ai's `getCurrentSystemMessage`): the
+    contents that are not empty joined by blank lines, the sections patched by name
+    (null removes one), the tools added and not removed since; None without system
+    messages and tools. What pi 1.6 records on a compaction as its `systemMessage`."""
+    content: list[str] = []
+    sections: dict[str, Any] = {}
+    tools: dict[Any, Any] = {}
+    timestamp: object = UNSET
+    for message in messages:
+        if message.get("role") != "system":
+            continue
+        if timestamp is None or isinstance(timestamp, UnsetType):
+            timestamp = message.get("timestamp", UNSET)
+        text = _content_text(message.get("content"))
+        if text:
+            content.append(text)
+        patch = message.get("sections")
+        for name, value in patch.items() if isinstance(patch, dict) else ():
+            if value is None:
+                sections.pop(name, None)
+            else:
+                sections[name] = value
+        for key, remove in (("toolsRemoved", True), ("toolsAdded", False)):
+            listed = message.get(key)
+            for tool in listed if isinstance(listed, list) else ():
+                name = tool.get("name") if isinstance(tool, dict) else None
+                if remove:
+                    tools.pop(name, None)
+                elif name.__class__ is str:
+                    tools[name] = tool
+    if isinstance(timestamp, UnsetType) and not tools:
+        return None
+    out: dict[str, Any] = {"role": "system", "content": "\n\n".join(content)}
+    if sections:
+        out["sections"] = sections
+    if tools:
+        out["toolsAdded"] = list(tools.values())
+    out["timestamp"] = 0 if timestamp is None or isinstance(timestamp, UnsetType) else timestamp
+    return out
+
+
 def _text_block(text: str) -> dict[str, Any]:
     return {"type": "text", "text": text}
 
@@ -483,18 +646,19 @@ def _python_execution_text(m: Mapping[str, Any]) -> str:
 
 
 def convert_to_llm(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Convert agent messages to LLM messages (user/assistant/toolResult).
+    """Convert agent messages to LLM messages (system/user/assistant/toolResult).
 
     bashExecution/pythonExecution become user text (unless `excludeFromContext`),
     custom/hookMessage become user messages (string content wrapped as a text
     block), branch and compaction summaries become user text from their
-    templates; user/assistant/toolResult pass through; unknown roles are dropped.
+    templates; system (pi 1.6: content, sections, toolsAdded, toolsRemoved),
+    user, assistant and toolResult messages pass through; unknown roles are dropped.
     """
     out: list[dict[str, Any]] = []
     for m in messages:
         role = m.get("role")
         ts = m.get("timestamp")
-        if role in ("user", "assistant", "toolResult"):
+        if role in ("user", "assistant", "toolResult", "system"):
             out.append(m)
         elif role == "bashExecution":
             if not m.get("excludeFromContext"):

@@ -14,7 +14,8 @@ never writing) and reports what a reader would trip over::
     invalid_parent       a parentId that is neither null nor a string
     dangling_parent      a parentId naming no entry (the entry shows up as a root)
     cycle                entries whose parentIds loop (reachable from no root)
-    compaction_off_path  a compaction whose firstKeptEntryId is not on its path
+    compaction_off_path  a compaction whose firstKeptEntryId is not on its path (nor
+                         its own id: pi 1.6's "retain none", which keeps nothing)
     label_unknown_target a label whose targetId names no entry
     missing_blob         a `blob:sha256:` ref whose blob is not in the blob store
     damaged_blob         a `blob:sha256:` ref whose stored blob does not hash to it
@@ -369,6 +370,8 @@ def _compaction_findings(lines: list[ScannedLine], by_id: dict[str, ScannedLine]
         if entry.get("type") != "compaction":
             continue
         first_kept = entry.get("firstKeptEntryId")
+        if first_kept is not None and first_kept == entry.get("id"):
+            continue  # "retain none" (pi 1.6): its own id keeps nothing, on purpose
         seen: set[int] = {id(line)}
         current = _parent_line(line, by_id)
         found = False

@@ -49,12 +49,14 @@ from sessiontree.format import (
     SessionTreeNode,
     UsageTotals,
     allow_deep_nesting,
+    current_system_message,
     generate_session_id,
     header_needs_migration,
     iso_now,
     migrate_session_entries,
     new_header,
     ordered_header,
+    parse_iso_ms,
     session_name,
     session_path,
 )
@@ -924,21 +926,76 @@ class SessionManager(ClosesOnExit):
         self,
         summary: str,
         short_summary: Maybe[str | None],
-        first_kept_entry_id: str,
+        first_kept_entry_id: str | None,
         tokens_before: int,
         details: Maybe[Any] = UNSET,
         from_extension: Maybe[bool | None] = UNSET,
         preserve_data: Maybe[Any] = UNSET,
+        *,
+        usage: Maybe[dict[str, Any] | None] = UNSET,
+        system_message: Maybe[dict[str, Any] | None] = UNSET,
     ) -> str:
-        """Append a compaction: context keeps `first_kept_entry_id`..here after its summary."""
+        """Append a compaction: the context keeps `first_kept_entry_id`..here after its
+        summary; None keeps nothing before it ("retain none": pi 1.6 writes the
+        compaction's own id as `firstKeptEntryId`).
+
+        `usage`: what making the summary cost (pi 1.6 counts it in the session's
+        totals). `system_message`: the system message the context starts from after
+        the compaction (pi 1.6's `systemMessage`, emitted before the summary). Not
+        given, it is what pi 1.6 records: every system message of the context
+        replayed into one (`current_system_message`), stamped with the compaction's
+        time, or none when the context has none; None writes none. Keys in pi 1.6's
+        order: `...,details,usage,fromHook,systemMessage` (`shortSummary` after
+        `summary`, `fromExtension` and `preserveData` after `usage`, as oh-my-pi).
+        """
         entry = self._base("compaction")
         entry["summary"] = summary
         _put(entry, "shortSummary", short_summary)
-        entry["firstKeptEntryId"] = first_kept_entry_id
+        entry["firstKeptEntryId"] = (
+            first_kept_entry_id if first_kept_entry_id is not None else entry["id"]
+        )
         entry["tokensBefore"] = tokens_before
         _put(entry, "details", details)
+        _put(entry, "usage", usage)
         _put(entry, "fromExtension", from_extension)
         _put(entry, "preserveData", preserve_data)
+        if isinstance(system_message, UnsetType):
+            current = current_system_message(self._index.context().messages)
+            if current is not None:
+                current["timestamp"] = parse_iso_ms(entry["timestamp"])
+            system_message = current
+        _put(entry, "systemMessage", system_message)
+        return self._append(entry)
+
+    def append_context_edit(self, target_id: str, replacement: dict[str, Any] | None) -> str:
+        """Append a branch-local edit of an earlier entry's part of the context (pi 1.6):
+        None drops the entry from the context, `{"content": ...}` (a string or a list of
+        blocks) replaces its content. The latest edit of an entry on the branch wins.
+
+        The target must be on the active branch and give the model content: a user,
+        assistant or toolResult message or a custom message (EntryNotFoundError for an
+        unknown id, ValueError otherwise). A string replacing an assistant's or a tool
+        result's content is stored as one text block, as pi stores it.
+        """
+        if replacement is not None and not (
+            isinstance(replacement, dict) and isinstance(replacement.get("content"), (str, list))
+        ):
+            raise ValueError("Context edit replacement must be None or contain string/list content")
+        target = self._index.require(target_id)
+        if not any(e.get("id") == target_id for e in self._index.branch(None)):
+            raise ValueError(f"Entry {target_id} is not on the active branch")
+        message = target.get("message")
+        role = message.get("role") if isinstance(message, dict) else None
+        if target.get("type") == "message" and role in ("user", "assistant", "toolResult"):
+            if role != "user" and replacement is not None:
+                content = replacement["content"]
+                if isinstance(content, str):
+                    replacement = {"content": [{"type": "text", "text": content}]}
+        elif target.get("type") != "custom_message":
+            raise ValueError(f"Entry {target_id} does not contribute editable model content")
+        entry = self._base("context_edit")
+        entry["targetId"] = target_id
+        entry["replacement"] = replacement
         return self._append(entry)
 
     def append_custom_entry(self, custom_type: str, data: Maybe[Any] = UNSET) -> str:
