@@ -20,20 +20,22 @@ In the xcsh and oh-my-pi stores sessiontree goes on writing what oh-my-pi writes
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import peers
+from conftest import examples
 from opscript import OpRunResult, run_script
 from sessiontree import SessionManager
 from sessiontree.cli import app
 from sessiontree.format import serialize_entry, serialize_entry_bytes
 from test_opscript_shapes import collapse_name_entries, read_entries, shape
-
-pytestmark = pytest.mark.peers
 
 CWD = "/proj"
 
@@ -209,6 +211,7 @@ def contexts_agree(path: str, peer: str) -> int:
     return len(want)
 
 
+@pytest.mark.peers
 def test_the_file_appears_with_the_first_user_message(tmp_path: Path) -> None:
     """pi 1.6 writes a new session at its first user message (setup entries before it
     in the same write); in pi's store so do we. oh-my-pi still waits for the answer."""
@@ -222,6 +225,7 @@ def test_the_file_appears_with_the_first_user_message(tmp_path: Path) -> None:
     assert not Path(elsewhere.session_file).exists()
 
 
+@pytest.mark.peers
 @pytest.mark.parametrize("script", [SCRIPT, DEFERRED], ids=["everything", "deferred-branch"])
 def test_what_sessiontree_writes_in_pi_store_is_what_pi16_writes(
     tmp_path: Path, script: list[dict[str, Any]]
@@ -229,6 +233,7 @@ def test_what_sessiontree_writes_in_pi_store_is_what_pi16_writes(
     same_files(ours(script, project(pi_store(tmp_path))), theirs(script, tmp_path / "pi16"))
 
 
+@pytest.mark.peers
 @pytest.mark.parametrize("peer", peers.PI_VERSIONS)
 def test_both_pi_versions_read_what_was_written_in_pi_store_as_we_do(
     tmp_path: Path, peer: str
@@ -264,6 +269,7 @@ def test_a_branched_session_in_pi_store_keeps_every_parent(tmp_path: Path) -> No
         assert new.build_session_context() == old.build_session_context()
 
 
+@pytest.mark.peers
 def test_names_are_stored_as_pi16_stores_them(tmp_path: Path) -> None:
     ops = [user("hello", 1), reply("hi", 2), *(name(n) for n in NAMES)]
     pi = theirs(ops, tmp_path / "pi16")
@@ -274,6 +280,7 @@ def test_names_are_stored_as_pi16_stores_them(tmp_path: Path) -> None:
     assert not any("\n" in n or "\r" in n for n in got)
 
 
+@pytest.mark.peers
 def test_a_rename_in_pi_store_is_the_name_pi16_shows(tmp_path: Path) -> None:
     """`sessiontree rename`: pi shows the new name (it read none from the header's title,
     which an older sessiontree wrote; that title goes, the entries stay)."""
@@ -298,6 +305,7 @@ def test_a_rename_in_pi_store_is_the_name_pi16_shows(tmp_path: Path) -> None:
         assert sm.get_session_name() == "New name"
 
 
+@pytest.mark.peers
 def test_other_stores_still_write_what_omp_writes(tmp_path: Path) -> None:
     """The xcsh store, the same script: the file waits for the assistant, `fromId` is
     the branch target, the branched file keeps oh-my-pi's shape (an entry whose parent
@@ -312,3 +320,68 @@ def test_other_stores_still_write_what_omp_writes(tmp_path: Path) -> None:
         assert not any(e["type"] == "session_info" for e in got)
     summaries = [e for e in read_entries(Path(str(mine.session_files[0]))) if "fromId" in e]
     assert [e["fromId"] for e in summaries] == [mine.ids[3], "root"]
+
+
+tree_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["user", "reply", "label", "clear", "branch", "compaction", "custom"]),
+        st.integers(0, 1000),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ops=tree_ops, at=st.integers(0, 1000))
+def test_any_branched_session_in_pi_store_keeps_every_parent_and_its_context(
+    ops: list[tuple[str, int]], at: int
+) -> None:
+    """Any tree of messages, labels (set, cleared, set again), branches and compactions,
+    branched at any entry in pi's store: no entry of the new file names a parent the
+    file lacks, nor a first kept entry its path held (one off the path stays, as pi
+    keeps it), and its context at that entry is the one the
+    session it came from has there (the file is written once a user or assistant
+    message is on the path)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        sm = SessionManager.create(CWD, str(project(pi_store(Path(tmp)))))
+        ids: list[str] = []
+        for kind, n in ops:
+            pick = ids[n % len(ids)] if ids else None
+            if kind == "user":
+                ids.append(sm.append_message({"role": "user", "content": "u", "timestamp": n}))
+            elif kind == "reply":
+                ids.append(sm.append_message(reply("a", n)["message"]))
+            elif kind in ("label", "clear") and pick is not None:
+                ids.append(sm.append_label_change(pick, f"l{n}" if kind == "label" else None))
+            elif kind == "branch" and pick is not None:
+                sm.branch(pick)
+            elif kind == "compaction" and pick is not None:
+                ids.append(sm.append_compaction("s", None, pick, n))
+            else:
+                ids.append(sm.append_custom_entry("c", {"n": n}))
+        leaf = ids[at % len(ids)]
+        sm.branch(leaf)
+        want = sm.build_session_context()
+        on_path = {e["id"]: e.get("firstKeptEntryId") for e in sm.get_branch(leaf)}
+        path = sm.create_branched_session(leaf)
+        assert path is not None
+        entries = sm.get_entries()
+        kept = {e["id"] for e in entries}
+        assert all(e["parentId"] is None or e["parentId"] in kept for e in entries)
+        for e in entries:
+            if e["type"] == "compaction" and on_path[e["id"]] in on_path:
+                assert e["firstKeptEntryId"] in kept  # a label it kept from: the entry after
+        if leaf in kept:
+            sm.branch(leaf)
+            assert sm.build_session_context() == want
+        conversation = any(
+            e["type"] == "message" and e["message"]["role"] in ("user", "assistant")
+            for e in entries
+        )
+        sm.close()
+        assert Path(path).exists() == conversation
+        if conversation:
+            assert [json.loads(line) for line in Path(path).read_bytes().splitlines()[1:]] == (
+                entries
+            )
