@@ -14,6 +14,9 @@ leaf. What pi 1.6 does that 0.73.1 did not:
   keeps a compaction's first kept entry (0.73.1 left them naming a missing parent);
 * a `session_info` name loses its line breaks (0.73.1 only trimmed it).
 
+A change of the default model is written as both pi versions write it (`provider`,
+`modelId`), since neither reads oh-my-pi's `model`.
+
 In the xcsh and oh-my-pi stores sessiontree goes on writing what oh-my-pi writes.
 """
 
@@ -117,6 +120,8 @@ DEFERRED: list[dict[str, Any]] = [
     {"op": "createBranchedSession", "ref": 2},  # 5
     {"op": "appendCustomEntry", "customType": "still no conversation"},  # 6
     user("now", 3),  # 7
+    {"op": "appendModelChange", "model": "anthropic/claude-sonnet-4-5"},  # 8: pi's form
+    user("and now", 4),  # 9
 ]
 
 # Names as people paste them: line breaks of every kind, tabs, spaces JavaScript trims
@@ -206,7 +211,7 @@ def contexts_agree(path: str, peer: str) -> int:
             model = w["context"]["model"]
             assert ctx.messages == w["context"]["messages"], w["leafId"]
             assert ctx.thinking_level == w["context"]["thinkingLevel"], w["leafId"]
-            expected = None if model is None else f"{model['provider']}/{model['modelId']}"
+            expected = None if model is None else f"{model.get('provider')}/{model.get('modelId')}"
             assert ctx.models.get("default") == expected, w["leafId"]
     return len(want)
 

@@ -927,8 +927,18 @@ class SessionManager(ClosesOnExit):
         return self._append(entry)
 
     def append_model_change(self, model: str, role: str | None = None) -> str:
-        """Append a model change (`"provider/id"`); role omitted when None."""
+        """Append a model change (`"provider/id"`); role omitted when None.
+
+        In pi's store a change of the default model is written as pi writes it
+        (`provider`, `modelId`: pi reads no `model`); pi has no roles, so a change of
+        another role keeps oh-my-pi's form.
+        """
         entry = self._base("model_change")
+        provider, slash, model_id = model.partition("/")
+        if self._pi_form and slash and role in (None, "default"):
+            entry["provider"] = provider
+            entry["modelId"] = model_id
+            return self._append(entry)
         entry["model"] = model
         _put(entry, "role", role)
         return self._append(entry)
