@@ -390,3 +390,44 @@ def test_any_branched_session_in_pi_store_keeps_every_parent_and_its_context(
             assert [json.loads(line) for line in Path(path).read_bytes().splitlines()[1:]] == (
                 entries
             )
+
+
+@pytest.mark.peers
+@pytest.mark.parametrize("how", ["persist_copy", "fork_from", "create_branched_session"])
+def test_a_copy_into_pi_store_is_named_as_pi_reads_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """A named session of the xcsh store (its name in the header) copied into pi's
+    store: the copy's name is a `session_info` entry after its leaf, which pi shows,
+    and the header carries no title pi would not show."""
+    xcsh = tmp_path / "agent" / "sessions" / "--proj--"
+    sm = SessionManager.create(CWD, str(xcsh))
+    sm.append_message(user("hello", 1)["message"])
+    sm.append_message(reply("hi", 2)["message"])
+    sm.set_session_name("Carried\nname ", "user")
+    sm.close()
+    source = sm.get_session_file() or ""
+    pi = project(pi_store(tmp_path))
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(pi_store(tmp_path)))
+    if how == "persist_copy":
+        with SessionManager.open(source, read_only=True) as src:
+            copy = src.persist_copy(str(pi))
+    elif how == "fork_from":
+        copy = SessionManager.fork_from(source, CWD, str(pi))
+    else:
+        copy = SessionManager.open(source, session_dir=str(pi))
+        copy.create_branched_session(copy.get_leaf_id() or "")
+    path = copy.get_session_file() or ""
+    copy.close()
+    assert path.startswith(str(pi))
+    lines = [json.loads(line) for line in Path(path).read_bytes().splitlines()]
+    assert "title" not in lines[0]
+    assert (lines[-1]["type"], lines[-1]["name"], lines[-1]["parentId"]) == (
+        "session_info",
+        "Carried name",
+        lines[-2]["id"],
+    )
+    assert json.loads(peers.oracle("pi16", "entries", path))["name"] == "Carried name"
+    with SessionManager.open(path, read_only=True) as again:
+        assert again.get_session_name() == "Carried name"
+    assert contexts_agree(path, "pi16") == len(lines) - 1

@@ -586,6 +586,8 @@ class SessionManager(ClosesOnExit):
         blobs = carry.target
         file = self._new_file(path, blobs=blobs)
         pi_form = writes_pi_form(path, self._storage, agent)  # the new file's store's, not ours
+        if pi_form:
+            header, index = _named_by_entry(header, index, source._index)
         try:
             chunks = index.file_chunks(
                 SessionHead(header).lines(), blobs, carry=carry, pi_form=pi_form
@@ -1388,6 +1390,35 @@ class SessionManager(ClosesOnExit):
         return UsageStatistics(
             totals.input, totals.output, totals.cache_read, totals.cache_write, totals.cost
         )
+
+
+def _named_by_entry(
+    header: Entry, index: EntryIndex, shared: EntryIndex
+) -> tuple[Entry, EntryIndex]:
+    """A copy into pi's store: the header's title (which pi never shows) becomes the
+    `session_info` entry pi reads, after the copy's leaf, unless that entry is its
+    name already. `shared`: an index that belongs to a manager still in use, which is
+    copied rather than changed."""
+    if "title" not in header and "titleSource" not in header:
+        return header, index
+    title = header.get("title")
+    header = {k: v for k, v in header.items() if k not in ("title", "titleSource")}
+    name = pi_session_name(title) if isinstance(title, str) else ""
+    if not name or name == index.latest_name:
+        return header, index
+    if index is shared:
+        leaf = index.leaf
+        index = EntryIndex(list(index.entries))
+        index.leaf = leaf
+    entry = {
+        "type": "session_info",
+        "id": index.new_id(),
+        "parentId": index.leaf,
+        "timestamp": iso_now(),
+        "name": name,
+    }
+    index.add(entry)
+    return header, index
 
 
 def _put(entry: Entry, key: str, value: object) -> None:
