@@ -31,8 +31,9 @@ flush                      flush()
 
 Absent optional fields are passed as `UNSET`. Ops that create no entry record `None` as
 their id. `setSessionName` appends an entry in both peers (omp `title_change`, pi
-`session_info`) but never in sessiontree; should a later op refer to it, the ref resolves
-to the leaf the name was set on (its parent in the peers' files), which is how
+`session_info`) but in sessiontree only in pi's store (a `session_info` entry, whose id
+the op records); elsewhere, should a later op refer to it, the ref resolves to the leaf
+the name was set on (its parent in the peers' files), which is how
 `test_opscript_shapes` collapses those entries.
 """
 
@@ -158,8 +159,12 @@ def run_ops(sm: SessionManager, ops: list[dict[str, Any]]) -> OpRunResult:
                 from_extension=_get(op, "fromExtension"),
             )
         elif name == "setSessionName":
-            aliases[i] = sm.get_leaf_id()
+            leaf = sm.get_leaf_id()
             sm.set_session_name(op["name"], op.get("source") or "auto")
+            if sm.get_leaf_id() != leaf:  # pi's store: a `session_info` entry, as pi writes
+                new_id = sm.get_leaf_id()
+            else:
+                aliases[i] = leaf
         elif name == "createBranchedSession":
             path = sm.create_branched_session(ref(op.get("ref"), i, "ref"))
             if path:

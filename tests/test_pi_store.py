@@ -4,8 +4,9 @@ pi (0.73) reads no `blob:sha256:` refs and writes `JSON.stringify(entry)`, image
 inline and nothing cut. In its store (an agent dir named `.pi/agent`: `~/.pi/agent`,
 `--agent pi`) entries are written that way, on append, rewrite and copy; in any store,
 an entry read from a line without a blob ref is written back as it was read, so a
-rename of a session pi wrote changes its header and nothing else. The xcsh and
-oh-my-pi stores still move images to `blobs/`.
+rename of a session pi wrote changes its header and nothing else (in pi's store it
+appends the `session_info` entry pi reads and changes nothing: `test_pi16_store.py`).
+The xcsh and oh-my-pi stores still move images to `blobs/`.
 
 The tests marked `peers` also ask pi itself (`shared/peers/pi-oracle.mjs` beside the repository, with pi
 installed by `peers/setup.sh`) for the context of the files written here.
@@ -134,16 +135,23 @@ def test_a_rename_of_a_session_pi_wrote_changes_its_header_and_nothing_else(
 ) -> None:
     """`sessiontree rename` of a file pi wrote, in pi's store and in xcsh's: every line
     but the header comes back byte for byte (inline images stay inline, long strings
-    stay whole), and no blob is made."""
+    stay whole), and no blob is made. In pi's store the header stays too: the name is
+    one `session_info` line appended, as pi writes it."""
     agent = store_dir(tmp_path, store)
     path = place(source, agent)
     before = path.read_bytes().split(b"\n")
     cli("--agent-dir", str(agent), "rename", str(path), "Renamed")
     after = path.read_bytes().split(b"\n")
-    assert len(after) == len(before)
-    assert json.loads(after[0])["title"] == "Renamed"
-    changed = [i for i, (a, b) in enumerate(zip(after, before, strict=True)) if a != b]
-    assert changed == [0]
+    if store == "pi":
+        assert after[: len(before) - 1] == before[:-1]
+        assert after[len(before) :] == [b""]
+        entry = json.loads(after[len(before) - 1])
+        assert (entry["type"], entry["name"]) == ("session_info", "Renamed")
+    else:
+        assert len(after) == len(before)
+        assert json.loads(after[0])["title"] == "Renamed"
+        changed = [i for i, (a, b) in enumerate(zip(after, before, strict=True)) if a != b]
+        assert changed == [0]
     blobs = agent / "blobs"
     assert not blobs.exists() or not any(blobs.iterdir())
 
@@ -187,11 +195,11 @@ def test_appends_in_pi_store_keep_images_inline_and_strings_whole(
     assert messages[0]["content"][1]["data"] == inline
     assert messages[2]["content"][1]["data"] == base64.b64encode(PNG + b"2").decode()
     assert messages[3]["content"][0]["text"] == long_text
-    # A rewrite (a rename) keeps them so too, loaded whole or index first.
+    # A rewrite keeps them so too, loaded whole or index first.
     for lazy in (False, True):
         with SessionManager.open(str(path), lazy=lazy) as again:
-            again.set_session_name(f"renamed {lazy}")
-        assert path.read_bytes().split(b"\n")[1:] == data.split(b"\n")[1:]
+            again.rewrite_entries()
+        assert path.read_bytes() == data
 
 
 @pytest.mark.peers
@@ -259,7 +267,8 @@ def test_a_rewrite_in_pi_store_turns_refs_back_into_images(tmp_path: Path, load_
     for blob in (tmp_path / "agent" / "blobs").iterdir():
         shutil.copyfile(blob, agent / "blobs" / blob.name)
     path = place(written, agent)
-    cli("--agent-dir", str(agent), "rename", str(path), "Renamed")
+    with SessionManager.open(str(path), agent_dir=str(agent)) as sm:
+        sm.rewrite_entries()
     data = path.read_bytes()
     assert REF not in data
     assert base64.b64encode(PNG) in data
@@ -337,7 +346,8 @@ def test_any_session_written_as_pi_writes_comes_back_from_a_rename_unchanged(
     messages: list[dict[str, Any]], store: str, lazy: bool
 ) -> None:
     """Lines in pi's form (inline images, strings oh-my-pi would cut, keys it would drop),
-    renamed in either store and either load mode: only the header changes."""
+    renamed in either store and either load mode: only the header changes (in pi's
+    store, a `session_info` line is appended instead)."""
     with tempfile.TemporaryDirectory() as tmp:
         agent = store_dir(Path(tmp), store)
         project = agent / "sessions" / "--proj--"
@@ -357,7 +367,9 @@ def test_any_session_written_as_pi_writes_comes_back_from_a_rename_unchanged(
         ) as sm:
             sm.set_session_name("renamed")
         after = path.read_bytes().split(b"\n")
-        assert after[1:-1] == lines[1:]
+        assert after[1 : len(lines)] == lines[1:]
+        added = [json.loads(line)["type"] for line in after[len(lines) : -1]]
+        assert added == (["session_info"] if store == "pi" else [])
         assert not (agent / "blobs").exists() or not any((agent / "blobs").iterdir())
 
 

@@ -80,7 +80,10 @@ def rename_command(
     session: SessionArg,
     name: Annotated[str, typer.Argument(help="The new title.", show_default=False)],
 ) -> None:
-    """Set a session's title (a user title, which later automatic titles do not replace)."""
+    """Set a session's title (a user title, which later automatic titles do not replace).
+
+    In pi's store the name is a session_info entry, the one pi shows.
+    """
     path = resolve_session(session)
     with open_writable(path) as sm:
         if not sm.set_session_name(name, "user"):

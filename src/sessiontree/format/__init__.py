@@ -67,6 +67,7 @@ from sessiontree.format._naming import (
     listing_title,
     new_header,
     ordered_header,
+    pi_session_name,
     session_file_name,
     session_name,
     session_path,
@@ -83,7 +84,13 @@ from sessiontree.format._text import (
     entry_text,
     message_text,
 )
-from sessiontree.format._tree import SessionTreeNode, branch_with_labels, build_tree, path_to_root
+from sessiontree.format._tree import (
+    SessionTreeNode,
+    branch_as_pi,
+    branch_with_labels,
+    build_tree,
+    path_to_root,
+)
 from sessiontree.format._usage import (
     ImportMarker,
     UsageRecord,
@@ -119,6 +126,7 @@ __all__ = [
     "as_is_checker",
     "assistant_model",
     "blocks_text",
+    "branch_as_pi",
     "branch_with_labels",
     "build_session_context",
     "build_tree",
@@ -157,6 +165,7 @@ __all__ = [
     "parse_iso_ms",
     "parse_jsonl_lenient",
     "path_to_root",
+    "pi_session_name",
     "serialize_entry",
     "serialize_entry_bytes",
     "session_file_name",

@@ -59,6 +59,7 @@ __all__ = [
     "listing_title",
     "new_header",
     "ordered_header",
+    "pi_session_name",
     "session_file_name",
     "session_name",
     "session_path",
@@ -161,6 +162,20 @@ def session_name(title: str | None, latest_entry_name: str | None) -> str | None
     if not _blank(title):
         return title
     return latest_entry_name or None
+
+
+# What JavaScript's `String.prototype.trim` removes (WhiteSpace and LineTerminator).
+_JS_TRIM: Final = (
+    "\t\n\x0b\x0c\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006"
+    "\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+_LINE_BREAKS: Final = re.compile(r"[\r\n]+")
+
+
+def pi_session_name(name: str) -> str:
+    """A name as pi 1.6 stores it in a `session_info` entry: each run of line breaks
+    one space, the ends trimmed as JavaScript trims (pi 0.73 only trimmed)."""
+    return _LINE_BREAKS.sub(" ", name).strip(_JS_TRIM)
 
 
 def listing_title(name: str | None, short_summary: str | None) -> str | None:

@@ -277,3 +277,55 @@ def branch_with_labels(
         )
         parent = label_id
     return out
+
+
+def branch_as_pi(
+    path: Sequence[dict[str, Any]],
+    labels: Mapping[str, str],
+    label_times: Mapping[str, Any],
+) -> list[dict[str, Any]]:
+    """A root->leaf path as pi (1.6) keeps it in a branched session: label entries
+    dropped and every kept entry re-linked to the kept entry before it (the first
+    becomes a root), so that no entry names a parent the new file lacks; a
+    compaction whose `firstKeptEntryId` was a dropped label keeps from the entry that
+    took the label's place. Then one label entry per label in effect on a kept entry,
+    with the timestamp of the label entry that set it (`label_times`), chained after
+    the path.
+
+    Kept entries are shallow copies (key order kept); label entries are new.
+    """
+    out: list[dict[str, Any]] = []
+    replacement: dict[Any, Any] = {}  # a dropped label's id -> the entry after it
+    pending: list[Any] = []
+    parent: Any = None
+    for entry in path:
+        entry_id = entry.get("id")
+        if entry.get("type") == "label":
+            pending.append(entry_id)
+            continue
+        for label_id in pending:
+            replacement[label_id] = entry_id
+        pending.clear()
+        kept = {**entry, "parentId": parent}
+        if entry.get("type") == "compaction" and "firstKeptEntryId" in entry:
+            first = entry["firstKeptEntryId"]
+            if first != entry_id:
+                kept["firstKeptEntryId"] = replacement.get(first, first)
+        out.append(kept)
+        parent = entry_id
+    kept_ids = {e.get("id") for e in out}
+    used: set[str] = {i for i in kept_ids if isinstance(i, str)}
+    for target, label in labels.items():
+        if target not in kept_ids:
+            continue
+        label_id = generate_entry_id(used)
+        used.add(label_id)
+        label_entry: dict[str, Any] = {"type": "label", "id": label_id, "parentId": parent}
+        timestamp = label_times.get(target)
+        if timestamp is not None:
+            label_entry["timestamp"] = timestamp
+        label_entry["targetId"] = target
+        label_entry["label"] = label
+        out.append(label_entry)
+        parent = label_id
+    return out

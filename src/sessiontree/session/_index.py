@@ -45,6 +45,7 @@ from sessiontree.format import (
     SessionTreeNode,
     allow_deep_nesting,
     assistant_model,
+    branch_as_pi,
     branch_with_labels,
     build_session_context,
     build_tree,
@@ -66,7 +67,13 @@ from sessiontree.session._persistence import entry_line, resolve_blob_refs
 from sessiontree.session._shape import TreeShape
 from sessiontree.storage import BlobStoreLike, PinnedFile
 
-__all__ = ["EntryIndex", "LineSource", "SessionChunks", "is_assistant_message"]
+__all__ = [
+    "EntryIndex",
+    "LineSource",
+    "SessionChunks",
+    "is_assistant_message",
+    "is_conversation_message",
+]
 
 _REF_MARK: Final = b"blob:sha256:"
 
@@ -94,6 +101,14 @@ def is_assistant_message(entry: Entry) -> bool:
         return False
     message = entry.get("message")
     return isinstance(message, dict) and message.get("role") == "assistant"
+
+
+def is_conversation_message(entry: Entry) -> bool:
+    """Whether the entry is a user or assistant message."""
+    if entry.get("type") != "message":
+        return False
+    message = entry.get("message")
+    return isinstance(message, dict) and message.get("role") in ("user", "assistant")
 
 
 def apply_label(entry: Entry, labels: dict[str, str]) -> None:
@@ -612,6 +627,32 @@ class EntryIndex:
         if not path:
             raise EntryNotFoundError(leaf_id)
         return branch_with_labels(path, self._labels)
+
+    def branch_as_pi(self, leaf_id: str) -> list[Entry]:
+        """The root -> `leaf_id` path as pi (1.6) keeps it in a branched session
+        (`sessiontree.format.branch_as_pi`): re-linked where label entries were
+        dropped, labels re-created with the timestamps of the entries that set them
+        (reads every entry of a session loaded index first)."""
+        path = self.branch(leaf_id)
+        if not path:
+            raise EntryNotFoundError(leaf_id)
+        times: dict[str, Any] = {}
+        for entry in self.entries:
+            if entry.get("type") != "label":
+                continue
+            target = entry.get("targetId")
+            if isinstance(target, str):
+                label = entry.get("label")
+                if isinstance(label, str) and label:
+                    times[target] = entry.get("timestamp")
+                else:
+                    times.pop(target, None)
+        return branch_as_pi(path, self._labels, times)
+
+    def has_conversation(self) -> bool:
+        """Whether any entry is a user or assistant message (what makes pi 1.6 write a
+        new session's file)."""
+        return self.has_assistant() or any(map(is_conversation_message, self.entries))
 
     def tree(self) -> list[SessionTreeNode]:
         """Roots of the entry tree (orphans are roots), children oldest first."""

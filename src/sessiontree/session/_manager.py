@@ -57,6 +57,7 @@ from sessiontree.format import (
     new_header,
     ordered_header,
     parse_iso_ms,
+    pi_session_name,
     session_name,
     session_path,
 )
@@ -72,7 +73,13 @@ from sessiontree.layout import (
     writes_pi_form,
 )
 from sessiontree.session._file import ContentSource, SessionFile
-from sessiontree.session._index import EntryIndex, LineSource, SessionChunks, is_assistant_message
+from sessiontree.session._index import (
+    EntryIndex,
+    LineSource,
+    SessionChunks,
+    is_assistant_message,
+    is_conversation_message,
+)
 from sessiontree.session._persistence import (
     entry_line,
     held_blob_refs,
@@ -581,6 +588,8 @@ class SessionManager(ClosesOnExit):
         blobs = carry.target
         file = self._new_file(path, blobs=blobs)
         pi_form = writes_pi_form(path, self._storage, agent)  # the new file's store's, not ours
+        if pi_form:
+            header, index = _named_by_entry(header, index, source._index)
         try:
             chunks = index.file_chunks(
                 SessionHead(header).lines(), blobs, carry=carry, pi_form=pi_form
@@ -854,9 +863,7 @@ class SessionManager(ClosesOnExit):
         """
         self._check_writable()
         file = self._file
-        if file is not None and (
-            file.on_disk or is_assistant_message(entry) or self._index.has_assistant()
-        ):
+        if file is not None and (file.on_disk or self._starts_file(entry)):
             try:
                 line = entry_line(entry, self._blobs, pi_form=self._pi_form)
             except OSError as exc:
@@ -882,6 +889,14 @@ class SessionManager(ClosesOnExit):
                 self._pin(find_blob_refs(data))
         self._index.add(entry)
         return str(entry["id"])
+
+    def _starts_file(self, entry: Entry) -> bool:
+        """Whether appending `entry` writes a new session's file: at the first
+        assistant message (oh-my-pi, xcsh), in pi's store at the first user or
+        assistant message (pi 0.99+; 0.73 waited for the assistant too)."""
+        if self._pi_form:
+            return is_conversation_message(entry) or self._index.has_conversation()
+        return is_assistant_message(entry) or self._index.has_assistant()
 
     def _base(self, kind: str) -> Entry:
         return {
@@ -916,8 +931,18 @@ class SessionManager(ClosesOnExit):
         return self._append(entry)
 
     def append_model_change(self, model: str, role: str | None = None) -> str:
-        """Append a model change (`"provider/id"`); role omitted when None."""
+        """Append a model change (`"provider/id"`); role omitted when None.
+
+        In pi's store a change of the default model is written as pi writes it
+        (`provider`, `modelId`: pi reads no `model`); pi has no roles, so a change of
+        another role keeps oh-my-pi's form.
+        """
         entry = self._base("model_change")
+        provider, slash, model_id = model.partition("/")
+        if self._pi_form and slash and role in (None, "default"):
+            entry["provider"] = provider
+            entry["modelId"] = model_id
+            return self._append(entry)
         entry["model"] = model
         _put(entry, "role", role)
         return self._append(entry)
@@ -1078,13 +1103,19 @@ class SessionManager(ClosesOnExit):
         details: Maybe[Any] = UNSET,
         from_extension: Maybe[bool | None] = UNSET,
     ) -> str:
-        """Branch to `branch_from_id` (None: the root) and record a summary of what was left."""
+        """Branch to `branch_from_id` (None: the root) and record a summary of what was left.
+
+        `fromId` is the branch target ("root" for None) as oh-my-pi writes it; in pi's
+        store, the leaf that was left ("root" when there was none), as pi 0.84.3+ does.
+        """
         self._check_writable()
         if branch_from_id is not None:
             self._index.require(branch_from_id)
+        left = self._index.leaf
         self._index.leaf = branch_from_id
         entry = self._base("branch_summary")
-        entry["fromId"] = branch_from_id if branch_from_id is not None else "root"
+        from_id = left if self._pi_form else branch_from_id
+        entry["fromId"] = from_id if from_id is not None else "root"
         entry["summary"] = summary
         _put(entry, "details", details)
         _put(entry, "fromExtension", from_extension)
@@ -1169,12 +1200,15 @@ class SessionManager(ClosesOnExit):
         return session_name(self._head.title(), self._index.latest_name)
 
     def set_session_name(self, name: str, source: str = "auto") -> bool:
-        """Name the session (header `title`/`titleSource`); never appends an entry.
+        """Name the session (header `title`/`titleSource`); never appends an entry,
+        except in pi's store (see `_name_as_pi`).
 
         Returns False when nothing changed: an empty name, or an "auto" name after
         a "user" one. Once the file exists it is rewritten atomically.
         """
         self._check_writable()
+        if self._pi_form:
+            return self._name_as_pi(name, source)
         cleaned = clean_session_name(name)
         if not cleaned:
             return False
@@ -1186,6 +1220,39 @@ class SessionManager(ClosesOnExit):
         self._check_rewrite()
         self._head = self._head.renamed(cleaned, source)
         self._rewrite()
+        return True
+
+    def _name_as_pi(self, name: str, source: str) -> bool:
+        """A name in pi's store: a `session_info` entry, what pi reads (it ignores the
+        header's title), the name cleaned as pi 1.6 stores it (`pi_session_name`).
+
+        pi keeps no source and its names are the user's (`/name`), so an "auto" name
+        replaces none. A title the header still carries (a rename by an older
+        sessiontree) is dropped in the same step, since it would hide the entry's name.
+        """
+        cleaned = pi_session_name(name)
+        if not cleaned:
+            return False
+        current = self.get_session_name()
+        if current == cleaned:
+            return False
+        head = self._head
+        if source == "auto" and current is not None:
+            return False
+        titled = "title" in head.header or "titleSource" in head.header
+        if titled:
+            self._check_rewrite()
+            header = {k: v for k, v in head.header.items() if k not in ("title", "titleSource")}
+            self._head = head.with_header(header)
+        entry = self._base("session_info")
+        entry["name"] = cleaned
+        try:
+            self._append(entry)
+        except BaseException:
+            self._head = head
+            raise
+        if titled:
+            self._rewrite()
         return True
 
     # ------------------------------------------------------------------ lifecycle
@@ -1219,13 +1286,26 @@ class SessionManager(ClosesOnExit):
         for this file explicitly). In memory the session is replaced and None returned.
         """
         self._check_writable()
-        entries = self._index.branch_with_labels(leaf_id)
         header = self._head.carried_title(new_header(self._cwd, self.get_session_file()))
         if self._file is None:
             self._head = SessionHead(header)
-            self._index.reset(entries)
+            self._index.reset(self._index.branch_with_labels(leaf_id))
             return None
-        return self._write_new_file(header, EntryIndex(entries), self)
+        path = session_path(self._session_dir, header)
+        if not writes_pi_form(path, self._storage, self._agent_dir):
+            return self._write_new_file(
+                header, EntryIndex(self._index.branch_with_labels(leaf_id)), self
+            )
+        # pi's store: what pi 1.6 writes (no entry left without its parent), and only
+        # once the path holds a conversation (a user or assistant message), as it does.
+        index = EntryIndex(self._index.branch_as_pi(leaf_id))
+        if index.has_conversation():
+            return self._write_new_file(header, index, self, path=path)
+        self._use_file(self._new_file(path))
+        self._pi_form = True
+        self._head = SessionHead(header)
+        self._index = index
+        return path
 
     def persist_copy(
         self,
@@ -1253,14 +1333,17 @@ class SessionManager(ClosesOnExit):
         name in `session_dir`; refused, as any new file, where a file is).
         """
         self._check_open()
-        entries = (
-            self._index.branch_with_labels(leaf_id) if leaf_id is not None else self._index.entries
-        )
         storage = default_storage(storage)
         agent = agent_dir if agent_dir is not None else self._agent_dir
         directory = (
             session_dir if session_dir is not None else get_default_session_dir(self._cwd, agent)
         )
+        if leaf_id is None:
+            entries = self._index.entries
+        elif writes_pi_form(path or directory, storage, agent):
+            entries = self._index.branch_as_pi(leaf_id)  # as `create_branched_session`
+        else:
+            entries = self._index.branch_with_labels(leaf_id)
         copy_ = SessionManager(
             self._cwd,
             directory,
@@ -1364,6 +1447,35 @@ class SessionManager(ClosesOnExit):
         return UsageStatistics(
             totals.input, totals.output, totals.cache_read, totals.cache_write, totals.cost
         )
+
+
+def _named_by_entry(
+    header: Entry, index: EntryIndex, shared: EntryIndex
+) -> tuple[Entry, EntryIndex]:
+    """A copy into pi's store: the header's title (which pi never shows) becomes the
+    `session_info` entry pi reads, after the copy's leaf, unless that entry is its
+    name already. `shared`: an index that belongs to a manager still in use, which is
+    copied rather than changed."""
+    if "title" not in header and "titleSource" not in header:
+        return header, index
+    title = header.get("title")
+    header = {k: v for k, v in header.items() if k not in ("title", "titleSource")}
+    name = pi_session_name(title) if isinstance(title, str) else ""
+    if not name or name == index.latest_name:
+        return header, index
+    if index is shared:
+        leaf = index.leaf
+        index = EntryIndex(list(index.entries))
+        index.leaf = leaf
+    entry = {
+        "type": "session_info",
+        "id": index.new_id(),
+        "parentId": index.leaf,
+        "timestamp": iso_now(),
+        "name": name,
+    }
+    index.add(entry)
+    return header, index
 
 
 def _put(entry: Entry, key: str, value: object) -> None:
