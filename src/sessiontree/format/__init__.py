@@ -84,9 +84,11 @@ from sessiontree.format._text import (
 )
 from sessiontree.format._tree import SessionTreeNode, branch_with_labels, build_tree, path_to_root
 from sessiontree.format._usage import (
+    USAGE_KINDS,
     ImportMarker,
     UsageRecord,
     UsageTotals,
+    counted_usage,
     import_marker,
     usage_record,
     utc_day,
@@ -105,6 +107,7 @@ __all__ = [
     "SHORT_TITLE_CHARS",
     "STRICT_DUMPS_OPTIONS",
     "TITLE_SLOT_BYTES",
+    "USAGE_KINDS",
     "ContextBuilder",
     "Entry",
     "ImportMarker",
@@ -124,6 +127,7 @@ __all__ = [
     "clean_title",
     "content_text",
     "convert_to_llm",
+    "counted_usage",
     "create_branch_summary_message",
     "create_compaction_summary_message",
     "create_custom_message",
