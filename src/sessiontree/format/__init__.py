@@ -77,10 +77,16 @@ from sessiontree.format._naming import (
 from sessiontree.format._text import (
     SEARCH_ROLES,
     blocks_text,
+    context_edit_text,
     entry_preview,
     entry_role,
     entry_text,
+    message_facts,
     message_text,
+    system_sections,
+    system_summary,
+    usage_entry_text,
+    usage_summary,
 )
 from sessiontree.format._tree import SessionTreeNode, branch_with_labels, build_tree, path_to_root
 from sessiontree.format._usage import (
@@ -126,6 +132,7 @@ __all__ = [
     "build_tree",
     "clean_title",
     "content_text",
+    "context_edit_text",
     "convert_to_llm",
     "counted_usage",
     "create_branch_summary_message",
@@ -151,6 +158,7 @@ __all__ = [
     "listing_title",
     "loads_line",
     "loads_object",
+    "message_facts",
     "message_text",
     "migrate_session_entries",
     "model_setting",
@@ -168,7 +176,11 @@ __all__ = [
     "session_version",
     "shorten",
     "shown_title",
+    "system_sections",
+    "system_summary",
     "title_slot_line",
+    "usage_entry_text",
     "usage_record",
+    "usage_summary",
     "utc_day",
 ]
