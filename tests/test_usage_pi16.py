@@ -231,3 +231,34 @@ def test_totals_are_pi16s_on_any_session(
     }
     path.write_text("".join(serialize_entry(e) + "\n" for e in [header, *entries]))
     assert ours(path) == pi16_totals(path)
+
+
+def test_pi16_reads_back_what_append_usage_wrote(tmp_path: Path) -> None:
+    """A session with `usage` entries written from Python: pi 1.6 reads the same entries,
+    builds the same context (the usage entries are not in it) and the same totals."""
+    lines = [json.loads(line) for line in SAMPLE.read_text().splitlines()]
+    spent = next(e for e in lines if e["type"] == "usage")["usage"]
+    with SessionManager.create("/work/demo", str(tmp_path)) as sm:
+        sm.append_message({"role": "user", "content": "warm the cache", "timestamp": 1})
+        sm.append_usage("cache_warm", "anthropic", "claude-sonnet-4-5", spent, "warm")
+        sm.append_message(
+            {
+                "role": "assistant",
+                "content": [{"type": "text", "text": "done"}],
+                "api": "anthropic-messages",
+                "provider": "anthropic",
+                "model": "claude-sonnet-4-5",
+                "usage": spent,
+                "stopReason": "stop",
+                "timestamp": 2,
+            }
+        )
+        sm.append_usage("cache_warm", "anthropic", "claude-sonnet-4-5", spent)
+        sm.flush()
+        path = Path(str(sm.get_session_file()))
+        ours_messages = sm.build_session_context().messages
+        entries = sm.get_entries()
+    read = json.loads(peers.oracle("pi16", "entries", path))
+    assert read["entries"] == entries
+    assert peers.peer_context("pi16", path)["messages"] == ours_messages
+    assert ours(path) == pi16_totals(path)
