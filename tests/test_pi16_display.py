@@ -95,3 +95,18 @@ def test_rewrite_keeps_the_new_fields_byte_for_byte(tmp_path: Path) -> None:
     with SessionManager.open(str(path)) as sm:
         sm.rewrite_entries()
     assert path.read_bytes() == SAMPLE.read_bytes()
+
+
+def test_search_finds_system_prompts_and_edits(agent_dir: Path) -> None:
+    """A system message's sections and a context edit's replacement are text search finds
+    (before, neither held any text), by their roles `system` and `context_edit`."""
+    project = agent_dir / "sessions" / "--work-demo--"
+    project.mkdir(parents=True)
+    shutil.copy(SAMPLE, project / "2026-12-06T19-50-36-276Z_usage-sample.pi16.jsonl")
+    for extra in ([], ["--no-index"]):
+        hits = json.loads(
+            cli("search", "coding agent", "--all", "--role", "system", "--json", *extra)
+        )
+        assert [h["entryId"] for h in hits["hits"]] == [SYSTEM]
+        hits = json.loads(cli("search", "(edited)", "--all", "--json", *extra))
+        assert [(h["entryId"], h["role"]) for h in hits["hits"]] == [(EDIT, "context_edit")]
