@@ -884,3 +884,106 @@ def test_read_history_without_an_fts_index_or_with_a_name_not_utf8(tmp_path: Pat
     assert [e.prompt for e in read_history(db, "100% x\x00", 10)] == []
     assert [e.prompt for e in read_history(db, "_done_ 100%", 10)] == ["100% _done_"]
     assert len(read_history(db, " \t", 10)) == 4
+
+
+# --- oh-my-pi's history.db ------------------------------------------------------------
+
+# oh-my-pi 18.2.3's table (src/session/history-storage.ts, HISTORY_TABLE_DDL): a prompt once
+OMP_HISTORY = """CREATE TABLE history (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    prompt TEXT NOT NULL UNIQUE,
+    created_at INTEGER NOT NULL DEFAULT (CAST(strftime('%s','now') AS INTEGER)),
+    cwd TEXT,
+    session_id TEXT{extra}
+)"""
+# 18.3.4 adds `use_count` and, through its session index (src/session/session-index.ts),
+# a `session_recaps` table in the same file
+OMP_1834_USE_COUNT = ",\n    use_count INTEGER NOT NULL DEFAULT 1"
+OMP_1834_RECAPS = """CREATE TABLE session_recaps (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    cwd TEXT NOT NULL,
+    recap TEXT NOT NULL,
+    created_at INTEGER NOT NULL DEFAULT (CAST(strftime('%s','now') AS INTEGER))
+)"""
+
+
+def make_omp_database(path: Path, *, release: str) -> None:
+    """A history.db as oh-my-pi `release` leaves it, holding "repeat me" then "other"."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        newer = release == "18.3.4"
+        conn.execute(OMP_HISTORY.format(extra=OMP_1834_USE_COUNT if newer else ""))
+        conn.execute("CREATE INDEX idx_history_created_at ON history(created_at DESC)")
+        conn.execute(
+            "CREATE VIRTUAL TABLE history_fts USING fts5(prompt, content='history', content_rowid='id')"
+        )
+        conn.execute("""CREATE TRIGGER history_ai AFTER INSERT ON history BEGIN
+            INSERT INTO history_fts(rowid, prompt) VALUES (new.id, new.prompt);
+        END""")
+        conn.execute("PRAGMA user_version = 1")  # oh-my-pi's rebuild pass marks the file
+        conn.executemany(
+            "INSERT INTO history (prompt, created_at, cwd, session_id) VALUES (?, ?, '/old', ?)",
+            [("repeat me", 1_700_000_000, "omp-session"), ("other", 1_700_000_100, None)],
+        )
+        if newer:
+            conn.execute(OMP_1834_RECAPS)
+            conn.execute(
+                "INSERT INTO session_recaps (session_id, cwd, recap, created_at)"
+                " VALUES ('omp-session', '/old', 'did things', 1700000000)"
+            )
+    finally:
+        conn.close()
+
+
+def dump(path: Path, query: str) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(query).fetchall()
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("release", ["18.2.3", "18.3.4"])
+def test_adding_a_prompt_omp_holds_updates_its_row(
+    db_path: Path, release: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """oh-my-pi holds a prompt once (`UNIQUE`): adding one it holds updated nothing and
+    logged "UNIQUE constraint failed"; now the row takes the latest time and cwd (and no
+    session), as oh-my-pi's upsert does, and 18.3.4's `use_count` counts it; its
+    `session_recaps` table and its schema stay as they are."""
+    make_omp_database(db_path, release=release)
+    tables = dump(db_path, "SELECT name, sql FROM sqlite_master WHERE name NOT LIKE 'history_fts%'")
+    before = time.time()
+    with HistoryStorage(db_path) as history:
+        history.add("repeat me", cwd="/new")
+        history.add("brand new")
+        history.flush()
+        recent = history.get_recent(10)
+        assert [e.prompt for e in recent] == ["brand new", "repeat me", "other"]
+        assert found(history, "repeat") == ["repeat me"]
+    assert "UNIQUE" not in caplog.text
+    columns = "prompt, created_at >= ?, cwd, session_id" + (
+        ", use_count" if release == "18.3.4" else ""
+    )
+    rows = {r[0]: r[1:] for r in dump_rows(db_path, columns, int(before))}
+    counted = (2,) if release == "18.3.4" else ()
+    assert rows["repeat me"] == (1, "/new", None, *counted)
+    assert rows["other"] == (0, "/old", None, *((1,) if counted else ()))
+    assert rows["brand new"] == (1, None, None, *((1,) if counted else ()))
+    kept = dump(db_path, "SELECT name, sql FROM sqlite_master WHERE name NOT LIKE 'history_fts%'")
+    assert [t for t in kept if t[0] != "history_au" and t[0] != "history_ad"] == tables
+    if release == "18.3.4":
+        assert dump(db_path, "SELECT * FROM session_recaps") == [
+            (1, "omp-session", "/old", "did things", 1_700_000_000)
+        ]
+    assert_fts_consistent(db_path)
+
+
+def dump_rows(path: Path, columns: str, since: int) -> list[tuple[Any, ...]]:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute(f"SELECT {columns} FROM history ORDER BY id", (since,)).fetchall()
+    finally:
+        conn.close()

@@ -1401,3 +1401,22 @@ def test_every_web_regular_expression_search_is_bounded(
         doc = page(c, "/search?" + urlencode({"q": r"ж+ and \w+ plain", "regex": "1"}))
         assert any(p.get("id") == "search-summary" for p in doc.all("p"))
         assert "search-problem" not in str(doc.all("p"))
+
+
+def test_the_usage_page_counts_what_pi16_counts(agent_dir: Path) -> None:
+    """The sample pi 1.6.0 wrote (tests/data/pi16): 10,800 in / 1,220 out / 54,000 cache
+    read in pi's totals (`tests/test_usage_pi16.py` asks pi); the page said 8,000 / 800 /
+    4,000, the assistant replies alone."""
+    from conftest import FIXTURES
+
+    directory = agent_dir / "sessions" / "--work-demo--"
+    directory.mkdir(parents=True)
+    sample = FIXTURES / "pi16" / "usage-sample.jsonl"
+    (directory / "2026-12-06T19-50-36-276Z_usage-sample.pi16.jsonl").write_bytes(
+        sample.read_bytes()
+    )
+    with BackgroundServer(FileSessionStorage(), str(agent_dir)) as s:
+        with httpx.Client(base_url=s.base, cookies=s.login_cookies(), timeout=30) as c:
+            text = page(c, "/usage").all_text
+    for figure in ("10,800", "1,220", "54,000", "Tools/summaries"):
+        assert figure in text, figure

@@ -863,3 +863,67 @@ def test_a_gigabyte_session_page_reads_what_it_shows(
             if pipe is not None:
                 pipe.close()
         Path(path).unlink()
+
+
+def test_pi16_entries_show_their_details_and_fit_a_phone(browser: Any, tmp_path: Path) -> None:
+    """pi 1.6's `usage` and `context_edit` entries and system messages show what they hold
+    on the session page and in the exported page, and at 400 px nothing scrolls sideways,
+    even with unbroken names and notes (the sample pi 1.6.0 wrote, and a copy made hostile)."""
+    import json as json_module
+
+    from conftest import FIXTURES
+
+    sample = FIXTURES / "pi16" / "usage-sample.jsonl"
+    agent = tmp_path / "agent"
+    project = agent / "sessions" / "--work-demo--"
+    project.mkdir(parents=True)
+    kept = project / "2026-12-06T19-50-36-276Z_usage-sample.pi16.jsonl"
+    kept.write_bytes(sample.read_bytes())
+    long = "x" * 400
+    lines = [json_module.loads(line) for line in sample.read_text().splitlines()]
+    for line in lines:
+        message = line.get("message", {})
+        if message.get("role") == "system":
+            message["sections"] = {long: long}
+            message["toolsAdded"] = [{"name": long}]
+        if message.get("role") == "toolResult":
+            message["nestedCalls"] = [{"toolName": long}]
+            message["addedToolNames"] = [long]
+        if message.get("role") == "assistant":
+            message["rawStopReason"] = long
+        if line["type"] == "usage":
+            line["note"] = long
+            line["kind"] = long
+        if line["type"] == "context_edit":
+            line["replacement"] = {"content": long}
+    lines[0]["id"] = "hostile.pi16"
+    hostile = project / "2026-12-06T19-50-36-277Z_hostile.pi16.jsonl"
+    hostile.write_text("".join(json_module.dumps(x) + "\n" for x in lines))
+    with BackgroundServer(FileSessionStorage(), str(agent), poll_seconds=0.05) as server:
+        context = browser.new_context(viewport={"width": 400, "height": 800})
+        page = context.new_page()
+        page.goto(server.new_link())
+        page.wait_for_url(server.base + "/")
+        page.goto(f"{server.base}/s/{handle_of('s', str(kept))}?leaf=e7873f73")
+        entries = page.locator("#entries")
+        text = entries.inner_text()
+        assert "cache_warm · anthropic/claude-sonnet-4-5 · 40,000 tokens" in text
+        assert "7b12337a replaced: Read notes.txt (edited)" in text
+        assert "section: identity" in text and "tools added: read" in text
+        assert "nested calls: grep" in text
+        for path in (kept, hostile):
+            url = f"{server.base}/s/{handle_of('s', str(path))}"
+            page.goto(url + "?leaf=e7873f73")
+            page.locator("#entries details").first.wait_for()
+            for details in page.locator("#entries details").all():
+                details.evaluate("d => d.open = true")
+            scroll, client, wide = page.evaluate(OVERFLOW)
+            assert scroll <= client, (path.name, scroll, wide)
+            export = tmp_path / f"{path.stem}.html"
+            export.write_bytes(page.request.get(f"{url}/export/html").body())
+            page.goto(export.as_uri())
+            for details in page.locator("article.entry details").all():
+                details.evaluate("d => d.open = true")
+            scroll, client, wide = page.evaluate(OVERFLOW)
+            assert scroll <= client, (path.name, "export", scroll, wide)
+        context.close()

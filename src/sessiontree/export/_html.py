@@ -28,8 +28,13 @@ from sessiontree.format import (
     SessionTreeNode,
     blocks_text,
     build_tree,
+    context_edit_text,
     entry_preview,
+    message_facts,
     message_text,
+    system_sections,
+    usage_entry_text,
+    usage_summary,
 )
 from sessiontree.session import SessionManager
 
@@ -259,22 +264,13 @@ class _Blocks:
 
 
 def _usage_line(message: dict[str, Any]) -> str | None:
-    usage = message.get("usage")
-    if not isinstance(usage, dict):
-        return None
-    parts = []
-    for key, name in (("input", "in"), ("output", "out"), ("cacheRead", "cache read")):
-        value = usage.get(key)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            parts.append(f"{name} {int(value):,}")
-    write = usage.get("cacheWrite")
-    if isinstance(write, int | float) and not isinstance(write, bool) and write:
-        parts.append(f"cache write {int(write):,}")
-    cost = usage.get("cost")
-    total = cost.get("total") if isinstance(cost, dict) else None
-    if isinstance(total, int | float) and not isinstance(total, bool):
-        parts.append(f"${total:.4f}")
-    return " · ".join(parts) or None
+    """Usage, thinking level, stop reason, timing... of a reply or tool result."""
+    return " · ".join(message_facts(message)) or None
+
+
+def _tool_names(tools: list[Any]) -> str:
+    names = [t.get("name") if isinstance(t, dict) else t for t in tools]
+    return ", ".join(str(n) for n in names)
 
 
 def _export_image(entry: Entry, number: int, block: dict[str, Any]) -> str | None:
@@ -310,6 +306,16 @@ def html_entry(
             out.add("pre", blocks_text(message.get("content"), tools=False))
             for block in entry_images(entry):
                 out.image(block)
+            usage = _usage_line(message)
+        elif role == "system":
+            if message.get("content"):  # pi 1.6 writes "" when the sections say it all
+                out.content(message.get("content"))
+            for name, text in system_sections(message):
+                out.add("section", text, name)
+            for key, what in (("toolsAdded", "tools added"), ("toolsRemoved", "tools removed")):
+                tools = message.get(key)
+                if isinstance(tools, list) and tools:
+                    out.add("tool_list", _json(tools), f"{what}: {_tool_names(tools)}")
         elif role in ("bashExecution", "pythonExecution"):
             out.add("pre", message_text(message))
         elif role in ("branchSummary", "compactionSummary"):
@@ -325,6 +331,13 @@ def html_entry(
     elif kind == "custom_message":
         css, heading = "custom", f"extension · {entry.get('customType')}"
         out.content(entry.get("content"))
+    elif kind == "usage":
+        css, heading = "usage", f"usage · {entry.get('kind')}"
+        out.add("note", usage_entry_text(entry))
+        usage = usage_summary(entry.get("usage"))
+    elif kind == "context_edit":
+        css, heading = "context_edit", "context edit"
+        out.add("note", context_edit_text(entry))
     elif kind == "session_init":
         css, heading = "session_init", "session init"
         out.add("text", str(entry.get("task", "")))

@@ -13,9 +13,13 @@ from sessiontree.format import (
     blocks_text,
     clean_title,
     content_text,
+    context_edit_text,
     entry_preview,
+    message_facts,
     message_text,
     shown_title,
+    system_sections,
+    usage_entry_text,
 )
 from sessiontree.session import SessionManager
 
@@ -97,6 +101,15 @@ def _md_entry(entry: Entry, labels: dict[str, str]) -> str | None:
         elif role == "pythonExecution":
             title = "Python"
             body = [_fence(message_text(message), "python")]
+        elif role == "system":
+            title = "System"
+            body = _md_blocks(message.get("content"))
+            for name, text in system_sections(message):
+                body.append(f"**Section `{name}`**\n\n{text}")
+            for key, what in (("toolsAdded", "Tools added"), ("toolsRemoved", "Tools removed")):
+                tools = message.get(key)
+                if isinstance(tools, list) and tools:
+                    body.append(f"**{what}**\n\n" + _fence(_json(tools), "json"))
         else:
             title = role[:1].upper() + role[1:]
             if role == "custom":
@@ -104,7 +117,14 @@ def _md_entry(entry: Entry, labels: dict[str, str]) -> str | None:
             body = _md_blocks(message.get("content"))
             if role in ("branchSummary", "compactionSummary"):
                 body = [str(message.get("summary", ""))]
+        facts = message_facts(message, usage=message.get("role") == "toolResult")
+        if facts:
+            body.append("*" + " · ".join(facts) + "*")
         return f"### {title}{meta}\n\n" + "\n\n".join(body)
+    if kind == "usage":
+        return f"*usage: {usage_entry_text(entry)}*{tag}"
+    if kind == "context_edit":
+        return f"*context edit: {context_edit_text(entry)}*{tag}"
     if kind == "compaction":
         return (
             f"### Compaction{meta}\n\n> "

@@ -51,6 +51,7 @@ __all__ = [
     "SessionHead",
     "clean_title",
     "entry_name",
+    "file_session_id",
     "head_kind",
     "head_title",
     "head_title_source",
@@ -290,6 +291,20 @@ def new_header(
 def session_file_name(timestamp: str, session_id: str) -> str:
     """`<timestamp with : and . as ->_<session id>.jsonl`."""
     return f"{timestamp.replace(':', '-').replace('.', '-')}_{session_id}.jsonl"
+
+
+_STAMPED = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}-\d{3}Z_(.+)")
+"""A session file's stem as the agents name it: `<timestamp>_<session id>`."""
+
+
+def file_session_id(stem: str) -> str | None:
+    """The session id in a session file's stem (its name without `.jsonl`): what
+    follows the timestamp, `_`s included (pi 1.6's custom ids may hold them), else
+    what follows the last `_`; None without one."""
+    stamped = _STAMPED.fullmatch(stem)
+    if stamped is not None:
+        return stamped.group(1)
+    return stem.rsplit("_", 1)[1] if "_" in stem else None
 
 
 def session_path(session_dir: str, header: Mapping[str, Any]) -> str:

@@ -12,11 +12,17 @@ from sessiontree.format._jsonl import allow_deep_nesting
 __all__ = [
     "SEARCH_ROLES",
     "blocks_text",
+    "context_edit_text",
     "deep_dumps",
     "entry_preview",
     "entry_role",
     "entry_text",
+    "message_facts",
     "message_text",
+    "system_sections",
+    "system_summary",
+    "usage_entry_text",
+    "usage_summary",
 ]
 
 
@@ -51,11 +57,171 @@ def blocks_text(content: object, *, tools: bool = True, thinking: bool = False) 
     return "\n".join(p for p in parts if p)
 
 
+def _num(value: object) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value == value:
+        return value
+    return None
+
+
+def usage_summary(usage: object) -> str | None:
+    """`in 5,000 · out 500 · cache read 2,500 · $0.0210` for a `usage` object (None when
+    it is none): what pi counts of it, and of its new fields what says more
+    (`reasoning` of the output, the 1-hour part of the cache writes, a provider's bill)."""
+    if not isinstance(usage, dict):
+        return None
+    parts = []
+    for key, name in (("input", "in"), ("output", "out"), ("cacheRead", "cache read")):
+        value = _num(usage.get(key))
+        if value is not None:
+            parts.append(f"{name} {int(value):,}")
+    reasoning = _num(usage.get("reasoning"))
+    if reasoning:
+        parts.append(f"reasoning {int(reasoning):,}")
+    write = _num(usage.get("cacheWrite"))
+    if write:
+        parts.append(f"cache write {int(write):,}")
+    hour = _num(usage.get("cacheWrite1h"))
+    if hour:
+        parts.append(f"1h cache write {int(hour):,}")
+    cost = usage.get("cost")
+    total = _num(cost.get("total")) if isinstance(cost, dict) else None
+    if total is not None:
+        billed = isinstance(cost, dict) and cost.get("totalFromProvider") is True
+        parts.append(f"${total:.4f}" + (" billed" if billed else ""))
+    return " · ".join(parts) or None
+
+
+def _duration(ms: object) -> str | None:
+    value = _num(ms)
+    if value is None:
+        return None
+    return f"{int(value)} ms" if value < 1000 else f"{value / 1000:.1f} s"
+
+
+def _names(items: object) -> list[str]:
+    """The names in a list of tools or calls (`name`/`toolName` of objects, or strings)."""
+    if not isinstance(items, list):
+        return []
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, dict):
+            name = item.get("name", item.get("toolName"))
+            if isinstance(name, str):
+                out.append(name)
+    return out
+
+
+def message_facts(message: object, *, usage: bool = True) -> list[str]:
+    """What an assistant reply or a tool result records besides its content (pi 1.6's
+    fields): its usage (unless not `usage`), thinking level, stop reason when it is not
+    the usual one, the end of a turn, how long it took, nested calls and tools added."""
+    if not isinstance(message, dict):
+        return []
+    role = message.get("role")
+    facts: list[str] = []
+    if role not in ("assistant", "toolResult"):
+        return facts
+    spent = usage_summary(message.get("usage")) if usage else None
+    if spent:
+        facts.append(spent)
+    if role == "assistant":
+        level = message.get("thinkingLevel")
+        provider = message.get("providerThinkingLevel")
+        if isinstance(level, str) and level:
+            shown = f"thinking {level}"
+            if isinstance(provider, str) and provider and provider != level:
+                shown += f" (provider: {provider})"
+            facts.append(shown)
+        stop = message.get("stopReason")
+        if stop in ("pending", "deferred"):
+            facts.append(str(stop))
+        elif message.get("deferred") is True:
+            facts.append("deferred")
+        raw = message.get("rawStopReason")
+        if isinstance(raw, str) and raw:
+            facts.append(f"provider stop: {raw}")
+        if message.get("endTurn") is True:
+            facts.append("end of turn")
+    else:
+        nested = _names(message.get("nestedCalls"))
+        if nested:
+            facts.append("nested calls: " + ", ".join(nested))
+        added = _names(message.get("addedToolNames"))
+        if added:
+            facts.append("tools added: " + ", ".join(added))
+    took = _duration(message.get("durationMs"))
+    if took:
+        facts.append(took)
+    return facts
+
+
+def system_sections(message: dict[str, object]) -> list[tuple[str, str]]:
+    """The named prompt sections of a pi 1.6 system message, in order."""
+    sections = message.get("sections")
+    if not isinstance(sections, dict):
+        return []
+    return [(str(k), v if isinstance(v, str) else deep_dumps(v)) for k, v in sections.items()]
+
+
+def system_summary(message: dict[str, object]) -> str:
+    """One line about a pi 1.6 system message: its text, else the sections it sets and
+    the tools it adds and removes."""
+    parts = []
+    text = blocks_text(message.get("content"))
+    if text.strip():
+        parts.append(text)
+    names = [name for name, _ in system_sections(message)]
+    if names:
+        parts.append("sections " + ", ".join(names))
+    added = _names(message.get("toolsAdded"))
+    if added:
+        parts.append("tools added: " + ", ".join(added))
+    removed = _names(message.get("toolsRemoved"))
+    if removed:
+        parts.append("tools removed: " + ", ".join(removed))
+    return " · ".join(parts) or "(empty)"
+
+
+def usage_entry_text(entry: Entry) -> str:
+    """A `usage` entry in one line: kind, provider/model, tokens, cost, its note."""
+    parts = [str(entry.get("kind") or "usage"), f"{entry.get('provider')}/{entry.get('model')}"]
+    usage = entry.get("usage")
+    if isinstance(usage, dict):
+        # as pi sums them: input, output, cache read and cache write
+        counts = [_num(usage.get(k)) for k in ("input", "output", "cacheRead", "cacheWrite")]
+        parts.append(f"{int(sum(c for c in counts if c is not None)):,} tokens")
+        cost = usage.get("cost")
+        total = _num(cost.get("total")) if isinstance(cost, dict) else None
+        if total is not None:
+            parts.append(f"${total:.4f}")
+    note = entry.get("note")
+    if isinstance(note, str) and note:
+        parts.append(note)
+    return " · ".join(parts)
+
+
+def context_edit_text(entry: Entry) -> str:
+    """A `context_edit` entry in one line: which entry, dropped or its new content."""
+    target = entry.get("targetId")
+    replacement = entry.get("replacement")
+    if replacement is None:
+        return f"{target} dropped from the context"
+    content = replacement.get("content") if isinstance(replacement, dict) else None
+    return f"{target} replaced: {blocks_text(content)}"
+
+
 def message_text(message: object, *, tools: bool = True, thinking: bool = False) -> str:
-    """The readable text of an agent message (text blocks, tool calls, command output)."""
+    """The readable text of an agent message (text blocks, tool calls, command output,
+    a system message's sections)."""
     if not isinstance(message, dict):
         return ""
     role = message.get("role")
+    if role == "system":
+        texts = [blocks_text(message.get("content"))]
+        texts += [text for _, text in system_sections(message)]
+        return "\n".join(t for t in texts if t)
     if role == "bashExecution":
         return f"$ {message.get('command', '')}\n{message.get('output') or ''}".rstrip()
     if role == "pythonExecution":
@@ -69,6 +235,7 @@ SEARCH_ROLES: tuple[str, ...] = (
     "user",
     "assistant",
     "toolResult",
+    "system",
     "bashExecution",
     "pythonExecution",
     "custom",
@@ -79,6 +246,7 @@ SEARCH_ROLES: tuple[str, ...] = (
     "compaction",
     "branch_summary",
     "session_init",
+    "context_edit",
     "label",
     "model_change",
     "title",
@@ -108,6 +276,10 @@ def entry_text(entry: Entry, *, thinking: bool = True) -> str:
         return str(entry.get("summary", ""))
     if kind == "session_init":
         return str(entry.get("task", ""))
+    if kind == "context_edit":
+        replacement = entry.get("replacement")
+        content = replacement.get("content") if isinstance(replacement, dict) else None
+        return blocks_text(content)
     if kind == "label":
         return str(entry.get("label") or "")
     if kind == "model_change":
@@ -126,7 +298,19 @@ def entry_preview(entry: Entry, width: int = 60) -> str:
     """A one-line description of an entry for trees, tables and pickers."""
     kind = entry.get("type")
     if kind == "message":
-        label = f"{entry_role(entry)}: {message_text(entry.get('message'))}"
+        message = entry.get("message")
+        if isinstance(message, dict) and message.get("role") == "system":
+            text = system_summary(message)
+        else:
+            text = message_text(message)
+            stop = message.get("stopReason") if isinstance(message, dict) else None
+            if stop in ("pending", "deferred"):
+                text = f"[{stop}] {text}"
+        label = f"{entry_role(entry)}: {text}"
+    elif kind == "usage":
+        label = f"usage: {usage_entry_text(entry)}"
+    elif kind == "context_edit":
+        label = f"context edit: {context_edit_text(entry)}"
     elif kind == "compaction":
         label = f"compaction: {entry.get('shortSummary') or entry.get('summary', '')}"
     elif kind == "branch_summary":

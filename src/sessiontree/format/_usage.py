@@ -1,6 +1,8 @@
-"""Token usage of assistant messages: per-message records and summed totals.
+"""Token usage of a session's entries: per-entry records and summed totals.
 
-`usage_record(entry)` reads one assistant message's `usage` into a `UsageRecord`
+What counts is what pi 1.6 counts (`counted_usage`): assistant replies, tool results'
+`usage`, `usage` entries, compactions' and branch summaries' `usage`.
+`usage_record(entry)` reads one counted entry's `usage` into a `UsageRecord`
 (the content index stores these; `sessiontree.reports._usage` de-duplicates and
 sums them); `UsageTotals` sums `usage` objects as `SessionManager` does.
 `import_marker(entry)` reads the `foreign_session_import` entry an importer
@@ -17,9 +19,11 @@ from sessiontree.format._entries import Entry, parse_iso_ms
 
 __all__ = [
     "IMPORT_CUSTOM_TYPE",
+    "USAGE_KINDS",
     "ImportMarker",
     "UsageRecord",
     "UsageTotals",
+    "counted_usage",
     "import_marker",
     "message_time_ms",
     "number",
@@ -49,7 +53,7 @@ _BIG = 1 << 60
 
 
 class UsageRecord(NamedTuple):
-    """One assistant message's usage, as its file records it (a tuple: reports build
+    """One counted entry's usage, as its file records it (a tuple: reports build
     millions of these)."""
 
     entry_id: str | None
@@ -82,14 +86,53 @@ def message_time_ms(entry: Entry, message: dict[str, Any]) -> int | None:
     return parse_iso_ms(entry.get("timestamp"))
 
 
+USAGE_KINDS = frozenset({"usage", "compaction", "branch_summary"})
+"""Entry kinds whose own `usage` counts in a session's totals (pi 0.87+)."""
+
+
+def counted_usage(entry: Entry) -> tuple[bool, object]:
+    """Whether pi 1.6's session totals (`AgentSession.getSessionStats`) count `entry`,
+    and the `usage` it counts: an assistant message's (counted even when it has
+    none), a tool result's, a `usage` entry's, a compaction's or a branch summary's."""
+    kind = entry.get("type")
+    if kind == "message":
+        message = entry.get("message")
+        if not isinstance(message, dict):
+            return False, None
+        role = message.get("role")
+        if role == "assistant":
+            return True, message.get("usage")
+        usage = message.get("usage")
+        return role == "toolResult" and isinstance(usage, dict), usage
+    if kind in USAGE_KINDS:
+        usage = entry.get("usage")
+        # pi reads a `usage` entry's usage unconditionally; one without any adds nothing
+        return isinstance(usage, dict), usage
+    return False, None
+
+
+SUMMARIES_PROVIDER = "Tools"
+SUMMARIES_MODEL = "summaries"
+"""Where the usage of tool results, compactions and branch summaries is filed: they name no
+model, and pi's own breakdown (`getUsageCostBreakdown`) files them as `Tools/summaries`."""
+
+
 def usage_record(entry: Entry, line: int) -> UsageRecord | None:
-    """The usage of an assistant message entry; None for any other entry."""
-    if entry.get("type") != "message":
+    """The usage pi 1.6 counts for an entry (`counted_usage`): an assistant message's,
+    a `usage` entry's (its `provider`/`model`), a tool result's, a compaction's or a
+    branch summary's (`Tools/summaries`); None for any other entry."""
+    counted, usage = counted_usage(entry)
+    if not counted:
         return None
-    message = entry.get("message")
-    if not isinstance(message, dict) or message.get("role") != "assistant":
-        return None
-    usage = message.get("usage")
+    kind = entry.get("type")
+    message = entry.get("message") if kind == "message" else None
+    if isinstance(message, dict) and message.get("role") == "assistant":
+        provider, model = message.get("provider"), message.get("model")
+        response = message.get("responseId")
+    elif kind == "usage":
+        provider, model, response = entry.get("provider"), entry.get("model"), None
+    else:
+        provider, model, response = SUMMARIES_PROVIDER, SUMMARIES_MODEL, None
     if not isinstance(usage, dict):
         usage = {}
     cost: float | None = None
@@ -99,13 +142,10 @@ def usage_record(entry: Entry, line: int) -> UsageRecord | None:
         if total is not None and total == total and abs(total) != float("inf"):
             cost = float(total)
     entry_id = entry.get("id")
-    provider = message.get("provider")
-    model = message.get("model")
-    response = message.get("responseId")
     return UsageRecord(
         entry_id=entry_id if isinstance(entry_id, str) else None,
         line=line,
-        timestamp=message_time_ms(entry, message),
+        timestamp=message_time_ms(entry, message if isinstance(message, dict) else {}),
         provider=provider if isinstance(provider, str) else "?",
         model=model if isinstance(model, str) else "?",
         response_id=response if isinstance(response, str) and response else None,

@@ -9,6 +9,11 @@ and delete/update triggers that their code never notices::
     history_fts                  # FTS5 external-content index over history.prompt
     history_ai/_ad/_au           # triggers keeping history_fts in sync
 
+oh-my-pi's own file holds each prompt once (`prompt TEXT NOT NULL UNIQUE`, plus
+`session_id`, and in 18.3.4 `use_count` and its session index's tables): there `add()`
+updates the prompt's row as oh-my-pi does (latest time and cwd, no session, one more
+use), and leaves its other columns and tables as they are.
+
 `add()` never blocks on the database: rows go to a queue that a daemon thread
 writes in batches, one transaction per batch. A batch that fails for a reason
 other than the database being unusable is retried row by row, so one bad row
@@ -111,6 +116,15 @@ END""",
 )
 
 _INSERT = "INSERT INTO history (prompt, created_at, cwd) VALUES (?, ?, ?)"
+# oh-my-pi's table holds a prompt once (`prompt TEXT NOT NULL UNIQUE`): adding one it holds
+# updates that row with the latest submission's time, cwd and session (none here), as
+# oh-my-pi's own upsert does; 18.3.4's `use_count` counts the submissions.
+_UPSERT = (
+    _INSERT + " ON CONFLICT(prompt) DO UPDATE SET created_at = excluded.created_at,"
+    " cwd = excluded.cwd"
+)
+_UPSERT_SESSION = ", session_id = NULL"
+_UPSERT_COUNT = ", use_count = history.use_count + 1"
 _LAST_PROMPT = "SELECT prompt FROM history ORDER BY id DESC LIMIT 1"
 # Both reads pick the `limit` rows with the highest ids and only then sort them
 # by (created_at, id). Ids grow in add() order, so those are the newest prompts,
@@ -384,7 +398,8 @@ class HistoryStorage(ClosesOnExit):
 
     def _insert(self, rows: list[tuple[str, int, str | None]]) -> None:
         with _transaction(self._writer):
-            self._writer.executemany(_INSERT, rows)
+            # Looked at in each batch: a TypeScript agent may change the table meanwhile
+            self._writer.executemany(_insert_statement(self._writer), rows)
 
     def _skip(self, row: tuple[str, int, str | None]) -> None:
         # The text is not logged: prompts can hold secrets.
@@ -612,6 +627,25 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
             conn.execute("INSERT INTO history_fts(history_fts) VALUES('rebuild')")
         if version < SCHEMA_VERSION:
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _insert_statement(conn: sqlite3.Connection) -> str:
+    """The statement that adds a prompt to this file's `history` table: a plain insert
+    into ours, oh-my-pi's upsert into one whose `prompt` is UNIQUE (oh-my-pi's)."""
+    unique = False
+    for _, name, is_unique, *_ in conn.execute("PRAGMA index_list(history)"):
+        if is_unique:
+            info = conn.execute("SELECT name FROM pragma_index_info(?)", (name,))
+            unique = unique or [row[0] for row in info] == ["prompt"]
+    if not unique:
+        return _INSERT
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(history)")}
+    statement = _UPSERT
+    if "session_id" in columns:
+        statement += _UPSERT_SESSION
+    if "use_count" in columns:
+        statement += _UPSERT_COUNT
+    return statement
 
 
 def _convert_unixepoch_table(conn: sqlite3.Connection) -> None:

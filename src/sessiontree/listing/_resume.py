@@ -14,7 +14,7 @@ from typing import Literal
 import orjson
 
 from sessiontree.errors import AmbiguousSessionError
-from sessiontree.format import SESSION, MetaFold
+from sessiontree.format import SESSION, MetaFold, file_session_id
 from sessiontree.layout import is_safe_name
 from sessiontree.listing import _marks
 from sessiontree.listing._listing import (
@@ -196,12 +196,17 @@ def get_recent_sessions(
 # ---------------------------------------------------------------------------- resume
 
 
-def _match_kind(info: SessionInfo, arg: str) -> int:
-    """2 = exact, 1 = prefix, 0 = no match (case-insensitive)."""
-    session_id = info.id.lower()
+def _match_kind(info: SessionInfo, arg: str, asked: str) -> int:
+    """3 = the id exactly as `asked` (pi 1.6's custom ids tell case apart), 2 = exact,
+    1 = prefix, 0 = no match (case-insensitive, `arg` being `asked` lowercased)."""
     stem = os.path.basename(info.path)
-    stem = (stem[: -len(".jsonl")] if stem.endswith(".jsonl") else stem).lower()
-    file_id = stem.rsplit("_", 1)[1] if "_" in stem else None
+    stem = stem[: -len(".jsonl")] if stem.endswith(".jsonl") else stem
+    file_id = file_session_id(stem)
+    if asked in (info.id, file_id):
+        return 3
+    session_id = info.id.lower()
+    stem = stem.lower()
+    file_id = file_id.lower() if file_id is not None else None
     if arg in (session_id, stem, file_id):
         return 2
     if session_id.startswith(arg) or stem.startswith(arg):
@@ -211,17 +216,20 @@ def _match_kind(info: SessionInfo, arg: str) -> int:
     return 0
 
 
-def _pick(sessions: list[SessionInfo], arg: str) -> SessionInfo | None:
+def _pick(sessions: list[SessionInfo], arg: str, asked: str) -> SessionInfo | None:
+    same: list[SessionInfo] = []
     exact: list[SessionInfo] = []
     prefix: list[SessionInfo] = []
     for info in sessions:
-        kind = _match_kind(info, arg)
-        if kind == 2:
+        kind = _match_kind(info, arg, asked)
+        if kind == 3:
+            same.append(info)
+        elif kind == 2:
             exact.append(info)
         elif kind == 1:
             prefix.append(info)
-    if exact:
-        return exact[0]  # newest of the files holding that exact id
+    if same or exact:
+        return (same or exact)[0]  # newest of the files holding that exact id
     if len({info.id for info in prefix}) > 1:
         raise AmbiguousSessionError(arg, prefix)
     return prefix[0] if prefix else None
@@ -279,13 +287,14 @@ def resolve_resumable_session(
         return ResolvedSessionMatch(info, scope)
     if not is_safe_name(session_arg):
         return None
-    arg = session_arg.lower()
-    if arg.endswith(".jsonl") and len(arg) > len(".jsonl"):
-        arg = arg[: -len(".jsonl")]  # a file name given without its directory
-    match = _pick(collect(dirs, storage, agent_dir, True), arg)
+    asked = session_arg
+    if asked.lower().endswith(".jsonl") and len(asked) > len(".jsonl"):
+        asked = asked[: -len(".jsonl")]  # a file name given without its directory
+    arg = asked.lower()
+    match = _pick(collect(dirs, storage, agent_dir, True), arg, asked)
     if match is not None:
         return ResolvedSessionMatch(match, "local")
     if session_dir is not None:
         return None
-    match = _pick(list_all_sessions(storage, agent_dir), arg)
+    match = _pick(list_all_sessions(storage, agent_dir), arg, asked)
     return ResolvedSessionMatch(match, "global") if match is not None else None

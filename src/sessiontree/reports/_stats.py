@@ -1,7 +1,8 @@
 """Figures about one session (`summarize_session`) and a whole store (`store_stats`).
 
-Token usage and cost come from assistant messages' `usage` (`input`, `output`,
-`cacheRead`, `cacheWrite`, `cost.total`). For one session, over every entry of
+Token usage and cost come from the `usage` (`input`, `output`, `cacheRead`,
+`cacheWrite`, `cost.total`) of what pi 1.6 counts: assistant replies, tool results,
+`usage` entries, compactions and branch summaries. For one session, over every entry of
 every branch, as `SessionManager.get_usage_statistics` sums them; for a store,
 through `sessiontree.reports._usage` (each reply counted once, unrecorded costs
 estimated), broken down per model (`provider/model`) and per UTC day.
@@ -128,11 +129,15 @@ def summarize_session(sm: SessionManager) -> SessionSummary:
             if not isinstance(model, str) or not model:
                 model = f"{entry.get('provider')}/{entry.get('modelId')}"
             summary.models.setdefault(model, Totals())
-        assistant = _assistant(entry)
-        record = usage_record(entry, len(records)) if assistant is not None else None
-        if assistant is not None and record is not None:
+        record = usage_record(entry, len(records))
+        if record is not None:
             records.append(record)
-            model_of[id(record)] = assistant_model(assistant)
+            assistant = _assistant(entry)
+            model_of[id(record)] = (
+                assistant_model(assistant)
+                if assistant is not None
+                else f"{record.provider}/{record.model}"
+            )
             summary.models.setdefault(model_of[id(record)], Totals())
     # Priced as `usage` prices (one reply once, an unrecorded cost estimated and marked).
     table = price_table()

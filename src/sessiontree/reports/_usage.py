@@ -60,7 +60,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from sessiontree._util.cachedb import is_locked
 from sessiontree._util.env import agent_dir_or_default, time_zone_name
 from sessiontree.errors import SessionTreeError
-from sessiontree.format import ImportMarker, UsageRecord, UsageTotals
+from sessiontree.format import ImportMarker, UsageRecord, UsageTotals, file_session_id
 from sessiontree.reports._pricing import PriceTable, price_table
 from sessiontree.search import ContentIndex, IndexedFile, SessionSource, read_source
 from sessiontree.storage import HostFilesystem, SessionStorage, default_storage
@@ -367,7 +367,7 @@ def _reference_id(parent: str) -> str:
     """The session id a `parentSession` names: an id, or a path `<time>_<id>.jsonl`."""
     name = os.path.basename(parent)
     if name.endswith(".jsonl") and "_" in name:
-        return name[: -len(".jsonl")].rsplit("_", 1)[1]
+        return file_session_id(name[: -len(".jsonl")]) or parent
     return parent
 
 

@@ -53,6 +53,7 @@ from sessiontree._util.foreground import pause_point
 from sessiontree._util.fs import utf8_encodable
 from sessiontree.errors import InheritedHandleError
 from sessiontree.format import (
+    USAGE_KINDS,
     Entry,
     ImportMarker,
     UsageRecord,
@@ -287,7 +288,7 @@ _SCHEMA = (
 )
 INDEX_FAMILY: Final = Family(
     name="content_index",
-    version=1,
+    version=2,  # 2: usage rows for what pi 1.6 counts besides replies (`counted_usage`)
     schema=_SCHEMA,
     tables=("meta", "files", "entries", "usage", "imports", "fts"),
 )
@@ -364,7 +365,7 @@ def _add_entry(
         rows.held += size + 200
         st.text_bytes += size
     kind = entry.get("type")
-    if kind == "message":
+    if kind == "message" or kind in USAGE_KINDS:
         record = usage_record(entry, line)
         if record is not None:
             rows.usage.append((line, offset, record))

@@ -39,6 +39,7 @@ from sessiontree._util.gcpause import gc_paused
 from sessiontree.errors import EntryNotFoundError, SessionWriteConflictError
 from sessiontree.format import (
     SETTING_KINDS,
+    USAGE_KINDS,
     ContextBuilder,
     Entry,
     SessionContext,
@@ -49,6 +50,7 @@ from sessiontree.format import (
     branch_with_labels,
     build_session_context,
     build_tree,
+    counted_usage,
     entry_name,
     generate_entry_id,
     loads_object,
@@ -855,14 +857,30 @@ class EntryIndex:
 
     # ------------------------------------------------------------------ sums and files
 
-    def assistant_messages(self) -> Iterator[dict[str, Any]]:
-        """The message of every assistant entry, in order, without keeping unread ones."""
-        flags = self._flags
-        for p in range(len(self._entries)):
-            if flags[p] & ASSISTANT:
+    def counted_usages(self) -> Iterator[tuple[bool, object]]:
+        """`counted_usage` of every entry that pi's totals may count, in order, without
+        keeping unread ones: assistant messages, tool results holding a `usage`, and
+        the `usage`, compaction and branch summary entries."""
+        flags, kinds, entries = self._flags, self._kinds, self._entries
+        source = self._source
+        for p in range(len(entries)):
+            kind = kinds[p]
+            if kind == "message" and not flags[p] & ASSISTANT and entries[p] is None:
+                # most messages are not tool results with a usage: looked at as bytes first
+                if source is None:
+                    continue
+                raw = source.pinned.pread(source.offsets[p], source.lengths[p])
+                if b'"toolResult"' not in raw or b'"usage"' not in raw:
+                    continue
+                entry = loads_object(raw)
+            elif kind == "message" or kind in USAGE_KINDS:
                 entry = self._peek(p)
-                if entry is not None and is_assistant_message(entry):
-                    yield entry["message"]
+            else:
+                continue
+            if entry is not None:
+                counted = counted_usage(entry)
+                if counted[0]:
+                    yield counted
 
     def file_chunks(
         self,

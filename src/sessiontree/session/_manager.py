@@ -111,7 +111,8 @@ _REF_MARK = BLOB_REF_PREFIX.encode("ascii")
 
 @dataclass(frozen=True, slots=True)
 class UsageStatistics:
-    """Token and cost totals summed from assistant message `usage`."""
+    """Token and cost totals of a session, summed as pi 1.6 sums them (assistant
+    replies, tool results, `usage` entries, compactions and branch summaries)."""
 
     input: int = 0
     output: int = 0
@@ -1023,6 +1024,25 @@ class SessionManager(ClosesOnExit):
         entry["replacement"] = replacement
         return self._append(entry)
 
+    def append_usage(
+        self,
+        kind: str,
+        provider: str,
+        model: str,
+        usage: dict[str, Any],
+        note: Maybe[str | None] = UNSET,
+    ) -> str:
+        """Append usage spent outside a reply (pi 0.87+'s `usage` entry, e.g. a cache
+        warm-up): counted in the session's totals, not part of the model context."""
+        entry = self._base("usage")
+        entry["kind"] = kind
+        entry["provider"] = provider
+        entry["model"] = model
+        entry["usage"] = usage
+        if isinstance(note, str) and note:  # pi: `...(note ? { note } : {})`, no empty note
+            entry["note"] = note
+        return self._append(entry)
+
     def append_custom_entry(self, custom_type: str, data: Maybe[Any] = UNSET) -> str:
         """Append extension state (not part of the model context)."""
         entry: Entry = {"type": "custom", "customType": custom_type}
@@ -1439,11 +1459,12 @@ class SessionManager(ClosesOnExit):
             return False
 
     def get_usage_statistics(self) -> UsageStatistics:
-        """Tokens and cost summed over the assistant messages of every entry (lines not
-        read yet are parsed for it and let go)."""
+        """Tokens and cost summed over every entry as pi 1.6 sums them: assistant
+        messages, tool results' `usage`, `usage` entries, and compactions' and branch
+        summaries' `usage` (lines not read yet are parsed for it and let go)."""
         totals = UsageTotals()
-        for message in self._index.assistant_messages():
-            totals.add_usage(message.get("usage"))
+        for _, usage in self._index.counted_usages():
+            totals.add_usage(usage)
         return UsageStatistics(
             totals.input, totals.output, totals.cache_read, totals.cache_write, totals.cost
         )

@@ -1,0 +1,110 @@
+"""pi 1.6's custom session ids (`^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$`, pi's
+`assertValidSessionId`): sessions named so are listed as pi lists them, and each is found
+by its id wherever an id is taken (`resolve_resumable_session`, `Store.open`, the CLI),
+while an argument that is a path trick finds nothing."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+import peers
+from conftest import examples
+from sessiontree import Store, resolve_resumable_session, serialize_entry
+from sessiontree.cli import app
+
+PI_ID = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,30}[A-Za-z0-9])?")
+"""pi 1.6's rule (assertValidSessionId), lengths bounded for the test."""
+
+custom_ids = st.from_regex(PI_ID, fullmatch=True)
+
+
+def write_session(directory: Path, session_id: str, n: int, text: str) -> Path:
+    """A session as pi 1.6 names and writes it (`<timestamp>_<id>.jsonl`)."""
+    stamp = f"2026-11-20T10:00:{n:02d}.000Z"
+    path = directory / f"{stamp.replace(':', '-').replace('.', '-')}_{session_id}.jsonl"
+    header = {
+        "type": "session",
+        "version": 3,
+        "id": session_id,
+        "timestamp": stamp,
+        "cwd": "/work/demo",
+    }
+    entry = {
+        "type": "message",
+        "id": f"{n:08x}",
+        "parentId": None,
+        "timestamp": stamp,
+        "message": {"role": "user", "content": text, "timestamp": 1},
+    }
+    path.write_text(serialize_entry(header) + "\n" + serialize_entry(entry) + "\n")
+    return path
+
+
+@settings(max_examples=examples(30))
+@given(ids=st.lists(custom_ids, min_size=1, max_size=4, unique_by=str))
+def test_custom_ids_are_listed_and_found(ids: list[str], tmp_path_factory: Any) -> None:
+    agent = tmp_path_factory.mktemp("agent")
+    project = agent / "sessions" / "--work-demo--"
+    project.mkdir(parents=True)
+    paths = {sid: write_session(project, sid, n, f"prompt of {sid}") for n, sid in enumerate(ids)}
+    with Store(str(agent)) as store:
+        listed = {info.id: info.path for info in store.list()}
+        assert listed == {sid: str(p) for sid, p in paths.items()}
+        for sid, path in paths.items():
+            found = resolve_resumable_session(sid, "/work/demo", str(project))
+            assert found is not None and found.session.path == str(path), sid
+            with store.open(sid, read_only=True) as sm:
+                assert sm.get_session_id() == sid
+    pi = json.loads(peers.oracle("pi16", "list", project))
+    assert sorted(s["id"] for s in pi) == sorted(ids)
+
+
+@pytest.mark.parametrize(
+    ("ids", "asked", "expected"),
+    [
+        # a custom id may hold `_`: the file name's id is what follows the timestamp
+        (["my_session", "session"], "session", "session"),
+        # ids differ in case alone: the one spelled so wins
+        (["Build", "build"], "Build", "Build"),
+        (["Build", "build"], "build", "build"),
+    ],
+)
+def test_an_exact_custom_id_beats_a_look_alike(
+    tmp_path: Path, ids: list[str], asked: str, expected: str
+) -> None:
+    project = tmp_path / "sessions" / "--work-demo--"
+    project.mkdir(parents=True)
+    for n, sid in enumerate(ids if asked == ids[0] else reversed(ids)):
+        write_session(project, sid, n, "hi")  # the one asked for is the older file
+    found = resolve_resumable_session(asked, "/work/demo", str(project))
+    assert found is not None and found.session.id == expected
+
+
+@pytest.mark.parametrize("trick", ["../sessions", "a/b", "..", "x/../y", "/etc/passwd", "a\x00b"])
+def test_path_tricks_find_nothing(tmp_path: Path, trick: str, agent_dir: Path) -> None:
+    project = agent_dir / "sessions" / "--work-demo--"
+    project.mkdir(parents=True)
+    write_session(project, "a", 0, "hi")
+    assert resolve_resumable_session(trick, "/work/demo", str(project)) is None
+    result = CliRunner().invoke(app, ["show", trick])
+    assert result.exit_code != 0
+
+
+@given(session_id=custom_ids)
+def test_a_file_names_its_whole_custom_id(session_id: str) -> None:
+    """The id part of `<timestamp>_<id>` is the whole id, `_`s and all (the usage report
+    follows a fork's `parentSession` path by it)."""
+    from sessiontree.format import file_session_id
+    from sessiontree.reports._usage import _reference_id
+
+    stem = f"2026-11-20T10-00-00-000Z_{session_id}"
+    assert file_session_id(stem) == session_id
+    assert _reference_id(f"/gone/{stem}.jsonl") == session_id
