@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT.parent / "shared" / "fixtures" / "foreign"
+FIXTURES = ROOT / "tests" / "data" / "real" / "foreign"
 
 
 def build(home: Path, forks: int) -> int:
