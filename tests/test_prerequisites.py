@@ -3,7 +3,9 @@ outside it (a module, a peer) skips locally but fails under CI."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -98,6 +100,17 @@ def test_the_outside_pattern_catches_what_it_is_for() -> None:
     ]
     assert [line for line in caught if not OUTSIDE.search(line)] == []
     assert not OUTSIDE.search('REPO_ROOT / "scripts" / "peers" / "oracle"')
+
+
+def test_the_peers_setup_says_which_peers_are_missing(tmp_path: Path) -> None:
+    """`scripts/peers/setup --check` (no network) fails, naming them, when peers are not
+    installed where $SESSIONTREE_PEERS says; tests/peers.py finds none there either."""
+    setup = REPO_ROOT / "scripts" / "peers" / "setup"
+    env = {**os.environ, "SESSIONTREE_PEERS": str(tmp_path)}
+    done = subprocess.run([setup, "--check"], capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 1
+    assert f"not installed in {tmp_path}: pi pi16 omp" in done.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_unique_prefix_is_unique_even_within_one_millisecond() -> None:
