@@ -4,7 +4,7 @@ Generates its data deterministically (seeded) under a work dir, runs each
 workload in its own process several times and prints one table: median, min and
 max of the measured work, the same-run floor (the unavoidable work on the same
 data) and the ratio to it, and peak RSS. `--peers` adds the TypeScript peers'
-figures on the same files when they are installed (see ../shared/peers).
+figures on the same files when they are installed (`scripts/peers/setup`).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any
 from benchmarks.data import SessionSpec, write_big_session, write_store
 
 ROOT = Path(__file__).resolve().parent.parent
-ANCHORS = Path(os.environ.get("ANCHORS_DIR", "/tmp/anchors"))
-PEERS_DIR = ROOT.parent / "shared" / "peers"
+ORACLE = ROOT / "scripts" / "peers" / "oracle"
+"""Runs a TypeScript peer's oracle (scripts/peers/setup installs the peers)."""
 
 
 def run_workload(name: str, args: dict[str, Any]) -> dict[str, Any]:
@@ -47,14 +47,10 @@ def run_workload(name: str, args: dict[str, Any]) -> dict[str, Any]:
 
 def peer_bench(peer: str, *argv: str) -> dict[str, Any] | None:
     """One bench line from a TypeScript peer's oracle, or None when not installed."""
-    if peer == "omp":
-        cmd = [str(ANCHORS / "omp/node_modules/.bin/bun"), str(PEERS_DIR / "omp-oracle.ts")]
-    else:
-        cmd = ["node", str(PEERS_DIR / "pi-oracle.mjs")]
-    if (not Path(cmd[0]).exists() and peer == "omp") or not (PEERS_DIR / "pi-oracle.mjs").exists():
-        return None
     try:
-        proc = subprocess.run([*cmd, "bench", *argv], capture_output=True, timeout=600, check=True)
+        proc = subprocess.run(
+            [str(ORACLE), peer, "bench", *argv], capture_output=True, timeout=600, check=True
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     line: dict[str, Any] = json.loads(proc.stdout.decode().strip().splitlines()[-1])
@@ -121,30 +117,15 @@ class Table:
 
 
 def giant_sessions(work: Path, blobs: Path, quick: bool) -> list[tuple[str, Path]]:
-    """The issue's giant sessions: the peers' own 100 MB generator file (when the peers'
-    scripts are beside the checkout) and a 1 GB session compacted ten times."""
+    """The issue's giant sessions: 100 MB of 20,000 entries with branches, labels, a
+    compaction and images (the shape of the peers' own big-session benchmark) and a 1 GB
+    session compacted ten times."""
     out: list[tuple[str, Path]] = []
-    generator = PEERS_DIR / "gen_big_session.py"
     entries, mb = (2_000, 10) if quick else (20_000, 100)
-    peer_file = work / f"peers-big-{entries}-{mb}.jsonl"
-    if generator.exists() and not peer_file.exists():
-        subprocess.run(
-            [
-                sys.executable,
-                str(generator),
-                str(peer_file),
-                "--entries",
-                str(entries),
-                "--mb",
-                str(mb),
-                "--seed",
-                "1",
-            ],
-            check=True,
-            capture_output=True,
-        )
-    if peer_file.exists():
-        out.append((f"peers' gen_big_session {mb} MB, {entries:,} entries", peer_file))
+    big = work / f"big-{entries}-{mb}.jsonl"
+    if not big.exists():
+        write_big_session(big, SessionSpec(entries=entries, target_bytes=mb << 20), blobs)
+    out.append((f"{mb} MB, {entries:,} entries, branches and a compaction", big))
     entries, size = (6_000, 40 * 2**20) if quick else (150_000, 2**30)
     giant = work / f"compacted-{entries}-{size}.jsonl"
     if not giant.exists():

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-FIXTURES = ROOT.parent / "shared" / "fixtures" / "foreign"
+FIXTURES = ROOT / "tests" / "data" / "real" / "foreign"
 HAND_ASSEMBLED = ("jazzyalex__",)
 
 CHILD = r"""

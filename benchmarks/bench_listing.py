@@ -1,10 +1,9 @@
 """Benchmark session listing (`list_all_sessions`) over a large store.
 
     .venv/bin/python benchmarks/bench_listing.py                # 2000 sessions, 20-500 entries
-    .venv/bin/python benchmarks/bench_listing.py --max-entries 200   # the peers' 179 MB store
+    .venv/bin/python benchmarks/bench_listing.py --max-entries 200   # a smaller store
 
-Generates `--files` sessions (with /work/shared/peers/gen_big_session.py when it
-is there, else a built-in generator; fixed seed) spread over `--projects`
+Generates `--files` sessions (fixed seed) spread over `--projects`
 project dirs of a temporary agent dir, then times, each `--runs` times:
 
 * floor:        os.stat of every session file (what any cache must still do);
@@ -37,8 +36,6 @@ from pathlib import Path
 from typing import Any
 
 from sessiontree.format import serialize_entry
-
-PEER_GENERATOR = Path("/work/shared/peers/gen_big_session.py")
 
 CHILD = r"""
 import json, resource, sys, time
@@ -115,13 +112,7 @@ def own_generator(out: Path, files: int, lo: int, hi: int, seed: int) -> None:
 
 def generate(args: argparse.Namespace, sessions_root: Path) -> tuple[int, int]:
     raw = sessions_root.parent / "generated"
-    if PEER_GENERATOR.is_file() and not args.own_generator:
-        cmd = [sys.executable, str(PEER_GENERATOR), "--dir", str(raw), "--files", str(args.files)]
-        cmd += ["--min-entries", str(args.min_entries), "--max-entries", str(args.max_entries)]
-        cmd += ["--bytes-per-entry", str(args.bytes_per_entry), "--seed", str(args.seed)]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-    else:
-        own_generator(raw, args.files, args.min_entries, args.max_entries, args.seed)
+    own_generator(raw, args.files, args.min_entries, args.max_entries, args.seed)
     names = sorted(os.listdir(raw))
     total = 0
     for i, name in enumerate(names):
@@ -184,7 +175,6 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--work", help="directory to build the store in (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the generated store")
-    ap.add_argument("--own-generator", action="store_true")
     ap.add_argument("--json", action="store_true", help="print the results as JSON too")
     args = ap.parse_args(argv)
 

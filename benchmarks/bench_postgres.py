@@ -9,8 +9,8 @@ Workloads (each run on FileSessionStorage and on PostgresSessionStorage):
   synchronous commit on PostgreSQL) — entries per second;
 - append: the same without flush (files: write(2); PostgreSQL: one async commit);
 - open + context: `SessionManager.open(read_only=True)` + `build_session_context()`
-  of a 50 MB session made by `gen_big_session.py --entries 10000 --mb 50 --seed 1`;
-- list 2,000: a directory made by `gen_big_session.py --dir --files 2000 --seed 1`,
+  of a 50 MB session of 10,000 entries (benchmarks/data.py, seed 1);
+- list 2,000: a directory of 2,000 sessions (benchmarks/data.py, seed 1),
   listed by discovery (`list_sessions`): files with its caches off (every file
   scanned) and warm (in-process cache); PostgreSQL from the session index, and
   the raw `list_session_meta` query alone.
@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,13 +31,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.data import SessionSpec, write_big_session, write_store
 from sessiontree import SessionManager
 from sessiontree.maintenance import import_files
 from sessiontree.storage import FileSessionStorage
 from sessiontree.storage.postgres import PostgresSessionStorage, new_schema_name
 
 DATA = Path("/tmp/sessiontree-bench")
-GEN = Path(__file__).resolve().parents[2] / "shared" / "peers" / "gen_big_session.py"
 
 
 def best(fn: Callable[[], Any], repeat: int) -> float:
@@ -50,16 +51,15 @@ def best(fn: Callable[[], Any], repeat: int) -> float:
     return min(times)
 
 
-def generate(gen: Path) -> tuple[Path, Path]:
+def generate() -> tuple[Path, Path]:
     big = DATA / "big-50mb.jsonl"
-    many = DATA / "many-2000"
+    store = DATA / "many-2000"
     DATA.mkdir(parents=True, exist_ok=True)
     if not big.exists():
-        cmd = [sys.executable, str(gen), str(big), "--entries", "10000", "--mb", "50"]
-        subprocess.run([*cmd, "--seed", "1"], check=True, stdout=subprocess.DEVNULL)
-    if not many.exists():
-        cmd = [sys.executable, str(gen), "--dir", str(many), "--files", "2000", "--seed", "1"]
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        write_big_session(big, SessionSpec(entries=10_000, target_bytes=50 << 20), DATA / "blobs")
+    if not store.exists():
+        write_store(store, files=2000, min_entries=20, max_entries=200, projects=1)
+    (many,) = store.iterdir()  # the one project's directory
     return big, many
 
 
@@ -87,11 +87,10 @@ def main() -> None:
     parser.add_argument("--url", default=os.environ.get("SESSIONTREE_TEST_PG"))
     parser.add_argument("--appends", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
-    parser.add_argument("--gen", type=Path, default=GEN, help="path of gen_big_session.py")
     args = parser.parse_args()
     if not args.url:
         parser.error('no database: pass --url or run `eval "$(scripts/pg-start)"` first')
-    big, many = generate(args.gen)
+    big, many = generate()
     work = Path(tempfile.mkdtemp(prefix="sessiontree-bench-"))
     os.environ["PI_CODING_AGENT_DIR"] = str(work / "agent")  # no breadcrumbs in ~
     schema = new_schema_name("bench")

@@ -4,8 +4,7 @@
     .venv/bin/python benchmarks/bench_web.py --files 200 --mb 10 --runs 1   # quick
     .venv/bin/python benchmarks/bench_web.py --gigabyte      # a 1 GiB session's page
 
-Generates (seeded, with benchmarks/data.py; plus the peers' gen_big_session.py for a
-second big session when ../shared/peers has it) an agent dir holding `--files`
+Generates (seeded, with benchmarks/data.py) an agent dir holding `--files`
 sessions in 20 projects and a `--mb` MB session with branches, labels, a compaction
 and images. Each measurement runs in a fresh process that starts the server on a free
 port and waits until it is ready; the times are of the first requests after that:
@@ -47,7 +46,6 @@ from sessiontree.format._entries import format_iso  # noqa: E402
 from sessiontree.format._naming import session_file_name  # noqa: E402
 from sessiontree.layout._paths import encode_session_dir_name  # noqa: E402
 
-PEER_GENERATOR = ROOT.parent / "shared" / "peers" / "gen_big_session.py"
 CHROMIUM = os.environ.get("SESSIONTREE_CHROMIUM", "/usr/bin/chromium")
 BROWSER_ARGS = [
     "--no-sandbox",
@@ -155,14 +153,6 @@ def make_store(work: Path, files: int, mb: int) -> dict[str, Any]:
     big = big_dir / session_file_name(format_iso(1_767_225_600_000), "bench-big-session")
     write_big_session(big, SessionSpec(entries=20_000, target_bytes=mb << 20), agent / "blobs")
     bigs = [str(big)]
-    if PEER_GENERATOR.exists():
-        peer = big_dir / session_file_name(format_iso(1_767_225_700_000), "bench-peer-session")
-        subprocess.run(
-            [sys.executable, str(PEER_GENERATOR), str(peer), "--mb", str(mb)],
-            check=True,
-            capture_output=True,
-        )
-        bigs.append(str(peer))
     done = {"files": files, "mb": mb, "agent": str(agent), "big": bigs}
     (work / "done.json").write_text(json.dumps(done))
     return done

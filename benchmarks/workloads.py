@@ -157,7 +157,7 @@ def tree(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def kb1_text(i: int) -> str:
-    """The peers' append-bench text (`kb1Text` in ../shared/peers): 1,024 characters."""
+    """The peers' append-bench text (`kb1Text` in scripts/peers/common.mjs): 1,024 characters."""
     base = (
         f"Message {i}: the quick brown fox jumps over the lazy dog while the session tree grows. "
     )

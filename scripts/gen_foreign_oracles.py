@@ -3,10 +3,10 @@
 Claude Code and Codex files, so `tests/test_foreign_oracles.py` compares against them
 without node or bun.
 
-Needs the peers (`/work/shared/peers/setup.sh`, default `/tmp/anchors`) and the shared
-fixtures. For every file of `shared/fixtures/foreign`:
+Needs the peers (`scripts/peers/setup` installs them; they are driven through
+`scripts/peers/oracle`). For every file of `tests/data/real/foreign`:
 
-* `omp`: oh-my-pi's own importers (`omp-oracle.ts foreign claude|codex ROOT`, on the
+* `omp`: oh-my-pi's own importers (`omp-oracle.mjs foreign claude|codex ROOT`, on the
   files laid out as the agents store them): the streams of its converted entries
   (`foreign_support.streams`), usage per response id, or its error;
 * the file imported by sessiontree (`foreign_support.import_all`; entry ids derive from
@@ -15,7 +15,7 @@ fixtures. For every file of `shared/fixtures/foreign`:
   sha256 of `JSON.stringify(messages)` as computed here from pi's output, thinking
   level, model); `ompTree`: omp's `tree FILE --flat`.
 
-    .venv/bin/python scripts/gen_foreign_oracles.py [--fixtures DIR] [--anchors DIR]
+    .venv/bin/python scripts/gen_foreign_oracles.py [--fixtures DIR]
 """
 
 from __future__ import annotations
@@ -47,21 +47,14 @@ def _run(cmd: list[str], env: dict[str, str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument(
-        "--fixtures", type=Path, default=ROOT.parent / "shared" / "fixtures" / "foreign"
-    )
-    ap.add_argument(
-        "--anchors", type=Path, default=Path(os.environ.get("ANCHORS_DIR", "/tmp/anchors"))
-    )
-    ap.add_argument("--peers-dir", type=Path, default=ROOT.parent / "shared" / "peers")
+    ap.add_argument("--fixtures", type=Path, default=ROOT / "tests" / "data" / "real" / "foreign")
     a = ap.parse_args(argv)
-    bun = a.anchors / "omp" / "node_modules" / ".bin" / "bun"
-    node = shutil.which("node")
-    if not bun.exists() or node is None:
-        raise SystemExit(f"needs bun at {bun} and node on PATH (see peers/setup.sh)")
-    env = {**os.environ, "ANCHORS_DIR": str(a.anchors)}
-    omp = [str(bun), str(a.peers_dir / "omp-oracle.ts")]
-    pi = [node, str(a.peers_dir / "pi-oracle.mjs")]
+    setup = ROOT / "scripts" / "peers" / "setup"
+    if subprocess.run([setup, "--check", "pi", "omp"], check=False).returncode != 0:
+        raise SystemExit("needs the peers pi and omp (run scripts/peers/setup)")
+    env = dict(os.environ)
+    omp = [str(ROOT / "scripts" / "peers" / "oracle"), "omp"]
+    pi = [str(ROOT / "scripts" / "peers" / "oracle"), "pi"]
 
     from sessiontree.format import serialize_entry
 

@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
 """Regenerate tests/data/peers/: session files written by the TypeScript peers.
 
-Dev tool: needs the peers (``/work/shared/peers/setup.sh`` installs them into
-``$ANCHORS_DIR``, default ``/tmp/anchors``), ``node`` and the peers' scripts
-(``gen_ops.py``, ``omp-oracle.ts``, ``pi-oracle.mjs``). CI does not run it; the tests
-only read what it commits.
+Dev tool: needs the peers (``scripts/peers/setup`` installs them) and ``node``; it drives
+them through the project's oracles (``scripts/peers/oracle``). CI does not run it; the
+tests only read what it commits.
 
     python scripts/gen_peer_data.py [--seeds 1,2,3,4] [--n 100] [--extra pi:15:60]
                                     [--huge-seed 49] [--huge-n 12] [--huge-p 0.1]
+                                    [--gen-ops GENERATOR]
 
-For every seed two op scripts are generated (omp flavour and ``--pi`` flavour, both
-with ``--p-huge 0``), the ``--extra`` scripts (default: pi flavour, seed 15, 60 ops,
+The op scripts are the committed ones (``tests/data/peers/ops``, read before the
+directory is rewritten), replayed through today's peers; with ``--gen-ops`` a generator
+(``GENERATOR --seed S --n N --p-huge P [--pi] -o FILE``, e.g. the peers' ``gen_ops.py``)
+makes them anew, and ``--n`` and the ``--huge-*`` options take effect. The scripts: for
+every seed two (omp flavour and ``--pi`` flavour, both with ``--p-huge 0``), the
+``--extra`` scripts (default: pi flavour, seed 15, 60 ops,
 chosen because its createBranchedSession leaves an orphan entry), plus one small
 pi-flavour script with huge (>500000-char) strings. omp runs every script, pi runs
 the pi-flavour ones. Every session file a run produced lands in
@@ -102,21 +106,20 @@ if (Buffer.byteLength(line, "utf8") <= limit) {
 
 
 class Peers:
-    def __init__(self, anchors: Path, peers_dir: Path) -> None:
-        self.anchors = anchors
-        self.peers_dir = peers_dir
-        self.bun = str(anchors / "omp" / "node_modules" / ".bin" / "bun")
+    """The peers as scripts/peers/setup installed them ($SESSIONTREE_PEERS, or .peers)."""
+
+    def __init__(self) -> None:
+        self.install = Path(os.environ.get("SESSIONTREE_PEERS") or ROOT / ".peers")
+        self.bun = str(self.install / "omp" / "node_modules" / ".bin" / "bun")
         self.node = shutil.which("node") or "node"
-        self.env = {**os.environ, "ANCHORS_DIR": str(anchors)}
+        self.env = dict(os.environ)
 
     def oracle(self, peer: str) -> list[str]:
-        if peer == "omp":
-            return [self.bun, str(self.peers_dir / "omp-oracle.ts")]
-        return [self.node, str(self.peers_dir / "pi-oracle.mjs")]
+        return [str(ROOT / "scripts" / "peers" / "oracle"), peer]
 
     def versions(self) -> dict[str, str]:
         def pkg(sub: str) -> str:
-            with open(self.anchors / sub / "package.json", encoding="utf-8") as f:
+            with open(self.install / sub / "package.json", encoding="utf-8") as f:
                 return str(json.load(f)["version"])
 
         bun_v = sh([self.bun, "--version"], env=self.env).strip()
@@ -175,21 +178,28 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument(
-        "--anchors", type=Path, default=Path(os.environ.get("ANCHORS_DIR", "/tmp/anchors"))
-    )
-    ap.add_argument(
         "--work",
         type=Path,
         default=Path(tempfile.gettempdir()) / "sessiontree-gen-peer-data",
         help="scratch dir, emptied first (it shows up in parentSession paths)",
     )
-    ap.add_argument("--peers-dir", type=Path, default=Path("/work/shared/peers"))
+    ap.add_argument(
+        "--gen-ops",
+        type=Path,
+        metavar="GENERATOR",
+        help="make the op scripts with GENERATOR instead of replaying the committed ones",
+    )
     a = ap.parse_args(argv)
 
-    peers = Peers(a.anchors, a.peers_dir)
+    peers = Peers()
     if not Path(peers.bun).exists() or shutil.which("node") is None:
-        sys.stderr.write("gen_peer_data: bun or node missing (run peers/setup.sh)\n")
+        sys.stderr.write("gen_peer_data: the peers are not installed (run scripts/peers/setup)\n")
         return 1
+    # the committed op scripts, read before --out (their home, by default) is emptied
+    committed = {
+        p.name.removesuffix(".json.gz"): gzip.decompress(p.read_bytes())
+        for p in (DEFAULT_OUT / "ops").glob("*.json.gz")
+    }
     seeds = [int(s) for s in a.seeds.split(",") if s.strip()]
 
     out: Path = a.out.resolve()
@@ -216,8 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         "generatedBy": "python scripts/gen_peer_data.py " + " ".join(argv or sys.argv[1:]),
         "peers": peers.versions(),
         "layout": (
-            "ops/<script>.json.gz: op scripts (gen_ops.py). <case>/: files written by one peer "
-            "from one script, blobs/<sha256> (omp), <file stem>/tree.json, contexts.jsonl, "
+            "ops/<script>.json.gz: op scripts (an op generator's, or replayed). <case>/: "
+            "files written by one peer from one script, blobs/<sha256> (omp), "
+            "<file stem>/tree.json, contexts.jsonl, "
             "context_default.json (pi-written), omp_context_default.json (omp-written)"
         ),
         "scripts": {},
@@ -227,10 +238,17 @@ def main(argv: list[str] | None = None) -> int:
     for name, seed, flavour, n, p_huge in specs:
         ops_path = work / "ops" / f"{name}.json"
         ops_path.parent.mkdir(exist_ok=True)
-        cmd = [sys.executable, str(a.peers_dir / "gen_ops.py"), "--seed", str(seed), "--n", str(n)]
-        cmd += ["--p-huge", str(p_huge)] + (["--pi"] if flavour == "pi" else [])
-        cmd += ["-o", str(ops_path)]
-        sh(cmd, env=peers.env)
+        if a.gen_ops is not None:
+            cmd = [sys.executable, str(a.gen_ops), "--seed", str(seed), "--n", str(n)]
+            cmd += ["--p-huge", str(p_huge)] + (["--pi"] if flavour == "pi" else [])
+            cmd += ["-o", str(ops_path)]
+            sh(cmd, env=peers.env)
+        elif name in committed:
+            cmd = ["zcat", f"tests/data/peers/ops/{name}.json.gz"]
+            ops_path.write_bytes(committed[name])
+        else:
+            sys.stderr.write(f"gen_peer_data: no committed op script {name} (use --gen-ops)\n")
+            return 1
         with open(ops_path, "rb") as src, open(out / "ops" / f"{name}.json.gz", "wb") as raw:
             with gzip.GzipFile(filename="", mode="wb", compresslevel=9, fileobj=raw, mtime=0) as gz:
                 shutil.copyfileobj(src, gz)

@@ -1,15 +1,19 @@
 #!/usr/bin/env python3
 """Write direction against the live TypeScript peers: do they read what sessiontree writes?
 
-Dev tool. Needs the peers (``/work/shared/peers/setup.sh``, default ``/tmp/anchors``),
-``node`` and the peers' scripts; without them it prints why and exits 0.
+Dev tool. Needs the peers (``scripts/peers/setup`` installs them; it drives them through
+``scripts/peers/oracle``); without them it prints why and exits 0.
 
-    .venv/bin/python scripts/peer_check.py [--seeds 1-4] [--n 150] [--flavours omp,pi]
-                                           [--p-huge 0] [--work DIR] [--no-shapes]
+    .venv/bin/python scripts/peer_check.py [--seeds 1-4] [--flavours omp,pi] [--work DIR]
+                                           [--no-shapes] [--gen-ops GENERATOR [--n 150]
+                                           [--p-huge 0]]
 
-For every seed and flavour it generates an op script (``gen_ops.py``), runs it through
-sessiontree (``tests/opscript.py``: ``SessionManager.create(cwd, session_dir=OUT)``, the
-ops, ``flush()``, ``close()``), then for every session file that run left behind:
+For every seed and flavour it takes an op script (the committed
+``tests/data/peers/ops/s<seed>-<flavour>.json.gz``, or with ``--gen-ops`` a fresh one from
+``GENERATOR --seed S --n N --p-huge P [--pi] -o FILE``, e.g. the peers' ``gen_ops.py``),
+runs it through sessiontree (``tests/opscript.py``:
+``SessionManager.create(cwd, session_dir=OUT)``, the ops, ``flush()``, ``close()``), then
+for every session file that run left behind:
 
 * ``tree``: omp's and pi's ``tree FILE --flat`` must equal what sessiontree reports for
   the same file opened read-only (leaf, entries with ids, labels, root ids, children);
@@ -30,6 +34,7 @@ A summary table is printed; the exit status is 1 when anything mismatched.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import shutil
@@ -64,37 +69,27 @@ def run(cmd: list[str], env: dict[str, str]) -> tuple[int, str, str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--seeds", default="1-4", help="e.g. 1-4 or 1,5,9 (default 1-4)")
-    ap.add_argument("--n", type=int, default=150, help="ops per script (default 150)")
+    ap.add_argument("--n", type=int, default=150, help="ops per generated script (default 150)")
     ap.add_argument("--flavours", default="omp,pi", help="omp,pi (default both)")
     ap.add_argument("--p-huge", type=float, default=0.0, help="gen_ops.py --p-huge (default 0)")
     ap.add_argument(
         "--work", type=Path, default=Path(tempfile.gettempdir()) / "sessiontree-peer-check"
     )
     ap.add_argument(
-        "--anchors", type=Path, default=Path(os.environ.get("ANCHORS_DIR", "/tmp/anchors"))
+        "--gen-ops",
+        type=Path,
+        metavar="GENERATOR",
+        help="generate the op scripts instead of taking the committed ones",
     )
-    ap.add_argument("--peers-dir", type=Path, default=Path("/work/shared/peers"))
     ap.add_argument(
         "--no-shapes", action="store_true", help="skip running the peers on the scripts"
     )
     a = ap.parse_args(argv)
 
-    bun = a.anchors / "omp" / "node_modules" / ".bin" / "bun"
-    node = shutil.which("node")
-    missing = [
-        what
-        for what, ok in [
-            (f"bun at {bun}", bun.exists()),
-            ("node on PATH", node is not None),
-            (f"pi peer in {a.anchors / 'pi'}", (a.anchors / "pi" / "node_modules").exists()),
-            (f"peer scripts in {a.peers_dir}", (a.peers_dir / "gen_ops.py").exists()),
-        ]
-        if not ok
-    ]
-    if missing:
-        print(f"peer_check: skipped, missing: {', '.join(missing)} (see peers/setup.sh)")
+    setup = ROOT / "scripts" / "peers" / "setup"
+    if subprocess.run([setup, "--check", "pi", "omp"], check=False).returncode != 0:
+        print("peer_check: skipped, the peers are not installed (run scripts/peers/setup)")
         return 0
-    assert node is not None
 
     work: Path = a.work.resolve()
     if work.exists():
@@ -105,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PI_CODING_AGENT_DIR"] = str(agent)
     for var in ("TMUX_PANE", "KITTY_WINDOW_ID", "TERM_SESSION_ID", "WT_SESSION"):
         os.environ.pop(var, None)
-    env = {**os.environ, "ANCHORS_DIR": str(a.anchors)}
+    env = dict(os.environ)
 
     import sessiontree.format._jsonl
     from opscript import load_ops, run_script
@@ -124,10 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             return str(ser_value(messages))
         return "[" + ",".join(serialize_entry(m) for m in messages) + "]"
 
-    oracle = {
-        "omp": [str(bun), str(a.peers_dir / "omp-oracle.ts")],
-        "pi": [node, str(a.peers_dir / "pi-oracle.mjs")],
-    }
+    oracle = {peer: [str(ROOT / "scripts" / "peers" / "oracle"), peer] for peer in ("omp", "pi")}
     blobs = agent / "blobs"
 
     def ours_tree(path: str) -> dict[str, Any]:
@@ -171,13 +163,20 @@ def main(argv: list[str] | None = None) -> int:
             name = f"s{seed}-{flavour}"
             ops_path = work / name / "ops.json"
             ops_path.parent.mkdir(parents=True)
-            cmd = [sys.executable, str(a.peers_dir / "gen_ops.py"), "--seed", str(seed)]
-            cmd += ["--n", str(a.n), "--p-huge", str(a.p_huge), "-o", str(ops_path)]
-            cmd += ["--pi"] if flavour == "pi" else []
-            rc, _, err = run(cmd, env)
-            if rc != 0:
-                failures.append(f"{name}: gen_ops failed: {err.strip()}")
+            committed = ROOT / "tests" / "data" / "peers" / "ops" / f"{name}.json.gz"
+            if a.gen_ops is None and committed.is_file():
+                ops_path.write_bytes(gzip.decompress(committed.read_bytes()))
+            elif a.gen_ops is None:
+                failures.append(f"{name}: no committed op script {committed} (use --gen-ops)")
                 continue
+            else:
+                cmd = [sys.executable, str(a.gen_ops), "--seed", str(seed)]
+                cmd += ["--n", str(a.n), "--p-huge", str(a.p_huge), "-o", str(ops_path)]
+                cmd += ["--pi"] if flavour == "pi" else []
+                rc, _, err = run(cmd, env)
+                if rc != 0:
+                    failures.append(f"{name}: {a.gen_ops.name} failed: {err.strip()}")
+                    continue
             try:
                 result = run_script(load_ops(ops_path), work / name / "ours")
             except Exception as exc:

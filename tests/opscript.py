@@ -1,4 +1,4 @@
-"""Run a peers op script (`/work/shared/peers/README.md`, "Op script format") through
+"""Run a peers op script (`scripts/peers/README.md`, "Op script format") through
 sessiontree's `SessionManager`.
 
 The script is `{"cwd"?, "ops": [...]}` or a bare list of ops. A *ref* N is the entry id

@@ -1,7 +1,9 @@
 """The TypeScript agents as oracles: one place that finds them and runs them.
 
 Peers by name: `pi` (pi 0.73.1), `pi16` (pi 1.6.0, the newest pi) and `omp` (oh-my-pi
-18.2.3). Each is driven by its oracle script, whose commands (`context FILE`, `tree FILE
+18.2.3), as `scripts/peers/setup` installs them (into `.peers`, or $SESSIONTREE_PEERS;
+`scripts/test` runs it). Each is driven by the project's oracle script for it
+(`scripts/peers/*-oracle.mjs`), whose commands (`context FILE`, `tree FILE
 --flat`, `run OPS OUTDIR`, `llm`, `usage`, `entries`, ...) print what the agent itself
 computes. A test that needs a peer calls `oracle` or `peer_context`: when the peer is not
 installed the test skips locally and fails under CI (`conftest.unavailable`).
@@ -24,8 +26,15 @@ PEERS = ("pi", "pi16", "omp")
 PI_VERSIONS = ("pi", "pi16")
 """The pi releases users run today: 0.73.1 and 1.6.0."""
 
-ORACLES = REPO_ROOT.parent / "shared" / "peers"
-"""Where the oracle scripts are."""
+SCRIPTS = REPO_ROOT / "scripts" / "peers"
+"""The project's oracle scripts and the setup that installs the peers."""
+
+PACKAGES = {
+    "pi": "@mariozechner/pi-coding-agent",
+    "pi16": "@earendil-works/pi-coding-agent",
+    "omp": "@oh-my-pi/pi-coding-agent",
+}
+"""The npm package of each peer."""
 
 
 @dataclass(frozen=True)
@@ -34,41 +43,47 @@ class Peer:
     runner: list[str]
     """The command that runs the oracle script (interpreter and script)."""
     env: dict[str, str]
+    project: Path
+    """The npm project the peer is installed in."""
+
+    @property
+    def version(self) -> str:
+        """The release of the peer's package that is installed."""
+        manifest = self.project / "node_modules" / PACKAGES[self.name] / "package.json"
+        version: str = json.loads(manifest.read_text(encoding="utf-8"))["version"]
+        return version
 
 
-def _anchors() -> Path:
-    return Path(os.environ.get("ANCHORS_DIR", "/tmp/anchors"))
+def install_dir() -> Path:
+    """Where `scripts/peers/setup` installs the peers: $SESSIONTREE_PEERS, or `.peers`."""
+    return Path(os.environ.get("SESSIONTREE_PEERS") or REPO_ROOT / ".peers")
 
 
-def _anchors16() -> Path:
-    return Path(os.environ.get("ANCHORS16_DIR", "/tmp/anchors16"))
+def project(name: str) -> Path:
+    """The npm project peer `name` is taken from: $SESSIONTREE_PEER_<NAME> when set
+    (`scripts/peers/drift` points it at the registry's newest release), else the pinned
+    install."""
+    return Path(os.environ.get(f"SESSIONTREE_PEER_{name.upper()}") or install_dir() / name)
 
 
 def find(name: str) -> Peer | None:
     """The installed peer `name`, or None when it (or its runtime) is not installed."""
-    env = {**os.environ, "ANCHORS_DIR": str(_anchors()), "ANCHORS16_DIR": str(_anchors16())}
+    if name not in PACKAGES:
+        raise ValueError(f"unknown peer {name!r}; known: {', '.join(PEERS)}")
+    where = project(name)
+    runtime: str | Path | None
     if name == "pi":
-        node = shutil.which("node")
-        installed = _anchors() / "pi" / "node_modules" / "@mariozechner" / "pi-coding-agent"
-        script = ORACLES / "pi-oracle.mjs"
-        if node is None or not installed.is_dir() or not script.is_file():
-            return None
-        return Peer(name, [node, str(script)], env)
-    if name == "pi16":
-        node = _anchors16() / "node22" / "bin" / "node"
-        installed = _anchors16() / "pi16" / "node_modules" / "@earendil-works" / "pi-coding-agent"
-        script = ORACLES / "pi16-oracle.mjs"
-        if not node.is_file() or not installed.is_dir() or not script.is_file():
-            return None
-        return Peer(name, [str(node), str(script)], env)
-    if name == "omp":
-        bun = _anchors() / "omp" / "node_modules" / ".bin" / "bun"
-        installed = _anchors() / "omp" / "node_modules" / "@oh-my-pi" / "pi-coding-agent"
-        script = ORACLES / "omp-oracle.ts"
-        if not bun.exists() or not installed.is_dir() or not script.is_file():
-            return None
-        return Peer(name, [str(bun), str(script)], env)
-    raise ValueError(f"unknown peer {name!r}; known: {', '.join(PEERS)}")
+        runtime = shutil.which("node")
+    elif name == "pi16":  # pi 1.6 needs Node >= 22.19, installed beside the peers
+        runtime = install_dir() / "node22" / "bin" / "node"
+    else:
+        runtime = where / "node_modules" / ".bin" / "bun"
+    script = SCRIPTS / ("omp-oracle.mjs" if name == "omp" else "pi-oracle.mjs")
+    installed = (where / "node_modules" / PACKAGES[name] / "package.json").is_file()
+    if runtime is None or not Path(runtime).exists() or not installed:
+        return None
+    env = {**os.environ, "SESSIONTREE_PEER_DIR": str(where), "SESSIONTREE_PEER_NAME": name}
+    return Peer(name, [str(runtime), str(script)], env, where)
 
 
 def require(name: str) -> Peer:

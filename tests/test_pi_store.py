@@ -8,8 +8,8 @@ rename of a session pi wrote changes its header and nothing else (in pi's store 
 appends the `session_info` entry pi reads and changes nothing: `test_pi16_store.py`).
 The xcsh and oh-my-pi stores still move images to `blobs/`.
 
-The tests marked `peers` also ask pi itself (`shared/peers/pi-oracle.mjs` beside the repository, with pi
-installed by `peers/setup.sh`) for the context of the files written here.
+The tests marked `peers` also ask pi itself (`tests/peers.py`: the project's oracle, with pi
+installed by `scripts/peers/setup`) for the context of the files written here.
 """
 
 from __future__ import annotations

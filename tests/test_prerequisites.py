@@ -3,7 +3,9 @@ outside it (a module, a peer) skips locally but fails under CI."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -55,6 +57,60 @@ def test_no_test_finds_prerequisites_its_own_way() -> None:
         if own_way.search(line) and not line.lstrip().startswith(("#", '"""'))
     ]
     assert offenders == []
+
+
+OUTSIDE = re.compile(
+    r"/work/shared|/tmp/anchors|ANCHORS(?:16)?_DIR|\.\./shared"
+    r"|\.parents?(?:\[\d+\])?\s*/\s*[\"']shared[\"']"
+)
+"""A path of one machine, or a sibling of the checkout: the peers' old install dirs, the
+shared directory beside the repository."""
+
+
+def test_nothing_names_a_path_outside_the_repository() -> None:
+    """The tests, scripts (the peers' setup and oracles included), benchmarks and CI run
+    from a clone anywhere: none of them names a path outside it."""
+    roots = [REPO_ROOT / d for d in ("tests", "scripts", "benchmarks", ".ci")]
+    files = [
+        path
+        for root in roots
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+        and "data" not in path.relative_to(REPO_ROOT).parts
+        and path.suffix not in (".pyc", ".gz")
+        and path != Path(__file__)
+    ]
+    assert len(files) > 100
+    offenders = [
+        f"{path.relative_to(REPO_ROOT)}:{n}: {line.strip()}"
+        for path in files
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if OUTSIDE.search(line)
+    ]
+    assert offenders == []
+
+
+def test_the_outside_pattern_catches_what_it_is_for() -> None:
+    caught = [
+        'PEERS_DIR = ROOT.parent / "shared" / "peers"',
+        'GEN = Path(__file__).resolve().parents[2] / "shared" / "peers" / "gen.py"',
+        'default=Path("/work/shared/peers")',
+        'Path(os.environ.get("ANCHORS_DIR", "/tmp/anchors"))',
+        "see ../shared/peers/README.md",
+    ]
+    assert [line for line in caught if not OUTSIDE.search(line)] == []
+    assert not OUTSIDE.search('REPO_ROOT / "scripts" / "peers" / "oracle"')
+
+
+def test_the_peers_setup_says_which_peers_are_missing(tmp_path: Path) -> None:
+    """`scripts/peers/setup --check` (no network) fails, naming them, when peers are not
+    installed where $SESSIONTREE_PEERS says; tests/peers.py finds none there either."""
+    setup = REPO_ROOT / "scripts" / "peers" / "setup"
+    env = {**os.environ, "SESSIONTREE_PEERS": str(tmp_path)}
+    done = subprocess.run([setup, "--check"], capture_output=True, text=True, env=env, check=False)
+    assert done.returncode == 1
+    assert f"not installed in {tmp_path}: pi pi16 omp" in done.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_unique_prefix_is_unique_even_within_one_millisecond() -> None:
