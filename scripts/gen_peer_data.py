@@ -7,7 +7,7 @@ and oh-my-pi in ``$ANCHORS_DIR``, pi 1.6.0 and its Node 22 in ``$ANCHORS16_DIR``
 
     python scripts/gen_peer_data.py [--seeds 1,2,3,4] [--n 100] [--extra pi:15:60]
                                     [--huge-seed 49] [--huge-n 12] [--huge-p 0.1]
-                                    [--pi16-seed 6] [--pi16-n 80] [--fresh]
+                                    [--pi16-seed 21] [--pi16-n 80] [--fresh]
 
 Peers: ``omp`` (oh-my-pi 18.2.3), ``pi`` (pi 0.73.1) and ``pi16`` (pi 1.6.0). For every
 seed two op scripts are generated (omp flavour and ``--pi`` flavour, both with
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--huge-seed", type=int, default=49, help="seed of the huge-strings script")
     ap.add_argument("--huge-n", type=int, default=12, help="ops in the huge-strings script")
     ap.add_argument("--huge-p", type=float, default=0.1, help="--p-huge of that script")
-    ap.add_argument("--pi16-seed", type=int, default=6, help="seed of the pi16-flavour script")
+    ap.add_argument("--pi16-seed", type=int, default=21, help="seed of the pi16-flavour script")
     ap.add_argument("--pi16-n", type=int, default=80, help="ops in the pi16-flavour script")
     ap.add_argument(
         "--max-context-bytes",
@@ -382,6 +382,7 @@ def main(argv: list[str] | None = None) -> int:
                         writer,
                         ops_path,
                         a.max_context_bytes,
+                        out,
                     )
                 )
 
@@ -405,12 +406,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def read_back(
-    peers: Peers, path: Path, side: Path, stem: str, readers: list[str], limit: int
+    peers: Peers, path: Path, shown: str, side: Path, stem: str, readers: list[str], limit: int
 ) -> dict[str, Any]:
     """Each reader's contexts of the pi-format session file at `path` (every leaf, and the
     default leaf in full), written beside it in `side`; an output byte-identical to an
-    earlier reader's is not written again, the reader points at that file."""
-    shown = os.path.relpath(path, ROOT) if path.is_relative_to(ROOT) else str(path)
+    earlier reader's is not written again, the reader points at that file. The commands
+    are recorded with `shown`, where the file is committed."""
     out: dict[str, Any] = {}
     written: dict[str, str] = {}  # text -> the file (relative to the case) holding it
     for reader in readers:
@@ -437,6 +438,12 @@ def read_back(
         }
         out[reader] = rec
     return out
+
+
+def committed_path(out: Path, case: str, file: str) -> str:
+    """Where a case's file is committed, as a path from the repository's root when inside."""
+    path = out / case / file
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 def keep_case(
@@ -466,7 +473,13 @@ def keep_case(
         }
         rec["commands"] = commands
         rec["readers"] = read_back(
-            peers, case_dir / rec["file"], side, stem, READERS[old["writer"]], limit
+            peers,
+            case_dir / rec["file"],
+            committed_path(out, name, rec["file"]),
+            side,
+            stem,
+            READERS[old["writer"]],
+            limit,
         )
         files.append(rec)
     return {**old, "files": files}
@@ -482,6 +495,7 @@ def run_case(
     writer: str,
     ops_path: Path,
     limit: int,
+    final_out: Path,
 ) -> dict[str, Any]:
     case = f"{script}-by-{writer}"
     print(f"== {case}", flush=True)
@@ -532,7 +546,10 @@ def run_case(
             rec["sha256"] = hashlib.sha256(fb.read()).hexdigest()
         rec["commands"] = commands
         if writer != "omp":
-            rec["readers"] = read_back(peers, case_dir / base, side, stem, READERS[writer], limit)
+            shown = committed_path(final_out, case, base)
+            rec["readers"] = read_back(
+                peers, case_dir / base, shown, side, stem, READERS[writer], limit
+            )
         files.append(rec)
 
     blobs_rel: str | None = None
