@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Write direction against the live TypeScript peers: do they read what sessiontree writes?
 
-Dev tool. Needs the peers (``/work/shared/peers/setup.sh``, default ``/tmp/anchors``),
-``node`` and the peers' scripts; without them it prints why and exits 0.
+Dev tool. Needs the peers, found where the tests find them (``tests/peers.py``: pi
+0.73.1, pi 1.6.0 and oh-my-pi), and ``node``; without them it prints why and exits 0.
 
     .venv/bin/python scripts/peer_check.py [--seeds 1-4] [--n 150] [--flavours omp,pi]
                                            [--p-huge 0] [--work DIR] [--no-shapes]
@@ -11,9 +11,11 @@ For every seed and flavour it generates an op script (``gen_ops.py``), runs it t
 sessiontree (``tests/opscript.py``: ``SessionManager.create(cwd, session_dir=OUT)``, the
 ops, ``flush()``, ``close()``), then for every session file that run left behind:
 
-* ``tree``: omp's and pi's ``tree FILE --flat`` must equal what sessiontree reports for
-  the same file opened read-only (leaf, entries with ids, labels, root ids, children);
-* ``ctx`` (pi flavour): pi's ``context FILE --all-leaves``, leaf by leaf, against
+* ``tree``: omp's and both pi releases' ``tree FILE --flat`` must equal what sessiontree
+  reports for the same file opened read-only (leaf, entries with ids, labels, root ids,
+  children);
+* ``ctx`` (pi flavour): each pi release's (0.73.1 and 1.6.0) ``context FILE
+  --all-leaves``, leaf by leaf, against
   ``build_session_context(load_entries_from_file(FILE), leaf)``: the entries as stored,
   because pi does not resolve blob refs. Messages must serialise to the same bytes
   (after dropping what pi never copies into a context message: a custom message's
@@ -21,7 +23,8 @@ ops, ``flush()``, ``close()``), then for every session file that run left behind
   thinking level must agree, and pi's model must equal ``models["default"]``, except
   where pi reports ``{}``: pi cannot read omp-format ``model_change`` entries
   (``{"model": "provider/id"}``), which is what sessiontree writes (counted as ``model?``);
-* ``shape`` (unless ``--no-shapes``): the peers run the same script too, and their files
+* ``shape`` (unless ``--no-shapes``): the peers (both pi releases for the pi flavour) run
+  the same script too, and their files
   are compared with ours as ``tests/test_opscript_shapes.py`` does with the committed data.
 
 A summary table is printed; the exit status is 1 when anything mismatched.
@@ -71,30 +74,19 @@ def main(argv: list[str] | None = None) -> int:
         "--work", type=Path, default=Path(tempfile.gettempdir()) / "sessiontree-peer-check"
     )
     ap.add_argument(
-        "--anchors", type=Path, default=Path(os.environ.get("ANCHORS_DIR", "/tmp/anchors"))
-    )
-    ap.add_argument("--peers-dir", type=Path, default=Path("/work/shared/peers"))
-    ap.add_argument(
         "--no-shapes", action="store_true", help="skip running the peers on the scripts"
     )
     a = ap.parse_args(argv)
 
-    bun = a.anchors / "omp" / "node_modules" / ".bin" / "bun"
-    node = shutil.which("node")
-    missing = [
-        what
-        for what, ok in [
-            (f"bun at {bun}", bun.exists()),
-            ("node on PATH", node is not None),
-            (f"pi peer in {a.anchors / 'pi'}", (a.anchors / "pi" / "node_modules").exists()),
-            (f"peer scripts in {a.peers_dir}", (a.peers_dir / "gen_ops.py").exists()),
-        ]
-        if not ok
-    ]
+    import peers
+
+    found = {name: peers.find(name) for name in peers.PEERS}
+    gen_ops = peers.ORACLES / "gen_ops.py"
+    missing = [f"peer {name}" for name, peer in found.items() if peer is None]
+    missing += [] if gen_ops.exists() else [f"{gen_ops}"]
     if missing:
-        print(f"peer_check: skipped, missing: {', '.join(missing)} (see peers/setup.sh)")
+        print(f"peer_check: skipped, missing: {', '.join(missing)} (see tests/peers.py)")
         return 0
-    assert node is not None
 
     work: Path = a.work.resolve()
     if work.exists():
@@ -105,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PI_CODING_AGENT_DIR"] = str(agent)
     for var in ("TMUX_PANE", "KITTY_WINDOW_ID", "TERM_SESSION_ID", "WT_SESSION"):
         os.environ.pop(var, None)
-    env = {**os.environ, "ANCHORS_DIR": str(a.anchors)}
+    env = {**os.environ}
+    for peer in found.values():
+        assert peer is not None
+        env.update(peer.env)
 
     import sessiontree.format._jsonl
     from opscript import load_ops, run_script
@@ -124,10 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             return str(ser_value(messages))
         return "[" + ",".join(serialize_entry(m) for m in messages) + "]"
 
-    oracle = {
-        "omp": [str(bun), str(a.peers_dir / "omp-oracle.ts")],
-        "pi": [node, str(a.peers_dir / "pi-oracle.mjs")],
-    }
+    oracle = {name: list(peer.runner) for name, peer in found.items() if peer is not None}
     blobs = agent / "blobs"
 
     def ours_tree(path: str) -> dict[str, Any]:
@@ -171,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             name = f"s{seed}-{flavour}"
             ops_path = work / name / "ops.json"
             ops_path.parent.mkdir(parents=True)
-            cmd = [sys.executable, str(a.peers_dir / "gen_ops.py"), "--seed", str(seed)]
+            cmd = [sys.executable, str(gen_ops), "--seed", str(seed)]
             cmd += ["--n", str(a.n), "--p-huge", str(a.p_huge), "-o", str(ops_path)]
             cmd += ["--pi"] if flavour == "pi" else []
             rc, _, err = run(cmd, env)
@@ -182,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
                 result = run_script(load_ops(ops_path), work / name / "ours")
             except Exception as exc:
                 failures.append(f"{name}: sessiontree failed to run the script: {exc!r}")
-                rows.append([name, "-", "-", "ERROR", "", "", "", ""])
+                rows.append([name, "-", "-", "ERROR", *[""] * 8])
                 continue
 
             shapes = "-"
@@ -191,11 +183,11 @@ def main(argv: list[str] | None = None) -> int:
 
             for index, path in enumerate(result.session_files):
                 if path is None or not os.path.exists(path):
-                    rows.append([name, str(index), "-", "no file", "", "", "", shapes])
+                    rows.append([name, str(index), "-", "no file", *[""] * 7, shapes])
                     continue
                 mine = ours_tree(path)
                 row = [name, str(index), str(len(mine["entries"]))]
-                for peer in ("omp", "pi"):
+                for peer in peers.PEERS:
                     cmd = [*oracle[peer], "tree", path, "--flat"]
                     if peer == "omp":
                         cmd += ["--blobs", str(blobs)]
@@ -211,21 +203,29 @@ def main(argv: list[str] | None = None) -> int:
                     if diff:
                         failures.append(f"{name}#{index} {peer} tree: {diff}")
 
-                if flavour == "pi":
-                    row += check_pi_contexts(
-                        oracle["pi"],
-                        env,
-                        path,
-                        f"{name}#{index}",
-                        failures,
-                        (load_entries_from_file, build_session_context, serialize_entry, stringify),
-                    )
-                else:
-                    row += ["", ""]
+                for release in peers.PI_VERSIONS:
+                    if flavour == "pi":
+                        row += check_pi_contexts(
+                            oracle[release],
+                            env,
+                            path,
+                            f"{name}#{index} {release}",
+                            failures,
+                            (
+                                load_entries_from_file,
+                                build_session_context,
+                                serialize_entry,
+                                stringify,
+                            ),
+                        )
+                    else:
+                        row += ["", ""]
                 row.append(shapes)
                 rows.append(row)
 
-    header = ["script", "file", "entries", "omp tree", "pi tree", "pi ctx", "model?", "shape"]
+    header = ["script", "file", "entries", *[f"{p} tree" for p in peers.PEERS]]
+    header += [f"{r} {what}" for r in peers.PI_VERSIONS for what in ("ctx", "model?")]
+    header += ["shape"]
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     print()
     for r in [header, *rows]:
@@ -263,7 +263,7 @@ def check_pi_contexts(
     load_entries_from_file, build_session_context, serialize_entry, stringify = api
     rc, out, err = run([*pi, "context", path, "--all-leaves"], env)
     if rc != 0:
-        failures.append(f"{label} pi context: exit {rc}: {err.strip()[:300]}")
+        failures.append(f"{label} context: exit {rc}: {err.strip()[:300]}")
         return ["ERROR", ""]
     entries = load_entries_from_file(path)[1:]
     lines = [line for line in out.split("\n") if line]
@@ -325,7 +325,7 @@ def check_shapes(
     import test_opscript_shapes as shapes
 
     verdicts = []
-    for writer in ["omp", "pi"] if flavour == "pi" else ["omp"]:
+    for writer in ["omp", "pi", "pi16"] if flavour == "pi" else ["omp"]:
         out_dir = a.work.resolve() / name / f"by-{writer}"
         cmd = [*oracle[writer], "run", str(ops_path), str(out_dir), "--json"]
         rc, out, err = run(cmd, env)
