@@ -182,7 +182,7 @@ KNOWN_DIFFERENCES = {
 
 def _case(case: dict[str, Any]) -> Any:
     reason = KNOWN_DIFFERENCES.get(case["name"])
-    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+    marks = [pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)] if reason else []
     return pytest.param(case, id=case["name"], marks=marks)
 
 

@@ -116,7 +116,11 @@ def _pi_files(test: str) -> list[Any]:
                 continue
             for reader in peers.PI_VERSIONS:
                 reason = KNOWN_DIFFERENCES.get((case["name"], rec["index"], reader, test))
-                marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+                marks = (
+                    [pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)]
+                    if reason
+                    else []
+                )
                 out.append(
                     pytest.param(
                         case,
