@@ -461,18 +461,13 @@ def test_import_without_the_sdk_names_the_extra() -> None:
 @pytest.mark.slow  # runs the peers themselves (node, bun)
 @pytest.mark.peers
 def test_pi_and_omp_read_the_same_context(tmp_path: Path) -> None:
-    import os
-    import shutil
-
-    from conftest import REAL_FILES
+    """Both pi releases and oh-my-pi build the context sessiontree builds."""
+    import peers
     from sessiontree.format import serialize_entry
     from sessiontree.session import SessionManager
 
-    anchors = Path(os.environ.get("ANCHORS_DIR", "/tmp/anchors"))
-    peers = REAL_FILES.parent / "peers"
-    bun = anchors / "omp" / "node_modules" / ".bin" / "bun"
-    if not bun.exists() or not (peers / "pi-oracle.mjs").exists() or not shutil.which("node"):
-        pytest.skip(f"the TypeScript peers are not installed ({bun}, node); see peers/setup.sh")
+    for peer in peers.PEERS:
+        peers.require(peer)
     s = SessionTreeSession("peer", tmp_path / "agent", cwd="/work/proj")
     items: list[Any] = [
         {"role": "user", "content": "hi"},
@@ -508,13 +503,9 @@ def test_pi_and_omp_read_the_same_context(tmp_path: Path) -> None:
         "assistant",
         "user",
     ]
-    env = {**os.environ, "ANCHORS_DIR": str(anchors)}
-    for cmd in (["node", str(peers / "pi-oracle.mjs")], [str(bun), str(peers / "omp-oracle.ts")]):
-        done = subprocess.run(
-            [*cmd, "context", path], capture_output=True, text=True, env=env, check=True
-        )
-        theirs = json.loads(done.stdout.strip().splitlines()[-1])["messages"]
-        assert serialize_entry(theirs) == serialize_entry(ours), cmd
+    for peer in peers.PEERS:
+        theirs = peers.peer_context(peer, path)["messages"]
+        assert serialize_entry(theirs) == serialize_entry(ours), peer
 
 
 @pytest.mark.parametrize("make", ["files", "postgres"], indirect=True)
