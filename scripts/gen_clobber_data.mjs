@@ -2,7 +2,7 @@
 // session's first line is oh-my-pi's title slot, not a header, so pi reads no entries
 // and rewrites the file in place (writeFileSync: same inode) as a fresh header.
 //
-//   node scripts/gen_clobber_data.mjs   # ANCHORS_DIR=/tmp/anchors by default
+//   node scripts/gen_clobber_data.mjs   # pi from scripts/peers/setup ($SESSIONTREE_PEERS, or .peers)
 //
 // Writes tests/data/clobber/omp-session-opened-by-pi-0.73.1.jsonl from the first
 // session of tests/data/peers/s3-omp-by-omp/.
@@ -12,8 +12,8 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
-const anchors = process.env.ANCHORS_DIR ?? "/tmp/anchors";
-const dist = join(anchors, "pi/node_modules/@mariozechner/pi-coding-agent/dist/index.js");
+const peers = process.env.SESSIONTREE_PEERS || join(root, ".peers");
+const dist = join(peers, "pi/node_modules/@mariozechner/pi-coding-agent/dist/index.js");
 const { SessionManager } = await import(dist);
 const cases = join(root, "tests/data/peers/s3-omp-by-omp");
 const name = readdirSync(cases).filter((n) => n.endsWith(".jsonl")).sort()[0];

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Regenerate tests/data/pi16/: session files written by pi 1.6.0 itself.
 
-Dev tool: needs pi 1.6.0 and Node 22 (the peers' setup installs them into
-``$ANCHORS16_DIR``, default ``/tmp/anchors16``). CI does not run it; the tests read
+Dev tool: needs pi 1.6.0 and Node 22 (``scripts/peers/setup`` installs them into
+``$SESSIONTREE_PEERS``, default ``.peers``). CI does not run it; the tests read
 what it commits and compare sessiontree's context with live pi 1.6.0's on every leaf.
 
     python scripts/gen_pi16_corpus.py [--seeds 1-8] [--n 70] [--out tests/data/pi16]
@@ -323,11 +323,11 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=70, help="ops per script")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
-    anchors16 = Path(os.environ.get("ANCHORS16_DIR", "/tmp/anchors16"))
-    node = anchors16 / "node22" / "bin" / "node"
-    pi_dir = Path(os.environ.get("PI16_DIR", anchors16 / "pi16"))
+    installed = Path(os.environ.get("SESSIONTREE_PEERS") or ROOT / ".peers")
+    node = installed / "node22" / "bin" / "node"
+    pi_dir = Path(os.environ.get("SESSIONTREE_PEER_PI16") or installed / "pi16")
     if not node.is_file() or not pi_dir.is_dir():
-        print(f"pi 1.6.0 or Node 22 missing under {anchors16}", file=sys.stderr)
+        print(f"pi 1.6.0 or Node 22 missing in {installed} (scripts/peers/setup)", file=sys.stderr)
         return 2
     out: Path = args.out
     (out / "ops").mkdir(parents=True, exist_ok=True)

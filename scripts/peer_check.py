@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Write direction against the live TypeScript peers: do they read what sessiontree writes?
 
-Dev tool. Needs the peers (``scripts/peers/setup`` installs them; it drives them through
-``scripts/peers/oracle``); without them it prints why and exits 0.
+Dev tool. Needs the peers (``scripts/peers/setup`` installs them: pi 0.73.1, pi 1.6.0 and
+oh-my-pi; it drives them through ``scripts/peers/oracle``); without them it prints why and
+exits 0.
 
     .venv/bin/python scripts/peer_check.py [--seeds 1-4] [--flavours omp,pi] [--work DIR]
                                            [--no-shapes] [--gen-ops GENERATOR [--n 150]
@@ -15,9 +16,11 @@ runs it through sessiontree (``tests/opscript.py``:
 ``SessionManager.create(cwd, session_dir=OUT)``, the ops, ``flush()``, ``close()``), then
 for every session file that run left behind:
 
-* ``tree``: omp's and pi's ``tree FILE --flat`` must equal what sessiontree reports for
-  the same file opened read-only (leaf, entries with ids, labels, root ids, children);
-* ``ctx`` (pi flavour): pi's ``context FILE --all-leaves``, leaf by leaf, against
+* ``tree``: omp's and both pi releases' ``tree FILE --flat`` must equal what sessiontree
+  reports for the same file opened read-only (leaf, entries with ids, labels, root ids,
+  children);
+* ``ctx`` (pi flavour): each pi release's (0.73.1 and 1.6.0) ``context FILE
+  --all-leaves``, leaf by leaf, against
   ``build_session_context(load_entries_from_file(FILE), leaf)``: the entries as stored,
   because pi does not resolve blob refs. Messages must serialise to the same bytes
   (after dropping what pi never copies into a context message: a custom message's
@@ -25,7 +28,8 @@ for every session file that run left behind:
   thinking level must agree, and pi's model must equal ``models["default"]``, except
   where pi reports ``{}``: pi cannot read omp-format ``model_change`` entries
   (``{"model": "provider/id"}``), which is what sessiontree writes (counted as ``model?``);
-* ``shape`` (unless ``--no-shapes``): the peers run the same script too, and their files
+* ``shape`` (unless ``--no-shapes``): the peers (both pi releases for the pi flavour) run
+  the same script too, and their files
   are compared with ours as ``tests/test_opscript_shapes.py`` does with the committed data.
 
 A summary table is printed; the exit status is 1 when anything mismatched.
@@ -87,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     setup = ROOT / "scripts" / "peers" / "setup"
-    if subprocess.run([setup, "--check", "pi", "omp"], check=False).returncode != 0:
+    if subprocess.run([setup, "--check", "pi", "pi16", "omp"], check=False).returncode != 0:
         print("peer_check: skipped, the peers are not installed (run scripts/peers/setup)")
         return 0
 
@@ -119,7 +123,10 @@ def main(argv: list[str] | None = None) -> int:
             return str(ser_value(messages))
         return "[" + ",".join(serialize_entry(m) for m in messages) + "]"
 
-    oracle = {peer: [str(ROOT / "scripts" / "peers" / "oracle"), peer] for peer in ("omp", "pi")}
+    import peers
+
+    launcher = str(ROOT / "scripts" / "peers" / "oracle")
+    oracle = {peer: [launcher, peer] for peer in peers.PEERS}
     blobs = agent / "blobs"
 
     def ours_tree(path: str) -> dict[str, Any]:
@@ -181,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                 result = run_script(load_ops(ops_path), work / name / "ours")
             except Exception as exc:
                 failures.append(f"{name}: sessiontree failed to run the script: {exc!r}")
-                rows.append([name, "-", "-", "ERROR", "", "", "", ""])
+                rows.append([name, "-", "-", "ERROR", *[""] * 8])
                 continue
 
             shapes = "-"
@@ -190,11 +197,11 @@ def main(argv: list[str] | None = None) -> int:
 
             for index, path in enumerate(result.session_files):
                 if path is None or not os.path.exists(path):
-                    rows.append([name, str(index), "-", "no file", "", "", "", shapes])
+                    rows.append([name, str(index), "-", "no file", *[""] * 7, shapes])
                     continue
                 mine = ours_tree(path)
                 row = [name, str(index), str(len(mine["entries"]))]
-                for peer in ("omp", "pi"):
+                for peer in peers.PEERS:
                     cmd = [*oracle[peer], "tree", path, "--flat"]
                     if peer == "omp":
                         cmd += ["--blobs", str(blobs)]
@@ -210,21 +217,29 @@ def main(argv: list[str] | None = None) -> int:
                     if diff:
                         failures.append(f"{name}#{index} {peer} tree: {diff}")
 
-                if flavour == "pi":
-                    row += check_pi_contexts(
-                        oracle["pi"],
-                        env,
-                        path,
-                        f"{name}#{index}",
-                        failures,
-                        (load_entries_from_file, build_session_context, serialize_entry, stringify),
-                    )
-                else:
-                    row += ["", ""]
+                for release in peers.PI_VERSIONS:
+                    if flavour == "pi":
+                        row += check_pi_contexts(
+                            oracle[release],
+                            env,
+                            path,
+                            f"{name}#{index} {release}",
+                            failures,
+                            (
+                                load_entries_from_file,
+                                build_session_context,
+                                serialize_entry,
+                                stringify,
+                            ),
+                        )
+                    else:
+                        row += ["", ""]
                 row.append(shapes)
                 rows.append(row)
 
-    header = ["script", "file", "entries", "omp tree", "pi tree", "pi ctx", "model?", "shape"]
+    header = ["script", "file", "entries", *[f"{p} tree" for p in peers.PEERS]]
+    header += [f"{r} {what}" for r in peers.PI_VERSIONS for what in ("ctx", "model?")]
+    header += ["shape"]
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     print()
     for r in [header, *rows]:
@@ -262,7 +277,7 @@ def check_pi_contexts(
     load_entries_from_file, build_session_context, serialize_entry, stringify = api
     rc, out, err = run([*pi, "context", path, "--all-leaves"], env)
     if rc != 0:
-        failures.append(f"{label} pi context: exit {rc}: {err.strip()[:300]}")
+        failures.append(f"{label} context: exit {rc}: {err.strip()[:300]}")
         return ["ERROR", ""]
     entries = load_entries_from_file(path)[1:]
     lines = [line for line in out.split("\n") if line]
@@ -324,7 +339,7 @@ def check_shapes(
     import test_opscript_shapes as shapes
 
     verdicts = []
-    for writer in ["omp", "pi"] if flavour == "pi" else ["omp"]:
+    for writer in ["omp", "pi", "pi16"] if flavour == "pi" else ["omp"]:
         out_dir = a.work.resolve() / name / f"by-{writer}"
         cmd = [*oracle[writer], "run", str(ops_path), str(out_dir), "--json"]
         rc, out, err = run(cmd, env)

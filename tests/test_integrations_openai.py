@@ -461,12 +461,13 @@ def test_import_without_the_sdk_names_the_extra() -> None:
 @pytest.mark.slow  # runs the peers themselves (node, bun)
 @pytest.mark.peers
 def test_pi_and_omp_read_the_same_context(tmp_path: Path) -> None:
+    """Both pi releases and oh-my-pi build the context sessiontree builds."""
     import peers
     from sessiontree.format import serialize_entry
     from sessiontree.session import SessionManager
 
-    for name in peers.PEERS:
-        peers.require(name)
+    for peer in peers.PEERS:
+        peers.require(peer)
     s = SessionTreeSession("peer", tmp_path / "agent", cwd="/work/proj")
     items: list[Any] = [
         {"role": "user", "content": "hi"},
@@ -502,9 +503,9 @@ def test_pi_and_omp_read_the_same_context(tmp_path: Path) -> None:
         "assistant",
         "user",
     ]
-    for name in peers.PEERS:
-        theirs = peers.peer_context(name, path)["messages"]
-        assert serialize_entry(theirs) == serialize_entry(ours), name
+    for peer in peers.PEERS:
+        theirs = peers.peer_context(peer, path)["messages"]
+        assert serialize_entry(theirs) == serialize_entry(ours), peer
 
 
 @pytest.mark.parametrize("make", ["files", "postgres"], indirect=True)

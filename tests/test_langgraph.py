@@ -36,6 +36,7 @@ from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.memory import InMemorySaver
 
 import langgraph_support as support
+import peers
 from helpers import peer_context
 from sessiontree import SessionManager, Store
 from sessiontree.cli import app
@@ -975,7 +976,7 @@ def test_late_writes_leave_the_peers_context_on_the_newest(tmp_path: Path) -> No
         late_writes_thread(saver, "t", late=True)
         path = saver.session_path("t")
     assert plain is not None and path is not None
-    for peer in ("pi", "omp"):
+    for peer in peers.PEERS:  # both pi releases and oh-my-pi
         got = peer_context(peer, path)
         assert got == peer_context(peer, plain)
         assert len(got["messages"]) == 4, peer

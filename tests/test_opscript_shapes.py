@@ -45,6 +45,7 @@ from typing import Any
 
 import pytest
 
+import peers
 from opscript import load_ops, run_script
 
 DATA = Path(__file__).parent / "data" / "peers"
@@ -62,6 +63,8 @@ COMPACTION_CORE = [
     "details",
 ]
 KEY_ORDER_TYPES = {"message", "compaction", "branch_summary", "custom", "custom_message", "label"}
+PI_WRITERS = set(peers.PI_VERSIONS)
+"""Both pi releases (0.73.1 and 1.6.0) write entries alike: inline, no `attribution`."""
 
 
 def read_entries(path: Path) -> list[dict[str, Any]]:
@@ -128,7 +131,7 @@ def key_order(entry: dict[str, Any], writer: str) -> list[str]:
     keys = list(entry)
     if entry["type"] == "compaction":
         keys = [k for k in keys if k in COMPACTION_CORE]
-    if entry["type"] == "custom_message" and writer == "pi":
+    if entry["type"] == "custom_message" and writer in PI_WRITERS:
         keys = [k for k in keys if k != "attribution"]
     if entry["type"] == "message":
         keys += ["message:" + k for k in entry["message"]]
@@ -151,7 +154,7 @@ PI_PAYLOAD_TYPES = {"custom", "branch_summary", "compaction", "label"}
 def payload(entry: dict[str, Any], writer: str) -> str:
     """The compared values of an entry, as order-sensitive JSON ("" when not compared)."""
     kind = entry["type"]
-    if kind not in PAYLOAD_KEYS or (writer == "pi" and kind not in PI_PAYLOAD_TYPES):
+    if kind not in PAYLOAD_KEYS or (writer in PI_WRITERS and kind not in PI_PAYLOAD_TYPES):
         return ""
     return json.dumps([[k, entry.get(k)] for k in PAYLOAD_KEYS[kind]], ensure_ascii=False)
 
@@ -164,7 +167,28 @@ def first_diff(got: str, want: str, context: int = 60) -> str:
     return f"at char {i}: {got[lo : i + context]!r} vs {want[lo : i + context]!r}"
 
 
-CASES = [pytest.param(case, id=case["name"]) for case in MANIFEST["cases"]]
+# These scripts run into a plain session dir, not pi's store: there sessiontree writes as
+# xcsh and oh-my-pi do (a branch summary's fromId is the branch target, a branched session
+# keeps the label entries), where pi 1.6.0 writes its own form. In pi's store sessiontree
+# writes pi 1.6's form, checked against pi 1.6.0 in test_pi16_store.py.
+FROM_ID = (
+    "design: outside pi's store sessiontree writes a branch summary's fromId as xcsh and "
+    "oh-my-pi do (the branch target), pi 1.6 the leaf it leaves (test_pi16_store.py)"
+)
+KNOWN_DIFFERENCES = {
+    **{f"{script}-by-pi16": FROM_ID for script in ("s1-pi", "s2-pi", "s3-pi", "s4-pi", "s21-pi16")},
+    "x15-pi-by-pi16": FROM_ID
+    + "; and its createBranchedSession re-links the children of the label entries it drops",
+}
+
+
+def _case(case: dict[str, Any]) -> Any:
+    reason = KNOWN_DIFFERENCES.get(case["name"])
+    marks = [pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)] if reason else []
+    return pytest.param(case, id=case["name"], marks=marks)
+
+
+CASES = [_case(case) for case in MANIFEST["cases"]]
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -8,8 +8,10 @@ rename of a session pi wrote changes its header and nothing else (in pi's store 
 appends the `session_info` entry pi reads and changes nothing: `test_pi16_store.py`).
 The xcsh and oh-my-pi stores still move images to `blobs/`.
 
-The tests marked `peers` also ask pi itself (`tests/peers.py`: the project's oracle, with pi
-installed by `scripts/peers/setup`) for the context of the files written here.
+The tests marked `peers` also ask pi itself, both releases users run (0.73.1 and 1.6.0,
+`peers.PI_VERSIONS`; `tests/peers.py` runs the project's oracle, with pi installed by
+`scripts/peers/setup`), for the context of the files written here; the files read here are
+those either release wrote (`tests/data/peers/`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+import peers
 from conftest import examples
 from helpers import assistant, peer_context
 from sessiontree import BlobStore, SessionManager, get_default_session_dir
@@ -40,7 +43,7 @@ MANIFEST = json.loads((DATA / "manifest.json").read_text(encoding="utf-8"))
 PI_FILES = [
     pytest.param(DATA / case["name"] / rec["file"], id=f"{case['name']}/{rec['index']}")
     for case in MANIFEST["cases"]
-    if case["writer"] == "pi"
+    if case["writer"] in peers.PI_VERSIONS
     for rec in case["files"]
     if rec["exists"]
 ]
@@ -102,9 +105,10 @@ def tool_result(text: str) -> dict[str, Any]:
     }
 
 
-def pi_context(path: Path) -> dict[str, Any]:
-    """pi's own context of the session file (skips when pi is not installed)."""
-    return peer_context("pi", path)
+def pi_context(release: str, path: Path) -> dict[str, Any]:
+    """The context pi `release` builds for the session file (skips when it is not
+    installed)."""
+    return peer_context(release, path)
 
 
 def images_of(context: dict[str, Any]) -> list[str]:
@@ -157,19 +161,20 @@ def test_a_rename_of_a_session_pi_wrote_changes_its_header_and_nothing_else(
 
 
 @pytest.mark.peers
+@pytest.mark.parametrize("release", peers.PI_VERSIONS)
 @pytest.mark.parametrize("store", ["pi", "xcsh"])
 def test_pi_reads_the_images_of_a_session_renamed_here(
-    tmp_path: Path, store: str, load_mode: str
+    tmp_path: Path, store: str, load_mode: str, release: str
 ) -> None:
     source = (
         DATA / "s1-pi-by-pi" / "2026-11-29T13-12-34-108Z_01a2276f-963c-7010-8005-96ab87bb6dc5.jsonl"
     )
     agent = store_dir(tmp_path, store)
     path = place(source, agent)
-    before = pi_context(path)
+    before = pi_context(release, path)
     assert images_of(before)
     cli("--agent-dir", str(agent), "rename", str(path), "Renamed")
-    assert pi_context(path) == before
+    assert pi_context(release, path) == before
 
 
 def test_appends_in_pi_store_keep_images_inline_and_strings_whole(
@@ -203,8 +208,9 @@ def test_appends_in_pi_store_keep_images_inline_and_strings_whole(
 
 
 @pytest.mark.peers
+@pytest.mark.parametrize("release", peers.PI_VERSIONS)
 def test_pi_reads_what_was_appended_in_its_store(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release: str
 ) -> None:
     agent = store_dir(tmp_path, "pi")
     monkeypatch.setenv("PI_CODING_AGENT_DIR", str(agent))
@@ -213,7 +219,7 @@ def test_pi_reads_what_was_appended_in_its_store(
     sm.append_message(image_message(put.ref))
     sm.append_message(assistant("a picture"))
     sm.close()
-    assert images_of(pi_context(Path(sm.get_session_file() or ""))) == [
+    assert images_of(pi_context(release, Path(sm.get_session_file() or ""))) == [
         base64.b64encode(PNG).decode()
     ]
 

@@ -5,17 +5,18 @@
 // `context_edit`, role "system" messages) and the new message fields, under a custom
 // session id. Ids and timestamps are pi's own (random): the file is committed as written.
 //
-//   ANCHORS16_DIR=/tmp/anchors16 $ANCHORS16_DIR/node22/bin/node tests/data/pi16/gen_usage_sample.mjs
+//   .peers/node22/bin/node tests/data/pi16/gen_usage_sample.mjs   # after scripts/peers/setup
 import * as fs from "node:fs";
 import * as os from "node:os";
 import * as path from "node:path";
-import { pathToFileURL } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 
-const anchors = process.env.ANCHORS16_DIR || "/tmp/anchors16";
+const root = path.join(path.dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
+const peers = process.env.SESSIONTREE_PEERS || path.join(root, ".peers");
 const home = fs.mkdtempSync(path.join(os.tmpdir(), "gen-usage-sample-"));
 process.env.HOME = home;
 process.env.PI_CODING_AGENT_DIR = path.join(home, "agent");
-const sm_js = path.join(anchors, "pi16/node_modules/@earendil-works/pi-coding-agent/dist/core/session-manager.js");
+const sm_js = path.join(peers, "pi16/node_modules/@earendil-works/pi-coding-agent/dist/core/session-manager.js");
 const { SessionManager } = await import(pathToFileURL(sm_js).href);
 
 const usage = (input, output, cacheRead, cacheWrite, total, extra = {}, costExtra = {}) => ({
