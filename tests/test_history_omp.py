@@ -12,13 +12,16 @@ import json
 import os
 import sqlite3
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import peers
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, examples
 from sessiontree import Store
 from sessiontree.history import SCHEMA_VERSION, HistoryStorage
 
@@ -165,3 +168,48 @@ def test_a_history_db_created_elsewhere_keeps_the_spec_schema(
     assert (version, journal) == (SCHEMA_VERSION, "wal")
     assert "session_id" not in table and "UNIQUE" not in table
     assert any(name == "history_ad" for _, name, _, _ in objects)
+
+
+def test_omps_own_file_is_used_as_it_is(tmp_path: Path) -> None:
+    """A history.db oh-my-pi made was changed by our open (its FTS table made again with
+    prefix indexes, delete and update triggers added); now nothing of ours is added to
+    it: its schema stays oh-my-pi's, SQL text and all, and the prompts go both ways."""
+    home = tmp_path / "home"
+    (home / ".omp" / "agent").mkdir(parents=True)
+    db = home / ".omp" / "agent" / "history.db"
+    omp_history(home, db, ("made by omp", "/omp"))
+    made = schema(db)
+    with HistoryStorage.open(db) as history:
+        history.add("made by us", cwd="/us")
+        history.add("made by omp", cwd="/us")
+        history.flush()
+        assert [e.prompt for e in history.search("made omp", 10)] == ["made by omp"]
+    assert schema(db) == made
+    held = omp_history(home, db)
+    assert {e["prompt"]: e["cwd"] for e in held} == {"made by us": "/us", "made by omp": "/us"}
+
+
+# Whitespace where JavaScript's and Python's differ (\x1c, \x85: Python's only; U+FEFF:
+# JavaScript's only), line ends of every kind, and a few letters to tell prompts apart.
+PROMPT_CHARS = st.sampled_from(
+    list("ab \t\n\r\x0b\x0c\x1c\x85\u00a0\u2003\u2028\u3000\ufeff\u00e9")
+)
+
+
+@settings(max_examples=examples(10), deadline=None)
+@given(st.lists(st.text(PROMPT_CHARS, max_size=8), min_size=1, max_size=12))
+def test_prompts_are_stored_in_omps_form_in_its_file(prompts: list[str]) -> None:
+    """oh-my-pi stores a prompt in its form (CRLF and CR as LF, each line's trailing
+    whitespace dropped, trimmed by JavaScript's whitespace), once: we stored "a \\nb" as
+    it came, so oh-my-pi, given the same prompts, added a second row beside ours. Now
+    it finds each one already there, and skips the ones it skips (empty in its form)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        db = home / ".omp" / "agent" / "history.db"
+        with HistoryStorage.open(db) as history:
+            for prompt in prompts:
+                history.add(prompt, cwd="/us")
+            history.flush()
+            stored = sorted(ours(history))
+        held = omp_history(home, db, *((prompt, "/omp") for prompt in prompts))
+        assert sorted(e["prompt"] for e in held) == stored

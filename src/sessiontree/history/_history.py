@@ -211,6 +211,8 @@ class HistoryStorage(ClosesOnExit):
         reader: sqlite3.Connection | None = None
         try:
             _ensure_schema(writer, omp=omp)
+            # In oh-my-pi's file a prompt is stored in oh-my-pi's form (`_omp_prompt`).
+            self._omp_form = _prompt_is_unique(writer)
             reader = _connect(self.path, read_only=True)
             row = reader.execute(_LAST_PROMPT).fetchone()
         except BaseException:
@@ -275,7 +277,7 @@ class HistoryStorage(ClosesOnExit):
             SessionPersistenceError: the writer thread died; nothing more can be saved.
         """
         self._check_owner()
-        text = _valid_text(prompt.strip())
+        text = _valid_text(_omp_prompt(prompt) if self._omp_form else prompt.strip())
         if not text:
             return
         row = (text, int(time.time()), None if cwd is None else _valid_text(cwd))
@@ -441,7 +443,13 @@ class HistoryStorage(ClosesOnExit):
     def _insert(self, rows: list[tuple[str, int, str | None]]) -> None:
         with _transaction(self._writer):
             # Looked at in each batch: a TypeScript agent may change the table meanwhile
-            self._writer.executemany(_insert_statement(self._writer), rows)
+            statement = _insert_statement(self._writer)
+            if statement != _INSERT:
+                # oh-my-pi's table (perhaps made so since open, by oh-my-pi converting
+                # ours): its form of each prompt, or it holds one prompt twice.
+                rows = [(_omp_prompt(text), at, cwd) for text, at, cwd in rows]
+                rows = [row for row in rows if row[0]]
+            self._writer.executemany(statement, rows)
 
     def _skip(self, row: tuple[str, int, str | None]) -> None:
         # The text is not logged: prompts can hold secrets.
@@ -745,6 +753,24 @@ def _convert_unixepoch_table(conn: sqlite3.Connection) -> None:
         "DROP TABLE history_legacy",
     ):
         conn.execute(statement)
+
+
+# JavaScript's `\s` (and what String.prototype.trim removes): its WhiteSpace and
+# LineTerminator characters, which are not Python's whitespace (no \x1c-\x1f nor \x85,
+# but U+FEFF).
+_JS_SPACE = (
+    "\t\n\x0b\x0c\r \u00a0\u1680"
+    + "".join(map(chr, range(0x2000, 0x200B)))
+    + ("\u2028\u2029\u202f\u205f\u3000\ufeff")
+)
+_JS_LINE_END_PADDING = re.compile("[" + re.escape(_JS_SPACE.replace("\n", "")) + "]+\n")
+
+
+def _omp_prompt(prompt: str) -> str:
+    """A prompt as oh-my-pi stores it (`normalizePrompt`): CRLF and CR as LF, each line's
+    trailing whitespace dropped, the whole trimmed, all by JavaScript's whitespace."""
+    text = prompt.replace("\r\n", "\n").replace("\r", "\n")
+    return _JS_LINE_END_PADDING.sub("\n", text).strip(_JS_SPACE)
 
 
 def _clamp(limit: int) -> int:
