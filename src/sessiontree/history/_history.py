@@ -2,7 +2,7 @@
 
 Separate from session files (those replay conversations; this serves the prompt
 recall/search UX). One database, by default ``<agent dir>/history.db``, shared
-with the TypeScript agents, so the schema is theirs, plus FTS5 prefix indexes
+with the TypeScript agents. xcsh's schema (the spec's), plus FTS5 prefix indexes
 and delete/update triggers that their code never notices::
 
     history(id INTEGER PRIMARY KEY AUTOINCREMENT, prompt, created_at, cwd)
@@ -10,15 +10,17 @@ and delete/update triggers that their code never notices::
     history_ai/_ad/_au           # triggers keeping history_fts in sync
 
 Each store's file is written as its own agent writes it. oh-my-pi 18 has a schema of
-its own (`prompt TEXT NOT NULL UNIQUE`, `session_id`; 18.3.4 adds `use_count` and its
-session index's tables) and reads no other: a new file in oh-my-pi's agent dir
-(`~/.omp/agent`, or `open(..., agent="omp")`) is created with oh-my-pi 18.2.3's DDL,
-index, FTS table, trigger and `user_version` (1), exactly; anywhere else with the
-schema above. A file in oh-my-pi's schema is used as it is, nothing added: `add()`
-updates a prompt's row as oh-my-pi does (latest time and cwd, no session, one more
-use) and leaves its other columns and tables alone. A file in the schema above found
-in oh-my-pi's agent dir keeps (or gets back) `user_version` 0, which makes oh-my-pi
-convert it to its own schema the next time it opens it.
+its own (`prompt TEXT NOT NULL UNIQUE`, `session_id`; 18.3.4 adds `use_count` and
+its session index's tables) and reads no other (it fails with "no such column:
+session_id" on a file of the schema above whose `user_version` is 1): a new file in
+oh-my-pi's agent dir (`~/.omp/agent`, or `open(..., agent="omp")`) is created with
+oh-my-pi 18.2.3's DDL, index, FTS table, trigger and `user_version` (1), exactly;
+anywhere else with the schema above. A file in oh-my-pi's schema is used as it is,
+nothing added: `add()` updates a prompt's row as oh-my-pi does (latest time and cwd,
+no session, one more use), the prompt in oh-my-pi's form (`_omp_prompt`), and leaves
+its other columns and tables alone. A file in the schema above found in oh-my-pi's
+agent dir keeps (or gets back) `user_version` 0, which makes oh-my-pi convert it to
+its own schema the next time it opens it.
 
 `add()` never blocks on the database: rows go to a queue that a daemon thread
 writes in batches, one transaction per batch. A batch that fails for a reason
@@ -74,7 +76,9 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
-"""Format version in ``PRAGMA user_version``; 0: only TypeScript agents wrote the file."""
+"""Format version in ``PRAGMA user_version`` of a file in the schema above; 0: only
+TypeScript agents wrote it, or it is in oh-my-pi's store (whose `user_version` 1 means
+oh-my-pi's own schema)."""
 
 MAX_LIMIT = 1000
 """Upper bound of the ``limit`` of `get_recent` and `search`."""
