@@ -13,6 +13,7 @@ import os
 import sqlite3
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,14 @@ from sessiontree.history import SCHEMA_VERSION, HistoryStorage
 SCRIPT = REPO_ROOT / "tests" / "peers_history.ts"
 
 OURS = ["fix the failing test", "caf\u00e9 \u2603 r\u00e9sum\u00e9", "second\nline"]
+
+
+@pytest.fixture(autouse=True)
+def _close_registered() -> Iterator[None]:
+    """Close whatever a failed test left open through HistoryStorage.open()."""
+    yield
+    for history in list(HistoryStorage._registry.values()):
+        history.close()
 
 
 def omp_history(home: Path, db: Path, *adds: tuple[str, str]) -> list[dict[str, Any]]:
