@@ -2,17 +2,25 @@
 
 Separate from session files (those replay conversations; this serves the prompt
 recall/search UX). One database, by default ``<agent dir>/history.db``, shared
-with the TypeScript agents, so the schema is theirs, plus FTS5 prefix indexes
+with the TypeScript agents. xcsh's schema (the spec's), plus FTS5 prefix indexes
 and delete/update triggers that their code never notices::
 
     history(id INTEGER PRIMARY KEY AUTOINCREMENT, prompt, created_at, cwd)
     history_fts                  # FTS5 external-content index over history.prompt
     history_ai/_ad/_au           # triggers keeping history_fts in sync
 
-oh-my-pi's own file holds each prompt once (`prompt TEXT NOT NULL UNIQUE`, plus
-`session_id`, and in 18.3.4 `use_count` and its session index's tables): there `add()`
-updates the prompt's row as oh-my-pi does (latest time and cwd, no session, one more
-use), and leaves its other columns and tables as they are.
+Each store's file is written as its own agent writes it. oh-my-pi 18 has a schema of
+its own (`prompt TEXT NOT NULL UNIQUE`, `session_id`; 18.3.4 adds `use_count` and
+its session index's tables) and reads no other (it fails with "no such column:
+session_id" on a file of the schema above whose `user_version` is 1): a new file in
+oh-my-pi's agent dir (`~/.omp/agent`, or `open(..., agent="omp")`) is created with
+oh-my-pi 18.2.3's DDL, index, FTS table, trigger and `user_version` (1), exactly;
+anywhere else with the schema above. A file in oh-my-pi's schema is used as it is,
+nothing added: `add()` updates a prompt's row as oh-my-pi does (latest time and cwd,
+no session, one more use), the prompt in oh-my-pi's form (`_omp_prompt`), and leaves
+its other columns and tables alone. A file in the schema above found in oh-my-pi's
+agent dir keeps (or gets back) `user_version` 0, which makes oh-my-pi convert it to
+its own schema the next time it opens it.
 
 `add()` never blocks on the database: rows go to a queue that a daemon thread
 writes in batches, one transaction per batch. A batch that fails for a reason
@@ -54,6 +62,7 @@ from typing import Any, ClassVar
 from sessiontree._util.closing import ClosesOnExit, keep_forever, process_id
 from sessiontree._util.env import agent_dir_or_default
 from sessiontree.errors import InheritedHandleError, SessionPersistenceError, SessionTreeError
+from sessiontree.layout import native_agent_of
 
 __all__ = [
     "MAX_LIMIT",
@@ -67,7 +76,9 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
-"""Format version in ``PRAGMA user_version``; 0: only TypeScript agents wrote the file."""
+"""Format version in ``PRAGMA user_version`` of a file in the schema above; 0: only
+TypeScript agents wrote it, or it is in oh-my-pi's store (whose `user_version` 1 means
+oh-my-pi's own schema)."""
 
 MAX_LIMIT = 1000
 """Upper bound of the ``limit`` of `get_recent` and `search`."""
@@ -113,6 +124,33 @@ END""",
     INSERT INTO history_fts(history_fts, rowid, prompt) VALUES ('delete', old.id, old.prompt);
     INSERT INTO history_fts(rowid, prompt) VALUES (new.id, new.prompt);
 END""",
+)
+
+# oh-my-pi 18.2.3's schema (src/session/history-storage.ts), as it creates a new file:
+# the same statements, whitespace included, so that sqlite_master holds the same text.
+# 18.3.4 adds its `use_count` column to such a file itself (ALTER TABLE, no rewrite).
+_OMP_DATA_VERSION = 1
+"""oh-my-pi's `HISTORY_DATA_VERSION`: below it, oh-my-pi rebuilds the table on open."""
+_OMP_TABLE = """CREATE TABLE IF NOT EXISTS history (
+\tid INTEGER PRIMARY KEY AUTOINCREMENT,
+\tprompt TEXT NOT NULL UNIQUE,
+\tcreated_at INTEGER NOT NULL DEFAULT (CAST(strftime('%s','now') AS INTEGER)),
+\tcwd TEXT,
+\tsession_id TEXT
+)"""
+_OMP_FTS = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS history_fts"
+    " USING fts5(prompt, content='history', content_rowid='id')",
+    """CREATE TRIGGER IF NOT EXISTS history_ai AFTER INSERT ON history BEGIN
+\tINSERT INTO history_fts(rowid, prompt) VALUES (new.id, new.prompt);
+END""",
+    "INSERT INTO history_fts(history_fts) VALUES('rebuild')",
+)
+_OMP_SCHEMA = (
+    _OMP_TABLE,
+    "CREATE INDEX IF NOT EXISTS idx_history_created_at ON history(created_at DESC)",
+    *_OMP_FTS,
+    f"PRAGMA user_version = {_OMP_DATA_VERSION}",
 )
 
 _INSERT = "INSERT INTO history (prompt, created_at, cwd) VALUES (?, ?, ?)"
@@ -167,13 +205,18 @@ class HistoryStorage(ClosesOnExit):
     _registry: ClassVar[dict[str, HistoryStorage]] = {}
     _registry_lock: ClassVar[threading.Lock] = threading.Lock()
 
-    def __init__(self, db_path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self, db_path: str | os.PathLike[str] | None = None, *, agent: str | None = None
+    ) -> None:
+        omp = _agent_of(db_path, agent) == "omp"
         self.path = _resolve(db_path)
         _create_private_file(self.path)
         writer = _connect(self.path)
         reader: sqlite3.Connection | None = None
         try:
-            _ensure_schema(writer)
+            _ensure_schema(writer, omp=omp)
+            # In oh-my-pi's file a prompt is stored in oh-my-pi's form (`_omp_prompt`).
+            self._omp_form = _prompt_is_unique(writer)
             reader = _connect(self.path, read_only=True)
             row = reader.execute(_LAST_PROMPT).fetchone()
         except BaseException:
@@ -206,11 +249,16 @@ class HistoryStorage(ClosesOnExit):
         _instances.add(self)
 
     @classmethod
-    def open(cls, db_path: str | os.PathLike[str] | None = None) -> HistoryStorage:
+    def open(
+        cls, db_path: str | os.PathLike[str] | None = None, *, agent: str | None = None
+    ) -> HistoryStorage:
         """Return the open instance for `db_path` (default ``<agent dir>/history.db``).
 
         Paths are compared after resolving symlinks; after `close` a new instance
         is created. Missing directory and file are created private to the user.
+        A new file gets the schema of the agent whose store it is in: `agent`
+        (``"omp"``: oh-my-pi's; any other: the spec's), by default the agent whose
+        agent dir the file is in by its name (`~/.omp/agent`: oh-my-pi).
 
         Raises:
             sqlite3.Error: the file is not a usable SQLite database.
@@ -219,7 +267,7 @@ class HistoryStorage(ClosesOnExit):
         with HistoryStorage._registry_lock:
             storage = HistoryStorage._registry.get(path)
             if storage is None or storage._owner != process_id():
-                storage = cls(path)
+                storage = cls(db_path, agent=agent)
                 HistoryStorage._registry[path] = storage
             return storage
 
@@ -233,7 +281,7 @@ class HistoryStorage(ClosesOnExit):
             SessionPersistenceError: the writer thread died; nothing more can be saved.
         """
         self._check_owner()
-        text = _valid_text(prompt.strip())
+        text = _valid_text(_omp_prompt(prompt) if self._omp_form else prompt.strip())
         if not text:
             return
         row = (text, int(time.time()), None if cwd is None else _valid_text(cwd))
@@ -399,7 +447,13 @@ class HistoryStorage(ClosesOnExit):
     def _insert(self, rows: list[tuple[str, int, str | None]]) -> None:
         with _transaction(self._writer):
             # Looked at in each batch: a TypeScript agent may change the table meanwhile
-            self._writer.executemany(_insert_statement(self._writer), rows)
+            statement = _insert_statement(self._writer)
+            if statement != _INSERT:
+                # oh-my-pi's table (perhaps made so since open, by oh-my-pi converting
+                # ours): its form of each prompt, or it holds one prompt twice.
+                rows = [(_omp_prompt(text), at, cwd) for text, at, cwd in rows]
+                rows = [row for row in rows if row[0]]
+            self._writer.executemany(statement, rows)
 
     def _skip(self, row: tuple[str, int, str | None]) -> None:
         # The text is not logged: prompts can hold secrets.
@@ -536,6 +590,16 @@ def _like_rows(conn: sqlite3.Connection, words: list[str], limit: int) -> list[A
     ).fetchall()
 
 
+def _agent_of(db_path: str | os.PathLike[str] | None, agent: str | None) -> str:
+    """Whose store the database is in: `agent`, else the agent dir holding it by name
+    (the path as given: a symlinked `~/.omp` is still oh-my-pi's)."""
+    if agent is not None:
+        return agent
+    if db_path is None:
+        return native_agent_of(agent_dir_or_default())
+    return native_agent_of(os.path.dirname(os.path.abspath(os.fspath(db_path))))
+
+
 def _resolve(db_path: str | os.PathLike[str] | None) -> str:
     if db_path is None:
         return os.path.realpath(os.path.join(agent_dir_or_default(), "history.db"))
@@ -604,15 +668,29 @@ def _schema_sql(conn: sqlite3.Connection, name: str) -> str | None:
     return None if row is None else str(row[0])
 
 
-def _ensure_schema(conn: sqlite3.Connection) -> None:
-    """Bring the database to `SCHEMA_VERSION` in one transaction; idempotent.
+def _ensure_schema(conn: sqlite3.Connection, *, omp: bool) -> None:
+    """Make the database usable in one transaction; idempotent.
 
-    Checks go by what is in the file rather than by ``user_version`` alone: the
-    TypeScript agents share the file and never set the version.
+    A new file gets oh-my-pi's schema in oh-my-pi's store (`omp`), else ours
+    (`SCHEMA_VERSION`). A file in oh-my-pi's schema is left as it is. Checks go by
+    what is in the file rather than by ``user_version`` alone: older TypeScript
+    agents share the file and never set the version.
     """
     with _transaction(conn):
         version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-        if "unixepoch(" in (_schema_sql(conn, "history") or ""):
+        table = _schema_sql(conn, "history")
+        if table is None and omp:
+            for statement in _OMP_SCHEMA:
+                conn.execute(statement)
+            return
+        if table is not None and _prompt_is_unique(conn):
+            # oh-my-pi's own table: written as oh-my-pi writes it, nothing of ours
+            # added; only an index it lost is made again, as oh-my-pi would on open.
+            if _schema_sql(conn, "history_fts") is None:
+                for statement in _OMP_FTS:
+                    conn.execute(statement)
+            return
+        if "unixepoch(" in (table or ""):
             _convert_unixepoch_table(conn)
         fts_sql = _schema_sql(conn, "history_fts")
         if fts_sql is not None and "prefix" not in fts_sql.lower():
@@ -625,19 +703,30 @@ def _ensure_schema(conn: sqlite3.Connection) -> None:
             # A new index over existing rows (a file from before FTS, or one
             # whose index was dropped) starts empty: fill it from the table.
             conn.execute("INSERT INTO history_fts(history_fts) VALUES('rebuild')")
-        if version < SCHEMA_VERSION:
+        if omp:
+            # Our schema in oh-my-pi's store (an older agent's file, or one an earlier
+            # sessiontree made here): version 0 makes oh-my-pi 18 rebuild it into its
+            # own schema on its next open; at 1 it would fail ("no such column").
+            if version != 0:
+                conn.execute("PRAGMA user_version = 0")
+        elif version < SCHEMA_VERSION:
             conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _prompt_is_unique(conn: sqlite3.Connection) -> bool:
+    """Whether the `history` table holds a prompt once (`UNIQUE`): oh-my-pi 18's."""
+    for _, name, is_unique, *_ in conn.execute("PRAGMA index_list(history)"):
+        if is_unique:
+            info = conn.execute("SELECT name FROM pragma_index_info(?)", (name,))
+            if [row[0] for row in info] == ["prompt"]:
+                return True
+    return False
 
 
 def _insert_statement(conn: sqlite3.Connection) -> str:
     """The statement that adds a prompt to this file's `history` table: a plain insert
     into ours, oh-my-pi's upsert into one whose `prompt` is UNIQUE (oh-my-pi's)."""
-    unique = False
-    for _, name, is_unique, *_ in conn.execute("PRAGMA index_list(history)"):
-        if is_unique:
-            info = conn.execute("SELECT name FROM pragma_index_info(?)", (name,))
-            unique = unique or [row[0] for row in info] == ["prompt"]
-    if not unique:
+    if not _prompt_is_unique(conn):
         return _INSERT
     columns = {row[1] for row in conn.execute("PRAGMA table_info(history)")}
     statement = _UPSERT
@@ -668,6 +757,24 @@ def _convert_unixepoch_table(conn: sqlite3.Connection) -> None:
         "DROP TABLE history_legacy",
     ):
         conn.execute(statement)
+
+
+# JavaScript's `\s` (and what String.prototype.trim removes): its WhiteSpace and
+# LineTerminator characters, which are not Python's whitespace (no \x1c-\x1f nor \x85,
+# but U+FEFF).
+_JS_SPACE = (
+    "\t\n\x0b\x0c\r \u00a0\u1680"
+    + "".join(map(chr, range(0x2000, 0x200B)))
+    + ("\u2028\u2029\u202f\u205f\u3000\ufeff")
+)
+_JS_LINE_END_PADDING = re.compile("[" + re.escape(_JS_SPACE.replace("\n", "")) + "]+\n")
+
+
+def _omp_prompt(prompt: str) -> str:
+    """A prompt as oh-my-pi stores it (`normalizePrompt`): CRLF and CR as LF, each line's
+    trailing whitespace dropped, the whole trimmed, all by JavaScript's whitespace."""
+    text = prompt.replace("\r\n", "\n").replace("\r", "\n")
+    return _JS_LINE_END_PADDING.sub("\n", text).strip(_JS_SPACE)
 
 
 def _clamp(limit: int) -> int:

@@ -25,6 +25,7 @@ from sessiontree.layout._paths import (
     get_terminal_id,
     home_relative_dir_name,
     is_safe_name,
+    native_agent_of,
 )
 from sessiontree.layout._refs import (
     IMAGE_KEYS,
@@ -50,6 +51,7 @@ __all__ = [
     "is_image_payload",
     "is_pi_agent_dir",
     "is_safe_name",
+    "native_agent_of",
     "read_breadcrumb",
     "read_registry",
     "register_session_dir",

@@ -12,6 +12,7 @@ import re
 import sys
 
 from sessiontree._util.env import (
+    NATIVE_AGENTS,
     agent_dir_or_default,
     default_agent_dir,
     get_agent_dir,
@@ -26,6 +27,7 @@ __all__ = [
     "get_default_session_dir",
     "get_terminal_id",
     "is_safe_name",
+    "native_agent_of",
 ]
 
 _UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f/\\]")
@@ -33,6 +35,18 @@ _UNSAFE_NAME = re.compile(r"[\x00-\x1f\x7f/\\]")
 EXTERNAL_SESSION_DIRS = "external-session-dirs"
 """File in the agent dir listing session dirs outside `<agent>/sessions` whose
 sessions use the agent's blob store (so `gc` marks their references too)."""
+
+
+def native_agent_of(path: str) -> str:
+    """Whose agent dir `path` is by its name: `~/.pi/agent` is pi's, `~/.omp/agent`
+    oh-my-pi's (`"omp"`), for any home; any other is xcsh's (whose format oh-my-pi
+    shares)."""
+    parent, name = os.path.split(os.path.normpath(os.path.abspath(path)))
+    if name == "agent":
+        for agent, directory in NATIVE_AGENTS.items():
+            if os.path.basename(parent) == directory:
+                return agent
+    return "xcsh"
 
 
 def encode_session_dir_name(cwd: str) -> str:

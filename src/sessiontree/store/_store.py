@@ -38,7 +38,7 @@ from sessiontree.errors import (
     SessionTreeError,
     StoreClosedError,
 )
-from sessiontree.layout import blob_store_for
+from sessiontree.layout import blob_store_for, native_agent_of
 from sessiontree.listing import (
     SessionInfo,
     list_all_sessions,
@@ -97,17 +97,6 @@ class PricedReplies:
     """What was left out as a copy of a reply counted elsewhere."""
     notes: list[str] = field(default_factory=list)
     """Why sessions were read instead of taken from the content index."""
-
-
-def _native_agent_of(path: str) -> str:
-    """Whose agent dir `path` is by its name: `~/.pi/agent` is pi's, `~/.omp/agent`
-    oh-my-pi's; any other is xcsh's (whose format oh-my-pi shares)."""
-    parent, name = os.path.split(os.path.normpath(path))
-    if name == "agent":
-        for agent, directory in NATIVE_AGENTS.items():
-            if os.path.basename(parent) == directory:
-                return agent
-    return "xcsh"
 
 
 def _looks_native(path: str) -> bool:
@@ -240,7 +229,7 @@ class Store:
             self._open_foreign(kind, files, None)
             return
         self.location = files
-        self.agent = agent or _native_agent_of(files)
+        self.agent = agent or native_agent_of(files)
         self.agent_dir = files
         self._storage = FileSessionStorage()
 
@@ -321,7 +310,7 @@ class Store:
         else:
             fallback = directory if directory is not None else agent_dir_or_default()
             self.agent_dir = os.path.abspath(store_root(storage, fallback))
-            self.agent = agent or _native_agent_of(self.agent_dir)
+            self.agent = agent or native_agent_of(self.agent_dir)
         self.location = self.agent_dir
 
     def __repr__(self) -> str:
@@ -414,11 +403,12 @@ class Store:
         return os.path.join(self.agent_dir, "history.db")
 
     def history(self) -> HistoryStorage:
-        """The store's prompt history (`HistoryStorage.open(<agent dir>/history.db)`)."""
+        """The store's prompt history (`HistoryStorage.open(<agent dir>/history.db)`), a new
+        file created with the schema of the store's agent (oh-my-pi's in an `omp` store)."""
         self._check_writable("keep a prompt history")
         from sessiontree.history import HistoryStorage
 
-        return HistoryStorage.open(self.history_path)
+        return HistoryStorage.open(self.history_path, agent=self.agent)
 
     # ------------------------------------------------------------------ sessions
 
