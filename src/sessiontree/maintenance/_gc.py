@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from sessiontree._util.env import agent_dir_or_default
-from sessiontree._util.fs import side_path
+from sessiontree._util.fs import open_read, side_path
 from sessiontree.errors import SessionTreeError
 from sessiontree.layout import EXTERNAL_SESSION_DIRS, read_registry
 from sessiontree.storage import (
@@ -233,7 +233,7 @@ def _scan_chunks(chunks: Iterable[bytes], found: set[str]) -> int:
 
 
 def _file_chunks(path: str) -> Iterable[bytes]:
-    with open(path, "rb") as f:
+    with open_read(path) as f:
         while True:
             chunk = f.read(_CHUNK)
             if not chunk:
@@ -400,7 +400,7 @@ def _breadcrumb_targets(agent_dir: str, errors: list[tuple[str, str]]) -> list[s
         try:
             if not os.path.isfile(path):
                 continue
-            with open(path, "rb") as f:
+            with open_read(path) as f:
                 text = f.read(16384).decode("utf-8", "replace")
         except FileNotFoundError:
             continue
