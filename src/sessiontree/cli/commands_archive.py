@@ -322,7 +322,9 @@ def restore_command(
     """Write an archived session back where its agent looks for it, or under --to.
 
     Byte for byte, with its subagent files and mtimes; an existing file is never
-    replaced."""
+    replaced. Without --to, a file is written only where its agent keeps its store on
+    this machine, and only as one of that agent's own session files: anything else an
+    archive names is refused by name (exit 1)."""
     archive = _target(source)
     if (session is None) == (not every):
         raise CliError("give a SESSION or --all (not both)", EXIT_USAGE)
