@@ -139,3 +139,29 @@ def test_an_agents_own_session_file_at_its_home_here_is_restored(
     target.unlink(missing_ok=True)
     report = restore_files(archive, archived_files(archive), to=None, keep_going=True)
     assert report.conflicts == [] and target.exists()
+
+
+def test_a_crafted_row_of_a_postgresql_archive_is_refused(tmp_path: Path, home: Path) -> None:
+    """Anyone who can write to a shared PostgreSQL archive can plant a manifest: the
+    same check applies to its rows."""
+    from pg_support import fresh_schema
+    from sessiontree.archive import _archive
+
+    project = home / ".claude" / "projects" / "-w"
+    project.mkdir(parents=True)
+    (project / f"{A}.jsonl").write_bytes(b'{"type":"user","n":1}\n')
+    with fresh_schema() as (url, schema):
+        archive = url + ("&" if "?" in url else "?") + f"schema={schema}"
+        archive_stores(archive, [ArchiveSource("claude", str(home / ".claude"), ("projects",))])
+        (template,) = archived_files(archive)
+        target = home / "projects" / "repo" / "conftest.py"
+        with _archive._opened(archive) as place:
+            manifest = json.loads(place.read(template.key) or b"{}")
+            manifest.update(home=str(home), rel="projects/repo/conftest.py")
+            place.write("files/claude/" + "c" * 64 + ".json", json.dumps(manifest).encode())
+        (project / f"{A}.jsonl").unlink()
+        report = restore_files(archive, archived_files(archive), to=None, keep_going=True)
+        assert not target.exists()
+        (refusal,) = report.conflicts
+        assert "projects/repo/conftest.py" in refusal and "refused" in refusal
+        assert report.written == [str(project / f"{A}.jsonl")]
