@@ -130,6 +130,8 @@ def test_with_to_a_crafted_home_is_only_a_dir_under_it(tmp_path: Path, home: Pat
         ("pi", ".pi/agent", "blobs/" + "a" * 64 + ".png"),
         ("gemini", ".gemini", "tmp/abc/chats/session-2026-01-01T00-00-x.jsonl"),
         ("opencode", ".local/share/opencode", "storage/session/p/ses_x.json"),
+        ("opencode", ".local/share/opencode", "export/opencode.db/ses_x.json"),
+        ("opencode", ".local/share/opencode", "export/opencode-dev.db/ses_x.json"),
     ],
 )
 def test_an_agents_own_session_file_at_its_home_here_is_restored(

@@ -1228,7 +1228,7 @@ _SESSION_FILES = {
         rf"storage/session/{_NAME}/ses_{_NAME}\.json"
         rf"|storage/message/ses_{_NAME}/msg_{_NAME}\.json"
         rf"|storage/part/msg_{_NAME}/prt_{_NAME}\.json"
-        rf"|export/opencode{_NAME}\.db/ses_{_NAME}\.json"
+        rf"|export/opencode(?:-[A-Za-z0-9._-]+)?\.db/ses_{_NAME}\.json"
     ),
     "copilot": re.compile(rf"session-state/{_NAME}/events\.jsonl|session-state/{_NAME}\.jsonl"),
     **{agent: re.compile(_PI_FILES) for agent in ("xcsh", "omp", "pi")},
