@@ -82,14 +82,20 @@ class GcDisksModel(RuleBasedStateMachine):
         place = self._place(where, disk)
         if place is None:
             return
-        data = os.urandom(64)
+        data = os.urandom(2000)
         with SessionManager.create("/proj", str(place), agent_dir=str(self.agent)) as sm:
-            image = {"type": "image", "data": base64.b64encode(data).decode()}
+            image = {
+                "type": "image",
+                "data": base64.b64encode(data).decode(),
+                "mimeType": "image/png",
+            }
             sm.append_message({"role": "user", "content": [image], "timestamp": 1})
             sm.append_message(assistant("seen"))
             path = sm.get_session_file()
         assert path is not None
-        self.sessions[path] = hashlib.sha256(data).hexdigest()
+        digest = hashlib.sha256(data).hexdigest()
+        assert [d.decode() for d in _REF.findall(Path(path).read_bytes())] == [digest]
+        self.sessions[path] = digest
         RAN[f"sessions written ({where})"] += 1
 
     @rule(data=st.data())
