@@ -43,6 +43,21 @@ CODEX = "AcidicSoil__codex-session-viewer__docs__example.jsonl"
 ID = "aaaaaaaa-1111-2222-3333-444444444444"
 
 
+@pytest.fixture(autouse=True)
+def homes_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agents' homes on this machine are the test's (`<tmp>/.claude`, `<tmp>/.codex`,
+    ...): a restore without --to writes only to a home where its agent keeps its store."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for var in (
+        "CLAUDE_CONFIG_DIR",
+        "CODEX_HOME",
+        "XDG_DATA_HOME",
+        "GEMINI_CLI_HOME",
+        "COPILOT_HOME",
+    ):
+        monkeypatch.delenv(var, raising=False)
+
+
 def fixture(*parts: str) -> Path:
     path = FOREIGN.joinpath(*parts)
     if not path.exists():
@@ -380,7 +395,10 @@ class ArchiveModel(RuleBasedStateMachine):
 
         self.root = Path(tempfile.mkdtemp(prefix="archive-model-"))
         self.home = self.root / "home"
-        (self.home / "sessions").mkdir(parents=True)
+        (self.home / "sessions" / "2026" / "01" / "02").mkdir(parents=True)  # Codex's layout
+        # This machine's Codex home: where a restore without --to may write.
+        self.codex_home = os.environ.get("CODEX_HOME")
+        os.environ["CODEX_HOME"] = str(self.home)
         self.archive = str(self.root / "archive")
         self.source = ArchiveSource("codex", str(self.home), ("sessions",))
         self.live: dict[str, bytes] = {}
@@ -397,6 +415,10 @@ class ArchiveModel(RuleBasedStateMachine):
         if hasattr(self, "boundary"):
             _archive._BOUNDARY = self.boundary
         shutil.rmtree(self.root, ignore_errors=True)
+        if self.codex_home is None:
+            os.environ.pop("CODEX_HOME", None)
+        else:
+            os.environ["CODEX_HOME"] = self.codex_home
 
     def _path(self, name: str) -> Path:
         return self.home / "sessions" / name
@@ -406,7 +428,7 @@ class ArchiveModel(RuleBasedStateMachine):
         from sessiontree.format import title_slot_line
 
         self.counter += 1
-        name = f"rollout-{self.counter:04d}.jsonl"
+        name = f"2026/01/02/rollout-{self.counter:04d}.jsonl"
         body = b"".join(lines)
         if fork and self.live:
             body = b"meta\n" + next(iter(self.live.values())) + body

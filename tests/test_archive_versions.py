@@ -136,6 +136,15 @@ def test_a_file_checked_again_and_unchanged_is_no_new_version(tmp_path: Path) ->
 # ---------------------------------------------------------------------------- item 3
 
 
+@pytest.fixture(autouse=True)
+def homes_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agents' homes on this machine are the test's (`<tmp>/.omp/agent`, ...): a restore
+    without --to writes only to a home where its agent keeps its store."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for var in ("PI_CODING_AGENT_DIR", "CLAUDE_CONFIG_DIR", "CODEX_HOME", "XDG_DATA_HOME"):
+        monkeypatch.delenv(var, raising=False)
+
+
 def clobbered_archive(tmp_path: Path) -> tuple[str, ArchiveSource, Path, bytes, bytes]:
     """The scenario of the issue: an oh-my-pi session archived, then opened by pi 0.73.1
     (its bytes as pi left them: `tests/data/clobber/`), then archived again."""

@@ -402,8 +402,6 @@ def test_the_outside_dirs_registry_is_read_tolerantly(agent_dir: Path, tmp_path:
         b"",
         os.fsencode(first),  # appended twice by two managers
         b"relative/dir",
-        os.fsencode(tmp_path / "removed-since"),
-        os.fsencode(a_file),
         os.fsencode(second),
         os.fsencode(second),
     ]
@@ -414,6 +412,107 @@ def test_the_outside_dirs_registry_is_read_tolerantly(agent_dir: Path, tmp_path:
     assert report.refused is None and report.unreadable == []
     assert hashes(report.deleted) == {orphan}
     assert all((agent_dir / "blobs" / digest).exists() for digest in kept)
+
+
+@pytest.mark.usefixtures("an_hour_later")
+def test_a_recorded_dir_that_is_not_there_or_not_a_dir_is_unknown_not_empty(
+    agent_dir: Path, tmp_path: Path
+) -> None:
+    """A recorded outside dir on a disk that is not mounted was taken as gone: gc
+    deleted every image only its sessions named."""
+    session_with_image()
+    disk = tmp_path / "disk"
+    away = tmp_path / "disk-unmounted"
+    outside = disk / "sessions"
+    kept = put(agent_dir, b"named only on the other disk")
+    referencing_session(outside, kept)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    registry = agent_dir / "external-session-dirs"
+    registry.write_text(f"{outside}\n{a_file}\n")
+    orphan = put(agent_dir, b"nobody's")
+    disk.rename(away)  # the disk goes away
+    report = collect_garbage(str(agent_dir), delete=True)
+    assert [path for path, _ in report.unreadable] == [str(outside), str(a_file)]
+    assert "is not there" in report.unreadable[0][1] and str(registry) in report.unreadable[0][1]
+    assert "is not a directory" in report.unreadable[1][1]
+    assert report.refused == f"{outside} and 1 more could not be read; deleting nothing"
+    assert report.deleted == [] and (agent_dir / "blobs" / kept).exists()
+    away.rename(disk)  # back, and the stray line removed by the user
+    registry.write_text(f"{outside}\n")
+    report = collect_garbage(str(agent_dir), delete=True)
+    assert report.refused is None and report.external_dirs == [str(outside)]
+    assert hashes(report.deleted) == {orphan} and (agent_dir / "blobs" / kept).exists()
+
+
+@pytest.mark.parametrize("link", ["project", "sessions", "file"])
+@pytest.mark.usefixtures("an_hour_later")
+def test_a_symlink_whose_target_is_away_is_unknown_not_empty(
+    agent_dir: Path, tmp_path: Path, link: str
+) -> None:
+    """A project dir under `sessions/` (or `sessions/` itself, or one session file)
+    linked to another disk dangles while the disk is not mounted: gc took it as gone
+    and deleted the images only those sessions name."""
+    disk, away = tmp_path / "disk", tmp_path / "disk-unmounted"
+    kept = put(agent_dir, b"named only on the other disk")
+    orphan = put(agent_dir, b"nobody's")
+    if link == "sessions":
+        (agent_dir / "rescue").mkdir(parents=True)  # a file gc reads besides
+        (agent_dir / "rescue" / "r.jsonl").write_text("{}\n")
+        referencing_session(disk / "--proj--", kept)
+        where = agent_dir / "sessions"
+        os.symlink(disk, where)
+    else:
+        session_with_image()
+        referencing_session(disk, kept)
+        where = agent_dir / "sessions" / "--elsewhere--"
+        if link == "file":
+            where.mkdir()
+            where = where / "2026_s.jsonl"
+            os.symlink(disk / "2026_s.jsonl", where)
+        else:
+            os.symlink(disk, where)
+    disk.rename(away)
+    report = collect_garbage(str(agent_dir), delete=True)
+    assert [path for path, _ in report.unreadable] == [str(where)]
+    assert "symlink" in report.unreadable[0][1] and "not mounted" in report.unreadable[0][1]
+    assert report.refused is not None and str(where) in report.refused
+    assert report.deleted == [] and (agent_dir / "blobs" / kept).exists()
+    away.rename(disk)
+    report = collect_garbage(str(agent_dir), delete=True)
+    assert report.refused is None and report.unreadable == []
+    assert hashes(report.deleted) == {orphan} and (agent_dir / "blobs" / kept).exists()
+
+
+@pytest.mark.usefixtures("an_hour_later")
+def test_an_extra_root_that_is_not_there_is_unknown(agent_dir: Path, tmp_path: Path) -> None:
+    session_with_image()
+    orphan = put(agent_dir, b"nobody's")
+    missing = str(tmp_path / "mount" / "sessions")
+    report = collect_garbage(str(agent_dir), delete=True, extra_roots=[missing])
+    assert report.unreadable == [(missing, "not there")] and report.deleted == []
+    assert (agent_dir / "blobs" / orphan).exists()
+
+
+@pytest.mark.usefixtures("an_hour_later")
+def test_a_dir_gc_may_not_list_is_unknown(agent_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """(Root reads any dir, so the refusal to list it is simulated.)"""
+    session_with_image()
+    orphan = put(agent_dir, b"nobody's")
+    closed = agent_dir / "sessions" / "--closed--"
+    closed.mkdir()
+    real_scandir = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        if os.fspath(path) == str(closed):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    report = collect_garbage(str(agent_dir), delete=True)
+    assert report.unreadable == [(str(closed), "Permission denied")]
+    assert report.refused is not None and report.deleted == []
+    assert (agent_dir / "blobs" / orphan).exists()
 
 
 @pytest.mark.usefixtures("an_hour_later")
@@ -496,3 +595,31 @@ def test_the_cli_says_which_outside_dirs_it_read_and_what_it_cannot_see(
     result = runner.invoke(app, ["gc"])
     assert "external-session-dirs): none" in " ".join(result.stdout.split())
     assert json.loads(runner.invoke(app, ["gc", "--json"]).stdout)["externalDirs"] == []
+
+
+def test_the_cli_names_a_place_it_cannot_read_and_exits_1_dry_run_or_not(
+    agent_dir: Path, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from sessiontree.cli import app
+
+    session_with_image()
+    put(agent_dir, b"nobody's")
+    disk = tmp_path / "disk"
+    where = agent_dir / "sessions" / "--elsewhere--"
+    os.symlink(disk, where)  # its disk is not mounted
+    runner = CliRunner()
+    for args in (["gc"], ["gc", "--delete"]):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 1, result.output
+        text = " ".join(result.stderr.split())
+        assert f"cannot read {where}: a symlink to {str(disk)!r}" in text
+        assert "not mounted" in text
+        result = runner.invoke(app, [*args, "--json"])
+        assert result.exit_code == 1
+        document = json.loads(result.stdout)
+        assert [u["path"] for u in document["unreadable"]] == [str(where)]
+        assert document["deleted"] == []
+        if "--delete" in args:
+            assert str(where) in document["refused"]

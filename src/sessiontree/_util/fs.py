@@ -19,6 +19,7 @@ import secrets
 import stat
 import tempfile
 from collections.abc import Iterable
+from typing import BinaryIO
 
 __all__ = [
     "DIR_MODE",
@@ -30,13 +31,16 @@ __all__ = [
     "clear_non_regular",
     "create_new",
     "ensure_private_dir",
+    "file_kind",
     "fsync_directory",
     "glob_escape",
     "glob_match_name",
     "name_problem",
+    "open_read",
     "open_regular",
     "private_database",
     "private_temp_dir",
+    "read_fd",
     "side_path",
     "side_stem",
     "utf8_encodable",
@@ -158,6 +162,52 @@ def open_regular(path: str, flags: int, mode: int = FILE_MODE) -> int:
         os.close(fd)
         raise
     return fd
+
+
+_KINDS = (
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISDIR, "a directory"),
+)
+
+
+def file_kind(mode: int) -> str:
+    """What a non-regular file is, in words ("a FIFO")."""
+    return next((name for test, name in _KINDS if test(mode)), "not a file")
+
+
+def read_fd(path: str) -> int:
+    """A blocking descriptor for reading the regular file at `path` (symlinks followed).
+
+    The one way a session file (ours or another agent's) is opened for reading: a
+    FIFO named like a session would block a plain open (and a read) forever, and a
+    device would be read without end. The open never blocks (O_NONBLOCK), the
+    descriptor is checked with fstat, and anything but a regular file raises
+    OSError(EINVAL) naming the file and what it is.
+    """
+    fd = os.open(path, os.O_RDONLY | O_CLOEXEC | _O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, f"{file_kind(st.st_mode)}, not a regular file", path)
+        if _O_NONBLOCK:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_read(path: str) -> BinaryIO:
+    """`open(path, "rb")` through `read_fd`: regular files only, never blocking."""
+    fd = read_fd(path)
+    try:
+        return open(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def clear_non_regular(path: str) -> None:

@@ -52,6 +52,16 @@ from typing import Any
 import xxhash
 import zstandard
 
+from sessiontree._util.env import (
+    NATIVE_AGENTS,
+    agent_dir_env,
+    claude_config_dirs,
+    codex_home,
+    copilot_home,
+    gemini_home,
+    native_agent_dir,
+    opencode_home,
+)
 from sessiontree._util.fs import (
     O_CLOEXEC,
     O_NOFOLLOW,
@@ -59,6 +69,7 @@ from sessiontree._util.fs import (
     create_new,
     ensure_private_dir,
     fsync_directory,
+    open_read,
 )
 from sessiontree.errors import SessionTreeError
 
@@ -1467,6 +1478,76 @@ def _agent_file(agent: str, rel: str) -> bool:
     return agent != "gemini" or (len(parts) >= 4 and parts[2] == "chats")
 
 
+_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_NAME = r"[^/.][^/]*"  # one path component, not hidden
+_PI_FILES = (
+    rf"sessions/--[^/]*--/\d{{4}}-\d{{2}}-\d{{2}}T\d{{2}}-\d{{2}}-\d{{2}}-\d{{3}}Z_{_NAME}\.jsonl"
+    # an artifacts dir's subagent sessions
+    rf"|sessions/--[^/]*--/\d{{4}}-\d{{2}}-\d{{2}}T[^/]*Z_[^/]+/(?:{_NAME}/)*{_NAME}\.jsonl"
+    r"|blobs/[0-9a-f]{64}(?:\.[A-Za-z0-9][A-Za-z0-9._-]*)?"
+)
+_SESSION_FILES = {
+    "claude": re.compile(
+        rf"projects/{_NAME}/(?:{_UUID}|agent-{_NAME})\.jsonl"
+        rf"|projects/{_NAME}/{_UUID}/subagents/(?:{_NAME}/)*agent-{_NAME}\.(?:jsonl|meta\.json)"
+    ),
+    "codex": re.compile(
+        rf"sessions/\d{{4}}/\d{{2}}/\d{{2}}/rollout-{_NAME}\.jsonl"
+        rf"|archived_sessions/rollout-{_NAME}\.jsonl"
+    ),
+    "gemini": re.compile(
+        rf"tmp/{_NAME}/chats/session-{_NAME}\.jsonl?|tmp/{_NAME}/chats/{_NAME}/{_NAME}\.jsonl"
+    ),
+    "opencode": re.compile(
+        rf"storage/session/{_NAME}/ses_{_NAME}\.json"
+        rf"|storage/message/ses_{_NAME}/msg_{_NAME}\.json"
+        rf"|storage/part/msg_{_NAME}/prt_{_NAME}\.json"
+        rf"|export/opencode(?:-[A-Za-z0-9._-]+)?\.db/ses_{_NAME}\.json"
+    ),
+    "copilot": re.compile(rf"session-state/{_NAME}/events\.jsonl|session-state/{_NAME}\.jsonl"),
+    **{agent: re.compile(_PI_FILES) for agent in ("xcsh", "omp", "pi")},
+}
+"""Each agent's own session-file layout under its home: what a restore without `--to`
+may write (a crafted manifest's `~/projects/<repo>/conftest.py` is none of them)."""
+
+
+def _local_homes(agent: str) -> set[str]:
+    """Where `agent` keeps its store on this machine (for this user): the only homes a
+    restore without `--to` writes to, whatever a manifest says its home was."""
+    homes: list[str] = []
+    if agent in _PI_FORMAT:
+        homes = [native_agent_dir(a) for a in NATIVE_AGENTS]
+        homes.append(agent_dir_env() or "")
+    elif agent == "claude":
+        homes = claude_config_dirs()
+    else:
+        one = {
+            "codex": codex_home,
+            "opencode": opencode_home,
+            "gemini": gemini_home,
+            "copilot": copilot_home,
+        }.get(agent)
+        homes = [one()] if one is not None else []
+    return {os.path.normpath(os.path.abspath(h)) for h in homes if h}
+
+
+def _restore_refusal(file: ArchivedFile) -> str | None:
+    """Why a restore without `--to` must not write `file` where its manifest says (None:
+    it may): a manifest's home and path are not trusted."""
+    pattern = _SESSION_FILES.get(file.agent)
+    if pattern is None or pattern.fullmatch(file.rel) is None:
+        return (
+            f"{file.manifest}: names {file.agent}:{file.rel!r}, not a session file of that "
+            "agent's layout; refused (restore it --to another dir to look at it)"
+        )
+    if file.home not in _local_homes(file.agent):
+        return (
+            f"{file.manifest}: names the home {file.home!r}, where {file.agent} keeps no "
+            "store on this machine; refused (restore it --to another dir)"
+        )
+    return None
+
+
 def _matches(session: str, file: ArchivedFile) -> bool:
     full = os.path.join(file.home, file.rel)
     if session in (file.rel, full):
@@ -1674,6 +1755,12 @@ def _restore(
                 f"{file.manifest}: names {file.agent}:{file.rel!r}, not a file of that "
                 "agent's session dirs; refused"
             )
+        refusal = None if to is not None else _restore_refusal(file)
+        if refusal is not None:
+            if not keep_going:
+                raise ArchiveError(refusal)
+            report.conflicts.append(refusal)
+            continue
         target = os.path.join(home, file.rel)
         if archive.local is not None and _inside(target, archive.local):
             raise ArchiveError(f"{target}: is inside the archive; a restore never writes there")
@@ -1701,7 +1788,7 @@ def _restore_one(
     if os.path.lexists(target):
         if os.path.islink(target) or not os.path.isfile(target):
             raise ArchiveError(f"{target}: is there and is not a regular file; left alone")
-        with open(target, "rb") as f:
+        with open_read(target) as f:
             if f.read() == data:
                 report.unchanged.append(target)
                 return

@@ -355,9 +355,12 @@ def restore_command(
     """Write an archived session back where its agent looks for it, or under --to.
 
     Byte for byte, with its subagent files and mtimes; an existing file is never
-    replaced. A session an agent rewrote keeps its earlier versions: --versions lists
-    them (a clobber, a file cut to a header or to less than half its lines, is marked),
-    --version N or --at TIME restores one (with --to when the file is there)."""
+    replaced. Without --to, a file is written only where its agent keeps its store on
+    this machine, and only as one of that agent's own session files: anything else an
+    archive names is refused by name (exit 1). A session an agent rewrote keeps its
+    earlier versions: --versions lists them (a clobber, a file cut to a header or to less
+    than half its lines, is marked), --version N or --at TIME restores one (with --to when
+    the file is there)."""
     archive = _target(source)
     if (session is None) == (not every):
         raise CliError("give a SESSION or --all (not both)", EXIT_USAGE)

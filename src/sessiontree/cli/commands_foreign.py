@@ -29,6 +29,7 @@ from sessiontree.cli.common import (
     error_text,
     invoked_command,
     progress,
+    warn_passed_over,
 )
 from sessiontree.errors import InvalidStoreError, SessionTreeError
 from sessiontree.foreign import ForeignSession
@@ -323,7 +324,9 @@ def import_command(
         cwd = os.path.abspath(os.path.expanduser(cwd))
     target = current_store()
     storage, agent = target.storage, target.agent_dir
-    earlier = find_imports(agent, storage)
+    passed_over: list[tuple[str, str]] = []
+    earlier = find_imports(agent, storage, passed_over=passed_over)
+    warn_passed_over(passed_over)
     if session is not None:
         path = _source_path(store, session, matched)
         foreign = _read(store, path)

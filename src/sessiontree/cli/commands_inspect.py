@@ -31,6 +31,7 @@ from sessiontree.cli.common import (
     open_read_only,
     other_stores,
     resolve_session,
+    warn_passed_over,
 )
 from sessiontree.cli.render import TreeOptions, money, preview, render_tree, time_ago
 from sessiontree.errors import SessionTreeError
@@ -759,6 +760,7 @@ def _stats_of_stores(
         try:
             with byte_progress("Indexing sessions") as advance:
                 per.append((store, store.stats(cwd, progress=advance)))
+            warn_passed_over(per[-1][1].passed_over)
         except (OSError, SessionTreeError) as exc:
             if number == 0:
                 raise  # the store named (or the default one): its error is the command's

@@ -240,7 +240,9 @@ def gc_command(
     conflict copies), every breadcrumb target and every session dir recorded in
     <agent>/external-session-dirs is read; sessions anywhere else are not seen. A
     blob younger than 10 minutes is never deleted, and nothing is deleted if any
-    file is unreadable.
+    file is unreadable. A place gc cannot read (a project dir linked to a disk that
+    is not mounted, a recorded dir that is not there, a dir it may not list) is
+    unknown, not empty: gc names it, deletes nothing and exits 1, dry run or not.
     """
     store = current_store()
     with progress("Reading session files", None) as advance:
@@ -251,6 +253,17 @@ def gc_command(
         _print_gc(report, store.agent_dir, store.is_files, delete, min_age)
     if delete and report.refused is not None:
         err_console.print(Text(f"sessiontree: error: {report.refused}"), soft_wrap=True)
+        raise typer.Exit(EXIT_ERROR)
+    if report.unreadable:
+        # A dry run's list is wrong too when a place could not be read: a blob it
+        # calls unreferenced may be named there.
+        err_console.print(
+            Text(
+                f"sessiontree: error: {len(report.unreadable)} place(s) could not be read; "
+                "blobs listed may be referenced there, and --delete would delete nothing"
+            ),
+            soft_wrap=True,
+        )
         raise typer.Exit(EXIT_ERROR)
 
 

@@ -336,7 +336,17 @@ def select_files(paths: list[str] | None, all_projects: bool) -> list[str]:
         if all_projects:
             raise CliError("give PATHS or --all, not both", EXIT_USAGE)
         return [resolve_session(p) for p in paths]
-    return current_store().files(None if all_projects else os.getcwd())
+    passed_over: list[tuple[str, str]] = []
+    files = current_store().files(None if all_projects else os.getcwd(), passed_over=passed_over)
+    warn_passed_over(passed_over)
+    return files
+
+
+def warn_passed_over(passed_over: list[tuple[str, str]]) -> None:
+    """A warning for each FIFO (socket, device) named like a session that was not read."""
+    for path, what in passed_over:
+        warning = f"sessiontree: warning: {path}: {what}; passed over"
+        err_console.print(Text(warning), soft_wrap=True)
 
 
 @contextmanager

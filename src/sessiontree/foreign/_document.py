@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from sessiontree._util.fs import open_read
 from sessiontree.foreign._records import Damaged
 from sessiontree.format import allow_deep_nesting
 
@@ -129,6 +130,6 @@ def parse_document(data: bytes, path: str = "") -> Document:
 
 def read_document(path: str) -> Document:
     """The JSON object in the file at `path`. Raises OSError when it cannot be read."""
-    with open(path, "rb") as f:
+    with open_read(path) as f:
         data = f.read()
     return parse_document(data, path)

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
-from sessiontree._util.fs import glob_escape, name_problem
+from sessiontree._util.fs import glob_escape, name_problem, open_read
 from sessiontree.listing import stat_identity
 from sessiontree.storage import SessionStorage, read_range
 
@@ -91,7 +91,7 @@ class Files:
 
     def open(self, path: str) -> BinaryIO:
         """The file for reading (OSError when it cannot be read)."""
-        return open(path, "rb")
+        return open_read(path)
 
     def cache_key(self, path: str) -> str:
         """What the listing cache keeps the file's record under (a host path is its own)."""

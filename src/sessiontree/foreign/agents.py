@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sessiontree._util.env import copilot_home, gemini_home, opencode_home
+from sessiontree._util.fs import open_read
 from sessiontree.errors import SessionTreeError
 from sessiontree.foreign._content import str_field
 from sessiontree.foreign._model import ForeignSession, NotAForeignSessionError, Source
@@ -523,7 +524,7 @@ def detect_file(path: str) -> Source | None:
     if split_db_path(path) is not None:
         return "opencode"
     try:
-        with open(path, "rb") as f:
+        with open_read(path) as f:
             head = f.read(_HEAD)
     except OSError:
         return None

@@ -53,6 +53,7 @@ from typing import Any
 
 import orjson
 
+from sessiontree._util.fs import open_read
 from sessiontree.foreign._builder import TreeBuilder
 from sessiontree.foreign._chain import Chain
 from sessiontree.foreign._content import block_as_text, int_field, str_field, usage
@@ -430,7 +431,7 @@ class _Parsed:
 
 def _parse(path: str) -> _Parsed:
     """The file's records replayed into a history (see the module doc)."""
-    with open(path, "rb") as f:
+    with open_read(path) as f:
         head = f.read(4096)
     history = _History()
     meta: dict[str, Any] = {}
@@ -497,8 +498,8 @@ def gemini_project_root(project_dir: str) -> str:
     the path `projects.json` maps to the dir's short id (or whose SHA-256 is the dir's
     name, as older versions named it); "" when neither says."""
     try:
-        with open(os.path.join(project_dir, ".project_root"), encoding="utf-8") as f:
-            root = f.read().strip()
+        with open_read(os.path.join(project_dir, ".project_root")) as f:
+            root = f.read().decode("utf-8").strip()
         if root:
             return root
     except (OSError, UnicodeDecodeError):
@@ -506,7 +507,7 @@ def gemini_project_root(project_dir: str) -> str:
     name = os.path.basename(os.path.normpath(project_dir))
     home = os.path.dirname(os.path.dirname(os.path.normpath(project_dir)))
     try:
-        with open(os.path.join(home, "projects.json"), "rb") as f:
+        with open_read(os.path.join(home, "projects.json")) as f:
             registry = orjson.loads(f.read())
     except (OSError, ValueError):
         return ""
@@ -651,7 +652,7 @@ def _count(messages: dict[str, dict[str, Any]]) -> int:
 def scan_gemini(path: str, size: int) -> ForeignMeta:
     """Listing metadata of a Gemini CLI session: a JSONL file from its first and last
     64 KiB, a one-document file whole (it no longer changes: Gemini CLI writes JSONL now)."""
-    with open(path, "rb") as f:
+    with open_read(path) as f:
         head = f.read(4096)
     if is_gemini_document(head):
         document = read_document(path)

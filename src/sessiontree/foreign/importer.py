@@ -120,12 +120,19 @@ def _collect(line: bytes, found: list[dict[str, Any]]) -> None:
 
 
 def find_imports(
-    agent_dir: str | None = None, storage: SessionStorage | None = None
+    agent_dir: str | None = None,
+    storage: SessionStorage | None = None,
+    *,
+    passed_over: list[tuple[str, str]] | None = None,
 ) -> list[EarlierImport]:
-    """Every import recorded in the store's sessions (artifacts dirs not included)."""
+    """Every import recorded in the store's sessions (artifacts dirs not included).
+
+    A FIFO (socket, device) named like a session is not read: it is added to
+    `passed_over` as (path, what it is) when given.
+    """
     agent = agent_dir_or_default(agent_dir)
     storage = default_storage(storage)
-    paths = session_files(agent, nested=False, storage=storage)
+    paths = session_files(agent, nested=False, storage=storage, passed_over=passed_over)
     file_store = isinstance(storage, FileSessionStorage)
     cache = IdentityCache(agent, "foreign_imports")
     cached = cache.fetch(paths) if file_store else {}

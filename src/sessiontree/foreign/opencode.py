@@ -51,6 +51,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sessiontree._util.fs import open_read
 from sessiontree.foreign._builder import TreeBuilder
 from sessiontree.foreign._chain import Chain
 from sessiontree.foreign._content import int_field, str_field, usage
@@ -528,7 +529,7 @@ def storage_dir_of(info_path: str) -> str | None:
 
 def _read_json(path: str, damaged: list[Damaged], sizes: list[int]) -> dict[str, Any] | None:
     try:
-        with open(path, "rb") as f:
+        with open_read(path) as f:
             data = f.read()
     except OSError as exc:
         damaged.append(Damaged(0, f"{path}: {exc.strerror or exc}"))
@@ -609,7 +610,7 @@ def _child_files(storage: str, parent_id: str) -> Iterable[str]:
     for project in projects:
         for path in _json_files(os.path.join(root, project)):
             try:
-                with open(path, "rb") as f:
+                with open_read(path) as f:
                     data = f.read()
                 value = loads_line(data)
             except (OSError, ValueError, UnicodeError):

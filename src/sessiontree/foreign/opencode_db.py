@@ -39,6 +39,7 @@ from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from sessiontree._util.fs import open_read
 from sessiontree.foreign._records import Damaged
 from sessiontree.foreign.opencode import CHILD_DEPTH, OpenCodeSession
 from sessiontree.format import loads_line
@@ -81,7 +82,7 @@ class DatabaseError(OSError):
 def is_opencode_db(path: str) -> bool:
     """Whether `path` is an SQLite database file (by its first bytes)."""
     try:
-        with open(path, "rb") as f:
+        with open_read(path) as f:
             return f.read(16) == _SQLITE_MAGIC
     except OSError:
         return False

@@ -369,7 +369,7 @@ class ForeignStore:
             else:
                 result = scanned.get(path)
                 if result is None or isinstance(result, BaseException):
-                    if self.backend is not None and result is not None:
+                    if result is not None and (self.backend is not None or _not_a_file(result)):
                         log.warning("%s: skipped (%s)", path, _reason(result))
                     continue
                 meta, size = result
@@ -456,6 +456,11 @@ def require_store_exists(store: ForeignStore) -> None:
     if not any(store.fs.is_dir(root) for root in store.roots):
         where = ", ".join(store.roots)
         raise SessionTreeError(f"no {store.name} sessions found (looked in {where})")
+
+
+def _not_a_file(error: BaseException) -> bool:
+    """Whether the error is `read_fd`'s for a FIFO (socket, device) named like a session."""
+    return isinstance(error, OSError) and str(error.strerror).endswith("not a regular file")
 
 
 def _reason(exc: BaseException) -> str:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 
 from sessiontree._util.env import agent_dir_or_default
+from sessiontree._util.fs import file_kind
 from sessiontree.errors import InvalidSessionFileError, SessionTreeError, SessionWriteConflictError
 from sessiontree.format import CURRENT_SESSION_VERSION, Entry, session_version
 from sessiontree.layout import (
@@ -99,13 +101,17 @@ def session_files(
     *,
     nested: bool = True,
     storage: SessionStorage | None = None,
+    passed_over: list[tuple[str, str]] | None = None,
 ) -> list[str]:
     """Every `*.jsonl` session file of the store, sorted (dot files skipped).
 
     With `cwd`, only that project's dirs. `nested` includes sessions kept
     inside artifacts dirs (subagents). Files that are not valid sessions are
-    included: they are what `verify` is for. `storage` (default: the files) is
-    where to look; for another storage, paths are under `agent_dir` as it maps them.
+    included: they are what `verify` is for. A FIFO, socket or device named like
+    a session is not a file: it is left out (a reader would block on it), and
+    added to `passed_over` as (path, what it is) when given. `storage` (default:
+    the files) is where to look; for another storage, paths are under `agent_dir`
+    as it maps them.
     """
     roots = (
         [sessions_root(agent_dir)] if cwd is None else project_session_dirs(cwd, agent_dir, storage)
@@ -122,12 +128,27 @@ def session_files(
             if not nested and directory.count(os.sep) - depth0 >= (2 if cwd is None else 1):
                 dirs[:] = []
                 continue
-            found.extend(
-                os.path.join(directory, f)
-                for f in sorted(files)
-                if f.endswith(".jsonl") and not f.startswith(".")
-            )
+            for f in sorted(files):
+                if f.endswith(".jsonl") and not f.startswith("."):
+                    path = os.path.join(directory, f)
+                    what = _not_a_file(path)
+                    if what is None:
+                        found.append(path)
+                    elif passed_over is not None:
+                        passed_over.append((path, what))
     return sorted(found)
+
+
+def _not_a_file(path: str) -> str | None:
+    """What `path` is when it is there and not a regular file (a FIFO...), else None.
+
+    A path that cannot be looked at is kept: its reader says why it cannot be read.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) else f"{file_kind(mode)}, not a regular file"
 
 
 def file_version(path: str, storage: SessionStorage | None = None) -> int | None:

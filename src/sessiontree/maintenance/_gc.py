@@ -27,7 +27,12 @@ the rules lean to keeping:
   are looked at once more, so a manager that put it again or pinned it in the
   moment before is given it back (`_delete_blobs`).
 - If any session file or directory cannot be read, nothing is deleted; nor when
-  the store holds no session file at all (a wrong or unmounted agent dir).
+  the store holds no session file at all (a wrong or unmounted agent dir). A place
+  gc cannot look into is unknown, not empty: a symlink under `sessions/` whose
+  target is missing (a disk not mounted), a dir recorded in
+  `external-session-dirs` that is not there, an extra root that is missing, a dir
+  it may not list. Each is reported with why (`unreadable`), and only removing the
+  link or the registry line, or bringing the disk back, lets gc delete again.
 
 Any storage works (`storage=`): for one other than the files, marking walks every
 file under `<root>/sessions` through `list_dirs`/`list_files` and reads it with
@@ -47,7 +52,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from sessiontree._util.env import agent_dir_or_default
-from sessiontree._util.fs import side_path
+from sessiontree._util.fs import open_read, side_path
 from sessiontree.errors import SessionTreeError
 from sessiontree.layout import EXTERNAL_SESSION_DIRS, read_registry
 from sessiontree.storage import (
@@ -228,7 +233,7 @@ def _scan_chunks(chunks: Iterable[bytes], found: set[str]) -> int:
 
 
 def _file_chunks(path: str) -> Iterable[bytes]:
-    with open(path, "rb") as f:
+    with open_read(path) as f:
         while True:
             chunk = f.read(_CHUNK)
             if not chunk:
@@ -255,9 +260,13 @@ def _walk(roots: Iterable[str], errors: list[tuple[str, str]]) -> Snapshot:
     seen_dirs: set[tuple[int, int]] = set()
 
     def on_error(exc: OSError) -> None:
+        path = os.fsdecode(exc.filename or "")
         if isinstance(exc, FileNotFoundError):
-            return  # a directory removed mid-walk: its sessions are gone
-        errors.append((str(exc.filename or ""), exc.strerror or str(exc)))
+            # A directory removed mid-walk: its sessions are gone. But a link that
+            # is still there points at a place that is away, not empty.
+            _note_dangling(path, errors)
+            return
+        errors.append((path, exc.strerror or str(exc)))
 
     for root in roots:
         if os.path.isfile(root):
@@ -283,12 +292,37 @@ def _add_file(path: str, snapshot: Snapshot, errors: list[tuple[str, str]]) -> N
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        return  # removed or renamed mid-walk; the next pass sees where it went
+        # Removed or renamed mid-walk (the next pass sees where it went), or a
+        # link to a place that is away.
+        _note_dangling(path, errors)
+        return
     except OSError as exc:
         errors.append((path, exc.strerror or str(exc)))
         return
     if stat.S_ISREG(st.st_mode):
         snapshot[path] = (st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+def _note_dangling(path: str, errors: list[tuple[str, str]]) -> None:
+    """Report `path` when it is a symlink whose target is missing.
+
+    A project dir or session file linked to another disk dangles while that disk
+    is not mounted; its sessions still name blobs, so gc must not take it as gone.
+    """
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return  # not there, or not a link: really gone
+    if os.path.exists(path):
+        return  # the target came back meanwhile; the next pass reads it
+    errors.append(
+        (
+            path,
+            f"a symlink to {target!r}, which is not there (a disk not mounted?); "
+            "its sessions are unknown, so nothing is deleted. Remove the link if "
+            "they are gone for good",
+        )
+    )
 
 
 def _all_files(storage: SessionStorage, directory: str) -> list[str]:
@@ -366,7 +400,7 @@ def _breadcrumb_targets(agent_dir: str, errors: list[tuple[str, str]]) -> list[s
         try:
             if not os.path.isfile(path):
                 continue
-            with open(path, "rb") as f:
+            with open_read(path) as f:
                 text = f.read(16384).decode("utf-8", "replace")
         except FileNotFoundError:
             continue
@@ -388,8 +422,9 @@ def _external_dirs(agent_dir: str, errors: list[tuple[str, str]]) -> list[str]:
     (`/` or `$HOME`) whose reading would be wrong. It is reported as unreadable, so
     nothing is deleted while it is there (marking repeats until the walk is stable,
     so an append in flight is usually complete by the last pass). Blank, relative
-    and duplicate lines are skipped, and so are paths that no longer exist (their
-    sessions are gone); a path that cannot be looked at is reported.
+    and duplicate lines are skipped. A recorded path that is not there, or is not
+    a directory, is reported: its disk may only be away (not mounted), and its
+    sessions still name blobs. A path that cannot be looked at is reported too.
     """
     registry = os.path.join(agent_dir, EXTERNAL_SESSION_DIRS)
     try:
@@ -410,13 +445,24 @@ def _external_dirs(agent_dir: str, errors: list[tuple[str, str]]) -> list[str]:
         try:
             st = os.stat(line)
         except (FileNotFoundError, NotADirectoryError):
+            # Its disk may only be away: the sessions there still name blobs.
+            errors.append((line, _away(registry, "is not there (a disk not mounted?)")))
             continue
         except OSError as exc:
             errors.append((line, exc.strerror or str(exc)))
             continue
         if stat.S_ISDIR(st.st_mode):
             dirs.append(line)
+        else:
+            errors.append((line, _away(registry, "is not a directory")))
     return dirs
+
+
+def _away(registry: str, what: str) -> str:
+    return (
+        f"recorded in {registry} as a session dir but {what}; its sessions are "
+        "unknown, so nothing is deleted. Delete its line there if they are gone for good"
+    )
 
 
 def find_referenced_hashes(
@@ -461,6 +507,9 @@ def find_referenced_hashes(
             snapshot = _walk(roots, walk_errors)
         else:
             snapshot = _walk_storage(via, [sessions, *extra], walk_errors)
+        if via is None:
+            # A root the caller named that is not there is unknown, not empty.
+            walk_errors += [(root, "not there") for root in extra if not os.path.lexists(root)]
         errors = walk_errors
         changed = [p for p, sig in snapshot.items() if scanned.get(p) != sig]
         if not changed and scanned:
@@ -545,7 +594,9 @@ def collect_garbage(
     if not delete:
         return report
     if report.unreadable:
-        report.refused = f"{len(report.unreadable)} file(s) could not be read; deleting nothing"
+        first = report.unreadable[0][0]
+        more = f" and {len(report.unreadable) - 1} more" if len(report.unreadable) > 1 else ""
+        report.refused = f"{first}{more} could not be read; deleting nothing"
     elif not stable:
         report.refused = "session files kept changing while being read; deleting nothing"
     elif report.files_scanned == 0 and blobs:

@@ -174,6 +174,8 @@ class StoreStats:
     by_day: dict[str, Totals] = field(default_factory=dict)
     duplicates: Duplicates = field(default_factory=Duplicates)
     prices: dict[str, str | None] = field(default_factory=dict)
+    passed_over: list[tuple[str, str]] = field(default_factory=list)
+    """(path, what it is) of FIFOs, sockets and devices named like sessions: never read."""
 
 
 def _path_of(source: str | SessionSource) -> str:

@@ -22,6 +22,8 @@ from sessiontree._util.fs import (
     ensure_private_dir,
     fsync_directory,
     glob_match_name,
+    open_read,
+    read_fd,
     utf8_prefix_text,
 )
 from sessiontree.storage._base import SessionStorage, StorageStat, WriterState
@@ -167,7 +169,7 @@ class _ChunkReader:
         if chunk_size <= 0:
             raise ValueError("chunk_size must be positive")
         self._chunk_size = chunk_size
-        self._fd: int | None = os.open(path, os.O_RDONLY | O_CLOEXEC)
+        self._fd: int | None = read_fd(path)
 
     def __iter__(self) -> _ChunkReader:
         return self
@@ -210,7 +212,7 @@ class FilePin:
 
     @classmethod
     def open(cls, path: str) -> FilePin:
-        fd = os.open(path, os.O_RDONLY | O_CLOEXEC)
+        fd = read_fd(path)
         try:
             return cls(fd)
         except BaseException:
@@ -290,12 +292,12 @@ class FileSessionStorage:
 
     def read_text(self, path: str) -> str:
         """The whole file as text (invalid UTF-8 becomes U+FFFD, like Node)."""
-        with open(path, "rb") as f:
+        with open_read(path) as f:
             return f.read().decode("utf-8", "replace")
 
     def read_text_prefix(self, path: str, max_bytes: int) -> str:
         """At most `max_bytes` from the start; a multibyte character cut at the end is dropped."""
-        with open(path, "rb") as f:
+        with open_read(path) as f:
             data = f.read(max_bytes) if max_bytes > 0 else b""
         return utf8_prefix_text(data)
 
@@ -317,7 +319,7 @@ class FileSessionStorage:
 
     def read_bytes_range(self, path: str, offset: int, length: int) -> bytes:
         """Up to `length` bytes from `offset` (negative: from the end, clamped to 0)."""
-        fd = os.open(path, os.O_RDONLY | O_CLOEXEC)
+        fd = read_fd(path)
         try:
             if offset < 0:
                 offset = max(0, os.fstat(fd).st_size + offset)

@@ -420,12 +420,20 @@ class Store:
         return list_sessions(os.fspath(cwd), storage=storage, agent_dir=self.agent_dir)
 
     def files(
-        self, cwd: str | os.PathLike[str] | None = None, *, nested: bool = True
+        self,
+        cwd: str | os.PathLike[str] | None = None,
+        *,
+        nested: bool = True,
+        passed_over: builtins.list[tuple[str, str]] | None = None,
     ) -> builtins.list[str]:
         """Every session file (`*.jsonl`, sound or not) of `cwd`'s project (None: of every
-        project), sorted; `nested` includes subagent sessions in artifacts dirs."""
+        project), sorted; `nested` includes subagent sessions in artifacts dirs. A FIFO
+        (socket, device) named like a session is left out, and added to `passed_over`
+        as (path, what it is) when given."""
         where = os.fspath(cwd) if cwd is not None else None
-        return session_files(self.agent_dir, where, nested=nested, storage=self.storage)
+        return session_files(
+            self.agent_dir, where, nested=nested, storage=self.storage, passed_over=passed_over
+        )
 
     def _kind(self, path: str) -> str | None:
         """'file', 'dir' or None (missing, or outside a database's root)."""
@@ -667,12 +675,13 @@ class Store:
         from sessiontree.reports import store_stats
 
         storage = self.storage
-        every = self.files(nested=False)
+        passed_over: builtins.list[tuple[str, str]] = []
+        every = self.files(nested=False, passed_over=passed_over)
         paths = every if cwd is None else self.files(cwd, nested=False)
         context, view_storage, agent_dir = self._view(every)
         scope, _, _ = self._view(paths)
         foreign = self.read_only  # another agent's store: its images are inline, no blobs
-        return store_stats(
+        stats = store_stats(
             scope,
             None if foreign else os.path.join(self.agent_dir, "blobs"),
             storage=view_storage,
@@ -681,6 +690,8 @@ class Store:
             context=context,
             agent_dir=agent_dir,
         )
+        stats.passed_over = passed_over
+        return stats
 
     # ------------------------------------------------------------------ keeping it sound
 
@@ -821,7 +832,9 @@ def replies_of(
     sessions: builtins.list[Any] = []
     notes: builtins.list[str] = []
     for store in stores:
-        paths = store.files(nested=False)
+        passed_over: builtins.list[tuple[str, str]] = []
+        paths = store.files(nested=False, passed_over=passed_over)
+        notes += [f"{path}: {what}; passed over" for path, what in passed_over]
         sources, storage, agent_dir = store._view(paths)
         data = load_usage(
             sources, storage=storage, agent_dir=agent_dir, use_index=use_index, progress=progress
