@@ -32,7 +32,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NoReturn, Protocol, runtime_checkable
 
 import xxhash
 
@@ -52,6 +52,7 @@ from sessiontree.session._loader import LoadedSession, load_session
 from sessiontree.storage import (
     BlobStoreLike,
     FileSessionStorage,
+    HostFilesystem,
     PinnedFile,
     PinnedReads,
     SessionStorage,
@@ -59,6 +60,7 @@ from sessiontree.storage import (
     StorageStat,
     WriterLock,
     acquire_session_lock,
+    hand_over,
     read_chunks,
     replace_checked,
     sync_dir,
@@ -169,6 +171,14 @@ class _Hashing:
             self.size += len(chunk)
             self.digest.update(chunk)
             yield chunk
+
+
+class _Changed(Exception):
+    """The file changed before the rename: answered once oh-my-pi's lock is let go."""
+
+    def __init__(self, state: str) -> None:
+        super().__init__(state)
+        self.state = state
 
 
 def _commit(chunks: Iterable[bytes], pinned: PinnedFile | None) -> None:
@@ -595,21 +605,26 @@ class SessionFile:
         return pinned
 
     def _replace_checked(self, chunks: Iterable[bytes]) -> StorageStat | None:
-        """Write a rewrite beside the file, then check the file once more, then rename.
+        """Write a rewrite beside the file, then check the file once more, then rename
+        (`replace_checked`: what another program appends meanwhile is not lost).
 
         The whole-file check ran before the new bytes were written, which takes a while
-        for a big session: another program's append meanwhile would go into the
-        replaced inode. It is answered as any change is (rescue copy, conflict); a
-        delete meanwhile just lets the new file take the path.
+        for a big session: another program's append meanwhile is answered as any
+        change is (rescue copy, conflict), after oh-my-pi's lock is let go; a delete
+        meanwhile just lets the new file take the path.
         """
+        guard = self._guard
 
         def unchanged() -> None:
-            guard = self._guard
             state = self._observe(guard, False) if guard is not None else None
             if state is not None and state != "deleted":
-                self._conflict(f"{state} while the rewrite was written")
+                raise _Changed(state)
 
-        return replace_checked(self.storage, self.path, chunks, unchanged)
+        size = guard.size if guard is not None else 0
+        try:
+            return replace_checked(self.storage, self.path, chunks, unchanged, size)
+        except _Changed as exc:
+            self._conflict(f"{exc.state} while the rewrite was written")
 
     def move(
         self, new_path: str, chunks: Iterable[bytes], artifacts: tuple[str, str] | None
@@ -665,22 +680,51 @@ class SessionFile:
     def _finish_move(self, new_path: str, new_ino: int, artifacts: tuple[str, str] | None) -> None:
         storage, old_path = self.storage, self.path
         guard = self._guard
-        # The old file was checked before the new one was written: check it again before
-        # it goes (another program may have appended to it meanwhile).
-        state = self._observe(guard, False) if guard is not None else None
-        if state is not None and state != "deleted":
+        state: str | None = None
+
+        def unchanged() -> None:
+            # The old file was checked before the new one was written: check it again
+            # before it goes (another program may have appended to it meanwhile).
+            nonlocal state
+            state = self._observe(guard, False) if guard is not None else None
+            if state is not None and state != "deleted":
+                raise _Changed(state)
+
+        def swap() -> None:
+            self._unlink_moved(new_path, new_ino, artifacts, state == "deleted")
+
+        try:
+            if isinstance(storage, HostFilesystem) and guard is not None:
+                # What is appended to the old file meanwhile goes on in the new one.
+                host = storage.host_path(new_path)
+                hand_over(storage.host_path(old_path), guard.size, unchanged, swap, host, new_ino)
+            else:
+                unchanged()
+                swap()
+        except _Changed as exc:
             self._remove_if_ours(new_path, new_ino)
-            self._conflict(f"{state} while it was being moved")
+            self._conflict(f"{exc.state} while it was being moved")
+        try:
+            sync_dir(storage, os.path.dirname(old_path) or ".")
+        except OSError as exc:  # the move is done; only its durability is in doubt
+            log.warning("could not fsync %s after a move: %s", os.path.dirname(old_path), exc)
+
+    def _unlink_moved(
+        self, new_path: str, new_ino: int, artifacts: tuple[str, str] | None, deleted: bool
+    ) -> None:
+        """Move the artifacts dir, then unlink the old file; on failure the old file
+        stays authoritative: what was done is undone and the new file removed."""
+        storage, old_path = self.storage, self.path
         moved = False
         try:
             if artifacts is not None and storage.exists(artifacts[0]):
                 storage.rename(artifacts[0], artifacts[1])
                 moved = True
-            if state != "deleted":
+            if not deleted:
                 storage.unlink(old_path)
         except OSError as exc:
-            # The old file stays authoritative: undo what was done, then remove the
-            # new file, but only while it is still the one we wrote.
+            # Undo what was done, then remove the new file, but only while it is still
+            # the one we wrote.
             if moved and artifacts is not None:
                 try:
                     storage.rename(artifacts[1], artifacts[0])
@@ -689,10 +733,6 @@ class SessionFile:
             if storage.exists(old_path):
                 self._remove_if_ours(new_path, new_ino)
             raise SessionTreeError(f"{old_path}: move to {new_path} failed: {exc}") from exc
-        try:
-            sync_dir(storage, os.path.dirname(old_path) or ".")
-        except OSError as exc:  # the move is done; only its durability is in doubt
-            log.warning("could not fsync %s after a move: %s", os.path.dirname(old_path), exc)
 
     def _remove_if_ours(self, path: str, ino: int) -> None:
         """Remove the copy a failed move wrote, while it is still the one it wrote."""
@@ -811,7 +851,7 @@ class SessionFile:
         if guard is not None:
             guard.lock_checked = time.monotonic()
 
-    def _conflict(self, what: str) -> None:
+    def _conflict(self, what: str) -> NoReturn:
         saved = self.rescue()
         error = SessionWriteConflictError(
             self.path, f"{self.path}: changed on disk behind this writer's back ({what})", saved

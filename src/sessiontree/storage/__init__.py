@@ -59,6 +59,7 @@ from sessiontree.storage._file import (
     ensure_private_dir,
     fsync_directory,
 )
+from sessiontree.storage._handover import Handover, PublishLock, hand_over, publish_lock_name
 from sessiontree.storage._locks import (
     FileLock,
     acquire_session_lock,
@@ -88,6 +89,7 @@ __all__ = [
     "FileLock",
     "FilePin",
     "FileSessionStorage",
+    "Handover",
     "HostFilesystem",
     "LockingStorage",
     "MemoryBlobStore",
@@ -96,6 +98,7 @@ __all__ = [
     "PinnedFile",
     "PinnedReads",
     "PostgresSessionStorage",
+    "PublishLock",
     "RootedStorage",
     "SessionIndexStorage",
     "SessionMeta",
@@ -112,12 +115,14 @@ __all__ = [
     "ensure_private_dir",
     "find_blob_refs",
     "fsync_directory",
+    "hand_over",
     "is_blob_extension",
     "is_blob_ref",
     "is_locked",
     "is_stored_file",
     "lock_path_for",
     "parse_blob_ref",
+    "publish_lock_name",
     "read_chunks",
     "read_pins",
     "read_range",

@@ -1,0 +1,338 @@
+"""Handing a session file's path to new bytes without losing another program's append.
+
+Every in-place rewrite (a rename, a migration, label and entry edits, `repair
+--in-place`) writes the new file beside the old one, checks the old one is still
+what it read, then renames the new one over it; a move checks the old file, then
+unlinks it. A line another agent appends between that check and the rename (or
+unlink) goes into the inode the path no longer names. Two things close the window:
+
+- **oh-my-pi's publish lock**, which oh-my-pi (18.2) takes around each append and
+  around its own check-then-rename (`FileSessionStorage.#withPublishLock` in
+  `src/session/session-storage.ts`): an OS gate on `.<file>.lock.os` (on Linux an
+  abstract datagram socket `omp-file-lock-<two seeded xxh64 of that path>`, elsewhere
+  `flock` on that file; the kernel drops it when its holder dies), then the lock file
+  `.<file>.lock` created exclusively with `<pid>:<ms>`, taken over only from a dead
+  holder. Holding both over the check and the rename, oh-my-pi waits for us (it
+  gives up after 500 ms, so nothing slow happens under it), and after the rename it
+  reopens the path before it appends;
+- **the old inode, held open**: pi appends without a lock (`appendFileSync`: open,
+  write, close), so after the rename whatever the old inode grew past the size the
+  check saw is read back, and its complete lines that parse as JSON objects are
+  appended to the new file. What cannot be carried so (a torn or unparsable line) is
+  kept with the old file whole as a conflict copy, `<file>.conflict-<time>-<tag>`,
+  and a warning names it.
+
+What remains is a lockless append whose `open` came before the rename and whose
+`write` comes after the last look at the old inode (the looks go on, a millisecond
+apart, until two find nothing new): pi holds the file for microseconds, so this is
+the width of a scheduler hiccup, not of a rewrite.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import secrets
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import orjson
+import xxhash
+
+from sessiontree._util.fs import O_NOFOLLOW, open_regular, side_path
+from sessiontree.errors import SessionLockError
+
+__all__ = ["Handover", "PublishLock", "hand_over", "publish_lock_name"]
+
+log = logging.getLogger("sessiontree")
+
+_WAIT_SECONDS = 0.5
+"""How long oh-my-pi waits for its publish lock before it fails; we wait as long."""
+_POLL_SECONDS = 0.002
+_HIGH_SEED = 0x4F4D502D4C4F434B
+_LOW_SEED = 0x50492D46494C454C
+_SETTLE_SECONDS = 0.001
+"""Between looks at the old inode after the rename (a lockless append in flight)."""
+_MAX_LOOKS = 64
+
+
+def publish_lock_name(gate_path: str) -> str:
+    """The abstract socket name oh-my-pi's native `FileLock` binds for `gate_path`."""
+    data = gate_path.encode()
+    high = xxhash.xxh64_intdigest(data, _HIGH_SEED)
+    low = xxhash.xxh64_intdigest(data, _LOW_SEED)
+    return f"omp-file-lock-{high:016x}{low:016x}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # EPERM: alive, not ours
+    return True
+
+
+class PublishLock:
+    """oh-my-pi's publish lock of one session file (see the module doc), held while
+    the object lives between `acquire` and `release`."""
+
+    def __init__(self, session_file: str) -> None:
+        session_file = os.path.abspath(session_file)
+        directory, name = os.path.split(session_file)
+        self.session_file = session_file
+        self.lock_path = os.path.join(directory, f".{name}.lock")
+        self.gate_path = f"{self.lock_path}.os"
+        self._gate: socket.socket | int | None = None
+        self._record: bytes | None = None
+
+    def acquire(self) -> None:
+        """Take the gate, then the lock file; SessionLockError after oh-my-pi's wait."""
+        deadline = time.monotonic() + _WAIT_SECONDS
+        while not self._take_gate():
+            self._wait(deadline)
+        try:
+            while not self._take_file():
+                self._wait(deadline)
+        except BaseException:
+            self._drop_gate()
+            raise
+
+    def release(self) -> None:
+        record, self._record = self._record, None
+        try:
+            if record is not None:
+                self._remove_file(record)
+        finally:
+            self._drop_gate()
+
+    def __enter__(self) -> PublishLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def _wait(self, deadline: float) -> None:
+        if time.monotonic() >= deadline:
+            raise SessionLockError(
+                self.session_file,
+                message=f"{self.session_file}: oh-my-pi holds its publish lock "
+                f"({self.lock_path}); retry later",
+            )
+        time.sleep(_POLL_SECONDS)
+
+    def _take_gate(self) -> bool:
+        if sys.platform.startswith("linux"):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            try:
+                sock.bind("\0" + publish_lock_name(self.gate_path))
+            except OSError as exc:
+                sock.close()
+                if exc.errno == errno.EADDRINUSE:
+                    return False
+                raise
+            self._gate = sock
+            return True
+        fd = open_regular(self.gate_path, os.O_RDWR | os.O_CREAT)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                return False
+            raise
+        self._gate = fd
+        return True
+
+    def _drop_gate(self) -> None:
+        gate, self._gate = self._gate, None
+        if isinstance(gate, socket.socket):
+            gate.close()
+        elif gate is not None:
+            os.close(gate)  # the sidecar stays: removing it would race a successor
+
+    def _take_file(self) -> bool:
+        record = f"{os.getpid()}:{int(time.time() * 1000)}\n".encode()
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+        try:
+            fd = open_regular(self.lock_path, flags, 0o600)
+        except FileExistsError:
+            if not self._take_over_stale():
+                return False
+            try:
+                fd = open_regular(self.lock_path, flags, 0o600)
+            except FileExistsError:
+                return False
+        try:
+            os.write(fd, record)
+        finally:
+            os.close(fd)
+        self._record = record
+        return True
+
+    def _take_over_stale(self) -> bool:
+        """Remove a lock file whose holder is dead (oh-my-pi's rule); whether to retry."""
+        try:
+            with open(self.lock_path, "rb") as f:
+                content = f.read(64)
+        except FileNotFoundError:
+            return True
+        head = content.split(b":", 1)[0]
+        if head.isdigit() and content.endswith(b"\n"):
+            if _pid_alive(int(head)):
+                return False
+        else:
+            try:
+                age = time.time() - os.stat(self.lock_path).st_mtime
+            except FileNotFoundError:
+                return True
+            if age <= _WAIT_SECONDS:
+                return False  # being written by its taker
+        return self._remove_file(content)
+
+    def _remove_file(self, expected: bytes) -> bool:
+        """Unlink the lock file when it still holds `expected`."""
+        try:
+            with open(self.lock_path, "rb") as f:
+                if f.read(64) != expected:
+                    return False
+            os.unlink(self.lock_path)
+        except FileNotFoundError:
+            pass
+        return True
+
+
+@dataclass(slots=True)
+class Handover:
+    """What another program appended to the old file between the check and the swap."""
+
+    carried: int = 0
+    """Lines carried into the new file."""
+    kept: str | None = None
+    """Where the old file was kept whole because part of what it grew could not be."""
+
+
+def hand_over(
+    path: str,
+    checked_size: int,
+    check: Callable[[], None],
+    swap: Callable[[], None],
+    carry_to: str,
+    carry_ino: int,
+) -> Handover:
+    """Run `check()` (it raises to stop) then `swap()` (the rename over `path`, or the
+    unlink of a moved file) under oh-my-pi's publish lock of `path`, then carry what
+    the old file at `path` grew past `checked_size` into `carry_to` (the file written,
+    inode `carry_ino`). Host files only."""
+    try:
+        old: int | None = open_regular(path, os.O_RDONLY)
+    except FileNotFoundError:
+        old = None
+    try:
+        with PublishLock(path):
+            check()
+            swap()
+        if old is None:
+            return Handover()
+        return _carry(old, path, checked_size, carry_to, carry_ino)
+    finally:
+        if old is not None:
+            os.close(old)
+
+
+def _carry(old: int, path: str, at: int, carry_to: str, carry_ino: int) -> Handover:
+    done = Handover()
+    torn = b""  # grown past `at`, not carried yet: the start of a line still being written
+    quiet = 0
+    for _ in range(_MAX_LOOKS):
+        grown = _read_from(old, at + len(torn))
+        if not grown:
+            quiet += 1
+            if quiet == 2:
+                break
+            time.sleep(_SETTLE_SECONDS)
+            continue
+        quiet = 0
+        data = torn + grown
+        end = data.rfind(b"\n") + 1
+        lines = [line + b"\n" for line in data[: end - 1].split(b"\n")] if end else []
+        if not all(_is_entry_line(line) for line in lines):
+            return _keep(old, path, done)
+        if lines:
+            _append(carry_to, carry_ino, data[:end])
+            done.carried += len(lines)
+        at += end
+        torn = data[end:]
+    if torn:
+        return _keep(old, path, done)
+    if done.carried:
+        log.warning(
+            "%s: %d line(s) another program appended while the file was rewritten were "
+            "carried into the new file",
+            path,
+            done.carried,
+        )
+    return done
+
+
+def _read_from(fd: int, offset: int) -> bytes:
+    parts: list[bytes] = []
+    while True:
+        part = os.pread(fd, 1 << 20, offset)
+        if not part:
+            return b"".join(parts)
+        parts.append(part)
+        offset += len(part)
+
+
+def _is_entry_line(line: bytes) -> bool:
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(value, dict)
+
+
+def _append(carry_to: str, carry_ino: int, data: bytes) -> None:
+    fd = os.open(carry_to, os.O_WRONLY | os.O_APPEND | O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if os.fstat(fd).st_ino != carry_ino:
+            raise FileNotFoundError(errno.ENOENT, "replaced again meanwhile", carry_to)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _keep(old: int, path: str, done: Handover) -> Handover:
+    """Keep the old file whole (what it grew included) beside `path`, and say so."""
+    stamp = time.strftime("%Y-%m-%dT%H-%M-%S", time.gmtime())
+    target = side_path(path, f".conflict-{stamp}-{secrets.token_hex(3)}")
+    fd = open_regular(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        offset = 0
+        while chunk := os.pread(old, 1 << 20, offset):
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd, view) :]
+            offset += len(chunk)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    done.kept = target
+    log.warning(
+        "%s: another program appended to the file while it was rewritten, and not only "
+        "whole entry lines; the file as it then was is kept as %s",
+        path,
+        target,
+    )
+    return done
