@@ -84,8 +84,9 @@ def rewrite_entries(path: str) -> None:
 
 
 def remove_entry(path: str) -> None:
+    """Removes an entry of its own (a peer's removed on purpose would count as lost)."""
     with SessionManager.open(path) as sm:
-        sm.remove_entries([sm.get_entries()[-1]["id"]])
+        sm.remove_entries([sm.append_message(user("to remove"))])
 
 
 def move(path: str) -> None:
@@ -195,7 +196,7 @@ APPENDER = textwrap.dedent(
     import json, os, random, sys, time
     path, lines = sys.argv[1], int(sys.argv[2])
     for count in range(lines):
-        time.sleep(random.random() * 0.004)
+        time.sleep(random.random() * 0.02)
         entry = {"type": "custom", "customType": "peer", "data": {"k": count},
                  "id": "peer-%05d" % count, "parentId": None,
                  "timestamp": "2026-12-06T00:00:00.000Z"}
@@ -210,17 +211,18 @@ RACE_LINES = int(os.environ.get("SESSIONTREE_RACE_LINES", "300"))
 
 @pytest.fixture
 def wide_window(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A millisecond between the last check and the rename (or unlink): the window a
-    big session's rewrite leaves on a busy machine, so that a race of seconds meets it
-    as often as the issue's 20-second runs did."""
+    """5 ms between the last check and the rename (or unlink), as on a busy machine,
+    so that a race of seconds meets the window as often as the issue's 20-second runs
+    did (the appenders wait 0-20 ms between lines: most rewrites see no append before
+    their check, and many see one in the window)."""
     real_rename, real_unlink = FileSessionStorage.rename, FileSessionStorage.unlink
 
     def renaming(self: FileSessionStorage, src: str, dst: str) -> None:
-        time.sleep(0.001)
+        time.sleep(0.005)
         real_rename(self, src, dst)
 
     def unlinking(self: FileSessionStorage, path: str) -> None:
-        time.sleep(0.001)
+        time.sleep(0.005)
         real_unlink(self, path)
 
     monkeypatch.setattr(FileSessionStorage, "rename", renaming)
@@ -273,7 +275,7 @@ OMP_APPENDER = textwrap.dedent(
     let writer = storage.openWriter(path);
     let count = 0;
     while (count < Number(lines)) {
-        await Bun.sleep(Math.random() * 4);
+        await Bun.sleep(Math.random() * 20);
         const entry = { type: "custom", customType: "peer", data: { k: count },
             id: "peer-" + String(count).padStart(5, "0"), parentId: null,
             timestamp: "2026-12-06T00:00:00.000Z" };

@@ -53,6 +53,7 @@ from sessiontree.storage import (
     BlobStoreLike,
     FileSessionStorage,
     HostFilesystem,
+    OldInode,
     PinnedFile,
     PinnedReads,
     SessionStorage,
@@ -179,6 +180,16 @@ class _Changed(Exception):
     def __init__(self, state: str) -> None:
         super().__init__(state)
         self.state = state
+
+
+def _carry_over(old: list[OldInode], path: str) -> None:
+    """Carry what the replaced file grew into the new one (`storage._handover`); the
+    rewrite is done whatever happens here, so a failure is logged, not raised."""
+    for held in old:
+        try:
+            held.finish()
+        except OSError as exc:
+            log.error("%s: could not carry what was appended during the rewrite: %s", path, exc)
 
 
 def _commit(chunks: Iterable[bytes], pinned: PinnedFile | None) -> None:
@@ -555,17 +566,26 @@ class SessionFile:
         if hashing is None:
             hashing = _Hashing(chunks)
         replacing = action == "rewrite"
+        old: list[OldInode] = []  # the file replaced: what it grew meanwhile is carried
         try:
-            storage.ensure_dir(os.path.dirname(path) or ".")
-            written, pinned = self._write_file(path, hashing, replacing=replacing)
-        except OSError as exc:
-            raise self.fail(exc, action) from exc
-        self._guard = _Guard(written.ino, hashing.size, hashing.digest, time.monotonic())
-        self._needs_newline = False
-        _commit(chunks, pinned)
+            try:
+                storage.ensure_dir(os.path.dirname(path) or ".")
+                written, pinned = self._write_file(path, hashing, replacing=replacing, old=old)
+            except OSError as exc:
+                raise self.fail(exc, action) from exc
+            self._guard = _Guard(written.ino, hashing.size, hashing.digest, time.monotonic())
+            self._needs_newline = False
+            _commit(chunks, pinned)  # the index lets go of the old file
+        finally:
+            _carry_over(old, path)
 
     def _write_file(
-        self, path: str, chunks: Iterable[bytes], *, replacing: bool = False
+        self,
+        path: str,
+        chunks: Iterable[bytes],
+        *,
+        replacing: bool = False,
+        old: list[OldInode] | None = None,
     ) -> tuple[StorageStat, PinnedFile | None]:
         """Write a whole file at `path` (`replacing` the session's own: checked once
         more before it takes the path, see `_replace_checked`); the stat of what was
@@ -576,7 +596,7 @@ class SessionFile:
         storage = self.storage
         try:
             if replacing:
-                written = self._replace_checked(chunks)
+                written = self._replace_checked(chunks, old)
             else:
                 written = write_whole(storage, path, chunks)
         except SessionWriteConflictError as exc:
@@ -604,7 +624,9 @@ class SessionFile:
             return None
         return pinned
 
-    def _replace_checked(self, chunks: Iterable[bytes]) -> StorageStat | None:
+    def _replace_checked(
+        self, chunks: Iterable[bytes], old: list[OldInode] | None
+    ) -> StorageStat | None:
         """Write a rewrite beside the file, then check the file once more, then rename
         (`replace_checked`: what another program appends meanwhile is not lost).
 
@@ -622,7 +644,7 @@ class SessionFile:
 
         size = guard.size if guard is not None else 0
         try:
-            return replace_checked(self.storage, self.path, chunks, unchanged, size)
+            return replace_checked(self.storage, self.path, chunks, unchanged, size, old)
         except _Changed as exc:
             self._conflict(f"{exc.state} while the rewrite was written")
 
@@ -660,7 +682,7 @@ class SessionFile:
             except OSError as exc:
                 raise SessionTreeError(f"{old_path}: move to {new_path} failed: {exc}") from exc
             try:
-                self._finish_move(new_path, written.ino, artifacts)
+                old = self._finish_move(new_path, written.ino, artifacts)
             except BaseException:
                 if pinned is not None:
                     pinned.close()
@@ -675,9 +697,16 @@ class SessionFile:
         self.path = new_path
         self._guard = _Guard(written.ino, hashing.size, hashing.digest, time.monotonic())
         self._needs_newline = False
-        _commit(chunks, pinned)
+        try:
+            _commit(chunks, pinned)  # the index lets go of the old file
+        finally:
+            _carry_over(old, old_path)
 
-    def _finish_move(self, new_path: str, new_ino: int, artifacts: tuple[str, str] | None) -> None:
+    def _finish_move(
+        self, new_path: str, new_ino: int, artifacts: tuple[str, str] | None
+    ) -> list[OldInode]:
+        """Check the old file once more, then move the artifacts and unlink it; the old
+        file, whose growth meanwhile goes on in the new one (`_carry_over`)."""
         storage, old_path = self.storage, self.path
         guard = self._guard
         state: str | None = None
@@ -693,11 +722,13 @@ class SessionFile:
         def swap() -> None:
             self._unlink_moved(new_path, new_ino, artifacts, state == "deleted")
 
+        old: list[OldInode] = []
         try:
             if isinstance(storage, HostFilesystem) and guard is not None:
                 # What is appended to the old file meanwhile goes on in the new one.
-                host = storage.host_path(new_path)
-                hand_over(storage.host_path(old_path), guard.size, unchanged, swap, host, new_ino)
+                host, was = storage.host_path(new_path), storage.host_path(old_path)
+                held = hand_over(was, guard.size, unchanged, swap, host, new_ino)
+                old = [held] if held is not None else []
             else:
                 unchanged()
                 swap()
@@ -708,6 +739,7 @@ class SessionFile:
             sync_dir(storage, os.path.dirname(old_path) or ".")
         except OSError as exc:  # the move is done; only its durability is in doubt
             log.warning("could not fsync %s after a move: %s", os.path.dirname(old_path), exc)
+        return old
 
     def _unlink_moved(
         self, new_path: str, new_ino: int, artifacts: tuple[str, str] | None, deleted: bool

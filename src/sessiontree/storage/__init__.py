@@ -59,7 +59,13 @@ from sessiontree.storage._file import (
     ensure_private_dir,
     fsync_directory,
 )
-from sessiontree.storage._handover import Handover, PublishLock, hand_over, publish_lock_name
+from sessiontree.storage._handover import (
+    Handover,
+    OldInode,
+    PublishLock,
+    hand_over,
+    publish_lock_name,
+)
 from sessiontree.storage._locks import (
     FileLock,
     acquire_session_lock,
@@ -95,6 +101,7 @@ __all__ = [
     "MemoryBlobStore",
     "MemorySessionStorage",
     "MissingCapabilityError",
+    "OldInode",
     "PinnedFile",
     "PinnedReads",
     "PostgresSessionStorage",

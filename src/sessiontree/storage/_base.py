@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from sessiontree._util.closing import ClosesOnExit, process_id
 from sessiontree._util.fs import create_new, glob_escape, side_path
 from sessiontree.errors import InheritedHandleError, SessionTreeError
-from sessiontree.storage._handover import hand_over
+from sessiontree.storage._handover import OldInode, hand_over
 
 if TYPE_CHECKING:
     from sessiontree.storage._blobs import BlobStoreLike
@@ -465,6 +465,7 @@ def replace_checked(
     chunks: Iterable[bytes],
     check: Callable[[], None],
     checked_size: int,
+    pending: list[OldInode] | None = None,
 ) -> StorageStat | None:
     """Write `chunks` beside `path`, call `check()` (it raises to stop; `checked_size`:
     the size of the file it accepts), then rename the new file over `path`; what
@@ -474,9 +475,10 @@ def replace_checked(
     a check made before it began cannot see another program's append meanwhile, which
     the rename would throw away; the check and the rename run under oh-my-pi's lock,
     and a line appended without it (pi's way) before the rename is carried into the
-    new file (`_handover`). The file beside is removed whenever the new one does not
-    take the path. Host files only: elsewhere (a database's one transaction)
-    `write_whole` writes `path` and `check` runs first.
+    new file (`_handover`), by `finish()` of the old file put in `pending` (the caller
+    first lets go of its own handles on it), else at once. The file beside is removed
+    whenever the new one does not take the path. Host files only: elsewhere (a
+    database's one transaction) `write_whole` writes `path` and `check` runs first.
     """
     if not isinstance(storage, HostFilesystem):
         check()
@@ -488,7 +490,7 @@ def replace_checked(
             written = storage.stat(temp)
         host = storage.host_path(path)
         rename = partial(storage.rename, temp, path)
-        hand_over(host, checked_size, check, rename, host, written.ino)
+        old = hand_over(host, checked_size, check, rename, host, written.ino)
     except BaseException:
         try:
             if storage.exists(temp):
@@ -496,6 +498,11 @@ def replace_checked(
         except OSError:
             pass
         raise
+    if old is not None:
+        if pending is None:
+            old.finish()
+        else:
+            pending.append(old)
     sync_dir(storage, os.path.dirname(path) or ".")
     return written
 

@@ -22,10 +22,14 @@ unlink) goes into the inode the path no longer names. Two things close the windo
   kept with the old file whole as a conflict copy, `<file>.conflict-<time>-<tag>`,
   and a warning names it.
 
-What remains is a lockless append whose `open` came before the rename and whose
-`write` comes after the last look at the old inode (the looks go on, a millisecond
-apart, until two find nothing new): pi holds the file for microseconds, so this is
-the width of a scheduler hiccup, not of a rewrite.
+The looks at the old inode go on until no other process holds it open: the kernel
+grants a write lease on a file only then, and an unlinked file nobody holds open can
+never be written again; the caller lets go of its own handles on it first (`finish`
+runs after the index moved to the new file). Where leases cannot tell (another
+filesystem, another owner) or some process keeps it open longer (oh-my-pi keeps its
+session file open, and reopens the path under its lock), the looks stop after two
+that find nothing new; what remains then is a lockless append whose `open` came
+before the rename and whose `write` comes after the last look.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ import xxhash
 from sessiontree._util.fs import O_NOFOLLOW, open_regular, side_path
 from sessiontree.errors import SessionLockError
 
-__all__ = ["Handover", "PublishLock", "hand_over", "publish_lock_name"]
+__all__ = ["Handover", "OldInode", "PublishLock", "hand_over", "publish_lock_name"]
 
 log = logging.getLogger("sessiontree")
 
@@ -58,7 +62,9 @@ _HIGH_SEED = 0x4F4D502D4C4F434B
 _LOW_SEED = 0x50492D46494C454C
 _SETTLE_SECONDS = 0.001
 """Between looks at the old inode after the rename (a lockless append in flight)."""
-_MAX_LOOKS = 64
+_SETTLE_LIMIT = 0.2
+"""How long the looks wait for the last other holder of the old inode to close it
+(oh-my-pi keeps its session open: it appends under its lock, to the path)."""
 
 
 def publish_lock_name(gate_path: str) -> str:
@@ -219,6 +225,30 @@ class Handover:
     """Where the old file was kept whole because part of what it grew could not be."""
 
 
+class OldInode:
+    """The file a swap took the path from, held open until what it grew is carried
+    (`finish`): the caller first lets go of its own handles on it (see `_seal`)."""
+
+    def __init__(self, fd: int, path: str, at: int, carry_to: str, carry_ino: int) -> None:
+        self._fd: int | None = fd
+        self.path, self.at, self.carry_to, self.carry_ino = path, at, carry_to, carry_ino
+
+    def finish(self) -> Handover:
+        """Carry what the old file grew into the new one (once; then closed)."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return Handover()
+        try:
+            return _carry(fd, self.path, self.at, self.carry_to, self.carry_ino)
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+
 def hand_over(
     path: str,
     checked_size: int,
@@ -226,50 +256,70 @@ def hand_over(
     swap: Callable[[], None],
     carry_to: str,
     carry_ino: int,
-) -> Handover:
+) -> OldInode | None:
     """Run `check()` (it raises to stop) then `swap()` (the rename over `path`, or the
-    unlink of a moved file) under oh-my-pi's publish lock of `path`, then carry what
-    the old file at `path` grew past `checked_size` into `carry_to` (the file written,
-    inode `carry_ino`). Host files only."""
+    unlink of a moved file) under oh-my-pi's publish lock of `path`; the old file,
+    whose growth past `checked_size` its `finish()` carries into `carry_to` (the file
+    written, inode `carry_ino`), or None when there was none. Host files only."""
     try:
-        old: int | None = open_regular(path, os.O_RDONLY)
+        fd = open_regular(path, os.O_RDONLY)
     except FileNotFoundError:
-        old = None
+        with PublishLock(path):
+            check()
+            swap()
+        return None
     try:
         with PublishLock(path):
             check()
             swap()
-        if old is None:
-            return Handover()
-        return _carry(old, path, checked_size, carry_to, carry_ino)
-    finally:
-        if old is not None:
-            os.close(old)
+    except BaseException:
+        os.close(fd)
+        raise
+    return OldInode(fd, path, checked_size, carry_to, carry_ino)
+
+
+def _seal(fd: int) -> bool | None:
+    """Whether no other descriptor is open on the unlinked file `fd` (then no one can
+    write it any more): a write lease is granted only then. None when that cannot be
+    told (no leases here, or the file has another name)."""
+    try:
+        if os.fstat(fd).st_nlink != 0:
+            return None
+        fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+    except OSError as exc:
+        return False if exc.errno == errno.EAGAIN else None
+    fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_UNLCK)
+    return True
 
 
 def _carry(old: int, path: str, at: int, carry_to: str, carry_ino: int) -> Handover:
+    """Look at the old file until no one else holds it open (`_seal`), or, where that
+    cannot be told or takes longer than `_SETTLE_LIMIT`, until two looks a
+    millisecond apart find nothing new; carry each complete line it grew."""
     done = Handover()
     torn = b""  # grown past `at`, not carried yet: the start of a line still being written
     quiet = 0
-    for _ in range(_MAX_LOOKS):
+    deadline = time.monotonic() + _SETTLE_LIMIT
+    while True:
+        sealed = _seal(old)  # before the look: whatever comes after it is read
         grown = _read_from(old, at + len(torn))
-        if not grown:
-            quiet += 1
-            if quiet == 2:
-                break
-            time.sleep(_SETTLE_SECONDS)
-            continue
-        quiet = 0
-        data = torn + grown
-        end = data.rfind(b"\n") + 1
-        lines = [line + b"\n" for line in data[: end - 1].split(b"\n")] if end else []
-        if not all(_is_entry_line(line) for line in lines):
-            return _keep(old, path, done)
-        if lines:
-            _append(carry_to, carry_ino, data[:end])
-            done.carried += len(lines)
-        at += end
-        torn = data[end:]
+        if grown:
+            data = torn + grown
+            end = data.rfind(b"\n") + 1
+            lines = [line + b"\n" for line in data[: end - 1].split(b"\n")] if end else []
+            if not all(_is_entry_line(line) for line in lines):
+                return _keep(old, path, done)
+            if lines:
+                _append(carry_to, carry_ino, data[:end])
+                done.carried += len(lines)
+            at += end
+            torn = data[end:]
+        if sealed:
+            break
+        quiet = 0 if grown else quiet + 1
+        if quiet >= 2 and (sealed is None or time.monotonic() > deadline):
+            break
+        time.sleep(_SETTLE_SECONDS)
     if torn:
         return _keep(old, path, done)
     if done.carried:
