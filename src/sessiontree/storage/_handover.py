@@ -239,7 +239,12 @@ class OldInode:
         if fd is None:
             return Handover()
         try:
-            return _carry(fd, self.path, self.at, self.carry_to, self.carry_ino)
+            try:
+                return _carry(fd, self.path, self.at, self.carry_to, self.carry_ino)
+            except OSError as exc:
+                # The new file would not take them: the old one is kept whole instead.
+                log.error("%s: could not carry what was appended meanwhile: %s", self.path, exc)
+                return _keep(fd, self.path, Handover())
         finally:
             os.close(fd)
 
