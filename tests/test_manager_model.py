@@ -6,7 +6,9 @@ reopen, moves between cwds whose dir names collide, fork, branched and new
 sessions, copies of every kind between two agent dirs), interleaved with another
 program that appends to, replaces, deletes, edits (same length, anywhere) or
 truncates the session file, with forked children that do what they like with the
-manager they inherit, with I/O faults (ENOSPC, EIO, EACCES, EROFS on write, fsync,
+manager they inherit, with a peer (pi's way, or oh-my-pi's under its lock) that appends
+a line at a random moment of every rewrite (issue 32.2: the line is in a file right after),
+with I/O faults (ENOSPC, EIO, EACCES, EROFS on write, fsync,
 rename or open) injected into the calls the package makes, and with other managers
 that hold images no file names yet while `gc --delete` runs an hour later (issue
 21.2), with index-first managers whose file another program deletes before such a gc,
