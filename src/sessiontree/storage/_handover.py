@@ -146,7 +146,12 @@ class PublishLock:
                 raise
             self._gate = sock
             return True
-        fd = open_regular(self.gate_path, os.O_RDWR | os.O_CREAT)
+        try:
+            fd = open_regular(self.gate_path, os.O_RDWR | os.O_CREAT)
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:
+                return True  # oh-my-pi cannot lock such a name either: nobody to wait for
+            raise
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -169,7 +174,11 @@ class PublishLock:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
         try:
             fd = open_regular(self.lock_path, flags, 0o600)
-        except FileExistsError:
+        except OSError as exc:
+            if exc.errno == errno.ENAMETOOLONG:
+                return True  # oh-my-pi cannot take such a lock file either (nor write)
+            if exc.errno != errno.EEXIST:
+                raise
             if not self._take_over_stale():
                 return False
             try:
