@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -37,7 +38,7 @@ from helpers import assistant, user
 from sessiontree import SessionManager
 from sessiontree.cli import app
 from sessiontree.session import _loader as loader
-from sessiontree.storage import lock_path_for
+from sessiontree.storage import FileSessionStorage, PublishLock, lock_path_for
 
 pytestmark = pytest.mark.slow  # about a minute under the ci profile
 
@@ -319,9 +320,18 @@ def test_each_command_touches_only_its_allowed_set(data: st.DataObject, kind: st
             target = data.draw(st.sampled_from(pool), label="target")
             args = command_line(kind, store, target, data)
             allowed = ALLOWED[kind](store, target, args)  # decided before the command runs
+            peer = data.draw(PEERS, label="peer") if kind in REWRITING else None
+            if peer is not None:
+                # Its line goes to the target, carried or kept as a conflict copy.
+                allowed += [target, sibling(target, "{name}.conflict-*")]
             before = snapshot(store.root)
-            result = runner.invoke(app, args)
+            with peer_appending(peer, target) as appended:
+                result = runner.invoke(app, args)
             after = snapshot(store.root)
+            if appended:
+                RAN["peer appends raced"] += 1
+                RAN[f"peer appends raced: {kind}, {peer}"] += 1
+                assert holds(store.root, appended[0]), f"{args}: {peer} peer's line lost"
             RAN["examples"] += 1
             RAN[f"{kind} exit {result.exit_code}"] += 1
             RAN["paths changed"] += sum(
@@ -339,6 +349,92 @@ def test_each_command_touches_only_its_allowed_set(data: st.DataObject, kind: st
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+REWRITING = {"rename", "migrate", "repair"}
+"""Commands that rewrite a session in place: a peer may append during them (issue 32.2)."""
+PEERS = st.one_of(
+    st.none(),
+    st.tuples(st.sampled_from(["pi", "omp"]), st.sampled_from(["written", "window", "swapped"])),
+)
+"""pi (open, append, close) or oh-my-pi (under its publish lock) appends a line to the
+target while the new file is written, between the last check and the rename, or just
+after (oh-my-pi waits while the rewrite holds its lock, then appends to the path)."""
+
+
+@contextmanager
+def peer_appending(peer: tuple[str, str] | None, path: str) -> Iterator[list[bytes]]:
+    """While the command runs, a peer appends one line to `path` at the moment `peer`
+    says; yields the lines appended (none when the command never got there)."""
+    appended: list[bytes] = []
+    if peer is None or not os.path.isfile(path) or os.path.islink(path):
+        yield appended
+        return
+    way, moment = peer
+    line = b'{"type":"custom","customType":"peer","id":"peer%d","parentId":null}\n' % (
+        time.monotonic_ns()
+    )
+    waited: list[str] = []
+
+    def append(target: str) -> None:
+        if appended or waited or not os.path.isfile(target):
+            return
+        if way == "omp":
+            gate = PublishLock(target)
+            if not gate._take_gate():
+                waited.append(target)  # the rewrite holds oh-my-pi's lock: it waits
+                return
+            gate._drop_gate()
+        pi_append(target, line)
+        appended.append(line)
+
+    real_write, real_rename = FileSessionStorage.write_atomic, FileSessionStorage.rename
+
+    def write_atomic(storage: FileSessionStorage, target: str, chunks: Any) -> Any:
+        if moment == "written" and target != path:
+            append(path)
+        return real_write(storage, target, chunks)
+
+    def rename(storage: FileSessionStorage, src: str, dst: str) -> None:
+        if moment == "window" and dst == path:
+            append(dst)
+        real_rename(storage, src, dst)
+        if moment == "swapped" and dst == path:
+            append(dst)
+
+    FileSessionStorage.write_atomic = write_atomic  # type: ignore[method-assign]
+    FileSessionStorage.rename = rename  # type: ignore[method-assign]
+    try:
+        yield appended
+    finally:
+        FileSessionStorage.write_atomic = real_write  # type: ignore[method-assign]
+        FileSessionStorage.rename = real_rename  # type: ignore[method-assign]
+    if waited:
+        with PublishLock(path):
+            pi_append(path, line)
+        appended.append(line)
+        RAN["peer appends that waited for the rewrite's lock"] += 1
+
+
+def pi_append(path: str, line: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+
+
+def holds(root: str, line: bytes) -> bool:
+    """Whether a file under `root` holds `line`'s entry."""
+    needle = line[line.index(b'"id":') : line.index(b',"parentId"')]
+    for directory, _, files in os.walk(root):
+        for name in files:
+            full = os.path.join(directory, name)
+            if not os.path.islink(full) and os.path.isfile(full):
+                with open(full, "rb") as f:
+                    if needle in f.read():
+                        return True
+    return False
 
 
 def check_changes(

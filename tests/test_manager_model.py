@@ -6,7 +6,9 @@ reopen, moves between cwds whose dir names collide, fork, branched and new
 sessions, copies of every kind between two agent dirs), interleaved with another
 program that appends to, replaces, deletes, edits (same length, anywhere) or
 truncates the session file, with forked children that do what they like with the
-manager they inherit, with I/O faults (ENOSPC, EIO, EACCES, EROFS on write, fsync,
+manager they inherit, with a peer (pi's way, or oh-my-pi's under its lock) that appends
+a line at a random moment of every rewrite (issue 32.2: the line is in a file right after),
+with I/O faults (ENOSPC, EIO, EACCES, EROFS on write, fsync,
 rename or open) injected into the calls the package makes, and with other managers
 that hold images no file names yet while `gc --delete` runs an hour later (issue
 21.2), with index-first managers whose file another program deletes before such a gc,
@@ -94,6 +96,7 @@ from sessiontree.storage import (
     FileLock,
     FileSessionStorage,
     MemoryBlobStore,
+    PublishLock,
     find_blob_refs,
     lock_path_for,
     read_pins,
@@ -189,6 +192,22 @@ class Faults:
 def normalize(entry: dict[str, Any]) -> Any:
     """An entry as a reader sees it after a write: transforms applied, JSON round trip."""
     return loads_line(serialize_entry_bytes(prepare_for_persist(entry, MemoryBlobStore())))
+
+
+PEERS = st.one_of(
+    st.none(),
+    st.tuples(st.sampled_from(["pi", "omp"]), st.sampled_from(["written", "window", "swapped"])),
+)
+"""Who appends during a rewrite, and when (see the peer family), or nobody."""
+
+
+def pi_append(path: str, line: bytes) -> None:
+    """pi's `appendFileSync`: open by path, append, close."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
 
 
 def file_ids(path: str) -> list[str]:
@@ -363,6 +382,8 @@ class ManagerModel(RuleBasedStateMachine):
         self.decoys: Snapshot = {}
         self.other = os.path.join(self.root, "other-agent")  # issue 21.3: a second agent dir
         self.live: list[SessionManager] = []  # other managers holding images (issue 21.2)
+        self.peer_touched: str | None = None  # a file a peer appended to during an operation
+        self.peers = 0  # lines appended by a peer during a rewrite
 
     def teardown(self) -> None:
         try:
@@ -453,6 +474,11 @@ class ManagerModel(RuleBasedStateMachine):
         after_path = self.manager.get_session_file()
         self.check_files_changed(kind, before, after, before_path, after_path, targets)
         self.update_trust(kind, before, after, before_path, after_path)
+        if self.peer_touched is not None and not self.dead():
+            # A peer appended to the file during the operation (carried into the file
+            # that took the path, or appended to it after): the manager does not hold it.
+            self.other_program_appended(self.peer_touched)
+        self.peer_touched = None
         touched = error is None or self.dead()  # else refused before touching the file
         if pending in ANSWERING.get(kind, ()) and self.pending == pending:
             # An operation that touches the file must answer a delete (recreate it) or
@@ -714,13 +740,14 @@ class ManagerModel(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ rewrites
 
-    @rule(name=texts, source=st.sampled_from(["auto", "user"]))
-    def set_session_name(self, name: str, source: str) -> None:
-        self.run("rewrite", lambda: self.manager.set_session_name(name, source))
+    @rule(name=texts, source=st.sampled_from(["auto", "user"]), peer=PEERS)
+    def set_session_name(self, name: str, source: str, peer: tuple[str, str] | None) -> None:
+        with self.peer_appending(peer):
+            self.run("rewrite", lambda: self.manager.set_session_name(name, source))
 
     @precondition(lambda self: bool(ids_of(self.expected)))
-    @rule(data=st.data(), text=texts)
-    def rewrite_entries(self, data: st.DataObject, text: str) -> None:
+    @rule(data=st.data(), text=texts, peer=PEERS)
+    def rewrite_entries(self, data: st.DataObject, text: str, peer: tuple[str, str] | None) -> None:
         index = data.draw(st.integers(0, len(self.expected) - 1))
         sm = self.manager
         entry = sm.get_entry(self.expected[index]["id"])
@@ -728,7 +755,8 @@ class ManagerModel(RuleBasedStateMachine):
             return
         entry["edited"] = text  # an in-place edit, as tools make them
         self.expected[index] = copy.deepcopy(entry)
-        self.run("rewrite", sm.rewrite_entries)
+        with self.peer_appending(peer):
+            self.run("rewrite", sm.rewrite_entries)
 
     @rule()
     def flush(self) -> None:
@@ -777,12 +805,13 @@ class ManagerModel(RuleBasedStateMachine):
 
     # ------------------------------------------------------------------ lifecycle
 
-    @rule(cwd=st.sampled_from(CWDS))
-    def move_to(self, cwd: str) -> None:
+    @rule(cwd=st.sampled_from(CWDS), peer=PEERS)
+    def move_to(self, cwd: str, peer: tuple[str, str] | None) -> None:
         sm = self.manager
         path = sm.get_session_file() or ""
         target = os.path.join(get_default_session_dir(cwd), os.path.basename(path))
-        self.run("move", lambda: sm.move_to(cwd), (target,))
+        with self.peer_appending(peer):
+            self.run("move", lambda: sm.move_to(cwd), (target,))
 
     @rule()
     def fork(self) -> None:
@@ -885,6 +914,121 @@ class ManagerModel(RuleBasedStateMachine):
             # Several changes before an answer (say, a replacement, then an append to the
             # new file): only a check of the path itself must notice.
             self.pending = "mixed"
+
+    def other_program_appended(self, path: str) -> None:
+        """Another program appended to `path` behind the manager (see `interfere`)."""
+        self.trusted = False
+        self.tampered.add(path)
+        self.pending = "append" if self.pending in ("", "append") else "mixed"
+
+    # --- family: a peer appends during a rewrite (issue 32.2) ---
+    # Every rewrite rule (a name, an edit, a move) may run with a peer that appends a line
+    # to the session file at a random moment: pi's way (open, append, close) or oh-my-pi's
+    # (under its publish lock), while the new file is written (before the last check),
+    # between the last check and the rename or unlink (the window the check cannot see),
+    # or just after. Right after the operation the line is in a file: the session file
+    # (carried into the new one, or appended to it) or a conflict copy. oh-my-pi's way
+    # waits while the rewrite holds its lock (the window and just after): the line is
+    # then appended once the operation let go of it.
+
+    @contextmanager
+    def peer_appending(self, peer: tuple[str, str] | None) -> Iterator[None]:
+        path = self.session_path()
+        if peer is None or path is None or self.dead():
+            yield
+            return
+        way, moment = peer
+        sm = self.manager
+        self.peers += 1
+        line_id = f"peer{self.peers:05d}"
+        line = b'{"type":"custom","customType":"peer","id":"%s","parentId":null,' % (
+            line_id.encode()
+        )
+        line += b'"timestamp":"2026-01-01T00:00:00.000Z"}\n'
+        done: list[str] = []
+        waited: list[str] = []
+
+        def append(target: str) -> None:
+            if done or waited or not os.path.exists(target):
+                return
+            if way == "omp":
+                gate = PublishLock(target)
+                if not gate._take_gate():  # the rewrite holds it: oh-my-pi waits
+                    waited.append(target)
+                    return
+                gate._drop_gate()
+                with PublishLock(target):
+                    pi_append(target, line)
+            else:
+                pi_append(target, line)
+            done.append(target)
+            self.peer_touched = target
+
+        real_write, real_rename, real_unlink = (
+            FileSessionStorage.write_atomic,
+            FileSessionStorage.rename,
+            FileSessionStorage.unlink,
+        )
+
+        def write_atomic(storage: FileSessionStorage, target: str, chunks: Any) -> Any:
+            if moment == "written":
+                append(path)
+            return real_write(storage, target, chunks)
+
+        def rename(storage: FileSessionStorage, src: str, dst: str) -> None:
+            if moment == "window" and dst == path:
+                append(dst)
+            real_rename(storage, src, dst)
+            if moment == "swapped" and dst == path:
+                append(dst)
+
+        def unlink(storage: FileSessionStorage, target: str) -> None:
+            if moment == "window" and target == path:
+                append(target)
+            real_unlink(storage, target)
+            if moment == "swapped" and target == path:
+                moved = sm.get_session_file()
+                if moved and moved != path:
+                    append(moved)
+
+        FileSessionStorage.write_atomic = write_atomic  # type: ignore[method-assign]
+        FileSessionStorage.rename = rename  # type: ignore[method-assign]
+        FileSessionStorage.unlink = unlink  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            FileSessionStorage.write_atomic = real_write  # type: ignore[method-assign]
+            FileSessionStorage.rename = real_rename  # type: ignore[method-assign]
+            FileSessionStorage.unlink = real_unlink  # type: ignore[method-assign]
+        if waited:
+            # oh-my-pi got its lock once the rewrite let go of it: it appends to the path.
+            now = sm.get_session_file() if not self.dead() else None
+            target = now if now and os.path.exists(now) else waited[0]
+            if os.path.exists(target):
+                with PublishLock(target):
+                    pi_append(target, line)
+                done.append(target)
+                RAN["peer appends that waited for the rewrite's lock"] += 1
+                if not self.dead():
+                    self.other_program_appended(target)
+        if not done:
+            RAN["peer appends the rewrite never reached"] += 1
+            return
+        RAN["peer appends raced"] += 1
+        RAN[f"peer appends raced: {way}, {moment}"] += 1
+        assert self.holds(line_id.encode()), f"{way}'s line {line_id} ({moment}) was lost"
+
+    def holds(self, entry_id: bytes) -> bool:
+        """Whether a file under the model's root holds the line of `entry_id`."""
+        needle = b'"id":"%s"' % entry_id
+        for directory, _, files in os.walk(self.root):
+            for name in files:
+                full = os.path.join(directory, name)
+                if not name.endswith(".tmp") and not os.path.islink(full):
+                    with open(full, "rb") as f:
+                        if needle in f.read():
+                            return True
+        return False
 
     def held_ids(self, sm: SessionManager) -> list[str]:
         return [

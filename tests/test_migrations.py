@@ -10,11 +10,13 @@ from pathlib import Path
 from conftest import real_file
 from sessiontree import (
     CURRENT_SESSION_VERSION,
+    BlobStore,
     SessionManager,
     load_entries_from_file,
     migrate_session_entries,
     serialize_entry,
 )
+from sessiontree.session import entry_line
 
 V1_FIXTURE = "pi-v1-large-session.jsonl"
 
@@ -144,3 +146,43 @@ def test_read_only_open_does_not_migrate_the_file(tmp_path: Path) -> None:
     assert len(sm.build_session_context().messages) == 914
     sm.close()
     assert path.read_bytes() == before
+
+
+def test_a_migration_writes_every_line_through_the_persistence_step(tmp_path: Path) -> None:
+    """Opening a v1 file for writing (xcsh's store) rewrites it as oh-my-pi writes each
+    migrated entry: transient keys dropped, strings over 500,000 characters cut, images
+    of 1024+ characters in `blobs/` (issue 31, section 3)."""
+    image = {"type": "image", "data": "QUJD" * 400, "mimeType": "image/png"}
+    call = {"type": "toolCall", "id": "c1", "name": "bash", "arguments": {}, "partialJson": "{"}
+    entries = [
+        *v1_entries()[:2],
+        {
+            "type": "message",
+            "timestamp": "2025-01-01T00:00:02.000Z",
+            "message": {"role": "assistant", "content": [call], "jsonlEvents": [1, 2]},
+        },
+        {
+            "type": "message",
+            "timestamp": "2025-01-01T00:00:03.000Z",
+            "message": {"role": "user", "content": [{"type": "text", "text": "x" * 500_001}]},
+        },
+        {
+            "type": "message",
+            "timestamp": "2025-01-01T00:00:04.000Z",
+            "message": {"role": "user", "content": [image]},
+        },
+    ]
+    path = tmp_path / "agent" / "sessions" / "--w--" / "v1.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(serialize_entry(e) + "\n" for e in entries))
+    blobs = BlobStore(str(tmp_path / "agent" / "blobs"))
+    with SessionManager.open(str(path), blob_store=blobs) as sm:
+        migrated = sm.get_entries()
+    lines = path.read_bytes().splitlines()
+    assert lines[1:] == [entry_line(e, blobs)[:-1] for e in migrated]
+    text = path.read_text()
+    assert "partialJson" not in text
+    assert "jsonlEvents" not in text
+    assert "x" * 500_000 not in text
+    assert "QUJD" * 400 not in text
+    assert "blob:sha256:" in text

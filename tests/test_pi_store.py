@@ -1,12 +1,11 @@
-"""pi's store keeps images inline; a rewrite of a file pi wrote changes only what it edits.
+"""pi's store keeps images inline; a rewrite there changes only what it edits.
 
 pi (0.73) reads no `blob:sha256:` refs and writes `JSON.stringify(entry)`, images
 inline and nothing cut. In its store (an agent dir named `.pi/agent`: `~/.pi/agent`,
-`--agent pi`) entries are written that way, on append, rewrite and copy; in any store,
-an entry read from a line without a blob ref is written back as it was read, so a
-rename of a session pi wrote changes its header and nothing else (in pi's store it
-appends the `session_info` entry pi reads and changes nothing: `test_pi16_store.py`).
-The xcsh and oh-my-pi stores still move images to `blobs/`.
+`--agent pi`) entries are written that way, on append, rewrite and copy, and a rename
+appends the `session_info` entry pi reads and changes nothing else (`test_pi16_store.py`).
+In the xcsh and oh-my-pi stores every line a rewrite writes is what oh-my-pi writes for its
+entry (images to `blobs/`), and a line already in that form keeps its bytes.
 
 The tests marked `peers` also ask pi itself, both releases users run (0.73.1 and 1.6.0,
 `peers.PI_VERSIONS`; `tests/peers.py` runs the project's oracle, with pi installed by
@@ -36,7 +35,7 @@ from sessiontree import BlobStore, SessionManager, get_default_session_dir
 from sessiontree.cli import app
 from sessiontree.format import serialize_entry_bytes
 from sessiontree.layout import is_pi_agent_dir, writes_pi_form
-from sessiontree.session import MAX_PERSIST_CHARS, TRUNCATION_NOTICE
+from sessiontree.session import MAX_PERSIST_CHARS, TRUNCATION_NOTICE, entry_line
 
 DATA = Path(__file__).parent / "data" / "peers"
 MANIFEST = json.loads((DATA / "manifest.json").read_text(encoding="utf-8"))
@@ -132,44 +131,66 @@ def test_the_store_rule() -> None:
     assert not writes_pi_form("/home/ann/.xcsh/agent/sessions/--p--/x.jsonl")
 
 
-@pytest.mark.parametrize("store", ["pi", "xcsh"])
+def agents_form(line: bytes, blobs: BlobStore) -> bytes:
+    """The line oh-my-pi writes for the entry of `line` (`entry_line` is checked against
+    oh-my-pi's own writes in test_persistence / test_peer_interop)."""
+    return entry_line(json.loads(line), blobs)[:-1]
+
+
 @pytest.mark.parametrize("source", PI_FILES)
-def test_a_rename_of_a_session_pi_wrote_changes_its_header_and_nothing_else(
+def test_a_rename_in_pi_store_of_a_session_pi_wrote_appends_its_name_and_nothing_else(
+    tmp_path: Path, source: Path, load_mode: str
+) -> None:
+    """`sessiontree rename` of a file pi wrote, in pi's store: every line comes back byte
+    for byte (inline images stay inline, long strings stay whole), no blob is made, and
+    the name is one `session_info` line appended, as pi writes it."""
+    agent = store_dir(tmp_path, "pi")
+    path = place(source, agent)
+    before = path.read_bytes().split(b"\n")
+    cli("--agent-dir", str(agent), "rename", str(path), "Renamed")
+    after = path.read_bytes().split(b"\n")
+    assert after[: len(before) - 1] == before[:-1]
+    assert after[len(before) :] == [b""]
+    entry = json.loads(after[len(before) - 1])
+    assert (entry["type"], entry["name"]) == ("session_info", "Renamed")
+    blobs = agent / "blobs"
+    assert not blobs.exists() or not any(blobs.iterdir())
+
+
+@pytest.mark.parametrize("store", ["xcsh", "omp"])
+@pytest.mark.parametrize("source", PI_FILES)
+def test_a_rename_in_the_other_stores_writes_every_line_as_oh_my_pi_does(
     tmp_path: Path, source: Path, store: str, load_mode: str
 ) -> None:
-    """`sessiontree rename` of a file pi wrote, in pi's store and in xcsh's: every line
-    but the header comes back byte for byte (inline images stay inline, long strings
-    stay whole), and no blob is made. In pi's store the header stays too: the name is
-    one `session_info` line appended, as pi writes it."""
+    """The same rename in xcsh's and oh-my-pi's store: every line is what oh-my-pi
+    writes for its entry (inline images of 1024+ characters to `blobs/`, transient keys
+    dropped, long strings cut); a line already in that form keeps its bytes."""
     agent = store_dir(tmp_path, store)
     path = place(source, agent)
     before = path.read_bytes().split(b"\n")
     cli("--agent-dir", str(agent), "rename", str(path), "Renamed")
     after = path.read_bytes().split(b"\n")
-    if store == "pi":
-        assert after[: len(before) - 1] == before[:-1]
-        assert after[len(before) :] == [b""]
-        entry = json.loads(after[len(before) - 1])
-        assert (entry["type"], entry["name"]) == ("session_info", "Renamed")
-    else:
-        assert len(after) == len(before)
-        assert json.loads(after[0])["title"] == "Renamed"
-        changed = [i for i, (a, b) in enumerate(zip(after, before, strict=True)) if a != b]
-        assert changed == [0]
-    blobs = agent / "blobs"
-    assert not blobs.exists() or not any(blobs.iterdir())
+    assert len(after) == len(before)
+    assert json.loads(after[0])["title"] == "Renamed"
+    blobs = BlobStore(str(agent / "blobs"))
+    assert after[1:-1] == [agents_form(line, blobs) for line in before[1:-1]]
+    assert not any(
+        block.get("type") == "image" and not block["data"].startswith("blob:")
+        for line in after[1:-1]
+        for block in (json.loads(line).get("message", {}).get("content") or [])
+        if isinstance(block, dict) and len(block.get("data", "")) >= 1024
+    )
 
 
 @pytest.mark.peers
 @pytest.mark.parametrize("release", peers.PI_VERSIONS)
-@pytest.mark.parametrize("store", ["pi", "xcsh"])
 def test_pi_reads_the_images_of_a_session_renamed_here(
-    tmp_path: Path, store: str, load_mode: str, release: str
+    tmp_path: Path, load_mode: str, release: str
 ) -> None:
     source = (
         DATA / "s1-pi-by-pi" / "2026-11-29T13-12-34-108Z_01a2276f-963c-7010-8005-96ab87bb6dc5.jsonl"
     )
-    agent = store_dir(tmp_path, store)
+    agent = store_dir(tmp_path, "pi")
     path = place(source, agent)
     before = pi_context(release, path)
     assert images_of(before)
@@ -280,15 +301,17 @@ def test_a_rewrite_in_pi_store_turns_refs_back_into_images(tmp_path: Path, load_
     assert base64.b64encode(PNG) in data
 
 
-def test_an_entry_edited_in_place_keeps_the_form_it_was_read_in(
+def test_an_entry_edited_in_place_is_written_in_its_stores_form(
     tmp_path: Path, load_mode: str
 ) -> None:
     """`rewrite_entries` after an edit of a message pi wrote with an inline image, in
-    the xcsh store: the image stays inline in the edited line, other lines unchanged."""
+    the xcsh store: the edited line is written as oh-my-pi writes it (its image in
+    `blobs/`), and every other line as well (a line already in that form keeps its bytes)."""
     source = (
         DATA / "s1-pi-by-pi" / "2026-11-29T13-12-34-108Z_01a2276f-963c-7010-8005-96ab87bb6dc5.jsonl"
     )
-    path = place(source, store_dir(tmp_path, "xcsh"))
+    agent = store_dir(tmp_path, "xcsh")
+    path = place(source, agent)
     before = path.read_bytes().split(b"\n")
     with SessionManager.open(str(path)) as sm:
         entry = next(
@@ -301,25 +324,34 @@ def test_an_entry_edited_in_place_keeps_the_form_it_was_read_in(
             )
         )
         entry["message"]["edited"] = True
+        edited = entry["id"]
         sm.rewrite_entries()
     after = path.read_bytes().split(b"\n")
-    changed = [i for i, (a, b) in enumerate(zip(after, before, strict=True)) if a != b]
-    assert len(changed) == 1
-    assert REF not in after[changed[0]]
-    assert json.loads(after[changed[0]])["message"]["edited"] is True
+    blobs = BlobStore(str(agent / "blobs"))
+    for old, new in zip(before[1:-1], after[1:-1], strict=True):
+        if json.loads(old)["id"] == edited:
+            assert REF in new
+            assert json.loads(new)["message"]["edited"] is True
+        else:
+            assert new == agents_form(old, blobs)
 
 
 @pytest.mark.parametrize("store", ["pi", "xcsh"])
 @pytest.mark.parametrize("source", PI_FILES[:4])
-def test_a_fork_of_a_session_pi_wrote_copies_its_lines(
+def test_a_fork_of_a_session_pi_wrote_copies_its_lines_in_its_stores_form(
     tmp_path: Path, source: Path, store: str, load_mode: str
 ) -> None:
-    path = place(source, store_dir(tmp_path, store))
+    agent = store_dir(tmp_path, store)
+    path = place(source, agent)
     with SessionManager.open(str(path)) as sm:
         forked = sm.fork()
     assert forked is not None
     old, new = (Path(p).read_bytes().split(b"\n") for p in forked)
-    assert new[1:] == old[1:]
+    if store == "pi":
+        assert new[1:] == old[1:]
+    else:
+        blobs = BlobStore(str(agent / "blobs"))
+        assert new[1:-1] == [agents_form(line, blobs) for line in old[1:-1]]
 
 
 blocks = st.one_of(
@@ -352,8 +384,9 @@ def test_any_session_written_as_pi_writes_comes_back_from_a_rename_unchanged(
     messages: list[dict[str, Any]], store: str, lazy: bool
 ) -> None:
     """Lines in pi's form (inline images, strings oh-my-pi would cut, keys it would drop),
-    renamed in either store and either load mode: only the header changes (in pi's
-    store, a `session_info` line is appended instead)."""
+    renamed in either store and either load mode: in pi's store a `session_info` line is
+    appended and nothing else changes; in xcsh's every line becomes what oh-my-pi writes
+    for it."""
     with tempfile.TemporaryDirectory() as tmp:
         agent = store_dir(Path(tmp), store)
         project = agent / "sessions" / "--proj--"
@@ -373,10 +406,15 @@ def test_any_session_written_as_pi_writes_comes_back_from_a_rename_unchanged(
         ) as sm:
             sm.set_session_name("renamed")
         after = path.read_bytes().split(b"\n")
-        assert after[1 : len(lines)] == lines[1:]
-        added = [json.loads(line)["type"] for line in after[len(lines) : -1]]
-        assert added == (["session_info"] if store == "pi" else [])
-        assert not (agent / "blobs").exists() or not any((agent / "blobs").iterdir())
+        if store == "pi":
+            assert after[1 : len(lines)] == lines[1:]
+            added = [json.loads(line)["type"] for line in after[len(lines) : -1]]
+            assert added == ["session_info"]
+            assert not (agent / "blobs").exists() or not any((agent / "blobs").iterdir())
+        else:
+            blobs = BlobStore(str(agent / "blobs"))
+            assert after[1:-1] == [agents_form(line, blobs) for line in lines[1:]]
+            assert not any(b'"jsonlEvents"' in line for line in after)
 
 
 def _inline_images_of(path: str) -> list[bytes]:

@@ -788,7 +788,8 @@ def _replace_in_place(
                 path, f"{path}: changed while being repaired (a live writer?); nothing was replaced"
             )
         _check_unchanged(path, before, storage)
-        replace_checked(storage, path, chunks, partial(_check_unchanged, path, before, storage))
+        check = partial(_check_unchanged, path, before, storage)
+        replace_checked(storage, path, chunks, check, before.size)
     finally:
         if lock is not None:
             lock.release()

@@ -32,7 +32,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import NoReturn, Protocol, runtime_checkable
 
 import xxhash
 
@@ -52,6 +52,8 @@ from sessiontree.session._loader import LoadedSession, load_session
 from sessiontree.storage import (
     BlobStoreLike,
     FileSessionStorage,
+    HostFilesystem,
+    OldInode,
     PinnedFile,
     PinnedReads,
     SessionStorage,
@@ -59,6 +61,7 @@ from sessiontree.storage import (
     StorageStat,
     WriterLock,
     acquire_session_lock,
+    hand_over,
     read_chunks,
     replace_checked,
     sync_dir,
@@ -169,6 +172,24 @@ class _Hashing:
             self.size += len(chunk)
             self.digest.update(chunk)
             yield chunk
+
+
+class _Changed(Exception):
+    """The file changed before the rename: answered once oh-my-pi's lock is let go."""
+
+    def __init__(self, state: str) -> None:
+        super().__init__(state)
+        self.state = state
+
+
+def _carry_over(old: list[OldInode], path: str) -> None:
+    """Carry what the replaced file grew into the new one (`storage._handover`); the
+    rewrite is done whatever happens here, so a failure is logged, not raised."""
+    for held in old:
+        try:
+            held.finish()
+        except OSError as exc:
+            log.error("%s: could not carry what was appended during the rewrite: %s", path, exc)
 
 
 def _commit(chunks: Iterable[bytes], pinned: PinnedFile | None) -> None:
@@ -545,17 +566,26 @@ class SessionFile:
         if hashing is None:
             hashing = _Hashing(chunks)
         replacing = action == "rewrite"
+        old: list[OldInode] = []  # the file replaced: what it grew meanwhile is carried
         try:
-            storage.ensure_dir(os.path.dirname(path) or ".")
-            written, pinned = self._write_file(path, hashing, replacing=replacing)
-        except OSError as exc:
-            raise self.fail(exc, action) from exc
-        self._guard = _Guard(written.ino, hashing.size, hashing.digest, time.monotonic())
-        self._needs_newline = False
-        _commit(chunks, pinned)
+            try:
+                storage.ensure_dir(os.path.dirname(path) or ".")
+                written, pinned = self._write_file(path, hashing, replacing=replacing, old=old)
+            except OSError as exc:
+                raise self.fail(exc, action) from exc
+            self._guard = _Guard(written.ino, hashing.size, hashing.digest, time.monotonic())
+            self._needs_newline = False
+            _commit(chunks, pinned)  # the index lets go of the old file
+        finally:
+            _carry_over(old, path)
 
     def _write_file(
-        self, path: str, chunks: Iterable[bytes], *, replacing: bool = False
+        self,
+        path: str,
+        chunks: Iterable[bytes],
+        *,
+        replacing: bool = False,
+        old: list[OldInode] | None = None,
     ) -> tuple[StorageStat, PinnedFile | None]:
         """Write a whole file at `path` (`replacing` the session's own: checked once
         more before it takes the path, see `_replace_checked`); the stat of what was
@@ -566,7 +596,7 @@ class SessionFile:
         storage = self.storage
         try:
             if replacing:
-                written = self._replace_checked(chunks)
+                written = self._replace_checked(chunks, old)
             else:
                 written = write_whole(storage, path, chunks)
         except SessionWriteConflictError as exc:
@@ -594,22 +624,29 @@ class SessionFile:
             return None
         return pinned
 
-    def _replace_checked(self, chunks: Iterable[bytes]) -> StorageStat | None:
-        """Write a rewrite beside the file, then check the file once more, then rename.
+    def _replace_checked(
+        self, chunks: Iterable[bytes], old: list[OldInode] | None
+    ) -> StorageStat | None:
+        """Write a rewrite beside the file, then check the file once more, then rename
+        (`replace_checked`: what another program appends meanwhile is not lost).
 
         The whole-file check ran before the new bytes were written, which takes a while
-        for a big session: another program's append meanwhile would go into the
-        replaced inode. It is answered as any change is (rescue copy, conflict); a
-        delete meanwhile just lets the new file take the path.
+        for a big session: another program's append meanwhile is answered as any
+        change is (rescue copy, conflict), after oh-my-pi's lock is let go; a delete
+        meanwhile just lets the new file take the path.
         """
+        guard = self._guard
 
         def unchanged() -> None:
-            guard = self._guard
             state = self._observe(guard, False) if guard is not None else None
             if state is not None and state != "deleted":
-                self._conflict(f"{state} while the rewrite was written")
+                raise _Changed(state)
 
-        return replace_checked(self.storage, self.path, chunks, unchanged)
+        size = guard.size if guard is not None else 0
+        try:
+            return replace_checked(self.storage, self.path, chunks, unchanged, size, old)
+        except _Changed as exc:
+            self._conflict(f"{exc.state} while the rewrite was written")
 
     def move(
         self, new_path: str, chunks: Iterable[bytes], artifacts: tuple[str, str] | None
@@ -645,7 +682,7 @@ class SessionFile:
             except OSError as exc:
                 raise SessionTreeError(f"{old_path}: move to {new_path} failed: {exc}") from exc
             try:
-                self._finish_move(new_path, written.ino, artifacts)
+                old = self._finish_move(new_path, written.ino, artifacts)
             except BaseException:
                 if pinned is not None:
                     pinned.close()
@@ -660,27 +697,66 @@ class SessionFile:
         self.path = new_path
         self._guard = _Guard(written.ino, hashing.size, hashing.digest, time.monotonic())
         self._needs_newline = False
-        _commit(chunks, pinned)
+        try:
+            _commit(chunks, pinned)  # the index lets go of the old file
+        finally:
+            _carry_over(old, old_path)
 
-    def _finish_move(self, new_path: str, new_ino: int, artifacts: tuple[str, str] | None) -> None:
+    def _finish_move(
+        self, new_path: str, new_ino: int, artifacts: tuple[str, str] | None
+    ) -> list[OldInode]:
+        """Check the old file once more, then move the artifacts and unlink it; the old
+        file, whose growth meanwhile goes on in the new one (`_carry_over`)."""
         storage, old_path = self.storage, self.path
         guard = self._guard
-        # The old file was checked before the new one was written: check it again before
-        # it goes (another program may have appended to it meanwhile).
-        state = self._observe(guard, False) if guard is not None else None
-        if state is not None and state != "deleted":
+        state: str | None = None
+
+        def unchanged() -> None:
+            # The old file was checked before the new one was written: check it again
+            # before it goes (another program may have appended to it meanwhile).
+            nonlocal state
+            state = self._observe(guard, False) if guard is not None else None
+            if state is not None and state != "deleted":
+                raise _Changed(state)
+
+        def swap() -> None:
+            self._unlink_moved(new_path, new_ino, artifacts, state == "deleted")
+
+        old: list[OldInode] = []
+        try:
+            if isinstance(storage, HostFilesystem) and guard is not None:
+                # What is appended to the old file meanwhile goes on in the new one.
+                host, was = storage.host_path(new_path), storage.host_path(old_path)
+                held = hand_over(was, guard.size, unchanged, swap, host, new_ino)
+                old = [held] if held is not None else []
+            else:
+                unchanged()
+                swap()
+        except _Changed as exc:
             self._remove_if_ours(new_path, new_ino)
-            self._conflict(f"{state} while it was being moved")
+            self._conflict(f"{exc.state} while it was being moved")
+        try:
+            sync_dir(storage, os.path.dirname(old_path) or ".")
+        except OSError as exc:  # the move is done; only its durability is in doubt
+            log.warning("could not fsync %s after a move: %s", os.path.dirname(old_path), exc)
+        return old
+
+    def _unlink_moved(
+        self, new_path: str, new_ino: int, artifacts: tuple[str, str] | None, deleted: bool
+    ) -> None:
+        """Move the artifacts dir, then unlink the old file; on failure the old file
+        stays authoritative: what was done is undone and the new file removed."""
+        storage, old_path = self.storage, self.path
         moved = False
         try:
             if artifacts is not None and storage.exists(artifacts[0]):
                 storage.rename(artifacts[0], artifacts[1])
                 moved = True
-            if state != "deleted":
+            if not deleted:
                 storage.unlink(old_path)
         except OSError as exc:
-            # The old file stays authoritative: undo what was done, then remove the
-            # new file, but only while it is still the one we wrote.
+            # Undo what was done, then remove the new file, but only while it is still
+            # the one we wrote.
             if moved and artifacts is not None:
                 try:
                     storage.rename(artifacts[1], artifacts[0])
@@ -689,10 +765,6 @@ class SessionFile:
             if storage.exists(old_path):
                 self._remove_if_ours(new_path, new_ino)
             raise SessionTreeError(f"{old_path}: move to {new_path} failed: {exc}") from exc
-        try:
-            sync_dir(storage, os.path.dirname(old_path) or ".")
-        except OSError as exc:  # the move is done; only its durability is in doubt
-            log.warning("could not fsync %s after a move: %s", os.path.dirname(old_path), exc)
 
     def _remove_if_ours(self, path: str, ino: int) -> None:
         """Remove the copy a failed move wrote, while it is still the one it wrote."""
@@ -811,7 +883,7 @@ class SessionFile:
         if guard is not None:
             guard.lock_checked = time.monotonic()
 
-    def _conflict(self, what: str) -> None:
+    def _conflict(self, what: str) -> NoReturn:
         saved = self.rescue()
         error = SessionWriteConflictError(
             self.path, f"{self.path}: changed on disk behind this writer's back ({what})", saved

@@ -15,8 +15,8 @@ model); `get_tree`, `entries` and usage sums read everything. What was read stay
 read, so the dict a caller holds is the one `rewrite_entries` writes. A rewrite
 copies the bytes of every line read from the file and not edited since (the
 contract: in-place edits are followed by `rewrite_entries`, which marks them)
-instead of serializing it again; an entry read whose line held no blob ref is written
-back, when it must be serialized, as it was read (`AS_READ`).
+instead of serializing it again, unless its store's writers would write it otherwise (a
+line pi wrote, in xcsh's or oh-my-pi's store: see `SessionChunks`).
 
 A line that looked like an entry at index time but does not parse when read is
 dropped then (logged), as the full loader drops it; one whose id or parent turn
@@ -58,14 +58,17 @@ from sessiontree.format import (
 )
 from sessiontree.layout import BlobCarry
 from sessiontree.session._line_index import (
-    AS_READ,
     ASSISTANT,
     PREFIX_FORM,
     IndexedLines,
     match_prefix,
     refs_in,
 )
-from sessiontree.session._persistence import entry_line, resolve_blob_refs
+from sessiontree.session._persistence import (
+    entry_line,
+    may_persist_otherwise,
+    resolve_blob_refs,
+)
 from sessiontree.session._shape import TreeShape
 from sessiontree.storage import BlobStoreLike, PinnedFile
 
@@ -87,10 +90,6 @@ _BATCH_BYTES: Final = 1 << 20
 CHANGED: Final = 4
 """Flag: an entry read from the file that was edited in place since (`rewrite_entries`)
 or found other than its prefix said: a rewrite serializes it instead of copying its line."""
-# AS_READ (line_index): an entry read from a file whose line held no blob ref. Whenever
-# it is written anew it is written as it was read, without the persistence transforms
-# (`pi_form`): its line comes back byte for byte (pi's inline images stay inline), and
-# after an edit in place it keeps that form.
 _SKIP: Final[dict[str, Any]] = {}
 """Stands for a line found not to be an entry when it was read (dropped)."""
 _NAME_KINDS: Final = ("session_info", "title_change")
@@ -219,24 +218,17 @@ class EntryIndex:
     def reset(
         self,
         entries: list[Entry],
-        with_refs: Iterable[int] | None = None,
         refs: Iterable[str] = (),
     ) -> None:
-        """Hold `entries` (taken, not copied); the leaf is the last one. `with_refs`:
-        given when the entries were read from a file, the positions of those whose line
-        held a blob ref (the others are `AS_READ`); `refs`, the blobs they name as refs."""
+        """Hold `entries` (taken, not copied); the leaf is the last one. `refs`: the
+        blobs they name as refs."""
         self._use_source(None)
         self._file_refs: set[str] | None = set(refs)
         self._entries: list[Entry | None] = cast("list[Entry | None]", entries)
         self._ids = [e.get("id") for e in entries]
         self._parents = [e.get("parentId") for e in entries]
         self._kinds = [e.get("type") for e in entries]
-        if with_refs is None:
-            self._flags = bytearray(_flags_of(e) for e in entries)
-        else:
-            flags = self._flags = bytearray(_flags_of(e) | AS_READ for e in entries)
-            for p in with_refs:
-                flags[p] &= ~AS_READ
+        self._flags = bytearray(_flags_of(e) for e in entries)
         self._lazy = self._dropped = self._dropped_here = 0
         self._derive()
         self._leaf_at_end()
@@ -342,7 +334,7 @@ class EntryIndex:
                 self._ids[p] = entry.get("id")
                 self._parents[p] = entry.get("parentId")
                 self._kinds[p] = entry.get("type")
-                kept = self._flags[p] & (PREFIX_FORM | AS_READ)
+                kept = self._flags[p] & PREFIX_FORM
                 self._flags[p] = kept | _flags_of(entry) | CHANGED
         self._derive()
         self.leaf = leaf
@@ -431,13 +423,10 @@ class EntryIndex:
                     changed = True
                     continue
                 # Walking the strings for a ref costs less than scanning the bytes for one.
-                parsed = value
                 try:
                     value = resolve_blob_refs(value, source.blobs)
                 except RecursionError:
                     value = allow_deep_nesting(partial(resolve_blob_refs, value, source.blobs))
-                if value is parsed:
-                    self._flags[p] |= AS_READ  # no ref in its line
                 entries[p] = value
                 self._lazy -= 1
                 if (
@@ -919,7 +908,7 @@ class EntryIndex:
             return
         flags = self._flags
         for p, formed in serialized.items():
-            flags[p] = (flags[p] & (ASSISTANT | AS_READ)) | (PREFIX_FORM if formed else 0)
+            flags[p] = (flags[p] & ASSISTANT) | (PREFIX_FORM if formed else 0)
         self._use_source(LineSource(pinned, offsets, lengths, blobs, source.path if source else ""))
         self._dropped_here = 0
 
@@ -930,8 +919,10 @@ class SessionChunks:
     copied as they are, after checking each still holds its entry, and so are those
     read and not edited since when `file_checked` (the writer compared the whole file
     with what was read just before); added and edited entries are serialized with the
-    persistence transforms (as pi writes them in pi's store, `pi_form`, and when read
-    from a line without a blob ref, `AS_READ`). A copy into another blob store
+    persistence transforms (as pi writes them in pi's store, `pi_form`). In the other
+    stores a line copied that oh-my-pi would write otherwise (pi wrote it: inline
+    images, transient keys, strings over the limit) is written as oh-my-pi writes it;
+    every line a rewrite writes is then in its store's form. A copy into another blob store
     (`carry`) passes every line it writes, copied or serialized, through
     `BlobCarry.take`, so the blobs they refer to are in that store. The blobs are
     synced before the last chunk.
@@ -1041,10 +1032,17 @@ class SessionChunks:
             if self._carry is not None:
                 self._carry.take(data)
             # In pi's form a line with a ref is written anew, its images as their data
-            # (pi reads no refs); the others go out as they are.
+            # (pi reads no refs); in the other stores' a line not in oh-my-pi's form (pi
+            # wrote it: images inline, transient keys) is written as oh-my-pi writes it;
+            # the others go out as they are.
             refs = self._pi_form and _REF_MARK in data
-            if not refs and all(
-                self._holds(data, source.offsets[p] - start, source.lengths[p], p) for p in run
+            other = not self._pi_form and may_persist_otherwise(data)
+            if (
+                not refs
+                and not other
+                and all(
+                    self._holds(data, source.offsets[p] - start, source.lengths[p], p) for p in run
+                )
             ):
                 for p in run:
                     offsets.append(at + source.offsets[p] - start)
@@ -1061,6 +1059,8 @@ class SessionChunks:
                     line = data[lo : lo + length] + b"\n"
                     if refs and _REF_MARK in line:
                         line = self._pi_line(line[:-1], source.blobs, p)
+                    elif other and may_persist_otherwise(line):
+                        line = self._agent_line(line[:-1], p)
                 elif entries[p] is not None:
                     # Changed on disk, but held in memory: written from memory.
                     line = self._serialize(p)
@@ -1090,10 +1090,23 @@ class SessionChunks:
         self._serialized[p] = match_prefix(line, 0, len(line) - 1) is not None
         return line
 
+    def _agent_line(self, raw: bytes, p: int) -> bytes:
+        """The line `raw` as oh-my-pi writes its entry (unchanged when it already is)."""
+        entry = loads_object(raw)
+        if not isinstance(entry, dict):
+            return raw + b"\n"
+        line = entry_line(entry, self._blobs)
+        if line[:-1] == raw:
+            return line
+        if self._carry is not None:
+            self._carry.take(line)
+        self._serialized[p] = match_prefix(line, 0, len(line) - 1) is not None
+        return line
+
     def _serialize(self, p: int) -> bytes:
         """The line of the entry at `p` (held in memory), written anew."""
         entry = cast("Entry", self._index._entries[p])
-        pi_form = self._pi_form or bool(self._index._flags[p] & AS_READ)
+        pi_form = self._pi_form
         carry = self._carry
         # In pi's form refs are written as the images they name; in a copy, refs held
         # in memory (from `put_blob`, snapcompact frames, a blob missing when read)

@@ -60,8 +60,6 @@ ASSISTANT: Final = 1
 """Flag: the line is a message entry whose role is assistant."""
 PREFIX_FORM: Final = 2
 """Flag: the line starts in the writers' form, so `match_prefix` can check it."""
-AS_READ: Final = 8
-"""Flag: an entry read from a line that held no blob ref (see `sessiontree.session._index`)."""
 
 _PREFIX = re.compile(
     rb'\{"type":"([A-Za-z0-9_-]{1,64})","id":"([\x20\x21\x23-\x5b\x5d-\x7e]{1,256})",'
@@ -509,8 +507,6 @@ class _Scan:
         if keep:
             if buf.find(_BLOB_MARK, start, end) >= 0:
                 lines.blob_refs.append(len(lines.entries))
-            else:
-                flag |= AS_READ
         lines.flags.append(flag)
         lines.entries.append(value if keep else None)
 

@@ -509,9 +509,7 @@ class SessionManager(ClosesOnExit):
                 partial(resolve_blob_refs, entries[index], self._blobs)
             )
             held |= held_blob_refs(entry)
-        # Entries whose line held no ref are written back as they were read (`AS_READ`).
-        same = len(entries) == len(loaded.entries)
-        self._index.reset(entries, loaded.blob_ref_entries if same else None, held)
+        self._index.reset(entries, held)
         if read_only:
             return
         if migrated:

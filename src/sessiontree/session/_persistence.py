@@ -47,6 +47,7 @@ __all__ = [
     "entry_line",
     "held_blob_refs",
     "js_len",
+    "may_persist_otherwise",
     "prepare_for_persist",
     "resolve_blob_refs",
     "truncate_for_persist",
@@ -569,6 +570,21 @@ def _entry_line_slow(entry: JSONDict, blobs: BlobStoreLike) -> bytes:
         return serialize_entry_bytes(prepared) + b"\n"
     except (TypeError, ValueError) as exc:
         raise _not_serializable(entry, exc) from exc
+
+
+_MAY_TRANSFORM: Final = re.compile(
+    rb'"(?:partialJson|jsonlEvents)"|"openaiResponsesHistory"'
+    rb'|"(?:data|result)":"(?!blob:sha256:)[^"]{1024}|data:image/[^"]{1013}'
+)
+"""What a line needs before a transform can change it: a transient key, the payload whose
+duplicated signatures are dropped, or an inline image of 1024 characters or more (base64
+and data URLs hold no escapes, so characters are bytes)."""
+
+
+def may_persist_otherwise(line: bytes) -> bool:
+    """Whether the persistence transforms may write the entry of `line` (as it is on
+    disk) otherwise; False means its line already is what oh-my-pi writes for it."""
+    return len(line) > MAX_PERSIST_CHARS or _MAY_TRANSFORM.search(line) is not None
 
 
 def _pi_line(entry: JSONDict, blobs: BlobStoreLike) -> bytes:

@@ -39,11 +39,13 @@ import secrets
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from sessiontree._util.closing import ClosesOnExit, process_id
 from sessiontree._util.fs import create_new, glob_escape, side_path
 from sessiontree.errors import InheritedHandleError, SessionTreeError
+from sessiontree.storage._handover import OldInode, hand_over
 
 if TYPE_CHECKING:
     from sessiontree.storage._blobs import BlobStoreLike
@@ -458,15 +460,25 @@ def write_new(storage: SessionStorage, names: Iterable[str], chunks: Iterable[by
 
 
 def replace_checked(
-    storage: SessionStorage, path: str, chunks: Iterable[bytes], check: Callable[[], None]
+    storage: SessionStorage,
+    path: str,
+    chunks: Iterable[bytes],
+    check: Callable[[], None],
+    checked_size: int,
+    pending: list[OldInode] | None = None,
 ) -> StorageStat | None:
-    """Write `chunks` beside `path`, call `check()` (it raises to stop), then rename the
-    new file over `path`; what `write_whole` returned for it.
+    """Write `chunks` beside `path`, call `check()` (it raises to stop; `checked_size`:
+    the size of the file it accepts), then rename the new file over `path`; what
+    `write_whole` returned for it.
 
-    Writing a big file takes a while: a check made before it began cannot see another
-    program's append meanwhile, which the rename would throw away. The file beside is
-    removed whenever the new one does not take the path. Host files only: elsewhere
-    (a database's one transaction) `write_whole` writes `path` and `check` runs first.
+    Every in-place rewrite of a session comes here. Writing a big file takes a while:
+    a check made before it began cannot see another program's append meanwhile, which
+    the rename would throw away; the check and the rename run under oh-my-pi's lock,
+    and a line appended without it (pi's way) before the rename is carried into the
+    new file (`_handover`), by `finish()` of the old file put in `pending` (the caller
+    first lets go of its own handles on it), else at once. The file beside is removed
+    whenever the new one does not take the path. Host files only: elsewhere (a
+    database's one transaction) `write_whole` writes `path` and `check` runs first.
     """
     if not isinstance(storage, HostFilesystem):
         check()
@@ -474,8 +486,11 @@ def replace_checked(
     temp = side_path(path, f".{secrets.token_hex(6)}.tmp", hidden=True)
     try:
         written = write_whole(storage, temp, chunks)
-        check()
-        storage.rename(temp, path)
+        if not isinstance(written, StorageStat):
+            written = storage.stat(temp)
+        host = storage.host_path(path)
+        rename = partial(storage.rename, temp, path)
+        old = hand_over(host, checked_size, check, rename, host, written.ino)
     except BaseException:
         try:
             if storage.exists(temp):
@@ -483,6 +498,11 @@ def replace_checked(
         except OSError:
             pass
         raise
+    if old is not None:
+        if pending is None:
+            old.finish()
+        else:
+            pending.append(old)
     sync_dir(storage, os.path.dirname(path) or ".")
     return written
 
