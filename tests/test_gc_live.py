@@ -601,3 +601,32 @@ def test_a_pin_file_caught_being_made_keeps_its_blobs(
         assert report.deleted == [] and old in {b.hash for b in list_blobs(str(blobs))}
     finally:
         os.close(fd)
+
+
+def test_a_pin_a_full_disk_refused_is_written_at_the_next_flush(
+    agent_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second pin of a session fails half-written (ENOSPC): the hash is not in the pin
+    file, and a gc an hour later would take the blob the session names. The next flush
+    writes the whole pin file again, torn line gone, and gc keeps the blob."""
+    import errno
+
+    import sessiontree.storage._pins as pins_module
+
+    other_session()
+    sm = SessionManager.in_memory("/proj")
+    first = sm.put_blob(png(b"f")).hash
+    real_write_all = pins_module.write_all
+
+    def full_disk(fd: int, data: bytes) -> None:
+        real_write_all(fd, data[:10])  # a torn line, then no room
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pins_module, "write_all", full_disk)
+    second = sm.put_blob(png(b"g")).hash
+    monkeypatch.setattr(pins_module, "write_all", real_write_all)
+    assert read_pins(str(agent_dir / "blobs")).hashes == {first}
+    sm.flush()
+    assert read_pins(str(agent_dir / "blobs")).hashes == {first, second}
+    assert later_gc(agent_dir)["deleted"] == []
+    sm.close()

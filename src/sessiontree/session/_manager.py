@@ -99,6 +99,7 @@ from sessiontree.storage import (
     default_storage,
     directory_tree,
     find_blob_refs,
+    save_unsaved,
 )
 
 __all__ = ["SessionManager", "UsageStatistics"]
@@ -677,6 +678,10 @@ class SessionManager(ClosesOnExit):
         self._check_open()
         if self._file is not None:
             self._file.flush()
+        if self._pins or self._file_pins:
+            # A pin a full disk refused is written now: the blobs this session names
+            # are kept from gc again once the disk has room.
+            save_unsaved()
 
     def close(self) -> None:
         """Flush and release the file; raises the stored persistence error, if any.

@@ -74,7 +74,7 @@ from sessiontree.storage._locks import (
     verify_lock,
 )
 from sessiontree.storage._memory import MemorySessionStorage
-from sessiontree.storage._pins import LIVE_DIR, read_pins
+from sessiontree.storage._pins import LIVE_DIR, read_pins, save_unsaved
 
 if TYPE_CHECKING:
     from sessiontree.storage.postgres import PostgresSessionStorage
@@ -136,6 +136,7 @@ __all__ = [
     "read_range_chunks",
     "replace_checked",
     "same_blob_store",
+    "save_unsaved",
     "store_root",
     "sync_dir",
     "verify_lock",

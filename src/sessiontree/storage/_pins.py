@@ -66,7 +66,7 @@ _WOULD_BLOCK: Final = frozenset({errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES})
 class _PinFile:
     """This process's pin file in one blob dir, and the holders of each hash in it."""
 
-    __slots__ = ("counts", "dir", "fd", "lines", "path")
+    __slots__ = ("counts", "dir", "fd", "lines", "path", "unsaved")
 
     def __init__(self, blob_dir: str) -> None:
         self.dir = blob_dir
@@ -75,27 +75,38 @@ class _PinFile:
         """Hashes written to the file (let-go ones included)."""
         self.fd: int | None = None
         self.path: str | None = None
+        self.unsaved = False
+        """A hash held is not (or not whole) in the file: a write failed (a full disk). The
+        next pin, or `save_unsaved` (every flush), writes the whole file again."""
 
     def add(self, digest: str) -> None:
         held = self.counts.get(digest, 0)
         self.counts[digest] = held + 1
-        if held:
+        if held and not self.unsaved:
             return
         try:
-            if self.fd is None:
-                # Every hash held: one that could not be written before is written now.
-                self._make(b"".join(d.encode("ascii") + b"\n" for d in self.counts))
-                self.lines = len(self.counts)
+            if self.fd is None or self.unsaved:
+                # Every hash held: one that could not be written before is written now
+                # (and a line a failed write left torn is gone with the old file).
+                self.save()
             else:
                 write_all(self.fd, digest.encode("ascii") + b"\n")
                 self.lines += 1
         except OSError as exc:
+            self.unsaved = True
             _log.warning(
-                "could not pin blob %s in %s: %s (gc may delete it once it is old)",
+                "could not pin blob %s in %s: %s (tried again at the next flush; until "
+                "then gc may delete it once it is old)",
                 digest,
                 os.path.join(self.dir, LIVE_DIR),
                 exc,
             )
+
+    def save(self) -> None:
+        """Write every hash held into a new pin file (it replaces ours); raises OSError."""
+        self._make(b"".join(d.encode("ascii") + b"\n" for d in self.counts))
+        self.lines = len(self.counts)
+        self.unsaved = False
 
     def remove(self, digest: str) -> None:
         held = self.counts.get(digest)
@@ -186,6 +197,19 @@ def pin(blob_dir: str, digest: str) -> None:
         if pins is None:
             pins = _files[key] = _PinFile(key)
         pins.add(digest)
+
+
+def save_unsaved() -> None:
+    """Write again every pin file of this process that a failed write left short (a full
+    disk that has room again): until then gc may take a blob a live session names."""
+    with _lock:
+        for pins in _files.values():
+            if not pins.unsaved or not pins.counts:
+                continue
+            try:
+                pins.save()
+            except OSError as exc:
+                _log.debug("could not save the pin file of %s yet: %s", pins.dir, exc)
 
 
 def unpin(blob_dir: str, digest: str) -> None:
