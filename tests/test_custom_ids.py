@@ -108,3 +108,31 @@ def test_a_file_names_its_whole_custom_id(session_id: str) -> None:
     stem = f"2026-11-20T10-00-00-000Z_{session_id}"
     assert file_session_id(stem) == session_id
     assert _reference_id(f"/gone/{stem}.jsonl") == session_id
+
+
+@pytest.mark.parametrize("command", ["resume", "show", "rename"])
+def test_a_custom_id_beats_a_file_of_its_name_in_the_current_dir(
+    tmp_path: Path, agent_dir: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """pi 1.6 reads an argument without a separator or `.jsonl` as a session id: with a
+    file `notes` in the current dir, `resume notes` printed that file's path (a shell's
+    `pi --session "$(sessiontree resume notes)"` then opened the user's notes as a
+    session) and `show`/`rename notes` failed on it, the session `notes` unreachable."""
+    project = agent_dir / "sessions" / "--work-demo--"
+    project.mkdir(parents=True)
+    session = write_session(project, "notes", 0, "hi")
+    here = tmp_path / "here"
+    here.mkdir()
+    (here / "notes").write_text("my own notes\n")
+    monkeypatch.chdir(here)
+    args = [command, "notes"] + (["new name"] if command == "rename" else [])
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert (here / "notes").read_text() == "my own notes\n"
+    if command == "resume":
+        assert result.output.strip() == str(session)
+    with Store(str(agent_dir)) as store:
+        assert store.resolve("notes", cwd=str(here)) == str(session)
+        # a file there that no session id names is still taken as given
+        (here / "copy").write_bytes(session.read_bytes())
+        assert store.resolve("copy", cwd=str(here)) == str(here / "copy")
