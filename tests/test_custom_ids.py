@@ -136,3 +136,47 @@ def test_a_custom_id_beats_a_file_of_its_name_in_the_current_dir(
         # a file there that no session id names is still taken as given
         (here / "copy").write_bytes(session.read_bytes())
         assert store.resolve("copy", cwd=str(here)) == str(here / "copy")
+
+
+@settings(max_examples=examples(25))
+@given(ids=st.lists(custom_ids, min_size=1, max_size=4, unique_by=str.lower), gone=st.data())
+def test_the_archive_restores_a_custom_id_and_no_other(
+    ids: list[str], gone: st.DataObject, tmp_path_factory: Any
+) -> None:
+    """`restore ID` and `restore ID --versions` find a pi 1.6 custom id: one of fewer
+    than 8 characters (`build`) was found by nothing, one that is the start of another
+    (`my-session-1`, `my-session-10`) "matched 2 archived sessions", and an id inside
+    another's (`login-bug`, archived only as `fix-login-bug`) restored that other one."""
+    from sessiontree.archive import (
+        ArchiveError,
+        ArchiveSource,
+        archive_stores,
+        archived_versions,
+        restore_session,
+    )
+
+    root = tmp_path_factory.mktemp("archive")
+    home = root / "agent"
+    project = home / "sessions" / "--work-demo--"
+    project.mkdir(parents=True)
+    paths = {sid: write_session(project, sid, n, f"prompt of {sid}") for n, sid in enumerate(ids)}
+    archive = str(root / "archive")
+    archive_stores(archive, [ArchiveSource("pi", str(home), ("sessions",))])
+    for sid, path in paths.items():
+        file, _ = archived_versions(archive, sid)
+        assert file.rel == f"sessions/--work-demo--/{path.name}", sid
+        out = root / f"out-{sid}"
+        report = restore_session(archive, sid, to=str(out))
+        assert report.written == [str(out / file.rel)], sid
+    # an id the archive does not keep (nor one it starts), inside ones it keeps,
+    # restores none of them
+    names = [i.lower() for i in ids] + ["2026-11-20t10-00-00-000z_"]
+    missing = gone.draw(
+        custom_ids.filter(lambda s: not any(n.startswith(s.lower()) for n in names))
+    )
+    inside = f"x-{missing}" if f"x-{missing}".lower() not in {i.lower() for i in ids} else None
+    if inside is not None:
+        write_session(project, inside, 9, "another")
+        archive_stores(archive, [ArchiveSource("pi", str(home), ("sessions",))])
+    with pytest.raises(ArchiveError, match="no archived session matches"):
+        restore_session(archive, missing, to=str(root / "none"))

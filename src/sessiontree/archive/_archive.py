@@ -61,6 +61,7 @@ from sessiontree._util.fs import (
     fsync_directory,
 )
 from sessiontree.errors import SessionTreeError
+from sessiontree.format import file_session_id
 
 __all__ = [
     "ARCHIVE_VERSION",
@@ -1539,8 +1540,38 @@ def _opencode_storage(file: ArchivedFile, every: list[ArchivedFile]) -> list[Arc
     return found
 
 
+def _names_exactly(session: str, file: ArchivedFile, *, fold: bool = False) -> bool:
+    """Whether `session` is this file's path, name, or id (`fold`: case aside): in a
+    pi-format store the whole id its name holds (pi 1.6's custom ids: `<time>_<id>.jsonl`)."""
+    name = file.rel.rsplit("/", 1)[-1]
+    stem = name.rsplit(".", 1)[0]
+    file_id = file_session_id(stem) if file.agent in _PI_FORMAT else None
+    names = [file.rel, os.path.join(file.home, file.rel), name, stem, file_id or stem]
+    if fold:
+        return session.lower() in (n.lower() for n in names)
+    return session in names
+
+
+def _starts(session: str, file: ArchivedFile) -> bool:
+    """Whether `session` (8 characters or more) starts a pi-format file's name or id:
+    not any part of it (`login-bug` is not the custom id `fix-login-bug`)."""
+    stem = file.rel.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    return len(session) >= 8 and any(
+        s is not None and s.startswith(session) for s in (stem, file_session_id(stem))
+    )
+
+
 def _find_session(every: list[ArchivedFile], session: str) -> ArchivedFile:
-    found = [f for f in every if f.is_session and _matches(session, f)]
+    sessions = [f for f in every if f.is_session]
+    found = [f for f in sessions if _names_exactly(session, f)]
+    if not found:
+        found = [f for f in sessions if _names_exactly(session, f, fold=True)]
+    if not found:
+        found = [
+            f
+            for f in sessions
+            if (_starts(session, f) if f.agent in _PI_FORMAT else _matches(session, f))
+        ]
     if not found:
         raise ArchiveError(f"no archived session matches {session!r}")
     if len(found) > 1:
