@@ -408,8 +408,21 @@ def _well_formed(m: dict[str, Any]) -> bool:
         and isinstance(m.get("deletedMs"), int | None)
         and _chunk_list(m.get("chunks", []))
         and isinstance(earlier, list)
-        and all(isinstance(e, dict) and _chunk_list(e.get("chunks", [])) for e in earlier)
+        and all(
+            isinstance(e, dict) and _chunk_list(e.get("chunks", [])) and _version_fields(e)
+            for e in earlier
+        )
+        and _version_fields({"lines": m.get("lines"), "hash": m.get("hash")})
     )
+
+
+def _version_fields(version: dict[str, Any]) -> bool:
+    """A version's figures: whole numbers (or absent) and a hash that is a string (an
+    earlier version's are read as such by `--versions`, `--stats` and the view)."""
+    return all(
+        value is None or (isinstance(value, int) and not isinstance(value, bool))
+        for value in (version.get(k) for k in ("size", "mtimeNs", "lines", "replacedMs"))
+    ) and isinstance(version.get("hash"), str | None)
 
 
 def _save_manifest(place: _Place, rel: str, manifest: dict[str, Any]) -> None:
