@@ -180,3 +180,31 @@ def test_the_archive_restores_a_custom_id_and_no_other(
         archive_stores(archive, [ArchiveSource("pi", str(home), ("sessions",))])
     with pytest.raises(ArchiveError, match="no archived session matches"):
         restore_session(archive, missing, to=str(root / "none"))
+
+
+@pytest.mark.parametrize("session_id", ["sessions", "subagents"])
+def test_a_restored_custom_id_brings_its_own_files_alone(tmp_path: Path, session_id: str) -> None:
+    """A file whose path holds a dir named as the id asked for was taken for a companion
+    of the session: `restore sessions` (a pi 1.6 custom id) brought back every other
+    session's artifacts, and stopped when one of them was there with other bytes."""
+    from sessiontree.archive import ArchiveSource, archive_stores, restore_session
+
+    home = tmp_path / ".pi" / "agent"
+    project = home / "sessions" / "--work-demo--"
+    project.mkdir(parents=True)
+    mine = write_session(project, session_id, 0, "mine")
+    theirs = write_session(project, "other-one", 1, "theirs")
+    artifact = project / theirs.name.removesuffix(".jsonl") / "subagents" / "tool-output.txt"
+    artifact.parent.mkdir(parents=True)
+    artifact.write_text("theirs")
+    own = project / mine.name.removesuffix(".jsonl") / "notes.txt"
+    own.parent.mkdir()
+    own.write_text("mine")
+    archive = str(tmp_path / "archive")
+    archive_stores(archive, [ArchiveSource("pi", str(home), ("sessions",))])
+    artifact.write_text("changed since")  # there with other bytes: not this session's
+    mine.unlink()
+    own.unlink()
+    report = restore_session(archive, session_id)
+    assert sorted(report.written) == sorted([str(mine), str(own)])
+    assert artifact.read_text() == "changed since"

@@ -1513,7 +1513,14 @@ def _companions(file: ArchivedFile, session: str, every: list[ArchivedFile]) -> 
             found.append(other)
         elif file.agent == "copilot" and other.rel.startswith(parent):
             found.append(other)
-        elif len(session) >= 8 and f"/{session}/" in f"/{other.rel}" and not other.is_session:
+        elif (
+            # a dir named by the id asked for; in a pi-format store only the file's own
+            # dir (above) is its: a custom id may name any dir (`sessions`, `subagents`)
+            file.agent not in _PI_FORMAT
+            and len(session) >= 8
+            and f"/{session}/" in f"/{other.rel}"
+            and not other.is_session
+        ):
             found.append(other)
         elif (
             len(short) == 8
