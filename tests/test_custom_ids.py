@@ -75,6 +75,11 @@ def test_custom_ids_are_listed_and_found(ids: list[str], tmp_path_factory: Any) 
         # ids differ in case alone: the one spelled so wins
         (["Build", "build"], "Build", "Build"),
         (["Build", "build"], "build", "build"),
+        # pi tells case apart in prefixes too (`s.id.startsWith(arg)`): `build` is the
+        # start of build-fix, not the id Build; the one deleted or renamed was Build
+        (["Build", "build-fix"], "build", "build-fix"),
+        (["build-fix", "Build"], "build", "build-fix"),
+        (["Build-a", "build-b"], "build", "build-b"),
     ],
 )
 def test_an_exact_custom_id_beats_a_look_alike(
