@@ -712,7 +712,11 @@ def _prepare(place: _Place, sources: Iterable[ArchiveSource]) -> None:
         mark = os.path.join(archive, _MARK)
         if os.path.islink(archive):
             raise ArchiveError(f"{archive}: is a symlink; give the real directory")
-        if os.path.isdir(archive) and _listdir(archive) and not os.path.isfile(mark):
+        # a first run beside this one may be writing its mark (a temporary file, then
+        # renamed): that dir is an archive being made, not someone's dir
+        marking = re.compile(rf"\.{re.escape(_MARK)}\.[0-9a-f]+\.tmp")
+        held = [n for n in _listdir(archive) if marking.fullmatch(n) is None]
+        if os.path.isdir(archive) and held and not os.path.isfile(mark):
             raise ArchiveError(f"{archive}: not an archive (no {_MARK} file) and not empty")
         ensure_private_dir(archive)
     if not place.is_archive():
