@@ -737,3 +737,21 @@ def test_a_resumed_copy_is_stored_as_a_delta(tmp_path: Path) -> None:
     out = tmp_path / "out"
     restore_session(archive, other, to=str(out))
     assert (out / "projects" / "-w" / copy.name).read_bytes() == copy.read_bytes()
+
+
+def test_a_first_run_beside_another_first_run_is_not_refused(tmp_path: Path) -> None:
+    """Two first runs at once (a `--watch` unit and a cron line, on a new archive dir):
+    the second one found the dir holding the first one's mark still being written (its
+    temporary file) and stopped with "not an archive (no ARCHIVE file) and not empty",
+    which also ends a `--watch`; a run that finds only that goes on."""
+    source, _ = claude_home(tmp_path)
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    (archive / ".ARCHIVE.0123456789ab.tmp").write_text("")  # the other run's, mid-write
+    assert archive_stores(str(archive), [source]).files_new >= 1
+    assert verify_archive(str(archive)) == []
+    other = tmp_path / "not-an-archive"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    with pytest.raises(ArchiveError, match="not empty"):
+        archive_stores(str(other), [source])

@@ -222,3 +222,24 @@ def test_prompts_are_stored_in_omps_form_in_its_file(prompts: list[str]) -> None
             stored = sorted(ours(history))
         held = omp_history(home, db, *((prompt, "/omp") for prompt in prompts))
         assert sorted(e["prompt"] for e in held) == stored
+
+
+def test_a_history_db_linked_to_omps_is_created_as_omps(tmp_path: Path) -> None:
+    """A `~/.pi/agent/history.db` linked to oh-my-pi's (one history for both agents),
+    opened through the link before oh-my-pi made its file, was created in the spec's
+    schema with user_version 1: oh-my-pi then failed on every open ("no such column:
+    session_id"). The file is judged by where it is, so it is created as oh-my-pi's."""
+    home = tmp_path / "home"
+    omp_db = home / ".omp" / "agent" / "history.db"
+    omp_db.parent.mkdir(parents=True)
+    link = home / ".pi" / "agent" / "history.db"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(omp_db)
+    history = HistoryStorage.open(link)
+    try:
+        history.add(OURS[0], cwd="/repo")
+    finally:
+        history.close()
+    held = omp_history(home, omp_db, ("omp's own prompt", "/omp"))
+    assert sorted(e["prompt"] for e in held) == sorted([OURS[0], "omp's own prompt"])
+    assert schema(omp_db) == omps_own_schema(tmp_path)

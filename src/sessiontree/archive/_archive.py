@@ -72,6 +72,7 @@ from sessiontree._util.fs import (
     open_read,
 )
 from sessiontree.errors import SessionTreeError
+from sessiontree.format import file_session_id
 
 __all__ = [
     "ARCHIVE_VERSION",
@@ -418,8 +419,21 @@ def _well_formed(m: dict[str, Any]) -> bool:
         and isinstance(m.get("deletedMs"), int | None)
         and _chunk_list(m.get("chunks", []))
         and isinstance(earlier, list)
-        and all(isinstance(e, dict) and _chunk_list(e.get("chunks", [])) for e in earlier)
+        and all(
+            isinstance(e, dict) and _chunk_list(e.get("chunks", [])) and _version_fields(e)
+            for e in earlier
+        )
+        and _version_fields({"lines": m.get("lines"), "hash": m.get("hash")})
     )
+
+
+def _version_fields(version: dict[str, Any]) -> bool:
+    """A version's figures: whole numbers (or absent) and a hash that is a string (an
+    earlier version's are read as such by `--versions`, `--stats` and the view)."""
+    return all(
+        value is None or (isinstance(value, int) and not isinstance(value, bool))
+        for value in (version.get(k) for k in ("size", "mtimeNs", "lines", "replacedMs"))
+    ) and isinstance(version.get("hash"), str | None)
 
 
 def _save_manifest(place: _Place, rel: str, manifest: dict[str, Any]) -> None:
@@ -709,7 +723,11 @@ def _prepare(place: _Place, sources: Iterable[ArchiveSource]) -> None:
         mark = os.path.join(archive, _MARK)
         if os.path.islink(archive):
             raise ArchiveError(f"{archive}: is a symlink; give the real directory")
-        if os.path.isdir(archive) and _listdir(archive) and not os.path.isfile(mark):
+        # a first run beside this one may be writing its mark (a temporary file, then
+        # renamed): that dir is an archive being made, not someone's dir
+        marking = re.compile(rf"\.{re.escape(_MARK)}\.[0-9a-f]+\.tmp")
+        held = [n for n in _listdir(archive) if marking.fullmatch(n) is None]
+        if os.path.isdir(archive) and held and not os.path.isfile(mark):
             raise ArchiveError(f"{archive}: not an archive (no {_MARK} file) and not empty")
         ensure_private_dir(archive)
     if not place.is_archive():
@@ -1580,7 +1598,14 @@ def _companions(file: ArchivedFile, session: str, every: list[ArchivedFile]) -> 
             found.append(other)
         elif file.agent == "copilot" and other.rel.startswith(parent):
             found.append(other)
-        elif len(session) >= 8 and f"/{session}/" in f"/{other.rel}" and not other.is_session:
+        elif (
+            # a dir named by the id asked for; in a pi-format store only the file's own
+            # dir (above) is its: a custom id may name any dir (`sessions`, `subagents`)
+            file.agent not in _PI_FORMAT
+            and len(session) >= 8
+            and f"/{session}/" in f"/{other.rel}"
+            and not other.is_session
+        ):
             found.append(other)
         elif (
             len(short) == 8
@@ -1620,8 +1645,38 @@ def _opencode_storage(file: ArchivedFile, every: list[ArchivedFile]) -> list[Arc
     return found
 
 
+def _names_exactly(session: str, file: ArchivedFile, *, fold: bool = False) -> bool:
+    """Whether `session` is this file's path, name, or id (`fold`: case aside): in a
+    pi-format store the whole id its name holds (pi 1.6's custom ids: `<time>_<id>.jsonl`)."""
+    name = file.rel.rsplit("/", 1)[-1]
+    stem = name.rsplit(".", 1)[0]
+    file_id = file_session_id(stem) if file.agent in _PI_FORMAT else None
+    names = [file.rel, os.path.join(file.home, file.rel), name, stem, file_id or stem]
+    if fold:
+        return session.lower() in (n.lower() for n in names)
+    return session in names
+
+
+def _starts(session: str, file: ArchivedFile) -> bool:
+    """Whether `session` (8 characters or more) starts a pi-format file's name or id:
+    not any part of it (`login-bug` is not the custom id `fix-login-bug`)."""
+    stem = file.rel.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    return len(session) >= 8 and any(
+        s is not None and s.startswith(session) for s in (stem, file_session_id(stem))
+    )
+
+
 def _find_session(every: list[ArchivedFile], session: str) -> ArchivedFile:
-    found = [f for f in every if f.is_session and _matches(session, f)]
+    sessions = [f for f in every if f.is_session]
+    found = [f for f in sessions if _names_exactly(session, f)]
+    if not found:
+        found = [f for f in sessions if _names_exactly(session, f, fold=True)]
+    if not found:
+        found = [
+            f
+            for f in sessions
+            if (_starts(session, f) if f.agent in _PI_FORMAT else _matches(session, f))
+        ]
     if not found:
         raise ArchiveError(f"no archived session matches {session!r}")
     if len(found) > 1:

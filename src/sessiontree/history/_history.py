@@ -258,7 +258,8 @@ class HistoryStorage(ClosesOnExit):
         is created. Missing directory and file are created private to the user.
         A new file gets the schema of the agent whose store it is in: `agent`
         (``"omp"``: oh-my-pi's; any other: the spec's), by default the agent whose
-        agent dir the file is in by its name (`~/.omp/agent`: oh-my-pi).
+        agent dir the file is in by its name (`~/.omp/agent`: oh-my-pi), as given or
+        where a symlink leads.
 
         Raises:
             sqlite3.Error: the file is not a usable SQLite database.
@@ -591,13 +592,16 @@ def _like_rows(conn: sqlite3.Connection, words: list[str], limit: int) -> list[A
 
 
 def _agent_of(db_path: str | os.PathLike[str] | None, agent: str | None) -> str:
-    """Whose store the database is in: `agent`, else the agent dir holding it by name
-    (the path as given: a symlinked `~/.omp` is still oh-my-pi's)."""
+    """Whose store the database is in: `agent`, else the agent dir holding it by name,
+    the path as given (a symlinked `~/.omp` is still oh-my-pi's) or the file it is (a
+    `~/.pi/agent/history.db` linked to oh-my-pi's, to share it, is oh-my-pi's file)."""
     if agent is not None:
         return agent
-    if db_path is None:
-        return native_agent_of(agent_dir_or_default())
-    return native_agent_of(os.path.dirname(os.path.abspath(os.fspath(db_path))))
+    given = os.path.join(agent_dir_or_default(), "history.db") if db_path is None else db_path
+    by_name = native_agent_of(os.path.dirname(os.path.abspath(given)))
+    if native_agent_of(os.path.dirname(_resolve(given))) == "omp":
+        return "omp"
+    return by_name
 
 
 def _resolve(db_path: str | os.PathLike[str] | None) -> str:

@@ -228,11 +228,24 @@ def _pick(sessions: list[SessionInfo], arg: str, asked: str) -> SessionInfo | No
             exact.append(info)
         elif kind == 1:
             prefix.append(info)
-    if same or exact:
-        return (same or exact)[0]  # newest of the files holding that exact id
+    if same:
+        return same[0]  # newest of the files holding that exact id
+    # pi tells case apart in prefixes too (`id.startsWith(arg)`): a prefix as spelled
+    # wins over an id that differs in case (`build` is build-fix's start, not Build)
+    spelled = [info for info in prefix if _starts_as_spelled(info, asked)]
+    if exact and not spelled:
+        return exact[0]
+    prefix = spelled or prefix
     if len({info.id for info in prefix}) > 1:
         raise AmbiguousSessionError(arg, prefix)
     return prefix[0] if prefix else None
+
+
+def _starts_as_spelled(info: SessionInfo, asked: str) -> bool:
+    """Whether `asked`, case and all, starts the session's id, file name or its id."""
+    stem = os.path.basename(info.path).removesuffix(".jsonl")
+    names = (info.id, stem, file_session_id(stem) or "")
+    return any(name.startswith(asked) for name in names)
 
 
 def _direct_path(arg: str, cwd: str, storage: SessionStorage) -> tuple[str, StorageStat] | None:
@@ -263,9 +276,10 @@ def resolve_resumable_session(
     The argument is a path to an existing `.jsonl` session file, or a
     case-insensitive prefix of a session id, of a file name, or of the id part
     after the file name's last `_`. The cwd's sessions (or `session_dir`'s) are
-    searched first, then every project (not when `session_dir` is given). An exact
-    match beats prefixes; several sessions matching a prefix in the same scope
-    raise `AmbiguousSessionError`. Anything else that is not a plain name (path
+    searched first, then every project (not when `session_dir` is given). An id as
+    spelled beats all, then a prefix as spelled (pi tells case apart), then an id
+    that differs in case, then other prefixes; several sessions matching a prefix in
+    the same scope raise `AmbiguousSessionError`. Anything else that is not a plain name (path
     separators, `..`, control characters) matches nothing.
     """
     storage = default_storage(storage)

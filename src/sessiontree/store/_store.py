@@ -32,12 +32,14 @@ from sessiontree._util.env import (
     native_agent_dir,
 )
 from sessiontree.errors import (
+    AmbiguousSessionError,
     InvalidStoreError,
     ReadOnlyStoreError,
     SessionNotFoundError,
     SessionTreeError,
     StoreClosedError,
 )
+from sessiontree.format import file_session_id
 from sessiontree.layout import blob_store_for, native_agent_of
 from sessiontree.listing import (
     SessionInfo,
@@ -461,20 +463,38 @@ class Store:
         arg = os.fspath(session)
         path = os.path.abspath(os.path.expanduser(arg))
         kind = self._kind(path)
+        here = os.fspath(cwd) if cwd is not None else os.getcwd()
         if kind == "file":
-            return path
+            if _looks_like_path(arg):
+                return path
+            # pi reads an argument without a separator or `.jsonl` as a session id: a
+            # session of exactly that id wins over a file of that name in the current dir
+            return self._exact_id(arg, here) or path
         if _looks_like_path(arg):
             if kind == "dir":
                 raise SessionNotFoundError(arg, f"{arg}: is a directory, not a session file")
             where = "" if self.is_files else " in the store"
             raise SessionNotFoundError(arg, f"{arg}: no such session file{where}")
-        here = os.fspath(cwd) if cwd is not None else os.getcwd()
         match = resolve_resumable_session(arg, here, storage=self.storage, agent_dir=self.agent_dir)
         if match is None:
             raise SessionNotFoundError(
                 arg, f"no session matches {arg!r} (in this project or any other)"
             )
         return str(match.session.path)
+
+    def _exact_id(self, arg: str, here: str) -> str | None:
+        """The path of the session whose id (or file name's id) is `arg`, case aside."""
+        try:
+            match = resolve_resumable_session(
+                arg, here, storage=self.storage, agent_dir=self.agent_dir
+            )
+        except AmbiguousSessionError:
+            return None  # only prefixes match: not that id
+        if match is None:
+            return None
+        stem = os.path.basename(match.session.path).removesuffix(".jsonl")
+        ids = (match.session.id, file_session_id(stem) or "")
+        return str(match.session.path) if arg.lower() in (i.lower() for i in ids) else None
 
     def open(
         self,
