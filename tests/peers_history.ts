@@ -2,7 +2,9 @@
  * oh-my-pi's own prompt history (`HistoryStorage` of @oh-my-pi/pi-coding-agent, 18.2.3),
  * driven on one history.db, for tests/test_history_omp.py.
  *
- * Run under Bun: $ANCHORS_DIR/omp/node_modules/.bin/bun tests/peers_history.ts DB [add PROMPT CWD]...
+ * Run under Bun, with SESSIONTREE_PEER_DIR the npm project oh-my-pi is installed in (as
+ * tests/peers.py sets it; scripts/peers/setup installs it in .peers/omp):
+ *   .peers/omp/node_modules/.bin/bun tests/peers_history.ts DB [add PROMPT CWD]...
  * Opens DB as oh-my-pi does (`HistoryStorage.open(DB)`: its schema checks and migration),
  * adds each PROMPT with its CWD in order, closes it, and prints the prompts it then holds,
  * newest first, as one JSON line: [{"prompt","created_at","cwd","sessionId"}, ...].
@@ -12,8 +14,8 @@
  */
 import * as path from "node:path";
 
-const ANCHORS_DIR = process.env.ANCHORS_DIR || "/tmp/anchors";
-const SRC = path.join(ANCHORS_DIR, "omp/node_modules/@oh-my-pi/pi-coding-agent/src/session/history-storage.ts");
+const PEER_DIR = process.env.SESSIONTREE_PEER_DIR || path.join(import.meta.dir, "..", ".peers", "omp");
+const SRC = path.join(PEER_DIR, "node_modules/@oh-my-pi/pi-coding-agent/src/session/history-storage.ts");
 
 const [db, ...ops] = process.argv.slice(2);
 if (!db || ops.length % 3 !== 0 || ops.some((op, i) => i % 3 === 0 && op !== "add")) {

@@ -297,7 +297,9 @@ PEER_DATA = Path(__file__).parent / "data" / "peers"
 PI_073_FILES = [
     pytest.param(PEER_DATA / case["name"] / rec["file"], id=f"{case['name']}/{rec['index']}")
     for case in json.loads((PEER_DATA / "manifest.json").read_text(encoding="utf-8"))["cases"]
-    if case["writer"] == "pi"
+    # pi 0.73.1's own scripts: on the pi16 flavour (pi 1.6's entries, written by 0.73.1)
+    # the two releases disagree and sessiontree follows 1.6.0 (test_peer_interop.FOLLOWS_PI16)
+    if case["writer"] == "pi" and case["flavour"] != "pi16"
     for rec in case["files"]
     if rec["exists"]
 ]

@@ -268,7 +268,7 @@ def test_a_pi_like_appender_racing_rewrites_loses_nothing(tmp_path: Path) -> Non
 
 OMP_APPENDER = textwrap.dedent(
     """
-    const root = process.env.ANCHORS_DIR + "/omp/node_modules/@oh-my-pi/pi-coding-agent";
+    const root = process.env.SESSIONTREE_PEER_DIR + "/node_modules/@oh-my-pi/pi-coding-agent";
     const { FileSessionStorage } = await import(root + "/src/session/session-storage.ts");
     const [path, lines] = process.argv.slice(2);
     const storage = new FileSessionStorage();
@@ -304,7 +304,7 @@ def test_our_lock_is_oh_my_pis_publish_lock(tmp_path: Path) -> None:
     path = str(tmp_path / "s.jsonl")
     probe = tmp_path / "probe.ts"
     probe.write_text(
-        "const m = process.env.ANCHORS_DIR + '/omp/node_modules/@oh-my-pi/pi-natives';\n"
+        "const m = process.env.SESSIONTREE_PEER_DIR + '/node_modules/@oh-my-pi/pi-natives';\n"
         "const { FileLock } = await import(m);\n"
         "const l = FileLock.tryAcquire(process.argv[2]);\n"
         "console.log(l.acquired ? 'free' : 'held');\n"

@@ -1500,8 +1500,8 @@ _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F
 _NAME = r"[^/.][^/]*"  # one path component, not hidden
 _PI_FILES = (
     rf"sessions/--[^/]*--/\d{{4}}-\d{{2}}-\d{{2}}T\d{{2}}-\d{{2}}-\d{{2}}-\d{{3}}Z_{_NAME}\.jsonl"
-    # an artifacts dir's subagent sessions
-    rf"|sessions/--[^/]*--/\d{{4}}-\d{{2}}-\d{{2}}T[^/]*Z_[^/]+/(?:{_NAME}/)*{_NAME}\.jsonl"
+    # a session's artifacts dir: its subagent sessions and the tool output kept beside it
+    rf"|sessions/--[^/]*--/\d{{4}}-\d{{2}}-\d{{2}}T[^/]*Z_[^/]+/(?:{_NAME}/)*{_NAME}"
     r"|blobs/[0-9a-f]{64}(?:\.[A-Za-z0-9][A-Za-z0-9._-]*)?"
 )
 _SESSION_FILES = {
