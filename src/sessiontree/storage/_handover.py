@@ -40,6 +40,7 @@ import logging
 import os
 import secrets
 import socket
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -195,8 +196,7 @@ class PublishLock:
     def _take_over_stale(self) -> bool:
         """Remove a lock file whose holder is dead (oh-my-pi's rule); whether to retry."""
         try:
-            with open(self.lock_path, "rb") as f:
-                content = f.read(64)
+            content = _read_lock(self.lock_path)
         except FileNotFoundError:
             return True
         head = content.split(b":", 1)[0]
@@ -205,7 +205,7 @@ class PublishLock:
                 return False
         else:
             try:
-                age = time.time() - os.stat(self.lock_path).st_mtime
+                age = time.time() - os.lstat(self.lock_path).st_mtime
             except FileNotFoundError:
                 return True
             if age <= _WAIT_SECONDS:
@@ -215,13 +215,31 @@ class PublishLock:
     def _remove_file(self, expected: bytes) -> bool:
         """Unlink the lock file when it still holds `expected`."""
         try:
-            with open(self.lock_path, "rb") as f:
-                if f.read(64) != expected:
-                    return False
+            if _read_lock(self.lock_path) != expected:
+                return False
             os.unlink(self.lock_path)
         except FileNotFoundError:
             pass
         return True
+
+
+def _read_lock(path: str) -> bytes:
+    """The start of the lock file at `path`, read without blocking or following a
+    symlink: a FIFO (or link, socket) planted under its name holds no one's record and
+    reads as empty, so it is taken for a stale lock once it is old enough, never
+    waited on (a plain `open` of a FIFO blocks until a writer comes: forever)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return b""
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        return os.pread(fd, 64, 0)
+    finally:
+        os.close(fd)
 
 
 @dataclass(slots=True)
