@@ -147,29 +147,39 @@ def _registry_line(directory: str) -> bytes:
     return (_ENCODED + raw.hex().encode("ascii") if b"\n" in raw else raw) + b"\n"
 
 
-def _parse_registry(data: bytes) -> tuple[list[str], bytes]:
-    """(absolute dirs, first recorded first, without duplicates; the unterminated rest)."""
+def _parse_registry(data: bytes) -> tuple[list[str], bytes, list[bytes]]:
+    """(absolute dirs, first recorded first, without duplicates; the unterminated rest;
+    the damaged lines)."""
     lines = data.split(b"\n")
     torn = lines.pop()  # b"" when the data ends with a newline
     seen: dict[str, None] = {}
-    for line in lines:
+    damaged: list[bytes] = []
+    for raw in lines:
+        line = raw
         if line.startswith(_ENCODED):
             try:
                 line = bytes.fromhex(line[len(_ENCODED) :].decode("ascii"))
             except ValueError:
+                damaged.append(raw)
                 continue
+        if b"\0" in line:
+            damaged.append(raw)
+            continue
         directory = os.fsdecode(line)
-        if directory and os.path.isabs(directory) and "\0" not in directory:
+        if directory and os.path.isabs(directory):
             seen.setdefault(directory, None)
-    return list(seen), torn
+    return list(seen), torn, damaged
 
 
-def read_registry(agent_dir: str) -> tuple[list[str], bytes]:
-    """The recorded outside session dirs and an unterminated last line (b"" if none).
+def read_registry(agent_dir: str) -> tuple[list[str], bytes, list[bytes]]:
+    """The recorded outside session dirs, an unterminated last line (b"" if none), and
+    the damaged lines (a NUL inside a path, a hex form that does not decode).
 
-    An unterminated last line is a path still being written or cut by a crash: it
-    is not a dir of the list, and a reader that must not miss a dir (gc) should
-    treat it as unreadable. OSError when the registry exists but cannot be read.
+    An unterminated last line is a path still being written or cut by a crash, and a
+    damaged one is what a crash leaves of a line (a filesystem that had grown the file
+    but not written its data reads back NULs): neither is a dir of the list, and a
+    reader that must not miss a dir (gc) should treat them as unreadable. OSError
+    when the registry exists but cannot be read.
     """
     registry = os.path.join(agent_dir, EXTERNAL_SESSION_DIRS)
     return _parse_registry(_read_registry(registry))
