@@ -20,7 +20,9 @@ unlink) goes into the inode the path no longer names. Two things close the windo
   check saw is read back, and its complete lines that parse as JSON objects are
   appended to the new file. What cannot be carried so (a torn or unparsable line) is
   kept with the old file whole as a conflict copy, `<file>.conflict-<time>-<tag>`,
-  and a warning names it.
+  and a warning names it. That name is given to the old file (a hard link) before
+  the swap and taken away once all it grew is carried: a rewrite killed in between
+  leaves the old file, appends and all, as that conflict copy.
 
 The looks at the old inode go on until no other process holds it open: the kernel
 grants a write lease on a file only then, and an unlinked file nobody holds open can
