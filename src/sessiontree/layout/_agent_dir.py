@@ -36,7 +36,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-from sessiontree._util.env import agent_dir_or_default
+from sessiontree._util.env import agent_dir_or_default, native_agent_dir
 from sessiontree._util.fs import atomic_write, ensure_private_dir, open_regular, write_all
 from sessiontree.errors import InvalidBlobRefError
 from sessiontree.format import allow_deep_nesting, loads_object, serialize_entry_bytes
@@ -539,8 +539,10 @@ def writes_pi_form(
     transforms, so in its store entries are written as pi writes them: the entry's
     JSON, images inline. A session is in pi's store when it lies under the `sessions/`
     of pi's agent dir (pi makes no `blobs/` there, so `agent_dir_of` would not see
-    it), else when the agent dir `blob_store_for` picks is pi's (the one holding the
-    session, else the one in effect). A database store is nobody's agent dir (False).
+    it), or, named by its real path, under a dir that pi's `sessions/` (or a project
+    dir in it) links to, else when the agent dir `blob_store_for` picks is pi's (the
+    one holding the session, else the one in effect). A database store is nobody's
+    agent dir (False).
     """
     if storage is not None and not isinstance(storage, HostFilesystem):
         return False
@@ -555,4 +557,27 @@ def writes_pi_form(
             current = parent
     in_effect = agent_dir_or_default(agent_dir)
     agent = agent_dir_of(session_path, in_effect) if session_path else None
+    if session_path and agent is None:
+        pi = {native_agent_dir("pi"), *([in_effect] if is_pi_agent_dir(in_effect) else [])}
+        if _linked_into(session_path, pi):
+            return True
     return is_pi_agent_dir(agent or in_effect)
+
+
+def _linked_into(session_path: str, agent_dirs: Iterable[str]) -> bool:
+    """Whether `session_path` lies where one of `agent_dirs` reaches through a symlink
+    (its `sessions/`, or a project dir under it, linked to another disk): a pi session
+    there named by its real path is still pi's, and pi reads no blob refs."""
+    real = os.path.realpath(session_path)
+    for agent in agent_dirs:
+        sessions = os.path.join(agent, "sessions")
+        try:
+            with os.scandir(sessions) as entries:
+                linked = [sessions, *(e.path for e in entries if e.is_symlink())]
+        except OSError:
+            continue  # no pi store here
+        for place in linked:
+            target = os.path.realpath(place)
+            if real == target or real.startswith(os.path.join(target, "")):
+                return True
+    return False
