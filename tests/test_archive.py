@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -755,3 +756,77 @@ def test_a_first_run_beside_another_first_run_is_not_refused(tmp_path: Path) -> 
     (other / "notes.txt").write_text("mine")
     with pytest.raises(ArchiveError, match="not empty"):
         archive_stores(str(other), [source])
+
+
+def test_restore_never_writes_through_a_dir_swapped_for_a_symlink_meanwhile(
+    tmp_path: Path,
+) -> None:
+    """A `--to` dir another user can write to: they swap a dir of the restore's path
+    for a symlink to a place of the restoring user's between restore's look at it and
+    its write. Each component is now opened without following a symlink and the file
+    written through that descriptor, so the look and the write are the same dir.
+    (A race: a thread flips `out/projects` between a dir and a link while restores run;
+    the old code, which looked, then wrote by path, wrote into `elsewhere` within a few
+    hundred of them.)"""
+    source, _ = claude_home(tmp_path)
+    archive = str(tmp_path / "archive")
+    archive_stores(archive, [source])
+    (file,) = [f for f in archived_files(archive) if f.rel.endswith(f"{ID}.jsonl")]
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    (elsewhere / "-w").mkdir(parents=True)
+    (out / "projects").mkdir(parents=True)
+    os.symlink(elsewhere, out / "projects-link")
+    stop = threading.Event()
+
+    def put(source: Path, name: Path) -> None:
+        """Rename `source` to `name`, over a dir the restore made there meanwhile."""
+        while True:
+            try:
+                os.rename(source, name)
+                return
+            except OSError:
+                shutil.rmtree(name, ignore_errors=True)
+
+    def flip() -> None:
+        real, link, name = out / "projects-real", out / "projects-link", out / "projects"
+        while not stop.is_set():
+            os.rename(name, real)
+            put(link, name)
+            os.rename(name, link)
+            put(real, name)
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    try:
+        for _ in range(RESTORE_RACES):
+            try:
+                restore_files(archive, [file], to=str(out))
+            except (ArchiveError, OSError):
+                pass  # refused, or a dir gone at that moment: nothing written out of it
+            for kept in ("projects", "projects-real"):
+                _unlink_not_through_a_link(out, kept, "-w", f"{ID}.jsonl")
+            if list((elsewhere / "-w").iterdir()):
+                break
+    finally:
+        stop.set()
+        flipper.join()
+    assert list((elsewhere / "-w").iterdir()) == []
+
+
+RESTORE_RACES = 250
+
+
+def _unlink_not_through_a_link(root: Path, *parts: str) -> None:
+    """Unlink root/parts... opening each dir without following a symlink (going
+    through the link would remove, and so hide, a file written there)."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        os.unlink(parts[-1], dir_fd=fd)
+    except OSError:
+        pass  # not there, or a link at this moment
+    finally:
+        os.close(fd)

@@ -566,7 +566,7 @@ def test_a_torn_registry_line_does_not_swallow_the_next_dir(
     target = tmp_path / "new-dir"
     target.mkdir()
     register_session_dir(str(target / "s.jsonl"), str(agent_dir))
-    dirs, torn = read_registry(str(agent_dir))
+    dirs, torn, _ = read_registry(str(agent_dir))
     assert os.path.realpath(target) in dirs and torn == b""
 
 

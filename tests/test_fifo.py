@@ -138,3 +138,32 @@ def test_passed_over_fifos_are_no_invalid_files(agent_dir: Path, tmp_path: Path)
     assert [f["path"] for f in verify["files"]] == [session]
     usage = json.loads(_run("usage", "daily", "--json", home=tmp_path).stdout)
     assert f"{fifo}: a FIFO, not a regular file; passed over" in usage["notes"]
+
+
+@pytest.mark.parametrize("planted", ["fifo", "dangling symlink"])
+def test_a_rewrite_passes_a_non_file_planted_at_oh_my_pis_lock_name(
+    tmp_path: Path, planted: str
+) -> None:
+    """oh-my-pi's publish lock file (`.<file>.lock`) holds `<pid>:<ms>`; a FIFO under
+    that name blocked every rewrite of the session forever (the stale-lock check read it
+    with a plain open), and a dangling symlink made each one fail as if oh-my-pi held
+    the lock. Neither is anyone's lock: once it is older than oh-my-pi's wait it is
+    taken for a stale one, removed, and the rewrite goes on."""
+    path = tmp_path / "s.jsonl"
+    with SessionManager.open(str(path)) as sm:
+        sm.append_message(user("hi"))
+        sm.append_message(assistant("hello"))
+    lock = tmp_path / ".s.jsonl.lock"
+    if planted == "fifo":
+        os.mkfifo(lock)
+    else:
+        lock.symlink_to(tmp_path / "nowhere")
+    os.utime(lock, (1, 1), follow_symlinks=False)  # long past oh-my-pi's 500 ms wait
+
+    def rename() -> None:
+        with SessionManager.open(str(path)) as sm:
+            sm.set_session_name("renamed")
+
+    assert _no_hang(rename, str(lock)) is None
+    assert json.loads(path.read_bytes().split(b"\n")[0])["title"] == "renamed"
+    assert not os.path.lexists(lock)

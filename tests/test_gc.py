@@ -569,6 +569,61 @@ def test_an_unterminated_last_registry_line_is_not_read_and_nothing_is_deleted(
     assert (agent_dir / "blobs" / in_project).exists()
 
 
+@pytest.mark.usefixtures("an_hour_later")
+@pytest.mark.parametrize(
+    "damage",
+    [b"\0" * 12, b"/home/u/pro\0\0\0\0", b"\0" + b"2f746d70" + b"\0\0"],
+    ids=["zeroed", "zeroed tail", "zeroed hex form"],
+)
+def test_a_damaged_registry_line_is_unknown_not_skipped(
+    agent_dir: Path, tmp_path: Path, damage: bytes
+) -> None:
+    """A crash can leave a registry line as NULs (the file grown, its data not written);
+    the next manager appends its own dir after it, on that same line when the zeros
+    took the newline too. gc skipped such a line silently and deleted the images of
+    the dir it named (and of the dir appended after it)."""
+    session_with_image()
+    lost, appended = tmp_path / "lost", tmp_path / "appended"
+    in_lost, in_appended = put(agent_dir, b"in lost"), put(agent_dir, b"in appended")
+    referencing_session(lost, in_lost)
+    referencing_session(appended, in_appended)
+    orphan = put(agent_dir, b"nobody's")
+    registry = agent_dir / "external-session-dirs"
+    registry.write_bytes(damage + os.fsencode(appended) + b"\n")
+    report = collect_garbage(str(agent_dir), delete=True)
+    assert [path for path, _ in report.unreadable] == [str(registry)]
+    assert "damaged" in report.unreadable[0][1]
+    assert report.refused is not None and report.deleted == []
+    assert (agent_dir / "blobs" / in_lost).exists()
+    registry.write_bytes(os.fsencode(appended) + b"\n")  # the user deletes the line
+    report = collect_garbage(str(agent_dir), delete=True)
+    assert report.refused is None and report.external_dirs == [str(appended)]
+    assert hashes(report.deleted) == {orphan, in_lost}
+
+
+@pytest.mark.usefixtures("an_hour_later")
+@pytest.mark.xfail(
+    strict=True,
+    reason="a project dir linked to the root of a disk (or a recorded outside dir that is "
+    "a mount point) reads as an empty dir while the disk is away, which gc cannot tell "
+    "from a dir whose sessions were deleted; telling them apart needs gc to remember "
+    "which places held files on another device at its last run (an empty linked dir is "
+    "legitimate: the gc disks model links empty project dirs and must not be refused)",
+)
+def test_a_linked_mount_point_of_a_disk_that_is_away_is_unknown_not_empty(
+    agent_dir: Path, tmp_path: Path
+) -> None:
+    session_with_image()
+    disk = tmp_path / "mnt"
+    referencing_session(disk, kept := put(agent_dir, b"on the other disk"))
+    (agent_dir / "sessions" / "--disk--").symlink_to(disk)
+    report = collect_garbage(str(agent_dir), delete=True)
+    assert report.refused is None and (agent_dir / "blobs" / kept).exists()
+    (disk / "2026_s.jsonl").rename(tmp_path / "on-the-disk-while-away.jsonl")  # unmounted
+    report = collect_garbage(str(agent_dir), delete=True)
+    assert report.refused is not None and (agent_dir / "blobs" / kept).exists()
+
+
 def test_the_cli_says_which_outside_dirs_it_read_and_what_it_cannot_see(
     agent_dir: Path, tmp_path: Path
 ) -> None:

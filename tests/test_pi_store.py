@@ -198,6 +198,36 @@ def test_pi_reads_the_images_of_a_session_renamed_here(
     assert pi_context(release, path) == before
 
 
+@pytest.mark.peers
+@pytest.mark.parametrize("release", peers.PI_VERSIONS)
+def test_a_pi_session_on_a_linked_disk_renamed_by_its_real_path_keeps_its_images(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, release: str
+) -> None:
+    """A project dir of pi's store linked to another disk: the session named by its
+    real path (`/mnt/disk/...`, as a shell in that dir or a tool resolving links gives
+    it) lay under no store by its name, so the rename wrote its images as blob refs
+    in xcsh's store, which pi does not read (its context lost them). A dir pi's
+    `sessions/` links to is pi's store too."""
+    source = (
+        DATA / "s1-pi-by-pi" / "2026-11-29T13-12-34-108Z_01a2276f-963c-7010-8005-96ab87bb6dc5.jsonl"
+    )
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    agent = store_dir(tmp_path, "pi")
+    in_store = place(source, agent)
+    disk = tmp_path / "disk" / in_store.parent.name
+    disk.parent.mkdir()
+    in_store.parent.rename(disk)
+    in_store.parent.symlink_to(disk)
+    real = disk / in_store.name
+    before = pi_context(release, in_store)
+    assert images_of(before)
+    cli("rename", str(real), "Renamed")  # the agent dir in effect: xcsh's (conftest)
+    assert b"blob:sha256:" not in real.read_bytes()
+    after = pi_context(release, in_store)
+    assert images_of(after) == images_of(before)
+    assert after["messages"] == before["messages"]
+
+
 def test_appends_in_pi_store_keep_images_inline_and_strings_whole(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

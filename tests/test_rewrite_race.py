@@ -189,6 +189,95 @@ def test_a_torn_append_in_the_window_is_kept_as_a_conflict_copy(
     assert "kept as" in caplog.text
 
 
+KILLED = textwrap.dedent(
+    """
+    import os, signal, sys
+    sys.path.insert(0, sys.argv[3])
+    from sessiontree import SessionManager
+    from sessiontree.storage import FileSessionStorage, _handover
+    path, step, line = sys.argv[1], sys.argv[2], sys.argv[4].encode() + b"\\n"
+
+    def pi_append(target):
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND)
+        os.write(fd, line)
+        os.close(fd)
+
+    real_rename, real_append = FileSessionStorage.rename, _handover._append
+
+    def renaming(self, src, dst):
+        if dst == path:
+            pi_append(dst)  # after the last check: only the carry can save it
+            if step == "before the rename":
+                os.kill(os.getpid(), signal.SIGKILL)
+        real_rename(self, src, dst)
+        if dst == path and step == "after the rename":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def appending(carry_to, carry_ino, data):
+        real_append(carry_to, carry_ino, data)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    FileSessionStorage.rename = renaming
+    _handover._append = appending
+    with SessionManager.open(path) as sm:
+        sm.set_session_name("renamed")
+    """
+)
+
+
+@pytest.mark.parametrize("step", ["before the rename", "after the rename", "during the carry"])
+def test_a_rewrite_killed_at_any_step_loses_no_appended_line(tmp_path: Path, step: str) -> None:
+    """A rewrite killed (-9) between its rename and the end of the carry took the path
+    from the old file, and with it the only name of a line pi appended meanwhile: the
+    line went with the unlinked inode. The old file now has a second name (a conflict
+    copy) from before the swap until the carry is done; the next open of the session
+    sees the file as it was or as rewritten, and the line is there or beside it."""
+    path = session(tmp_path)
+    line = peer_line(7)
+    tests = os.path.dirname(__file__)
+    child = subprocess.run(
+        [sys.executable, "-c", KILLED, path, step, tests, line.decode().rstrip("\n")],
+        check=False,
+    )
+    assert child.returncode == -9
+    assert line in everything_beside(path)
+    with SessionManager.open(path) as sm:  # the next open takes the file as it is
+        assert len(sm.get_entries()) >= 3
+
+
+def test_a_line_a_holder_completes_after_the_carry_is_in_the_conflict_copy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An appender holding the old file open writes half a line before the rename and
+    the rest after the rewrite is done (after the carry gave up waiting for it): the
+    conflict copy was taken with the half alone, and the rest went to the unlinked
+    inode. It is now the old file itself under a second name: the whole line is there."""
+    path = session(tmp_path)
+    line = peer_line(3)
+    held: list[int] = []
+    real_rename = FileSessionStorage.rename
+
+    def renaming(self: FileSessionStorage, src: str, dst: str) -> None:
+        if dst == path:
+            fd = os.open(dst, os.O_WRONLY | os.O_APPEND)
+            os.write(fd, line[:20])
+            held.append(fd)
+        real_rename(self, src, dst)
+
+    monkeypatch.setattr(FileSessionStorage, "rename", renaming)
+    rename(path)
+    os.write(held[0], line[20:])
+    os.close(held[0])
+    assert line in everything_beside(path)
+
+
+def test_a_rewrite_leaves_no_second_name_when_nothing_was_appended(tmp_path: Path) -> None:
+    path = session(tmp_path)
+    for kind in ("rename", "rewrite_entries", "move"):
+        REWRITES[kind](path)
+    assert not [p for _, _, files in os.walk(tmp_path) for p in files if ".conflict-" in p]
+
+
 # ----------------------------------------------------------------- a real race
 
 APPENDER = textwrap.dedent(

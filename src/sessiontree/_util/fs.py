@@ -64,6 +64,8 @@ _NO_HARD_LINKS = frozenset(
     for name in ("EPERM", "EOPNOTSUPP", "ENOTSUP", "EMLINK")
     if hasattr(errno, name)
 )
+NO_HARD_LINKS = _NO_HARD_LINKS
+"""The errors a hard link fails with where the filesystem has none."""
 _SIDE_RESERVE = 40
 _DIGEST_CHARS = 16
 

@@ -42,6 +42,7 @@ import json
 import logging
 import os
 import re
+import secrets
 import stat
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -63,13 +64,13 @@ from sessiontree._util.env import (
     opencode_home,
 )
 from sessiontree._util.fs import (
+    NO_HARD_LINKS,
     O_CLOEXEC,
     O_NOFOLLOW,
     atomic_write,
-    create_new,
     ensure_private_dir,
     fsync_directory,
-    open_read,
+    side_path,
 )
 from sessiontree.errors import SessionTreeError
 from sessiontree.format import file_session_id
@@ -1839,27 +1840,106 @@ def _restore_one(
     data = b"".join(_get_chunk(archive, d, int(n)) for d, n in manifest.get("chunks", []))
     if _file_hash(manifest.get("chunks", [])) != manifest.get("hash"):
         raise ArchiveError(f"{file.manifest}: does not match its recorded hash")
-    _make_dirs_inside(home, os.path.dirname(target))
-    if os.path.lexists(target):
-        if os.path.islink(target) or not os.path.isfile(target):
+    mtime = int(manifest.get("mtimeNs") or 0)
+    directory = _open_dirs_inside(home, os.path.dirname(target))
+    try:
+        written = _write_new_in(directory, target, data, mtime)
+    finally:
+        os.close(directory)
+    (report.written if written else report.unchanged).append(target)
+
+
+def _open_dirs_inside(home: str, directory: str) -> int:
+    """A descriptor of `directory` under `home`, each component below `home` made where
+    missing and opened without following a symlink: a restore never writes through
+    one, not even one that replaces a dir between a look and the write (a `--to` dir
+    that another user can write to)."""
+    ensure_private_dir(home)
+    fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY | O_CLOEXEC)
+    rel = os.path.relpath(directory, home)
+    current = home
+    try:
+        for part in [] if rel == "." else rel.split(os.sep):
+            current = os.path.join(current, part)
+            try:
+                os.mkdir(part, 0o700, dir_fd=fd)
+            except FileExistsError:
+                pass
+            try:
+                inner = os.open(
+                    part, os.O_RDONLY | os.O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, dir_fd=fd
+                )
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise ArchiveError(
+                        f"{current}: is a symlink (or not a dir); a restore never writes "
+                        "through one"
+                    ) from None
+                raise
+            os.close(fd)
+            fd = inner
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _write_new_in(directory: int, target: str, data: bytes, mtime: int) -> bool:
+    """Write `data` as the new file `target` in the dir open as `directory` (True), or
+    find it there with these bytes (False); anything else there is left alone
+    (ArchiveError). Every name is taken relative to `directory`, never followed."""
+    name = os.path.basename(target)
+    try:
+        st = os.lstat(name, dir_fd=directory)
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        if not stat.S_ISREG(st.st_mode):
             raise ArchiveError(f"{target}: is there and is not a regular file; left alone")
-        with open_read(target) as f:
-            if f.read() == data:
-                report.unchanged.append(target)
-                return
+        fd = os.open(name, os.O_RDONLY | O_NOFOLLOW | O_CLOEXEC | os.O_NONBLOCK, dir_fd=directory)
+        with open(fd, "rb") as f:
+            if stat.S_ISREG(os.fstat(f.fileno()).st_mode) and f.read() == data:
+                return False
         raise ArchiveError(
             f"{target}: is there with other bytes; never replaced (restore it --to another dir)"
         )
+    temp = os.path.basename(side_path(target, f".{secrets.token_hex(6)}.tmp", hidden=True))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC
+    fd = os.open(temp, flags, 0o600, dir_fd=directory)
     try:
-        create_new([target], [data])
-    except FileExistsError:
-        raise ArchiveError(
-            f"{target}: appeared while it was restored; left alone (run again)"
-        ) from None
-    mtime = int(manifest.get("mtimeNs") or 0)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(temp, name, src_dir_fd=directory, dst_dir_fd=directory, follow_symlinks=False)
+        except FileExistsError:
+            raise ArchiveError(
+                f"{target}: appeared while it was restored; left alone (run again)"
+            ) from None
+        except OSError as exc:
+            if exc.errno not in NO_HARD_LINKS:
+                raise
+            try:  # a filesystem without hard links: a rename to a name found free
+                os.lstat(name, dir_fd=directory)
+            except FileNotFoundError:
+                os.rename(temp, name, src_dir_fd=directory, dst_dir_fd=directory)
+            else:
+                raise ArchiveError(
+                    f"{target}: appeared while it was restored; left alone (run again)"
+                ) from None
+    finally:
+        try:
+            os.unlink(temp, dir_fd=directory)
+        except OSError:
+            pass
+    os.fsync(directory)
     if mtime:
-        os.utime(target, ns=(mtime, mtime), follow_symlinks=False)
-    report.written.append(target)
+        os.utime(name, ns=(mtime, mtime), dir_fd=directory, follow_symlinks=False)
+    return True
 
 
 def _make_dirs_inside(home: str, directory: str) -> None:

@@ -36,7 +36,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-from sessiontree._util.env import agent_dir_or_default
+from sessiontree._util.env import agent_dir_or_default, native_agent_dir
 from sessiontree._util.fs import atomic_write, ensure_private_dir, open_regular, write_all
 from sessiontree.errors import InvalidBlobRefError
 from sessiontree.format import allow_deep_nesting, loads_object, serialize_entry_bytes
@@ -147,29 +147,39 @@ def _registry_line(directory: str) -> bytes:
     return (_ENCODED + raw.hex().encode("ascii") if b"\n" in raw else raw) + b"\n"
 
 
-def _parse_registry(data: bytes) -> tuple[list[str], bytes]:
-    """(absolute dirs, first recorded first, without duplicates; the unterminated rest)."""
+def _parse_registry(data: bytes) -> tuple[list[str], bytes, list[bytes]]:
+    """(absolute dirs, first recorded first, without duplicates; the unterminated rest;
+    the damaged lines)."""
     lines = data.split(b"\n")
     torn = lines.pop()  # b"" when the data ends with a newline
     seen: dict[str, None] = {}
-    for line in lines:
+    damaged: list[bytes] = []
+    for raw in lines:
+        line = raw
         if line.startswith(_ENCODED):
             try:
                 line = bytes.fromhex(line[len(_ENCODED) :].decode("ascii"))
             except ValueError:
+                damaged.append(raw)
                 continue
+        if b"\0" in line:
+            damaged.append(raw)
+            continue
         directory = os.fsdecode(line)
-        if directory and os.path.isabs(directory) and "\0" not in directory:
+        if directory and os.path.isabs(directory):
             seen.setdefault(directory, None)
-    return list(seen), torn
+    return list(seen), torn, damaged
 
 
-def read_registry(agent_dir: str) -> tuple[list[str], bytes]:
-    """The recorded outside session dirs and an unterminated last line (b"" if none).
+def read_registry(agent_dir: str) -> tuple[list[str], bytes, list[bytes]]:
+    """The recorded outside session dirs, an unterminated last line (b"" if none), and
+    the damaged lines (a NUL inside a path, a hex form that does not decode).
 
-    An unterminated last line is a path still being written or cut by a crash: it
-    is not a dir of the list, and a reader that must not miss a dir (gc) should
-    treat it as unreadable. OSError when the registry exists but cannot be read.
+    An unterminated last line is a path still being written or cut by a crash, and a
+    damaged one is what a crash leaves of a line (a filesystem that had grown the file
+    but not written its data reads back NULs): neither is a dir of the list, and a
+    reader that must not miss a dir (gc) should treat them as unreadable. OSError
+    when the registry exists but cannot be read.
     """
     registry = os.path.join(agent_dir, EXTERNAL_SESSION_DIRS)
     return _parse_registry(_read_registry(registry))
@@ -529,8 +539,10 @@ def writes_pi_form(
     transforms, so in its store entries are written as pi writes them: the entry's
     JSON, images inline. A session is in pi's store when it lies under the `sessions/`
     of pi's agent dir (pi makes no `blobs/` there, so `agent_dir_of` would not see
-    it), else when the agent dir `blob_store_for` picks is pi's (the one holding the
-    session, else the one in effect). A database store is nobody's agent dir (False).
+    it), or, named by its real path, under a dir that pi's `sessions/` (or a project
+    dir in it) links to, else when the agent dir `blob_store_for` picks is pi's (the
+    one holding the session, else the one in effect). A database store is nobody's
+    agent dir (False).
     """
     if storage is not None and not isinstance(storage, HostFilesystem):
         return False
@@ -545,4 +557,27 @@ def writes_pi_form(
             current = parent
     in_effect = agent_dir_or_default(agent_dir)
     agent = agent_dir_of(session_path, in_effect) if session_path else None
+    if session_path and agent is None:
+        pi = {native_agent_dir("pi"), *([in_effect] if is_pi_agent_dir(in_effect) else [])}
+        if _linked_into(session_path, pi):
+            return True
     return is_pi_agent_dir(agent or in_effect)
+
+
+def _linked_into(session_path: str, agent_dirs: Iterable[str]) -> bool:
+    """Whether `session_path` lies where one of `agent_dirs` reaches through a symlink
+    (its `sessions/`, or a project dir under it, linked to another disk): a pi session
+    there named by its real path is still pi's, and pi reads no blob refs."""
+    real = os.path.realpath(session_path)
+    for agent in agent_dirs:
+        sessions = os.path.join(agent, "sessions")
+        try:
+            with os.scandir(sessions) as entries:
+                linked = [sessions, *(e.path for e in entries if e.is_symlink())]
+        except OSError:
+            continue  # no pi store here
+        for place in linked:
+            target = os.path.realpath(place)
+            if real == target or real.startswith(os.path.join(target, "")):
+                return True
+    return False

@@ -421,14 +421,15 @@ def _external_dirs(agent_dir: str, errors: list[tuple[str, str]]) -> list[str]:
     written (or cut by a crash), and a prefix of a path may name another directory
     (`/` or `$HOME`) whose reading would be wrong. It is reported as unreadable, so
     nothing is deleted while it is there (marking repeats until the walk is stable,
-    so an append in flight is usually complete by the last pass). Blank, relative
-    and duplicate lines are skipped. A recorded path that is not there, or is not
+    so an append in flight is usually complete by the last pass). A damaged line (a
+    NUL where a path was: what a crash can leave) is reported the same way. Blank,
+    relative and duplicate lines are skipped. A recorded path that is not there, or is not
     a directory, is reported: its disk may only be away (not mounted), and its
     sessions still name blobs. A path that cannot be looked at is reported too.
     """
     registry = os.path.join(agent_dir, EXTERNAL_SESSION_DIRS)
     try:
-        recorded, torn = read_registry(agent_dir)
+        recorded, torn, damaged = read_registry(agent_dir)
     except OSError as exc:
         errors.append((registry, exc.strerror or str(exc)))
         return []
@@ -438,6 +439,16 @@ def _external_dirs(agent_dir: str, errors: list[tuple[str, str]]) -> list[str]:
                 registry,
                 f"its last line has no newline (being written, or cut short): "
                 f"{os.fsdecode(torn)!r}",
+            )
+        )
+    for raw in damaged:
+        shown = os.fsdecode(raw.replace(b"\0", b"?"))
+        errors.append(
+            (
+                registry,
+                f"a line is damaged (NULs where a path was, as a crash leaves it): {shown!r}; "
+                "the dir it named is unknown, so nothing is deleted. Delete that line if its "
+                "sessions are gone for good",
             )
         )
     dirs: list[str] = []

@@ -20,7 +20,9 @@ unlink) goes into the inode the path no longer names. Two things close the windo
   check saw is read back, and its complete lines that parse as JSON objects are
   appended to the new file. What cannot be carried so (a torn or unparsable line) is
   kept with the old file whole as a conflict copy, `<file>.conflict-<time>-<tag>`,
-  and a warning names it.
+  and a warning names it. That name is given to the old file (a hard link) before
+  the swap and taken away once all it grew is carried: a rewrite killed in between
+  leaves the old file, appends and all, as that conflict copy.
 
 The looks at the old inode go on until no other process holds it open: the kernel
 grants a write lease on a file only then, and an unlinked file nobody holds open can
@@ -40,6 +42,7 @@ import logging
 import os
 import secrets
 import socket
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -195,8 +198,7 @@ class PublishLock:
     def _take_over_stale(self) -> bool:
         """Remove a lock file whose holder is dead (oh-my-pi's rule); whether to retry."""
         try:
-            with open(self.lock_path, "rb") as f:
-                content = f.read(64)
+            content = _read_lock(self.lock_path)
         except FileNotFoundError:
             return True
         head = content.split(b":", 1)[0]
@@ -205,7 +207,7 @@ class PublishLock:
                 return False
         else:
             try:
-                age = time.time() - os.stat(self.lock_path).st_mtime
+                age = time.time() - os.lstat(self.lock_path).st_mtime
             except FileNotFoundError:
                 return True
             if age <= _WAIT_SECONDS:
@@ -215,13 +217,31 @@ class PublishLock:
     def _remove_file(self, expected: bytes) -> bool:
         """Unlink the lock file when it still holds `expected`."""
         try:
-            with open(self.lock_path, "rb") as f:
-                if f.read(64) != expected:
-                    return False
+            if _read_lock(self.lock_path) != expected:
+                return False
             os.unlink(self.lock_path)
         except FileNotFoundError:
             pass
         return True
+
+
+def _read_lock(path: str) -> bytes:
+    """The start of the lock file at `path`, read without blocking or following a
+    symlink: a FIFO (or link, socket) planted under its name holds no one's record and
+    reads as empty, so it is taken for a stale lock once it is old enough, never
+    waited on (a plain `open` of a FIFO blocks until a writer comes: forever)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return b""
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        return os.pread(fd, 64, 0)
+    finally:
+        os.close(fd)
 
 
 @dataclass(slots=True)
@@ -236,24 +256,36 @@ class Handover:
 
 class OldInode:
     """The file a swap took the path from, held open until what it grew is carried
-    (`finish`): the caller first lets go of its own handles on it (see `_seal`)."""
+    (`finish`): the caller first lets go of its own handles on it (see `_seal`).
 
-    def __init__(self, fd: int, path: str, at: int, carry_to: str, carry_ino: int) -> None:
+    `kept`: a second name of it, `<file>.conflict-<time>-<tag>`, made before the swap
+    and removed once all it grew is carried: a process killed between the swap and the
+    end of the carry leaves the old file (what was appended to it included) as a
+    conflict copy instead of an unlinked inode nobody can reach (`verify` names it)."""
+
+    def __init__(
+        self, fd: int, path: str, at: int, carry_to: str, carry_ino: int, kept: str | None = None
+    ) -> None:
         self._fd: int | None = fd
         self.path, self.at, self.carry_to, self.carry_ino = path, at, carry_to, carry_ino
+        self.kept = kept
 
     def finish(self) -> Handover:
         """Carry what the old file grew into the new one (once; then closed)."""
         fd, self._fd = self._fd, None
         if fd is None:
             return Handover()
+        kept, self.kept = self.kept, None
         try:
             try:
-                return _carry(fd, self.path, self.at, self.carry_to, self.carry_ino)
+                done = _carry(fd, self.path, self.at, self.carry_to, self.carry_ino, kept)
             except OSError as exc:
                 # The new file would not take them: the old one is kept whole instead.
                 log.error("%s: could not carry what was appended meanwhile: %s", self.path, exc)
-                return _keep(fd, self.path, Handover())
+                return _keep(fd, self.path, Handover(), kept)
+            if kept is not None and done.kept != kept:
+                _unlink_quietly(kept)  # all it grew is in the new file
+            return done
         finally:
             os.close(fd)
 
@@ -285,19 +317,56 @@ def hand_over(
     try:
         with PublishLock(path):
             check()
-            swap()
+            kept = _second_name(path, fd)
+            try:
+                swap()
+            except BaseException:
+                if kept is not None:
+                    _unlink_quietly(kept)
+                raise
     except BaseException:
         os.close(fd)
         raise
-    return OldInode(fd, path, checked_size, carry_to, carry_ino)
+    return OldInode(fd, path, checked_size, carry_to, carry_ino, kept)
 
 
-def _seal(fd: int) -> bool | None:
-    """Whether no other descriptor is open on the unlinked file `fd` (then no one can
-    write it any more): a write lease is granted only then. None when that cannot be
-    told (no leases here, or the file has another name)."""
+def _conflict_name(path: str) -> str:
+    stamp = time.strftime("%Y-%m-%dT%H-%M-%S", time.gmtime())
+    return side_path(path, f".conflict-{stamp}-{secrets.token_hex(3)}")
+
+
+def _second_name(path: str, fd: int) -> str | None:
+    """Link the file at `path` (open as `fd`) under a conflict-copy name, so that it
+    outlives the swap whatever happens to this process (see `OldInode`); None where
+    no link can be made (a filesystem without hard links): the carry then relies on
+    this process alone, as it did."""
+    target = _conflict_name(path)
     try:
-        if os.fstat(fd).st_nlink != 0:
+        os.link(path, target, follow_symlinks=False)
+    except OSError as exc:
+        log.debug("%s: no second name for the old file during the rewrite: %s", path, exc)
+        return None
+    held, linked = os.fstat(fd), os.lstat(target)
+    if (held.st_dev, held.st_ino) != (linked.st_dev, linked.st_ino):
+        _unlink_quietly(target)  # the path changed since it was opened: the check says so
+        return None
+    return target
+
+
+def _unlink_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError as exc:
+        log.warning("%s: could not remove: %s", path, exc)
+
+
+def _seal(fd: int, names: int) -> bool | None:
+    """Whether no other descriptor is open on the file `fd`, unlinked but for `names`
+    names of our own (then no one can write it any more): a write lease is granted
+    only then. None when that cannot be told (no leases here, or the file has another
+    name)."""
+    try:
+        if os.fstat(fd).st_nlink > names:
             return None
         fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
     except OSError as exc:
@@ -306,7 +375,9 @@ def _seal(fd: int) -> bool | None:
     return True
 
 
-def _carry(old: int, path: str, at: int, carry_to: str, carry_ino: int) -> Handover:
+def _carry(
+    old: int, path: str, at: int, carry_to: str, carry_ino: int, kept: str | None
+) -> Handover:
     """Look at the old file until no one else holds it open (`_seal`), or, where that
     cannot be told or takes longer than `_SETTLE_LIMIT`, until two looks a
     millisecond apart find nothing new; carry each complete line it grew."""
@@ -314,15 +385,16 @@ def _carry(old: int, path: str, at: int, carry_to: str, carry_ino: int) -> Hando
     torn = b""  # grown past `at`, not carried yet: the start of a line still being written
     quiet = 0
     deadline = time.monotonic() + _SETTLE_LIMIT
+    names = 0 if kept is None else 1  # our own second name is no other writer's way in
     while True:
-        sealed = _seal(old)  # before the look: whatever comes after it is read
+        sealed = _seal(old, names)  # before the look: whatever comes after it is read
         grown = _read_from(old, at + len(torn))
         if grown:
             data = torn + grown
             end = data.rfind(b"\n") + 1
             lines = [line + b"\n" for line in data[: end - 1].split(b"\n")] if end else []
             if not all(_is_entry_line(line) for line in lines):
-                return _keep(old, path, done)
+                return _keep(old, path, done, kept)
             if lines:
                 _append(carry_to, carry_ino, data[:end])
                 done.carried += len(lines)
@@ -335,7 +407,7 @@ def _carry(old: int, path: str, at: int, carry_to: str, carry_ino: int) -> Hando
             break
         time.sleep(_SETTLE_SECONDS)
     if torn:
-        return _keep(old, path, done)
+        return _keep(old, path, done, kept)
     if done.carried:
         log.warning(
             "%s: %d line(s) another program appended while the file was rewritten were "
@@ -377,10 +449,23 @@ def _append(carry_to: str, carry_ino: int, data: bytes) -> None:
         os.close(fd)
 
 
-def _keep(old: int, path: str, done: Handover) -> Handover:
-    """Keep the old file whole (what it grew included) beside `path`, and say so."""
-    stamp = time.strftime("%Y-%m-%dT%H-%M-%S", time.gmtime())
-    target = side_path(path, f".conflict-{stamp}-{secrets.token_hex(3)}")
+def _keep(old: int, path: str, done: Handover, kept: str | None) -> Handover:
+    """Keep the old file whole (what it grew included) beside `path`, and say so: its
+    second name `kept` where it has one (the same inode: a line its last holder
+    completes later lands there too), else a copy."""
+    target = kept if kept is not None else _copy(old, path)
+    done.kept = target
+    log.warning(
+        "%s: another program appended to the file while it was rewritten, and not only "
+        "whole entry lines; the file as it then was is kept as %s",
+        path,
+        target,
+    )
+    return done
+
+
+def _copy(old: int, path: str) -> str:
+    target = _conflict_name(path)
     fd = open_regular(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         offset = 0
@@ -392,11 +477,4 @@ def _keep(old: int, path: str, done: Handover) -> Handover:
         os.fsync(fd)
     finally:
         os.close(fd)
-    done.kept = target
-    log.warning(
-        "%s: another program appended to the file while it was rewritten, and not only "
-        "whole entry lines; the file as it then was is kept as %s",
-        path,
-        target,
-    )
-    return done
+    return target
