@@ -525,6 +525,11 @@ class ManagerModel(RuleBasedStateMachine):
             patterns += sessions
         if "lock" in allowed_kinds:
             patterns += [lock_path_for(p) for p in sessions]
+            # oh-my-pi's publish lock beside the file: a rewrite takes it (and a fault may
+            # leave it; oh-my-pi tells a stale one by its gate, the abstract socket)
+            for p in sessions:
+                d, name = os.path.split(p)
+                patterns.append(os.path.join(d, "." + glob_escape(name) + ".lock"))
         if "conflict" in allowed_kinds:
             for p in sessions:
                 d, name = os.path.split(p)
@@ -560,7 +565,7 @@ class ManagerModel(RuleBasedStateMachine):
                 f"{kind} touched {path} (allowed: {patterns})"
             )
             if path in before and path not in after:
-                removal_ok = path.endswith(".writer-lock") or (
+                removal_ok = path.endswith((".writer-lock", ".jsonl.lock")) or (
                     "old-session" in removable and path == before_path and path != after_path
                 )
                 if "copied-source" in removable:

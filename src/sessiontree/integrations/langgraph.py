@@ -648,12 +648,16 @@ class SessionTreeSaver(BaseCheckpointSaver[str]):
                 return
             leftovers = storage.list_files(self._dir, f"*.jsonl.*{_COPYING}")
             leftovers += storage.list_files(self._dir, f".*.jsonl.*{_COPYING}.*.tmp")
+            # what a rewrite killed at its swap leaves beside the copy: oh-my-pi's publish
+            # lock file and the copy's second name (kept so no appended line is lost)
+            leftovers += storage.list_files(self._dir, f".*.jsonl.*{_COPYING}.lock")
+            leftovers += storage.list_files(self._dir, f"*.jsonl.*{_COPYING}.conflict-*")
         except (OSError, SessionTreeError):
             return
         for path in leftovers:
             name = os.path.basename(path)
-            if not name.endswith(_COPYING):  # `.<copy>.<random>.tmp`: the copy's temp
-                name = name[1:].rsplit(_COPYING, 1)[0] + _COPYING
+            if not name.endswith(_COPYING):  # the copy's temp, lock or second name
+                name = name.lstrip(".").rsplit(_COPYING, 1)[0] + _COPYING
             try:
                 if time.time_ns() - storage.stat(path).mtime_ns < _STALE_COPY_NS:
                     continue

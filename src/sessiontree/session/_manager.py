@@ -89,6 +89,7 @@ from sessiontree.session._persistence import (
 from sessiontree.session._shape import TreeShape
 from sessiontree.storage import (
     BLOB_REF_PREFIX,
+    LIVE_DIR,
     BlobPins,
     BlobPutResult,
     BlobStore,
@@ -99,6 +100,7 @@ from sessiontree.storage import (
     default_storage,
     directory_tree,
     find_blob_refs,
+    pin_error,
     save_unsaved,
 )
 
@@ -798,6 +800,18 @@ class SessionManager(ClosesOnExit):
         self._check_writable()
         result = self._blobs.put(data)
         self._pin((result.hash,))
+        blob_dir = getattr(self._blobs, "dir", None)
+        error = pin_error(blob_dir) if isinstance(blob_dir, str) else None
+        if error is not None and isinstance(blob_dir, str):
+            live = os.path.join(blob_dir, LIVE_DIR)
+            # Something other than a dir at `.live` stops every gc from deleting: the ref
+            # is safe unpinned. Otherwise (a full disk refused the pin) gc would take the
+            # blob: the caller learns it now, before an entry names it.
+            if not os.path.lexists(live) or os.path.isdir(live):
+                raise OSError(
+                    error.errno,
+                    f"could not pin blob {result.hash} in {live}: {error.strerror or error}",
+                ) from error
         return result
 
     def _pin(self, hashes: Iterable[str]) -> None:

@@ -74,7 +74,7 @@ from sessiontree.storage._locks import (
     verify_lock,
 )
 from sessiontree.storage._memory import MemorySessionStorage
-from sessiontree.storage._pins import LIVE_DIR, read_pins, save_unsaved
+from sessiontree.storage._pins import LIVE_DIR, pin_error, read_pins, save_unsaved
 
 if TYPE_CHECKING:
     from sessiontree.storage.postgres import PostgresSessionStorage
@@ -129,6 +129,7 @@ __all__ = [
     "is_stored_file",
     "lock_path_for",
     "parse_blob_ref",
+    "pin_error",
     "publish_lock_name",
     "read_chunks",
     "read_pins",

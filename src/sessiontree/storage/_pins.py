@@ -66,7 +66,7 @@ _WOULD_BLOCK: Final = frozenset({errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES})
 class _PinFile:
     """This process's pin file in one blob dir, and the holders of each hash in it."""
 
-    __slots__ = ("counts", "dir", "fd", "lines", "path", "unsaved")
+    __slots__ = ("counts", "dir", "error", "fd", "lines", "path", "unsaved")
 
     def __init__(self, blob_dir: str) -> None:
         self.dir = blob_dir
@@ -75,6 +75,8 @@ class _PinFile:
         """Hashes written to the file (let-go ones included)."""
         self.fd: int | None = None
         self.path: str | None = None
+        self.error: OSError | None = None
+        """Why the pin file is unsaved."""
         self.unsaved = False
         """A hash held is not (or not whole) in the file: a write failed (a full disk). The
         next pin, or `save_unsaved` (every flush), writes the whole file again."""
@@ -93,7 +95,7 @@ class _PinFile:
                 write_all(self.fd, digest.encode("ascii") + b"\n")
                 self.lines += 1
         except OSError as exc:
-            self.unsaved = True
+            self.unsaved, self.error = True, exc
             _log.warning(
                 "could not pin blob %s in %s: %s (tried again at the next flush; until "
                 "then gc may delete it once it is old)",
@@ -106,7 +108,7 @@ class _PinFile:
         """Write every hash held into a new pin file (it replaces ours); raises OSError."""
         self._make(b"".join(d.encode("ascii") + b"\n" for d in self.counts))
         self.lines = len(self.counts)
-        self.unsaved = False
+        self.unsaved, self.error = False, None
 
     def remove(self, digest: str) -> None:
         held = self.counts.get(digest)
@@ -210,6 +212,16 @@ def save_unsaved() -> None:
                 pins.save()
             except OSError as exc:
                 _log.debug("could not save the pin file of %s yet: %s", pins.dir, exc)
+
+
+def pin_error(blob_dir: str) -> OSError | None:
+    """Why this process's pin file of `blob_dir` does not hold every hash pinned there
+    (written again first), or None when it does."""
+    save_unsaved()
+    key = blob_dir if os.path.isabs(blob_dir) else os.path.abspath(blob_dir)
+    with _lock:
+        pins = _files.get(key)
+        return pins.error if pins is not None and pins.unsaved else None
 
 
 def unpin(blob_dir: str, digest: str) -> None:
