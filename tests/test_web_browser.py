@@ -927,3 +927,27 @@ def test_pi16_entries_show_their_details_and_fit_a_phone(browser: Any, tmp_path:
             scroll, client, wide = page.evaluate(OVERFLOW)
             assert scroll <= client, (path.name, "export", scroll, wide)
         context.close()
+
+
+@pytest.mark.parametrize("width", [1280, 400])
+def test_the_exported_page_has_no_empty_band_under_its_header(
+    browser: Any, server: BackgroundServer, store: WebStore, width: int, tmp_path: Path
+) -> None:
+    """The exported page's header is as tall as its title and its line of facts (plus its
+    padding): a grid's auto rows once split the window's spare height, an empty band of
+    about 160 px under the header of a short session."""
+    context = browser.new_context(viewport={"width": width, "height": 800})
+    page = context.new_page()
+    page.goto(server.new_link())
+    page.wait_for_url(server.base + "/")
+    export = tmp_path / "export.html"
+    export.write_bytes(
+        page.request.get(f"{server.base}/s/{handle_of('s', store.demo)}/export/html").body()
+    )
+    page.goto(export.as_uri())
+    band = page.evaluate(
+        """() => { const h = document.querySelector('body.export > header');
+        const r = h.getBoundingClientRect(), last = h.lastElementChild.getBoundingClientRect();
+        return r.bottom - last.bottom; }"""
+    )
+    assert 0 <= band <= 24, (width, band)
