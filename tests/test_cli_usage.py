@@ -140,6 +140,7 @@ def test_usage_blocks_json_text_and_live(
     assert any(b["gap"] for b in document["blocks"])
     text = run("usage", "blocks").stdout
     assert "ACTIVE" in text and "Burn rate" in text
+    assert "Ctrl-C" not in text  # nothing to stop: the report has ended
     ticks = []
 
     def sleep(seconds: float) -> None:
@@ -150,6 +151,8 @@ def test_usage_blocks_json_text_and_live(
     monkeypatch.setattr(commands_usage.time, "sleep", sleep)
     live = run("usage", "blocks", "--live", "--interval", "0.1")
     assert live.exit_code == 0 and "Active block" in live.stdout and ticks == [0.1, 0.1]
+    # the frame left when the run has ended does not say how to stop it
+    assert "Ctrl-C stops" not in live.stdout.rstrip().splitlines()[-1]
     assert run("usage", "blocks", "--live", "--json").exit_code == 2
 
 

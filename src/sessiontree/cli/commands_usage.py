@@ -404,12 +404,15 @@ def _blocks_table(found: Sequence[Block], now_ms: int, tz: tzinfo, breakdown: bo
     return table
 
 
-def live_panel(block: Block | None, now_ms: int, tz: tzinfo) -> RenderableType:
-    """The live view of the active block: time bar, tokens, cost, burn rate, projection."""
+def live_panel(
+    block: Block | None, now_ms: int, tz: tzinfo, *, following: bool = True
+) -> RenderableType:
+    """The live view of the active block: time bar, tokens, cost, burn rate, projection;
+    while `following`, how to stop (the last frame, left on the screen, says nothing of it)."""
     if block is None:
         return Text(
-            f"No active {BLOCK_HOURS}-hour block: no reply in the last {BLOCK_HOURS} hours. "
-            "Waiting… (Ctrl-C stops)"
+            f"No active {BLOCK_HOURS}-hour block: no reply in the last {BLOCK_HOURS} hours."
+            + (" Waiting… (Ctrl-C stops)" if following else "")
         )
     total = block.end - block.start
     elapsed = min(total, max(0, now_ms - block.start))
@@ -439,7 +442,8 @@ def live_panel(block: Block | None, now_ms: int, tz: tzinfo) -> RenderableType:
                     f"{money(projection[1])}"
                 )
             )
-    lines.append(Text("Ctrl-C stops", style="dim"))
+    if following:
+        lines.append(Text("Ctrl-C stops", style="dim"))
     return Group(*lines)
 
 
@@ -504,7 +508,7 @@ def blocks_command(
     active = _active(found, now_ms)
     if active is not None:
         console.print()
-        console.print(live_panel(active, now_ms, inputs.tz))
+        console.print(live_panel(active, now_ms, inputs.tz, following=False))
 
 
 def _in_blocks(reply: Reply, inputs: _Inputs) -> bool:
@@ -520,18 +524,21 @@ def _in_blocks(reply: Reply, inputs: _Inputs) -> bool:
 
 def _follow(inputs: _Inputs, interval: float) -> None:
     """Redraw the active block every `interval` seconds until Ctrl-C."""
-    try:
-        with Live(console=console, auto_refresh=False, transient=False) as view:
+    with Live(console=console, auto_refresh=False, transient=False) as view:
+        shown: tuple[Block | None, int] | None = None
+        try:
             while True:
                 replies = inputs.replies()
                 now_ms = int(time.time() * 1000)
                 found = blocks(
                     replies, since=inputs.since, until=inputs.until, projects=inputs.projects
                 )
-                view.update(live_panel(_active(found, now_ms), now_ms, inputs.tz), refresh=True)
+                shown = (_active(found, now_ms), now_ms)
+                view.update(live_panel(*shown, inputs.tz), refresh=True)
                 time.sleep(interval)
-    except KeyboardInterrupt:
-        pass
+        except KeyboardInterrupt:
+            if shown is not None:  # the frame left on the screen once the run has ended
+                view.update(live_panel(*shown, inputs.tz, following=False), refresh=True)
 
 
 for _kind in ("daily", "weekly", "monthly", "session", "project"):
