@@ -153,11 +153,17 @@ def open_regular(path: str, flags: int, mode: int = FILE_MODE) -> int:
     A FIFO or device planted under the name is neither blocked on nor written:
     the open is non-blocking and the descriptor is checked with fstat.
     """
-    fd = os.open(path, flags | O_NOFOLLOW | O_CLOEXEC | _O_NONBLOCK, mode)
+    return _open_file(path, flags | O_NOFOLLOW, mode)
+
+
+def _open_file(path: str, flags: int, mode: int = FILE_MODE) -> int:
+    """`os.open` that never blocks (a FIFO) and refuses anything but a regular file with
+    OSError(EINVAL) naming the file and what it is; the descriptor it returns blocks."""
+    fd = os.open(path, flags | O_CLOEXEC | _O_NONBLOCK, mode)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", path)
+            raise OSError(errno.EINVAL, f"{file_kind(st.st_mode)}, not a regular file", path)
         if _O_NONBLOCK:
             os.set_blocking(fd, True)
     except BaseException:
@@ -189,17 +195,7 @@ def read_fd(path: str) -> int:
     descriptor is checked with fstat, and anything but a regular file raises
     OSError(EINVAL) naming the file and what it is.
     """
-    fd = os.open(path, os.O_RDONLY | O_CLOEXEC | _O_NONBLOCK)
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(errno.EINVAL, f"{file_kind(st.st_mode)}, not a regular file", path)
-        if _O_NONBLOCK:
-            os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
+    return _open_file(path, os.O_RDONLY)
 
 
 def open_read(path: str) -> BinaryIO:

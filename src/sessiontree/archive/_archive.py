@@ -71,6 +71,7 @@ from sessiontree._util.fs import (
     ensure_private_dir,
     fsync_directory,
     side_path,
+    write_all,
 )
 from sessiontree.errors import SessionTreeError
 from sessiontree.format import file_session_id
@@ -1908,9 +1909,7 @@ def _write_new_in(directory: int, target: str, data: bytes, mtime: int) -> bool:
     fd = os.open(temp, flags, 0o600, dir_fd=directory)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)

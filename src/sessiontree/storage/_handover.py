@@ -51,7 +51,7 @@ from dataclasses import dataclass
 import orjson
 import xxhash
 
-from sessiontree._util.fs import O_NOFOLLOW, open_regular, side_path
+from sessiontree._util.fs import O_NOFOLLOW, open_regular, side_path, write_all
 from sessiontree.errors import SessionLockError
 
 __all__ = ["Handover", "OldInode", "PublishLock", "hand_over", "publish_lock_name"]
@@ -441,9 +441,7 @@ def _append(carry_to: str, carry_ino: int, data: bytes) -> None:
     try:
         if os.fstat(fd).st_ino != carry_ino:
             raise FileNotFoundError(errno.ENOENT, "replaced again meanwhile", carry_to)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -470,9 +468,7 @@ def _copy(old: int, path: str) -> str:
     try:
         offset = 0
         while chunk := os.pread(old, 1 << 20, offset):
-            view = memoryview(chunk)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, chunk)
             offset += len(chunk)
         os.fsync(fd)
     finally:
