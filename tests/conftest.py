@@ -136,3 +136,21 @@ def agent_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for var in ("TMUX_PANE", "KITTY_WINDOW_ID", "TERM_SESSION_ID", "WT_SESSION"):
         monkeypatch.delenv(var, raising=False)
     return directory
+
+
+@pytest.fixture
+def homes_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The agents' homes on this machine are the test's (`<tmp>/.claude`, `<tmp>/.codex`,
+    `<tmp>/.pi/agent`, ...): a restore without --to writes only to a home where its agent
+    keeps its store. Returns the home."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    for var in (
+        "PI_CODING_AGENT_DIR",
+        "CLAUDE_CONFIG_DIR",
+        "CODEX_HOME",
+        "XDG_DATA_HOME",
+        "GEMINI_CLI_HOME",
+        "COPILOT_HOME",
+    ):
+        monkeypatch.delenv(var, raising=False)
+    return tmp_path

@@ -44,19 +44,7 @@ CODEX = "AcidicSoil__codex-session-viewer__docs__example.jsonl"
 ID = "aaaaaaaa-1111-2222-3333-444444444444"
 
 
-@pytest.fixture(autouse=True)
-def homes_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The agents' homes on this machine are the test's (`<tmp>/.claude`, `<tmp>/.codex`,
-    ...): a restore without --to writes only to a home where its agent keeps its store."""
-    monkeypatch.setenv("HOME", str(tmp_path))
-    for var in (
-        "CLAUDE_CONFIG_DIR",
-        "CODEX_HOME",
-        "XDG_DATA_HOME",
-        "GEMINI_CLI_HOME",
-        "COPILOT_HOME",
-    ):
-        monkeypatch.delenv(var, raising=False)
+pytestmark = pytest.mark.usefixtures("homes_in_tmp")
 
 
 def fixture(*parts: str) -> Path:

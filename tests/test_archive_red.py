@@ -37,19 +37,7 @@ A = "aaaaaaaa-0000-0000-0000-000000000001"
 B = "bbbbbbbb-0000-0000-0000-000000000002"
 
 
-@pytest.fixture(autouse=True)
-def homes_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The agents' homes on this machine are the test's (`<tmp>/.claude`, `<tmp>/.codex`,
-    ...): a restore without --to writes only to a home where its agent keeps its store."""
-    monkeypatch.setenv("HOME", str(tmp_path))
-    for var in (
-        "CLAUDE_CONFIG_DIR",
-        "CODEX_HOME",
-        "XDG_DATA_HOME",
-        "GEMINI_CLI_HOME",
-        "COPILOT_HOME",
-    ):
-        monkeypatch.delenv(var, raising=False)
+pytestmark = pytest.mark.usefixtures("homes_in_tmp")
 
 
 def two_sessions(root: Path) -> tuple[ArchiveSource, Path, Path]:

@@ -136,13 +136,7 @@ def test_a_file_checked_again_and_unchanged_is_no_new_version(tmp_path: Path) ->
 # ---------------------------------------------------------------------------- item 3
 
 
-@pytest.fixture(autouse=True)
-def homes_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The agents' homes on this machine are the test's (`<tmp>/.omp/agent`, ...): a restore
-    without --to writes only to a home where its agent keeps its store."""
-    monkeypatch.setenv("HOME", str(tmp_path))
-    for var in ("PI_CODING_AGENT_DIR", "CLAUDE_CONFIG_DIR", "CODEX_HOME", "XDG_DATA_HOME"):
-        monkeypatch.delenv(var, raising=False)
+pytestmark = pytest.mark.usefixtures("homes_in_tmp")
 
 
 def clobbered_archive(tmp_path: Path) -> tuple[str, ArchiveSource, Path, bytes, bytes]:

@@ -188,17 +188,12 @@ def test_the_archive_restores_a_custom_id_and_no_other(
 
 
 @pytest.mark.parametrize("session_id", ["sessions", "subagents"])
-def test_a_restored_custom_id_brings_its_own_files_alone(
-    tmp_path: Path, session_id: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.usefixtures("homes_in_tmp")
+def test_a_restored_custom_id_brings_its_own_files_alone(tmp_path: Path, session_id: str) -> None:
     """A file whose path holds a dir named as the id asked for was taken for a companion
     of the session: `restore sessions` (a pi 1.6 custom id) brought back every other
     session's artifacts, and stopped when one of them was there with other bytes."""
     from sessiontree.archive import ArchiveSource, archive_stores, restore_session
-
-    # pi's store on this machine is the test's: a restore without --to writes only there
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv("PI_CODING_AGENT_DIR", raising=False)
 
     home = tmp_path / ".pi" / "agent"
     project = home / "sessions" / "--work-demo--"
