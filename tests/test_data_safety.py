@@ -812,3 +812,30 @@ def test_a_rewrite_whose_directory_fsync_fails_leaves_no_temp_file(
     assert Path(path).read_bytes() == before
     with pytest.raises(SessionPersistenceError):
         sm.close()
+
+
+def test_a_rewrite_of_a_session_file_that_is_a_symlink_writes_at_its_target(
+    agent_dir: Path, tmp_path: Path
+) -> None:
+    """A session file linked into the store from another disk: a rewrite (a rename) and an
+    append write the file the link names, the link stays a link, no entry is lost, and
+    nothing is left beside either name."""
+    sm = persisted()
+    path = Path(sm.get_session_file() or "")
+    sm.close()
+    elsewhere = tmp_path / "disk" / path.name
+    elsewhere.parent.mkdir()
+    os.replace(path, elsewhere)
+    path.symlink_to(elsewhere)
+    before = ids(str(path))
+    sm = SessionManager.open(str(path))
+    sm.set_session_name("renamed")
+    sm.append_message(user("after"))
+    sm.close()
+    assert path.is_symlink() and os.readlink(path) == str(elsewhere)
+    assert ids(str(elsewhere))[: len(before)] == before
+    assert len(ids(str(elsewhere))) > len(before)
+    assert SessionManager.open(str(path), read_only=True).get_session_name() == "renamed"
+    assert sorted(p.name for p in elsewhere.parent.iterdir()) == [elsewhere.name]
+    beside = {p.name for p in path.parent.iterdir()} - {path.name}
+    assert not [n for n in beside if path.stem in n and not n.endswith("writer-lock")]
