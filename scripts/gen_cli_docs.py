@@ -7,7 +7,7 @@ The reference is the part of docs/cli.md between the two marker lines below; the
 around it is written by hand. Every command and sub-command is asked for its help in
 this process, at a fixed width with colours off, whatever the terminal or the
 environment says, so the file comes out the same on every machine (sqlite-utils keeps
-its CLI reference from drifting the same way, with cog). `tests/test_docs.py` runs it
+its CLI reference from drifting the same way, with cog). `tests/project/test_docs.py` runs it
 and fails when the file differs.
 """
 

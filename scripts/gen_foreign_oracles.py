@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Write `tests/data/foreign/oracles.json`: what the TypeScript peers make of the real
-Claude Code and Codex files, so `tests/test_foreign_oracles.py` compares against them
+Claude Code and Codex files, so `tests/interop/test_foreign_oracles.py` compares against them
 without node or bun.
 
 Needs the peers (`scripts/peers/setup` installs them; they are driven through

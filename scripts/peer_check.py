@@ -30,7 +30,7 @@ for every session file that run left behind:
   (``{"model": "provider/id"}``), which is what sessiontree writes (counted as ``model?``);
 * ``shape`` (unless ``--no-shapes``): the peers (both pi releases for the pi flavour) run
   the same script too, and their files
-  are compared with ours as ``tests/test_opscript_shapes.py`` does with the committed data.
+  are compared with ours as ``tests/interop/test_opscript_shapes.py`` does with the committed data.
 
 A summary table is printed; the exit status is 1 when anything mismatched.
 """
@@ -106,8 +106,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.pop(var, None)
     env = dict(os.environ)
 
-    import sessiontree.format._jsonl
     from opscript import load_ops, run_script
+
+    import sessiontree.format._jsonl
     from sessiontree import (
         BlobStore,
         SessionManager,

@@ -21,13 +21,15 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import FIXTURES
+
 HAND_ASSEMBLED = {
     "jazzyalex__agent-sessions__Resources__Fixtures__stage0__agents__claude__small.jsonl",
     "jazzyalex__agent-sessions__Resources__Fixtures__stage0__agents__codex__small.jsonl",
 }
 """Schema-coverage files built by hand (SOURCES.md): only "must not crash" inputs."""
 
-DATA = Path(__file__).parent / "data" / "foreign"
+DATA = FIXTURES / "foreign"
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import peers
 from sessiontree.format import loads_line
+from tests import peers
 
 
 def assistant(text: str = "ok", **extra: object) -> dict[str, object]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from conftest import REPO_ROOT, unavailable
+from tests.conftest import REPO_ROOT, unavailable
 
 PEERS = ("pi", "pi16", "omp")
 """Every peer a differential test runs against."""

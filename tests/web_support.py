@@ -12,10 +12,10 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from helpers import assistant, user
 from sessiontree import SessionManager
 from sessiontree.format import serialize_entry
 from sessiontree.layout import encode_session_dir_name
+from tests.helpers import assistant, user
 
 CHROMIUM = os.environ.get("SESSIONTREE_CHROMIUM", "/usr/bin/chromium")
 BROWSER_ARGS = [

@@ -5,7 +5,7 @@ Only defaults read the environment: `Store()` without a location (`default_store
 a library function given no agent dir (`agent_dir_or_default`), the other agents'
 default homes, the terminal's id and the local time zone's name. Everything else is
 handed the agent dir it works on. Nothing in the package writes the environment, and
-no module but this one reads it (`tests/test_environment.py` holds both).
+no module but this one reads it (`tests/project/test_environment.py` holds both).
 """
 
 from __future__ import annotations
