@@ -197,7 +197,8 @@ def import_all(fixtures: Path, agent: Path) -> dict[str, list[str]]:
 #   Claude Agent SDK reads them (`_internal/sessions.py`: `_collect_agent_files`,
 #   `_read_agent_metadata_sidecar`); every line `isSidechain: true` with its `agentId`.
 #   The subagent replays the parent's response (same `message.id`, another
-#   `requestId`), the sidechain replay ccusage deduplicates (ccusage PR #1155).
+#   `requestId`), the sidechain replay ccusage deduplicates
+#   (https://github.com/ryoppippi/ccusage/pull/1155).
 # * A forked Claude Code session: every line carries `forkedFrom: {sessionId,
 #   messageUuid}` and the file ends with a `custom-title` "... (fork)", as the SDK's
 #   `fork_session` writes it (`_internal/session_mutations.py`: `_build_fork_lines`).

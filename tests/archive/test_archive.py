@@ -1,4 +1,4 @@
-"""The archive (issue 26.3): every session kept whatever the agents prune, restored byte
+"""The archive: every session kept whatever the agents prune, restored byte
 for byte; incremental, deduplicated, compressed, never deleting; and the four
 questions of everything that writes (same source and target, a path that is not
 ours, a file changed meanwhile, a write failing halfway)."""
@@ -369,7 +369,7 @@ TITLE = st.text(max_size=300)
 HEADER = b'{"type":"session","version":3,"id":"fresh","timestamp":"2026-12-01T00:00:00.000Z"}\n'
 
 MODEL_COUNTS = {"examples": 0, "steps": 0, "in_place": 0, "versions_restored": 0}
-"""What the archive model ran (issue 32's note reports them)."""
+"""What the archive model ran (its runs, steps and restores, for a report)."""
 
 
 class ArchiveModel(RuleBasedStateMachine):

@@ -1,4 +1,4 @@
-"""Red-team breaks of the archive (issue 26.3), each a test named for what must hold:
+"""Hostile breaks of the archive, each a test named for what must hold:
 restore --all after a cleanup, a damaged manifest, a FIFO swapped in, a zstd bomb, a
 chunk left damaged by a crash."""
 
@@ -337,7 +337,7 @@ def test_an_earlier_line_rewritten_in_place_as_the_file_grows_is_archived(
     tmp_path: Path,
 ) -> None:
     """A file that grew is checked before its old end, not only in its last chunk
-    (issue 32.4: it was archived as the old head and the new tail)."""
+    (not archived as the old head and the new tail)."""
     source, a, _ = two_sessions(tmp_path)
     archive = str(tmp_path / "archive")
     for n in range(40):  # enough lines for several chunks

@@ -1,4 +1,4 @@
-"""The archive keeps every version of a file, and sees every change (issue 32.3, 32.4):
+"""The archive keeps every version of a file, and sees every change:
 an agent that clobbers a session (pi 0.73 opening an oh-my-pi one truncates it to a
 fresh header) leaves a version that is listed, restored by number or time, named by
 the run and by `archive --stats`, and shown by the view; an agent that rewrites bytes in

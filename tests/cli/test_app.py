@@ -307,7 +307,7 @@ def test_stats(store: Store, agent_dir: Path) -> None:
     assert document["usage"]["messages"] == 4 and document["usage"]["input"] == 400
     assert list(document["byModel"]) == ["anthropic/claude-sonnet-4-5"]
     assert sum(d["messages"] for d in document["byDay"].values()) == 4
-    every = as_json("stats")  # every project, as `usage` (issue 23)
+    every = as_json("stats")  # every project, as `usage` counts them
     assert every["sessions"] == 3 and every["projects"] == 2
     assert as_json("stats", "--all") == every
     assert "Sessions" in ok("stats", "--all").stdout

@@ -1,4 +1,4 @@
-"""What the commands say (issue 23, the terminal): `show` prints the file path on one
+"""What the commands say on the terminal: `show` prints the file path on one
 line and no empty model rows, `rm` asks with the title and size, `repair` says what to
 do with its copy, `history` names the database it read."""
 

@@ -352,7 +352,7 @@ def test_each_command_touches_only_its_allowed_set(data: st.DataObject, kind: st
 
 
 REWRITING = {"rename", "migrate", "repair"}
-"""Commands that rewrite a session in place: a peer may append during them (issue 32.2)."""
+"""Commands that rewrite a session in place: a peer may append during them."""
 PEERS = st.one_of(
     st.none(),
     st.tuples(st.sampled_from(["pi", "omp"]), st.sampled_from(["written", "window", "swapped"])),
@@ -488,7 +488,7 @@ def test_a_store_is_built_as_described() -> None:
     check()
 
 
-# --- family: copies across agent dirs (issue 21.3) ---
+# --- family: copies across agent dirs ---
 # The copying commands (fork, extract, export -f jsonl -o, import) run on a target of the
 # store built above (agent dir A), each source loaded whole or index first, either with
 # --agent-dir B or within A. Into B: nothing in A changes, and once A and the other

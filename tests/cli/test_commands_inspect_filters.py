@@ -1,4 +1,4 @@
-"""Finding sessions (issue 23): titles are searched, `list` filters by text and time,
+"""Finding sessions: titles are searched, `list` filters by text and time,
 and an unknown value is an error that names the known ones, not an empty result."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Golden output (issue 23): `list`, `show`, `tree` and `usage` at 80 and 200 columns on
+"""Golden output: `list`, `show`, `tree` and `usage` at 80 and 200 columns on
 a store written byte by byte (fixed ids, times and file dates), compared with
 tests/data/golden/. `SESSIONTREE_GOLDEN=write` writes them again (then read the diff)."""
 

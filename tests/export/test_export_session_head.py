@@ -1,5 +1,5 @@
-"""`export -o` never replaces a session, however long its first line (issue 21,
-suspected): it looked for a session header in the first 1 MiB only, so a session
+"""`export -o` never replaces a session, however long its first line: it once
+looked for a session header in the first 1 MiB only, so a session
 whose header line is longer (a huge title) was overwritten. `loader.read_head` now
 reads up to the line that decides, as the loader does, and no further.
 """

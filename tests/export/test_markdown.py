@@ -1,4 +1,4 @@
-"""A message's Markdown rendered (issue 23): headings, lists, emphasis, tables and code
+"""A message's Markdown rendered: headings, lists, emphasis, tables and code
 coloured on the server through markdown-it-py and Pygments; raw HTML and dangerous links
 stay text, in the export and in the web app, whatever a message holds."""
 

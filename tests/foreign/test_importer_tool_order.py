@@ -1,4 +1,4 @@
-"""Imported sessions keep the order the model APIs require (issue 21, item 9).
+"""Imported sessions keep the order the model APIs require.
 
 After `build_session_context` + `convert_to_llm`, every assistant message with tool
 calls is followed at once by the tool results answering exactly those calls, before

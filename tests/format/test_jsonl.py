@@ -163,7 +163,7 @@ def test_fast_path_numbers_match_the_exact_formatter(value: float) -> None:
 
 
 def test_one_way_to_parse_a_json_line() -> None:
-    # `loads_line` tries orjson first; no reader keeps a copy of that try (issue 22.3).
+    # `loads_line` tries orjson first; no reader keeps a copy of that try.
     import re
 
     from sessiontree.format import loads_object

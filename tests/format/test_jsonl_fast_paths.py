@@ -1,4 +1,4 @@
-"""The append fast paths against the slow paths they short-cut (issue 13).
+"""The append fast paths against the slow paths they short-cut.
 
 `entry_line` and `serialize_entry_bytes` first let orjson write the value and let
 one walk (`jsonl.as_is_checker`) vouch for the bytes; anything it cannot vouch for

@@ -151,7 +151,7 @@ def test_read_only_open_does_not_migrate_the_file(tmp_path: Path) -> None:
 def test_a_migration_writes_every_line_through_the_persistence_step(tmp_path: Path) -> None:
     """Opening a v1 file for writing (xcsh's store) rewrites it as oh-my-pi writes each
     migrated entry: transient keys dropped, strings over 500,000 characters cut, images
-    of 1024+ characters in `blobs/` (issue 31, section 3)."""
+    of 1024+ characters in `blobs/`."""
     image = {"type": "image", "data": "QUJD" * 400, "mimeType": "image/png"}
     call = {"type": "toolCall", "id": "c1", "name": "bash", "arguments": {}, "partialJson": "{"}
     entries = [

@@ -1,4 +1,4 @@
-"""One title everywhere (issue 23): `list`, `show`, `tree`, `search`, the web app's list
+"""One title everywhere: `list`, `show`, `tree`, `search`, the web app's list
 and heading, and the Markdown and HTML exports show a session by the same title, cleaned
 of Claude Code's markup and shortened where it heads a page or a row."""
 
@@ -108,7 +108,7 @@ def test_a_claude_command_is_titled_by_the_command(tmp_path: Path) -> None:
 
 def test_show_prices_as_usage_does(tmp_path: Path) -> None:
     """`show` of another agent's session (no recorded cost) gives the cost `usage`
-    estimates for it, marked `~` (issue 23: `0.0000` against `~$27.58`)."""
+    estimates for it, marked `~` (not `0.0000` where `usage` says `~$27.58`)."""
     import json
 
     foreign = REAL_FILES / "foreign"

@@ -802,7 +802,7 @@ def test_a_dead_writer_makes_every_later_call_raise(
     assert [row[1] for row in raw_rows(db_path)] == ["saved"]
 
 
-# --- read-only reads: one query with HistoryStorage (issue 21, item 7) --------------
+# --- read-only reads: one query with HistoryStorage ----------------------------------
 
 QUERY_PIECES = [
     "fix",

@@ -19,7 +19,7 @@ For every committed session file:
     default model; the default leaf's full context is compared message by message
     (unless it was stored as `messagesOmitted: {count, sha256}` because of its size).
     Where a release and sessiontree disagree today, the case is an expected failure
-    (strict: it must flip when the fix lands) naming the rule of issue 31 it waits for;
+    (strict: it must flip when the fix lands) naming the rule it waits for;
 (d) omp-written files: the default leaf's thinking level, TTSR rules and mode agree with
     omp's `context` (its messages differ by design: omp drops aborted/error turns and
     dangling tool calls, which the spec does not);

@@ -13,7 +13,7 @@ reports `{}`: sessiontree writes `model_change` as `{"model": "provider/id"}` (A
 which pi cannot read; those leaves are counted, not compared.
 
 Where a release and sessiontree disagree today, the case is an expected failure (strict:
-it flips when the fix lands) naming the rule of issue 31 it waits for.
+it flips when the fix lands) naming the rule it waits for.
 """
 
 from __future__ import annotations

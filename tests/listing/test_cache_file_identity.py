@@ -1,5 +1,5 @@
-"""The listing cache and the content index notice every change to a session file
-(issue 21, suspected: "a same-size in-place rewrite within one mtime tick").
+"""The listing cache and the content index notice every change to a session file,
+a same-size in-place rewrite within one mtime tick included.
 
 Both caches skip a file whose stat is unchanged. A peer's `writeFileSync` rewrites a
 file in place (same inode); when the new bytes have the old size and land within

@@ -1,5 +1,5 @@
-"""`repair` never writes over what is not its own (issue 21, suspected): without `-o`
-it wrote `<file>.repaired` over the copy an earlier repair had left there (which its
+"""`repair` never writes over what is not its own: without `-o` it once
+wrote `<file>.repaired` over the copy an earlier repair had left there (which its
 user may have edited since). It now takes the first free name of `.repaired`,
 `.repaired-2`, ... and never replaces a file, a symlink, or one another program
 creates while the copy is being written.

@@ -1,5 +1,5 @@
 """Names that come from elsewhere (a shared database, a file tree being imported) are
-checked before they become paths (issue 21, item 5).
+checked before they become paths.
 
 A `nodes` row named `..` under `sessions/` made `export-files` walk forever and write
 a database file over the host's `settings.json`. Now: the schema refuses such names

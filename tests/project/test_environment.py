@@ -1,6 +1,6 @@
 """No library, CLI or web code writes the process environment: the agent dir is passed
-down as `agent_dir=` (issue 21, item 8). And only `sessiontree._util.env` reads it: the
-default store is chosen there, once; everything else is handed its store (issue 22).
+down as `agent_dir=`. And only `sessiontree._util.env` reads it: the
+default store is chosen there, once; everything else is handed its store.
 
 The environment is shared by every thread of the process; the web app serves requests
 from a thread pool, and a program that embeds the library has threads of its own. A

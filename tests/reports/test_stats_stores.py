@@ -1,4 +1,4 @@
-"""`stats` with no store named (issue 26.1): a row per store found and their total, each
+"""`stats` with no store named: a row per store found and their total, each
 reply counted once across the stores (as `usage` counts it)."""
 
 from __future__ import annotations

@@ -541,7 +541,7 @@ def test_the_index_pass_reads_every_chunking_as_the_full_loader(
         read_back.append(entry if entry is not None else loads_object(line))
     assert read_back == want.entries
     # Every blob ref of the entry lines, read or not, split by a chunk's end or not
-    # (what a writable manager pins, issue 21.2).
+    # (what a writable manager pins).
     assert lines.refs == find_blob_refs(raw)  # the head lines hold none
 
 
@@ -661,9 +661,9 @@ def test_lazy_and_whole_managers_stay_alike_through_random_writes(
 def test_a_giant_session_torn_after_an_inner_brace_resumes_with_its_history(
     tmp_path: Path,
 ) -> None:
-    """Issue 21.1: a session of 8 MiB or more (loaded index first) whose last line was
-    cut just after its last text block's `}` resumed with no history, and the next
-    entry became a new root (`parentId: null`)."""
+    """A session of 8 MiB or more (loaded index first) whose last line was cut just
+    after its last text block's `}` resumes with its history, and the next entry is
+    not a new root (it once became one: `parentId: null`)."""
     directory = tmp_path / "sessions"
     directory.mkdir()
     sm = SessionManager.create("/proj", str(directory))

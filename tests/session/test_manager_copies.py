@@ -1,4 +1,4 @@
-"""Copies take their images along (issue 21.3): a copy's refs resolve in its own agent dir.
+"""Copies take their images along: a copy's refs resolve in its own agent dir.
 
 Every operation that writes a copy of a session (fork, fork_from, create_branched_session,
 persist_copy, extract, move_to, an import, `export -f jsonl -o`, import-files and

@@ -1,4 +1,4 @@
-"""Forked processes and what they inherit (issue 21.4).
+"""Forked processes and what they inherit.
 
 A child made by `os.fork` (or a `multiprocessing` fork process or pool) holds copies
 of its parent's managers, locks, writers and database connections. Whatever it does

@@ -7,7 +7,7 @@ sessions, copies of every kind between two agent dirs), interleaved with another
 program that appends to, replaces, deletes, edits (same length, anywhere) or
 truncates the session file, with forked children that do what they like with the
 manager they inherit, with a peer (pi's way, or oh-my-pi's under its lock) that appends
-a line at a random moment of every rewrite (issue 32.2: the line is in a file right after),
+a line at a random moment of every rewrite (the line must be in a file right after),
 with I/O faults (ENOSPC, EIO, EACCES, EROFS on write, fsync,
 rename or open) injected into the calls the package makes, and with other managers
 that hold images no file names yet while `gc --delete` runs an hour later (issue
@@ -26,7 +26,7 @@ operation it checks:
 - after a forked child exited (its at-exit close included), nothing changed on disk
   and the manager still holds its writer lock.
 - every copy into the other agent dir resolves, and loads with its images, while the
-  blobs/ of the agent dir it was copied from is away (issue 21.3).
+  blobs/ of the agent dir it was copied from is away.
 
 Half the examples reopen sessions index first (`lazy=True`): entries are then read
 only when an operation asks for them, and the checks read nothing themselves. Such a
@@ -121,7 +121,7 @@ FAULTABLE = ["write", "fsync", "replace", "open"]
 #   backup    `<file>.bak*`: the file as it was, when a rewrite drops lines no reader parsed
 #   new       a new session file this operation made (fork, branched)
 #   copies    a copy across agent dirs (its file, lock, temp files and dirs) and both agent
-#             dirs' blobs (issue 21.3)
+#             dirs' blobs
 # and what it may remove besides lock and temp files.
 ALLOWED: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "append": (frozenset({"session", "lock", "conflict", "dirs", "agent"}), frozenset()),
@@ -139,7 +139,7 @@ ALLOWED: dict[str, tuple[frozenset[str], frozenset[str]]] = {
     "fork": (frozenset({"session", "lock", "conflict", "dirs", "agent", "new"}), frozenset()),
     "new": (frozenset({"session", "lock", "conflict", "dirs", "agent"}), frozenset()),
     "memory": (frozenset(), frozenset()),  # branch, reset_leaf, refused appends, a child
-    # Copies across agent dirs (issue 21.3): the copy, its lock and dirs, either agent
+    # Copies across agent dirs: the copy, its lock and dirs, either agent
     # dir's blobs; a move of the other agent dir's session removes it there.
     "copy": (frozenset({"copies", "agent"}), frozenset()),
     "copy-move": (frozenset({"copies", "agent"}), frozenset({"copied-source"})),
@@ -380,8 +380,8 @@ class ManagerModel(RuleBasedStateMachine):
         self.pending = ""  # interference not yet answered by a manager operation
         self.tampered: set[str] = set()  # files another program changed since we wrote them
         self.decoys: Snapshot = {}
-        self.other = os.path.join(self.root, "other-agent")  # issue 21.3: a second agent dir
-        self.live: list[SessionManager] = []  # other managers holding images (issue 21.2)
+        self.other = os.path.join(self.root, "other-agent")  # a second agent dir, for copies
+        self.live: list[SessionManager] = []  # other managers holding images
         self.peer_touched: str | None = None  # a file a peer appended to during an operation
         self.peers = 0  # lines appended by a peer during a rewrite
 
@@ -630,7 +630,7 @@ class ManagerModel(RuleBasedStateMachine):
                 if name.endswith(".tmp") or os.path.islink(full):
                     continue
                 if full.startswith(self.other + os.sep):
-                    continue  # copies of this session (issue 21.3) hold its ids too
+                    continue  # copies of this session hold its ids too
                 try:
                     present.update(file_ids(full))
                 except (OSError, ValueError):
@@ -926,7 +926,7 @@ class ManagerModel(RuleBasedStateMachine):
         self.tampered.add(path)
         self.pending = "append" if self.pending in ("", "append") else "mixed"
 
-    # --- family: a peer appends during a rewrite (issue 32.2) ---
+    # --- family: a peer appends during a rewrite ---
     # Every rewrite rule (a name, an edit, a move) may run with a peer that appends a line
     # to the session file at a random moment: pi's way (open, append, close) or oh-my-pi's
     # (under its publish lock), while the new file is written (before the last check),
@@ -1072,7 +1072,7 @@ class ManagerModel(RuleBasedStateMachine):
         self.faults.name, self.faults.code, self.faults.countdown = name, code, nth
         RAN["faults armed"] += 1
 
-    # --- family: torn tails (issue 21.1) ---
+    # --- family: torn tails ---
     # A crash ends the process while it writes the last line: the file is cut anywhere
     # in its last two lines, while no writer holds it. Resumed index first or whole, the
     # session holds every entry the cut left whole, its leaf is the last of them, and the
@@ -1187,7 +1187,7 @@ class ManagerModel(RuleBasedStateMachine):
         self.trusted, self.pending = True, ""
         RAN[f"torn tails resumed {'index first' if lazy else 'whole'}"] += 1
 
-    # --- family: forked processes (issue 21.4) ---
+    # --- family: forked processes ---
 
     @rule(
         acts=st.lists(
@@ -1285,7 +1285,7 @@ class ManagerModel(RuleBasedStateMachine):
                 FileLock(path)  # a second writer is refused: the lock is still ours
             RAN["forked children: the parent's lock checked"] += 1
 
-    # --- family: copies across agent dirs (issue 21.3) ---
+    # --- family: copies across agent dirs ---
     # A second agent dir (`self.other`) beside the manager's. This session (whole or index
     # first, interfered with, faults armed) is copied into it, and a session it holds is
     # copied into the manager's agent dir, by every copy operation; a rule then takes the
@@ -1469,7 +1469,7 @@ class ManagerModel(RuleBasedStateMachine):
                             )
         RAN["copies checked with their source's blobs gone"] += 1
 
-    # --- family: gc and live managers (issue 21.2) ---
+    # --- family: gc and live managers ---
     # Beside the manager under test live others that hold images no file names yet: in
     # memory (`put_blob`, later `persist_copy`), deferred (`put_blob` before the first
     # reply) and persisted ones, some images shared between them; a process that died
@@ -1577,7 +1577,7 @@ class ManagerModel(RuleBasedStateMachine):
         assert pins.stale == [], pins.stale
         return True
 
-    # --- family: a live index-first session whose file is deleted (issue 21.2) ---
+    # --- family: a live index-first session whose file is deleted ---
     # A writable manager loaded index first holds the lines it has not read only in its
     # file. Another program deletes that file, gc runs an hour later, and the manager
     # writes again (it recreates the file from what it holds): every ref of the new file
@@ -1640,7 +1640,7 @@ class ManagerModel(RuleBasedStateMachine):
         self.check_refs_resolve()
         RAN["index-first files recreated after gc: another"] += 1
 
-    # --- family: copies outside every agent dir (issue 21.3, the lead's choice) ---
+    # --- family: copies outside every agent dir (they hold their images inline) ---
     # `export -f jsonl -o` and `repair -o` (the library calls behind them) to a path
     # outside every agent dir: no gc reads it there, so the copy holds its images itself.
     # The source is this session (live) or one made for the copy, with an image of every
@@ -1772,7 +1772,7 @@ class ManagerModel(RuleBasedStateMachine):
 
 def append_image_ref(sm: SessionManager, kind: str, text: str) -> str:
     """Append an image given as a ref `put_blob` handed out ("handed"), or as a
-    snapcompact frame (a ref even when read back) (issue 21.3)."""
+    snapcompact frame (a ref even when read back)."""
     ref = sm.put_blob(f"{kind} image {text}".encode() * 100).ref
     if kind == "handed":
         block = {"type": "image", "data": ref, "mimeType": "image/png"}

@@ -1,5 +1,4 @@
-"""A line another agent appends while a session is rewritten in place is never lost
-(issue 32, item 2).
+"""A line another agent appends while a session is rewritten in place is never lost.
 
 Every in-place rewrite checks the file, then renames the new one over it (a move:
 unlinks the old one). pi appends without a lock (`appendFileSync`: open, append,

@@ -1,4 +1,4 @@
-"""Every store found without setup (issue 26.1): `stores`, `list` across stores, and
+"""Every store found without setup: `stores`, `list` across stores, and
 writing commands that need one store."""
 
 from __future__ import annotations

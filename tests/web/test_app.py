@@ -1116,7 +1116,7 @@ def test_two_stores_served_at_once_each_use_their_own_agent_dir(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each app works on the agent dir it was given, whatever `$PI_CODING_AGENT_DIR`
-    says while it serves, and no request changes the environment (issue 21, item 8):
+    says while it serves, and no request changes the environment:
     the server's thread pool shares it with every other thread of the process."""
     from concurrent.futures import ThreadPoolExecutor
 

@@ -1,4 +1,4 @@
-"""`serve` with no store named (issue 26.1): every store found, served as one.
+"""`serve` with no store named: every store found, served as one.
 
 A home with a pi store and a Claude Code store (a session of the latter imported into
 the former): the listing shows both with their store, a session page opens from its own
