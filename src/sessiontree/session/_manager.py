@@ -31,10 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sessiontree._util.env import agent_dir_or_default
-from sessiontree.errors import (
-    InvalidSessionFileError,
-    SessionLockError,
-)
+from sessiontree.errors import InvalidSessionFileError, SessionLockError
 from sessiontree.format import (
     Entry,
     SessionContext,

@@ -15,28 +15,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from sessiontree._util.unset import UNSET, Maybe, UnsetType
-from sessiontree.errors import (
-    SessionPersistenceError,
-)
-from sessiontree.format import (
-    Entry,
-    current_system_message,
-    iso_now,
-    parse_iso_ms,
-)
-from sessiontree.session._index import (
-    is_assistant_message,
-    is_conversation_message,
-)
+from sessiontree.errors import SessionPersistenceError
+from sessiontree.format import Entry, current_system_message, iso_now, parse_iso_ms
+from sessiontree.session._index import is_assistant_message, is_conversation_message
 from sessiontree.session._manager_storage import SessionOnStorage
-from sessiontree.session._persistence import (
-    entry_line,
-    validate_entry,
-)
-from sessiontree.storage import (
-    BLOB_REF_PREFIX,
-    find_blob_refs,
-)
+from sessiontree.session._persistence import entry_line, validate_entry
+from sessiontree.storage import BLOB_REF_PREFIX, find_blob_refs
 
 __all__ = ["SessionAppends"]
 

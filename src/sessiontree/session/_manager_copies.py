@@ -21,13 +21,8 @@ from sessiontree.format import (
     pi_session_name,
     session_path,
 )
-from sessiontree.layout import (
-    get_default_session_dir,
-    writes_pi_form,
-)
-from sessiontree.session._index import (
-    EntryIndex,
-)
+from sessiontree.layout import get_default_session_dir, writes_pi_form
+from sessiontree.session._index import EntryIndex
 from sessiontree.session._manager_storage import SessionOnStorage
 from sessiontree.storage import (
     BlobStoreLike,

@@ -49,16 +49,10 @@ from sessiontree.layout import (
     writes_pi_form,
 )
 from sessiontree.session._file import ContentSource, SessionFile
-from sessiontree.session._index import (
-    EntryIndex,
-    LineSource,
-    SessionChunks,
-)
-from sessiontree.session._persistence import (
-    held_blob_refs,
-    resolve_blob_refs,
-    validate_entry,
-)
+from sessiontree.session._index import EntryIndex
+from sessiontree.session._line_source import LineSource
+from sessiontree.session._persistence import held_blob_refs, resolve_blob_refs, validate_entry
+from sessiontree.session._session_chunks import SessionChunks
 from sessiontree.storage import (
     LIVE_DIR,
     BlobPins,
