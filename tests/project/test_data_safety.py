@@ -588,7 +588,7 @@ def test_a_new_session_whose_name_is_taken_leaves_the_file_there_alone(
     before = Path(victim_path).read_bytes()
     sm = persisted(session_dir=str(tmp_path))
     own = sm.get_session_file() or ""
-    monkeypatch.setattr("sessiontree.session._manager.session_path", lambda *_: victim_path)
+    monkeypatch.setattr("sessiontree.session._manager_copies.session_path", lambda *_: victim_path)
     with pytest.raises(SessionTreeError):
         if how == "fork":
             sm.fork()

@@ -606,14 +606,14 @@ def test_lazy_and_whole_managers_stay_alike_through_random_writes(
     edits, reads) on a session opened whole and one opened index first: the same
     entries, tree and context after each, and the same bytes on disk at the end."""
     import sessiontree.session._index as index_module
-    import sessiontree.session._manager as manager_module
+    import sessiontree.session._manager_appends as appends_module
 
     path_a, path_b, full, lazy = writable_pair(tmp_path_factory, script)
     step = [0]
-    real = index_module.generate_entry_id, manager_module.iso_now
+    real = index_module.generate_entry_id, appends_module.iso_now
     # Both sessions get the same new ids and times, so their files can be compared.
     index_module.generate_entry_id = lambda existing: f"f{step[0]:07x}"  # type: ignore[assignment]
-    manager_module.iso_now = lambda: "2026-06-01T00:00:00.000Z"  # type: ignore[assignment]
+    appends_module.iso_now = lambda: "2026-06-01T00:00:00.000Z"  # type: ignore[assignment]
     try:
         for n, (op, arg) in enumerate(operations):
             step[0] = n
@@ -645,7 +645,7 @@ def test_lazy_and_whole_managers_stay_alike_through_random_writes(
         assert shape(lazy.get_tree()) == shape(full.get_tree())
         assert lazy.get_entries() == full.get_entries()
     finally:
-        index_module.generate_entry_id, manager_module.iso_now = real  # type: ignore[assignment]
+        index_module.generate_entry_id, appends_module.iso_now = real  # type: ignore[assignment]
     full.close()
     lazy.close()
     assert path_a.read_bytes() == path_b.read_bytes()
@@ -760,7 +760,7 @@ def resuming(lazy: bool) -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("sessiontree.session._loader.LAZY_LOAD_BYTES", 0 if lazy else 1 << 62)
         mp.setattr("sessiontree.session._index.generate_entry_id", new_id)
-        mp.setattr("sessiontree.session._manager.iso_now", lambda: NOW)
+        mp.setattr("sessiontree.session._manager_appends.iso_now", lambda: NOW)
         yield
 
 

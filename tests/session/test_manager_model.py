@@ -86,7 +86,7 @@ from sessiontree.layout import get_default_session_dir
 from sessiontree.maintenance import check_session, collect_garbage, repair_session
 from sessiontree.session import _file as session_file
 from sessiontree.session import _loader as loader
-from sessiontree.session import _manager as manager_module
+from sessiontree.session import _manager_storage as manager_storage
 from sessiontree.session import prepare_for_persist, read_session
 from sessiontree.storage import (
     LIVE_DIR,
@@ -1267,7 +1267,7 @@ class ManagerModel(RuleBasedStateMachine):
                     return f"{act}: the error names the child as the owner"
             if [i for i, _ in sm._index.read_so_far()] != ids:
                 return "a refused write changed the child's copy"
-            manager_module._close_open_managers()  # what the child's exit runs
+            manager_storage._close_open_managers()  # what the child's exit runs
             return "ok"
 
         said: list[str] = []

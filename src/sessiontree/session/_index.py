@@ -27,71 +27,42 @@ The index does no I/O of its own beyond reading its source.
 
 from __future__ import annotations
 
-import logging
 import operator
-from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from functools import partial
+from collections.abc import Callable, Iterable
 from itertools import compress, repeat
 from typing import Any, Final, cast
 
-from sessiontree._util.gcpause import gc_paused
-from sessiontree.errors import EntryNotFoundError, SessionWriteConflictError
+from sessiontree.errors import EntryNotFoundError
 from sessiontree.format import (
     SETTING_KINDS,
-    USAGE_KINDS,
     ContextBuilder,
     Entry,
     SessionContext,
     SessionTreeNode,
-    allow_deep_nesting,
     assistant_model,
     branch_as_pi,
     branch_with_labels,
     build_session_context,
     build_tree,
-    counted_usage,
     entry_name,
     generate_entry_id,
-    loads_object,
     model_setting,
 )
 from sessiontree.layout import BlobCarry
-from sessiontree.session._line_index import (
-    ASSISTANT,
-    PREFIX_FORM,
-    IndexedLines,
-    match_prefix,
-    refs_in,
-)
-from sessiontree.session._persistence import (
-    entry_line,
-    may_persist_otherwise,
-    resolve_blob_refs,
-)
+from sessiontree.session._entry_records import CHANGED, SKIPPED, EntryRecords
+from sessiontree.session._line_index import ASSISTANT, PREFIX_FORM, IndexedLines
+from sessiontree.session._line_source import LineSource
+from sessiontree.session._session_chunks import SessionChunks
 from sessiontree.session._shape import TreeShape
-from sessiontree.storage import BlobStoreLike, PinnedFile
+from sessiontree.storage import BlobStoreLike
 
 __all__ = [
     "EntryIndex",
-    "LineSource",
-    "SessionChunks",
     "is_assistant_message",
     "is_conversation_message",
 ]
 
-_REF_MARK: Final = b"blob:sha256:"
 
-log = logging.getLogger("sessiontree")
-
-_READ_BYTES: Final = 8 << 20
-"""The most one read of adjacent lines fetches at once."""
-_BATCH_BYTES: Final = 1 << 20
-CHANGED: Final = 4
-"""Flag: an entry read from the file that was edited in place since (`rewrite_entries`)
-or found other than its prefix said: a rewrite serializes it instead of copying its line."""
-_SKIP: Final[dict[str, Any]] = {}
-"""Stands for a line found not to be an entry when it was read (dropped)."""
 _NAME_KINDS: Final = ("session_info", "title_change")
 _STR_ONLY: Final = frozenset({str})
 
@@ -139,73 +110,17 @@ def _sets_default_model(entry: Entry) -> bool:
     return False
 
 
-class LineSource:
-    """Where an index reads the lines it holds by position: a pinned file, and where
-    each line is in it (positions past `len(offsets)` are never read: they were
-    added in memory)."""
-
-    __slots__ = ("blobs", "lengths", "offsets", "path", "pinned")
-
-    def __init__(
-        self,
-        pinned: PinnedFile,
-        offsets: array[int],
-        lengths: array[int],
-        blobs: BlobStoreLike,
-        path: str,
-    ) -> None:
-        self.pinned = pinned
-        self.offsets = offsets
-        self.lengths = lengths
-        self.blobs = blobs
-        self.path = path
-
-    def runs(self, positions: Iterable[int]) -> Iterator[tuple[int, list[int]]]:
-        """Sorted positions grouped into runs of lines adjacent in the file, each at
-        most `_READ_BYTES` (one line may be longer): (start offset, positions)."""
-        offsets, lengths = self.offsets, self.lengths
-        run: list[int] = []
-        start = end = 0
-        for p in sorted(positions):
-            off = offsets[p]
-            if run and off == end + 1 and off + lengths[p] - start <= _READ_BYTES:
-                run.append(p)
-                end = off + lengths[p]
-                continue
-            if run:
-                yield start, run
-            run, start, end = [p], off, off + lengths[p]
-        if run:
-            yield start, run
-
-    def read(self, start: int, run: list[int]) -> bytes:
-        last = run[-1]
-        return self.pinned.pread(start, self.offsets[last] + self.lengths[last] - start)
-
-
-class EntryIndex:
+class EntryIndex(EntryRecords):
     """The entries of one session and everything derived from them (see the module doc)."""
 
     __slots__ = (
         "_children",
         "_context",
-        "_dropped",
-        "_dropped_here",
-        "_entries",
-        "_file_refs",
-        "_flags",
         "_has_assistant",
-        "_ids",
-        "_kinds",
         "_labels",
-        "_lazy",
         "_name",
-        "_parents",
-        "_pos",
         "_ppos",
         "_shape",
-        "_source",
-        "leaf",
     )
 
     def __init__(self, entries: list[Entry] | None = None) -> None:
@@ -246,54 +161,6 @@ class EntryIndex:
         self._derive()
         self._read_last()
         self._leaf_at_end()
-
-    @property
-    def file_refs(self) -> set[str]:
-        """Blobs named by refs that only the file, or the entries as refs, hold: every
-        ref an index-first pass saw (its unread lines' images are only in the file), the
-        refs entries kept as refs (snapcompact frames, a blob missing when read). What a
-        writable manager pins (`SessionManager._hold_file_refs`); a copy inherits them.
-        A read-only pass leaves them out; they are looked for in the file when asked."""
-        refs = self._file_refs
-        if refs is None:
-            source = self._source
-            refs = self._file_refs = refs_in(source.pinned) if source is not None else set()
-        return refs
-
-    @file_refs.setter
-    def file_refs(self, refs: set[str]) -> None:
-        self._file_refs = refs
-
-    def _use_source(self, source: LineSource | None) -> None:
-        old, self._source = self._source, source
-        if old is not None and (source is None or source.pinned is not old.pinned):
-            old.pinned.close()
-
-    def _read_last(self) -> None:
-        """Read the last line that holds an entry: the full loader's leaf is the last
-        line that parses, and a line indexed by its prefix may not (a write cut short
-        just after an inner `}`, or another writer's entry glued to it). Lines found
-        not to parse are dropped, as the full loader drops them; the line found is
-        most often on the context's path, which reads it anyway."""
-        entries = self._entries
-        end, batch = len(entries), 1
-        while end > 0:
-            # The last line first, then ever more before it: a file that ends in many
-            # damaged lines is rebuilt (one `_derive` per batch) a few times, not per line.
-            start = max(0, end - batch)
-            self._read(range(start, end))  # each read, dropped, or indexed by what it holds
-            if any(entries[p] is not _SKIP for p in range(start, end)):
-                return
-            end, batch = start, batch * 2
-
-    def _leaf_at_end(self) -> None:
-        """The leaf is the last entry (none when its id is not a string)."""
-        entries = self._entries
-        p = len(entries) - 1
-        while p >= 0 and entries[p] is _SKIP:
-            p -= 1
-        last_id = self._ids[p] if p >= 0 else None
-        self.leaf = last_id if isinstance(last_id, str) else None
 
     def _derive(self) -> None:
         """Everything derived from the records: id map, labels, name; caches dropped."""
@@ -381,126 +248,7 @@ class EntryIndex:
         if flag and self._has_assistant is False:
             self._has_assistant = True
 
-    # ------------------------------------------------------------------ reading lines
-
-    def _entry(self, p: int) -> Entry | None:
-        entry = self._entries[p]
-        if entry is None and self._read((p,)):
-            return None  # the line was dropped or re-indexed: look it up again
-        return self._entries[p]
-
-    def _read(self, positions: Iterable[int]) -> bool:
-        """Read the lazy entries at `positions`; True when any record changed (a line
-        dropped or re-indexed), which rebuilds the derived state."""
-        source = self._source
-        entries = self._entries
-        wanted = [p for p in positions if entries[p] is None]
-        if not wanted or source is None:
-            return False
-        if len(wanted) == 1:
-            return self._read_lines(source, wanted)
-        with gc_paused():
-            return self._read_lines(source, wanted)
-
-    def _read_lines(self, source: LineSource, wanted: list[int]) -> bool:
-        entries = self._entries
-        changed = False
-        lengths, offsets = source.lengths, source.offsets
-        for start, run in source.runs(wanted):
-            data = source.read(start, run)
-            view = memoryview(data)
-            for p in run:
-                lo = offsets[p] - start
-                hi = lo + lengths[p]
-                value = loads_object(view[lo:hi]) if hi <= len(data) else None
-                if value is None:
-                    log.warning(
-                        "%s: the line of entry %s does not parse; it is left out",
-                        source.path,
-                        self._ids[p],
-                    )
-                    self._drop(p)
-                    changed = True
-                    continue
-                # Walking the strings for a ref costs less than scanning the bytes for one.
-                try:
-                    value = resolve_blob_refs(value, source.blobs)
-                except RecursionError:
-                    value = allow_deep_nesting(partial(resolve_blob_refs, value, source.blobs))
-                entries[p] = value
-                self._lazy -= 1
-                if (
-                    value.get("id") != self._ids[p]
-                    or value.get("parentId") != self._parents[p]
-                    or value.get("type") != self._kinds[p]
-                ):
-                    self._ids[p] = value.get("id")
-                    self._parents[p] = value.get("parentId")
-                    self._kinds[p] = value.get("type")
-                    self._flags[p] |= CHANGED  # its line no longer says what it holds
-                    changed = True
-        if changed:
-            leaf = self.leaf
-            self._derive()
-            self.leaf = leaf if leaf in self._pos else None
-        return changed
-
-    def _drop(self, p: int) -> None:
-        """A line that turned out not to be an entry: no id, no parent, no kind."""
-        self._entries[p] = _SKIP
-        self._ids[p] = self._parents[p] = self._kinds[p] = None
-        self._flags[p] = 0
-        self._lazy -= 1
-        self._dropped += 1
-        self._dropped_here += 1
-
-    def _peek(self, p: int) -> Entry | None:
-        """The entry at `p` without keeping it read (for sums over big sessions)."""
-        entry = self._entries[p]
-        if entry is not None or self._source is None:
-            return entry if entry is not _SKIP else None
-        source = self._source
-        raw = source.pinned.pread(source.offsets[p], source.lengths[p])
-        return loads_object(raw)
-
-    def _read_all(self) -> list[Entry]:
-        while self._lazy and self._read(range(len(self._entries))):
-            pass
-        return [e for e in self._entries if e is not _SKIP]  # type: ignore[misc]
-
     # ------------------------------------------------------------------ reading
-
-    @property
-    def entries(self) -> list[Entry]:
-        """Every entry, insertion order (reads a lazily loaded session whole)."""
-        if self._lazy or self._dropped:
-            return self._read_all()
-        return cast("list[Entry]", self._entries)
-
-    def read_so_far(self) -> list[tuple[Any, Entry | None]]:
-        """(id, entry) of every entry in order, the entry None where it was not read
-        yet (reads nothing: for checks that must not change what is read)."""
-        return [
-            (entry_id, entry)
-            for entry_id, entry in zip(self._ids, self._entries, strict=True)
-            if entry is not _SKIP
-        ]
-
-    def is_read(self, entry_id: str) -> bool:
-        """Whether the entry is held as a dict (added in memory, kept, or read)."""
-        p = self._pos.get(entry_id)
-        return p is not None and self._entries[p] is not None
-
-    @property
-    def pinned(self) -> PinnedFile | None:
-        """The handle unread lines are read from (None: every entry is in memory)."""
-        return self._source.pinned if self._source is not None and self._lazy else None
-
-    def __len__(self) -> int:
-        return len(self._entries) - self._dropped
-
-    def __contains__(self, entry_id: object) -> bool:
-        return entry_id in self._pos
 
     def get(self, entry_id: str) -> Entry | None:
         while True:
@@ -526,7 +274,7 @@ class EntryIndex:
                 children = {}
                 entries = self._entries
                 for p, parent in enumerate(self._parents):
-                    if (parent is None or parent.__class__ is str) and entries[p] is not _SKIP:
+                    if (parent is None or parent.__class__ is str) and entries[p] is not SKIPPED:
                         children.setdefault(parent, []).append(p)
                 self._children = children
             positions = children.get(parent_id, ())
@@ -685,7 +433,7 @@ class EntryIndex:
         for p in compress(range(len(ids)), map(operator.eq, parents, ids)):
             tree_parents[p] = -1
         if self._dropped:
-            present = bytearray(e is not _SKIP for e in entries)
+            present = bytearray(e is not SKIPPED for e in entries)
         else:
             present = bytearray(b"\x01") * len(entries)
         labels = {pos[t]: label for t, label in self._labels.items() if t in pos}
@@ -693,63 +441,9 @@ class EntryIndex:
             self, list(ids), list(self._kinds), tree_parents, present, dict(pos), labels, None
         )
 
-    def read_at(self, positions: Sequence[int]) -> list[Entry | None]:
-        """The entries at `positions`, read if they were not; None for a line found
-        not to be an entry (now or before)."""
-        wanted = [p for p in positions if 0 <= p < len(self._entries)]
-        while self._read(wanted):
-            pass  # a line dropped or re-indexed: the others are read on the next pass
-        entries = self._entries
-        out: list[Entry | None] = []
-        for p in positions:
-            entry = entries[p] if 0 <= p < len(entries) else None
-            out.append(entry if entry is not None and entry is not _SKIP else None)
-        return out
-
-    def timestamps_at(self, positions: Sequence[int]) -> list[Any]:
-        """The `timestamp` of the entries at `positions` (None for a line found not to
-        be an entry), without keeping the unread ones read: the siblings a shape orders
-        may be most of a session. A line found damaged, or other than its prefix said,
-        is read as `read_at` reads it (which changes the index)."""
-        entries, source = self._entries, self._source
-        stamps: dict[int, Any] = {}
-        odd: list[int] = []
-        unread = [p for p in positions if 0 <= p < len(entries) and entries[p] is None]
-        if unread and source is not None:
-            offsets, lengths = source.offsets, source.lengths
-            ids, parents, kinds = self._ids, self._parents, self._kinds
-            for start, run in source.runs(unread):
-                data = source.read(start, run)
-                view = memoryview(data)
-                for p in run:
-                    lo = offsets[p] - start
-                    hi = lo + lengths[p]
-                    value = loads_object(view[lo:hi]) if hi <= len(data) else None
-                    if (
-                        value is None
-                        or value.get("id") != ids[p]
-                        or value.get("parentId") != parents[p]
-                        or value.get("type") != kinds[p]
-                    ):
-                        odd.append(p)
-                    else:
-                        stamps[p] = value.get("timestamp")
-                del view
-        if odd:
-            self.read_at(odd)
-        out: list[Any] = []
-        for p in positions:
-            if p in stamps:
-                out.append(stamps[p])
-                continue
-            entry = entries[p] if 0 <= p < len(entries) else None
-            ok = entry is not None and entry is not _SKIP
-            out.append(entry.get("timestamp") if ok else None)  # type: ignore[union-attr]
-        return out
-
     def path_at(self, position: int) -> list[int]:
         """Positions from the root to `position`, following parents (nothing read)."""
-        if not 0 <= position < len(self._entries) or self._entries[position] is _SKIP:
+        if not 0 <= position < len(self._entries) or self._entries[position] is SKIPPED:
             return []
         return self._path(position)
 
@@ -844,32 +538,7 @@ class EntryIndex:
                     break
         return found
 
-    # ------------------------------------------------------------------ sums and files
-
-    def counted_usages(self) -> Iterator[tuple[bool, object]]:
-        """`counted_usage` of every entry that pi's totals may count, in order, without
-        keeping unread ones: assistant messages, tool results holding a `usage`, and
-        the `usage`, compaction and branch summary entries."""
-        flags, kinds, entries = self._flags, self._kinds, self._entries
-        source = self._source
-        for p in range(len(entries)):
-            kind = kinds[p]
-            if kind == "message" and not flags[p] & ASSISTANT and entries[p] is None:
-                # most messages are not tool results with a usage: looked at as bytes first
-                if source is None:
-                    continue
-                raw = source.pinned.pread(source.offsets[p], source.lengths[p])
-                if b'"toolResult"' not in raw or b'"usage"' not in raw:
-                    continue
-                entry = loads_object(raw)
-            elif kind == "message" or kind in USAGE_KINDS:
-                entry = self._peek(p)
-            else:
-                continue
-            if entry is not None:
-                counted = counted_usage(entry)
-                if counted[0]:
-                    yield counted
+    # ------------------------------------------------------------------ files
 
     def file_chunks(
         self,
@@ -885,266 +554,3 @@ class EntryIndex:
         into `carry.target` (which `blobs` must be) that takes its images along;
         `pi_form`: entries written anew as pi writes them (pi's store)."""
         return SessionChunks(self, head, blobs, rescue, carry, file_checked, pi_form)
-
-    def use_blobs(self, blobs: BlobStoreLike) -> None:
-        """Unread lines' images are now in `blobs` (the session is a copy in that store,
-        or moved there)."""
-        if self._source is not None:
-            self._source.blobs = blobs
-
-    def _rebase(
-        self,
-        pinned: PinnedFile,
-        offsets: array[int],
-        lengths: array[int],
-        serialized: dict[int, bool],
-    ) -> None:
-        """The file written from `file_chunks` is now where the lines are read from
-        (`serialized`: the positions whose line was written anew -> in the writers' form)."""
-        source = self._source
-        blobs = source.blobs if source is not None else None
-        if blobs is None or len(offsets) != len(self._entries):
-            pinned.close()
-            return
-        flags = self._flags
-        for p, formed in serialized.items():
-            flags[p] = (flags[p] & ASSISTANT) | (PREFIX_FORM if formed else 0)
-        self._use_source(LineSource(pinned, offsets, lengths, blobs, source.path if source else ""))
-        self._dropped_here = 0
-
-
-class SessionChunks:
-    """A whole session file from an index: `head`, then each entry's line, in batches
-    of about 1 MB; the lines of the source file whose entries were never read are
-    copied as they are, after checking each still holds its entry, and so are those
-    read and not edited since when `file_checked` (the writer compared the whole file
-    with what was read just before); added and edited entries are serialized with the
-    persistence transforms (as pi writes them in pi's store, `pi_form`). In the other
-    stores a line copied that oh-my-pi would write otherwise (pi wrote it: inline
-    images, transient keys, strings over the limit) is written as oh-my-pi writes it;
-    every line a rewrite writes is then in its store's form. A copy into another blob store
-    (`carry`) passes every line it writes, copied or serialized, through
-    `BlobCarry.take`, so the blobs they refer to are in that store. The blobs are
-    synced before the last chunk.
-
-    A writer that wrote these chunks as the index's own file calls `commit(pinned)`:
-    the lines are then read from there. `rescue=True` (a copy made because the file
-    changed) leaves out, with a warning, lines that no longer hold their entry,
-    instead of raising SessionWriteConflictError.
-    """
-
-    def __init__(
-        self,
-        index: EntryIndex,
-        head: bytes,
-        blobs: BlobStoreLike,
-        rescue: bool,
-        carry: BlobCarry | None = None,
-        file_checked: bool = False,
-        pi_form: bool = False,
-    ) -> None:
-        assert carry is None or carry.target is blobs
-        self._index = index
-        self._pi_form = pi_form
-        self._file_checked = file_checked
-        self._head = head
-        self._blobs = blobs
-        self._rescue = rescue
-        self._carry = carry if carry is not None and carry.carries else None
-        self._written: tuple[array[int], array[int], dict[int, bool]] | None = None
-        self._serialized: dict[int, bool] = {}
-        """Positions written anew -> whether their line is in the writers' form."""
-        self.left_out = index._dropped_here
-        """Lines of the file read from that were found not to be entries: not written."""
-
-    def __iter__(self) -> Iterator[bytes]:
-        index = self._index
-        entries = index._entries
-        source = index._source
-        offsets, lengths = array("q"), array("q")
-        at = len(self._head)
-        yield self._head
-        batch: list[bytes] = []
-        size = 0
-        p, n = 0, len(entries)
-        flags = index._flags
-        known = len(source.offsets) if source is not None else 0  # lines in the source file
-        # An entry read and unchanged is copied as its line only where the writer checked
-        # first that the file is the one read, byte for byte (a rewrite, a move); else
-        # (a rescue, a fork) what memory holds is written.
-        trusted = self._file_checked
-        serialized: dict[int, bool] = {}
-        self._serialized = serialized
-        while p < n:
-            entry = entries[p]
-            if entry is _SKIP:
-                offsets.append(0)
-                lengths.append(0)
-                p += 1
-                continue
-            if entry is not None and (p >= known or not trusted or flags[p] & CHANGED):
-                line = self._serialize(p)  # added in memory, or edited since it was read
-                offsets.append(at)
-                lengths.append(len(line) - 1)
-                batch.append(line)
-                size += len(line)
-                at += len(line)
-                p += 1
-                if size >= _BATCH_BYTES:
-                    yield b"".join(batch)
-                    batch, size = [], 0
-                continue
-            q = p + 1
-            while (
-                q < known
-                and entries[q] is not _SKIP
-                and (entries[q] is None or (trusted and not flags[q] & CHANGED))
-            ):
-                q += 1
-            if batch:
-                yield b"".join(batch)
-                batch, size = [], 0
-            # Lines unread, or read and unchanged, go out as the file holds them, a run
-            # of adjacent ones at once.
-            assert source is not None
-            for chunk in self._copy(source, list(range(p, q)), offsets, lengths, at):
-                at += len(chunk)
-                yield chunk
-            p = q
-        if batch:
-            yield b"".join(batch)
-        self._blobs.sync()
-        self._written = (offsets, lengths, serialized)
-
-    def _copy(
-        self,
-        source: LineSource,
-        positions: list[int],
-        offsets: array[int],
-        lengths: array[int],
-        at: int,
-    ) -> Iterator[bytes]:
-        """The lines at `positions` (unread, or read and unchanged) as they are in the
-        source file, each checked to still hold its entry; their new offsets are
-        recorded from `at`."""
-        for start, run in source.runs(positions):
-            data = source.read(start, run)
-            if self._carry is not None:
-                self._carry.take(data)
-            # In pi's form a line with a ref is written anew, its images as their data
-            # (pi reads no refs); in the other stores' a line not in oh-my-pi's form (pi
-            # wrote it: images inline, transient keys) is written as oh-my-pi writes it;
-            # the others go out as they are.
-            refs = self._pi_form and _REF_MARK in data
-            other = not self._pi_form and may_persist_otherwise(data)
-            if (
-                not refs
-                and not other
-                and all(
-                    self._holds(data, source.offsets[p] - start, source.lengths[p], p) for p in run
-                )
-            ):
-                for p in run:
-                    offsets.append(at + source.offsets[p] - start)
-                    lengths.append(source.lengths[p])
-                yield data
-                yield b"\n"
-                at += len(data) + 1
-                continue
-            entries = self._index._entries
-            for p in run:
-                lo = source.offsets[p] - start
-                length = source.lengths[p]
-                if self._holds(data, lo, length, p):
-                    line = data[lo : lo + length] + b"\n"
-                    if refs and _REF_MARK in line:
-                        line = self._pi_line(line[:-1], source.blobs, p)
-                    elif other and may_persist_otherwise(line):
-                        line = self._agent_line(line[:-1], p)
-                elif entries[p] is not None:
-                    # Changed on disk, but held in memory: written from memory.
-                    line = self._serialize(p)
-                else:
-                    self._changed(source.path, p)
-                    offsets.append(0)
-                    lengths.append(0)
-                    continue
-                offsets.append(at)
-                lengths.append(len(line) - 1)
-                yield line
-                at += len(line)
-
-    def _pi_line(self, raw: bytes, blobs: BlobStoreLike, p: int) -> bytes:
-        """The line `raw` (holding refs into `blobs`) as pi writes it: images as data
-        (a line damaged past its prefix, which no reader takes, goes out as it is)."""
-        entry = loads_object(raw)
-        if not isinstance(entry, dict):
-            return raw + b"\n"
-        try:
-            resolved = resolve_blob_refs(entry, blobs)
-        except RecursionError:
-            resolved = allow_deep_nesting(partial(resolve_blob_refs, entry, blobs))
-        line = entry_line(resolved, self._blobs, pi_form=True)
-        if self._carry is not None:
-            self._carry.take(line)
-        self._serialized[p] = match_prefix(line, 0, len(line) - 1) is not None
-        return line
-
-    def _agent_line(self, raw: bytes, p: int) -> bytes:
-        """The line `raw` as oh-my-pi writes its entry (unchanged when it already is)."""
-        entry = loads_object(raw)
-        if not isinstance(entry, dict):
-            return raw + b"\n"
-        line = entry_line(entry, self._blobs)
-        if line[:-1] == raw:
-            return line
-        if self._carry is not None:
-            self._carry.take(line)
-        self._serialized[p] = match_prefix(line, 0, len(line) - 1) is not None
-        return line
-
-    def _serialize(self, p: int) -> bytes:
-        """The line of the entry at `p` (held in memory), written anew."""
-        entry = cast("Entry", self._index._entries[p])
-        pi_form = self._pi_form
-        carry = self._carry
-        # In pi's form refs are written as the images they name; in a copy, refs held
-        # in memory (from `put_blob`, snapcompact frames, a blob missing when read)
-        # name blobs of the source's store.
-        blobs = carry.source if pi_form and carry is not None else self._blobs
-        line = entry_line(entry, blobs, pi_form=pi_form)
-        if carry is not None:
-            carry.take(line)
-        self._serialized[p] = match_prefix(line, 0, len(line) - 1) is not None
-        return line
-
-    def _changed(self, path: str, p: int) -> None:
-        """The line of the entry at `p` no longer holds it: refuse, or (rescuing) leave
-        it out with an error logged."""
-        entry_id = self._index._ids[p]
-        if not self._rescue:
-            raise SessionWriteConflictError(
-                path,
-                f"{path}: the line of entry {entry_id} was changed on disk behind this session",
-            )
-        log.error(
-            "%s: the line of entry %s was changed on disk; the copy leaves it out", path, entry_id
-        )
-
-    def _holds(self, data: bytes, lo: int, length: int, p: int) -> bool:
-        """Whether `data[lo:lo+length]` still is the line of the entry at `p`."""
-        index = self._index
-        if lo + length > len(data) or (lo and data[lo - 1] != 0x0A):  # cut short, or joined
-            return False
-        if index._flags[p] & PREFIX_FORM:
-            m = match_prefix(data, lo, lo + length)
-            return m is not None and m.group(2) == str(index._ids[p]).encode("ascii")
-        value = loads_object(data[lo : lo + length])
-        return value is not None and value.get("id") == index._ids[p]
-
-    def commit(self, pinned: PinnedFile) -> None:
-        """These chunks were written whole as the index's file, readable by `pinned`."""
-        if self._written is None:
-            pinned.close()
-            return
-        self._index._rebase(pinned, *self._written)
