@@ -22,6 +22,7 @@ from sessiontree.cli.common import (
     CliError,
     JsonOption,
     SessionArg,
+    all_stores,
     byte_progress,
     console,
     current_store,
@@ -29,12 +30,10 @@ from sessiontree.cli.common import (
     err_console,
     human_size,
     open_read_only,
-    other_stores,
     resolve_session,
     warn_passed_over,
 )
 from sessiontree.cli.render import TreeOptions, money, preview, render_tree, time_ago
-from sessiontree.errors import SessionTreeError
 from sessiontree.export import session_shown_title
 from sessiontree.format import (
     SEARCH_ROLES,
@@ -43,10 +42,8 @@ from sessiontree.format import (
     format_iso,
     message_text,
     shown_title,
-    utc_day,
 )
 from sessiontree.history import read_history
-from sessiontree.listing import SessionInfo
 from sessiontree.maintenance import file_version
 from sessiontree.reports import (
     StoreStats,
@@ -56,8 +53,8 @@ from sessiontree.reports import (
     summarize_session,
     time_zone,
 )
-from sessiontree.search import SearchHit, merge_store_hits
-from sessiontree.store import Store, replies_of
+from sessiontree.search import SearchHit
+from sessiontree.store import ListedSession, Store, Stores
 
 AllOption = Annotated[bool, typer.Option("--all", "-a", help="Every project, not just this one.")]
 
@@ -100,40 +97,6 @@ def middle_cut(text: str, width: int) -> str:
     return text[:left] + "…" + text[len(text) - (width - 1 - left) :]
 
 
-def _listing(all_projects: bool) -> list[SessionInfo]:
-    return current_store().list(None if all_projects else os.getcwd())
-
-
-def _listings(all_projects: bool) -> tuple[list[tuple[SessionInfo, str]], list[Store]]:
-    """The sessions (each with its store's agent) of the invocation's store and, when
-    no option named one, of every other store found; newest first; the stores read."""
-    stores = [current_store(), *other_stores()]
-    found: list[tuple[SessionInfo, str]] = []
-    read: list[Store] = []
-    for number, store in enumerate(stores):
-        try:
-            found += [(s, store.agent) for s in store.list(None if all_projects else os.getcwd())]
-        except (OSError, SessionTreeError) as exc:
-            if number == 0:
-                raise  # the store named (or the default one): its error is the command's
-            err_console.print(Text(f"sessiontree: warning: {store.location}: skipped: {exc}"))
-            continue
-        read.append(store)
-    found.sort(key=lambda pair: pair[0].modified, reverse=True)
-    return found, read
-
-
-def _elsewhere(stores: list[Store]) -> int:
-    """Sessions of every project in `stores` (what `list --all` would show)."""
-    total = 0
-    for store in stores:
-        try:
-            total += len(store.list())
-        except (OSError, SessionTreeError):
-            continue
-    return total
-
-
 def _file_size(path: str) -> int:
     """A session file's size in the store in effect (0 when it cannot be read)."""
     try:
@@ -142,9 +105,98 @@ def _file_size(path: str) -> int:
         return 0
 
 
-def _size(info: SessionInfo) -> int:
-    size = info.size  # the listing's; -1 when it did not know it
-    return size if size >= 0 else _file_size(info.path)
+def _looked(read: list[Store]) -> str:
+    return ", ".join(f"{st.location} ({st.agent})" for st in read) or "no store"
+
+
+def _list_json(listed: list[ListedSession], shown: list[ListedSession], stores: Stores) -> None:
+    read = stores.readable
+    emit_json(
+        {
+            "total": len(listed),
+            **(
+                {"stores": [{"agent": st.agent, "location": st.location} for st in read]}
+                if len(read) > 1 or current_store().found_by_default
+                else {}
+            ),
+            "sessions": [
+                {
+                    "path": s.info.path,
+                    "agent": s.agent,
+                    "id": s.info.id,
+                    "cwd": s.info.cwd,
+                    "title": s.info.title,
+                    "firstMessage": s.info.first_message,
+                    "messageCount": s.info.message_count,
+                    "created": _iso(s.info.created),
+                    "modified": _iso(s.info.modified),
+                    "size": s.size,
+                    "parentSessionPath": s.info.parent_session_path,
+                }
+                for s in shown
+            ],
+        }
+    )
+
+
+def _no_sessions(stores: Stores, all_projects: bool, filtered: bool) -> None:
+    """Say that nothing was listed, and where else there are sessions."""
+    where = "any project" if all_projects else os.getcwd()
+    matching = " matching the filters" if filtered else ""
+    console.print(
+        f"No sessions{matching} for {where} in {_looked(stores.readable)}.",
+        markup=False,
+        soft_wrap=True,
+    )
+    if not all_projects and not filtered:
+        others = len(stores.list())
+        if others:
+            console.print(
+                f"{others} sessions of other projects are there: sessiontree list --all",
+                markup=False,
+            )
+
+
+def _list_table(
+    listed: list[ListedSession], shown: list[ListedSession], all_projects: bool
+) -> Table:
+    several = len({s.agent for s in listed}) > 1
+    headers = (
+        ["Modified", "ID", "Msgs", "Size"]
+        + (["Agent"] if several else [])
+        + (["Project"] if all_projects else [])
+    )
+    short = short_ids([s.info.id for s in listed])
+    rows: list[list[str]] = []
+    for one in shown:
+        s = one.info
+        row = [time_ago(s.modified), short[s.id], f"{s.message_count:,}", human_size(one.size)]
+        if several:
+            row.append(one.agent)
+        if all_projects:
+            row.append(middle_cut(os.path.basename(s.cwd.rstrip("/")) or s.cwd, 16))
+        row.append(shown_title(s.title, s.first_message, s.id))
+        rows.append(row)
+    # Only the title is cut to fit the terminal; ids, counts and sizes are shown whole
+    # (each column as wide as its widest cell), and the title gets the rest.
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
+    for name, width in zip(headers, widths, strict=True):
+        table.add_column(
+            name,
+            no_wrap=True,
+            min_width=width,
+            justify="right" if name in ("Msgs", "Size") else "left",
+        )
+    table.add_column(
+        "Title",
+        no_wrap=True,
+        overflow="ellipsis",
+        width=max(10, console.width - sum(widths) - 3 * len(headers)),
+    )
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
+    return table
 
 
 def list_command(
@@ -179,112 +231,26 @@ def list_command(
     With no --agent, --agent-dir or --store (and no $SESSIONTREE_STORE or
     $PI_CODING_AGENT_DIR), every agent store found on this machine is read
     (`sessiontree stores` lists them)."""
-    pairs, read = _listings(all_projects)
-    if text is not None or since is not None or until is not None:
-        tz, _ = time_zone(None)
-        since_ms = parse_time(since, tz) if since else None
-        until_ms = parse_time(until, tz, end=True) if until else None
-        needle = " ".join((text or "").split()).casefold()
-
-        def wanted(s: SessionInfo) -> bool:
-            modified = int(s.modified.timestamp() * 1000)
-            if since_ms is not None and modified < since_ms:
-                return False
-            if until_ms is not None and modified > until_ms:
-                return False
-            if not needle:
-                return True
-            fields = (shown_title(s.title, s.first_message, s.id), s.first_message, s.id, s.cwd)
-            return any(needle in " ".join(str(f or "").split()).casefold() for f in fields)
-
-        pairs = [(s, agent) for s, agent in pairs if wanted(s)]
-    sessions = [s for s, _ in pairs]
-    agents = {id(s): agent for s, agent in pairs}
-    shown = sessions[:limit] if limit else sessions
+    stores = all_stores()
+    tz, _ = time_zone(None)
+    listed = stores.list(
+        None if all_projects else os.getcwd(),
+        text=text,
+        since=parse_time(since, tz) if since else None,
+        until=parse_time(until, tz, end=True) if until else None,
+    )
+    shown = listed[:limit] if limit else listed
     if as_json:
-        emit_json(
-            {
-                "total": len(sessions),
-                **(
-                    {"stores": [{"agent": st.agent, "location": st.location} for st in read]}
-                    if len(read) > 1 or current_store().found_by_default
-                    else {}
-                ),
-                "sessions": [
-                    {
-                        "path": s.path,
-                        "agent": agents[id(s)],
-                        "id": s.id,
-                        "cwd": s.cwd,
-                        "title": s.title,
-                        "firstMessage": s.first_message,
-                        "messageCount": s.message_count,
-                        "created": _iso(s.created),
-                        "modified": _iso(s.modified),
-                        "size": _size(s),
-                        "parentSessionPath": s.parent_session_path,
-                    }
-                    for s in shown
-                ],
-            }
-        )
-        return
-    looked = ", ".join(f"{st.location} ({st.agent})" for st in read) or "no store"
-    if not sessions:
-        where = "any project" if all_projects else os.getcwd()
-        matching = " matching the filters" if text or since or until else ""
-        console.print(
-            f"No sessions{matching} for {where} in {looked}.", markup=False, soft_wrap=True
-        )
-        if not all_projects and not matching:
-            others = _elsewhere(read)
-            if others:
-                console.print(
-                    f"{others} sessions of other projects are there: sessiontree list --all",
-                    markup=False,
-                )
-        return
-    several = len({agents[id(s)] for s in sessions}) > 1
-    if len(read) > 1:
-        err_console.print(Text(f"Read {looked}.", style="dim"))
-    headers = (
-        ["Modified", "ID", "Msgs", "Size"]
-        + (["Agent"] if several else [])
-        + (["Project"] if all_projects else [])
-    )
-    short = short_ids([s.id for s in sessions])
-    rows: list[list[str]] = []
-    for s in shown:
-        row = [time_ago(s.modified), short[s.id], f"{s.message_count:,}", human_size(_size(s))]
-        if several:
-            row.append(agents[id(s)])
-        if all_projects:
-            row.append(middle_cut(os.path.basename(s.cwd.rstrip("/")) or s.cwd, 16))
-        row.append(shown_title(s.title, s.first_message, s.id))
-        rows.append(row)
-    # Only the title is cut to fit the terminal; ids, counts and sizes are shown whole
-    # (each column as wide as its widest cell), and the title gets the rest.
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    table = Table(show_edge=False, pad_edge=False, header_style="bold")
-    for name, width in zip(headers, widths, strict=True):
-        table.add_column(
-            name,
-            no_wrap=True,
-            min_width=width,
-            justify="right" if name in ("Msgs", "Size") else "left",
-        )
-    table.add_column(
-        "Title",
-        no_wrap=True,
-        overflow="ellipsis",
-        width=max(10, console.width - sum(widths) - 3 * len(headers)),
-    )
-    for row in rows:
-        table.add_row(*(Text(cell) for cell in row))
-    console.print(table)
-    if len(sessions) > len(shown):
-        more = len(sessions) - len(shown)
-        console.print(Text(f"{more} more; use --limit 0 to show all.", style="dim"))
+        _list_json(listed, shown, stores)
+    elif not listed:
+        _no_sessions(stores, all_projects, bool(text or since or until))
+    else:
+        if len(stores.readable) > 1:
+            err_console.print(Text(f"Read {_looked(stores.readable)}.", style="dim"))
+        console.print(_list_table(listed, shown, all_projects))
+        if len(listed) > len(shown):
+            more = len(listed) - len(shown)
+            console.print(Text(f"{more} more; use --limit 0 to show all.", style="dim"))
 
 
 def _usage_table(rows: Mapping[str, UsageTotals | Totals], first: str) -> Table | Group:
@@ -522,14 +488,9 @@ def context_command(
         console.print(Text(_context_text(message, full)))
 
 
-def _no_such_project(where: str) -> NoReturn:
+def _no_such_project(stores: Stores, where: str) -> NoReturn:
     """Refuse a project dir without sessions, naming the projects there are."""
-    projects: set[str] = set()
-    for store in [current_store(), *other_stores()]:
-        try:
-            projects.update(s.cwd for s in store.list(None) if s.cwd)
-        except (OSError, SessionTreeError):
-            continue
+    projects = {s.info.cwd for s in stores.list() if s.info.cwd}
     ordered = sorted(projects)
     known = ", ".join(ordered[:10]) + (", ..." if len(ordered) > 10 else "")
     raise CliError(
@@ -537,6 +498,51 @@ def _no_such_project(where: str) -> NoReturn:
         + (f"; the projects are: {known}" if ordered else "; the store has none"),
         EXIT_USAGE,
     )
+
+
+def _check_roles(roles: list[str] | None) -> None:
+    for wanted in roles or ():
+        if wanted not in SEARCH_ROLES:
+            close = difflib.get_close_matches(wanted, SEARCH_ROLES, n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise CliError(
+                f"unknown role {wanted!r}{hint}; the roles are: {', '.join(SEARCH_ROLES)}",
+                EXIT_USAGE,
+            )
+
+
+def _print_hits(hits: list[SearchHit], titles: dict[str, str]) -> None:
+    """Newest first, each session's hits together (in file order) under its title."""
+    grouped: dict[str, list[SearchHit]] = {}
+    for hit in hits:
+        grouped.setdefault(hit.path, []).append(hit)
+    for path, group in grouped.items():
+        console.print()
+        title = titles.get(path) or shown_title(None, None, group[0].session_id)
+        console.print(
+            Text.assemble((group[0].session_id, "bold"), "  ", title, "  ", (path, "dim")),
+            soft_wrap=True,
+        )
+        for hit in sorted(group, key=lambda h: h.line):
+            when = (
+                time_ago(datetime.fromtimestamp(hit.timestamp / 1000, UTC))
+                if hit.timestamp is not None
+                else ""
+            )
+            console.print(
+                Text.assemble(
+                    "  ",
+                    (str(hit.entry_id or (f"line {hit.line}" if hit.line else "")), "dim"),
+                    " ",
+                    (hit.role, "cyan"),
+                    " ",
+                    (when, "dim"),
+                    "  ",
+                    hit.before,
+                    (hit.match, "bold reverse"),
+                    hit.after,
+                )
+            )
 
 
 def _hit_json(hit: SearchHit) -> dict[str, Any]:
@@ -598,100 +604,50 @@ def search_command(
     """Full-text search across session contents: newest hits first, with a snippet each."""
     if not text.strip():
         raise CliError("search text is empty", EXIT_USAGE)
-    for wanted in role or ():
-        if wanted not in SEARCH_ROLES:
-            close = difflib.get_close_matches(wanted, SEARCH_ROLES, n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise CliError(
-                f"unknown role {wanted!r}{hint}; the roles are: {', '.join(SEARCH_ROLES)}",
-                EXIT_USAGE,
-            )
+    _check_roles(role)
     tz, _ = time_zone(None)
     since_ms = parse_time(since, tz) if since else None
     until_ms = parse_time(until, tz, end=True) if until else None
     if all_projects and project is not None:
         raise CliError("give --all or --project, not both", EXIT_USAGE)
     where = os.path.abspath(os.path.expanduser(project)) if project is not None else os.getcwd()
-    sessions: list[SessionInfo] = []
-    groups: list[list[SearchHit]] = []
-    modes: list[str] = []
-    notes: list[str] = []
-    # Every store found, when none was named (each searched through its own index).
-    for store in [current_store(), *other_stores()]:
-        scope = store.list(None if all_projects else where)
-        if not scope:
-            continue
-        sessions += scope
-        with byte_progress("Indexing sessions") as advance:
-            result = store.search(
-                text,
-                sessions=[s.path for s in scope],
-                regex=regex,
-                case_sensitive=case_sensitive,
-                roles=role or None,
-                since=since_ms,
-                until=until_ms,
-                limit=limit,
-                use_index=not no_index,
-                progress=advance,
-            )
-        groups.append(result.hits)
-        modes.append(result.mode)
-        notes += result.notes
-    if project is not None and not sessions:
-        _no_such_project(where)
-    titles = {s.path: shown_title(s.title, s.first_message, s.id, 70) for s in sessions}
-    hits, mode = merge_store_hits(groups, modes)
-    hits = hits[:limit]
+    stores = all_stores()  # every store found, when none was named: each through its index
+    with byte_progress("Indexing sessions") as advance:
+        found = stores.search(
+            text,
+            cwd=None if all_projects else where,
+            regex=regex,
+            case_sensitive=case_sensitive,
+            roles=role or None,
+            since=since_ms,
+            until=until_ms,
+            limit=limit,
+            use_index=not no_index,
+            progress=advance,
+        )
+    if project is not None and not found.sessions:
+        _no_such_project(stores, where)
+    hits = [h.hit for h in found.hits]
     if as_json:
         emit_json(
             {
                 "query": text,
                 "regex": regex,
-                "mode": mode,
-                "notes": notes,
+                "mode": found.mode,
+                "notes": found.notes,
                 "hits": [_hit_json(h) for h in hits],
             }
         )
         if not hits:
             raise typer.Exit(1)  # like grep: 1 means no match
         return
-    for note in notes:
+    for note in found.notes:
         err_console.print(Text(f"sessiontree: note: {note}", style="dim"), soft_wrap=True)
     if not hits:
-        console.print(Text(f"No match for {text!r} in {len(sessions)} session(s)."))
+        console.print(Text(f"No match for {text!r} in {len(found.sessions)} session(s)."))
         raise typer.Exit(1)
-    # Newest first, each session's hits together (in file order) under its title.
-    grouped: dict[str, list[SearchHit]] = {}
-    for hit in hits:
-        grouped.setdefault(hit.path, []).append(hit)
-    for path, group in grouped.items():
-        console.print()
-        title = titles.get(path) or shown_title(None, None, group[0].session_id)
-        console.print(
-            Text.assemble((group[0].session_id, "bold"), "  ", title, "  ", (path, "dim")),
-            soft_wrap=True,
-        )
-        for hit in sorted(group, key=lambda h: h.line):
-            when = (
-                time_ago(datetime.fromtimestamp(hit.timestamp / 1000, UTC))
-                if hit.timestamp is not None
-                else ""
-            )
-            console.print(
-                Text.assemble(
-                    "  ",
-                    (str(hit.entry_id or (f"line {hit.line}" if hit.line else "")), "dim"),
-                    " ",
-                    (hit.role, "cyan"),
-                    " ",
-                    (when, "dim"),
-                    "  ",
-                    hit.before,
-                    (hit.match, "bold reverse"),
-                    hit.after,
-                )
-            )
+    s = [one.info for one in found.sessions]
+    _print_hits(hits, {i.path: shown_title(i.title, i.first_message, i.id, 70) for i in s})
     if len(hits) >= limit:
         console.print(Text(f"\nStopped after {limit} hits (--limit).", style="dim"))
 
@@ -749,43 +705,6 @@ def _stats_json(stats: StoreStats) -> dict[str, Any]:
     }
 
 
-def _stats_of_stores(
-    stores: list[Store], cwd: str | None
-) -> tuple[list[tuple[Store, StoreStats]], StoreStats]:
-    """Each store's own figures (as `stats` of it alone) and their total: counts summed,
-    usage counted once across the stores (`replies_of`, as `usage` does), so a reply an
-    import in one store copies from another's session is not counted twice."""
-    per: list[tuple[Store, StoreStats]] = []
-    for number, store in enumerate(stores):
-        try:
-            with byte_progress("Indexing sessions") as advance:
-                per.append((store, store.stats(cwd, progress=advance)))
-            warn_passed_over(per[-1][1].passed_over)
-        except (OSError, SessionTreeError) as exc:
-            if number == 0:
-                raise  # the store named (or the default one): its error is the command's
-            err_console.print(Text(f"sessiontree: warning: {store.location}: skipped: {exc}"))
-    if len(per) == 1:
-        return per, per[0][1]
-    total = StoreStats()
-    scope: set[str] = set()
-    for store, stats in per:
-        for name in ("sessions", "invalid", "bytes", "entries", "projects", "blobs", "blob_bytes"):
-            setattr(total, name, getattr(total, name) + getattr(stats, name))
-        total.prices = total.prices or stats.prices
-        scope.update(store.files(cwd, nested=False))
-    with byte_progress("Indexing sessions") as advance:
-        priced = replies_of([store for store, _ in per], progress=advance)
-    total.duplicates = priced.duplicates
-    for reply in priced.replies:
-        if reply.session.path not in scope:
-            continue
-        total.usage.add(reply)
-        total.by_model.setdefault(reply.model, Totals()).add(reply)
-        total.by_day.setdefault(utc_day(reply.record.timestamp), Totals()).add(reply)
-    return per, total
-
-
 def stats_command(
     project: Annotated[
         str | None,
@@ -811,10 +730,12 @@ def stats_command(
     scope = None if project is None else os.path.abspath(os.path.expanduser(project))
     if all_projects and scope is not None:
         raise CliError("give --all or --project, not both", EXIT_USAGE)
-    stores = [current_store(), *other_stores()]
-    if len(stores) > 1 and not os.path.isdir(stores[0].agent_dir):
-        stores.pop(0)  # the default dir does not exist: only the stores found
-    per, stats = _stats_of_stores(stores, scope)
+    stores = all_stores(existing=True)
+    with byte_progress("Indexing sessions") as advance:
+        both = stores.stats(scope, progress=advance)
+    warn_passed_over(both.total.passed_over)
+    per = [(stores[key], one) for key, one in both.per_store]
+    stats = both.total
     if as_json:
         emit_json(
             {

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Annotated
 
@@ -12,10 +11,9 @@ from rich.text import Text
 from sessiontree.cli.common import (
     EXIT_USAGE,
     CliError,
+    all_stores,
     console,
-    current_store,
     err_console,
-    other_stores,
 )
 
 INSTALL_HINT = "sessiontree serve needs the web extra: pip install 'sessiontree[web]'"
@@ -81,11 +79,8 @@ def serve_command(
             ),
             soft_wrap=True,
         )
-    store = current_store()
     # No store named: every store found is served (an archive: every store of its view).
-    stores = [store, *other_stores()]
-    if len(stores) > 1 and not os.path.isdir(store.agent_dir):
-        stores.pop(0)  # the default dir does not exist: only the stores found
+    stores = list(all_stores(existing=True).values())
     served = stores[0] if len(stores) == 1 else stores
 
     def announce(url: str) -> None:

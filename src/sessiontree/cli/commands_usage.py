@@ -24,12 +24,12 @@ from sessiontree.cli.common import (
     EXIT_USAGE,
     CliError,
     JsonOption,
+    all_stores,
     byte_progress,
     console,
     current_store,
     emit_json,
     err_console,
-    other_stores,
 )
 from sessiontree.cli.options import Command
 from sessiontree.cli.options import Group as CommandGroup
@@ -49,7 +49,7 @@ from sessiontree.reports import (
     report,
     time_zone,
 )
-from sessiontree.store import replies_of
+from sessiontree.store import Stores
 
 usage_app = typer.Typer(
     name="usage",
@@ -111,12 +111,14 @@ class _Inputs:
         self.no_index = no_index
         self.notes: list[str] = []
         self.duplicates = Duplicates()
+        self.stores: Stores | None = None
+        """Every store found when none was named (each reply counted once across them)."""
 
     def replies(self) -> list[Reply]:
+        if self.stores is None:
+            self.stores = all_stores()
         with byte_progress("Indexing sessions") as advance:
-            # Every store found when none was named (counted once across them).
-            stores = [current_store(), *other_stores()]
-            priced = replies_of(stores, use_index=not self.no_index, progress=advance)
+            priced = self.stores.replies(use_index=not self.no_index, progress=advance)
         self.notes, self.duplicates = priced.notes, priced.duplicates
         return priced.replies
 

@@ -49,7 +49,7 @@ from sessiontree.cli.render import terminal_safe, terminal_safe_text
 from sessiontree.errors import AmbiguousSessionError, SessionNotFoundError
 from sessiontree.format import serialize_entry
 from sessiontree.session import SessionManager
-from sessiontree.store import Store
+from sessiontree.store import Store, Stores
 
 SCHEMA_VERSION = 1
 """`schemaVersion` of every `--json` document this CLI prints."""
@@ -106,11 +106,14 @@ class _Invocation:
         self.found = found
         """Whether no option or variable named the store: every store found is read."""
         self.others: list[Store] | None = None
+        self.read: list[Stores] = []
+        """The stores read as one (`all_stores`): what they passed over is said at the end."""
 
     def close(self) -> None:
         global _invocation
         if _invocation is self:
             _invocation = None
+        _note_skipped(self.read)
         opened, self.opened = self.opened, []
         for store in opened:
             store.close()
@@ -219,6 +222,28 @@ def other_stores() -> list[Store]:
         invocation.others = others
         invocation.opened.extend(others)
     return list(invocation.others)
+
+
+def all_stores(*, existing: bool = False) -> Stores:
+    """The store of this invocation and, when no option named one, every other store
+    found (`other_stores`), read as one; a store passed over while reading them is said
+    once, in a note, as the command ends. `existing`: a default dir that does not exist
+    is left out when other stores were found."""
+    stores = [current_store(), *other_stores()]
+    if existing and len(stores) > 1 and not os.path.isdir(stores[0].agent_dir):
+        stores.pop(0)
+    read = Stores(stores)
+    if _invocation is not None:
+        _invocation.read.append(read)
+    return read
+
+
+def _note_skipped(read: list[Stores]) -> None:
+    """One note naming each store passed over (however often it failed) and why."""
+    skipped = {s.location: s for stores in read for s in stores.skipped}
+    if skipped:
+        said = "; ".join(f"{s.store} at {s.location}: {s.reason}" for s in skipped.values())
+        err_console.print(Text(f"sessiontree: note: skipped {said}", style="dim"), soft_wrap=True)
 
 
 def current_store() -> Store:

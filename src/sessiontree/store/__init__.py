@@ -1,10 +1,34 @@
 """A store of sessions as one value: `Store` (an agent dir, a database, or another
 agent's store, read-only) and what is done to it: list, open, create, search, usage,
-stats, gc, check, transfers; `find_stores`: every agent store on this machine."""
+stats, gc, check, transfers; `Stores`: several stores read as one (what was skipped
+and why); `find_stores`: every agent store on this machine."""
 
 from __future__ import annotations
 
 from sessiontree.store._discover import FoundStore, find_stores, store_size
 from sessiontree.store._store import PricedReplies, Store, replies_of
+from sessiontree.store._stores import (
+    ListedSession,
+    SessionFilter,
+    Skipped,
+    StoreHit,
+    Stores,
+    StoresSearch,
+    StoresStats,
+)
 
-__all__ = ["FoundStore", "PricedReplies", "Store", "find_stores", "replies_of", "store_size"]
+__all__ = [
+    "FoundStore",
+    "ListedSession",
+    "PricedReplies",
+    "SessionFilter",
+    "Skipped",
+    "Store",
+    "StoreHit",
+    "Stores",
+    "StoresSearch",
+    "StoresStats",
+    "find_stores",
+    "replies_of",
+    "store_size",
+]

@@ -81,7 +81,7 @@ if TYPE_CHECKING:
     from sessiontree.reports import Duplicates, Reply, Report, ReportKind, StoreStats
     from sessiontree.search import SearchResult, SessionSource
 
-__all__ = ["PricedReplies", "Store", "replies_of"]
+__all__ = ["PricedReplies", "Store", "replies_of", "report_of_replies"]
 
 Progress = Callable[[int, int], None]
 """`progress(bytes_done, bytes_total)` while the content index is refreshed."""
@@ -99,6 +99,8 @@ class PricedReplies:
     """What was left out as a copy of a reply counted elsewhere."""
     notes: list[str] = field(default_factory=list)
     """Why sessions were read instead of taken from the content index."""
+    indexed: bool = True
+    """Whether the content index answered for every store (else files were read)."""
 
 
 def _looks_native(path: str) -> bool:
@@ -666,25 +668,13 @@ class Store:
         `since`/`until` bound the replies, `projects` (cwds) keeps theirs; `tz` names the
         time zone the days are in (default: the local one).
         """
-        from sessiontree.reports import report, time_zone
-
-        if period not in ("daily", "weekly", "monthly", "session", "project"):
-            raise ValueError(
-                f"unknown period {period!r}: daily, weekly, monthly, session or project"
-            )
-        zone, zone_name = time_zone(tz)
-        priced = self.replies(use_index=use_index, progress=progress)
-        return report(
-            priced.replies,
+        return report_of_replies(
+            lambda: self.replies(use_index=use_index, progress=progress),
             period,
-            tz=zone,
-            tz_name=zone_name,
-            since=_ms(since, end=False, tz=zone),
-            until=_ms(until, end=True, tz=zone),
-            projects=[os.path.abspath(os.path.expanduser(os.fspath(p))) for p in projects]
-            if projects is not None
-            else None,
-            duplicates=priced.duplicates,
+            since=since,
+            until=until,
+            projects=projects,
+            tz=tz,
         )
 
     def stats(
@@ -842,27 +832,75 @@ class Store:
 
 
 def replies_of(
-    stores: Sequence[Store], *, use_index: bool = True, progress: Progress | None = None
+    stores: Sequence[Store],
+    *,
+    use_index: bool = True,
+    progress: Progress | None = None,
+    skip: Callable[[Store, Exception], None] | None = None,
 ) -> PricedReplies:
     """Every assistant reply of several stores, counted once across them all (an import
     in one store of a session another store holds is not counted again) and priced:
-    `Store.replies` of their union."""
+    `Store.replies` of their union. A store that cannot be read raises, or with `skip`
+    is handed to it and left out (`Stores` passes it over)."""
     from sessiontree.reports import count_once, load_usage, price
 
     sessions: builtins.list[Any] = []
     notes: builtins.list[str] = []
+    indexed = True
     for store in stores:
         passed_over: builtins.list[tuple[str, str]] = []
-        paths = store.files(nested=False, passed_over=passed_over)
+        try:
+            paths = store.files(nested=False, passed_over=passed_over)
+            sources, storage, agent_dir = store._view(paths)
+            data = load_usage(
+                sources,
+                storage=storage,
+                agent_dir=agent_dir,
+                use_index=use_index,
+                progress=progress,
+            )
+        except (OSError, SessionTreeError) as exc:
+            if skip is None:
+                raise
+            skip(store, exc)
+            continue
         notes += [f"{path}: {what}; passed over" for path, what in passed_over]
-        sources, storage, agent_dir = store._view(paths)
-        data = load_usage(
-            sources, storage=storage, agent_dir=agent_dir, use_index=use_index, progress=progress
-        )
         sessions += data.sessions
         notes += data.notes
+        indexed = indexed and data.indexed
     counted, duplicates = count_once(sessions)
-    return PricedReplies(price(counted), duplicates, notes)
+    return PricedReplies(price(counted), duplicates, notes, indexed)
+
+
+def report_of_replies(
+    load: Callable[[], PricedReplies],
+    period: ReportKind,
+    *,
+    since: Moment | None,
+    until: Moment | None,
+    projects: Iterable[str | os.PathLike[str]] | None,
+    tz: str | None,
+) -> Report:
+    """`Store.usage` (and `Stores.usage`): the replies `load` gives, reported per `period`
+    (the period and the zone checked before anything is read)."""
+    from sessiontree.reports import report, time_zone
+
+    if period not in ("daily", "weekly", "monthly", "session", "project"):
+        raise ValueError(f"unknown period {period!r}: daily, weekly, monthly, session or project")
+    zone, zone_name = time_zone(tz)
+    priced = load()
+    return report(
+        priced.replies,
+        period,
+        tz=zone,
+        tz_name=zone_name,
+        since=_ms(since, end=False, tz=zone),
+        until=_ms(until, end=True, tz=zone),
+        projects=[os.path.abspath(os.path.expanduser(os.fspath(p))) for p in projects]
+        if projects is not None
+        else None,
+        duplicates=priced.duplicates,
+    )
 
 
 def _ms(moment: Moment | None, *, end: bool, tz: Any = None) -> int | None:

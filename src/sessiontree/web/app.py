@@ -301,26 +301,15 @@ class _App:
         store_key, refused = self._store_filter(request)
         if refused is not None:
             return refused
-        rows = self.data.sessions()
         params = request.query_params
+        query = params.get("q", "").strip()
+        rows = self.data.sessions(text=query or None, store=store_key)
         project_handle = params.get("project")
         project = self.data.project(project_handle) if project_handle else None
         if project_handle and project is None:
             return _not_found("No such project (the server names projects itself).")
         if project is not None:
             rows = [r for r in rows if r.project == project]
-        if store_key is not None:
-            rows = [r for r in rows if r.store == store_key]
-        query = params.get("q", "").strip()
-        if query:
-            needle = query.casefold()
-            rows = [
-                r
-                for r in rows
-                if needle in (r.title or "").casefold()
-                or needle in r.first_message.casefold()
-                or needle in r.id.casefold()
-            ]
         snapshot, _ = self.data.usage()
         costs = snapshot.by_session if snapshot is not None else {}
 
@@ -574,13 +563,11 @@ class _App:
             return refused
         params = request.query_params
         query = params.get("q", "").strip()
-        rows = self.data.sessions()
+        rows = self.data.sessions(store=store_key)
         project_handle = params.get("project") or None
         project = self.data.project(project_handle) if project_handle else None
         if project is not None:
             rows = [r for r in rows if r.project == project]
-        if store_key is not None:
-            rows = [r for r in rows if r.store == store_key]
         regex = params.get("regex") in ("1", "on", "true")
         role = params.get("role") or ""
         since, until = params.get("since", "").strip(), params.get("until", "").strip()

@@ -10,10 +10,10 @@ and usage. One module, so that the backends can change here alone.
   (`sessiontree.reports._usage`: each reply counted once, unrecorded costs estimated and
   marked), computed in a background thread so no page waits for it.
 
-Several stores (`serve` with no store named: every store found) are read as one: each
-listed, searched and read for usage through its own storage and index, the rows merged
-newest first, each row naming its store by a key the server made (`store_keys`); usage
-counts each reply once across them all, as `Store.replies_of` does.
+Several stores (`serve` with no store named: every store found) are read as one
+(`store.Stores`, as the command line reads them): each row names its store by the key
+`Stores` made; usage counts each reply once across them all; a store that cannot be
+read is passed over (`Data.skipped` says why) and said once in the log.
 """
 
 from __future__ import annotations
@@ -27,17 +27,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from sessiontree._util.foreground import Foreground, stepping_aside
-from sessiontree.errors import SessionTreeError
-from sessiontree.foreign.storage import index_view
 from sessiontree.format import SHORT_TITLE_CHARS, shown_title, utc_day
-from sessiontree.listing import SessionInfo
 from sessiontree.reports import _usage as usage_report
-from sessiontree.search import merge_store_hits
-from sessiontree.storage import SessionStorage
-from sessiontree.store import Store
+from sessiontree.store import ListedSession, SessionFilter, Store, StoreHit, Stores
 
 __all__ = [
     "Data",
@@ -47,7 +41,6 @@ __all__ = [
     "Tally",
     "UsageSnapshot",
     "handle_of",
-    "store_keys",
 ]
 
 log = logging.getLogger("sessiontree")
@@ -89,28 +82,6 @@ class SessionRow:
         return shown_title(self.title, self.first_message, self.id, SHORT_TITLE_CHARS)
 
 
-def store_keys(stores: Sequence[Store]) -> dict[str, Store]:
-    """Each store by a key for URLs and badges: its agent (`pi`, `claude`, ...), with
-    `-2`, `-3`... when several stores are of one agent."""
-    keyed: dict[str, Store] = {}
-    for store in stores:
-        key, n = store.agent, 1
-        while key in keyed:
-            n += 1
-            key = f"{store.agent}-{n}"
-        keyed[key] = store
-    return keyed
-
-
-def _size(info: SessionInfo, storage: SessionStorage) -> int:
-    if info.size >= 0:  # the listing's, when it knows it (no stat then)
-        return info.size
-    try:
-        return storage.stat(info.path).size
-    except (OSError, ValueError):
-        return 0
-
-
 # ---------------------------------------------------------------------------- search
 
 
@@ -138,7 +109,8 @@ class SearchOutcome:
     """More hits exist than `hits` holds."""
 
 
-def _hit(raw: Any, store: str) -> Hit:
+def _hit(found: StoreHit) -> Hit:
+    raw = found.hit
     return Hit(
         raw.path,
         raw.session_id,
@@ -147,8 +119,8 @@ def _hit(raw: Any, store: str) -> Hit:
         raw.before,
         raw.match,
         raw.after,
-        getattr(raw, "timestamp", None),
-        store,
+        raw.timestamp,
+        found.store,
     )
 
 
@@ -237,59 +209,33 @@ class _Usage:
 
     source = "the content index"
 
-    def __init__(self, stores: dict[str, Store], use_index: bool) -> None:
+    def __init__(self, stores: Stores, use_index: bool) -> None:
         self.stores = stores
         self.use_index = use_index
 
     def compute(self, rows: Sequence[SessionRow], publish: Callable[[UsageSnapshot], None]) -> None:
-        lib = usage_report
-        by_store: dict[str, list[SessionRow]] = {}
-        for row in rows:
-            by_store.setdefault(row.store, []).append(row)
-        sessions: list[usage_report.SessionUsage] = []
-        notes: list[str] = []
-        indexed = True
-        row_of: dict[int, SessionRow] = {}
-        for key, store_rows in by_store.items():
-            store = self.stores[key]
-            view = index_view(store.storage, [row.path for row in store_rows], store.agent_dir)
-            data = lib.load_usage(
-                view.sources,
-                storage=view.storage,
-                agent_dir=view.agent_dir,
-                use_index=self.use_index,
-            )
-            paths = {row.path: row for row in store_rows}
-            for session in data.sessions:
-                listed = paths.get(session.path)
-                if listed is not None:
-                    row_of[id(session)] = listed
-            sessions += data.sessions
-            notes += data.notes
-            indexed = indexed and data.indexed
-        # Counted once across every store: an import in one of a session another holds
-        # is not counted again (`Store.replies_of`).
-        counted, _duplicates = lib.count_once(sessions)
-        replies = lib.price(counted)
+        priced = self.stores.replies(use_index=self.use_index)
+        several = len({row.store for row in rows}) > 1
         snap = UsageSnapshot(
             sessions_total=len(rows),
             sessions_read=len(rows),
-            source=self.source if indexed else "each session file (the index was not used)",
+            source=self.source if priced.indexed else "each session file (the index was not used)",
             notes=[
-                *notes,
+                *priced.notes,
                 "each reply counted once (forks and imports do not count copied replies again"
-                + (", across the stores too)" if len(by_store) > 1 else ")"),
+                + (", across the stores too)" if several else ")"),
             ],
             estimates=True,
         )
-        for reply in replies:
-            owner = row_of.get(id(reply.session))
-            if owner is None:
-                continue
-            day = utc_day(reply.record.timestamp)
-            snap.add(day, reply.model, owner.project, owner, reply)
-        for row in rows:  # sessions without a reply cost nothing (rather than unknown)
-            snap.by_session.setdefault(row.handle, Tally())
+        owners: dict[str, SessionRow] = {}
+        for row in rows:
+            owners.setdefault(row.path, row)
+            snap.by_session.setdefault(row.handle, Tally())  # no reply: costs nothing
+        for reply in priced.replies:
+            owner = owners.get(reply.session.path)
+            if owner is not None:
+                day = utc_day(reply.record.timestamp)
+                snap.add(day, reply.model, owner.project, owner, reply)
         if snap.total.estimated_cost:
             snap.notes.append("costs marked ~ include estimates from a price table")
         snap.complete = True
@@ -377,15 +323,15 @@ class Data:
         listed = [stores] if isinstance(stores, Store) else list(stores)
         if not listed:
             raise ValueError("the web app needs a store")
-        self.stores = store_keys(listed)
+        self.stores = Stores(listed)
         """Each store by its key (the first: the store named, or the default one)."""
-        self.store = listed[0]
+        self.store = self.stores.first
         self.use_index = use_index
         self._lock = threading.Lock()
         self._rows: dict[str, SessionRow] = {}
+        self._listed: dict[str, ListedSession] = {}
         self._projects: dict[str, str] = {}
-        self.skipped: dict[str, str] = {}
-        """Stores (by key) the last listing could not read, and why."""
+        self._said: dict[str, str] = {}
         self.foreground = Foreground()
         """Requests a person waits for (session pages): background passes step aside."""
         self._usage = _UsageWorker(_Usage(self.stores, use_index), self.foreground)
@@ -395,55 +341,54 @@ class Data:
         """Whether more than one store is served (rows then show theirs)."""
         return len(self.stores) > 1
 
-    def sessions(self) -> list[SessionRow]:
-        """Every session of the stores, newest first (and the handles that name them).
+    @property
+    def skipped(self) -> dict[str, str]:
+        """Stores (by key) that could not be read, and why."""
+        return {s.store: s.reason for s in self.stores.skipped}
+
+    def sessions(self, *, text: str | None = None, store: str | None = None) -> list[SessionRow]:
+        """Every session of the stores, newest first (and the handles that name them);
+        with `text` or `store`, those `SessionFilter` admits.
 
         The first store's error is raised; another store that cannot be listed is
         passed over (`skipped` says why)."""
         with self._lock:
-            rows: list[SessionRow] = []
-            handles: set[str] = set()
-            skipped: dict[str, str] = {}
-            for number, (key, store) in enumerate(self.stores.items()):
-                try:
-                    infos = store.list()
-                except (OSError, SessionTreeError) as exc:
-                    if number == 0:
-                        raise
-                    skipped[key] = str(exc) or type(exc).__name__
-                    if self.skipped.get(key) != skipped[key]:  # said once, not per page
-                        log.warning("%s: skipped: %s", store.location, exc)
-                    continue
-                storage = store.storage
-                for info in infos:
-                    handle = handle_of("s", info.path)
-                    if handle in handles:  # the same path in two stores (never one file)
-                        handle = handle_of("s", key + "\0" + info.path)
-                    handles.add(handle)
-                    rows.append(
-                        SessionRow(
-                            handle,
-                            info.path,
-                            info.id,
-                            info.cwd,
-                            os.path.dirname(info.path),
-                            info.title,
-                            info.first_message,
-                            info.message_count,
-                            _size(info, storage),
-                            info.created,
-                            info.modified,
-                            info.parent_session_path,
-                            key,
-                        )
-                    )
-            if self.several:
-                rows.sort(key=lambda row: row.modified, reverse=True)
-            self._rows = {row.handle: row for row in rows}
-            self._projects = {handle_of("p", row.project): row.project for row in rows}
-            self.skipped = skipped
-        self._usage.request(rows)
-        return rows
+            listed = self.stores.list()
+            rows: dict[str, SessionRow] = {}
+            self._listed = {}
+            for one in listed:
+                info = one.info
+                handle = handle_of("s", info.path)
+                if handle in rows:  # the same path in two stores (never one file)
+                    handle = handle_of("s", one.store + "\0" + info.path)
+                rows[handle] = SessionRow(
+                    handle,
+                    info.path,
+                    info.id,
+                    info.cwd,
+                    os.path.dirname(info.path),
+                    info.title,
+                    info.first_message,
+                    info.message_count,
+                    one.size,
+                    info.created,
+                    info.modified,
+                    info.parent_session_path,
+                    one.store,
+                )
+                self._listed[handle] = one
+            self._rows = rows
+            self._projects = {handle_of("p", row.project): row.project for row in rows.values()}
+            for skipped in self.stores.skipped:
+                if self._said.get(skipped.store) != skipped.reason:  # said once, not per page
+                    log.warning("%s: skipped: %s", skipped.location, skipped.reason)
+            self._said = self.skipped
+            every = list(rows.values())
+        self._usage.request(every)
+        if text is None and store is None:
+            return every
+        where = SessionFilter(text=text, store=store)
+        return [row for row in every if where.admits(self._listed[row.handle])]
 
     def rows(self) -> list[SessionRow]:
         """The sessions of the latest listing (without listing again)."""
@@ -482,30 +427,20 @@ class Data:
     ) -> SearchOutcome:
         """Entries (and titles) of the sessions of `rows` whose text holds `query`
         (case-insensitive; with `regex`, matches it), up to `limit` hits; `roles`,
-        `since`/`until` (epoch ms) as the CLI's. Each store is searched through its own
-        index; the hits of several are merged, titles first, then newest first."""
-        by_store: dict[str, list[str]] = {}
-        for row in rows:
-            by_store.setdefault(row.store, []).append(row.path)
-        groups: list[list[Hit]] = []
-        notes: list[str] = []
-        modes: list[str] = []
-        for key, paths in by_store.items():
-            result = self.stores[key].search(
-                query,
-                sessions=paths,
-                limit=limit + 1,
-                use_index=self.use_index,
-                regex=regex,
-                roles=roles,
-                since=since,
-                until=until,
-            )
-            groups.append([_hit(h, key) for h in result.hits])
-            notes += result.notes
-            modes.append(str(result.mode))
-        hits, mode = merge_store_hits(groups, modes)
-        return SearchOutcome(hits[:limit], mode, notes, len(hits) > limit)
+        `since`/`until` (epoch ms) as the CLI's (`Stores.search`)."""
+        listed = [self._listed[row.handle] for row in rows if row.handle in self._listed]
+        found = self.stores.search(
+            query,
+            sessions=listed,
+            limit=limit + 1,
+            use_index=self.use_index,
+            regex=regex,
+            roles=roles,
+            since=since,
+            until=until,
+        )
+        hits = [_hit(hit) for hit in found.hits]
+        return SearchOutcome(hits[:limit], found.mode, found.notes, len(hits) > limit)
 
     def usage(self, wait: float = 0.0) -> tuple[UsageSnapshot | None, str | None]:
         """The latest usage snapshot (None before the first one) and the last error."""

@@ -1,0 +1,365 @@
+"""`Stores`: several stores read as one value (the command line and the web app, when no
+option names a store, read every store `find_stores` finds).
+
+Each store is listed, searched and read for usage through its own storage and content
+index; the rows are merged newest first, each naming its store by a key (its agent,
+`-2`, `-3`... when several stores are of one agent). Usage and stats count each reply
+once across them all (`replies_of`): an import in one store of a session another
+holds is not counted again.
+
+The first store is the one named (or the default one): its error is the caller's.
+Another store that cannot be read is passed over, and `skipped` says which and why,
+once per store however many times it failed. A search's own errors (a bad regular
+expression) are the caller's whatever the store.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sessiontree.errors import SessionTreeError
+from sessiontree.format import shown_title, utc_day
+from sessiontree.listing import SessionInfo
+from sessiontree.store._store import (
+    Moment,
+    PricedReplies,
+    Progress,
+    Store,
+    _ms,
+    replies_of,
+    report_of_replies,
+)
+
+if TYPE_CHECKING:
+    from sessiontree.reports import Report, ReportKind, StoreStats
+    from sessiontree.search import SearchHit
+
+__all__ = [
+    "ListedSession",
+    "SessionFilter",
+    "Skipped",
+    "StoreHit",
+    "Stores",
+    "StoresSearch",
+    "StoresStats",
+]
+
+_READ_ERRORS = (OSError, SessionTreeError)
+"""What reading a store raises when the store, not the request, is at fault."""
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A store that could not be read, passed over."""
+
+    store: str
+    """Its key in `Stores`."""
+    location: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListedSession:
+    """One session of a `Stores` listing, with the store it was listed from."""
+
+    info: SessionInfo
+    store: str
+    """The key of its store in `Stores`."""
+    agent: str
+    """Its store's agent (pi, claude, codex, ...)."""
+    size: int
+    """The file's bytes (the listing's, else its storage's; 0 when it cannot be read)."""
+
+
+def _folded(text: str | None) -> str:
+    """`text` with each run of whitespace one space, case folded: what a filter compares."""
+    return " ".join((text or "").split()).casefold()
+
+
+@dataclass(frozen=True, slots=True)
+class SessionFilter:
+    """Which sessions of a listing are wanted; None: any."""
+
+    text: str | None = None
+    """Contained in the shown title, the first message, the project dir or the id
+    (case-insensitive, each run of whitespace as one space)."""
+    since: int | None = None
+    """Modified from this time (epoch ms)."""
+    until: int | None = None
+    """Modified up to this time (epoch ms)."""
+    agent: str | None = None
+    store: str | None = None
+    """A store key."""
+
+    def admits(self, listed: ListedSession) -> bool:
+        if self.store is not None and listed.store != self.store:
+            return False
+        if self.agent is not None and listed.agent != self.agent:
+            return False
+        info = listed.info
+        modified = int(info.modified.timestamp() * 1000)
+        if self.since is not None and modified < self.since:
+            return False
+        if self.until is not None and modified > self.until:
+            return False
+        needle = _folded(self.text)
+        fields = (shown_title(info.title, info.first_message, info.id), info.first_message)
+        return not needle or any(needle in _folded(f) for f in (*fields, info.id, info.cwd))
+
+    def apply(self, listed: Iterable[ListedSession]) -> list[ListedSession]:
+        return [one for one in listed if self.admits(one)]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreHit:
+    """A search hit and the store it was found in."""
+
+    store: str
+    hit: SearchHit
+
+    @property
+    def role(self) -> str:
+        return self.hit.role
+
+    @property
+    def timestamp(self) -> int | None:
+        return self.hit.timestamp
+
+
+@dataclass(slots=True)
+class StoresSearch:
+    """What `Stores.search` found: hits (titles first, then newest first)."""
+
+    hits: list[StoreHit]
+    mode: str
+    """index | scan | mixed: how the sessions were searched."""
+    notes: list[str]
+    sessions: list[ListedSession]
+    """The sessions searched."""
+
+
+@dataclass(slots=True)
+class StoresStats:
+    """Each store's own figures (as `Store.stats` of it alone) and their total."""
+
+    per_store: list[tuple[str, StoreStats]]
+    """(store key, its figures), the stores that could be read."""
+    total: StoreStats
+    """Counts summed; usage counted once across the stores (`replies_of`)."""
+
+
+def _size(info: SessionInfo, store: Store) -> int:
+    if info.size >= 0:  # the listing's, when it knows it (no stat then)
+        return info.size
+    try:
+        return store.storage.stat(info.path).size
+    except (OSError, ValueError):
+        return 0
+
+
+class Stores(Mapping[str, Store]):
+    """Several stores as one: each by its key (`stores["claude"]`), the first the one
+    named (or the default one)."""
+
+    def __init__(self, stores: Iterable[Store]) -> None:
+        keyed: dict[str, Store] = {}
+        for store in stores:
+            key, n = store.agent, 1
+            while key in keyed:
+                n += 1
+                key = f"{store.agent}-{n}"
+            keyed[key] = store
+        if not keyed:
+            raise ValueError("Stores needs a store")
+        self._stores = keyed
+        self._first = next(iter(keyed))
+        self._skipped: dict[str, Skipped] = {}
+        self._skipped_lock = threading.Lock()  # the web app's usage thread reads too
+
+    def __getitem__(self, key: str) -> Store:
+        return self._stores[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._stores)
+
+    def __len__(self) -> int:
+        return len(self._stores)
+
+    def __repr__(self) -> str:
+        return f"Stores({', '.join(self._stores)})"
+
+    @property
+    def first(self) -> Store:
+        """The store named, or the default one: its errors are the caller's."""
+        return self._stores[self._first]
+
+    @property
+    def skipped(self) -> builtins.list[Skipped]:
+        """The stores passed over (each once), and why: the latest failure of each."""
+        with self._skipped_lock:
+            return builtins.list(self._skipped.values())
+
+    @property
+    def readable(self) -> builtins.list[Store]:
+        """The stores not passed over (so far)."""
+        with self._skipped_lock:
+            return [store for key, store in self._stores.items() if key not in self._skipped]
+
+    def _skip(self, key: str, exc: Exception) -> None:
+        if key == self._first:
+            raise exc
+        location = self._stores[key].location
+        with self._skipped_lock:
+            self._skipped[key] = Skipped(key, location, str(exc) or type(exc).__name__)
+
+    def _key_of(self, store: Store) -> str:
+        return next(key for key, one in self._stores.items() if one is store)
+
+    # ------------------------------------------------------------------ reading
+
+    def list(
+        self,
+        cwd: str | os.PathLike[str] | None = None,
+        *,
+        text: str | None = None,
+        since: Moment | None = None,
+        until: Moment | None = None,
+        agent: str | None = None,
+        store: str | None = None,
+    ) -> builtins.list[ListedSession]:
+        """The sessions of `cwd`'s project (None: of every project) in every store (or
+        `store`'s, the stores of `agent`), newest modified first, those `text`,
+        `since`, `until` admit (`SessionFilter`). A store listed again after it was
+        passed over is no longer `skipped`."""
+        where = SessionFilter(text, _ms(since, end=False), _ms(until, end=True), agent, store)
+        found: builtins.list[ListedSession] = []
+        for key, one in self._stores.items():
+            if store not in (None, key) or agent not in (None, one.agent):
+                continue
+            try:
+                infos = one.list(cwd)
+            except _READ_ERRORS as exc:
+                self._skip(key, exc)
+                continue
+            with self._skipped_lock:
+                self._skipped.pop(key, None)
+            found += where.apply(ListedSession(i, key, one.agent, _size(i, one)) for i in infos)
+        found.sort(key=lambda listed: listed.info.modified, reverse=True)
+        return found
+
+    def search(
+        self,
+        query: str,
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        sessions: Iterable[ListedSession] | None = None,
+        regex: bool = False,
+        case_sensitive: bool = False,
+        roles: Iterable[str] | None = None,
+        since: Moment | None = None,
+        until: Moment | None = None,
+        limit: int | None = None,
+        use_index: bool = True,
+        progress: Progress | None = None,
+    ) -> StoresSearch:
+        """`Store.search` of each store over its sessions of `sessions` (None: of `cwd`'s
+        project, None: every project), the hits merged: titles first, then newest first,
+        at most `limit`."""
+        from sessiontree.search import merge_store_hits
+
+        scope = builtins.list(sessions) if sessions is not None else self.list(cwd)
+        paths: dict[str, builtins.list[str]] = {}
+        for listed in scope:
+            paths.setdefault(listed.store, []).append(listed.info.path)
+        groups: builtins.list[builtins.list[StoreHit]] = []
+        modes: builtins.list[str] = []
+        notes: builtins.list[str] = []
+        role_list = builtins.list(roles) if roles is not None else None
+        for key, wanted in paths.items():
+            result = self._stores[key].search(
+                query,
+                sessions=wanted,
+                regex=regex,
+                case_sensitive=case_sensitive,
+                roles=role_list,
+                since=since,
+                until=until,
+                limit=limit,
+                use_index=use_index,
+                progress=progress,
+            )
+            groups.append([StoreHit(key, hit) for hit in result.hits])
+            modes.append(result.mode)
+            notes += result.notes
+        hits, mode = merge_store_hits(groups, modes)
+        return StoresSearch(hits[:limit] if limit is not None else hits, mode, notes, scope)
+
+    def replies(self, *, use_index: bool = True, progress: Progress | None = None) -> PricedReplies:
+        """Every assistant reply of the stores, counted once across them all, priced
+        (`replies_of`); a store that cannot be read is passed over."""
+        return replies_of(
+            self.readable,
+            use_index=use_index,
+            progress=progress,
+            skip=lambda store, exc: self._skip(self._key_of(store), exc),
+        )
+
+    def usage(
+        self,
+        period: ReportKind = "daily",
+        *,
+        since: Moment | None = None,
+        until: Moment | None = None,
+        projects: Iterable[str | os.PathLike[str]] | None = None,
+        tz: str | None = None,
+        use_index: bool = True,
+        progress: Progress | None = None,
+    ) -> Report:
+        """`Store.usage` of the stores as one (each reply counted once across them)."""
+        return report_of_replies(
+            lambda: self.replies(use_index=use_index, progress=progress),
+            period,
+            since=since,
+            until=until,
+            projects=projects,
+            tz=tz,
+        )
+
+    def stats(
+        self, cwd: str | os.PathLike[str] | None = None, *, progress: Progress | None = None
+    ) -> StoresStats:
+        """`Store.stats` of each store and their total: counts summed, usage counted
+        once across the stores (as `usage` counts it)."""
+        from sessiontree.reports import StoreStats, Totals
+
+        per: builtins.list[tuple[str, StoreStats]] = []
+        for key, store in self._stores.items():
+            try:
+                per.append((key, store.stats(cwd, progress=progress)))
+            except _READ_ERRORS as exc:
+                self._skip(key, exc)
+        if len(per) == 1:
+            return StoresStats(per, per[0][1])
+        total = StoreStats()
+        scope: set[str] = set()
+        summed = ("sessions", "invalid", "bytes", "entries", "projects", "blobs", "blob_bytes")
+        for key, stats in per:
+            for name in summed:
+                setattr(total, name, getattr(total, name) + getattr(stats, name))
+            total.prices = total.prices or stats.prices
+            total.passed_over += stats.passed_over
+            scope.update(self._stores[key].files(cwd, nested=False))
+        priced = replies_of([self._stores[key] for key, _ in per], progress=progress)
+        total.duplicates = priced.duplicates
+        for reply in priced.replies:
+            if reply.session.path not in scope:
+                continue
+            total.usage.add(reply)
+            total.by_model.setdefault(reply.model, Totals()).add(reply)
+            total.by_day.setdefault(utc_day(reply.record.timestamp), Totals()).add(reply)
+        return StoresStats(per, total)
