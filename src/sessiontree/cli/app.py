@@ -212,7 +212,7 @@ def _root() -> None:
 
 
 def main() -> None:
-    """Console-script entry point (also `python -m sessiontree`)."""
+    """Run the command line (`sessiontree.cli.main` starts it once it finds the extra)."""
     try:
         app()
     except BrokenPipeError:
