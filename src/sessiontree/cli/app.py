@@ -53,27 +53,36 @@ def _error(message: str, code: int) -> typer.Exit:
 
 def _bad_parameter(exc: Any) -> str:
     """`-f pdf`: "--format/-f: 'pdf' is not one of md, html, jsonl (see ... --help)"."""
-    import re
-
     param = getattr(exc, "param", None)
     opts = list(getattr(param, "opts", None) or [])
     if param is not None and getattr(param, "param_type_name", "") == "argument":
         name = str(getattr(param, "human_readable_name", "") or getattr(param, "name", "value"))
     else:
         name = "/".join(opts) or str(getattr(exc, "param_hint", None) or "value")
-    message = re.sub(r"^Value error, ", "", str(exc.message or "")).rstrip(".")
-    if type(exc).__name__ == "MissingParameter" or not message:
-        message = "missing"
-    elif message.startswith("Input should be a valid integer"):
-        message = "not a whole number"
-    elif message.startswith("Input should be "):
-        message = "should be " + message[len("Input should be ") :]
-    choice = re.fullmatch(r"('[^']*') is not one of (.*)", message)
-    if choice is not None:
-        message = f"{choice.group(1)} is not one of " + choice.group(2).replace("'", "")
     ctx = getattr(exc, "ctx", None)
     command = ctx.command_path if ctx is not None else "sessiontree"
-    return f"{name.upper() if name.isidentifier() else name}: {message} (see {command} --help)"
+    shown = name.upper() if name.isidentifier() else name
+    return f"{shown}: {_what_is_wrong(exc, param)} (see {command} --help)"
+
+
+def _what_is_wrong(exc: Any, param: Any) -> str:
+    """What is wrong with a value, in the CLI's words. Typer checks a value's type with
+    pydantic and chains pydantic's error to its BadParameter: its kind, not its wording,
+    says what was wrong."""
+    if type(exc).__name__ == "MissingParameter":
+        return "missing"
+    errors = getattr(exc.__cause__, "errors", None)
+    problems: list[dict[str, Any]] = errors() if callable(errors) else []
+    if not problems:
+        return str(exc.message or "").rstrip(".") or "missing"
+    problem = problems[0]
+    if problem["type"] == "int_parsing":
+        return "not a whole number"
+    descriptor: Any = getattr(param, "type_descriptor", None)
+    if problem["type"] == "value_error" and getattr(descriptor, "is_choice", False):
+        choices = ", ".join(str(getattr(c, "value", c)) for c in descriptor.choices or ())
+        return f"{problem['input']!r} is not one of {choices}"
+    return str(problem["msg"]).removeprefix("Input ").rstrip(".")  # "should be ..."
 
 
 def load_command(name: str) -> Any:
