@@ -23,8 +23,9 @@ from typer.testing import CliRunner, Result
 import sessiontree
 from sessiontree import SessionManager
 from sessiontree.cli import app, options
+from sessiontree.cli.app import load_command
 from sessiontree.cli.options import Command, Group
-from sessiontree.cli.registry import COMMANDS, load_command
+from sessiontree.cli.registry import COMMANDS, PANELS, Access, only_reads, writes_store
 from sessiontree.maintenance import _transfers as store_module
 from tests.conftest import REPO_ROOT, examples
 from tests.helpers import assistant, user
@@ -210,11 +211,37 @@ def test_the_version_is_written_once() -> None:
 # ---------------------------------------------------------------------- the registry
 
 
-def test_registry_lines_are_the_commands_own_help() -> None:
+def test_a_commands_help_starts_with_its_registry_line() -> None:
+    """The line is written once, in the registry; the command's docstring follows it."""
     for name, entry in COMMANDS.items():
         command = load_command(name)
         assert command.name == name
-        assert command.get_short_help_str(10_000) == entry.help, name
+        assert " ".join(command.help.split("\n\n")[0].split()) == entry.help, name
+        assert entry.help.startswith(command.get_short_help_str(10_000)), name
+
+
+def test_help_lists_the_commands_under_their_headings() -> None:
+    result = run("--help")
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    headings = [line[:-1] for line in lines if line.endswith(":") and not line.startswith(" ")]
+    assert headings == ["Options", *PANELS]
+    in_order = [entry.panel for entry in COMMANDS.values()]
+    assert in_order == sorted(in_order, key=PANELS.index)  # each heading's commands together
+    commands = lines[lines.index("Inspect:") :]
+    listed = [line.split()[0] for line in commands if line.startswith("  ")]
+    assert listed == list(COMMANDS)
+
+
+def test_what_a_command_does_to_the_store_is_said_once() -> None:
+    reads = {name for name in COMMANDS if only_reads(name)}
+    writes = {name for name in COMMANDS if writes_store(name)}
+    assert reads == {
+        "list", "show", "tree", "context", "export", "search", "stats", "resume", "usage", "serve"
+    }  # fmt: skip
+    assert writes == {"rename", "rm", "fork", "extract", "migrate", "repair", "gc", "import"}
+    assert not only_reads(None) and not writes_store(None)
+    assert all(isinstance(entry.access, Access) for entry in COMMANDS.values())
 
 
 @settings(max_examples=examples(25), deadline=None)

@@ -5,19 +5,25 @@ people, `--json` for scripts). Errors a user can cause (unknown session, bad
 file, failed write) become one line on stderr and a documented exit code,
 never a traceback; see `errors.py` for the codes.
 
-The commands are listed in `registry.py` and imported when one runs, and the global
-options (`options.py`) are taken before or after the command: this module and those
-two are all `sessiontree --help` and `--version` load of the CLI.
+The commands are listed in `registry.py` and imported when one runs (the root group
+here builds each on first use), and the global options (`options.py`) are taken before
+or after the command: this module and those two are all `sessiontree --help` and
+`--version` load of the CLI.
 """
 
 from __future__ import annotations
 
 import errno
+import importlib
+import inspect
 import os
 import sys
+from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
 
 import typer
+import typer.main
+from typer.core import TyperCommand
 
 from sessiontree.cli.errors import (
     EXIT_AMBIGUOUS,
@@ -27,10 +33,11 @@ from sessiontree.cli.errors import (
     ambiguous_message,
     error_text,
 )
-from sessiontree.cli.registry import LazyGroup
+from sessiontree.cli.options import Command, Group
+from sessiontree.cli.registry import COMMANDS, PANELS
 from sessiontree.errors import AmbiguousSessionError, SessionTreeError
 
-__all__ = ["app", "main"]
+__all__ = ["LazyGroup", "app", "load_command", "main"]
 
 
 def _error(message: str, code: int) -> typer.Exit:
@@ -46,27 +53,134 @@ def _error(message: str, code: int) -> typer.Exit:
 
 def _bad_parameter(exc: Any) -> str:
     """`-f pdf`: "--format/-f: 'pdf' is not one of md, html, jsonl (see ... --help)"."""
-    import re
-
     param = getattr(exc, "param", None)
     opts = list(getattr(param, "opts", None) or [])
     if param is not None and getattr(param, "param_type_name", "") == "argument":
         name = str(getattr(param, "human_readable_name", "") or getattr(param, "name", "value"))
     else:
         name = "/".join(opts) or str(getattr(exc, "param_hint", None) or "value")
-    message = re.sub(r"^Value error, ", "", str(exc.message or "")).rstrip(".")
-    if type(exc).__name__ == "MissingParameter" or not message:
-        message = "missing"
-    elif message.startswith("Input should be a valid integer"):
-        message = "not a whole number"
-    elif message.startswith("Input should be "):
-        message = "should be " + message[len("Input should be ") :]
-    choice = re.fullmatch(r"('[^']*') is not one of (.*)", message)
-    if choice is not None:
-        message = f"{choice.group(1)} is not one of " + choice.group(2).replace("'", "")
     ctx = getattr(exc, "ctx", None)
     command = ctx.command_path if ctx is not None else "sessiontree"
-    return f"{name.upper() if name.isidentifier() else name}: {message} (see {command} --help)"
+    shown = name.upper() if name.isidentifier() else name
+    return f"{shown}: {_what_is_wrong(exc, param)} (see {command} --help)"
+
+
+def _what_is_wrong(exc: Any, param: Any) -> str:
+    """What is wrong with a value, in the CLI's words. Typer checks a value's type with
+    pydantic and chains pydantic's error to its BadParameter: its kind, not its wording,
+    says what was wrong."""
+    if type(exc).__name__ == "MissingParameter":
+        return "missing"
+    errors = getattr(exc.__cause__, "errors", None)
+    problems: list[dict[str, Any]] = errors() if callable(errors) else []
+    if not problems:
+        return str(exc.message or "").rstrip(".") or "missing"
+    problem = problems[0]
+    if problem["type"] == "int_parsing":
+        return "not a whole number"
+    descriptor: Any = getattr(param, "type_descriptor", None)
+    if problem["type"] == "value_error" and getattr(descriptor, "is_choice", False):
+        choices = ", ".join(str(getattr(c, "value", c)) for c in descriptor.choices or ())
+        return f"{problem['input']!r} is not one of {choices}"
+    return str(problem["msg"]).removeprefix("Input ").rstrip(".")  # "should be ..."
+
+
+def load_command(name: str) -> Any:
+    """Import command `name`'s module and build its click command (typer, as usual), its
+    help the registry's line and then the function's docstring."""
+    entry = COMMANDS[name]
+    module = importlib.import_module(f"{__package__}.{entry.module}")
+    target = getattr(module, entry.attribute)
+    builder = typer.Typer(add_completion=False, rich_markup_mode=None)
+    if isinstance(target, typer.Typer):
+        builder.add_typer(target, name=name, help=entry.help)
+    else:
+        body = inspect.getdoc(target)
+        help_text = entry.help if not body else f"{entry.help}\n\n{body}"
+        builder.command(name, cls=Command, help=help_text)(target)
+    command = typer.main.get_group(builder).commands[name]
+    if not isinstance(command, Command | Group):
+        # Without these classes the command would not take the global options.
+        raise TypeError(f"command {name!r} is a {type(command).__name__}, not a cli Command")
+    return command
+
+
+class _Commands(MutableMapping[str, Any]):
+    """The root's commands by name: every command of the registry, each built on first use."""
+
+    def __init__(self, built: Mapping[str, Any]) -> None:
+        self._built = dict(built)
+
+    def built(self, name: str) -> Any | None:
+        """The command `name` if it has been built, without building it."""
+        return self._built.get(name)
+
+    def __getitem__(self, name: str) -> Any:
+        command = self._built.get(name)
+        if command is None:
+            if name not in COMMANDS:
+                raise KeyError(name)
+            command = self._built[name] = load_command(name)
+        return command
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        self._built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        if name in COMMANDS:
+            raise TypeError(f"command {name!r} is in the registry and cannot be removed")
+        del self._built[name]
+
+    def __iter__(self) -> Iterator[str]:
+        yield from COMMANDS
+        yield from (name for name in self._built if name not in COMMANDS)
+
+    def __len__(self) -> int:
+        return len(COMMANDS) + sum(1 for name in self._built if name not in COMMANDS)
+
+
+class LazyGroup(Group):
+    """The root group: lists the registry's commands, builds one when it is used."""
+
+    takes_version = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._lazy = _Commands(self.commands)
+        self.commands = self._lazy
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return list(self._lazy)
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        return self._lazy.get(cmd_name)
+
+    def format_commands(self, ctx: Any, formatter: Any) -> None:
+        """The command list of `--help` under the registry's headings, from its lines:
+        builds no command."""
+        shown: list[tuple[str, Any]] = []
+        for name in self.list_commands(ctx):
+            command = self._lazy.built(name)
+            if command is None:
+                command = TyperCommand(name, help=COMMANDS[name].help)
+            if not command.hidden:
+                shown.append((name, command))
+        if not shown:
+            return
+        # As click and typer lay it out: the help cut to the width left by the longest name.
+        widest = max(len(name) for name, _ in shown)
+        limit = formatter.width - 6 - widest
+        panels: dict[str, list[tuple[str, str]]] = {panel: [] for panel in PANELS}
+        for name, command in shown:
+            entry = COMMANDS.get(name)
+            panel = entry.panel if entry is not None else "Commands"
+            # Padded to the widest name: every heading's lines start their help in one column.
+            row = (name.ljust(widest), command.get_short_help_str(limit))
+            panels.setdefault(panel, []).append(row)
+        for panel, rows in panels.items():
+            if rows:
+                with formatter.section(panel):
+                    formatter.write_dl(rows)
 
 
 class _Group(LazyGroup):
@@ -107,7 +221,7 @@ def _root() -> None:
 
 
 def main() -> None:
-    """Console-script entry point (also `python -m sessiontree`)."""
+    """Run the command line (`sessiontree.cli.main` starts it once it finds the extra)."""
     try:
         app()
     except BrokenPipeError:

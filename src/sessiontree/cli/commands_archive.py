@@ -53,7 +53,6 @@ def _count(found: FoundStore) -> tuple[int, str | None]:
 
 
 def stores_command(as_json: JsonOption = False) -> None:
-    """Every agent store on this machine, with its sessions and size."""
     found = find_stores()
     rows: list[dict[str, Any]] = []
     for item in found:
@@ -190,9 +189,7 @@ def archive_command(
     ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Keep a copy of every session of every agent store found, so that no cleanup loses one.
-
-    Incremental (only what is new is read), deduplicated (lines shared by forks and
+    """Incremental (only what is new is read), deduplicated (lines shared by forks and
     resumed copies stored once), compressed (zstd per chunk), never deleting (a session
     gone at its source stays, marked). One run at a time: a second one exits (code 1).
     """
@@ -352,15 +349,14 @@ def restore_command(
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Write an archived session back where its agent looks for it, or under --to.
-
-    Byte for byte, with its subagent files and mtimes; an existing file is never
+    """Byte for byte, with its subagent files and mtimes; an existing file is never
     replaced. Without --to, a file is written only where its agent keeps its store on
     this machine, and only as one of that agent's own session files: anything else an
     archive names is refused by name (exit 1). A session an agent rewrote keeps its
     earlier versions: --versions lists them (a clobber, a file cut to a header or to less
     than half its lines, is marked), --version N or --at TIME restores one (with --to when
-    the file is there)."""
+    the file is there).
+    """
     archive = _target(source)
     if (session is None) == (not every):
         raise CliError("give a SESSION or --all (not both)", EXIT_USAGE)

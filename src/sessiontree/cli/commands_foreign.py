@@ -1,11 +1,6 @@
-"""Other agents' stores: `--agent` (read another agent's store in place) and `import`.
-
-With `--agent claude|codex|opencode|gemini|copilot` (or an `--agent-dir` that is
-such a store), the store of the invocation is a read-only `ForeignStorage`: the
-reading commands work on it unchanged, and every other command is refused before
-it runs. A reading command given one of those agents' session files by its path
-reads it the same way, its format detected (`read_in_place`). `import` copies one
-session (or, with `--all`, every one not imported yet) into this agent's store.
+"""`import`: copy another agent's session (or, with `--all`, every one not imported
+yet) into this agent's store. Reading another agent's store in place (`--agent`, or
+one of its session files by its path) is `foreign_stores.py`'s.
 """
 
 from __future__ import annotations
@@ -21,17 +16,15 @@ from sessiontree.cli.common import (
     EXIT_USAGE,
     CliError,
     JsonOption,
-    adopt_store,
     console,
     current_store,
     emit_json,
     err_console,
     error_text,
-    invoked_command,
     progress,
     warn_passed_over,
 )
-from sessiontree.errors import InvalidStoreError, SessionTreeError
+from sessiontree.errors import SessionTreeError
 from sessiontree.foreign import ForeignSession
 from sessiontree.foreign.agents import detect_file
 from sessiontree.foreign.importer import (
@@ -41,105 +34,19 @@ from sessiontree.foreign.importer import (
     import_session,
 )
 from sessiontree.foreign.opencode_db import (
-    DatabaseError,
     is_opencode_db,
-    list_db_sessions,
     split_db_path,
 )
-from sessiontree.foreign.storage import ForeignStorage
 from sessiontree.foreign.store import (
     AGENT_NAMES,
-    AGENTS,
     FOREIGN_AGENTS,
     ForeignListing,
     ForeignStore,
-    detect_agent,
 )
 from sessiontree.storage import SessionStorage
-from sessiontree.store import Store, find_stores
+from sessiontree.store import find_stores
 
-__all__ = ["READING_COMMANDS", "agent_store", "import_command", "read_in_place"]
-
-READING_COMMANDS = frozenset(
-    {"list", "show", "tree", "context", "export", "search", "stats", "resume", "usage", "serve"}
-)
-"""The commands that work on another agent's store (read-only)."""
-
-
-def agent_store(
-    agent: str | None, agent_dir: str | None, url: str | None, command: str | None
-) -> Store:
-    """The store `--agent` and `--agent-dir` name (`url`: the database `--store` names).
-
-    `agent_dir` (absolute) is where the store is when given; `agent` says whose it is
-    (without it, the format of `agent_dir` is detected). Raises CliError (usage) for
-    an unknown agent, a command that would write another agent's store, or such a
-    store with a database.
-    """
-    if agent is not None and agent not in AGENTS:
-        raise CliError(f"--agent must be one of {', '.join(AGENTS)}, not {agent!r}", EXIT_USAGE)
-    if url is not None:
-        kind = agent if agent is not None else detect_agent(agent_dir) if agent_dir else None
-        # Claude Code's layout in a database (the Claude Agent SDK adapter's) is read from
-        # it, `--agent-dir` the root its paths are under; no other agent's is kept there.
-        if kind in FOREIGN_AGENTS and agent != "claude":
-            raise CliError(
-                f"--store and the {AGENT_NAMES[kind]} store cannot be used together", EXIT_USAGE
-            )
-    try:
-        if url is not None:
-            store = Store(url, agent=agent, agent_dir=agent_dir)
-        else:
-            store = Store(agent_dir, agent=agent)
-    except InvalidStoreError as exc:
-        raise CliError(str(exc), EXIT_USAGE) from None
-    if store.read_only and command is not None and command not in READING_COMMANDS:
-        name = AGENT_NAMES[store.agent]
-        store.close()
-        raise CliError(
-            f"`{command}` does not work on the {name} store, which sessiontree only "
-            f"reads ({', '.join(sorted(READING_COMMANDS))}); `sessiontree import --from "
-            f"{store.agent}` copies its sessions into this agent's store",
-            EXIT_USAGE,
-        )
-    return store
-
-
-def read_in_place(path: str) -> bool:
-    """Whether `path` is another agent's session file (or an OpenCode database's
-    `<db>/<session id>`): if so, this invocation reads it in place, read-only, as
-    `--agent` reads that agent's store. Raises CliError for a command that would write
-    it, and for a whole OpenCode database (it holds many sessions)."""
-    if not os.path.isfile(path) and split_db_path(path) is None:
-        return False
-    agent = detect_file(path)
-    if agent is None:
-        return False
-    if os.path.isfile(path) and is_opencode_db(path):
-        store = ForeignStore.at("opencode", path)
-        names = ", ".join(store.sessions_in(path)[:3])
-        such = f" (such as {names})" if names else ""
-        raise CliError(
-            f"{path} is an OpenCode database; name one of its sessions as {path}/SESSION_ID{such}"
-        )
-    if invoked_command() not in READING_COMMANDS:
-        raise CliError(
-            f"{path} is a session of {AGENT_NAMES[agent]}, which sessiontree only reads "
-            f"({', '.join(sorted(READING_COMMANDS))}); `sessiontree import {path}` copies "
-            "it into this agent's store",
-            EXIT_USAGE,
-        )
-    split = split_db_path(path)
-    if split is not None:
-        # Said now: once adopted, a database that cannot be read looks like no session.
-        try:
-            list_db_sessions(*split)
-        except DatabaseError as exc:
-            raise CliError(str(exc)) from None
-    here = current_store().agent_dir  # the invocation's: its caches and blobs stay in use
-    adopt_store(Store(here, storage=ForeignStorage(ForeignStore.single(agent, path))))
-    return True
-
+__all__ = ["import_command"]
 
 # ---------------------------------------------------------------------------- import
 
@@ -307,9 +214,7 @@ def import_command(
     ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Copy another agent's session into this agent's store as a new v3 session.
-
-    Writes the new session (subagents into its artifacts dir) and its images, nothing
+    """Writes the new session (subagents into its artifacts dir) and its images, nothing
     else. A source imported before is refused unless --again.
     """
     if (session is None) == (not every):

@@ -226,9 +226,7 @@ def list_command(
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """List sessions, newest first: this directory's project, or every project with --all.
-
-    With no --agent, --agent-dir or --store (and no $SESSIONTREE_STORE or
+    """With no --agent, --agent-dir or --store (and no $SESSIONTREE_STORE or
     $PI_CODING_AGENT_DIR), every agent store found on this machine is read
     (`sessiontree stores` lists them)."""
     stores = all_stores()
@@ -296,7 +294,6 @@ def _version_text(path: str, loaded: int) -> str:
 
 
 def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
-    """Header, entry counts, branches and leaf, models, token usage and cost, labels."""
     path = resolve_session(session)
     with open_read_only(path) as sm:
         summary = summarize_session(sm)
@@ -394,7 +391,6 @@ def tree_command(
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """The entry tree: roles, one-line previews, labels, the current leaf marked."""
     path = resolve_session(session)
     with open_read_only(path) as sm:
         if as_json:
@@ -450,7 +446,6 @@ def context_command(
     full: Annotated[bool, typer.Option("--full", help="Do not shorten long messages.")] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """The context the model sees at the leaf (or --leaf), as text or JSON."""
     path = resolve_session(session)
     with open_read_only(path) as sm:
         if leaf is not None:
@@ -601,7 +596,6 @@ def search_command(
     ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Full-text search across session contents: newest hits first, with a snippet each."""
     if not text.strip():
         raise CliError("search text is empty", EXIT_USAGE)
     _check_roles(role)
@@ -661,7 +655,6 @@ def history_command(
     ] = 20,
     as_json: JsonOption = False,
 ) -> None:
-    """The prompt history (history.db), newest first; opened read-only."""
     database = current_store().history_path
     entries = read_history(database, search, limit)
     if as_json:
@@ -721,12 +714,11 @@ def stats_command(
     days: Annotated[int, typer.Option("--days", min=0, help="Days shown in the table.")] = 14,
     as_json: JsonOption = False,
 ) -> None:
-    """Store-wide figures: sessions, bytes, blobs, tokens and cost per model and per day.
-
-    With no --agent, --agent-dir or --store (and no $SESSIONTREE_STORE or
+    """With no --agent, --agent-dir or --store (and no $SESSIONTREE_STORE or
     $PI_CODING_AGENT_DIR), every agent store found on this machine is counted: a row
     per store and their total (each reply counted once across them, as in `usage`).
-    Every project unless -p, as `usage`."""
+    Every project unless -p, as `usage`.
+    """
     scope = None if project is None else os.path.abspath(os.path.expanduser(project))
     if all_projects and scope is not None:
         raise CliError("give --all or --project, not both", EXIT_USAGE)

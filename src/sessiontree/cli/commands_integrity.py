@@ -57,9 +57,7 @@ def verify_command(
     ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Check session files for damage; exit 1 when a problem is found.
-
-    Reports unparseable lines, a torn final line, an invalid header, duplicate
+    """Reports unparseable lines, a torn final line, an invalid header, duplicate
     ids, dangling parentIds, cycles, compactions keeping entries off their
     path, labels on unknown entries, missing or damaged blobs and conflict copies.
     """
@@ -129,9 +127,7 @@ def repair_command(
     ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Write a repaired copy of a session next to it, reporting every change.
-
-    Unparseable and torn lines are dropped, duplicate ids renamed, dangling
+    """Unparseable and torn lines are dropped, duplicate ids renamed, dangling
     parents and cycles made roots. The original is only replaced with --in-place.
     No other file is ever replaced: an earlier <file>.repaired is kept (the copy goes
     to <file>.repaired-2, -3...), and an --output that exists is refused.
@@ -234,9 +230,7 @@ def gc_command(
     ] = DEFAULT_MIN_AGE_SECONDS,
     as_json: JsonOption = False,
 ) -> None:
-    """Find blobs that no session references; --delete removes them.
-
-    Every file under <agent>/sessions (all projects, subagent sessions, .bak and
+    """Every file under <agent>/sessions (all projects, subagent sessions, .bak and
     conflict copies), every breadcrumb target and every session dir recorded in
     <agent>/external-session-dirs is read; sessions anywhere else are not seen. A
     blob younger than 10 minutes is never deleted, and nothing is deleted if any

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
-from sessiontree.cli import common as cli_common
+import sessiontree.cli.common as cli_common
 from sessiontree.cli.common import (
     EXIT_AMBIGUOUS,
     EXIT_ERROR,
@@ -57,10 +57,7 @@ LeafOption = Annotated[
 def resume_command(
     arg: Annotated[str, typer.Argument(help="A session-id prefix, file-name prefix or path.")],
 ) -> None:
-    """Print the path of the session ARG names (for shell integration).
-
-    Exit 1 when nothing matches, 3 when ARG is ambiguous (candidates on stderr).
-    """
+    """Exit 1 when nothing matches, 3 when ARG is ambiguous (candidates on stderr)."""
     try:
         path = current_store().resolve(arg)
     except SessionNotFoundError:
@@ -80,10 +77,7 @@ def rename_command(
     session: SessionArg,
     name: Annotated[str, typer.Argument(help="The new title.", show_default=False)],
 ) -> None:
-    """Set a session's title (a user title, which later automatic titles do not replace).
-
-    In pi's store the name is a session_info entry, the one pi shows.
-    """
+    """In pi's store the name is a session_info entry, the one pi shows."""
     path = resolve_session(session)
     with open_writable(path) as sm:
         if not sm.set_session_name(name, "user"):
@@ -100,9 +94,7 @@ def rm_command(
         bool, typer.Option("--force", help="Also delete a damaged session (no valid header).")
     ] = False,
 ) -> None:
-    """Delete a session file and its artifacts directory.
-
-    Only session files of the store (under sessions/ or a registered session dir) are
+    """Only session files of the store (under sessions/ or a registered session dir) are
     deleted; a file without a valid session header needs --force. The artifacts dir
     goes only with a file named <timestamp>_<session id>.jsonl.
     """
@@ -131,9 +123,7 @@ def fork_command(
         typer.Option("--cwd", help="Project directory of the fork (default: the session's)."),
     ] = None,
 ) -> None:
-    """Copy a session into a new one (new id; parentSession names the source). Prints its path.
-
-    The fork goes to this agent dir (its cwd's session dir), its images into this
+    """The fork goes to this agent dir (its cwd's session dir), its images into this
     agent dir's blob store, wherever the source is.
     """
     path = resolve_session(session)
@@ -148,9 +138,7 @@ def extract_command(
         str, typer.Option("--leaf", help="Entry id ending the path to keep.", show_default=False)
     ],
 ) -> None:
-    """Write the root -> --leaf path (with its labels) as a new session. Prints its path.
-
-    The new session goes beside the source, or, for a source in another agent dir,
+    """The new session goes beside the source, or, for a source in another agent dir,
     into this one (its cwd's session dir); its images into the blob store of the
     agent dir it is in. The source is only read: it is neither migrated nor locked.
     """
@@ -203,9 +191,7 @@ def export_command(
         ),
     ] = None,
 ) -> None:
-    """Export the path to the leaf as Markdown or JSONL, or the whole tree as one HTML file.
-
-    HTML is never poured into a terminal: without -o it goes to <session id>.html in
+    """HTML is never poured into a terminal: without -o it goes to <session id>.html in
     this directory (a number added when that name is taken). A JSONL export written to
     a file (-o) is a session: inside an agent dir's sessions/, the images it refers to
     go into that dir's blob store; anywhere else, it holds them itself (inline, as
@@ -309,7 +295,6 @@ def migrate_command(
     ] = False,
     as_json: JsonOption = False,
 ) -> None:
-    """Bring session files to the current format version (v3), atomically."""
     files = select_files(paths, all_projects)
     store = current_store()
     results: list[dict[str, Any]] = []
@@ -457,9 +442,7 @@ def import_files_command(
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Copy an agent dir's sessions/ and blobs/ into the --store database, byte for byte.
-
-    Files already in the database at the same paths are replaced when that loses
+    """Files already in the database at the same paths are replaced when that loses
     nothing (they hold the start of the file, or are older and kept as .bak first);
     one changed there since it was copied is skipped and listed (exit 1). A session
     that a live agent is writing, here or there, stops the import (retry once it is
@@ -494,9 +477,7 @@ def export_files_command(
     ],
     as_json: JsonOption = False,
 ) -> None:
-    """Copy the --store database's sessions and blobs into an agent dir, byte for byte.
-
-    Files keep their modification times. Files already there at the same paths are
+    """Files keep their modification times. Files already there at the same paths are
     replaced when that loses nothing (as for import-files); one changed there since it
     was copied (newer than the database's) is skipped and listed (exit 1); others are
     left alone. Nothing is written outside sessions/ and blobs/: a database row whose

@@ -54,9 +54,7 @@ def serve_command(
         bool, typer.Option("--no-index", help="Search and usage without the content index.")
     ] = False,
 ) -> None:
-    """Browse the store in a web browser: projects, sessions, branches, search, usage.
-
-    Read-only. It prints a link with a random token that works once: the browser that
+    """Read-only. It prints a link with a random token that works once: the browser that
     opens it gets a session cookie; everything else is refused. That browser finds a
     link for another one at /link.
 

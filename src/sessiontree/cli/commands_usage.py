@@ -53,7 +53,6 @@ from sessiontree.store import Stores
 
 usage_app = typer.Typer(
     name="usage",
-    help="Token usage and cost: daily, weekly, monthly, per session or project, 5-hour blocks.",
     cls=CommandGroup,
     no_args_is_help=True,
     rich_markup_mode=None,

@@ -45,6 +45,8 @@ from sessiontree.cli.errors import EXIT_USAGE as EXIT_USAGE
 from sessiontree.cli.errors import CliError as CliError
 from sessiontree.cli.errors import ambiguous_message as ambiguous_message
 from sessiontree.cli.errors import error_text as error_text
+from sessiontree.cli.foreign_stores import in_place_store
+from sessiontree.cli.registry import writes_store
 from sessiontree.cli.render import terminal_safe, terminal_safe_text
 from sessiontree.errors import AmbiguousSessionError, SessionNotFoundError
 from sessiontree.format import serialize_entry
@@ -142,7 +144,7 @@ def begin_invocation(
     (`other_stores`), and one that writes needs this one to be the only pi-format store."""
     global _invocation
     command = ctx.invoked_subcommand
-    if found and command not in _NOT_WRITING:
+    if found and writes_store(command):
         from sessiontree.store import find_stores
 
         native = [f for f in find_stores() if f.native]
@@ -169,32 +171,6 @@ def begin_invocation(
 def invoked_command() -> str | None:
     """The name of the command this invocation runs."""
     return _invocation.command if _invocation is not None else None
-
-
-_NOT_WRITING = frozenset(
-    {
-        "list",
-        "show",
-        "tree",
-        "context",
-        "export",
-        "search",
-        "stats",
-        "resume",
-        "usage",
-        "serve",
-        "history",
-        "verify",
-        "stores",
-        "archive",
-        "restore",
-        "demo",
-        "import-files",
-        "export-files",
-        None,
-    }
-)
-"""Commands that write no session of the invocation's store (the archive writes its own)."""
 
 
 def other_stores() -> list[Store]:
@@ -309,9 +285,10 @@ def resolve_session(arg: str) -> str:
     if store.is_files:
         path = os.path.abspath(os.path.expanduser(arg))
         if not os.path.isdir(path):
-            from sessiontree.cli.commands_foreign import read_in_place  # it imports this module
-
-            if read_in_place(path):  # another agent's session file: read in place
+            # Another agent's session file: this invocation reads it in place.
+            in_place = in_place_store(path, invoked_command(), store.agent_dir)
+            if in_place is not None:
+                adopt_store(in_place)
                 return path
     try:
         return store.resolve(arg)

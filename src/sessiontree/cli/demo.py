@@ -135,7 +135,6 @@ def demo_command(
         bool, typer.Option(help="Keep the temporary agent dir and print its path.")
     ] = False,
 ) -> None:
-    """Build a branched demo session in a temporary agent dir and show it."""
     tmp = tempfile.mkdtemp(prefix="sessiontree-demo-")
     agent_dir = os.path.join(tmp, "agent")
     try:

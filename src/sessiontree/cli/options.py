@@ -243,7 +243,7 @@ def _start_invocation(ctx: Any) -> None:
             return
     if options.agent is not None or agent_dir is not None:
         # Another agent's store (Claude Code, Codex, ...) is read through its own storage.
-        from sessiontree.cli.commands_foreign import agent_store
+        from sessiontree.cli.foreign_stores import agent_store
 
         store = agent_store(options.agent, agent_dir, url, root.invoked_subcommand)
     else:
@@ -299,13 +299,13 @@ def _archive_stores(archive: str, command: str | None) -> list[Any]:
     """The stores an archive holds, read from its view (`archive.archive_view`); a
     command that writes is refused (the archive is only read: `restore` writes)."""
     from sessiontree.archive import ArchiveError, archive_view
-    from sessiontree.cli.commands_foreign import READING_COMMANDS
+    from sessiontree.cli.registry import only_reads, reading_commands
     from sessiontree.store import Store
 
-    if command is not None and command not in READING_COMMANDS:
+    if command is not None and not only_reads(command):
         raise CliError(
             f"`{command}` does not work on an archive, which is only read here "
-            f"({', '.join(sorted(READING_COMMANDS))}); `sessiontree restore` writes "
+            f"({', '.join(reading_commands())}); `sessiontree restore` writes "
             "its sessions back",
             EXIT_USAGE,
         )

@@ -64,13 +64,27 @@ _LAZY = {
 }
 
 
+_HTML_PACKAGES = frozenset({"jinja2", "markupsafe", "markdown_it", "mdurl", "pygments"})
+"""What the HTML half draws with: the `cli` extra's, not the library's."""
+
+
 def __getattr__(name: str) -> Any:
-    """Imported on first use: HTML needs Jinja2, PostgreSQL the `postgres` extra."""
+    """Imported on first use: HTML needs Jinja2, Markdown-it and Pygments (the `cli`
+    extra)."""
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    try:
+        loaded = importlib.import_module(f"{__name__}.{module}")
+    except ModuleNotFoundError as exc:
+        if exc.name not in _HTML_PACKAGES:
+            raise
+        raise ModuleNotFoundError(
+            f"{name} needs {exc.name}, of the cli extra: pip install 'sessiontree[cli]'",
+            name=exc.name,
+        ) from None
+    value = getattr(loaded, name)
     globals()[name] = value
     return value

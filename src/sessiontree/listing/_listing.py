@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, overload
 
+import sessiontree.listing._cache as _cache
+import sessiontree.listing._marks as _marks
 from sessiontree._util.env import agent_dir_or_default
 from sessiontree.format import SESSION, parse_iso_ms
 from sessiontree.layout import (
@@ -23,7 +25,6 @@ from sessiontree.layout import (
     home_relative_dir_name,
     is_safe_name,
 )
-from sessiontree.listing import _cache, _marks
 from sessiontree.listing._cache import DirCache, MetaDB, memory_cache
 from sessiontree.listing._marks import Stat, stat_dir
 from sessiontree.listing._scan import Record, scan_file, scan_jobs

@@ -13,10 +13,10 @@ from typing import Literal
 
 import orjson
 
+import sessiontree.listing._marks as _marks
 from sessiontree.errors import AmbiguousSessionError
 from sessiontree.format import SESSION, MetaFold, file_session_id
 from sessiontree.layout import is_safe_name
-from sessiontree.listing import _marks
 from sessiontree.listing._listing import (
     EPOCH,
     SessionInfo,

@@ -67,7 +67,12 @@ class PriceTable:
             self._calc = genai_prices.calc_price
             self._usage = genai_prices.Usage
             self.version = genai_prices.__version__
-        except Exception as exc:  # not installed, or broken: reports say so
+        except ModuleNotFoundError as exc:  # the library without the cli extra
+            self.error = (
+                f"{TABLE_NAME} unavailable: {exc} (it is the cli extra's: "
+                "pip install 'sessiontree[cli]')"
+            )
+        except Exception as exc:  # broken: reports say so
             self.error = f"{TABLE_NAME} unavailable: {exc}"
 
     @property

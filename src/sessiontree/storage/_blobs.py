@@ -25,9 +25,9 @@ import time
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, cast, runtime_checkable
 
+import sessiontree.storage._pins as pins
 from sessiontree._util.fs import atomic_write, ensure_private_dir, fsync_directory, side_path
 from sessiontree.errors import InvalidBlobRefError
-from sessiontree.storage import _pins as pins
 
 __all__ = [
     "BLOB_REF_PREFIX",

@@ -30,6 +30,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+import sessiontree.web.charts as charts
 from sessiontree.errors import InvalidBlobRefError, SessionTreeError
 from sessiontree.export import (
     asset_text,
@@ -50,7 +51,6 @@ from sessiontree.reports import parse_time, time_zone
 from sessiontree.search import nested_repeat, regex_time_limit
 from sessiontree.storage import check_hash
 from sessiontree.store import Store
-from sessiontree.web import charts
 from sessiontree.web.data import Data, SessionRow, Tally, UsageSnapshot, handle_of
 from sessiontree.web.security import Guard, Keys
 from sessiontree.web.sessions import (

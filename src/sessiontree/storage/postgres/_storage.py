@@ -25,11 +25,11 @@ from typing import Any, Final
 import psycopg
 from psycopg_pool import ConnectionPool
 
+import sessiontree.storage.postgres._schema as _schema
 from sessiontree._util.closing import ClosesOnExit
 from sessiontree._util.env import agent_dir_or_default
 from sessiontree._util.fs import glob_match_name, name_problem, utf8_prefix_text
 from sessiontree.storage._base import SessionMeta, StorageStat
-from sessiontree.storage.postgres import _schema
 from sessiontree.storage.postgres._blobs import PostgresBlobStore
 from sessiontree.storage.postgres._keys import Keys, child_key, key_ok, split_key
 from sessiontree.storage.postgres._locks import PostgresSessionLock, lock_id
