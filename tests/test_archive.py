@@ -39,6 +39,8 @@ from sessiontree.archive import (
     verify_archive,
 )
 from sessiontree.cli import app
+from sessiontree.storage import _file as file_storage
+from sessiontree.storage import lock_path_for
 
 FOREIGN = REAL_FILES / "foreign"
 CLAUDE = "entireio__cli__26__dcd5518fea__0__full.jsonl"
@@ -305,7 +307,7 @@ def test_a_full_disk_stops_the_run_and_loses_nothing_archived(
     kept = {f.rel: Path(f.manifest).read_bytes() for f in archived_files(archive)}
     with session.open("ab") as f:
         f.write(b'{"type":"user","message":{"role":"user","content":"later"}}\n' * 50)
-    real = _storage.atomic_write
+    real = file_storage.atomic_write
     calls = {"n": 0}
 
     def full(path: str, chunks: Any, **kw: Any) -> Any:
@@ -314,10 +316,10 @@ def test_a_full_disk_stops_the_run_and_loses_nothing_archived(
             raise OSError(errno.ENOSPC, "No space left on device", path)
         return real(path, chunks, **kw)
 
-    monkeypatch.setattr(_storage, "atomic_write", full)
+    monkeypatch.setattr(file_storage, "atomic_write", full)
     with pytest.raises(ArchiveError, match="disk is full"):
         archive_stores(archive, [source])
-    monkeypatch.setattr(_storage, "atomic_write", real)
+    monkeypatch.setattr(file_storage, "atomic_write", real)
     assert {f.rel: Path(f.manifest).read_bytes() for f in archived_files(archive)} == kept
     assert verify_archive(archive) == []
     assert not list(Path(archive).rglob("*.tmp"))
@@ -335,9 +337,9 @@ def test_two_runs_at_once_the_second_exits(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import fcntl,os,sys,time; fd=os.open(sys.argv[1],os.O_RDWR); "
+            "import fcntl,os,sys,time; fd=os.open(sys.argv[1],os.O_RDWR|os.O_CREAT,0o600); "
             "fcntl.flock(fd,fcntl.LOCK_EX); print('held',flush=True); time.sleep(30)",
-            str(archive / ".lock"),
+            lock_path_for(str(archive / "ARCHIVE")),
         ],
         stdout=subprocess.PIPE,
     )

@@ -29,12 +29,12 @@ from sessiontree.archive._manifests import (
 from sessiontree.archive._model import ArchiveError, ArchiveReport, ArchiveSource
 from sessiontree.archive._opencode import VirtualFile, opencode_sessions
 from sessiontree.archive._sources import prefix_check, read_span, stat_or_none, walk_files
-from sessiontree.archive._storage import ArchivePlace, opened, prepare
+from sessiontree.archive._storage import ArchiveStorage, opened, prepare
 from sessiontree.archive._versions import clobber_words, fullest_version, is_clobber, version_of
 
 
 def _archive_file(
-    archive: ArchivePlace,
+    archive: ArchiveStorage,
     source: ArchiveSource,
     rel: str,
     st: os.stat_result | VirtualFile,
@@ -96,7 +96,7 @@ def _archive_file(
 
 
 def _store_manifest(
-    archive: ArchivePlace,
+    archive: ArchiveStorage,
     source: ArchiveSource,
     rel: str,
     st: os.stat_result | VirtualFile,
@@ -157,7 +157,7 @@ def _store_manifest(
 
 
 def _save_virtual(
-    archive: ArchivePlace,
+    archive: ArchiveStorage,
     source: ArchiveSource,
     rel: str,
     st: VirtualFile,
@@ -197,7 +197,7 @@ def archive_stores(
 
 
 def _run(
-    archive: ArchivePlace,
+    archive: ArchiveStorage,
     sources: list[ArchiveSource],
     progress: Callable[[str], None] | None,
 ) -> ArchiveReport:
@@ -270,7 +270,7 @@ def _racy(manifest: dict[str, Any]) -> bool:
 
 
 def _mark_deleted(
-    archive: ArchivePlace, source: ArchiveSource, seen: set[str], unreadable: set[str]
+    archive: ArchiveStorage, source: ArchiveSource, seen: set[str], unreadable: set[str]
 ) -> int:
     """Mark each archived file of `source` no longer at its source (kept, never removed)."""
     marked = 0

@@ -16,7 +16,7 @@ import xxhash
 import zstandard
 
 from sessiontree.archive._model import ArchiveError, ArchiveReport
-from sessiontree.archive._storage import ArchivePlace
+from sessiontree.archive._storage import ArchiveStorage
 
 _BOUNDARY = 16
 _MAX_CHUNK = 4 * 1024 * 1024
@@ -62,7 +62,7 @@ def _similar_rel(normal_digest: str) -> str:
     return f"similar/{normal_digest[:2]}/{normal_digest}"
 
 
-def put_chunk(place: ArchivePlace, data: bytes, report: ArchiveReport) -> list[Any]:
+def put_chunk(place: ArchiveStorage, data: bytes, report: ArchiveReport) -> list[Any]:
     """Store a chunk once: `chunks/ab/<sha256>.zst` (zstd); or, when a chunk that is the
     same but for its lines' session ids is stored already (a resumed copy's), as a
     delta against it, `<sha256>.zsd` (the base's sha256, a newline, then zstd with the
@@ -135,7 +135,7 @@ def _decompress(
 
 
 def get_chunk(
-    place: ArchivePlace, digest: str, length: int, *, base: bool = False, limit: int | None = None
+    place: ArchiveStorage, digest: str, length: int, *, base: bool = False, limit: int | None = None
 ) -> bytes:
     """The chunk's bytes, checked against its name (`length` -1: not known, then at
     most `limit` bytes). `base`: it is a delta's base, which is never a delta itself

@@ -7,7 +7,7 @@ from sessiontree.archive._chunks import file_hash, get_chunk
 from sessiontree.archive._manifests import each_manifest, load_manifest
 from sessiontree.archive._model import ArchivedFile, ArchiveError, ArchiveStats
 from sessiontree.archive._sessions import is_session
-from sessiontree.archive._storage import MARK, ArchivePlace, opened
+from sessiontree.archive._storage import MARK, ArchiveStorage, opened
 from sessiontree.archive._versions import clobber_words, clobbered_newest
 
 
@@ -18,7 +18,7 @@ def archived_files(archive: str) -> list[ArchivedFile]:
         return files_of(place)
 
 
-def files_of(place: ArchivePlace, problems: list[str] | None = None) -> list[ArchivedFile]:
+def files_of(place: ArchiveStorage, problems: list[str] | None = None) -> list[ArchivedFile]:
     if not place.is_archive():
         raise ArchiveError(f"{place.label}: not an archive (no {MARK} file)")
     found = []

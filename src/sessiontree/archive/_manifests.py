@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from sessiontree.archive._model import ArchiveError, ArchiveReport
-from sessiontree.archive._storage import ArchivePlace
+from sessiontree.archive._storage import ArchiveStorage
 
 
 def manifest_rel(agent: str, source: str) -> str:
@@ -19,7 +19,7 @@ def manifest_rel(agent: str, source: str) -> str:
     return f"files/{agent}/{key}.json"
 
 
-def load_manifest(place: ArchivePlace, rel: str) -> dict[str, Any] | None:
+def load_manifest(place: ArchiveStorage, rel: str) -> dict[str, Any] | None:
     try:
         raw = place.read(rel)
         if raw is None:
@@ -74,12 +74,12 @@ def _version_fields(version: dict[str, Any]) -> bool:
     ) and isinstance(version.get("hash"), str | None)
 
 
-def save_manifest(place: ArchivePlace, rel: str, manifest: dict[str, Any]) -> None:
+def save_manifest(place: ArchiveStorage, rel: str, manifest: dict[str, Any]) -> None:
     place.write(rel, json.dumps(manifest, sort_keys=True).encode())
 
 
 def each_manifest(
-    place: ArchivePlace, problems: list[str] | None = None
+    place: ArchiveStorage, problems: list[str] | None = None
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """Every manifest; a damaged one is passed over (named in `problems`): it never
     keeps the others from being listed and restored."""
@@ -97,7 +97,7 @@ def each_manifest(
 
 
 def load_or_set_aside(
-    place: ArchivePlace, rel: str, report: ArchiveReport
+    place: ArchiveStorage, rel: str, report: ArchiveReport
 ) -> dict[str, Any] | None:
     """The manifest at `rel`, for a run; a damaged one is copied to `damaged/` (kept,
     as everything is) and the file archived again as new, so that one damaged

@@ -24,7 +24,7 @@ from sessiontree.archive._manifests import load_manifest
 from sessiontree.archive._model import ArchivedFile, ArchivedVersion, ArchiveError, RestoreReport
 from sessiontree.archive._restore_targets import agent_file, restore_refusal, safe_rel
 from sessiontree.archive._sessions import PI_FORMAT, companions, find_session
-from sessiontree.archive._storage import ArchivePlace, inside, opened
+from sessiontree.archive._storage import ArchiveStorage, inside, opened
 from sessiontree.archive._versions import described, pick_version
 
 
@@ -132,7 +132,7 @@ def restore_files(
 
 
 def _restore(
-    archive: ArchivePlace, files: list[ArchivedFile], to: str | None, *, keep_going: bool = False
+    archive: ArchiveStorage, files: list[ArchivedFile], to: str | None, *, keep_going: bool = False
 ) -> RestoreReport:
     report = RestoreReport()
     if to is not None:
@@ -175,7 +175,7 @@ def _restore(
 
 
 def _restore_one(
-    archive: ArchivePlace, file: ArchivedFile, home: str, target: str, report: RestoreReport
+    archive: ArchiveStorage, file: ArchivedFile, home: str, target: str, report: RestoreReport
 ) -> None:
     manifest = pick_version(load_manifest(archive, file.key) or {}, file.version, file.manifest)
     data = b"".join(get_chunk(archive, d, int(n)) for d, n in manifest.get("chunks", []))

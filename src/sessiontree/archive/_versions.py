@@ -1,4 +1,10 @@
-"""The versions of an archived file, and clobbers among them."""
+"""The versions of an archived file, and clobbers among them.
+
+A file rewritten (not only appended to) keeps what it held as an earlier version:
+version 1 is the oldest, the newest is the file as it is now. A rewrite that leaves a
+file a header (pi 0.73 opening an oh-my-pi session truncates it to a fresh one) or
+without most of its lines is a clobber: named by the run and by `archive_stats`, and
+the view shows the fullest version instead."""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ from typing import Any
 
 from sessiontree.archive._chunks import get_chunk
 from sessiontree.archive._model import ArchivedVersion, ArchiveError
-from sessiontree.archive._storage import ArchivePlace
+from sessiontree.archive._storage import ArchiveStorage
 
 
 def version_of(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -24,16 +30,7 @@ def version_of(manifest: dict[str, Any]) -> dict[str, Any]:
     return version
 
 
-# ---------------------------------------------------------------------------- versions
-#
-# A file rewritten (not only appended to) keeps what it held as an earlier version:
-# version 1 is the oldest, the newest is the file as it is now. A rewrite that leaves
-# a file a header (pi 0.73 opening an oh-my-pi session truncates it to a fresh one) or
-# without most of its lines is a clobber: named by the run and by `archive_stats`, and
-# the view shows the fullest version instead.
-
-
-def lines_of(place: ArchivePlace, version: dict[str, Any]) -> int:
+def lines_of(place: ArchiveStorage, version: dict[str, Any]) -> int:
     """The lines (entries) a version holds: recorded since the archive counts them,
     else counted from its chunks."""
     lines = version.get("lines")
@@ -46,7 +43,9 @@ def lines_of(place: ArchivePlace, version: dict[str, Any]) -> int:
     return count
 
 
-def fullest_version(place: ArchivePlace, versions: list[dict[str, Any]]) -> tuple[int, int] | None:
+def fullest_version(
+    place: ArchiveStorage, versions: list[dict[str, Any]]
+) -> tuple[int, int] | None:
     """(number, lines) of the version with the most lines among `versions` (numbered
     from 1, oldest first); the newest of those with as many. None: none at all or one
     that cannot be read."""
@@ -87,7 +86,7 @@ def all_versions(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     return [*manifest.get("earlier", []), newest]
 
 
-def described(place: ArchivePlace, manifest: dict[str, Any]) -> list[ArchivedVersion]:
+def described(place: ArchiveStorage, manifest: dict[str, Any]) -> list[ArchivedVersion]:
     found = []
     most = -1
     for number, version in enumerate(all_versions(manifest), 1):
@@ -122,7 +121,9 @@ def pick_version(manifest: dict[str, Any], number: int | None, where: str) -> di
     return versions[number - 1]
 
 
-def clobbered_newest(place: ArchivePlace, manifest: dict[str, Any]) -> tuple[int, int, int] | None:
+def clobbered_newest(
+    place: ArchiveStorage, manifest: dict[str, Any]
+) -> tuple[int, int, int] | None:
     """(its lines, the number and lines of the fullest earlier version) when the newest
     version of a manifest is a clobber of an earlier one; else None."""
     earlier = list(manifest.get("earlier", []))

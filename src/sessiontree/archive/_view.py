@@ -8,14 +8,14 @@ import logging
 import os
 from dataclasses import dataclass
 
-from sessiontree._util.fs import atomic_write, ensure_private_dir
+from sessiontree._util.fs import ensure_private_dir
 from sessiontree.archive._chunks import get_chunk
 from sessiontree.archive._contents import files_of
 from sessiontree.archive._manifests import load_manifest
 from sessiontree.archive._model import ArchiveError
 from sessiontree.archive._restore_targets import safe_rel
 from sessiontree.archive._sources import stat_or_none
-from sessiontree.archive._storage import ArchivePlace, inside, is_url, opened
+from sessiontree.archive._storage import ArchiveStorage, inside, is_url, opened
 from sessiontree.archive._versions import all_versions, clobbered_newest, pick_version
 
 log = logging.getLogger("sessiontree")
@@ -36,9 +36,6 @@ def _make_dirs_inside(home: str, directory: str) -> None:
             os.mkdir(current, 0o700)
     if not inside(directory, real_home):
         raise ArchiveError(f"{directory}: is outside {home}")
-
-
-# ---------------------------------------------------------------------------- a view
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +62,7 @@ def archive_view(archive: str) -> list[ArchiveView]:
         return _view(place)
 
 
-def _view(place: ArchivePlace) -> list[ArchiveView]:
+def _view(place: ArchiveStorage) -> list[ArchiveView]:
     archive = place.local
     assert archive is not None
     views: dict[tuple[str, str], ArchiveView] = {}
@@ -93,7 +90,9 @@ def _view(place: ArchivePlace) -> list[ArchiveView]:
         data = b"".join(get_chunk(place, d, int(n)) for d, n in chunks)
         try:
             _make_dirs_inside(home, os.path.dirname(target))
-            atomic_write(target, [data], durable=False)
+            # a copy, never synced: one lost in a crash differs from the archived size or
+            # mtime, and is written again by the next view
+            place.write(f"view/{file.agent}/{key}/{file.rel}", data, durable=False)
         except (FileExistsError, NotADirectoryError, IsADirectoryError):
             log.warning("%s: not in the archive's view: a file and a dir share its path", target)
             continue
