@@ -15,6 +15,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import xxhash
@@ -33,20 +34,30 @@ from sessiontree.archive._storage import ArchiveStorage, opened, prepare
 from sessiontree.archive._versions import clobber_words, fullest_version, is_clobber, version_of
 
 
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """A file of a store that a run archives: where it is, its stat (or the document
+    an OpenCode database session is kept as), and its manifest (`old`, None: never
+    archived)."""
+
+    source: ArchiveSource
+    rel: str
+    st: os.stat_result | VirtualFile
+    manifest_path: str
+    old: dict[str, Any] | None
+
+    @property
+    def path(self) -> str:
+        return os.path.join(self.source.home, self.rel)
+
+
 def _archive_file(
-    archive: ArchiveStorage,
-    source: ArchiveSource,
-    rel: str,
-    st: os.stat_result | VirtualFile,
-    manifest_path: str,
-    old: dict[str, Any] | None,
-    report: ArchiveReport,
-    seen_ns: int = 0,
+    archive: ArchiveStorage, found: _Found, report: ArchiveReport, seen_ns: int = 0
 ) -> None:
-    path = os.path.join(source.home, rel)
+    path, st, old = found.path, found.st, found.old
     size = st.st_size
     if isinstance(st, VirtualFile):
-        _save_virtual(archive, source, rel, st, manifest_path, old, report)
+        _save_virtual(archive, found, st, report)
         return
     chunks: list[list[Any]] = []
     offset = 0
@@ -79,29 +90,13 @@ def _archive_file(
         return
     hasher.update(data)
     lines += data.count(b"\n")
-    _store_manifest(
-        archive,
-        source,
-        rel,
-        st,
-        manifest_path,
-        old,
-        report,
-        chunks,
-        data,
-        earlier,
-        kind,
-        extra={"xxh": hasher.hexdigest(), "lines": lines, "seenNs": seen_ns},
-    )
+    extra = {"xxh": hasher.hexdigest(), "lines": lines, "seenNs": seen_ns}
+    _store_manifest(archive, found, report, chunks, data, earlier, kind, extra)
 
 
 def _store_manifest(
     archive: ArchiveStorage,
-    source: ArchiveSource,
-    rel: str,
-    st: os.stat_result | VirtualFile,
-    manifest_path: str,
-    old: dict[str, Any] | None,
+    found: _Found,
     report: ArchiveReport,
     chunks: list[list[Any]],
     data: bytes,
@@ -109,6 +104,7 @@ def _store_manifest(
     kind: str,
     extra: dict[str, Any] | None = None,
 ) -> None:
+    source, st, old = found.source, found.st, found.old
     size = st.st_size
     for piece in cut(data):
         chunks.append(put_chunk(archive, piece, report))
@@ -125,7 +121,7 @@ def _store_manifest(
         fullest = fullest_version(archive, earlier)
         if fullest is not None and is_clobber(int(extra["lines"]), fullest[1]):
             report.clobbered.append(
-                f"{os.path.join(source.home, rel)}: {clobber_words(int(extra['lines']))} "
+                f"{found.path}: {clobber_words(int(extra['lines']))} "
                 f"(version {fullest[0]} held {fullest[1]} lines; it is kept: "
                 f"restore --version {fullest[0]})"
             )
@@ -133,7 +129,7 @@ def _store_manifest(
     manifest = {
         "agent": source.agent,
         "home": source.home,
-        "rel": rel,
+        "rel": found.rel,
         "size": size,
         "mtimeNs": st.st_mtime_ns,
         "ino": st.st_ino,
@@ -147,7 +143,7 @@ def _store_manifest(
         **extra,
     }
     archive.sync()  # the chunks are on disk before the manifest that names them
-    save_manifest(archive, manifest_path, manifest)
+    save_manifest(archive, found.manifest_path, manifest)
     if kind == "new":
         report.files_new += 1
     elif kind == "grown":
@@ -157,22 +153,15 @@ def _store_manifest(
 
 
 def _save_virtual(
-    archive: ArchiveStorage,
-    source: ArchiveSource,
-    rel: str,
-    st: VirtualFile,
-    manifest_path: str,
-    old: dict[str, Any] | None,
-    report: ArchiveReport,
+    archive: ArchiveStorage, found: _Found, st: VirtualFile, report: ArchiveReport
 ) -> None:
+    old = found.old
     earlier: list[dict[str, Any]] = list(old.get("earlier", [])) if old else []
     kind = "new"
     if old is not None:
         kind = "rewritten"
         earlier.append(version_of(old))
-    _store_manifest(
-        archive, source, rel, st, manifest_path, old, report, [], st.data, earlier, kind
-    )
+    _store_manifest(archive, found, report, [], st.data, earlier, kind)
 
 
 def archive_stores(
@@ -210,11 +199,8 @@ def _run(
             if not os.path.isdir(os.path.join(source.home, root)):
                 continue
             for rel, st in walk_files(source.home, root, report, unreadable):
-                report.files_seen += 1
-                full = os.path.join(source.home, rel)
-                manifest_path = manifest_rel(source.agent, full)
-                seen.add(manifest_path)
-                old = load_or_set_aside(archive, manifest_path, report)
+                found = _Found(source, rel, st, *_manifest_of(archive, source, rel, seen, report))
+                old = found.old
                 if (
                     old is not None
                     and old.get("size") == st.st_size
@@ -225,15 +211,11 @@ def _run(
                 ):
                     continue
                 if progress is not None:
-                    progress(full)
-                _archive_file(archive, source, rel, st, manifest_path, old, report, seen_ns)
+                    progress(found.path)
+                _archive_file(archive, found, report, seen_ns)
         if source.agent == "opencode":
             for rel, read, signal in opencode_sessions(source.home, report, unreadable):
-                report.files_seen += 1
-                full = os.path.join(source.home, rel)
-                manifest_path = manifest_rel(source.agent, full)
-                seen.add(manifest_path)
-                old = load_or_set_aside(archive, manifest_path, report)
+                manifest_path, old = _manifest_of(archive, source, rel, seen, report)
                 if old is not None and old.get("signal") == signal and old.get("deletedMs") is None:
                     continue
                 virtual = read()
@@ -246,11 +228,23 @@ def _run(
                     old["signal"], old["deletedMs"] = signal, None
                     save_manifest(archive, manifest_path, old)
                     continue
+                found = _Found(source, rel, virtual, manifest_path, old)
                 if progress is not None:
-                    progress(full)
-                _archive_file(archive, source, rel, virtual, manifest_path, old, report)
+                    progress(found.path)
+                _archive_file(archive, found, report)
         report.files_deleted += _mark_deleted(archive, source, seen, unreadable)
     return report
+
+
+def _manifest_of(
+    archive: ArchiveStorage, source: ArchiveSource, rel: str, seen: set[str], report: ArchiveReport
+) -> tuple[str, dict[str, Any] | None]:
+    """Where the manifest of a file this run sees is (named in `seen`, the file counted),
+    and what it holds (None: never archived, or set aside as damaged)."""
+    report.files_seen += 1
+    manifest_path = manifest_rel(source.agent, os.path.join(source.home, rel))
+    seen.add(manifest_path)
+    return manifest_path, load_or_set_aside(archive, manifest_path, report)
 
 
 _RACY_NS = 2_000_000_000
