@@ -11,11 +11,13 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from functools import partial
 
 from sessiontree.archive._model import ArchiveBusyError, ArchiveError, ArchiveSource
 from sessiontree.archive._sources import listdir
 from sessiontree.errors import SessionLockError, SessionTreeError
 from sessiontree.storage import (
+    ChunkedReads,
     DeferredSync,
     FileSessionStorage,
     HostFilesystem,
@@ -53,6 +55,13 @@ class ArchiveStorage:
         self.sound: set[str] = set()
         """Chunks written or read back whole by this run (not read back again)."""
         self._unsynced: list[str] = []
+        # the capabilities asked once, not at each of a run's thousands of reads and writes
+        self._deferred = storage if isinstance(storage, DeferredSync) else None
+        self._chunks: Callable[[str], Iterable[bytes]] = (
+            storage.iter_chunks
+            if isinstance(storage, ChunkedReads)
+            else partial(read_chunks, storage)
+        )
 
     def path(self, rel: str) -> str:
         return os.path.join(self.root, *rel.split("/"))
@@ -63,7 +72,7 @@ class ArchiveStorage:
     def read(self, rel: str) -> bytes | None:
         """The file's bytes; None when it is not there."""
         try:
-            return b"".join(read_chunks(self.storage, self.path(rel)))
+            return b"".join(self._chunks(self.path(rel)))
         except FileNotFoundError:
             return None
 
@@ -73,8 +82,8 @@ class ArchiveStorage:
         path = self.path(rel)
         try:
             self.storage.ensure_dir(os.path.dirname(path))
-            if not durable and isinstance(self.storage, DeferredSync):
-                self.storage.write_atomic_unsynced(path, [data])
+            if not durable and self._deferred is not None:
+                self._deferred.write_atomic_unsynced(path, [data])
                 self._unsynced.append(path)
             else:
                 write_whole(self.storage, path, [data])
@@ -88,9 +97,9 @@ class ArchiveStorage:
         """Make every write made with `durable=False` durable (before a manifest names
         what they wrote)."""
         unsynced, self._unsynced = self._unsynced, []
-        if unsynced and isinstance(self.storage, DeferredSync):
+        if unsynced and self._deferred is not None:
             try:
-                self.storage.sync_files(unsynced)
+                self._deferred.sync_files(unsynced)
             except OSError as exc:
                 full = self._full(exc, "chunks")
                 if full is not None:
