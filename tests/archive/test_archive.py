@@ -26,7 +26,9 @@ from sessiontree.archive import (
     ArchiveBusyError,
     ArchiveError,
     ArchiveSource,
-    _archive,
+    _archiving,
+    _chunks,
+    _storage,
     archive_stats,
     archive_stores,
     archived_files,
@@ -36,6 +38,8 @@ from sessiontree.archive import (
     verify_archive,
 )
 from sessiontree.cli import app
+from sessiontree.storage import _file as file_storage
+from sessiontree.storage import lock_path_for
 from tests.conftest import REAL_FILES, examples, unavailable
 
 FOREIGN = REAL_FILES / "foreign"
@@ -273,7 +277,7 @@ def test_a_file_replaced_while_read_waits_for_the_next_run(
     is recorded this run; the next run archives it whole."""
     source, session = claude_home(tmp_path)
     archive = str(tmp_path / "archive")
-    real = _archive._read_span
+    real = _archiving.read_span
 
     def replace_then_read(path: str, offset: int, size: int) -> Any:
         if path == str(session) and not getattr(replace_then_read, "done", False):
@@ -283,11 +287,11 @@ def test_a_file_replaced_while_read_waits_for_the_next_run(
             os.replace(replacement, session)
         return real(path, offset, size)
 
-    monkeypatch.setattr(_archive, "_read_span", replace_then_read)
+    monkeypatch.setattr(_archiving, "read_span", replace_then_read)
     report = archive_stores(archive, [source])
     assert any("while read" in s for s in report.skipped)
     assert not any(f.is_session for f in archived_files(archive))
-    monkeypatch.setattr(_archive, "_read_span", real)
+    monkeypatch.setattr(_archiving, "read_span", real)
     archive_stores(archive, [source])
     out = tmp_path / "out"
     restore_session(archive, ID, to=str(out))
@@ -303,7 +307,7 @@ def test_a_full_disk_stops_the_run_and_loses_nothing_archived(
     kept = {f.rel: Path(f.manifest).read_bytes() for f in archived_files(archive)}
     with session.open("ab") as f:
         f.write(b'{"type":"user","message":{"role":"user","content":"later"}}\n' * 50)
-    real = _archive.atomic_write
+    real = file_storage.atomic_write
     calls = {"n": 0}
 
     def full(path: str, chunks: Any, **kw: Any) -> Any:
@@ -312,10 +316,10 @@ def test_a_full_disk_stops_the_run_and_loses_nothing_archived(
             raise OSError(errno.ENOSPC, "No space left on device", path)
         return real(path, chunks, **kw)
 
-    monkeypatch.setattr(_archive, "atomic_write", full)
+    monkeypatch.setattr(file_storage, "atomic_write", full)
     with pytest.raises(ArchiveError, match="disk is full"):
         archive_stores(archive, [source])
-    monkeypatch.setattr(_archive, "atomic_write", real)
+    monkeypatch.setattr(file_storage, "atomic_write", real)
     assert {f.rel: Path(f.manifest).read_bytes() for f in archived_files(archive)} == kept
     assert verify_archive(archive) == []
     assert not list(Path(archive).rglob("*.tmp"))
@@ -333,9 +337,9 @@ def test_two_runs_at_once_the_second_exits(tmp_path: Path) -> None:
         [
             sys.executable,
             "-c",
-            "import fcntl,os,sys,time; fd=os.open(sys.argv[1],os.O_RDWR); "
+            "import fcntl,os,sys,time; fd=os.open(sys.argv[1],os.O_RDWR|os.O_CREAT,0o600); "
             "fcntl.flock(fd,fcntl.LOCK_EX); print('held',flush=True); time.sleep(30)",
-            str(archive / ".lock"),
+            lock_path_for(str(archive / "ARCHIVE")),
         ],
         stdout=subprocess.PIPE,
     )
@@ -398,11 +402,11 @@ class ArchiveModel(RuleBasedStateMachine):
         MODEL_COUNTS["examples"] += 1
         # a chunk ends after one line in two (not 16): the model's few lines make files
         # of several chunks, so that a change before a file's last chunk is tried
-        self.boundary, _archive._BOUNDARY = _archive._BOUNDARY, 2
+        self.boundary, _chunks._BOUNDARY = _chunks._BOUNDARY, 2
 
     def teardown(self) -> None:
         if hasattr(self, "boundary"):
-            _archive._BOUNDARY = self.boundary
+            _chunks._BOUNDARY = self.boundary
         shutil.rmtree(self.root, ignore_errors=True)
         if self.codex_home is None:
             os.environ.pop("CODEX_HOME", None)
@@ -679,7 +683,7 @@ def test_an_archive_in_postgresql(tmp_path: Path) -> None:
         restored = restore_session(target, ID)
         assert len(restored.written) == 2
         assert session.read_bytes() == original
-        with _archive._opened(target) as place:
+        with _storage.opened(target) as place:
             release = place.lock()
             try:
                 with pytest.raises(ArchiveBusyError):

@@ -22,7 +22,8 @@ from typer.testing import CliRunner
 from sessiontree.archive import (
     ArchiveError,
     ArchiveSource,
-    _archive,
+    _sources,
+    _storage,
     archive_stores,
     archive_view,
     archived_files,
@@ -255,7 +256,7 @@ def test_archive_watch_follows_on_while_another_run_holds_the_archive(
     archive = str(tmp_path / "archive")
     runner = CliRunner()
     assert runner.invoke(app, ["archive", "--to", archive]).exit_code == 0
-    with _archive._opened(archive) as place:
+    with _storage.opened(archive) as place:
         release = place.lock()
         try:
             args = ["archive", "--to", archive, "--watch", "--rounds", "2", "--interval", "0.1"]
@@ -424,9 +425,9 @@ def test_a_dir_that_cannot_be_read_is_named_and_its_files_not_marked_gone(
             raise PermissionError(13, "Permission denied", str(path))
         return real(path)
 
-    monkeypatch.setattr(_archive.os, "scandir", scandir)
+    monkeypatch.setattr(_sources.os, "scandir", scandir)
     # the dir is there, its files cannot be reached (no search permission)
-    monkeypatch.setattr(_archive.os.path, "lexists", lambda p: str(p) == str(a.parent))
+    monkeypatch.setattr(_sources.os.path, "lexists", lambda p: str(p) == str(a.parent))
     report = archive_stores(archive, [source])
     assert report.files_deleted == 0
     assert any(str(a.parent) in s and "cannot be read" in s for s in report.skipped)

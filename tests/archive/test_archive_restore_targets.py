@@ -146,7 +146,7 @@ def test_an_agents_own_session_file_at_its_home_here_is_restored(
 def test_a_crafted_row_of_a_postgresql_archive_is_refused(tmp_path: Path, home: Path) -> None:
     """Anyone who can write to a shared PostgreSQL archive can plant a manifest: the
     same check applies to its rows."""
-    from sessiontree.archive import _archive
+    from sessiontree.archive import _storage
     from tests.pg_support import fresh_schema
 
     project = home / ".claude" / "projects" / "-w"
@@ -157,7 +157,7 @@ def test_a_crafted_row_of_a_postgresql_archive_is_refused(tmp_path: Path, home: 
         archive_stores(archive, [ArchiveSource("claude", str(home / ".claude"), ("projects",))])
         (template,) = archived_files(archive)
         target = home / "projects" / "repo" / "conftest.py"
-        with _archive._opened(archive) as place:
+        with _storage.opened(archive) as place:
             manifest = json.loads(place.read(template.key) or b"{}")
             manifest.update(home=str(home), rel="projects/repo/conftest.py")
             place.write("files/claude/" + "c" * 64 + ".json", json.dumps(manifest).encode())

@@ -21,6 +21,7 @@ from sessiontree import InvalidBlobRefError, SessionLockError, serialize_entry
 from sessiontree.storage import (
     BlobBackedStorage,
     CollectableBlobStore,
+    DeferredSync,
     FileSessionStorage,
     LockingStorage,
     MemorySessionStorage,
@@ -429,7 +430,7 @@ def test_fsync_dir(storage: SessionStorage, root: str) -> None:
 # Which optional capability each backend declares: losing one is a test failure, and
 # every declared one is checked below on that backend.
 DECLARED_CAPABILITIES = {
-    "file": {"lock"},
+    "file": {"lock", "deferred-sync"},
     "memory": {"lock", "blobs"},
     "postgres": {"lock", "blobs", "index"},
 }
@@ -443,6 +444,8 @@ def _declared(storage: SessionStorage) -> set[str]:
         found.add("blobs")
     if isinstance(storage, SessionIndexStorage):
         found.add("index")
+    if isinstance(storage, DeferredSync):
+        found.add("deferred-sync")
     return found
 
 
@@ -459,6 +462,19 @@ def _require(storage: SessionStorage, capability: str) -> None:
 
 def test_declared_capabilities(backend: str, storage: SessionStorage) -> None:
     assert _declared(storage) == DECLARED_CAPABILITIES[backend]
+
+
+@_with("deferred-sync")
+def test_a_write_left_unsynced_replaces_the_file_whole(storage: SessionStorage, root: str) -> None:
+    _require(storage, "deferred-sync")
+    assert isinstance(storage, DeferredSync)
+    path, other = os.path.join(root, "a.zst"), os.path.join(root, "b.zst")
+    storage.write_text(path, "old")
+    storage.write_atomic_unsynced(path, (b"new ", b"bytes"))
+    storage.write_atomic_unsynced(other, (b"other",))
+    storage.sync_files([path, other])
+    assert (storage.read_text(path), storage.read_text(other)) == ("new bytes", "other")
+    assert _all_names(storage, root) == ["a.zst", "b.zst"]  # no temp file left
 
 
 @_with("lock")
@@ -728,6 +744,29 @@ def test_file_fsync_is_real(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     writer.fsync()
     writer.close()
     assert len(synced) == 1
+
+
+def test_file_sync_files_syncs_each_file_and_each_dir_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Unsynced writes cost no fsync; `sync_files` one per file and one per dir."""
+    storage = FileSessionStorage()
+    paths = [str(tmp_path / d / f"{n}.zst") for d in ("a", "b") for n in range(3)]
+    for path in paths:
+        storage.ensure_dir(os.path.dirname(path))
+    synced: list[int] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        synced.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    for path in paths:
+        storage.write_atomic_unsynced(path, (b"x",))
+    assert synced == []
+    storage.sync_files(paths)
+    assert len(synced) == len(paths) + 2
 
 
 # -- memory backend only ----------------------------------------------------------------------

@@ -11,6 +11,9 @@ them with `isinstance` (never with a backend's class) and fall back where they c
   guard's checks without reading a whole file into one string;
 - `AtomicWrites` (`write_atomic`, `fsync_dir`): temp file + fsync + rename, so a
   crash leaves the old or the new file (without it, `write_text` is used);
+- `DeferredSync` (`write_atomic_unsynced`, `sync_files`): many small files written
+  atomically, then made durable together before anything names them (the archive's
+  chunks; without it, each write is durable on its own);
 - `DirectoryTree` (`list_dirs`, `remove_tree`): store-wide walks (`list_all`, gc,
   `rm` of an artifacts dir);
 - `LockingStorage` (`acquire_lock`): one writer per session; **a storage without it
@@ -193,6 +196,20 @@ class AtomicWrites(Protocol):
 
     def fsync_dir(self, path: str) -> None:
         """Make a directory's entries (creations, renames) durable."""
+        ...
+
+
+@runtime_checkable
+class DeferredSync(Protocol):
+    """A backend whose atomic writes can leave their fsyncs for later: one barrier for
+    many files instead of two fsyncs each."""
+
+    def write_atomic_unsynced(self, path: str, chunks: Iterable[bytes]) -> None:
+        """Replace `path` all or nothing (as `write_atomic`), not yet durably."""
+        ...
+
+    def sync_files(self, paths: Iterable[str]) -> None:
+        """Make the files at `paths` durable, then their directories' entries."""
         ...
 
 

@@ -344,6 +344,23 @@ class FileSessionStorage:
         """
         return _stat_result(atomic_write(path, chunks))
 
+    def write_atomic_unsynced(self, path: str, chunks: Iterable[bytes]) -> None:
+        """As `write_atomic`, without its fsyncs (`DeferredSync`): `sync_files` makes it
+        durable."""
+        atomic_write(path, chunks, durable=False)
+
+    def sync_files(self, paths: Iterable[str]) -> None:
+        """fsync each file (never through a symlink), then each of their dirs once."""
+        paths = list(paths)
+        for path in paths:
+            fd = os.open(path, os.O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        for directory in sorted({os.path.dirname(p) for p in paths}):
+            fsync_directory(directory)
+
     def open_pinned(self, path: str) -> FilePin:
         """A descriptor on `path`'s inode for index-first loads (`PinnedReads`)."""
         return FilePin.open(path)
