@@ -63,7 +63,6 @@ __all__ = [
 ]
 
 
-_NAME_KINDS: Final = ("session_info", "title_change")
 _STR_ONLY: Final = frozenset({str})
 
 

@@ -18,7 +18,6 @@ import os
 import weakref
 from collections.abc import Iterable, Mapping
 from functools import partial
-from typing import Any
 
 from sessiontree._util.closing import ClosesOnExit
 from sessiontree._util.env import agent_dir_or_default
@@ -48,6 +47,7 @@ from sessiontree.layout import (
     write_breadcrumb,
     writes_pi_form,
 )
+from sessiontree.session._entry_removal import entries_without
 from sessiontree.session._file import ContentSource, SessionFile
 from sessiontree.session._index import EntryIndex
 from sessiontree.session._line_source import LineSource
@@ -430,48 +430,9 @@ class SessionOnStorage(ClosesOnExit):
         replace = {i: e for i, e in (replace or {}).items() if i in index and i not in wanted}
         if not wanted and not replace:
             return []
-        entries = index.entries
-        for entry in entries:
-            if entry.get("type") == "label" and entry.get("targetId") in wanted:
-                wanted.add(str(entry["id"]))
-        parents = {str(e.get("id")): e.get("parentId") for e in entries}
-
-        def kept_ancestor(entry_id: Any) -> Any:
-            seen: set[str] = set()
-            while entry_id in wanted and entry_id not in seen:
-                seen.add(entry_id)
-                entry_id = parents.get(entry_id)
-            return None if entry_id in wanted else entry_id
-
-        kept: builtins.list[Entry] = []
-        removed: builtins.list[str] = []
-        for entry in entries:
-            entry_id = entry.get("id")
-            if entry_id in wanted:
-                removed.append(str(entry_id))
-                continue
-            parent = entry.get("parentId")
-            if entry_id in replace:
-                entry = {**replace[entry_id], "id": entry_id, "parentId": parent}
-            if parent in wanted:
-                entry = {**entry, "parentId": kept_ancestor(parent)}
-            first_kept = entry.get("firstKeptEntryId")
-            if entry.get("type") == "compaction" and first_kept in wanted:
-                # The context keeps from the next kept entry of its path on.
-                path: builtins.list[Any] = []
-                current, seen = parent, set()
-                while isinstance(current, str) and current not in seen:
-                    if current == first_kept:
-                        later = [i for i in path if i not in wanted]
-                        if later:
-                            entry = {**entry, "firstKeptEntryId": later[-1]}
-                        break
-                    seen.add(current)
-                    path.append(current)
-                    current = parents.get(current)
-            kept.append(entry)
+        kept, removed, leaf = entries_without(index.entries, wanted, replace, index.leaf)
         replacement = EntryIndex(kept)
-        replacement.leaf = kept_ancestor(index.leaf)
+        replacement.leaf = leaf
         self._index = replacement
         try:
             self._check_rewrite()
