@@ -12,6 +12,7 @@ from sessiontree.maintenance._check import (
     scan_session,
 )
 from sessiontree.maintenance._files import (
+    DeletePlan,
     artifacts_dir,
     delete_session,
     file_version,
@@ -43,6 +44,7 @@ __all__ = [
     "DEFAULT_MIN_AGE_SECONDS",
     "STORE_ENV",
     "BlobFile",
+    "DeletePlan",
     "Finding",
     "GcReport",
     "TransferReport",

@@ -49,6 +49,7 @@ from sessiontree.listing import (
 )
 from sessiontree.maintenance import (
     DEFAULT_MIN_AGE_SECONDS,
+    DeletePlan,
     Finding,
     GcReport,
     TransferReport,
@@ -60,6 +61,7 @@ from sessiontree.maintenance import (
     file_store_dir,
     import_files,
     open_store,
+    plan_delete,
     redact_url,
     repair_session,
     session_files,
@@ -511,7 +513,25 @@ class Store:
         """
         if not read_only:
             self._check_writable("open a session for writing (give read_only=True)")
-        path = self.resolve(session)
+        return self.session(
+            self.resolve(session), read_only=read_only, breadcrumb=breadcrumb, lazy=lazy
+        )
+
+    def session(
+        self,
+        path: str,
+        *,
+        read_only: bool = False,
+        breadcrumb: bool = True,
+        lazy: bool | None = None,
+    ) -> SessionManager:
+        """The session file at `path` (a path of the store, as `resolve` or `files` give
+        it: no prefix is looked up), read through the store's storage, its images in its
+        blob store. A missing file is created on the first write (`read_only=True`:
+        FileNotFoundError). `read_only`, `breadcrumb` and `lazy` as `open` takes them.
+        """
+        if not read_only:
+            self._check_writable("open a session for writing (give read_only=True)")
         return SessionManager.open(
             path,
             storage=self.storage,
@@ -542,13 +562,7 @@ class Store:
         self._check_writable("fork a session")
         path = self.resolve(session)
         if cwd is None:
-            with SessionManager.open(
-                path,
-                storage=self.storage,
-                read_only=True,
-                blob_store=self.blobs_for(path),
-                agent_dir=self.agent_dir,
-            ) as source:
+            with self.session(path, read_only=True) as source:
                 header = source.get_header() or {}
             where = str(header.get("cwd") or os.getcwd())
         else:
@@ -561,6 +575,13 @@ class Store:
         self._check_writable("delete a session")
         path = self.resolve(session)
         return delete_session(path, self.storage, agent_dir=self.agent_dir, force=force)
+
+    def plan_delete(self, session: str | os.PathLike[str], *, force: bool = False) -> DeletePlan:
+        """What `delete` would remove (the file, its artifacts dir), deleting nothing:
+        the same refusals, raised before anyone is asked to confirm."""
+        self._check_writable("delete a session")
+        path = self.resolve(session)
+        return plan_delete(path, self.storage, agent_dir=self.agent_dir, force=force)
 
     # ------------------------------------------------------------------ reading it all
 

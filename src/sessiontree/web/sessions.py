@@ -197,13 +197,7 @@ class SessionCache:
                     return cached
             mark = _mark(self.storage, path)
             started = time.perf_counter()
-            sm = SessionManager.open(
-                path,
-                storage=self.storage,
-                read_only=True,
-                blob_store=self.store.blobs_for(path),
-                agent_dir=self.agent_dir,
-            )
+            sm = self.store.session(path, read_only=True)
             session = OpenSession(handle, path, sm, mark)
             try:
                 session.tips()  # the shape every page draws, here, so it is timed
