@@ -25,7 +25,7 @@ from helpers import assistant, user
 from pg_support import fresh_schema
 from sessiontree import BlobStore, SessionManager
 from sessiontree.cli import app
-from sessiontree.maintenance import STORE_ENV
+from sessiontree.store import STORE_ENV
 
 runner = CliRunner()
 

@@ -24,10 +24,10 @@ import sessiontree
 from conftest import REPO_ROOT, examples
 from helpers import assistant, user
 from sessiontree import SessionManager
+from sessiontree import store as store_module
 from sessiontree.cli import app, options
 from sessiontree.cli.options import Command, Group
 from sessiontree.cli.registry import COMMANDS, load_command
-from sessiontree.maintenance import _transfers as store_module
 
 runner = CliRunner()
 

@@ -633,12 +633,12 @@ class _PgPlace(_Place):
     row, written in one transaction; the lock an advisory lock)."""
 
     def __init__(self, url: str) -> None:
-        from sessiontree.maintenance import open_store, redact_url
+        from sessiontree.storage import open_storage, redact_url
 
         self.label = redact_url(url)
         self.sound = set()
         try:
-            self._storage: Any = open_store(url, agent_dir=_PG_ROOT)
+            self._storage: Any = open_storage(url, agent_dir=_PG_ROOT)
         except SessionTreeError as exc:
             raise ArchiveError(f"{self.label}: {exc}") from exc
 
@@ -696,9 +696,9 @@ class _PgPlace(_Place):
         return total
 
     def close(self) -> None:
-        from sessiontree.maintenance import close_store
+        from sessiontree.storage import close_storage
 
-        close_store(self._storage)
+        close_storage(self._storage)
 
 
 def _is_url(archive: str) -> bool:

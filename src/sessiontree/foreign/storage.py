@@ -80,7 +80,7 @@ class ForeignStorage:
         return f"ForeignStorage({self.store.agent}, {self.store.home!r})"
 
     def close(self) -> None:
-        """Release what the store's files are read through (`close_store` calls it)."""
+        """Release what the store's files are read through (`close_storage` calls it)."""
         self.store.close()
 
     # ------------------------------------------------------------------ layout

@@ -74,6 +74,7 @@ from sessiontree.storage._locks import (
     verify_lock,
 )
 from sessiontree.storage._memory import MemorySessionStorage
+from sessiontree.storage._open import close_storage, file_store_dir, open_storage, redact_url
 from sessiontree.storage._pins import LIVE_DIR, pin_error, read_pins, save_unsaved
 
 if TYPE_CHECKING:
@@ -117,9 +118,11 @@ __all__ = [
     "acquire_session_lock",
     "blob_extension_for_mime_type",
     "check_hash",
+    "close_storage",
     "default_storage",
     "directory_tree",
     "ensure_private_dir",
+    "file_store_dir",
     "find_blob_refs",
     "fsync_directory",
     "hand_over",
@@ -128,6 +131,7 @@ __all__ = [
     "is_locked",
     "is_stored_file",
     "lock_path_for",
+    "open_storage",
     "parse_blob_ref",
     "pin_error",
     "publish_lock_name",
@@ -135,6 +139,7 @@ __all__ = [
     "read_pins",
     "read_range",
     "read_range_chunks",
+    "redact_url",
     "replace_checked",
     "same_blob_store",
     "save_unsaved",

@@ -4,7 +4,16 @@ stats, gc, check, transfers; `find_stores`: every agent store on this machine.""
 
 from __future__ import annotations
 
+from sessiontree._util.env import STORE_ENV
 from sessiontree.store._discover import FoundStore, find_stores, store_size
 from sessiontree.store._store import PricedReplies, Store, replies_of
 
-__all__ = ["FoundStore", "PricedReplies", "Store", "find_stores", "replies_of", "store_size"]
+__all__ = [
+    "STORE_ENV",
+    "FoundStore",
+    "PricedReplies",
+    "Store",
+    "find_stores",
+    "replies_of",
+    "store_size",
+]

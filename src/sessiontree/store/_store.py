@@ -54,15 +54,11 @@ from sessiontree.maintenance import (
     GcReport,
     TransferReport,
     check_session,
-    close_store,
     collect_garbage,
     delete_session,
     export_files,
-    file_store_dir,
     import_files,
-    open_store,
     plan_delete,
-    redact_url,
     repair_session,
     session_files,
     storage_blob_store,
@@ -72,7 +68,11 @@ from sessiontree.storage import (
     BlobStoreLike,
     FileSessionStorage,
     SessionStorage,
+    close_storage,
+    file_store_dir,
     is_stored_file,
+    open_storage,
+    redact_url,
     store_root,
 )
 
@@ -256,7 +256,7 @@ class Store:
         """The database's storage; for Claude transcripts in it, read as Claude Code's
         store is (`ForeignStore.on_storage`), with the listing cache of the agent dir."""
         assert self._url is not None
-        storage = open_store(self._url, agent_dir=self.agent_dir)
+        storage = open_storage(self._url, agent_dir=self.agent_dir)
         if self.agent != "claude":
             return storage
         from sessiontree.foreign.storage import ForeignStorage
@@ -343,7 +343,7 @@ class Store:
             self._closed = True
             storage, self._storage = self._storage, None
         if storage is not None and self._owns_storage:
-            close_store(storage)
+            close_storage(storage)
 
     @property
     def closed(self) -> bool:
