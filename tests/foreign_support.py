@@ -21,6 +21,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from sessiontree.layout import store_parts
+
 HAND_ASSEMBLED = {
     "jazzyalex__agent-sessions__Resources__Fixtures__stage0__agents__claude__small.jsonl",
     "jazzyalex__agent-sessions__Resources__Fixtures__stage0__agents__codex__small.jsonl",
@@ -180,7 +182,7 @@ def import_all(fixtures: Path, agent: Path) -> dict[str, list[str]]:
     for kind in ("claude", "codex"):
         for path in sorted((fixtures / kind).glob("*.jsonl")):
             reader = read_claude_session if kind == "claude" else read_codex_session
-            done = import_session(reader(str(path)), agent_dir=str(agent), again=True)
+            done = import_session(reader(str(path)), store_parts(agent_dir=str(agent)), again=True)
             written[path.name] = [done.path, *done.subsessions]
     return written
 

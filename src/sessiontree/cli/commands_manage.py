@@ -41,7 +41,6 @@ from sessiontree.format import shown_title
 from sessiontree.layout import agent_dir_of, get_default_session_dir
 from sessiontree.maintenance import (
     TransferReport,
-    migrate_session_file,
 )
 from sessiontree.session import read_head
 from sessiontree.storage import FileSessionStorage, SessionStorage
@@ -316,13 +315,7 @@ def migrate_command(
         for path in files:
             advance(path)
             try:
-                result = migrate_session_file(
-                    path,
-                    dry_run=dry_run,
-                    storage=store.storage,
-                    blob_store=store.blobs_for(path),
-                    agent_dir=store.agent_dir,
-                )
+                result = store.migrate(path, dry_run=dry_run)
             except (SessionTreeError, OSError) as exc:
                 failed += 1
                 results.append({"path": path, "error": str(exc)})

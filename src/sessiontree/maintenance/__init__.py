@@ -13,6 +13,7 @@ from sessiontree.maintenance._check import (
 )
 from sessiontree.maintenance._files import (
     DeletePlan,
+    MigrationResult,
     artifacts_dir,
     delete_session,
     file_version,
@@ -37,6 +38,7 @@ __all__ = [
     "DeletePlan",
     "Finding",
     "GcReport",
+    "MigrationResult",
     "TransferReport",
     "artifacts_dir",
     "check_session",

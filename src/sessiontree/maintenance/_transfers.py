@@ -41,10 +41,9 @@ from typing import Final
 
 import xxhash
 
-from sessiontree._util.env import agent_dir_or_default
 from sessiontree._util.fs import name_problem, open_regular
 from sessiontree.errors import SessionLockError
-from sessiontree.layout import BlobCarry, blob_carry, blob_store_for
+from sessiontree.layout import BlobCarry, StoreParts, blob_carry, blob_store_for
 from sessiontree.session import backup_path
 from sessiontree.storage import (
     BlobStore,
@@ -59,7 +58,6 @@ from sessiontree.storage import (
     lock_path_for,
     parse_blob_ref,
     read_chunks,
-    store_root,
     write_whole,
 )
 
@@ -359,9 +357,11 @@ def _starts_with(
 
 
 def import_files(
-    agent_dir: str | None, storage: SessionStorage, report: TransferReport | None = None
+    source_dir: str, storage: SessionStorage, report: TransferReport | None = None
 ) -> TransferReport:
-    """Copy an agent dir's `blobs/` and `sessions/` into `storage`, byte for byte.
+    """Copy the `blobs/` and `sessions/` of the agent dir `source_dir` (on this host's
+    files) into `storage`, byte for byte: under its root (`RootedStorage`), else
+    under the same paths.
 
     Files already in `storage` at the same paths are replaced, so running it again
     after it stopped finishes the import without duplicating anything. A session
@@ -373,9 +373,9 @@ def import_files(
     are copied, so after an exception it says what was.
     """
     report = report if report is not None else TransferReport()
-    agent_dir = os.path.abspath(agent_dir_or_default(agent_dir))
+    agent_dir = os.path.abspath(source_dir)
     files = FileSessionStorage()
-    root = store_root(storage, agent_dir)
+    root = StoreParts(storage, agent_dir).root
     carry = blob_carry(
         blob_store_for(None, files, agent_dir),
         os.path.join(root, "sessions"),
@@ -428,18 +428,19 @@ def _import_blobs(blob_dir: str, carry: BlobCarry, report: TransferReport) -> No
 
 
 def export_files(
-    storage: SessionStorage, agent_dir: str | None, report: TransferReport | None = None
+    storage: SessionStorage, target_dir: str, report: TransferReport | None = None
 ) -> TransferReport:
-    """Copy `storage`'s blobs and `sessions/` into an agent dir, byte for byte (mtimes too).
+    """Copy `storage`'s blobs and `sessions/` (under its root, else under `target_dir`)
+    into the agent dir `target_dir` on this host's files, byte for byte (mtimes too).
 
     As for `import_files`: the blobs go first, every file copied takes the blobs it
     refers to along, and one that neither store holds is listed in
     `report.missing_blobs`. `report` (new if None) is filled as files are copied.
     """
     report = report if report is not None else TransferReport()
-    agent_dir = os.path.abspath(agent_dir_or_default(agent_dir))
+    agent_dir = os.path.abspath(target_dir)
     files = FileSessionStorage()
-    root = store_root(storage, agent_dir)
+    root = StoreParts(storage, agent_dir).root
     invalid_names = getattr(storage, "invalid_names", None)
     if callable(invalid_names):  # rows the storage itself leaves out of its listings
         inside = tuple(os.path.join(root, tree) + os.sep for tree in (*_TREES, "blobs"))

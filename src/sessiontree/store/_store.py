@@ -40,7 +40,7 @@ from sessiontree.errors import (
     StoreClosedError,
 )
 from sessiontree.format import file_session_id
-from sessiontree.layout import blob_store_for, native_agent_of
+from sessiontree.layout import StoreParts, native_agent_of
 from sessiontree.listing import (
     SessionInfo,
     list_all_sessions,
@@ -52,12 +52,14 @@ from sessiontree.maintenance import (
     DeletePlan,
     Finding,
     GcReport,
+    MigrationResult,
     TransferReport,
     check_session,
     collect_garbage,
     delete_session,
     export_files,
     import_files,
+    migrate_session_file,
     plan_delete,
     repair_session,
     session_files,
@@ -73,7 +75,6 @@ from sessiontree.storage import (
     is_stored_file,
     open_storage,
     redact_url,
-    store_root,
 )
 
 if TYPE_CHECKING:
@@ -184,6 +185,7 @@ class Store:
         self._url: str | None = None  # a database's, with its password: never shown
         self._foreign: ForeignStore | None = None
         self._storage: SessionStorage | None = None
+        self._parts: StoreParts | None = None
         self._owns_storage = storage is None
         self.read_only = False
         self.found_by_default = False
@@ -313,7 +315,7 @@ class Store:
             self.agent_dir = directory if directory is not None else home
         else:
             fallback = directory if directory is not None else agent_dir_or_default()
-            self.agent_dir = os.path.abspath(store_root(storage, fallback))
+            self.agent_dir = os.path.abspath(StoreParts(storage, fallback).root)
             self.agent = agent or native_agent_of(self.agent_dir)
         self.location = self.agent_dir
 
@@ -383,6 +385,16 @@ class Store:
         return storage
 
     @property
+    def parts(self) -> StoreParts:
+        """The store's storage and agent dir as one value: what the library's store-wide
+        functions (listing, maintenance, reports, search, imports) take."""
+        parts = self._parts
+        if parts is None:
+            parts = self._parts = StoreParts(self.storage, self.agent_dir)
+        self._check_open()
+        return parts
+
+    @property
     def is_files(self) -> bool:
         """Whether the sessions are files on this host (an agent dir's)."""
         return isinstance(self._storage, FileSessionStorage)
@@ -399,7 +411,7 @@ class Store:
     def blobs_for(self, path: str | None) -> BlobStoreLike:
         """The blob store of the session at `path`: the store's own, or, for a session
         file under another agent dir's `sessions/`, that dir's (`blob_store_for`)."""
-        return blob_store_for(path, self.storage, self.agent_dir)
+        return self.parts.blobs_for(path)
 
     @property
     def history_path(self) -> str:
@@ -418,10 +430,9 @@ class Store:
 
     def list(self, cwd: str | os.PathLike[str] | None = None) -> builtins.list[SessionInfo]:
         """The sessions of `cwd`'s project (None: of every project), newest modified first."""
-        storage = self.storage
         if cwd is None:
-            return list_all_sessions(storage, agent_dir=self.agent_dir)
-        return list_sessions(os.fspath(cwd), storage=storage, agent_dir=self.agent_dir)
+            return list_all_sessions(self.parts)
+        return list_sessions(os.fspath(cwd), self.parts)
 
     def files(
         self,
@@ -435,9 +446,7 @@ class Store:
         (socket, device) named like a session is left out, and added to `passed_over`
         as (path, what it is) when given."""
         where = os.fspath(cwd) if cwd is not None else None
-        return session_files(
-            self.agent_dir, where, nested=nested, storage=self.storage, passed_over=passed_over
-        )
+        return session_files(self.parts, where, nested=nested, passed_over=passed_over)
 
     def _kind(self, path: str) -> str | None:
         """'file', 'dir' or None (missing, or outside a database's root)."""
@@ -574,27 +583,35 @@ class Store:
         removed (`sessiontree rm`: a damaged file needs `force`)."""
         self._check_writable("delete a session")
         path = self.resolve(session)
-        return delete_session(path, self.storage, agent_dir=self.agent_dir, force=force)
+        return delete_session(path, self.parts, force=force)
+
+    def migrate(self, session: str | os.PathLike[str], *, dry_run: bool = False) -> MigrationResult:
+        """Bring a session file of the store to the current format version, atomically
+        (`sessiontree migrate`); the result says what changed (on a dry run, would)."""
+        if dry_run:
+            self._check_open()
+        else:
+            self._check_writable("migrate a session")
+        return migrate_session_file(self.resolve(session), self.parts, dry_run=dry_run)
 
     def plan_delete(self, session: str | os.PathLike[str], *, force: bool = False) -> DeletePlan:
         """What `delete` would remove (the file, its artifacts dir), deleting nothing:
         the same refusals, raised before anyone is asked to confirm."""
         self._check_writable("delete a session")
         path = self.resolve(session)
-        return plan_delete(path, self.storage, agent_dir=self.agent_dir, force=force)
+        return plan_delete(path, self.parts, force=force)
 
     # ------------------------------------------------------------------ reading it all
 
-    def _view(self, paths: Sequence[str]) -> tuple[builtins.list[str | SessionSource], Any, Any]:
-        """(sources, storage, agent dir) the content index reads `paths` through: another
-        agent's sessions by their reader (`index_view`), ours as they are."""
-        storage = self.storage
+    def _view(self, paths: Sequence[str]) -> tuple[builtins.list[str | SessionSource], StoreParts]:
+        """(sources, parts) the content index reads `paths` through: another agent's
+        sessions by their reader (`index_view`), ours as they are."""
         if self._foreign is None:
-            return builtins.list(paths), storage, self.agent_dir
+            return builtins.list(paths), self.parts
         from sessiontree.foreign.storage import index_view
 
-        view = index_view(storage, paths, self.agent_dir)
-        return view.sources, view.storage, view.agent_dir
+        view = index_view(self.parts, paths)
+        return view.sources, view.parts
 
     def search(
         self,
@@ -626,7 +643,7 @@ class Store:
         paths = builtins.list(sessions) if sessions is not None else [s.path for s in infos or []]
         role_list = builtins.list(roles) if roles is not None else None
         since_ms, until_ms = _ms(since, end=False), _ms(until, end=True)
-        sources, storage, agent_dir = self._view(paths)
+        sources, view = self._view(paths)
         result = search(
             sources,
             query,
@@ -636,8 +653,8 @@ class Store:
             since=since_ms,
             until=until_ms,
             limit=limit,
-            storage=storage,
-            agent_dir=agent_dir,
+            storage=view.storage,
+            agent_dir=view.agent_dir,
             use_index=use_index,
             index_progress=progress,
         )
@@ -715,21 +732,19 @@ class Store:
         `cwd`'s project (None: of every project); blobs are the whole store's."""
         from sessiontree.reports import store_stats
 
-        storage = self.storage
         passed_over: builtins.list[tuple[str, str]] = []
         every = self.files(nested=False, passed_over=passed_over)
         paths = every if cwd is None else self.files(cwd, nested=False)
-        context, view_storage, agent_dir = self._view(every)
-        scope, _, _ = self._view(paths)
+        context, view = self._view(every)
+        scope, _ = self._view(paths)
         foreign = self.read_only  # another agent's store: its images are inline, no blobs
         stats = store_stats(
             scope,
+            view,
             None if foreign else os.path.join(self.agent_dir, "blobs"),
-            storage=view_storage,
             index_progress=progress,
-            blob_store=None if self.is_files or foreign else storage_blob_store(storage),
+            blob_store=None if self.is_files or foreign else storage_blob_store(self.storage),
             context=context,
-            agent_dir=agent_dir,
         )
         stats.passed_over = passed_over
         return stats
@@ -748,11 +763,7 @@ class Store:
         enough ones are deleted (`.deleted`; `.refused` says why nothing was)."""
         self._check_writable("collect its blobs")
         return collect_garbage(
-            self.agent_dir,
-            delete=delete,
-            min_age_seconds=min_age_seconds,
-            progress=progress,
-            storage=self.storage,
+            self.parts, delete=delete, min_age_seconds=min_age_seconds, progress=progress
         )
 
     def check(
@@ -776,27 +787,21 @@ class Store:
         else:
             self._check_open()
         files = [self.resolve(p) for p in paths] if paths is not None else self.files()
-        storage = self.storage
+        parts = self.parts
         found: builtins.list[Finding] = []
         for path in files:
             if progress is not None:
                 progress(path)
-            blobs = self.blobs_for(path)
+            blobs = parts.blobs_for(path)
             try:
-                findings = check_session(path, storage=storage, blobs=blobs)
+                findings = check_session(path, storage=parts.storage, blobs=blobs)
             except (OSError, SessionTreeError) as exc:
                 findings = [Finding("unreadable", None, None, f"cannot read: {exc}")]
             else:
                 if fix and findings:
                     try:
-                        repair_session(
-                            path,
-                            in_place=True,
-                            storage=storage,
-                            blobs=blobs,
-                            agent_dir=self.agent_dir,
-                        )
-                        findings = check_session(path, storage=storage, blobs=blobs)
+                        repair_session(path, parts, in_place=True)
+                        findings = check_session(path, storage=parts.storage, blobs=blobs)
                     except (OSError, SessionTreeError) as exc:  # a live writer holds it, ...
                         message = f"not repaired: {exc}"
                         findings = [*findings, Finding("unrepaired", None, None, message)]
@@ -818,15 +823,7 @@ class Store:
         else:
             self._check_writable("repair a session")
         path = self.resolve(session)
-        return repair_session(
-            path,
-            out_path,
-            in_place=in_place,
-            storage=self.storage,
-            blobs=self.blobs_for(path),
-            dry_run=dry_run,
-            agent_dir=self.agent_dir,
-        )
+        return repair_session(path, self.parts, out_path, in_place=in_place, dry_run=dry_run)
 
     # ------------------------------------------------------------------ transfers
 
@@ -876,10 +873,8 @@ def replies_of(
         passed_over: builtins.list[tuple[str, str]] = []
         paths = store.files(nested=False, passed_over=passed_over)
         notes += [f"{path}: {what}; passed over" for path, what in passed_over]
-        sources, storage, agent_dir = store._view(paths)
-        data = load_usage(
-            sources, storage=storage, agent_dir=agent_dir, use_index=use_index, progress=progress
-        )
+        sources, view = store._view(paths)
+        data = load_usage(sources, view, use_index=use_index, progress=progress)
         sessions += data.sessions
         notes += data.notes
     counted, duplicates = count_once(sessions)

@@ -252,13 +252,8 @@ class _Usage:
         row_of: dict[int, SessionRow] = {}
         for key, store_rows in by_store.items():
             store = self.stores[key]
-            view = index_view(store.storage, [row.path for row in store_rows], store.agent_dir)
-            data = lib.load_usage(
-                view.sources,
-                storage=view.storage,
-                agent_dir=view.agent_dir,
-                use_index=self.use_index,
-            )
+            view = index_view(store.parts, [row.path for row in store_rows])
+            data = lib.load_usage(view.sources, view.parts, use_index=self.use_index)
             paths = {row.path: row for row in store_rows}
             for session in data.sessions:
                 listed = paths.get(session.path)
