@@ -52,7 +52,7 @@ from sessiontree.format import (
     serialize_entry_bytes,
     session_version,
 )
-from sessiontree.layout import StoreParts, blob_carry, blob_store_for
+from sessiontree.layout import StoreParts, blob_carry, store_parts
 from sessiontree.session import backup_path
 from sessiontree.storage import (
     BlobStatus,
@@ -457,7 +457,9 @@ def check_session(
     """
     storage = default_storage(storage)
     scanned = scan_session(path, storage)
-    findings = _findings(scanned, blobs if blobs is not None else blob_store_for(path, storage))
+    findings = _findings(
+        scanned, blobs if blobs is not None else store_parts(storage).blobs_for(path)
+    )
     if conflicts:
         for sibling in conflict_siblings(path, storage):
             findings.append(

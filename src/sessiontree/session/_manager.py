@@ -359,7 +359,7 @@ class SessionManager(ClosesOnExit):
         """
         # Chosen before the default storage is made: the agent dir's blobs, not
         # MemorySessionStorage's own, so that refs outlive this session.
-        blobs = blob_store_for(None, storage, agent_dir)
+        blobs = blob_store_for(None, storage, agent_dir_or_default(agent_dir))
         storage = storage if storage is not None else MemorySessionStorage()
         cwd = cwd if cwd is not None else os.getcwd()
         return cls(cwd, "", None, False, storage, blob_store=blobs, agent_dir=agent_dir)

@@ -104,6 +104,13 @@ class PricedReplies:
     """Why sessions were read instead of taken from the content index."""
 
 
+def _default_agent_dir() -> str:
+    """The configured agent dir (`$PI_CODING_AGENT_DIR`, else `~/.xcsh/agent`), absolute:
+    where a store that names no agent dir of its own keeps its caches (a database's
+    root, another agent's store's listing cache)."""
+    return os.path.abspath(agent_dir_or_default())
+
+
 def _looks_native(path: str) -> bool:
     """An agent dir whose `sessions/` holds `--<cwd>--` project dirs (decided without
     loading the other agents' readers)."""
@@ -249,7 +256,7 @@ class Store:
         self._url = url
         self.location = redact_url(url)
         self.agent = agent or "xcsh"
-        self.agent_dir = chosen if chosen is not None else os.path.abspath(agent_dir_or_default())
+        self.agent_dir = chosen if chosen is not None else _default_agent_dir()
         # Claude Code's layout the Claude Agent SDK adapter keeps in a database
         # (`<agent dir>/projects/...`): read through the database, read-only.
         self.read_only = agent == "claude"
@@ -276,7 +283,7 @@ class Store:
         from sessiontree.foreign.store import FOREIGN_AGENTS, ForeignStore, require_store_exists
 
         source = next(a for a in FOREIGN_AGENTS if a == agent)
-        cache: str | None = agent_dir_or_default()  # this agent's caches, never the other's
+        cache: str | None = _default_agent_dir()  # this agent's caches, never the other's
         if path is None:
             store = ForeignStore.default(source, cache)
             require_store_exists(store)
@@ -314,7 +321,7 @@ class Store:
             home = os.path.abspath(storage.store.home)
             self.agent_dir = directory if directory is not None else home
         else:
-            fallback = directory if directory is not None else agent_dir_or_default()
+            fallback = directory if directory is not None else _default_agent_dir()
             self.agent_dir = os.path.abspath(StoreParts(storage, fallback).root)
             self.agent = agent or native_agent_of(self.agent_dir)
         self.location = self.agent_dir
