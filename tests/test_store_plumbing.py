@@ -144,3 +144,16 @@ def test_parts_given_a_blob_store_keep_every_sessions_images_there(tmp_path: Pat
     assert parts.blobs_for(str(tmp_path / "elsewhere" / "sessions" / "s.jsonl")) is blobs
     assert parts.blobs_for(None) is blobs
     assert parts.root == parts.agent_dir  # files: the agent dir is where they are
+
+
+def test_check_reports_a_listed_file_that_cannot_be_read_and_checks_the_rest(
+    tmp_path: Path,
+) -> None:
+    with Store(tmp_path / "agent") as store:
+        path = _write_session(store, tmp_path)
+        broken = Path(path).with_name("broken.jsonl")
+        broken.symlink_to(tmp_path / "nowhere.jsonl")
+        files = store.files()
+        assert files == sorted([path, str(broken)])
+        found = store.check(files)
+    assert [(f.path, f.kind) for f in found] == [(str(broken), "unreadable")]

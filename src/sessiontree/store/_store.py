@@ -500,6 +500,15 @@ class Store:
             )
         return str(match.session.path)
 
+    def _file_named(self, session: str | os.PathLike[str]) -> str:
+        """A session file's absolute path as given (as `files` lists it: one that is no
+        longer there, or a dangling link, is then a file that cannot be read), else the
+        path `resolve` gives the name."""
+        arg = os.fspath(session)
+        if os.path.isabs(arg) and arg.endswith(".jsonl"):
+            return arg
+        return self.resolve(arg)
+
     def _exact_id(self, arg: str, here: str) -> str | None:
         """The path of the session whose id (or file name's id) is `arg`, case aside."""
         try:
@@ -793,7 +802,7 @@ class Store:
             self._check_writable("repair its sessions")
         else:
             self._check_open()
-        files = [self.resolve(p) for p in paths] if paths is not None else self.files()
+        files = [self._file_named(p) for p in paths] if paths is not None else self.files()
         parts = self.parts
         found: builtins.list[Finding] = []
         for path in files:
