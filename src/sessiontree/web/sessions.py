@@ -173,7 +173,6 @@ class SessionCache:
     ) -> None:
         self.store = store
         self.storage = store.storage
-        self.agent_dir = store.agent_dir
         self.max_sessions = max_sessions
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
