@@ -41,6 +41,7 @@ args = json.loads(sys.argv[1])
 from sessiontree.listing import list_all_sessions
 from sessiontree.foreign.storage import ForeignStorage
 from sessiontree.foreign.store import ForeignStore
+from sessiontree.layout import store_parts
 times = []
 count = 0
 if args["mode"] == "floor":
@@ -61,7 +62,7 @@ else:
     for _ in range(args["repeat"]):
         t = time.perf_counter()
         store = ForeignStore.at(args["agent"], args["root"], args["cache"])
-        infos = list_all_sessions(ForeignStorage(store), agent_dir=store.home)
+        infos = list_all_sessions(store_parts(ForeignStorage(store), store.home))
         times.append((time.perf_counter() - t) * 1000)
         count = len(infos)
 print(json.dumps({"times": times, "count": count}))

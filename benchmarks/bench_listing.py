@@ -41,6 +41,7 @@ CHILD = r"""
 import json, resource, sys, time
 t0 = time.perf_counter()
 from sessiontree.listing import _scan, list_all_sessions
+from sessiontree.layout import store_parts
 t1 = time.perf_counter()
 args = json.loads(sys.argv[1])
 if args.get("workers"):
@@ -54,7 +55,7 @@ cpus = []
 for _ in range(args["repeat"]):
     t = time.perf_counter()
     c = cpu()
-    infos = list_all_sessions(agent_dir=args["agent"])
+    infos = list_all_sessions(store_parts(agent_dir=args["agent"]))
     times.append((time.perf_counter() - t) * 1000)
     cpus.append((cpu() - c) * 1000)
 print(json.dumps({

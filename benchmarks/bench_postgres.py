@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.data import SessionSpec, write_big_session, write_store
 from sessiontree import SessionManager
+from sessiontree.layout import store_parts
 from sessiontree.maintenance import import_files
 from sessiontree.storage import FileSessionStorage
 from sessiontree.storage.postgres import PostgresSessionStorage, new_schema_name
@@ -128,16 +129,20 @@ def main() -> None:
         many_db = pg.path_for("sessions/--many--")
 
         def cold_files() -> None:
-            assert len(list_sessions("/x", session_dir=many_files, cache=False)) == 2000
+            assert (
+                len(list_sessions("/x", store_parts(), session_dir=many_files, cache=False)) == 2000
+            )
 
         def warm_files() -> None:
-            assert len(list_sessions("/x", session_dir=many_files)) == 2000
+            assert len(list_sessions("/x", store_parts(), session_dir=many_files)) == 2000
 
         def meta_db() -> None:
             assert len(pg.list_session_meta(many_db)) == 2000
 
         def discovery_db() -> None:
-            assert len(list_sessions("/x", session_dir=many_db, storage=pg, cache=False)) == 2000
+            assert (
+                len(list_sessions("/x", store_parts(pg), session_dir=many_db, cache=False)) == 2000
+            )
 
         clear_listing_cache()
         f_cold = best(cold_files, args.repeat)

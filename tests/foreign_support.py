@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from sessiontree.layout import store_parts
 from tests.conftest import FIXTURES
 
 HAND_ASSEMBLED = {
@@ -182,7 +183,7 @@ def import_all(fixtures: Path, agent: Path) -> dict[str, list[str]]:
     for kind in ("claude", "codex"):
         for path in sorted((fixtures / kind).glob("*.jsonl")):
             reader = read_claude_session if kind == "claude" else read_codex_session
-            done = import_session(reader(str(path)), agent_dir=str(agent), again=True)
+            done = import_session(reader(str(path)), store_parts(agent_dir=str(agent)), again=True)
             written[path.name] = [done.path, *done.subsessions]
     return written
 

@@ -13,7 +13,6 @@ import venv
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO_ROOT
 
 CLI_STACK = ("typer", "click", "rich", "jinja2", "markdown_it", "pygments", "genai_prices")

@@ -458,6 +458,7 @@ def build_home(home: Path, claude_source: Path) -> FoundHome:
     """`home` with ~/.pi/agent and ~/.claude (call with $HOME naming it and no
     variable of `AGENT_VARIABLES` set)."""
     from sessiontree.foreign import import_session, read_claude_session
+    from sessiontree.layout import store_parts
     from sessiontree.store import Store
 
     pi = home / ".pi" / "agent"
@@ -471,7 +472,7 @@ def build_home(home: Path, claude_source: Path) -> FoundHome:
         sm.append_message(user("the word zanzibar"))
         sm.append_message(assistant("zanzibar it is"))
         own = str(sm.get_session_file())
-    imported = import_session(read_claude_session(str(target)), agent_dir=str(pi))
+    imported = import_session(read_claude_session(str(target)), store_parts(agent_dir=str(pi)))
     return FoundHome(home, pi, claude, own, str(target), str(imported.path))
 
 

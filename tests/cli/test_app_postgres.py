@@ -22,7 +22,7 @@ from typer.testing import CliRunner, Result
 
 from sessiontree import BlobStore, SessionManager
 from sessiontree.cli import app
-from sessiontree.maintenance import STORE_ENV
+from sessiontree.store import STORE_ENV
 from tests.conftest import unique_prefix
 from tests.helpers import assistant, user
 from tests.pg_support import fresh_schema

@@ -22,11 +22,11 @@ from typer.testing import CliRunner, Result
 
 import sessiontree
 from sessiontree import SessionManager
+from sessiontree import store as store_module
 from sessiontree.cli import app, options
 from sessiontree.cli.app import load_command
 from sessiontree.cli.options import Command, Group
 from sessiontree.cli.registry import COMMANDS, PANELS, Access, only_reads, writes_store
-from sessiontree.maintenance import _transfers as store_module
 from tests.conftest import REPO_ROOT, examples
 from tests.helpers import assistant, user
 

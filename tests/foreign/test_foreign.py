@@ -18,6 +18,7 @@ import pytest
 
 from sessiontree import SessionManager, build_session_context
 from sessiontree.foreign import ForeignSession, read_claude_session, read_codex_session
+from sessiontree.layout import store_parts
 from tests import foreign_support as fs
 from tests.conftest import REAL_FILES, unavailable
 
@@ -501,7 +502,7 @@ def test_an_import_into_a_given_agent_dir_puts_its_images_there(
 
     given = tmp_path / "given"  # not the configured agent dir, and without blobs/ yet
     parent_path, _ = fs.codex_rollouts(tmp_path / "codex")
-    done = import_session(read_codex_session(str(parent_path)), agent_dir=str(given))
+    done = import_session(read_codex_session(str(parent_path)), store_parts(agent_dir=str(given)))
     assert done.path.startswith(str(given / "sessions"))
     assert "blob:sha256:" in Path(done.path).read_text()
     assert len(list((given / "blobs").iterdir())) >= 1

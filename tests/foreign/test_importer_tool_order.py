@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from sessiontree import SessionManager, build_session_context, convert_to_llm
 from sessiontree.foreign import ForeignSession, read_claude_session, read_codex_session
 from sessiontree.foreign.importer import import_session
+from sessiontree.layout import store_parts
 from tests import foreign_support as fs
 from tests.conftest import REAL_FILES, examples, unavailable
 
@@ -216,7 +217,7 @@ def test_claude_skill_text_comes_after_every_result_of_its_response(tmp_path: Pa
     ]
     assert usage == [9, 3]
     # The import writes the same order, and reads back with it.
-    done = import_session(session, agent_dir=str(tmp_path / "agent"))
+    done = import_session(session, store_parts(agent_dir=str(tmp_path / "agent")))
     reopened = SessionManager.open(done.path, read_only=True)
     try:
         assert convert_to_llm(reopened.build_session_context().messages) == llm

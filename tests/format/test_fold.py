@@ -24,6 +24,7 @@ from sessiontree.format import (
     serialize_entry_bytes,
     title_slot_line,
 )
+from sessiontree.layout import store_parts
 from sessiontree.listing import clear_listing_cache, list_sessions
 from sessiontree.listing._scan import ListingFold
 from sessiontree.storage import FileSessionStorage
@@ -345,8 +346,8 @@ def test_postgresql_stores_every_line_json_parse_accepts(
             for piece in data.splitlines(keepends=True):
                 writer.write_bytes(piece)
             writer.close()
-        (info,) = list_sessions("/x", session_dir=str(d), storage=pg)
-        (on_file,) = list_sessions("/x", session_dir=str(d), cache=False)
+        (info,) = list_sessions("/x", store_parts(pg), session_dir=str(d))
+        (on_file,) = list_sessions("/x", store_parts(), session_dir=str(d), cache=False)
         assert info.message_count == on_file.message_count == 1
         assert info.first_message == _stored(on_file.first_message)
         (meta,) = pg.list_session_meta(str(d))
@@ -392,9 +393,11 @@ def test_files_and_postgresql_list_every_session_alike(tmp_path: Path) -> None:
                 pg.set_mtime(path, stamp)
             clear_listing_cache()
             d = str(directory)
-            on_files = list_sessions("/x", session_dir=d, storage=files, cache=False)
-            indexed = list_sessions("/x", session_dir=d, storage=pg)
-            scanned = list_sessions("/x", session_dir=d, storage=_WithoutIndex(pg), cache=False)
+            on_files = list_sessions("/x", store_parts(files), session_dir=d, cache=False)
+            indexed = list_sessions("/x", store_parts(pg), session_dir=d)
+            scanned = list_sessions(
+                "/x", store_parts(_WithoutIndex(pg)), session_dir=d, cache=False
+            )
             assert scanned == on_files
             assert indexed == [_as_stored(i) for i in on_files]
             for a, b, c in zip(indexed, on_files, scanned, strict=True):

@@ -26,6 +26,7 @@ from sessiontree.format import (
     session_name,
     title_slot_line,
 )
+from sessiontree.layout import store_parts
 from sessiontree.listing import list_sessions
 from tests.conftest import examples
 
@@ -97,7 +98,7 @@ def test_the_manager_and_the_listing_name_every_file_alike(
             f.write(_file(header_title, slot_title, name_entries, short))
         with SessionManager.open(path, read_only=True) as sm:
             name = sm.get_session_name()
-        (info,) = list_sessions("/p", session_dir=directory, cache=False)
+        (info,) = list_sessions("/p", store_parts(), session_dir=directory, cache=False)
         assert info.title == listing_title(name, short)
         # The rule, spelled out once more: the header's title (the slot replacing it)...
         head = slot_title if slot_title is not None else header_title
@@ -182,5 +183,5 @@ def test_a_rename_here_shows_over_older_name_entries(tmp_path: Any, kind: str) -
         assert sm.get_session_name() == "Old"
         assert sm.set_session_name("New", "user")
         assert sm.get_session_name() == "New"
-    (info,) = list_sessions("/p", session_dir=str(tmp_path), cache=False)
+    (info,) = list_sessions("/p", store_parts(), session_dir=str(tmp_path), cache=False)
     assert info.title == "New"

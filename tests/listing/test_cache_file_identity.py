@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sessiontree.format import serialize_entry
+from sessiontree.layout import store_parts
 from sessiontree.listing import CACHE_DB_NAME, _marks, _scan, clear_listing_cache, list_all_sessions
 from sessiontree.search import search, search_sessions
 from tests.conftest import examples
@@ -73,7 +74,10 @@ def project(agent_dir: Path) -> Path:
 
 
 def _first_messages(agent_dir: Path, *, cache: bool = True) -> list[str]:
-    return [s.first_message for s in list_all_sessions(agent_dir=str(agent_dir), cache=cache)]
+    return [
+        s.first_message
+        for s in list_all_sessions(store_parts(agent_dir=str(agent_dir)), cache=cache)
+    ]
 
 
 def test_a_listing_sees_a_same_size_rewrite_in_place(project: Path, agent_dir: Path) -> None:
@@ -148,9 +152,9 @@ def test_the_import_record_cache_sees_a_same_size_rewrite_in_place(
     header = serialize_entry({**HEADER, "cwd": "/p"})
     ours.write_text(f"{header}\n{marker('aaaa')}\n")
     os.utime(ours, ns=(OLD_NS, OLD_NS))
-    assert [i.source_id for i in find_imports(str(agent_dir))] == ["aaaa"]
+    assert [i.source_id for i in find_imports(store_parts(agent_dir=str(agent_dir)))] == ["aaaa"]
     _rewrite_in_place(ours, f"{header}\n{marker('bbbb')}\n".encode())
-    assert [i.source_id for i in find_imports(str(agent_dir))] == ["bbbb"]
+    assert [i.source_id for i in find_imports(store_parts(agent_dir=str(agent_dir)))] == ["bbbb"]
 
 
 def test_caches_written_before_ctime_was_kept_are_upgraded_and_not_trusted(
@@ -281,11 +285,11 @@ def test_cached_answers_equal_uncached_ones_whatever_the_writes(
                     clear_listing_cache()
                 cached = sorted(
                     (s.path, s.first_message, s.message_count)
-                    for s in list_all_sessions(agent_dir=str(agent))
+                    for s in list_all_sessions(store_parts(agent_dir=str(agent)))
                 )
                 fresh = sorted(
                     (s.path, s.first_message, s.message_count)
-                    for s in list_all_sessions(agent_dir=str(agent), cache=False)
+                    for s in list_all_sessions(store_parts(agent_dir=str(agent)), cache=False)
                 )
                 assert cached == fresh
             elif kind == "search":

@@ -18,7 +18,7 @@ import pytest
 
 from sessiontree.errors import AmbiguousSessionError
 from sessiontree.format import content_text, serialize_entry, session_file_name
-from sessiontree.layout import encode_session_dir_name, home_relative_dir_name
+from sessiontree.layout import encode_session_dir_name, home_relative_dir_name, store_parts
 from sessiontree.listing import (
     CACHE_DB_NAME,
     RecentSessionInfo,
@@ -313,7 +313,7 @@ def test_list_fields_and_order(store: Store) -> None:
         parentSession="/old/session.jsonl",
     )
     c = store.session(d, "cccc000000000003", ts="2026-02-16T12:00:00.000Z")
-    infos = list_sessions(CWD, storage=store.storage)
+    infos = list_sessions(CWD, store_parts(store.storage))
     assert [i.path for i in infos] == [c, b, a]  # newest mtime first
     ic, ib, ia = infos
     assert ia.id == "aaaa000000000001" and ia.cwd == CWD
@@ -333,8 +333,8 @@ def test_list_fields_and_order(store: Store) -> None:
     assert ic.message_count == 0 and ic.first_message == "(no messages)"
     assert ic.all_messages_text == ""
     # SessionManager.list's signature: an explicit session_dir, and list_all.
-    assert ids(list_sessions("/elsewhere", session_dir=d, storage=store.storage)) == ids(infos)
-    assert ids(list_all_sessions(storage=store.storage)) == ids(infos)
+    assert ids(list_sessions("/elsewhere", store_parts(store.storage), session_dir=d)) == ids(infos)
+    assert ids(list_all_sessions(store_parts(store.storage))) == ids(infos)
 
 
 def test_invalid_files_are_skipped(store: Store) -> None:
@@ -350,7 +350,7 @@ def test_invalid_files_are_skipped(store: Store) -> None:
     store.write(d, "notes.txt", jsonl(header("txt0000000000001")))
     store.write(d, ".hidden.jsonl", jsonl(header("hide000000000001")))
     store.dir(encode_session_dir_name(CWD) + "/sub.jsonl")  # a directory, not a file
-    infos = list_sessions(CWD, storage=store.storage)
+    infos = list_sessions(CWD, store_parts(store.storage))
     assert [i.path for i in infos] == [good]
     assert find_most_recent_session(d, storage=store.storage) == good
     assert [r.path for r in get_recent_sessions(d, 10, storage=store.storage)] == [good]
@@ -380,7 +380,7 @@ def test_lenient_lines_like_the_loader(store: Store) -> None:
         "lenient.jsonl",
         text.encode() + b'{"type":"message","message":{"role":"user","content":"bad \xff byte"}}\n',
     )
-    (info,) = list_sessions(CWD, storage=store.storage)
+    (info,) = list_sessions(CWD, store_parts(store.storage))
     # crlf prompt, spaced, escaped, dup, lone, bad byte = 6 messages
     assert info.message_count == 6
     assert info.first_message == "crlf prompt"
@@ -393,7 +393,7 @@ def test_unterminated_last_line(store: Store) -> None:
     complete = store.write(d, "complete.jsonl", base + serialize_entry(assistant("two")))
     torn = store.write(d, "torn.jsonl", base + serialize_entry(assistant("two"))[:-3])
     only_header = store.write(d, "only-header.jsonl", serialize_entry(header("hdr0000000000001")))
-    infos = {i.path: i for i in list_sessions(CWD, storage=store.storage)}
+    infos = {i.path: i for i in list_sessions(CWD, store_parts(store.storage))}
     assert infos[complete].message_count == 2  # a last line without \n that parses counts
     assert infos[torn].message_count == 1
     assert infos[only_header].message_count == 0
@@ -405,7 +405,7 @@ def test_titles(store: Store) -> None:
     def title_of(*entries: dict[str, Any], slot: str | None = None, **hdr: Any) -> str | None:
         sid = _eid() * 2
         path = store.session(d, sid, *entries, slot=slot, **hdr)
-        (info,) = [i for i in list_sessions(CWD, storage=store.storage) if i.path == path]
+        (info,) = [i for i in list_sessions(CWD, store_parts(store.storage)) if i.path == path]
         return info.title
 
     assert title_of(title="Header title") == "Header title"
@@ -476,11 +476,11 @@ def test_both_dir_namings(
     a = store.session(spec_dir, "spec000000000001", user("in spec dir"), cwd=cwd)
     b = store.session(new_dir, "newr000000000001", user("in newer dir"), cwd=cwd)
     store.session(other, "othr000000000001", user("other project"))
-    assert [i.path for i in list_sessions(cwd, storage=storage)] == [b, a]
+    assert [i.path for i in list_sessions(cwd, store_parts(storage))] == [b, a]
     assert storage.exists(spec_dir) and storage.exists(new_dir)  # nothing renamed
-    assert [i.path for i in list_sessions(cwd, session_dir=spec_dir, storage=storage)] == [a]
-    assert len(list_all_sessions(storage=storage)) == 3
-    assert list_sessions("/no/such/project", storage=storage) == []
+    assert [i.path for i in list_sessions(cwd, store_parts(storage), session_dir=spec_dir)] == [a]
+    assert len(list_all_sessions(store_parts(storage))) == 3
+    assert list_sessions("/no/such/project", store_parts(storage)) == []
 
 
 def test_list_all_orders_across_projects(store: Store) -> None:
@@ -489,9 +489,9 @@ def test_list_all_orders_across_projects(store: Store) -> None:
         d = store.dir(encode_session_dir_name(f"/proj/{i % 3}"))
         paths.append(store.session(d, f"{i:016x}", user(f"p{i}"), cwd=f"/proj/{i % 3}"))
     store.storage.ensure_dir(os.path.join(store.dir("--proj-0--"), "artifacts"))
-    infos = list_all_sessions(storage=store.storage)
+    infos = list_all_sessions(store_parts(store.storage))
     assert [i.path for i in infos] == paths[::-1]
-    assert list_all_sessions(storage=store.storage, agent_dir=str(store.root / "nothing")) == []
+    assert list_all_sessions(store_parts(store.storage, str(store.root / "nothing"))) == []
 
 
 def test_many_sessions_in_memory_and_file_agree(tmp_path: Path, agent_dir: Path) -> None:
@@ -509,7 +509,7 @@ def test_many_sessions_in_memory_and_file_agree(tmp_path: Path, agent_dir: Path)
         results.append(
             [
                 (os.path.basename(i.path), i.message_count, i.title, i.first_message)
-                for i in list_all_sessions(storage=st)
+                for i in list_all_sessions(store_parts(st))
             ]
         )
     assert results[0] == results[1]
@@ -616,10 +616,10 @@ def test_unchanged_sessions_are_not_read_again(store: Store) -> None:
     d = project_dir(store)
     for i in range(30):
         store.session(d, f"{i:016x}", user(f"prompt {i}"), assistant("a"))
-    first = list_sessions(CWD, storage=store.storage)
+    first = list_sessions(CWD, store_parts(store.storage))
     assert store.storage.bytes_read() > 0
     store.storage.reset()
-    again = list_sessions(CWD, storage=store.storage)
+    again = list_sessions(CWD, store_parts(store.storage))
     assert store.storage.read_log() == []
     assert again == first
     assert all(x is y for x, y in zip(again, first, strict=True))  # same cached records
@@ -631,14 +631,14 @@ def test_persistent_cache_serves_a_fresh_process(fstore: Store, agent_dir: Path)
     for i in range(30):
         fstore.session(d, f"{i:016x}", user(f"prompt {i}"), entry("session_info", name=f"n{i}"))
     fstore.write(d, "invalid.jsonl", "nope\n")
-    first = list_sessions(CWD, storage=storage)
+    first = list_sessions(CWD, store_parts(storage))
     db = agent_dir / "cache" / "sessions-meta.db"
     assert db.is_file()
     assert stat.S_IMODE(db.stat().st_mode) == 0o600
     assert stat.S_IMODE(db.parent.stat().st_mode) == 0o700
     clear_listing_cache()  # as a new process would start
     storage.reset()
-    again = list_sessions(CWD, storage=storage)
+    again = list_sessions(CWD, store_parts(storage))
     assert storage.read_log() == []  # not even the invalid file
     assert again == first
     assert [i.title for i in again] == [i.title for i in first]
@@ -656,10 +656,10 @@ def test_persistent_cache_serves_a_fresh_process(fstore: Store, agent_dir: Path)
 def test_cache_disabled(fstore: Store, agent_dir: Path) -> None:
     d = project_dir(fstore)
     fstore.session(d, "a000000000000001", user("x"))
-    list_sessions(CWD, storage=fstore.storage, cache=False)
+    list_sessions(CWD, store_parts(fstore.storage), cache=False)
     assert not (agent_dir / "cache").exists()
     fstore.storage.reset()
-    list_sessions(CWD, storage=fstore.storage, cache=False)
+    list_sessions(CWD, store_parts(fstore.storage), cache=False)
     assert fstore.storage.bytes_read() > 0
 
 
@@ -668,7 +668,7 @@ def test_no_cache_db_without_an_agent_dir(fstorage: CountingFile, tmp_path: Path
     d = s.dir("x")
     path = s.write(d, "a.jsonl", jsonl(header("a000000000000001")))
     missing = tmp_path / "none"
-    infos = list_sessions("/x", session_dir=d, storage=fstorage, agent_dir=str(missing))
+    infos = list_sessions("/x", store_parts(fstorage, str(missing)), session_dir=d)
     assert [i.path for i in infos] == [path]
     assert not missing.exists()
 
@@ -700,12 +700,12 @@ def test_grown_file_is_scanned_incrementally(store: Store) -> None:
     d = project_dir(store)
     padding = [message("toolResult", [{"type": "text", "text": "z" * 3000}]) for _ in range(20)]
     path = store.session(d, "grow000000000001", user("first"), assistant("reply"), *padding)
-    (before,) = list_sessions(CWD, storage=store.storage)
+    (before,) = list_sessions(CWD, store_parts(store.storage))
     assert before.message_count == 22
     old_size = store.storage.stat(path).size
     store.append(path, jsonl(user("more"), entry("session_info", name="grown name")))
     store.storage.reset()
-    (after,) = list_sessions(CWD, storage=store.storage)
+    (after,) = list_sessions(CWD, store_parts(store.storage))
     log = reads_of(store.storage, path)
     assert after.message_count == 23
     assert after.title == "grown name"
@@ -722,7 +722,7 @@ def test_grown_file_is_scanned_incrementally(store: Store) -> None:
     assert store.storage.bytes_read(os.path.abspath(path)) <= 3 * window + appended
     assert "more" in after.all_messages_text
     # the same as a full scan
-    full = list_sessions(CWD, storage=store.storage, cache=False)[0]
+    full = list_sessions(CWD, store_parts(store.storage), cache=False)[0]
     assert after == full and after.all_messages_text == full.all_messages_text
 
 
@@ -734,13 +734,13 @@ def test_a_rewrite_that_keeps_the_start_and_the_old_end_but_grows_is_read_again(
     and its header and last line are as they were; the listing must not resume."""
     d = project_dir(store)
     path = store.session(d, "grow000000000002", user("alpha"), user("omega"))
-    (before,) = list_sessions(CWD, storage=store.storage)
+    (before,) = list_sessions(CWD, store_parts(store.storage))
     assert before.first_message == "alpha"
     text = store.storage.read_text(path).replace('"alpha"', '"gamma"')
     store.storage.write_text(path, text + jsonl(user("omega")))
-    (after,) = list_sessions(CWD, storage=store.storage)
+    (after,) = list_sessions(CWD, store_parts(store.storage))
     assert after.first_message == "gamma"
-    assert after == list_sessions(CWD, storage=store.storage, cache=False)[0]
+    assert after == list_sessions(CWD, store_parts(store.storage), cache=False)[0]
 
 
 def test_growth_over_an_unterminated_line(store: Store) -> None:
@@ -748,45 +748,45 @@ def test_growth_over_an_unterminated_line(store: Store) -> None:
     line = serialize_entry(assistant("half"))
     path = store.session(d, "torn000000000001", user("u"))
     store.append(path, line[:20].encode())
-    assert list_sessions(CWD, storage=store.storage)[0].message_count == 1
+    assert list_sessions(CWD, store_parts(store.storage))[0].message_count == 1
     store.append(path, (line[20:] + "\n").encode())
-    (info,) = list_sessions(CWD, storage=store.storage)
+    (info,) = list_sessions(CWD, store_parts(store.storage))
     assert info.message_count == 2
     assert info.all_messages_text == "u half"
     # the unterminated line becomes valid as it is
     store.append(path, serialize_entry(user("last")).encode())
-    assert list_sessions(CWD, storage=store.storage)[0].message_count == 3
+    assert list_sessions(CWD, store_parts(store.storage))[0].message_count == 3
     store.append(path, b"\n" + jsonl(user("after")).encode())
-    assert list_sessions(CWD, storage=store.storage)[0].message_count == 4
+    assert list_sessions(CWD, store_parts(store.storage))[0].message_count == 4
 
 
 def test_header_written_in_pieces(store: Store) -> None:
     d = project_dir(store)
     path = store.write(d, "late.jsonl", "")
-    assert list_sessions(CWD, storage=store.storage) == []
+    assert list_sessions(CWD, store_parts(store.storage)) == []
     line = serialize_entry(header("late000000000001"))
     store.append(path, line[:30].encode())
-    assert list_sessions(CWD, storage=store.storage) == []
+    assert list_sessions(CWD, store_parts(store.storage)) == []
     store.append(path, (line[30:] + "\n").encode())
-    (info,) = list_sessions(CWD, storage=store.storage)
+    (info,) = list_sessions(CWD, store_parts(store.storage))
     assert info.id == "late000000000001"
     store.append(path, jsonl(user("x")))
-    assert list_sessions(CWD, storage=store.storage)[0].message_count == 1
+    assert list_sessions(CWD, store_parts(store.storage))[0].message_count == 1
 
 
 def test_rewritten_files_are_rescanned_fully(store: Store) -> None:
     d = project_dir(store)
     path = store.session(d, "rewr000000000001", user("one"), assistant("two"), title="T1")
-    list_sessions(CWD, storage=store.storage)
+    list_sessions(CWD, store_parts(store.storage))
     # atomic rewrite that grew (a new inode): full scan
     store.storage.reset()
     store.session(d, "rewr000000000001", user("one"), assistant("two"), user("three"), title="T2")
-    (info,) = list_sessions(CWD, storage=store.storage)
+    (info,) = list_sessions(CWD, store_parts(store.storage))
     assert (info.title, info.message_count) == ("T2", 3)
     assert reads_of(store.storage, path)[0][0] == "iter_chunks"
     # shrunk: full scan
     store.session(d, "rewr000000000001", user("one"), title="T3")
-    (info,) = list_sessions(CWD, storage=store.storage)
+    (info,) = list_sessions(CWD, store_parts(store.storage))
     assert (info.title, info.message_count) == ("T3", 1)
 
 
@@ -794,13 +794,13 @@ def test_in_place_edit_before_the_end_is_detected(store: Store) -> None:
     """Same inode, grown, but earlier bytes changed (e.g. a truncate+rewrite): full scan."""
     d = project_dir(store)
     path = store.session(d, "edit000000000001", user("aaaa"), assistant("b" * 200))
-    list_sessions(CWD, storage=store.storage)
+    list_sessions(CWD, store_parts(store.storage))
     new = jsonl(header("edit000000000001"), user("zzzz"), assistant("c" * 200), user("new"))
     writer = store.storage.open_writer(path, "w")
     writer.write_line(new)
     writer.close()
     store.touch(path)
-    (info,) = list_sessions(CWD, storage=store.storage)
+    (info,) = list_sessions(CWD, store_parts(store.storage))
     assert (info.first_message, info.message_count) == ("zzzz", 3)
 
 
@@ -808,7 +808,7 @@ def test_title_slot_updated_in_place(store: Store) -> None:
     """omp renames by overwriting the 256-byte slot and appending a title_change."""
     d = project_dir(store)
     path = store.session(d, "slot000000000001", user("p"), slot="Before")
-    assert list_sessions(CWD, storage=store.storage)[0].title == "Before"
+    assert list_sessions(CWD, store_parts(store.storage))[0].title == "Before"
     if isinstance(store.storage, FileSessionStorage):
         with open(path, "r+b") as f:
             f.write(slot_line("After").encode())
@@ -820,7 +820,7 @@ def test_title_slot_updated_in_place(store: Store) -> None:
         node.data += jsonl(entry("title_change", title="After")).encode()
         node.mtime_ns = store.storage._tick()
     store.touch(path)
-    assert list_sessions(CWD, storage=store.storage)[0].title == "After"
+    assert list_sessions(CWD, store_parts(store.storage))[0].title == "After"
     # the same-size case: only the slot changes
     if isinstance(store.storage, FileSessionStorage):
         with open(path, "r+b") as f:
@@ -829,19 +829,19 @@ def test_title_slot_updated_in_place(store: Store) -> None:
         node.data[:256] = slot_line("Third").encode()
         node.mtime_ns = store.storage._tick()
     store.touch(path)
-    assert list_sessions(CWD, storage=store.storage)[0].title == "Third"
+    assert list_sessions(CWD, store_parts(store.storage))[0].title == "Third"
 
 
 def test_deleted_and_added_files(store: Store) -> None:
     d = project_dir(store)
     a = store.session(d, "a000000000000001")
     b = store.session(d, "b000000000000001")
-    assert len(list_sessions(CWD, storage=store.storage)) == 2
+    assert len(list_sessions(CWD, store_parts(store.storage))) == 2
     store.storage.unlink(a)
     c = store.session(d, "c000000000000001")
-    assert [i.path for i in list_sessions(CWD, storage=store.storage)] == [c, b]
+    assert [i.path for i in list_sessions(CWD, store_parts(store.storage))] == [c, b]
     clear_listing_cache()
-    assert [i.path for i in list_sessions(CWD, storage=store.storage)] == [c, b]
+    assert [i.path for i in list_sessions(CWD, store_parts(store.storage))] == [c, b]
 
 
 def test_odd_text_and_file_names_round_trip_the_cache(fstore: Store, agent_dir: Path) -> None:
@@ -851,12 +851,12 @@ def test_odd_text_and_file_names_round_trip_the_cache(fstore: Store, agent_dir: 
         d, "a.jsonl", jsonl(header("lone000000000001", title="t \ud800")) + lone + jsonl(user("x"))
     )
     b = fstore.write(d, os.fsdecode(b"b-\xff.jsonl"), jsonl(header("name000000000001")))
-    first = list_sessions(CWD, storage=fstore.storage)
+    first = list_sessions(CWD, store_parts(fstore.storage))
     assert [i.path for i in first] == [b, a]
     assert first[1].first_message == "\ud83d half" and first[1].title == "t \ud800"
     clear_listing_cache()
     fstore.storage.reset()
-    again = list_sessions(CWD, storage=fstore.storage)
+    again = list_sessions(CWD, store_parts(fstore.storage))
     assert again == first
     # the odd-named file is not in the db, so it alone is read again
     assert {r[1] for r in fstore.storage.read_log()} == {os.path.abspath(b)}
@@ -869,11 +869,11 @@ def test_stale_db_rows_are_pruned(fstore: Store, agent_dir: Path) -> None:
     d = project_dir(fstore)
     a = fstore.session(d, "a000000000000001")
     fstore.session(d, "b000000000000001")
-    list_sessions(CWD, storage=fstore.storage)
+    list_sessions(CWD, store_parts(fstore.storage))
     os.unlink(a)
     clear_listing_cache()
     fstore.session(d, "c000000000000001")
-    list_sessions(CWD, storage=fstore.storage)
+    list_sessions(CWD, store_parts(fstore.storage))
     with sqlite3.connect(agent_dir / "cache" / "sessions-meta.db") as conn:
         rows = {r[0] for r in conn.execute("SELECT path FROM files")}
     conn.close()
@@ -885,7 +885,7 @@ def test_damaged_cache_db_is_rebuilt(fstore: Store, agent_dir: Path, damage: str
     d = project_dir(fstore)
     for i in range(5):
         fstore.session(d, f"{i:016x}", user(f"p{i}"))
-    first = list_sessions(CWD, storage=fstore.storage)
+    first = list_sessions(CWD, store_parts(fstore.storage))
     db = agent_dir / "cache" / "sessions-meta.db"
     for suffix in ("-wal", "-shm"):
         Path(str(db) + suffix).unlink(missing_ok=True)
@@ -903,10 +903,10 @@ def test_damaged_cache_db_is_rebuilt(fstore: Store, agent_dir: Path, damage: str
             conn.execute("PRAGMA user_version = 1")
         conn.close()
     clear_listing_cache()
-    assert list_sessions(CWD, storage=fstore.storage) == first
+    assert list_sessions(CWD, store_parts(fstore.storage)) == first
     clear_listing_cache()
     fstore.storage.reset()
-    assert list_sessions(CWD, storage=fstore.storage) == first
+    assert list_sessions(CWD, store_parts(fstore.storage)) == first
     assert fstore.storage.read_log() == []  # served by the rebuilt cache
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM files").fetchone()[0] == 5
@@ -917,7 +917,7 @@ def test_unwritable_cache_dir_still_lists(fstore: Store, agent_dir: Path) -> Non
     d = project_dir(fstore)
     fstore.session(d, "a000000000000001")
     (agent_dir / "cache").write_text("a file where the cache dir should be")
-    assert len(list_sessions(CWD, storage=fstore.storage)) == 1
+    assert len(list_sessions(CWD, store_parts(fstore.storage))) == 1
 
 
 def test_parallel_scan_matches_sequential(fstore: Store, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -927,7 +927,7 @@ def test_parallel_scan_matches_sequential(fstore: Store, monkeypatch: pytest.Mon
             fstore.session(d, f"{p:04x}{k:012x}", user(f"u{k}"), *[assistant("x" * 500)] * (k % 6))
     expected = [
         (i.path, i.message_count, i.first_message)
-        for i in list_all_sessions(storage=FileSessionStorage(), cache=False)
+        for i in list_all_sessions(store_parts(FileSessionStorage()), cache=False)
     ]
     monkeypatch.setattr(_scan, "PARALLEL_MIN_FILES", 8)
     monkeypatch.setattr(_scan, "PARALLEL_MIN_BYTES", 1)
@@ -939,7 +939,7 @@ def test_parallel_scan_matches_sequential(fstore: Store, monkeypatch: pytest.Mon
         return real(jobs, workers)
 
     monkeypatch.setattr(_scan, "_scan_parallel", spy)
-    got = list_all_sessions(storage=FileSessionStorage())
+    got = list_all_sessions(store_parts(FileSessionStorage()))
     assert [(i.path, i.message_count, i.first_message) for i in got] == expected
     if threading.active_count() == 1 and (os.cpu_count() or 1) > 1 and sys.platform == "linux":
         assert calls and calls[0] >= 2
@@ -1032,7 +1032,7 @@ def test_listing_matches_a_full_load_while_a_file_grows(store: Store, seed: int)
         pos += step
         if r.random() < 0.2:
             clear_listing_cache()  # next listing starts from the on-disk cache (file storage)
-        infos = list_sessions(CWD, storage=store.storage)
+        infos = list_sessions(CWD, store_parts(store.storage))
         want = reference(store.storage, path)
         got = [
             (i.id, i.message_count, i.first_message, i.all_messages_text, i.title) for i in infos

@@ -19,6 +19,7 @@ from sessiontree import (
     SessionManager,
     serialize_entry,
 )
+from sessiontree.layout import store_parts
 from sessiontree.maintenance import check_session, repair_session, scan_session
 from sessiontree.storage import FileLock
 from tests.conftest import FIXTURES, real_file
@@ -266,7 +267,7 @@ def damaged(tmp_path: Path) -> Path:
 def test_repair_writes_a_copy_and_reports_every_change(tmp_path: Path) -> None:
     path = damaged(tmp_path)
     original = path.read_bytes()
-    report = repair_session(str(path))
+    report = repair_session(str(path), store_parts())
     assert path.read_bytes() == original  # never in place by default
     assert report.out_path == str(path) + ".repaired"
     assert [(c.kind, c.line) for c in report.changes] == [
@@ -303,13 +304,13 @@ def test_repair_writes_a_copy_and_reports_every_change(tmp_path: Path) -> None:
 def test_repair_in_place_keeps_a_backup(tmp_path: Path) -> None:
     path = damaged(tmp_path)
     original = path.read_bytes()
-    report = repair_session(str(path), in_place=True)
+    report = repair_session(str(path), store_parts(), in_place=True)
     assert report.backup_path == str(path) + ".bak"
     assert Path(report.backup_path).read_bytes() == original
     assert report.out_path == str(path)
     assert check_session(str(path)) == []
     second = damaged(tmp_path)
-    report2 = repair_session(str(second), in_place=True)
+    report2 = repair_session(str(second), store_parts(), in_place=True)
     assert report2.backup_path == str(path) + ".bak.1"
 
 
@@ -335,7 +336,7 @@ def test_repair_in_place_that_fails_halfway_leaves_the_file_as_it_was(
 
     monkeypatch.setattr(base_module, "write_whole", dying)
     with pytest.raises(OSError):
-        repair_session(str(path), in_place=True)
+        repair_session(str(path), store_parts(), in_place=True)
     monkeypatch.undo()
     assert path.read_bytes() == original
     assert Path(str(path) + ".bak").read_bytes() == original
@@ -345,7 +346,7 @@ def test_repair_in_place_that_fails_halfway_leaves_the_file_as_it_was(
 def test_repair_with_nothing_to_do_writes_nothing(agent_dir: Path) -> None:
     path = sound_session(agent_dir)
     before = sorted(os.listdir(os.path.dirname(path)))
-    report = repair_session(path)
+    report = repair_session(path, store_parts())
     assert not report.changed and report.out_path is None
     assert sorted(os.listdir(os.path.dirname(path))) == before
 
@@ -354,17 +355,17 @@ def test_repair_dry_run_and_unterminated_line(tmp_path: Path) -> None:
     path = write_lines(
         tmp_path / "s.jsonl", [header()], tail=serialize_entry(entry("a1", None)).encode()
     )
-    report = repair_session(str(path), dry_run=True)
+    report = repair_session(str(path), store_parts(), dry_run=True)
     assert [c.kind for c in report.changes] == ["terminated_last_line"]
     assert report.out_path is None and not Path(str(path) + ".repaired").exists()
-    report = repair_session(str(path), str(tmp_path / "fixed.jsonl"))
+    report = repair_session(str(path), store_parts(), str(tmp_path / "fixed.jsonl"))
     assert (tmp_path / "fixed.jsonl").read_bytes() == path.read_bytes() + b"\n"
 
 
 def test_repair_refuses_a_file_without_header(tmp_path: Path) -> None:
     path = write_lines(tmp_path / "s.jsonl", [entry("a1", None)])
     with pytest.raises(InvalidSessionFileError):
-        repair_session(str(path))
+        repair_session(str(path), store_parts())
     assert not Path(str(path) + ".repaired").exists()
 
 
@@ -374,7 +375,7 @@ def test_repair_in_place_refuses_a_live_writer(tmp_path: Path) -> None:
     lock = FileLock(str(path))
     try:
         with pytest.raises(SessionLockError):
-            repair_session(str(path), in_place=True)
+            repair_session(str(path), store_parts(), in_place=True)
     finally:
         lock.release()
     assert path.read_bytes() == original
@@ -386,7 +387,7 @@ def test_repair_keeps_unresolvable_problems_as_remaining(agent_dir: Path) -> Non
         blob.unlink()
     with open(path, "ab") as f:
         f.write(b"oops\n")
-    report = repair_session(path)
+    report = repair_session(path, store_parts())
     assert [c.kind for c in report.changes] == ["dropped_line"]
     assert [f.kind for f in report.remaining] == ["missing_blob"]
     digest = hashlib.sha256(b"").hexdigest()
@@ -412,7 +413,9 @@ def test_a_damaged_blob_is_reported(agent_dir: Path, how: str) -> None:
     assert [f.kind for f in found] == ["damaged_blob"]
     assert found[0].line == 5 and found[0].entry_id is not None
     assert blob.name[:12] in found[0].message
-    assert [f.kind for f in repair_session(path, dry_run=True).remaining] == ["damaged_blob"]
+    assert [f.kind for f in repair_session(path, store_parts(), dry_run=True).remaining] == [
+        "damaged_blob"
+    ]
     BlobStore(str(agent_dir / "blobs")).put(good)  # the image's owner puts it back
     assert check_session(path) == []
 
@@ -533,7 +536,7 @@ def test_repair_in_place_never_replaces_a_line_appended_while_it_writes(
 
     monkeypatch.setattr(base_module, "write_whole", meanwhile)
     with pytest.raises(SessionWriteConflictError):
-        repair_session(str(path), in_place=True)
+        repair_session(str(path), store_parts(), in_place=True)
     assert path.read_bytes().endswith(line)
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
 
@@ -562,7 +565,7 @@ def test_a_torn_title_slot_is_found_and_repaired_at_every_byte(tmp_path: Path) -
         except InvalidSessionFileError:
             unreadable += 1
         assert kinds(check_session(str(path), conflicts=False)) == [("damaged_title_slot", 1)]
-        report = repair_session(str(path))
+        report = repair_session(str(path), store_parts())
         assert [c.kind for c in report.changes] == ["dropped_title_slot"]
         assert report.out_path is not None
         assert Path(report.out_path).read_bytes() == body  # every byte after the slot

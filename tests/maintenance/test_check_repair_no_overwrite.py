@@ -19,6 +19,7 @@ from typer.testing import CliRunner, Result
 from sessiontree import load_entries_from_file
 from sessiontree.cli import app
 from sessiontree.errors import SessionTreeError
+from sessiontree.layout import store_parts
 from sessiontree.maintenance import repair_session
 from sessiontree.storage import MemorySessionStorage
 from tests.maintenance.test_check import damaged
@@ -35,10 +36,10 @@ def run(*args: str) -> Result:
 
 def test_repair_never_replaces_an_earlier_repaired_copy(tmp_path: Path) -> None:
     path = damaged(tmp_path)
-    first = repair_session(str(path))
+    first = repair_session(str(path), store_parts())
     assert first.out_path == f"{path}.repaired"
     Path(first.out_path).write_text("the user's edits of the first repair\n")
-    second = repair_session(str(path))
+    second = repair_session(str(path), store_parts())
     assert second.out_path == f"{path}.repaired-2"
     assert Path(first.out_path).read_text() == "the user's edits of the first repair\n"
     assert Path(second.out_path).read_bytes() == Path(f"{path}.repaired-2").read_bytes()
@@ -59,7 +60,7 @@ def test_repair_never_writes_through_a_symlink_at_its_name(tmp_path: Path) -> No
     precious.write_text("keep me\n")
     Path(f"{path}.repaired").symlink_to(precious)
     Path(f"{path}.repaired-2").symlink_to(tmp_path / "dangling")
-    report = repair_session(str(path))
+    report = repair_session(str(path), store_parts())
     assert report.out_path == f"{path}.repaired-3"
     assert precious.read_text() == "keep me\n"
     assert not (tmp_path / "dangling").exists()
@@ -87,14 +88,14 @@ def test_a_file_made_at_the_name_while_repair_writes_is_kept(
 
     path = damaged(tmp_path)
     monkeypatch.setattr(_fs, "write_all", _appearing(f"{path}.repaired", "meanwhile"))
-    report = repair_session(str(path))
+    report = repair_session(str(path), store_parts())
     assert report.out_path == f"{path}.repaired-2"
     assert Path(f"{path}.repaired").read_text() == "made by another program meanwhile\n"
     # With -o, the one name given: refused, and nothing left behind.
     out = tmp_path / "out.jsonl"
     monkeypatch.setattr(_fs, "write_all", _appearing(str(out), "for -o"))
     with pytest.raises(SessionTreeError, match="already exist"):
-        repair_session(str(path), str(out))
+        repair_session(str(path), store_parts(), str(out))
     assert out.read_text() == "made by another program for -o\n"
     assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
 
@@ -109,7 +110,7 @@ def test_without_hard_links_repair_still_takes_a_free_name(
         raise OSError(errno.EPERM, "Operation not permitted")  # vfat, some FUSE mounts
 
     monkeypatch.setattr(os, "link", no_links)
-    report = repair_session(str(path))
+    report = repair_session(str(path), store_parts())
     assert report.out_path == f"{path}.repaired-2"
     assert Path(f"{path}.repaired").read_text() == "earlier\n"
     assert load_entries_from_file(report.out_path)
@@ -123,7 +124,7 @@ def test_repair_in_another_storage_takes_a_free_name_too(tmp_path: Path) -> None
     (tmp_path / "src").mkdir()
     storage.write_text(path, damaged(tmp_path / "src").read_text())
     storage.write_text(path + ".repaired", "earlier\n")
-    report = repair_session(path, storage=storage)
+    report = repair_session(path, store_parts(storage))
     assert report.out_path == path + ".repaired-2"
     assert storage.read_text(path + ".repaired") == "earlier\n"
 

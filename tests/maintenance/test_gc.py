@@ -15,7 +15,7 @@ import pytest
 
 import sessiontree.maintenance._gc as gc_module
 from sessiontree import BlobStore, SessionManager
-from sessiontree.layout import registered_session_dirs
+from sessiontree.layout import registered_session_dirs, store_parts
 from sessiontree.maintenance import collect_garbage, list_blobs
 from sessiontree.storage import MemorySessionStorage
 from tests.helpers import assistant, user
@@ -63,7 +63,7 @@ def hashes(blobs: list[gc_module.BlobFile]) -> set[str]:
 def test_dry_run_lists_unreferenced_blobs_and_deletes_nothing(agent_dir: Path) -> None:
     _, kept = session_with_image()
     orphan = put(agent_dir, b"orphan bytes")
-    report = collect_garbage(str(agent_dir), now=LATER)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), now=LATER)
     assert hashes(report.unreferenced) == {orphan}
     assert report.unreferenced_bytes == len(b"orphan bytes")
     assert report.deleted == [] and report.refused is None
@@ -76,7 +76,7 @@ def test_delete_removes_old_unreferenced_blobs_with_their_sidecars(agent_dir: Pa
     _, kept = session_with_image()
     orphan = put(agent_dir, b"orphan bytes", "image/png")
     assert (agent_dir / "blobs" / f"{orphan}.png").exists()
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert hashes(report.deleted) == {orphan}
     assert report.freed_bytes == len(b"orphan bytes")  # the hard-linked sidecar counts once
     left = sorted(p.name for p in (agent_dir / "blobs").iterdir())
@@ -86,7 +86,7 @@ def test_delete_removes_old_unreferenced_blobs_with_their_sidecars(agent_dir: Pa
 def test_young_blobs_are_never_deleted(agent_dir: Path) -> None:
     session_with_image()
     orphan = put(agent_dir, b"just written")
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert report.deleted == [] and hashes(report.young) == {orphan}
     assert (agent_dir / "blobs" / orphan).exists()
 
@@ -108,7 +108,7 @@ def test_any_file_under_sessions_keeps_its_blobs(agent_dir: Path, where: str) ->
     target = agent_dir / where
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text('{"data":"blob:sha256:' + digest + '"}\n')
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert digest not in hashes(report.deleted) | hashes(report.unreferenced)
     assert (agent_dir / "blobs" / digest).exists()
 
@@ -120,7 +120,7 @@ def test_a_bare_hash_or_sidecar_path_counts_as_a_reference(agent_dir: Path) -> N
     with SessionManager.open(path) as sm:
         sm.append_message(user(f"see {agent_dir}/blobs/{digest.upper()}.png"))
         sm.append_message(assistant("ok"))
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert report.deleted == []
 
 
@@ -147,10 +147,10 @@ def test_breadcrumb_targets_outside_the_store_are_read(agent_dir: Path, tmp_path
     (crumbs / "pts-9").write_text(f"/proj\n{sm.get_session_file()}\n")
     # Only the breadcrumb names that session here (not the registry of outside dirs).
     (agent_dir / "external-session-dirs").unlink()
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert digest not in hashes(report.deleted)
     (crumbs / "pts-9").unlink()
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert digest in hashes(report.deleted)
 
 
@@ -160,7 +160,11 @@ def test_extra_roots_are_read(agent_dir: Path, tmp_path: Path) -> None:
     digest = put(agent_dir, b"x" * 100)
     (tmp_path / "elsewhere").mkdir()
     (tmp_path / "elsewhere" / "s.jsonl").write_text(f"blob:sha256:{digest}")
-    report = collect_garbage(str(agent_dir), delete=True, extra_roots=[str(tmp_path / "elsewhere")])
+    report = collect_garbage(
+        store_parts(agent_dir=str(agent_dir)),
+        delete=True,
+        extra_roots=[str(tmp_path / "elsewhere")],
+    )
     assert report.deleted == []
 
 
@@ -178,7 +182,7 @@ def test_an_unreadable_file_aborts_deletion(
         return real_scan(p, found)
 
     monkeypatch.setattr(gc_module, "_scan_file", failing)
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert report.refused is not None and "could not be read" in report.refused
     assert report.unreadable and report.unreadable[0][0] == path
     assert report.deleted == []
@@ -188,7 +192,7 @@ def test_an_unreadable_file_aborts_deletion(
 @pytest.mark.usefixtures("an_hour_later")
 def test_no_session_files_refuses_to_delete_everything(agent_dir: Path) -> None:
     digest = put(agent_dir, b"lonely")
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert report.refused is not None and report.deleted == []
     assert (agent_dir / "blobs" / digest).exists()
 
@@ -206,7 +210,7 @@ def test_a_session_written_during_marking_is_read(agent_dir: Path) -> None:
             late.write_text(f"blob:sha256:{digest}\n")
             written.append(late)
 
-    report = collect_garbage(str(agent_dir), delete=True, progress=progress)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True, progress=progress)
     assert written and report.refused is None
     assert report.deleted == [] and digest not in hashes(report.unreferenced)
 
@@ -221,7 +225,7 @@ def test_hash_cut_by_a_read_chunk_is_found(
     target = agent_dir / "sessions" / "--x--" / "s.jsonl"
     target.parent.mkdir(parents=True)
     target.write_text("y" * 37 + "blob:sha256:" + digest + "z" * 80)
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert report.deleted == []
 
 
@@ -231,12 +235,12 @@ def test_other_files_in_the_blob_dir_are_left_alone(agent_dir: Path) -> None:
     blobs = agent_dir / "blobs"
     (blobs / "README").write_text("not a blob")
     (blobs / f".{'a' * 64}.123.tmp").write_text("in progress")
-    collect_garbage(str(agent_dir), delete=True)
+    collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert (blobs / "README").exists() and (blobs / f".{'a' * 64}.123.tmp").exists()
 
 
 def test_missing_blob_dir_is_empty(agent_dir: Path) -> None:
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert report.blobs == 0 and report.deleted == [] and report.refused is None
 
 
@@ -248,7 +252,7 @@ def test_hashes_inside_longer_hex_runs_are_kept(agent_dir: Path, text: str) -> N
     target = agent_dir / "sessions" / "--x--" / "s.jsonl"
     target.parent.mkdir(parents=True)
     target.write_text(text.format(h=digest))
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert report.deleted == []
 
 
@@ -293,12 +297,12 @@ def test_gc_on_a_storage_marks_every_stored_file_and_uses_its_blob_store(
 ) -> None:
     storage, digests = _memory_store(agent_dir)
     blobs = storage.blob_store()
-    young = collect_garbage(str(agent_dir), delete=True, storage=storage)
+    young = collect_garbage(store_parts(storage, str(agent_dir)), delete=True)
     assert young.files_scanned == 4 and young.blobs == 5
     assert hashes(young.young) == {digests["orphan"]} and young.deleted == []
     assert not (agent_dir / "blobs").exists()  # nothing about files on this host
     monkeypatch.setattr(blobs, "now", lambda: time.time() + 3600)  # an hour later
-    report = collect_garbage(str(agent_dir), delete=True, storage=storage)
+    report = collect_garbage(store_parts(storage, str(agent_dir)), delete=True)
     assert hashes(report.deleted) == {digests["orphan"]}
     assert report.deleted[0].paths[1].endswith(f"{digests['orphan']}.png")
     assert report.freed_bytes == len(b"orphan") and report.refused is None
@@ -310,7 +314,7 @@ def test_gc_on_a_storage_never_deletes_what_its_clock_calls_young(agent_dir: Pat
     storage, digests = _memory_store(agent_dir)
     # `now` and this host's clock may say an hour has passed; the blob store's own
     # clock decides deletion.
-    report = collect_garbage(str(agent_dir), delete=True, now=LATER, storage=storage)
+    report = collect_garbage(store_parts(storage, str(agent_dir)), delete=True, now=LATER)
     assert hashes(report.unreferenced) == {digests["orphan"]} and report.deleted == []
     assert storage.blob_store().has(digests["orphan"])
 
@@ -329,7 +333,7 @@ def test_gc_on_a_storage_aborts_on_an_unreadable_file(
         return real(path, chunk_size)
 
     monkeypatch.setattr(storage, "iter_chunks", failing)
-    report = collect_garbage(str(agent_dir), delete=True, storage=storage)
+    report = collect_garbage(store_parts(storage, str(agent_dir)), delete=True)
     assert report.refused is not None and "could not be read" in report.refused
     assert report.unreadable[0][0].endswith(".hidden") and report.deleted == []
     assert blobs.has(digests["orphan"])
@@ -342,7 +346,7 @@ def test_gc_on_an_empty_storage_refuses_to_delete_every_blob(
     blobs = storage.blob_store()
     blobs.put(b"lonely")
     monkeypatch.setattr(blobs, "now", lambda: time.time() + 3600)
-    report = collect_garbage(str(agent_dir), delete=True, storage=storage)
+    report = collect_garbage(store_parts(storage, str(agent_dir)), delete=True)
     assert report.refused is not None and "no session file" in report.refused
     assert len(blobs) == 1
 
@@ -366,7 +370,7 @@ def test_sessions_kept_outside_the_store_keep_their_blobs(agent_dir: Path, tmp_p
     ]
     orphan = put(agent_dir, b"nobody's")
     session_with_image()  # the store itself is not empty
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert hashes(report.deleted) == {orphan}
     assert (agent_dir / "blobs" / digest).exists()
 
@@ -376,7 +380,7 @@ def test_a_blob_young_by_the_real_clock_is_never_deleted_whatever_now_says(
 ) -> None:
     session_with_image()
     orphan = put(agent_dir, b"put a moment ago", "image/png")
-    report = collect_garbage(str(agent_dir), delete=True, now=LATER)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True, now=LATER)
     assert hashes(report.unreferenced) == {orphan}  # `now` still sorts the report
     assert report.refused is None and report.deleted == []
     assert (agent_dir / "blobs" / orphan).exists()
@@ -407,7 +411,7 @@ def test_the_outside_dirs_registry_is_read_tolerantly(agent_dir: Path, tmp_path:
     ]
     (agent_dir / "external-session-dirs").write_bytes(b"\n".join(lines) + b"\n")
     orphan = put(agent_dir, b"nobody's")
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert report.external_dirs == [str(first), str(second)]
     assert report.refused is None and report.unreadable == []
     assert hashes(report.deleted) == {orphan}
@@ -432,7 +436,7 @@ def test_a_recorded_dir_that_is_not_there_or_not_a_dir_is_unknown_not_empty(
     registry.write_text(f"{outside}\n{a_file}\n")
     orphan = put(agent_dir, b"nobody's")
     disk.rename(away)  # the disk goes away
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert [path for path, _ in report.unreadable] == [str(outside), str(a_file)]
     assert "is not there" in report.unreadable[0][1] and str(registry) in report.unreadable[0][1]
     assert "is not a directory" in report.unreadable[1][1]
@@ -440,7 +444,7 @@ def test_a_recorded_dir_that_is_not_there_or_not_a_dir_is_unknown_not_empty(
     assert report.deleted == [] and (agent_dir / "blobs" / kept).exists()
     away.rename(disk)  # back, and the stray line removed by the user
     registry.write_text(f"{outside}\n")
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert report.refused is None and report.external_dirs == [str(outside)]
     assert hashes(report.deleted) == {orphan} and (agent_dir / "blobs" / kept).exists()
 
@@ -473,13 +477,13 @@ def test_a_symlink_whose_target_is_away_is_unknown_not_empty(
         else:
             os.symlink(disk, where)
     disk.rename(away)
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert [path for path, _ in report.unreadable] == [str(where)]
     assert "symlink" in report.unreadable[0][1] and "not mounted" in report.unreadable[0][1]
     assert report.refused is not None and str(where) in report.refused
     assert report.deleted == [] and (agent_dir / "blobs" / kept).exists()
     away.rename(disk)
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert report.refused is None and report.unreadable == []
     assert hashes(report.deleted) == {orphan} and (agent_dir / "blobs" / kept).exists()
 
@@ -489,7 +493,9 @@ def test_an_extra_root_that_is_not_there_is_unknown(agent_dir: Path, tmp_path: P
     session_with_image()
     orphan = put(agent_dir, b"nobody's")
     missing = str(tmp_path / "mount" / "sessions")
-    report = collect_garbage(str(agent_dir), delete=True, extra_roots=[missing])
+    report = collect_garbage(
+        store_parts(agent_dir=str(agent_dir)), delete=True, extra_roots=[missing]
+    )
     assert report.unreadable == [(missing, "not there")] and report.deleted == []
     assert (agent_dir / "blobs" / orphan).exists()
 
@@ -509,7 +515,7 @@ def test_a_dir_gc_may_not_list_is_unknown(agent_dir: Path, monkeypatch: pytest.M
         return real_scandir(path)
 
     monkeypatch.setattr(os, "scandir", scandir)
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert report.unreadable == [(str(closed), "Permission denied")]
     assert report.refused is not None and report.deleted == []
     assert (agent_dir / "blobs" / orphan).exists()
@@ -536,7 +542,7 @@ def test_an_outside_session_dir_whose_path_holds_a_newline_is_read(
         sm.append_message({"role": "assistant", "content": [], "timestamp": 2})
     kept = hashlib.sha256(b"kept").hexdigest()
     assert registered_session_dirs(str(agent_dir)) == [str(outside)]
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert report.external_dirs == [str(outside)] and report.refused is None
     assert kept not in hashes(report.deleted)
     assert (agent_dir / "blobs" / kept).exists()
@@ -555,7 +561,7 @@ def test_an_unterminated_last_registry_line_is_not_read_and_nothing_is_deleted(
     referencing_session(proj, in_proj)
     registry = agent_dir / "external-session-dirs"
     registry.write_bytes(os.fsencode(proj))
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert report.external_dirs == []
     assert [path for path, _ in report.unreadable] == [str(registry)]
     assert "no newline" in report.unreadable[0][1]
@@ -563,7 +569,7 @@ def test_an_unterminated_last_registry_line_is_not_read_and_nothing_is_deleted(
     assert (agent_dir / "blobs" / in_project).exists()
     with open(registry, "ab") as f:  # the append completes
         f.write(b"ect\n")
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert report.external_dirs == [str(project)] and report.refused is None
     assert hashes(report.deleted) == {in_proj}
     assert (agent_dir / "blobs" / in_project).exists()
@@ -590,13 +596,13 @@ def test_a_damaged_registry_line_is_unknown_not_skipped(
     orphan = put(agent_dir, b"nobody's")
     registry = agent_dir / "external-session-dirs"
     registry.write_bytes(damage + os.fsencode(appended) + b"\n")
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert [path for path, _ in report.unreadable] == [str(registry)]
     assert "damaged" in report.unreadable[0][1]
     assert report.refused is not None and report.deleted == []
     assert (agent_dir / "blobs" / in_lost).exists()
     registry.write_bytes(os.fsencode(appended) + b"\n")  # the user deletes the line
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert report.refused is None and report.external_dirs == [str(appended)]
     assert hashes(report.deleted) == {orphan, in_lost}
 
@@ -617,10 +623,10 @@ def test_a_linked_mount_point_of_a_disk_that_is_away_is_unknown_not_empty(
     disk = tmp_path / "mnt"
     referencing_session(disk, kept := put(agent_dir, b"on the other disk"))
     (agent_dir / "sessions" / "--disk--").symlink_to(disk)
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert report.refused is None and (agent_dir / "blobs" / kept).exists()
     (disk / "2026_s.jsonl").rename(tmp_path / "on-the-disk-while-away.jsonl")  # unmounted
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert report.refused is not None and (agent_dir / "blobs" / kept).exists()
 
 

@@ -25,6 +25,7 @@ import pytest
 
 import sessiontree.maintenance._gc as gc_module
 from sessiontree import BlobStore, MissingBlobError, SessionManager
+from sessiontree.layout import store_parts
 from sessiontree.maintenance import collect_garbage, list_blobs
 from sessiontree.storage import LIVE_DIR, MemoryBlobStore, MemorySessionStorage, read_pins
 from tests.conftest import unavailable
@@ -262,11 +263,11 @@ def test_gc_on_a_storage_keeps_what_its_blob_store_pins(monkeypatch: pytest.Monk
     held = sm.put_blob(png(b"i")).hash
     orphan = store.put(png(b"j")).hash
     monkeypatch.setattr(store, "now", lambda: time.time() + 3600)
-    report = collect_garbage(delete=True, storage=storage)
+    report = collect_garbage(store_parts(storage), delete=True)
     assert [b.hash for b in report.deleted] == [orphan]
     assert store.has(held) and report.pinned == 1
     sm.close()
-    assert [b.hash for b in collect_garbage(delete=True, storage=storage).deleted] == [held]
+    assert [b.hash for b in collect_garbage(store_parts(storage), delete=True).deleted] == [held]
 
 
 def test_an_inline_image_of_a_session_not_written_yet_needs_no_pin(agent_dir: Path) -> None:
@@ -285,7 +286,7 @@ def test_gc_in_process_with_a_later_clock_keeps_pinned_blobs(
     sm = SessionManager.in_memory("/proj")
     held = sm.put_blob(png(b"l")).hash
     monkeypatch.setattr(gc_module, "time", types.SimpleNamespace(time=lambda: time.time() + 3600))
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert report.deleted == [] and report.pinned == 1
     assert (agent_dir / "blobs" / held).is_file()
     sm.close()
@@ -329,16 +330,16 @@ def test_a_dry_run_keeps_stale_pins_and_an_unreadable_pin_stops_deletion(
     stale = live / "12345-0123456789abcdef.pin"
     stale.write_text(orphan + "\n")
     monkeypatch.setattr(gc_module, "time", types.SimpleNamespace(time=lambda: time.time() + 3600))
-    report = collect_garbage(str(agent_dir))
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)))
     assert report.stale_pins == [str(stale)] and stale.exists()
     assert [b.hash for b in report.unreferenced] == [orphan]  # a stale pin keeps nothing
     planted = live / "12346-0123456789abcdef.pin"
     planted.symlink_to(stale)
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert report.refused is not None and report.deleted == []
     assert [p for p, _ in report.unreadable] == [str(planted)]
     planted.unlink()
-    report = collect_garbage(str(agent_dir), delete=True)
+    report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert [b.hash for b in report.deleted] == [orphan] and not stale.exists()
 
 
@@ -394,7 +395,7 @@ def test_gc_racing_a_manager_that_takes_an_old_blob_at_that_moment_keeps_it(
     hooked = _HookedOs(digest, take)
     monkeypatch.setattr(gc_module, "os", hooked)
     monkeypatch.setattr(gc_module, "time", types.SimpleNamespace(time=lambda: time.time() + 3600))
-    collect_garbage(str(agent_dir), delete=True)
+    collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
     assert hooked.fired
     assert BlobStore(str(blobs)).get(digest) == data
     sm.append_message(assistant("the same picture"))  # the session is written now
@@ -597,7 +598,7 @@ def test_a_pin_file_caught_being_made_keeps_its_blobs(
         monkeypatch.setattr(
             gc_module, "time", types.SimpleNamespace(time=lambda: time.time() + 3600)
         )
-        report = collect_garbage(str(agent_dir), delete=True)
+        report = collect_garbage(store_parts(agent_dir=str(agent_dir)), delete=True)
         assert report.deleted == [] and old in {b.hash for b in list_blobs(str(blobs))}
     finally:
         os.close(fd)

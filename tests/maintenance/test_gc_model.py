@@ -31,6 +31,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 import sessiontree.maintenance._gc as gc_module
 from sessiontree import BlobStore, SessionManager
+from sessiontree.layout import store_parts
 from sessiontree.maintenance import collect_garbage
 from tests.conftest import examples
 from tests.helpers import assistant
@@ -155,7 +156,7 @@ class GcDisksModel(RuleBasedStateMachine):
     def gc(self) -> None:
         later = types.SimpleNamespace(time=lambda: time.time() + 3600)
         with mock.patch.object(gc_module, "time", later):
-            report = collect_garbage(str(self.agent), delete=True)
+            report = collect_garbage(store_parts(agent_dir=str(self.agent)), delete=True)
         away = [d for d in range(DISKS) if not self.mounted[d] and not self.lost[d]]
         if away:
             assert report.refused is not None and report.deleted == []

@@ -1,4 +1,4 @@
-"""`open_store` and moving a file store into PostgreSQL and back, byte for byte."""
+"""`open_storage` and moving a file store into PostgreSQL and back, byte for byte."""
 
 from __future__ import annotations
 
@@ -12,27 +12,27 @@ from pathlib import Path
 import pytest
 
 from sessiontree import FileSessionStorage, SessionManager, SessionTreeError, load_entries_from_file
-from sessiontree.maintenance import STORE_ENV, close_store, export_files, import_files, open_store
-from sessiontree.storage import BlobStore
+from sessiontree.maintenance import export_files, import_files
+from sessiontree.storage import BlobStore, close_storage, open_storage
+from sessiontree.store import STORE_ENV, Store
 from tests.helpers import assistant, user
 from tests.pg_support import fresh_schema, pg_storage
 
 
-def test_open_store_files_by_default_and_for_paths(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(STORE_ENV, raising=False)
-    for arg in (None, "", "/some/agent/dir", "file:///some/agent/dir"):
-        storage = open_store(arg)
+def test_open_storage_files_for_paths() -> None:
+    for arg in ("/some/agent/dir", "file:///some/agent/dir"):
+        storage = open_storage(arg, agent_dir="/some/agent/dir")
         assert isinstance(storage, FileSessionStorage)
-        close_store(storage)
+        close_storage(storage)
 
 
-def test_open_store_rejects_unknown_schemes_without_leaking_passwords() -> None:
+def test_open_storage_rejects_unknown_schemes_without_leaking_passwords() -> None:
     with pytest.raises(SessionTreeError) as info:
-        open_store("mysql://user:secret@host/db")
+        open_storage("mysql://user:secret@host/db", agent_dir="/agent")
     assert "secret" not in str(info.value) and "postgresql://" in str(info.value)
 
 
-def test_open_store_postgres_url_from_env_with_schema(
+def test_the_default_store_is_a_postgres_url_from_env_with_schema(
     monkeypatch: pytest.MonkeyPatch, agent_dir: Path
 ) -> None:
     from sessiontree.storage.postgres import PostgresSessionStorage
@@ -40,14 +40,12 @@ def test_open_store_postgres_url_from_env_with_schema(
     with fresh_schema() as (url, schema):
         separator = "&" if "?" in url else "?"
         monkeypatch.setenv(STORE_ENV, f"{url}{separator}schema={schema}")
-        storage = open_store()
-        try:
+        with Store() as store:
+            storage = store.storage
             assert isinstance(storage, PostgresSessionStorage)
             assert storage.schema == schema and storage.root == str(agent_dir)
             storage.ensure_dir(str(agent_dir / "sessions"))
             assert storage.list_dirs(str(agent_dir)) == [str(agent_dir / "sessions")]
-        finally:
-            close_store(storage)
 
 
 def test_bad_schema_and_unreachable_server_are_session_tree_errors() -> None:
@@ -65,9 +63,9 @@ def test_missing_psycopg_says_what_to_install() -> None:
         import sys
         sys.modules["psycopg"] = None  # as if the extra were not installed
         from sessiontree import SessionTreeError
-        from sessiontree.maintenance import open_store
+        from sessiontree.storage import open_storage
         try:
-            open_store("postgresql://localhost/db")
+            open_storage("postgresql://localhost/db", agent_dir="/agent")
         except SessionTreeError as exc:
             assert isinstance(exc, ImportError)
             print(exc)

@@ -27,6 +27,7 @@ from typer.testing import CliRunner
 from sessiontree import SessionManager
 from sessiontree._util.fs import NAME_MAX, name_problem
 from sessiontree.cli import app
+from sessiontree.layout import store_parts
 from sessiontree.maintenance import TransferReport, export_files, import_files
 from sessiontree.storage import BlobStore
 from tests.conftest import examples, require_module
@@ -168,7 +169,7 @@ def test_readers_leave_out_rows_whose_names_are_not_paths(tmp_path: Path) -> Non
         assert [m.path for m in storage.list_session_meta(os.path.join(sessions, "--p--"))] == [
             storage.path_for(good)
         ]
-        assert [s.path for s in list_all_sessions(storage=storage, agent_dir=str(root))] == [
+        assert [s.path for s in list_all_sessions(store_parts(storage, str(root)))] == [
             storage.path_for(good)
         ]
         assert [exts for _, exts in storage.blob_store().list()] == [["png"]]

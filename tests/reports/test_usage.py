@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessiontree import serialize_entry
+from sessiontree.layout import store_parts
 from sessiontree.reports import (
     blocks,
     count_once,
@@ -113,7 +114,7 @@ class Store:
         return str(path)
 
     def counted(self, use_index: bool = True) -> tuple[list[Any], Any]:
-        data = load_usage(self.paths, agent_dir=str(self.root), use_index=use_index)
+        data = load_usage(self.paths, store_parts(agent_dir=str(self.root)), use_index=use_index)
         return count_once(data.sessions)
 
     def totals(self, use_index: bool = True) -> tuple[set[tuple[str, str]], Any]:
@@ -380,7 +381,7 @@ def test_stats_is_a_view_over_the_usage_report(store: Store) -> None:
     parent_entries = [prompt("u1", None, T0), reply("a1", "u1", T0 + 1, (10, 1, 0, 0), None)]
     parent = store.session("P", parent_entries)
     store.session("F", [*parent_entries, reply("a2", "a1", T0 + 2)], parentSession=parent)
-    stats = store_stats(store.paths, agent_dir=str(store.root))
+    stats = store_stats(store.paths, store_parts(agent_dir=str(store.root)))
     rep = report(price(store.counted()[0]), "daily")
     assert stats.usage.to_json() == rep.totals.to_json()
     assert stats.usage.messages == 2 and stats.usage.estimated_messages == 1

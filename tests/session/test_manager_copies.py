@@ -31,7 +31,7 @@ from sessiontree.cli import app
 from sessiontree.foreign import read_codex_session
 from sessiontree.foreign.importer import import_session
 from sessiontree.format import serialize_entry_bytes
-from sessiontree.layout import get_default_session_dir
+from sessiontree.layout import get_default_session_dir, store_parts
 from sessiontree.maintenance import check_session
 from tests import foreign_support as fs
 from tests.helpers import assistant
@@ -222,7 +222,7 @@ def test_an_import_into_another_agent_dir_takes_refs_from_the_reading_agent_dir(
     parent, _ = fs.codex_rollouts(a / "codex")
     session = read_codex_session(str(parent))
     add_images(session.manager)
-    done = import_session(session, agent_dir=str(b))
+    done = import_session(session, store_parts(agent_dir=str(b)))
     shutil.rmtree(a)
     monkeypatch.setenv("PI_CODING_AGENT_DIR", str(b))
     assert done.path.startswith(str(b / "sessions"))
@@ -455,7 +455,7 @@ def test_the_library_calls_behind_the_copies_outside_stand_alone_too(
     for out in (outside, inside):
         out.parent.mkdir(parents=True)
         if command == "repair":
-            repair_session(src, str(out), agent_dir=str(agent_dir))
+            repair_session(src, store_parts(agent_dir=str(agent_dir)), str(out))
         else:
             with SessionManager.open(src, read_only=True) as sm:
                 data = export_jsonl(sm)

@@ -82,7 +82,7 @@ from sessiontree._util.fs import side_stem
 from sessiontree.errors import SessionClosedError
 from sessiontree.export import export_jsonl
 from sessiontree.format import loads_line, serialize_entry_bytes
-from sessiontree.layout import get_default_session_dir
+from sessiontree.layout import get_default_session_dir, store_parts
 from sessiontree.maintenance import check_session, collect_garbage, repair_session
 from sessiontree.session import _file as session_file
 from sessiontree.session import _loader as loader
@@ -1563,7 +1563,7 @@ class ManagerModel(RuleBasedStateMachine):
         later = types.SimpleNamespace(time=lambda: real.time() + 3600)
         gc_module.time = later  # type: ignore[assignment]
         try:
-            report = collect_garbage(self.agent, delete=True)
+            report = collect_garbage(store_parts(agent_dir=self.agent), delete=True)
         finally:
             gc_module.time = real
         RAN["gc runs"] += 1
@@ -1671,7 +1671,7 @@ class ManagerModel(RuleBasedStateMachine):
             if command == "repair":
                 with open(path, "rb") as f:
                     original.append(f.read())
-                report = repair_session(path, out, agent_dir=self.agent)
+                report = repair_session(path, store_parts(agent_dir=self.agent), out)
                 return report.out_path if report.out_path == out else None
             sm = self.manager
             if removed:

@@ -127,8 +127,9 @@ def test_the_store_rule() -> None:
     assert not is_pi_agent_dir("/home/ann/.xcsh/agent")
     assert not is_pi_agent_dir("/home/ann/pi/agent")
     session = "/home/ann/.pi/agent/sessions/--p--/x.jsonl"
-    assert writes_pi_form(session, agent_dir="/home/ann/.pi/agent")
-    assert not writes_pi_form("/home/ann/.xcsh/agent/sessions/--p--/x.jsonl")
+    assert writes_pi_form(session, None, "/home/ann/.pi/agent")
+    xcsh = "/home/ann/.xcsh/agent"
+    assert not writes_pi_form(f"{xcsh}/sessions/--p--/x.jsonl", None, xcsh)
 
 
 def agents_form(line: bytes, blobs: BlobStore) -> bytes:
@@ -509,7 +510,7 @@ def test_a_copy_from_another_store_into_pi_store_writes_its_images_inline(
     pi = store_dir(tmp_path, "pi")
     monkeypatch.setenv("PI_CODING_AGENT_DIR", str(pi))
     copied = copy(src, pi / "sessions" / "--dest--", load_mode == "index-first")
-    assert writes_pi_form(copied)
+    assert writes_pi_form(copied, None, str(pi))
     assert _inline_images_of(copied) == [PNG, PNG[::-1]]
 
 

@@ -20,6 +20,7 @@ from sessiontree import (
     SessionWriteConflictError,
     StorageStat,
 )
+from sessiontree.layout import StoreParts, store_parts
 from sessiontree.maintenance import collect_garbage, delete_session
 from sessiontree.storage import (
     AtomicWrites,
@@ -28,7 +29,6 @@ from sessiontree.storage import (
     HostFilesystem,
     LockingStorage,
     RootedStorage,
-    store_root,
 )
 from tests.helpers import assistant, user
 
@@ -127,7 +127,7 @@ def test_it_is_exactly_the_contract() -> None:
         RootedStorage,
     ):
         assert not isinstance(storage, capability)
-    assert store_root(storage, "/agent") == "/agent"  # no root of its own: the agent dir's
+    assert StoreParts(storage, "/agent").root == "/agent"  # no root of its own: the agent dir's
 
 
 def test_every_operation_on_one_session_works(agent_dir: object) -> None:
@@ -172,9 +172,9 @@ def test_store_wide_operations_name_the_missing_capability(agent_dir: object) ->
     with pytest.raises(MissingCapabilityError, match="DirectoryTree"):
         SessionManager.list_all(storage=storage, agent_dir="/store")
     with pytest.raises(MissingCapabilityError, match="rm"):
-        delete_session(path, storage, agent_dir="/store")
+        delete_session(path, store_parts(storage, "/store"))
     with pytest.raises(MissingCapabilityError):
-        collect_garbage("/store", storage=storage, delete=True)
+        collect_garbage(store_parts(storage, "/store"), delete=True)
     assert path in storage.files  # nothing was deleted
 
 

@@ -431,18 +431,18 @@ def test_the_blob_store_rule_in_order(agent_dir: Path, tmp_path: Path) -> None:
 
     memory = MemorySessionStorage()
     # 1. The storage's own blob store.
-    assert blob_store_for(str(tmp_path / "x.jsonl"), memory) is memory.blob_store()
+    assert blob_store_for(str(tmp_path / "x.jsonl"), memory, str(agent_dir)) is memory.blob_store()
     # 2. The blobs/ of the agent dir holding the session under sessions/ (one that has
-    #    blobs/, or the configured one).
+    #    blobs/, or the one in effect).
     other = tmp_path / "other"
     (other / "blobs").mkdir(parents=True)
     session = str(other / "sessions" / "--p--" / "s.jsonl")
-    assert _dir_of(blob_store_for(session)) == str(other / "blobs")
+    assert _dir_of(blob_store_for(session, None, str(agent_dir))) == str(other / "blobs")
     # A project's own sessions/ folder (no blobs/ beside it) is not an agent dir: 3.
     project = str(tmp_path / "project" / "sessions" / "s.jsonl")
-    assert _dir_of(blob_store_for(project)) == str(agent_dir / "blobs")
-    assert _dir_of(blob_store_for(None)) == str(agent_dir / "blobs")
-    # 3. ... the agent dir in effect: one a caller was given counts as configured.
+    assert _dir_of(blob_store_for(project, None, str(agent_dir))) == str(agent_dir / "blobs")
+    assert _dir_of(blob_store_for(None, None, str(agent_dir))) == str(agent_dir / "blobs")
+    # 3. ... the agent dir in effect: the one the caller works on.
     given = tmp_path / "given"  # no blobs/ yet
     in_given = str(given / "sessions" / "--p--")
     assert _dir_of(blob_store_for(in_given, None, str(given))) == str(given / "blobs")

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from sessiontree import SessionManager, SessionTreeError
+from sessiontree.layout import store_parts
 from sessiontree.maintenance import repair_session
 from sessiontree.storage import FileSessionStorage
 from tests import peers
@@ -104,7 +105,7 @@ def migrate(path: str) -> None:
 def repair(path: str) -> None:
     with open(path, "ab") as f:
         f.write(b"garbage\n")  # something to repair
-    repair_session(path, in_place=True)
+    repair_session(path, store_parts(), in_place=True)
 
 
 REWRITES: dict[str, Callable[[str], None]] = {

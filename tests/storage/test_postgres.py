@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from sessiontree.layout import StoreParts, store_parts
 from tests.conftest import require_module
 from tests.pg_support import fresh_schema, pg_storage
 
@@ -27,12 +28,12 @@ def pg(tmp_path: Path) -> Iterator[Any]:
 
 
 def test_paths_are_keys_relative_to_the_root(pg: Any, tmp_path: Path) -> None:
-    from sessiontree.storage import RootedStorage, store_root
+    from sessiontree.storage import RootedStorage
     from sessiontree.storage.postgres import PathOutsideStoreError, PostgresSessionStorage
 
     root = tmp_path / "agent"
     # Store-wide tools (gc, rm, import/export-files) find sessions/ and blobs/ under it.
-    assert isinstance(pg, RootedStorage) and store_root(pg, "/elsewhere") == str(root)
+    assert isinstance(pg, RootedStorage) and StoreParts(pg, "/elsewhere").root == str(root)
     path = str(root / "sessions" / "--p--" / "s.jsonl")
     assert pg.key_for(path) == "sessions/--p--/s.jsonl"
     assert pg.key_for(str(root)) == "" and pg.key_for(str(root) + "/") == ""
@@ -336,9 +337,9 @@ def test_discovery_from_the_index_equals_scanning_the_files(tmp_path: Path) -> N
         assert isinstance(pg, SessionIndexStorage)
         assert not isinstance(scanning, SessionIndexStorage)
         clear_listing_cache()
-        on_files = list_all_sessions(agent_dir=str(agent), cache=False)
-        indexed = list_all_sessions(storage=pg, agent_dir=str(agent))
-        scanned = list_all_sessions(storage=scanning, agent_dir=str(agent), cache=False)
+        on_files = list_all_sessions(store_parts(agent_dir=str(agent)), cache=False)
+        indexed = list_all_sessions(store_parts(pg, str(agent)))
+        scanned = list_all_sessions(store_parts(scanning, str(agent)), cache=False)
         assert len(on_files) == 10
         assert indexed == on_files == scanned
         for a, b in zip(indexed, on_files, strict=True):
@@ -347,8 +348,8 @@ def test_discovery_from_the_index_equals_scanning_the_files(tmp_path: Path) -> N
         assert "Short one" in {i.title for i in indexed}
         for project in ("--a--", "--b--"):
             directory = str(agent / "sessions" / project)
-            assert list_sessions("/x", session_dir=directory, storage=pg) == list_sessions(
-                "/x", session_dir=directory, cache=False
+            assert list_sessions("/x", store_parts(pg), session_dir=directory) == list_sessions(
+                "/x", store_parts(), session_dir=directory, cache=False
             )
             assert find_most_recent_session(directory, storage=pg) == find_most_recent_session(
                 directory

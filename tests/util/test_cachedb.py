@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from sessiontree._util.cachedb import REGISTRY, Family, open_cache, run_cached
+from sessiontree.layout import store_parts
 
 APP = 0x54455354  # "TEST"
 
@@ -308,18 +309,20 @@ def test_a_listing_repair_leaves_the_foreign_tables_in_the_same_file(agent_dir: 
     with SessionManager.create("/proj") as sm:
         sm.append_message(user("q"))
         sm.append_message(assistant("a"))
-    assert len(list_all_sessions()) == 1
+    assert len(list_all_sessions(store_parts())) == 1
     imports = IdentityCache(str(agent_dir), "foreign_imports")
     imports.store([("/some/file.jsonl", (1, 2, 3, 4), {"kept": True})])
     raw(agent_dir / CACHE_DB_NAME, "UPDATE files SET final = x'00'")  # unreadable rows
     clear_listing_cache()
-    (info,) = list_all_sessions()
+    (info,) = list_all_sessions(store_parts())
     assert info.first_message == "q"
     assert imports.fetch(["/some/file.jsonl"]) == {
         "/some/file.jsonl": ((1, 2, 3, 4), {"kept": True})
     }
     clear_listing_cache()
-    assert list_all_sessions() == [info]  # and the listing cache was rebuilt, not dropped
+    assert list_all_sessions(store_parts()) == [
+        info
+    ]  # and the listing cache was rebuilt, not dropped
     assert raw(agent_dir / CACHE_DB_NAME, "SELECT count(*) FROM files") == [(1,)]
 
 

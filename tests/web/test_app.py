@@ -50,6 +50,7 @@ httpx = require_module("httpx")
 require_module("starlette")
 require_module("uvicorn")
 
+from sessiontree.layout import store_parts  # noqa: E402
 from sessiontree.web import sessions as web_sessions  # noqa: E402
 from sessiontree.web.app import PAGE_ROWS  # noqa: E402
 from sessiontree.web.data import handle_of  # noqa: E402
@@ -644,7 +645,7 @@ def test_search_finds_entries_and_says_how(client: Any, store: WebStore) -> None
 
 
 def test_usage_matches_the_store(client: Any, store: WebStore) -> None:
-    expected = store_stats(store.sessions)
+    expected = store_stats(store.sessions, store_parts())
     doc = page(client, "/usage")
     text = doc.all_text
     assert "Usage is being computed" not in text

@@ -150,9 +150,9 @@ class ArchiveStorage:
         return total
 
     def close(self) -> None:
-        from sessiontree.maintenance import close_store
+        from sessiontree.storage import close_storage
 
-        close_store(self.storage)
+        close_storage(self.storage)
 
     def is_archive(self) -> bool:
         return self.exists(MARK)
@@ -174,11 +174,11 @@ def _open(archive: str) -> ArchiveStorage:
     if not is_url(archive):
         directory = os.path.abspath(os.path.expanduser(archive))
         return ArchiveStorage(FileSessionStorage(), directory, directory)
-    from sessiontree.maintenance import open_store, redact_url
+    from sessiontree.storage import open_storage, redact_url
 
     label = redact_url(archive)
     try:
-        storage = open_store(archive, agent_dir=_PG_ROOT)
+        storage = open_storage(archive, agent_dir=_PG_ROOT)
     except SessionTreeError as exc:
         raise ArchiveError(f"{label}: {exc}") from exc
     return ArchiveStorage(storage, _PG_ROOT, label)

@@ -43,7 +43,7 @@ from sessiontree.foreign.store import (
     ForeignListing,
     ForeignStore,
 )
-from sessiontree.storage import SessionStorage
+from sessiontree.layout import StoreParts
 from sessiontree.store import find_stores
 
 __all__ = ["import_command"]
@@ -227,18 +227,15 @@ def import_command(
     store = _source_store(source)
     if cwd is not None:
         cwd = os.path.abspath(os.path.expanduser(cwd))
-    target = current_store()
-    storage, agent = target.storage, target.agent_dir
+    parts = current_store().parts
     passed_over: list[tuple[str, str]] = []
-    earlier = find_imports(agent, storage, passed_over=passed_over)
+    earlier = find_imports(parts, passed_over=passed_over)
     warn_passed_over(passed_over)
     if session is not None:
         path = _source_path(store, session, matched)
         foreign = _read(store, path)
         try:
-            done = import_session(
-                foreign, agent_dir=agent, storage=storage, cwd=cwd, again=again, earlier=earlier
-            )
+            done = import_session(foreign, parts, cwd=cwd, again=again, earlier=earlier)
         except AlreadyImportedError as exc:
             raise CliError(str(exc)) from None
         if as_json:
@@ -247,13 +244,12 @@ def import_command(
         subs = f" (+{len(done.subsessions)} subagent session(s))" if done.subsessions else ""
         console.print(Text(f"Imported {foreign.path}\n      -> {done.path}{subs}"), soft_wrap=True)
         return
-    _import_all(store, agent, storage, cwd, again, earlier, as_json)
+    _import_all(store, parts, cwd, again, earlier, as_json)
 
 
 def _import_all(
     store: ForeignStore,
-    agent: str,
-    storage: SessionStorage,
+    parts: StoreParts,
     cwd: str | None,
     again: bool,
     earlier: list[EarlierImport],
@@ -288,9 +284,7 @@ def _import_all(
                 failed.append({"sourcePath": item.path, "error": str(exc)})
                 continue
             try:
-                done = import_session(
-                    foreign, agent_dir=agent, storage=storage, cwd=cwd, again=True, earlier=earlier
-                )
+                done = import_session(foreign, parts, cwd=cwd, again=True, earlier=earlier)
             except (SessionTreeError, OSError) as exc:
                 failed.append({"sourcePath": item.path, "error": str(exc)})
                 continue

@@ -26,15 +26,12 @@ from sessiontree.cli.common import (
     resolve_session,
     select_files,
 )
-from sessiontree.errors import SessionTreeError
 from sessiontree.layout import EXTERNAL_SESSION_DIRS
 from sessiontree.maintenance import (
     DEFAULT_MIN_AGE_SECONDS,
     BlobFile,
     Finding,
     GcReport,
-    check_session,
-    repair_session,
 )
 
 
@@ -63,15 +60,15 @@ def verify_command(
     """
     files = select_files(paths, all_projects)
     store = current_store()
-    report: list[tuple[str, list[Finding] | str]] = []
+    found: dict[str, list[Finding]] = {path: [] for path in files}
     with progress("Verifying", len(files)) as advance:
-        for path in files:
-            advance(path)
-            try:
-                findings = check_session(path, storage=store.storage, blobs=store.blobs_for(path))
-                report.append((path, findings))
-            except (OSError, SessionTreeError) as exc:
-                report.append((path, f"cannot read: {exc}"))
+        for finding in store.check(files, progress=advance):
+            found[finding.path or ""].append(finding)
+    # A file that could not be read has that one finding: reported as its reason.
+    report: list[tuple[str, list[Finding] | str]] = [
+        (path, fs[0].message if [f.kind for f in fs] == ["unreadable"] else fs)
+        for path, fs in found.items()
+    ]
     bad = sum(1 for _, result in report if not isinstance(result, list) or result)
     if as_json:
         emit_json(
@@ -137,15 +134,7 @@ def repair_command(
     path = resolve_session(session)
     out = os.path.abspath(os.path.expanduser(output)) if output is not None else None
     store = current_store()
-    report = repair_session(
-        path,
-        out,
-        in_place=in_place,
-        storage=store.storage,
-        blobs=store.blobs_for(path),
-        dry_run=dry_run,
-        agent_dir=store.agent_dir,
-    )
+    report = store.repair(path, out, in_place=in_place, dry_run=dry_run)
     if as_json:
         emit_json(
             {

@@ -41,9 +41,6 @@ from sessiontree.format import shown_title
 from sessiontree.layout import agent_dir_of, get_default_session_dir
 from sessiontree.maintenance import (
     TransferReport,
-    delete_session,
-    migrate_session_file,
-    plan_delete,
 )
 from sessiontree.session import read_head
 from sessiontree.storage import FileSessionStorage, SessionStorage
@@ -100,7 +97,7 @@ def rm_command(
     """
     path = resolve_session(session)
     store = current_store()
-    plan = plan_delete(path, store.storage, agent_dir=store.agent_dir, force=force)
+    plan = store.plan_delete(path, force=force)
     if not yes:
         extra = f" and {plan.artifacts}{os.sep}" if plan.artifacts else ""
         what = _what_is_deleted(path)
@@ -112,7 +109,7 @@ def rm_command(
             confirmed = False
         if not confirmed:
             raise CliError("nothing deleted (not confirmed; --yes skips the question)")
-    for removed in delete_session(path, store.storage, agent_dir=store.agent_dir, force=force):
+    for removed in store.delete(path, force=force):
         console.print(Text(f"Deleted {removed}"), soft_wrap=True)
 
 
@@ -303,13 +300,7 @@ def migrate_command(
         for path in files:
             advance(path)
             try:
-                result = migrate_session_file(
-                    path,
-                    dry_run=dry_run,
-                    storage=store.storage,
-                    blob_store=store.blobs_for(path),
-                    agent_dir=store.agent_dir,
-                )
+                result = store.migrate(path, dry_run=dry_run)
             except (SessionTreeError, OSError) as exc:
                 failed += 1
                 results.append({"path": path, "error": str(exc)})

@@ -310,26 +310,12 @@ def resolve_session(arg: str) -> str:
 def open_read_only(path: str) -> SessionManager:
     """Open a session (a path `resolve_session` gave) without writing anything (no
     migration rewrite, breadcrumb, or file)."""
-    store = current_store()
-    return SessionManager.open(
-        path,
-        storage=store.storage,
-        read_only=True,
-        blob_store=store.blobs_for(path),
-        agent_dir=store.agent_dir,
-    )
+    return current_store().session(path, read_only=True)
 
 
 def open_writable(path: str) -> SessionManager:
     """Open a session (a path `resolve_session` gave) for a command that changes it."""
-    store = current_store()
-    return SessionManager.open(
-        path,
-        storage=store.storage,
-        blob_store=store.blobs_for(path),
-        breadcrumb=False,
-        agent_dir=store.agent_dir,
-    )
+    return current_store().session(path, breadcrumb=False)
 
 
 def select_files(paths: list[str] | None, all_projects: bool) -> list[str]:

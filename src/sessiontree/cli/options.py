@@ -30,7 +30,7 @@ from sessiontree.cli.errors import EXIT_USAGE, CliError
 __all__ = ["STORE_ENV", "Command", "GlobalOptions", "Group", "settle_global_options"]
 
 STORE_ENV = "SESSIONTREE_STORE"
-"""The store transfers' `STORE_ENV`, written here too (a test keeps the two equal) so
+"""`sessiontree.store.STORE_ENV`, written here too (a test keeps the two equal) so
 that listing the commands imports no store code."""
 
 AgentDirOption = Annotated[
@@ -181,7 +181,7 @@ def _meaning(name: str, value: str) -> str:
     if name == "agent_dir":
         return os.path.abspath(os.path.expanduser(value))
     if name == "store":
-        from sessiontree.maintenance import file_store_dir
+        from sessiontree.storage import file_store_dir
 
         try:
             files = file_store_dir(value)
@@ -222,7 +222,7 @@ def _start_invocation(ctx: Any) -> None:
         agent_dir = os.path.abspath(os.path.expanduser(agent_dir))
     url = options.store or None
     if url is not None:
-        from sessiontree.maintenance import file_store_dir
+        from sessiontree.storage import file_store_dir
 
         files = file_store_dir(url)  # InvalidStoreError for an unsupported scheme
         if files is not None:

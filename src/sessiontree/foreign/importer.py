@@ -23,20 +23,16 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sessiontree._util.env import agent_dir_or_default
 from sessiontree.errors import SessionTreeError
 from sessiontree.foreign._cache import Identity, IdentityCache
 from sessiontree.foreign._model import ForeignSession
 from sessiontree.format import loads_line
-from sessiontree.layout import get_default_session_dir
+from sessiontree.layout import StoreParts, get_default_session_dir
 from sessiontree.listing import same_identity, stat_identity
 from sessiontree.maintenance import artifacts_dir, session_files
 from sessiontree.session import SessionManager
 from sessiontree.storage import (
-    BlobStoreLike,
     FileSessionStorage,
-    SessionStorage,
-    default_storage,
     read_chunks,
 )
 
@@ -120,19 +116,15 @@ def _collect(line: bytes, found: list[dict[str, Any]]) -> None:
 
 
 def find_imports(
-    agent_dir: str | None = None,
-    storage: SessionStorage | None = None,
-    *,
-    passed_over: list[tuple[str, str]] | None = None,
+    parts: StoreParts, *, passed_over: list[tuple[str, str]] | None = None
 ) -> list[EarlierImport]:
     """Every import recorded in the store's sessions (artifacts dirs not included).
 
     A FIFO (socket, device) named like a session is not read: it is added to
     `passed_over` as (path, what it is) when given.
     """
-    agent = agent_dir_or_default(agent_dir)
-    storage = default_storage(storage)
-    paths = session_files(agent, nested=False, storage=storage, passed_over=passed_over)
+    agent, storage = parts.agent_dir, parts.storage
+    paths = session_files(parts, nested=False, passed_over=passed_over)
     file_store = isinstance(storage, FileSessionStorage)
     cache = IdentityCache(agent, "foreign_imports")
     cached = cache.fetch(paths) if file_store else {}
@@ -207,24 +199,22 @@ def _append_stable(sm: SessionManager, custom_type: str, data: Any, seed: str) -
 
 def import_session(
     session: ForeignSession,
+    parts: StoreParts,
     *,
-    agent_dir: str | None = None,
-    storage: SessionStorage | None = None,
     cwd: str | None = None,
     again: bool = False,
     earlier: list[EarlierImport] | None = None,
-    blob_store: BlobStoreLike | None = None,
     on_write: Callable[[str], None] | None = None,
 ) -> ImportedSession:
-    """Write `session` into the agent dir's store as a new session (see the module doc).
+    """Write `session` into the store of `parts` as a new session (see the module doc);
+    its images into `parts.blobs` when given, else where every copy's go.
 
     `earlier`: the store's imports when the caller has them already (`find_imports`).
     Raises AlreadyImportedError for a source imported before, unless `again`, and
     SessionTreeError for a working directory that cannot be a path (a NUL in it).
     """
-    agent = agent_dir_or_default(agent_dir)
-    storage = default_storage(storage)
-    known = earlier if earlier is not None else find_imports(agent, storage)
+    agent, storage = parts.agent_dir, parts.storage
+    known = earlier if earlier is not None else find_imports(parts)
     previous = earlier_import(session, known)
     if previous is not None and not again:
         raise AlreadyImportedError(session, previous)
@@ -255,7 +245,7 @@ def import_session(
         directory,
         storage,
         breadcrumb=False,
-        blob_store=blob_store,
+        blob_store=parts.blobs,
         parent_session=parent,
         agent_dir=agent,
     )
@@ -278,7 +268,7 @@ def import_session(
                 where,
                 storage,
                 breadcrumb=False,
-                blob_store=blob_store,
+                blob_store=parts.blobs,
                 parent_session=path,
                 agent_dir=agent,
             )

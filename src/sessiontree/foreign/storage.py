@@ -35,13 +35,12 @@ from sessiontree.foreign._model import ForeignSession, NotAForeignSessionError
 from sessiontree.foreign._records import iso
 from sessiontree.foreign.store import ForeignListing, ForeignStore
 from sessiontree.format import Entry, loads_line, serialize_entry_bytes
-from sessiontree.layout import encode_session_dir_name
+from sessiontree.layout import StoreParts, encode_session_dir_name
 from sessiontree.listing import same_identity
 from sessiontree.search import SessionSource
 from sessiontree.storage import (
     FileSessionStorage,
     SessionMeta,
-    SessionStorage,
     SessionStorageWriter,
     StorageStat,
 )
@@ -80,7 +79,7 @@ class ForeignStorage:
         return f"ForeignStorage({self.store.agent}, {self.store.home!r})"
 
     def close(self) -> None:
-        """Release what the store's files are read through (`close_store` calls it)."""
+        """Release what the store's files are read through (`close_storage` calls it)."""
         self.store.close()
 
     # ------------------------------------------------------------------ layout
@@ -309,21 +308,21 @@ class IndexView:
     """Where `search`, `load_usage` and `store_stats` find a store's sessions."""
 
     sources: list[str | SessionSource]
-    storage: SessionStorage
-    agent_dir: str | None
-    """The agent dir to pass on (whose content index is used, for a storage that has one)."""
+    parts: StoreParts
+    """The storage to read them through and the agent dir whose content index is used."""
 
 
-def index_view(storage: SessionStorage, paths: Sequence[str], agent_dir: str | None) -> IndexView:
-    """`paths` of `storage` as the content index reads them (see the module doc).
+def index_view(parts: StoreParts, paths: Sequence[str]) -> IndexView:
+    """`paths` of the store as the content index reads them (see the module doc).
 
     Our own stores are returned as they are. A Claude Code or Codex store's sessions
     become sources read by their reader, indexed in the content index of the agent
     dir that keeps the store's listing cache (never in the other agent's directory);
     without one they stay paths of the foreign storage, which are scanned.
     """
+    storage = parts.storage
     if not isinstance(storage, ForeignStorage):
-        return IndexView(list(paths), storage, agent_dir)
+        return IndexView(list(paths), parts)
     cache = storage.store.cache_dir
     kind = storage.store.agent
     if not storage.store.fs.on_host:
@@ -333,11 +332,11 @@ def index_view(storage: SessionStorage, paths: Sequence[str], agent_dir: str | N
             SessionSource(path, load=storage.entries, kind=kind, identity=storage.identity)
             for path in paths
         ]
-        return IndexView(sources, storage, agent_dir)
+        return IndexView(sources, parts)
     if cache is None:
-        return IndexView(list(paths), storage, agent_dir)
+        return IndexView(list(paths), parts)
     identity = storage.identity if storage.store.backend is not None else None
     sources = [
         SessionSource(path, load=storage.entries, kind=kind, identity=identity) for path in paths
     ]
-    return IndexView(sources, FileSessionStorage(), cache)
+    return IndexView(sources, StoreParts(FileSessionStorage(), cache))

@@ -502,11 +502,7 @@ def read_history(
     Raises:
         SessionTreeError: the file is not a readable SQLite database (it names it).
     """
-    path = (
-        os.fspath(db_path)
-        if db_path is not None
-        else os.path.join(agent_dir_or_default(), "history.db")
-    )
+    path = os.fspath(db_path) if db_path is not None else _default_db_path()
     if not os.path.isfile(path):
         return []
     if query is not None and not query.split():
@@ -597,17 +593,20 @@ def _agent_of(db_path: str | os.PathLike[str] | None, agent: str | None) -> str:
     `~/.pi/agent/history.db` linked to oh-my-pi's, to share it, is oh-my-pi's file)."""
     if agent is not None:
         return agent
-    given = os.path.join(agent_dir_or_default(), "history.db") if db_path is None else db_path
+    given = _default_db_path() if db_path is None else db_path
     by_name = native_agent_of(os.path.dirname(os.path.abspath(given)))
     if native_agent_of(os.path.dirname(_resolve(given))) == "omp":
         return "omp"
     return by_name
 
 
+def _default_db_path() -> str:
+    """`<agent dir>/history.db` of the configured agent dir: `HistoryStorage.open()`'s."""
+    return os.path.join(agent_dir_or_default(), "history.db")
+
+
 def _resolve(db_path: str | os.PathLike[str] | None) -> str:
-    if db_path is None:
-        return os.path.realpath(os.path.join(agent_dir_or_default(), "history.db"))
-    return os.path.realpath(os.fspath(db_path))
+    return os.path.realpath(_default_db_path() if db_path is None else os.fspath(db_path))
 
 
 def _create_private_file(path: str) -> None:

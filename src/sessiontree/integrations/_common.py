@@ -8,12 +8,12 @@ import time
 
 from sessiontree._util.fs import name_problem
 from sessiontree.errors import SessionLockError
-from sessiontree.maintenance import file_store_dir
 from sessiontree.storage import (
     FileSessionStorage,
     SessionStorage,
     WriterLock,
     acquire_session_lock,
+    file_store_dir,
 )
 from sessiontree.store import Store
 

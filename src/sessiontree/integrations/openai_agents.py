@@ -198,14 +198,7 @@ class SessionTreeSession(SessionABC):
             finally:
                 if lock is not None:
                     lock.release()
-        manager = SessionManager.open(
-            self.path,
-            storage=storage,
-            blob_store=self._store.blobs_for(self.path),
-            breadcrumb=False,
-            lazy=False,
-            agent_dir=self._store.agent_dir,
-        )
+        manager = self._store.session(self.path, breadcrumb=False, lazy=False)
         for entry in manager.get_entries():
             item = _item_of(entry)
             if item is not None and item.get("type") == "function_call":
@@ -235,14 +228,8 @@ class SessionTreeSession(SessionABC):
                 except SessionLockError:
                     if not read:
                         raise
-                    with SessionManager.open(
-                        self.path,
-                        storage=self._store.storage,
-                        blob_store=self._store.blobs_for(self.path),
-                        read_only=True,
-                        breadcrumb=False,
-                        lazy=False,
-                        agent_dir=self._store.agent_dir,
+                    with self._store.session(
+                        self.path, read_only=True, breadcrumb=False, lazy=False
                     ) as reader:
                         return fn(reader)
                 return fn(manager)

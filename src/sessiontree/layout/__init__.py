@@ -16,6 +16,7 @@ from sessiontree.layout._agent_dir import (
     write_breadcrumb,
     writes_pi_form,
 )
+from sessiontree.layout._parts import StoreParts, store_parts
 from sessiontree.layout._paths import (
     EXTERNAL_SESSION_DIRS,
     default_agent_dir,
@@ -38,6 +39,7 @@ __all__ = [
     "EXTERNAL_SESSION_DIRS",
     "IMAGE_KEYS",
     "BlobCarry",
+    "StoreParts",
     "agent_dir_of",
     "blob_carry",
     "blob_store_for",
@@ -57,6 +59,7 @@ __all__ = [
     "register_session_dir",
     "registered_session_dirs",
     "resolve_blob_refs",
+    "store_parts",
     "write_breadcrumb",
     "writes_pi_form",
 ]

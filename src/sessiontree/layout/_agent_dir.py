@@ -36,7 +36,7 @@ import re
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-from sessiontree._util.env import agent_dir_or_default, native_agent_dir
+from sessiontree._util.env import native_agent_dir
 from sessiontree._util.fs import atomic_write, ensure_private_dir, open_regular, write_all
 from sessiontree.errors import InvalidBlobRefError
 from sessiontree.format import allow_deep_nesting, loads_object, serialize_entry_bytes
@@ -244,22 +244,19 @@ def agent_dir_of(session_path: str, agent_dir: str) -> str | None:
         current = parent
 
 
-def blob_store_for(
-    session_path: str | None, storage: object = None, agent_dir: str | None = None
-) -> BlobStoreLike:
+def blob_store_for(session_path: str | None, storage: object, agent_dir: str) -> BlobStoreLike:
     """The one rule for where a session's images live.
 
     The storage's own blob store when it has one (PostgreSQL's table); else the
     `blobs/` of the agent dir that holds the session under `sessions/`; else the
-    agent dir in effect: `agent_dir` when a caller works on one it was given (an
-    import, a store transfer), else the configured one (`$PI_CODING_AGENT_DIR`,
-    else `~/.xcsh/agent`).
+    agent dir in effect, `agent_dir`: the store's, or the one a caller works on (an
+    import, a store transfer).
     """
     if isinstance(storage, BlobBackedStorage):
         own = storage.blob_store()
         if own is not None:
             return own
-    in_effect = agent_dir_or_default(agent_dir)
+    in_effect = agent_dir
     agent = agent_dir_of(session_path, in_effect) if session_path else None
     return BlobStore(os.path.join(agent or in_effect, "blobs"))
 
@@ -482,7 +479,7 @@ def blob_carry(
     *,
     source_path: str | None = None,
     source_storage: object = None,
-    agent_dir: str | None = None,
+    agent_dir: str,
     blob_store: BlobStoreLike | None = None,
     standalone: bool = False,
 ) -> BlobCarry:
@@ -513,14 +510,14 @@ def blob_carry(
     return BlobCarry(source, blob_store, copy_path)
 
 
-def _outside_every_agent_dir(path: str, storage: object, agent_dir: str | None) -> bool:
+def _outside_every_agent_dir(path: str, storage: object, agent_dir: str) -> bool:
     """Whether `path` is a file of the host outside every agent dir's `sessions/` (where
     no gc looks: `external-session-dirs` records only managers' session dirs)."""
     if storage is not None and not isinstance(storage, HostFilesystem):
         return False
     if isinstance(storage, BlobBackedStorage) and storage.blob_store() is not None:
         return False
-    return agent_dir_of(path, agent_dir_or_default(agent_dir)) is None
+    return agent_dir_of(path, agent_dir) is None
 
 
 def is_pi_agent_dir(path: str) -> bool:
@@ -530,9 +527,7 @@ def is_pi_agent_dir(path: str) -> bool:
     return name == "agent" and os.path.basename(parent) == ".pi"
 
 
-def writes_pi_form(
-    session_path: str | None, storage: object = None, agent_dir: str | None = None
-) -> bool:
+def writes_pi_form(session_path: str | None, storage: object, agent_dir: str) -> bool:
     """The one rule for how a session's entries are written: True in pi's store.
 
     pi (0.73) reads no blob refs and applies none of oh-my-pi's persistence
@@ -555,7 +550,7 @@ def writes_pi_form(
             if parent == current:
                 break
             current = parent
-    in_effect = agent_dir_or_default(agent_dir)
+    in_effect = agent_dir
     agent = agent_dir_of(session_path, in_effect) if session_path else None
     if session_path and agent is None:
         pi = {native_agent_dir("pi"), *([in_effect] if is_pi_agent_dir(in_effect) else [])}

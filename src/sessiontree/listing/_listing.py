@@ -18,9 +18,9 @@ from typing import Any, overload
 
 import sessiontree.listing._cache as _cache
 import sessiontree.listing._marks as _marks
-from sessiontree._util.env import agent_dir_or_default
 from sessiontree.format import SESSION, parse_iso_ms
 from sessiontree.layout import (
+    StoreParts,
     get_default_session_dir,
     home_relative_dir_name,
     is_safe_name,
@@ -32,7 +32,6 @@ from sessiontree.storage import (
     HostFilesystem,
     SessionIndexStorage,
     SessionStorage,
-    default_storage,
     directory_tree,
 )
 
@@ -202,13 +201,10 @@ def _project_dirs(root: str, storage: SessionStorage) -> list[str]:
         return []
 
 
-def collect(
-    directories: list[str],
-    storage: SessionStorage,
-    agent_dir: str | None,
-    cache: bool,
-) -> list[SessionInfo]:
-    """Every valid session in `directories`, newest modified first."""
+def collect(directories: list[str], parts: StoreParts, *, cache: bool = True) -> list[SessionInfo]:
+    """Every valid session in `directories`, newest modified first (`cache=False`: every
+    file scanned, every cache left alone)."""
+    storage = parts.storage
     seen: set[str] = set()
     dirs = []
     for d in directories:
@@ -234,7 +230,7 @@ def collect(
                     misses.append((d, s, rec))
     db = None
     if cache and misses and isinstance(storage, HostFilesystem):
-        db = MetaDB(agent_dir_or_default(agent_dir))
+        db = MetaDB(parts.agent_dir)
     fresh: list[tuple[str, str, Record]] = []  # (dir, path, record) loaded or scanned now
     stale_db: list[str] = []
     if db is not None:
@@ -333,32 +329,21 @@ def _collect_indexed(dirs: list[str], storage: SessionIndexStorage) -> list[Sess
     return [t[3] for t in ordered]
 
 
-def _sessions_root(agent_dir: str | None) -> str:
-    return os.path.join(agent_dir_or_default(agent_dir), "sessions")
-
-
-def local_dirs(
-    cwd: str, session_dir: str | None, storage: SessionStorage, agent_dir: str | None
-) -> list[str]:
+def local_dirs(cwd: str, parts: StoreParts, session_dir: str | None = None) -> list[str]:
     """The directories that hold `cwd`'s sessions (`session_dir` alone when given)."""
     if session_dir is not None:
         return [session_dir]
-    dirs = [get_default_session_dir(cwd, agent_dir)]
+    dirs = [get_default_session_dir(cwd, parts.agent_dir)]
     newer = home_relative_dir_name(cwd)
     if newer is not None and is_safe_name(newer):
-        candidate = os.path.join(_sessions_root(agent_dir), newer)
-        if candidate != dirs[0] and storage.exists(candidate):
+        candidate = os.path.join(parts.sessions_dir, newer)
+        if candidate != dirs[0] and parts.storage.exists(candidate):
             dirs.append(candidate)
     return dirs
 
 
 def list_sessions(
-    cwd: str,
-    session_dir: str | None = None,
-    storage: SessionStorage | None = None,
-    agent_dir: str | None = None,
-    *,
-    cache: bool = True,
+    cwd: str, parts: StoreParts, *, session_dir: str | None = None, cache: bool = True
 ) -> list[SessionInfo]:
     """The sessions of `cwd`'s project, newest modified first.
 
@@ -367,17 +352,9 @@ def list_sessions(
     directory. Files without a valid header are skipped. `cache=False` scans
     every file and leaves every cache alone.
     """
-    storage = default_storage(storage)
-    return collect(local_dirs(cwd, session_dir, storage, agent_dir), storage, agent_dir, cache)
+    return collect(local_dirs(cwd, parts, session_dir), parts, cache=cache)
 
 
-def list_all_sessions(
-    storage: SessionStorage | None = None,
-    agent_dir: str | None = None,
-    *,
-    cache: bool = True,
-) -> list[SessionInfo]:
+def list_all_sessions(parts: StoreParts, *, cache: bool = True) -> list[SessionInfo]:
     """The sessions of every project directory under `<agent dir>/sessions`, newest first."""
-    storage = default_storage(storage)
-    dirs = _project_dirs(_sessions_root(agent_dir), storage)
-    return collect(dirs, storage, agent_dir, cache)
+    return collect(_project_dirs(parts.sessions_dir, parts.storage), parts, cache=cache)

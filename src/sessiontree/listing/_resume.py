@@ -16,7 +16,7 @@ import orjson
 import sessiontree.listing._marks as _marks
 from sessiontree.errors import AmbiguousSessionError
 from sessiontree.format import SESSION, MetaFold, file_session_id
-from sessiontree.layout import is_safe_name
+from sessiontree.layout import is_safe_name, store_parts
 from sessiontree.listing._listing import (
     EPOCH,
     SessionInfo,
@@ -282,10 +282,11 @@ def resolve_resumable_session(
     the same scope raise `AmbiguousSessionError`. Anything else that is not a plain name (path
     separators, `..`, control characters) matches nothing.
     """
-    storage = default_storage(storage)
+    parts = store_parts(storage, agent_dir)
+    storage = parts.storage
     if not isinstance(session_arg, str) or not session_arg or "\x00" in session_arg:
         return None
-    dirs = local_dirs(cwd, session_dir, storage, agent_dir)
+    dirs = local_dirs(cwd, parts, session_dir)
     found = _direct_path(session_arg, cwd, storage)
     if found is not None:
         direct, stat = found
@@ -305,10 +306,10 @@ def resolve_resumable_session(
     if asked.lower().endswith(".jsonl") and len(asked) > len(".jsonl"):
         asked = asked[: -len(".jsonl")]  # a file name given without its directory
     arg = asked.lower()
-    match = _pick(collect(dirs, storage, agent_dir, True), arg, asked)
+    match = _pick(collect(dirs, parts), arg, asked)
     if match is not None:
         return ResolvedSessionMatch(match, "local")
     if session_dir is not None:
         return None
-    match = _pick(list_all_sessions(storage, agent_dir), arg, asked)
+    match = _pick(list_all_sessions(parts), arg, asked)
     return ResolvedSessionMatch(match, "global") if match is not None else None

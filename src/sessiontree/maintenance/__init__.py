@@ -12,6 +12,8 @@ from sessiontree.maintenance._check import (
     scan_session,
 )
 from sessiontree.maintenance._files import (
+    DeletePlan,
+    MigrationResult,
     artifacts_dir,
     delete_session,
     file_version,
@@ -28,40 +30,28 @@ from sessiontree.maintenance._gc import (
     list_store_blobs,
     storage_blob_store,
 )
-from sessiontree.maintenance._transfers import (
-    STORE_ENV,
-    TransferReport,
-    close_store,
-    export_files,
-    file_store_dir,
-    import_files,
-    open_store,
-    redact_url,
-)
+from sessiontree.maintenance._transfers import TransferReport, export_files, import_files
 
 __all__ = [
     "DEFAULT_MIN_AGE_SECONDS",
-    "STORE_ENV",
     "BlobFile",
+    "DeletePlan",
     "Finding",
     "GcReport",
+    "MigrationResult",
     "TransferReport",
     "artifacts_dir",
     "check_session",
-    "close_store",
     "collect_garbage",
     "conflict_siblings",
     "delete_session",
     "export_files",
-    "file_store_dir",
     "file_version",
     "import_files",
     "list_blobs",
     "list_store_blobs",
     "migrate_session_file",
-    "open_store",
     "plan_delete",
-    "redact_url",
     "repair_session",
     "scan_session",
     "session_files",

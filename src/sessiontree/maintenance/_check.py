@@ -52,7 +52,7 @@ from sessiontree.format import (
     serialize_entry_bytes,
     session_version,
 )
-from sessiontree.layout import blob_carry, blob_store_for
+from sessiontree.layout import StoreParts, blob_carry, store_parts
 from sessiontree.session import backup_path
 from sessiontree.storage import (
     BlobStatus,
@@ -457,7 +457,9 @@ def check_session(
     """
     storage = default_storage(storage)
     scanned = scan_session(path, storage)
-    findings = _findings(scanned, blobs if blobs is not None else blob_store_for(path, storage))
+    findings = _findings(
+        scanned, blobs if blobs is not None else store_parts(storage).blobs_for(path)
+    )
     if conflicts:
         for sibling in conflict_siblings(path, storage):
             findings.append(
@@ -650,13 +652,11 @@ def _line_repairs(scanned: ScannedSession) -> list[Finding]:
 
 def repair_session(
     path: str,
+    parts: StoreParts,
     out_path: str | None = None,
     *,
     in_place: bool = False,
-    storage: SessionStorage | None = None,
-    blobs: BlobStoreLike | None = None,
     dry_run: bool = False,
-    agent_dir: str | None = None,
 ) -> RepairReport:
     """Write a repaired copy of a session file atomically; report every change.
 
@@ -670,11 +670,11 @@ def repair_session(
     nothing to change, nothing is written. A file without a valid header cannot
     be repaired: InvalidSessionFileError. The copy takes its images along as every copy
     does (`blob_carry`): into the blob store of the agent dir it is in, and written
-    outside every agent dir, into itself (inline: no gc reads it there). `agent_dir`:
-    the one a caller works on.
+    outside every agent dir, into itself (inline: no gc reads it there). The session's
+    images are read from `parts.blobs_for(path)`.
     """
-    storage = default_storage(storage)
-    blob_store = blobs if blobs is not None else blob_store_for(path, storage, agent_dir)
+    storage = parts.storage
+    blob_store = parts.blobs_for(path)
     if in_place and isinstance(storage, HostFilesystem) and os.path.islink(path):
         path = os.path.realpath(path)  # repair the file, not the link that names it
     targets = None if in_place else _repair_targets(path, out_path, storage)
@@ -713,7 +713,7 @@ def repair_session(
             targets[0],
             storage,
             source_path=path,
-            agent_dir=agent_dir,
+            agent_dir=parts.agent_dir,
             standalone=True,
         )
         try:

@@ -13,12 +13,11 @@ import re
 import stat
 from dataclasses import dataclass, field
 
-from sessiontree._util.env import agent_dir_or_default
 from sessiontree._util.fs import file_kind
 from sessiontree.errors import InvalidSessionFileError, SessionTreeError, SessionWriteConflictError
 from sessiontree.format import CURRENT_SESSION_VERSION, Entry, session_version
 from sessiontree.layout import (
-    blob_store_for,
+    StoreParts,
     encode_session_dir_name,
     home_relative_dir_name,
     registered_session_dirs,
@@ -26,7 +25,6 @@ from sessiontree.layout import (
 from sessiontree.maintenance._check import scan_session
 from sessiontree.session import SessionManager, backup_path, read_head
 from sessiontree.storage import (
-    BlobStoreLike,
     HostFilesystem,
     LockingStorage,
     MissingCapabilityError,
@@ -35,7 +33,6 @@ from sessiontree.storage import (
     acquire_session_lock,
     default_storage,
     directory_tree,
-    store_root,
     sync_dir,
 )
 
@@ -49,31 +46,18 @@ __all__ = [
     "plan_delete",
     "project_session_dirs",
     "session_files",
-    "sessions_root",
 ]
 
 
-def sessions_root(agent_dir: str | None = None) -> str:
-    """`<agent dir>/sessions`."""
-    return os.path.join(agent_dir_or_default(agent_dir), "sessions")
-
-
-def _is_file_storage(storage: SessionStorage | None) -> bool:
-    return storage is None or isinstance(storage, HostFilesystem)
-
-
-def project_session_dirs(
-    cwd: str, agent_dir: str | None = None, storage: SessionStorage | None = None
-) -> list[str]:
+def project_session_dirs(cwd: str, parts: StoreParts) -> list[str]:
     """The existing session dirs of `cwd`'s project (both naming schemes the agents use)."""
-    root = sessions_root(agent_dir)
+    root, storage = parts.sessions_dir, parts.storage
     names = [encode_session_dir_name(cwd)]
     home_relative = home_relative_dir_name(cwd)
     if home_relative is not None and home_relative not in names:
         names.append(home_relative)
-    if _is_file_storage(storage):
+    if isinstance(storage, HostFilesystem):
         return [os.path.join(root, n) for n in names if os.path.isdir(os.path.join(root, n))]
-    assert storage is not None
     listed = set(directory_tree(storage, "finding a project's sessions").list_dirs(root))
     return [os.path.join(root, n) for n in names if os.path.join(root, n) in listed]
 
@@ -96,11 +80,10 @@ def _stored_session_files(storage: SessionStorage, root: str, max_depth: int | N
 
 
 def session_files(
-    agent_dir: str | None = None,
+    parts: StoreParts,
     cwd: str | None = None,
     *,
     nested: bool = True,
-    storage: SessionStorage | None = None,
     passed_over: list[tuple[str, str]] | None = None,
 ) -> list[str]:
     """Every `*.jsonl` session file of the store, sorted (dot files skipped).
@@ -109,15 +92,12 @@ def session_files(
     inside artifacts dirs (subagents). Files that are not valid sessions are
     included: they are what `verify` is for. A FIFO, socket or device named like
     a session is not a file: it is left out (a reader would block on it), and
-    added to `passed_over` as (path, what it is) when given. `storage` (default:
-    the files) is where to look; for another storage, paths are under `agent_dir`
-    as it maps them.
+    added to `passed_over` as (path, what it is) when given. For a storage other than
+    the files, paths are under the agent dir as it maps them.
     """
-    roots = (
-        [sessions_root(agent_dir)] if cwd is None else project_session_dirs(cwd, agent_dir, storage)
-    )
-    if not _is_file_storage(storage):
-        assert storage is not None
+    storage = parts.storage
+    roots = [parts.sessions_dir] if cwd is None else project_session_dirs(cwd, parts)
+    if not isinstance(storage, HostFilesystem):
         depth = None if nested else (1 if cwd is None else 0)
         return sorted(p for r in roots for p in _stored_session_files(storage, r, depth))
     found: list[str] = []
@@ -180,12 +160,13 @@ class DeletePlan:
     ino: int
 
 
-def _session_roots(storage: SessionStorage, agent: str) -> list[str]:
+def _session_roots(parts: StoreParts) -> list[str]:
+    storage = parts.storage
     if not isinstance(storage, HostFilesystem) and isinstance(storage, RootedStorage):
-        return [os.path.join(store_root(storage, agent), "sessions")]
-    roots = [os.path.join(agent, "sessions")]
+        return [os.path.join(parts.root, "sessions")]
+    roots = [parts.sessions_dir]
     try:
-        roots += registered_session_dirs(agent)
+        roots += registered_session_dirs(parts.agent_dir)
     except OSError:
         pass
     return [os.path.realpath(r) for r in roots]
@@ -200,13 +181,7 @@ def _header_of(path: str, storage: SessionStorage) -> Entry | None:
     return read_head(path, storage)
 
 
-def plan_delete(
-    path: str,
-    storage: SessionStorage | None = None,
-    *,
-    agent_dir: str | None = None,
-    force: bool = False,
-) -> DeletePlan:
+def plan_delete(path: str, parts: StoreParts, *, force: bool = False) -> DeletePlan:
     """Check that `path` is a session of this store before anything deletes it.
 
     Refuses (SessionTreeError) a symlink, a file that is not `*.jsonl`, a file
@@ -215,8 +190,7 @@ def plan_delete(
     only for a file named `<timestamp>_<header id>.jsonl` whose sibling dir has
     exactly that stem. FileNotFoundError when there is no such file.
     """
-    storage = default_storage(storage)
-    agent = agent_dir_or_default(agent_dir)
+    storage, agent = parts.storage, parts.agent_dir
     files = isinstance(storage, HostFilesystem)
     if files:
         if os.path.islink(path):
@@ -230,7 +204,7 @@ def plan_delete(
         where = os.path.normpath(path)
     if not path.endswith(".jsonl"):
         raise SessionTreeError(f"{path}: not a session file (not *.jsonl); not deleted")
-    if not _inside(where, _session_roots(storage, agent)):
+    if not _inside(where, _session_roots(parts)):
         raise SessionTreeError(
             f"{path}: not in the session store ({os.path.join(agent, 'sessions')} or a "
             "registered session dir); not deleted"
@@ -251,25 +225,19 @@ def plan_delete(
     return DeletePlan(path, artifacts, header is not None, storage.stat(path).ino)
 
 
-def delete_session(
-    path: str,
-    storage: SessionStorage | None = None,
-    *,
-    agent_dir: str | None = None,
-    force: bool = False,
-) -> list[str]:
+def delete_session(path: str, parts: StoreParts, *, force: bool = False) -> list[str]:
     """Remove a session file and its artifacts dir; returns what was removed.
 
     `plan_delete` decides what may go. SessionLockError when a live writer holds
     the session; SessionWriteConflictError when the file changed since it was checked.
     """
-    storage = default_storage(storage)
+    storage = parts.storage
     directory_tree(storage, "rm (it removes the artifacts dir too)")
     if not isinstance(storage, LockingStorage):
         raise MissingCapabilityError(
             storage, "LockingStorage (acquire_lock)", "rm (a live writer must be able to refuse it)"
         )
-    plan = plan_delete(path, storage, agent_dir=agent_dir, force=force)
+    plan = plan_delete(path, parts, force=force)
     removed = []
     # SessionLockError when a live agent is writing this session.
     lock = acquire_session_lock(storage, path)
@@ -305,23 +273,16 @@ class MigrationResult:
         return self.from_version < self.to_version
 
 
-def migrate_session_file(
-    path: str,
-    *,
-    dry_run: bool = False,
-    storage: SessionStorage | None = None,
-    blob_store: BlobStoreLike | None = None,
-    agent_dir: str | None = None,
-) -> MigrationResult:
+def migrate_session_file(path: str, parts: StoreParts, *, dry_run: bool = False) -> MigrationResult:
     """Bring one session file to the current version, atomically; report what changed.
 
     A current file is not touched. The rewrite is `SessionManager.open`'s (temp
     file, fsync, rename), so lines no reader can parse are not carried over;
     they are counted in the changes. InvalidSessionFileError for a file without
-    a valid header, FileNotFoundError for a missing one. `agent_dir` (default: the
-    configured one) is the store the session belongs to (its blobs, `rescue/`).
+    a valid header, FileNotFoundError for a missing one. The session's images are in
+    `parts.blobs_for(path)`; its agent dir's `rescue/` is the store's.
     """
-    storage = default_storage(storage)
+    storage = parts.storage
     scanned = scan_session(path, storage)
     if scanned.header is None:
         if scanned.blank:
@@ -360,10 +321,13 @@ def migrate_session_file(
         if dropped:
             result.changes[-2] += " (the file as it was would be kept as a .bak)"
         return result
-    blobs = blob_store if blob_store is not None else blob_store_for(path, storage, agent_dir)
     backup = backup_path(storage, path)  # where the rewrite keeps the dropped lines
     manager = SessionManager.open(
-        path, storage=storage, blob_store=blobs, breadcrumb=False, agent_dir=agent_dir
+        path,
+        storage=storage,
+        blob_store=parts.blobs_for(path),
+        breadcrumb=False,
+        agent_dir=parts.agent_dir,
     )
     manager.close()
     if dropped and storage.exists(backup):

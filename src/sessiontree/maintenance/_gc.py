@@ -51,10 +51,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from sessiontree._util.env import agent_dir_or_default
 from sessiontree._util.fs import open_read, side_path
 from sessiontree.errors import SessionTreeError
-from sessiontree.layout import EXTERNAL_SESSION_DIRS, read_registry
+from sessiontree.layout import EXTERNAL_SESSION_DIRS, StoreParts, read_registry
 from sessiontree.storage import (
     BlobBackedStorage,
     CollectableBlobStore,
@@ -65,7 +64,6 @@ from sessiontree.storage import (
     is_stored_file,
     read_chunks,
     read_pins,
-    store_root,
 )
 
 __all__ = [
@@ -477,24 +475,22 @@ def _away(registry: str, what: str) -> str:
 
 
 def find_referenced_hashes(
-    agent_dir: str | None = None,
+    parts: StoreParts,
     extra_roots: Iterable[str] = (),
     progress: Progress | None = None,
     report: GcReport | None = None,
-    *,
-    storage: SessionStorage | None = None,
 ) -> tuple[set[str], list[tuple[str, str]], bool]:
     """Mark: every hash referenced by the store's files.
 
-    With a `storage` other than the files, its `<root>/sessions` (and `extra_roots`,
+    With a storage other than the files, its `<root>/sessions` (and `extra_roots`,
     paths in that storage) are walked instead; terminal breadcrumbs are a file
     store's only. Returns (hashes, unreadable (path, reason) pairs, stable).
     `stable` is False when files kept changing for several passes.
     """
-    agent = agent_dir_or_default(agent_dir)
-    files = storage is None or isinstance(storage, HostFilesystem)
-    via = None if files else storage
-    sessions = os.path.join(agent if files else store_root(storage, agent), "sessions")
+    agent = parts.agent_dir
+    files = isinstance(parts.storage, HostFilesystem)
+    via = None if files else parts.storage
+    sessions = os.path.join(agent if files else parts.root, "sessions")
     extra = list(extra_roots)  # walked again on every pass
     found: set[str] = set()
     errors: list[tuple[str, str]] = []
@@ -554,27 +550,26 @@ def find_referenced_hashes(
 
 
 def collect_garbage(
-    agent_dir: str | None = None,
+    parts: StoreParts,
     *,
     delete: bool = False,
     min_age_seconds: float = DEFAULT_MIN_AGE_SECONDS,
     extra_roots: Iterable[str] = (),
     now: float | None = None,
     progress: Progress | None = None,
-    storage: SessionStorage | None = None,
 ) -> GcReport:
     """Find blobs no session references; with `delete=True`, remove the old enough ones.
 
     See the module docstring for the marking rules. Deletion is refused (and
     `refused` says why) when a file could not be read, the store kept changing,
-    or there is no session file at all. `storage` (default: the files) is where
-    the sessions are; its own blob store, when it has one, is where the blobs
-    are, else `<agent dir>/blobs`. `now` sorts blobs into young and old for the
+    or there is no session file at all. The storage is where the sessions are;
+    its own blob store, when it has one, is where the blobs are, else
+    `<agent dir>/blobs`. `now` sorts blobs into young and old for the
     report only: deletion checks each blob's age again on the real clock (a blob
     store's `delete` on its own clock), whatever `now` says.
     """
-    agent = agent_dir_or_default(agent_dir)
-    store = storage_blob_store(storage)
+    agent = parts.agent_dir
+    store = storage_blob_store(parts.storage)
     blob_dir = (
         os.path.join(agent, "blobs") if store is None else str(getattr(store, "dir", "") or "")
     )
@@ -583,9 +578,7 @@ def collect_garbage(
         put_back_taken(blob_dir)
     # Before marking: a manager lets a pin go only once a file names the blob.
     pinned, pin_errors = _pinned(store, blob_dir, report, remove_stale=False)
-    referenced, unreadable, stable = find_referenced_hashes(
-        agent, extra_roots, progress, report, storage=storage
-    )
+    referenced, unreadable, stable = find_referenced_hashes(parts, extra_roots, progress, report)
     report.unreadable = pin_errors + unreadable
     report.referenced = len(referenced)
     blobs = list_blobs(blob_dir) if store is None else list_store_blobs(store)
@@ -611,7 +604,7 @@ def collect_garbage(
     elif not stable:
         report.refused = "session files kept changing while being read; deleting nothing"
     elif report.files_scanned == 0 and blobs:
-        where = os.path.join(agent if store is None else store_root(storage, agent), "sessions")
+        where = os.path.join(agent if store is None else parts.root, "sessions")
         report.refused = f"no session file found under {where}; refusing to delete every blob"
     if report.refused is not None:
         return report

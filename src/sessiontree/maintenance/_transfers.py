@@ -1,12 +1,4 @@
-"""Opening a session store by URL, and moving a file store into a database and back.
-
-`open_store` is what the CLI's `--store` option (or `SESSIONTREE_STORE`) calls:
-
-- nothing, a path or a `file:` URL: the agent dir's files (`FileSessionStorage`);
-- `postgresql://...` (or `postgres://`): `PostgresSessionStorage`; a `schema`
-  query parameter picks the schema (default `sessiontree`), every other parameter
-  goes to libpq. Paths map to keys relative to the agent dir (see
-  `sessiontree.storage.postgres`).
+"""Moving a file store into a database and back.
 
 `import_files` / `export_files` copy `blobs/`, then `sessions/` (every directory
 and file, byte for byte, mtimes kept) between an agent dir and any storage. Only
@@ -46,14 +38,12 @@ from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Final
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import xxhash
 
-from sessiontree._util.env import STORE_ENV, agent_dir_or_default, default_store
 from sessiontree._util.fs import name_problem, open_regular
-from sessiontree.errors import InvalidStoreError, SessionLockError
-from sessiontree.layout import BlobCarry, blob_carry, blob_store_for
+from sessiontree.errors import SessionLockError
+from sessiontree.layout import BlobCarry, StoreParts, blob_carry, blob_store_for
 from sessiontree.session import backup_path
 from sessiontree.storage import (
     BlobStore,
@@ -68,107 +58,13 @@ from sessiontree.storage import (
     lock_path_for,
     parse_blob_ref,
     read_chunks,
-    store_root,
     write_whole,
 )
 
-__all__ = [
-    "STORE_ENV",
-    "TransferReport",
-    "close_store",
-    "export_files",
-    "file_store_dir",
-    "import_files",
-    "open_store",
-    "redact_url",
-]
+__all__ = ["TransferReport", "export_files", "import_files"]
 
-_PG_SCHEMES: Final = ("postgresql", "postgres")
 _BLOB_NAME: Final = re.compile(r"([0-9a-f]{64})(?:\.([a-zA-Z0-9][a-zA-Z0-9._-]*))?")
 _TREES: Final = ("sessions",)
-
-
-def _scheme(target: str) -> str:
-    return urlsplit(target).scheme.lower() if "://" in target or target.startswith("file:") else ""
-
-
-def file_store_dir(url_or_path: str) -> str | None:
-    """The agent dir a path or `file:` URL names (absolute, `~` expanded); None for a
-    PostgreSQL URL.
-
-    Raises:
-        InvalidStoreError: an unsupported URL scheme.
-    """
-    scheme = _scheme(url_or_path)
-    if scheme == "":
-        return os.path.abspath(os.path.expanduser(url_or_path))
-    if scheme == "file":
-        return os.path.abspath(os.path.expanduser(unquote(urlsplit(url_or_path).path)))
-    if scheme in _PG_SCHEMES:
-        return None
-    raise InvalidStoreError(
-        f"unsupported store {redact_url(url_or_path)!r}: use a path or a postgresql:// URL"
-    )
-
-
-def open_store(url_or_path: str | None = None, *, agent_dir: str | None = None) -> SessionStorage:
-    """The storage a URL or path names (None: `$SESSIONTREE_STORE`, else the agent dir's files).
-
-    A path (or `file:` URL) names the agent dir of a file store: the caller keeps
-    using it as its `agent_dir`. A PostgreSQL URL opens (and migrates) the
-    database; its paths are relative to `agent_dir` (default: the agent dir).
-    Close what this returns with `close_store`.
-
-    Raises:
-        BackendUnavailableError: psycopg is not installed (the message says what to install).
-        InvalidStoreError: an unsupported URL scheme.
-        SessionTreeError: the database cannot be used.
-    """
-    target = url_or_path or default_store()
-    scheme = _scheme(target)
-    if scheme in ("", "file"):
-        return FileSessionStorage()
-    if scheme not in _PG_SCHEMES:
-        raise InvalidStoreError(
-            f"unsupported store {redact_url(target)!r}: use a path or a postgresql:// URL"
-        )
-    from sessiontree.storage.postgres import PostgresSessionStorage
-
-    conninfo, schema = _split_schema(target)
-    return PostgresSessionStorage(conninfo, schema=schema or "sessiontree", root=agent_dir)
-
-
-def close_store(storage: SessionStorage) -> None:
-    """Release what `open_store` opened (a database pool); files need nothing."""
-    close = getattr(storage, "close", None)
-    if callable(close):
-        close()
-
-
-def _split_schema(url: str) -> tuple[str, str | None]:
-    """The URL without its `schema` query parameter, and that parameter."""
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    schema = next((v for k, v in query if k == "schema"), None)
-    rest = urlencode([(k, v) for k, v in query if k != "schema"])
-    return urlunsplit(parts._replace(query=rest)), schema
-
-
-def redact_url(url: str) -> str:
-    """A URL without its password (`user:***@`, and `password=***` in its query, where
-    libpq takes one too), for messages, reprs and `Store.location`."""
-    parts = urlsplit(url)
-    userinfo, at, hostport = parts.netloc.rpartition("@")
-    user, colon, _ = userinfo.partition(":")
-    netloc = f"{user}:***@{hostport}" if at and colon else parts.netloc
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        if any(key == "password" for key, _ in pairs):
-            query = urlencode([(k, "***" if k == "password" else v) for k, v in pairs], safe="*")
-    if (netloc, query) == (parts.netloc, parts.query):
-        return url
-    return urlunsplit(parts._replace(netloc=netloc, query=query))
 
 
 # -- moving stores ---------------------------------------------------------------------------
@@ -461,9 +357,11 @@ def _starts_with(
 
 
 def import_files(
-    agent_dir: str | None, storage: SessionStorage, report: TransferReport | None = None
+    source_dir: str, storage: SessionStorage, report: TransferReport | None = None
 ) -> TransferReport:
-    """Copy an agent dir's `blobs/` and `sessions/` into `storage`, byte for byte.
+    """Copy the `blobs/` and `sessions/` of the agent dir `source_dir` (on this host's
+    files) into `storage`, byte for byte: under its root (`RootedStorage`), else
+    under the same paths.
 
     Files already in `storage` at the same paths are replaced, so running it again
     after it stopped finishes the import without duplicating anything. A session
@@ -475,9 +373,9 @@ def import_files(
     are copied, so after an exception it says what was.
     """
     report = report if report is not None else TransferReport()
-    agent_dir = os.path.abspath(agent_dir_or_default(agent_dir))
+    agent_dir = os.path.abspath(source_dir)
     files = FileSessionStorage()
-    root = store_root(storage, agent_dir)
+    root = StoreParts(storage, agent_dir).root
     carry = blob_carry(
         blob_store_for(None, files, agent_dir),
         os.path.join(root, "sessions"),
@@ -530,18 +428,19 @@ def _import_blobs(blob_dir: str, carry: BlobCarry, report: TransferReport) -> No
 
 
 def export_files(
-    storage: SessionStorage, agent_dir: str | None, report: TransferReport | None = None
+    storage: SessionStorage, target_dir: str, report: TransferReport | None = None
 ) -> TransferReport:
-    """Copy `storage`'s blobs and `sessions/` into an agent dir, byte for byte (mtimes too).
+    """Copy `storage`'s blobs and `sessions/` (under its root, else under `target_dir`)
+    into the agent dir `target_dir` on this host's files, byte for byte (mtimes too).
 
     As for `import_files`: the blobs go first, every file copied takes the blobs it
     refers to along, and one that neither store holds is listed in
     `report.missing_blobs`. `report` (new if None) is filled as files are copied.
     """
     report = report if report is not None else TransferReport()
-    agent_dir = os.path.abspath(agent_dir_or_default(agent_dir))
+    agent_dir = os.path.abspath(target_dir)
     files = FileSessionStorage()
-    root = store_root(storage, agent_dir)
+    root = StoreParts(storage, agent_dir).root
     invalid_names = getattr(storage, "invalid_names", None)
     if callable(invalid_names):  # rows the storage itself leaves out of its listings
         inside = tuple(os.path.join(root, tree) + os.sep for tree in (*_TREES, "blobs"))

@@ -23,6 +23,7 @@ from sessiontree.format import (
     usage_record,
     utc_day,
 )
+from sessiontree.layout import StoreParts
 from sessiontree.maintenance import list_blobs, list_store_blobs
 from sessiontree.reports._pricing import price_table
 from sessiontree.reports._usage import (
@@ -38,8 +39,6 @@ from sessiontree.search import SessionSource
 from sessiontree.session import SessionManager
 from sessiontree.storage import (
     CollectableBlobStore,
-    SessionStorage,
-    default_storage,
 )
 
 __all__ = [
@@ -184,13 +183,12 @@ def _path_of(source: str | SessionSource) -> str:
 
 def store_stats(
     paths: Iterable[str | SessionSource],
+    parts: StoreParts,
     blob_dir: str | None = None,
     *,
-    storage: SessionStorage | None = None,
     index_progress: Callable[[int, int], None] | None = None,
     blob_store: CollectableBlobStore | None = None,
     context: Iterable[str | SessionSource] | None = None,
-    agent_dir: str | None = None,
 ) -> StoreStats:
     """Sessions, bytes, blobs, and usage per model and per UTC day over `paths` (never
     writes but the content index in the agent dir's cache).
@@ -202,17 +200,11 @@ def store_stats(
     Sources of other formats (`SessionSource` with a loader) are read as `load_usage`
     reads them.
     """
-    storage = default_storage(storage)
     given = list(paths)
     sources = {_path_of(s): s for s in [*(context or ()), *given]}
     wanted = list(dict.fromkeys(_path_of(s) for s in given))
     everything = list(dict.fromkeys([*wanted, *sources]))
-    data = load_usage(
-        [sources[p] for p in everything],
-        storage=storage,
-        agent_dir=agent_dir,
-        progress=index_progress,
-    )
+    data = load_usage([sources[p] for p in everything], parts, progress=index_progress)
     stats = StoreStats()
     scope = set(wanted)
     read = {s.path: s for s in data.sessions}

@@ -58,12 +58,13 @@ from typing import Any, Literal, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sessiontree._util.cachedb import is_locked
-from sessiontree._util.env import agent_dir_or_default, time_zone_name
+from sessiontree._util.env import time_zone_name
 from sessiontree.errors import SessionTreeError
 from sessiontree.format import ImportMarker, UsageRecord, UsageTotals, file_session_id
+from sessiontree.layout import StoreParts
 from sessiontree.reports._pricing import PriceTable, price_table
 from sessiontree.search import ContentIndex, IndexedFile, SessionSource, read_source
-from sessiontree.storage import HostFilesystem, SessionStorage, default_storage
+from sessiontree.storage import HostFilesystem, SessionStorage
 
 __all__ = [
     "BLOCK_HOURS",
@@ -123,20 +124,19 @@ class UsageData:
 
 def load_usage(
     sources: Iterable[str | SessionSource],
+    parts: StoreParts,
     *,
-    storage: SessionStorage | None = None,
-    agent_dir: str | None = None,
     use_index: bool = True,
     progress: Callable[[int, int], None] | None = None,
 ) -> UsageData:
     """Usage records of `sources` (from the content index when the store is the
     agent dir's files; files the index cannot cover are read directly)."""
     srcs = [s if isinstance(s, SessionSource) else SessionSource(s) for s in sources]
-    storage = default_storage(storage)
+    storage = parts.storage
     notes: list[str] = []
     index = None
     if use_index and isinstance(storage, HostFilesystem):
-        index = ContentIndex.open(agent_dir_or_default(agent_dir))
+        index = ContentIndex.open(parts.agent_dir)
         if index is None:
             notes.append("the content index cannot be opened or created: every session was read")
     if index is not None:

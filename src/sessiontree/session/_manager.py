@@ -250,7 +250,7 @@ class SessionManager(SessionAppends, SessionCopies):
         """
         # Chosen before the default storage is made: the agent dir's blobs, not
         # MemorySessionStorage's own, so that refs outlive this session.
-        blobs = blob_store_for(None, storage, agent_dir)
+        blobs = blob_store_for(None, storage, agent_dir_or_default(agent_dir))
         storage = storage if storage is not None else MemorySessionStorage()
         cwd = cwd if cwd is not None else os.getcwd()
         return cls(cwd, "", None, False, storage, blob_store=blobs, agent_dir=agent_dir)
@@ -260,18 +260,20 @@ class SessionManager(SessionAppends, SessionCopies):
         cwd: str, session_dir: str | None = None, storage: SessionStorage | None = None
     ) -> builtins.list[Any]:
         """Sessions of `cwd`'s project (or of `session_dir`), newest modified first."""
+        from sessiontree.layout import store_parts
         from sessiontree.listing import list_sessions
 
-        return list_sessions(cwd, session_dir=session_dir, storage=storage)
+        return list_sessions(cwd, store_parts(storage), session_dir=session_dir)
 
     @staticmethod
     def list_all(
         storage: SessionStorage | None = None, agent_dir: str | None = None
     ) -> builtins.list[Any]:
         """Sessions of every project under `<agent dir>/sessions`, newest modified first."""
+        from sessiontree.layout import store_parts
         from sessiontree.listing import list_all_sessions
 
-        return list_all_sessions(storage=storage, agent_dir=agent_dir)
+        return list_all_sessions(store_parts(storage, agent_dir))
 
     # ------------------------------------------------------------------ tree and leaf
 

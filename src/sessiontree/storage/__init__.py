@@ -30,7 +30,6 @@ from sessiontree.storage._base import (
     read_range,
     read_range_chunks,
     replace_checked,
-    store_root,
     sync_dir,
     write_new,
     write_whole,
@@ -75,6 +74,7 @@ from sessiontree.storage._locks import (
     verify_lock,
 )
 from sessiontree.storage._memory import MemorySessionStorage
+from sessiontree.storage._open import close_storage, file_store_dir, open_storage, redact_url
 from sessiontree.storage._pins import LIVE_DIR, pin_error, read_pins, save_unsaved
 
 if TYPE_CHECKING:
@@ -119,9 +119,11 @@ __all__ = [
     "acquire_session_lock",
     "blob_extension_for_mime_type",
     "check_hash",
+    "close_storage",
     "default_storage",
     "directory_tree",
     "ensure_private_dir",
+    "file_store_dir",
     "find_blob_refs",
     "fsync_directory",
     "hand_over",
@@ -130,6 +132,7 @@ __all__ = [
     "is_locked",
     "is_stored_file",
     "lock_path_for",
+    "open_storage",
     "parse_blob_ref",
     "pin_error",
     "publish_lock_name",
@@ -137,10 +140,10 @@ __all__ = [
     "read_pins",
     "read_range",
     "read_range_chunks",
+    "redact_url",
     "replace_checked",
     "same_blob_store",
     "save_unsaved",
-    "store_root",
     "sync_dir",
     "verify_lock",
     "write_new",

@@ -21,7 +21,7 @@ them with `isinstance` (never with a backend's class) and fall back where they c
 - `HostFilesystem` (`host_path`): paths are this host's files (terminal
   breadcrumbs, the outside-dir registry, symlink checks apply);
 - `RootedStorage` (`root`): a database's paths are those of one agent dir, whose
-  `sessions/` (and `blobs/`) store-wide tools find under it (`store_root`);
+  `sessions/` (and `blobs/`) store-wide tools find under it (`layout.StoreParts.root`);
 - `BlobBackedStorage` (`blob_store`): images live beside the sessions;
 - `SessionIndexStorage` (`list_session_meta`): listings without reading content;
 - `PinnedReads` (`open_pinned`): a handle that keeps reading
@@ -400,14 +400,6 @@ def directory_tree(storage: object, operation: str) -> DirectoryTree:
     if not isinstance(storage, DirectoryTree):
         raise MissingCapabilityError(storage, "DirectoryTree (list_dirs, remove_tree)", operation)
     return storage
-
-
-def store_root(storage: object, agent_dir: str) -> str:
-    """The agent dir whose `sessions/` and `blobs/` a storage holds: its `root`
-    (`RootedStorage`), else `agent_dir` (a file store's are where they are)."""
-    if isinstance(storage, RootedStorage) and isinstance(storage.root, str):
-        return storage.root
-    return agent_dir
 
 
 def is_stored_file(storage: SessionStorage, path: str) -> bool:

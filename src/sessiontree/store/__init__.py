@@ -5,6 +5,7 @@ and why); `find_stores`: every agent store on this machine."""
 
 from __future__ import annotations
 
+from sessiontree._util.env import STORE_ENV
 from sessiontree.store._discover import FoundStore, find_stores, store_size
 from sessiontree.store._store import PricedReplies, Store, replies_of
 from sessiontree.store._stores import (
@@ -18,6 +19,7 @@ from sessiontree.store._stores import (
 )
 
 __all__ = [
+    "STORE_ENV",
     "FoundStore",
     "ListedSession",
     "PricedReplies",

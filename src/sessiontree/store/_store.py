@@ -40,7 +40,7 @@ from sessiontree.errors import (
     StoreClosedError,
 )
 from sessiontree.format import file_session_id
-from sessiontree.layout import blob_store_for, native_agent_of
+from sessiontree.layout import StoreParts, native_agent_of
 from sessiontree.listing import (
     SessionInfo,
     list_all_sessions,
@@ -49,18 +49,18 @@ from sessiontree.listing import (
 )
 from sessiontree.maintenance import (
     DEFAULT_MIN_AGE_SECONDS,
+    DeletePlan,
     Finding,
     GcReport,
+    MigrationResult,
     TransferReport,
     check_session,
-    close_store,
     collect_garbage,
     delete_session,
     export_files,
-    file_store_dir,
     import_files,
-    open_store,
-    redact_url,
+    migrate_session_file,
+    plan_delete,
     repair_session,
     session_files,
     storage_blob_store,
@@ -70,8 +70,11 @@ from sessiontree.storage import (
     BlobStoreLike,
     FileSessionStorage,
     SessionStorage,
+    close_storage,
+    file_store_dir,
     is_stored_file,
-    store_root,
+    open_storage,
+    redact_url,
 )
 
 if TYPE_CHECKING:
@@ -101,6 +104,13 @@ class PricedReplies:
     """Why sessions were read instead of taken from the content index."""
     indexed: bool = True
     """Whether the content index answered for every store (else files were read)."""
+
+
+def _default_agent_dir() -> str:
+    """The configured agent dir (`$PI_CODING_AGENT_DIR`, else `~/.xcsh/agent`), absolute:
+    where a store that names no agent dir of its own keeps its caches (a database's
+    root, another agent's store's listing cache)."""
+    return os.path.abspath(agent_dir_or_default())
 
 
 def _looks_native(path: str) -> bool:
@@ -184,6 +194,7 @@ class Store:
         self._url: str | None = None  # a database's, with its password: never shown
         self._foreign: ForeignStore | None = None
         self._storage: SessionStorage | None = None
+        self._parts: StoreParts | None = None
         self._owns_storage = storage is None
         self.read_only = False
         self.found_by_default = False
@@ -247,7 +258,7 @@ class Store:
         self._url = url
         self.location = redact_url(url)
         self.agent = agent or "xcsh"
-        self.agent_dir = chosen if chosen is not None else os.path.abspath(agent_dir_or_default())
+        self.agent_dir = chosen if chosen is not None else _default_agent_dir()
         # Claude Code's layout the Claude Agent SDK adapter keeps in a database
         # (`<agent dir>/projects/...`): read through the database, read-only.
         self.read_only = agent == "claude"
@@ -256,7 +267,7 @@ class Store:
         """The database's storage; for Claude transcripts in it, read as Claude Code's
         store is (`ForeignStore.on_storage`), with the listing cache of the agent dir."""
         assert self._url is not None
-        storage = open_store(self._url, agent_dir=self.agent_dir)
+        storage = open_storage(self._url, agent_dir=self.agent_dir)
         if self.agent != "claude":
             return storage
         from sessiontree.foreign.storage import ForeignStorage
@@ -274,7 +285,7 @@ class Store:
         from sessiontree.foreign.store import FOREIGN_AGENTS, ForeignStore, require_store_exists
 
         source = next(a for a in FOREIGN_AGENTS if a == agent)
-        cache: str | None = agent_dir_or_default()  # this agent's caches, never the other's
+        cache: str | None = _default_agent_dir()  # this agent's caches, never the other's
         if path is None:
             store = ForeignStore.default(source, cache)
             require_store_exists(store)
@@ -312,8 +323,8 @@ class Store:
             home = os.path.abspath(storage.store.home)
             self.agent_dir = directory if directory is not None else home
         else:
-            fallback = directory if directory is not None else agent_dir_or_default()
-            self.agent_dir = os.path.abspath(store_root(storage, fallback))
+            fallback = directory if directory is not None else _default_agent_dir()
+            self.agent_dir = os.path.abspath(StoreParts(storage, fallback).root)
             self.agent = agent or native_agent_of(self.agent_dir)
         self.location = self.agent_dir
 
@@ -343,7 +354,7 @@ class Store:
             self._closed = True
             storage, self._storage = self._storage, None
         if storage is not None and self._owns_storage:
-            close_store(storage)
+            close_storage(storage)
 
     @property
     def closed(self) -> bool:
@@ -383,6 +394,16 @@ class Store:
         return storage
 
     @property
+    def parts(self) -> StoreParts:
+        """The store's storage and agent dir as one value: what the library's store-wide
+        functions (listing, maintenance, reports, search, imports) take."""
+        parts = self._parts
+        if parts is None:
+            parts = self._parts = StoreParts(self.storage, self.agent_dir)
+        self._check_open()
+        return parts
+
+    @property
     def is_files(self) -> bool:
         """Whether the sessions are files on this host (an agent dir's)."""
         return isinstance(self._storage, FileSessionStorage)
@@ -399,7 +420,7 @@ class Store:
     def blobs_for(self, path: str | None) -> BlobStoreLike:
         """The blob store of the session at `path`: the store's own, or, for a session
         file under another agent dir's `sessions/`, that dir's (`blob_store_for`)."""
-        return blob_store_for(path, self.storage, self.agent_dir)
+        return self.parts.blobs_for(path)
 
     @property
     def history_path(self) -> str:
@@ -418,10 +439,9 @@ class Store:
 
     def list(self, cwd: str | os.PathLike[str] | None = None) -> builtins.list[SessionInfo]:
         """The sessions of `cwd`'s project (None: of every project), newest modified first."""
-        storage = self.storage
         if cwd is None:
-            return list_all_sessions(storage, agent_dir=self.agent_dir)
-        return list_sessions(os.fspath(cwd), storage=storage, agent_dir=self.agent_dir)
+            return list_all_sessions(self.parts)
+        return list_sessions(os.fspath(cwd), self.parts)
 
     def files(
         self,
@@ -435,9 +455,7 @@ class Store:
         (socket, device) named like a session is left out, and added to `passed_over`
         as (path, what it is) when given."""
         where = os.fspath(cwd) if cwd is not None else None
-        return session_files(
-            self.agent_dir, where, nested=nested, storage=self.storage, passed_over=passed_over
-        )
+        return session_files(self.parts, where, nested=nested, passed_over=passed_over)
 
     def _kind(self, path: str) -> str | None:
         """'file', 'dir' or None (missing, or outside a database's root)."""
@@ -484,6 +502,15 @@ class Store:
             )
         return str(match.session.path)
 
+    def _file_named(self, session: str | os.PathLike[str]) -> str:
+        """A session file's absolute path as given (as `files` lists it: one that is no
+        longer there, or a dangling link, is then a file that cannot be read), else the
+        path `resolve` gives the name."""
+        arg = os.fspath(session)
+        if os.path.isabs(arg) and arg.endswith(".jsonl"):
+            return arg
+        return self.resolve(arg)
+
     def _exact_id(self, arg: str, here: str) -> str | None:
         """The path of the session whose id (or file name's id) is `arg`, case aside."""
         try:
@@ -513,7 +540,25 @@ class Store:
         """
         if not read_only:
             self._check_writable("open a session for writing (give read_only=True)")
-        path = self.resolve(session)
+        return self.session(
+            self.resolve(session), read_only=read_only, breadcrumb=breadcrumb, lazy=lazy
+        )
+
+    def session(
+        self,
+        path: str,
+        *,
+        read_only: bool = False,
+        breadcrumb: bool = True,
+        lazy: bool | None = None,
+    ) -> SessionManager:
+        """The session file at `path` (a path of the store, as `resolve` or `files` give
+        it: no prefix is looked up), read through the store's storage, its images in its
+        blob store. A missing file is created on the first write (`read_only=True`:
+        FileNotFoundError). `read_only`, `breadcrumb` and `lazy` as `open` takes them.
+        """
+        if not read_only:
+            self._check_writable("open a session for writing (give read_only=True)")
         return SessionManager.open(
             path,
             storage=self.storage,
@@ -544,13 +589,7 @@ class Store:
         self._check_writable("fork a session")
         path = self.resolve(session)
         if cwd is None:
-            with SessionManager.open(
-                path,
-                storage=self.storage,
-                read_only=True,
-                blob_store=self.blobs_for(path),
-                agent_dir=self.agent_dir,
-            ) as source:
+            with self.session(path, read_only=True) as source:
                 header = source.get_header() or {}
             where = str(header.get("cwd") or os.getcwd())
         else:
@@ -562,20 +601,35 @@ class Store:
         removed (`sessiontree rm`: a damaged file needs `force`)."""
         self._check_writable("delete a session")
         path = self.resolve(session)
-        return delete_session(path, self.storage, agent_dir=self.agent_dir, force=force)
+        return delete_session(path, self.parts, force=force)
+
+    def migrate(self, session: str | os.PathLike[str], *, dry_run: bool = False) -> MigrationResult:
+        """Bring a session file of the store to the current format version, atomically
+        (`sessiontree migrate`); the result says what changed (on a dry run, would)."""
+        if dry_run:
+            self._check_open()
+        else:
+            self._check_writable("migrate a session")
+        return migrate_session_file(self.resolve(session), self.parts, dry_run=dry_run)
+
+    def plan_delete(self, session: str | os.PathLike[str], *, force: bool = False) -> DeletePlan:
+        """What `delete` would remove (the file, its artifacts dir), deleting nothing:
+        the same refusals, raised before anyone is asked to confirm."""
+        self._check_writable("delete a session")
+        path = self.resolve(session)
+        return plan_delete(path, self.parts, force=force)
 
     # ------------------------------------------------------------------ reading it all
 
-    def _view(self, paths: Sequence[str]) -> tuple[builtins.list[str | SessionSource], Any, Any]:
-        """(sources, storage, agent dir) the content index reads `paths` through: another
-        agent's sessions by their reader (`index_view`), ours as they are."""
-        storage = self.storage
+    def _view(self, paths: Sequence[str]) -> tuple[builtins.list[str | SessionSource], StoreParts]:
+        """(sources, parts) the content index reads `paths` through: another agent's
+        sessions by their reader (`index_view`), ours as they are."""
         if self._foreign is None:
-            return builtins.list(paths), storage, self.agent_dir
+            return builtins.list(paths), self.parts
         from sessiontree.foreign.storage import index_view
 
-        view = index_view(storage, paths, self.agent_dir)
-        return view.sources, view.storage, view.agent_dir
+        view = index_view(self.parts, paths)
+        return view.sources, view.parts
 
     def search(
         self,
@@ -607,7 +661,7 @@ class Store:
         paths = builtins.list(sessions) if sessions is not None else [s.path for s in infos or []]
         role_list = builtins.list(roles) if roles is not None else None
         since_ms, until_ms = _ms(since, end=False), _ms(until, end=True)
-        sources, storage, agent_dir = self._view(paths)
+        sources, view = self._view(paths)
         result = search(
             sources,
             query,
@@ -617,8 +671,8 @@ class Store:
             since=since_ms,
             until=until_ms,
             limit=limit,
-            storage=storage,
-            agent_dir=agent_dir,
+            storage=view.storage,
+            agent_dir=view.agent_dir,
             use_index=use_index,
             index_progress=progress,
         )
@@ -684,21 +738,19 @@ class Store:
         `cwd`'s project (None: of every project); blobs are the whole store's."""
         from sessiontree.reports import store_stats
 
-        storage = self.storage
         passed_over: builtins.list[tuple[str, str]] = []
         every = self.files(nested=False, passed_over=passed_over)
         paths = every if cwd is None else self.files(cwd, nested=False)
-        context, view_storage, agent_dir = self._view(every)
-        scope, _, _ = self._view(paths)
+        context, view = self._view(every)
+        scope, _ = self._view(paths)
         foreign = self.read_only  # another agent's store: its images are inline, no blobs
         stats = store_stats(
             scope,
+            view,
             None if foreign else os.path.join(self.agent_dir, "blobs"),
-            storage=view_storage,
             index_progress=progress,
-            blob_store=None if self.is_files or foreign else storage_blob_store(storage),
+            blob_store=None if self.is_files or foreign else storage_blob_store(self.storage),
             context=context,
-            agent_dir=agent_dir,
         )
         stats.passed_over = passed_over
         return stats
@@ -717,11 +769,7 @@ class Store:
         enough ones are deleted (`.deleted`; `.refused` says why nothing was)."""
         self._check_writable("collect its blobs")
         return collect_garbage(
-            self.agent_dir,
-            delete=delete,
-            min_age_seconds=min_age_seconds,
-            progress=progress,
-            storage=self.storage,
+            self.parts, delete=delete, min_age_seconds=min_age_seconds, progress=progress
         )
 
     def check(
@@ -744,28 +792,22 @@ class Store:
             self._check_writable("repair its sessions")
         else:
             self._check_open()
-        files = [self.resolve(p) for p in paths] if paths is not None else self.files()
-        storage = self.storage
+        files = [self._file_named(p) for p in paths] if paths is not None else self.files()
+        parts = self.parts
         found: builtins.list[Finding] = []
         for path in files:
             if progress is not None:
                 progress(path)
-            blobs = self.blobs_for(path)
+            blobs = parts.blobs_for(path)
             try:
-                findings = check_session(path, storage=storage, blobs=blobs)
+                findings = check_session(path, storage=parts.storage, blobs=blobs)
             except (OSError, SessionTreeError) as exc:
                 findings = [Finding("unreadable", None, None, f"cannot read: {exc}")]
             else:
                 if fix and findings:
                     try:
-                        repair_session(
-                            path,
-                            in_place=True,
-                            storage=storage,
-                            blobs=blobs,
-                            agent_dir=self.agent_dir,
-                        )
-                        findings = check_session(path, storage=storage, blobs=blobs)
+                        repair_session(path, parts, in_place=True)
+                        findings = check_session(path, storage=parts.storage, blobs=blobs)
                     except (OSError, SessionTreeError) as exc:  # a live writer holds it, ...
                         message = f"not repaired: {exc}"
                         findings = [*findings, Finding("unrepaired", None, None, message)]
@@ -787,15 +829,7 @@ class Store:
         else:
             self._check_writable("repair a session")
         path = self.resolve(session)
-        return repair_session(
-            path,
-            out_path,
-            in_place=in_place,
-            storage=self.storage,
-            blobs=self.blobs_for(path),
-            dry_run=dry_run,
-            agent_dir=self.agent_dir,
-        )
+        return repair_session(path, self.parts, out_path, in_place=in_place, dry_run=dry_run)
 
     # ------------------------------------------------------------------ transfers
 
@@ -851,14 +885,8 @@ def replies_of(
         passed_over: builtins.list[tuple[str, str]] = []
         try:
             paths = store.files(nested=False, passed_over=passed_over)
-            sources, storage, agent_dir = store._view(paths)
-            data = load_usage(
-                sources,
-                storage=storage,
-                agent_dir=agent_dir,
-                use_index=use_index,
-                progress=progress,
-            )
+            sources, view = store._view(paths)
+            data = load_usage(sources, view, use_index=use_index, progress=progress)
         except (OSError, SessionTreeError) as exc:
             if skip is None:
                 raise

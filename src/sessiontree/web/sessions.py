@@ -173,7 +173,6 @@ class SessionCache:
     ) -> None:
         self.store = store
         self.storage = store.storage
-        self.agent_dir = store.agent_dir
         self.max_sessions = max_sessions
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
@@ -197,13 +196,7 @@ class SessionCache:
                     return cached
             mark = _mark(self.storage, path)
             started = time.perf_counter()
-            sm = SessionManager.open(
-                path,
-                storage=self.storage,
-                read_only=True,
-                blob_store=self.store.blobs_for(path),
-                agent_dir=self.agent_dir,
-            )
+            sm = self.store.session(path, read_only=True)
             session = OpenSession(handle, path, sm, mark)
             try:
                 session.tips()  # the shape every page draws, here, so it is timed

@@ -35,7 +35,6 @@ from sessiontree.integrations.langgraph._thread_state import (
     writes_written,
 )
 from sessiontree.layout import get_default_session_dir
-from sessiontree.session import SessionManager
 from sessiontree.storage import acquire_session_lock
 from sessiontree.store import Store
 
@@ -184,25 +183,12 @@ class SaverThreads(BaseCheckpointSaver[str]):
                 return None
             return self._create(thread_id)
         path = paths[0]  # (two savers that created it at once: the older file)
-        storage = self.store.storage
         if write:
-            manager = SessionManager.open(
-                path,
-                storage=storage,
-                blob_store=self.store.blobs_for(path),
-                breadcrumb=False,
-                agent_dir=self.store.agent_dir,
-            )
+            manager = self.store.session(path, breadcrumb=False)
         else:
             try:
                 stamp = self._stamp(path)
-                manager = SessionManager.open(
-                    path,
-                    storage=storage,
-                    read_only=True,
-                    blob_store=self.store.blobs_for(path),
-                    agent_dir=self.store.agent_dir,
-                )
+                manager = self.store.session(path, read_only=True)
             except FileNotFoundError:
                 return None
         thread = ThreadState(thread_id, path, manager, write)
@@ -226,13 +212,7 @@ class SaverThreads(BaseCheckpointSaver[str]):
         path = os.path.join(self._dir, session_file_name(now_iso(), thread_file_key(thread_id)))
         storage = self.store.storage
         storage.ensure_dir(self._dir)
-        manager = SessionManager.open(
-            path,
-            storage=storage,
-            blob_store=self.store.blobs_for(path),
-            breadcrumb=False,
-            agent_dir=self.store.agent_dir,
-        )
+        manager = self.store.session(path, breadcrumb=False)
         try:
             manager.move_to(PROJECT)  # the header's cwd (the file stays where it is)
             manager.set_session_name(thread_id, "langgraph")
@@ -312,9 +292,7 @@ class SaverThreads(BaseCheckpointSaver[str]):
 
     def _thread_id_of(self, path: str) -> str | None:
         try:
-            with SessionManager.open(
-                path, storage=self.store.storage, read_only=True, agent_dir=self.store.agent_dir
-            ) as manager:
+            with self.store.session(path, read_only=True) as manager:
                 for entry in manager.get_entries():
                     if entry.get("type") == "custom" and entry.get("customType") == THREAD_TYPE:
                         data = entry.get("data")
