@@ -27,7 +27,6 @@ from sessiontree.cli.common import (
     current_store,
     emit_json,
     err_console,
-    human_size,
     open_read_only,
     other_stores,
     resolve_session,
@@ -35,12 +34,12 @@ from sessiontree.cli.common import (
 )
 from sessiontree.cli.render import TreeOptions, money, preview, render_tree, time_ago
 from sessiontree.errors import SessionTreeError
-from sessiontree.export import session_shown_title
 from sessiontree.format import (
     SEARCH_ROLES,
     convert_to_llm,
     entry_role,
     format_iso,
+    human_size,
     message_text,
     shown_title,
     utc_day,
@@ -57,6 +56,7 @@ from sessiontree.reports import (
     time_zone,
 )
 from sessiontree.search import SearchHit, merge_store_hits
+from sessiontree.session import message_count, session_shown_title
 from sessiontree.store import Store, replies_of
 
 AllOption = Annotated[bool, typer.Option("--all", "-a", help="Every project, not just this one.")]
@@ -143,8 +143,12 @@ def _file_size(path: str) -> int:
 
 
 def _size(info: SessionInfo) -> int:
-    size = info.size  # the listing's; -1 when it did not know it
-    return size if size >= 0 else _file_size(info.path)
+    return _shown_size(info.size, info.path)  # the listing's; -1 when it did not know it
+
+
+def _shown_size(known: int | None, path: str) -> int:
+    """`known` (a listing's or a summary's size), else the file's as the store states it."""
+    return known if known is not None and known >= 0 else _file_size(path)
 
 
 def list_command(
@@ -217,6 +221,7 @@ def list_command(
                         "id": s.id,
                         "cwd": s.cwd,
                         "title": s.title,
+                        "shownTitle": shown_title(s.title, s.first_message, s.id),
                         "firstMessage": s.first_message,
                         "messageCount": s.message_count,
                         "created": _iso(s.created),
@@ -334,7 +339,6 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
     path = resolve_session(session)
     with open_read_only(path) as sm:
         summary = summarize_session(sm)
-        title = session_shown_title(sm, None)
         leaf = sm.get_leaf_entry()
         leaf_preview = preview(leaf, 70) if leaf is not None else None
     if as_json:
@@ -343,9 +347,11 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
                 "path": summary.path,
                 "id": summary.id,
                 "title": summary.title,
+                "shownTitle": summary.shown_title,
+                "messageCount": summary.message_count,
                 "version": file_version(path, current_store().storage),
                 "header": summary.header,
-                "size": _file_size(path),
+                "size": _shown_size(summary.size, path),
                 "entries": summary.entries,
                 "types": summary.types,
                 "roles": summary.roles,
@@ -371,11 +377,13 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
             grid.add_row(key, Text(str(value), overflow="fold"))
         return grid
 
-    console.print(grid_of([("Session", summary.id), ("Title", title)]))
+    console.print(grid_of([("Session", summary.id), ("Title", summary.shown_title)]))
     # The path on one line, whatever the width, so that it can be copied whole.
     console.print(
         Text.assemble(
-            ("File".ljust(key_width + 2), "bold"), path, f" ({human_size(_file_size(path))})"
+            ("File".ljust(key_width + 2), "bold"),
+            path,
+            f" ({human_size(_shown_size(summary.size, path))})",
         ),
         soft_wrap=True,
     )
@@ -390,7 +398,7 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
     roles = ", ".join(f"{k} {v}" for k, v in sorted(summary.roles.items(), key=lambda kv: -kv[1]))
     rows += [
         ("Entries", f"{summary.entries} ({types})" if types else "0"),
-        ("Messages", roles or "none"),
+        ("Messages", f"{summary.message_count:,} ({roles})" if roles else "none"),
         (
             "Branches",
             f"{len(summary.tips)} tip(s), {summary.branch_points} branch point(s), "
@@ -438,6 +446,8 @@ def tree_command(
                 {
                     "sessionId": sm.get_session_id(),
                     "path": path,
+                    "shownTitle": session_shown_title(sm, None),
+                    "messageCount": message_count(sm),
                     "leafId": sm.get_leaf_id(),
                     "roots": [node.entry.get("id") for node in sm.get_tree()],
                     "entries": [
@@ -461,7 +471,12 @@ def tree_command(
                 }
             )
             return
-        title = Text.assemble((sm.get_session_id(), "bold"), "  ", session_shown_title(sm))
+        title = Text.assemble(
+            (sm.get_session_id(), "bold"),
+            "  ",
+            session_shown_title(sm),
+            (f"  {message_count(sm):,} messages", "dim"),
+        )
         console.print(render_tree(sm, title, TreeOptions(full=full, depth=depth)))
 
 

@@ -37,7 +37,7 @@ __all__ = ["PROMPT_REACH", "WINDOW", "ForeignMeta", "scan_claude", "scan_codex"]
 WINDOW = 64 * 1024
 PROMPT_REACH = 1 << 20
 """How far past the head window a listing reads for a first prompt it has not found."""
-_SCAN_VERSION = 2
+_SCAN_VERSION = 3  # 3: title, first prompt and count from the session read whole
 """Kept with each cached listing record: a record of an older scan is scanned again."""
 _FIRST_LINE_MAX = 8 << 20  # a Codex session_meta line carries the base instructions
 _COMMAND = re.compile(r"<command-name>(.*?)</command-name>", re.S)

@@ -57,6 +57,7 @@ __all__ = [
     "head_title_source",
     "header_in",
     "is_title_slot",
+    "is_typed_prompt",
     "listing_title",
     "new_header",
     "ordered_header",
@@ -211,6 +212,7 @@ _TAG = re.compile(
     r"</?(command-message|command-name|command-args|command-contents|bash-input|"
     r"system-reminder|local-command-stdout|local-command-caveat)>"
 )
+_INTERRUPTED = "[Request interrupted"
 SHORT_TITLE_CHARS: Final = 80
 """How long a title that heads a page or a row may be (`shorten`)."""
 
@@ -228,6 +230,19 @@ def clean_title(text: object) -> str | None:
         text = _TAG.sub(" ", _NOT_PROMPT.sub(" ", text))
     cleaned = " ".join(text.split())
     return cleaned or None
+
+
+def is_typed_prompt(text: object) -> bool:
+    """Whether a user message's text is a prompt someone typed, the first of which titles
+    a session: not a bare slash command (`/exit`, `/clear`: a name without arguments),
+    not a command's output, an interruption notice or markup alone."""
+    if not isinstance(text, str) or text.lstrip().startswith(_INTERRUPTED):
+        return False
+    command = _COMMAND_NAME.search(text)
+    if command is not None:
+        args = _COMMAND_ARGS.search(text)
+        return args is not None and bool(args.group(1).strip())
+    return clean_title(text) is not None
 
 
 def shorten(text: str, width: int = SHORT_TITLE_CHARS) -> str:
