@@ -37,6 +37,7 @@ from sessiontree.foreign.agents import BACKENDS, Backend, Located, detect_store
 from sessiontree.foreign.claude import read_claude_session
 from sessiontree.foreign.codex import read_codex_session
 from sessiontree.foreign.listing import ForeignMeta, scan_claude, scan_codex
+from sessiontree.format import clean_title
 from sessiontree.listing import same_identity
 from sessiontree.session import message_count, title_parts
 from sessiontree.storage import SessionStorage
@@ -437,7 +438,7 @@ class ForeignStore:
         title, first = title_parts(session.manager)
         meta.title = title
         meta.title_source = session.name_source if title else None
-        meta.first_message = first
+        meta.first_message = clean_title(first)  # one line, as the scans kept it
         meta.message_count = message_count(session.manager)
         meta.exact_count = True
 

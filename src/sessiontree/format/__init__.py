@@ -55,6 +55,7 @@ from sessiontree.format._migrations import (
     session_version,
 )
 from sessiontree.format._naming import (
+    GEMINI_REFERENCED,
     SHORT_TITLE_CHARS,
     TITLE_SLOT_BYTES,
     SessionHead,
@@ -117,6 +118,7 @@ __all__ = [
     "COMPACTION_SUMMARY_PREFIX",
     "CURRENT_SESSION_VERSION",
     "FOLD_FIELDS",
+    "GEMINI_REFERENCED",
     "NOT_A_SESSION",
     "SEARCH_ROLES",
     "SESSION",

@@ -45,6 +45,7 @@ from sessiontree.format._entries import (
 from sessiontree.format._jsonl import loads_line, serialize_entry_bytes
 
 __all__ = [
+    "GEMINI_REFERENCED",
     "NAME_ENTRY_TYPES",
     "TITLE_SLOT_BYTES",
     "HeadKind",
@@ -213,15 +214,19 @@ _TAG = re.compile(
     r"system-reminder|local-command-stdout|local-command-caveat)>"
 )
 _INTERRUPTED = "[Request interrupted"
+GEMINI_REFERENCED: Final = "--- Content from referenced files ---"
+"""Where Gemini CLI's user message stops being the prompt: the @files' content follows."""
 SHORT_TITLE_CHARS: Final = 80
 """How long a title that heads a page or a row may be (`shorten`)."""
 
 
 def clean_title(text: object) -> str | None:
     """`text` as a title: one line, without Claude Code's markup (a slash command's
-    message is the command and its arguments); None when nothing is left."""
+    message is the command and its arguments) nor the files Gemini CLI appends for an
+    @file; None when nothing is left."""
     if not isinstance(text, str):
         return None
+    text = text.split(GEMINI_REFERENCED, 1)[0]
     command = _COMMAND_NAME.search(text)
     if command is not None:
         args = _COMMAND_ARGS.search(text)
