@@ -9,9 +9,11 @@ listing them.
   and `archived_sessions/`; thread names in `session_index.jsonl`.
 * **OpenCode**, **Gemini CLI**, **Copilot CLI**: see `agents` (each a `Backend`).
 
-`ForeignStore.list()` reads a window at each end of each file (`listing`), never a
-whole transcript, and keeps what it found in the persistent listing cache of the
-agent dir it is given, so a second listing only stats the files.
+`ForeignStore.list()` reads a window at each end of each file (`listing`) and the
+session whole, once, for the title, first prompt and message count every view gives
+(`session.title_parts`, `session.message_count`), and keeps what it found in the
+persistent listing cache of the agent dir it is given, so a second listing only stats
+the files.
 
 Files are reached through `ForeignStore.fs` (`_files`): this host's, or, for Claude
 Code's layout the Claude Agent SDK adapter keeps in a database, a `SessionStorage`'s
@@ -342,8 +344,8 @@ class ForeignStore:
     def list(self, paths: builtins.list[str] | None = None) -> builtins.list[ForeignListing]:
         """Listing records of the store's sessions (or of `paths`), newest modified first.
 
-        Reads a window at each end of a file, once per file identity: the results are
-        kept in the listing cache of `cache_dir` (default: none).
+        Reads a file once per file identity (its ends, and the session whole): the
+        results are kept in the listing cache of `cache_dir` (default: none).
         """
         if paths is None:
             located = self.locate()

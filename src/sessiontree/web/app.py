@@ -276,7 +276,7 @@ class _App:
             group["size"] = human_size(group["bytes"])
             if snapshot is not None and snapshot.complete:
                 tally = snapshot.by_project.get(project)
-                group["cost"] = charts.money(tally.cost) if tally is not None else "$0"
+                group["cost"] = _cost(tally) if tally is not None else "$0"
         return _page(
             "projects.html",
             title="Projects",
@@ -371,8 +371,7 @@ class _App:
                     "id": r.id,
                     "size": human_size(r.size),
                     "messages": r.message_count,
-                    "cost": charts.money(tally.cost) if tally is not None else None,
-                    "estimated": bool(tally is not None and tally.estimated_cost),
+                    "cost": _cost(tally) if tally is not None else None,
                     "modified": _when(r.modified),
                     "cwd": r.cwd,
                     "store": r.store if several else None,
@@ -837,11 +836,18 @@ def _heatmap(snapshot: UsageSnapshot, first: str | None) -> list[list[dict[str, 
             {
                 "day": key,
                 "level": level,
-                "title": f"{key}: {replies:,} replies, {charts.money(cost)}",
+                "title": f"{key}: {replies:,} replies, "
+                + (_cost(tally) if tally is not None else charts.money(0.0)),
             }
         )
         day += timedelta(days=1)
     return weeks
+
+
+def _cost(tally: Tally) -> str:
+    """A cost as every page shows it: `~` before it when a reply's cost in it was
+    estimated (as the CLI marks it)."""
+    return ("~" if tally.estimated_messages > 0 else "") + charts.money(tally.cost)
 
 
 def _usage_charts(snapshot: UsageSnapshot, labels: dict[str, str]) -> dict[str, Any]:
