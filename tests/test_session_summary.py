@@ -133,3 +133,24 @@ def test_every_view_says_the_same_of_each_session(env: dict[str, Any], agent: st
             page_title, meta = _header(response.text)
             assert page_title == short, said
             assert f"{count:,} messages" in meta and f"· {human_size(size)} ·" in meta, said
+
+
+def test_estimated_costs_are_marked_on_every_page(env: dict[str, Any]) -> None:
+    """Claude Code records no cost: `usage` estimates every reply's, and each page that
+    shows a cost marks it `~`, as `show` and `usage` do."""
+    client, store = _web_client("claude", env)
+    with client, store:
+        data = client.app.state.routes.data  # type: ignore[attr-defined]
+        snapshot = None
+        for _ in range(120):  # the usage pass runs in the background: until it is done
+            snapshot, error = data.usage(wait=1.0)
+            assert error is None
+            if snapshot is not None and snapshot.complete:
+                break
+        assert snapshot is not None and snapshot.complete
+        assert snapshot.total.estimated_cost == snapshot.total.cost > 0  # all of it estimated
+        for url in ("/", "/sessions", "/usage"):
+            costs = re.findall(r'data-label="Cost">([^<]*)<', client.get(url).text)
+            shown = [c for c in costs if c not in ("…", "$0")]
+            assert url == "/usage" or shown, url
+            assert all(c.startswith("~$") for c in shown), (url, shown)
