@@ -8,7 +8,8 @@ project dirs; hand-assembled files left out), then times, each `--runs` times in
 a fresh process (`list_all_sessions` through `ForeignStorage`, as the CLI lists):
 
 * floor:  os.stat of every file (what any listing must still do);
-* cold:   no listing cache: the first and last 64 KiB of each file are read;
+* cold:   no listing cache: the first and last 64 KiB of each file are read, and each
+          session whole (its title, first prompt and message count);
 * warm:   the listing cache present, nothing changed (a stat per file, one query);
 * again:  the same listing repeated in one process;
 * full:   for comparison, what reading every transcript would cost (the readers).

@@ -266,21 +266,22 @@ def test_a_foreign_store_is_never_written(stores: dict[str, Any], args: list[str
     assert snapshot(stores["claude"]) == before
 
 
-def test_listing_reads_no_whole_transcript(
+def test_listing_reads_each_transcript_once(
     stores: dict[str, Any], monkeypatch: pytest.MonkeyPatch, agent_dir: Path
 ) -> None:
-    """`list` reads the ends of each file, once: the readers are never called, and a
-    second listing in a fresh store object comes from the persistent cache."""
+    """`list` reads each file once (its ends, and the session whole for its title, first
+    prompt and message count): a second listing, in this process or in a fresh store
+    object, comes from the persistent cache and reads no file."""
     agent_dir.mkdir(parents=True)
     fs.settle(stores["claude"], stores["codex"])
+    first = as_json("--agent", "claude", "list", "--all", "--limit", "0")
+    assert (agent_dir / "cache" / "sessions-meta.db").is_file()
 
     def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError("a listing read a whole transcript")
+        raise AssertionError("a cached listing read a transcript")
 
     monkeypatch.setattr(store_module, "read_claude_session", refuse)
     monkeypatch.setattr(store_module, "read_codex_session", refuse)
-    first = as_json("--agent", "claude", "list", "--all", "--limit", "0")
-    assert (agent_dir / "cache" / "sessions-meta.db").is_file()
     monkeypatch.setattr(store_module, "scan_claude", refuse)
     again = as_json("--agent", "claude", "list", "--all", "--limit", "0")
     assert again == first
@@ -288,16 +289,19 @@ def test_listing_reads_no_whole_transcript(
     assert len(fresh) == first["total"]
 
 
-def test_a_large_file_lists_an_estimate_and_shows_the_count(stores: dict[str, Any]) -> None:
+def test_a_large_file_lists_the_count_show_gives(stores: dict[str, Any]) -> None:
+    """Past the windows a scan reads, the listing counts the session read whole: the
+    count `show` gives, not an estimate."""
     path = stores["placed"]["entireio__cli__26__dcd5518fea__0__full.jsonl"]
+    assert path.stat().st_size > 2 * listing.WINDOW
     listed = as_json("--agent", "claude", "list", "--all", "--limit", "0")
     item = next(s for s in listed["sessions"] if s["path"] == str(path))
     exact = sum(
         1 for e in read_claude_session(str(path)).manager.get_entries() if e["type"] == "message"
     )
-    assert exact / 2 <= item["messageCount"] <= exact * 2
+    assert item["messageCount"] == exact
     shown = as_json("--agent", "claude", "show", str(path))
-    assert sum(shown["roles"].values()) == exact
+    assert shown["messageCount"] == sum(shown["roles"].values()) == exact
 
 
 def test_a_first_prompt_past_the_head_window_is_listed(

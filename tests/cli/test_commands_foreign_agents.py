@@ -383,7 +383,8 @@ def test_a_database_being_written_is_read_without_holding_opencode_up(
 
         monkeypatch.setattr(opencode_db, "_json", commit_meanwhile)
         monkeypatch.setattr(opencode_db, "_load", load)
-        shown = as_json("--agent", "opencode", "show", DB_SESSION)
+        # By its path: an id is resolved through a listing, which reads the session too.
+        shown = as_json("--agent", "opencode", "show", str(Path(database) / DB_SESSION))
         assert committed and shown["entries"] == 57
     finally:
         writer.close()

@@ -90,19 +90,25 @@ def test_the_web_app_shows_that_title(agent: tuple[Path, str]) -> None:
             assert "<title>CI on 3.12" in page
 
 
-def test_a_claude_command_is_titled_by_the_command(tmp_path: Path) -> None:
+def test_a_bare_claude_command_gives_way_to_the_first_typed_prompt(tmp_path: Path) -> None:
+    """A slash command without arguments (`/superpowers:brainstorm`, `/exit`) says nothing
+    of the session: the first prompt typed after it titles it, in `show` and `list`
+    alike; a command with arguments titles it as typed, without Claude Code's markup."""
     foreign = REAL_FILES / "foreign"
     if not foreign.is_dir():
         unavailable(f"real files {foreign} are missing")
     claude, _, placed = fs.layout(foreign, tmp_path / "stores")
-    # Its first prompt is a slash command, in Claude Code's markup.
-    name = "entireio__cli__26__dcd5518fea__0__full.jsonl"
-    target = str(placed[name])
-    shown = out("--agent-dir", str(claude), "show", target)
-    title = re.search(r"Title\s+(.*)", shown)
-    assert title is not None
-    assert title.group(1).strip() == "/superpowers:brainstorm"
+    bare = "entireio__cli__26__dcd5518fea__0__full.jsonl"  # opens with a bare command
+    with_args = "entireio__skills__3f__c8a587fcc7__0__raw_transcript.jsonl"
+    for name, expected in (
+        (bare, "B) I'd like to add 'session end' hooks to both claude and gemini"),
+        (with_args, "/superpowers:brainstorming for the skills"),
+    ):
+        shown = out("--agent-dir", str(claude), "show", str(placed[name]))
+        title = re.search(r"Title\s+(.*)", shown)
+        assert title is not None and title.group(1).startswith(expected), name
     listed = out("--agent-dir", str(claude), "list", "--all")
+    assert "B) I'd like to add 'session end' hooks" in listed
     assert "<command" not in listed
 
 

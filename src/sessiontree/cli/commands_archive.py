@@ -37,9 +37,9 @@ from sessiontree.cli.common import (
     current_store,
     emit_json,
     err_console,
-    human_size,
 )
 from sessiontree.errors import SessionTreeError
+from sessiontree.format import human_size
 from sessiontree.store import FoundStore, find_stores, store_size
 
 

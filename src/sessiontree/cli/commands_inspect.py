@@ -28,18 +28,17 @@ from sessiontree.cli.common import (
     current_store,
     emit_json,
     err_console,
-    human_size,
     open_read_only,
     resolve_session,
     warn_passed_over,
 )
 from sessiontree.cli.render import TreeOptions, money, preview, render_tree, time_ago
-from sessiontree.export import session_shown_title
 from sessiontree.format import (
     SEARCH_ROLES,
     convert_to_llm,
     entry_role,
     format_iso,
+    human_size,
     message_text,
     shown_title,
 )
@@ -54,6 +53,7 @@ from sessiontree.reports import (
     time_zone,
 )
 from sessiontree.search import SearchHit
+from sessiontree.session import message_count, session_shown_title
 from sessiontree.store import ListedSession, Store, Stores
 
 AllOption = Annotated[bool, typer.Option("--all", "-a", help="Every project, not just this one.")]
@@ -126,6 +126,7 @@ def _list_json(listed: list[ListedSession], shown: list[ListedSession], stores: 
                     "id": s.info.id,
                     "cwd": s.info.cwd,
                     "title": s.info.title,
+                    "shownTitle": shown_title(s.info.title, s.info.first_message, s.info.id),
                     "firstMessage": s.info.first_message,
                     "messageCount": s.info.message_count,
                     "created": _iso(s.info.created),
@@ -197,6 +198,11 @@ def _list_table(
     for row in rows:
         table.add_row(*(Text(cell) for cell in row))
     return table
+
+
+def _shown_size(known: int | None, path: str) -> int:
+    """`known` (a listing's or a summary's size), else the file's as the store states it."""
+    return known if known is not None and known >= 0 else _file_size(path)
 
 
 def list_command(
@@ -297,7 +303,6 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
     path = resolve_session(session)
     with open_read_only(path) as sm:
         summary = summarize_session(sm)
-        title = session_shown_title(sm, None)
         leaf = sm.get_leaf_entry()
         leaf_preview = preview(leaf, 70) if leaf is not None else None
     if as_json:
@@ -306,9 +311,11 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
                 "path": summary.path,
                 "id": summary.id,
                 "title": summary.title,
+                "shownTitle": summary.shown_title,
+                "messageCount": summary.message_count,
                 "version": file_version(path, current_store().storage),
                 "header": summary.header,
-                "size": _file_size(path),
+                "size": _shown_size(summary.size, path),
                 "entries": summary.entries,
                 "types": summary.types,
                 "roles": summary.roles,
@@ -334,11 +341,13 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
             grid.add_row(key, Text(str(value), overflow="fold"))
         return grid
 
-    console.print(grid_of([("Session", summary.id), ("Title", title)]))
+    console.print(grid_of([("Session", summary.id), ("Title", summary.shown_title)]))
     # The path on one line, whatever the width, so that it can be copied whole.
     console.print(
         Text.assemble(
-            ("File".ljust(key_width + 2), "bold"), path, f" ({human_size(_file_size(path))})"
+            ("File".ljust(key_width + 2), "bold"),
+            path,
+            f" ({human_size(_shown_size(summary.size, path))})",
         ),
         soft_wrap=True,
     )
@@ -353,7 +362,7 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
     roles = ", ".join(f"{k} {v}" for k, v in sorted(summary.roles.items(), key=lambda kv: -kv[1]))
     rows += [
         ("Entries", f"{summary.entries} ({types})" if types else "0"),
-        ("Messages", roles or "none"),
+        ("Messages", f"{summary.message_count:,} ({roles})" if roles else "none"),
         (
             "Branches",
             f"{len(summary.tips)} tip(s), {summary.branch_points} branch point(s), "
@@ -400,6 +409,8 @@ def tree_command(
                 {
                     "sessionId": sm.get_session_id(),
                     "path": path,
+                    "shownTitle": session_shown_title(sm, None),
+                    "messageCount": message_count(sm),
                     "leafId": sm.get_leaf_id(),
                     "roots": [node.entry.get("id") for node in sm.get_tree()],
                     "entries": [
@@ -423,7 +434,12 @@ def tree_command(
                 }
             )
             return
-        title = Text.assemble((sm.get_session_id(), "bold"), "  ", session_shown_title(sm))
+        title = Text.assemble(
+            (sm.get_session_id(), "bold"),
+            "  ",
+            session_shown_title(sm),
+            (f"  {message_count(sm):,} messages", "dim"),
+        )
         console.print(render_tree(sm, title, TreeOptions(full=full, depth=depth)))
 
 

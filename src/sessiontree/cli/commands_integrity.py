@@ -21,11 +21,11 @@ from sessiontree.cli.common import (
     current_store,
     emit_json,
     err_console,
-    human_size,
     progress,
     resolve_session,
     select_files,
 )
+from sessiontree.format import human_size
 from sessiontree.layout import EXTERNAL_SESSION_DIRS
 from sessiontree.maintenance import (
     DEFAULT_MIN_AGE_SECONDS,

@@ -26,7 +26,6 @@ from sessiontree.cli.common import (
     emit_json,
     err_console,
     error_text,
-    human_size,
     open_read_only,
     open_writable,
     progress,
@@ -37,7 +36,7 @@ from sessiontree.cli.common import (
 from sessiontree.cli.render import terminal_safe
 from sessiontree.errors import AmbiguousSessionError, SessionNotFoundError, SessionTreeError
 from sessiontree.export import export_html, export_jsonl, export_markdown, html_size_warning
-from sessiontree.format import shown_title
+from sessiontree.format import human_size, shown_title
 from sessiontree.layout import agent_dir_of, get_default_session_dir
 from sessiontree.maintenance import (
     TransferReport,

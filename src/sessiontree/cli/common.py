@@ -390,13 +390,3 @@ def byte_progress(
     finally:
         if bar is not None:
             bar.stop()
-
-
-def human_size(size: int | float) -> str:
-    """1536 -> '1.5 KB'."""
-    value = float(size)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(value) < 1024 or unit == "TB":
-            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TB"  # pragma: no cover

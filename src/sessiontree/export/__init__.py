@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sessiontree.export._jsonl import export_jsonl
-from sessiontree.export._markdown import export_markdown, session_shown_title
+from sessiontree.export._markdown import export_markdown
 from sessiontree.export._size import HTML_WARN_BYTES, html_size_warning
 
 if TYPE_CHECKING:
@@ -44,7 +44,6 @@ __all__ = [
     "nav_items",
     "nav_tokens",
     "render_markdown",
-    "session_shown_title",
 ]
 
 _LAZY = {

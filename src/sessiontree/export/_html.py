@@ -21,7 +21,7 @@ import jinja2
 from markupsafe import Markup
 
 from sessiontree.export._jsonl import _path
-from sessiontree.export._markdown import _json, _when, session_shown_title
+from sessiontree.export._markdown import _json, _when
 from sessiontree.export._render import highlight_css, render_markdown
 from sessiontree.format import (
     Entry,
@@ -30,13 +30,14 @@ from sessiontree.format import (
     build_tree,
     context_edit_text,
     entry_preview,
+    human_size,
     message_facts,
     message_text,
     system_sections,
     usage_entry_text,
     usage_summary,
 )
-from sessiontree.session import SessionManager
+from sessiontree.session import SessionManager, file_size, message_count, session_shown_title
 
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
 _RASTER = {"image/png", "image/jpeg", "image/jpg", "image/gif", "image/webp"}
@@ -490,7 +491,9 @@ def export_html(sm: SessionManager, leaf_id: str | None = None) -> str:
             session_id=sm.get_session_id(),
             cwd=header.get("cwd", ""),
             created=_when(header),
+            message_count=f"{message_count(sm):,}",
             entry_count=len(entries),
+            size=None if (size := file_size(sm)) is None else human_size(size),
             tip_count=len(tips),
             nav=nav_items(tree, lambda e: index[id(e)], set()),
             options=options,

@@ -7,21 +7,18 @@ import re
 
 from sessiontree.export._jsonl import _path
 from sessiontree.format import (
-    SHORT_TITLE_CHARS,
     Entry,
     allow_deep_nesting,
     blocks_text,
-    clean_title,
-    content_text,
     context_edit_text,
     entry_preview,
+    human_size,
     message_facts,
     message_text,
-    shown_title,
     system_sections,
     usage_entry_text,
 )
-from sessiontree.session import SessionManager
+from sessiontree.session import SessionManager, file_size, message_count, session_shown_title
 
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
 _RASTER = {"image/png", "image/jpeg", "image/jpg", "image/gif", "image/webp"}
@@ -148,37 +145,6 @@ def _md_entry(entry: Entry, labels: dict[str, str]) -> str | None:
     return f"*{kind} entry* `{entry_id}`"
 
 
-def session_shown_title(sm: SessionManager, width: int | None = SHORT_TITLE_CHARS) -> str:
-    """The title the session is shown by everywhere (`format.shown_title`): its name,
-    else the last compaction's short summary (as `SessionInfo.title`), else its first
-    user message; shortened to `width` (None: whole). Reads only the entries it looks
-    at (from the end for the summary, from the start for the message)."""
-    title: str | None = sm.get_session_name()
-    shape = sm.get_tree_shape()
-    if not title:
-        compactions = shape.of_kind("compaction")
-        compactions.reverse()
-        last = shape.first(compactions, lambda e: _short_summary(e) is not None)
-        title = _short_summary(last) if last is not None else None
-    first: str | None = None
-    if not clean_title(title):
-        message = shape.first(shape.of_kind("message"), lambda e: _user_text(e) is not None)
-        first = _user_text(message) if message is not None else None
-    return shown_title(title, first, sm.get_session_id(), width)
-
-
-def _short_summary(entry: Entry) -> str | None:
-    short = entry.get("shortSummary")
-    return short if isinstance(short, str) and short.strip() else None
-
-
-def _user_text(entry: Entry) -> str | None:
-    message = entry.get("message")
-    if isinstance(message, dict) and message.get("role") == "user":
-        return content_text(message.get("content")) or None
-    return None
-
-
 def export_markdown(sm: SessionManager, leaf_id: str | None = None) -> str:
     """The root -> leaf path (default: the current leaf) as Markdown."""
     path = _path(sm, leaf_id)
@@ -192,6 +158,8 @@ def export_markdown(sm: SessionManager, leaf_id: str | None = None) -> str:
         f"- Session: `{sm.get_session_id()}`",
         f"- Directory: `{header.get('cwd', '')}`",
         f"- Created: {_when(header)}",
+        f"- Messages: {message_count(sm):,} (every branch)"
+        + ("" if (size := file_size(sm)) is None else f" · {human_size(size)}"),
         f"- Path: {len(path)} entries, root → `{leaf}`",
         "",
         "---",

@@ -61,7 +61,7 @@ from sessiontree.foreign._document import read_document
 from sessiontree.foreign._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
 from sessiontree.foreign._records import Damaged, Record, read_transcript, timestamp_ms
 from sessiontree.foreign.listing import ForeignMeta, _estimate, _read_windows
-from sessiontree.format import serialize_entry
+from sessiontree.format import GEMINI_REFERENCED, serialize_entry
 from sessiontree.layout import is_safe_name
 
 __all__ = [
@@ -76,7 +76,6 @@ PROVIDER = "google"
 _HEADER_KEYS = frozenset(
     {"sessionId", "projectHash", "startTime", "lastUpdated", "kind", "summary", "messages"}
 )
-_REFERENCED = "--- Content from referenced files ---"
 _DOCUMENT_HEAD = re.compile(rb'^\s*\{\s*"(sessionId|projectHash)"')
 
 
@@ -633,7 +632,7 @@ def _prompt_text(record: dict[str, Any]) -> str | None:
         return None
     texts = [b["text"] for b in _user_blocks(record.get("content")) if b.get("type") == "text"]
     # What Gemini CLI appends for an @file (the files' content) is not the prompt.
-    typed = "".join(texts).split(_REFERENCED, 1)[0]
+    typed = "".join(texts).split(GEMINI_REFERENCED, 1)[0]
     text = " ".join(typed.split())
     return text or None
 

@@ -1,15 +1,17 @@
-"""What a listing shows of a foreign session, from the start and the end of its file.
+"""What a scan finds of a foreign session from the start and the end of its file.
 
-A listing never reads a whole transcript: it reads the first and the last 64 KiB
-(`WINDOW`), as Claude Code's own SDK does for its session list, and keeps the
-result in the persistent listing cache per file identity. From those windows
-come the id, cwd, start time, first prompt, title and last activity. The message
-count is exact when the windows cover the file; for a larger file it is an
-estimate (the count in the windows scaled by the file's size), marked as such
-(`ForeignMeta.exact_count`); `show` counts exactly. When the head window holds no
-first prompt (nor, in Claude Code, a command: a Codex rollout's injected
-instructions or a Claude Code file's attachments can fill it), the listing reads on
-from there, up to `PROMPT_REACH`, for the first prompt alone.
+A scan reads the first and the last 64 KiB (`WINDOW`), as Claude Code's own SDK does
+for its session list. From those windows come the id, cwd, start time, first prompt,
+title and last activity. The message count is exact when the windows cover the file;
+for a larger file it is an estimate (the count in the windows scaled by the file's
+size), marked as such (`ForeignMeta.exact_count`). When the head window holds no first
+prompt (nor, in Claude Code, a command: a Codex rollout's injected instructions or a
+Claude Code file's attachments can fill it), the scan reads on from there, up to
+`PROMPT_REACH`, for the first prompt alone.
+
+The store's listing (`store.ForeignStore.list`) then reads the session whole for the
+title, first prompt and exact count every view gives, and keeps the result in the
+persistent listing cache per file identity.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ __all__ = ["PROMPT_REACH", "WINDOW", "ForeignMeta", "scan_claude", "scan_codex"]
 WINDOW = 64 * 1024
 PROMPT_REACH = 1 << 20
 """How far past the head window a listing reads for a first prompt it has not found."""
-_SCAN_VERSION = 2
+_SCAN_VERSION = 3  # 3: title, first prompt and count from the session read whole
 """Kept with each cached listing record: a record of an older scan is scanned again."""
 _FIRST_LINE_MAX = 8 << 20  # a Codex session_meta line carries the base instructions
 _COMMAND = re.compile(r"<command-name>(.*?)</command-name>", re.S)

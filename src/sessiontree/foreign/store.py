@@ -9,9 +9,11 @@ listing them.
   and `archived_sessions/`; thread names in `session_index.jsonl`.
 * **OpenCode**, **Gemini CLI**, **Copilot CLI**: see `agents` (each a `Backend`).
 
-`ForeignStore.list()` reads a window at each end of each file (`listing`), never a
-whole transcript, and keeps what it found in the persistent listing cache of the
-agent dir it is given, so a second listing only stats the files.
+`ForeignStore.list()` reads a window at each end of each file (`listing`) and the
+session whole, once, for the title, first prompt and message count every view gives
+(`session.title_parts`, `session.message_count`), and keeps what it found in the
+persistent listing cache of the agent dir it is given, so a second listing only stats
+the files.
 
 Files are reached through `ForeignStore.fs` (`_files`): this host's, or, for Claude
 Code's layout the Claude Agent SDK adapter keeps in a database, a `SessionStorage`'s
@@ -37,7 +39,9 @@ from sessiontree.foreign.agents import BACKENDS, Backend, Located, detect_store
 from sessiontree.foreign.claude import read_claude_session
 from sessiontree.foreign.codex import read_codex_session
 from sessiontree.foreign.listing import ForeignMeta, scan_claude, scan_codex
+from sessiontree.format import clean_title
 from sessiontree.listing import same_identity
+from sessiontree.session import message_count, title_parts
 from sessiontree.storage import SessionStorage
 
 log = logging.getLogger("sessiontree")
@@ -340,8 +344,8 @@ class ForeignStore:
     def list(self, paths: builtins.list[str] | None = None) -> builtins.list[ForeignListing]:
         """Listing records of the store's sessions (or of `paths`), newest modified first.
 
-        Reads a window at each end of a file, once per file identity: the results are
-        kept in the listing cache of `cache_dir` (default: none).
+        Reads a file once per file identity (its ends, and the session whole): the
+        results are kept in the listing cache of `cache_dir` (default: none).
         """
         if paths is None:
             located = self.locate()
@@ -410,15 +414,35 @@ class ForeignStore:
         self, items: builtins.list[Located]
     ) -> dict[str, tuple[ForeignMeta, int] | BaseException]:
         """Listing metadata of `items` read now (an error for one that cannot be read)."""
-        if self.backend is not None:
-            return self.backend.scan_many(items)
         found: dict[str, tuple[ForeignMeta, int] | BaseException] = {}
-        for item in items:
-            try:
-                found[item.path] = (self.scan(item.path, item.size), item.size)
-            except (OSError, SessionTreeError) as exc:
-                found[item.path] = exc
+        if self.backend is not None:
+            found = self.backend.scan_many(items)
+        else:
+            for item in items:
+                try:
+                    found[item.path] = (self.scan(item.path, item.size), item.size)
+                except (OSError, SessionTreeError) as exc:
+                    found[item.path] = exc
+        for path, result in found.items():
+            if not isinstance(result, BaseException) and (result[0].listed or result[0].parent):
+                self._summarise(path, result[0])
         return found
+
+    def _summarise(self, path: str, meta: ForeignMeta) -> None:
+        """Give `meta` the title, first prompt and message count of the session as it is
+        read (`session.title_parts`, `session.message_count`): what `show`, the exports
+        and the web page say of it, counted over the whole file, where the windows of a
+        scan can only estimate. A file the reader cannot read keeps the scan's."""
+        try:
+            session = self.read(path, subagents=False)
+        except (OSError, SessionTreeError, ValueError):
+            return
+        title, first = title_parts(session.manager)
+        meta.title = title
+        meta.title_source = session.name_source if title else None
+        meta.first_message = clean_title(first)  # one line, as the scans kept it
+        meta.message_count = message_count(session.manager)
+        meta.exact_count = True
 
     def _dump(self, meta: ForeignMeta, size: int) -> object:
         # Claude Code and Codex records are the meta alone, as before; the others keep

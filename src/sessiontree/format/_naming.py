@@ -45,6 +45,7 @@ from sessiontree.format._entries import (
 from sessiontree.format._jsonl import loads_line, serialize_entry_bytes
 
 __all__ = [
+    "GEMINI_REFERENCED",
     "NAME_ENTRY_TYPES",
     "TITLE_SLOT_BYTES",
     "HeadKind",
@@ -57,6 +58,7 @@ __all__ = [
     "head_title_source",
     "header_in",
     "is_title_slot",
+    "is_typed_prompt",
     "listing_title",
     "new_header",
     "ordered_header",
@@ -211,15 +213,20 @@ _TAG = re.compile(
     r"</?(command-message|command-name|command-args|command-contents|bash-input|"
     r"system-reminder|local-command-stdout|local-command-caveat)>"
 )
+_INTERRUPTED = "[Request interrupted"
+GEMINI_REFERENCED: Final = "--- Content from referenced files ---"
+"""Where Gemini CLI's user message stops being the prompt: the @files' content follows."""
 SHORT_TITLE_CHARS: Final = 80
 """How long a title that heads a page or a row may be (`shorten`)."""
 
 
 def clean_title(text: object) -> str | None:
     """`text` as a title: one line, without Claude Code's markup (a slash command's
-    message is the command and its arguments); None when nothing is left."""
+    message is the command and its arguments) nor the files Gemini CLI appends for an
+    @file; None when nothing is left."""
     if not isinstance(text, str):
         return None
+    text = text.split(GEMINI_REFERENCED, 1)[0]
     command = _COMMAND_NAME.search(text)
     if command is not None:
         args = _COMMAND_ARGS.search(text)
@@ -228,6 +235,19 @@ def clean_title(text: object) -> str | None:
         text = _TAG.sub(" ", _NOT_PROMPT.sub(" ", text))
     cleaned = " ".join(text.split())
     return cleaned or None
+
+
+def is_typed_prompt(text: object) -> bool:
+    """Whether a user message's text is a prompt someone typed, the first of which titles
+    a session: not a bare slash command (`/exit`, `/clear`: a name without arguments),
+    not a command's output, an interruption notice or markup alone."""
+    if not isinstance(text, str) or text.lstrip().startswith(_INTERRUPTED):
+        return False
+    command = _COMMAND_NAME.search(text)
+    if command is not None:
+        args = _COMMAND_ARGS.search(text)
+        return args is not None and bool(args.group(1).strip())
+    return clean_title(text) is not None
 
 
 def shorten(text: str, width: int = SHORT_TITLE_CHARS) -> str:

@@ -17,6 +17,7 @@ __all__ = [
     "entry_preview",
     "entry_role",
     "entry_text",
+    "human_size",
     "message_facts",
     "message_text",
     "system_sections",
@@ -24,6 +25,16 @@ __all__ = [
     "usage_entry_text",
     "usage_summary",
 ]
+
+
+def human_size(size: int | float) -> str:
+    """1536 -> '1.5 KB': a size as every view shows it."""
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(value) < 1024 or unit == "TB":
+            return f"{int(value)} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TB"  # pragma: no cover
 
 
 def deep_dumps(value: object) -> str:

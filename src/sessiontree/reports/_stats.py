@@ -36,7 +36,7 @@ from sessiontree.reports._usage import (
     within_session,
 )
 from sessiontree.search import SessionSource
-from sessiontree.session import SessionManager
+from sessiontree.session import SessionManager, file_size, message_count, session_shown_title
 from sessiontree.storage import (
     CollectableBlobStore,
 )
@@ -76,6 +76,13 @@ class SessionSummary:
     id: str
     header: dict[str, Any]
     title: str | None
+    """The session's name (None when it has none)."""
+    shown_title: str
+    """The title every view shows it by (`session.session_shown_title`, whole)."""
+    message_count: int
+    """Its messages, every branch (`session.message_count`): what `list` says."""
+    size: int | None
+    """The bytes of its file(s) (`session.file_size`); None for one in memory."""
     version: int
     entries: int
     types: dict[str, int] = field(default_factory=dict)
@@ -103,6 +110,9 @@ def summarize_session(sm: SessionManager) -> SessionSummary:
         id=sm.get_session_id(),
         header=dict(header),
         title=sm.get_session_name(),
+        shown_title=session_shown_title(sm, None),
+        message_count=message_count(sm),
+        size=file_size(sm),
         version=session_version([header]) if header else 0,
         entries=len(entries),
         leaf_id=sm.get_leaf_id(),

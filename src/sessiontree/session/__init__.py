@@ -30,6 +30,12 @@ from sessiontree.session._persistence import (
     truncate_for_persist,
 )
 from sessiontree.session._shape import TreeShape
+from sessiontree.session._summary import (
+    file_size,
+    message_count,
+    session_shown_title,
+    title_parts,
+)
 
 __all__ = [
     "BLOB_EXTERNALIZE_THRESHOLD",
@@ -46,12 +52,16 @@ __all__ = [
     "b64decode_lenient",
     "backup_path",
     "entry_line",
+    "file_size",
     "js_len",
     "load_entries_from_file",
+    "message_count",
     "prepare_for_persist",
     "read_head",
     "read_session",
     "rescue_dir",
     "resolve_blob_refs",
+    "session_shown_title",
+    "title_parts",
     "truncate_for_persist",
 ]

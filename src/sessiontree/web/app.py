@@ -42,13 +42,13 @@ from sessiontree.export import (
     json_island,
     leaf_choice_text,
     render_markdown,
-    session_shown_title,
 )
 from sessiontree.foreign.storage import ForeignStorage
-from sessiontree.format import SEARCH_ROLES
+from sessiontree.format import SEARCH_ROLES, human_size
 from sessiontree.layout import default_agent_dir
 from sessiontree.reports import parse_time, time_zone
 from sessiontree.search import nested_repeat, regex_time_limit
+from sessiontree.session import message_count, session_shown_title
 from sessiontree.storage import check_hash
 from sessiontree.store import Store
 from sessiontree.web.data import Data, SessionRow, Tally, UsageSnapshot, handle_of
@@ -131,15 +131,6 @@ def _not_found(what: str) -> Response:
 
 def _when(moment: datetime) -> str:
     return moment.astimezone().strftime("%Y-%m-%d %H:%M")
-
-
-def _size(n: int) -> str:
-    value = float(n)
-    for unit in ("B", "KB", "MB", "GB"):
-        if value < 1024 or unit == "GB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GB"  # pragma: no cover
 
 
 def _int(text: str | None, default: int) -> int:
@@ -282,10 +273,10 @@ class _App:
             group["messages"] += row.message_count
             group["bytes"] += row.size
         for project, group in groups.items():
-            group["size"] = _size(group["bytes"])
+            group["size"] = human_size(group["bytes"])
             if snapshot is not None and snapshot.complete:
                 tally = snapshot.by_project.get(project)
-                group["cost"] = charts.money(tally.cost) if tally is not None else "$0"
+                group["cost"] = _cost(tally) if tally is not None else "$0"
         return _page(
             "projects.html",
             title="Projects",
@@ -367,10 +358,9 @@ class _App:
                     "title": r.shown_title,
                     "first": r.first_message,
                     "id": r.id,
-                    "size": _size(r.size),
+                    "size": human_size(r.size),
                     "messages": r.message_count,
-                    "cost": charts.money(tally.cost) if tally is not None else None,
-                    "estimated": bool(tally is not None and tally.estimated_cost),
+                    "cost": _cost(tally) if tally is not None else None,
                     "modified": _when(r.modified),
                     "cwd": r.cwd,
                     "store": r.store if several else None,
@@ -425,7 +415,10 @@ class _App:
                 "options": leaf_choices(session, leaf),
                 "entry_count": session.shape().size,
                 "tip_count": len(session.tips()),
-                "size": _size(session.mark.size),
+                "messages": message_count(session.sm),
+                # The file's bytes, as `list` says (for another agent's session the page
+                # reads a view in pi's format, of another length).
+                "size": human_size(row.size if row.size >= 0 else session.mark.size),
                 "load_note": load_note(session),
                 "offset": session.mark.size,
                 "commands": self._resume(row, self.data.rows()),
@@ -830,11 +823,18 @@ def _heatmap(snapshot: UsageSnapshot, first: str | None) -> list[list[dict[str, 
             {
                 "day": key,
                 "level": level,
-                "title": f"{key}: {replies:,} replies, {charts.money(cost)}",
+                "title": f"{key}: {replies:,} replies, "
+                + (_cost(tally) if tally is not None else charts.money(0.0)),
             }
         )
         day += timedelta(days=1)
     return weeks
+
+
+def _cost(tally: Tally) -> str:
+    """A cost as every page shows it: `~` before it when a reply's cost in it was
+    estimated (as the CLI marks it)."""
+    return ("~" if tally.estimated_messages > 0 else "") + charts.money(tally.cost)
 
 
 def _usage_charts(snapshot: UsageSnapshot, labels: dict[str, str]) -> dict[str, Any]:
