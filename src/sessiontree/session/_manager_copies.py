@@ -182,9 +182,9 @@ class SessionCopies(SessionOnStorage):
             entries = self._index.branch_as_pi(leaf_id)  # as `create_branched_session`
         else:
             entries = self._index.branch_with_labels(leaf_id)
-        from sessiontree.session._manager import SessionManager  # the class built on this one
-
-        copy_ = SessionManager(
+        # The copy is of this session's class (SessionManager, built on this one; imported
+        # from here it would close an import circle).
+        copy_: SessionManager = type(self)(  # type: ignore[assignment]
             self._cwd,
             directory,
             None,
