@@ -18,6 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sessiontree.search._content_index as content_index
+import sessiontree.search._index_db as index_db
+import sessiontree.search._index_rows as index_rows
 from conftest import examples
 from helpers import assistant, user
 from sessiontree import SessionManager, serialize_entry
@@ -340,7 +342,7 @@ def test_a_locked_index_falls_back_to_reading_the_changed_files(
     assert len(found([a, b], "needle", agent_dir).hits) == 2
     with open(a, "a") as f:
         f.write(entry_line(2, "needle two") + "\n")
-    monkeypatch.setattr(content_index, "_LOCK_TIMEOUT", 0.05)
+    monkeypatch.setattr(index_db, "_LOCK_TIMEOUT", 0.05)
     other = sqlite3.connect(agent_dir / INDEX_DB_NAME, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")  # another process is writing the index
     try:
@@ -549,7 +551,7 @@ def test_a_file_indexed_in_pieces_is_indexed_as_if_whole(
     assert len(expected) == 120
     pieces = tmp_path / "pieces-agent"
     pieces.mkdir()
-    monkeypatch.setattr(content_index, "_HELD_BYTES", 1)  # a write after every entry
+    monkeypatch.setattr(index_rows, "_HELD_BYTES", 1)  # a write after every entry
     assert _index_view(pieces, paths) == whole
     result = found(paths, "needle", pieces)
     assert result.mode == "index" and lines_of(result) == expected
@@ -562,7 +564,7 @@ def test_a_file_failing_halfway_leaves_none_of_its_rows(
     them (a savepoint per file); the other files of the same write are kept, and the
     failed one is read again next time."""
     a, b = _big_store(store)
-    monkeypatch.setattr(content_index, "_HELD_BYTES", 1)
+    monkeypatch.setattr(index_rows, "_HELD_BYTES", 1)
 
     def fail() -> None:
         raise OSError("the disk went away")
@@ -591,7 +593,7 @@ def _once_at(
 ) -> tuple[list[bool], Callable[[], None]]:
     """Run `action` once, as the content index reads the line of `entry_id` (the read
     goes on after it). Returns whether it ran, and what puts the reader back."""
-    real = content_index._feed
+    real = index_rows._feed
     done: list[bool] = []
 
     def feed(rows: Any, st: Any, raw: bytes, number: int, offset: int, order: int) -> None:
@@ -600,8 +602,8 @@ def _once_at(
             action()
         real(rows, st, raw, number, offset, order)
 
-    monkeypatch.setattr(content_index, "_feed", feed)
-    return done, lambda: monkeypatch.setattr(content_index, "_feed", real)
+    monkeypatch.setattr(index_rows, "_feed", feed)
+    return done, lambda: monkeypatch.setattr(index_rows, "_feed", real)
 
 
 def _rewrite_in_place(path: str, data: bytes) -> None:
@@ -617,7 +619,7 @@ def test_a_file_rewritten_in_place_while_it_is_read_is_found_as_a_scan_finds_it(
     new = [entry_line(n, f"fresh {n} " + "word " * (n * 7)) for n in range(1, 130)]
     a = write(store / "a.jsonl", *old)
     rewritten = Path(write(tmp_path / "new.jsonl", *new)).read_bytes()
-    monkeypatch.setattr(content_index, "_HELD_BYTES", 1)
+    monkeypatch.setattr(index_rows, "_HELD_BYTES", 1)
     done, stop = _once_at(monkeypatch, "e0000050", lambda: _rewrite_in_place(a, rewritten))
     with ContentIndex.open(str(agent_dir)) as index:
         assert index is not None
@@ -670,7 +672,7 @@ def test_a_file_that_is_not_a_session_and_spans_chunks_is_indexed_once_not_stale
     other = store / "other.jsonl"
     line = '{"type":"message","id":"%d","text":"needle ' + "word " * 20 + '"}\n'
     other.write_text('{"type":"not-a-session"}\n' + "".join(line % n for n in range(20000)))
-    assert other.stat().st_size > 2 * content_index._CHUNK
+    assert other.stat().st_size > 2 * index_rows._CHUNK
     a = write(store / "a.jsonl", entry_line(1, "needle 1"))
     sources = [SessionSource(str(other)), SessionSource(a)]
     with ContentIndex.open(str(agent_dir)) as index:
@@ -687,7 +689,7 @@ def test_a_file_appended_to_while_it_is_read_is_kept_and_caught_up(
     """A live session grows while it is indexed: what was read is kept (the bytes read
     are still the file's), and the next refresh reads only the lines added."""
     a = write(store / "a.jsonl", *[entry_line(n, f"needle {n}") for n in range(1, 60)])
-    monkeypatch.setattr(content_index, "_HELD_BYTES", 1)
+    monkeypatch.setattr(index_rows, "_HELD_BYTES", 1)
 
     def append() -> None:
         with open(a, "a") as f:

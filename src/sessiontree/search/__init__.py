@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from sessiontree.search._content_index import (
-    INDEX_DB_NAME,
-    ContentIndex,
+from sessiontree.search._content_index import ContentIndex
+from sessiontree.search._index_db import INDEX_DB_NAME
+from sessiontree.search._index_rows import (
     IndexedFile,
     SessionSource,
     index_text,

@@ -46,11 +46,9 @@ from sessiontree.format import (
     parse_iso_ms,
 )
 from sessiontree.history import read_history
-from sessiontree.search._content_index import (
+from sessiontree.search._content_index import Candidate, ContentIndex, Refreshed
+from sessiontree.search._index_rows import (
     MIN_QUERY_CHARS,
-    Candidate,
-    ContentIndex,
-    Refreshed,
     SessionSource,
     index_text,
     query_trigrams,
