@@ -303,7 +303,7 @@ def test_a_listing_repair_leaves_the_foreign_tables_in_the_same_file(agent_dir: 
     from helpers import assistant, user
     from sessiontree import SessionManager
     from sessiontree.foreign._cache import IdentityCache
-    from sessiontree.listing import CACHE_DB_NAME, clear_listing_cache, list_all_sessions
+    from sessiontree.listing import CACHE_DB_NAME, Known, clear_listing_cache, list_all_sessions
 
     with SessionManager.create("/proj") as sm:
         sm.append_message(user("q"))
@@ -316,7 +316,7 @@ def test_a_listing_repair_leaves_the_foreign_tables_in_the_same_file(agent_dir: 
     (info,) = list_all_sessions()
     assert info.first_message == "q"
     assert imports.fetch(["/some/file.jsonl"]) == {
-        "/some/file.jsonl": ((1, 2, 3, 4), {"kept": True})
+        "/some/file.jsonl": Known((1, 2, 3, 4), {"kept": True})
     }
     clear_listing_cache()
     assert list_all_sessions() == [info]  # and the listing cache was rebuilt, not dropped

@@ -31,7 +31,7 @@ from sessiontree.search import (
     search,
     search_sessions,
 )
-from sessiontree.search._search import _CASE_SAFE
+from sessiontree.search._query import CASE_SAFE
 from test_search import case_variant, foreign_dumps, operations, rendered, write_session
 
 HEADER = {"type": "session", "version": 3, "id": "s1", "timestamp": "2026-01-01T00:00:00.000Z"}
@@ -404,7 +404,7 @@ def test_the_case_safe_characters_casefold_like_everything_re_matches_them() -> 
     """Under IGNORECASE, `re` matches a case-safe character only to characters whose
     casefold equals its own: so the index (casefolded) holds what such a regex finds."""
     everything = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF)
-    for char in sorted(_CASE_SAFE):
+    for char in sorted(CASE_SAFE):
         if not char.isalpha():
             continue
         for other in re.findall(re.escape(char), everything, re.IGNORECASE):

@@ -3,10 +3,11 @@
 The same SQLite file as the native listing (`<agent dir>/cache/sessions-meta.db`,
 see `sessiontree.listing`), one family of tables each (`sessiontree._util.cachedb`: a
 family is upgraded or rebuilt without touching the others), with the same rule: a row
-is valid for one file identity (path and `listing.stat_identity`: size, mtime_ns, inode,
-ctime_ns), and every failure degrades to "no cache" (a locked, read-only or damaged
-database is passed over or repaired once; the file is only a cache and safe to delete).
-Nothing creates an agent dir just to hold a cache.
+is valid for one file identity (path and `listing.stat_identity`: size, mtime_ns,
+inode, ctime_ns; its users plan what to read again with `listing.plan_changes`), and
+every failure degrades to "no cache" (a locked, read-only or damaged database is
+passed over or repaired once; the file is only a cache and safe to delete). Nothing
+creates an agent dir just to hold a cache.
 """
 
 from __future__ import annotations
@@ -19,11 +20,10 @@ from typing import Any, TypeVar
 from sessiontree._util.cachedb import Family, run_cached
 from sessiontree._util.fs import utf8_encodable
 from sessiontree.format import loads_line, serialize_entry_bytes
-from sessiontree.listing import CACHE_DB_NAME, META_DB_APP_ID
+from sessiontree.listing import CACHE_DB_NAME, META_DB_APP_ID, Identity, Known
 
-__all__ = ["FOREIGN_FAMILIES", "Identity", "IdentityCache"]
+__all__ = ["FOREIGN_FAMILIES", "IdentityCache"]
 
-Identity = tuple[int, int, int, int]  # `listing.stat_identity`: size, mtime_ns, inode, ctime
 T = TypeVar("T")
 
 
@@ -59,18 +59,19 @@ class IdentityCache:
             return None
         return run_cached(self.path, self.family, fn, application_id=META_DB_APP_ID)
 
-    def fetch(self, paths: Iterable[str]) -> dict[str, tuple[Identity, Any]]:
-        """Cached values of `paths` (whatever identity they were stored with)."""
-        wanted = {p for p in paths if utf8_encodable(p)}
+    def fetch(self, paths: Iterable[str] | None = None) -> dict[str, Known[Any]]:
+        """Cached values of `paths` (every row when None), whatever identity they were
+        stored with (`listing.plan_changes` tells which still hold)."""
+        wanted = None if paths is None else {p for p in paths if utf8_encodable(p)}
 
-        def run(conn: sqlite3.Connection) -> dict[str, tuple[Identity, Any]]:
-            found: dict[str, tuple[Identity, Any]] = {}
+        def run(conn: sqlite3.Connection) -> dict[str, Known[Any]]:
+            found: dict[str, Known[Any]] = {}
             query = f"SELECT path, size, mtime_ns, ino, ctime_ns, value FROM {self.table}"
             for row in conn.execute(query):
-                if row[0] not in wanted:
+                if wanted is not None and row[0] not in wanted:
                     continue
                 try:
-                    found[row[0]] = ((row[1], row[2], row[3], row[4]), loads_line(row[5]))
+                    found[row[0]] = Known((row[1], row[2], row[3], row[4]), loads_line(row[5]))
                 except (ValueError, UnicodeError):
                     continue
             return found

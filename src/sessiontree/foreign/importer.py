@@ -25,11 +25,12 @@ from typing import Any
 
 from sessiontree._util.env import agent_dir_or_default
 from sessiontree.errors import SessionTreeError
-from sessiontree.foreign._cache import Identity, IdentityCache
+from sessiontree.foreign._cache import IdentityCache
 from sessiontree.foreign._model import ForeignSession
 from sessiontree.format import loads_line
 from sessiontree.layout import get_default_session_dir
-from sessiontree.listing import same_identity, stat_identity
+from sessiontree.listing import Identity, plan_changes, stat_identity
+from sessiontree.listing._marks import Stat
 from sessiontree.maintenance import artifacts_dir, session_files
 from sessiontree.session import SessionManager
 from sessiontree.storage import (
@@ -135,9 +136,7 @@ def find_imports(
     paths = session_files(agent, nested=False, storage=storage, passed_over=passed_over)
     file_store = isinstance(storage, FileSessionStorage)
     cache = IdentityCache(agent, "foreign_imports")
-    cached = cache.fetch(paths) if file_store else {}
-    fresh: list[tuple[str, Identity, Any]] = []
-    result: list[EarlierImport] = []
+    listed: list[Stat] = []
     for path in paths:
         try:
             if file_store:  # only a file store's identities are cached: with its ctime
@@ -147,15 +146,27 @@ def find_imports(
                 identity = (st.size, st.mtime_ns or int(st.mtime_ms * 1e6), st.ino, 0)
         except (OSError, ValueError):
             continue
-        hit = cached.get(path)
-        if hit is not None and same_identity(tuple(hit[0]), identity) and isinstance(hit[1], list):
-            records = [r for r in hit[1] if isinstance(r, dict)]
-        else:
-            try:
-                records = _records_in(read_chunks(storage, path))
-            except OSError:
-                continue
-            fresh.append((path, identity, records))
+        listed.append((path, *identity))
+    plan = plan_changes(listed, cache.fetch() if file_store else {}, set(paths))
+    found: dict[str, list[dict[str, Any]]] = {}
+    to_read = [s for s, _ in plan.to_read]
+    for s, row in plan.unchanged:
+        if isinstance(row.value, list):
+            found[s[0]] = [r for r in row.value if isinstance(r, dict)]
+        else:  # not what this version keeps: read again
+            to_read.append(s)
+    fresh: list[tuple[str, Identity, Any]] = []
+    for s in to_read:
+        try:
+            found[s[0]] = _records_in(read_chunks(storage, s[0]))
+        except OSError:
+            continue
+        fresh.append((s[0], s[1:], found[s[0]]))
+    result: list[EarlierImport] = []
+    for path, *_ in listed:
+        records = found.get(path)
+        if records is None:
+            continue
         for data in records:
             source, source_id = data.get("source"), data.get("sourceId")
             if not isinstance(source, str) or not isinstance(source_id, str):
@@ -171,8 +182,8 @@ def find_imports(
                     size if isinstance(size, int) and not isinstance(size, bool) else None,
                 )
             )
-    if fresh and file_store:
-        cache.store(fresh, [p for p in cached if p not in set(paths)])
+    if file_store and (fresh or plan.gone):
+        cache.store(fresh, plan.gone)
     return result
 
 

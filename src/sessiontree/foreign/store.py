@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from sessiontree._util.env import claude_config_dirs, codex_home, native_agent_dir
 from sessiontree.errors import SessionTreeError
-from sessiontree.foreign._cache import Identity, IdentityCache
+from sessiontree.foreign._cache import IdentityCache
 from sessiontree.foreign._files import HOST_FILES, Files, StorageFiles
 from sessiontree.foreign._model import ForeignSession, Source
 from sessiontree.foreign._records import read_transcript
@@ -37,7 +37,7 @@ from sessiontree.foreign.agents import BACKENDS, Backend, Located, detect_store
 from sessiontree.foreign.claude import read_claude_session
 from sessiontree.foreign.codex import read_codex_session
 from sessiontree.foreign.listing import ForeignMeta, scan_claude, scan_codex
-from sessiontree.listing import same_identity
+from sessiontree.listing import Identity, plan_changes
 from sessiontree.storage import SessionStorage
 
 log = logging.getLogger("sessiontree")
@@ -354,11 +354,13 @@ class ForeignStore:
         children: list[ForeignListing] = []
         fresh: list[tuple[str, Identity, object]] = []
         known: dict[str, tuple[ForeignMeta, int]] = {}
+        # The table is shared by every store of this cache dir: `gone` is not theirs.
+        plan = plan_changes(((key(f.path), *f.identity) for f in located), cached)
+        unchanged = {s[0]: row.value for s, row in plan.unchanged}
         for item in located:
-            hit = cached.get(key(item.path))
-            if hit is not None and same_identity(tuple(hit[0]), item.identity):
+            if key(item.path) in unchanged:
                 try:
-                    known[item.path] = self._load_cached(hit[1], item)
+                    known[item.path] = self._load_cached(unchanged[key(item.path)], item)
                 except (ValueError, TypeError):
                     pass
         scanned = self._scan_all([item for item in located if item.path not in known])
