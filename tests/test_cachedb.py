@@ -302,14 +302,20 @@ def test_a_listing_repair_leaves_the_foreign_tables_in_the_same_file(agent_dir: 
     # own rows could not be read, the foreign listings' and import records with it.
     from helpers import assistant, user
     from sessiontree import SessionManager
-    from sessiontree.foreign._cache import IdentityCache
-    from sessiontree.listing import CACHE_DB_NAME, Known, clear_listing_cache, list_all_sessions
+    from sessiontree.listing import (
+        CACHE_DB_NAME,
+        IMPORT_RECORDS,
+        IdentityCache,
+        Known,
+        clear_listing_cache,
+        list_all_sessions,
+    )
 
     with SessionManager.create("/proj") as sm:
         sm.append_message(user("q"))
         sm.append_message(assistant("a"))
     assert len(list_all_sessions()) == 1
-    imports = IdentityCache(str(agent_dir), "foreign_imports")
+    imports = IdentityCache(str(agent_dir), IMPORT_RECORDS)
     imports.store([("/some/file.jsonl", (1, 2, 3, 4), {"kept": True})])
     raw(agent_dir / CACHE_DB_NAME, "UPDATE files SET final = x'00'")  # unreadable rows
     clear_listing_cache()

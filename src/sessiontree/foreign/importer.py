@@ -11,26 +11,24 @@ An import never changes an existing session. A source imported before is refused
 (`AlreadyImportedError`, naming the session that holds it) unless `again=True`;
 that includes a source that has grown since (it says so): a second import is a
 second, complete session, and the first stays as it was. Earlier imports are
-found from the `foreign_session_import` records in this store's sessions, read
-once per file identity and kept in the listing cache.
+found from the `foreign_session_import` records in this store's sessions
+(`listing.import_records`: read once per file identity, kept in the listing cache, the
+one place the usage report reads them from too).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sessiontree._util.env import agent_dir_or_default
 from sessiontree.errors import SessionTreeError
-from sessiontree.foreign._cache import IdentityCache
 from sessiontree.foreign._model import ForeignSession
-from sessiontree.format import loads_line
 from sessiontree.layout import get_default_session_dir
-from sessiontree.listing import Identity, plan_changes, stat_identity
-from sessiontree.listing._marks import Stat
+from sessiontree.listing import import_records
 from sessiontree.maintenance import artifacts_dir, session_files
 from sessiontree.session import SessionManager
 from sessiontree.storage import (
@@ -38,7 +36,6 @@ from sessiontree.storage import (
     FileSessionStorage,
     SessionStorage,
     default_storage,
-    read_chunks,
 )
 
 __all__ = [
@@ -90,36 +87,6 @@ class ImportedSession:
     subsessions: list[str] = field(default_factory=list)
 
 
-def _records_in(chunks: Iterable[bytes]) -> list[dict[str, Any]]:
-    """The data of every `foreign_session_import` entry in a file's bytes."""
-    found: list[dict[str, Any]] = []
-    pending = b""
-    for chunk in chunks:
-        data = pending + chunk
-        lines = data.split(b"\n")
-        pending = lines.pop()
-        for line in lines:
-            if _MARKER in line:
-                _collect(line, found)
-    if pending and _MARKER in pending:
-        _collect(pending, found)
-    return found
-
-
-def _collect(line: bytes, found: list[dict[str, Any]]) -> None:
-    try:
-        entry = loads_line(line)
-    except (ValueError, UnicodeError):
-        return
-    if (
-        isinstance(entry, dict)
-        and entry.get("type") == "custom"
-        and entry.get("customType") == IMPORT_TYPE
-        and isinstance(entry.get("data"), dict)
-    ):
-        found.append(entry["data"])
-
-
 def find_imports(
     agent_dir: str | None = None,
     storage: SessionStorage | None = None,
@@ -134,40 +101,10 @@ def find_imports(
     agent = agent_dir_or_default(agent_dir)
     storage = default_storage(storage)
     paths = session_files(agent, nested=False, storage=storage, passed_over=passed_over)
-    file_store = isinstance(storage, FileSessionStorage)
-    cache = IdentityCache(agent, "foreign_imports")
-    listed: list[Stat] = []
-    for path in paths:
-        try:
-            if file_store:  # only a file store's identities are cached: with its ctime
-                identity: Identity = stat_identity(os.stat(path))
-            else:
-                st = storage.stat(path)
-                identity = (st.size, st.mtime_ns or int(st.mtime_ms * 1e6), st.ino, 0)
-        except (OSError, ValueError):
-            continue
-        listed.append((path, *identity))
-    plan = plan_changes(listed, cache.fetch() if file_store else {}, set(paths))
-    found: dict[str, list[dict[str, Any]]] = {}
-    to_read = [s for s, _ in plan.to_read]
-    for s, row in plan.unchanged:
-        if isinstance(row.value, list):
-            found[s[0]] = [r for r in row.value if isinstance(r, dict)]
-        else:  # not what this version keeps: read again
-            to_read.append(s)
-    fresh: list[tuple[str, Identity, Any]] = []
-    for s in to_read:
-        try:
-            found[s[0]] = _records_in(read_chunks(storage, s[0]))
-        except OSError:
-            continue
-        fresh.append((s[0], s[1:], found[s[0]]))
+    found = import_records(paths, storage, agent, cache=isinstance(storage, FileSessionStorage))
     result: list[EarlierImport] = []
-    for path, *_ in listed:
-        records = found.get(path)
-        if records is None:
-            continue
-        for data in records:
+    for path in paths:
+        for _, data in found.get(path, ()):
             source, source_id = data.get("source"), data.get("sourceId")
             if not isinstance(source, str) or not isinstance(source_id, str):
                 continue
@@ -182,8 +119,6 @@ def find_imports(
                     size if isinstance(size, int) and not isinstance(size, bool) else None,
                 )
             )
-    if file_store and (fresh or plan.gone):
-        cache.store(fresh, plan.gone)
     return result
 
 

@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 
 from sessiontree._util.env import claude_config_dirs, codex_home, native_agent_dir
 from sessiontree.errors import SessionTreeError
-from sessiontree.foreign._cache import IdentityCache
 from sessiontree.foreign._files import HOST_FILES, Files, StorageFiles
 from sessiontree.foreign._model import ForeignSession, Source
 from sessiontree.foreign._records import read_transcript
@@ -37,10 +36,13 @@ from sessiontree.foreign.agents import BACKENDS, Backend, Located, detect_store
 from sessiontree.foreign.claude import read_claude_session
 from sessiontree.foreign.codex import read_codex_session
 from sessiontree.foreign.listing import ForeignMeta, scan_claude, scan_codex
-from sessiontree.listing import Identity, plan_changes
+from sessiontree.listing import Identity, IdentityCache, identity_family, plan_changes
 from sessiontree.storage import SessionStorage
 
 log = logging.getLogger("sessiontree")
+
+FOREIGN_LISTINGS = identity_family("foreign_files", 1)
+"""The listing records of other agents' sessions, in the listing cache's file."""
 
 __all__ = [
     "AGENTS",
@@ -347,7 +349,7 @@ class ForeignStore:
             located = self.locate()
         else:
             located = [f for p in paths if (f := self.locate_path(p)) is not None]
-        cache = IdentityCache(self.cache_dir, "foreign_files")
+        cache = IdentityCache(self.cache_dir, FOREIGN_LISTINGS)
         key = self.fs.cache_key
         cached = cache.fetch(key(f.path) for f in located) if self.cache_dir else {}
         found: list[ForeignListing] = []

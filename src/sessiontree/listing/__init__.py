@@ -4,7 +4,9 @@ resume-argument matching, and the file identities the caches trust.
 Modules by job: `_marks` (file identity, growth), `_changes` (the file-identity
 index: what changed in a store since a cache read it, for every cache), `_scan`
 (scanning files with the metadata fold, in worker processes for a large cold scan),
-`_cache` (the in-process and on-disk listing caches), `_listing` (`list_sessions`,
+`_cache` (the in-process and on-disk listing caches), `_values` (tables of a JSON
+value per file identity in the same file), `_imports` (the import records of a store's
+sessions, for `find_imports` and the usage report), `_listing` (`list_sessions`,
 `SessionInfo`), `_resume` (recent sessions, resume arguments).
 
 Typical use::
@@ -25,6 +27,12 @@ from sessiontree.listing._changes import (
     grown_from,
     plan_changes,
 )
+from sessiontree.listing._imports import (
+    IMPORT_RECORDS,
+    ImportRecord,
+    import_markers,
+    import_records,
+)
 from sessiontree.listing._listing import SessionInfo, list_all_sessions, list_sessions
 from sessiontree.listing._marks import (
     MARK_HEAD_BYTES,
@@ -44,15 +52,19 @@ from sessiontree.listing._resume import (
     get_recent_sessions,
     resolve_resumable_session,
 )
+from sessiontree.listing._values import IdentityCache, identity_family
 
 __all__ = [
     "CACHE_DB_NAME",
+    "IMPORT_RECORDS",
     "MARK_HEAD_BYTES",
     "MARK_TAIL_BYTES",
     "META_DB_APP_ID",
     "FileMark",
     "Identity",
+    "IdentityCache",
     "IdentityRow",
+    "ImportRecord",
     "Known",
     "Plan",
     "RecentSessionInfo",
@@ -62,6 +74,9 @@ __all__ = [
     "find_most_recent_session",
     "get_recent_sessions",
     "grown_from",
+    "identity_family",
+    "import_markers",
+    "import_records",
     "list_all_sessions",
     "list_sessions",
     "mark_file",

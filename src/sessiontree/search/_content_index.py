@@ -15,9 +15,8 @@ per session file, what `search` and the usage reports need:
   of an entry is its time (epoch ms, moved up to the next free number on a
   collision), so the newest entries come first (`search` restores the exact
   order of entries moved past another) and a time range is a key range.
-* the usage rows (`_usage_rows`: tables ``usage`` and ``imports``): each assistant
-  message's usage and each `foreign_session_import` marker, for
-  `sessiontree.reports._usage`, read by the same pass over the file.
+* the usage rows (`_usage_rows`: table ``usage``): each assistant message's usage,
+  for `sessiontree.reports._usage`, read by the same pass over the file.
 
 **Refresh.** `ContentIndex.refresh(sources)` stats every source and plans against
 the ``files`` rows with the file-identity index every cache uses
@@ -53,7 +52,7 @@ from sessiontree._util.cachedb import CacheDB, is_damage, is_locked
 from sessiontree._util.closing import process_id
 from sessiontree._util.fs import utf8_encodable
 from sessiontree.errors import InheritedHandleError
-from sessiontree.format import ImportMarker, UsageRecord
+from sessiontree.format import UsageRecord
 from sessiontree.listing import (
     FileMark,
     Known,
@@ -82,7 +81,7 @@ from sessiontree.search._index_rows import (
     read_jsonl,
     read_loaded,
 )
-from sessiontree.search._usage_rows import import_markers, usage_records, write_usage_rows
+from sessiontree.search._usage_rows import USAGE_TABLES, usage_records, write_usage_rows
 from sessiontree.storage import SessionStorage, default_storage
 
 __all__ = ["Candidate", "ContentIndex", "IndexStats", "Refreshed"]
@@ -340,7 +339,7 @@ class ContentIndex:
         dead = conn.execute(
             f"SELECT coalesce(sum(text_bytes), 0) FROM entries WHERE {where}", args
         ).fetchone()[0]
-        for table in ("entries", "usage", "imports"):
+        for table in ("entries", *USAGE_TABLES):
             conn.execute(f"DELETE FROM {table} WHERE {where}", args)
         if from_offset is None:
             conn.execute("DELETE FROM files WHERE id = ?", (file_id,))
@@ -473,7 +472,7 @@ class ContentIndex:
         conn.executemany(
             "INSERT INTO fts (rowid, text) VALUES (?, ?)", zip(keys, rows.texts, strict=True)
         )
-        write_usage_rows(conn, file_id, rows.usage, rows.imports)
+        write_usage_rows(conn, file_id, rows.usage)
 
     # -- queries
 
@@ -560,10 +559,6 @@ class ContentIndex:
     def usage_records(self, file_ids: Iterable[int]) -> dict[int, list[UsageRecord]]:
         """Assistant messages' usage per file, in file order (`_usage_rows`)."""
         return usage_records(self._conn, file_ids)
-
-    def import_markers(self, file_ids: Iterable[int]) -> dict[int, list[ImportMarker]]:
-        """`foreign_session_import` markers per file, in file order (`_usage_rows`)."""
-        return import_markers(self._conn, file_ids)
 
     def stats(self) -> IndexStats:
         conn = self._conn

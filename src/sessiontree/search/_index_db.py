@@ -77,7 +77,9 @@ _SCHEMA = (
 )
 INDEX_FAMILY: Final = Family(
     name="content_index",
-    version=2,  # 2: usage rows for what pi 1.6 counts besides replies (`counted_usage`)
+    # 2: usage rows for what pi 1.6 counts besides replies (`counted_usage`)
+    # 3: no import markers (kept once, in the listing cache: `listing.import_records`)
+    version=3,
     schema=_SCHEMA,
     tables=("meta", "files", "entries", *USAGE_TABLES, "fts"),
 )
