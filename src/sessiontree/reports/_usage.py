@@ -51,14 +51,12 @@ from __future__ import annotations
 
 import os
 import re
-import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any, Literal, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from sessiontree._util.cachedb import is_locked
 from sessiontree._util.env import agent_dir_or_default, time_zone_name
 from sessiontree.errors import SessionTreeError
 from sessiontree.format import ImportMarker, UsageRecord, UsageTotals, file_session_id
@@ -142,18 +140,12 @@ def load_usage(
         if index is None:
             notes.append("the content index cannot be opened or created: every session was read")
     if index is not None:
-        try:
-            for attempt in range(2):
-                try:
-                    return _from_index(
-                        index, srcs, storage, agent_dir_or_default(agent_dir), notes, progress
-                    )
-                except sqlite3.DatabaseError as exc:
-                    # Damaged: rebuilt from the files, once; locked: gone without.
-                    if is_locked(exc) or attempt or not index.reset():
-                        break
-        finally:
-            index.close()
+        agent = agent_dir_or_default(agent_dir)
+        answered = index.answer(
+            lambda index: _from_index(index, srcs, storage, agent, notes, progress)
+        )
+        if answered is not None:
+            return answered
         notes.append("the content index could not be read: every session was read")
     return UsageData(_read_all(srcs, storage), notes, False)
 

@@ -47,6 +47,7 @@ import sqlite3
 import stat as stat_module
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from sessiontree._util.cachedb import CacheDB, is_damage, is_locked
 from sessiontree._util.closing import process_id
@@ -85,6 +86,8 @@ from sessiontree.search._usage_rows import USAGE_TABLES, usage_records, write_us
 from sessiontree.storage import SessionStorage, default_storage
 
 __all__ = ["Candidate", "ContentIndex", "IndexStats", "Refreshed"]
+
+T = TypeVar("T")
 
 _BATCH_BYTES = 32 << 20  # read per write transaction (other processes get the lock between)
 _BATCH_ROWS = 100_000
@@ -204,6 +207,21 @@ class ContentIndex:
         self._keys = EntryKeys(conn)
         self._files = None
         return True
+
+    def answer(self, ask: Callable[[ContentIndex], T]) -> T | None:
+        """`ask(self)`, asked once more after the index was rebuilt when it turns out
+        damaged (or its tables are not as this version reads them); None when it cannot
+        answer (locked, read-only, damaged beyond a rebuild). Closes the index."""
+        try:
+            for attempt in range(2):
+                try:
+                    return ask(self)
+                except sqlite3.DatabaseError as exc:
+                    if is_locked(exc) or attempt or not self.reset():
+                        break
+        finally:
+            self.close()
+        return None
 
     # -- refresh
 

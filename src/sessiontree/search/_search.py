@@ -19,12 +19,10 @@ that cannot be read is skipped and named in the notes. The query's matcher is
 from __future__ import annotations
 
 import heapq
-import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sessiontree._util.cachedb import is_locked
 from sessiontree._util.env import agent_dir_or_default
 from sessiontree.format import Entry, loads_object
 from sessiontree.search._content_index import Candidate, ContentIndex, Refreshed
@@ -105,19 +103,13 @@ def search(
             notes.append("the content index cannot be opened or created: every session was read")
     if index is None or not trigrams:
         return _scanned(srcs, matcher, filters, storage, limit, notes)
-    try:
-        for attempt in range(2):
-            try:
-                return _indexed(
-                    index, srcs, matcher, trigrams, filters, storage, limit, notes, index_progress
-                )
-            except sqlite3.DatabaseError as exc:
-                # Damaged, or tables not as this version reads them: rebuilt from the
-                # files, once. A locked or read-only index is gone without.
-                if is_locked(exc) or attempt or not index.reset():
-                    break
-    finally:
-        index.close()
+    answered = index.answer(
+        lambda index: _indexed(
+            index, srcs, matcher, trigrams, filters, storage, limit, notes, index_progress
+        )
+    )
+    if answered is not None:
+        return answered
     notes.append("the content index could not be read: every session was read")
     return _scanned(srcs, matcher, filters, storage, limit, notes)
 
