@@ -1147,7 +1147,7 @@ def test_a_symlink_planted_as_the_listing_cache_is_never_followed(
     # the cache's name pointed sqlite at another database, whose `files` table the
     # cache's schema change dropped.
     from sessiontree import SessionManager
-    from sessiontree.foreign._cache import IdentityCache
+    from sessiontree.listing import IMPORT_RECORDS, IdentityCache
     from tests.helpers import assistant, user
 
     with SessionManager.create("/proj") as sm:
@@ -1171,7 +1171,7 @@ def test_a_symlink_planted_as_the_listing_cache_is_never_followed(
     if how == "listing":
         assert len(SessionManager.list_all()) == 1
     else:
-        IdentityCache(str(agent_dir), "foreign_imports").fetch(["x"])
+        IdentityCache(str(agent_dir), IMPORT_RECORDS).fetch(["x"])
     assert victim.read_bytes() == before and text.read_text() == "keep me\n"
     assert not any(p.is_symlink() for p in cache.iterdir())
 

@@ -18,6 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sessiontree.search._content_index as content_index
+import sessiontree.search._index_db as index_db
+import sessiontree.search._index_rows as index_rows
 from sessiontree import SessionManager, serialize_entry
 from sessiontree.search import (
     INDEX_DB_NAME,
@@ -27,7 +29,7 @@ from sessiontree.search import (
     search,
     search_sessions,
 )
-from sessiontree.search._search import _CASE_SAFE
+from sessiontree.search._query import CASE_SAFE
 from tests.conftest import examples
 from tests.helpers import assistant, user
 from tests.search.test_search import (
@@ -346,7 +348,7 @@ def test_a_locked_index_falls_back_to_reading_the_changed_files(
     assert len(found([a, b], "needle", agent_dir).hits) == 2
     with open(a, "a") as f:
         f.write(entry_line(2, "needle two") + "\n")
-    monkeypatch.setattr(content_index, "_LOCK_TIMEOUT", 0.05)
+    monkeypatch.setattr(index_db, "_LOCK_TIMEOUT", 0.05)
     other = sqlite3.connect(agent_dir / INDEX_DB_NAME, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")  # another process is writing the index
     try:
@@ -408,7 +410,7 @@ def test_the_case_safe_characters_casefold_like_everything_re_matches_them() -> 
     """Under IGNORECASE, `re` matches a case-safe character only to characters whose
     casefold equals its own: so the index (casefolded) holds what such a regex finds."""
     everything = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF)
-    for char in sorted(_CASE_SAFE):
+    for char in sorted(CASE_SAFE):
         if not char.isalpha():
             continue
         for other in re.findall(re.escape(char), everything, re.IGNORECASE):
@@ -555,7 +557,7 @@ def test_a_file_indexed_in_pieces_is_indexed_as_if_whole(
     assert len(expected) == 120
     pieces = tmp_path / "pieces-agent"
     pieces.mkdir()
-    monkeypatch.setattr(content_index, "_HELD_BYTES", 1)  # a write after every entry
+    monkeypatch.setattr(index_rows, "_HELD_BYTES", 1)  # a write after every entry
     assert _index_view(pieces, paths) == whole
     result = found(paths, "needle", pieces)
     assert result.mode == "index" and lines_of(result) == expected
@@ -568,7 +570,7 @@ def test_a_file_failing_halfway_leaves_none_of_its_rows(
     them (a savepoint per file); the other files of the same write are kept, and the
     failed one is read again next time."""
     a, b = _big_store(store)
-    monkeypatch.setattr(content_index, "_HELD_BYTES", 1)
+    monkeypatch.setattr(index_rows, "_HELD_BYTES", 1)
 
     def fail() -> None:
         raise OSError("the disk went away")
@@ -597,7 +599,7 @@ def _once_at(
 ) -> tuple[list[bool], Callable[[], None]]:
     """Run `action` once, as the content index reads the line of `entry_id` (the read
     goes on after it). Returns whether it ran, and what puts the reader back."""
-    real = content_index._feed
+    real = index_rows._feed
     done: list[bool] = []
 
     def feed(rows: Any, st: Any, raw: bytes, number: int, offset: int, order: int) -> None:
@@ -606,8 +608,8 @@ def _once_at(
             action()
         real(rows, st, raw, number, offset, order)
 
-    monkeypatch.setattr(content_index, "_feed", feed)
-    return done, lambda: monkeypatch.setattr(content_index, "_feed", real)
+    monkeypatch.setattr(index_rows, "_feed", feed)
+    return done, lambda: monkeypatch.setattr(index_rows, "_feed", real)
 
 
 def _rewrite_in_place(path: str, data: bytes) -> None:
@@ -623,7 +625,7 @@ def test_a_file_rewritten_in_place_while_it_is_read_is_found_as_a_scan_finds_it(
     new = [entry_line(n, f"fresh {n} " + "word " * (n * 7)) for n in range(1, 130)]
     a = write(store / "a.jsonl", *old)
     rewritten = Path(write(tmp_path / "new.jsonl", *new)).read_bytes()
-    monkeypatch.setattr(content_index, "_HELD_BYTES", 1)
+    monkeypatch.setattr(index_rows, "_HELD_BYTES", 1)
     done, stop = _once_at(monkeypatch, "e0000050", lambda: _rewrite_in_place(a, rewritten))
     with ContentIndex.open(str(agent_dir)) as index:
         assert index is not None
@@ -676,7 +678,7 @@ def test_a_file_that_is_not_a_session_and_spans_chunks_is_indexed_once_not_stale
     other = store / "other.jsonl"
     line = '{"type":"message","id":"%d","text":"needle ' + "word " * 20 + '"}\n'
     other.write_text('{"type":"not-a-session"}\n' + "".join(line % n for n in range(20000)))
-    assert other.stat().st_size > 2 * content_index._CHUNK
+    assert other.stat().st_size > 2 * index_rows._CHUNK
     a = write(store / "a.jsonl", entry_line(1, "needle 1"))
     sources = [SessionSource(str(other)), SessionSource(a)]
     with ContentIndex.open(str(agent_dir)) as index:
@@ -693,7 +695,7 @@ def test_a_file_appended_to_while_it_is_read_is_kept_and_caught_up(
     """A live session grows while it is indexed: what was read is kept (the bytes read
     are still the file's), and the next refresh reads only the lines added."""
     a = write(store / "a.jsonl", *[entry_line(n, f"needle {n}") for n in range(1, 60)])
-    monkeypatch.setattr(content_index, "_HELD_BYTES", 1)
+    monkeypatch.setattr(index_rows, "_HELD_BYTES", 1)
 
     def append() -> None:
         with open(a, "a") as f:

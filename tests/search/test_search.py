@@ -502,10 +502,11 @@ def test_the_snippet_keeps_the_whitespace_around_the_match(tmp_path: Path) -> No
 )
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
 def test_the_highlight_is_the_query_after_any_text(prefix: str, query: str, suffix: str) -> None:
-    from sessiontree.search._search import _Substring, snippet
+    from sessiontree.search._hits import snippet
+    from sessiontree.search._query import Substring
 
     text = prefix + "|" + query + "|" + suffix
-    span = _Substring(query, False).find(text)
+    span = Substring(query, False).find(text)
     assert span is not None
     before, match, after = snippet(text, *span)
     assert match == query
@@ -552,11 +553,11 @@ def test_a_bounded_regular_expression_matches_as_re_does(
     """Within `regex_time_limit` (the web's searches) patterns are matched by the `regex`
     package, which can be stopped: it finds what `re` finds, at the same place."""
     from sessiontree.search import regex_time_limit
-    from sessiontree.search._search import _Regex
+    from sessiontree.search._query import Regex
 
-    plain = _Regex(pattern, case_sensitive)
+    plain = Regex(pattern, case_sensitive)
     with regex_time_limit(10):
-        bounded = _Regex(pattern, case_sensitive)
+        bounded = Regex(pattern, case_sensitive)
     assert bounded.timed is not None
     assert bounded.find(text) == plain.find(text)
 
@@ -604,18 +605,18 @@ import resource, sys
 resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
 from sessiontree.errors import SessionTreeError
 from sessiontree.search import regex_time_limit
-from sessiontree.search._search import _Regex
+from sessiontree.search._query import Regex
 for pattern in ("x{1000000000}", "(?:ab){3000000}c", "(?>x{400000})"):
     try:
         with regex_time_limit(5):
-            _Regex(pattern, False)
+            Regex(pattern, False)
     except SessionTreeError as exc:
         assert "repeats more than" in str(exc), exc
     else:
         sys.exit(f"{pattern} was compiled")
 with regex_time_limit(5):
-    assert _Regex("x{2,100000000}y", False).timed is not None  # a maximum is not unrolled
-    assert _Regex(r"\\d{4}-\\d{2}", False).timed is not None
+    assert Regex("x{2,100000000}y", False).timed is not None  # a maximum is not unrolled
+    assert Regex(r"\\d{4}-\\d{2}", False).timed is not None
 """
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -644,11 +645,11 @@ def test_a_bounded_regular_expression_reads_unicode_classes_and_case_as_re_does(
     """The web's bounded search claims the matches of `re` (what the CLI finds); these
     differ, found by a random differential run of the two engines."""
     from sessiontree.search import regex_time_limit
-    from sessiontree.search._search import _Regex
+    from sessiontree.search._query import Regex
 
-    plain = _Regex(pattern, case_sensitive)
+    plain = Regex(pattern, case_sensitive)
     with regex_time_limit(10):
-        bounded = _Regex(pattern, case_sensitive)
+        bounded = Regex(pattern, case_sensitive)
     assert bounded.find(text) == plain.find(text)
 
 

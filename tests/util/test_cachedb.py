@@ -302,22 +302,28 @@ def test_a_listing_repair_leaves_the_foreign_tables_in_the_same_file(agent_dir: 
     # Both live in sessions-meta.db; the listing used to delete the whole file when its
     # own rows could not be read, the foreign listings' and import records with it.
     from sessiontree import SessionManager
-    from sessiontree.foreign._cache import IdentityCache
-    from sessiontree.listing import CACHE_DB_NAME, clear_listing_cache, list_all_sessions
+    from sessiontree.listing import (
+        CACHE_DB_NAME,
+        IMPORT_RECORDS,
+        IdentityCache,
+        Known,
+        clear_listing_cache,
+        list_all_sessions,
+    )
     from tests.helpers import assistant, user
 
     with SessionManager.create("/proj") as sm:
         sm.append_message(user("q"))
         sm.append_message(assistant("a"))
     assert len(list_all_sessions(store_parts())) == 1
-    imports = IdentityCache(str(agent_dir), "foreign_imports")
+    imports = IdentityCache(str(agent_dir), IMPORT_RECORDS)
     imports.store([("/some/file.jsonl", (1, 2, 3, 4), {"kept": True})])
     raw(agent_dir / CACHE_DB_NAME, "UPDATE files SET final = x'00'")  # unreadable rows
     clear_listing_cache()
     (info,) = list_all_sessions(store_parts())
     assert info.first_message == "q"
     assert imports.fetch(["/some/file.jsonl"]) == {
-        "/some/file.jsonl": ((1, 2, 3, 4), {"kept": True})
+        "/some/file.jsonl": Known((1, 2, 3, 4), {"kept": True})
     }
     clear_listing_cache()
     assert list_all_sessions(store_parts()) == [

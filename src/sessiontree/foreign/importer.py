@@ -11,29 +11,27 @@ An import never changes an existing session. A source imported before is refused
 (`AlreadyImportedError`, naming the session that holds it) unless `again=True`;
 that includes a source that has grown since (it says so): a second import is a
 second, complete session, and the first stays as it was. Earlier imports are
-found from the `foreign_session_import` records in this store's sessions, read
-once per file identity and kept in the listing cache.
+found from the `foreign_session_import` records in this store's sessions
+(`listing.import_records`: read once per file identity, kept in the listing cache, the
+one place the usage report reads them from too).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sessiontree.errors import SessionTreeError
-from sessiontree.foreign._cache import Identity, IdentityCache
 from sessiontree.foreign._model import ForeignSession
-from sessiontree.format import loads_line
 from sessiontree.layout import StoreParts, get_default_session_dir
-from sessiontree.listing import same_identity, stat_identity
+from sessiontree.listing import import_records
 from sessiontree.maintenance import artifacts_dir, session_files
 from sessiontree.session import SessionManager
 from sessiontree.storage import (
     FileSessionStorage,
-    read_chunks,
 )
 
 __all__ = [
@@ -85,36 +83,6 @@ class ImportedSession:
     subsessions: list[str] = field(default_factory=list)
 
 
-def _records_in(chunks: Iterable[bytes]) -> list[dict[str, Any]]:
-    """The data of every `foreign_session_import` entry in a file's bytes."""
-    found: list[dict[str, Any]] = []
-    pending = b""
-    for chunk in chunks:
-        data = pending + chunk
-        lines = data.split(b"\n")
-        pending = lines.pop()
-        for line in lines:
-            if _MARKER in line:
-                _collect(line, found)
-    if pending and _MARKER in pending:
-        _collect(pending, found)
-    return found
-
-
-def _collect(line: bytes, found: list[dict[str, Any]]) -> None:
-    try:
-        entry = loads_line(line)
-    except (ValueError, UnicodeError):
-        return
-    if (
-        isinstance(entry, dict)
-        and entry.get("type") == "custom"
-        and entry.get("customType") == IMPORT_TYPE
-        and isinstance(entry.get("data"), dict)
-    ):
-        found.append(entry["data"])
-
-
 def find_imports(
     parts: StoreParts, *, passed_over: list[tuple[str, str]] | None = None
 ) -> list[EarlierImport]:
@@ -125,30 +93,10 @@ def find_imports(
     """
     agent, storage = parts.agent_dir, parts.storage
     paths = session_files(parts, nested=False, passed_over=passed_over)
-    file_store = isinstance(storage, FileSessionStorage)
-    cache = IdentityCache(agent, "foreign_imports")
-    cached = cache.fetch(paths) if file_store else {}
-    fresh: list[tuple[str, Identity, Any]] = []
+    found = import_records(paths, storage, agent, cache=isinstance(storage, FileSessionStorage))
     result: list[EarlierImport] = []
     for path in paths:
-        try:
-            if file_store:  # only a file store's identities are cached: with its ctime
-                identity: Identity = stat_identity(os.stat(path))
-            else:
-                st = storage.stat(path)
-                identity = (st.size, st.mtime_ns or int(st.mtime_ms * 1e6), st.ino, 0)
-        except (OSError, ValueError):
-            continue
-        hit = cached.get(path)
-        if hit is not None and same_identity(tuple(hit[0]), identity) and isinstance(hit[1], list):
-            records = [r for r in hit[1] if isinstance(r, dict)]
-        else:
-            try:
-                records = _records_in(read_chunks(storage, path))
-            except OSError:
-                continue
-            fresh.append((path, identity, records))
-        for data in records:
+        for _, data in found.get(path, ()):
             source, source_id = data.get("source"), data.get("sourceId")
             if not isinstance(source, str) or not isinstance(source_id, str):
                 continue
@@ -163,8 +111,6 @@ def find_imports(
                     size if isinstance(size, int) and not isinstance(size, bool) else None,
                 )
             )
-    if fresh and file_store:
-        cache.store(fresh, [p for p in cached if p not in set(paths)])
     return result
 
 

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 
 from sessiontree._util.env import claude_config_dirs, codex_home, native_agent_dir
 from sessiontree.errors import SessionTreeError
-from sessiontree.foreign._cache import Identity, IdentityCache
 from sessiontree.foreign._files import HOST_FILES, Files, StorageFiles
 from sessiontree.foreign._model import ForeignSession, Source
 from sessiontree.foreign._records import read_transcript
@@ -40,11 +39,19 @@ from sessiontree.foreign.claude import read_claude_session
 from sessiontree.foreign.codex import read_codex_session
 from sessiontree.foreign.listing import ForeignMeta, scan_claude, scan_codex
 from sessiontree.format import clean_title
-from sessiontree.listing import same_identity
+from sessiontree.listing import (
+    Identity,
+    IdentityCache,
+    identity_family,
+    plan_changes,
+)
 from sessiontree.session import message_count, title_parts
 from sessiontree.storage import SessionStorage
 
 log = logging.getLogger("sessiontree")
+
+FOREIGN_LISTINGS = identity_family("foreign_files", 1)
+"""The listing records of other agents' sessions, in the listing cache's file."""
 
 __all__ = [
     "AGENTS",
@@ -351,18 +358,20 @@ class ForeignStore:
             located = self.locate()
         else:
             located = [f for p in paths if (f := self.locate_path(p)) is not None]
-        cache = IdentityCache(self.cache_dir, "foreign_files")
+        cache = IdentityCache(self.cache_dir, FOREIGN_LISTINGS)
         key = self.fs.cache_key
         cached = cache.fetch(key(f.path) for f in located) if self.cache_dir else {}
         found: list[ForeignListing] = []
         children: list[ForeignListing] = []
         fresh: list[tuple[str, Identity, object]] = []
         known: dict[str, tuple[ForeignMeta, int]] = {}
+        # The table is shared by every store of this cache dir: `gone` is not theirs.
+        plan = plan_changes(((key(f.path), *f.identity) for f in located), cached)
+        unchanged = {s[0]: row.value for s, row in plan.unchanged}
         for item in located:
-            hit = cached.get(key(item.path))
-            if hit is not None and same_identity(tuple(hit[0]), item.identity):
+            if key(item.path) in unchanged:
                 try:
-                    known[item.path] = self._load_cached(hit[1], item)
+                    known[item.path] = self._load_cached(unchanged[key(item.path)], item)
                 except (ValueError, TypeError):
                     pass
         scanned = self._scan_all([item for item in located if item.path not in known])

@@ -20,7 +20,14 @@ from sessiontree._util.fs import utf8_encodable
 from sessiontree.listing._scan import Record, dump_fold, load_fold
 from sessiontree.storage import HostFilesystem, SessionStorage
 
-__all__ = ["CACHE_DB_NAME", "LISTING_FAMILY", "META_DB_APP_ID", "MetaDB", "clear_listing_cache"]
+__all__ = [
+    "CACHE_DB_NAME",
+    "LISTING_FAMILY",
+    "META_DB_APP_ID",
+    "MetaDB",
+    "cache_lock",
+    "clear_listing_cache",
+]
 
 T = TypeVar("T")
 
@@ -62,7 +69,7 @@ assert _COLUMNS.count(",") == 11
 DirCache = dict[str, dict[str, Record]]  # directory -> path -> record
 
 lock = threading.Lock()
-"""Guards the in-process records; read as `_cache.lock` (a forked child gets a new one)."""
+"""Guards the in-process records (a forked child gets a new one: take it by `cache_lock`)."""
 _file_cache: DirCache = {}
 _other_caches: weakref.WeakKeyDictionary[object, DirCache] = weakref.WeakKeyDictionary()
 
@@ -75,6 +82,11 @@ def _forked() -> None:
 
 
 os.register_at_fork(after_in_child=_forked)
+
+
+def cache_lock() -> threading.Lock:
+    """The lock that guards the in-process records now (a forked child's own)."""
+    return lock
 
 
 def memory_cache(storage: SessionStorage) -> DirCache | None:

@@ -16,8 +16,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, overload
 
-import sessiontree.listing._cache as _cache
-import sessiontree.listing._marks as _marks
 from sessiontree.format import SESSION, parse_iso_ms
 from sessiontree.layout import (
     StoreParts,
@@ -25,8 +23,9 @@ from sessiontree.layout import (
     home_relative_dir_name,
     is_safe_name,
 )
-from sessiontree.listing._cache import DirCache, MetaDB, memory_cache
-from sessiontree.listing._marks import Stat, stat_dir
+from sessiontree.listing._cache import DirCache, MetaDB, cache_lock, memory_cache
+from sessiontree.listing._changes import plan_changes
+from sessiontree.listing._marks import Stat, read_start_ns, stat_dir
 from sessiontree.listing._scan import Record, scan_file, scan_jobs
 from sessiontree.storage import (
     HostFilesystem,
@@ -182,7 +181,7 @@ def session_info(rec: Record, path: str, storage: SessionStorage) -> SessionInfo
             else None
         )
         rec.built = True
-    return rec.info
+    return rec.info if isinstance(rec.info, SessionInfo) else None
 
 
 # ---------------------------------------------------------------------------- listing core
@@ -214,20 +213,21 @@ def collect(directories: list[str], parts: StoreParts, *, cache: bool = True) ->
             dirs.append(d)
     if isinstance(storage, SessionIndexStorage):  # [storage index] no session file is read
         return _collect_indexed(dirs, storage)
-    now_ns = _marks._now_ns()  # before any file is read: see `stat_identity`
+    now_ns = read_start_ns()  # before any file is read: see `stat_identity`
     listing = {d: stat_dir(d, storage, now_ns) for d in dirs}
     memory = memory_cache(storage) if cache else None
     records: dict[str, Record | None] = {}
+    # The in-process records first, then the on-disk rows of the files they miss
+    # (`plan_changes` both times); the rest is scanned, from the old end when it grew.
     misses: list[tuple[str, Stat, Record | None]] = []
-    with _cache.lock:
+    forgotten: dict[str, list[str]] = {}  # dir -> paths of its records whose file is gone
+    with cache_lock():
         for d, stats in listing.items():
-            known = memory.get(d) if memory is not None else None
-            for s in stats:
-                rec = known.get(s[0]) if known is not None else None
-                if rec is not None and rec.same_as(s):
-                    records[s[0]] = rec
-                else:
-                    misses.append((d, s, rec))
+            plan = plan_changes(stats, (memory.get(d) if memory is not None else None) or {})
+            for s, kept in plan.unchanged:
+                records[s[0]] = kept
+            misses += [(d, s, old) for s, old in plan.to_read]
+            forgotten[d] = plan.gone
     db = None
     if cache and misses and isinstance(storage, HostFilesystem):
         db = MetaDB(parts.agent_dir)
@@ -236,17 +236,19 @@ def collect(directories: list[str], parts: StoreParts, *, cache: bool = True) ->
     if db is not None:
         miss_dirs = sorted({d for d, _, _ in misses})
         stored = db.fetch(miss_dirs)
-        listed = {s[0] for d in miss_dirs for s in listing[d]}
-        stale_db = [p for p in stored if p not in listed]
-        todo: list[tuple[str, Stat, Record | None]] = []
-        for d, s, rec in misses:
-            row = stored.get(s[0])
-            if row is not None and row.same_as(s):
-                records[s[0]] = row
-                fresh.append((d, s[0], row))
-            else:
-                todo.append((d, s, rec if rec is not None else row))
-        misses = todo
+        in_memory = {s[0]: rec for _, s, rec in misses}
+        where = {s[0]: d for d, s, _ in misses}
+        on_disk = plan_changes(
+            (s for _, s, _ in misses),
+            stored,
+            listed={s[0] for d in miss_dirs for s in listing[d]},
+        )
+        stale_db = on_disk.gone
+        for s, row in on_disk.unchanged:
+            records[s[0]] = row
+            fresh.append((where[s[0]], s[0], row))
+        # A changed file resumes from the newer of its two records (the in-process one).
+        misses = [(where[s[0]], s, _newer(in_memory[s[0]], old)) for s, old in on_disk.to_read]
     scanned: list[tuple[str, Record]] = []
     results = scan_jobs([(s, rec) for _, s, rec in misses], storage)
     for (d, s, _), rec in zip(misses, results, strict=True):
@@ -257,25 +259,28 @@ def collect(directories: list[str], parts: StoreParts, *, cache: bool = True) ->
     if db is not None and (scanned or stale_db):
         db.store(scanned, stale_db)
     if memory is not None:
-        _remember(memory, listing, fresh)
+        _remember(memory, forgotten, fresh)
     return _newest_first(dirs, listing, records, storage)
+
+
+def _newer(in_memory: Record | None, on_disk: Record | None) -> Record | None:
+    """The record a changed file's scan may resume from: this process's, else the disk's."""
+    return in_memory if in_memory is not None else on_disk
 
 
 def _remember(
     memory: DirCache,
-    listing: dict[str, list[Stat]],
+    forgotten: dict[str, list[str]],
     fresh: list[tuple[str, str, Record]],
 ) -> None:
     """Keep this listing in the in-process cache (files gone from a dir are forgotten)."""
-    with _cache.lock:
-        for d, stats in listing.items():
+    with cache_lock():
+        for d, gone in forgotten.items():
             known = memory.get(d)
             if known is None:
                 known = memory[d] = {}
-            elif known:
-                present = {s[0] for s in stats}
-                for p in [p for p in known if p not in present]:
-                    del known[p]
+            for p in gone:
+                known.pop(p, None)
         for d, p, rec in fresh:
             memory[d][p] = rec
 

@@ -31,6 +31,7 @@ __all__ = [
     "mark_file",
     "marked_as_read",
     "only_appended",
+    "read_start_ns",
     "same_identity",
     "stat_identity",
 ]
@@ -61,6 +62,12 @@ def _now_ns() -> int:
     """The clock that file timestamps are taken from (tests move it; callers in other
     modules go through this module's attribute so that they see the move)."""
     return time.time_ns()
+
+
+def read_start_ns() -> int:
+    """The time a look at a store starts, before any file is read (`stat_identity`'s
+    `now_ns`)."""
+    return _now_ns()
 
 
 _CTIME_MOVES = True

@@ -13,7 +13,6 @@ from typing import Literal
 
 import orjson
 
-import sessiontree.listing._marks as _marks
 from sessiontree.errors import AmbiguousSessionError
 from sessiontree.format import SESSION, MetaFold, file_session_id
 from sessiontree.layout import is_safe_name, store_parts
@@ -25,7 +24,7 @@ from sessiontree.listing._listing import (
     local_dirs,
     session_info,
 )
-from sessiontree.listing._marks import UNTRUSTED, Stat, stat_dir
+from sessiontree.listing._marks import UNTRUSTED, Stat, read_start_ns, stat_dir
 from sessiontree.listing._scan import rescan, scan_chunks
 from sessiontree.storage import SessionStorage, StorageStat, default_storage
 
@@ -71,7 +70,7 @@ class ResolvedSessionMatch:
 
 
 def _by_mtime(session_dir: str, storage: SessionStorage) -> list[Stat]:
-    stats = stat_dir(os.path.abspath(session_dir), storage, _marks._now_ns())
+    stats = stat_dir(os.path.abspath(session_dir), storage, read_start_ns())
     stats.sort(key=lambda s: (s[2], s[0]), reverse=True)
     return stats
 

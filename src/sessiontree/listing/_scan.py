@@ -14,7 +14,6 @@ import sys
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from sessiontree.format import (
     AWAITING_HEADER,
@@ -25,6 +24,7 @@ from sessiontree.format import (
     parse_iso_ms,
     serialize_entry_bytes,
 )
+from sessiontree.listing._changes import grown_from
 from sessiontree.listing._marks import (
     HEAD_CHECK,
     HEAD_MAX,
@@ -32,7 +32,6 @@ from sessiontree.listing._marks import (
     UNTRUSTED,
     Stat,
     digest,
-    only_appended,
 )
 from sessiontree.storage import (
     FileSessionStorage,
@@ -41,9 +40,6 @@ from sessiontree.storage import (
     read_range,
     read_range_chunks,
 )
-
-if TYPE_CHECKING:
-    from sessiontree.listing._listing import SessionInfo
 
 _CHUNK = 1 << 20
 
@@ -91,7 +87,10 @@ class Record:
     """The header's time, parsed once (a fresh process builds thousands of listings)."""
     state_blob: bytes | None  # the fold at `offset`, when it differs from `final`
     state: MetaFold | None = None
-    info: SessionInfo | None = None
+    info: object = None
+    """The `SessionInfo` built from it (`_listing.session_info`; None: not a session),
+    kept so that a repeated listing builds none. Typed `object`: the listing module
+    that defines the class reads records, never the other way round."""
     built: bool = False
 
     def same_as(self, s: Stat) -> bool:
@@ -250,10 +249,9 @@ def _record(scan: _Scanned, s: Stat) -> Record:
 def rescan(storage: SessionStorage, s: Stat, old: Record | None) -> Record | None:
     """A fresh record for the file listed as `s` (incremental when it only grew); None
     if it vanished or cannot be read."""
-    path, size, _, ino, _ = s
     try:
-        grew = old is not None and only_appended(storage, path, old, size, ino)
-        return _record(scan_file(storage, path, size, old if grew else None), s)
+        grew = grown_from(storage, s, old)
+        return _record(scan_file(storage, s[0], s[1], old if grew else None), s)
     except OSError:
         return None
 

@@ -3,9 +3,10 @@
 One library for `sessiontree usage`, `sessiontree stats` and the web viewer:
 
 1. `load_usage(sources)` gets every assistant message's usage (`UsageRecord`)
-   per session file, from the content index (`sessiontree.search._content_index`,
-   refreshed first: only what was appended since is read) or, for other stores,
-   by reading the files.
+   per session file, from the content index (`sessiontree.search`, refreshed
+   first: only what was appended since is read) with the import markers from the
+   listing cache (`listing.import_records`), or, for other stores, by reading the
+   files.
 2. `count_once(sessions)` applies the de-duplication rules, so that each reply
    is counted once however many files repeat it:
 
@@ -50,18 +51,17 @@ from __future__ import annotations
 
 import os
 import re
-import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any, Literal, NamedTuple
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from sessiontree._util.cachedb import is_locked
 from sessiontree._util.env import time_zone_name
 from sessiontree.errors import SessionTreeError
 from sessiontree.format import ImportMarker, UsageRecord, UsageTotals, file_session_id
 from sessiontree.layout import StoreParts
+from sessiontree.listing import import_markers, import_records
 from sessiontree.reports._pricing import PriceTable, price_table
 from sessiontree.search import ContentIndex, IndexedFile, SessionSource, read_source
 from sessiontree.storage import HostFilesystem, SessionStorage
@@ -140,16 +140,12 @@ def load_usage(
         if index is None:
             notes.append("the content index cannot be opened or created: every session was read")
     if index is not None:
-        try:
-            for attempt in range(2):
-                try:
-                    return _from_index(index, srcs, storage, notes, progress)
-                except sqlite3.DatabaseError as exc:
-                    # Damaged: rebuilt from the files, once; locked: gone without.
-                    if is_locked(exc) or attempt or not index.reset():
-                        break
-        finally:
-            index.close()
+        agent = parts.agent_dir
+        answered = index.answer(
+            lambda index: _from_index(index, srcs, storage, agent, notes, progress)
+        )
+        if answered is not None:
+            return answered
         notes.append("the content index could not be read: every session was read")
     return UsageData(_read_all(srcs, storage), notes, False)
 
@@ -158,6 +154,7 @@ def _from_index(
     index: ContentIndex,
     sources: list[SessionSource],
     storage: SessionStorage,
+    agent_dir: str,
     notes: list[str],
     progress: Callable[[int, int], None] | None,
 ) -> UsageData:
@@ -168,8 +165,13 @@ def _from_index(
     files = index.files(wanted)
     ids = [f.id for f in files]
     records = index.usage_records(ids)
-    markers = index.import_markers(ids)
-    sessions = [SessionUsage(f, records.get(f.id, []), markers.get(f.id, [])) for f in files]
+    # The import records live in the listing cache (`listing.import_records`), one place
+    # for them; the sessions of other formats (loaded) hold none.
+    ours = [s.path for s in sources if s.load is None and s.path not in stale]
+    found = import_records(ours, storage, agent_dir, cache=True)
+    sessions = [
+        SessionUsage(f, records.get(f.id, []), import_markers(found.get(f.path, ()))) for f in files
+    ]
     held = {f.path for f in files}
     rest = [s for s in sources if s.path not in held]
     if refreshed.stale:

@@ -1,28 +1,33 @@
-"""Search over sessions (index first, scan fallback) and the SQLite FTS5 content index."""
+"""Search over sessions (index first, scan fallback) and the SQLite FTS5 content index.
+
+Modules by job: `_search` (`search`: the index asked, its candidates verified, the rest
+scanned), `_scan` (the scan: one loop, one rule for files it cannot read), `_query`
+(matchers, literals, the raw-line prefilter, regex time limits), `_hits` (hits,
+snippets, filters); the content index: `_content_index` (refresh and queries),
+`_index_db` (tables, opening, keys), `_index_rows` (reading a session into rows),
+`_usage_rows` (the rows the usage report reads).
+"""
 
 from __future__ import annotations
 
-from sessiontree.search._content_index import (
-    INDEX_DB_NAME,
-    ContentIndex,
+from sessiontree.search._content_index import ContentIndex
+from sessiontree.search._hits import SearchHit, merge_store_hits, title_hits
+from sessiontree.search._index_db import INDEX_DB_NAME
+from sessiontree.search._index_rows import (
     IndexedFile,
     SessionSource,
     index_text,
     query_trigrams,
     read_source,
 )
-from sessiontree.search._search import (
+from sessiontree.search._query import (
     RegexTimeoutError,
-    SearchHit,
-    SearchResult,
-    merge_store_hits,
     nested_repeat,
     regex_literals,
     regex_time_limit,
-    search,
-    search_sessions,
-    title_hits,
 )
+from sessiontree.search._scan import search_sessions
+from sessiontree.search._search import SearchResult, search
 
 __all__ = [
     "INDEX_DB_NAME",

@@ -1,4 +1,4 @@
-"""The content index: every session's searchable text in SQLite FTS5, and its usage.
+"""The content index: every session's searchable text in SQLite FTS5 (and the usage rows).
 
 `<agent dir>/cache/content-index.db` (0600, derived data, safe to delete) holds,
 per session file, what `search` and the usage reports need:
@@ -15,143 +15,86 @@ per session file, what `search` and the usage reports need:
   of an entry is its time (epoch ms, moved up to the next free number on a
   collision), so the newest entries come first (`search` restores the exact
   order of entries moved past another) and a time range is a key range.
-* ``usage`` and ``imports``: each assistant message's usage and each
-  `foreign_session_import` marker, for `sessiontree.reports._usage`.
+* the usage rows (`_usage_rows`: table ``usage``): each assistant message's usage,
+  for `sessiontree.reports._usage`, read by the same pass over the file.
 
-**Refresh.** `ContentIndex.refresh(sources)` stats every source and compares it
-with the `FileMark` the listing cache's change detection uses
-(`listing.stat_identity`, `listing.only_appended`): an unchanged file (size,
-mtime, inode and ctime) is not read, a file that only grew
-is read from the end of its last complete line, anything else is read again from
-the start. An entry deleted from the index stays in the FTS table as a dead row
-(SQLite before 3.43 cannot delete from a contentless table): it joins no entry
-row, so it costs space only; when dead text outweighs live text the index is
-rebuilt. The file follows the rules of every cache database (`sessiontree._util.cachedb`):
-an older index is rebuilt, a damaged one deleted and made again; another program's
-database or a newer sessiontree's index is left alone (search then reads the files).
+**Refresh.** `ContentIndex.refresh(sources)` stats every source and plans against
+the ``files`` rows with the file-identity index every cache uses
+(`listing.plan_changes`, `listing.grown_from`): an unchanged file (size, mtime, inode
+and ctime) is not read, a file that only grew is read from the end of its last
+complete line, anything else is read again from the start. An entry deleted from the
+index stays in the FTS table as a dead row (SQLite before 3.43 cannot delete from a
+contentless table): it joins no entry row, so it costs space only; when dead text
+outweighs live text the index is rebuilt. The file follows the rules of every cache
+database (`sessiontree._util.cachedb`): an older index is rebuilt, a damaged one
+deleted and made again; another program's database or a newer sessiontree's index is
+left alone (search then reads the files).
 
 Sources are our JSONL files, or any session a loader turns into entries
 (`SessionSource.load`, for other agents' formats): those are re-read whole when
 they change, and their entries are found again by position.
+
+
+Modules by job: `_index_db` (tables, opening, transactions, keys), `_index_rows`
+(reading a session into rows), `_usage_rows` (the usage report's rows), this one (the
+index: refresh and queries).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import re
 import sqlite3
 import stat as stat_module
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import partial
-from typing import Final
+from typing import TypeVar
 
-from sessiontree._util.cachedb import CacheDB, Family, is_damage, is_locked, open_cache
+from sessiontree._util.cachedb import CacheDB, is_damage, is_locked
 from sessiontree._util.closing import process_id
-from sessiontree._util.foreground import pause_point
 from sessiontree._util.fs import utf8_encodable
 from sessiontree.errors import InheritedHandleError
-from sessiontree.format import (
-    USAGE_KINDS,
-    Entry,
-    ImportMarker,
-    UsageRecord,
-    allow_deep_nesting,
-    entry_role,
-    entry_text,
-    head_kind,
-    import_marker,
-    loads_line,
-    loads_object,
-    parse_iso_ms,
-    serialize_entry_bytes,
-    usage_record,
-)
+from sessiontree.format import UsageRecord
 from sessiontree.listing import (
-    MARK_HEAD_BYTES,
-    MARK_TAIL_BYTES,
     FileMark,
+    Known,
+    grown_from,
     mark_file,
-    marked_as_read,
-    only_appended,
-    same_identity,
+    plan_changes,
     stat_identity,
 )
-from sessiontree.storage import (
-    SessionStorage,
-    default_storage,
-    read_chunks,
-    read_range,
-    read_range_chunks,
+from sessiontree.listing._marks import Stat
+from sessiontree.search._index_db import (
+    INDEX_DB_NAME,
+    INDEX_FAMILY,
+    KEY_MAX,
+    EntryKeys,
+    open_index_db,
+    write_transaction,
 )
+from sessiontree.search._index_rows import (
+    PHASE_OK,
+    FileState,
+    IndexedFile,
+    Rows,
+    SessionSource,
+    head_len_of,
+    read_as_marked,
+    read_jsonl,
+    read_loaded,
+)
+from sessiontree.search._usage_rows import USAGE_TABLES, usage_records, write_usage_rows
+from sessiontree.storage import SessionStorage, default_storage
 
-__all__ = [
-    "INDEX_DB_NAME",
-    "MIN_QUERY_CHARS",
-    "Candidate",
-    "ContentIndex",
-    "IndexStats",
-    "IndexedFile",
-    "Loader",
-    "Refreshed",
-    "SessionSource",
-    "index_text",
-    "query_trigrams",
-    "read_source",
-]
+__all__ = ["Candidate", "ContentIndex", "IndexStats", "Refreshed"]
 
-INDEX_DB_NAME: Final = os.path.join("cache", "content-index.db")
-"""The content index, relative to the agent dir."""
-MIN_QUERY_CHARS: Final = 3
-"""A literal shorter than this has no trigram: the index cannot answer it."""
+T = TypeVar("T")
 
-_APPLICATION_ID = 0x53544958  # "STIX": tells our database from any other at that path
-_CHUNK = 1 << 20
 _BATCH_BYTES = 32 << 20  # read per write transaction (other processes get the lock between)
 _BATCH_ROWS = 100_000
-_HELD_BYTES = 16 << 20  # rows of one file held before they are written (a big file's)
-_LOCK_TIMEOUT = 1.0
 _REBUILD_DEAD_BYTES = 64 << 20
-_KEY_MAX = 1 << 62
-_PHASE_START, _PHASE_OK, _PHASE_INVALID = 0, 1, 2
-_BOM = b"\xef\xbb\xbf"
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-
-Loader = Callable[[str], tuple[Entry | None, Sequence[Entry]]]
-"""Reads a session of another format: (header or None when it is not one, entries)."""
 
 
-@dataclass(frozen=True, slots=True)
-class SessionSource:
-    """A session the index covers: our JSONL file at `path`, or, with `load`, a
-    file of another format whose entries `load(path)` returns. `identity`, with
-    `load`, gives (size, mtime_ns, ino, ctime_ns) of a session that is not one file's stat
-    (a session of an OpenCode database, named by a path under the database file)."""
-
-    path: str
-    load: Loader | None = field(default=None, compare=False)
-    kind: str = "jsonl"
-    identity: Callable[[str], tuple[int, int, int, int]] | None = field(default=None, compare=False)
-
-
-def index_text(text: str) -> str:
-    """What the index holds for `text` (and what a query is cut from): casefolded,
-    with NUL and lone surrogates (which SQLite cannot take) as U+FFFD. Character by
-    character, so a substring of `text` maps to a substring of the result."""
-    folded = text.casefold()
-    if _UNSTORABLE.search(folded) is None:
-        return folded
-    return _UNSTORABLE.sub("\ufffd", folded)
-
-
-def query_trigrams(literal: str) -> list[str]:
-    """The distinct trigrams of `index_text(literal)` ([] when it is too short)."""
-    text = index_text(literal)
-    return list(dict.fromkeys(text[i : i + 3] for i in range(len(text) - 2)))
-
-
-def _match_expression(trigrams: Iterable[str]) -> str:
+def match_expression(trigrams: Iterable[str]) -> str:
     # detail=none has no positions: each trigram is its own one-token phrase.
     return " AND ".join('"' + t.replace('"', '""') + '"' for t in trigrams)
 
@@ -172,23 +115,6 @@ class Candidate:
     timestamp: int | None
     key: int
     """The index's key: at or after `timestamp`, before the key of any later entry's."""
-
-
-@dataclass(frozen=True, slots=True)
-class IndexedFile:
-    """What the index knows of one session file."""
-
-    id: int
-    path: str
-    kind: str
-    size: int
-    valid: bool
-    """False: not a session (no valid header)."""
-    session_id: str | None
-    cwd: str | None
-    parent: str | None
-    created: int | None
-    entries: int
 
 
 @dataclass(slots=True)
@@ -219,386 +145,6 @@ class IndexStats:
     dead_bytes: int
 
 
-_SCHEMA = (
-    """CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID""",
-    """CREATE TABLE files (
-        id INTEGER PRIMARY KEY,
-        path TEXT NOT NULL UNIQUE,
-        kind TEXT NOT NULL,
-        size INTEGER NOT NULL,
-        mtime_ns INTEGER NOT NULL,
-        ino INTEGER NOT NULL,
-        ctime_ns INTEGER NOT NULL DEFAULT -1,
-        scan_offset INTEGER NOT NULL,
-        head_len INTEGER NOT NULL,
-        head BLOB NOT NULL,
-        tail BLOB NOT NULL,
-        line INTEGER NOT NULL,
-        phase INTEGER NOT NULL,
-        session_id TEXT,
-        cwd TEXT,
-        parent TEXT,
-        created INTEGER,
-        entries INTEGER NOT NULL,
-        tail_entries INTEGER NOT NULL,
-        text_bytes INTEGER NOT NULL,
-        tail_text_bytes INTEGER NOT NULL
-    )""",
-    """CREATE TABLE entries (
-        key INTEGER PRIMARY KEY,
-        file INTEGER NOT NULL,
-        line INTEGER NOT NULL,
-        offset INTEGER NOT NULL,
-        length INTEGER NOT NULL,
-        entry_id TEXT,
-        role TEXT NOT NULL,
-        ts INTEGER,
-        text_bytes INTEGER NOT NULL
-    )""",
-    "CREATE INDEX entries_file ON entries (file, offset)",
-    """CREATE TABLE usage (
-        file INTEGER NOT NULL,
-        line INTEGER NOT NULL,
-        offset INTEGER NOT NULL,
-        entry_id TEXT,
-        ts INTEGER,
-        provider TEXT NOT NULL,
-        model TEXT NOT NULL,
-        response_id TEXT,
-        input INTEGER NOT NULL,
-        output INTEGER NOT NULL,
-        cache_read INTEGER NOT NULL,
-        cache_write INTEGER NOT NULL,
-        cost REAL
-    )""",
-    "CREATE INDEX usage_file ON usage (file, offset)",
-    """CREATE TABLE imports (
-        file INTEGER NOT NULL,
-        line INTEGER NOT NULL,
-        offset INTEGER NOT NULL,
-        source TEXT NOT NULL,
-        source_id TEXT NOT NULL,
-        version INTEGER NOT NULL,
-        extra TEXT NOT NULL
-    )""",
-    "CREATE INDEX imports_file ON imports (file, offset)",
-    """CREATE VIRTUAL TABLE fts USING fts5(
-        text, content='', detail=none, columnsize=0, tokenize='trigram case_sensitive 1'
-    )""",
-)
-INDEX_FAMILY: Final = Family(
-    name="content_index",
-    version=2,  # 2: usage rows for what pi 1.6 counts besides replies (`counted_usage`)
-    schema=_SCHEMA,
-    tables=("meta", "files", "entries", "usage", "imports", "fts"),
-)
-"""The index's tables in its cache file (`sessiontree._util.cachedb`)."""
-
-
-# ---------------------------------------------------------------------------- reading
-
-
-@dataclass(slots=True)
-class _FileState:
-    """Where reading a file stands (saved at the last complete line)."""
-
-    line: int = 0
-    phase: int = _PHASE_START
-    session_id: str | None = None
-    cwd: str | None = None
-    parent: str | None = None
-    created: int | None = None
-    entries: int = 0
-    text_bytes: int = 0
-
-
-@dataclass(slots=True)
-class _Rows:
-    """Rows read from one file, waiting to be written."""
-
-    entries: list[tuple[int, int, int, str | None, str, int | None, int]] = field(
-        default_factory=list
-    )  # (line, offset, length, entry id, role, ts, text bytes) + text in `texts`
-    texts: list[str] = field(default_factory=list)
-    order: list[int] = field(default_factory=list)  # the time each key is allocated from
-    usage: list[tuple[int, int, UsageRecord]] = field(default_factory=list)  # (line, offset, rec)
-    imports: list[tuple[int, int, ImportMarker]] = field(default_factory=list)
-    want_text: bool = True
-    held: int = 0
-    """About how many bytes the rows hold (text, and a little per row)."""
-    head_seen: bytes | None = None
-    """The file's first bytes as this read saw them (None: it began further on)."""
-    tail_seen: bytes = b""
-    """The last bytes this read saw."""
-
-
-def _text_of(entry: Entry) -> str:
-    try:
-        return entry_text(entry)
-    except RecursionError:  # tool arguments nested deeper than json.dumps goes by default
-        return allow_deep_nesting(partial(entry_text, entry))
-
-
-def _add_entry(
-    rows: _Rows, st: _FileState, entry: Entry, line: int, offset: int, length: int, order: int
-) -> None:
-    st.entries += 1
-    text = _text_of(entry) if rows.want_text else ""
-    if text:
-        ts = parse_iso_ms(entry.get("timestamp"))
-        stored = index_text(text)
-        size = len(stored.encode("utf-8"))
-        entry_id = entry.get("id")
-        rows.entries.append(
-            (
-                line,
-                offset,
-                length,
-                entry_id if isinstance(entry_id, str) else None,
-                entry_role(entry),
-                ts,
-                size,
-            )
-        )
-        rows.texts.append(stored)
-        rows.order.append(ts if ts is not None else 0)  # no time: after every timed entry
-        rows.held += size + 200
-        st.text_bytes += size
-    kind = entry.get("type")
-    if kind == "message" or kind in USAGE_KINDS:
-        record = usage_record(entry, line)
-        if record is not None:
-            rows.usage.append((line, offset, record))
-            rows.held += 300
-    elif kind == "custom":
-        marker = import_marker(entry, line)
-        if marker is not None:
-            rows.imports.append((line, offset, marker))
-
-
-def _feed(rows: _Rows, st: _FileState, raw: bytes, number: int, offset: int, order: int) -> None:
-    """One non-blank line: before the header, the title slot / header / junk; after, an entry."""
-    if st.phase == _PHASE_START:
-        value = loads_object(raw)
-        if value is None:
-            return  # malformed or not an object: skipped, as the loader does
-        kind = head_kind(value, number == 1)
-        if kind == "slot":
-            return
-        if kind == "invalid":
-            st.phase = _PHASE_INVALID
-            return
-        st.phase = _PHASE_OK
-        st.session_id = str(value["id"])
-        cwd = value.get("cwd")
-        st.cwd = cwd if isinstance(cwd, str) else None
-        parent = value.get("parentSession")
-        st.parent = parent if isinstance(parent, str) and parent else None
-        st.created = parse_iso_ms(value.get("timestamp"))
-        return
-    value = loads_object(raw)
-    if value is not None:
-        _add_entry(rows, st, value, number, offset, len(raw), order)
-
-
-def _read_jsonl(
-    storage: SessionStorage,
-    path: str,
-    start: int,
-    end: int,
-    st: _FileState,
-    order: int,
-    want_text: bool = True,
-    sink: Callable[[_Rows], None] | None = None,
-) -> tuple[_Rows, int, _FileState, _FileState]:
-    """Read `path`'s bytes [start, end) from state `st` (`want_text`: for the FTS table).
-
-    Returns the rows, the committed offset (end of the last complete line; 0 while
-    no header was found), the state there, and the state after an unterminated
-    last line (rows of that line have offsets at or past the committed offset).
-    `sink` takes the rows read so far whenever they hold `_HELD_BYTES` (the rows
-    returned are the rest): a big file is indexed in bounded memory.
-    """
-    rows = _Rows(want_text=want_text)
-    base = start  # file offset where the current (unfinished) line starts
-    parts: list[bytes] = []  # its bytes so far (no quadratic joining of a huge line)
-    number = st.line
-    if start == 0:
-        chunks: Iterable[bytes] = read_chunks(storage, path, _CHUNK)
-    else:
-        chunks = read_range_chunks(storage, path, start, end, _CHUNK)
-    remaining = end - start
-    at_start = start == 0  # a BOM may still have to be dropped
-    head_seen: bytes | None = b"" if start == 0 else None
-    tail_seen = b""
-    try:
-        for chunk in chunks:
-            if remaining <= 0 or st.phase == _PHASE_INVALID:
-                break
-            pause_point()  # a web page a person waits for goes first
-            if len(chunk) > remaining:
-                chunk = chunk[:remaining]
-            remaining -= len(chunk)
-            # What the file held as it was read, for the mark taken after (a file
-            # rewritten meanwhile is not then taken for one only appended to).
-            if head_seen is not None and len(head_seen) < MARK_HEAD_BYTES:
-                head_seen += chunk[: MARK_HEAD_BYTES - len(head_seen)]
-            tail_seen = (tail_seen + chunk[-MARK_TAIL_BYTES:])[-MARK_TAIL_BYTES:]
-            if at_start:
-                chunk = b"".join(parts) + chunk
-                parts = []
-                if len(chunk) < 3 and _BOM.startswith(chunk) and remaining > 0:
-                    parts.append(chunk)
-                    continue
-                at_start = False
-                if chunk.startswith(_BOM):
-                    chunk = chunk[3:]
-                    base = 3
-            find = chunk.find
-            nl = find(b"\n")
-            if nl < 0:
-                parts.append(chunk)
-                continue
-            raw = b"".join(parts) + chunk[:nl] if parts else chunk[:nl]
-            parts = []
-            pos = 0
-            while True:
-                number += 1
-                if raw and not raw.isspace() and st.phase != _PHASE_INVALID:
-                    _feed(rows, st, raw, number, base, order)
-                    if sink is not None and rows.held >= _HELD_BYTES:
-                        sink(rows)
-                        rows = _Rows(want_text=want_text)
-                st.line = number
-                base += len(raw) + 1
-                pos = nl + 1
-                nl = find(b"\n", pos)
-                if nl < 0:
-                    break
-                raw = chunk[pos:nl]
-            if pos < len(chunk):
-                parts.append(chunk[pos:])
-    finally:
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()
-    rows.head_seen, rows.tail_seen = head_seen, tail_seen
-    if st.phase == _PHASE_INVALID:
-        if remaining > 0:  # not a session: the read stopped, its last bytes are not the file's
-            rows.tail_seen = b""
-        return rows, end, st, st
-    committed = base
-    final = st
-    tail = b"".join(parts)
-    if tail and not tail.isspace():
-        final = dataclasses.replace(st)
-        _feed(rows, final, tail, number + 1, base, order)
-    if st.phase == _PHASE_START:
-        return rows, 0, _FileState(), final  # nothing decided: start over next time
-    return rows, committed, st, final
-
-
-def read_source(
-    source: SessionSource, storage: SessionStorage | None = None
-) -> tuple[IndexedFile, list[UsageRecord], list[ImportMarker]]:
-    """What the index would hold of one source, read now (no text): for stores the
-    index does not cover. Raises OSError when it cannot be read."""
-    storage = default_storage(storage)
-    if source.load is not None:
-        rows, final = _read_loaded(source.load, source.path, want_text=False)
-        size = 0
-        try:
-            size = storage.stat(source.path).size
-        except (OSError, ValueError):
-            pass
-    else:
-        size = storage.stat(source.path).size
-        rows, _, _, final = _read_jsonl(storage, source.path, 0, size, _FileState(), 0, False)
-    info = IndexedFile(
-        -1,
-        source.path,
-        source.kind,
-        size,
-        final.phase == _PHASE_OK,
-        final.session_id,
-        final.cwd,
-        final.parent,
-        final.created,
-        final.entries,
-    )
-    return info, [r for _, _, r in rows.usage], [m for _, _, m in rows.imports]
-
-
-def _read_loaded(load: Loader, path: str, want_text: bool = True) -> tuple[_Rows, _FileState]:
-    header, entries = load(path)
-    st = _FileState()
-    rows = _Rows(want_text=want_text)
-    if header is None:
-        st.phase = _PHASE_INVALID
-        return rows, st
-    st.phase = _PHASE_OK
-    session_id = header.get("id")
-    st.session_id = str(session_id) if session_id is not None else os.path.basename(path)
-    cwd = header.get("cwd")
-    st.cwd = cwd if isinstance(cwd, str) else None
-    parent = header.get("parentSession")
-    st.parent = parent if isinstance(parent, str) and parent else None
-    st.created = parse_iso_ms(header.get("timestamp"))
-    for position, entry in enumerate(entries, start=1):
-        if isinstance(entry, dict):
-            _add_entry(rows, st, entry, position, -1, 0, st.created or 0)
-    st.line = len(entries)
-    return rows, st
-
-
-# ---------------------------------------------------------------------------- keys
-
-
-class _Keys:
-    """Allocates entry keys: the entry's time in ms, or the next free number after it."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-        self.taken: set[int] = set()
-        self.next: dict[int, int] = {}
-        self.known_all = False
-        self.max_shift = 0
-        self.version: int | None = None
-
-    def begin(self) -> None:
-        """At each write transaction: whether every stored key is one we took (the
-        table was empty when we started, and no other connection wrote since)."""
-        version = self.conn.execute("PRAGMA data_version").fetchone()[0]
-        if self.known_all and version == self.version:
-            return
-        empty = self.conn.execute("SELECT 1 FROM entries LIMIT 1").fetchone() is None
-        self.known_all = empty
-        if empty:
-            self.taken.clear()
-            self.next.clear()
-
-    def end(self) -> None:
-        """After our commit (our own commits leave `data_version` alone)."""
-        self.version = self.conn.execute("PRAGMA data_version").fetchone()[0]
-
-    def take(self, ms: int) -> int:
-        ms = min(max(ms, 1), _KEY_MAX)
-        key = self.next.get(ms, ms)
-        while key in self.taken or (
-            not self.known_all
-            and self.conn.execute("SELECT 1 FROM entries WHERE key = ?", (key,)).fetchone()
-        ):
-            key += 1
-        self.taken.add(key)
-        self.next[ms] = key + 1
-        if key - ms > self.max_shift:
-            self.max_shift = key - ms
-        return key
-
-
-# ---------------------------------------------------------------------------- the index
-
-
 class ContentIndex:
     """The content index of one agent dir (see the module docstring)."""
 
@@ -606,7 +152,7 @@ class ContentIndex:
         self.path = path
         self._db = db
         self._owner = process_id()
-        self._keys = _Keys(db.conn)
+        self._keys = EntryKeys(db.conn)
         self._files: dict[int, tuple[str, str, str]] | None = None
 
     @property
@@ -627,7 +173,7 @@ class ContentIndex:
         if not os.path.isdir(agent_dir):
             return None  # never create an agent dir just to hold a cache
         path = os.path.join(agent_dir, INDEX_DB_NAME)
-        db = _open_db(path, create)
+        db = open_index_db(path, create)
         return cls(path, db) if db is not None else None
 
     def close(self) -> None:
@@ -653,14 +199,29 @@ class ContentIndex:
         except sqlite3.Error as exc:
             if not is_damage(exc) or not self._db.discard():
                 return False
-            fresh = _open_db(self.path, True)
+            fresh = open_index_db(self.path, True)
             if fresh is None:
                 return False
             self._db = fresh
             conn = fresh.conn
-        self._keys = _Keys(conn)
+        self._keys = EntryKeys(conn)
         self._files = None
         return True
+
+    def answer(self, ask: Callable[[ContentIndex], T]) -> T | None:
+        """`ask(self)`, asked once more after the index was rebuilt when it turns out
+        damaged (or its tables are not as this version reads them); None when it cannot
+        answer (locked, read-only, damaged beyond a rebuild). Closes the index."""
+        try:
+            for attempt in range(2):
+                try:
+                    return ask(self)
+                except sqlite3.DatabaseError as exc:
+                    if is_locked(exc) or attempt or not self.reset():
+                        break
+        finally:
+            self.close()
+        return None
 
     # -- refresh
 
@@ -683,11 +244,13 @@ class ContentIndex:
         if self._should_rebuild() and self.reset():
             result.rebuilt = True
         conn = self._conn
-        known: dict[str, tuple[int, tuple[int, ...]]] = {
-            row[0]: (row[1], tuple(row[2:]))
+        # Plan (no file is read): the sources' identities against the `files` rows.
+        known = {
+            row[0]: Known((row[2], row[3], row[4], row[5]), row[1])
             for row in conn.execute("SELECT path, id, size, mtime_ns, ino, ctime_ns FROM files")
         }
-        todo: list[tuple[SessionSource, tuple[int, int, int, int]]] = []
+        stats: list[Stat] = []
+        by_path: dict[str, SessionSource] = {}
         gone: list[int] = []
         listed = set()
         for source in sources:
@@ -704,40 +267,40 @@ class ContentIndex:
             except OSError:
                 row = known.get(source.path)
                 if row is not None:
-                    gone.append(row[0])
+                    gone.append(row.value)
                 continue
             if not utf8_encodable(source.path):
                 result.stale.append(source.path)
                 continue
-            row = known.get(source.path)
-            if row is not None and same_identity(row[1], identity):
-                continue
-            todo.append((source, identity))
-        if prune:
-            gone += [row[0] for p, row in known.items() if p not in listed and not _exists(p)]
+            stats.append((source.path, *identity))
+            by_path[source.path] = source
+        plan = plan_changes(stats, known, listed)
+        todo = [(by_path[s[0]], s) for s, _ in plan.to_read]
+        if prune:  # rows of files not among `sources` may be other stores': gone if deleted
+            gone += [known[p].value for p in plan.gone if not _exists(p)]
         if not todo and not gone:
             return result
-        total = sum(identity[0] for _, identity in todo)
+        total = sum(s[1] for _, s in todo)
         done = 0
         pending = todo[::-1]  # popped from the end, in `sources` order
         try:
             if gone:
-                with _write(conn):
+                with write_transaction(conn):
                     for file_id in gone:
                         self._forget(file_id, None)
                     result.removed = len(gone)
             while pending:
                 batch_bytes = 0
                 batch_rows = 0
-                with _write(conn):
+                with write_transaction(conn):
                     self._keys.begin()
                     while pending and batch_bytes < _BATCH_BYTES and batch_rows < _BATCH_ROWS:
-                        source, identity = pending.pop()
+                        source, listed_as = pending.pop()
                         # A savepoint per file: a big file's rows are written as it is
                         # read, and one that fails halfway leaves none of them.
                         conn.execute("SAVEPOINT file")
                         try:
-                            read, added = self._index_file(source, storage, identity)
+                            read, added = self._index_file(source, storage, listed_as)
                         except sqlite3.Error:
                             raise
                         except Exception:  # unreadable, or a loader that failed on it
@@ -751,7 +314,7 @@ class ContentIndex:
                         result.entries_added += added
                         batch_bytes += read
                         batch_rows += added
-                        done += identity[0]
+                        done += listed_as[1]
                         if progress is not None:
                             progress(done, total)
                     self._save_meta()
@@ -794,7 +357,7 @@ class ContentIndex:
         dead = conn.execute(
             f"SELECT coalesce(sum(text_bytes), 0) FROM entries WHERE {where}", args
         ).fetchone()[0]
-        for table in ("entries", "usage", "imports"):
+        for table in ("entries", *USAGE_TABLES):
             conn.execute(f"DELETE FROM {table} WHERE {where}", args)
         if from_offset is None:
             conn.execute("DELETE FROM files WHERE id = ?", (file_id,))
@@ -806,22 +369,21 @@ class ContentIndex:
             )
 
     def _index_file(
-        self, source: SessionSource, storage: SessionStorage, identity: tuple[int, int, int, int]
+        self, source: SessionSource, storage: SessionStorage, listed_as: Stat
     ) -> tuple[int, int]:
-        """Read what is new in one file (`listing.stat_identity` when it was stat'ed);
+        """Read what is new in one file (listed with its `listing.stat_identity`);
         returns (bytes read, entries added)."""
         conn = self._conn
-        path = source.path
-        size, mtime_ns, ino, ctime_ns = identity
+        path, size, mtime_ns, ino, ctime_ns = listed_as
         row = conn.execute(
             "SELECT id, kind, size, mtime_ns, ino, scan_offset, head_len, head, tail, line, "
             "phase, session_id, cwd, parent, created, entries, text_bytes, ctime_ns "
             "FROM files WHERE path = ?",
             (path,),
         ).fetchone()
-        if row is not None and same_identity((row[2], row[3], row[4], row[17]), identity):
+        if row is not None and Known((row[2], row[3], row[4], row[17]), None).same_as(listed_as):
             return 0, 0  # another process brought it up to date meanwhile
-        st = _FileState()
+        st = FileState()
         start = 0
         file_id: int | None = None
         before: FileMark | None = None  # the mark the lines appended are read after
@@ -831,11 +393,11 @@ class ContentIndex:
             if (
                 source.load is None
                 and row[1] == source.kind
-                and only_appended(storage, path, mark, size, ino)
+                and grown_from(storage, listed_as, mark)
             ):
                 before = mark
                 start = mark.offset
-                st = _FileState(row[9], row[10], row[11], row[12], row[13], row[14], row[15])
+                st = FileState(row[9], row[10], row[11], row[12], row[13], row[14], row[15])
                 st.text_bytes = row[16]
                 self._forget(file_id, start)
             else:
@@ -844,7 +406,7 @@ class ContentIndex:
         order = mtime_ns // 1_000_000
         flushed = 0  # entries written while the file was read
         if source.load is not None:
-            rows, final = _read_loaded(source.load, path)
+            rows, final = read_loaded(source.load, path)
             committed, saved, head_len = 0, final, 0
         else:
             if file_id is None:
@@ -859,20 +421,20 @@ class ContentIndex:
             assert file_id is not None
             written = file_id
 
-            def sink(part: _Rows) -> None:
+            def sink(part: Rows) -> None:
                 nonlocal flushed
                 flushed += len(part.entries)
                 self._write_rows(written, part)
 
-            rows, committed, saved, final = _read_jsonl(
+            rows, committed, saved, final = read_jsonl(
                 storage, path, start, size, st, order, sink=sink
             )
-            head_len = _head_len(storage, path) if committed else 0
+            head_len = head_len_of(storage, path) if committed else 0
         if source.load is not None and source.identity is not None:
             mark = FileMark(size, mtime_ns, ino, 0, 0, b"", b"")  # no file to mark
         else:
             mark = mark_file(storage, path, size, mtime_ns, ino, committed, head_len)
-            if source.load is None and not _read_as_marked(
+            if source.load is None and not read_as_marked(
                 storage, path, mark, rows, before, start, size, ino
             ):
                 # Rewritten while it was read: none of it is kept (the savepoint), and
@@ -916,7 +478,7 @@ class ContentIndex:
         self._write_rows(file_id, rows)
         return size - start, flushed + len(rows.entries)
 
-    def _write_rows(self, file_id: int, rows: _Rows) -> None:
+    def _write_rows(self, file_id: int, rows: Rows) -> None:
         conn = self._conn
         take = self._keys.take
         keys = [take(ms) for ms in rows.order]
@@ -928,45 +490,7 @@ class ContentIndex:
         conn.executemany(
             "INSERT INTO fts (rowid, text) VALUES (?, ?)", zip(keys, rows.texts, strict=True)
         )
-        conn.executemany(
-            "INSERT INTO usage (file, line, offset, entry_id, ts, provider, model, response_id, "
-            "input, output, cache_read, cache_write, cost) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    file_id,
-                    line,
-                    offset,
-                    r.entry_id,
-                    r.timestamp,
-                    r.provider,
-                    r.model,
-                    r.response_id,
-                    r.input,
-                    r.output,
-                    r.cache_read,
-                    r.cache_write,
-                    r.cost,
-                )
-                for line, offset, r in rows.usage
-            ],
-        )
-        conn.executemany(
-            "INSERT INTO imports (file, line, offset, source, source_id, version, extra) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [
-                (
-                    file_id,
-                    line,
-                    offset,
-                    m.source,
-                    m.source_id,
-                    m.version,
-                    serialize_entry_bytes(list(m.extra_ids)).decode("utf-8", "replace"),
-                )
-                for line, offset, m in rows.imports
-            ],
-        )
+        write_usage_rows(conn, file_id, rows.usage)
 
     # -- queries
 
@@ -1007,13 +531,13 @@ class ContentIndex:
             "SELECT e.file, e.line, e.offset, e.length, e.entry_id, e.role, e.ts, e.key "
             "FROM fts JOIN entries e ON e.key = fts.rowid WHERE fts MATCH ?"
         ]
-        args: list[object] = [_match_expression(trigrams)]
+        args: list[object] = [match_expression(trigrams)]
         if since is not None:
             sql.append("AND fts.rowid >= ? AND e.ts >= ?")
             args += [max(since, 0), since]
         if until is not None:
             sql.append("AND fts.rowid <= ? AND e.ts <= ?")
-            args += [min(until + self._meta("max_shift", 0), _KEY_MAX), until]
+            args += [min(until + self._meta("max_shift", 0), KEY_MAX), until]
         if roles:
             sql.append(f"AND e.role IN ({', '.join('?' * len(roles))})")
             args += list(roles)
@@ -1045,42 +569,14 @@ class ContentIndex:
         ).fetchall()
         wanted = set(paths) if paths is not None else None
         return [
-            IndexedFile(r[0], r[1], r[2], r[3], r[4] == _PHASE_OK, r[5], r[6], r[7], r[8], r[9])
+            IndexedFile(r[0], r[1], r[2], r[3], r[4] == PHASE_OK, r[5], r[6], r[7], r[8], r[9])
             for r in rows
             if wanted is None or r[1] in wanted
         ]
 
     def usage_records(self, file_ids: Iterable[int]) -> dict[int, list[UsageRecord]]:
-        """Assistant messages' usage per file, in file order."""
-        ids = set(file_ids)
-        out: dict[int, list[UsageRecord]] = {i: [] for i in ids}
-        make = UsageRecord._make
-        current = -1
-        records: list[UsageRecord] | None = None
-        for row in self._conn.execute(
-            "SELECT file, entry_id, line, ts, provider, model, response_id, input, output, "
-            "cache_read, cache_write, cost FROM usage ORDER BY file, line"
-        ):
-            if row[0] != current:
-                current = row[0]
-                records = out.get(current)
-            if records is not None:
-                records.append(make(row[1:]))
-        return out
-
-    def import_markers(self, file_ids: Iterable[int]) -> dict[int, list[ImportMarker]]:
-        """`foreign_session_import` markers per file, in file order."""
-        ids = set(file_ids)
-        out: dict[int, list[ImportMarker]] = {}
-        for file_id, line, source, source_id, version, extra in self._conn.execute(
-            "SELECT file, line, source, source_id, version, extra FROM imports ORDER BY file, line"
-        ):
-            if file_id in ids:
-                values = loads_line(extra)
-                out.setdefault(file_id, []).append(
-                    ImportMarker(line, source, source_id, version, tuple(values))
-                )
-        return out
+        """Assistant messages' usage per file, in file order (`_usage_rows`)."""
+        return usage_records(self._conn, file_ids)
 
     def stats(self) -> IndexStats:
         conn = self._conn
@@ -1103,94 +599,9 @@ class ContentIndex:
         return IndexStats(files, entries, text, size, fts, self._meta("dead_bytes", 0))
 
 
-def _head_len(storage: SessionStorage, path: str) -> int:
-    """Bytes up to the end of the header line (title slot included), at most 4 KB."""
-    data = read_range(storage, path, 0, 4096)
-    end = 0
-    for number, line in enumerate(data.split(b"\n")[:-1], start=1):
-        end += len(line) + 1
-        text = line[3:] if number == 1 and line.startswith(_BOM) else line
-        if not text.strip():
-            continue
-        value = loads_object(text)
-        if value is not None and head_kind(value, number == 1) == "slot":
-            continue
-        if value is not None:
-            return end
-    return min(end, 4096) or min(len(data), 4096)
-
-
 def _exists(path: str) -> bool:
     try:
         os.stat(path)
     except OSError:
         return False
     return True
-
-
-def _read_as_marked(
-    storage: SessionStorage,
-    path: str,
-    mark: FileMark,
-    rows: _Rows,
-    before: FileMark | None,
-    start: int,
-    size: int,
-    ino: int,
-) -> bool:
-    """Whether `mark`, taken after `rows` were read from `start` to `size`, holds the
-    bytes the read saw (`listing.marked_as_read`). A read of lines appended (`before`:
-    the mark it followed) sees no head and often less than the tail window: the old
-    part must still be as `before` marked it, and the bytes before `start` in the
-    tail window (read now) complete what the read saw."""
-    tail = rows.tail_seen
-    if before is not None:
-        if not only_appended(storage, path, before, size, ino):
-            return False
-        low = max(0, size - MARK_TAIL_BYTES)
-        if low < start:
-            try:
-                tail = read_range(storage, path, low, start - low) + tail
-            except OSError:
-                return False
-    return marked_as_read(mark, rows.head_seen, tail)
-
-
-class _write:
-    """A write transaction that takes the database's write lock at its start."""
-
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
-
-    def __enter__(self) -> None:
-        self.conn.execute("BEGIN IMMEDIATE")
-
-    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
-        if kind is None:
-            self.conn.execute("COMMIT")
-        else:
-            try:
-                self.conn.execute("ROLLBACK")
-            except sqlite3.Error:
-                pass
-
-
-def _open_db(path: str, create: bool) -> CacheDB | None:
-    db = open_cache(
-        path,
-        (INDEX_FAMILY,),
-        application_id=_APPLICATION_ID,
-        timeout=_LOCK_TIMEOUT,
-        create=create,
-    )
-    if db is None:
-        return None
-    try:
-        if db.has(INDEX_FAMILY):
-            # The -wal file shrinks back after a build.
-            db.conn.execute("PRAGMA journal_size_limit=4194304")
-            return db
-    except sqlite3.Error:
-        pass
-    db.close()
-    return None

@@ -1,12 +1,14 @@
-"""Foreign listings and import records in the persistent listing cache.
+"""Tables of one JSON value per file identity, in the listing cache's file.
 
 The same SQLite file as the native listing (`<agent dir>/cache/sessions-meta.db`,
-see `sessiontree.listing`), one family of tables each (`sessiontree._util.cachedb`: a
-family is upgraded or rebuilt without touching the others), with the same rule: a row
-is valid for one file identity (path and `listing.stat_identity`: size, mtime_ns, inode,
-ctime_ns), and every failure degrades to "no cache" (a locked, read-only or damaged
-database is passed over or repaired once; the file is only a cache and safe to delete).
-Nothing creates an agent dir just to hold a cache.
+`_cache`), one family of tables each (`sessiontree._util.cachedb`: a family is
+upgraded or rebuilt without touching the others): the foreign listings
+(`sessiontree.foreign.store`) and the import records of a store's sessions
+(`_imports`). The rule is the listing cache's: a row is valid for one file identity
+(path and `stat_identity`: size, mtime_ns, inode, ctime_ns; its users plan what to
+read again with `plan_changes`), and every failure degrades to "no cache" (a locked,
+read-only or damaged database is passed over or repaired once; the file is only a
+cache and safe to delete). Nothing creates an agent dir just to hold a cache.
 """
 
 from __future__ import annotations
@@ -19,18 +21,19 @@ from typing import Any, TypeVar
 from sessiontree._util.cachedb import Family, run_cached
 from sessiontree._util.fs import utf8_encodable
 from sessiontree.format import loads_line, serialize_entry_bytes
-from sessiontree.listing import CACHE_DB_NAME, META_DB_APP_ID
+from sessiontree.listing._cache import CACHE_DB_NAME, META_DB_APP_ID
+from sessiontree.listing._changes import Identity, Known
 
-__all__ = ["FOREIGN_FAMILIES", "Identity", "IdentityCache"]
+__all__ = ["IdentityCache", "identity_family"]
 
-Identity = tuple[int, int, int, int]  # `listing.stat_identity`: size, mtime_ns, inode, ctime
 T = TypeVar("T")
 
 
-def _family(table: str) -> Family:
+def identity_family(table: str, version: int) -> Family:
+    """The family of one table of JSON values per file identity."""
     return Family(
         name=table,
-        version=1,
+        version=version,
         schema=(
             f"CREATE TABLE {table} (path TEXT PRIMARY KEY, size INTEGER NOT NULL, "
             "mtime_ns INTEGER NOT NULL, ino INTEGER NOT NULL, value BLOB NOT NULL, "
@@ -40,18 +43,12 @@ def _family(table: str) -> Family:
     )
 
 
-FOREIGN_FAMILIES = {
-    "foreign_files": _family("foreign_files"),  # listing metadata of other agents' sessions
-    "foreign_imports": _family("foreign_imports"),  # the import records in this store's sessions
-}
-
-
 class IdentityCache:
-    """One table: path -> (identity, JSON value)."""
+    """One table of `family` (`identity_family`): path -> (identity, JSON value)."""
 
-    def __init__(self, agent_dir: str | None, table: str) -> None:
-        self.family = FOREIGN_FAMILIES[table]
-        self.table = table
+    def __init__(self, agent_dir: str | None, family: Family) -> None:
+        self.family = family
+        self.table = family.tables[0]
         self.path = os.path.join(agent_dir, CACHE_DB_NAME) if agent_dir else None
 
     def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T | None:
@@ -59,18 +56,19 @@ class IdentityCache:
             return None
         return run_cached(self.path, self.family, fn, application_id=META_DB_APP_ID)
 
-    def fetch(self, paths: Iterable[str]) -> dict[str, tuple[Identity, Any]]:
-        """Cached values of `paths` (whatever identity they were stored with)."""
-        wanted = {p for p in paths if utf8_encodable(p)}
+    def fetch(self, paths: Iterable[str] | None = None) -> dict[str, Known[Any]]:
+        """Cached values of `paths` (every row when None), whatever identity they were
+        stored with (`listing.plan_changes` tells which still hold)."""
+        wanted = None if paths is None else {p for p in paths if utf8_encodable(p)}
 
-        def run(conn: sqlite3.Connection) -> dict[str, tuple[Identity, Any]]:
-            found: dict[str, tuple[Identity, Any]] = {}
+        def run(conn: sqlite3.Connection) -> dict[str, Known[Any]]:
+            found: dict[str, Known[Any]] = {}
             query = f"SELECT path, size, mtime_ns, ino, ctime_ns, value FROM {self.table}"
             for row in conn.execute(query):
-                if row[0] not in wanted:
+                if wanted is not None and row[0] not in wanted:
                     continue
                 try:
-                    found[row[0]] = ((row[1], row[2], row[3], row[4]), loads_line(row[5]))
+                    found[row[0]] = Known((row[1], row[2], row[3], row[4]), loads_line(row[5]))
                 except (ValueError, UnicodeError):
                     continue
             return found

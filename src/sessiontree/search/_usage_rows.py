@@ -1,0 +1,98 @@
+"""The usage rows: what the usage report reads, kept in the content index's file.
+
+The content index reads every line of a session to index its text; the same read
+keeps, per session file, a row for each assistant reply's usage (and each other entry
+pi counts, `format.usage_record`) in the table ``usage``. The rows are written and
+forgotten with the file's entries (same file id, same offsets: a file that only grew
+loses the rows of its unterminated last line and gains the new ones), and
+`sessiontree.reports._usage` reads them instead of the files. The import markers the
+report needs beside them are not here: they are kept once, for `find_imports` too, in
+the listing cache (`listing.import_records`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable, Sequence
+from typing import Final
+
+from sessiontree.format import UsageRecord
+
+__all__ = [
+    "USAGE_SCHEMA",
+    "USAGE_TABLES",
+    "usage_records",
+    "write_usage_rows",
+]
+
+USAGE_SCHEMA: Final = (
+    """CREATE TABLE usage (
+        file INTEGER NOT NULL,
+        line INTEGER NOT NULL,
+        offset INTEGER NOT NULL,
+        entry_id TEXT,
+        ts INTEGER,
+        provider TEXT NOT NULL,
+        model TEXT NOT NULL,
+        response_id TEXT,
+        input INTEGER NOT NULL,
+        output INTEGER NOT NULL,
+        cache_read INTEGER NOT NULL,
+        cache_write INTEGER NOT NULL,
+        cost REAL
+    )""",
+    "CREATE INDEX usage_file ON usage (file, offset)",
+)
+"""The statements that make the usage rows' tables (part of the index's family)."""
+USAGE_TABLES: Final = ("usage",)
+
+
+def write_usage_rows(
+    conn: sqlite3.Connection, file_id: int, usage: Sequence[tuple[int, int, UsageRecord]]
+) -> None:
+    """Keep the usage records read from a file, each with its line number and byte
+    offset."""
+    conn.executemany(
+        "INSERT INTO usage (file, line, offset, entry_id, ts, provider, model, response_id, "
+        "input, output, cache_read, cache_write, cost) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [
+            (
+                file_id,
+                line,
+                offset,
+                r.entry_id,
+                r.timestamp,
+                r.provider,
+                r.model,
+                r.response_id,
+                r.input,
+                r.output,
+                r.cache_read,
+                r.cache_write,
+                r.cost,
+            )
+            for line, offset, r in usage
+        ],
+    )
+
+
+def usage_records(
+    conn: sqlite3.Connection, file_ids: Iterable[int]
+) -> dict[int, list[UsageRecord]]:
+    """Assistant messages' usage per file, in file order."""
+    ids = set(file_ids)
+    out: dict[int, list[UsageRecord]] = {i: [] for i in ids}
+    make = UsageRecord._make
+    current = -1
+    records: list[UsageRecord] | None = None
+    for row in conn.execute(
+        "SELECT file, entry_id, line, ts, provider, model, response_id, input, output, "
+        "cache_read, cache_write, cost FROM usage ORDER BY file, line"
+    ):
+        if row[0] != current:
+            current = row[0]
+            records = out.get(current)
+        if records is not None:
+            records.append(make(row[1:]))
+    return out
