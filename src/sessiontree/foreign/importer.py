@@ -91,9 +91,9 @@ def find_imports(
     A FIFO (socket, device) named like a session is not read: it is added to
     `passed_over` as (path, what it is) when given.
     """
-    agent, storage = parts.agent_dir, parts.storage
+    storage = parts.storage
     paths = session_files(parts, nested=False, passed_over=passed_over)
-    found = import_records(paths, storage, agent, cache=isinstance(storage, FileSessionStorage))
+    found = import_records(paths, parts, cache=isinstance(storage, FileSessionStorage))
     result: list[EarlierImport] = []
     for path in paths:
         for _, data in found.get(path, ()):

@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from sessiontree.format import ImportMarker, import_marker, loads_line
 from sessiontree.format._usage import IMPORT_CUSTOM_TYPE
+from sessiontree.layout import StoreParts
 from sessiontree.listing._changes import Identity, grown_from, plan_changes
 from sessiontree.listing._marks import (
     HEAD_CHECK,
@@ -157,17 +158,15 @@ def _collect(line: bytes, number: int, found: list[ImportRecord]) -> None:
 
 
 def import_records(
-    paths: Sequence[str],
-    storage: SessionStorage,
-    agent_dir: str | None,
-    *,
-    cache: bool,
+    paths: Sequence[str], parts: StoreParts, *, cache: bool
 ) -> dict[str, list[ImportRecord]]:
-    """The import records of each of `paths` that could be read, in file order.
+    """The import records of each of `paths` (sessions of the store `parts` names) that
+    could be read, in file order.
 
-    `cache`: the paths are this host's files, whose records are kept in `agent_dir`'s
+    `cache`: the paths are this host's files, whose records are kept in the agent dir's
     listing cache (rows of files deleted since are forgotten there).
     """
+    storage, agent_dir = parts.storage, parts.agent_dir
     listed: list[Stat] = []
     for path in paths:
         try:

@@ -140,10 +140,7 @@ def load_usage(
         if index is None:
             notes.append("the content index cannot be opened or created: every session was read")
     if index is not None:
-        agent = parts.agent_dir
-        answered = index.answer(
-            lambda index: _from_index(index, srcs, storage, agent, notes, progress)
-        )
+        answered = index.answer(lambda index: _from_index(index, srcs, parts, notes, progress))
         if answered is not None:
             return answered
         notes.append("the content index could not be read: every session was read")
@@ -153,11 +150,11 @@ def load_usage(
 def _from_index(
     index: ContentIndex,
     sources: list[SessionSource],
-    storage: SessionStorage,
-    agent_dir: str,
+    parts: StoreParts,
     notes: list[str],
     progress: Callable[[int, int], None] | None,
 ) -> UsageData:
+    storage = parts.storage
     # Reports cover the whole store: files deleted since are forgotten here.
     refreshed = index.refresh(sources, storage=storage, progress=progress, prune=True)
     stale = set(refreshed.stale)
@@ -168,7 +165,7 @@ def _from_index(
     # The import records live in the listing cache (`listing.import_records`), one place
     # for them; the sessions of other formats (loaded) hold none.
     ours = [s.path for s in sources if s.load is None and s.path not in stale]
-    found = import_records(ours, storage, agent_dir, cache=True)
+    found = import_records(ours, parts, cache=True)
     sessions = [
         SessionUsage(f, records.get(f.id, []), import_markers(found.get(f.path, ()))) for f in files
     ]

@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import REAL_FILES, require_module, unavailable
-from helpers import assistant, user
 from typer.testing import CliRunner
-from web_support import AGENT_VARIABLES, CLAUDE_FIXTURE, Markup, build_home
 
 from sessiontree.cli import app
 from sessiontree.store import SessionFilter, Store, Stores, find_stores, replies_of
+from tests.conftest import REAL_FILES, require_module, unavailable
+from tests.helpers import assistant, user
+from tests.web_support import AGENT_VARIABLES, CLAUDE_FIXTURE, Markup, build_home
 
 CODEX_FIXTURE = "kvsankar__agent-history__tests__fixtures__real_sessions__codex__session-01.jsonl"
 

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import grimp
 
+from tests.conftest import REPO_ROOT
+
 PACKAGE = "sessiontree"
-SOURCE = Path(__file__).resolve().parents[1] / "src"
+SOURCE = REPO_ROOT / "src"
 
 
 @cache

@@ -6,11 +6,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from helpers import assistant, user
 
 from sessiontree import SessionManager
 from sessiontree.format import Entry
 from sessiontree.search import SessionSource, search, search_sessions
+from tests.helpers import assistant, user
 
 
 def _session(directory: Path, text: str) -> str:

@@ -13,7 +13,8 @@ import venv
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT
+
+from tests.conftest import REPO_ROOT
 
 CLI_STACK = ("typer", "click", "rich", "jinja2", "markdown_it", "pygments", "genai_prices")
 """What only the command line, the HTML export and the cost estimates use."""

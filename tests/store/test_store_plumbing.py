@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import assistant, user
 
 import sessiontree
 from sessiontree import (
@@ -21,6 +20,7 @@ from sessiontree.layout import StoreParts
 from sessiontree.listing import list_sessions
 from sessiontree.maintenance import collect_garbage, session_files
 from sessiontree.storage import MemoryBlobStore
+from tests.helpers import assistant, user
 
 SOURCE = Path(sessiontree.__file__).parent
 PLUMBING = {"storage", "agent_dir", "blob_store", "session_dir"}

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import sessiontree.listing._imports as imports_module
+from sessiontree.layout import StoreParts
 from sessiontree.listing import import_records
 from sessiontree.storage import FileSessionStorage
 
@@ -37,7 +38,9 @@ def _write(path: Path, text: str, mtime_ns: int) -> None:
 
 def _records(path: Path, agent_dir: Path) -> list[tuple[int, str]]:
     agent_dir.mkdir(exist_ok=True)  # the cache is kept only in an agent dir that exists
-    found = import_records([str(path)], FileSessionStorage(), str(agent_dir), cache=True)
+    found = import_records(
+        [str(path)], StoreParts(FileSessionStorage(), str(agent_dir)), cache=True
+    )
     return [(line, data["sourceId"]) for line, data in found[str(path)]]
 
 

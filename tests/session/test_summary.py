@@ -14,16 +14,15 @@ import html
 import json
 import re
 import shutil
-from pathlib import Path
 from typing import Any
 
-import foreign_support as fs
 import pytest
-from conftest import REAL_FILES, require_module, unavailable
 from typer.testing import CliRunner
 
 from sessiontree.cli import app
 from sessiontree.format import SHORT_TITLE_CHARS, human_size, shorten
+from tests import foreign_support as fs
+from tests.conftest import FIXTURES, REAL_FILES, require_module, unavailable
 
 require_module("starlette")
 require_module("httpx")
@@ -36,7 +35,7 @@ from sessiontree.web.data import handle_of  # noqa: E402
 
 runner = CliRunner()
 FOREIGN = REAL_FILES / "foreign"
-PEERS = Path(__file__).parent / "data" / "peers"
+PEERS = FIXTURES / "peers"
 AGENTS = ["pi", "claude", "codex", "opencode", "gemini", "copilot"]
 
 
