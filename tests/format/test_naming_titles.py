@@ -4,6 +4,8 @@ of Claude Code's markup and shortened where it heads a page or a row."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from pathlib import Path
 
@@ -107,9 +109,13 @@ def test_a_bare_claude_command_gives_way_to_the_first_typed_prompt(tmp_path: Pat
         shown = out("--agent-dir", str(claude), "show", str(placed[name]))
         title = re.search(r"Title\s+(.*)", shown)
         assert title is not None and title.group(1).startswith(expected), name
-    listed = out("--agent-dir", str(claude), "list", "--all")
-    assert "B) I'd like to add 'session end' hooks" in listed
-    assert "<command" not in listed
+    # The titles as `list` gives them (its JSON: the table cuts them to the terminal's width).
+    listed = json.loads(out("--agent-dir", str(claude), "list", "--all", "--json"))
+    titles = {os.path.realpath(s["path"]): s["shownTitle"] for s in listed["sessions"]}
+    assert titles[os.path.realpath(placed[bare])].startswith(
+        "B) I'd like to add 'session end' hooks"
+    )
+    assert not any("<command" in title for title in titles.values())
 
 
 def test_show_prices_as_usage_does(tmp_path: Path) -> None:
