@@ -559,3 +559,25 @@ def test_a_claude_code_or_codex_file_is_shown_by_its_path(
     shown = as_json("show", str(path))
     assert shown["id"] == session.source_id
     assert shown["entries"] == len(session.manager.get_entries())
+
+
+@pytest.mark.parametrize(
+    ("agent", "kind", "name"),
+    [
+        ("opencode", "opencode", "savekirk__session-bridge__29__dbfeaf9083__0__full.jsonl"),
+        ("opencode", "claude", "kvsankar__agent-history__tests__fixtures__real_sessions__claude__session-01.jsonl"),
+    ],
+)  # fmt: skip
+def test_a_file_outside_the_store_agent_names_is_shown_by_its_path(
+    homes: dict[str, Any], tmp_path: Path, agent: str, kind: str, name: str
+) -> None:
+    """`--agent opencode show PATH` of an `opencode export` document (one `restore`
+    wrote) looked only in OpenCode's store and failed, though the same path shows
+    without `--agent`."""
+    path = tmp_path / "elsewhere" / f"{name.rsplit('.', 1)[0]}.json"
+    path.parent.mkdir()
+    path.write_bytes((FOREIGN / kind / name).read_bytes())
+    without = as_json("show", str(path))
+    shown = as_json("--agent", agent, "show", str(path))
+    assert (shown["id"], shown["entries"]) == (without["id"], without["entries"])
+    assert shown["entries"] > 0

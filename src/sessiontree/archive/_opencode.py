@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -82,3 +83,50 @@ def _export_document(
         lines.append(dump({"info": message, "parts": parts}) + comma)
     lines.append("]}")
     return ("\n".join(lines) + "\n").encode("utf-8", "surrogatepass")
+
+
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+"""An id of an export document that may name a file: one plain path component (the
+document is the archive's, not trusted)."""
+
+
+def export_as_storage(data: bytes) -> list[tuple[str, bytes]] | None:
+    """An `opencode export` document as OpenCode's JSON files (`storage/session/<project>/
+    <id>.json`, `storage/message/<id>/`, `storage/part/<message id>/`), which OpenCode's
+    store is read from: (path under its home, bytes), the session's own file last. None
+    when it is no such document, or an id in it is not a plain name."""
+    try:
+        document = json.loads(data)
+    except ValueError:
+        return None
+    info = document.get("info") if isinstance(document, dict) else None
+    messages = document.get("messages") if isinstance(document, dict) else None
+    if not isinstance(info, dict) or not isinstance(messages, list):
+        return None
+
+    def named(value: object) -> str | None:
+        found = value.get("id") if isinstance(value, dict) else None
+        return found if isinstance(found, str) and _ID.fullmatch(found) else None
+
+    session_id, project = named(info), info.get("projectID") or "global"
+    if session_id is None or not isinstance(project, str) or not _ID.fullmatch(project):
+        return None
+    files = []
+    for message in messages:
+        message_info = message.get("info") if isinstance(message, dict) else None
+        message_id = named(message_info)
+        parts = message.get("parts") if isinstance(message, dict) else None
+        if message_id is None or not isinstance(parts, list):
+            return None
+        files.append((f"storage/message/{session_id}/{message_id}.json", _dumped(message_info)))
+        for part in parts:
+            part_id = named(part)
+            if part_id is None:
+                return None
+            files.append((f"storage/part/{message_id}/{part_id}.json", _dumped(part)))
+    files.append((f"storage/session/{project}/{session_id}.json", _dumped(info)))
+    return files
+
+
+def _dumped(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, indent=2).encode("utf-8", "surrogatepass")

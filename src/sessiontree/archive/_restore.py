@@ -20,10 +20,11 @@ from sessiontree._util.fs import (
 )
 from sessiontree.archive._chunks import file_hash, get_chunk
 from sessiontree.archive._contents import archived_files
+from sessiontree.archive._ids import find_archived_session
 from sessiontree.archive._manifests import load_manifest
 from sessiontree.archive._model import ArchivedFile, ArchivedVersion, ArchiveError, RestoreReport
 from sessiontree.archive._restore_targets import agent_file, restore_refusal, safe_rel
-from sessiontree.archive._sessions import PI_FORMAT, companions, find_session
+from sessiontree.archive._sessions import PI_FORMAT, companions
 from sessiontree.archive._storage import ArchiveStorage, inside, opened
 from sessiontree.archive._versions import described, pick_version
 
@@ -31,7 +32,7 @@ from sessiontree.archive._versions import described, pick_version
 def archived_versions(archive: str, session: str) -> tuple[ArchivedFile, list[ArchivedVersion]]:
     """The archived session `session` (as `restore_session` finds it) and every version
     of it the archive keeps, oldest first."""
-    file = find_session(archived_files(archive), session)
+    file, _ = find_archived_session(archive, archived_files(archive), session)
     with opened(archive) as place:
         manifest = load_manifest(place, file.key) or {}
         return file, described(place, manifest)
@@ -54,15 +55,16 @@ def restore_session(
     version: int | None = None,
     at_ms: int | None = None,
 ) -> RestoreReport:
-    """Write the archived session `session` (its id, its file name, or its path) and its
-    companion files back where its agent keeps them (or under `to`, as the agent's
-    home), byte for byte with their mtimes. A file already there with the same bytes
-    is left alone; one with other bytes is never replaced (ArchiveError: give `to`).
+    """Write the archived session `session` (its id as `list` shows it, a prefix of that,
+    its file name, or its path) and its companion files back where its agent keeps them
+    (or under `to`, as the agent's home), byte for byte with their mtimes. A file already
+    there with the same bytes is left alone; one with other bytes is never replaced
+    (ArchiveError: give `to`).
     `version` (a number of `archived_versions`) or `at_ms` (the version the file held
     then) restores an earlier version of the session file (its companions as they are
     newest)."""
     every = archived_files(archive)
-    file = find_session(every, session)
+    file, session_id = find_archived_session(archive, every, session)
     where = f"{file.agent}:{file.home}/{file.rel}"
     notes = []
     with opened(archive) as place:
@@ -83,7 +85,7 @@ def restore_session(
             f"{fullest.number} (with --to, as the file is there)"
         )
     found = next(f for f in every if f.key == file.key)  # the one `companions` passes over
-    files = [file, *companions(found, session, every)]
+    files = [file, *companions(found, session_id, every)]
     if file.agent in PI_FORMAT:
         files += _blobs_of(archive, files, every)
     report = restore_files(archive, files, to=to)
@@ -120,21 +122,62 @@ def _blobs_of(
 
 
 def restore_files(
-    archive: str, files: list[ArchivedFile], *, to: str | None, keep_going: bool = False
+    archive: str,
+    files: list[ArchivedFile],
+    *,
+    to: str | None,
+    keep_going: bool = False,
+    per_agent: bool = False,
 ) -> RestoreReport:
     """Write `files` (of `archived_files(archive)`) back (see `restore_session`).
     `keep_going`: a file that cannot be restored (there with other bytes: a session
     the agent wrote to since it was archived; a damaged chunk) is named in `conflicts`,
     and the others are still restored (`restore --all` after a cleanup: the sessions
-    gone come back); a full disk still stops it."""
+    gone come back); a full disk still stops it. `per_agent` (with `to`): each store's
+    files go under `to/<agent>/` (`<agent>-2/` for a second home of one agent), not all
+    under `to` (pi's and Codex's `sessions/` would mix)."""
     with opened(archive) as place:
-        return _restore(place, files, to, keep_going=keep_going)
+        return _restore(place, files, to, keep_going=keep_going, per_agent=per_agent)
+
+
+def _agent_folders(files: list[ArchivedFile]) -> dict[tuple[str, str], str]:
+    """The folder under `--to` of each (agent, home) of `files`: the agent's name, its
+    further homes numbered in the order of their paths."""
+    homes: dict[str, set[str]] = {}
+    for file in files:
+        homes.setdefault(file.agent, set()).add(file.home)
+    return {
+        (agent, home): agent if number == 1 else f"{agent}-{number}"
+        for agent, every in homes.items()
+        for number, home in enumerate(sorted(every), 1)
+    }
+
+
+def _opencode_note(targets: list[str]) -> str:
+    """How OpenCode takes back the `opencode export` documents restored: it reads its
+    sessions from its database, never from a file where it is written."""
+    if len(targets) == 1:
+        return (
+            f"{targets[0]}: an `opencode export` document, which OpenCode does not read "
+            f"where it is; `opencode import {targets[0]}` takes the session back"
+        )
+    return (
+        f"{len(targets)} OpenCode sessions are `opencode export` documents (such as "
+        f"{targets[0]}), which OpenCode does not read where they are; `opencode import "
+        "FILE` takes each back"
+    )
 
 
 def _restore(
-    archive: ArchiveStorage, files: list[ArchivedFile], to: str | None, *, keep_going: bool = False
+    archive: ArchiveStorage,
+    files: list[ArchivedFile],
+    to: str | None,
+    *,
+    keep_going: bool = False,
+    per_agent: bool = False,
 ) -> RestoreReport:
     report = RestoreReport()
+    folders = _agent_folders(files) if per_agent and to is not None else {}
     if to is not None:
         to = os.path.abspath(os.path.expanduser(to))
         local = archive.local
@@ -144,14 +187,16 @@ def _restore(
     for file in files:
         if not safe_rel(file.rel):
             raise ArchiveError(f"{file.manifest}: names {file.rel!r}, not a path inside a store")
-        home = to if to is not None else file.home
-        if not os.path.isabs(home) or os.path.normpath(home) != home:
-            raise ArchiveError(f"{file.manifest}: its home {home!r} is not an absolute path")
         if not agent_file(file.agent, file.rel):
             raise ArchiveError(
                 f"{file.manifest}: names {file.agent}:{file.rel!r}, not a file of that "
                 "agent's session dirs; refused"
             )
+        home = to if to is not None else file.home
+        if to is not None and folders:  # an agent known to `agent_file`: a plain name
+            home = os.path.join(to, folders[(file.agent, file.home)])
+        if not os.path.isabs(home) or os.path.normpath(home) != home:
+            raise ArchiveError(f"{file.manifest}: its home {home!r} is not an absolute path")
         refusal = None if to is not None else restore_refusal(file)
         if refusal is not None:
             if not keep_going:
@@ -171,6 +216,14 @@ def _restore(
                 raise
             why = str(exc) if isinstance(exc, ArchiveError) else f"{target}: {exc}"
             report.conflicts.append(why)
+    there = {*report.written, *report.unchanged}
+    exports = [
+        target
+        for file, _, target in plans
+        if file.agent == "opencode" and file.rel.startswith("export/") and target in there
+    ]
+    if exports:
+        report.notes.append(_opencode_note(exports))
     return report
 
 

@@ -4,6 +4,7 @@ files kept with it (subagents, a session dir, OpenCode's messages and parts)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 from sessiontree.archive._model import ArchivedFile, ArchiveError
 from sessiontree.format import file_session_id
@@ -132,23 +133,47 @@ def _starts(session: str, file: ArchivedFile) -> bool:
     )
 
 
-def find_session(every: list[ArchivedFile], session: str) -> ArchivedFile:
+def find_session(
+    every: list[ArchivedFile], session: str, id_of: Callable[[ArchivedFile], str] | None = None
+) -> ArchivedFile:
+    """The archived session `session` names: its path, its file name, its id (`id_of`:
+    the id `list` shows, read where its path does not say it), else the one whose id or
+    file name it starts (ArchiveError: none, or several, each named with its id)."""
     sessions = [f for f in every if f.is_session]
     found = [f for f in sessions if _names_exactly(session, f)]
     if not found:
         found = [f for f in sessions if _names_exactly(session, f, fold=True)]
+    if not found and id_of is not None:
+        found = [f for f in sessions if id_of(f).lower() == session.lower()]
     if not found:
         found = [
             f
             for f in sessions
             if (_starts(session, f) if f.agent in PI_FORMAT else _matches(session, f))
+            or (
+                id_of is not None
+                and len(session) >= _SHORTEST_PREFIX
+                and id_of(f).lower().startswith(session.lower())
+            )
         ]
     if not found:
         raise ArchiveError(f"no archived session matches {session!r}")
     if len(found) > 1:
-        names = ", ".join(f"{f.agent}:{f.rel}" for f in found[:5])
-        raise ArchiveError(f"{session!r} matches {len(found)} archived sessions: {names}")
+        shown = 10
+        names = "; ".join(
+            f"{f.agent} {id_of(f)} ({f.rel})" if id_of is not None else f"{f.agent} {f.rel}"
+            for f in found[:shown]
+        )
+        more = f"; and {len(found) - shown} more" if len(found) > shown else ""
+        raise ArchiveError(
+            f"{session!r} matches {len(found)} archived sessions: {names}{more}; give more of "
+            "the id, or the file's path"
+        )
     return found[0]
+
+
+_SHORTEST_PREFIX = 4
+"""An id prefix shorter than this is not looked up (`list` shows 8 characters)."""
 
 
 PI_FORMAT = ("xcsh", "omp", "pi")

@@ -305,7 +305,10 @@ def _print_report(
 def restore_command(
     session: Annotated[
         str | None,
-        typer.Argument(help="A session id, file name or path (see `archive --stats`)."),
+        typer.Argument(
+            help="A session id (or its first characters) as `list` shows it, a file name or "
+            "a path; `sessiontree --agent-dir ARCHIVE list --all` lists the archive's sessions."
+        ),
     ] = None,
     source: Annotated[
         str | None,
@@ -318,11 +321,16 @@ def restore_command(
     to: Annotated[
         str | None,
         typer.Option(
-            "--to", metavar="DIR", help="Write under this dir (as the agent's home) instead."
+            "--to",
+            metavar="DIR",
+            help="Write under this dir instead: as the agent's home (with --all: DIR/<agent>).",
         ),
     ] = None,
     every: Annotated[
-        bool, typer.Option("--all", help="Every archived file (with --to: a copy of all).")
+        bool,
+        typer.Option(
+            "--all", help="Every archived file (with --to: a copy of all, a dir per agent)."
+        ),
     ] = False,
     versions: Annotated[
         bool,
@@ -355,7 +363,9 @@ def restore_command(
     archive names is refused by name (exit 1). A session an agent rewrote keeps its
     earlier versions: --versions lists them (a clobber, a file cut to a header or to less
     than half its lines, is marked), --version N or --at TIME restores one (with --to when
-    the file is there).
+    the file is there). The archive's sessions are listed (and searched, shown) as a
+    store: `sessiontree --agent-dir ARCHIVE list --all`. An OpenCode session comes back
+    as the document `opencode export` writes: `opencode import FILE` takes it back.
     """
     archive = _target(source)
     if (session is None) == (not every):
@@ -370,7 +380,9 @@ def restore_command(
             _print_versions(archive, session, as_json)
             return
         if every:
-            report = restore_files(archive, archived_files(archive), to=to, keep_going=True)
+            report = restore_files(
+                archive, archived_files(archive), to=to, keep_going=True, per_agent=True
+            )
         else:
             assert session is not None
             report = restore_session(archive, session, to=to, version=version, at_ms=_at_ms(at))

@@ -293,6 +293,14 @@ def resolve_session(arg: str) -> str:
     try:
         return store.resolve(arg)
     except SessionNotFoundError as exc:
+        if not store.is_files:
+            # A file outside the store `--agent` names (an `opencode export` document, a
+            # copy of a rollout): read in place, as it is without `--agent`.
+            path = os.path.abspath(os.path.expanduser(arg))
+            in_place = in_place_store(path, invoked_command(), store.agent_dir)
+            if in_place is not None:
+                adopt_store(in_place)
+                return path
         for other in other_stores():  # no store named: the others found are looked in too
             try:
                 path = other.resolve(arg)
