@@ -23,6 +23,7 @@ from markupsafe import Markup
 from sessiontree.export._jsonl import _path
 from sessiontree.export._markdown import _json, _when
 from sessiontree.export._render import highlight_css, render_markdown
+from sessiontree.export._tools import tool_call_summary, tool_output_text
 from sessiontree.format import (
     Entry,
     SessionTreeNode,
@@ -69,6 +70,8 @@ class HtmlBlock:
     text: str = ""
     name: str = ""
     """The tool's name (tool_call)."""
+    summary: str = ""
+    """What a tool call ran, in one line (its command, file, pattern or query)."""
     src: str | None = None
     """The image's URL (image); None: `text` says why there is none."""
     omitted: int = 0
@@ -90,6 +93,13 @@ class HtmlEntry:
     blocks: list[HtmlBlock]
     usage: str | None = None
     hidden: bool = False
+    time: str = ""
+    """When it was written, `YYYY-MM-DD HH:MM:SS` (UTC); "" when it does not say."""
+    timestamp: str = ""
+    """Its timestamp as written (ISO 8601), for the page's `<time datetime>`."""
+    agent_only: bool = False
+    """An entry only the agent reads (a `custom` entry: extension state, Claude Code's
+    `system` lines), folded away until the reader asks for them."""
 
 
 N = TypeVar("N")
@@ -257,7 +267,9 @@ class _Blocks:
             elif kind == "thinking":
                 self.add("thinking", str(block.get("thinking", "")))
             elif kind == "toolCall":
-                self.add("tool_call", _json(block.get("arguments")), str(block.get("name")))
+                arguments = block.get("arguments")
+                self.add("tool_call", _json(arguments), str(block.get("name")))
+                self.blocks[-1].summary = tool_call_summary(arguments)
             elif kind == "image":
                 self.image(block)
             else:
@@ -304,7 +316,7 @@ def html_entry(
         elif role == "toolResult":
             error = " (error)" if message.get("isError") else ""
             heading = f"tool result · {message.get('toolName')}{error}"
-            out.add("pre", blocks_text(message.get("content"), tools=False))
+            out.add("pre", tool_output_text(blocks_text(message.get("content"), tools=False)))
             for block in entry_images(entry):
                 out.image(block)
             usage = _usage_line(message)
@@ -346,6 +358,7 @@ def html_entry(
         out.add("note", entry_preview(entry, 0))
     entry_id = str(entry.get("id", ""))
     parent = entry.get("parentId")
+    stamp = entry.get("timestamp")
     return HtmlEntry(
         n,
         entry_id,
@@ -355,6 +368,9 @@ def html_entry(
         labels.get(entry_id),
         out.blocks,
         usage,
+        time=_when(entry)[:19],
+        timestamp=stamp if isinstance(stamp, str) else "",
+        agent_only=kind == "custom",
     )
 
 
