@@ -36,8 +36,10 @@ from sessiontree.format import (
     message_text,
     system_sections,
     usage_entry_text,
+    usage_record,
     usage_summary,
 )
+from sessiontree.reports import price_record, price_table
 from sessiontree.session import SessionManager, file_size, message_count, session_shown_title
 
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
@@ -276,9 +278,19 @@ class _Blocks:
                 self.add("em", f"[{kind} block]")
 
 
-def _usage_line(message: dict[str, Any]) -> str | None:
-    """Usage, thinking level, stop reason, timing... of a reply or tool result."""
-    return " · ".join(message_facts(message)) or None
+def _usage_line(entry: Entry, message: dict[str, Any]) -> str | None:
+    """Usage, thinking level, stop reason, timing... of a reply or tool result. A reply
+    whose file records no cost (another agent's: Claude Code, Codex and the others write
+    tokens, not dollars) shows the cost the price table gives its tokens, marked `~` as
+    `usage` marks an estimate, never a recorded-looking "$0.0000"."""
+    facts = message_facts(message)
+    record = usage_record(entry, 0)
+    if facts and record is not None and message.get("role") == "assistant":
+        cost, estimated, _ = price_record(record, price_table())
+        if estimated:
+            spent = [p for p in facts[0].split(" · ") if not p.startswith("$")]
+            facts[0] = " · ".join([*spent, f"~${cost:.4f}"])
+    return " · ".join(facts) or None
 
 
 def _tool_names(tools: list[Any]) -> str:
@@ -312,14 +324,14 @@ def html_entry(
             out.content(message.get("content"))
             if message.get("errorMessage"):
                 out.add("em", f"error: {message['errorMessage']}")
-            usage = _usage_line(message)
+            usage = _usage_line(entry, message)
         elif role == "toolResult":
             error = " (error)" if message.get("isError") else ""
             heading = f"tool result · {message.get('toolName')}{error}"
             out.add("pre", tool_output_text(blocks_text(message.get("content"), tools=False)))
             for block in entry_images(entry):
                 out.image(block)
-            usage = _usage_line(message)
+            usage = _usage_line(entry, message)
         elif role == "system":
             if message.get("content"):  # pi 1.6 writes "" when the sections say it all
                 out.content(message.get("content"))

@@ -263,6 +263,7 @@ class _App:
                     "store": row.store,
                     "cwd": row.cwd,
                     "dir": os.path.basename(row.project),
+                    "cwds": {},  # every project path of its sessions, in order
                     "sessions": 0,
                     "messages": 0,
                     "bytes": 0,
@@ -270,10 +271,14 @@ class _App:
                     "cost": None,
                 }
             group["sessions"] += 1
+            group["cwds"][row.cwd] = None
             group["messages"] += row.message_count
             group["bytes"] += row.size
         for project, group in groups.items():
             group["size"] = human_size(group["bytes"])
+            # The subtitle names the other project paths a store folder holds (Codex
+            # files sessions by day, whatever their project), never the folder itself.
+            group["also"] = [c for c in group.pop("cwds") if c and c != group["cwd"]]
             if snapshot is not None and snapshot.complete:
                 tally = snapshot.by_project.get(project)
                 group["cost"] = _cost(tally) if tally is not None else "$0"
