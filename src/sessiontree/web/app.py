@@ -45,7 +45,7 @@ from sessiontree.export import (
 )
 from sessiontree.foreign.storage import ForeignStorage
 from sessiontree.format import SEARCH_ROLES, human_size
-from sessiontree.layout import default_agent_dir
+from sessiontree.layout import default_agent_dir, encode_session_dir_name
 from sessiontree.reports import parse_time, time_zone
 from sessiontree.search import nested_repeat, regex_time_limit
 from sessiontree.session import message_count, session_shown_title
@@ -66,6 +66,7 @@ from sessiontree.web.sessions import (
     nav,
     path_ids,
     path_slice,
+    prompt_index,
     render_entries,
     sniff_image,
 )
@@ -279,6 +280,15 @@ class _App:
             # The subtitle names the other project paths a store folder holds (Codex
             # files sessions by day, whatever their project), never the folder itself.
             group["also"] = [c for c in group.pop("cwds") if c and c != group["cwd"]]
+            # A pi store's folder is named after a project path: shown when it is not
+            # the shown path's (a session copied or moved between projects).
+            folder = group["dir"]
+            pi_folder = folder.startswith("--") and folder.endswith("--")
+            group["folder"] = (
+                folder
+                if pi_folder and folder != encode_session_dir_name(group["cwd"] or "")
+                else None
+            )
             if snapshot is not None and snapshot.complete:
                 tally = snapshot.by_project.get(project)
                 group["cost"] = _cost(tally) if tally is not None else "$0"
@@ -408,6 +418,9 @@ class _App:
             else:
                 leaf = session.leaf(params.get("leaf") or focus or None)
                 part = path_slice(session, leaf)
+                if focus and params.get("leaf") and focus in part.ids[: part.earlier]:
+                    # a prompt of the index, before the path's end: the page from it on
+                    part = path_slice(session, leaf, start_at=focus)
             context: dict[str, Any] = {
                 "focus": focus if focus in part.ids[part.earlier :] else "",
                 "row": row,
@@ -454,6 +467,10 @@ class _App:
                 return _json(
                     {"html": _articles(part.entries), "earlier": part.earlier, "ancestor": None}
                 )
+            following = params.get("following")
+            if following is not None:
+                part = path_slice(session, leaf, following=following)
+                return _json({"html": _articles(part.entries), "later": part.later})
             ancestor = None
             current = params.get("from")
             part = path_slice(session, leaf)
@@ -478,6 +495,24 @@ class _App:
                     "nav": str(macros.tree(items, leaf.get("id") if leaf else None)),  # type: ignore[attr-defined]
                 }
             )
+
+    def prompts(self, request: Request) -> Response:
+        with self.data.foreground.working():  # background passes step aside meanwhile
+            return self._prompts(request)
+
+    def _prompts(self, request: Request) -> Response:
+        """The index of the prompts on the path to `leaf`, as HTML for the sidebar."""
+        row = self._row(request)
+        if row is None:
+            return _json({"error": "no such session"}, 404)
+        session = self._open(row)
+        with session.lock:
+            leaf = session.leaf(request.query_params.get("leaf"))
+            items, unscanned = prompt_index(session, leaf)
+        macros = html_environment().get_template("web/_prompts.html").module
+        leaf_id = leaf.get("id") if leaf is not None else ""
+        html = macros.prompts(items, row.handle, leaf_id, unscanned)  # type: ignore[attr-defined]
+        return _json({"html": str(html), "count": len(items)})
 
     def text(self, request: Request) -> Response:
         with self.data.foreground.working():  # background passes step aside meanwhile
@@ -912,6 +947,7 @@ def create_app(store: Store | Sequence[Store], options: ServeOptions) -> Starlet
             Route("/s/{handle}", routes.session),
             Route("/s/{handle}/path", routes.path),
             Route("/s/{handle}/text", routes.text),
+            Route("/s/{handle}/prompts", routes.prompts),
             Route("/s/{handle}/img/{number}", routes.image),
             Route("/s/{handle}/events", routes.events),
             Route("/s/{handle}/export/{fmt}", routes.export),
