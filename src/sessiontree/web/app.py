@@ -20,7 +20,7 @@ import shlex
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -693,9 +693,11 @@ class _App:
         if chosen not in _RANGES:
             chosen = "all"
         days = _RANGES[chosen]
-        first = None
-        if days is not None:
-            first = (datetime.now(UTC) - timedelta(days=days - 1)).strftime("%Y-%m-%d")
+        first = last = None  # all time: from the first day with replies to the last
+        if days is not None:  # the last N days: up to today, replies or not
+            today = datetime.now(UTC)
+            first = (today - timedelta(days=days - 1)).strftime("%Y-%m-%d")
+            last = today.strftime("%Y-%m-%d")
         snapshot = whole.within(first) if whole is not None else None
         shown = sorted(d for d in (snapshot.by_day if snapshot else {}) if d != "unknown")
         span = f"{shown[0]} to {shown[-1]}" if shown else "no replies"
@@ -714,9 +716,9 @@ class _App:
             state=_usage_state(whole),
             range_name=f"{name} ({span}, UTC)",
             ranges=[(key, key if key != "all" else "all", key == chosen) for key in _RANGES],
-            heatmap=_heatmap(snapshot, first) if snapshot is not None else [],
+            heatmap=_heatmap(snapshot, first, last) if snapshot is not None else None,
             by_store=by_store,
-            **(_usage_charts(snapshot, labels) if snapshot is not None else {}),
+            **(_usage_charts(snapshot, labels, first, last) if snapshot is not None else {}),
         )
 
     def link(self, request: Request) -> Response:
@@ -838,18 +840,19 @@ def _project_labels(rows: Sequence[SessionRow]) -> dict[str, str]:
 _RANGES: dict[str, int | None] = {"7d": 7, "30d": 30, "90d": 90, "all": None}
 
 
-def _heatmap(snapshot: UsageSnapshot, first: str | None) -> list[list[dict[str, Any]]]:
+def _heatmap(snapshot: UsageSnapshot, first: str | None, last: str | None) -> dict[str, Any] | None:
     """Weeks (columns) of days (rows, Monday first) shaded by cost, as activity heatmaps
-    draw them: the range's days (all time: at most the last 53 weeks)."""
-    days = sorted(d for d in snapshot.by_day if d != "unknown")
+    draw them, over the range's days (`charts.day_range`); each week's column headed
+    by the month that starts in it. None when no day has replies."""
+    days = charts.day_range([d for d in snapshot.by_day if d != "unknown"], first, last)
     if not days:
-        return []
-    end = datetime.strptime(days[-1], "%Y-%m-%d").date()
-    start = datetime.strptime(first or days[0], "%Y-%m-%d").date()
-    start = max(start, end - timedelta(weeks=53))
+        return None
+    start = date.fromisoformat(days[0])
+    end = date.fromisoformat(days[-1])
     start -= timedelta(days=start.weekday())
     top = max((t.cost for t in snapshot.by_day.values()), default=0.0) or 1.0
     weeks: list[list[dict[str, Any]]] = []
+    months: list[str] = []
     day = start
     while day <= end:
         key = day.isoformat()
@@ -858,6 +861,9 @@ def _heatmap(snapshot: UsageSnapshot, first: str | None) -> list[list[dict[str, 
         level = 0 if not tally or tally.messages == 0 else 1 + min(3, int(cost / top * 4))
         if day.weekday() == 0:
             weeks.append([])
+            months.append("")
+        if day.day == 1 or not months[0]:  # a month starts here (or the first week)
+            months[-1] = day.strftime("%b")
         replies = tally.messages if tally is not None else 0
         weeks[-1].append(
             {
@@ -868,7 +874,7 @@ def _heatmap(snapshot: UsageSnapshot, first: str | None) -> list[list[dict[str, 
             }
         )
         day += timedelta(days=1)
-    return weeks
+    return {"weeks": weeks, "months": months, "weekdays": ["Mon", "", "Wed", "", "Fri", "", ""]}
 
 
 def _cost(tally: Tally) -> str:
@@ -877,8 +883,10 @@ def _cost(tally: Tally) -> str:
     return ("~" if tally.estimated_messages > 0 else "") + charts.money(tally.cost)
 
 
-def _usage_charts(snapshot: UsageSnapshot, labels: dict[str, str]) -> dict[str, Any]:
-    days = charts.day_range([d for d in snapshot.by_day if d != "unknown"])
+def _usage_charts(
+    snapshot: UsageSnapshot, labels: dict[str, str], first: str | None, last: str | None
+) -> dict[str, Any]:
+    days = charts.day_range([d for d in snapshot.by_day if d != "unknown"], first, last)
     day_tallies = [snapshot.by_day.get(d, Tally()) for d in days]
     models = _top(snapshot.by_model)
     projects = _top({labels.get(k, k): t for k, t in snapshot.by_project.items()})
