@@ -122,6 +122,8 @@ class NavItem:
     forks: int = 0
     count: int = 0
     on_path: bool = False
+    agent_only: bool = False
+    """An entry only the agent reads (see `HtmlEntry.agent_only`): folded with it."""
     head: bool = False
     """The first entry of a branch (a child of a branch point): drawn with `●` when on
     the shown path, `○` when not, as `sessiontree tree` draws them."""
@@ -407,6 +409,7 @@ def nav_items(
             node.label,
             len(node.children) if len(node.children) > 1 else 0,
             on_path=entry_id in on_path,
+            agent_only=entry.get("type") == "custom",
             head=head,
         )
 

@@ -56,7 +56,10 @@ def tool_call_summary(arguments: object) -> str:
     for key in _SUMMARY_KEYS:
         value = arguments.get(key)
         if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
-            value = " ".join(value)  # an argv: Codex's `shell` takes ["bash", "-lc", "..."]
+            # An argv: Codex's `shell` takes ["bash", "-lc", "<script>"]: the script
+            # is what ran.
+            shell = len(value) == 3 and value[1] in ("-c", "-lc")
+            value = value[2] if shell else " ".join(value)
         if isinstance(value, str) and value.strip():
             if key == "pattern" and isinstance(arguments.get("path"), str):
                 return _one_line(f"{value} in {arguments['path']}")

@@ -460,6 +460,7 @@ def _nav(shape: TreeShape, leaf: Entry | None, path_ids: list[str]) -> list[NavI
             labels.get(p),
             forks if forks > 1 else 0,
             on_path=entry_id in on_path,
+            agent_only=shape.kinds[p] == "custom",
             head=head,
         )
 
