@@ -287,7 +287,9 @@ def _usage_line(entry: Entry, message: dict[str, Any]) -> str | None:
     `usage` marks an estimate, never a recorded-looking "$0.0000"."""
     facts = message_facts(message)
     record = usage_record(entry, 0)
-    if facts and record is not None and message.get("role") == "assistant":
+    # The price table (loaded once per process, ~0.6 s) only for a reply without a cost.
+    unpriced = record is not None and not record.cost and record.tokens > 0
+    if facts and record is not None and unpriced and message.get("role") == "assistant":
         cost, estimated, _ = price_record(record, price_table())
         if estimated:
             spent = [p for p in facts[0].split(" · ") if not p.startswith("$")]
