@@ -671,3 +671,21 @@ def test_a_pattern_with_thousands_of_characters_in_a_row_is_refused_not_slow_pas
         list(search_sessions([path], pattern, regex=True))
     with regex_time_limit(5):
         assert list(search_sessions([path], "y" * 1000, regex=True))
+
+
+def test_a_snippet_of_a_tool_call_reads_as_text_not_json_escapes(tmp_path: Path) -> None:
+    """A tool call's arguments are searched as JSON: the snippet shows its newlines,
+    tabs and quotes as the text does, never `\\n`, `\\t` or `\\"`."""
+    call = {
+        "type": "toolCall",
+        "id": "c1",
+        "name": "bash",
+        "arguments": {"command": 'grep -n "needle"\n\tsrc/*.py'},
+    }
+    with SessionManager.create("/p", str(tmp_path)) as sm:
+        sm.append_message(user("look"))
+        sm.append_message(assistant(content=[call]))
+        path = sm.get_session_file() or ""
+    (hit,) = search_sessions([path], "needle")
+    assert "\\" not in hit.snippet
+    assert 'grep -n "needle" src/*.py' in hit.snippet

@@ -21,6 +21,7 @@ import threading
 import time
 import types
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
@@ -1335,6 +1336,31 @@ def test_the_usage_page_names_its_range_and_sums_it(client: Any, store: WebStore
     assert replies[1] < replies[0]
     # An unknown range is the whole.
     assert "All time (" in page(client, "/usage?range=forever").all_text
+
+
+def test_the_usage_charts_follow_the_range_they_name(client: Any, store: WebStore) -> None:
+    """All time: every day from the first with replies (January 2026, months before the
+    live tests' days) to the last; the last 7 days: seven days up to today, replies or
+    not. The heatmap names its weekdays and months and has a legend."""
+    for _ in range(50):
+        whole = client.get("/usage?range=all").text
+        if 'id="usage-summary"' in whole:
+            break
+        time.sleep(0.1)
+    chart = whole.split('id="chart-day-cost"', 1)[1].split("</figure>", 1)[0]
+    assert "<title>2026-01-01 · cost: " in chart
+    labels = re.findall(r'text-anchor="middle">([\d-]+)</text>', chart)
+    assert labels[0] == min(re.findall(r"All time \((\d{4}-\d\d-\d\d)", whole))
+    week = client.get("/usage?range=7d").text
+    chart = week.split('id="chart-day-cost"', 1)[1].split("</figure>", 1)[0]
+    if "No usage recorded" not in chart:
+        today = datetime.now(UTC).date()
+        days = [(today - timedelta(days=6 - n)).isoformat() for n in range(7)]
+        assert re.findall(r'text-anchor="middle">([\d-]+)</text>', chart) == days
+    heatmap = Markup(whole)
+    assert [t for t in heatmap.all("th") if t.get("class") == "weekday"]
+    assert "Mon" in whole.split('id="heatmap"', 1)[1] and ">Jan<" in whole
+    assert 'id="heatmap-legend"' in whole
 
 
 @pytest.mark.parametrize("value", ["9999-12-31", "99999999999999999999d", "9" * 5000 + "d"])

@@ -10,6 +10,7 @@ serves them all.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -143,6 +144,28 @@ def test_a_session_page_opens_from_its_own_store(client: Any, found: FoundHome) 
     assert "zanzibar it is" in mine
     exported = client.get(f"/s/{handle_of('s', found.claude_session)}/export/jsonl")
     assert exported.status_code == 200 and CLAUDE_ID in exported.text
+
+
+def test_another_agents_replies_show_their_estimated_cost(
+    client: Any, server: BackgroundServer, found: FoundHome
+) -> None:
+    """Claude Code records tokens, not dollars: its replies show the price table's cost
+    marked `~`, never "$0.0000"; the projects table keeps the mark; a project's subtitle
+    is no store folder."""
+    page = Markup(get(client, f"/s/{handle_of('s', found.claude_session)}"))
+    assert any(a.get("class") == "usage" for a in page.all("p"))
+    assert "$0.0000" not in page.all_text and "~$" in page.all_text
+    data = server.app.state.routes.data
+    data.sessions()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        snapshot, _ = data.usage(wait=5.0)
+        if snapshot is not None and snapshot.complete:
+            break
+    projects = get(client, "/?store=claude")
+    costs = re.findall(r'data-label="Cost">([^<]*)<', projects)
+    assert costs and all(c.startswith("~$") for c in costs), costs
+    assert re.findall(r'class="sub">([^<]*)<', projects) == []  # one project path: none
 
 
 def test_search_covers_every_store(client: Any, found: FoundHome) -> None:

@@ -23,6 +23,7 @@ from markupsafe import Markup
 from sessiontree.export._jsonl import _path
 from sessiontree.export._markdown import _json, _when
 from sessiontree.export._render import highlight_css, render_markdown
+from sessiontree.export._tools import tool_call_summary, tool_output_text
 from sessiontree.format import (
     Entry,
     SessionTreeNode,
@@ -35,8 +36,10 @@ from sessiontree.format import (
     message_text,
     system_sections,
     usage_entry_text,
+    usage_record,
     usage_summary,
 )
+from sessiontree.reports import price_record, price_table
 from sessiontree.session import SessionManager, file_size, message_count, session_shown_title
 
 _BASE64 = re.compile(r"[A-Za-z0-9+/=\s]*")
@@ -69,6 +72,8 @@ class HtmlBlock:
     text: str = ""
     name: str = ""
     """The tool's name (tool_call)."""
+    summary: str = ""
+    """What a tool call ran, in one line (its command, file, pattern or query)."""
     src: str | None = None
     """The image's URL (image); None: `text` says why there is none."""
     omitted: int = 0
@@ -90,6 +95,13 @@ class HtmlEntry:
     blocks: list[HtmlBlock]
     usage: str | None = None
     hidden: bool = False
+    time: str = ""
+    """When it was written, `YYYY-MM-DD HH:MM:SS` (UTC); "" when it does not say."""
+    timestamp: str = ""
+    """Its timestamp as written (ISO 8601), for the page's `<time datetime>`."""
+    agent_only: bool = False
+    """An entry only the agent reads (a `custom` entry: extension state, Claude Code's
+    `system` lines), folded away until the reader asks for them."""
 
 
 N = TypeVar("N")
@@ -110,6 +122,8 @@ class NavItem:
     forks: int = 0
     count: int = 0
     on_path: bool = False
+    agent_only: bool = False
+    """An entry only the agent reads (see `HtmlEntry.agent_only`): folded with it."""
     head: bool = False
     """The first entry of a branch (a child of a branch point): drawn with `●` when on
     the shown path, `○` when not, as `sessiontree tree` draws them."""
@@ -257,16 +271,30 @@ class _Blocks:
             elif kind == "thinking":
                 self.add("thinking", str(block.get("thinking", "")))
             elif kind == "toolCall":
-                self.add("tool_call", _json(block.get("arguments")), str(block.get("name")))
+                arguments = block.get("arguments")
+                self.add("tool_call", _json(arguments), str(block.get("name")))
+                self.blocks[-1].summary = tool_call_summary(arguments)
             elif kind == "image":
                 self.image(block)
             else:
                 self.add("em", f"[{kind} block]")
 
 
-def _usage_line(message: dict[str, Any]) -> str | None:
-    """Usage, thinking level, stop reason, timing... of a reply or tool result."""
-    return " · ".join(message_facts(message)) or None
+def _usage_line(entry: Entry, message: dict[str, Any]) -> str | None:
+    """Usage, thinking level, stop reason, timing... of a reply or tool result. A reply
+    whose file records no cost (another agent's: Claude Code, Codex and the others write
+    tokens, not dollars) shows the cost the price table gives its tokens, marked `~` as
+    `usage` marks an estimate, never a recorded-looking "$0.0000"."""
+    facts = message_facts(message)
+    record = usage_record(entry, 0)
+    # The price table (loaded once per process, ~0.6 s) only for a reply without a cost.
+    unpriced = record is not None and not record.cost and record.tokens > 0
+    if facts and record is not None and unpriced and message.get("role") == "assistant":
+        cost, estimated, _ = price_record(record, price_table())
+        if estimated:
+            spent = [p for p in facts[0].split(" · ") if not p.startswith("$")]
+            facts[0] = " · ".join([*spent, f"~${cost:.4f}"])
+    return " · ".join(facts) or None
 
 
 def _tool_names(tools: list[Any]) -> str:
@@ -300,14 +328,14 @@ def html_entry(
             out.content(message.get("content"))
             if message.get("errorMessage"):
                 out.add("em", f"error: {message['errorMessage']}")
-            usage = _usage_line(message)
+            usage = _usage_line(entry, message)
         elif role == "toolResult":
             error = " (error)" if message.get("isError") else ""
             heading = f"tool result · {message.get('toolName')}{error}"
-            out.add("pre", blocks_text(message.get("content"), tools=False))
+            out.add("pre", tool_output_text(blocks_text(message.get("content"), tools=False)))
             for block in entry_images(entry):
                 out.image(block)
-            usage = _usage_line(message)
+            usage = _usage_line(entry, message)
         elif role == "system":
             if message.get("content"):  # pi 1.6 writes "" when the sections say it all
                 out.content(message.get("content"))
@@ -346,6 +374,7 @@ def html_entry(
         out.add("note", entry_preview(entry, 0))
     entry_id = str(entry.get("id", ""))
     parent = entry.get("parentId")
+    stamp = entry.get("timestamp")
     return HtmlEntry(
         n,
         entry_id,
@@ -355,6 +384,9 @@ def html_entry(
         labels.get(entry_id),
         out.blocks,
         usage,
+        time=_when(entry)[:19],
+        timestamp=stamp if isinstance(stamp, str) else "",
+        agent_only=kind == "custom",
     )
 
 
@@ -379,6 +411,7 @@ def nav_items(
             node.label,
             len(node.children) if len(node.children) > 1 else 0,
             on_path=entry_id in on_path,
+            agent_only=entry.get("type") == "custom",
             head=head,
         )
 

@@ -17,6 +17,7 @@ from sessiontree.reports._usage import (
     load_usage,
     parse_time,
     price,
+    price_record,
     report,
     time_zone,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "load_usage",
     "parse_time",
     "price",
+    "price_record",
     "price_table",
     "report",
     "store_stats",

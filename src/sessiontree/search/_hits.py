@@ -40,6 +40,17 @@ def _oneline(text: str) -> str:
 
 
 _SPACES = re.compile(r"\s+")
+_ESCAPE = re.compile(r'\\(["\\/nrt])')
+_UNESCAPED = {'"': '"', "\\": "\\", "/": "/", "n": "\n", "r": "\r", "t": "\t"}
+
+
+def _unescape(text: str) -> str:
+    """JSON's escapes as the characters they stand for. An entry's text holds tool
+    arguments and some tools' output as JSON (Codex keeps a shell call's output as a
+    JSON document), where a newline reads as `\\n` and a quote as `\\"`; a snippet
+    shows them as the text does. (A lone backslash followed by n in plain text, as in
+    a Windows path, reads as a space too: rare in a snippet, and harmless there.)"""
+    return _ESCAPE.sub(lambda m: _UNESCAPED[m.group(1)], text) if "\\" in text else text
 
 
 def snippet(text: str, start: int, end: int, width: int = 100) -> tuple[str, str, str]:
@@ -53,7 +64,7 @@ def snippet(text: str, start: int, end: int, width: int = 100) -> tuple[str, str
     context = max(10, (width - (end - start)) // 2)
     lo, hi = max(0, start - context), min(len(text), end + context)
     pieces = [text[lo:start], text[start:end], text[end:hi]]
-    out = [_SPACES.sub(" ", piece) for piece in pieces]
+    out = [_SPACES.sub(" ", _unescape(piece)) for piece in pieces]
     # A run split by an edge of the match: one space, on the side it begins.
     for i in (0, 1):
         if out[i].endswith(" "):

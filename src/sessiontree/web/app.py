@@ -20,7 +20,7 @@ import shlex
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 from urllib.parse import urlencode
 
@@ -45,7 +45,7 @@ from sessiontree.export import (
 )
 from sessiontree.foreign.storage import ForeignStorage
 from sessiontree.format import SEARCH_ROLES, human_size
-from sessiontree.layout import default_agent_dir
+from sessiontree.layout import default_agent_dir, encode_session_dir_name
 from sessiontree.reports import parse_time, time_zone
 from sessiontree.search import nested_repeat, regex_time_limit
 from sessiontree.session import message_count, session_shown_title
@@ -66,6 +66,7 @@ from sessiontree.web.sessions import (
     nav,
     path_ids,
     path_slice,
+    prompt_index,
     render_entries,
     sniff_image,
 )
@@ -263,6 +264,7 @@ class _App:
                     "store": row.store,
                     "cwd": row.cwd,
                     "dir": os.path.basename(row.project),
+                    "cwds": {},  # every project path of its sessions, in order
                     "sessions": 0,
                     "messages": 0,
                     "bytes": 0,
@@ -270,10 +272,23 @@ class _App:
                     "cost": None,
                 }
             group["sessions"] += 1
+            group["cwds"][row.cwd] = None
             group["messages"] += row.message_count
             group["bytes"] += row.size
         for project, group in groups.items():
             group["size"] = human_size(group["bytes"])
+            # The subtitle names the other project paths a store folder holds (Codex
+            # files sessions by day, whatever their project), never the folder itself.
+            group["also"] = [c for c in group.pop("cwds") if c and c != group["cwd"]]
+            # A pi store's folder is named after a project path: shown when it is not
+            # the shown path's (a session copied or moved between projects).
+            folder = group["dir"]
+            pi_folder = folder.startswith("--") and folder.endswith("--")
+            group["folder"] = (
+                folder
+                if pi_folder and folder != encode_session_dir_name(group["cwd"] or "")
+                else None
+            )
             if snapshot is not None and snapshot.complete:
                 tally = snapshot.by_project.get(project)
                 group["cost"] = _cost(tally) if tally is not None else "$0"
@@ -403,6 +418,9 @@ class _App:
             else:
                 leaf = session.leaf(params.get("leaf") or focus or None)
                 part = path_slice(session, leaf)
+                if focus and params.get("leaf") and focus in part.ids[: part.earlier]:
+                    # a prompt of the index, before the path's end: the page from it on
+                    part = path_slice(session, leaf, start_at=focus)
             context: dict[str, Any] = {
                 "focus": focus if focus in part.ids[part.earlier :] else "",
                 "row": row,
@@ -449,6 +467,10 @@ class _App:
                 return _json(
                     {"html": _articles(part.entries), "earlier": part.earlier, "ancestor": None}
                 )
+            following = params.get("following")
+            if following is not None:
+                part = path_slice(session, leaf, following=following)
+                return _json({"html": _articles(part.entries), "later": part.later})
             ancestor = None
             current = params.get("from")
             part = path_slice(session, leaf)
@@ -473,6 +495,24 @@ class _App:
                     "nav": str(macros.tree(items, leaf.get("id") if leaf else None)),  # type: ignore[attr-defined]
                 }
             )
+
+    def prompts(self, request: Request) -> Response:
+        with self.data.foreground.working():  # background passes step aside meanwhile
+            return self._prompts(request)
+
+    def _prompts(self, request: Request) -> Response:
+        """The index of the prompts on the path to `leaf`, as HTML for the sidebar."""
+        row = self._row(request)
+        if row is None:
+            return _json({"error": "no such session"}, 404)
+        session = self._open(row)
+        with session.lock:
+            leaf = session.leaf(request.query_params.get("leaf"))
+            items, unscanned = prompt_index(session, leaf)
+        macros = html_environment().get_template("web/_prompts.html").module
+        leaf_id = leaf.get("id") if leaf is not None else ""
+        html = macros.prompts(items, row.handle, leaf_id, unscanned)  # type: ignore[attr-defined]
+        return _json({"html": str(html), "count": len(items)})
 
     def text(self, request: Request) -> Response:
         with self.data.foreground.working():  # background passes step aside meanwhile
@@ -653,9 +693,11 @@ class _App:
         if chosen not in _RANGES:
             chosen = "all"
         days = _RANGES[chosen]
-        first = None
-        if days is not None:
-            first = (datetime.now(UTC) - timedelta(days=days - 1)).strftime("%Y-%m-%d")
+        first = last = None  # all time: from the first day with replies to the last
+        if days is not None:  # the last N days: up to today, replies or not
+            today = datetime.now(UTC)
+            first = (today - timedelta(days=days - 1)).strftime("%Y-%m-%d")
+            last = today.strftime("%Y-%m-%d")
         snapshot = whole.within(first) if whole is not None else None
         shown = sorted(d for d in (snapshot.by_day if snapshot else {}) if d != "unknown")
         span = f"{shown[0]} to {shown[-1]}" if shown else "no replies"
@@ -674,9 +716,9 @@ class _App:
             state=_usage_state(whole),
             range_name=f"{name} ({span}, UTC)",
             ranges=[(key, key if key != "all" else "all", key == chosen) for key in _RANGES],
-            heatmap=_heatmap(snapshot, first) if snapshot is not None else [],
+            heatmap=_heatmap(snapshot, first, last) if snapshot is not None else None,
             by_store=by_store,
-            **(_usage_charts(snapshot, labels) if snapshot is not None else {}),
+            **(_usage_charts(snapshot, labels, first, last) if snapshot is not None else {}),
         )
 
     def link(self, request: Request) -> Response:
@@ -798,18 +840,19 @@ def _project_labels(rows: Sequence[SessionRow]) -> dict[str, str]:
 _RANGES: dict[str, int | None] = {"7d": 7, "30d": 30, "90d": 90, "all": None}
 
 
-def _heatmap(snapshot: UsageSnapshot, first: str | None) -> list[list[dict[str, Any]]]:
+def _heatmap(snapshot: UsageSnapshot, first: str | None, last: str | None) -> dict[str, Any] | None:
     """Weeks (columns) of days (rows, Monday first) shaded by cost, as activity heatmaps
-    draw them: the range's days (all time: at most the last 53 weeks)."""
-    days = sorted(d for d in snapshot.by_day if d != "unknown")
+    draw them, over the range's days (`charts.day_range`); each week's column headed
+    by the month that starts in it. None when no day has replies."""
+    days = charts.day_range([d for d in snapshot.by_day if d != "unknown"], first, last)
     if not days:
-        return []
-    end = datetime.strptime(days[-1], "%Y-%m-%d").date()
-    start = datetime.strptime(first or days[0], "%Y-%m-%d").date()
-    start = max(start, end - timedelta(weeks=53))
+        return None
+    start = date.fromisoformat(days[0])
+    end = date.fromisoformat(days[-1])
     start -= timedelta(days=start.weekday())
     top = max((t.cost for t in snapshot.by_day.values()), default=0.0) or 1.0
     weeks: list[list[dict[str, Any]]] = []
+    months: list[str] = []
     day = start
     while day <= end:
         key = day.isoformat()
@@ -818,6 +861,9 @@ def _heatmap(snapshot: UsageSnapshot, first: str | None) -> list[list[dict[str, 
         level = 0 if not tally or tally.messages == 0 else 1 + min(3, int(cost / top * 4))
         if day.weekday() == 0:
             weeks.append([])
+            months.append("")
+        if day.day == 1 or not months[0]:  # a month starts here (or the first week)
+            months[-1] = day.strftime("%b")
         replies = tally.messages if tally is not None else 0
         weeks[-1].append(
             {
@@ -828,7 +874,7 @@ def _heatmap(snapshot: UsageSnapshot, first: str | None) -> list[list[dict[str, 
             }
         )
         day += timedelta(days=1)
-    return weeks
+    return {"weeks": weeks, "months": months, "weekdays": ["Mon", "", "Wed", "", "Fri", "", ""]}
 
 
 def _cost(tally: Tally) -> str:
@@ -837,8 +883,10 @@ def _cost(tally: Tally) -> str:
     return ("~" if tally.estimated_messages > 0 else "") + charts.money(tally.cost)
 
 
-def _usage_charts(snapshot: UsageSnapshot, labels: dict[str, str]) -> dict[str, Any]:
-    days = charts.day_range([d for d in snapshot.by_day if d != "unknown"])
+def _usage_charts(
+    snapshot: UsageSnapshot, labels: dict[str, str], first: str | None, last: str | None
+) -> dict[str, Any]:
+    days = charts.day_range([d for d in snapshot.by_day if d != "unknown"], first, last)
     day_tallies = [snapshot.by_day.get(d, Tally()) for d in days]
     models = _top(snapshot.by_model)
     projects = _top({labels.get(k, k): t for k, t in snapshot.by_project.items()})
@@ -907,6 +955,7 @@ def create_app(store: Store | Sequence[Store], options: ServeOptions) -> Starlet
             Route("/s/{handle}", routes.session),
             Route("/s/{handle}/path", routes.path),
             Route("/s/{handle}/text", routes.text),
+            Route("/s/{handle}/prompts", routes.prompts),
             Route("/s/{handle}/img/{number}", routes.image),
             Route("/s/{handle}/events", routes.events),
             Route("/s/{handle}/export/{fmt}", routes.export),

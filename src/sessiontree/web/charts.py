@@ -74,20 +74,21 @@ def _nice(top: float) -> tuple[float, int]:
     return 10 ** (exponent + 1), 4  # pragma: no cover
 
 
-def day_range(days: Sequence[str], most: int = 90) -> list[str]:
-    """Every day from the first to the last of `days` (YYYY-MM-DD), at most the last
-    `most`; days that are not dates are left out."""
+def day_range(days: Sequence[str], first: str | None = None, last: str | None = None) -> list[str]:
+    """Every day of a range (YYYY-MM-DD): from `first` (else the first of `days`) to
+    `last` (else the last of `days`), each once, whether it has replies or not; days
+    that are not dates are left out."""
     parsed = []
-    for day in days:
+    for day in (*days, *(d for d in (first, last) if d is not None)):
         try:
             parsed.append(date.fromisoformat(day))
         except ValueError:
             continue
     if not parsed:
         return []
-    last = max(parsed)
-    first = max(min(parsed), last - timedelta(days=most - 1))
-    return [(first + timedelta(days=n)).isoformat() for n in range((last - first).days + 1)]
+    start = date.fromisoformat(first) if first is not None else min(parsed)
+    end = date.fromisoformat(last) if last is not None else max(parsed)
+    return [(start + timedelta(days=n)).isoformat() for n in range((end - start).days + 1)]
 
 
 def column_chart(

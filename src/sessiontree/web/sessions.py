@@ -32,7 +32,7 @@ from sessiontree.export import (
     nav_tokens,
 )
 from sessiontree.foreign.storage import ForeignStorage
-from sessiontree.format import Entry, entry_preview, loads_line
+from sessiontree.format import Entry, entry_preview, loads_line, message_text
 from sessiontree.session import SessionManager, TreeShape
 from sessiontree.storage import SessionStorage, parse_blob_ref, read_range
 from sessiontree.store import Store
@@ -44,10 +44,12 @@ __all__ = [
     "Change",
     "OpenSession",
     "PathSlice",
+    "Prompt",
     "SessionCache",
     "Tail",
     "image_bytes",
     "load_note",
+    "prompt_index",
 ]
 
 PATH_CHUNK = 100
@@ -279,6 +281,9 @@ class PathSlice:
     earlier: int
     entries: list[HtmlEntry]
     ids: list[str]
+    later: int = 0
+    """Entries of the path after `entries`, not sent (a slice that starts at an entry
+    far from the leaf: a prompt picked in the index)."""
 
 
 def _position(shape: TreeShape, entry: Entry | None) -> int | None:
@@ -306,12 +311,15 @@ def path_slice(
     *,
     after: str | None = None,
     before: str | None = None,
+    start_at: str | None = None,
+    following: str | None = None,
     limit: int = PATH_CHUNK,
 ) -> PathSlice:
     """At most `limit` entries of the path to `leaf`: its end; or the ones following
-    entry `after`; or the ones right before entry `before`. Reads only those (and
-    again, when a line read turns out damaged or other than its prefix said: the
-    path is then another)."""
+    entry `after` (the end when they are more); or the ones right before entry
+    `before`; or the ones from entry `start_at` on (two before it for context); or
+    the ones right after entry `following`. Reads only those (and again, when a line
+    read turns out damaged or other than its prefix said: the path is then another)."""
     while True:
         shape = session.shape()
         path = _path(shape, leaf)
@@ -325,16 +333,60 @@ def path_slice(
             first = ids.index(after) + 1
             if stop - first <= limit:
                 start = first
+        elif start_at is not None and start_at in ids:
+            start = max(0, ids.index(start_at) - 2)
+            stop = min(stop, start + limit)
+        elif following is not None and following in ids:
+            start = ids.index(following) + 1
+            stop = min(stop, start + limit)
         chosen = [e for e in shape.entries(path[start:stop]) if e is not None]
         if session.shape() is shape:
-            return PathSlice(leaf, len(path), start, render_entries(session, chosen, start), ids)
+            rendered = render_entries(session, chosen, start)
+            return PathSlice(leaf, len(path), start, rendered, ids, len(path) - stop)
+
+
+PROMPTS_SCANNED = 20_000
+"""Entries of a path (the newest) whose prompts its index lists at most: the index
+reads each message among them, so a path of millions costs a bounded read."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One user prompt of a path, as its index lists it."""
+
+    id: str
+    text: str
+    time: str
+    """`MM-DD HH:MM` (UTC), "" when the entry does not say."""
+
+
+def prompt_index(session: OpenSession, leaf: Entry | None) -> tuple[list[Prompt], int]:
+    """The user prompts on the path to `leaf`, oldest first, among its newest
+    `PROMPTS_SCANNED` entries; and how many older entries were not read. Only the
+    path's message entries are read (the shape knows every entry's kind)."""
+    while True:
+        shape = session.shape()
+        path = _path(shape, leaf)
+        scanned = path[-PROMPTS_SCANNED:]
+        messages = [p for p in scanned if shape.kinds[p] == "message"]
+        prompts = []
+        for entry in shape.entries(messages):
+            message = entry.get("message") if entry is not None else None
+            if entry is None or not isinstance(message, dict) or message.get("role") != "user":
+                continue
+            text = " ".join(message_text(message).split())[:120]
+            when = str(entry.get("timestamp") or "")
+            time_shown = f"{when[5:10]} {when[11:16]}" if len(when) >= 16 else ""
+            prompts.append(Prompt(str(entry.get("id")), text or "(no text)", time_shown))
+        if session.shape() is shape:
+            return prompts, len(path) - len(scanned)
 
 
 def branch_around(session: OpenSession, entry_id: str) -> tuple[Entry, PathSlice] | None:
     """The whole branch an entry is on, for a search hit: its newest tip (following the
     newest child down from the entry) and a slice of the path that shows the entry and
-    everything after it (None when the entry is unknown or too far from its tip, where
-    the path to the entry alone is shown)."""
+    everything after it, or, when it is far from the tip, the entry and the next
+    `PATH_CHUNK` (the page loads the rest on demand); None when the entry is unknown."""
     shape = session.shape()
     at = shape.position.get(entry_id)
     if at is None:
@@ -356,7 +408,7 @@ def branch_around(session: OpenSession, entry_id: str) -> tuple[Entry, PathSlice
         return None
     index = part.ids.index(entry_id)
     if part.length - index > 4 * PATH_CHUNK:
-        return None
+        return tip_entry, path_slice(session, tip_entry, start_at=entry_id)
     start = max(0, index - 2)  # two entries of context before the hit
     return tip_entry, path_slice(session, tip_entry, limit=part.length - start)
 
@@ -408,6 +460,7 @@ def _nav(shape: TreeShape, leaf: Entry | None, path_ids: list[str]) -> list[NavI
             labels.get(p),
             forks if forks > 1 else 0,
             on_path=entry_id in on_path,
+            agent_only=shape.kinds[p] == "custom",
             head=head,
         )
 

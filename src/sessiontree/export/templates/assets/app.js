@@ -23,15 +23,19 @@
   var handle = root.dataset.handle;
   var leaf = root.dataset.leaf;
   var earlier = parseInt(root.dataset.earlier, 10) || 0;
+  var later = parseInt(root.dataset.later, 10) || 0;
   var entries = document.getElementById('entries');
   var tree = document.getElementById('tree');
   var picker = document.getElementById('leaf-picker');
   var info = document.getElementById('path-info');
   var earlierButton = document.getElementById('earlier');
+  var laterButton = document.getElementById('later');
+  var prompts = document.getElementById('prompts');
+  var promptList = document.getElementById('prompt-list');
   var notice = document.getElementById('notice');
   var live = document.getElementById('live');
   var base = '/s/' + encodeURIComponent(handle);
-  var pathLength = entries.children.length + earlier;
+  var pathLength = entries.children.length + earlier + later;
 
   function get(url) {
     return fetch(url, { headers: { 'Accept': 'application/json' } }).then(function (r) {
@@ -43,6 +47,10 @@
   function showEarlier() {
     earlierButton.hidden = earlier <= 0;
     earlierButton.textContent = 'Show earlier entries (' + earlier.toLocaleString() + ' not shown)';
+  }
+  function showLater() {
+    laterButton.hidden = later <= 0;
+    laterButton.textContent = 'Show later entries (' + later.toLocaleString() + ' not shown)';
   }
   function article(id) {
     var found = null;
@@ -89,6 +97,9 @@
         entries.innerHTML = data.html;
         earlier = data.earlier;
       }
+      later = 0;
+      showLater();
+      loadPrompts(true);
       leaf = data.leaf || '';
       root.dataset.leaf = leaf;
       pathLength = data.length;
@@ -132,6 +143,47 @@
       showEarlier();
       loadingEarlier = false;
     }).catch(function (error) { loadingEarlier = false; say('Could not load earlier entries: ' + error.message); });
+  });
+
+  // Later entries, when the page starts at a prompt far from the path's end.
+  var loadingLater = false;
+  laterButton.addEventListener('click', function () {
+    var last = entries.lastElementChild;
+    if (!last || loadingLater) { return; }
+    loadingLater = true;
+    var url = base + '/path?leaf=' + encodeURIComponent(leaf) + '&following=' + encodeURIComponent(last.dataset.id);
+    get(url).then(function (data) {
+      entries.insertAdjacentHTML('beforeend', data.html);
+      later = data.later;
+      showLater();
+      loadingLater = false;
+    }).catch(function (error) { loadingLater = false; say('Could not load later entries: ' + error.message); });
+  });
+
+  // The index of the path's prompts, read when it is first opened (and again after a
+  // switch of branch); a prompt on the page is scrolled to, any other opens the page
+  // from that prompt on (its link).
+  var promptsFor = null;
+  function loadPrompts(stale) {
+    if (stale) { promptsFor = null; }
+    if (!prompts.open || promptsFor === leaf) { return; }
+    promptsFor = leaf;
+    promptList.textContent = 'Reading the prompts…';
+    get(base + '/prompts?leaf=' + encodeURIComponent(leaf)).then(function (data) {
+      promptList.innerHTML = data.html;
+      prompts.querySelector('summary').textContent = 'Prompts on this path (' + data.count.toLocaleString() + ')';
+    }).catch(function (error) { promptsFor = null; promptList.textContent = 'Could not read the prompts: ' + error.message; });
+  }
+  prompts.addEventListener('toggle', function () { loadPrompts(false); });
+  promptList.addEventListener('click', function (event) {
+    var link = event.target.closest('a[data-id]');
+    var shown = link ? article(link.dataset.id) : null;
+    if (!shown) { return; }
+    event.preventDefault();
+    drawer(false);
+    shown.scrollIntoView({ block: 'start' });
+    shown.classList.add('hit');
+    setTimeout(function () { shown.classList.remove('hit'); }, 1500);
   });
 
   entries.addEventListener('click', function (event) {
@@ -182,7 +234,14 @@
       }
       if (article(data.id)) { return; }
       refreshTree();
-      if (data.parentId === leaf) {
+      if (data.parentId === leaf && later > 0) {
+        later += 1;  // the page does not show the path's end: one more to load
+        leaf = data.id;
+        root.dataset.leaf = leaf;
+        picker.value = leaf;
+        pathLength += 1;
+        showLater();
+      } else if (data.parentId === leaf) {
         entries.insertAdjacentHTML('beforeend', data.html);
         var added = entries.lastElementChild;
         added.classList.add('fresh');
@@ -209,6 +268,7 @@
   }
 
   showEarlier();
+  showLater();
   // A search hit: its entry, inside its whole branch, scrolled to and highlighted.
   var focus = root.dataset.focus ? article(root.dataset.focus) : null;
   if (focus) {
