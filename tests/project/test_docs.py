@@ -190,6 +190,20 @@ def test_readme_and_the_library_page_have_examples() -> None:
     assert "SessionManager.in_memory(" in (REPO_ROOT / "README.md").read_text(encoding="utf-8")
 
 
+def test_the_message_model_has_an_example_that_runs() -> None:
+    """The library page shows the message shapes with one example (run above, as every
+    `>>>` block is) that records a turn with a tool call, branches, compacts and resumes;
+    the README links to it and to the converters."""
+    text = (DOCS / "library.md").read_text(encoding="utf-8")
+    assert "messages" in anchors(text) and "converters" in anchors(text)
+    turn = next(b.text for b in _examples(DOCS / "library.md") if '"toolCall"' in b.text)
+    for step in ('"toolResult"', ".branch(", ".append_compaction(", ".continue_recent("):
+        assert step in turn, step
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    assert "](docs/library.md#messages)" in readme
+    assert "](docs/library.md#converters)" in readme and "from_anthropic" in readme
+
+
 def test_every_python_block_is_an_example_that_runs() -> None:
     """A ```python block is written as `>>>` lines, so that the tests above run it."""
     for path in DOCUMENTS:
