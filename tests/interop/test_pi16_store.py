@@ -368,7 +368,17 @@ def test_any_branched_session_in_pi_store_keeps_every_parent_and_its_context(
             elif kind == "branch" and pick is not None:
                 sm.branch(pick)
             elif kind == "compaction" and pick is not None:
-                ids.append(sm.append_compaction("s", None, pick, n))
+                if pick in {e["id"] for e in sm.get_branch()}:
+                    ids.append(sm.append_compaction("s", None, pick, n))
+                    continue
+                # Off the path: refused here, written by pi 1.6 (and read as pi reads it).
+                leaf_before = sm.get_leaf_id()
+                with pytest.raises(ValueError, match=pick):
+                    sm.append_compaction("s", None, pick, n)
+                assert sm.get_leaf_id() == leaf_before
+                ids.append(sm.append_compaction("s", None, None, n))
+                sm.get_entries()[-1]["firstKeptEntryId"] = pick
+                sm.rewrite_entries()
             else:
                 ids.append(sm.append_custom_entry("c", {"n": n}))
         leaf = ids[at % len(ids)]

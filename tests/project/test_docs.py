@@ -15,6 +15,7 @@ import io
 import re
 import tempfile
 import tomllib
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -190,13 +191,105 @@ def test_readme_and_the_library_page_have_examples() -> None:
     assert "SessionManager.in_memory(" in (REPO_ROOT / "README.md").read_text(encoding="utf-8")
 
 
+def test_the_message_model_has_an_example_that_runs() -> None:
+    """The library page shows the message shapes with one example (run above, as every
+    `>>>` block is) that records a turn with a tool call, branches, compacts and resumes;
+    the README links to it and to the converters."""
+    text = (DOCS / "library.md").read_text(encoding="utf-8")
+    assert "messages" in anchors(text) and "converters" in anchors(text)
+    turn = next(b.text for b in _examples(DOCS / "library.md") if '"toolCall"' in b.text)
+    for step in ('"toolResult"', ".branch(", ".append_compaction(", ".continue_recent("):
+        assert step in turn, step
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    assert "](docs/library.md#messages)" in readme
+    assert "](docs/library.md#converters)" in readme and "from_anthropic" in readme
+
+
+QUICK_STARTS = {"claude-agent-sdk.md": "claude_agent_sdk", "openai-agents.md": "agents"}
+"""The pages whose first ```python block is a program to paste (it needs a model, so it
+is run below with the model replaced), and the SDK each needs."""
+
+
+def _quick_start(page: str) -> Block:
+    blocks, _prose = split_markdown((DOCS / page).read_text(encoding="utf-8"))
+    return next(b for b in blocks if b.info == "python" and not b.text.startswith(">>>"))
+
+
 def test_every_python_block_is_an_example_that_runs() -> None:
-    """A ```python block is written as `>>>` lines, so that the tests above run it."""
+    """A ```python block is written as `>>>` lines, so that the tests above run it, or is
+    a quick-start program that the tests below run."""
     for path in DOCUMENTS:
         blocks, _prose = split_markdown(path.read_text(encoding="utf-8"))
         for block in blocks:
+            if block.text.lstrip().startswith(">>>"):
+                continue
             if block.info.split()[:1] in (["python"], ["pycon"], ["py"]):
-                assert block.text.lstrip().startswith(">>>"), f"{_name(path)}:{block.line}"
+                assert path.name in QUICK_STARTS, f"{_name(path)}:{block.line}"
+                assert block == _quick_start(path.name), f"{_name(path)}:{block.line}"
+
+
+@pytest.mark.parametrize("page", sorted(QUICK_STARTS))
+def test_a_quick_start_is_a_program_with_an_offline_example(page: str) -> None:
+    """Pasted into a file it runs: no `await` outside a function (a SyntaxError of
+    Python's), `asyncio.run(main())` at the end; and the page runs the same calls
+    without a model in a `>>>` example (run above)."""
+    block = _quick_start(page)
+    compile(block.text, page, "exec")
+    assert block.text.rstrip().endswith("asyncio.run(main())")
+    offline = [b.text for b in _examples(DOCS / page)]
+    assert any("asyncio.run(main())" in text for text in offline), page
+
+
+def test_a_top_level_await_is_refused_by_the_check_above() -> None:
+    with pytest.raises(SyntaxError):
+        compile("import asyncio\nawait asyncio.sleep(0)\n", "page.md", "exec")
+
+
+def test_the_claude_agent_sdk_quick_start_runs_as_pasted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The program as pasted, `query` replaced by one that sends the transcript lines to
+    the session store as the SDK's mirror does (the real one runs the `claude` CLI)."""
+    sdk = pytest.importorskip(QUICK_STARTS["claude-agent-sdk.md"])
+    monkeypatch.setenv("HOME", str(tmp_path))
+    session_id = "6c0a3b7e-1f0e-4c3a-9d1e-0123456789ab"
+
+    async def query(*, prompt: str, options: object) -> AsyncIterator[str]:
+        store = options.session_store
+        line = {"type": "user", "uuid": "u1", "parentUuid": None, "sessionId": session_id}
+        line["message"] = {"role": "user", "content": prompt}
+        await store.append({"project_key": "-work-app", "session_id": session_id}, [line])
+        yield f"answered {prompt!r}"
+
+    monkeypatch.setattr(sdk, "query", query)
+    exec(compile(_quick_start("claude-agent-sdk.md").text, "quick-start", "exec"), {})
+    assert capsys.readouterr().out == "answered 'What is 2 + 2?'\n"
+    written = tmp_path / "agents" / "claude" / "projects" / "-work-app" / f"{session_id}.jsonl"
+    assert "What is 2 + 2?" in written.read_text(encoding="utf-8")
+
+
+def test_the_openai_agents_quick_start_runs_as_pasted(
+    tmp_path: Path,
+    agent_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The program as pasted, in the default store (the test's agent dir) and the current
+    directory's project, the SDK's default model replaced by its `ScriptedModel`."""
+    pytest.importorskip(QUICK_STARTS["openai-agents.md"])
+    from agents.models.multi_provider import MultiProvider
+    from agents.testing import ScriptedModel, assistant_message
+
+    model = ScriptedModel()
+    model.enqueue([assistant_message("San Francisco.")])
+    model.enqueue([assistant_message("California.")])
+    monkeypatch.setattr(MultiProvider, "get_model", lambda self, name: model)
+    monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")
+    monkeypatch.chdir(tmp_path)
+    exec(compile(_quick_start("openai-agents.md").text, "quick-start", "exec"), {})
+    assert capsys.readouterr().out == "San Francisco.\nCalifornia.\n"
+    (written,) = agent_dir.glob("sessions/*/conversation_123.jsonl")
+    assert "What state is it in?" in written.read_text(encoding="utf-8")
 
 
 def test_a_failing_example_is_reported(tmp_path: Path) -> None:

@@ -710,8 +710,9 @@ class ManagerModel(RuleBasedStateMachine):
                 return sm.append_session_init("system", text, [])
             if kind == "mode":
                 return sm.append_mode_change(text or "plan", {"x": 1})
-            first = self.expected[0]["id"] if self.expected else "none"
-            return sm.append_compaction(text, None, first, 100)
+            # The first entry on the leaf's path (an id off it is refused); none: keep nothing.
+            path = sm.get_branch()
+            return sm.append_compaction(text, None, path[0]["id"] if path else None, 100)
 
         self.append(build)
 

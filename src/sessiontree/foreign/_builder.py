@@ -293,11 +293,9 @@ class TreeBuilder:
         compaction is the summary and what follows (`firstKeptEntryId` is the entry itself)."""
 
         def append() -> str:
-            entry_id = self.sm.append_compaction(
-                summary, None, "", tokens_before, details, None, preserve_data
+            return self.sm.append_compaction(
+                summary, None, None, tokens_before, details, None, preserve_data
             )
-            self.entry(entry_id)["firstKeptEntryId"] = entry_id
-            return entry_id
 
         return self._add(parent, key, ms, append)
 

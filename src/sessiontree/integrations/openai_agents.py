@@ -22,14 +22,19 @@ reads a leaf. Branches as `AdvancedSQLiteSession` has them are branches of the t
 `create_branch_from_turn`, `switch_to_branch`, `list_branches`, `get_conversation_turns`;
 `store_run_usage(result)` records a run's usage, `get_turn_usage` reads it per turn.
 
-One `SessionTreeSession` writes a session at a time (the session's writer lock, held
-from the first call until `close()`; on PostgreSQL for every host). Another one reads
-the session meanwhile, as stored; its writes raise SessionLockError.
+Several `SessionTreeSession` objects of one session id, in one process or several (on
+PostgreSQL, on several hosts), all read and write it, as the SDK's `SQLiteSession`
+allows: a call takes the session's writer lock, waiting (up to 30 s) while another
+object's call holds it, and reads what the others wrote before it. The lock is kept
+after a call for the next one until the object has been idle for 0.1 s (reading the
+session again costs more than a call), or until another object of this process asks
+for it; a call that finds it held only to read reads the session as stored.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import threading
 import time
@@ -37,6 +42,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from sessiontree.integrations._common import (
+    LOCK_PATIENCE_S,
     check_name,
     missing_extra,
     open_location,
@@ -71,8 +77,21 @@ MARKER_TYPE = "openai-agents.marker"
 run's usage (`op`: usage)."""
 MAIN = "main"
 
+log = logging.getLogger(__name__)
+
 _T = TypeVar("_T")
 _WRITES: Any = object()
+
+_IDLE_S = 0.1
+"""How long an object keeps the session's writer lock after a call, for its next one:
+the Runner makes several calls a turn, and taking the lock again means reading the
+session again (another writer may have written meanwhile)."""
+
+_HOLDERS: dict[tuple[str, str], SessionTreeSession] = {}
+"""The object of this process holding each session's lock between calls (by store
+location and path): another object of the session asks it to let go at once rather
+than wait out its idle time."""
+_HOLDERS_MUTEX = threading.Lock()
 
 
 def _item_of(entry: Entry) -> dict[str, Any] | None:
@@ -127,7 +146,8 @@ class SessionTreeSession(SessionABC):
     `sessiontree.Store` of your own instead. `cwd`: the project the session belongs
     to (default: the current directory). `session_settings`: as the SDK's sessions
     take them (`limit`: the default of `get_items`). `durable=False`: no fsync per
-    write (see `durable`).
+    write (see `durable`). Other objects of the same session id, here or in other
+    processes, read and write it too (see the module doc).
 
     ValueError for a `session_id` that is not a safe file name.
     """
@@ -153,8 +173,9 @@ class SessionTreeSession(SessionABC):
         self.durable = durable
         """Whether each write ends with a durable flush (fsync; a synchronous commit on
         PostgreSQL). False: written to the OS (or committed asynchronously) at once,
-        made durable at `close()`; a crash of the process loses nothing, one of the host
-        may lose the last writes (SQLite's `synchronous=NORMAL`)."""
+        made durable when this object lets go of the session (idle, or `close()`); a
+        crash of the process loses nothing, one of the host may lose the last writes
+        (SQLite's `synchronous=NORMAL`)."""
         self._owns_store = store is None
         self._store = store if store is not None else open_location(location)
         self.cwd = os.path.abspath(os.fspath(cwd)) if cwd is not None else os.getcwd()
@@ -163,7 +184,11 @@ class SessionTreeSession(SessionABC):
         )
         """The session file (a key under the database's root on PostgreSQL)."""
         self._manager: SessionManager | None = None
+        """The session, while this object holds its writer lock (between calls: until
+        idle for _IDLE_S); None otherwise, and read again at the next call."""
         self._mutex = threading.Lock()
+        self._last_call = 0.0
+        self._idle_timer: threading.Timer | None = None
         self._tool_names: dict[str, str] = {}
         self._closed = False
         # A batch whose add_items failed: its lines, and the leaf before it.
@@ -174,7 +199,9 @@ class SessionTreeSession(SessionABC):
 
     # ------------------------------------------------------------------ the manager
 
-    def _open(self) -> SessionManager:
+    def _open(self, patience: float = LOCK_PATIENCE_S) -> SessionManager:
+        """The session with its writer lock (see `_take`), read again unless this object
+        held the lock since its last call."""
         if self._closed:
             raise RuntimeError("SessionTreeSession is closed")
         manager = self._manager
@@ -198,13 +225,74 @@ class SessionTreeSession(SessionABC):
             finally:
                 if lock is not None:
                     lock.release()
-        manager = self._store.session(self.path, breadcrumb=False, lazy=False)
+        manager = self._take(patience)
         for entry in manager.get_entries():
             item = _item_of(entry)
             if item is not None and item.get("type") == "function_call":
                 self._tool_names[str(item.get("call_id"))] = str(item.get("name") or "")
         self._manager = manager
+        with _HOLDERS_MUTEX:
+            _HOLDERS[self._key()] = self
         return manager
+
+    def _key(self) -> tuple[str, str]:
+        return (self._store.location, self.path)
+
+    def _take(self, patience: float) -> SessionManager:
+        """The session read with its writer lock taken, waiting up to `patience` seconds
+        while another writer holds it (an object of this process is asked to let go;
+        with no patience, nothing is asked); SessionLockError after that."""
+        deadline = time.monotonic() + patience
+        delay = 0.001
+        while True:
+            try:
+                return self._store.session(self.path, breadcrumb=False, lazy=False)
+            except SessionLockError:
+                if patience <= 0 or time.monotonic() > deadline:
+                    raise
+                with _HOLDERS_MUTEX:
+                    holder = _HOLDERS.get(self._key())
+                if holder is not None and holder is not self and holder._let_go_if_idle():
+                    continue
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+
+    def _let_go_if_idle(self) -> bool:
+        """Release the session's lock unless a call of this object is running (then it
+        is released once the call is over and idle); whether it was released."""
+        if not self._mutex.acquire(blocking=False):
+            return False
+        try:
+            if self._manager is None:
+                return False
+            self._drop_manager()
+            return True
+        finally:
+            self._mutex.release()
+
+    def _arm_idle(self) -> None:
+        """After a call: release the lock once the object has been idle for _IDLE_S
+        (one timer at a time, re-armed for what is left while calls go on)."""
+        self._last_call = time.monotonic()
+        if self._manager is not None and self._idle_timer is None:
+            self._start_idle_timer(_IDLE_S)
+
+    def _start_idle_timer(self, delay: float) -> None:
+        timer = threading.Timer(delay, self._idle)
+        timer.daemon = True
+        self._idle_timer = timer
+        timer.start()
+
+    def _idle(self) -> None:
+        with self._mutex:
+            self._idle_timer = None
+            if self._manager is None:
+                return
+            left = self._last_call + _IDLE_S - time.monotonic()
+            if left > 0:
+                self._start_idle_timer(left)
+                return
+            self._drop_manager()
 
     async def _run(
         self, fn: Callable[[SessionManager], _T], empty: Any = _WRITES, *, read: bool = False
@@ -224,15 +312,19 @@ class SessionTreeSession(SessionABC):
                 ):
                     return cast("_T", empty)
                 try:
-                    manager = self._open()
-                except SessionLockError:
-                    if not read:
-                        raise
-                    with self._store.session(
-                        self.path, read_only=True, breadcrumb=False, lazy=False
-                    ) as reader:
-                        return fn(reader)
-                return fn(manager)
+                    if read and self._manager is None:
+                        try:
+                            manager = self._open(patience=0)
+                        except SessionLockError:
+                            with self._store.session(
+                                self.path, read_only=True, breadcrumb=False, lazy=False
+                            ) as reader:
+                                return fn(reader)
+                    else:
+                        manager = self._open()
+                    return fn(manager)
+                finally:
+                    self._arm_idle()
 
         return await asyncio.to_thread(locked)
 
@@ -240,13 +332,22 @@ class SessionTreeSession(SessionABC):
         """Flush and release the session (its writer lock) and the store, if ours."""
         with self._mutex:
             self._closed = True
+            timer, self._idle_timer = self._idle_timer, None
+            if timer is not None:
+                timer.cancel()
             manager, self._manager = self._manager, None
+            self._forget()
             try:
                 if manager is not None:
                     manager.close()
             finally:
                 if self._owns_store:
                     self._store.close()
+
+    def _forget(self) -> None:
+        with _HOLDERS_MUTEX:
+            if _HOLDERS.get(self._key()) is self:
+                del _HOLDERS[self._key()]
 
     # ------------------------------------------------------------------ the protocol
 
@@ -323,12 +424,16 @@ class SessionTreeSession(SessionABC):
         await self._run(write)
 
     def _drop_manager(self) -> None:
+        """Close the session (flushed, its lock released); read again at the next call."""
         manager, self._manager = self._manager, None
+        self._forget()
         if manager is not None:
             try:
                 manager.close()
-            except Exception:
-                pass
+            except Exception as exc:
+                # After a failed write (its error already raised to the caller), or an
+                # idle release whose flush failed: the next call reads what is stored.
+                log.warning("closing %s: %s", self.path, exc)
 
     def _move_leaf(self, manager: SessionManager, parent: str | None, data: dict[str, Any]) -> None:
         if parent is None:

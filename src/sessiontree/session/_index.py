@@ -446,6 +446,15 @@ class EntryIndex(EntryRecords):
             return []
         return self._path(position)
 
+    def on_path(self, entry_id: str) -> bool:
+        """Whether `entry_id` is on the path from the root to the leaf (nothing read)."""
+        leaf = self.leaf
+        p = self._pos.get(leaf) if leaf is not None else None
+        if p is None:
+            return False
+        ids = self._ids
+        return any(ids[q] == entry_id for q in self._path(p))
+
     # ------------------------------------------------------------------ context
 
     def context(self) -> SessionContext:

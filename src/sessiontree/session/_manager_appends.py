@@ -147,7 +147,18 @@ class SessionAppends(SessionOnStorage):
         time, or none when the context has none; None writes none. Keys in pi 1.6's
         order: `...,details,usage,fromHook,systemMessage` (`shortSummary` after
         `summary`, `fromExtension` and `preserveData` after `usage`, as oh-my-pi).
+
+        ValueError, and nothing appended, when `first_kept_entry_id` is not on the
+        path from the root to the leaf: the context would keep nothing before the
+        compaction (pi 1.6 appends it and its context silently drops every kept entry;
+        `verify` reports such a file, which is still read as pi reads it).
         """
+        if first_kept_entry_id is not None and not self._index.on_path(first_kept_entry_id):
+            raise ValueError(
+                f"first kept entry {first_kept_entry_id!r} is not on the path to the leaf"
+                f" ({self._index.leaf!r}): the compaction would keep nothing before it;"
+                " pass None to keep nothing"
+            )
         entry = self._base("compaction")
         entry["summary"] = summary
         _put(entry, "shortSummary", short_summary)
