@@ -26,6 +26,8 @@ from __future__ import annotations
 import builtins
 import logging
 import os
+import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -422,20 +424,35 @@ class ForeignStore:
     def _scan_all(
         self, items: builtins.list[Located]
     ) -> dict[str, tuple[ForeignMeta, int] | BaseException]:
-        """Listing metadata of `items` read now (an error for one that cannot be read)."""
-        found: dict[str, tuple[ForeignMeta, int] | BaseException] = {}
+        """Listing metadata of `items` read now (an error for one that cannot be read);
+        in forked worker processes when that pays (`_workers_for`)."""
         if self.backend is not None:
             found = self.backend.scan_many(items)
-        else:
-            for item in items:
-                try:
-                    found[item.path] = (self.scan(item.path, item.size), item.size)
-                except (OSError, SessionTreeError) as exc:
-                    found[item.path] = exc
-        for path, result in found.items():
-            if not isinstance(result, BaseException) and (result[0].listed or result[0].parent):
-                self._summarise(path, result[0])
-        return found
+            for path, result in found.items():
+                if not isinstance(result, BaseException):
+                    self._summarise_listed(path, result[0])
+            return found
+        jobs = [(item.path, item.size) for item in items]
+        workers = _workers_for(jobs, self.fs)
+        if workers > 1:
+            try:
+                return _read_forked(self, jobs, workers)
+            except Exception:  # a broken pool, no fork, no /dev/shm: read here instead
+                pass
+        return dict(zip([path for path, _ in jobs], _read_batch(self, jobs), strict=True))
+
+    def _read_one(self, path: str, size: int) -> tuple[ForeignMeta, int] | BaseException:
+        """A Claude Code or Codex file's listing record (its scan, then its summary)."""
+        try:
+            meta = self.scan(path, size)
+        except (OSError, SessionTreeError) as exc:
+            return exc
+        self._summarise_listed(path, meta)
+        return meta, size
+
+    def _summarise_listed(self, path: str, meta: ForeignMeta) -> None:
+        if meta.listed or meta.parent:
+            self._summarise(path, meta)
 
     def _summarise(self, path: str, meta: ForeignMeta) -> None:
         """Give `meta` the title, first prompt and message count of the session as it is
@@ -482,6 +499,64 @@ class ForeignStore:
             elif any(i.startswith(needle) for i in ids):
                 prefix.append(item)
         return exact or prefix
+
+
+PARALLEL_MIN_FILES = 8
+"""Fewer files than this to read whole are read in this process (see `_workers_for`)."""
+PARALLEL_MIN_BYTES = 8 << 20
+MAX_WORKERS = 4
+
+_Job = tuple[str, int]
+"""A file to list: its path and size."""
+_Read = tuple[ForeignMeta, int] | BaseException
+
+
+def _workers_for(jobs: builtins.list[_Job], files: Files) -> int:
+    """How many processes to read `jobs` with (1: in this process).
+
+    A listing reads each new session whole, converting it as `show` does (tens of MB/s,
+    the converting held under the GIL: threads gain nothing), so a cold listing of a
+    large store uses every core: forked processes, as the listing of this host's
+    sessions does (`listing._scan`). Forking is only safe while this process runs no
+    other thread, and only pays for files of this host, enough of them.
+    """
+    if files is not HOST_FILES or sys.platform != "linux" or threading.active_count() != 1:
+        return 1
+    if len(jobs) < PARALLEL_MIN_FILES or sum(size for _, size in jobs) < PARALLEL_MIN_BYTES:
+        return 1
+    return max(1, min(MAX_WORKERS, os.cpu_count() or 1, len(jobs) // 4))
+
+
+def _read_batch(store: ForeignStore, jobs: builtins.list[_Job]) -> builtins.list[_Read]:
+    return [store._read_one(path, size) for path, size in jobs]
+
+
+def _read_in_worker(store: ForeignStore, jobs: builtins.list[_Job]) -> builtins.list[_Read]:
+    # An error goes back pickled: one whose class takes other arguments than its
+    # message (NotAForeignSessionError) would not unpickle, so it goes as its base.
+    return [
+        r
+        if not isinstance(r, BaseException) or isinstance(r, OSError)
+        else SessionTreeError(str(r))
+        for r in _read_batch(store, jobs)
+    ]
+
+
+def _read_forked(store: ForeignStore, jobs: builtins.list[_Job], workers: int) -> dict[str, _Read]:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # Largest files first, dealt round-robin, so the batches weigh about the same.
+    order = sorted(jobs, key=lambda job: job[1], reverse=True)
+    batches = [order[k :: workers * 4] for k in range(workers * 4)]
+    found: dict[str, _Read] = {}
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        results = pool.map(_read_in_worker, [store] * len(batches), batches)
+        for batch, read in zip(batches, results, strict=True):
+            for (path, _), result in zip(batch, read, strict=True):
+                found[path] = result
+    return found
 
 
 def require_store_exists(store: ForeignStore) -> None:
