@@ -9,9 +9,11 @@ listing them.
   and `archived_sessions/`; thread names in `session_index.jsonl`.
 * **OpenCode**, **Gemini CLI**, **Copilot CLI**: see `agents` (each a `Backend`).
 
-`ForeignStore.list()` reads a window at each end of each file (`listing`) and the
-session whole, once, for the title, first prompt and message count every view gives
-(`session.title_parts`, `session.message_count`), and keeps what it found in the
+`ForeignStore.list()` reads each new file whole, once: a Claude Code or Codex file's
+records give its id, cwd and times (`listing`), and the session the reader makes of the
+same records the title, first prompt and message count every view gives
+(`session.title_parts`, `session.message_count`); a cold listing of many files reads
+them in forked worker processes (`_workers_for`). What it found is kept in the
 persistent listing cache of the agent dir it is given, so a second listing only stats
 the files.
 
@@ -35,11 +37,11 @@ from sessiontree._util.env import claude_config_dirs, codex_home, native_agent_d
 from sessiontree.errors import SessionTreeError
 from sessiontree.foreign._files import HOST_FILES, Files, StorageFiles
 from sessiontree.foreign._model import ForeignSession, Source
-from sessiontree.foreign._records import read_transcript
+from sessiontree.foreign._records import Transcript, read_transcript
 from sessiontree.foreign.agents import BACKENDS, Backend, Located, detect_store
-from sessiontree.foreign.claude import read_claude_session
-from sessiontree.foreign.codex import read_codex_session
-from sessiontree.foreign.listing import ForeignMeta, scan_claude, scan_codex
+from sessiontree.foreign.claude import claude_session_from
+from sessiontree.foreign.codex import codex_session_from
+from sessiontree.foreign.listing import ForeignMeta, claude_meta, codex_meta
 from sessiontree.format import clean_title
 from sessiontree.listing import (
     Identity,
@@ -330,9 +332,13 @@ class ForeignStore:
         """The session at `path` as a v3 tree (OSError when unreadable)."""
         if self.backend is not None:
             return self.backend.read(path, subagents=subagents)
+        return self._session_of(read_transcript(path, self.fs), subagents=subagents)
+
+    def _session_of(self, transcript: Transcript, *, subagents: bool) -> ForeignSession:
+        """The Claude Code or Codex session of a file read (`read_transcript`)."""
         if self.agent == "claude":
-            return read_claude_session(path, subagents=subagents, files=self.fs)
-        rollout = read_codex_session(path)
+            return claude_session_from(transcript, subagents=subagents, files=self.fs)
+        rollout = codex_session_from(transcript)
         if rollout.name is None:
             title = self.titles().get(rollout.source_id.lower())
             if title:
@@ -340,21 +346,11 @@ class ForeignStore:
                 rollout.name = title
         return rollout
 
-    def scan(self, path: str, size: int) -> ForeignMeta:
-        if self.backend is not None:
-            located = self.backend.locate_path(path)
-            if located is None:
-                raise FileNotFoundError(2, "No such session", path)
-            return self.backend.scan(located)[0]
-        if self.agent == "claude":
-            return scan_claude(path, size, self.fs)
-        return scan_codex(path, size, self.titles())
-
     def list(self, paths: builtins.list[str] | None = None) -> builtins.list[ForeignListing]:
         """Listing records of the store's sessions (or of `paths`), newest modified first.
 
-        Reads a file once per file identity (its ends, and the session whole): the
-        results are kept in the listing cache of `cache_dir` (default: none).
+        Reads a file once per file identity (whole): the results are kept in the
+        listing cache of `cache_dir` (default: none).
         """
         if paths is None:
             located = self.locate()
@@ -442,33 +438,31 @@ class ForeignStore:
         return dict(zip([path for path, _ in jobs], _read_batch(self, jobs), strict=True))
 
     def _read_one(self, path: str, size: int) -> tuple[ForeignMeta, int] | BaseException:
-        """A Claude Code or Codex file's listing record (its scan, then its summary)."""
+        """A Claude Code or Codex file's listing record, the file read once: what its
+        records say, and the summary of the session they make."""
         try:
-            meta = self.scan(path, size)
+            transcript = read_transcript(path, self.fs)
         except (OSError, SessionTreeError) as exc:
             return exc
-        self._summarise_listed(path, meta)
+        records = transcript.records
+        meta = claude_meta(path, records) if self.agent == "claude" else codex_meta(path, records)
+        if meta.listed or meta.parent:
+            try:
+                session = self._session_of(transcript, subagents=False)
+            except (OSError, SessionTreeError, ValueError):
+                return meta, size
+            _summarise(meta, session)
         return meta, size
 
     def _summarise_listed(self, path: str, meta: ForeignMeta) -> None:
+        """Give a Gemini CLI, Copilot CLI or OpenCode session's scan the summary of
+        the session read whole (a file the reader cannot read keeps the scan's)."""
         if meta.listed or meta.parent:
-            self._summarise(path, meta)
-
-    def _summarise(self, path: str, meta: ForeignMeta) -> None:
-        """Give `meta` the title, first prompt and message count of the session as it is
-        read (`session.title_parts`, `session.message_count`): what `show`, the exports
-        and the web page say of it, counted over the whole file, where the windows of a
-        scan can only estimate. A file the reader cannot read keeps the scan's."""
-        try:
-            session = self.read(path, subagents=False)
-        except (OSError, SessionTreeError, ValueError):
-            return
-        title, first = title_parts(session.manager)
-        meta.title = title
-        meta.title_source = session.name_source if title else None
-        meta.first_message = clean_title(first)  # one line, as the scans kept it
-        meta.message_count = message_count(session.manager)
-        meta.exact_count = True
+            try:
+                session = self.read(path, subagents=False)
+            except (OSError, SessionTreeError, ValueError):
+                return
+            _summarise(meta, session)
 
     def _dump(self, meta: ForeignMeta, size: int) -> object:
         # Claude Code and Codex records are the meta alone, as before; the others keep
@@ -564,6 +558,18 @@ def require_store_exists(store: ForeignStore) -> None:
     if not any(store.fs.is_dir(root) for root in store.roots):
         where = ", ".join(store.roots)
         raise SessionTreeError(f"no {store.name} sessions found (looked in {where})")
+
+
+def _summarise(meta: ForeignMeta, session: ForeignSession) -> None:
+    """Give `meta` the title, first prompt and message count of the session as it is
+    read (`session.title_parts`, `session.message_count`): what `show`, the exports and
+    the web page say of it, counted over the whole file."""
+    title, first = title_parts(session.manager)
+    meta.title = title
+    meta.title_source = session.name_source if title else None
+    meta.first_message = clean_title(first)  # one line, as the scans kept it
+    meta.message_count = message_count(session.manager)
+    meta.exact_count = True
 
 
 def _not_a_file(error: BaseException) -> bool:
