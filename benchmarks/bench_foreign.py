@@ -8,8 +8,9 @@ project dirs; hand-assembled files left out), then times, each `--runs` times in
 a fresh process (`list_all_sessions` through `ForeignStorage`, as the CLI lists):
 
 * floor:  os.stat of every file (what any listing must still do);
-* cold:   no listing cache: the first and last 64 KiB of each file are read, and each
-          session whole (its title, first prompt and message count);
+* cold:   no listing cache: each file read whole once, for its id and times and the
+          session's title, first prompt and message count (on every core when the
+          store is large enough: `foreign.store._workers_for`);
 * warm:   the listing cache present, nothing changed (a stat per file, one query);
 * again:  the same listing repeated in one process;
 * grown:  the largest session grew by a few lines (the one an agent is writing), then
@@ -152,7 +153,7 @@ def main() -> None:
             cache.mkdir()
             result = child({**base, "mode": "list"})
             cold.append(result["times"][0])
-        rows.append(("cold (no cache: ends of each file)", cold, result["count"]))
+        rows.append(("cold (no cache: each file whole)", cold, result["count"]))
         warm = [child({**base, "mode": "list"})["times"][0] for _ in range(a.runs)]
         rows.append(("warm (cache, fresh process)", warm, result["count"]))
         again = child({**base, "mode": "list", "repeat": a.runs})["times"][1:]

@@ -1,5 +1,6 @@
-"""A cold listing of many files is read in forked worker processes: it gives the records
-a listing read in this process gives, a file that cannot be read skipped alike."""
+"""A cold listing of many files is read in forked worker processes where cores are idle:
+it gives the records a listing read in this process gives, a file that cannot be read
+skipped alike."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sessiontree.foreign import store as store_module
+from sessiontree.foreign._files import HOST_FILES
 from sessiontree.foreign.store import ForeignListing, ForeignStore
 from tests import foreign_support as fs
 from tests.conftest import REAL_FILES, unavailable
@@ -46,3 +48,16 @@ def test_a_listing_read_in_workers_is_the_one_read_here(
     there = ForeignStore.at(agent, str(home)).list()
     assert forked == [2]
     assert len(here) > 1 and _rows(there) == _rows(here)
+
+
+@pytest.mark.parametrize(("load", "workers"), [(0.2, 2), (1.5, 1), (7.0, 1)])
+def test_a_cold_listing_forks_only_onto_idle_cores(
+    monkeypatch: pytest.MonkeyPatch, load: float, workers: int
+) -> None:
+    monkeypatch.setattr(store_module.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(store_module.os, "getloadavg", lambda: (load, load, load))
+    monkeypatch.setattr(store_module.threading, "active_count", lambda: 1)
+    monkeypatch.setattr(store_module.sys, "platform", "linux")
+    jobs = [(f"/s/{n}.jsonl", 1 << 20) for n in range(300)]
+    assert store_module._workers_for(jobs, HOST_FILES) == workers
+    assert store_module._workers_for(jobs[:2], HOST_FILES) == 1  # too few to pay

@@ -512,13 +512,19 @@ def _workers_for(jobs: builtins.list[_Job], files: Files) -> int:
     the converting held under the GIL: threads gain nothing), so a cold listing of a
     large store uses every core: forked processes, as the listing of this host's
     sessions does (`listing._scan`). Forking is only safe while this process runs no
-    other thread, and only pays for files of this host, enough of them.
+    other thread, and only pays for files of this host, enough of them, with cores to
+    spare: on cores other work keeps busy (a load average at or above their number) the
+    workers only take turns with it, and the listing took longer than in one process
+    (measured: 300 Claude Code files, 140 MB, 2 cores at a load average of 7 and of 18:
+    5.4 s against 5.0 s, 10.5 s against 8.2 s).
     """
     if files is not HOST_FILES or sys.platform != "linux" or threading.active_count() != 1:
         return 1
     if len(jobs) < PARALLEL_MIN_FILES or sum(size for _, size in jobs) < PARALLEL_MIN_BYTES:
         return 1
-    return max(1, min(MAX_WORKERS, os.cpu_count() or 1, len(jobs) // 4))
+    cores = os.cpu_count() or 1
+    idle = cores - int(os.getloadavg()[0])  # this listing counts in the load: 1 core
+    return max(1, min(MAX_WORKERS, cores, idle, len(jobs) // 4))
 
 
 def _read_batch(store: ForeignStore, jobs: builtins.list[_Job]) -> builtins.list[_Read]:
