@@ -8,10 +8,13 @@ project dirs; hand-assembled files left out), then times, each `--runs` times in
 a fresh process (`list_all_sessions` through `ForeignStorage`, as the CLI lists):
 
 * floor:  os.stat of every file (what any listing must still do);
-* cold:   no listing cache: the first and last 64 KiB of each file are read, and each
-          session whole (its title, first prompt and message count);
+* cold:   no listing cache: each file read whole once, for its id and times and the
+          session's title, first prompt and message count (on every core when the
+          store is large enough: `foreign.store._workers_for`);
 * warm:   the listing cache present, nothing changed (a stat per file, one query);
 * again:  the same listing repeated in one process;
+* grown:  the largest session grew by a few lines (the one an agent is writing), then
+          listed in a fresh process: what a listing while an agent works costs;
 * full:   for comparison, what reading every transcript would cost (the readers).
 
 Times are for the call inside the process (interpreter start and imports not
@@ -93,6 +96,27 @@ def build(agent: str, files: int, root: Path) -> tuple[int, int]:
     return files, total
 
 
+def grow(path: Path, lines: int = 3) -> None:
+    """Append `lines` lines to the session at `path`: copies of its last lines, a
+    Claude Code line under a new uuid chained to the line before it (a turn goes on)."""
+    values: list[Any] = []
+    for raw in path.read_bytes().split(b"\n"):
+        try:
+            values.append(json.loads(raw))
+        except ValueError:  # a blank or damaged line
+            continue
+    added: list[bytes] = []
+    last: str | None = None
+    for value in values[-lines:]:
+        if isinstance(value, dict) and "uuid" in value:
+            if last is not None:
+                value["parentUuid"] = last
+            value["uuid"] = last = str(uuid.uuid4())
+        added.append(json.dumps(value).encode())
+    with path.open("ab") as f:
+        f.write(b"\n".join(added) + b"\n")
+
+
 def child(args: dict[str, Any]) -> dict[str, Any]:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     out = subprocess.run(
@@ -129,11 +153,17 @@ def main() -> None:
             cache.mkdir()
             result = child({**base, "mode": "list"})
             cold.append(result["times"][0])
-        rows.append(("cold (no cache: ends of each file)", cold, result["count"]))
+        rows.append(("cold (no cache: each file whole)", cold, result["count"]))
         warm = [child({**base, "mode": "list"})["times"][0] for _ in range(a.runs)]
         rows.append(("warm (cache, fresh process)", warm, result["count"]))
         again = child({**base, "mode": "list", "repeat": a.runs})["times"][1:]
         rows.append(("again (same process)", again or [0.0], result["count"]))
+        largest = max(root.rglob("*.jsonl"), key=lambda p: p.stat().st_size)
+        grown = []
+        for _ in range(a.runs):
+            grow(largest)
+            grown.append(child({**base, "mode": "list"})["times"][0])
+        rows.append(("grown (largest file + 3 lines)", grown, result["count"]))
         full = child({**base, "mode": "full"})
         rows.append(("full read of every transcript", full["times"], full["count"]))
         width = max(len(r[0]) for r in rows)

@@ -269,8 +269,8 @@ def test_a_foreign_store_is_never_written(stores: dict[str, Any], args: list[str
 def test_listing_reads_each_transcript_once(
     stores: dict[str, Any], monkeypatch: pytest.MonkeyPatch, agent_dir: Path
 ) -> None:
-    """`list` reads each file once (its ends, and the session whole for its title, first
-    prompt and message count): a second listing, in this process or in a fresh store
+    """`list` reads each file once (whole: its records, and the session they make for its
+    title, first prompt and message count): a second listing, in this process or in a fresh store
     object, comes from the persistent cache and reads no file."""
     agent_dir.mkdir(parents=True)
     fs.settle(stores["claude"], stores["codex"])
@@ -280,9 +280,7 @@ def test_listing_reads_each_transcript_once(
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("a cached listing read a transcript")
 
-    monkeypatch.setattr(store_module, "read_claude_session", refuse)
-    monkeypatch.setattr(store_module, "read_codex_session", refuse)
-    monkeypatch.setattr(store_module, "scan_claude", refuse)
+    monkeypatch.setattr(store_module, "read_transcript", refuse)
     again = as_json("--agent", "claude", "list", "--all", "--limit", "0")
     assert again == first
     fresh = ForeignStore.default("claude", str(agent_dir)).list()
@@ -307,9 +305,9 @@ def test_a_large_file_lists_the_count_show_gives(stores: dict[str, Any]) -> None
 def test_a_first_prompt_past_the_head_window_is_listed(
     stores: dict[str, Any], tmp_path: Path
 ) -> None:
-    """A first prompt the head window misses is looked for further on (up to
-    PROMPT_REACH), not reported as "(no messages)"; a cached record of the older scan is
-    scanned again."""
+    """A first prompt after attachments, instructions or plugin lists that fill a file's
+    first window is listed, however far in it lies (the file is read whole); a cached
+    record of an older scan is scanned again."""
     # Real: this rollout's instructions and plugin list fill its first 110 KB.
     rollout = stores["placed"]["entireio__entire-graph__37__05cde00da0__0__full.jsonl"]
     listed = as_json("--agent", "codex", "list", "--all", "--limit", "0")
@@ -333,12 +331,11 @@ def test_a_first_prompt_past_the_head_window_is_listed(
         ]
         return fs.write_jsonl(tmp_path / f"{filler}.jsonl", lines)
 
-    near = session(3 * listing.WINDOW)
-    meta = listing.scan_claude(str(near), near.stat().st_size)
-    assert meta.first_message == "Fix the parser" and not meta.exact_count
-    far = session(listing.WINDOW + listing.PROMPT_REACH + 100_000)
-    assert listing.scan_claude(str(far), far.stat().st_size).first_message is None  # bounded
-    old = meta.dump()[:-1]  # what the cache held before the scan looked further
+    far = session(listing.WINDOW + (1 << 20) + 100_000)
+    rows = ForeignStore.single("claude", str(far)).list()
+    assert [row.meta.first_message for row in rows] == ["Fix the parser"]
+    meta = rows[0].meta
+    old = meta.dump()[:-1]  # a record of a scan without a version
     with pytest.raises(ValueError):
         ForeignMeta.load(old)
     assert ForeignMeta.load(meta.dump()) == meta

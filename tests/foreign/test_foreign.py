@@ -18,6 +18,7 @@ import pytest
 
 from sessiontree import SessionManager, build_session_context
 from sessiontree.foreign import ForeignSession, read_claude_session, read_codex_session
+from sessiontree.foreign.store import ForeignStore
 from sessiontree.layout import store_parts
 from tests import foreign_support as fs
 from tests.conftest import REAL_FILES, unavailable
@@ -525,14 +526,13 @@ def test_an_import_into_a_given_agent_dir_puts_its_images_there(
 def test_the_listing_and_the_import_name_a_claude_session_alike(
     tmp_path: Path, names: list[tuple[str, str, str]]
 ) -> None:
-    from sessiontree.foreign.listing import scan_claude
-
     source = fs.claude_subagent_session(tmp_path / "projects")
     lines = [json.loads(line) for line in source.read_text().splitlines()]
     for kind, key, value in names:
         lines.append({"type": kind, "sessionId": fs.CLAUDE_SESSION, key: value})
     path = fs.write_jsonl(tmp_path / "named" / source.name, lines)
-    listed = scan_claude(str(path), path.stat().st_size)
+    (row,) = ForeignStore.single("claude", str(path)).list()
+    listed = row.meta
     session = read_claude_session(str(path), subagents=False)
     assert listed.title == session.name
     assert listed.title_source == (session.name_source if session.name else None)

@@ -63,7 +63,13 @@ from sessiontree.foreign._files import HOST_FILES, Files
 from sessiontree.foreign._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
 from sessiontree.foreign._records import Damaged, Record, Transcript, read_transcript, timestamp_ms
 
-__all__ = ["claude_fork_parent", "claude_session_id", "claude_title", "read_claude_session"]
+__all__ = [
+    "claude_fork_parent",
+    "claude_session_from",
+    "claude_session_id",
+    "claude_title",
+    "read_claude_session",
+]
 
 PROVIDER = "anthropic"
 API = "anthropic-messages"
@@ -733,7 +739,14 @@ def read_claude_session(
     OSError when the file cannot be read, NotAForeignSessionError when it is not a
     transcript.
     """
-    transcript: Transcript = read_transcript(path, files)
+    return claude_session_from(read_transcript(path, files), subagents=subagents, files=files)
+
+
+def claude_session_from(
+    transcript: Transcript, *, subagents: bool = True, files: Files = HOST_FILES
+) -> ForeignSession:
+    """`read_claude_session` of a transcript already read (`read_transcript`)."""
+    path = transcript.path
     records = transcript.records
     if not _is_transcript(records):
         raise NotAForeignSessionError(path, "Claude Code")

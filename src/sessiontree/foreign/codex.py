@@ -55,10 +55,11 @@ from typing import Any
 from sessiontree.foreign._builder import TreeBuilder
 from sessiontree.foreign._content import block_as_text, int_field, str_field, usage
 from sessiontree.foreign._model import ForeignSession, NotAForeignSessionError
-from sessiontree.foreign._records import Record, read_transcript, timestamp_ms
+from sessiontree.foreign._records import Record, Transcript, read_transcript, timestamp_ms
 from sessiontree.format import loads_line, serialize_entry
 
 __all__ = [
+    "codex_session_from",
     "environment_cwd",
     "is_injected_text",
     "is_legacy_rollout",
@@ -800,7 +801,12 @@ def read_codex_session(path: str, *, title: str | None = None) -> ForeignSession
     listed in `damaged`. Raises OSError when the file cannot be read,
     NotAForeignSessionError when it is not a rollout.
     """
-    transcript = read_transcript(path)
+    return codex_session_from(read_transcript(path), title=title)
+
+
+def codex_session_from(transcript: Transcript, *, title: str | None = None) -> ForeignSession:
+    """`read_codex_session` of a rollout already read (`read_transcript`)."""
+    path = transcript.path
     records = transcript.records
     fallback_ms = int(os.stat(path).st_mtime * 1000)
     first = records[0].value if records else {}

@@ -49,7 +49,7 @@ from sessiontree.foreign._chain import Chain
 from sessiontree.foreign._content import block_as_text, int_field, str_field, usage
 from sessiontree.foreign._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
 from sessiontree.foreign._records import Record, read_transcript, timestamp_ms
-from sessiontree.foreign.listing import ForeignMeta, _estimate, _prompt_further, _read_windows
+from sessiontree.foreign.listing import ForeignMeta, read_windows
 
 __all__ = ["is_copilot_event", "read_copilot_session", "scan_copilot"]
 
@@ -412,26 +412,10 @@ def read_copilot_session(path: str, *, subagents: bool = True) -> ForeignSession
 # ---------------------------------------------------------------------------- listing
 
 
-def _prompt(value: dict[str, Any]) -> str | None:
-    data = value.get("data")
-    if (
-        value.get("type") != "user.message"
-        or value.get("agentId")
-        or not isinstance(data, dict)
-        or data.get("source") == "system"
-    ):
-        return None
-    text = " ".join(str(data.get("content") or "").split())
-    return text or None
-
-
-def _first_prompt(records: list[dict[str, Any]]) -> str | None:
-    return next((p for v in records if (p := _prompt(v))), None)
-
-
 def scan_copilot(path: str, size: int) -> ForeignMeta:
-    """Listing metadata of an `events.jsonl` from its first and last 64 KiB."""
-    windows = _read_windows(path, size)
+    """Listing metadata of an `events.jsonl` from its first and last 64 KiB; its title,
+    first prompt and count are the session's (`store.ForeignStore`)."""
+    windows = read_windows(path, size)
     head = windows.head
     records = windows.all()
     start: dict[str, Any] = {}
@@ -441,26 +425,9 @@ def scan_copilot(path: str, size: int) -> ForeignMeta:
             break
     if not any(is_copilot_event(v) for v in head):
         raise NotAForeignSessionError(path, "Copilot CLI")
-    title: str | None = None
-    prompt: str | None = None
-    count = 0
     last_ms: int | None = None
     for value in records:
-        kind = value.get("type")
-        data = value.get("data")
-        if kind == "session.title_changed" and isinstance(data, dict):
-            title = str_field(data, "title") or title
-        prompt = prompt or _prompt(value)
-        if not value.get("agentId") and kind in (
-            "assistant.message",
-            "tool.execution_complete",
-        ):
-            count += 1
-        elif _prompt(value):
-            count += 1
         last_ms = timestamp_ms(value.get("timestamp")) or last_ms
-    if prompt is None:
-        prompt = _prompt_further(path, windows, size, _first_prompt)
     context = start.get("context")
     session_id = str_field(start, "sessionId") or os.path.basename(
         os.path.dirname(os.path.abspath(path))
@@ -468,12 +435,12 @@ def scan_copilot(path: str, size: int) -> ForeignMeta:
     return ForeignMeta(
         id=session_id,
         cwd=(str_field(context, "cwd") or "") if isinstance(context, dict) else "",
-        title=title,
-        title_source="auto" if title else None,
+        title=None,
+        title_source=None,
         created_ms=timestamp_ms(start.get("startTime")),
-        first_message=prompt,
-        message_count=_estimate(count, windows, size),
-        exact_count=windows.whole,
+        first_message=None,
+        message_count=0,
+        exact_count=True,
         last_activity_ms=last_ms,
         parent=None,
         listed=True,

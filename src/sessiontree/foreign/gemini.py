@@ -60,8 +60,8 @@ from sessiontree.foreign._content import block_as_text, int_field, str_field, us
 from sessiontree.foreign._document import read_document
 from sessiontree.foreign._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
 from sessiontree.foreign._records import Damaged, Record, read_transcript, timestamp_ms
-from sessiontree.foreign.listing import ForeignMeta, _estimate, _read_windows
-from sessiontree.format import GEMINI_REFERENCED, serialize_entry
+from sessiontree.foreign.listing import ForeignMeta, read_windows
+from sessiontree.format import serialize_entry
 from sessiontree.layout import is_safe_name
 
 __all__ = [
@@ -627,62 +627,31 @@ def _subagent_calls(parsed: _Parsed) -> dict[str, str]:
 # ---------------------------------------------------------------------------- listing
 
 
-def _prompt_text(record: dict[str, Any]) -> str | None:
-    if record.get("type") != "user" or _function_responses(record) is not None:
-        return None
-    texts = [b["text"] for b in _user_blocks(record.get("content")) if b.get("type") == "text"]
-    # What Gemini CLI appends for an @file (the files' content) is not the prompt.
-    typed = "".join(texts).split(GEMINI_REFERENCED, 1)[0]
-    text = " ".join(typed.split())
-    return text or None
-
-
-def _count(messages: dict[str, dict[str, Any]]) -> int:
-    count = 0
-    for record in messages.values():
-        kind = record.get("type")
-        if kind == "user":
-            count += 0 if _function_responses(record) is not None else 1
-        elif kind == "gemini":
-            count += 1 + sum(1 for c in record.get("toolCalls") or () if isinstance(c, dict))
-    return count
-
-
 def scan_gemini(path: str, size: int) -> ForeignMeta:
     """Listing metadata of a Gemini CLI session: a JSONL file from its first and last
-    64 KiB, a one-document file whole (it no longer changes: Gemini CLI writes JSONL now)."""
+    64 KiB, a one-document file whole (it no longer changes: Gemini CLI writes JSONL now).
+    Its title, first prompt and count are the session's (`store.ForeignStore`)."""
     with open_read(path) as f:
         head = f.read(4096)
     if is_gemini_document(head):
         document = read_document(path)
         value = document.value or {}
         records = [value, *(m for m in value.get("messages") or () if isinstance(m, dict))]
-        exact = True
-        scale = None
     else:
-        windows = _read_windows(path, size)
-        records = windows.all()
-        exact = windows.whole
-        scale = windows
+        records = read_windows(path, size).all()
     meta: dict[str, Any] = {}
-    title: str | None = None
-    messages: dict[str, dict[str, Any]] = {}
-    first_prompt: str | None = None
+    messages = False
     last_ms: int | None = None
     for record in records:
         if isinstance(record.get("sessionId"), str) and isinstance(record.get("projectHash"), str):
             meta = meta or record
-            title = str_field(record, "summary") or title
         elif isinstance(record.get("$set"), dict):
-            title = str_field(record["$set"], "summary") or title
             last_ms = timestamp_ms(record["$set"].get("lastUpdated")) or last_ms
         elif _message_id(record) is not None:
-            messages[str(record["id"])] = record
-            first_prompt = first_prompt or _prompt_text(record)
+            messages = True
             last_ms = timestamp_ms(record.get("timestamp")) or last_ms
     if not meta and not messages:
         raise NotAForeignSessionError(path, "Gemini CLI")
-    count = _count(messages)
     # A file whose metadata line is damaged goes by its name, as its reader names it.
     session_id = str_field(meta, "sessionId") or os.path.basename(path).rsplit(".", 1)[0]
     subagent = meta.get("kind") == "subagent" or os.path.basename(
@@ -691,12 +660,12 @@ def scan_gemini(path: str, size: int) -> ForeignMeta:
     return ForeignMeta(
         id=session_id,
         cwd=_cwd(path, meta),
-        title=title,
-        title_source="auto" if title else None,
+        title=None,
+        title_source=None,
         created_ms=timestamp_ms(meta.get("startTime")),
-        first_message=first_prompt,
-        message_count=_estimate(count, scale, size) if scale is not None else count,
-        exact_count=exact,
+        first_message=None,
+        message_count=0,
+        exact_count=True,
         last_activity_ms=last_ms or timestamp_ms(meta.get("lastUpdated")),
         parent=None,
         listed=not subagent,

@@ -9,9 +9,11 @@ listing them.
   and `archived_sessions/`; thread names in `session_index.jsonl`.
 * **OpenCode**, **Gemini CLI**, **Copilot CLI**: see `agents` (each a `Backend`).
 
-`ForeignStore.list()` reads a window at each end of each file (`listing`) and the
-session whole, once, for the title, first prompt and message count every view gives
-(`session.title_parts`, `session.message_count`), and keeps what it found in the
+`ForeignStore.list()` reads each new file whole, once: a Claude Code or Codex file's
+records give its id, cwd and times (`listing`), and the session the reader makes of the
+same records the title, first prompt and message count every view gives
+(`session.title_parts`, `session.message_count`); a cold listing of many files reads
+them in forked worker processes (`_workers_for`). What it found is kept in the
 persistent listing cache of the agent dir it is given, so a second listing only stats
 the files.
 
@@ -26,6 +28,8 @@ from __future__ import annotations
 import builtins
 import logging
 import os
+import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -33,11 +37,11 @@ from sessiontree._util.env import claude_config_dirs, codex_home, native_agent_d
 from sessiontree.errors import SessionTreeError
 from sessiontree.foreign._files import HOST_FILES, Files, StorageFiles
 from sessiontree.foreign._model import ForeignSession, Source
-from sessiontree.foreign._records import read_transcript
+from sessiontree.foreign._records import Transcript, read_transcript
 from sessiontree.foreign.agents import BACKENDS, Backend, Located, detect_store
-from sessiontree.foreign.claude import read_claude_session
-from sessiontree.foreign.codex import read_codex_session
-from sessiontree.foreign.listing import ForeignMeta, scan_claude, scan_codex
+from sessiontree.foreign.claude import claude_session_from
+from sessiontree.foreign.codex import codex_session_from
+from sessiontree.foreign.listing import ForeignMeta, claude_meta, codex_meta
 from sessiontree.format import clean_title
 from sessiontree.listing import (
     Identity,
@@ -328,9 +332,13 @@ class ForeignStore:
         """The session at `path` as a v3 tree (OSError when unreadable)."""
         if self.backend is not None:
             return self.backend.read(path, subagents=subagents)
+        return self._session_of(read_transcript(path, self.fs), subagents=subagents)
+
+    def _session_of(self, transcript: Transcript, *, subagents: bool) -> ForeignSession:
+        """The Claude Code or Codex session of a file read (`read_transcript`)."""
         if self.agent == "claude":
-            return read_claude_session(path, subagents=subagents, files=self.fs)
-        rollout = read_codex_session(path)
+            return claude_session_from(transcript, subagents=subagents, files=self.fs)
+        rollout = codex_session_from(transcript)
         if rollout.name is None:
             title = self.titles().get(rollout.source_id.lower())
             if title:
@@ -338,21 +346,11 @@ class ForeignStore:
                 rollout.name = title
         return rollout
 
-    def scan(self, path: str, size: int) -> ForeignMeta:
-        if self.backend is not None:
-            located = self.backend.locate_path(path)
-            if located is None:
-                raise FileNotFoundError(2, "No such session", path)
-            return self.backend.scan(located)[0]
-        if self.agent == "claude":
-            return scan_claude(path, size, self.fs)
-        return scan_codex(path, size, self.titles())
-
     def list(self, paths: builtins.list[str] | None = None) -> builtins.list[ForeignListing]:
         """Listing records of the store's sessions (or of `paths`), newest modified first.
 
-        Reads a file once per file identity (its ends, and the session whole): the
-        results are kept in the listing cache of `cache_dir` (default: none).
+        Reads a file once per file identity (whole): the results are kept in the
+        listing cache of `cache_dir` (default: none).
         """
         if paths is None:
             located = self.locate()
@@ -422,36 +420,49 @@ class ForeignStore:
     def _scan_all(
         self, items: builtins.list[Located]
     ) -> dict[str, tuple[ForeignMeta, int] | BaseException]:
-        """Listing metadata of `items` read now (an error for one that cannot be read)."""
-        found: dict[str, tuple[ForeignMeta, int] | BaseException] = {}
+        """Listing metadata of `items` read now (an error for one that cannot be read);
+        in forked worker processes when that pays (`_workers_for`)."""
         if self.backend is not None:
             found = self.backend.scan_many(items)
-        else:
-            for item in items:
-                try:
-                    found[item.path] = (self.scan(item.path, item.size), item.size)
-                except (OSError, SessionTreeError) as exc:
-                    found[item.path] = exc
-        for path, result in found.items():
-            if not isinstance(result, BaseException) and (result[0].listed or result[0].parent):
-                self._summarise(path, result[0])
-        return found
+            for path, result in found.items():
+                if not isinstance(result, BaseException):
+                    self._summarise_listed(path, result[0])
+            return found
+        jobs = [(item.path, item.size) for item in items]
+        workers = _workers_for(jobs, self.fs)
+        if workers > 1:
+            try:
+                return _read_forked(self, jobs, workers)
+            except Exception:  # a broken pool, no fork, no /dev/shm: read here instead
+                pass
+        return dict(zip([path for path, _ in jobs], _read_batch(self, jobs), strict=True))
 
-    def _summarise(self, path: str, meta: ForeignMeta) -> None:
-        """Give `meta` the title, first prompt and message count of the session as it is
-        read (`session.title_parts`, `session.message_count`): what `show`, the exports
-        and the web page say of it, counted over the whole file, where the windows of a
-        scan can only estimate. A file the reader cannot read keeps the scan's."""
+    def _read_one(self, path: str, size: int) -> tuple[ForeignMeta, int] | BaseException:
+        """A Claude Code or Codex file's listing record, the file read once: what its
+        records say, and the summary of the session they make."""
         try:
-            session = self.read(path, subagents=False)
-        except (OSError, SessionTreeError, ValueError):
-            return
-        title, first = title_parts(session.manager)
-        meta.title = title
-        meta.title_source = session.name_source if title else None
-        meta.first_message = clean_title(first)  # one line, as the scans kept it
-        meta.message_count = message_count(session.manager)
-        meta.exact_count = True
+            transcript = read_transcript(path, self.fs)
+        except (OSError, SessionTreeError) as exc:
+            return exc
+        records = transcript.records
+        meta = claude_meta(path, records) if self.agent == "claude" else codex_meta(path, records)
+        if meta.listed or meta.parent:
+            try:
+                session = self._session_of(transcript, subagents=False)
+            except (OSError, SessionTreeError, ValueError):
+                return meta, size
+            _summarise(meta, session)
+        return meta, size
+
+    def _summarise_listed(self, path: str, meta: ForeignMeta) -> None:
+        """Give a Gemini CLI, Copilot CLI or OpenCode session's scan the summary of
+        the session read whole (a file the reader cannot read keeps the scan's)."""
+        if meta.listed or meta.parent:
+            try:
+                session = self.read(path, subagents=False)
+            except (OSError, SessionTreeError, ValueError):
+                return
+            _summarise(meta, session)
 
     def _dump(self, meta: ForeignMeta, size: int) -> object:
         # Claude Code and Codex records are the meta alone, as before; the others keep
@@ -484,11 +495,87 @@ class ForeignStore:
         return exact or prefix
 
 
+PARALLEL_MIN_FILES = 8
+"""Fewer files than this to read whole are read in this process (see `_workers_for`)."""
+PARALLEL_MIN_BYTES = 8 << 20
+MAX_WORKERS = 4
+
+_Job = tuple[str, int]
+"""A file to list: its path and size."""
+_Read = tuple[ForeignMeta, int] | BaseException
+
+
+def _workers_for(jobs: builtins.list[_Job], files: Files) -> int:
+    """How many processes to read `jobs` with (1: in this process).
+
+    A listing reads each new session whole, converting it as `show` does (tens of MB/s,
+    the converting held under the GIL: threads gain nothing), so a cold listing of a
+    large store uses every core: forked processes, as the listing of this host's
+    sessions does (`listing._scan`). Forking is only safe while this process runs no
+    other thread, and only pays for files of this host, enough of them, with cores to
+    spare: on cores other work keeps busy (a load average at or above their number) the
+    workers only take turns with it, and the listing took longer than in one process
+    (measured: 300 Claude Code files, 140 MB, 2 cores at a load average of 7 and of 18:
+    5.4 s against 5.0 s, 10.5 s against 8.2 s).
+    """
+    if files is not HOST_FILES or sys.platform != "linux" or threading.active_count() != 1:
+        return 1
+    if len(jobs) < PARALLEL_MIN_FILES or sum(size for _, size in jobs) < PARALLEL_MIN_BYTES:
+        return 1
+    cores = os.cpu_count() or 1
+    idle = cores - int(os.getloadavg()[0])  # this listing counts in the load: 1 core
+    return max(1, min(MAX_WORKERS, cores, idle, len(jobs) // 4))
+
+
+def _read_batch(store: ForeignStore, jobs: builtins.list[_Job]) -> builtins.list[_Read]:
+    return [store._read_one(path, size) for path, size in jobs]
+
+
+def _read_in_worker(store: ForeignStore, jobs: builtins.list[_Job]) -> builtins.list[_Read]:
+    # An error goes back pickled: one whose class takes other arguments than its
+    # message (NotAForeignSessionError) would not unpickle, so it goes as its base.
+    return [
+        r
+        if not isinstance(r, BaseException) or isinstance(r, OSError)
+        else SessionTreeError(str(r))
+        for r in _read_batch(store, jobs)
+    ]
+
+
+def _read_forked(store: ForeignStore, jobs: builtins.list[_Job], workers: int) -> dict[str, _Read]:
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # Largest files first, dealt round-robin, so the batches weigh about the same.
+    order = sorted(jobs, key=lambda job: job[1], reverse=True)
+    batches = [order[k :: workers * 4] for k in range(workers * 4)]
+    found: dict[str, _Read] = {}
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(workers, mp_context=context) as pool:
+        results = pool.map(_read_in_worker, [store] * len(batches), batches)
+        for batch, read in zip(batches, results, strict=True):
+            for (path, _), result in zip(batch, read, strict=True):
+                found[path] = result
+    return found
+
+
 def require_store_exists(store: ForeignStore) -> None:
     """SessionTreeError unless at least one of the store's roots exists."""
     if not any(store.fs.is_dir(root) for root in store.roots):
         where = ", ".join(store.roots)
         raise SessionTreeError(f"no {store.name} sessions found (looked in {where})")
+
+
+def _summarise(meta: ForeignMeta, session: ForeignSession) -> None:
+    """Give `meta` the title, first prompt and message count of the session as it is
+    read (`session.title_parts`, `session.message_count`): what `show`, the exports and
+    the web page say of it, counted over the whole file."""
+    title, first = title_parts(session.manager)
+    meta.title = title
+    meta.title_source = session.name_source if title else None
+    meta.first_message = clean_title(first)  # one line, as the scans kept it
+    meta.message_count = message_count(session.manager)
+    meta.exact_count = True
 
 
 def _not_a_file(error: BaseException) -> bool:
