@@ -6,6 +6,7 @@ on a dir, an advisory lock in a database)."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import re
@@ -13,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial
 
+from sessiontree._util.fs import open_regular
 from sessiontree.archive._model import ArchiveBusyError, ArchiveError, ArchiveSource
 from sessiontree.archive._sources import listdir
 from sessiontree.errors import SessionLockError, SessionTreeError
@@ -127,7 +129,25 @@ class ArchiveStorage:
             ) from None
         if held is None:
             raise ArchiveError(f"{self.label}: its storage has no lock; not archived")
-        return held.release
+        if self.local is None:
+            return held.release
+        try:
+            previous = _previous_version_lock(self.local)
+        except ArchiveBusyError as exc:
+            held.release()
+            raise ArchiveBusyError(f"{self.label}: {exc}") from None
+        except ArchiveError:
+            held.release()
+            raise
+        except BaseException:
+            held.release()
+            raise
+
+        def release() -> None:
+            os.close(previous)
+            held.release()
+
+        return release
 
     def stored_bytes(self) -> int:
         """The bytes of the archive's files (its view, a readable copy, aside)."""
@@ -164,6 +184,31 @@ class ArchiveStorage:
                 "archived before is kept as it was)"
             )
         return None
+
+
+def _previous_version_lock(directory: str) -> int:
+    """The lock a run of the previous version took (a `flock` on the dir's `.lock`),
+    taken as well: a run of that version and one of this exclude each other (each sees
+    the other's lock as "another run"). Its descriptor; ArchiveBusyError when it is held."""
+    path = os.path.join(directory, ".lock")
+    try:
+        # never through a symlink, never a FIFO: another user's plant is refused, untouched
+        fd = open_regular(path, os.O_RDWR | os.O_CREAT)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EINVAL):
+            raise ArchiveError(f"{path}: not a regular file; not archived") from None
+        raise
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise ArchiveBusyError(
+                "another archive run (of an earlier version) is writing it; this one exits "
+                "(run it again when that one is done)"
+            ) from None
+        raise
+    return fd
 
 
 def is_url(archive: str) -> bool:
