@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from sessiontree.archive import ArchiveBusyError, ArchiveError, ArchiveSource, archive_stores
+from sessiontree.archive import (
+    ArchiveBusyError,
+    ArchiveError,
+    ArchiveSource,
+    _storage,
+    archive_stores,
+)
 
 pytestmark = pytest.mark.usefixtures("homes_in_tmp")
 
@@ -95,3 +101,26 @@ def test_a_lock_file_planted_as_a_symlink_or_fifo_is_refused_and_left_alone(
     assert target.read_bytes() == b"not yours\n"
     (archive / ".lock").unlink()
     archive_stores(str(archive), [source])  # the lock of ARCHIVE was let go
+
+
+def test_in_postgresql_a_run_beside_a_run_of_the_previous_version_exits(tmp_path: Path) -> None:
+    """The previous version locked an archive in a database by the writer lock of its
+    `.lock` row's path: held, this version's run exits."""
+    from sessiontree.storage import close_storage, open_storage
+    from tests.pg_support import fresh_schema
+
+    source = one_session(tmp_path)
+    with fresh_schema() as (url, schema):
+        target = url + ("&" if "?" in url else "?") + f"schema={schema}"
+        archive_stores(target, [source])
+        previous = open_storage(target, agent_dir=_storage._PG_ROOT)
+        try:
+            held = previous.acquire_lock(f"{_storage._PG_ROOT}/.lock")  # type: ignore[attr-defined]
+            try:
+                with pytest.raises(ArchiveBusyError, match="exits"):
+                    archive_stores(target, [source])
+            finally:
+                held.release()
+        finally:
+            close_storage(previous)
+        archive_stores(target, [source])

@@ -24,6 +24,7 @@ from sessiontree.storage import (
     FileSessionStorage,
     HostFilesystem,
     SessionStorage,
+    WriterLock,
     acquire_session_lock,
     directory_tree,
     read_chunks,
@@ -117,10 +118,29 @@ class ArchiveStorage:
         return sorted(os.path.basename(p) for p in tree.list_dirs(self.path(rel_dir)))
 
     def lock(self) -> Callable[[], None]:
-        """Take the archive's lock, the storage's writer lock of its `ARCHIVE` file
-        (ArchiveBusyError when another run has it); the function that releases it."""
+        """Take the archive's lock, the storage's writer lock of its `ARCHIVE` file, and
+        the lock the previous version took (`_previous_version_lock`); ArchiveBusyError
+        when another run has either. The function that releases them."""
+        held = self._writer_lock(MARK)
         try:
-            held = acquire_session_lock(self.storage, self.path(MARK))
+            previous = (
+                _previous_version_lock(self.local)
+                if self.local is not None
+                else self._writer_lock(".lock").release
+            )
+        except BaseException:
+            held.release()
+            raise
+
+        def release() -> None:
+            previous()
+            held.release()
+
+        return release
+
+    def _writer_lock(self, rel: str) -> WriterLock:
+        try:
+            held = acquire_session_lock(self.storage, self.path(rel))
         except SessionLockError as exc:
             holder = f"pid {exc.pid}" if exc.pid else str(exc)
             raise ArchiveBusyError(
@@ -129,25 +149,7 @@ class ArchiveStorage:
             ) from None
         if held is None:
             raise ArchiveError(f"{self.label}: its storage has no lock; not archived")
-        if self.local is None:
-            return held.release
-        try:
-            previous = _previous_version_lock(self.local)
-        except ArchiveBusyError as exc:
-            held.release()
-            raise ArchiveBusyError(f"{self.label}: {exc}") from None
-        except ArchiveError:
-            held.release()
-            raise
-        except BaseException:
-            held.release()
-            raise
-
-        def release() -> None:
-            os.close(previous)
-            held.release()
-
-        return release
+        return held
 
     def stored_bytes(self) -> int:
         """The bytes of the archive's files (its view, a readable copy, aside)."""
@@ -186,10 +188,11 @@ class ArchiveStorage:
         return None
 
 
-def _previous_version_lock(directory: str) -> int:
-    """The lock a run of the previous version took (a `flock` on the dir's `.lock`),
-    taken as well: a run of that version and one of this exclude each other (each sees
-    the other's lock as "another run"). Its descriptor; ArchiveBusyError when it is held."""
+def _previous_version_lock(directory: str) -> Callable[[], None]:
+    """The lock a run of the previous version took, taken as well, so that a run of
+    that version and one of this exclude each other: in a dir a `flock` on its `.lock`
+    (in a database the writer lock of `.lock`, see `ArchiveStorage.lock`). The function
+    that releases it; ArchiveBusyError when it is held."""
     path = os.path.join(directory, ".lock")
     try:
         # never through a symlink, never a FIFO: another user's plant is refused, untouched
@@ -204,11 +207,11 @@ def _previous_version_lock(directory: str) -> int:
         os.close(fd)
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise ArchiveBusyError(
-                "another archive run (of an earlier version) is writing it; this one exits "
-                "(run it again when that one is done)"
+                f"{directory}: another archive run (of an earlier version) is writing it; "
+                "this one exits (run it again when that one is done)"
             ) from None
         raise
-    return fd
+    return partial(os.close, fd)
 
 
 def is_url(archive: str) -> bool:
