@@ -683,7 +683,7 @@ def report(
         totals,
         duplicates or Duplicates(),
         tz_name,
-        {"table": table.name, "version": table.version},
+        table.described(),
     )
 
 
