@@ -162,13 +162,29 @@ def _size(info: SessionInfo, store: Store) -> int:
         return 0
 
 
+def _sessions_of(store: Store) -> tuple[str, ...]:
+    """What tells two stores that hold the same sessions: files (ours or another
+    agent's) by their dir's real path, a database by its URL and root."""
+    if store.is_files or store._foreign is not None:
+        return ("files", os.path.realpath(store.agent_dir))
+    if store._url is not None:
+        return ("database", store._url, store.agent_dir)
+    return ("storage", str(id(store.storage)), store.agent_dir)
+
+
 class Stores(Mapping[str, Store]):
     """Several stores as one: each by its key (`stores["claude"]`), the first the one
-    named (or the default one)."""
+    named (or the default one); a store given again (the same dir under another name)
+    is left out."""
 
     def __init__(self, stores: Iterable[Store]) -> None:
         keyed: dict[str, Store] = {}
+        seen: set[tuple[str, ...]] = set()
         for store in stores:
+            same = _sessions_of(store)
+            if same in seen:
+                continue  # its sessions are read already: listed, found, counted once
+            seen.add(same)
             key, n = store.agent, 1
             while key in keyed:
                 n += 1
