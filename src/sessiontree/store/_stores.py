@@ -285,7 +285,8 @@ class Stores(Mapping[str, Store]):
     ) -> StoresSearch:
         """`Store.search` of each store over its sessions of `sessions` (None: of `cwd`'s
         project, None: every project), the hits merged: titles first, then newest first,
-        at most `limit`."""
+        at most `limit`. A store other than the first that fails to be read (OSError) is
+        passed over, as in `list`."""
         from sessiontree.search import merge_store_hits
 
         scope = builtins.list(sessions) if sessions is not None else self.list(cwd)
@@ -297,18 +298,22 @@ class Stores(Mapping[str, Store]):
         notes: builtins.list[str] = []
         role_list = builtins.list(roles) if roles is not None else None
         for key, wanted in paths.items():
-            result = self._stores[key].search(
-                query,
-                sessions=wanted,
-                regex=regex,
-                case_sensitive=case_sensitive,
-                roles=role_list,
-                since=since,
-                until=until,
-                limit=limit,
-                use_index=use_index,
-                progress=progress,
-            )
+            try:
+                result = self._stores[key].search(
+                    query,
+                    sessions=wanted,
+                    regex=regex,
+                    case_sensitive=case_sensitive,
+                    roles=role_list,
+                    since=since,
+                    until=until,
+                    limit=limit,
+                    use_index=use_index,
+                    progress=progress,
+                )
+            except OSError as exc:  # the store's fault; the query's are SessionTreeErrors
+                self._skip(key, exc)
+                continue
             groups.append([StoreHit(key, hit) for hit in result.hits])
             modes.append(result.mode)
             notes += result.notes
