@@ -163,3 +163,25 @@ def test_a_core_install_in_a_fresh_venv_works_without_the_command_line(tmp_path:
     assert command.stderr == (
         "sessiontree: the command line is not installed: pip install 'sessiontree[cli]'\n"
     )
+
+
+@pytest.mark.parametrize("blocked", ["jinja2", "markdown_it", "pygments"])
+def test_a_command_whose_part_of_the_extra_is_missing_names_it_without_a_traceback(
+    blocked: str,
+) -> None:
+    """typer is there (installed on its own), the rest of the extra is not: a command
+    that draws with it says what to install, as the command line without typer does."""
+    code = "import sys; sys.argv = ['sessiontree', 'export', '--help']\n"
+    proc = run_blocked({blocked}, code + "from sessiontree.cli import main; main()")
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert blocked in proc.stderr and "pip install 'sessiontree[cli]'" in proc.stderr
+
+
+def test_a_usage_report_without_the_price_table_says_why() -> None:
+    code = (
+        "import tempfile; from sessiontree import Store\n"
+        "with Store(tempfile.mkdtemp()) as s: print(s.usage().prices['error'])"
+    )
+    proc = run_blocked({"genai_prices"}, code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("genai-prices unavailable: ")

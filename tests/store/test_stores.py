@@ -194,8 +194,10 @@ def stores(home: Path) -> Iterator[Stores]:
 
 
 def test_stores_are_keyed_by_agent_and_numbered_when_an_agent_repeats(home: Path) -> None:
+    second = home / "claude-elsewhere"
+    shutil.copytree(home / ".claude", second)
     with Store(home / ".pi" / "agent") as pi, Store(home / ".claude", agent="claude") as claude:
-        with Store(home / ".claude", agent="claude") as again:
+        with Store(second, agent="claude") as again:
             keyed = Stores([pi, claude, again])
             assert list(keyed) == ["pi", "claude", "claude-2"]
             assert keyed.first is pi and keyed["claude-2"] is again and len(keyed) == 3

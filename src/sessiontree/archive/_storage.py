@@ -6,6 +6,7 @@ on a dir, an advisory lock in a database)."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import json
 import os
 import re
@@ -13,6 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial
 
+from sessiontree._util.fs import open_regular
 from sessiontree.archive._model import ArchiveBusyError, ArchiveError, ArchiveSource
 from sessiontree.archive._sources import listdir
 from sessiontree.errors import SessionLockError, SessionTreeError
@@ -22,6 +24,7 @@ from sessiontree.storage import (
     FileSessionStorage,
     HostFilesystem,
     SessionStorage,
+    WriterLock,
     acquire_session_lock,
     directory_tree,
     read_chunks,
@@ -115,10 +118,29 @@ class ArchiveStorage:
         return sorted(os.path.basename(p) for p in tree.list_dirs(self.path(rel_dir)))
 
     def lock(self) -> Callable[[], None]:
-        """Take the archive's lock, the storage's writer lock of its `ARCHIVE` file
-        (ArchiveBusyError when another run has it); the function that releases it."""
+        """Take the archive's lock, the storage's writer lock of its `ARCHIVE` file, and
+        the lock the previous version took (`_previous_version_lock`); ArchiveBusyError
+        when another run has either. The function that releases them."""
+        held = self._writer_lock(MARK)
         try:
-            held = acquire_session_lock(self.storage, self.path(MARK))
+            previous = (
+                _previous_version_lock(self.local)
+                if self.local is not None
+                else self._writer_lock(".lock").release
+            )
+        except BaseException:
+            held.release()
+            raise
+
+        def release() -> None:
+            previous()
+            held.release()
+
+        return release
+
+    def _writer_lock(self, rel: str) -> WriterLock:
+        try:
+            held = acquire_session_lock(self.storage, self.path(rel))
         except SessionLockError as exc:
             holder = f"pid {exc.pid}" if exc.pid else str(exc)
             raise ArchiveBusyError(
@@ -127,7 +149,7 @@ class ArchiveStorage:
             ) from None
         if held is None:
             raise ArchiveError(f"{self.label}: its storage has no lock; not archived")
-        return held.release
+        return held
 
     def stored_bytes(self) -> int:
         """The bytes of the archive's files (its view, a readable copy, aside)."""
@@ -164,6 +186,32 @@ class ArchiveStorage:
                 "archived before is kept as it was)"
             )
         return None
+
+
+def _previous_version_lock(directory: str) -> Callable[[], None]:
+    """The lock a run of the previous version took, taken as well, so that a run of
+    that version and one of this exclude each other: in a dir a `flock` on its `.lock`
+    (in a database the writer lock of `.lock`, see `ArchiveStorage.lock`). The function
+    that releases it; ArchiveBusyError when it is held."""
+    path = os.path.join(directory, ".lock")
+    try:
+        # never through a symlink, never a FIFO: another user's plant is refused, untouched
+        fd = open_regular(path, os.O_RDWR | os.O_CREAT)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EINVAL):
+            raise ArchiveError(f"{path}: not a regular file; not archived") from None
+        raise
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise ArchiveBusyError(
+                f"{directory}: another archive run (of an earlier version) is writing it; "
+                "this one exits (run it again when that one is done)"
+            ) from None
+        raise
+    return partial(os.close, fd)
 
 
 def is_url(archive: str) -> bool:

@@ -79,6 +79,14 @@ class PriceTable:
     def available(self) -> bool:
         return self._calc is not None
 
+    def described(self) -> dict[str, str | None]:
+        """What a report says of the table: its name and version, and, when it could
+        not be loaded, why (the report's estimates are then none)."""
+        said: dict[str, str | None] = {"table": self.name, "version": self.version}
+        if self.error is not None:
+            said["error"] = self.error
+        return said
+
     def quote(
         self,
         provider: str,

@@ -234,7 +234,7 @@ def store_stats(
     stats.projects = len(projects)
     counted, stats.duplicates = count_once(data.sessions)
     table = price_table()
-    stats.prices = {"table": table.name, "version": table.version}
+    stats.prices = table.described()
     for reply in price(counted, table):
         if reply.session.path not in scope:
             continue

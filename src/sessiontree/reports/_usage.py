@@ -232,7 +232,7 @@ def count_once(
 ) -> tuple[list[tuple[SessionUsage, UsageRecord]], Duplicates]:
     """The records to count (rules R1-R4 of the module docstring), and what was left out."""
     dups = Duplicates()
-    valid = [s for s in sessions if s.file.valid]
+    valid = _one_per_file([s for s in sessions if s.file.valid])
     kept: dict[int, list[UsageRecord]] = {}
     for index, session in enumerate(valid):
         kept[index] = _within_file(session.records, dups)
@@ -258,6 +258,25 @@ def count_once(
                 seen.add(key)
             out.append((valid[index], record))
     return out, dups
+
+
+def _one_per_file(sessions: list[SessionUsage]) -> list[SessionUsage]:
+    """Each file of this host once: a session read under a second name (a symlink in a
+    store to a file of it, or of another store) is the same replies. A path that is no
+    file here (a database's) is kept as it is."""
+    seen: set[tuple[int, int]] = set()
+    kept = []
+    for session in sessions:
+        try:
+            st = os.stat(session.path)
+        except (OSError, ValueError):
+            kept.append(session)
+            continue
+        if (st.st_dev, st.st_ino) in seen:
+            continue
+        seen.add((st.st_dev, st.st_ino))
+        kept.append(session)
+    return kept
 
 
 def _within_file(records: list[UsageRecord], dups: Duplicates) -> list[UsageRecord]:
@@ -683,7 +702,7 @@ def report(
         totals,
         duplicates or Duplicates(),
         tz_name,
-        {"table": table.name, "version": table.version},
+        table.described(),
     )
 
 

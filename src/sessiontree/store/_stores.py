@@ -162,13 +162,29 @@ def _size(info: SessionInfo, store: Store) -> int:
         return 0
 
 
+def _sessions_of(store: Store) -> tuple[str, ...]:
+    """What tells two stores that hold the same sessions: files (ours or another
+    agent's) by their dir's real path, a database by its URL and root."""
+    if store.is_files or store._foreign is not None:
+        return ("files", os.path.realpath(store.agent_dir))
+    if store._url is not None:
+        return ("database", store._url, store.agent_dir)
+    return ("storage", str(id(store.storage)), store.agent_dir)
+
+
 class Stores(Mapping[str, Store]):
     """Several stores as one: each by its key (`stores["claude"]`), the first the one
-    named (or the default one)."""
+    named (or the default one); a store given again (the same dir under another name)
+    is left out."""
 
     def __init__(self, stores: Iterable[Store]) -> None:
         keyed: dict[str, Store] = {}
+        seen: set[tuple[str, ...]] = set()
         for store in stores:
+            same = _sessions_of(store)
+            if same in seen:
+                continue  # its sessions are read already: listed, found, counted once
+            seen.add(same)
             key, n = store.agent, 1
             while key in keyed:
                 n += 1
@@ -269,7 +285,8 @@ class Stores(Mapping[str, Store]):
     ) -> StoresSearch:
         """`Store.search` of each store over its sessions of `sessions` (None: of `cwd`'s
         project, None: every project), the hits merged: titles first, then newest first,
-        at most `limit`."""
+        at most `limit`. A store other than the first that fails to be read (OSError) is
+        passed over, as in `list`."""
         from sessiontree.search import merge_store_hits
 
         scope = builtins.list(sessions) if sessions is not None else self.list(cwd)
@@ -281,18 +298,22 @@ class Stores(Mapping[str, Store]):
         notes: builtins.list[str] = []
         role_list = builtins.list(roles) if roles is not None else None
         for key, wanted in paths.items():
-            result = self._stores[key].search(
-                query,
-                sessions=wanted,
-                regex=regex,
-                case_sensitive=case_sensitive,
-                roles=role_list,
-                since=since,
-                until=until,
-                limit=limit,
-                use_index=use_index,
-                progress=progress,
-            )
+            try:
+                result = self._stores[key].search(
+                    query,
+                    sessions=wanted,
+                    regex=regex,
+                    case_sensitive=case_sensitive,
+                    roles=role_list,
+                    since=since,
+                    until=until,
+                    limit=limit,
+                    use_index=use_index,
+                    progress=progress,
+                )
+            except OSError as exc:  # the store's fault; the query's are SessionTreeErrors
+                self._skip(key, exc)
+                continue
             groups.append([StoreHit(key, hit) for hit in result.hits])
             modes.append(result.mode)
             notes += result.notes
