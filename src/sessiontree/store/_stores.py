@@ -108,11 +108,18 @@ class SessionFilter:
         if self.until is not None and modified > self.until:
             return False
         needle = _folded(self.text)
+        if not needle:
+            return True
         fields = (shown_title(info.title, info.first_message, info.id), info.first_message)
-        return not needle or any(needle in _folded(f) for f in (*fields, info.id, info.cwd))
+        return any(needle in _folded(f) for f in (*fields, info.id, info.cwd))
 
     def apply(self, listed: Iterable[ListedSession]) -> list[ListedSession]:
+        if self == _ANY:  # the usual listing: nothing to look at per session
+            return list(listed)
         return [one for one in listed if self.admits(one)]
+
+
+_ANY = SessionFilter()
 
 
 @dataclass(frozen=True, slots=True)
