@@ -280,17 +280,18 @@ class Stores(Mapping[str, Store]):
         from sessiontree.search import merge_store_hits
 
         scope = builtins.list(sessions) if sessions is not None else self.list(cwd)
-        paths: dict[str, builtins.list[str]] = {}
+        listings: dict[str, builtins.list[SessionInfo]] = {}
         for listed in scope:
-            paths.setdefault(listed.store, []).append(listed.info.path)
+            listings.setdefault(listed.store, []).append(listed.info)
         groups: builtins.list[builtins.list[StoreHit]] = []
         modes: builtins.list[str] = []
         notes: builtins.list[str] = []
         role_list = builtins.list(roles) if roles is not None else None
-        for key, wanted in paths.items():
-            result = self._stores[key].search(
+        for key, wanted in listings.items():
+            # Their listings, not their paths: the titles are searched as listed here.
+            result = self._stores[key]._search(
                 query,
-                sessions=wanted,
+                wanted,
                 regex=regex,
                 case_sensitive=case_sensitive,
                 roles=role_list,
