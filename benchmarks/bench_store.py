@@ -15,8 +15,9 @@ floor measured in the same run on the same files:
 * `usage daily --json` (the usage report), against `grep -c '' -r`.
 
 A ratio is the command's median (p50) over the floor's median: under 1 is faster
-than the floor. Peak memory is the child's ru_maxrss (the workload's VmHWM for the
-in-process ingest).
+than the floor. The CPU ratio compares the children's CPU time (user + system), which
+other work on a shared machine disturbs less than the wall time. Peak memory is the
+child's ru_maxrss (the workload's VmHWM for the in-process ingest).
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ CLI = [sys.executable, "-c", "from sessiontree.cli import main; main()"]
 COMMON_WORD = "compaction"
 
 
-def timed_process(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
-    """Seconds and peak RSS (MB) of one child process run to its end (output discarded)."""
+def timed_process(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float, float]:
+    """Seconds, CPU seconds (user + system) and peak RSS (MB) of one child process run
+    to its end (output discarded)."""
     start = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL)
     _, status, usage = os.wait4(proc.pid, 0)
@@ -46,14 +48,14 @@ def timed_process(argv: list[str], cwd: Path, env: dict[str, str]) -> tuple[floa
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode not in (0, 1):  # grep and search exit 1 when nothing matched
         raise SystemExit(f"{' '.join(argv)} failed with exit code {proc.returncode}")
-    return elapsed, usage.ru_maxrss / 1024
+    return elapsed, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 def sample(argv: list[str], cwd: Path, env: dict[str, str], runs: int) -> dict[str, Any]:
     """`runs` timings of a command after one untimed run (which warms the caches)."""
     timed_process(argv, cwd, env)
-    times, peaks = zip(*(timed_process(argv, cwd, env) for _ in range(runs)), strict=True)
-    return {"times": sorted(times), "rss_mb": max(peaks)}
+    times, cpu, peaks = zip(*(timed_process(argv, cwd, env) for _ in range(runs)), strict=True)
+    return {"times": sorted(times), "cpu": sorted(cpu), "rss_mb": max(peaks)}
 
 
 def p95(times: list[float]) -> float:
@@ -66,9 +68,20 @@ def ms(seconds: float) -> str:
 
 
 class StoreTable:
-    """Rows of figure | p50 | p95 | floor | floor p50 | ratio | peak RSS."""
+    """Rows of figure | p50 | p95 | floor | floor p50 | ratio | CPU ratio | peak RSS."""
 
-    head = ("figure", "p50 ms", "p95 ms", "floor", "floor ms", "ratio", "peak RSS MB")
+    head = (
+        "figure",
+        "p50 ms",
+        "p95 ms",
+        "floor",
+        "floor ms",
+        "ratio",
+        "CPU ms",
+        "floor CPU ms",
+        "CPU ratio",
+        "peak RSS MB",
+    )
 
     def __init__(self) -> None:
         self.rows: list[tuple[str, ...]] = []
@@ -78,6 +91,9 @@ class StoreTable:
         self, name: str, result: dict[str, Any], floor_name: str, floor: dict[str, Any]
     ) -> None:
         median, floor_median = (statistics.median(r["times"]) for r in (result, floor))
+        cpu, floor_cpu = (
+            statistics.median(r["cpu"]) if r.get("cpu") else 0.0 for r in (result, floor)
+        )
         self.rows.append(
             (
                 name,
@@ -86,6 +102,9 @@ class StoreTable:
                 floor_name,
                 ms(floor_median),
                 f"{median / floor_median:.2f}x",
+                ms(cpu) if cpu else "-",
+                ms(floor_cpu),
+                f"{cpu / floor_cpu:.2f}x" if cpu and floor_cpu else "-",
                 f"{result['rss_mb']:,.0f}",
             )
         )

@@ -373,14 +373,15 @@ def index_build(args: dict[str, Any]) -> dict[str, Any]:
 
     agent = args["agent"]
     paths = _session_paths(agent)
-    times = []
+    times, cpu = [], []
     for _ in range(args.get("repeat", 1)):
         shutil.rmtree(os.path.join(agent, "cache"), ignore_errors=True)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         index = ContentIndex.open(agent)
         assert index is not None
         refreshed = index.refresh([SessionSource(p) for p in paths])
         times.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - cpu_start)
         start = time.perf_counter()
         unchanged = index.refresh([SessionSource(p) for p in paths])
         unchanged_s = time.perf_counter() - start
@@ -391,6 +392,7 @@ def index_build(args: dict[str, Any]) -> dict[str, Any]:
         index.close()
     return {
         "times": times,
+        "cpu": cpu,
         "floor": [],
         "bytes": refreshed.bytes_read,
         "entries": stats.entries,
