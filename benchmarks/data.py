@@ -288,3 +288,159 @@ def write_store(
 
 def image_b64(rng: random.Random, size: int) -> str:
     return base64.b64encode(rng.randbytes(size)).decode()
+
+
+RARE_WORD = "zanzibar"
+"""Planted in about 1% of a corpus's sessions (a search that finds few files)."""
+SOME_WORD = "quokka"
+"""Planted in about 20% of a corpus's sessions."""
+REAL_SESSIONS = Path(__file__).resolve().parent.parent / "tests" / "data" / "real"
+
+
+def write_corpus(agent_dir: Path, sessions: int, seed: int = 1, real_copies: int = 3) -> int:
+    """A store of `sessions` pi-format sessions in `agent_dir`/sessions; returns its bytes.
+
+    Sizes are log-normal, ~7 KB on average (a median session of a dozen entries, a
+    tail of sessions with hundreds, the shape of a year of use: 10,000 sessions are ~80 MB),
+    spread over one project per 200 sessions. A fifth of the sessions branch (a jump
+    back to an earlier user turn, some with a branch summary), some carry labels, a
+    title (session_info) or a compaction; every assistant turn has usage. `real_copies`
+    copies of the real pi session in tests/data/real are mixed in at fixed places.
+    Modification times follow creation, so the newest sessions are the last written.
+    """
+    rng = random.Random(seed)
+    pool = " ".join(rng.choice(WORDS) for _ in range(16_384))
+    root = agent_dir / "sessions"
+    projects = max(1, sessions // 200)
+    cwds = [f"/work/corpus/project-{i:03d}" for i in range(projects)]
+    for cwd in cwds:
+        (root / encode_session_dir_name(cwd)).mkdir(parents=True, exist_ok=True)
+    real = sorted(REAL_SESSIONS.glob("*.jsonl"))
+    real_at = (
+        {sessions * (k + 1) // (real_copies + 1): real[k % len(real)] for k in range(real_copies)}
+        if real
+        else {}
+    )
+    total = 0
+    for n in range(sessions):
+        cwd = cwds[rng.randrange(projects)]
+        created = START_MS + n * 45_000
+        session_id = f"{seed:04x}c{n:011x}"
+        path = (
+            root / encode_session_dir_name(cwd) / session_file_name(format_iso(created), session_id)
+        )
+        if n in real_at:
+            data = real_at[n].read_bytes()
+        else:
+            data = _corpus_session(rng, pool, session_id, cwd, created)
+        path.write_bytes(data)
+        mtime_ns = (created + 30_000) * 1_000_000
+        os.utime(path, ns=(mtime_ns, mtime_ns))
+        total += len(data)
+    return total
+
+
+def _corpus_session(
+    rng: random.Random, pool: str, session_id: str, cwd: str, created: int
+) -> bytes:
+    """One session of the corpus (see write_corpus); its text is cut from `pool`."""
+
+    def text(chars: int) -> str:
+        start = rng.randrange(len(pool) - chars) if chars < len(pool) else 0
+        return pool[start : start + chars]
+
+    turns = max(1, min(400, int(rng.lognormvariate(1.3, 0.9))))
+    rare = rng.random() < 0.01
+    some = rng.random() < 0.2
+    ts = created
+    lines = [
+        serialize_entry_bytes(
+            {
+                "type": "session",
+                "version": 3,
+                "id": session_id,
+                "timestamp": format_iso(created),
+                "cwd": cwd,
+            }
+        )
+    ]
+    counter = 0
+    parent: dict[str, str | None] = {}
+    user_turns: list[str] = []
+
+    def emit(entry_type: str, parent_id: str | None, **fields: Any) -> str:
+        nonlocal counter, ts
+        counter += 1
+        ts += rng.randrange(200, 20_000)
+        entry_id = f"{counter:08x}"
+        entry = {
+            "type": entry_type,
+            "id": entry_id,
+            "parentId": parent_id,
+            "timestamp": format_iso(ts),
+        }
+        entry.update(fields)
+        lines.append(serialize_entry_bytes(entry))
+        parent[entry_id] = parent_id
+        return entry_id
+
+    leaf = emit("model_change", None, provider="anthropic", modelId="claude-sonnet-4-5")
+    branch_turn = rng.randrange(turns) if turns > 3 and rng.random() < 0.2 else -1
+    for turn in range(turns):
+        if turn == branch_turn and user_turns:
+            back_to = parent[rng.choice(user_turns)]
+            if back_to is not None:
+                if rng.random() < 0.5:
+                    leaf = emit("branch_summary", back_to, fromId=back_to, summary=text(300))
+                else:
+                    leaf = back_to
+        prompt = text(rng.randrange(20, 300))
+        if turn == 0 and rare:
+            prompt = f"{prompt} {RARE_WORD}"
+        if turn == turns // 2 and some:
+            prompt = f"{SOME_WORD} {prompt}"
+        leaf = emit("message", leaf, message={"role": "user", "content": prompt, "timestamp": ts})
+        user_turns.append(leaf)
+        leaf = emit(
+            "message",
+            leaf,
+            message={
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": text(rng.randrange(40, 500))},
+                    {"type": "toolCall", "id": f"t{turn}", "name": "read", "arguments": {}},
+                ],
+                "api": "anthropic-messages",
+                "provider": "anthropic",
+                "model": "claude-sonnet-4-5",
+                "usage": _usage(rng),
+                "stopReason": "toolUse",
+                "timestamp": ts,
+            },
+        )
+        size = min(20_000, int(rng.lognormvariate(5.2, 1.2)))
+        leaf = emit(
+            "message",
+            leaf,
+            message={
+                "role": "toolResult",
+                "toolCallId": f"t{turn}",
+                "toolName": "read",
+                "content": [{"type": "text", "text": text(size)}],
+                "isError": False,
+                "timestamp": ts,
+            },
+        )
+        if rng.random() < 0.02:
+            leaf = emit("label", leaf, targetId=rng.choice(user_turns), label=f"mark-{turn}")
+    if turns > 30 and rng.random() < 0.3:
+        leaf = emit(
+            "compaction",
+            leaf,
+            summary=text(1500),
+            firstKeptEntryId=user_turns[-3],
+            tokensBefore=120_000,
+        )
+    if rng.random() < 0.3:
+        emit("session_info", leaf, name=text(40).strip())
+    return b"\n".join(lines) + b"\n"

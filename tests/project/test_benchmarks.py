@@ -60,3 +60,32 @@ def test_the_integrations_benchmark_prints_both_tables() -> None:
         assert row in proc.stdout, proc.stdout
     if os.environ.get("SESSIONTREE_TEST_PG"):
         assert "SessionTreeStore (postgres)" in proc.stdout
+
+
+def test_the_store_benchmark_prints_every_figure_against_its_floor(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    args = ["store", "--sessions", "50", "--runs", "1", "--work", str(tmp_path)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    out = proc.stdout
+    assert "50 sessions" in out, out
+    for row in (
+        "ingest: content index from nothing",
+        "list --all --json",
+        "list --all -n 20",
+        "search zanzibar --all --json",
+        "usage daily --json",
+        "sessions/s",
+        "of cat's",
+    ):
+        assert row in out, out
+    for floor in ("| cat ", "| grep -c '' -r", "| grep -rl"):
+        assert floor in out, out
+    assert "a refresh of the unchanged store read 0 session files" in out, out

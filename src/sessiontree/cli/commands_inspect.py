@@ -8,7 +8,8 @@ from __future__ import annotations
 import difflib
 import json
 import os
-from collections.abc import Mapping
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any, NoReturn
 
@@ -68,12 +69,15 @@ def _iso(moment: object) -> str | None:
     return None
 
 
-def short_ids(ids: list[str], least: int = 8) -> dict[str, str]:
+def short_ids(ids: list[str], least: int = 8, of: Iterable[str] | None = None) -> dict[str, str]:
     """Each id's shortest prefix (at least `least` characters) that no other id shares,
-    as git abbreviates hashes: what `show`, `resume` and the others accept."""
+    as git abbreviates hashes: what `show`, `resume` and the others accept. `of`: only
+    these ids' (a page of a long listing), still unique among all `ids`."""
     ordered = sorted(set(ids))
     out = {}
-    for i, sid in enumerate(ordered):
+    for sid in ordered if of is None else of:
+        # Only the neighbours in sorted order can share a longer prefix than any other id.
+        i = bisect_left(ordered, sid)
         need = least
         for other in (
             ordered[i - 1] if i else None,
@@ -167,7 +171,7 @@ def _list_table(
         + (["Agent"] if several else [])
         + (["Project"] if all_projects else [])
     )
-    short = short_ids([s.info.id for s in listed])
+    short = short_ids([s.info.id for s in listed], of=[s.info.id for s in shown])
     rows: list[list[str]] = []
     for one in shown:
         s = one.info

@@ -45,7 +45,6 @@ from sessiontree.cli.errors import EXIT_USAGE as EXIT_USAGE
 from sessiontree.cli.errors import CliError as CliError
 from sessiontree.cli.errors import ambiguous_message as ambiguous_message
 from sessiontree.cli.errors import error_text as error_text
-from sessiontree.cli.foreign_stores import in_place_store
 from sessiontree.cli.registry import writes_store
 from sessiontree.cli.render import terminal_safe, terminal_safe_text
 from sessiontree.errors import AmbiguousSessionError, SessionNotFoundError
@@ -285,7 +284,10 @@ def resolve_session(arg: str) -> str:
     if store.is_files:
         path = os.path.abspath(os.path.expanduser(arg))
         if not os.path.isdir(path):
-            # Another agent's session file: this invocation reads it in place.
+            # Another agent's session file: this invocation reads it in place (imported
+            # here: the foreign formats are not loaded for a command that names no path).
+            from sessiontree.cli.foreign_stores import in_place_store
+
             in_place = in_place_store(path, invoked_command(), store.agent_dir)
             if in_place is not None:
                 adopt_store(in_place)

@@ -12,8 +12,8 @@ import os
 import sqlite3
 import threading
 import weakref
-from collections.abc import Callable, Iterable
-from typing import Final, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Final, TypeVar
 
 from sessiontree._util.cachedb import Family, run_cached
 from sessiontree._util.fs import utf8_encodable
@@ -63,6 +63,8 @@ LISTING_FAMILY: Final = Family(
     tables=("files",),
 )
 assert _COLUMNS.count(",") == 11
+_RANGE_QUERIES_UP_TO = 8
+"""A fetch of more directories than this reads the whole table in one query."""
 
 # ---------------------------------------------------------------------------- in process
 
@@ -121,33 +123,42 @@ class MetaDB:
 
     def fetch(self, directories: Iterable[str]) -> dict[str, Record]:
         """The records of the files directly in `directories`."""
+        wanted = [d.rstrip(os.sep) for d in directories if utf8_encodable(d)]
+
+        def rows(conn: sqlite3.Connection) -> Iterator[tuple[Any, ...]]:
+            if len(wanted) > _RANGE_QUERIES_UP_TO:
+                # Most of the store (`list --all`): one pass over the table, not a query
+                # per project dir; the rows of other dirs are dropped by their dir.
+                dirs = set(wanted)
+                for row in conn.execute(f"SELECT {_COLUMNS} FROM files"):
+                    if row[0].rpartition(os.sep)[0] in dirs:
+                        yield row
+                return
+            query = f"SELECT {_COLUMNS} FROM files WHERE path >= ? AND path < ?"
+            for directory in wanted:
+                low = directory + os.sep
+                high = directory + chr(ord(os.sep) + 1)
+                start = len(low)
+                for row in conn.execute(query, (low, high)):
+                    if row[0].find(os.sep, start) < 0:  # not in a subdirectory
+                        yield row
 
         def run(conn: sqlite3.Connection) -> dict[str, Record]:
             found: dict[str, Record] = {}
-            query = f"SELECT {_COLUMNS} FROM files WHERE path >= ? AND path < ?"
-            for directory in directories:
-                if not utf8_encodable(directory):
-                    continue
-                low = directory.rstrip(os.sep) + os.sep
-                high = low[:-1] + chr(ord(os.sep) + 1)
-                start = len(low)
-                for row in conn.execute(query, (low, high)):
-                    path = row[0]
-                    if path.find(os.sep, start) >= 0:
-                        continue  # in a subdirectory
-                    found[path] = Record(
-                        size=row[1],
-                        mtime_ns=row[2],
-                        ino=row[3],
-                        ctime_ns=row[4],
-                        offset=row[5],
-                        head_len=row[6],
-                        head=row[7],
-                        tail=row[8],
-                        state_blob=row[9],
-                        final=load_fold(row[10]),
-                        created_ms=row[11],
-                    )
+            for row in rows(conn):
+                found[row[0]] = Record(
+                    size=row[1],
+                    mtime_ns=row[2],
+                    ino=row[3],
+                    ctime_ns=row[4],
+                    offset=row[5],
+                    head_len=row[6],
+                    head=row[7],
+                    tail=row[8],
+                    state_blob=row[9],
+                    final=load_fold(row[10]),
+                    created_ms=row[11],
+                )
             return found
 
         return self._run(run) or {}

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, overload
 
+from sessiontree._util.gcpause import gc_paused
 from sessiontree.format import SESSION, parse_iso_ms
 from sessiontree.layout import (
     StoreParts,
@@ -203,6 +204,14 @@ def _project_dirs(root: str, storage: SessionStorage) -> list[str]:
 def collect(directories: list[str], parts: StoreParts, *, cache: bool = True) -> list[SessionInfo]:
     """Every valid session in `directories`, newest modified first (`cache=False`: every
     file scanned, every cache left alone)."""
+    # A listing allocates a record, a fold and a SessionInfo per file, and all of them
+    # survive it: the cyclic collector would rescan them again and again (measured: a
+    # third of a fresh process's listing of 10,000 sessions). Nothing here makes cycles.
+    with gc_paused():
+        return _collect(directories, parts, cache)
+
+
+def _collect(directories: list[str], parts: StoreParts, cache: bool) -> list[SessionInfo]:
     storage = parts.storage
     seen: set[str] = set()
     dirs = []

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sessiontree._util.env import agent_dir_or_default
+from sessiontree._util.gcpause import gc_paused
 from sessiontree.format import Entry, loads_object
 from sessiontree.search._content_index import Candidate, ContentIndex, Refreshed
 from sessiontree.search._hits import Filters, SearchHit, entry_hit
@@ -78,6 +79,39 @@ def search(
     scanned. `index_progress(bytes_done, bytes_total)` reports a refresh.
     Raises SessionTreeError for a bad regular expression.
     """
+    # The sources, the index's rows of every file and the hits all live until the
+    # answer: the cyclic collector would only rescan them (nothing here makes cycles).
+    with gc_paused():
+        return _search(
+            sources,
+            query,
+            regex,
+            case_sensitive,
+            roles,
+            since,
+            until,
+            limit,
+            storage,
+            agent_dir,
+            use_index,
+            index_progress,
+        )
+
+
+def _search(
+    sources: Iterable[str | SessionSource],
+    query: str,
+    regex: bool,
+    case_sensitive: bool,
+    roles: Iterable[str] | None,
+    since: int | None,
+    until: int | None,
+    limit: int | None,
+    storage: SessionStorage | None,
+    agent_dir: str | None,
+    use_index: bool,
+    index_progress: Callable[[int, int], None] | None,
+) -> SearchResult:
     matcher = make_matcher(query, regex, case_sensitive)
     srcs = [s if isinstance(s, SessionSource) else SessionSource(s) for s in sources]
     filters = Filters(frozenset(roles) if roles is not None else None, since, until)

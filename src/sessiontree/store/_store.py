@@ -654,11 +654,41 @@ class Store:
         (paths). `roles`, `since`/`until` and `limit` narrow the hits. Session titles
         are searched too: a matching title is a hit of role `title` (no entry), first.
         """
+        return self._search(
+            query,
+            self.list(cwd) if sessions is None else builtins.list(sessions),
+            regex=regex,
+            case_sensitive=case_sensitive,
+            roles=roles,
+            since=since,
+            until=until,
+            limit=limit,
+            use_index=use_index,
+            progress=progress,
+        )
+
+    def _search(
+        self,
+        query: str,
+        sessions: builtins.list[str] | builtins.list[SessionInfo],
+        *,
+        regex: bool,
+        case_sensitive: bool,
+        roles: Iterable[str] | None,
+        since: Moment | None,
+        until: Moment | None,
+        limit: int | None,
+        use_index: bool,
+        progress: Progress | None,
+    ) -> SearchResult:
+        """`search` of `sessions`: paths, or the listings of the sessions (whose titles
+        are then searched as listed, without listing the store again)."""
         from sessiontree.format import clean_title
         from sessiontree.search import search, title_hits
 
-        infos = None if sessions is not None else self.list(cwd)
-        paths = builtins.list(sessions) if sessions is not None else [s.path for s in infos or []]
+        listed = [s for s in sessions if isinstance(s, SessionInfo)]
+        infos = listed if len(listed) == len(sessions) else None
+        paths = [s if isinstance(s, str) else s.path for s in sessions]
         role_list = builtins.list(roles) if roles is not None else None
         since_ms, until_ms = _ms(since, end=False), _ms(until, end=True)
         sources, view = self._view(paths)

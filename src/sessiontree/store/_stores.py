@@ -108,11 +108,18 @@ class SessionFilter:
         if self.until is not None and modified > self.until:
             return False
         needle = _folded(self.text)
+        if not needle:
+            return True
         fields = (shown_title(info.title, info.first_message, info.id), info.first_message)
-        return not needle or any(needle in _folded(f) for f in (*fields, info.id, info.cwd))
+        return any(needle in _folded(f) for f in (*fields, info.id, info.cwd))
 
     def apply(self, listed: Iterable[ListedSession]) -> list[ListedSession]:
+        if self == _ANY:  # the usual listing: nothing to look at per session
+            return list(listed)
         return [one for one in listed if self.admits(one)]
+
+
+_ANY = SessionFilter()
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,18 +297,19 @@ class Stores(Mapping[str, Store]):
         from sessiontree.search import merge_store_hits
 
         scope = builtins.list(sessions) if sessions is not None else self.list(cwd)
-        paths: dict[str, builtins.list[str]] = {}
+        listings: dict[str, builtins.list[SessionInfo]] = {}
         for listed in scope:
-            paths.setdefault(listed.store, []).append(listed.info.path)
+            listings.setdefault(listed.store, []).append(listed.info)
         groups: builtins.list[builtins.list[StoreHit]] = []
         modes: builtins.list[str] = []
         notes: builtins.list[str] = []
         role_list = builtins.list(roles) if roles is not None else None
-        for key, wanted in paths.items():
+        for key, wanted in listings.items():
+            # Their listings, not their paths: the titles are searched as listed here.
             try:
-                result = self._stores[key].search(
+                result = self._stores[key]._search(
                     query,
-                    sessions=wanted,
+                    wanted,
                     regex=regex,
                     case_sensitive=case_sensitive,
                     roles=role_list,
