@@ -331,7 +331,8 @@ def test_random_operations_keep_tree_invariants(script: list[tuple[str, Any]]) -
             )
         elif op == "compact" and ids:
             path = sm.get_branch()
-            target = path[arg % len(path)]["id"] if path else ids[0]
+            # On the path (an appended compaction may keep only that), else keep nothing.
+            target = path[arg % len(path)]["id"] if path else None
             ids.append(sm.append_compaction(f"c{arg}", None, target, arg))
         elif op == "summary":
             target = ids[arg % len(ids)] if ids and arg >= 0 else None

@@ -24,7 +24,7 @@ import pytest
 
 import sessiontree
 from sessiontree.cli.registry import COMMANDS
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, require_module
 
 DOCS = REPO_ROOT / "docs"
 DOCUMENTS = [REPO_ROOT / "README.md", *sorted(DOCS.glob("*.md"))]
@@ -250,7 +250,7 @@ def test_the_claude_agent_sdk_quick_start_runs_as_pasted(
 ) -> None:
     """The program as pasted, `query` replaced by one that sends the transcript lines to
     the session store as the SDK's mirror does (the real one runs the `claude` CLI)."""
-    sdk = pytest.importorskip(QUICK_STARTS["claude-agent-sdk.md"])
+    sdk = require_module(QUICK_STARTS["claude-agent-sdk.md"])
     monkeypatch.setenv("HOME", str(tmp_path))
     session_id = "6c0a3b7e-1f0e-4c3a-9d1e-0123456789ab"
 
@@ -276,7 +276,7 @@ def test_the_openai_agents_quick_start_runs_as_pasted(
 ) -> None:
     """The program as pasted, in the default store (the test's agent dir) and the current
     directory's project, the SDK's default model replaced by its `ScriptedModel`."""
-    pytest.importorskip(QUICK_STARTS["openai-agents.md"])
+    require_module(QUICK_STARTS["openai-agents.md"])
     from agents.models.multi_provider import MultiProvider
     from agents.testing import ScriptedModel, assistant_message
 

@@ -85,7 +85,8 @@ def build(script: list[tuple[str, Any]]) -> SessionManager:
             ids.append(sm.append_label_change(ids[arg % len(ids)], label))
         elif op == "compact" and ids:
             path = sm.get_branch()
-            target = path[arg % len(path)]["id"] if path else ids[0]
+            # On the path (an appended compaction may keep only that), else keep nothing.
+            target = path[arg % len(path)]["id"] if path else None
             ids.append(sm.append_compaction(f"c{arg}", f"short {arg}", target, arg))
         elif op == "summary":
             target = ids[arg % len(ids)] if ids and arg >= 0 else None
@@ -618,6 +619,7 @@ def test_lazy_and_whole_managers_stay_alike_through_random_writes(
         for n, (op, arg) in enumerate(operations):
             step[0] = n
             ids = [e["id"] for e in full.get_entries()]
+            on_path = [e["id"] for e in full.get_branch()]
             for sm in (full, lazy):
                 if op == "user":
                     sm.append_message(user(arg))
@@ -627,8 +629,9 @@ def test_lazy_and_whole_managers_stay_alike_through_random_writes(
                     sm.branch(ids[arg % len(ids)])
                 elif op == "label" and ids:
                     sm.append_label_change(ids[arg % len(ids)], f"l{arg}")
-                elif op == "compact" and ids:
-                    sm.append_compaction("s", None, ids[arg % len(ids)], 1)
+                elif op == "compact":
+                    kept = on_path[arg % len(on_path)] if on_path else None
+                    sm.append_compaction("s", None, kept, 1)
                 elif op == "name":
                     sm.set_session_name(arg, "user")
                 elif op == "edit" and ids:

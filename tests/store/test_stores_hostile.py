@@ -45,7 +45,7 @@ def test_a_store_that_fails_while_searched_is_skipped_not_the_search(
         def gone(*args: object, **kwargs: object) -> object:
             raise OSError(errno.EIO, "Input/output error", str(second))
 
-        monkeypatch.setattr(two, "search", gone)
+        monkeypatch.setattr(two, "_search", gone)  # what Stores.search asks of each store
         found = both.search("quokka", sessions=listed)
         assert [hit.store for hit in found.hits] == ["xcsh"]
         assert [(s.store, s.location) for s in both.skipped] == [("pi", str(second))]

@@ -298,6 +298,8 @@ def resolve_session(arg: str) -> str:
         if not store.is_files:
             # A file outside the store `--agent` names (an `opencode export` document, a
             # copy of a rollout): read in place, as it is without `--agent`.
+            from sessiontree.cli.foreign_stores import in_place_store
+
             path = os.path.abspath(os.path.expanduser(arg))
             in_place = in_place_store(path, invoked_command(), store.agent_dir)
             if in_place is not None:
