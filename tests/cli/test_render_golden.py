@@ -1,4 +1,5 @@
-"""Golden output: `list`, `show`, `tree` and `usage` at 80 and 200 columns on
+"""Golden output: `list`, `show`, `tree`, `usage`, `usage blocks` and `stats` at 80 and
+200 columns on
 a store written byte by byte (fixed ids, times and file dates), compared with
 tests/data/golden/. `SESSIONTREE_GOLDEN=write` writes them again (then read the diff)."""
 
@@ -118,6 +119,8 @@ def _check(name: str, text: str) -> None:
         ("show", ["show", "0cb5c7ea00000001"]),
         ("tree", ["tree", "0cb5c7ea00000001"]),
         ("usage", ["usage", "session"]),
+        ("blocks", ["usage", "blocks"]),
+        ("stats", ["stats"]),
     ],
 )
 def test_golden_output(

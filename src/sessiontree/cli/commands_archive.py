@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
+from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 
@@ -38,6 +39,7 @@ from sessiontree.cli.common import (
     emit_json,
     err_console,
 )
+from sessiontree.cli.fit import Column, fit_widths, middle_cut
 from sessiontree.errors import SessionTreeError
 from sessiontree.format import human_size
 from sessiontree.store import FoundStore, find_stores, store_size
@@ -75,20 +77,29 @@ def stores_command(as_json: JsonOption = False) -> None:
     if not rows:
         console.print("No agent store found on this machine.", markup=False)
         return
+    # The path takes what the other columns leave, cut in the middle (its two ends say
+    # most), never wrapped over lines; a problem is said on its own line below.
+    cells = [
+        [row["name"], str(row["sessions"]), human_size(row["bytes"]), row["path"]] for row in rows
+    ]
+    headers = ("Agent", "Sessions", "Size", "Path")
+    natural = [max([len(h)] + [cell_len(c[i]) for c in cells]) for i, h in enumerate(headers)]
+    columns = [Column(w) for w in natural[:3]]
+    columns.append(Column(min(natural[3], 12), least=min(natural[3], 12), takes_spare=True))
+    widths = fit_widths(console.width, columns, [3])
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
-    for name, right in (("Agent", False), ("Sessions", True), ("Size", True)):
+    for name, width in zip(headers, widths, strict=True):
         table.add_column(
-            name, no_wrap=True, min_width=len(name), justify="right" if right else "left"
+            name,
+            no_wrap=True,
+            width=width,
+            justify="left" if name in ("Agent", "Path") else "right",
         )
-    table.add_column("Path", overflow="fold")
-    for row in rows:
-        suffix = "" if row["problem"] is None else f"  ({row['problem']})"
-        table.add_row(
-            Text(row["name"]),
-            str(row["sessions"]),
-            human_size(row["bytes"]),
-            Text(row["path"] + suffix),
-        )
+    path_width = widths[3] or 12
+    for row, cell in zip(rows, cells, strict=True):
+        table.add_row(*cell[:3], Text(middle_cut(cell[3], path_width)))
+        if row["problem"] is not None:
+            table.add_row("", "", "", Text(f"({row['problem']})", style="dim"))
     console.print(table)
 
 
