@@ -136,6 +136,8 @@ def test_golden_output(
     # genai-prices changes no layout), so the release is written as N.N.N here.
     monkeypatch.setattr(price_table(), "version", "N.N.N")
     monkeypatch.setattr(cli_common.err_console, "width", columns)
+    # What a terminal shows (the runner's stdout is a pipe, where lines are not wrapped).
+    monkeypatch.setattr(cli_common.console, "writes_to_terminal", lambda: True)
     result = CliRunner().invoke(app, args, env={"COLUMNS": str(columns), "TZ": "UTC"})
     assert result.exit_code == 0, (result.stdout, result.stderr)
     text = result.stdout

@@ -71,6 +71,18 @@ class _TerminalConsole(Console):
     def __init__(self, *, stderr: bool = False) -> None:
         super().__init__(stderr=stderr, highlight=False, markup=False, emoji=False)
 
+    def writes_to_terminal(self) -> bool:
+        """Whether its stream is a terminal (people read it), not a pipe or a file."""
+        isatty = getattr(self.file, "isatty", None)
+        return bool(callable(isatty) and isatty())
+
+    def print(self, *objects: Any, soft_wrap: bool | None = None, **options: Any) -> None:
+        # To a pipe or a file (read by scripts) a line is never broken to a width: a
+        # path or a name stays whole on its line. Tables keep their own layout.
+        if soft_wrap is None and not self.writes_to_terminal():
+            soft_wrap = True
+        super().print(*objects, soft_wrap=soft_wrap, **options)
+
     def render(
         self, renderable: RenderableType, options: ConsoleOptions | None = None
     ) -> Iterable[Segment]:
@@ -85,8 +97,8 @@ class _TerminalConsole(Console):
                 yield Segment(terminal_safe(segment.text), segment.style)
 
 
-console: Console = _TerminalConsole()
-err_console: Console = _TerminalConsole(stderr=True)
+console: _TerminalConsole = _TerminalConsole()
+err_console: _TerminalConsole = _TerminalConsole(stderr=True)
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (see docs/cli.md) instead.")]
 SessionArg = Annotated[
