@@ -39,7 +39,7 @@ from sessiontree.cli.common import (
     emit_json,
     err_console,
 )
-from sessiontree.cli.fit import Column, fit_widths, middle_cut
+from sessiontree.cli.fit import Column, cut_end, fit_widths, middle_cut
 from sessiontree.errors import SessionTreeError
 from sessiontree.format import human_size
 from sessiontree.store import FoundStore, find_stores, store_size
@@ -255,6 +255,7 @@ def archive_command(
         return
     done = 0
     waiter = Waiter()
+    status = _StatusLine()
     try:
         while True:
             sources = _sources(archive)
@@ -262,24 +263,63 @@ def archive_command(
             try:
                 report = archive_stores(archive, sources)
                 line = f"{stamp} ({waiter.mode}) {_summary(report)}"
+                changed = done == 0 or any(
+                    (
+                        report.files_new,
+                        report.files_grown,
+                        report.files_rewritten,
+                        report.files_deleted,
+                        report.clobbered,
+                    )
+                )
             except ArchiveBusyError:
                 # another run (a cron line, a one-off `archive`) holds it now: the
                 # watch follows on, and archives what that run did not at its next round
                 line = f"{stamp} ({waiter.mode}) another archive run holds it; next round"
-            err_console.print(f"\r{line}", end="", markup=False)
+                changed = True
+            status.show(line, changed)
             done += 1
             if rounds and done >= rounds:
-                err_console.print("")
+                status.end()
                 return
             dirs = [os.path.join(s.home, r) for s in sources for r in s.roots]
             dirs += [s.home for s in sources if s.agent == "opencode"]
             try:
                 waiter.wait(dirs, interval)
             except KeyboardInterrupt:
-                err_console.print("")
+                status.end()
                 return
     finally:
         waiter.close()
+
+
+_REWRITE = "\r\x1b[2K"
+"""Back to the line's start, and clear it: the status is written over the last."""
+
+
+class _StatusLine:
+    """The watch's status on stderr: on a terminal one line, rewritten in place (cut to
+    the width, so that it never wraps); into a pipe or a file, a line per round that
+    changed something (scripts and logs read those)."""
+
+    def __init__(self) -> None:
+        self.terminal = err_console.writes_to_terminal()
+        self.shown = False
+
+    def show(self, line: str, changed: bool) -> None:
+        if not self.terminal:
+            if changed:
+                err_console.print(line, markup=False)
+            return
+        err_console.file.write(_REWRITE)
+        err_console.print(cut_end(line, err_console.width - 1), end="", markup=False)
+        self.shown = True
+
+    def end(self) -> None:
+        """Leave the last status on its line (the shell's prompt goes below it)."""
+        if self.shown:
+            err_console.print("")
+            self.shown = False
 
 
 def _print_report(
