@@ -178,7 +178,9 @@ def archive_command(
     watch: Annotated[
         bool,
         typer.Option(
-            "--watch", help="Follow the stores live (inotify, else polling), one status line."
+            "--watch",
+            help="Follow the stores live (inotify, else polling): one status line on a "
+            "terminal, a line per change into a pipe.",
         ),
     ] = False,
     interval: Annotated[
