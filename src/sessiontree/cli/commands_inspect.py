@@ -30,6 +30,7 @@ from sessiontree.cli.common import (
     emit_json,
     err_console,
     open_read_only,
+    print_notes,
     resolve_session,
     warn_passed_over,
 )
@@ -63,7 +64,7 @@ from sessiontree.reports import (
 )
 from sessiontree.search import SearchHit
 from sessiontree.session import message_count, session_shown_title
-from sessiontree.store import ListedSession, Store, Stores
+from sessiontree.store import ListedSession, Store, Stores, looked_in
 
 AllOption = Annotated[bool, typer.Option("--all", "-a", help="Every project, not just this one.")]
 
@@ -142,7 +143,17 @@ def _list_json(listed: list[ListedSession], shown: list[ListedSession], stores: 
 
 
 def _no_sessions(stores: Stores, all_projects: bool, filtered: bool) -> None:
-    """Say that nothing was listed, and where else there are sessions."""
+    """Say that nothing was listed, and where else there are sessions; on a machine with
+    none at all, where they were looked for and how to try the commands anyway."""
+    if not filtered and current_store().found_by_default and not stores.list():
+        console.print("No sessions found on this machine. Looked in:", markup=False)
+        for name, home in looked_in():
+            console.print(Text(f"  {home} ({name})"))
+        console.print(
+            "`sessiontree demo` builds a small branched session to try the commands on.",
+            markup=False,
+        )
+        return
     where = "any project" if all_projects else os.getcwd()
     matching = " matching the filters" if filtered else ""
     console.print(
@@ -688,10 +699,12 @@ def search_command(
         if not hits:
             raise typer.Exit(1)  # like grep: 1 means no match
         return
-    for note in found.notes:
-        err_console.print(Text(f"sessiontree: note: {note}", style="dim"), soft_wrap=True)
+    print_notes(found.notes)
     if not hits:
-        console.print(Text(f"No match for {text!r} in {len(found.sessions)} session(s)."))
+        where = "" if all_projects else f" of {where}"
+        console.print(Text(f"No match for {text!r} in {len(found.sessions)} session(s){where}."))
+        if not all_projects:
+            console.print(Text("--all looks in the sessions of every project.", style="dim"))
         raise typer.Exit(1)
     s = [one.info for one in found.sessions]
     _print_hits(hits, {i.path: shown_title(i.title, i.first_message, i.id, 70) for i in s})

@@ -29,7 +29,7 @@ from sessiontree.cli.common import (
     byte_progress,
     console,
     emit_json,
-    err_console,
+    print_notes,
 )
 from sessiontree.cli.fit import Column, cut_end, fit_widths, short_model
 from sessiontree.cli.options import Command
@@ -229,8 +229,7 @@ def _emit(kind: ReportKind, rep: Report, inputs: _Inputs) -> None:
 
 
 def _print_report(kind: ReportKind, rep: Report, inputs: _Inputs, breakdown: bool) -> None:
-    for note in inputs.notes:
-        err_console.print(Text(f"sessiontree: note: {note}", style="dim"), soft_wrap=True)
+    print_notes(inputs.notes)
     if not rep.rows:
         console.print("No usage in that range.", markup=False)
         return
@@ -567,8 +566,7 @@ def blocks_command(
             }
         )
         return
-    for note in inputs.notes:
-        err_console.print(Text(f"sessiontree: note: {note}", style="dim"), soft_wrap=True)
+    print_notes(inputs.notes)
     if not found:
         console.print("No usage in that range.", markup=False)
         return

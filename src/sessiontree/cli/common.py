@@ -226,6 +226,12 @@ def all_stores(*, existing: bool = False) -> Stores:
     return read
 
 
+def print_notes(notes: Iterable[str]) -> None:
+    """`sessiontree: note: ...` on stderr, each note once however many stores gave it."""
+    for note in dict.fromkeys(notes):
+        err_console.print(Text(f"sessiontree: note: {note}", style="dim"), soft_wrap=True)
+
+
 def _note_skipped(read: list[Stores]) -> None:
     """One note naming each store passed over (however often it failed) and why."""
     skipped = {s.location: s for stores in read for s in stores.skipped}
