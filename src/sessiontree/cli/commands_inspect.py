@@ -9,6 +9,7 @@ import difflib
 import json
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Annotated, Any, NoReturn
 
@@ -64,7 +65,14 @@ from sessiontree.reports import (
 )
 from sessiontree.search import SearchHit
 from sessiontree.session import message_count, session_shown_title
-from sessiontree.store import ListedSession, Store, Stores, looked_in
+from sessiontree.store import (
+    ListedSession,
+    Store,
+    Stores,
+    find_stores,
+    looked_in,
+    store_size,
+)
 
 AllOption = Annotated[bool, typer.Option("--all", "-a", help="Every project, not just this one.")]
 
@@ -793,7 +801,13 @@ def stats_command(
         both = stores.stats(scope, progress=advance)
     warn_passed_over(both.total.passed_over)
     per = [(stores[key], one) for key, one in both.per_store]
-    stats = both.total
+    sized = [(store, replace(one, bytes=_store_bytes(store, one))) for store, one in per]
+    stats = replace(
+        both.total,
+        bytes=both.total.bytes
+        + sum(new.bytes - old.bytes for (_, new), (_, old) in zip(sized, per, strict=True)),
+    )
+    per = sized
     if as_json:
         emit_json(
             {
@@ -854,6 +868,18 @@ def stats_command(
         console.print()
         recent = dict(sorted(stats.by_day.items())[-days:])
         console.print(_usage_table(recent, "Day (UTC)"))
+
+
+def _store_bytes(store: Store, stats: StoreStats) -> int:
+    """The bytes a store holds: its session files', but an OpenCode store's are its
+    databases' and files' (`store_size`), as its sessions are rows of a database."""
+    if store.agent != "opencode":
+        return stats.bytes
+    here = os.path.realpath(store.agent_dir)
+    for found in find_stores():
+        if os.path.realpath(found.home) == here:
+            return store_size(found)
+    return stats.bytes
 
 
 def _stores_table(per: list[tuple[Store, StoreStats]], total: StoreStats) -> Table:
