@@ -1,7 +1,6 @@
-"""Golden output: `list`, `show`, `tree`, `usage`, `usage blocks` and `stats` at 80 and
-200 columns on
-a store written byte by byte (fixed ids, times and file dates), compared with
-tests/data/golden/. `SESSIONTREE_GOLDEN=write` writes them again (then read the diff)."""
+"""Golden output: `list`, `show`, `tree`, `usage` (by session, by project, blocks) and
+`stats` at 80 and 200 columns on a store written byte by byte (fixed ids, times and
+file dates), compared with tests/data/golden/. `SESSIONTREE_GOLDEN=write` writes them again (then read the diff)."""
 
 from __future__ import annotations
 
@@ -119,6 +118,7 @@ def _check(name: str, text: str) -> None:
         ("show", ["show", "0cb5c7ea00000001"]),
         ("tree", ["tree", "0cb5c7ea00000001"]),
         ("usage", ["usage", "session"]),
+        ("projects", ["usage", "project"]),
         ("blocks", ["usage", "blocks"]),
         ("stats", ["stats"]),
     ],

@@ -826,14 +826,23 @@ def stats_command(
             }
         )
         return
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
-    grid.add_row("Scope", Text("all projects" if scope is None else scope))
+    key_width = len("Not sessions" if stats.invalid else "Sessions")
+    # The scope and each store on a line of their own: a path is never broken over lines
+    # (on a terminal it is cut in the middle to the width; into a pipe it is whole).
+    lines = [("Scope", "all projects" if scope is None else scope)]
     if len(per) > 1:
-        # The agents only: `sessiontree stores` says where each store is.
-        where = ", ".join(store.agent for store, _ in per)
-        grid.add_row("Stores", Text(f"{where} (`sessiontree stores`); figures are their total"))
+        lines += [
+            ("Stores" if i == 0 else "", f"{store.agent} ({store.location})")
+            for i, (store, _) in enumerate(per)
+        ]
+        lines.append(("", "the figures below are their total"))
+    fits = console.writes_to_terminal()
+    for key, value in lines:
+        shown = middle_cut(value, max(12, console.width - key_width - 2)) if fits else value
+        console.print(Text.assemble((key.ljust(key_width + 2), "bold"), shown))
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", min_width=key_width)
+    grid.add_column()
     grid.add_row("Sessions", f"{stats.sessions} in {stats.projects} project dir(s)")
     if stats.invalid:
         grid.add_row("Not sessions", f"{stats.invalid} file(s) (see `sessiontree verify`)")

@@ -31,7 +31,7 @@ from sessiontree.cli.common import (
     emit_json,
     print_notes,
 )
-from sessiontree.cli.fit import Column, cut_end, fit_widths, short_model
+from sessiontree.cli.fit import Column, cut_end, fit_widths, middle_cut, short_model
 from sessiontree.cli.options import Command
 from sessiontree.cli.options import Group as CommandGroup
 from sessiontree.cli.render import money, short_tokens
@@ -297,7 +297,8 @@ def _print_report(kind: ReportKind, rep: Report, inputs: _Inputs, breakdown: boo
     for row, (cut, kept) in zip(rep.rows, labels, strict=True):
         if label_width - cell_len(kept) < _LABEL_LEAST:  # no room for the time: the title
             kept = ""
-        label = cut_end(cut, max(1, label_width - cell_len(kept))) + kept
+        shorten = middle_cut if kind == "project" else cut_end  # a project is a path
+        label = shorten(cut, max(1, label_width - cell_len(kept))) + kept
         extra = [_bar(row.totals.cost, top, bar_width)] if bar_width is not None else []
         table.add_row(Text(cut_end(label, label_width)), *_totals_cells(row.totals), *extra)
         if breakdown:
