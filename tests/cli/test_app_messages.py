@@ -46,6 +46,9 @@ def test_show_prints_the_path_on_one_line_and_no_empty_model_rows(session: str) 
     assert "openai/gpt-5" not in out  # no reply: no row
     # At 40 columns the usage is a line per model: no number cut.
     assert "replies 1 · input 100 · output 20" in out.replace("\n", " ")
+    # the directory is cut in the middle on its one line, never broken over two
+    (directory,) = [line for line in out.splitlines() if line.startswith("Directory")]
+    assert "/work/a-r" in directory and directory.rstrip().endswith("name") and "…" in directory
 
 
 def test_rm_asks_with_the_title_and_size(session: str) -> None:

@@ -385,15 +385,17 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
     value_width = max(12, console.width - key_width - 2)
 
     def grid_of(rows: list[tuple[str, object]]) -> Table:
-        # Sentences wrap between words; a path or a name is cut in the middle instead,
-        # so that no line holds a piece of one.
+        # Sentences wrap between words; a path or an id is cut in the middle instead and
+        # a title at its end, so that no line holds a piece of one.
         grid = Table.grid(padding=(0, 2))
         grid.add_column(style="bold", min_width=key_width)
         grid.add_column()
         for key, value in rows:
             shown = str(value)
-            if key in ("Directory", "Parent", "Session", "Title"):
+            if key in ("Directory", "Parent", "Session"):
                 shown = middle_cut(shown, value_width)
+            elif key == "Title":
+                shown = cut_end(shown, value_width)
             grid.add_row(key, Text(shown))
         return grid
 
