@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 from typer.testing import CliRunner
 
+import sessiontree.cli.common as cli_common
 from sessiontree.archive import (
     ArchiveBusyError,
     ArchiveError,
@@ -822,3 +823,45 @@ def _unlink_not_through_a_link(root: Path, *parts: str) -> None:
         pass  # not there, or a link at this moment
     finally:
         os.close(fd)
+
+
+def _watch_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    project = home / ".claude" / "projects" / "-w"
+    project.mkdir(parents=True)
+    shutil.copyfile(fixture("claude", CLAUDE), project / f"{ID}.jsonl")
+    monkeypatch.setenv("HOME", str(home))
+    for name in ("CLAUDE_CONFIG_DIR", "CODEX_HOME", "XDG_DATA_HOME", "GEMINI_CLI_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("COPILOT_HOME", str(tmp_path / "none"))
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(tmp_path / "agent"))
+    return home
+
+
+def test_the_watch_status_into_a_pipe_is_a_line_per_change(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _watch_home(tmp_path, monkeypatch)
+    args = ["archive", "--to", str(tmp_path / "arch"), "--watch", "--rounds", "3"]
+    watched = CliRunner().invoke(app, [*args, "--interval", "0.1"])
+    assert watched.exit_code == 0, watched.output
+    # the first round archived the session; the next two changed nothing: no line
+    lines = watched.stderr.splitlines()
+    assert len(lines) == 1 and "1 new" in lines[0], watched.stderr
+    assert "\r" not in watched.stderr and "\\x0d" not in watched.stderr
+
+
+def test_the_watch_status_on_a_terminal_is_one_line_rewritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _watch_home(tmp_path, monkeypatch)
+    monkeypatch.setattr(cli_common.err_console, "writes_to_terminal", lambda: True)
+    monkeypatch.setattr(cli_common.err_console, "width", 60)
+    args = ["archive", "--to", str(tmp_path / "arch"), "--watch", "--rounds", "3"]
+    watched = CliRunner().invoke(app, [*args, "--interval", "0.1"])
+    assert watched.exit_code == 0, watched.output
+    # each round goes back to the line's start and clears it; one newline, at the end
+    rounds = watched.stderr.split("\r\x1b[2K")
+    assert len(rounds) == 4 and watched.stderr.count("\n") == 1, repr(watched.stderr)
+    assert all(len(status.rstrip("\n")) < 60 for status in rounds[1:])
+    assert "\\x0d" not in watched.stderr

@@ -13,8 +13,10 @@ from typer.main import get_command
 from typer.testing import CliRunner, Result
 
 import sessiontree.cli.commands_usage as commands_usage
+import sessiontree.cli.common as cli_common
 from sessiontree import SessionManager
 from sessiontree.cli import app
+from tests.conftest import FIXTURES
 from tests.helpers import assistant, user
 
 runner = CliRunner()
@@ -194,3 +196,22 @@ def test_reading_commands_write_only_private_cache_files(
     assert "content-index.db" in names
     for name in names:
         assert stat.S_IMODE((cache / name).stat().st_mode) == 0o600, name
+
+
+def test_usage_session_titles_the_sessions_of_every_store_read(
+    homes_in_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli_common.console, "width", 200)
+    name = "fe5e1c67-53e7-4862-81ae-d0e013e3270b"
+    projects = homes_in_tmp / ".claude" / "projects" / "-sample"
+    projects.mkdir(parents=True)
+    source = next((FIXTURES / "real" / "foreign" / "claude").glob(f"*{name}.jsonl"))
+    (projects / f"{name}.jsonl").write_bytes(source.read_bytes())
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(homes_in_tmp / ".pi" / "agent"))
+    make("/work/pi-project", [user("Tidy the pi store"), assistant("Tidied.")])
+    monkeypatch.delenv("PI_CODING_AGENT_DIR")
+    result = run("usage", "session")
+    assert result.exit_code == 0, result.stderr
+    # Claude Code's session by its title, as `list` shows it, not by its bare id
+    assert "Empty Repo Setup" in result.stdout and name not in result.stdout
+    assert "Tidy the pi store" in result.stdout

@@ -1,6 +1,6 @@
-"""Golden output: `list`, `show`, `tree` and `usage` at 80 and 200 columns on
-a store written byte by byte (fixed ids, times and file dates), compared with
-tests/data/golden/. `SESSIONTREE_GOLDEN=write` writes them again (then read the diff)."""
+"""Golden output: `list`, `show`, `tree`, `usage` (by session, by project, blocks) and
+`stats` at 80 and 200 columns on a store written byte by byte (fixed ids, times and
+file dates), compared with tests/data/golden/. `SESSIONTREE_GOLDEN=write` writes them again (then read the diff)."""
 
 from __future__ import annotations
 
@@ -118,6 +118,9 @@ def _check(name: str, text: str) -> None:
         ("show", ["show", "0cb5c7ea00000001"]),
         ("tree", ["tree", "0cb5c7ea00000001"]),
         ("usage", ["usage", "session"]),
+        ("projects", ["usage", "project"]),
+        ("blocks", ["usage", "blocks"]),
+        ("stats", ["stats"]),
     ],
 )
 def test_golden_output(
@@ -133,6 +136,8 @@ def test_golden_output(
     # genai-prices changes no layout), so the release is written as N.N.N here.
     monkeypatch.setattr(price_table(), "version", "N.N.N")
     monkeypatch.setattr(cli_common.err_console, "width", columns)
+    # What a terminal shows (the runner's stdout is a pipe, where lines are not wrapped).
+    monkeypatch.setattr(cli_common.console, "writes_to_terminal", lambda: True)
     result = CliRunner().invoke(app, args, env={"COLUMNS": str(columns), "TZ": "UTC"})
     assert result.exit_code == 0, (result.stdout, result.stderr)
     text = result.stdout

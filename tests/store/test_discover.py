@@ -94,6 +94,12 @@ def test_list_reads_every_store_and_says_where_it_looked(home: Path, tmp_path: P
     # a session of another store is found by its id too
     shown = CliRunner().invoke(app, ["show", CLAUDE_ID[:13]])
     assert shown.exit_code == 0, shown.output
+    # and resume finds every session show finds: its path, which its agent resumes
+    resumed = CliRunner().invoke(app, ["resume", CLAUDE_ID[:13]])
+    assert resumed.exit_code == 0, resumed.output
+    assert resumed.stdout.strip() == str(
+        home / ".claude" / "projects" / "-w" / f"{CLAUDE_ID}.jsonl"
+    )
 
 
 def test_stores_lists_counts_and_sizes(home: Path, tmp_path: Path) -> None:

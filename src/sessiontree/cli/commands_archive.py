@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
+from rich.cells import cell_len
 from rich.table import Table
 from rich.text import Text
 
@@ -38,6 +39,7 @@ from sessiontree.cli.common import (
     emit_json,
     err_console,
 )
+from sessiontree.cli.fit import Column, cut_end, fit_widths, middle_cut
 from sessiontree.errors import SessionTreeError
 from sessiontree.format import human_size
 from sessiontree.store import FoundStore, find_stores, store_size
@@ -75,20 +77,29 @@ def stores_command(as_json: JsonOption = False) -> None:
     if not rows:
         console.print("No agent store found on this machine.", markup=False)
         return
+    # The path takes what the other columns leave, cut in the middle (its two ends say
+    # most), never wrapped over lines; a problem is said on its own line below.
+    cells = [
+        [row["name"], str(row["sessions"]), human_size(row["bytes"]), row["path"]] for row in rows
+    ]
+    headers = ("Agent", "Sessions", "Size", "Path")
+    natural = [max([len(h)] + [cell_len(c[i]) for c in cells]) for i, h in enumerate(headers)]
+    columns = [Column(w) for w in natural[:3]]
+    columns.append(Column(min(natural[3], 12), least=min(natural[3], 12), takes_spare=True))
+    widths = fit_widths(console.width, columns, [3])
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
-    for name, right in (("Agent", False), ("Sessions", True), ("Size", True)):
+    for name, width in zip(headers, widths, strict=True):
         table.add_column(
-            name, no_wrap=True, min_width=len(name), justify="right" if right else "left"
+            name,
+            no_wrap=True,
+            width=width,
+            justify="left" if name in ("Agent", "Path") else "right",
         )
-    table.add_column("Path", overflow="fold")
-    for row in rows:
-        suffix = "" if row["problem"] is None else f"  ({row['problem']})"
-        table.add_row(
-            Text(row["name"]),
-            str(row["sessions"]),
-            human_size(row["bytes"]),
-            Text(row["path"] + suffix),
-        )
+    path_width = widths[3] or 12
+    for row, cell in zip(rows, cells, strict=True):
+        table.add_row(*cell[:3], Text(middle_cut(cell[3], path_width)))
+        if row["problem"] is not None:
+            table.add_row("", "", "", Text(f"({row['problem']})", style="dim"))
     console.print(table)
 
 
@@ -167,7 +178,9 @@ def archive_command(
     watch: Annotated[
         bool,
         typer.Option(
-            "--watch", help="Follow the stores live (inotify, else polling), one status line."
+            "--watch",
+            help="Follow the stores live (inotify, else polling): one status line on a "
+            "terminal, a line per change into a pipe.",
         ),
     ] = False,
     interval: Annotated[
@@ -244,6 +257,7 @@ def archive_command(
         return
     done = 0
     waiter = Waiter()
+    status = _StatusLine()
     try:
         while True:
             sources = _sources(archive)
@@ -251,24 +265,63 @@ def archive_command(
             try:
                 report = archive_stores(archive, sources)
                 line = f"{stamp} ({waiter.mode}) {_summary(report)}"
+                changed = done == 0 or any(
+                    (
+                        report.files_new,
+                        report.files_grown,
+                        report.files_rewritten,
+                        report.files_deleted,
+                        report.clobbered,
+                    )
+                )
             except ArchiveBusyError:
                 # another run (a cron line, a one-off `archive`) holds it now: the
                 # watch follows on, and archives what that run did not at its next round
                 line = f"{stamp} ({waiter.mode}) another archive run holds it; next round"
-            err_console.print(f"\r{line}", end="", markup=False)
+                changed = True
+            status.show(line, changed)
             done += 1
             if rounds and done >= rounds:
-                err_console.print("")
+                status.end()
                 return
             dirs = [os.path.join(s.home, r) for s in sources for r in s.roots]
             dirs += [s.home for s in sources if s.agent == "opencode"]
             try:
                 waiter.wait(dirs, interval)
             except KeyboardInterrupt:
-                err_console.print("")
+                status.end()
                 return
     finally:
         waiter.close()
+
+
+_REWRITE = "\r\x1b[2K"
+"""Back to the line's start, and clear it: the status is written over the last."""
+
+
+class _StatusLine:
+    """The watch's status on stderr: on a terminal one line, rewritten in place (cut to
+    the width, so that it never wraps); into a pipe or a file, a line per round that
+    changed something (scripts and logs read those)."""
+
+    def __init__(self) -> None:
+        self.terminal = err_console.writes_to_terminal()
+        self.shown = False
+
+    def show(self, line: str, changed: bool) -> None:
+        if not self.terminal:
+            if changed:
+                err_console.print(line, markup=False)
+            return
+        err_console.file.write(_REWRITE)
+        err_console.print(cut_end(line, err_console.width - 1), end="", markup=False)
+        self.shown = True
+
+    def end(self) -> None:
+        """Leave the last status on its line (the shell's prompt goes below it)."""
+        if self.shown:
+            err_console.print("")
+            self.shown = False
 
 
 def _print_report(

@@ -9,11 +9,13 @@ import difflib
 import json
 import os
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Annotated, Any, NoReturn
 
 import typer
+from rich.cells import cell_len
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
@@ -30,10 +32,19 @@ from sessiontree.cli.common import (
     emit_json,
     err_console,
     open_read_only,
+    print_notes,
     resolve_session,
     warn_passed_over,
 )
-from sessiontree.cli.render import TreeOptions, money, preview, render_tree, time_ago
+from sessiontree.cli.fit import Column, cut_end, fit_widths, middle_cut, short_model
+from sessiontree.cli.render import (
+    TreeOptions,
+    money,
+    preview,
+    render_tree,
+    short_tokens,
+    time_ago,
+)
 from sessiontree.format import (
     SEARCH_ROLES,
     convert_to_llm,
@@ -55,7 +66,14 @@ from sessiontree.reports import (
 )
 from sessiontree.search import SearchHit
 from sessiontree.session import message_count, session_shown_title
-from sessiontree.store import ListedSession, Store, Stores
+from sessiontree.store import (
+    ListedSession,
+    Store,
+    Stores,
+    find_stores,
+    looked_in,
+    store_size,
+)
 
 AllOption = Annotated[bool, typer.Option("--all", "-a", help="Every project, not just this one.")]
 
@@ -91,14 +109,6 @@ def short_ids(ids: list[str], least: int = 8, of: Iterable[str] | None = None) -
                 need = max(need, common + 1)
         out[sid] = sid[:need]
     return out
-
-
-def middle_cut(text: str, width: int) -> str:
-    """`text` in `width` characters, cut in the middle (`proj…name`) when longer."""
-    if len(text) <= width:
-        return text
-    left = (width - 1) // 2
-    return text[:left] + "…" + text[len(text) - (width - 1 - left) :]
 
 
 def _file_size(path: str) -> int:
@@ -145,7 +155,17 @@ def _list_json(listed: list[ListedSession], shown: list[ListedSession], stores: 
 
 
 def _no_sessions(stores: Stores, all_projects: bool, filtered: bool) -> None:
-    """Say that nothing was listed, and where else there are sessions."""
+    """Say that nothing was listed, and where else there are sessions; on a machine with
+    none at all, where they were looked for and how to try the commands anyway."""
+    if not filtered and current_store().found_by_default and not stores.list():
+        console.print("No sessions found on this machine. Looked in:", markup=False)
+        for name, home in looked_in():
+            console.print(Text(f"  {home} ({name})"))
+        console.print(
+            "`sessiontree demo` builds a small branched session to try the commands on.",
+            markup=False,
+        )
+        return
     where = "any project" if all_projects else os.getcwd()
     matching = " matching the filters" if filtered else ""
     console.print(
@@ -162,6 +182,10 @@ def _no_sessions(stores: Stores, all_projects: bool, filtered: bool) -> None:
             )
 
 
+_TITLE_WANTED = 24
+"""Cells a title keeps before the project and agent columns give up their own."""
+
+
 def _list_table(
     listed: list[ListedSession], shown: list[ListedSession], all_projects: bool
 ) -> Table:
@@ -170,6 +194,7 @@ def _list_table(
         ["Modified", "ID", "Msgs", "Size"]
         + (["Agent"] if several else [])
         + (["Project"] if all_projects else [])
+        + ["Title"]
     )
     short = short_ids([s.info.id for s in listed], of=[s.info.id for s in shown])
     rows: list[list[str]] = []
@@ -179,28 +204,42 @@ def _list_table(
         if several:
             row.append(one.agent)
         if all_projects:
-            row.append(middle_cut(os.path.basename(s.cwd.rstrip("/")) or s.cwd, 16))
+            row.append(os.path.basename(s.cwd.rstrip("/")) or s.cwd)
         row.append(shown_title(s.title, s.first_message, s.id))
         rows.append(row)
-    # Only the title is cut to fit the terminal; ids, counts and sizes are shown whole
-    # (each column as wide as its widest cell), and the title gets the rest.
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    # Ids, counts and sizes are shown whole; the title takes the spare width, and on a
+    # narrow terminal the project gives up width first (cut in the middle), then is
+    # left out, so the title keeps a width worth reading.
+    natural = [max([cell_len(h)] + [cell_len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    project = headers.index("Project") if all_projects else None
+    agent = headers.index("Agent") if several else None
+    title = len(headers) - 1
+    columns = [Column(w) for w in natural]
+    columns[title] = Column(min(natural[title], _TITLE_WANTED), least=16, takes_spare=True)
+    if project is not None:
+        columns[project] = Column(natural[project], least=min(natural[project], 8), optional=True)
+    if agent is not None:
+        columns[agent] = Column(natural[agent], optional=True)
+    give = [i for i in (project, agent, title) if i is not None]
+    widths = fit_widths(console.width, columns, give)
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
     for name, width in zip(headers, widths, strict=True):
+        if width is None:
+            continue
         table.add_column(
             name,
             no_wrap=True,
-            min_width=width,
+            width=width,
+            overflow="ellipsis",
             justify="right" if name in ("Msgs", "Size") else "left",
         )
-    table.add_column(
-        "Title",
-        no_wrap=True,
-        overflow="ellipsis",
-        width=max(10, console.width - sum(widths) - 3 * len(headers)),
-    )
     for row in rows:
-        table.add_row(*(Text(cell) for cell in row))
+        cells = [
+            middle_cut(cell, width) if i == project else cut_end(cell, width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+            if width is not None
+        ]
+        table.add_row(*(Text(cell) for cell in cells))
     return table
 
 
@@ -261,38 +300,48 @@ def list_command(
             console.print(Text(f"{more} more; use --limit 0 to show all.", style="dim"))
 
 
+_NAME_WANTED = 16
+"""Cells a model's name keeps before the token counts are shortened (1.03M)."""
+
+
+def _usage_cells(usage: UsageTotals | Totals, count: Callable[[int], str]) -> list[str]:
+    return [
+        f"{usage.messages:,}",
+        count(usage.input),
+        count(usage.output),
+        count(usage.cache_read),
+        count(usage.cache_write),
+        money(usage.cost, isinstance(usage, Totals) and usage.estimated_messages > 0),
+    ]
+
+
 def _usage_table(rows: Mapping[str, UsageTotals | Totals], first: str) -> Table | Group:
     """A row per model (or day); on a terminal too narrow for the numbers, a line each,
-    so that no number is ever cut."""
-    table = Table(show_edge=False, pad_edge=False, header_style="bold")
-    cells = [
-        [
-            f"{usage.messages:,}",
-            f"{usage.input:,}",
-            f"{usage.output:,}",
-            f"{usage.cache_read:,}",
-            f"{usage.cache_write:,}",
-            money(usage.cost, isinstance(usage, Totals) and usage.estimated_messages > 0),
-        ]
-        for usage in rows.values()
-    ]
-    # Numbers are never cut: the name column gives up the width (wrapped in a narrow one).
-    table.add_column(first, overflow="fold", min_width=min(len(first), 12))
-    names = ("Replies", "Input", "Output", "Cache read", "Cache write", "Cost")
-    widths = [
-        max([len(name) if " " not in name else 5] + [len(c[i]) for c in cells])
-        for i, name in enumerate(names)
-    ]
-    if min(len(first), 12) + sum(widths) + 3 * len(names) > console.width:
+    so that no number is ever cut and no name wrapped over lines."""
+    # Model names are shortened (no provider, no date); token counts are shown in full
+    # where the names keep a width worth reading, else shortened (1.03M), and the names
+    # are cut to what the numbers leave.
+    shown = [short_model(name) if first == "Model" else name for name in rows]
+    names = ("Replies", "Input", "Output", "Cache rd", "Cache wr", "Cost")
+    natural = max([len(first)] + [cell_len(n) for n in shown])
+    for count in (lambda n: f"{n:,}", short_tokens):
+        cells = [_usage_cells(usage, count) for usage in rows.values()]
+        widths = [max([len(name)] + [len(c[i]) for c in cells]) for i, name in enumerate(names)]
+        label_width = console.width - sum(widths) - 3 * len(names)
+        if label_width >= min(natural, _NAME_WANTED):
+            break
+    if label_width < min(natural, 10):
         lines = []
-        for name, row in zip(rows, cells, strict=True):
+        for name, row in zip(shown, cells, strict=True):
             parts = [f"{label.lower()} {value}" for label, value in zip(names, row, strict=True)]
             lines.append(Text.assemble((name, "bold"), "  ", " · ".join(parts)))
         return Group(*lines)
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
+    table.add_column(first, no_wrap=True, width=min(natural, label_width))
     for name, widest in zip(names, widths, strict=True):
         table.add_column(name, justify="right", no_wrap=True, min_width=widest)
-    for name, row in zip(rows, cells, strict=True):
-        table.add_row(Text(name), *row)
+    for name, row in zip(shown, cells, strict=True):
+        table.add_row(Text(cut_end(name, min(natural, label_width))), *row)
     return table
 
 
@@ -337,12 +386,21 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
     header = summary.header
     key_width = len("Directory")
 
+    value_width = max(12, console.width - key_width - 2)
+
     def grid_of(rows: list[tuple[str, object]]) -> Table:
+        # Sentences wrap between words; a path or an id is cut in the middle instead and
+        # a title at its end, so that no line holds a piece of one.
         grid = Table.grid(padding=(0, 2))
         grid.add_column(style="bold", min_width=key_width)
         grid.add_column()
         for key, value in rows:
-            grid.add_row(key, Text(str(value), overflow="fold"))
+            shown = str(value)
+            if key in ("Directory", "Parent", "Session"):
+                shown = middle_cut(shown, value_width)
+            elif key == "Title":
+                shown = cut_end(shown, value_width)
+            grid.add_row(key, Text(shown))
         return grid
 
     console.print(grid_of([("Session", summary.id), ("Title", summary.shown_title)]))
@@ -655,10 +713,12 @@ def search_command(
         if not hits:
             raise typer.Exit(1)  # like grep: 1 means no match
         return
-    for note in found.notes:
-        err_console.print(Text(f"sessiontree: note: {note}", style="dim"), soft_wrap=True)
+    print_notes(found.notes)
     if not hits:
-        console.print(Text(f"No match for {text!r} in {len(found.sessions)} session(s)."))
+        where = "" if all_projects else f" of {where}"
+        console.print(Text(f"No match for {text!r} in {len(found.sessions)} session(s){where}."))
+        if not all_projects:
+            console.print(Text("--all looks in the sessions of every project.", style="dim"))
         raise typer.Exit(1)
     s = [one.info for one in found.sessions]
     _print_hits(hits, {i.path: shown_title(i.title, i.first_message, i.id, 70) for i in s})
@@ -747,7 +807,13 @@ def stats_command(
         both = stores.stats(scope, progress=advance)
     warn_passed_over(both.total.passed_over)
     per = [(stores[key], one) for key, one in both.per_store]
-    stats = both.total
+    sized = [(store, replace(one, bytes=_store_bytes(store, one))) for store, one in per]
+    stats = replace(
+        both.total,
+        bytes=both.total.bytes
+        + sum(new.bytes - old.bytes for (_, new), (_, old) in zip(sized, per, strict=True)),
+    )
+    per = sized
     if as_json:
         emit_json(
             {
@@ -766,13 +832,23 @@ def stats_command(
             }
         )
         return
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold")
-    grid.add_column()
-    grid.add_row("Scope", Text("all projects" if scope is None else scope))
+    key_width = len("Not sessions" if stats.invalid else "Sessions")
+    # The scope and each store on a line of their own: a path is never broken over lines
+    # (on a terminal it is cut in the middle to the width; into a pipe it is whole).
+    lines = [("Scope", "all projects" if scope is None else scope)]
     if len(per) > 1:
-        where = ", ".join(f"{store.agent} ({store.location})" for store, _ in per)
-        grid.add_row("Stores", Text(f"{where}; the figures below are their total", overflow="fold"))
+        lines += [
+            ("Stores" if i == 0 else "", f"{store.agent} ({store.location})")
+            for i, (store, _) in enumerate(per)
+        ]
+        lines.append(("", "the figures below are their total"))
+    fits = console.writes_to_terminal()
+    for key, value in lines:
+        shown = middle_cut(value, max(12, console.width - key_width - 2)) if fits else value
+        console.print(Text.assemble((key.ljust(key_width + 2), "bold"), shown))
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", min_width=key_width)
+    grid.add_column()
     grid.add_row("Sessions", f"{stats.sessions} in {stats.projects} project dir(s)")
     if stats.invalid:
         grid.add_row("Not sessions", f"{stats.invalid} file(s) (see `sessiontree verify`)")
@@ -807,6 +883,18 @@ def stats_command(
         console.print()
         recent = dict(sorted(stats.by_day.items())[-days:])
         console.print(_usage_table(recent, "Day (UTC)"))
+
+
+def _store_bytes(store: Store, stats: StoreStats) -> int:
+    """The bytes a store holds: its session files', but an OpenCode store's are its
+    databases' and files' (`store_size`), as its sessions are rows of a database."""
+    if store.agent != "opencode":
+        return stats.bytes
+    here = os.path.realpath(store.agent_dir)
+    for found in find_stores():
+        if os.path.realpath(found.home) == here:
+            return store_size(found)
+    return stats.bytes
 
 
 def _stores_table(per: list[tuple[Store, StoreStats]], total: StoreStats) -> Table:

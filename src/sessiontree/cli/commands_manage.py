@@ -28,6 +28,7 @@ from sessiontree.cli.common import (
     error_text,
     open_read_only,
     open_writable,
+    other_stores,
     progress,
     resolve_session,
     select_files,
@@ -53,11 +54,11 @@ LeafOption = Annotated[
 def resume_command(
     arg: Annotated[str, typer.Argument(help="A session-id prefix, file-name prefix or path.")],
 ) -> None:
-    """Exit 1 when nothing matches, 3 when ARG is ambiguous (candidates on stderr)."""
+    """Exit 1 when nothing matches, 3 when ARG is ambiguous (candidates on stderr).
+    With no store named, every store found is looked in, as `show` does (another agent's
+    session: its path, which that agent resumes)."""
     try:
-        path = current_store().resolve(arg)
-    except SessionNotFoundError:
-        raise CliError(f"no session matches {arg!r}") from None
+        path = _resolve_anywhere(arg)
     except AmbiguousSessionError as exc:
         err_console.print(
             Text(f"sessiontree: {arg!r} matches {len(exc.candidates)} sessions:"), soft_wrap=True
@@ -67,6 +68,20 @@ def resume_command(
             err_console.print(Text(f"  {candidate.path}  {title}"), soft_wrap=True)
         raise typer.Exit(EXIT_AMBIGUOUS) from None
     echo_path(path)
+
+
+def _resolve_anywhere(arg: str) -> str:
+    """The session ARG names in this invocation's store, else in the first other store
+    found that has it (`other_stores`: none when a store was named)."""
+    try:
+        return current_store().resolve(arg)
+    except SessionNotFoundError:
+        for other in other_stores():
+            try:
+                return other.resolve(arg)
+            except SessionNotFoundError:
+                continue
+        raise CliError(f"no session matches {arg!r}") from None
 
 
 def rename_command(

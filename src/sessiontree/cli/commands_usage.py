@@ -14,6 +14,7 @@ from datetime import datetime, tzinfo
 from typing import Annotated, Any
 
 import typer
+from rich.cells import cell_len
 from rich.console import Group, RenderableType
 from rich.live import Live
 from rich.progress_bar import ProgressBar
@@ -27,13 +28,13 @@ from sessiontree.cli.common import (
     all_stores,
     byte_progress,
     console,
-    current_store,
     emit_json,
-    err_console,
+    print_notes,
 )
+from sessiontree.cli.fit import Column, cut_end, fit_widths, middle_cut, short_model
 from sessiontree.cli.options import Command
 from sessiontree.cli.options import Group as CommandGroup
-from sessiontree.cli.render import money
+from sessiontree.cli.render import money, short_tokens
 from sessiontree.format import format_iso, shown_title
 from sessiontree.reports import (
     BLOCK_HOURS,
@@ -122,7 +123,16 @@ class _Inputs:
         return priced.replies
 
 
-def _bar(value: float, top: float, width: int = 8) -> Text:
+_LABEL_LEAST = 10
+"""Cells a report's label keeps however narrow the terminal (a day is 10)."""
+_LABEL_WANTED = 24
+"""Cells a report's label keeps before the bar is left out."""
+_BAR_LEAST = 8
+_BAR_MOST = 24
+"""Cells of a cost bar: below the least it says nothing, past the most nothing more."""
+
+
+def _bar(value: float, top: float, width: int = _BAR_LEAST) -> Text:
     if top <= 0 or value <= 0:
         return Text("")
     cells = value / top * width
@@ -131,21 +141,13 @@ def _bar(value: float, top: float, width: int = 8) -> Text:
     return Text("█" * full + part.strip(), style="green")
 
 
-def _tokens(n: int) -> str:
-    """1234 -> '1,234'; 1234567 -> '1.23M' (tables stay narrow; --json has every digit)."""
-    for size, unit in ((10**9, "B"), (10**6, "M")):
-        if abs(n) >= size:
-            return f"{n / size:,.2f}{unit}"
-    return f"{n:,}"
-
-
 def _totals_cells(t: Totals) -> list[Text]:
     return [
-        Text(_tokens(t.input)),
-        Text(_tokens(t.output)),
-        Text(_tokens(t.cache_read)),
-        Text(_tokens(t.cache_write)),
-        Text(_tokens(t.total_tokens)),
+        Text(short_tokens(t.input)),
+        Text(short_tokens(t.output)),
+        Text(short_tokens(t.cache_read)),
+        Text(short_tokens(t.cache_write)),
+        Text(short_tokens(t.total_tokens)),
         Text(money(t.cost, t.estimated_messages > 0)),
     ]
 
@@ -180,9 +182,13 @@ def _row_json(kind: ReportKind, row: Any, tz: tzinfo) -> dict[str, Any]:
     return out
 
 
-def _session_titles() -> dict[str, str]:
-    """Each session's shown title by path (`format.shown_title`), for `usage session`."""
-    return {s.path: shown_title(s.title, s.first_message, s.id) for s in current_store().list(None)}
+def _session_titles(stores: Stores) -> dict[str, str]:
+    """Each session's shown title by path (`format.shown_title`), for `usage session`:
+    of every store the report read (another agent's sessions as `list` shows them)."""
+    return {
+        s.info.path: shown_title(s.info.title, s.info.first_message, s.info.id)
+        for s in stores.list(None)
+    }
 
 
 def _replies(n: int) -> str:
@@ -223,8 +229,7 @@ def _emit(kind: ReportKind, rep: Report, inputs: _Inputs) -> None:
 
 
 def _print_report(kind: ReportKind, rep: Report, inputs: _Inputs, breakdown: bool) -> None:
-    for note in inputs.notes:
-        err_console.print(Text(f"sessiontree: note: {note}", style="dim"), soft_wrap=True)
+    print_notes(inputs.notes)
     if not rep.rows:
         console.print("No usage in that range.", markup=False)
         return
@@ -242,43 +247,68 @@ def _print_report(kind: ReportKind, rep: Report, inputs: _Inputs, breakdown: boo
         title=f"Usage by {kind.removesuffix('ly') if kind != 'daily' else 'day'} ({rep.time_zone})",
         title_justify="left",
     )
-    # Numbers are never cut: each column as wide as its widest cell; the label takes
-    # what is left, and the bar only shows where there is room for it.
+    top = max(row.totals.cost for row in rep.rows)
+    titles = _session_titles(inputs.stores or all_stores()) if kind == "session" else {}
+    labels: list[tuple[str, str]] = []  # (what may be cut, what is kept whole)
+    for row in rep.rows:
+        if kind == "session" and row.session is not None:
+            sid = row.session.file.session_id or "?"
+            when = f" · {_local_time(row.totals.last, inputs.tz)}"
+            labels.append((titles.get(row.key) or sid, when))
+        else:
+            labels.append((row.key, ""))
+    # Numbers are never cut: each column as wide as its widest cell. The label takes
+    # the spare width (then the bar, up to its most); on a narrow terminal the bar is
+    # left out first, then the label is shortened.
     names = ("Input", "Output", "Cache rd", "Cache wr", "Total", "Cost")
     every = [rep.totals, *(row.totals for row in rep.rows)]
+    models = [(short_model(name), t) for row in rep.rows for name, t in row.models.items()]
     if breakdown:
-        every += [t for row in rep.rows for t in row.models.values()]
+        every += [t for _, t in models]
     widths = [
         max([len(name)] + [len(cell.plain) for cell in (_totals_cells(t)[i] for t in every)])
         for i, name in enumerate(names)
     ]
-    left = console.width - sum(widths) - 3 * len(names)
-    bar = left >= 8 + 3 + 24
-    label_width = max(10, min(60, left - (11 if bar else 0)))
+    label_natural = max(
+        [len(first), len("Total")]
+        + [cell_len(cut + kept) for cut, kept in labels]
+        + ([cell_len(f" └ {name}") for name, _ in models] if breakdown else [])
+    )
+    fitted = fit_widths(
+        console.width,
+        [
+            Column(
+                min(label_natural, _LABEL_WANTED),
+                least=min(label_natural, _LABEL_LEAST),
+                takes_spare=True,
+                most=label_natural,
+            ),
+            *(Column(w) for w in widths),
+            Column(_BAR_LEAST, least=_BAR_LEAST, optional=True, takes_spare=True, most=_BAR_MOST),
+        ],
+        [len(names) + 1, 0],
+    )
+    label_width, bar_width = fitted[0] or 10, fitted[-1]
     table.add_column(first, no_wrap=True, overflow="ellipsis", width=label_width)
     for name, width in zip(names, widths, strict=True):
         table.add_column(name, justify="right", no_wrap=True, min_width=width)
-    if bar:
-        table.add_column("", no_wrap=True)
-    top = max(row.totals.cost for row in rep.rows)
-    titles = _session_titles() if kind == "session" else {}
-    for row in rep.rows:
-        label = row.key
-        if kind == "session" and row.session is not None:
-            sid = row.session.file.session_id or "?"
-            label = f"{titles.get(row.key) or sid} · {_local_time(row.totals.last, inputs.tz)}"
-        elif kind == "project":
-            label = row.key
-        extra = [_bar(row.totals.cost, top)] if bar else []
-        table.add_row(Text(label), *_totals_cells(row.totals), *extra)
+    if bar_width is not None:
+        table.add_column("", no_wrap=True, width=bar_width)
+    for row, (cut, kept) in zip(rep.rows, labels, strict=True):
+        if label_width - cell_len(kept) < _LABEL_LEAST:  # no room for the time: the title
+            kept = ""
+        shorten = middle_cut if kind == "project" else cut_end  # a project is a path
+        label = shorten(cut, max(1, label_width - cell_len(kept))) + kept
+        extra = [_bar(row.totals.cost, top, bar_width)] if bar_width is not None else []
+        table.add_row(Text(cut_end(label, label_width)), *_totals_cells(row.totals), *extra)
         if breakdown:
             for name, t in sorted(row.models.items(), key=lambda kv: -kv[1].cost):
                 cells = _totals_cells(t)
-                short = name.split("/", 1)[-1]
-                pad = [Text("")] if bar else []
-                table.add_row(Text(f" └ {short}", style="dim"), *cells, *pad, style="dim")
+                short = cut_end(f" └ {short_model(name)}", label_width)
+                pad = [Text("")] if bar_width is not None else []
+                table.add_row(Text(short, style="dim"), *cells, *pad, style="dim")
     table.add_section()
-    pad = [Text("")] if bar else []
+    pad = [Text("")] if bar_width is not None else []
     table.add_row(Text("Total", style="bold"), *_totals_cells(rep.totals), *pad, style="bold")
     console.print(table)
     for line in _prices_note(rep.prices, rep.totals):
@@ -354,54 +384,91 @@ def _duration(ms: int) -> str:
     return f"{minutes // 60}h {minutes % 60:02d}m"
 
 
+def _gap(ms: int) -> str:
+    """A gap between blocks: in days and hours from two days on (`67d 22h`)."""
+    hours = max(0, ms) // 3_600_000
+    return f"{hours // 24}d {hours % 24:02d}h" if hours >= 48 else _duration(ms)
+
+
 def _blocks_table(found: Sequence[Block], now_ms: int, tz: tzinfo, breakdown: bool) -> Table:
-    table = Table(show_edge=False, pad_edge=False, header_style="bold")
-    table.add_column("Block start", no_wrap=True)
-    table.add_column("Status", no_wrap=True)
-    table.add_column("Models", overflow="ellipsis", no_wrap=True, max_width=30)
-    table.add_column("Replies", justify="right")
-    table.add_column("Tokens", justify="right", no_wrap=True)
-    table.add_column("Cost", justify="right", no_wrap=True)
-    table.add_column("", no_wrap=True)
     top = max((b.totals.cost for b in found if not b.gap), default=0.0)
+    rows: list[list[Text]] = []
+    costs: list[float | None] = []  # each row's cost for the bar (None: no bar)
     for block in found:
         if block.gap:
-            table.add_row(
-                Text(_local_time(block.start, tz), style="dim"),
-                Text(f"gap {_duration(block.end - block.start)}", style="dim"),
-                "",
-                "",
-                "",
-                "",
-                "",
+            rows.append(
+                [
+                    Text(_local_time(block.start, tz), style="dim"),
+                    Text(f"gap {_gap(block.end - block.start)}", style="dim"),
+                    *(Text("") for _ in range(4)),
+                ]
             )
+            costs.append(None)
             continue
         status = (
             Text(f"ACTIVE, {_duration(block.end - now_ms)} left", style="bold green")
             if block.active(now_ms)
             else Text(_duration((block.totals.last or block.start) - block.start))
         )
-        models = ", ".join(sorted({name.split("/", 1)[-1] for name in block.models}))
-        table.add_row(
-            Text(_local_time(block.start, tz)),
-            status,
-            Text(models),
-            str(block.totals.messages),
-            _tokens(block.totals.total_tokens),
-            money(block.totals.cost, block.totals.estimated_messages > 0),
-            _bar(block.totals.cost, top),
+        models = ", ".join(sorted({short_model(name) for name in block.models}))
+        rows.append(
+            [
+                Text(_local_time(block.start, tz)),
+                status,
+                Text(models),
+                Text(f"{block.totals.messages:,}"),
+                Text(short_tokens(block.totals.total_tokens)),
+                Text(money(block.totals.cost, block.totals.estimated_messages > 0)),
+            ]
         )
+        costs.append(block.totals.cost)
         if breakdown:
             for name, t in sorted(block.models.items(), key=lambda kv: -kv[1].cost):
-                table.add_row(
-                    "",
-                    "",
-                    Text(f"└ {name}", style="dim"),
-                    Text(str(t.messages), style="dim"),
-                    Text(_tokens(t.total_tokens), style="dim"),
-                    Text(money(t.cost, t.estimated_messages > 0), style="dim"),
-                    "",
+                rows.append(
+                    [
+                        Text(""),
+                        Text(""),
+                        Text(f"└ {short_model(name)}", style="dim"),
+                        Text(f"{t.messages:,}", style="dim"),
+                        Text(short_tokens(t.total_tokens), style="dim"),
+                        Text(money(t.cost, t.estimated_messages > 0), style="dim"),
+                    ]
                 )
+                costs.append(None)
+    headers = ("Block start", "Status", "Models", "Replies", "Tokens", "Cost")
+    natural = [max([len(h)] + [r[i].cell_len for r in rows]) for i, h in enumerate(headers)]
+    # Times, statuses and numbers are shown whole; the models take the spare width (up
+    # to their longest), then the bar; the bar is left out first on a narrow terminal.
+    columns = [Column(w) for w in natural]
+    columns[2] = Column(
+        min(natural[2], _LABEL_WANTED),
+        least=min(natural[2], _LABEL_LEAST),
+        takes_spare=True,
+        most=natural[2],
+    )
+    columns.append(
+        Column(_BAR_LEAST, least=_BAR_LEAST, optional=True, takes_spare=True, most=_BAR_MOST)
+    )
+    widths = fit_widths(console.width, columns, [len(headers), 2])
+    table = Table(show_edge=False, pad_edge=False, header_style="bold")
+    for name, width in zip(headers, widths, strict=False):
+        table.add_column(
+            name,
+            no_wrap=True,
+            width=width,
+            overflow="ellipsis",
+            justify="right" if name in ("Replies", "Tokens", "Cost") else "left",
+        )
+    bar_width = widths[-1]
+    if bar_width is not None:
+        table.add_column("", no_wrap=True, width=bar_width)
+    for row, cost in zip(rows, costs, strict=True):
+        model_width = widths[2] or 1
+        row[2] = Text(cut_end(row[2].plain, model_width), style=row[2].style)
+        extra = []
+        if bar_width is not None:
+            extra = [_bar(cost, top, bar_width) if cost is not None else Text("")]
+        table.add_row(*row, *extra)
     return table
 
 
@@ -500,8 +567,7 @@ def blocks_command(
             }
         )
         return
-    for note in inputs.notes:
-        err_console.print(Text(f"sessiontree: note: {note}", style="dim"), soft_wrap=True)
+    print_notes(inputs.notes)
     if not found:
         console.print("No usage in that range.", markup=False)
         return

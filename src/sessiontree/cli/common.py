@@ -70,6 +70,18 @@ class _TerminalConsole(Console):
     def __init__(self, *, stderr: bool = False) -> None:
         super().__init__(stderr=stderr, highlight=False, markup=False, emoji=False)
 
+    def writes_to_terminal(self) -> bool:
+        """Whether its stream is a terminal (people read it), not a pipe or a file."""
+        isatty = getattr(self.file, "isatty", None)
+        return bool(callable(isatty) and isatty())
+
+    def print(self, *objects: Any, soft_wrap: bool | None = None, **options: Any) -> None:
+        # To a pipe or a file (read by scripts) a line is never broken to a width: a
+        # path or a name stays whole on its line. Tables keep their own layout.
+        if soft_wrap is None and not self.writes_to_terminal():
+            soft_wrap = True
+        super().print(*objects, soft_wrap=soft_wrap, **options)
+
     def render(
         self, renderable: RenderableType, options: ConsoleOptions | None = None
     ) -> Iterable[Segment]:
@@ -84,8 +96,8 @@ class _TerminalConsole(Console):
                 yield Segment(terminal_safe(segment.text), segment.style)
 
 
-console: Console = _TerminalConsole()
-err_console: Console = _TerminalConsole(stderr=True)
+console: _TerminalConsole = _TerminalConsole()
+err_console: _TerminalConsole = _TerminalConsole(stderr=True)
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (see docs/cli.md) instead.")]
 SessionArg = Annotated[
@@ -211,6 +223,12 @@ def all_stores(*, existing: bool = False) -> Stores:
     if _invocation is not None:
         _invocation.read.append(read)
     return read
+
+
+def print_notes(notes: Iterable[str]) -> None:
+    """`sessiontree: note: ...` on stderr, each note once however many stores gave it."""
+    for note in dict.fromkeys(notes):
+        err_console.print(Text(f"sessiontree: note: {note}", style="dim"), soft_wrap=True)
 
 
 def _note_skipped(read: list[Stores]) -> None:

@@ -22,6 +22,7 @@ __all__ = [
     "TreeOptions",
     "preview",
     "render_tree",
+    "short_tokens",
     "terminal_safe",
     "terminal_safe_text",
     "time_ago",
@@ -84,6 +85,14 @@ def money(value: float, estimated: bool = False) -> str:
     `~` before a sum that holds an estimate (a reply priced from the table)."""
     text = f"${value:,.2f}" if value >= 0.01 or value == 0 else f"${value:.4f}"
     return ("~" if estimated else "") + text
+
+
+def short_tokens(n: int) -> str:
+    """1234 -> '1,234'; 1234567 -> '1.23M' (tables stay narrow; --json has every digit)."""
+    for size, unit in ((10**9, "B"), (10**6, "M")):
+        if abs(n) >= size:
+            return f"{n / size:,.2f}{unit}"
+    return f"{n:,}"
 
 
 def preview(entry: dict[str, Any], width: int = 60) -> str:

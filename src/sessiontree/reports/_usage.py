@@ -138,7 +138,10 @@ def load_usage(
     if use_index and isinstance(storage, HostFilesystem):
         index = ContentIndex.open(parts.agent_dir)
         if index is None:
-            notes.append("the content index cannot be opened or created: every session was read")
+            notes.append(
+                "every session was read in full (no content index here: it cannot be "
+                "opened or created), which gives the same answers, more slowly"
+            )
     if index is not None:
         answered = index.answer(lambda index: _from_index(index, srcs, parts, notes, progress))
         if answered is not None:

@@ -134,7 +134,10 @@ def _search(
     else:
         index = ContentIndex.open(agent_dir_or_default(agent_dir))
         if index is None:
-            notes.append("the content index cannot be opened or created: every session was read")
+            notes.append(
+                "every session was read in full (no content index here: it cannot be "
+                "opened or created), which gives the same answers, more slowly"
+            )
     if index is None or not trigrams:
         return _scanned(srcs, matcher, filters, storage, limit, notes)
     answered = index.answer(

@@ -6,7 +6,7 @@ and why); `find_stores`: every agent store on this machine."""
 from __future__ import annotations
 
 from sessiontree._util.env import STORE_ENV
-from sessiontree.store._discover import FoundStore, find_stores, store_size
+from sessiontree.store._discover import FoundStore, find_stores, looked_in, store_size
 from sessiontree.store._store import PricedReplies, Store, replies_of
 from sessiontree.store._stores import (
     ListedSession,
@@ -31,6 +31,7 @@ __all__ = [
     "StoresSearch",
     "StoresStats",
     "find_stores",
+    "looked_in",
     "replies_of",
     "store_size",
 ]

@@ -27,7 +27,7 @@ from sessiontree._util.env import (
 )
 from sessiontree.store._store import Store
 
-__all__ = ["FoundStore", "find_stores", "store_size"]
+__all__ = ["FoundStore", "find_stores", "looked_in", "store_size"]
 
 _NAMES = {
     "xcsh": "xcsh",
@@ -84,39 +84,53 @@ def _subdirs(path: str) -> list[str]:
         return []
 
 
-def find_stores() -> list[FoundStore]:
-    """Every agent store that exists here, pi-format agent dirs first (each store
-    once, however many names lead to it)."""
-    found: list[FoundStore] = []
-    seen: set[str] = set()
-
-    def add(agent: str, home: str, roots: tuple[str, ...], via: str) -> None:
-        real = os.path.realpath(home)
-        if real in seen:
-            return
-        present = tuple(r for r in roots if os.path.isdir(os.path.join(home, r)))
-        if not present and not (agent == "opencode" and _opencode_databases(home)):
-            return
-        seen.add(real)
-        found.append(FoundStore(agent, os.path.abspath(home), present, via))
-
+def _candidates() -> list[tuple[str, str, tuple[str, ...], str]]:
+    """(agent, home, the dirs under it that hold sessions, why) of every place looked at,
+    in the order `find_stores` takes them."""
+    out: list[tuple[str, str, tuple[str, ...], str]] = []
     env = agent_dir_env()
     if env is not None:
-        add(_native_agent(env), env, ("sessions", "blobs"), f"${AGENT_DIR_ENV}")
+        out.append((_native_agent(env), env, ("sessions", "blobs"), f"${AGENT_DIR_ENV}"))
     for agent in NATIVE_AGENTS:
-        add(agent, native_agent_dir(agent), ("sessions", "blobs"), "default")
+        out.append((agent, native_agent_dir(agent), ("sessions", "blobs"), "default"))
     for home in claude_config_dirs():
-        add("claude", home, ("projects",), "default")
-    add("codex", codex_home(), ("sessions", "archived_sessions"), "default")
-    add("opencode", opencode_home(), ("storage",), "default")
+        out.append(("claude", home, ("projects",), "default"))
+    out.append(("codex", codex_home(), ("sessions", "archived_sessions"), "default"))
+    out.append(("opencode", opencode_home(), ("storage",), "default"))
     gemini = gemini_home()
     chats = tuple(
         os.path.join("tmp", p, "chats")
         for p in _subdirs(os.path.join(gemini, "tmp"))
         if os.path.isdir(os.path.join(gemini, "tmp", p, "chats"))
     )
-    add("gemini", gemini, chats, "default")
-    add("copilot", copilot_home(), ("session-state",), "default")
+    out.append(("gemini", gemini, chats, "default"))
+    out.append(("copilot", copilot_home(), ("session-state",), "default"))
+    return out
+
+
+def looked_in() -> list[tuple[str, str]]:
+    """(agent's name, dir) of every place `find_stores` looks, whether a store is there
+    or not: what a command that found no session says it searched."""
+    places = {
+        os.path.abspath(home): _NAMES.get(agent, agent) for agent, home, _, _ in _candidates()
+    }
+    return [(name, home) for home, name in places.items()]
+
+
+def find_stores() -> list[FoundStore]:
+    """Every agent store that exists here, pi-format agent dirs first (each store
+    once, however many names lead to it)."""
+    found: list[FoundStore] = []
+    seen: set[str] = set()
+    for agent, home, roots, via in _candidates():
+        real = os.path.realpath(home)
+        if real in seen:
+            continue
+        present = tuple(r for r in roots if os.path.isdir(os.path.join(home, r)))
+        if not present and not (agent == "opencode" and _opencode_databases(home)):
+            continue
+        seen.add(real)
+        found.append(FoundStore(agent, os.path.abspath(home), present, via))
     return found
 
 
