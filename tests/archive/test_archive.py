@@ -865,3 +865,74 @@ def test_the_watch_status_on_a_terminal_is_one_line_rewritten(
     assert len(rounds) == 4 and watched.stderr.count("\n") == 1, repr(watched.stderr)
     assert all(len(status.rstrip("\n")) < 60 for status in rounds[1:])
     assert "\\x0d" not in watched.stderr
+
+
+def test_a_restore_on_a_filesystem_without_hard_links_renames_to_a_free_name_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where `link` is refused (a filesystem without hard links), the restored file is
+    renamed into place, and only where no file is: one that appeared at the name between
+    the look and the write is left alone. No temporary file stays either way."""
+    import sessiontree.archive._restore as restore_module
+
+    source, session = claude_home(tmp_path)
+    archive = str(tmp_path / "archive")
+    archive_stores(archive, [source])
+
+    linked: list[str] = []
+
+    def no_links(*args: Any, **kwargs: Any) -> None:
+        linked.append(str(args[1]))
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(restore_module.os, "link", no_links)
+    out = tmp_path / "out"
+    restore_session(archive, ID, to=str(out))
+    target = out / "projects" / "-w" / f"{ID}.jsonl"
+    assert target.read_bytes() == session.read_bytes()
+
+    late = tmp_path / "late"
+    late_target = late / "projects" / "-w" / f"{ID}.jsonl"
+    real_lstat = os.lstat
+
+    def appears(path: Any, *args: Any, **kwargs: Any) -> Any:
+        # Another program writes the file after the link was refused, before the rename.
+        if linked and path == f"{ID}.jsonl" and not late_target.exists():
+            late_target.write_bytes(b"theirs\n")
+        return real_lstat(path, *args, **kwargs)
+
+    linked.clear()
+    monkeypatch.setattr(restore_module.os, "lstat", appears)
+    with pytest.raises(ArchiveError, match="appeared while it was restored"):
+        restore_session(archive, ID, to=str(late))
+    assert late_target.read_bytes() == b"theirs\n"
+    assert not [p for p in tmp_path.rglob("*.tmp") if "archive" not in p.parts]
+
+
+def test_a_restore_whose_write_fails_halfway_leaves_no_file_and_can_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk in the middle of a restored file: nothing at the target name (no
+    truncated session an agent would resume), no temporary file, and the next restore
+    writes it whole."""
+    import sessiontree.archive._restore as restore_module
+
+    source, session = claude_home(tmp_path)
+    archive = str(tmp_path / "archive")
+    archive_stores(archive, [source])
+    real = restore_module.write_all
+
+    def half(fd: int, data: Any) -> None:
+        real(fd, bytes(data)[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(restore_module, "write_all", half)
+    out = tmp_path / "out"
+    with pytest.raises((ArchiveError, OSError)):
+        restore_session(archive, ID, to=str(out))
+    target = out / "projects" / "-w" / f"{ID}.jsonl"
+    assert not target.exists()
+    assert not list(out.rglob("*.tmp"))
+    monkeypatch.setattr(restore_module, "write_all", real)
+    restore_session(archive, ID, to=str(out))
+    assert target.read_bytes() == session.read_bytes()
