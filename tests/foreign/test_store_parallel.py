@@ -5,7 +5,10 @@ skipped alike."""
 from __future__ import annotations
 
 import os
+import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -35,14 +38,14 @@ def test_a_listing_read_in_workers_is_the_one_read_here(
     here = ForeignStore.at(agent, str(home)).list()
 
     forked: list[int] = []
-    read_forked = store_module._read_forked
+    real = store_module.map_forked
 
-    def spy(store: ForeignStore, jobs: list[tuple[str, int]], workers: int) -> object:
-        found = read_forked(store, jobs, workers)  # an error here: read in this process
+    def spy(work: Any, items: Any, weight: Any, workers: int) -> Any:
+        found = real(work, items, weight, workers)  # an error here: read in this process
         forked.append(workers)
         return found
 
-    monkeypatch.setattr(store_module, "_read_forked", spy)
+    monkeypatch.setattr(store_module, "map_forked", spy)
     # Whatever this process runs and has: here, what pays on a large cold store.
     monkeypatch.setattr(store_module, "_workers_for", lambda jobs, files: 2)
     there = ForeignStore.at(agent, str(home)).list()
@@ -56,8 +59,8 @@ def test_a_cold_listing_forks_only_onto_idle_cores(
 ) -> None:
     monkeypatch.setattr(store_module.os, "cpu_count", lambda: 2)
     monkeypatch.setattr(store_module.os, "getloadavg", lambda: (load, load, load))
-    monkeypatch.setattr(store_module.threading, "active_count", lambda: 1)
-    monkeypatch.setattr(store_module.sys, "platform", "linux")
+    monkeypatch.setattr(threading, "active_count", lambda: 1)
+    monkeypatch.setattr(sys, "platform", "linux")
     jobs = [(f"/s/{n}.jsonl", 1 << 20) for n in range(300)]
     assert store_module._workers_for(jobs, HOST_FILES) == workers
     assert store_module._workers_for(jobs[:2], HOST_FILES) == 1  # too few to pay

@@ -932,13 +932,13 @@ def test_parallel_scan_matches_sequential(fstore: Store, monkeypatch: pytest.Mon
     monkeypatch.setattr(_scan, "PARALLEL_MIN_FILES", 8)
     monkeypatch.setattr(_scan, "PARALLEL_MIN_BYTES", 1)
     calls: list[int] = []
-    real = _scan._scan_parallel
+    real = _scan.map_forked
 
-    def spy(jobs: Any, workers: int) -> Any:
+    def spy(work: Any, items: Any, weight: Any, workers: int) -> Any:
         calls.append(workers)
-        return real(jobs, workers)
+        return real(work, items, weight, workers)
 
-    monkeypatch.setattr(_scan, "_scan_parallel", spy)
+    monkeypatch.setattr(_scan, "map_forked", spy)
     got = list_all_sessions(store_parts(FileSessionStorage()))
     assert [(i.path, i.message_count, i.first_message) for i in got] == expected
     if threading.active_count() == 1 and (os.cpu_count() or 1) > 1 and sys.platform == "linux":

@@ -28,12 +28,12 @@ from __future__ import annotations
 import builtins
 import logging
 import os
-import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 
 from sessiontree._util.env import claude_config_dirs, codex_home, native_agent_dir
+from sessiontree._util.forked import can_fork, map_forked
 from sessiontree.errors import SessionTreeError
 from sessiontree.foreign._files import HOST_FILES, Files, StorageFiles
 from sessiontree.foreign._model import ForeignSession, Source
@@ -430,12 +430,14 @@ class ForeignStore:
             return found
         jobs = [(item.path, item.size) for item in items]
         workers = _workers_for(jobs, self.fs)
+        paths = [path for path, _ in jobs]
         if workers > 1:
             try:
-                return _read_forked(self, jobs, workers)
+                read = map_forked(partial(_read_in_worker, self), jobs, lambda job: job[1], workers)
+                return dict(zip(paths, read, strict=True))
             except Exception:  # a broken pool, no fork, no /dev/shm: read here instead
                 pass
-        return dict(zip([path for path, _ in jobs], _read_batch(self, jobs), strict=True))
+        return dict(zip(paths, _read_batch(self, jobs), strict=True))
 
     def _read_one(self, path: str, size: int) -> tuple[ForeignMeta, int] | BaseException:
         """A Claude Code or Codex file's listing record, the file read once: what its
@@ -518,7 +520,7 @@ def _workers_for(jobs: builtins.list[_Job], files: Files) -> int:
     (measured: 300 Claude Code files, 140 MB, 2 cores at a load average of 7 and of 18:
     5.4 s against 5.0 s, 10.5 s against 8.2 s).
     """
-    if files is not HOST_FILES or sys.platform != "linux" or threading.active_count() != 1:
+    if files is not HOST_FILES or not can_fork():
         return 1
     if len(jobs) < PARALLEL_MIN_FILES or sum(size for _, size in jobs) < PARALLEL_MIN_BYTES:
         return 1
@@ -540,23 +542,6 @@ def _read_in_worker(store: ForeignStore, jobs: builtins.list[_Job]) -> builtins.
         else SessionTreeError(str(r))
         for r in _read_batch(store, jobs)
     ]
-
-
-def _read_forked(store: ForeignStore, jobs: builtins.list[_Job], workers: int) -> dict[str, _Read]:
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    # Largest files first, dealt round-robin, so the batches weigh about the same.
-    order = sorted(jobs, key=lambda job: job[1], reverse=True)
-    batches = [order[k :: workers * 4] for k in range(workers * 4)]
-    found: dict[str, _Read] = {}
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        results = pool.map(_read_in_worker, [store] * len(batches), batches)
-        for batch, read in zip(batches, results, strict=True):
-            for (path, _), result in zip(batch, read, strict=True):
-                found[path] = result
-    return found
 
 
 def require_store_exists(store: ForeignStore) -> None:

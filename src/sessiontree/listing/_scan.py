@@ -10,11 +10,10 @@ identity and `FileMark` digests (`_marks`).
 from __future__ import annotations
 
 import os
-import sys
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from sessiontree._util.forked import can_fork, map_forked
 from sessiontree.format import (
     AWAITING_HEADER,
     NOT_A_SESSION,
@@ -274,32 +273,14 @@ def _workers_for(jobs: list[Job], storage: SessionStorage) -> int:
     is only safe while this process runs no other thread, and only worth it for
     a large cold scan of real files.
     """
-    if type(storage) is not FileSessionStorage or sys.platform != "linux":
+    if type(storage) is not FileSessionStorage or not can_fork():
         return 1
-    if len(jobs) < PARALLEL_MIN_FILES or threading.active_count() != 1:
+    if len(jobs) < PARALLEL_MIN_FILES:
         return 1
     pending = sum(s[1] - (old.offset if old is not None else 0) for s, old in jobs)
     if pending < PARALLEL_MIN_BYTES:
         return 1
     return max(1, min(MAX_WORKERS, os.cpu_count() or 1, len(jobs) // 16))
-
-
-def _scan_parallel(jobs: list[Job], workers: int) -> list[Record | None]:
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    # Largest files first, dealt round-robin, so the batches weigh about the same.
-    order = sorted(range(len(jobs)), key=lambda i: jobs[i][0][1], reverse=True)
-    batches = [order[k :: workers * 4] for k in range(workers * 4)]
-    results: list[Record | None] = [None] * len(jobs)
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(workers, mp_context=context) as pool:
-        for batch, records in zip(
-            batches, pool.map(_scan_batch, [[jobs[i] for i in b] for b in batches]), strict=True
-        ):
-            for i, record in zip(batch, records, strict=True):
-                results[i] = record
-    return results
 
 
 def scan_jobs(jobs: list[Job], storage: SessionStorage) -> list[Record | None]:
@@ -308,7 +289,7 @@ def scan_jobs(jobs: list[Job], storage: SessionStorage) -> list[Record | None]:
     workers = _workers_for(jobs, storage)
     if workers > 1:
         try:
-            return _scan_parallel(jobs, workers)
+            return map_forked(_scan_batch, jobs, lambda job: job[0][1], workers)
         except Exception:  # a broken pool, no fork, no /dev/shm: scan here instead
             pass
     return [rescan(storage, s, old) for s, old in jobs]
