@@ -90,6 +90,14 @@ def agent_dir_or_default(agent_dir: str | None = None) -> str:
     return agent_dir if agent_dir is not None else get_agent_dir()
 
 
+def state_home() -> str:
+    """Where sessiontree keeps state of this machine's own that is not a cache of one
+    agent dir (the sync's state per hub): `$XDG_STATE_HOME/sessiontree`, else
+    `~/.local/state/sessiontree`."""
+    base = _read("XDG_STATE_HOME") or os.path.join(_home(), ".local", "state")
+    return os.path.join(base, "sessiontree")
+
+
 def default_store_choice() -> tuple[str, bool]:
     """(`default_store()`, whether a variable named it): each variable read once.
     Nothing named (False): the CLI reads every store found besides it."""

@@ -5,6 +5,14 @@ carried read-only. docs/sync.md says what a user runs; docs/architecture.md the 
 
 from __future__ import annotations
 
+from sessiontree.sync._model import (
+    HubError,
+    MachineNameTakenError,
+    MachineStatus,
+    NotAHubError,
+    SyncBusyError,
+    SyncReport,
+)
 from sessiontree.sync._names import (
     SYNCED_AGENTS,
     HubNameError,
@@ -12,11 +20,22 @@ from sessiontree.sync._names import (
     default_machine_name,
     is_session_file_name,
 )
+from sessiontree.sync._pull import LEAF_MARKER
+from sessiontree.sync._round import sync, sync_status
 
 __all__ = [
+    "LEAF_MARKER",
     "SYNCED_AGENTS",
+    "HubError",
     "HubNameError",
+    "MachineNameTakenError",
+    "MachineStatus",
+    "NotAHubError",
+    "SyncBusyError",
+    "SyncReport",
     "check_machine_name",
     "default_machine_name",
     "is_session_file_name",
+    "sync",
+    "sync_status",
 ]
