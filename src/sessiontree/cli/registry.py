@@ -241,6 +241,14 @@ COMMANDS: Final[Mapping[str, CommandEntry]] = {
         _KEEPS,
         _MOVE,
     ),
+    "sync": CommandEntry(
+        "commands_sync",
+        "sync_command",
+        "Sync this machine's xcsh, oh-my-pi and pi sessions both ways through a shared dir or "
+        "database.",
+        _KEEPS,
+        _MOVE,
+    ),
     "serve": CommandEntry(
         "commands_serve",
         "serve_command",

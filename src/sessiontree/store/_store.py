@@ -83,6 +83,7 @@ if TYPE_CHECKING:
     from sessiontree.maintenance._check import RepairReport
     from sessiontree.reports import Duplicates, Reply, Report, ReportKind, StoreStats
     from sessiontree.search import SearchResult, SessionSource
+    from sessiontree.sync import SyncReport
 
 __all__ = ["PricedReplies", "Store", "replies_of", "report_of_replies"]
 
@@ -860,6 +861,15 @@ class Store:
             self._check_writable("repair a session")
         path = self.resolve(session)
         return repair_session(path, self.parts, out_path, in_place=in_place, dry_run=dry_run)
+
+    def sync(self, hub: str, *, machine: str | None = None) -> SyncReport:
+        """One two-way sync round of this (pi-format) store with `hub`, a dir or a
+        `postgresql://` URL; `machine`: this machine's name there (default: the host
+        name). docs/sync.md says what syncs and how; `sessiontree.sync.sync` raises."""
+        from sessiontree.sync import sync
+
+        self._check_writable("sync a store both ways")
+        return sync(hub, [(self.agent, self.parts)], machine=machine)
 
     # ------------------------------------------------------------------ transfers
 

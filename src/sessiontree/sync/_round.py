@@ -68,8 +68,8 @@ def sync(
         now_ns = read_start_ns()
         for agent, store in stores.items():
             push_store(place, state, name, agent, store, now_ns, report, progress)
-        if progress is not None:
-            progress("receiving")
+        if progress is not None and time.monotonic() - started > 2.0:
+            progress("receiving what the other machines sent")
         pull(place, state, name, stores, report)
         if report.changed:
             write_status(place, report)
