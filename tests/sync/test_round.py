@@ -82,3 +82,137 @@ def test_diverged_sessions_end_with_the_union_and_a_marker_at_each_leaf(
     )
     assert (last_a["customType"], last_a["parentId"]) == (LEAF_MARKER, "a1")
     assert (last_b["customType"], last_b["parentId"]) == (LEAF_MARKER, "b1")
+
+
+def _snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
+    """(size, mtime_ns) of every file under the roots (the sync state aside)."""
+    found = {}
+    for root in roots:
+        for p in sorted(root.rglob("*")):
+            if p.is_file() and ".local" not in p.parts:
+                st = p.stat()
+                found[str(p)] = (st.st_size, st.st_mtime_ns)
+    return found
+
+
+def test_rounds_with_nothing_new_write_nothing_and_markers_never_answer_each_other(
+    two: tuple[Machine, Machine, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b, hub = two
+    new_session(a.session_path("s1"), "s1", message("e1", None, "hi"))
+    new_session(b.session_path("s2"), "s2", message("f1", None, "desk's own"))
+    a.sync(hub, monkeypatch)
+    b.sync(hub, monkeypatch)
+    append(a.session_path("s1"), message("a1", "e1", "laptop"))
+    append(b.session_path("s1"), message("b1", "e1", "desk"))
+    for _ in range(3):
+        a.sync(hub, monkeypatch)
+        b.sync(hub, monkeypatch)
+    before = _snapshot(hub, a.home, b.home)
+    for _ in range(3):
+        quiet = [a.sync(hub, monkeypatch), b.sync(hub, monkeypatch)]
+        assert [r.changed for r in quiet] == [False, False]
+        assert [r.bytes_read for r in quiet] == [0, 0]
+    assert _snapshot(hub, a.home, b.home) == before
+
+
+def test_a_marker_is_sent_before_the_first_entry_written_after_it(
+    two: tuple[Machine, Machine, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b, hub = two
+    new_session(a.session_path("s1"), "s1", message("e1", None, "hi"))
+    a.sync(hub, monkeypatch)
+    b.sync(hub, monkeypatch)
+    append(a.session_path("s1"), message("a1", "e1", "laptop"))
+    append(b.session_path("s1"), message("b1", "e1", "desk"))
+    a.sync(hub, monkeypatch)
+    b.sync(hub, monkeypatch)  # b's file: ... b1 a1 <marker -> b1>
+    marker = entries(b.session_path("s1").read_bytes())[-1]
+    append(b.session_path("s1"), message("b2", marker["id"], "desk goes on"))
+    b.sync(hub, monkeypatch)
+    a.sync(hub, monkeypatch)
+    on_a = entry_lines(a.session_path("s1").read_bytes())
+    on_b = entry_lines(b.session_path("s1").read_bytes())
+    assert on_a[marker["id"]] == on_b[marker["id"]]
+    assert on_a["b2"] == on_b["b2"]
+    assert list(on_a).index(marker["id"]) < list(on_a).index("b2")
+
+
+def test_a_session_deleted_on_one_machine_stays_deleted_there_and_kept_on_the_other(
+    two: tuple[Machine, Machine, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b, hub = two
+    new_session(a.session_path("s1"), "s1", message("e1", None, "hi"))
+    a.sync(hub, monkeypatch)
+    b.sync(hub, monkeypatch)
+    a.session_path("s1").unlink()
+    append(b.session_path("s1"), message("b1", "e1", "desk goes on"))
+    for _ in range(2):
+        a.sync(hub, monkeypatch)
+        report = b.sync(hub, monkeypatch)
+    assert not a.session_path("s1").exists()
+    assert b.session_path("s1").exists()
+    assert "b1" in entry_lines(b.session_path("s1").read_bytes())
+    assert report.created == []
+
+
+def test_an_oh_my_pi_title_line_is_carried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sessiontree.format import title_slot_line
+
+    a, b = Machine(tmp_path, "a", ("omp",)), Machine(tmp_path, "b", ("omp",))
+    hub = tmp_path / "hub"
+    title = title_slot_line("Fix the parser", "user", "2026-12-01T10:00:00.000Z")
+    path = a.session_path("s1", "omp")
+    new_session(path, "s1", message("e1", None, "hi"), title=title)
+    a.sync(hub, monkeypatch, ("omp",))
+    b.sync(hub, monkeypatch, ("omp",))
+    assert b.session_path("s1", "omp").read_bytes() == path.read_bytes()
+    assert b.session_path("s1", "omp").read_bytes().startswith(title)
+
+
+def test_a_local_file_whose_last_line_is_not_ended_waits_a_round(
+    two: tuple[Machine, Machine, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b, hub = two
+    new_session(a.session_path("s1"), "s1", message("e1", None, "hi"))
+    a.sync(hub, monkeypatch)
+    b.sync(hub, monkeypatch)
+    append(a.session_path("s1"), message("a1", "e1", "laptop"))
+    a.sync(hub, monkeypatch)
+    half = message("b1", "e1", "desk")
+    append(b.session_path("s1"), half[:10])  # the agent is still writing it
+    report = b.sync(hub, monkeypatch)
+    assert report.merged == [] and report.skipped
+    assert b.session_path("s1").read_bytes().endswith(half[:10])
+    append(b.session_path("s1"), half[10:])
+    b.sync(hub, monkeypatch)
+    a.sync(hub, monkeypatch)
+    for m in (a, b):
+        assert {"e1", "a1", "b1"} <= set(entry_lines(m.session_path("s1").read_bytes()))
+
+
+def test_one_machine_name_for_two_machines_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sessiontree.sync import MachineNameTakenError
+
+    a, b = Machine(tmp_path, "one"), Machine(tmp_path, "two")
+    b.name = "one"
+    hub = tmp_path / "hub"
+    a.sync(hub, monkeypatch)
+    new_session(b.session_path("s1"), "s1", message("e1", None, "hi"))
+    with pytest.raises(MachineNameTakenError, match="already used by another machine"):
+        b.sync(hub, monkeypatch)
+    assert not (hub / "sessions").exists()
+
+
+def test_store_sync_syncs_that_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sessiontree import Store
+
+    a, b = Machine(tmp_path, "a"), Machine(tmp_path, "b")
+    hub = tmp_path / "hub"
+    new_session(a.session_path("s1"), "s1", message("e1", None, "hi"))
+    for m in (a, b):
+        with m.env(monkeypatch), Store(m.agent_dir(), agent="pi") as store:
+            store.sync(str(hub), machine=m.name)
+    assert b.files() == a.files()

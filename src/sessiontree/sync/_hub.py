@@ -29,7 +29,6 @@ from typing import Final
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from sessiontree.errors import SessionTreeError
-from sessiontree.layout import is_safe_name
 from sessiontree.storage import (
     FileSessionStorage,
     HostFilesystem,
@@ -41,7 +40,12 @@ from sessiontree.storage import (
     write_whole,
 )
 from sessiontree.sync._model import HubError, MachineNameTakenError, NotAHubError
-from sessiontree.sync._names import SYNCED_AGENTS, check_machine_name, is_session_file_name
+from sessiontree.sync._names import (
+    SYNCED_AGENTS,
+    check_machine_name,
+    is_project_dir_name,
+    is_session_file_name,
+)
 
 __all__ = ["HUB_VERSION", "MARK", "Hub", "LogPath", "hub_label", "is_hub_url", "opened_hub"]
 
@@ -98,7 +102,7 @@ class LogPath:
             return None
         _, agent, project, stem, leaf = parts
         machine = leaf[: -len(".jsonl")]
-        if agent not in SYNCED_AGENTS or not is_safe_name(project) or not project:
+        if agent not in SYNCED_AGENTS or not is_project_dir_name(project):
             return None
         if not is_session_file_name(stem + ".jsonl"):
             return None

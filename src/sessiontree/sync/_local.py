@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from sessiontree.layout import StoreParts, is_safe_name
+from sessiontree.layout import StoreParts
 from sessiontree.listing import stat_identity
 from sessiontree.storage import HostFilesystem, directory_tree
-from sessiontree.sync._names import is_session_file_name
+from sessiontree.sync._names import is_project_dir_name, is_session_file_name
 
 __all__ = ["LocalFile", "identity_now", "local_files"]
 
@@ -56,7 +56,7 @@ def local_files(parts: StoreParts, now_ns: int) -> list[LocalFile]:
         except OSError:
             return out
         for project in projects:
-            if not is_safe_name(project):
+            if not is_project_dir_name(project):
                 continue
             try:
                 with os.scandir(os.path.join(top, project)) as entries:
@@ -73,7 +73,7 @@ def local_files(parts: StoreParts, now_ns: int) -> list[LocalFile]:
         return out
     for directory in sorted(directory_tree(storage, "a sync").list_dirs(sessions)):
         project = os.path.basename(directory)
-        if not is_safe_name(project):
+        if not is_project_dir_name(project):
             continue
         for path in sorted(storage.list_files(directory, "*.jsonl")):
             name = os.path.basename(path)

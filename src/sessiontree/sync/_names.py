@@ -20,6 +20,7 @@ __all__ = [
     "HubNameError",
     "check_machine_name",
     "default_machine_name",
+    "is_project_dir_name",
     "is_session_file_name",
 ]
 
@@ -51,6 +52,12 @@ def default_machine_name() -> str:
     host = socket.gethostname().split(".", 1)[0] or "machine"
     cleaned = re.sub(r"[^A-Za-z0-9._-]", "-", host).lstrip("._-")[:64]
     return cleaned or "machine"
+
+
+def is_project_dir_name(name: str) -> bool:
+    """Whether `name` can be a project dir of a pi-format store (`--<cwd>--`): one path
+    component, not hidden."""
+    return is_safe_name(name) and not name.startswith(".")
 
 
 def is_session_file_name(name: str) -> bool:
