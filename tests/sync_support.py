@@ -75,6 +75,44 @@ class Machine:
         return env
 
 
+def hub_files(hub: str | Path) -> dict[str, tuple[int, int]]:
+    """Every file of a hub (dir or database): path -> (size, mtime_ns)."""
+    from sessiontree.sync._hub import opened_hub
+
+    found: dict[str, tuple[int, int]] = {}
+    with opened_hub(str(hub)) as place:
+
+        def walk(rel: str) -> None:
+            for name in place.list_files(rel, "*") + place.list_files(rel, ".*"):
+                path = f"{rel}/{name}" if rel else name
+                st = place.storage.stat(place.path(path))
+                found[path] = (st.size, st.mtime_ns)
+            for name in place.list_dirs(rel):
+                walk(f"{rel}/{name}" if rel else name)
+
+        walk("")
+    return found
+
+
+@contextmanager
+def pg_hub() -> Iterator[str]:
+    """A hub in a fresh schema of the test server (dropped afterwards)."""
+    from tests.pg_support import fresh_schema
+
+    with fresh_schema() as (url, schema):
+        yield f"{url}{'&' if '?' in url else '?'}schema={schema}"
+
+
+@contextmanager
+def some_hub(kind: str, tmp_path: Path) -> Iterator[str]:
+    """A hub of `kind`: "dir" (a temp dir) or "pg" (PostgreSQL)."""
+    if kind == "dir":
+        yield str(tmp_path / "hub")
+    else:
+        with pg_hub() as url:
+            yield url
+
+
 def line(value: dict[str, Any]) -> bytes:
     return json.dumps(value, separators=(",", ":")).encode() + b"\n"
 

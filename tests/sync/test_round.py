@@ -3,21 +3,33 @@ appended and continued on both sides arrive whole, once, byte for byte."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from sessiontree.sync import LEAF_MARKER
-from tests.sync_support import Machine, append, entries, entry_lines, message, new_session
+from tests.sync_support import (
+    Machine,
+    append,
+    entries,
+    entry_lines,
+    hub_files,
+    message,
+    new_session,
+    some_hub,
+)
 
 
-@pytest.fixture
-def two(tmp_path: Path) -> tuple[Machine, Machine, Path]:
-    return Machine(tmp_path, "laptop"), Machine(tmp_path, "desk"), tmp_path / "hub"
+@pytest.fixture(params=["dir", "pg"])
+def two(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Machine, Machine, str]]:
+    """Two machines and a hub: a dir, and a PostgreSQL database."""
+    with some_hub(request.param, tmp_path) as hub:
+        yield Machine(tmp_path, "laptop"), Machine(tmp_path, "desk"), hub
 
 
 def test_a_session_made_on_one_machine_appears_on_the_other_byte_for_byte(
-    two: tuple[Machine, Machine, Path], monkeypatch: pytest.MonkeyPatch
+    two: tuple[Machine, Machine, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b, hub = two
     path = a.session_path("s1")
@@ -30,7 +42,7 @@ def test_a_session_made_on_one_machine_appears_on_the_other_byte_for_byte(
 
 
 def test_an_append_sends_only_the_new_lines(
-    two: tuple[Machine, Machine, Path], monkeypatch: pytest.MonkeyPatch
+    two: tuple[Machine, Machine, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b, hub = two
     path = a.session_path("s1")
@@ -46,7 +58,7 @@ def test_an_append_sends_only_the_new_lines(
 
 
 def test_a_session_continued_on_the_other_machine_gets_no_marker(
-    two: tuple[Machine, Machine, Path], monkeypatch: pytest.MonkeyPatch
+    two: tuple[Machine, Machine, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b, hub = two
     new_session(a.session_path("s1"), "s1", message("e1", None, "hi"))
@@ -60,7 +72,7 @@ def test_a_session_continued_on_the_other_machine_gets_no_marker(
 
 
 def test_diverged_sessions_end_with_the_union_and_a_marker_at_each_leaf(
-    two: tuple[Machine, Machine, Path], monkeypatch: pytest.MonkeyPatch
+    two: tuple[Machine, Machine, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b, hub = two
     new_session(a.session_path("s1"), "s1", message("e1", None, "hi"))
@@ -84,9 +96,9 @@ def test_diverged_sessions_end_with_the_union_and_a_marker_at_each_leaf(
     assert (last_b["customType"], last_b["parentId"]) == (LEAF_MARKER, "b1")
 
 
-def _snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
-    """(size, mtime_ns) of every file under the roots (the sync state aside)."""
-    found = {}
+def _snapshot(hub: str, *roots: Path) -> dict[str, tuple[int, int]]:
+    """(size, mtime_ns) of every file of the hub and under the roots (sync state aside)."""
+    found = hub_files(hub)
     for root in roots:
         for p in sorted(root.rglob("*")):
             if p.is_file() and ".local" not in p.parts:
@@ -96,7 +108,7 @@ def _snapshot(*roots: Path) -> dict[str, tuple[int, int]]:
 
 
 def test_rounds_with_nothing_new_write_nothing_and_markers_never_answer_each_other(
-    two: tuple[Machine, Machine, Path], monkeypatch: pytest.MonkeyPatch
+    two: tuple[Machine, Machine, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b, hub = two
     new_session(a.session_path("s1"), "s1", message("e1", None, "hi"))
@@ -117,7 +129,7 @@ def test_rounds_with_nothing_new_write_nothing_and_markers_never_answer_each_oth
 
 
 def test_a_marker_is_sent_before_the_first_entry_written_after_it(
-    two: tuple[Machine, Machine, Path], monkeypatch: pytest.MonkeyPatch
+    two: tuple[Machine, Machine, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b, hub = two
     new_session(a.session_path("s1"), "s1", message("e1", None, "hi"))
@@ -139,7 +151,7 @@ def test_a_marker_is_sent_before_the_first_entry_written_after_it(
 
 
 def test_a_session_deleted_on_one_machine_stays_deleted_there_and_kept_on_the_other(
-    two: tuple[Machine, Machine, Path], monkeypatch: pytest.MonkeyPatch
+    two: tuple[Machine, Machine, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b, hub = two
     new_session(a.session_path("s1"), "s1", message("e1", None, "hi"))
@@ -171,7 +183,7 @@ def test_an_oh_my_pi_title_line_is_carried(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_a_local_file_whose_last_line_is_not_ended_waits_a_round(
-    two: tuple[Machine, Machine, Path], monkeypatch: pytest.MonkeyPatch
+    two: tuple[Machine, Machine, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     a, b, hub = two
     new_session(a.session_path("s1"), "s1", message("e1", None, "hi"))

@@ -123,6 +123,8 @@ class Hub:
         self.label = label
         self.local = storage.host_path(root) if isinstance(storage, HostFilesystem) else None
         """The dir, for a hub of this host's files."""
+        self.wrote = False
+        """Whether this round wrote to the hub (then it can be written)."""
 
     def path(self, rel: str) -> str:
         return os.path.join(self.root, *rel.split("/")) if rel else self.root
@@ -166,6 +168,7 @@ class Hub:
         with self.io(f"write {rel}"):
             self.storage.ensure_dir(os.path.dirname(self.path(rel)))
             write_whole(self.storage, self.path(rel), [data])
+        self.wrote = True
 
     def append(self, rel: str, data: bytes) -> int:
         """Append whole lines (`data` ends in `\\n`) to a file this machine alone writes;
@@ -187,7 +190,19 @@ class Hub:
                 writer.fsync()
             finally:
                 writer.close()
-            return size + len(data)
+        self.wrote = True
+        return size + len(data)
+
+    def check_writable(self, machine: str) -> None:
+        """Before the first local write of a round: HubError unless the hub takes a write
+        (a read-only hub must change nothing here). A round that wrote to it already, or
+        has nothing to write here, writes nothing for this."""
+        if self.wrote:
+            return
+        rel = f"machines/{machine}/.probe"
+        self.write(rel, b"")
+        with self.io(f"write {rel}"):
+            self.storage.unlink(self.path(rel))
 
     def list_dirs(self, rel: str) -> list[str]:
         with self.io(f"list {rel or 'the hub'}"):

@@ -171,6 +171,7 @@ def _create(
     entries = _unique(line for line in read.lines if line.key not in (HEADER_KEY, TITLE_KEY))
     ordered = topological(entries, set())
     body = b"".join(line.raw for line in ([title] if title else []) + [header, *ordered])
+    hub.check_writable(report.machine)
     fetch_blobs(hub, parts, path, body, report)
     storage = parts.storage
     try:
@@ -279,6 +280,7 @@ def _merge(
             + b"\n"
         )
     body = b"".join(line.raw for line in ordered) + (marker or b"")
+    hub.check_writable(report.machine)
     fetch_blobs(hub, parts, path, body, report)
     try:
         lock = acquire_session_lock(storage, path)
