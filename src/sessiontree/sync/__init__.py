@@ -12,6 +12,7 @@ from sessiontree.sync._model import (
     NotAHubError,
     SyncBusyError,
     SyncReport,
+    SyncStateError,
 )
 from sessiontree.sync._names import (
     SYNCED_AGENTS,
@@ -33,6 +34,7 @@ __all__ = [
     "NotAHubError",
     "SyncBusyError",
     "SyncReport",
+    "SyncStateError",
     "check_machine_name",
     "default_machine_name",
     "is_session_file_name",

@@ -14,6 +14,7 @@ __all__ = [
     "NotAHubError",
     "SyncBusyError",
     "SyncReport",
+    "SyncStateError",
 ]
 
 
@@ -34,6 +35,10 @@ class MachineNameTakenError(HubError):
 
 class SyncBusyError(SessionTreeError):
     """Another sync with the same hub is running on this machine."""
+
+
+class SyncStateError(SessionTreeError):
+    """This machine's sync state (its id) cannot be read or made."""
 
 
 @dataclass(slots=True)

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from sessiontree._util.env import state_home
-from sessiontree._util.fs import ensure_private_dir, private_database
+from sessiontree._util.fs import create_new, ensure_private_dir, private_database
 from sessiontree.errors import SessionLockError
 from sessiontree.storage import FileLock
-from sessiontree.sync._model import SyncBusyError
+from sessiontree.sync._model import SyncBusyError, SyncStateError
 
 __all__ = ["FileRow", "SessionKey", "SyncState", "locked_state", "state_path"]
 
@@ -96,10 +96,7 @@ class SyncState:
         self.conn.execute("PRAGMA synchronous=NORMAL")
         for statement in _SCHEMA:
             self.conn.execute(statement)
-        self.conn.execute(
-            "INSERT OR IGNORE INTO meta VALUES ('hub', ?), ('machine_id', ?)",
-            (hub_label, str(uuid.uuid4())),
-        )
+        self.conn.execute("INSERT OR IGNORE INTO meta VALUES ('hub', ?)", (hub_label,))
 
     @contextmanager
     def batch(self) -> Iterator[None]:
@@ -117,8 +114,24 @@ class SyncState:
 
     @property
     def machine_id(self) -> str:
-        row = self.conn.execute("SELECT value FROM meta WHERE key='machine_id'").fetchone()
-        return str(row[0])
+        """This machine's id: one for every hub, kept beside the hubs' states (a hub's
+        state lost keeps it; all of them lost makes a new machine)."""
+        path = os.path.join(os.path.dirname(self.path), "machine-id")
+        for _ in range(3):
+            try:
+                with open(path, encoding="ascii") as f:
+                    kept = f.read().strip()
+                if kept:
+                    return kept
+            except FileNotFoundError:
+                pass
+            except (OSError, UnicodeError):
+                break
+            try:
+                create_new([path], [str(uuid.uuid4()).encode()])  # two at once: one wins
+            except FileExistsError:
+                continue
+        raise SyncStateError(f"{path}: cannot read or make this machine's id")
 
     # -- local files ----------------------------------------------------------------------
 
