@@ -46,7 +46,9 @@ POINTS = [
     ("sessiontree.sync._hub", "Hub.append", False),
     ("sessiontree.sync._push", "append_journal", False),
     ("sessiontree.sync._push", "send_blobs", True),
-    ("sessiontree.sync._pull", "write_new", True),
+    ("sessiontree.sync._pull", "create_new", True),
+    ("sessiontree.sync._pull", "_append", True),
+    ("sessiontree.sync._durable", "Barrier.flush", False),
     ("sessiontree.sync._pull", "fetch_blobs", True),
     ("sessiontree.sync._state", "SyncState.set_file", False),
     ("sessiontree.sync._state", "SyncState.set_log_offset", True),
@@ -95,3 +97,18 @@ def test_a_killed_round_run_again_loses_and_doubles_nothing(
         shared_b = {k: v for k, v in on_b.items() if LEAF_MARKER.encode() not in v}
         assert set(shared_a) == ids
         assert shared_a == shared_b
+
+
+def test_a_file_a_crash_left_empty_is_filled_as_it_was_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b, hub = Machine(tmp_path, "a"), Machine(tmp_path, "b"), tmp_path / "hub"
+    new_session(a.session_path("s1"), "s1", message("e1", None, "hi"))
+    a.sync(hub, monkeypatch)
+    with monkeypatch.context() as patch:
+        _kill_at(patch, "sessiontree.sync._pull", "create_new", True, 1)
+        with pytest.raises(Killed):
+            b.sync(hub, monkeypatch)
+    b.session_path("s1").write_bytes(b"")  # written, not yet durable: the power went
+    b.sync(hub, monkeypatch)
+    assert b.files() == a.files()

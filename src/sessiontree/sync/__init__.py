@@ -5,6 +5,7 @@ carried read-only. docs/sync.md says what a user runs; docs/architecture.md the 
 
 from __future__ import annotations
 
+from sessiontree.sync._lines import LEAF_MARKER
 from sessiontree.sync._model import (
     HubError,
     MachineNameTakenError,
@@ -21,7 +22,6 @@ from sessiontree.sync._names import (
     default_machine_name,
     is_session_file_name,
 )
-from sessiontree.sync._pull import LEAF_MARKER
 from sessiontree.sync._round import sync, sync_status
 
 __all__ = [

@@ -170,10 +170,11 @@ class Hub:
             write_whole(self.storage, self.path(rel), [data])
         self.wrote = True
 
-    def append(self, rel: str, data: bytes) -> int:
+    def append(self, rel: str, data: bytes, *, durable: bool = True) -> int:
         """Append whole lines (`data` ends in `\\n`) to a file this machine alone writes;
         its size after. A torn last line (a write cut short) is ended first, so that the
-        lines appended now stay lines of their own."""
+        lines appended now stay lines of their own. `durable=False`: not fsync'ed (the
+        caller's `Barrier` makes it durable with others)."""
         with self.io(f"write {rel}"):
             path = self.path(rel)
             try:
@@ -187,7 +188,8 @@ class Hub:
             try:
                 writer.write_line(data.decode("utf-8"))
                 writer.flush()
-                writer.fsync()
+                if durable:
+                    writer.fsync()
             finally:
                 writer.close()
         self.wrote = True

@@ -18,21 +18,35 @@ from sessiontree.sync._hub import Hub, LogPath
 from sessiontree.sync._model import MachineStatus, SyncReport
 from sessiontree.sync._names import check_machine_name
 
-__all__ = ["JournalRead", "append_journal", "read_journal", "read_statuses", "write_status"]
+__all__ = [
+    "JournalRead",
+    "append_journal",
+    "journal_rel",
+    "read_journal",
+    "read_statuses",
+    "write_status",
+]
 
 
 def _journal(machine: str) -> str:
     return f"machines/{machine}/journal.jsonl"
 
 
-def append_journal(hub: Hub, machine: str, grown: Sequence[tuple[LogPath, int]]) -> None:
+def journal_rel(machine: str) -> str:
+    """The path of `machine`'s journal in the hub."""
+    return _journal(machine)
+
+
+def append_journal(
+    hub: Hub, machine: str, grown: Sequence[tuple[LogPath, int]], *, durable: bool = True
+) -> None:
     """Say in `machine`'s journal that its logs grew to these sizes."""
     if grown:
         lines = b"".join(
             json.dumps({"log": log.rel, "size": size}, separators=(",", ":")).encode() + b"\n"
             for log, size in grown
         )
-        hub.append(_journal(machine), lines)
+        hub.append(_journal(machine), lines, durable=durable)
 
 
 @dataclass(slots=True)

@@ -16,6 +16,7 @@ from sessiontree.format import head_kind, loads_line
 
 __all__ = [
     "HEADER_KEY",
+    "LEAF_MARKER",
     "TITLE_KEY",
     "Line",
     "complete_part",
@@ -28,6 +29,9 @@ HEADER_KEY: Final = "\x00header"
 """The key of the session header (one per session, whatever its id)."""
 TITLE_KEY: Final = "\x00title"
 """The key of oh-my-pi's title slot (the file's first line, when it has one)."""
+LEAF_MARKER: Final = "sessiontree.sync-leaf"
+"""The `customType` of the entry a sync appends to keep a diverged session's leaf where
+this machine's agent left it (docs/sync.md, "the leaf rule")."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from sessiontree.listing import stat_identity
 from sessiontree.storage import HostFilesystem, directory_tree
 from sessiontree.sync._names import is_project_dir_name, is_session_file_name
 
-__all__ = ["LocalFile", "identity_now", "local_files"]
+__all__ = ["Identity", "LocalFile", "identity_now", "local_files"]
 
 Identity = tuple[int, int, int, int]
 

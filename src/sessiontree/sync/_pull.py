@@ -6,15 +6,19 @@ missing here is made from every log of it (header first, byte for byte as its ma
 wrote it); one deleted here is not made again; one that exists gets the lines whose
 keys it lacks, parents before children, in one append of whole lines (never a rewrite),
 then, if the two had diverged, a leaf marker (the leaf rule, docs/sync.md).
+
+Sessions are written in batches: the files of a batch are made durable together, then
+the state records what was read (a crash before: read again, nothing written twice).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from sessiontree._util.fs import create_new
 from sessiontree.errors import SessionLockError
 from sessiontree.format import (
     file_session_id,
@@ -23,21 +27,29 @@ from sessiontree.format import (
     serialize_entry_bytes,
 )
 from sessiontree.layout import StoreParts
-from sessiontree.storage import acquire_session_lock, read_chunks, write_new
+from sessiontree.storage import HostFilesystem, acquire_session_lock, read_chunks, write_new
 from sessiontree.sync._blobs import fetch_blobs
+from sessiontree.sync._durable import Barrier
 from sessiontree.sync._hub import Hub, LogPath
 from sessiontree.sync._journal import read_journal
-from sessiontree.sync._lines import HEADER_KEY, TITLE_KEY, Line, parse_lines, topological
-from sessiontree.sync._local import identity_now
+from sessiontree.sync._lines import (
+    HEADER_KEY,
+    LEAF_MARKER,
+    TITLE_KEY,
+    Line,
+    parse_lines,
+    topological,
+)
+from sessiontree.sync._local import Identity, identity_now
 from sessiontree.sync._model import SyncReport
 from sessiontree.sync._push import file_row
 from sessiontree.sync._state import SessionKey, SyncState
 
-__all__ = ["LEAF_MARKER", "pull"]
+__all__ = ["pull"]
 
-LEAF_MARKER: Final = "sessiontree.sync-leaf"
-"""The `customType` of the entry that keeps a diverged session's leaf where this
-machine's agent left it."""
+_BATCH: Final = 256
+"""Sessions written between two durability barriers (and state commits)."""
+_HEAD_KEYS: Final = (HEADER_KEY, TITLE_KEY)
 
 
 @dataclass(slots=True)
@@ -47,6 +59,28 @@ class _Read:
     lines: list[Line] = field(default_factory=list)
     ends: dict[str, int] = field(default_factory=dict)
     """log -> where the next read of it starts."""
+
+
+@dataclass(slots=True)
+class _Batch:
+    """Local files written and not yet durable, and what the state records of them
+    once they are."""
+
+    state: SyncState
+    barrier: Barrier = field(default_factory=Barrier)
+    records: list[Callable[[], None]] = field(default_factory=list)
+
+    def wrote(self, parts: StoreParts, path: str, record: Callable[[], None]) -> None:
+        self.barrier.add(parts.storage, path)
+        self.records.append(record)
+
+    def commit(self) -> None:
+        records, self.records = self.records, []
+        if records:
+            self.barrier.flush()
+            with self.state.batch():
+                for record in records:
+                    record()
 
 
 def _read_logs(hub: Hub, logs: Iterable[tuple[str, int, int]], at_start: bool) -> _Read:
@@ -96,13 +130,17 @@ def pull(
             state.set_log_offset(rel, target)
             continue
         sessions.setdefault(log.session, []).append((rel, offset, target))
+    batch = _Batch(state)
     for key, logs in sorted(sessions.items()):
         parts = stores.get(key[0])
         if parts is None:
             report.note(f"{'/'.join(key)} (hub)", f"no {key[0]} store here; kept in the hub")
             _consume(state, {rel: target for rel, _, target in logs})
             continue
-        _pull_session(hub, state, machine, parts, key, logs, report)
+        _pull_session(hub, batch, machine, parts, key, logs, report)
+        if len(batch.records) >= _BATCH:
+            batch.commit()
+    batch.commit()
 
 
 def _consume(
@@ -111,16 +149,23 @@ def _consume(
     key: SessionKey | None = None,
     keys: Iterable[str] = (),
 ) -> None:
+    """Record the logs as read to `ends` (and, of session `key`, the keys they hold)."""
     with state.batch():
-        for rel, end in ends.items():
-            state.set_log_offset(rel, end)
-        if key is not None:
-            state.add_hub_keys(key, keys)
+        _record_read(state, ends, key, keys)
+
+
+def _record_read(
+    state: SyncState, ends: Mapping[str, int], key: SessionKey | None, keys: Iterable[str]
+) -> None:
+    for rel, end in ends.items():
+        state.set_log_offset(rel, end)
+    if key is not None:
+        state.add_hub_keys(key, keys)
 
 
 def _pull_session(
     hub: Hub,
-    state: SyncState,
+    batch: _Batch,
     machine: str,
     parts: StoreParts,
     key: SessionKey,
@@ -129,12 +174,12 @@ def _pull_session(
 ) -> None:
     agent, project, name = key
     path = os.path.join(parts.sessions_dir, project, name)
-    storage = parts.storage
-    if storage.exists(path):
-        _merge(hub, state, machine, parts, key, path, _read_logs(hub, logs, False), report)
+    state = batch.state
+    exists = parts.storage.exists(path)
+    if exists and parts.storage.stat(path).size > 0:
+        _merge(hub, batch, machine, parts, key, path, _read_logs(hub, logs, False), report)
         return
-    row = state.file(key)
-    if row is not None:
+    if not exists and state.file(key) is not None:
         report.note(path, "deleted here; not made again (deletion does not sync)")
         _consume(state, {rel: target for rel, _, target in logs})
         return
@@ -144,51 +189,71 @@ def _pull_session(
         log = LogPath.parse(f"{session_dir}/{leaf}")
         if log is not None:
             every.append((log.rel, 0, 0))
-    _create(hub, state, parts, key, path, _read_logs(hub, every, True), report)
+    # an empty file is one a round made and a crash left empty: filled as it was made
+    _create(hub, batch, parts, key, path, _read_logs(hub, every, True), report, into=exists)
+
+
+def _head(read: _Read, name: str) -> tuple[Line | None, str | None]:
+    """The session's header line from the logs (the first), or why there is none."""
+    header = next((line for line in read.lines if line.key == HEADER_KEY), None)
+    if header is None:
+        return None, "no session header"
+    if header.header_id != file_session_id(name[: -len(".jsonl")]):
+        return None, "its header's id is not its file name's"
+    return header, None
 
 
 def _create(
     hub: Hub,
-    state: SyncState,
+    batch: _Batch,
     parts: StoreParts,
     key: SessionKey,
     path: str,
     read: _Read,
     report: SyncReport,
+    *,
+    into: bool = False,
 ) -> None:
     """Make the session file from its logs: title slot and header as its maker wrote
-    them, then every entry once, parents first."""
-    name = key[2]
+    them, then every entry once, parents first (`into`: into the empty file there)."""
     # the log that holds the header first: the maker's, whose order the file keeps
-    lines = sorted(read.lines, key=lambda line: line.key != HEADER_KEY)
-    header = next((line for line in lines if line.key == HEADER_KEY), None)
-    if header is None or header.header_id != file_session_id(name[: -len(".jsonl")]):
-        why = "no session header" if header is None else "its header's id is not its file name's"
+    read.lines.sort(key=lambda line: line.key != HEADER_KEY)
+    header, why = _head(read, key[2])
+    if header is None:
         report.note(f"{'/'.join(key)} (hub)", f"{why}; not made here")
-        _consume(state, read.ends)
+        _consume(batch.state, read.ends)
         return
     title = next((line for line in read.lines if line.key == TITLE_KEY), None)
-    entries = _unique(line for line in read.lines if line.key not in (HEADER_KEY, TITLE_KEY))
-    ordered = topological(entries, set())
-    body = b"".join(line.raw for line in ([title] if title else []) + [header, *ordered])
+    ordered = topological(_unique(x for x in read.lines if x.key not in _HEAD_KEYS), set())
+    head = [title, header] if title is not None else [header]
+    body = b"".join(line.raw for line in head + ordered)
     hub.check_writable(report.machine)
     fetch_blobs(hub, parts, path, body, report)
     storage = parts.storage
     try:
-        storage.ensure_dir(os.path.dirname(path))
-        write_new(storage, [path], [body])
+        if into:
+            if not _append(parts, path, 0, body, report):
+                return
+        else:
+            storage.ensure_dir(os.path.dirname(path))
+            if isinstance(storage, HostFilesystem):  # made durable with the batch
+                create_new([storage.host_path(path)], [body], durable=False)
+            else:
+                write_new(storage, [path], [body])
     except FileExistsError:
         return  # an agent made it meanwhile: merged next round
     identity = identity_now(parts, path)
-    with state.batch():
-        state.add_hub_keys(key, [line.key for line in read.lines])
-        for rel, end in read.ends.items():
-            state.set_log_offset(rel, end)
+    keys = [line.key for line in read.lines]
+
+    def record() -> None:
+        _record_read(batch.state, read.ends, key, keys)
         if identity[0] == len(body):
-            state.set_file(key, file_row(parts, path, identity, len(body)))
+            batch.state.set_file(key, file_row(parts, path, identity, len(body)))
+
+    batch.wrote(parts, path, record)
     report.created.append(path)
     report.received_sessions += 1
-    report.received_lines += 2 + len(ordered) if title else 1 + len(ordered)
+    report.received_lines += len(head) + len(ordered)
     report.received_bytes += len(body)
 
 
@@ -211,9 +276,73 @@ def _ancestors(start: str, parents: Mapping[str, str | None]) -> set[str]:
     return out
 
 
+@dataclass(slots=True)
+class _Local:
+    """A local file's lines as the merge needs them."""
+
+    present: dict[str, bytes] = field(default_factory=dict)
+    parents: dict[str, str | None] = field(default_factory=dict)
+    leaf: str | None = None
+    """The entry its agent would resume at: the last entry, or, when that is a leaf
+    marker, the entry the marker keeps."""
+
+
+def _local_lines(local: bytes) -> _Local:
+    out = _Local()
+    for raw, line in parse_lines(local, True):
+        if line is None:
+            continue
+        out.present.setdefault(line.key, raw)
+        if line.key not in _HEAD_KEYS:
+            out.parents[line.key] = line.parent
+            out.leaf = line.parent if line.kind == LEAF_MARKER else line.key
+    return out
+
+
+def _leaf_marker(machine: str, leaf: str, taken: Iterable[str]) -> tuple[str, bytes]:
+    marker_id = generate_entry_id(set(taken))
+    entry = {
+        "type": "custom",
+        "customType": LEAF_MARKER,
+        "data": {"machine": machine},
+        "id": marker_id,
+        "parentId": leaf,
+        "timestamp": iso_now(),
+    }
+    return marker_id, serialize_entry_bytes(entry) + b"\n"
+
+
+def _append(
+    parts: StoreParts, path: str, size: int, body: bytes, report: SyncReport
+) -> tuple[Identity, Identity] | None:
+    """Append `body` to the file in one write, under the session's writer lock, if the
+    file is still `size` bytes long; its identities before and after (None: not now)."""
+    storage = parts.storage
+    try:
+        lock = acquire_session_lock(storage, path)
+    except SessionLockError:
+        report.note(path, "a sessiontree writer holds it; merged next round")
+        return None
+    try:
+        before = identity_now(parts, path)
+        if before[0] != size:
+            report.note(path, "changed while it was read; merged next round")
+            return None
+        writer = storage.open_writer(path, "a")
+        try:
+            writer.write_line(body.decode("utf-8"))
+            writer.flush()
+        finally:
+            writer.close()
+        return before, identity_now(parts, path)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
 def _merge(
     hub: Hub,
-    state: SyncState,
+    batch: _Batch,
     machine: str,
     parts: StoreParts,
     key: SessionKey,
@@ -223,92 +352,51 @@ def _merge(
 ) -> None:
     """Append to the local file the lines it lacks, and the leaf marker if they
     diverged; the file is never rewritten."""
+    state = batch.state
     keys_read = [line.key for line in read.lines]
     storage = parts.storage
-    if not any(line.key not in (HEADER_KEY, TITLE_KEY) for line in read.lines):
+    if not any(line.key not in _HEAD_KEYS for line in read.lines):
         _consume(state, read.ends, key, keys_read)
         return
-    local = b"".join(read_chunks(storage, path))
-    report.bytes_read += len(local)
-    if local and not local.endswith(b"\n"):
-        report.note(path, "does not end a line (an agent writing it?); merged next round")
+    local_bytes = b"".join(read_chunks(storage, path))
+    report.bytes_read += len(local_bytes)
+    if not local_bytes.endswith(b"\n"):
+        why = "is empty" if not local_bytes else "does not end a line (an agent writing it?)"
+        report.note(path, f"{why}; merged next round")
         return
-    present: dict[str, bytes] = {}
-    parents: dict[str, str | None] = {}
-    last: str | None = None
-    for raw, line in parse_lines(local, True):
-        if line is None:
-            continue
-        present.setdefault(line.key, raw)
-        if line.key not in (HEADER_KEY, TITLE_KEY):
-            parents[line.key] = line.parent
-            last = line.key
+    local = _local_lines(local_bytes)
     new = []
     for line in _unique(read.lines):
-        if line.key in (HEADER_KEY, TITLE_KEY):
+        if line.key in _HEAD_KEYS:
             continue
-        if line.key in present:
-            if present[line.key] != line.raw:
-                report.note(
-                    f"{path}: entry {line.key}", "another machine's line differs; ours kept"
-                )
+        if line.key in local.present:
+            if local.present[line.key] != line.raw:
+                why = "another machine's line differs; ours kept"
+                report.note(f"{path}: entry {line.key}", why)
             continue
         new.append(line)
     if not new:
         _consume(state, read.ends, key, keys_read)
         return
-    ordered = topological(new, set(present))
-    for line in ordered:
-        parents[line.key] = line.parent
-    held = state.held(key)
-    leaf = held[last][0] if last is not None and last in held else last
-    marker: bytes | None = None
-    marker_id = ""
-    if leaf is not None and leaf not in _ancestors(ordered[-1].key, parents):
-        marker_id = generate_entry_id(parents.keys() | present.keys())
-        marker = (
-            serialize_entry_bytes(
-                {
-                    "type": "custom",
-                    "customType": LEAF_MARKER,
-                    "data": {"machine": machine},
-                    "id": marker_id,
-                    "parentId": leaf,
-                    "timestamp": iso_now(),
-                }
-            )
-            + b"\n"
-        )
-    body = b"".join(line.raw for line in ordered) + (marker or b"")
+    ordered = topological(new, set(local.present))
+    parents = local.parents | {line.key: line.parent for line in ordered}
+    marker: tuple[str, bytes] | None = None
+    if local.leaf is not None and local.leaf not in _ancestors(ordered[-1].key, parents):
+        marker = _leaf_marker(machine, local.leaf, parents.keys() | local.present.keys())
+    body = b"".join(line.raw for line in ordered) + (marker[1] if marker else b"")
     hub.check_writable(report.machine)
     fetch_blobs(hub, parts, path, body, report)
-    try:
-        lock = acquire_session_lock(storage, path)
-    except SessionLockError:
-        report.note(path, "a sessiontree writer holds it; merged next round")
+    written = _append(parts, path, len(local_bytes), body, report)
+    if written is None:
         return
-    try:
-        before = identity_now(parts, path)
-        if before[0] != len(local):
-            report.note(path, "changed while it was read; merged next round")
-            return
-        writer = storage.open_writer(path, "a")
-        try:
-            writer.write_line(body.decode("utf-8"))
-            writer.flush()
-        finally:
-            writer.close()
-        after = identity_now(parts, path)
-    finally:
-        if lock is not None:
-            lock.release()
+    before, after = written
     row = state.file(key)
-    with state.batch():
-        state.add_hub_keys(key, keys_read)
-        for rel, end in read.ends.items():
-            state.set_log_offset(rel, end)
+    leaf = local.leaf
+
+    def record() -> None:
+        _record_read(state, read.ends, key, keys_read)
         if marker is not None:
-            state.hold(key, marker_id, leaf, marker)
+            state.hold(key, marker[0], leaf, marker[1])
         # pushed up to its end before: the lines written now need no push either
         if (
             row is not None
@@ -318,9 +406,11 @@ def _merge(
             and after[0] == before[0] + len(body)
         ):
             state.set_file(key, file_row(parts, path, after, after[0]))
+
+    batch.wrote(parts, path, record)
     report.merged.append(path)
     if marker is not None:
         report.leaf_markers.append(path)
     report.received_sessions += 1
     report.received_lines += len(ordered)
-    report.received_bytes += len(body) - len(marker or b"")
+    report.received_bytes += len(body) - len(marker[1] if marker else b"")

@@ -11,6 +11,7 @@ the session, their blobs first, then the journal says the log grew. A leaf marke
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from sessiontree.format import CURRENT_SESSION_VERSION, file_session_id, loads_line
 from sessiontree.layout import StoreParts
@@ -24,9 +25,16 @@ from sessiontree.listing import (
 )
 from sessiontree.storage import read_range, read_range_chunks
 from sessiontree.sync._blobs import send_blobs
+from sessiontree.sync._durable import Barrier
 from sessiontree.sync._hub import Hub, LogPath
-from sessiontree.sync._journal import append_journal
-from sessiontree.sync._lines import HEADER_KEY, TITLE_KEY, complete_part, parse_lines
+from sessiontree.sync._journal import append_journal, journal_rel
+from sessiontree.sync._lines import (
+    HEADER_KEY,
+    LEAF_MARKER,
+    TITLE_KEY,
+    complete_part,
+    parse_lines,
+)
 from sessiontree.sync._local import LocalFile, local_files
 from sessiontree.sync._model import SyncReport
 from sessiontree.sync._state import FileRow, SessionKey, SyncState
@@ -77,8 +85,24 @@ def _header_problem(raw: bytes, name: str) -> str | None:
     return None
 
 
-def push_file(
-    hub: Hub,
+@dataclass(slots=True)
+class _Outgoing:
+    """What one file sends, and what the state says of it once that is durable."""
+
+    key: SessionKey
+    path: str
+    """The local file."""
+    row: FileRow
+    log: LogPath
+    body: bytes = b""
+    lines: int = 0
+    keys: list[str] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
+    hold: list[tuple[str, str | None, bytes]] = field(default_factory=list)
+    """Leaf markers found in the file, not in the state, and still without a child."""
+
+
+def _outgoing(
     state: SyncState,
     machine: str,
     agent: str,
@@ -86,22 +110,24 @@ def push_file(
     file: LocalFile,
     row: FileRow | None,
     report: SyncReport,
-) -> None:
-    """Push what is new in one local session file."""
+) -> _Outgoing | None:
+    """What is new in one local session file (None: nothing to say of it now)."""
     key: SessionKey = (agent, file.project, file.name)
+    log = LogPath(agent, file.project, file.name[: -len(".jsonl")], machine)
     start = _resume_at(parts, file, row)
     try:
         data = complete_part(
             b"".join(read_range_chunks(parts.storage, file.path, start, file.size))
         )
     except FileNotFoundError:
-        return  # deleted since it was listed: the next round sees it gone
+        return None  # deleted since it was listed: the next round sees it gone
     report.bytes_read += file.size - start
     known = state.hub_keys(key)
     held = state.held(key)
-    released: list[str] = []
+    out = _Outgoing(
+        key, file.path, file_row(parts, file.path, file.identity, start + len(data)), log
+    )
     send: list[bytes] = []
-    keys: list[str] = []
     seen_header = start > 0
     for raw, line in parse_lines(data, start == 0):
         if line is None:
@@ -115,37 +141,70 @@ def push_file(
             problem = _header_problem(raw, file.name)
             if problem is not None:
                 report.note(file.path, f"{problem}; not synced")
-                state.set_file(key, file_row(parts, file.path, file.identity, 0))
-                return
+                out.row = file_row(parts, file.path, file.identity, 0)
+                return out
         elif not seen_header and line.key != TITLE_KEY:
             report.note(file.path, "no session header before its entries; not synced")
-            return
-        if line.key in known or line.key in keys:
+            return None
+        if line.key in known or line.key in out.keys:
             continue
         if line.key in held:
             continue  # a leaf marker with no child yet: it would answer another's
-        marker = held.get(line.parent or "")
-        if marker is not None and line.parent not in released and line.parent is not None:
-            send.append(marker[1])  # an agent wrote after the marker: it goes first
-            keys.append(line.parent)
-            released.append(line.parent)
+        if line.kind == LEAF_MARKER:  # one the state lost: held back all the same
+            held[line.key] = (line.parent, raw)
+            out.hold.append((line.key, line.parent, raw))
+            continue
+        parent = line.parent
+        if parent is not None and parent in held and parent not in out.released:
+            send.append(held[parent][1])  # an agent wrote after the marker: it goes first
+            out.keys.append(parent)
+            out.released.append(parent)
         send.append(raw)
-        keys.append(line.key)
-    offset = start + len(data)
-    log = LogPath(agent, file.project, file.name[: -len(".jsonl")], machine)
-    if send:
-        body = b"".join(send)
-        send_blobs(hub, state, parts, file.path, body, report)
-        size = hub.append(log.rel, body)
-        append_journal(hub, machine, [(log, size)])
+        out.keys.append(line.key)
+    out.body = b"".join(send)
+    out.lines = len(send)
+    return out
+
+
+def _send(
+    hub: Hub,
+    state: SyncState,
+    machine: str,
+    parts: StoreParts,
+    batch: list[_Outgoing],
+    report: SyncReport,
+) -> None:
+    """Append a batch's lines to their logs and say so in the journal, make it all
+    durable at once, then record it in the state (a crash before: sent again, once
+    more in the hub, never twice in a file)."""
+    barrier = Barrier()
+    grown: list[tuple[LogPath, int]] = []
+    for out in batch:
+        if not out.body:
+            continue
+        send_blobs(hub, state, parts, out.path, out.body, report)
+        grown.append((out.log, hub.append(out.log.rel, out.body, durable=False)))
+        barrier.add(hub.storage, hub.path(out.log.rel))
         report.sent_sessions += 1
-        report.sent_lines += len(send)
-        report.sent_bytes += len(body)
+        report.sent_lines += out.lines
+        report.sent_bytes += len(out.body)
+    if grown:
+        append_journal(hub, machine, grown, durable=False)
+        barrier.add(hub.storage, hub.path(journal_rel(machine)))
+        with hub.io("make the lines sent durable"):
+            barrier.flush()
     with state.batch():
-        state.add_hub_keys(key, keys)
-        for marker_id in released:
-            state.release(key, marker_id)
-        state.set_file(key, file_row(parts, file.path, file.identity, offset))
+        for out in batch:
+            state.add_hub_keys(out.key, out.keys)
+            for marker_id, parent, raw in out.hold:
+                state.hold(out.key, marker_id, parent, raw)
+            for marker_id in out.released:
+                state.release(out.key, marker_id)
+            state.set_file(out.key, out.row)
+
+
+_BATCH = 256
+"""Files sent between two durability barriers (and state commits)."""
 
 
 def push_store(
@@ -169,12 +228,18 @@ def push_store(
         or row.deleted
         or not same_identity(row.identity, f.identity)
     ]
-    for done, file in enumerate(changed):
-        if progress is not None and done % 500 == 0 and len(changed) > 500:
-            progress(f"{agent}: sending {done}/{len(changed)} changed files")
-        push_file(
-            hub, state, machine, agent, parts, file, rows.get((file.project, file.name)), report
+    batch: list[_Outgoing] = []
+    for done, file in enumerate(changed, start=1):
+        out = _outgoing(
+            state, machine, agent, parts, file, rows.get((file.project, file.name)), report
         )
+        if out is not None:
+            batch.append(out)
+        if len(batch) >= _BATCH or done == len(changed):
+            _send(hub, state, machine, parts, batch, report)
+            batch = []
+            if progress is not None and len(changed) > _BATCH:
+                progress(f"{agent}: {done}/{len(changed)} changed files sent")
     present = {(f.project, f.name) for f in listed}
     gone = [k for k, row in rows.items() if not row.deleted and k not in present]
     # a sessions dir that is not there (an unmounted disk) deleted nothing
