@@ -228,3 +228,20 @@ def test_store_sync_syncs_that_store(tmp_path: Path, monkeypatch: pytest.MonkeyP
         with m.env(monkeypatch), Store(m.agent_dir(), agent="pi") as store:
             store.sync(str(hub), machine=m.name)
     assert b.files() == a.files()
+
+
+def test_a_session_of_an_agent_not_here_waits_in_the_hub_until_its_store_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a, b = Machine(tmp_path, "a", ("pi", "omp")), Machine(tmp_path, "b", ("pi",))
+    hub = tmp_path / "hub"
+    new_session(a.session_path("o1", "omp"), "o1", message("e1", None, "omp's"))
+    a.sync(hub, monkeypatch, ("pi", "omp"))
+    report = b.sync(hub, monkeypatch, ("pi",))
+    assert (
+        "1 omp sessions",
+        "no omp store here (its agent dir with a sessions/ dir); kept in the hub",
+    ) in report.skipped
+    (b.agent_dir("omp") / "sessions").mkdir(parents=True)
+    b.sync(hub, monkeypatch, ("pi", "omp"))
+    assert b.files("omp") == a.files("omp")

@@ -131,16 +131,19 @@ def pull(
             continue
         sessions.setdefault(log.session, []).append((rel, offset, target))
     batch = _Batch(state)
+    waiting: dict[str, int] = {}
     for key, logs in sorted(sessions.items()):
         parts = stores.get(key[0])
-        if parts is None:
-            report.note(f"{'/'.join(key)} (hub)", f"no {key[0]} store here; kept in the hub")
-            _consume(state, {rel: target for rel, _, target in logs})
+        if parts is None:  # left pending: pulled once that agent's store is here
+            waiting[key[0]] = waiting.get(key[0], 0) + 1
             continue
         _pull_session(hub, batch, machine, parts, key, logs, report)
         if len(batch.records) >= _BATCH:
             batch.commit()
     batch.commit()
+    for agent, count in sorted(waiting.items()):
+        why = f"no {agent} store here (its agent dir with a sessions/ dir); kept in the hub"
+        report.note(f"{count} {agent} sessions", why)
 
 
 def _consume(

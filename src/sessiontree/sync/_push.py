@@ -11,7 +11,7 @@ the session, their blobs first, then the journal says the log grew. A leaf marke
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sessiontree.format import CURRENT_SESSION_VERSION, file_session_id, loads_line
 from sessiontree.layout import StoreParts
@@ -115,6 +115,11 @@ def _outgoing(
     key: SessionKey = (agent, file.project, file.name)
     log = LogPath(agent, file.project, file.name[: -len(".jsonl")], machine)
     start = _resume_at(parts, file, row)
+    if row is not None and start == row.offset == row.size == file.size:
+        # the same bytes under a new identity (a stat in the write's tick): kept as is
+        size, mtime_ns, ino, ctime_ns = file.identity
+        same = replace(row, size=size, mtime_ns=mtime_ns, ino=ino, ctime_ns=ctime_ns)
+        return _Outgoing(key, file.path, same, log)
     try:
         data = complete_part(
             b"".join(read_range_chunks(parts.storage, file.path, start, file.size))
