@@ -8,7 +8,8 @@ rounds, each as the machine it runs on (HOME set to that machine's):
 * A again:  nothing new (time; session bytes read past what the last push marked:
             must be 0; hub bytes written: must be 0);
 * B first:  machine B, with an empty pi store, receives every session;
-* B again:  nothing new on B;
+* B again:  nothing new on B (the files B wrote are checked: 16 KB at their head and
+            end each, none read whole), and once more (nothing checked);
 * grown:    a line appended to 100 of A's sessions: A sends only those lines, B
             receives them.
 
@@ -88,7 +89,8 @@ def main() -> None:
     _round("A again", a, hub, "a")
     _round("B first", b, hub, "b")
     time.sleep(2.1)
-    _round("B again", b, hub, "b")
+    _round("B again", b, hub, "b")  # checks the head and end of each file it wrote
+    _round("B 3rd", b, hub, "b")
     sessions = sorted((a / ".pi" / "agent" / "sessions").rglob("*.jsonl"))
     for path in sessions[:: max(1, len(sessions) // 100)][:100]:
         last = path.read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1]

@@ -89,3 +89,18 @@ def test_the_store_benchmark_prints_every_figure_against_its_floor(tmp_path: Pat
     for floor in ("| cat ", "| grep -c '' -r", "| grep -rl"):
         assert floor in out, out
     assert "a refresh of the unchanged store read 0 session files" in out, out
+
+
+def test_the_sync_benchmark_prints_every_round() -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/bench_sync.py", "--sessions", "20"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    for row in ("A first", "A again", "B first", "B again", "B 3rd", "A grown", "B grown"):
+        assert row in proc.stdout, proc.stdout

@@ -120,6 +120,7 @@ def pull(
     machine: str,
     stores: Mapping[str, StoreParts],
     report: SyncReport,
+    progress: Callable[[str], None] | None = None,
 ) -> None:
     """Bring every other machine's new lines into this machine's files."""
     _grow_pending(hub, state, machine, report)
@@ -140,6 +141,9 @@ def pull(
         _pull_session(hub, batch, machine, parts, key, logs, report)
         if len(batch.records) >= _BATCH:
             batch.commit()
+            if progress is not None:
+                done = len(report.created) + len(report.merged)
+                progress(f"{done}/{len(sessions)} sessions received")
     batch.commit()
     for agent, count in sorted(waiting.items()):
         why = f"no {agent} store here (its agent dir with a sessions/ dir); kept in the hub"

@@ -68,9 +68,7 @@ def sync(
         now_ns = read_start_ns()
         for agent, store in stores.items():
             push_store(place, state, name, agent, store, now_ns, report, progress)
-        if progress is not None and time.monotonic() - started > 2.0:
-            progress("receiving what the other machines sent")
-        pull(place, state, name, stores, report)
+        pull(place, state, name, stores, report, progress)
         if report.changed:
             write_status(place, report)
     report.elapsed = time.monotonic() - started
