@@ -83,7 +83,10 @@ def main() -> None:
     shutil.rmtree(work / "hub", ignore_errors=True)
     hub = args.hub or str(work / "hub")
     size = write_corpus(a / ".pi" / "agent", args.sessions)
-    print(f"{args.sessions} sessions, {size / 1e6:.1f} MB on A; hub {hub}", flush=True)
+    from sessiontree.storage import redact_url
+
+    label = redact_url(hub)
+    print(f"{args.sessions} sessions, {size / 1e6:.1f} MB on A; hub {label}", flush=True)
     time.sleep(2.1)  # past the racy window of the files just written (listing._marks)
     _round("A first", a, hub, "a")
     _round("A again", a, hub, "a")

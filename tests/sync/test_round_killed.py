@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from sessiontree.sync import LEAF_MARKER
-from tests.sync_support import Machine, append, entry_lines, message, new_session
+from tests.sync_support import Machine, append, entry_lines, message, new_session, pg_hub
 
 
 class Killed(BaseException):
@@ -67,7 +67,27 @@ def test_a_killed_round_run_again_loses_and_doubles_nothing(
     after: bool,
     nth: int,
 ) -> None:
-    a, b, hub = Machine(tmp_path, "a"), Machine(tmp_path, "b"), tmp_path / "hub"
+    _killed_round(str(tmp_path / "hub"), tmp_path, monkeypatch, target, name, after, nth)
+
+
+@pytest.mark.parametrize(("target", "name", "after"), POINTS[:3])
+def test_a_killed_round_with_a_database_hub_loses_and_doubles_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str, name: str, after: bool
+) -> None:
+    with pg_hub() as hub:
+        _killed_round(hub, tmp_path, monkeypatch, target, name, after, 2)
+
+
+def _killed_round(
+    hub: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    target: str,
+    name: str,
+    after: bool,
+    nth: int,
+) -> None:
+    a, b = Machine(tmp_path, "a"), Machine(tmp_path, "b")
     new_session(a.session_path("s1"), "s1", message("e1", None, "hi"))
     new_session(a.session_path("s2"), "s2", message("g1", None, "second"))
     a.sync(hub, monkeypatch)

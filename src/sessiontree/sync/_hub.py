@@ -170,20 +170,27 @@ class Hub:
             write_whole(self.storage, self.path(rel), [data])
         self.wrote = True
 
-    def append(self, rel: str, data: bytes, *, durable: bool = True) -> int:
+    def append(
+        self, rel: str, data: bytes, *, durable: bool = True, known: int | None = None
+    ) -> int:
         """Append whole lines (`data` ends in `\\n`) to a file this machine alone writes;
         its size after. A torn last line (a write cut short) is ended first, so that the
         lines appended now stay lines of their own. `durable=False`: not fsync'ed (the
-        caller's `Barrier` makes it durable with others)."""
+        caller's `Barrier` makes it durable with others). `known`: the size this machine
+        left the file at, trusted in a database (whose writes are whole or not at all:
+        no look first); a dir's file is looked at all the same."""
         with self.io(f"write {rel}"):
             path = self.path(rel)
-            try:
-                size = self.storage.stat(path).size
-            except FileNotFoundError:
-                self.storage.ensure_dir(os.path.dirname(path))
-                size = 0
-            if size and read_range(self.storage, path, size - 1, 1) != b"\n":
-                data = b"\n" + data
+            if known is not None and self.local is None:
+                size = known
+            else:
+                try:
+                    size = self.storage.stat(path).size
+                except FileNotFoundError:
+                    self.storage.ensure_dir(os.path.dirname(path))
+                    size = 0
+                if size and read_range(self.storage, path, size - 1, 1) != b"\n":
+                    data = b"\n" + data
             writer = self.storage.open_writer(path, "a")
             try:
                 writer.write_line(data.decode("utf-8"))

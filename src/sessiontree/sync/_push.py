@@ -184,11 +184,18 @@ def _send(
     more in the hub, never twice in a file)."""
     barrier = Barrier()
     grown: list[tuple[LogPath, int]] = []
+    # a size is trusted only while no write of this round may have moved it unrecorded:
+    # forgotten before the writes, recorded again after them
+    known = {out.log.rel: state.sent_size(out.log.rel) for out in batch if out.body}
+    with state.batch():
+        for rel in known:
+            state.forget_sent_size(rel)
     for out in batch:
         if not out.body:
             continue
         send_blobs(hub, state, parts, out.path, out.body, report)
-        grown.append((out.log, hub.append(out.log.rel, out.body, durable=False)))
+        size = hub.append(out.log.rel, out.body, durable=False, known=known[out.log.rel])
+        grown.append((out.log, size))
         barrier.add(hub.storage, hub.path(out.log.rel))
         report.sent_sessions += 1
         report.sent_lines += out.lines
@@ -199,6 +206,8 @@ def _send(
         with hub.io("make the lines sent durable"):
             barrier.flush()
     with state.batch():
+        for log, size in grown:
+            state.set_sent_size(log.rel, size)
         for out in batch:
             state.add_hub_keys(out.key, out.keys)
             for marker_id, parent, raw in out.hold:

@@ -49,6 +49,7 @@ _SCHEMA: Final = (
     "CREATE TABLE IF NOT EXISTS logs (rel TEXT PRIMARY KEY, offset INTEGER NOT NULL,"
     " target INTEGER NOT NULL)",
     "CREATE TABLE IF NOT EXISTS hub_blobs (digest TEXT PRIMARY KEY) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS sent_logs (rel TEXT PRIMARY KEY, size INTEGER NOT NULL)",
 )
 
 
@@ -217,6 +218,17 @@ class SyncState:
 
     def set_log_offset(self, rel: str, offset: int) -> None:
         self.conn.execute("UPDATE logs SET offset = ? WHERE rel = ?", (offset, rel))
+
+    def sent_size(self, rel: str) -> int | None:
+        """The size this machine left its log at `rel` (None: not known here)."""
+        row = self.conn.execute("SELECT size FROM sent_logs WHERE rel=?", (rel,)).fetchone()
+        return int(row[0]) if row else None
+
+    def set_sent_size(self, rel: str, size: int) -> None:
+        self.conn.execute("INSERT OR REPLACE INTO sent_logs VALUES (?,?)", (rel, size))
+
+    def forget_sent_size(self, rel: str) -> None:
+        self.conn.execute("DELETE FROM sent_logs WHERE rel=?", (rel,))
 
     def hub_has_blob(self, digest: str) -> bool:
         row = self.conn.execute("SELECT 1 FROM hub_blobs WHERE digest=?", (digest,)).fetchone()
