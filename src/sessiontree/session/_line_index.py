@@ -48,6 +48,7 @@ __all__ = [
     "IndexedLines",
     "ScannedFile",
     "match_prefix",
+    "ref_marks",
     "refs_in",
     "scan_pinned",
 ]
@@ -509,6 +510,18 @@ class _Scan:
                 lines.blob_refs.append(len(lines.entries))
         lines.flags.append(flag)
         lines.entries.append(value if keep else None)
+
+
+def ref_marks(buf: bytearray, end: int) -> list[int]:
+    """Where a blob ref's prefix starts in `buf[:end]`, in order."""
+    finder = _mark_finder()
+    found: list[int] = []
+    at = finder(buf, 0, end) if finder else buf.find(_BLOB_MARK, 0, end)
+    while at >= 0:
+        found.append(at)
+        at += len(_BLOB_MARK)
+        at = finder(buf, at, end) if finder else buf.find(_BLOB_MARK, at, end)
+    return found
 
 
 _finder: list[Callable[[bytearray, int, int], int] | None] = []
