@@ -377,6 +377,28 @@ def test_blob_refs_are_resolved_only_where_read(work: Path) -> None:
     assert not got["message"]["content"][0]["data"].startswith("blob:")  # type: ignore[index]
 
 
+def test_a_context_read_in_runs_resolves_the_refs_of_each_line_that_has_them(work: Path) -> None:
+    # Lines with images between lines without, and a line longer than one read of
+    # adjacent lines: each line's refs are resolved, and only where its bytes are.
+    sm = SessionManager.in_memory("/proj")
+    pictures = []
+    for i in range(6):
+        content = [{"type": "image", "data": IMAGE[:-1] + "ABCDEF"[i], "mimeType": "image/png"}]
+        pictures.append(sm.append_message({"role": "user", "content": content, "timestamp": i}))
+        sm.append_message(assistant("x" * (3 << 20) if i == 3 else f"reply {i}"))
+        sm.append_message(user(f"words, then blob:sha256: not a ref {i}"))
+    path = write(sm, work)
+    assert path.read_bytes().count(b'"blob:sha256:') == 6
+    blobs = blobs_of(work)
+    lazy = SessionManager.open(str(path), lazy=True, read_only=True, blob_store=blobs)
+    full = SessionManager.open(str(path), lazy=False, read_only=True, blob_store=blobs)
+    assert lazy.build_session_context() == full.build_session_context()
+    for picture in pictures:
+        got = lazy.get_entry(picture)
+        assert got == full.get_entry(picture)
+        assert not got["message"]["content"][0]["data"].startswith("blob:")  # type: ignore[index]
+
+
 def test_a_rescue_after_an_in_place_cut_keeps_every_intact_line(work: Path) -> None:
     path = big_session(work, 10)
     sm = SessionManager.open(str(path), lazy=True, breadcrumb=False)

@@ -19,9 +19,10 @@ whose body is damaged further in is found when it is first read (`EntryIndex` th
 drops it, as the full loader would have; it reads the last entry's line at once, so
 the leaf is the one the full loader finds).
 
-The pass also notes the hash of every blob ref in the entry lines (`IndexedLines.refs`),
-parsed or not: one `find` of the ref's prefix over each chunk's lines, and a look at
-the 64 bytes after it where it is found (no line is parsed for it). A writable manager
+The pass also notes the hash of every blob ref in the file (`IndexedLines.refs`), in
+lines parsed or not: one search of each chunk for the ref's prefix, where the chunk is
+read (by the reader thread for a big file, beside the matching of the lines), and a look
+at the 64 bytes after it where it is found (no line is parsed for it). A writable manager
 pins them: the unread lines' images live only in the file, and a gc that runs while
 the file is deleted must not take them (issue 21.2).
 """
@@ -48,6 +49,7 @@ __all__ = [
     "IndexedLines",
     "ScannedFile",
     "match_prefix",
+    "ref_marks",
     "refs_in",
     "scan_pinned",
 ]
@@ -102,7 +104,7 @@ class IndexedLines:
     blob_refs: list[int] = field(default_factory=list)
     """Positions of the kept entries whose line mentions a blob ref."""
     refs: set[str] | None = field(default_factory=set)
-    """The hash of every blob ref in the entry lines (read or not): what the file names
+    """The hash of every blob ref in the file's lines (read or not): what the file names
     (None: not looked for, `scan_pinned(find_refs=False)`; `refs_in` finds them)."""
 
 
@@ -126,19 +128,27 @@ class ScannedFile:
 
 
 class _Chunks:
-    """The file's bytes in order, each chunk seen by `observe` (a running hash) first.
+    """The file's bytes in order, each chunk seen by `observe` (a running hash) first,
+    and searched for blob refs (into `refs`, unless None).
 
     Iterating yields `(buffer, n)`: the chunk is `buffer[:n]`, valid until the next
     one is asked for (the buffers are reused, so nothing is allocated per chunk). A
-    big file is read, and hashed, by a thread of its own into a small pool of buffers
-    while the pass matches the lines of the chunk before: `preadv` and xxhash let go
-    of the GIL, so the copy out of the page cache and the hash run beside the
-    matching on a second core.
+    big file is read, hashed and searched by a thread of its own into a small pool of
+    buffers while the pass matches the lines of the chunk before: `preadv`, xxhash and
+    `memmem` let go of the GIL, so the copy out of the page cache, the hash and the
+    search run beside the matching on a second core.
     """
 
-    def __init__(self, pinned: PinnedFile, observe: Callable[[memoryview], object] | None) -> None:
+    def __init__(
+        self,
+        pinned: PinnedFile,
+        observe: Callable[[memoryview], object] | None,
+        refs: set[str] | None = None,
+    ) -> None:
         self._pinned = pinned
         self._observe = observe
+        self.refs = refs
+        self._seam = b""  # the last bytes of the chunk before: a ref may span two
         self.read = 0
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -161,7 +171,38 @@ class _Chunks:
         n = self._pinned.readinto(view, offset)
         if n and self._observe is not None:
             self._observe(view[:n])
+        if n and self.refs is not None:
+            self._find_refs(buffer, n)
         return n
+
+    def _find_refs(self, buffer: bytearray, n: int) -> None:
+        """Note the hash of every blob ref in `buffer[:n]`, and of one that begins in
+        the chunks before (`_seam` holds their last bytes)."""
+        keep = len(_BLOB_MARK) + 64
+        if n < keep:  # a tiny chunk: searched with the bytes before it, as one
+            data = self._seam + bytes(memoryview(buffer)[:n])
+            self._note(data, len(data), len(data))
+            self._seam = data[-(keep - 1) :]
+            return
+        # A ref that begins in the chunks before ends in this one's first bytes.
+        seam = self._seam + bytes(memoryview(buffer)[: keep - 1])
+        self._note(seam, len(seam), len(self._seam))
+        self._note(buffer, n, n)
+        self._seam = bytes(memoryview(buffer)[n - keep + 1 : n])
+
+    def _note(self, data: bytes | bytearray, end: int, begins_before: int) -> None:
+        """Add the hash of each ref in `data[:end]` whose prefix begins before
+        `begins_before` and whose hash is whole there (one cut short is left for the
+        next chunk, which sees it whole)."""
+        refs = self.refs
+        assert refs is not None
+        mark = len(_BLOB_MARK)
+        for at in ref_marks(data, end):
+            if at >= begins_before:
+                return
+            m = _HASH.match(data, at + mark, min(at + mark + 64, end))
+            if m is not None:
+                refs.add(m.group().decode("ascii"))
 
     def _produce(self) -> None:
         offset = 0
@@ -232,25 +273,12 @@ def scan_pinned(
 
 def refs_in(pinned: PinnedFile) -> set[str]:
     """The hash of every blob ref in the file behind `pinned` (what a pass with
-    `find_refs=False` left out; the header's too, were one there)."""
+    `find_refs=False` left out)."""
     refs: set[str] = set()
-    finder = _mark_finder()
-    mark, keep = len(_BLOB_MARK), len(_BLOB_MARK) + 64
-    tail = bytearray()
-    chunks = _Chunks(pinned, None)
+    chunks = _Chunks(pinned, None, refs)
     try:
-        for buf, n in chunks:
-            data = tail + memoryview(buf)[:n]
-            at = 0
-            while True:
-                at = finder(data, at, len(data)) if finder else data.find(_BLOB_MARK, at)
-                if at < 0 or at + keep > len(data):
-                    break  # none, or one cut by the chunk's end: the next chunk has it
-                at += mark
-                m = _HASH.match(data, at, at + 64)
-                if m is not None:
-                    refs.add(m.group().decode("ascii"))
-            tail = data[-(keep - 1) :]
+        for _ in chunks:
+            pass
     finally:
         chunks.close()
     return refs
@@ -275,7 +303,7 @@ class _Scan:
         self.kind_names: dict[bytes, str] = {k.encode(): _EAGER for k in EAGER_KINDS}
 
     def run(self) -> ScannedFile:
-        chunks = _Chunks(self.pinned, self.observe)
+        chunks = _Chunks(self.pinned, self.observe, self.lines.refs)
         try:
             return self._run(chunks)
         finally:
@@ -317,7 +345,6 @@ class _Scan:
                 carry = []
                 number += 1
                 if header_seen:
-                    self._find_refs(line, 0, len(line))
                     self._entry(line, memoryview(line), 0, len(line), carry_base, number)
                 elif not self._head(memoryview(line), 0, len(line), number):
                     result.size = chunks.read
@@ -348,7 +375,6 @@ class _Scan:
             number += 1
             result.ends_with_newline = False
             if header_seen:
-                self._find_refs(line, 0, len(line))
                 self._entry(line, memoryview(line), 0, len(line), carry_base, number, last=True)
             else:
                 self._head(memoryview(line), 0, len(line), number)
@@ -400,7 +426,6 @@ class _Scan:
         add_entry = lines.entries.append
         kinds = self.kind_names
         find = buf.find
-        first = start
         while end >= 0:
             number += 1
             m = match_prefix(buf, start, end)
@@ -423,28 +448,7 @@ class _Scan:
             self._entry(buf, view, start, end, base, number, m)
             start = end + 1
             end = find(b"\n", start, filled)
-        self._find_refs(buf, first, start)
         return start, number
-
-    def _find_refs(self, buf: bytes | bytearray, start: int, end: int) -> None:
-        """Note the hash of every blob ref in `buf[start:end]` (whole lines): one search
-        for the prefix, which most chunks do not hold."""
-        refs = self.lines.refs
-        if refs is None:
-            return
-        finder = _mark_finder() if isinstance(buf, bytearray) else None
-        at = start
-        while True:
-            if finder is not None and isinstance(buf, bytearray):
-                at = finder(buf, at, end)
-            else:
-                at = buf.find(_BLOB_MARK, at, end)
-            if at < 0:
-                return
-            at += len(_BLOB_MARK)
-            m = _HASH.match(buf, at, end)
-            if m is not None:
-                refs.add(m.group().decode("ascii"))
 
     def _entry(
         self,
@@ -509,6 +513,23 @@ class _Scan:
                 lines.blob_refs.append(len(lines.entries))
         lines.flags.append(flag)
         lines.entries.append(value if keep else None)
+
+
+def ref_marks(buf: bytes | bytearray, end: int) -> list[int]:
+    """Where a blob ref's prefix starts in `buf[:end]`, in order."""
+    found: list[int] = []
+    finder = _mark_finder()
+    if finder is not None and isinstance(buf, bytearray):
+        at = finder(buf, 0, end)
+        while at >= 0:
+            found.append(at)
+            at = finder(buf, at + len(_BLOB_MARK), end)
+        return found
+    at = buf.find(_BLOB_MARK, 0, end)
+    while at >= 0:
+        found.append(at)
+        at = buf.find(_BLOB_MARK, at + len(_BLOB_MARK), end)
+    return found
 
 
 _finder: list[Callable[[bytearray, int, int], int] | None] = []
