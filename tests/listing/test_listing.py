@@ -23,6 +23,7 @@ from sessiontree.listing import (
     CACHE_DB_NAME,
     RecentSessionInfo,
     SessionInfo,
+    _listing,
     _resume,
     _scan,
     clear_listing_cache,
@@ -623,6 +624,33 @@ def test_unchanged_sessions_are_not_read_again(store: Store) -> None:
     assert store.storage.read_log() == []
     assert again == first
     assert all(x is y for x, y in zip(again, first, strict=True))  # same cached records
+
+
+def test_an_unchanged_directory_is_listed_from_its_last_rows(
+    fstore: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = project_dir(fstore)
+    paths = [fstore.session(d, f"{i:016x}", user(f"prompt {i}")) for i in range(5)]
+    parts = store_parts(fstore.storage)
+    first = list_sessions(CWD, parts)
+    built: list[str] = []
+    real = _listing.session_info
+
+    def counted(rec: Any, path: str, storage: Any) -> SessionInfo | None:
+        built.append(path)
+        return real(rec, path, storage)
+
+    monkeypatch.setattr(_listing, "session_info", counted)
+    assert list_sessions(CWD, parts) == first
+    assert built == []  # every file as listed last: its rows again, none built
+    fstore.append(paths[0], serialize_entry(assistant("more")))
+    again = list_sessions(CWD, parts)
+    assert len(built) == 5  # one file grew: the directory's rows are built again
+    assert [i.message_count for i in again] == [2, 1, 1, 1, 1]
+    os.remove(paths[1])
+    assert [i.path for i in list_sessions(CWD, parts)] == [
+        os.path.abspath(p) for p in (paths[0], paths[4], paths[3], paths[2])
+    ]
 
 
 def test_persistent_cache_serves_a_fresh_process(fstore: Store, agent_dir: Path) -> None:

@@ -17,6 +17,7 @@ from typing import Any, Final, TypeVar
 
 from sessiontree._util.cachedb import Family, run_cached
 from sessiontree._util.fs import utf8_encodable
+from sessiontree.listing._marks import Stat
 from sessiontree.listing._scan import Record, dump_fold, load_fold
 from sessiontree.storage import HostFilesystem, SessionStorage
 
@@ -24,6 +25,7 @@ __all__ = [
     "CACHE_DB_NAME",
     "LISTING_FAMILY",
     "META_DB_APP_ID",
+    "DirRecords",
     "MetaDB",
     "cache_lock",
     "clear_listing_cache",
@@ -68,7 +70,21 @@ _RANGE_QUERIES_UP_TO = 8
 
 # ---------------------------------------------------------------------------- in process
 
-DirCache = dict[str, dict[str, Record]]  # directory -> path -> record
+
+class DirRecords(dict[str, Record]):
+    """The records of one directory (path -> record), and its last listing when every
+    file of it had a record (`listed`, the stats it was built from, with the rows it
+    gave, `ordered`): a listing that stats the same files again reuses those rows."""
+
+    __slots__ = ("listed", "ordered")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listed: list[Stat] | None = None
+        self.ordered: list[tuple[int, Any, str, Any]] = []
+
+
+DirCache = dict[str, DirRecords]  # directory -> its records
 
 lock = threading.Lock()
 """Guards the in-process records (a forked child gets a new one: take it by `cache_lock`)."""

@@ -24,7 +24,7 @@ from sessiontree.layout import (
     home_relative_dir_name,
     is_safe_name,
 )
-from sessiontree.listing._cache import DirCache, MetaDB, cache_lock, memory_cache
+from sessiontree.listing._cache import DirCache, DirRecords, MetaDB, cache_lock, memory_cache
 from sessiontree.listing._changes import plan_changes
 from sessiontree.listing._marks import Stat, read_start_ns, stat_dir
 from sessiontree.listing._scan import Record, scan_file, scan_jobs
@@ -230,9 +230,14 @@ def _collect(directories: list[str], parts: StoreParts, cache: bool) -> list[Ses
     # (`plan_changes` both times); the rest is scanned, from the old end when it grew.
     misses: list[tuple[str, Stat, Record | None]] = []
     forgotten: dict[str, list[str]] = {}  # dir -> paths of its records whose file is gone
+    kept_rows: dict[str, list[_Row]] = {}  # dir -> its rows, when its files are as listed last
     with cache_lock():
         for d, stats in listing.items():
-            plan = plan_changes(stats, (memory.get(d) if memory is not None else None) or {})
+            known = memory.get(d) if memory is not None else None
+            if known is not None and known.listed == stats:
+                kept_rows[d] = known.ordered
+                continue
+            plan = plan_changes(stats, known or {})
             for s, kept in plan.unchanged:
                 records[s[0]] = kept
             misses += [(d, s, old) for s, old in plan.to_read]
@@ -269,7 +274,7 @@ def _collect(directories: list[str], parts: StoreParts, cache: bool) -> list[Ses
         db.store(scanned, stale_db)
     if memory is not None:
         _remember(memory, forgotten, fresh)
-    return _newest_first(dirs, listing, records, storage)
+    return _newest_first(dirs, listing, records, storage, kept_rows, memory)
 
 
 def _newer(in_memory: Record | None, on_disk: Record | None) -> Record | None:
@@ -287,11 +292,16 @@ def _remember(
         for d, gone in forgotten.items():
             known = memory.get(d)
             if known is None:
-                known = memory[d] = {}
+                known = memory[d] = DirRecords()
+            known.listed = None
             for p in gone:
                 known.pop(p, None)
         for d, p, rec in fresh:
             memory[d][p] = rec
+
+
+_Row = tuple[int, datetime, str, SessionInfo]
+"""A listed session as it sorts: mtime_ns, created, path (newest first), and its info."""
 
 
 def _newest_first(
@@ -299,17 +309,49 @@ def _newest_first(
     listing: dict[str, list[Stat]],
     records: dict[str, Record | None],
     storage: SessionStorage,
+    kept_rows: dict[str, list[_Row]],
+    memory: DirCache | None,
 ) -> list[SessionInfo]:
-    ordered: list[tuple[int, datetime, str, SessionInfo]] = []
+    ordered: list[_Row] = []
     for d in dirs:
-        for s in listing[d]:
-            found = records.get(s[0])
-            if found is not None:
-                info = session_info(found, s[0], storage)
-                if info is not None:
-                    ordered.append((found.mtime_ns, info.created, s[0], info))
+        rows = kept_rows.get(d)
+        if rows is None:
+            rows = _dir_rows(listing[d], records, storage)
+            if memory is not None:
+                _keep_rows(memory, d, listing[d], rows)
+        ordered += rows
     ordered.sort(key=lambda t: (t[0], t[1], t[2]), reverse=True)
     return [t[3] for t in ordered]
+
+
+def _dir_rows(
+    stats: list[Stat], records: dict[str, Record | None], storage: SessionStorage
+) -> list[_Row]:
+    """The rows of one directory's files, newest first."""
+    rows: list[_Row] = []
+    for s in stats:
+        found = records.get(s[0])
+        if found is not None:
+            info = session_info(found, s[0], storage)
+            if info is not None:
+                rows.append((found.mtime_ns, info.created, s[0], info))
+    rows.sort(key=lambda t: (t[0], t[1], t[2]), reverse=True)
+    return rows
+
+
+def _keep_rows(memory: DirCache, d: str, stats: list[Stat], rows: list[_Row]) -> None:
+    """Remember `d`'s rows for a listing that finds its files as `stats` again: only
+    when each file has a record that a stat alike would trust (`Record.same_as`)."""
+    with cache_lock():
+        known = memory.get(d)
+        if known is None:
+            return
+        for s in stats:
+            rec = known.get(s[0])
+            if rec is None or not rec.same_as(s):
+                return
+        known.listed = stats
+        known.ordered = rows
 
 
 # [storage index] A backend that keeps each session's metadata up to date as it
