@@ -256,14 +256,16 @@ def _collect(directories: list[str], parts: StoreParts, cache: bool) -> list[Ses
     # A directory whose files all stat as at its last listing has that listing's rows:
     # in process, else in the on-disk cache (one blob for the directory).
     kept_rows: dict[str, list[_Row]] = {}
+    first_seen: set[str] = set()  # dirs this process lists for the first time
     if memory is not None:
         with cache_lock():
             for d, stats in listing.items():
                 known = memory.get(d)
                 if known is not None and known.listed == stats:
                     kept_rows[d] = known.ordered
-        first_seen = [d for d in dirs if d not in kept_rows and d not in memory]
-        if keeps_on_disk and first_seen:
+        if keeps_on_disk:
+            first_seen = {d for d in dirs if d not in kept_rows and d not in memory}
+        if first_seen:
             kept_rows.update(_rows_on_disk(parts, first_seen, listing, memory))
     records: dict[str, Record | None] = {}
     # The in-process records first, then the on-disk rows of the files they miss
@@ -313,12 +315,14 @@ def _collect(directories: list[str], parts: StoreParts, cache: bool) -> list[Ses
     if memory is not None:
         _remember(memory, forgotten, fresh)
     ordered: list[_Row] = []
+    # The on-disk row of a directory is written by the first listing of it in a process
+    # (the CLI's every one), not again as a long-running process sees it change.
     to_keep: list[tuple[str, bytes]] = []  # dir -> its listing, for the next process
     for d in dirs:
         rows = kept_rows.get(d)
         if rows is None:
             rows = _dir_rows(listing[d], records, storage)
-            if memory is not None and _keep_rows(memory, d, listing[d], rows) and keeps_on_disk:
+            if memory is not None and _keep_rows(memory, d, listing[d], rows) and d in first_seen:
                 blob = dump_rows(d, listing[d], rows)
                 if blob is not None:
                     to_keep.append((d, blob))
@@ -389,7 +393,7 @@ def _keep_rows(memory: DirCache, d: str, stats: list[Stat], rows: list[_Row]) ->
 
 
 def _rows_on_disk(
-    parts: StoreParts, dirs: list[str], listing: dict[str, list[Stat]], memory: DirCache
+    parts: StoreParts, dirs: set[str], listing: dict[str, list[Stat]], memory: DirCache
 ) -> dict[str, list[_Row]]:
     """The rows of those of `dirs` whose files stat as at the listing the on-disk cache
     kept of them (`load_rows`), remembered in process too."""
