@@ -23,6 +23,7 @@ from sessiontree.listing import (
     CACHE_DB_NAME,
     RecentSessionInfo,
     SessionInfo,
+    _listing,
     _resume,
     _scan,
     clear_listing_cache,
@@ -32,6 +33,7 @@ from sessiontree.listing import (
     list_sessions,
     resolve_resumable_session,
 )
+from sessiontree.listing._cache import MetaDB
 from sessiontree.storage import FileSessionStorage, MemorySessionStorage
 
 CWD = "/work/proj"
@@ -625,6 +627,33 @@ def test_unchanged_sessions_are_not_read_again(store: Store) -> None:
     assert all(x is y for x, y in zip(again, first, strict=True))  # same cached records
 
 
+def test_an_unchanged_directory_is_listed_from_its_last_rows(
+    fstore: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = project_dir(fstore)
+    paths = [fstore.session(d, f"{i:016x}", user(f"prompt {i}")) for i in range(5)]
+    parts = store_parts(fstore.storage)
+    first = list_sessions(CWD, parts)
+    built: list[str] = []
+    real = _listing.session_info
+
+    def counted(rec: Any, path: str, storage: Any) -> SessionInfo | None:
+        built.append(path)
+        return real(rec, path, storage)
+
+    monkeypatch.setattr(_listing, "session_info", counted)
+    assert list_sessions(CWD, parts) == first
+    assert built == []  # every file as listed last: its rows again, none built
+    fstore.append(paths[0], serialize_entry(assistant("more")))
+    again = list_sessions(CWD, parts)
+    assert len(built) == 5  # one file grew: the directory's rows are built again
+    assert [i.message_count for i in again] == [2, 1, 1, 1, 1]
+    os.remove(paths[1])
+    assert [i.path for i in list_sessions(CWD, parts)] == [
+        os.path.abspath(p) for p in (paths[0], paths[4], paths[3], paths[2])
+    ]
+
+
 def test_persistent_cache_serves_a_fresh_process(fstore: Store, agent_dir: Path) -> None:
     storage = fstore.storage
     d = project_dir(fstore)
@@ -651,6 +680,49 @@ def test_persistent_cache_serves_a_fresh_process(fstore: Store, agent_dir: Path)
     storage.reset()
     assert again[0].all_messages_text
     assert storage.read_log() == []
+
+
+def test_a_fresh_process_lists_an_unchanged_directory_from_its_kept_rows(
+    fstore: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d = project_dir(fstore)
+    paths = [
+        fstore.session(d, f"{i:016x}", user(f"prompt {i}"), entry("session_info", name=f"n{i}"))
+        for i in range(4)
+    ]
+    fstore.session(d, "f" * 16, ts="not a time")  # created: the file's mtime
+    fstore.write(d, "invalid.jsonl", "nope\n")
+    parts = store_parts(fstore.storage)
+    first = list_sessions(CWD, parts)
+    fetched: list[object] = []
+    real_fetch = MetaDB.fetch
+
+    def counted(self: MetaDB, directories: Any) -> Any:
+        fetched.append(directories)
+        return real_fetch(self, directories)
+
+    monkeypatch.setattr(MetaDB, "fetch", counted)
+    clear_listing_cache()  # as a new process would start
+    again = list_sessions(CWD, parts)
+    assert fetched == []  # not a row per file: the directory's one
+    assert again == first
+    assert [(i.title, i.created, i.size) for i in again] == [
+        (i.title, i.created, i.size) for i in first
+    ]
+    assert again[0].all_messages_text == first[0].all_messages_text
+    fstore.append(paths[1], serialize_entry(assistant("more")))
+    clear_listing_cache()
+    grown = list_sessions(CWD, parts)
+    assert len(fetched) == 1  # a file changed: read file by file again
+    assert grown[0].path == os.path.abspath(paths[1])
+    assert grown[0].message_count == 2
+
+
+def test_listing_times_are_exact_to_the_microsecond() -> None:
+    for us in (0, 1, 999_999, 1_770_000_000_123_457, 2**32 * 10**6 - 1, 2**32 * 10**6, 2**40):
+        assert _listing._from_us(us) == datetime(1970, 1, 1, tzinfo=UTC) + timedelta(
+            microseconds=us
+        )
 
 
 def test_cache_disabled(fstore: Store, agent_dir: Path) -> None:

@@ -91,7 +91,14 @@ def short_ids(ids: list[str], least: int = 8, of: Iterable[str] | None = None) -
     """Each id's shortest prefix (at least `least` characters) that no other id shares,
     as git abbreviates hashes: what `show`, `resume` and the others accept. `of`: only
     these ids' (a page of a long listing), still unique among all `ids`."""
-    ordered = sorted(set(ids))
+    if of is not None:
+        # A page needs only the ids that share its ids' first `least` characters: no
+        # other can make one longer (and sorting a long listing's every id costs more).
+        of = list(of)
+        heads = {sid[:least] for sid in of}
+        ordered = sorted({sid for sid in ids if sid[:least] in heads})
+    else:
+        ordered = sorted(set(ids))
     out = {}
     for sid in ordered if of is None else of:
         # Only the neighbours in sorted order can share a longer prefix than any other id.

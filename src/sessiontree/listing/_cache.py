@@ -17,13 +17,16 @@ from typing import Any, Final, TypeVar
 
 from sessiontree._util.cachedb import Family, run_cached
 from sessiontree._util.fs import utf8_encodable
+from sessiontree.listing._marks import Stat
 from sessiontree.listing._scan import Record, dump_fold, load_fold
 from sessiontree.storage import HostFilesystem, SessionStorage
 
 __all__ = [
     "CACHE_DB_NAME",
+    "DIR_ROWS_FAMILY",
     "LISTING_FAMILY",
     "META_DB_APP_ID",
+    "DirRecords",
     "MetaDB",
     "cache_lock",
     "clear_listing_cache",
@@ -63,12 +66,35 @@ LISTING_FAMILY: Final = Family(
     tables=("files",),
 )
 assert _COLUMNS.count(",") == 11
+DIR_ROWS_FAMILY: Final = Family(
+    name="listing-dirs",
+    version=1,
+    schema=("CREATE TABLE dirs (dir TEXT PRIMARY KEY, rows BLOB NOT NULL) WITHOUT ROWID",),
+    tables=("dirs",),
+)
+"""A directory's last listing in one row: its files' identities and its sessions'
+rows (`_listing.dump_rows`), so that a fresh process lists an unchanged directory
+from one blob, not from a row and a fold per file."""
 _RANGE_QUERIES_UP_TO = 8
 """A fetch of more directories than this reads the whole table in one query."""
 
 # ---------------------------------------------------------------------------- in process
 
-DirCache = dict[str, dict[str, Record]]  # directory -> path -> record
+
+class DirRecords(dict[str, Record]):
+    """The records of one directory (path -> record), and its last listing when every
+    file of it had a record (`listed`, the stats it was built from, with the rows it
+    gave, `ordered`): a listing that stats the same files again reuses those rows."""
+
+    __slots__ = ("listed", "ordered")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listed: list[Stat] | None = None
+        self.ordered: list[tuple[int, Any, str, Any]] = []
+
+
+DirCache = dict[str, DirRecords]  # directory -> its records
 
 lock = threading.Lock()
 """Guards the in-process records (a forked child gets a new one: take it by `cache_lock`)."""
@@ -200,5 +226,41 @@ class MetaDB:
         if rows or gone:
             self._run(run)
 
-    def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T | None:
-        return run_cached(self.path, LISTING_FAMILY, fn, application_id=META_DB_APP_ID)
+    def fetch_dir_rows(self, directories: Iterable[str]) -> dict[str, bytes]:
+        """The kept listings (`DIR_ROWS_FAMILY`) of `directories`: dir -> blob."""
+        wanted = {d for d in directories if utf8_encodable(d)}
+
+        def run(conn: sqlite3.Connection) -> dict[str, bytes]:
+            if len(wanted) > _RANGE_QUERIES_UP_TO:  # one pass: a row per project dir
+                rows = conn.execute("SELECT dir, rows FROM dirs")
+                return {d: blob for d, blob in rows if d in wanted}
+            found: dict[str, bytes] = {}
+            for d in wanted:
+                for _, blob in conn.execute("SELECT dir, rows FROM dirs WHERE dir = ?", (d,)):
+                    found[d] = blob
+            return found
+
+        if not wanted:
+            return {}
+        return self._run(run, DIR_ROWS_FAMILY) or {}
+
+    def store_dir_rows(self, listings: list[tuple[str, bytes]]) -> None:
+        """Keep these directories' listings (dir, blob), each in place of its last."""
+        rows = [(d, blob) for d, blob in listings if utf8_encodable(d)]
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany("INSERT OR REPLACE INTO dirs (dir, rows) VALUES (?, ?)", rows)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+        if rows:
+            self._run(run, DIR_ROWS_FAMILY)
+
+    def _run(
+        self, fn: Callable[[sqlite3.Connection], T], family: Family = LISTING_FAMILY
+    ) -> T | None:
+        return run_cached(self.path, family, fn, application_id=META_DB_APP_ID)

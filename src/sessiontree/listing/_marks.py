@@ -108,6 +108,8 @@ def same_identity(stored: tuple[int, ...], current: tuple[int, ...]) -> bool:
     return current[-1] != UNTRUSTED and stored == current
 
 
+_SCANDIR_FD = os.scandir in os.supports_fd and hasattr(os, "O_DIRECTORY")
+
 Stat = tuple[str, int, int, int, int]
 """A path and its `stat_identity` (ctime 0: a storage that keeps none)."""
 
@@ -125,9 +127,15 @@ def stat_dir(directory: str, storage: SessionStorage, now_ns: int) -> list[Stat]
     if isinstance(storage, HostFilesystem):
         # One scandir instead of list_files + stat: the DirEntry carries the file type.
         # `stat_identity` inlined: a listing stats every file of the store.
+        # Scanned through a descriptor of the directory where the platform can: each
+        # stat then resolves the file's name in it, not its whole path again.
         ctime_moves = _CTIME_MOVES
+        prefix = directory if directory.endswith(os.sep) else directory + os.sep
+        fd = -1
         try:
-            with os.scandir(directory) as entries:
+            if _SCANDIR_FD:
+                fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            with os.scandir(fd if fd >= 0 else directory) as entries:
                 for entry in entries:
                     name = entry.name
                     if not name.endswith(".jsonl") or name.startswith("."):
@@ -145,9 +153,12 @@ def stat_dir(directory: str, storage: SessionStorage, now_ns: int) -> list[Stat]
                         ctime_ns = UNTRUSTED
                     else:
                         ctime_ns = st.st_ctime_ns if ctime_moves else 0
-                    out.append((entry.path, st.st_size, mtime_ns, st.st_ino, ctime_ns))
+                    out.append((prefix + name, st.st_size, mtime_ns, st.st_ino, ctime_ns))
         except OSError:
             return []
+        finally:
+            if fd >= 0:
+                os.close(fd)
         return out
     try:
         files = storage.list_files(directory, "*.jsonl")

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from sessiontree._util.gcpause import gc_paused
 from sessiontree.errors import SessionTreeError
 from sessiontree.format import shown_title, utc_day
 from sessiontree.listing import SessionInfo
@@ -259,6 +260,21 @@ class Stores(Mapping[str, Store]):
         `store`'s, the stores of `agent`), newest modified first, those `text`,
         `since`, `until` admit (`SessionFilter`). A store listed again after it was
         passed over is no longer `skipped`."""
+        # The cyclic collector paused, as in the listing itself: a row per session, all
+        # surviving, would have it scan the listing again and again (measured: 100,000
+        # sessions took 0.7 s here instead of 0.15 s).
+        with gc_paused():
+            return self._list(cwd, text, since, until, agent, store)
+
+    def _list(
+        self,
+        cwd: str | os.PathLike[str] | None,
+        text: str | None,
+        since: Moment | None,
+        until: Moment | None,
+        agent: str | None,
+        store: str | None,
+    ) -> builtins.list[ListedSession]:
         where = SessionFilter(text, _ms(since, end=False), _ms(until, end=True), agent, store)
         found: builtins.list[ListedSession] = []
         for key, one in self._stores.items():
