@@ -66,6 +66,7 @@ HEAVY_PARTS = {
 STARTUP_CLI = {
     "sessiontree.cli",
     "sessiontree.cli.app",
+    "sessiontree.cli.coercion",
     "sessiontree.cli.errors",
     "sessiontree.cli.options",
     "sessiontree.cli.registry",
