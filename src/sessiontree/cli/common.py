@@ -98,18 +98,23 @@ class _Invocation:
 _invocation: _Invocation | None = None
 
 
+def _stderr_line(line: str, style: str = "") -> None:
+    """One line on `err_console`, made terminal-safe and never wrapped (rich is
+    imported here, by the first command that says something on stderr)."""
+    from rich.text import Text
+
+    from sessiontree.cli.console import err_console
+
+    err_console.print(Text(line, style=style), soft_wrap=True)
+
+
 class _LogToConsole(logging.Handler):
     """The library's warnings (a bad blob reference, a failed save) as `sessiontree:
     warning: ...` lines on `err_console`, so they are made terminal-safe like the rest."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            from rich.text import Text
-
-            from sessiontree.cli.console import err_console
-
-            message = f"sessiontree: {record.levelname.lower()}: {record.getMessage()}"
-            err_console.print(Text(message), soft_wrap=True)
+            _stderr_line(f"sessiontree: {record.levelname.lower()}: {record.getMessage()}")
         except Exception:  # a logging handler must not raise
             self.handleError(record)
 
@@ -194,24 +199,16 @@ def all_stores(*, existing: bool = False) -> Stores:
 
 def print_notes(notes: Iterable[str]) -> None:
     """`sessiontree: note: ...` on stderr, each note once however many stores gave it."""
-    from rich.text import Text
-
-    from sessiontree.cli.console import err_console
-
     for note in dict.fromkeys(notes):
-        err_console.print(Text(f"sessiontree: note: {note}", style="dim"), soft_wrap=True)
+        _stderr_line(f"sessiontree: note: {note}", style="dim")
 
 
 def _note_skipped(read: list[Stores]) -> None:
     """One note naming each store passed over (however often it failed) and why."""
     skipped = {s.location: s for stores in read for s in stores.skipped}
     if skipped:
-        from rich.text import Text
-
-        from sessiontree.cli.console import err_console
-
         said = "; ".join(f"{s.store} at {s.location}: {s.reason}" for s in skipped.values())
-        err_console.print(Text(f"sessiontree: note: skipped {said}", style="dim"), soft_wrap=True)
+        _stderr_line(f"sessiontree: note: skipped {said}", style="dim")
 
 
 def current_store() -> Store:
@@ -337,13 +334,8 @@ def select_files(paths: list[str] | None, all_projects: bool) -> list[str]:
 
 def warn_passed_over(passed_over: list[tuple[str, str]]) -> None:
     """A warning for each FIFO (socket, device) named like a session that was not read."""
-    from rich.text import Text
-
-    from sessiontree.cli.console import err_console
-
     for path, what in passed_over:
-        warning = f"sessiontree: warning: {path}: {what}; passed over"
-        err_console.print(Text(warning), soft_wrap=True)
+        _stderr_line(f"sessiontree: warning: {path}: {what}; passed over")
 
 
 @contextmanager
