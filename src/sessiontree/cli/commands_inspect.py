@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+from rich.cells import cell_len
 
 from sessiontree.cli.common import (
     EXIT_USAGE,
@@ -50,6 +51,7 @@ from sessiontree.format import (
     shown_title,
     time_zone,
 )
+from sessiontree.maintenance import file_version
 from sessiontree.session import message_count, session_shown_title
 from sessiontree.store import (
     ListedSession,
@@ -67,8 +69,8 @@ if TYPE_CHECKING:
     from sessiontree.reports import StoreStats, Totals, UsageTotals
     from sessiontree.search import SearchHit
 
-# Rich, the reports, the search and the history are imported by the commands that use
-# them: `list --json` (a script's listing) loads none of them.
+# Rich's drawing, the reports, the search and the history are imported by the commands
+# that use them: `list --json` (a script's listing) loads none of them.
 
 AllOption = Annotated[bool, typer.Option("--all", "-a", help="Every project, not just this one.")]
 
@@ -188,7 +190,6 @@ _TITLE_WANTED = 24
 def _list_table(
     listed: list[ListedSession], shown: list[ListedSession], all_projects: bool
 ) -> Table:
-    from rich.cells import cell_len
     from rich.table import Table
     from rich.text import Text
 
@@ -337,7 +338,6 @@ def _usage_cells(usage: UsageTotals | Totals, count: Callable[[int], str]) -> li
 def _usage_table(rows: Mapping[str, UsageTotals | Totals], first: str) -> Table | Group:
     """A row per model (or day); on a terminal too narrow for the numbers, a line each,
     so that no number is ever cut and no name wrapped over lines."""
-    from rich.cells import cell_len
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -372,8 +372,6 @@ def _usage_table(rows: Mapping[str, UsageTotals | Totals], first: str) -> Table 
 
 
 def _version_text(path: str, loaded: int) -> str:
-    from sessiontree.maintenance import file_version
-
     on_disk = file_version(path, current_store().storage)
     if on_disk is not None and on_disk < loaded:
         return f"{on_disk} on disk (read as {loaded}; `sessiontree migrate` upgrades the file)"
@@ -385,7 +383,6 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
     from rich.text import Text
 
     from sessiontree.cli.common import console
-    from sessiontree.maintenance import file_version
     from sessiontree.reports import summarize_session
 
     path = resolve_session(session)
