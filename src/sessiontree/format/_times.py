@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta, tzinfo
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sessiontree._util.env import time_zone_name
 from sessiontree.errors import SessionTreeError
@@ -24,6 +23,9 @@ def time_zone(name: str | None) -> tuple[tzinfo, str]:
     if name:
         if name.upper() in ("UTC", "Z"):
             return UTC, "UTC"
+        # Imported here: the zone database is read for a zone named, not by every command.
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
         try:
             return ZoneInfo(name), name
         except (ZoneInfoNotFoundError, ValueError) as exc:
