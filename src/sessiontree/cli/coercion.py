@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from typer._click.exceptions import BadParameter
+from typer import BadParameter
 from typer._coercion import RuntimeParam
 from typer._param_types import coerce_cli_choice
 
