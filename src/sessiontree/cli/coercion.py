@@ -1,6 +1,6 @@
 """What a value typed on the command line becomes before a command gets it, without pydantic.
 
-Typer (0.22 and later) turns each parameter's text into its annotated type through a
+Typer (0.29, as pinned here) turns each parameter's text into its annotated type through a
 pydantic `TypeAdapter`, built for every parameter a command line goes through, even one
 left out: importing pydantic and building those adapters was a third of a `sessiontree
 list`'s start-up. The commands take only text, flags, whole numbers and numbers with a

@@ -284,7 +284,7 @@ def _plain_metavar(param: Any) -> str | None:
 
 def _plain_coercion(params: list[Any]) -> None:
     """Convert the parameters' values without pydantic (`coercion.py`), where typer has
-    the slot for it (0.22 and later; an older one converts with click's types)."""
+    the slot for it (an older typer, without it, converts with click's types)."""
     if any(getattr(param, "_runtime_param", False) is None for param in params):
         from sessiontree.cli.coercion import use_plain_coercion
 
