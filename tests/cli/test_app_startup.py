@@ -66,6 +66,7 @@ HEAVY_PARTS = {
 STARTUP_CLI = {
     "sessiontree.cli",
     "sessiontree.cli.app",
+    "sessiontree.cli.coercion",
     "sessiontree.cli.errors",
     "sessiontree.cli.options",
     "sessiontree.cli.registry",
@@ -86,7 +87,9 @@ with open(out, "w") as f:
 """Runs `python -m sessiontree ARGS` and writes its exit code and every module it imported."""
 
 
-def probe(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+def probe(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
     out = tmp_path / "probe.json"
     proc = subprocess.run(
         [sys.executable, "-c", PROBE, str(out), *args],
@@ -94,6 +97,7 @@ def probe(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str],
         text=True,
         timeout=120,
         cwd=tmp_path,
+        env=env,
     )
     assert proc.returncode == 0 and out.exists(), proc.stderr
     report: dict[str, Any] = json.loads(out.read_text())
@@ -162,6 +166,44 @@ def test_a_command_imports_its_own_module_only(tmp_path: Path) -> None:
     others.discard("sessiontree.cli.commands_integrity")
     assert loaded(report["modules"], others) == []
     assert loaded(report["modules"], ("starlette", "psycopg", "sessiontree.web")) == []
+
+
+RICH_DRAWING = ("rich.console", "rich.text", "rich.table", "rich.progress")
+"""Rich's drawing, which a command printing JSON does not need (`rich.cells`, which
+measures text, is light)."""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["list", "--help"],
+        ["list", "--all", "--json"],
+        ["list", "-n", "20", "--since", "2d", "--json"],
+        ["search", "hello", "--all", "--json"],
+    ],
+)
+def test_a_listing_or_search_for_scripts_imports_only_what_it_uses(
+    tmp_path: Path, args: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No pydantic (typer's value checks), no rich drawing, no reports, exports, foreign
+    readers, web app or database driver: what runs a listing is the store and the listing."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(tmp_path / "agent"))
+    monkeypatch.delenv("SESSIONTREE_STORE", raising=False)
+    sm = SessionManager.create(str(tmp_path))
+    sm.append_message(user("hello there"))
+    sm.append_message(assistant("general kenobi"))
+    sm.close()
+    env = dict(os.environ)
+    proc, report = probe(tmp_path, *args, env=env)
+    assert report["code"] in (0, None), proc.stderr
+    modules = report["modules"]
+    assert loaded(modules, tuple(set(HEAVY) - {"rich"}) + RICH_DRAWING) == []
+    parts = {"reports", "export", "foreign", "web", "history", "archive", "postgres", "sync"}
+    assert [m for m in modules if m.startswith("sessiontree.") and parts & set(m.split("."))] == []
+    if args[0] == "list":
+        assert loaded(modules, ("sessiontree.search",)) == []
+        assert "--help" in args or json.loads(proc.stdout)["sessions"] != []
 
 
 def test_python_m_sessiontree_is_the_command(tmp_path: Path) -> None:

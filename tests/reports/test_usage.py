@@ -331,17 +331,6 @@ def test_periods_follow_the_time_zone(store: Store) -> None:
     assert len(rows) == 1 and rows[0].models["anthropic/claude-sonnet-4-5"].messages == 2
 
 
-def test_parse_time() -> None:
-    tz = UTC
-    assert parse_time("2026-03-01", tz) == parse_time("20260301", tz) == 1772323200000
-    assert parse_time("2026-03-01", tz, end=True) == 1772323200000 + 86_400_000 - 1
-    assert parse_time("2026-02", tz, end=True) == 1772323200000 - 1
-    assert parse_time("2026-03-01T10:00:00Z", tz) == T0
-    assert parse_time("7d", tz, now=1000.0) == 1_000_000 - 7 * 86_400_000
-    with pytest.raises(Exception, match="cannot read the time"):
-        parse_time("yesterday", tz)
-
-
 def test_blocks_follow_the_documented_rule(store: Store) -> None:
     h = 3_600_000
     day = T0 - 10 * h  # 2026-03-01T00:00Z

@@ -7,8 +7,8 @@ never a traceback; see `errors.py` for the codes.
 
 The commands are listed in `registry.py` and imported when one runs (the root group
 here builds each on first use), and the global options (`options.py`) are taken before
-or after the command: this module and those two are all `sessiontree --help` and
-`--version` load of the CLI.
+or after the command, their values converted by `coercion.py`: this module and those
+are all `sessiontree --help` and `--version` load of the CLI.
 """
 
 from __future__ import annotations
@@ -63,27 +63,14 @@ def _bad_parameter(exc: Any) -> str:
     ctx = getattr(exc, "ctx", None)
     command = ctx.command_path if ctx is not None else "sessiontree"
     shown = name.upper() if name.isidentifier() else name
-    return f"{shown}: {_what_is_wrong(exc, param)} (see {command} --help)"
+    return f"{shown}: {_what_is_wrong(exc)} (see {command} --help)"
 
 
-def _what_is_wrong(exc: Any, param: Any) -> str:
-    """What is wrong with a value, in the CLI's words. Typer checks a value's type with
-    pydantic and chains pydantic's error to its BadParameter: its kind, not its wording,
-    says what was wrong."""
+def _what_is_wrong(exc: Any) -> str:
+    """What is wrong with a value, in the CLI's words (`coercion.py` says them)."""
     if type(exc).__name__ == "MissingParameter":
         return "missing"
-    errors = getattr(exc.__cause__, "errors", None)
-    problems: list[dict[str, Any]] = errors() if callable(errors) else []
-    if not problems:
-        return str(exc.message or "").rstrip(".") or "missing"
-    problem = problems[0]
-    if problem["type"] == "int_parsing":
-        return "not a whole number"
-    descriptor: Any = getattr(param, "type_descriptor", None)
-    if problem["type"] == "value_error" and getattr(descriptor, "is_choice", False):
-        choices = ", ".join(str(getattr(c, "value", c)) for c in descriptor.choices or ())
-        return f"{problem['input']!r} is not one of {choices}"
-    return str(problem["msg"]).removeprefix("Input ").rstrip(".")  # "should be ..."
+    return str(exc.message or "").rstrip(".") or "missing"
 
 
 def load_command(name: str) -> Any:

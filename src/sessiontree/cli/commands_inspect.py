@@ -12,13 +12,10 @@ from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.cells import cell_len
-from rich.console import Group
-from rich.table import Table
-from rich.text import Text
 
 from sessiontree.cli.common import (
     EXIT_USAGE,
@@ -27,10 +24,8 @@ from sessiontree.cli.common import (
     SessionArg,
     all_stores,
     byte_progress,
-    console,
     current_store,
     emit_json,
-    err_console,
     open_read_only,
     print_notes,
     resolve_session,
@@ -52,19 +47,11 @@ from sessiontree.format import (
     format_iso,
     human_size,
     message_text,
-    shown_title,
-)
-from sessiontree.history import read_history
-from sessiontree.maintenance import file_version
-from sessiontree.reports import (
-    StoreStats,
-    Totals,
-    UsageTotals,
     parse_time,
-    summarize_session,
+    shown_title,
     time_zone,
 )
-from sessiontree.search import SearchHit
+from sessiontree.maintenance import file_version
 from sessiontree.session import message_count, session_shown_title
 from sessiontree.store import (
     ListedSession,
@@ -74,6 +61,16 @@ from sessiontree.store import (
     looked_in,
     store_size,
 )
+
+if TYPE_CHECKING:
+    from rich.console import Group
+    from rich.table import Table
+
+    from sessiontree.reports import StoreStats, Totals, UsageTotals
+    from sessiontree.search import SearchHit
+
+# Rich's drawing, the reports, the search and the history are imported by the commands
+# that use them: `list --json` (a script's listing) loads none of them.
 
 AllOption = Annotated[bool, typer.Option("--all", "-a", help="Every project, not just this one.")]
 
@@ -164,6 +161,10 @@ def _list_json(listed: list[ListedSession], shown: list[ListedSession], stores: 
 def _no_sessions(stores: Stores, all_projects: bool, filtered: bool) -> None:
     """Say that nothing was listed, and where else there are sessions; on a machine with
     none at all, where they were looked for and how to try the commands anyway."""
+    from rich.text import Text
+
+    from sessiontree.cli.common import console
+
     if not filtered and current_store().found_by_default and not stores.list():
         console.print("No sessions found on this machine. Looked in:", markup=False)
         for name, home in looked_in():
@@ -196,6 +197,11 @@ _TITLE_WANTED = 24
 def _list_table(
     listed: list[ListedSession], shown: list[ListedSession], all_projects: bool
 ) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
+    from sessiontree.cli.common import console
+
     several = len({s.agent for s in listed}) > 1
     headers = (
         ["Modified", "ID", "Msgs", "Size"]
@@ -250,6 +256,17 @@ def _list_table(
     return table
 
 
+def _time_range(since: str | None, until: str | None) -> tuple[int | None, int | None]:
+    """`--since` and `--until` as epoch ms (None where not given), in the local zone."""
+    if not since and not until:
+        return None, None
+    tz, _ = time_zone(None)
+    return (
+        parse_time(since, tz) if since else None,
+        parse_time(until, tz, end=True) if until else None,
+    )
+
+
 def _shown_size(known: int | None, path: str) -> int:
     """`known` (a listing's or a summary's size), else the file's as the store states it."""
     return known if known is not None and known >= 0 else _file_size(path)
@@ -286,12 +303,9 @@ def list_command(
     $PI_CODING_AGENT_DIR), every agent store found on this machine is read
     (`sessiontree stores` lists them)."""
     stores = all_stores()
-    tz, _ = time_zone(None)
+    since_ms, until_ms = _time_range(since, until)
     listed = stores.list(
-        None if all_projects else os.getcwd(),
-        text=text,
-        since=parse_time(since, tz) if since else None,
-        until=parse_time(until, tz, end=True) if until else None,
+        None if all_projects else os.getcwd(), text=text, since=since_ms, until=until_ms
     )
     shown = listed[:limit] if limit else listed
     if as_json:
@@ -299,6 +313,10 @@ def list_command(
     elif not listed:
         _no_sessions(stores, all_projects, bool(text or since or until))
     else:
+        from rich.text import Text
+
+        from sessiontree.cli.common import console, err_console
+
         if len(stores.readable) > 1:
             err_console.print(Text(f"Read {_looked(stores.readable)}.", style="dim"))
         console.print(_list_table(listed, shown, all_projects))
@@ -312,6 +330,8 @@ _NAME_WANTED = 16
 
 
 def _usage_cells(usage: UsageTotals | Totals, count: Callable[[int], str]) -> list[str]:
+    from sessiontree.reports import Totals
+
     return [
         f"{usage.messages:,}",
         count(usage.input),
@@ -325,6 +345,12 @@ def _usage_cells(usage: UsageTotals | Totals, count: Callable[[int], str]) -> li
 def _usage_table(rows: Mapping[str, UsageTotals | Totals], first: str) -> Table | Group:
     """A row per model (or day); on a terminal too narrow for the numbers, a line each,
     so that no number is ever cut and no name wrapped over lines."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from sessiontree.cli.common import console
+
     # Model names are shortened (no provider, no date); token counts are shown in full
     # where the names keep a width worth reading, else shortened (1.03M), and the names
     # are cut to what the numbers leave.
@@ -360,6 +386,12 @@ def _version_text(path: str, loaded: int) -> str:
 
 
 def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    from sessiontree.cli.common import console
+    from sessiontree.reports import summarize_session
+
     path = resolve_session(session)
     with open_read_only(path) as sm:
         summary = summarize_session(sm)
@@ -469,6 +501,10 @@ def tree_command(
     ] = None,
     as_json: JsonOption = False,
 ) -> None:
+    from rich.text import Text
+
+    from sessiontree.cli.common import console
+
     path = resolve_session(session)
     with open_read_only(path) as sm:
         if as_json:
@@ -531,6 +567,10 @@ def context_command(
     full: Annotated[bool, typer.Option("--full", help="Do not shorten long messages.")] = False,
     as_json: JsonOption = False,
 ) -> None:
+    from rich.text import Text
+
+    from sessiontree.cli.common import console
+
     path = resolve_session(session)
     with open_read_only(path) as sm:
         if leaf is not None:
@@ -593,6 +633,10 @@ def _check_roles(roles: list[str] | None) -> None:
 
 def _print_hits(hits: list[SearchHit], titles: dict[str, str]) -> None:
     """Newest first, each session's hits together (in file order) under its title."""
+    from rich.text import Text
+
+    from sessiontree.cli.common import console
+
     grouped: dict[str, list[SearchHit]] = {}
     for hit in hits:
         grouped.setdefault(hit.path, []).append(hit)
@@ -684,9 +728,7 @@ def search_command(
     if not text.strip():
         raise CliError("search text is empty", EXIT_USAGE)
     _check_roles(role)
-    tz, _ = time_zone(None)
-    since_ms = parse_time(since, tz) if since else None
-    until_ms = parse_time(until, tz, end=True) if until else None
+    since_ms, until_ms = _time_range(since, until)
     if all_projects and project is not None:
         raise CliError("give --all or --project, not both", EXIT_USAGE)
     where = os.path.abspath(os.path.expanduser(project)) if project is not None else os.getcwd()
@@ -720,6 +762,10 @@ def search_command(
         if not hits:
             raise typer.Exit(1)  # like grep: 1 means no match
         return
+    from rich.text import Text
+
+    from sessiontree.cli.common import console
+
     print_notes(found.notes)
     if not hits:
         where = "" if all_projects else f" of {where}"
@@ -742,6 +788,12 @@ def history_command(
     ] = 20,
     as_json: JsonOption = False,
 ) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    from sessiontree.cli.common import console
+    from sessiontree.history import read_history
+
     database = current_store().history_path
     entries = read_history(database, search, limit)
     if as_json:
@@ -806,6 +858,11 @@ def stats_command(
     per store and their total (each reply counted once across them, as in `usage`).
     Every project unless -p, as `usage`.
     """
+    from rich.table import Table
+    from rich.text import Text
+
+    from sessiontree.cli.common import console
+
     scope = None if project is None else os.path.abspath(os.path.expanduser(project))
     if all_projects and scope is not None:
         raise CliError("give --all or --project, not both", EXIT_USAGE)
@@ -906,6 +963,9 @@ def _store_bytes(store: Store, stats: StoreStats) -> int:
 
 def _stores_table(per: list[tuple[Store, StoreStats]], total: StoreStats) -> Table:
     """A row per store and the total (whose replies are counted once across stores)."""
+    from rich.table import Table
+    from rich.text import Text
+
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
     table.add_column("Store", no_wrap=True)
     for name in ("Sessions", "Projects", "Size", "Entries", "Blobs", "Replies", "Cost $"):

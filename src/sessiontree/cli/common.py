@@ -21,21 +21,9 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console, ConsoleOptions, RenderableType
-from rich.progress import (
-    BarColumn,
-    DownloadColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TransferSpeedColumn,
-)
-from rich.segment import Segment
-from rich.text import Text
 
 # Re-exported: the commands take them from here with the rest of the plumbing.
 from sessiontree.cli.errors import EXIT_AMBIGUOUS as EXIT_AMBIGUOUS
@@ -46,58 +34,33 @@ from sessiontree.cli.errors import CliError as CliError
 from sessiontree.cli.errors import ambiguous_message as ambiguous_message
 from sessiontree.cli.errors import error_text as error_text
 from sessiontree.cli.registry import writes_store
-from sessiontree.cli.render import terminal_safe, terminal_safe_text
+from sessiontree.cli.render import terminal_safe
 from sessiontree.errors import AmbiguousSessionError, SessionNotFoundError
 from sessiontree.format import serialize_entry
 from sessiontree.session import SessionManager
 from sessiontree.store import Store, Stores
 
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+    from sessiontree.cli.console import TerminalConsole
+
+    console: TerminalConsole
+    err_console: TerminalConsole
+
 SCHEMA_VERSION = 1
 """`schemaVersion` of every `--json` document this CLI prints."""
 
 
-class _TerminalConsole(Console):
-    """A console whose output cannot drive the terminal: the one choke point.
+def __getattr__(name: str) -> Any:
+    """`console` and `err_console`, from `console.py` when first asked for (PEP 562): a
+    command that prints only JSON or bytes never imports rich for them."""
+    if name in ("console", "err_console"):
+        import sessiontree.cli.console as consoles
 
-    Every renderable passes `render` (tables and trees render each cell through
-    it): text and strings are made terminal-safe there, before they are laid out,
-    so wrapping counts the escapes; and every segment of text that comes out is
-    passed through `terminal_safe` again, whatever produced it. Control segments
-    are the console's own (progress bars' cursor moves) and pass. Markup and emoji
-    codes are off, so a `str` prints as typed, too.
-    """
+        return getattr(consoles, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    def __init__(self, *, stderr: bool = False) -> None:
-        super().__init__(stderr=stderr, highlight=False, markup=False, emoji=False)
-
-    def writes_to_terminal(self) -> bool:
-        """Whether its stream is a terminal (people read it), not a pipe or a file."""
-        isatty = getattr(self.file, "isatty", None)
-        return bool(callable(isatty) and isatty())
-
-    def print(self, *objects: Any, soft_wrap: bool | None = None, **options: Any) -> None:
-        # To a pipe or a file (read by scripts) a line is never broken to a width: a
-        # path or a name stays whole on its line. Tables keep their own layout.
-        if soft_wrap is None and not self.writes_to_terminal():
-            soft_wrap = True
-        super().print(*objects, soft_wrap=soft_wrap, **options)
-
-    def render(
-        self, renderable: RenderableType, options: ConsoleOptions | None = None
-    ) -> Iterable[Segment]:
-        if isinstance(renderable, str):
-            renderable = terminal_safe(renderable)
-        elif isinstance(renderable, Text):
-            renderable = terminal_safe_text(renderable)
-        for segment in super().render(renderable, options):
-            if segment.control or not segment.text:
-                yield segment
-            else:
-                yield Segment(terminal_safe(segment.text), segment.style)
-
-
-console: _TerminalConsole = _TerminalConsole()
-err_console: _TerminalConsole = _TerminalConsole(stderr=True)
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print JSON (see docs/cli.md) instead.")]
 SessionArg = Annotated[
@@ -135,14 +98,23 @@ class _Invocation:
 _invocation: _Invocation | None = None
 
 
+def _stderr_line(line: str, style: str = "") -> None:
+    """One line on `err_console`, made terminal-safe and never wrapped (rich is
+    imported here, by the first command that says something on stderr)."""
+    from rich.text import Text
+
+    from sessiontree.cli.console import err_console
+
+    err_console.print(Text(line, style=style), soft_wrap=True)
+
+
 class _LogToConsole(logging.Handler):
     """The library's warnings (a bad blob reference, a failed save) as `sessiontree:
     warning: ...` lines on `err_console`, so they are made terminal-safe like the rest."""
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            message = f"sessiontree: {record.levelname.lower()}: {record.getMessage()}"
-            err_console.print(Text(message), soft_wrap=True)
+            _stderr_line(f"sessiontree: {record.levelname.lower()}: {record.getMessage()}")
         except Exception:  # a logging handler must not raise
             self.handleError(record)
 
@@ -228,7 +200,7 @@ def all_stores(*, existing: bool = False) -> Stores:
 def print_notes(notes: Iterable[str]) -> None:
     """`sessiontree: note: ...` on stderr, each note once however many stores gave it."""
     for note in dict.fromkeys(notes):
-        err_console.print(Text(f"sessiontree: note: {note}", style="dim"), soft_wrap=True)
+        _stderr_line(f"sessiontree: note: {note}", style="dim")
 
 
 def _note_skipped(read: list[Stores]) -> None:
@@ -236,7 +208,7 @@ def _note_skipped(read: list[Stores]) -> None:
     skipped = {s.location: s for stores in read for s in stores.skipped}
     if skipped:
         said = "; ".join(f"{s.store} at {s.location}: {s.reason}" for s in skipped.values())
-        err_console.print(Text(f"sessiontree: note: skipped {said}", style="dim"), soft_wrap=True)
+        _stderr_line(f"sessiontree: note: skipped {said}", style="dim")
 
 
 def current_store() -> Store:
@@ -363,8 +335,7 @@ def select_files(paths: list[str] | None, all_projects: bool) -> list[str]:
 def warn_passed_over(passed_over: list[tuple[str, str]]) -> None:
     """A warning for each FIFO (socket, device) named like a session that was not read."""
     for path, what in passed_over:
-        warning = f"sessiontree: warning: {path}: {what}; passed over"
-        err_console.print(Text(warning), soft_wrap=True)
+        _stderr_line(f"sessiontree: warning: {path}: {what}; passed over")
 
 
 @contextmanager
@@ -373,6 +344,10 @@ def progress(description: str, total: int | None) -> Iterator[Callable[[str], No
     if not sys.stderr.isatty():
         yield lambda _path: None
         return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
+
+    from sessiontree.cli.console import err_console
+
     columns: list[Any] = [SpinnerColumn(), TextColumn("{task.description}")]
     if total is not None:
         columns += [BarColumn(), MofNCompleteColumn()]
@@ -402,6 +377,17 @@ def byte_progress(
         if bar is None:
             if total < threshold:
                 return
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                SpinnerColumn,
+                TextColumn,
+                TransferSpeedColumn,
+            )
+
+            from sessiontree.cli.console import err_console
+
             bar = Progress(
                 SpinnerColumn(),
                 TextColumn("{task.description}"),

@@ -282,6 +282,15 @@ def _plain_metavar(param: Any) -> str | None:
     return None
 
 
+def _plain_coercion(params: list[Any]) -> None:
+    """Convert the parameters' values without pydantic (`coercion.py`), where typer has
+    the slot for it (an older typer, without it, converts with click's types)."""
+    if any(getattr(param, "_runtime_param", False) is None for param in params):
+        from sessiontree.cli.coercion import use_plain_coercion
+
+        use_plain_coercion(params)
+
+
 def _name_placeholders(params: list[Any]) -> None:
     for param in params:
         if getattr(param, "metavar", None) is None and not getattr(param, "is_flag", False):
@@ -326,6 +335,13 @@ class Command(TyperCommand):
         super().__init__(*args, **kwargs)
         self.params.extend(_params(_after_command_options))
         _name_placeholders(self.params)
+        _plain_coercion(self.params)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        """`--help`, built on first use: converted as the other parameters are."""
+        option = super().get_help_option(ctx)
+        _plain_coercion([option] if option is not None else [])
+        return option
 
     def invoke(self, ctx: Any) -> Any:
         _gather(ctx)
@@ -346,6 +362,13 @@ class Group(TyperGroup):
             self.params.extend(_params(_global_options) + _params(_version_option))
         else:
             self.params.extend(_params(_after_command_options))
+        _plain_coercion(self.params)
+
+    def get_help_option(self, ctx: Any) -> Any:
+        """`--help`, built on first use: converted as the other parameters are."""
+        option = super().get_help_option(ctx)
+        _plain_coercion([option] if option is not None else [])
+        return option
 
     def invoke(self, ctx: Any) -> Any:
         _gather(ctx)

@@ -10,13 +10,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
-
-from rich.text import Span, Text
-from rich.tree import Tree
+from typing import TYPE_CHECKING, Any
 
 from sessiontree.format import SessionTreeNode, entry_preview
 from sessiontree.session import SessionManager
+
+if TYPE_CHECKING:
+    # Imported where used: `terminal_safe` and the times and figures here are for
+    # commands that print no rich text too (`--json`, an export), which load no rich.
+    from rich.text import Text
+    from rich.tree import Tree
 
 __all__ = [
     "TreeOptions",
@@ -61,6 +64,8 @@ def terminal_safe_text(text: Text) -> Text:
 
     Done before the text is laid out, so wrapping and cropping count the escapes.
     """
+    from rich.text import Span, Text
+
     plain = text.plain
     if _UNSAFE.search(plain) is None:
         return text
@@ -145,6 +150,8 @@ def _line(
     options: TreeOptions,
     head: bool = False,
 ) -> Text:
+    from rich.text import Text
+
     entry = node.entry
     text = Text(no_wrap=True, overflow="ellipsis")
     if head:
@@ -202,6 +209,9 @@ def render_tree(sm: SessionManager, title: str | Text, options: TreeOptions | No
     leaf, `○` the others), continuing its run inside. Long runs are shortened
     to their ends, labelled entries, summaries and the leaf.
     """
+    from rich.text import Text
+    from rich.tree import Tree
+
     options = options if options is not None else TreeOptions()
     leaf = sm.get_leaf_id()
     active = {id(e) for e in sm.get_branch()}

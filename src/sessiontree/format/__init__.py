@@ -94,6 +94,7 @@ from sessiontree.format._text import (
     usage_entry_text,
     usage_summary,
 )
+from sessiontree.format._times import parse_time, time_zone
 from sessiontree.format._tree import (
     SessionTreeNode,
     branch_as_pi,
@@ -184,6 +185,7 @@ __all__ = [
     "ordered_header",
     "parse_iso_ms",
     "parse_jsonl_lenient",
+    "parse_time",
     "path_to_root",
     "pi_session_name",
     "serialize_entry",
@@ -197,6 +199,7 @@ __all__ = [
     "shown_title",
     "system_sections",
     "system_summary",
+    "time_zone",
     "title_slot_line",
     "usage_entry_text",
     "usage_record",
