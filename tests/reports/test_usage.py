@@ -429,4 +429,5 @@ def test_totals_equal_a_hand_computed_sum(store: Store) -> None:
         "splitReplies": 1,
         "forkCopies": 2,
         "importCopies": 1,
+        "sessionCopies": 0,
     }

@@ -29,6 +29,7 @@ __all__ = [
     "get_agent_dir",
     "native_agent_dir",
     "opencode_home",
+    "sync_dir",
     "terminal_variable",
     "time_zone_name",
 ]
@@ -143,6 +144,17 @@ def copilot_home() -> str:
     """`$COPILOT_HOME`, else `~/.copilot`."""
     env = _read("COPILOT_HOME")
     return os.path.abspath(os.path.expanduser(env)) if env else os.path.join(_home(), ".copilot")
+
+
+# ---------------------------------------------------------------------------- sessiontree's own
+
+
+def sync_dir() -> str:
+    """Where `sessiontree sync` keeps what it holds per hub (its state, the other
+    machines' sessions it shows): `$XDG_STATE_HOME/sessiontree/sync`, else
+    `~/.local/state/sessiontree/sync`."""
+    base = _read("XDG_STATE_HOME") or os.path.join(_home(), ".local", "state")
+    return os.path.join(os.path.abspath(os.path.expanduser(base)), "sessiontree", "sync")
 
 
 # ---------------------------------------------------------------------------- the host

@@ -72,6 +72,7 @@ from sessiontree.store import (
     Stores,
     find_stores,
     looked_in,
+    made_by,
     store_size,
 )
 
@@ -129,7 +130,12 @@ def _list_json(listed: list[ListedSession], shown: list[ListedSession], stores: 
         {
             "total": len(listed),
             **(
-                {"stores": [{"agent": st.agent, "location": st.location} for st in read]}
+                {
+                    "stores": [
+                        {"agent": st.agent, "machine": st.machine, "location": st.location}
+                        for st in read
+                    ]
+                }
                 if len(read) > 1 or current_store().found_by_default
                 else {}
             ),
@@ -137,6 +143,7 @@ def _list_json(listed: list[ListedSession], shown: list[ListedSession], stores: 
                 {
                     "path": s.info.path,
                     "agent": s.agent,
+                    "machine": s.machine,
                     "id": s.info.id,
                     "cwd": s.info.cwd,
                     "title": s.info.title,
@@ -189,7 +196,7 @@ _TITLE_WANTED = 24
 def _list_table(
     listed: list[ListedSession], shown: list[ListedSession], all_projects: bool
 ) -> Table:
-    several = len({s.agent for s in listed}) > 1
+    several = len({s.made_by for s in listed}) > 1
     headers = (
         ["Modified", "ID", "Msgs", "Size"]
         + (["Agent"] if several else [])
@@ -201,8 +208,8 @@ def _list_table(
     for one in shown:
         s = one.info
         row = [time_ago(s.modified), short[s.id], f"{s.message_count:,}", human_size(one.size)]
-        if several:
-            row.append(one.agent)
+        if several:  # `claude@laptop`: made on another machine, shown here by a sync
+            row.append(one.made_by)
         if all_projects:
             row.append(os.path.basename(s.cwd.rstrip("/")) or s.cwd)
         row.append(shown_title(s.title, s.first_message, s.id))
@@ -584,16 +591,25 @@ def _check_roles(roles: list[str] | None) -> None:
             )
 
 
-def _print_hits(hits: list[SearchHit], titles: dict[str, str]) -> None:
-    """Newest first, each session's hits together (in file order) under its title."""
+def _print_hits(hits: list[SearchHit], titles: dict[str, str], machines: dict[str, str]) -> None:
+    """Newest first, each session's hits together (in file order) under its title (and
+    the machine it was made on, when a sync brought it from another)."""
     grouped: dict[str, list[SearchHit]] = {}
     for hit in hits:
         grouped.setdefault(hit.path, []).append(hit)
     for path, group in grouped.items():
         console.print()
         title = titles.get(path) or shown_title(None, None, group[0].session_id)
+        machine = machines.get(path)
         console.print(
-            Text.assemble((group[0].session_id, "bold"), "  ", title, "  ", (path, "dim")),
+            Text.assemble(
+                (group[0].session_id, "bold"),
+                "  ",
+                title,
+                f"  (from {machine})" if machine else "",
+                "  ",
+                (path, "dim"),
+            ),
             soft_wrap=True,
         )
         for hit in sorted(group, key=lambda h: h.line):
@@ -707,7 +723,9 @@ def search_command(
                 "regex": regex,
                 "mode": found.mode,
                 "notes": found.notes,
-                "hits": [_hit_json(h) for h in hits],
+                "hits": [
+                    {**_hit_json(h.hit), "machine": stores[h.store].machine} for h in found.hits
+                ],
             }
         )
         if not hits:
@@ -721,7 +739,10 @@ def search_command(
             console.print(Text("--all looks in the sessions of every project.", style="dim"))
         raise typer.Exit(1)
     s = [one.info for one in found.sessions]
-    _print_hits(hits, {i.path: shown_title(i.title, i.first_message, i.id, 70) for i in s})
+    machines = {one.info.path: one.machine for one in found.sessions if one.machine}
+    _print_hits(
+        hits, {i.path: shown_title(i.title, i.first_message, i.id, 70) for i in s}, machines
+    )
     if len(hits) >= limit:
         console.print(Text(f"\nStopped after {limit} hits (--limit).", style="dim"))
 
@@ -822,7 +843,12 @@ def stats_command(
                 **(
                     {
                         "stores": [
-                            {"agent": store.agent, "location": store.location, **_stats_json(one)}
+                            {
+                                "agent": store.agent,
+                                "machine": store.machine,
+                                "location": store.location,
+                                **_stats_json(one),
+                            }
                             for store, one in per
                         ]
                     }
@@ -838,7 +864,10 @@ def stats_command(
     lines = [("Scope", "all projects" if scope is None else scope)]
     if len(per) > 1:
         lines += [
-            ("Stores" if i == 0 else "", f"{store.agent} ({store.location})")
+            (
+                "Stores" if i == 0 else "",
+                f"{made_by(store.agent, store.machine)} ({store.location})",
+            )
             for i, (store, _) in enumerate(per)
         ]
         lines.append(("", "the figures below are their total"))
@@ -916,6 +945,6 @@ def _stores_table(per: list[tuple[Store, StoreStats]], total: StoreStats) -> Tab
         ]
 
     for store, stats in per:
-        table.add_row(Text(store.agent), *cells(stats))
+        table.add_row(Text(made_by(store.agent, store.machine)), *cells(stats))
     table.add_row(Text("total", style="bold"), *cells(total))
     return table

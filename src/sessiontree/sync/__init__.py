@@ -5,6 +5,15 @@ carried read-only. docs/sync.md says what a user runs; docs/architecture.md the 
 
 from __future__ import annotations
 
+from sessiontree.sync._foreign import (
+    ForeignCounts,
+    ForeignSource,
+    journal_path,
+    pull_foreign,
+    push_foreign,
+)
+from sessiontree.sync._foreign_paths import FOREIGN_SYNCED
+from sessiontree.sync._foreign_view import machine_views
 from sessiontree.sync._names import (
     SYNCED_AGENTS,
     HubNameError,
@@ -14,9 +23,16 @@ from sessiontree.sync._names import (
 )
 
 __all__ = [
+    "FOREIGN_SYNCED",
     "SYNCED_AGENTS",
+    "ForeignCounts",
+    "ForeignSource",
     "HubNameError",
     "check_machine_name",
     "default_machine_name",
     "is_session_file_name",
+    "journal_path",
+    "machine_views",
+    "pull_foreign",
+    "push_foreign",
 ]

@@ -178,6 +178,7 @@ class _App:
             {
                 "key": key,
                 "agent": store.agent,
+                "machine": store.machine,
                 "location": store.location,
                 "sessions": (counts or {}).get(key, 0),
                 "skipped": self.data.skipped.get(key),
@@ -705,7 +706,7 @@ class _App:
         by_store = None
         if snapshot is not None and self.data.several:
             by_store = [
-                (f"{store.agent} · {store.location}", snapshot.by_store.get(key, Tally()))
+                (f"{key} · {store.location}", snapshot.by_store.get(key, Tally()))
                 for key, store in self.data.stores.items()
             ]
         return _page(
