@@ -176,6 +176,9 @@ def test_a_machines_other_agents_are_shown_on_another_marked_with_it(
     word = max((title.first_message or "x").split(), key=len)
     found = stores.search(word, sessions=listed)
     assert any(hit.store == "claude@A" for hit in found.hits)
+    # B sends its own store, never what it shows of A's (it would come back to A as B's)
+    assert b.push(hub).files_sent == 1
+    assert not hub.storage.exists(os.path.join(hub.root, "foreign", "B", "codex"))
 
 
 def test_the_cli_shows_each_store_with_its_machine(
