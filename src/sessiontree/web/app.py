@@ -216,7 +216,10 @@ class _App:
     def _foreign_resume(self, row: SessionRow) -> dict[str, str] | None:
         """The agent's own resume command for a session of its store (in its directory,
         naming a store away from the default location by its variable)."""
-        storage = self.data.store_of(row).storage
+        shown = self.data.store_of(row)
+        if shown.machine is not None:
+            return None  # another machine's, shown by a sync: its agent there resumes it
+        storage = shown.storage
         if not isinstance(storage, ForeignStorage) or not storage.store.fs.on_host:
             return None  # a database's transcripts: no agent resumes them from there
         store = storage.store
