@@ -121,7 +121,8 @@ def _file_size(path: str) -> int:
 
 
 def _looked(read: list[Store]) -> str:
-    return ", ".join(f"{st.location} ({st.agent})" for st in read) or "no store"
+    named = [f"{st.location} ({made_by(st.agent, st.machine)})" for st in read]
+    return ", ".join(named) or "no store"
 
 
 def _list_json(listed: list[ListedSession], shown: list[ListedSession], stores: Stores) -> None:
