@@ -258,11 +258,19 @@ def test_a_round_with_nothing_new_reads_and_writes_nothing(
     assert {str(p): p.stat().st_mtime_ns for p in b.view.rglob("*")} == view
 
 
-def test_a_view_deleted_is_written_again(hub: Hub, machines: tuple[Machine, Machine]) -> None:
+def test_a_view_lost_or_changed_is_written_again(
+    hub: Hub, machines: tuple[Machine, Machine]
+) -> None:
     a, b = machines
     a.push(hub)
     b.pull(hub)
     before = _tree(b.view)
+    files = sorted(p for p in b.view.rglob("*.jsonl"))
+    files[0].unlink()
+    with open(files[1], "ab") as f:
+        f.write(b"not A's\n")
+    got = b.pull(hub)
+    assert got.files_received == 2 and _tree(b.view) == before
     shutil.rmtree(b.view)
     b.pull(hub)
     assert _tree(b.view) == before

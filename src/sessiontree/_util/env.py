@@ -29,7 +29,6 @@ __all__ = [
     "get_agent_dir",
     "native_agent_dir",
     "opencode_home",
-    "sync_dir",
     "terminal_variable",
     "time_zone_name",
 ]
@@ -91,6 +90,14 @@ def agent_dir_or_default(agent_dir: str | None = None) -> str:
     return agent_dir if agent_dir is not None else get_agent_dir()
 
 
+def state_home() -> str:
+    """Where sessiontree keeps state of this machine's own that is not a cache of one
+    agent dir (the sync's state per hub): `$XDG_STATE_HOME/sessiontree`, else
+    `~/.local/state/sessiontree`."""
+    base = _read("XDG_STATE_HOME") or os.path.join(_home(), ".local", "state")
+    return os.path.join(base, "sessiontree")
+
+
 def default_store_choice() -> tuple[str, bool]:
     """(`default_store()`, whether a variable named it): each variable read once.
     Nothing named (False): the CLI reads every store found besides it."""
@@ -144,17 +151,6 @@ def copilot_home() -> str:
     """`$COPILOT_HOME`, else `~/.copilot`."""
     env = _read("COPILOT_HOME")
     return os.path.abspath(os.path.expanduser(env)) if env else os.path.join(_home(), ".copilot")
-
-
-# ---------------------------------------------------------------------------- sessiontree's own
-
-
-def sync_dir() -> str:
-    """Where `sessiontree sync` keeps what it holds per hub (its state, the other
-    machines' sessions it shows): `$XDG_STATE_HOME/sessiontree/sync`, else
-    `~/.local/state/sessiontree/sync`."""
-    base = _read("XDG_STATE_HOME") or os.path.join(_home(), ".local", "state")
-    return os.path.join(os.path.abspath(os.path.expanduser(base)), "sessiontree", "sync")
 
 
 # ---------------------------------------------------------------------------- the host

@@ -9,8 +9,9 @@ with a `sessions/` dir), Claude Code's config dirs (`projects/`), Codex's home
 `Store` of one; `archive_roots` what the archive keeps of it.
 
 Other machines' stores of those agents, brought here by `sessiontree sync` (the views
-under `sync_dir()`, `<hub>/machines/<machine>/<agent>`), are found too, after this
-machine's, each with the `machine` it came from: read-only, as every other agent's.
+under `$XDG_STATE_HOME/sessiontree/sync/<hub>/machines/<machine>/<agent>`), are found
+too, after this machine's, each with the `machine` it came from: read-only, as every
+other agent's.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from sessiontree._util.env import (
     gemini_home,
     native_agent_dir,
     opencode_home,
-    sync_dir,
+    state_home,
 )
 from sessiontree.store._store import Store
 
@@ -141,7 +142,7 @@ def _machine_stores() -> list[FoundStore]:
     from sessiontree.sync import machine_views
 
     found = []
-    for machine, agent, home in machine_views(sync_dir()):
+    for machine, agent, home in machine_views(os.path.join(state_home(), "sync")):
         roots = _gemini_chats(home) if agent == "gemini" else _VIEW_ROOTS[agent]
         present = tuple(r for r in roots if os.path.isdir(os.path.join(home, r)))
         if present:

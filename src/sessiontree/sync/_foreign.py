@@ -110,6 +110,7 @@ class _Journal:
         self._hub = hub
         self._path = journal_path(hub_root, machine)
         self._writer: Callable[[bytes], None] | None = None
+        self._sync: Callable[[], None] = lambda: None
         self._close: Callable[[], None] = lambda: None
 
     def add(self, log: str, size: int, mtime_ns: int) -> None:
@@ -122,12 +123,16 @@ class _Journal:
             except FileNotFoundError:
                 pass
             writer = self._hub.open_writer(self._path, "a")
-            self._close = writer.close
+            self._sync, self._close = writer.fsync, writer.close
             self._writer = _bytes_writer(writer)
             if torn:  # a line cut short by a crash: the next one starts on its own
                 self._writer(b"\n")
         line = {"log": log, "size": size, "mtimeNs": mtime_ns}
         self._writer(json.dumps(line, separators=(",", ":")).encode() + b"\n")
+
+    def sync(self) -> None:
+        """Make the lines written so far durable (before the state records them)."""
+        self._sync()
 
     def close(self) -> None:
         self._close()
@@ -225,6 +230,7 @@ class _Push:
         writer = self.hub.open_writer(path, "a")
         try:
             _bytes_writer(writer)(new)
+            writer.fsync()  # before its journal line and the state say it is there
         finally:
             writer.close()
         self.counts.bytes_sent += len(new)
@@ -293,10 +299,11 @@ def push_foreign(
     check_machine_name(machine)
     counts = ForeignCounts()
     claimed: set[tuple[str, str]] = set()
-    with ForeignState(state_path) as state:
-        journal = _Journal(hub, hub_root, machine)
-        push = _Push(hub, hub_root, machine, state, journal, counts)
-        try:
+    journal = _Journal(hub, hub_root, machine)
+    try:
+        # the state commits (after the journal is made durable) before the journal closes
+        with ForeignState(state_path, before_commit=journal.sync) as state:
+            push = _Push(hub, hub_root, machine, state, journal, counts)
             for store in stores:
                 if store.agent not in FOREIGN_SYNCED or store.machine is not None:
                     continue
@@ -314,8 +321,8 @@ def push_foreign(
                 counts.notes += report.skipped
                 if store.agent == "opencode":
                     push.opencode(store.home)
-        finally:
-            journal.close()
+    finally:
+        journal.close()
     return counts
 
 
@@ -359,15 +366,25 @@ class _Pull:
     state: ForeignState
     view: ViewTree
     counts: ForeignCounts
+    wrote: bool = False
+    """Whether the view was written since the state last committed."""
+
+    def durable(self) -> None:
+        """Make the view's new bytes durable before the state records them (one flush
+        of the file systems, only when the view was written)."""
+        if self.wrote:
+            os.sync()
+            self.wrote = False
 
     def machine(self, other: str) -> None:
+        """Bring what `other` sent since the last round into the view; a file of its
+        the view lost (deleted, cut, replaced) is fetched again whole."""
+        blocked = self._lost(other)
         path = journal_path(self.hub_root, other)
         try:
             size = self.hub.stat(path).size
         except FileNotFoundError:
             return
-        if self.state.knows_machine(other) and self.view.lstat([other]) is None:
-            self.state.forget_machine(other)  # its view was deleted: written again
         offset = self.state.journal_offset(other)
         if size < offset:  # the journal was started over: read it all again
             offset = 0
@@ -375,20 +392,34 @@ class _Pull:
             return
         data = b"".join(read_range_chunks(self.hub, path, offset, size))
         complete = data[: data.rfind(b"\n") + 1]
-        blocked = False
         for log, (_, mtime) in _journal_lines(complete, other, self.counts.notes).items():
             try:
                 agent, parts = parse_foreign_log(log, other)
             except HubNameError as exc:
                 self.counts.notes.append(f"{other}'s journal: refused: {exc}")
                 continue
-            try:
-                self.file(other, agent, parts, mtime)
-            except ViewRefused as exc:
-                self.counts.notes.append(f"{exc.filename}: not written: {exc.strerror}")
-                blocked = True
+            blocked = not self._file(other, agent, parts, mtime) or blocked
         if not blocked:  # else read again next round, once what is in the way is gone
             self.state.put_journal_offset(other, offset + len(complete))
+
+    def _lost(self, other: str) -> bool:
+        """Fetch again each file of `other`'s whose copy in the view is not the one
+        written (a stat each); whether one could not be written."""
+        blocked = False
+        for agent, key, shown in self.state.shown_of(other):
+            st = self.view.lstat([other, agent, *key.split("/")])
+            if st is None or (st.st_ino, st.st_size) != (shown.view_ino, shown.view_size):
+                blocked = not self._file(other, agent, key.split("/"), shown.mtime_ns) or blocked
+        return blocked
+
+    def _file(self, other: str, agent: str, parts: list[str], mtime: int) -> bool:
+        """`file`, with what is in the view's way named in the notes (then False)."""
+        try:
+            self.file(other, agent, parts, mtime)
+        except ViewRefused as exc:
+            self.counts.notes.append(f"{exc.filename}: not written: {exc.strerror}")
+            return False
+        return True
 
     def file(self, other: str, agent: str, parts: list[str], mtime: int) -> None:
         """Bring one hub file into the view (its new bytes, else whole)."""
@@ -424,6 +455,7 @@ class _Pull:
                 new = self._read(path, prev.hub_size, hub_st.size)
                 if new is None:
                     return
+                self.wrote = True
                 written = self.view.append(target, new, (prev.view_ino, prev.view_size), mtime)
                 if written is not None:
                     self.counts.bytes_received += len(new)
@@ -431,14 +463,14 @@ class _Pull:
             data = self._read(path, 0, hub_st.size)
             if data is None:
                 return
+            self.wrote = True
             written = self.view.replace(target, data, mtime)
             self.counts.bytes_received += len(data)
             if agent == "opencode" and parts[0] == "export":
                 self._opencode_files(other, log, data, mtime)
         self.counts.files_received += 1
-        self.state.put_shown(
-            other, agent, key, Shown(hub_st.size, hub_st.ino, written.st_ino, written.st_size)
-        )
+        shown = Shown(hub_st.size, hub_st.ino, written.st_ino, written.st_size, mtime)
+        self.state.put_shown(other, agent, key, shown)
 
     def _read(self, path: str, start: int, end: int) -> bytes | None:
         data = b"".join(read_range_chunks(self.hub, path, start, end))
@@ -473,8 +505,9 @@ def pull_foreign(
     machines_dir = os.path.join(hub_root, "machines")
     list_dirs = getattr(hub, "list_dirs", None)
     others = [os.path.basename(d) for d in list_dirs(machines_dir)] if list_dirs else []
-    with ForeignState(state_path) as state, ViewTree(view_root) as view:
+    with ViewTree(view_root) as view, ForeignState(state_path) as state:
         pull = _Pull(hub, hub_root, state, view, counts)
+        state.before_commit = pull.durable
         for other in sorted(others):
             if other == machine:
                 continue

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Final, NamedTuple
 
@@ -38,7 +38,7 @@ _FAMILY: Final = Family(
         """CREATE TABLE shown (
             machine TEXT NOT NULL, agent TEXT NOT NULL, rel TEXT NOT NULL,
             hub_size INTEGER NOT NULL, hub_ino INTEGER NOT NULL,
-            view_ino INTEGER NOT NULL, view_size INTEGER NOT NULL,
+            view_ino INTEGER NOT NULL, view_size INTEGER NOT NULL, mtime_ns INTEGER NOT NULL,
             PRIMARY KEY (machine, agent, rel)) WITHOUT ROWID""",
     ),
     ("sent", "journals", "shown"),
@@ -69,12 +69,17 @@ class Shown(NamedTuple):
     hub_ino: int
     view_ino: int
     view_size: int
+    mtime_ns: int
+    """Its modification time on its machine (the view's copy has it too)."""
 
 
 class ForeignState(ClosesOnExit):
     """The state file, open for one round (a context manager)."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, before_commit: Callable[[], None] = lambda: None) -> None:
+        """`before_commit`: makes durable what the rows about to be committed describe
+        (a row must never outlive the write it records)."""
+        self.before_commit = before_commit
         db: CacheDB | None = None
         try:
             ensure_private_dir(os.path.dirname(os.path.abspath(path)))
@@ -109,6 +114,7 @@ class ForeignState(ClosesOnExit):
 
     def commit(self) -> None:
         if self._conn.in_transaction:
+            self.before_commit()
             self._conn.execute("COMMIT")
         self._pending = 0
 
@@ -148,29 +154,28 @@ class ForeignState(ClosesOnExit):
         with self._writing() as conn:
             conn.execute("INSERT OR REPLACE INTO journals VALUES (?, ?)", (machine, offset))
 
-    def forget_machine(self, machine: str) -> None:
-        """Start `machine` over: its journal from the start, each of its files whole."""
-        with self._writing() as conn:
-            conn.execute("DELETE FROM journals WHERE machine = ?", (machine,))
-            conn.execute("DELETE FROM shown WHERE machine = ?", (machine,))
-
-    def knows_machine(self, machine: str) -> bool:
-        return (
-            self._conn.execute("SELECT 1 FROM journals WHERE machine = ?", (machine,)).fetchone()
-            is not None
-        )
-
     def shown(self, machine: str, agent: str, rel: str) -> Shown | None:
         row = self._conn.execute(
-            "SELECT hub_size, hub_ino, view_ino, view_size FROM shown "
+            "SELECT hub_size, hub_ino, view_ino, view_size, mtime_ns FROM shown "
             "WHERE machine = ? AND agent = ? AND rel = ?",
             (machine, agent, rel),
         ).fetchone()
         return Shown(*row) if row is not None else None
 
+    def shown_of(self, machine: str) -> list[tuple[str, str, Shown]]:
+        """(agent, rel, what was written) of every file of `machine`'s in the view."""
+        return [
+            (row[0], row[1], Shown(*row[2:]))
+            for row in self._conn.execute(
+                "SELECT agent, rel, hub_size, hub_ino, view_ino, view_size, mtime_ns FROM shown "
+                "WHERE machine = ?",
+                (machine,),
+            )
+        ]
+
     def put_shown(self, machine: str, agent: str, rel: str, shown: Shown) -> None:
         with self._writing() as conn:
             conn.execute(
-                "INSERT OR REPLACE INTO shown VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO shown VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (machine, agent, rel, *shown),
             )
