@@ -251,7 +251,7 @@ def test_a_round_with_nothing_new_reads_and_writes_nothing(
     def no_read(*args: object) -> None:
         raise AssertionError(f"read {args}")
 
-    monkeypatch.setattr("sessiontree.sync._foreign.read_span", no_read)
+    monkeypatch.setattr("sessiontree.sync._foreign_push.read_span", no_read)
     assert a.push(hub) == ForeignCounts()
     assert hub.storage.stat(journal).size == size
     assert b.pull(hub) == ForeignCounts()

@@ -5,14 +5,10 @@ carried read-only. docs/sync.md says what a user runs; docs/architecture.md the 
 
 from __future__ import annotations
 
-from sessiontree.sync._foreign import (
-    ForeignCounts,
-    ForeignSource,
-    journal_path,
-    pull_foreign,
-    push_foreign,
-)
+from sessiontree.sync._foreign import ForeignCounts, ForeignSource, journal_path
 from sessiontree.sync._foreign_paths import FOREIGN_SYNCED
+from sessiontree.sync._foreign_pull import pull_foreign
+from sessiontree.sync._foreign_push import push_foreign
 from sessiontree.sync._foreign_view import machine_views
 from sessiontree.sync._names import (
     SYNCED_AGENTS,
