@@ -46,9 +46,9 @@ def test_stats_counts_every_store_found_and_their_total(found: FoundHome) -> Non
     for agent, where in (("pi", found.pi), ("claude", found.claude)):
         alone = stats("--agent-dir", str(where))
         assert "stores" not in alone
-        assert {k: v for k, v in per[agent].items() if k not in ("agent", "location")} == {
-            k: v for k, v in alone.items() if k not in ("scope", "schemaVersion")
-        }
+        assert {
+            k: v for k, v in per[agent].items() if k not in ("agent", "machine", "location")
+        } == {k: v for k, v in alone.items() if k not in ("scope", "schemaVersion")}
     assert document["sessions"] == 3 == per["pi"]["sessions"] + per["claude"]["sessions"]
     for key in ("bytes", "entries", "projects", "blobs"):
         assert document[key] == per["pi"][key] + per["claude"][key]

@@ -199,6 +199,22 @@ def test_forks_count_the_parents_replies_once(store: Store) -> None:
     assert len(ids) == 6
 
 
+def test_one_session_read_from_two_files_counts_each_reply_once(store: Store) -> None:
+    # Another machine's copy shown here by a sync (it has gone on), beside this one's.
+    entries = [prompt("s0", None, T0), reply("s1", "s0", T0 + 10), reply("s2", "s1", T0 + 20)]
+    here = store.session("S", entries)
+    elsewhere = Path(here).parent.parent / "--q--" / os.path.basename(here)
+    elsewhere.parent.mkdir()
+    more = [reply("s3", "s2", T0 + 30)]
+    elsewhere.write_text(Path(here).read_text() + "".join(serialize_entry(e) + "\n" for e in more))
+    store.paths.append(str(elsewhere))
+    ids, dups = store.totals()
+    assert ids == {("S", "s1"), ("S", "s2"), ("S", "s3")}
+    assert dups.session_copies == 2
+    counted, _ = store.counted()
+    assert {s.path for s, r in counted if r.entry_id in ("s1", "s2")} == {here}
+
+
 def test_imports_count_the_source_once(store: Store) -> None:
     source = store.session(
         "X", [prompt("x0", None, T0), reply("x1", "x0", T0 + 10), reply("x2", "x1", T0 + 20)]
@@ -418,4 +434,5 @@ def test_totals_equal_a_hand_computed_sum(store: Store) -> None:
         "splitReplies": 1,
         "forkCopies": 2,
         "importCopies": 1,
+        "sessionCopies": 0,
     }

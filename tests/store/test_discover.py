@@ -34,6 +34,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         "XDG_DATA_HOME",
         "GEMINI_CLI_HOME",
         "COPILOT_HOME",
+        "XDG_STATE_HOME",
     ):
         monkeypatch.delenv(name, raising=False)
     return home
@@ -69,7 +70,9 @@ def test_a_pi_only_home_lists_its_sessions_with_no_options(home: Path, tmp_path:
     assert result.exit_code == 0, result.output
     document = json.loads(result.stdout)
     assert document["total"] == 1
-    assert document["stores"] == [{"agent": "pi", "location": str(home / ".pi" / "agent")}]
+    assert document["stores"] == [
+        {"agent": "pi", "machine": None, "location": str(home / ".pi" / "agent")}
+    ]
     # and a writing command works on the only store
     session = document["sessions"][0]["id"]
     renamed = CliRunner().invoke(app, ["rename", session, "Named"])
@@ -145,3 +148,38 @@ def test_search_reads_every_store_found(home: Path, tmp_path: Path) -> None:
     claude_text = "entire"
     both = json.loads(CliRunner().invoke(app, ["search", claude_text, "--all", "--json"]).stdout)
     assert any(h["path"].startswith(str(home / ".claude")) for h in both["hits"])
+
+
+def test_other_machines_stores_a_sync_shows_here_are_found_marked_with_their_machine(
+    home: Path, tmp_path: Path
+) -> None:
+    claude_session(home)
+    machines = home / ".local" / "state" / "sessiontree" / "sync" / "0a1b2c" / "machines"
+    view = machines / "laptop" / "claude"
+    claude_session(view.parent / "home")
+    (view.parent / "home" / ".claude").rename(view)
+    (view.parent / "home").rmdir()
+    # passed over: a name no machine has, a symlink, an agent that is not carried read-only
+    shutil.copytree(view, machines / "-bad" / "claude")
+    elsewhere = tmp_path / "elsewhere"
+    shutil.copytree(view, elsewhere / "claude")
+    os.symlink(elsewhere, machines / "linked")
+    (machines / "laptop" / "pi" / "sessions").mkdir(parents=True)
+
+    found = [f for f in find_stores() if f.machine is not None]
+    assert [(f.agent, f.machine, f.via, f.home) for f in found] == [
+        ("claude", "laptop", "sync", str(view))
+    ]
+    assert found[0].name == "Claude Code (laptop)" and found[0].agent_name == "Claude Code"
+    store = found[0].open()
+    assert store.read_only and store.machine == "laptop"
+    assert [s.id for s in store.list()] == [CLAUDE_ID]
+
+    table = run("stores")
+    assert table.exit_code == 0, table.output
+    rows = [[w for w in line.split() if w not in ("┃", "│")] for line in table.output.splitlines()]
+    assert rows[0][:3] == ["Agent", "Machine", "Sessions"]
+    assert ["Claude", "Code", "laptop", "1"] in [row[:4] for row in rows]
+    assert ["Claude", "Code", "here", "1"] in [row[:4] for row in rows]
+    listing = run("list", "--all")
+    assert "claude@laptop" in listing.output and "claude " in listing.output

@@ -36,7 +36,9 @@ from sessiontree.archive._model import (
     ArchiveStats,
     RestoreReport,
 )
+from sessiontree.archive._opencode import VirtualFile, export_as_storage, opencode_sessions
 from sessiontree.archive._restore import archived_versions, restore_files, restore_session
+from sessiontree.archive._sources import read_span, walk_files
 from sessiontree.archive._storage import ARCHIVE_VERSION, is_archive
 from sessiontree.archive._view import ArchiveView, archive_view
 from sessiontree.archive._watch import Waiter
@@ -52,14 +54,19 @@ __all__ = [
     "ArchivedFile",
     "ArchivedVersion",
     "RestoreReport",
+    "VirtualFile",
     "Waiter",
     "archive_stats",
     "archive_stores",
     "archive_view",
     "archived_files",
     "archived_versions",
+    "export_as_storage",
     "is_archive",
+    "opencode_sessions",
+    "read_span",
     "restore_files",
     "restore_session",
     "verify_archive",
+    "walk_files",
 ]

@@ -63,6 +63,7 @@ def stores_command(as_json: JsonOption = False) -> None:
             {
                 "agent": item.agent,
                 "name": item.name,
+                "machine": item.machine,
                 "path": item.home,
                 "via": item.via,
                 "sessions": sessions,
@@ -78,28 +79,36 @@ def stores_command(as_json: JsonOption = False) -> None:
         console.print("No agent store found on this machine.", markup=False)
         return
     # The path takes what the other columns leave, cut in the middle (its two ends say
-    # most), never wrapped over lines; a problem is said on its own line below.
+    # most), never wrapped over lines; a problem is said on its own line below. The
+    # machine: "here", or the one a sync brought the store's sessions from.
     cells = [
-        [row["name"], str(row["sessions"]), human_size(row["bytes"]), row["path"]] for row in rows
+        [
+            item.agent_name,
+            row["machine"] or "here",
+            str(row["sessions"]),
+            human_size(row["bytes"]),
+            row["path"],
+        ]
+        for item, row in zip(found, rows, strict=True)
     ]
-    headers = ("Agent", "Sessions", "Size", "Path")
+    headers = ("Agent", "Machine", "Sessions", "Size", "Path")
     natural = [max([len(h)] + [cell_len(c[i]) for c in cells]) for i, h in enumerate(headers)]
-    columns = [Column(w) for w in natural[:3]]
-    columns.append(Column(min(natural[3], 12), least=min(natural[3], 12), takes_spare=True))
-    widths = fit_widths(console.width, columns, [3])
+    columns = [Column(w) for w in natural[:4]]
+    columns.append(Column(min(natural[4], 12), least=min(natural[4], 12), takes_spare=True))
+    widths = fit_widths(console.width, columns, [4])
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
     for name, width in zip(headers, widths, strict=True):
         table.add_column(
             name,
             no_wrap=True,
             width=width,
-            justify="left" if name in ("Agent", "Path") else "right",
+            justify="left" if name in ("Agent", "Machine", "Path") else "right",
         )
-    path_width = widths[3] or 12
+    path_width = widths[4] or 12
     for row, cell in zip(rows, cells, strict=True):
-        table.add_row(*cell[:3], Text(middle_cut(cell[3], path_width)))
+        table.add_row(*cell[:4], Text(middle_cut(cell[4], path_width)))
         if row["problem"] is not None:
-            table.add_row("", "", "", Text(f"({row['problem']})", style="dim"))
+            table.add_row("", "", "", "", Text(f"({row['problem']})", style="dim"))
     console.print(table)
 
 
@@ -126,6 +135,8 @@ def _target(to: str | None) -> str:
 def _sources(archive: str) -> list[ArchiveSource]:
     sources = []
     for item in find_stores():
+        if item.machine is not None:
+            continue  # another machine's, shown here by a sync: that machine archives it
         roots = tuple(
             r
             for r in item.archive_roots

@@ -84,7 +84,7 @@ def _detected_source(arg: str) -> tuple[str, list[ForeignListing] | None]:
 
 def _inferred_source(arg: str) -> tuple[str, list[ForeignListing]]:
     """The one agent whose store holds a session SESSION (an id or prefix) names."""
-    present = {f.agent for f in find_stores()}
+    present = {f.agent for f in find_stores() if f.machine is None}  # this machine's
     agents = [a for a in FOREIGN_AGENTS if a in present]
     cache = current_store().agent_dir
     matches: dict[str, list[ForeignListing]] = {}

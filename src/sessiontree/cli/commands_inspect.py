@@ -1,18 +1,17 @@
-"""Read-only commands: list, show, tree, context, search, history, stats.
+"""Read-only commands: list, show, tree, context, history, stats (search: commands_search).
 
 Every session is opened with `read_only=True`: these commands never write.
 """
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.cells import cell_len
@@ -27,7 +26,6 @@ from sessiontree.cli.common import (
     current_store,
     emit_json,
     open_read_only,
-    print_notes,
     resolve_session,
     warn_passed_over,
 )
@@ -41,15 +39,13 @@ from sessiontree.cli.render import (
     time_ago,
 )
 from sessiontree.format import (
-    SEARCH_ROLES,
     convert_to_llm,
     entry_role,
     format_iso,
     human_size,
     message_text,
-    parse_time,
     shown_title,
-    time_zone,
+    time_range,
 )
 from sessiontree.maintenance import file_version
 from sessiontree.session import message_count, session_shown_title
@@ -59,6 +55,7 @@ from sessiontree.store import (
     Stores,
     find_stores,
     looked_in,
+    made_by,
     store_size,
 )
 
@@ -67,7 +64,6 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from sessiontree.reports import StoreStats, Totals, UsageTotals
-    from sessiontree.search import SearchHit
 
 # Rich's drawing, the reports, the search and the history are imported by the commands
 # that use them: `list --json` (a script's listing) loads none of them.
@@ -124,7 +120,8 @@ def _file_size(path: str) -> int:
 
 
 def _looked(read: list[Store]) -> str:
-    return ", ".join(f"{st.location} ({st.agent})" for st in read) or "no store"
+    named = [f"{st.location} ({made_by(st.agent, st.machine)})" for st in read]
+    return ", ".join(named) or "no store"
 
 
 def _list_json(listed: list[ListedSession], shown: list[ListedSession], stores: Stores) -> None:
@@ -133,7 +130,12 @@ def _list_json(listed: list[ListedSession], shown: list[ListedSession], stores: 
         {
             "total": len(listed),
             **(
-                {"stores": [{"agent": st.agent, "location": st.location} for st in read]}
+                {
+                    "stores": [
+                        {"agent": st.agent, "machine": st.machine, "location": st.location}
+                        for st in read
+                    ]
+                }
                 if len(read) > 1 or current_store().found_by_default
                 else {}
             ),
@@ -141,6 +143,7 @@ def _list_json(listed: list[ListedSession], shown: list[ListedSession], stores: 
                 {
                     "path": s.info.path,
                     "agent": s.agent,
+                    "machine": s.machine,
                     "id": s.info.id,
                     "cwd": s.info.cwd,
                     "title": s.info.title,
@@ -202,7 +205,7 @@ def _list_table(
 
     from sessiontree.cli.common import console
 
-    several = len({s.agent for s in listed}) > 1
+    several = len({s.made_by for s in listed}) > 1
     headers = (
         ["Modified", "ID", "Msgs", "Size"]
         + (["Agent"] if several else [])
@@ -214,8 +217,8 @@ def _list_table(
     for one in shown:
         s = one.info
         row = [time_ago(s.modified), short[s.id], f"{s.message_count:,}", human_size(one.size)]
-        if several:
-            row.append(one.agent)
+        if several:  # `claude@laptop`: made on another machine, shown here by a sync
+            row.append(one.made_by)
         if all_projects:
             row.append(os.path.basename(s.cwd.rstrip("/")) or s.cwd)
         row.append(shown_title(s.title, s.first_message, s.id))
@@ -256,17 +259,6 @@ def _list_table(
     return table
 
 
-def _time_range(since: str | None, until: str | None) -> tuple[int | None, int | None]:
-    """`--since` and `--until` as epoch ms (None where not given), in the local zone."""
-    if not since and not until:
-        return None, None
-    tz, _ = time_zone(None)
-    return (
-        parse_time(since, tz) if since else None,
-        parse_time(until, tz, end=True) if until else None,
-    )
-
-
 def _shown_size(known: int | None, path: str) -> int:
     """`known` (a listing's or a summary's size), else the file's as the store states it."""
     return known if known is not None and known >= 0 else _file_size(path)
@@ -303,7 +295,7 @@ def list_command(
     $PI_CODING_AGENT_DIR), every agent store found on this machine is read
     (`sessiontree stores` lists them)."""
     stores = all_stores()
-    since_ms, until_ms = _time_range(since, until)
+    since_ms, until_ms = time_range(since, until)
     listed = stores.list(
         None if all_projects else os.getcwd(), text=text, since=since_ms, until=until_ms
     )
@@ -608,177 +600,6 @@ def context_command(
         console.print(Text(_context_text(message, full)))
 
 
-def _no_such_project(stores: Stores, where: str) -> NoReturn:
-    """Refuse a project dir without sessions, naming the projects there are."""
-    projects = {s.info.cwd for s in stores.list() if s.info.cwd}
-    ordered = sorted(projects)
-    known = ", ".join(ordered[:10]) + (", ..." if len(ordered) > 10 else "")
-    raise CliError(
-        f"no sessions of a project in {where}"
-        + (f"; the projects are: {known}" if ordered else "; the store has none"),
-        EXIT_USAGE,
-    )
-
-
-def _check_roles(roles: list[str] | None) -> None:
-    for wanted in roles or ():
-        if wanted not in SEARCH_ROLES:
-            close = difflib.get_close_matches(wanted, SEARCH_ROLES, n=1)
-            hint = f" (did you mean {close[0]}?)" if close else ""
-            raise CliError(
-                f"unknown role {wanted!r}{hint}; the roles are: {', '.join(SEARCH_ROLES)}",
-                EXIT_USAGE,
-            )
-
-
-def _print_hits(hits: list[SearchHit], titles: dict[str, str]) -> None:
-    """Newest first, each session's hits together (in file order) under its title."""
-    from rich.text import Text
-
-    from sessiontree.cli.common import console
-
-    grouped: dict[str, list[SearchHit]] = {}
-    for hit in hits:
-        grouped.setdefault(hit.path, []).append(hit)
-    for path, group in grouped.items():
-        console.print()
-        title = titles.get(path) or shown_title(None, None, group[0].session_id)
-        console.print(
-            Text.assemble((group[0].session_id, "bold"), "  ", title, "  ", (path, "dim")),
-            soft_wrap=True,
-        )
-        for hit in sorted(group, key=lambda h: h.line):
-            when = (
-                time_ago(datetime.fromtimestamp(hit.timestamp / 1000, UTC))
-                if hit.timestamp is not None
-                else ""
-            )
-            console.print(
-                Text.assemble(
-                    "  ",
-                    (str(hit.entry_id or (f"line {hit.line}" if hit.line else "")), "dim"),
-                    " ",
-                    (hit.role, "cyan"),
-                    " ",
-                    (when, "dim"),
-                    "  ",
-                    hit.before,
-                    (hit.match, "bold reverse"),
-                    hit.after,
-                )
-            )
-
-
-def _hit_json(hit: SearchHit) -> dict[str, Any]:
-    return {
-        "path": hit.path,
-        "sessionId": hit.session_id,
-        "entryId": hit.entry_id,
-        "line": hit.line,
-        "role": hit.role,
-        "timestamp": format_iso(hit.timestamp) if hit.timestamp is not None else None,
-        "snippet": hit.snippet,
-        "matchStart": len(hit.before),
-        "matchEnd": len(hit.before) + len(hit.match),
-    }
-
-
-def search_command(
-    text: Annotated[
-        str,
-        typer.Argument(
-            help="Text to look for, spaces included (a phrase); case-insensitive unless -s."
-        ),
-    ],
-    all_projects: AllOption = False,
-    project: Annotated[
-        str | None,
-        typer.Option("--project", "-p", metavar="DIR", help="The sessions of the project in DIR."),
-    ] = None,
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="Stop after N hits.")] = 100,
-    case_sensitive: Annotated[
-        bool, typer.Option("--case-sensitive", "-s", help="Match case exactly.")
-    ] = False,
-    regex: Annotated[
-        bool,
-        typer.Option("--regex", "-e", help="TEXT is a regular expression (Python syntax)."),
-    ] = False,
-    role: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--role",
-            "-r",
-            metavar="ROLE",
-            help="Only entries of this role (user, assistant, toolResult, title, label, ...); "
-            "repeatable.",
-        ),
-    ] = None,
-    since: Annotated[
-        str | None,
-        typer.Option(help="Entries from this time: YYYY-MM-DD, ISO date-time, or 30m/12h/7d ago."),
-    ] = None,
-    until: Annotated[
-        str | None, typer.Option(help="Entries up to this time (a date: to its end).")
-    ] = None,
-    no_index: Annotated[
-        bool, typer.Option("--no-index", help="Read every session instead of the content index.")
-    ] = False,
-    as_json: JsonOption = False,
-) -> None:
-    if not text.strip():
-        raise CliError("search text is empty", EXIT_USAGE)
-    _check_roles(role)
-    since_ms, until_ms = _time_range(since, until)
-    if all_projects and project is not None:
-        raise CliError("give --all or --project, not both", EXIT_USAGE)
-    where = os.path.abspath(os.path.expanduser(project)) if project is not None else os.getcwd()
-    stores = all_stores()  # every store found, when none was named: each through its index
-    with byte_progress("Indexing sessions") as advance:
-        found = stores.search(
-            text,
-            cwd=None if all_projects else where,
-            regex=regex,
-            case_sensitive=case_sensitive,
-            roles=role or None,
-            since=since_ms,
-            until=until_ms,
-            limit=limit,
-            use_index=not no_index,
-            progress=advance,
-        )
-    if project is not None and not found.sessions:
-        _no_such_project(stores, where)
-    hits = [h.hit for h in found.hits]
-    if as_json:
-        emit_json(
-            {
-                "query": text,
-                "regex": regex,
-                "mode": found.mode,
-                "notes": found.notes,
-                "hits": [_hit_json(h) for h in hits],
-            }
-        )
-        if not hits:
-            raise typer.Exit(1)  # like grep: 1 means no match
-        return
-    from rich.text import Text
-
-    from sessiontree.cli.common import console
-
-    print_notes(found.notes)
-    if not hits:
-        where = "" if all_projects else f" of {where}"
-        console.print(Text(f"No match for {text!r} in {len(found.sessions)} session(s){where}."))
-        if not all_projects:
-            console.print(Text("--all looks in the sessions of every project.", style="dim"))
-        raise typer.Exit(1)
-    s = [one.info for one in found.sessions]
-    _print_hits(hits, {i.path: shown_title(i.title, i.first_message, i.id, 70) for i in s})
-    if len(hits) >= limit:
-        console.print(Text(f"\nStopped after {limit} hits (--limit).", style="dim"))
-
-
 def history_command(
     search: Annotated[
         str | None, typer.Option("--search", "-s", help="Prompts containing these words.")
@@ -886,7 +707,12 @@ def stats_command(
                 **(
                     {
                         "stores": [
-                            {"agent": store.agent, "location": store.location, **_stats_json(one)}
+                            {
+                                "agent": store.agent,
+                                "machine": store.machine,
+                                "location": store.location,
+                                **_stats_json(one),
+                            }
                             for store, one in per
                         ]
                     }
@@ -902,7 +728,10 @@ def stats_command(
     lines = [("Scope", "all projects" if scope is None else scope)]
     if len(per) > 1:
         lines += [
-            ("Stores" if i == 0 else "", f"{store.agent} ({store.location})")
+            (
+                "Stores" if i == 0 else "",
+                f"{made_by(store.agent, store.machine)} ({store.location})",
+            )
             for i, (store, _) in enumerate(per)
         ]
         lines.append(("", "the figures below are their total"))
@@ -983,6 +812,6 @@ def _stores_table(per: list[tuple[Store, StoreStats]], total: StoreStats) -> Tab
         ]
 
     for store, stats in per:
-        table.add_row(Text(store.agent), *cells(stats))
+        table.add_row(Text(made_by(store.agent, store.machine)), *cells(stats))
     table.add_row(Text("total", style="bold"), *cells(total))
     return table

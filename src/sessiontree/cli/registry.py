@@ -109,7 +109,7 @@ COMMANDS: Final[Mapping[str, CommandEntry]] = {
         _INSPECT,
     ),
     "search": CommandEntry(
-        "commands_inspect",
+        "commands_search",
         "search_command",
         "Full-text search across session contents: newest hits first, with a snippet each.",
         _READS,

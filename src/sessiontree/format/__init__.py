@@ -94,7 +94,7 @@ from sessiontree.format._text import (
     usage_entry_text,
     usage_summary,
 )
-from sessiontree.format._times import parse_time, time_zone
+from sessiontree.format._times import parse_time, time_range, time_zone
 from sessiontree.format._tree import (
     SessionTreeNode,
     branch_as_pi,
@@ -199,6 +199,7 @@ __all__ = [
     "shown_title",
     "system_sections",
     "system_summary",
+    "time_range",
     "time_zone",
     "title_slot_line",
     "usage_entry_text",

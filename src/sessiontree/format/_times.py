@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from sessiontree._util.env import time_zone_name
 from sessiontree.errors import SessionTreeError
 
-__all__ = ["parse_time", "time_zone"]
+__all__ = ["parse_time", "time_range", "time_zone"]
 
 _HOUR_MS = 3_600_000
 
@@ -90,3 +90,14 @@ def _parse_time(text: str, tz: tzinfo, end: bool, now: float | None) -> int | No
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=tz)
     return int(moment.timestamp() * 1000)
+
+
+def time_range(since: str | None, until: str | None) -> tuple[int | None, int | None]:
+    """`--since` and `--until` as epoch ms (None where not given), in the local zone."""
+    if not since and not until:
+        return None, None
+    tz, _ = time_zone(None)
+    return (
+        parse_time(since, tz) if since else None,
+        parse_time(until, tz, end=True) if until else None,
+    )

@@ -30,6 +30,11 @@ One library for `sessiontree usage`, `sessiontree stats` and the web viewer:
      `sourceId`), it counts and every import's copied replies do not; else the
      import with the most copied replies counts them (the oldest of equals).
      Replies added after the import always count.
+   * **R5 copies of a session**: one session read from several files (another
+     machine's copy shown here by a sync beside this machine's own, the same
+     transcript in two stores) counts each reply once: a reply whose entry id and
+     time an earlier file of the same session id already holds is not counted again
+     (this machine's stores come first, so their file counts).
 
 3. `price(replies)` resolves each kept reply's cost with `sessiontree.reports._pricing`:
    a recorded cost stays; a reply with tokens but no recorded cost (absent, or
@@ -223,6 +228,7 @@ class Duplicates:
     split_replies: int = 0
     fork_copies: int = 0
     import_copies: int = 0
+    session_copies: int = 0
 
     def to_json(self) -> dict[str, int]:
         return {
@@ -230,6 +236,7 @@ class Duplicates:
             "splitReplies": self.split_replies,
             "forkCopies": self.fork_copies,
             "importCopies": self.import_copies,
+            "sessionCopies": self.session_copies,
         }
 
 
@@ -263,7 +270,33 @@ def count_once(
                     continue
                 seen.add(key)
             out.append((valid[index], record))
-    return out, dups
+    return _session_copies(out, valid, dups), dups
+
+
+def _session_copies(
+    counted: list[tuple[SessionUsage, UsageRecord]],
+    sessions: list[SessionUsage],
+    dups: Duplicates,
+) -> list[tuple[SessionUsage, UsageRecord]]:
+    """R5: a reply of a session read from several files counted from the first only."""
+    files: dict[str, int] = {}
+    for session in sessions:
+        if session.file.session_id is not None:
+            files[session.file.session_id] = files.get(session.file.session_id, 0) + 1
+    if all(n == 1 for n in files.values()):
+        return counted  # the usual stores: each session in one file
+    first: dict[tuple[str, str, int | None], str] = {}
+    kept = []
+    for session, record in counted:
+        sid = session.file.session_id
+        if sid is not None and files[sid] > 1 and record.entry_id is not None:
+            key = (sid, record.entry_id, record.timestamp)
+            holder = first.setdefault(key, session.path)
+            if holder != session.path:
+                dups.session_copies += 1
+                continue
+        kept.append((session, record))
+    return kept
 
 
 def _one_per_file(sessions: list[SessionUsage]) -> list[SessionUsage]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sessiontree._util.env import STORE_ENV
 from sessiontree.store._discover import FoundStore, find_stores, looked_in, store_size
-from sessiontree.store._store import PricedReplies, Store, replies_of
+from sessiontree.store._store import PricedReplies, Store, made_by, replies_of
 from sessiontree.store._stores import (
     ListedSession,
     SessionFilter,
@@ -32,6 +32,7 @@ __all__ = [
     "StoresStats",
     "find_stores",
     "looked_in",
+    "made_by",
     "replies_of",
     "store_size",
 ]

@@ -7,6 +7,11 @@ with a `sessions/` dir), Claude Code's config dirs (`projects/`), Codex's home
 `storage/`), Gemini CLI's (`tmp/<project>/chats/`) and Copilot CLI's
 (`session-state/`). `find_stores` says which exist; `FoundStore.open()` is the
 `Store` of one; `archive_roots` what the archive keeps of it.
+
+Other machines' stores of those agents, brought here by `sessiontree sync` (the views
+under `$XDG_STATE_HOME/sessiontree/sync/<hub>/machines/<machine>/<agent>`), are found
+too, after this machine's, each with the `machine` it came from: read-only, as every
+other agent's.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from sessiontree._util.env import (
     gemini_home,
     native_agent_dir,
     opencode_home,
+    state_home,
 )
 from sessiontree.store._store import Store
 
@@ -53,19 +59,31 @@ class FoundStore:
     """The dirs under `home` (relative) holding its session files, images and
     subagent files: what `sessiontree archive` keeps."""
     via: str
-    """Why it is looked at: the variable that names it, or "default"."""
+    """Why it is looked at: the variable that names it, "default", or "sync" (another
+    machine's store shown here)."""
+    machine: str | None = None
+    """The machine its sessions came from through a sync hub; None: this machine."""
+
+    @property
+    def agent_name(self) -> str:
+        """Its agent's name: "Claude Code"."""
+        return _NAMES.get(self.agent, self.agent)
 
     @property
     def name(self) -> str:
-        return _NAMES.get(self.agent, self.agent)
+        """Its agent's name, and the machine when another's: "Claude Code (laptop)"."""
+        name = self.agent_name
+        return name if self.machine is None else f"{name} ({self.machine})"
 
     @property
     def native(self) -> bool:
         return self.agent in NATIVE_AGENTS
 
     def open(self) -> Store:
-        """This store as a `Store` (another agent's: read-only)."""
-        return Store(self.home, agent=self.agent)
+        """This store as a `Store` (another agent's: read-only), with its machine."""
+        store = Store(self.home, agent=self.agent)
+        store.machine = self.machine
+        return store
 
 
 def _native_agent(path: str) -> str:
@@ -98,14 +116,38 @@ def _candidates() -> list[tuple[str, str, tuple[str, ...], str]]:
     out.append(("codex", codex_home(), ("sessions", "archived_sessions"), "default"))
     out.append(("opencode", opencode_home(), ("storage",), "default"))
     gemini = gemini_home()
-    chats = tuple(
-        os.path.join("tmp", p, "chats")
-        for p in _subdirs(os.path.join(gemini, "tmp"))
-        if os.path.isdir(os.path.join(gemini, "tmp", p, "chats"))
-    )
-    out.append(("gemini", gemini, chats, "default"))
+    out.append(("gemini", gemini, _gemini_chats(gemini), "default"))
     out.append(("copilot", copilot_home(), ("session-state",), "default"))
     return out
+
+
+def _gemini_chats(home: str) -> tuple[str, ...]:
+    return tuple(
+        os.path.join("tmp", p, "chats")
+        for p in _subdirs(os.path.join(home, "tmp"))
+        if os.path.isdir(os.path.join(home, "tmp", p, "chats"))
+    )
+
+
+_VIEW_ROOTS = {
+    "claude": ("projects",),
+    "codex": ("sessions", "archived_sessions"),
+    "opencode": ("storage",),
+    "copilot": ("session-state",),
+}
+
+
+def _machine_stores() -> list[FoundStore]:
+    """The other machines' stores a sync shows here (see the module doc)."""
+    from sessiontree.sync import machine_views
+
+    found = []
+    for machine, agent, home in machine_views(os.path.join(state_home(), "sync")):
+        roots = _gemini_chats(home) if agent == "gemini" else _VIEW_ROOTS[agent]
+        present = tuple(r for r in roots if os.path.isdir(os.path.join(home, r)))
+        if present:
+            found.append(FoundStore(agent, home, present, "sync", machine))
+    return found
 
 
 def looked_in() -> list[tuple[str, str]]:
@@ -119,7 +161,8 @@ def looked_in() -> list[tuple[str, str]]:
 
 def find_stores() -> list[FoundStore]:
     """Every agent store that exists here, pi-format agent dirs first (each store
-    once, however many names lead to it)."""
+    once, however many names lead to it), then the other machines' a sync shows here
+    (`machine` set)."""
     found: list[FoundStore] = []
     seen: set[str] = set()
     for agent, home, roots, via in _candidates():
@@ -131,7 +174,7 @@ def find_stores() -> list[FoundStore]:
             continue
         seen.add(real)
         found.append(FoundStore(agent, os.path.abspath(home), present, via))
-    return found
+    return found + _machine_stores()
 
 
 def _opencode_databases(home: str) -> list[str]:

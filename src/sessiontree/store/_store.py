@@ -85,7 +85,7 @@ if TYPE_CHECKING:
     from sessiontree.search import SearchResult, SessionSource
     from sessiontree.sync import SyncReport
 
-__all__ = ["PricedReplies", "Store", "replies_of", "report_of_replies"]
+__all__ = ["PricedReplies", "Store", "made_by", "replies_of", "report_of_replies"]
 
 Progress = Callable[[int, int], None]
 """`progress(bytes_done, bytes_total)` while the content index is refreshed."""
@@ -105,6 +105,12 @@ class PricedReplies:
     """Why sessions were read instead of taken from the content index."""
     indexed: bool = True
     """Whether the content index answered for every store (else files were read)."""
+
+
+def made_by(agent: str, machine: str | None) -> str:
+    """Who made a store's sessions, as every view names them: its agent (`claude`), and
+    the machine when a sync brought them from another (`claude@laptop`)."""
+    return agent if machine is None else f"{agent}@{machine}"
 
 
 def _default_agent_dir() -> str:
@@ -181,6 +187,9 @@ class Store:
     found_by_default: bool
     """Whether nothing named it (no location, agent or variable): the default agent dir,
     beside which the command line reads every other store found (`find_stores`)."""
+    machine: str | None
+    """The machine its sessions were made on, when they came from another through a
+    sync hub (`find_stores` sets it on the view it opens); None: this machine."""
 
     def __init__(
         self,
@@ -199,6 +208,7 @@ class Store:
         self._owns_storage = storage is None
         self.read_only = False
         self.found_by_default = False
+        self.machine = None
         given = os.fspath(location) if location is not None else None
         if given == "":
             raise InvalidStoreError("an empty location names no store (None: the default one)")

@@ -3,7 +3,8 @@ option names a store, read every store `find_stores` finds).
 
 Each store is listed, searched and read for usage through its own storage and content
 index; the rows are merged newest first, each naming its store by a key (its agent,
-`-2`, `-3`... when several stores are of one agent). Usage and stats count each reply
+`@<machine>` for another machine's sessions shown here by a sync, `-2`, `-3`... when
+several stores are of one agent). Usage and stats count each reply
 once across them all (`replies_of`): an import in one store of a session another
 holds is not counted again.
 
@@ -32,6 +33,7 @@ from sessiontree.store._store import (
     Progress,
     Store,
     _ms,
+    made_by,
     replies_of,
     report_of_replies,
 )
@@ -75,6 +77,13 @@ class ListedSession:
     """Its store's agent (pi, claude, codex, ...)."""
     size: int
     """The file's bytes (the listing's, else its storage's; 0 when it cannot be read)."""
+    machine: str | None = None
+    """The machine it was made on when another's (its store's `machine`), else None."""
+
+    @property
+    def made_by(self) -> str:
+        """Its agent, and the machine when another: `claude`, `claude@laptop`."""
+        return made_by(self.agent, self.machine)
 
 
 def _folded(text: str | None) -> str:
@@ -193,10 +202,11 @@ class Stores(Mapping[str, Store]):
             if same in seen:
                 continue  # its sessions are read already: listed, found, counted once
             seen.add(same)
-            key, n = store.agent, 1
+            base = made_by(store.agent, store.machine)  # another machine's: `claude@laptop`
+            key, n = base, 1
             while key in keyed:
                 n += 1
-                key = f"{store.agent}-{n}"
+                key = f"{base}-{n}"
             keyed[key] = store
         if not keyed:
             raise ValueError("Stores needs a store")
@@ -287,7 +297,9 @@ class Stores(Mapping[str, Store]):
                 continue
             with self._skipped_lock:
                 self._skipped.pop(key, None)
-            found += where.apply(ListedSession(i, key, one.agent, _size(i, one)) for i in infos)
+            found += where.apply(
+                ListedSession(i, key, one.agent, _size(i, one), one.machine) for i in infos
+            )
         found.sort(key=lambda listed: listed.info.modified, reverse=True)
         return found
 

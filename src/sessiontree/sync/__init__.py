@@ -5,6 +5,11 @@ carried read-only. docs/sync.md says what a user runs; docs/architecture.md the 
 
 from __future__ import annotations
 
+from sessiontree.sync._foreign import ForeignCounts, ForeignSource, journal_path
+from sessiontree.sync._foreign_paths import FOREIGN_SYNCED
+from sessiontree.sync._foreign_pull import pull_foreign
+from sessiontree.sync._foreign_push import push_foreign
+from sessiontree.sync._foreign_view import machine_views
 from sessiontree.sync._lines import LEAF_MARKER
 from sessiontree.sync._model import (
     HubError,
@@ -25,8 +30,11 @@ from sessiontree.sync._names import (
 from sessiontree.sync._round import sync, sync_status
 
 __all__ = [
+    "FOREIGN_SYNCED",
     "LEAF_MARKER",
     "SYNCED_AGENTS",
+    "ForeignCounts",
+    "ForeignSource",
     "HubError",
     "HubNameError",
     "MachineNameTakenError",
@@ -38,6 +46,10 @@ __all__ = [
     "check_machine_name",
     "default_machine_name",
     "is_session_file_name",
+    "journal_path",
+    "machine_views",
+    "pull_foreign",
+    "push_foreign",
     "sync",
     "sync_status",
 ]

@@ -178,6 +178,7 @@ class _App:
             {
                 "key": key,
                 "agent": store.agent,
+                "machine": store.machine,
                 "location": store.location,
                 "sessions": (counts or {}).get(key, 0),
                 "skipped": self.data.skipped.get(key),
@@ -215,7 +216,10 @@ class _App:
     def _foreign_resume(self, row: SessionRow) -> dict[str, str] | None:
         """The agent's own resume command for a session of its store (in its directory,
         naming a store away from the default location by its variable)."""
-        storage = self.data.store_of(row).storage
+        shown = self.data.store_of(row)
+        if shown.machine is not None:
+            return None  # another machine's, shown by a sync: its agent there resumes it
+        storage = shown.storage
         if not isinstance(storage, ForeignStorage) or not storage.store.fs.on_host:
             return None  # a database's transcripts: no agent resumes them from there
         store = storage.store
@@ -705,7 +709,7 @@ class _App:
         by_store = None
         if snapshot is not None and self.data.several:
             by_store = [
-                (f"{store.agent} · {store.location}", snapshot.by_store.get(key, Tally()))
+                (f"{key} · {store.location}", snapshot.by_store.get(key, Tally()))
                 for key, store in self.data.stores.items()
             ]
         return _page(
