@@ -1,4 +1,4 @@
-"""`sessiontree search`: full-text search across sessions, newest hits first; read-only.
+"""`sessiontree search`: full-text search across sessions, newest hits first; read-only."""
 
 from __future__ import annotations
 
