@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.conftest import REAL_FILES
 from tests.sync_support import Machine, message, new_session
 
 
@@ -82,3 +83,43 @@ def test_two_machines_syncing_at_the_same_moment_end_the_same(tmp_path: Path) ->
     for m in (a, b):
         assert _run(m, hub, "--machine", m.name).returncode == 0
     assert a.files() == b.files() and len(a.files()) == 40
+
+
+def test_other_agents_sessions_reach_the_other_machine_read_only(tmp_path: Path) -> None:
+    """One `sessiontree sync` per machine carries a Claude Code session from A to B, where
+    `stores` and `list` show it as A's, and nothing is written into B's own ~/.claude."""
+    a = Machine(tmp_path, "a")
+    b = Machine(tmp_path, "b")
+    hub = str(tmp_path / "hub")
+    made = a.home / ".claude" / "projects" / "-work-app"
+    made.mkdir(parents=True)
+    source = REAL_FILES / "foreign" / "claude" / "entireio__cli__26__dcd5518fea__0__full.jsonl"
+    (made / source.name).write_bytes(source.read_bytes())
+    new_session(a.session_path("p1"), "p1", message("e1", None, "pi's"))
+    sent = _run(a, hub, "--machine", "a", "--json")
+    assert sent.returncode == 0, sent.stderr
+    assert json.loads(sent.stdout)["otherAgents"]["sent"]["files"] == 1
+    got = _run(b, hub, "--machine", "b", "--json")
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout)["otherAgents"]["received"]["files"] == 1
+    assert not (b.home / ".claude").exists()
+    stores = subprocess.run(
+        [sys.executable, "-m", "sessiontree", "stores", "--json"],
+        capture_output=True,
+        text=True,
+        env=b.env_vars(),
+        timeout=120,
+    )
+    found = {(s["agent"], s["machine"]) for s in json.loads(stores.stdout)["stores"]}
+    assert ("claude", "a") in found and ("pi", None) in found
+    listed = subprocess.run(
+        [sys.executable, "-m", "sessiontree", "list", "--all", "--json", "-n", "0"],
+        capture_output=True,
+        text=True,
+        env=b.env_vars(),
+        timeout=120,
+    )
+    rows = json.loads(listed.stdout)["sessions"]
+    assert any(r.get("machine") == "a" and r["agent"] == "claude" for r in rows)
+    again = _run(a, hub, "--machine", "a", "--json")
+    assert json.loads(again.stdout)["otherAgents"]["sent"]["files"] == 0

@@ -16,7 +16,7 @@ from sessiontree.errors import SessionTreeError
 from sessiontree.format import human_size
 from sessiontree.layout import StoreParts
 from sessiontree.storage import FileSessionStorage
-from sessiontree.store import find_stores
+from sessiontree.store import FoundStore, find_stores
 from sessiontree.sync import (
     SYNCED_AGENTS,
     HubNameError,
@@ -30,14 +30,21 @@ _FIRST_SKIPPED = 20
 """Skipped files and lines a round lists on stderr (the rest are counted)."""
 
 
-def _stores() -> list[tuple[str, StoreParts]]:
+def _stores() -> tuple[list[tuple[str, StoreParts]], list[FoundStore]]:
     """(agent, parts) of every pi-format store found here, each agent once (the first
-    found: `$PI_CODING_AGENT_DIR`'s before the default ones)."""
+    found: `$PI_CODING_AGENT_DIR`'s before the default ones); and this machine's stores
+    of the other agents (sent read-only)."""
     out: dict[str, StoreParts] = {}
+    others: list[FoundStore] = []
     for found in find_stores():
-        if found.agent in SYNCED_AGENTS and found.agent not in out:
-            out[found.agent] = StoreParts(FileSessionStorage(), found.home)
-    return list(out.items())
+        if found.machine is not None:
+            continue
+        if found.agent in SYNCED_AGENTS:
+            if found.agent not in out:
+                out[found.agent] = StoreParts(FileSessionStorage(), found.home)
+        else:
+            others.append(found)
+    return list(out.items()), others
 
 
 def _summary(report: SyncReport) -> str:
@@ -47,7 +54,19 @@ def _summary(report: SyncReport) -> str:
         f"{report.received_lines} lines of {report.received_sessions} sessions "
         f"({human_size(report.received_bytes)}, {report.received_blobs} blobs): "
         f"{len(report.created)} new here, {len(report.merged)} merged, "
-        f"{len(report.leaf_markers)} leaf markers; {report.elapsed:.2f}s"
+        f"{len(report.leaf_markers)} leaf markers"
+        + _others_summary(report)
+        + f"; {report.elapsed:.2f}s"
+    )
+
+
+def _others_summary(report: SyncReport) -> str:
+    sent, got = report.other_sent, report.other_received
+    if not (sent.files_sent or got.files_received):
+        return ""
+    return (
+        f"; other agents' files: {sent.files_sent} sent ({human_size(sent.bytes_sent)}), "
+        f"{got.files_received} received ({human_size(got.bytes_received)})"
     )
 
 
@@ -136,7 +155,10 @@ def sync_command(
     """Every pi-format store here (xcsh, oh-my-pi, pi) gets the sessions the other
     machines made or continued, and gives them its own: run the same command on each
     machine. A session continued on two machines ends with both branches on both; a
-    session deleted on one machine stays on the others (docs/sync.md).
+    session deleted on one machine stays on the others (docs/sync.md). Claude Code,
+    Codex, OpenCode, Gemini CLI and Copilot CLI sessions go one way, read-only: each
+    machine's to the others, where `stores`, `list` and `serve` show them marked with
+    the machine they came from.
 
     Example, on the laptop and on the desktop:
 
@@ -148,11 +170,11 @@ def sync_command(
         if status:
             _status(hub, as_json)
             return
-        stores = _stores()
-        if not stores:
-            raise CliError("no xcsh, oh-my-pi or pi store found on this machine; nothing to sync")
+        stores, others = _stores()
+        if not stores and not others:
+            raise CliError("no agent's store found on this machine; nothing to sync")
         if not watch:
-            report = sync(hub, stores, machine=machine, progress=_progress)
+            report = sync(hub, stores, machine=machine, progress=_progress, others=others)
             _print_report(report, stores, as_json)
             return
         _watch(hub, machine, interval, rounds)
@@ -169,10 +191,10 @@ def _watch(hub: str, machine: str | None, interval: float, rounds: int) -> None:
     done = 0
     try:
         while True:
-            stores = _stores()
+            stores, others = _stores()
             stamp = time.strftime("%H:%M:%S")
             try:
-                report = sync(hub, stores, machine=machine)
+                report = sync(hub, stores, machine=machine, others=others)
                 if done == 0 or report.changed:
                     err_console.print(f"{stamp} {_summary(report)}", markup=False)
                 _warn_skipped(report)

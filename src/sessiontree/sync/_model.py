@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sessiontree.errors import SessionTreeError
+from sessiontree.sync._foreign import ForeignCounts
 
 __all__ = [
     "HubError",
@@ -67,13 +68,24 @@ class SyncReport:
     """(what, why): files, lines and hub entries left alone this round."""
     bytes_read: int = 0
     """Bytes of local session files read (the cost of the round)."""
+    other_sent: ForeignCounts = field(default_factory=ForeignCounts)
+    """Other agents' files (read-only mirrors) this machine put in the hub."""
+    other_received: ForeignCounts = field(default_factory=ForeignCounts)
+    """Other machines' files of other agents brought into this machine's views."""
     elapsed: float = 0.0
     """Seconds the round took."""
 
     @property
     def changed(self) -> bool:
         """Whether the round moved anything either way."""
-        return bool(self.sent_lines or self.received_lines or self.sent_blobs or self.created)
+        return bool(
+            self.sent_lines
+            or self.received_lines
+            or self.sent_blobs
+            or self.created
+            or self.other_sent.files_sent
+            or self.other_received.files_received
+        )
 
     def note(self, what: str, why: str) -> None:
         self.skipped.append((what, why))
@@ -99,7 +111,17 @@ class SyncReport:
             "merged": self.merged,
             "leafMarkers": self.leaf_markers,
             "skipped": [{"what": w, "why": y} for w, y in self.skipped],
-            "bytesRead": self.bytes_read,
+            "otherAgents": {
+                "sent": {
+                    "files": self.other_sent.files_sent,
+                    "bytes": self.other_sent.bytes_sent,
+                },
+                "received": {
+                    "files": self.other_received.files_received,
+                    "bytes": self.other_received.bytes_received,
+                },
+            },
+            "bytesRead": self.bytes_read + self.other_sent.bytes_read,
             "seconds": round(self.elapsed, 3),
         }
 

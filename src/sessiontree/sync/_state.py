@@ -27,7 +27,14 @@ from sessiontree.errors import SessionLockError
 from sessiontree.storage import FileLock
 from sessiontree.sync._model import SyncBusyError, SyncStateError
 
-__all__ = ["FileRow", "SessionKey", "SyncState", "locked_state", "state_path"]
+__all__ = [
+    "FileRow",
+    "SessionKey",
+    "SyncState",
+    "foreign_dir",
+    "locked_state",
+    "state_path",
+]
 
 SessionKey = tuple[str, str, str]
 """(agent, project dir, session file name): a session, the same on every machine."""
@@ -78,11 +85,21 @@ def _row(r: tuple[Any, ...]) -> FileRow:
     return FileRow(r[0], r[1], r[2], r[3], r[4], r[5], bytes(r[6]), bytes(r[7]), bool(r[8]))
 
 
+def _digest(hub_label: str) -> str:
+    return hashlib.sha256(hub_label.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
 def state_path(hub_label: str) -> str:
     """The state file of the hub named `hub_label` (a dir's path, a URL without its
     password): a hash of it, so that any name fits."""
-    digest = hashlib.sha256(hub_label.encode("utf-8", "surrogatepass")).hexdigest()[:24]
-    return os.path.join(state_home(), "sync", f"{digest}.db")
+    return os.path.join(state_home(), "sync", f"{_digest(hub_label)}.db")
+
+
+def foreign_dir(hub_label: str) -> str:
+    """Beside the state file: the other agents' part's own state (`foreign.db`) and the
+    views of other machines' sessions (`machines/<machine>/<agent>/`, where
+    `find_stores` finds them)."""
+    return os.path.join(state_home(), "sync", _digest(hub_label))
 
 
 class SyncState:
