@@ -15,12 +15,13 @@ from sessiontree.storage import (
     SessionStorage,
     SessionStorageWriter,
     StorageStat,
-    read_range,
     write_whole,
 )
-from sessiontree.sync._foreign import ForeignCounts, ForeignSource, journal_path
+from sessiontree.sync._foreign import ForeignCounts, ForeignSource
 from sessiontree.sync._foreign_paths import FOREIGN_SYNCED, check_foreign_rel, foreign_log
 from sessiontree.sync._foreign_state import ForeignState, Sent
+from sessiontree.sync._hub import Hub
+from sessiontree.sync._journal import journal_rel
 from sessiontree.sync._names import check_machine_name
 
 __all__ = ["push_foreign"]
@@ -34,38 +35,24 @@ def _tail(data: bytes) -> str:
 
 
 class _Journal:
-    """This machine's journal in the hub, opened on its first line of a round."""
+    """This machine's journal lines of a round, written (and made durable) together
+    when the state is about to record what they name (`Hub.append`: a torn last line
+    is ended first)."""
 
     def __init__(self, hub: SessionStorage, hub_root: str, machine: str) -> None:
-        self._hub = hub
-        self._path = journal_path(hub_root, machine)
-        self._writer: Callable[[bytes], None] | None = None
-        self._sync: Callable[[], None] = lambda: None
-        self._close: Callable[[], None] = lambda: None
+        self._hub = Hub(hub, hub_root, hub_root)
+        self._rel = journal_rel(machine)
+        self._lines: list[bytes] = []
 
     def add(self, log: str, size: int, mtime_ns: int) -> None:
-        if self._writer is None:
-            self._hub.ensure_dir(os.path.dirname(self._path))
-            torn = False
-            try:
-                size_now = self._hub.stat(self._path).size
-                torn = size_now > 0 and read_range(self._hub, self._path, size_now - 1, 1) != b"\n"
-            except FileNotFoundError:
-                pass
-            writer = self._hub.open_writer(self._path, "a")
-            self._sync, self._close = writer.fsync, writer.close
-            self._writer = _bytes_writer(writer)
-            if torn:  # a line cut short by a crash: the next one starts on its own
-                self._writer(b"\n")
         line = {"log": log, "size": size, "mtimeNs": mtime_ns}
-        self._writer(json.dumps(line, separators=(",", ":")).encode() + b"\n")
+        self._lines.append(json.dumps(line, separators=(",", ":")).encode() + b"\n")
 
     def sync(self) -> None:
-        """Make the lines written so far durable (before the state records them)."""
-        self._sync()
-
-    def close(self) -> None:
-        self._close()
+        """Write the lines added so far, durably (before the state records them)."""
+        if self._lines:
+            self._hub.append(self._rel, b"".join(self._lines))
+            self._lines.clear()
 
 
 def _bytes_writer(writer: SessionStorageWriter) -> Callable[[bytes], None]:
@@ -230,27 +217,24 @@ def push_foreign(
     counts = ForeignCounts()
     claimed: set[tuple[str, str]] = set()
     journal = _Journal(hub, hub_root, machine)
-    try:
-        # the state commits (after the journal is made durable) before the journal closes
-        with ForeignState(state_path, before_commit=journal.sync) as state:
-            push = _Push(hub, hub_root, machine, state, journal, counts)
-            for store in stores:
-                if store.agent not in FOREIGN_SYNCED or store.machine is not None:
-                    continue
-                report = ArchiveReport()
-                for root in store.archive_roots:
-                    for rel, st in walk_files(store.home, root, report):
-                        if (store.agent, rel) in claimed:
-                            counts.notes.append(
-                                f"{os.path.join(store.home, rel)}: not sent: another "
-                                f"{store.agent} store here has a file at that path"
-                            )
-                            continue
-                        claimed.add((store.agent, rel))
-                        push.file(store.agent, store.home, rel, st)
-                counts.notes += report.skipped
-                if store.agent == "opencode":
-                    push.opencode(store.home)
-    finally:
-        journal.close()
+    # each commit of the state writes the journal lines of what it records first
+    with ForeignState(state_path, before_commit=journal.sync) as state:
+        push = _Push(hub, hub_root, machine, state, journal, counts)
+        for store in stores:
+            if store.agent not in FOREIGN_SYNCED or store.machine is not None:
+                continue
+            report = ArchiveReport()
+            for root in store.archive_roots:
+                for rel, st in walk_files(store.home, root, report):
+                    if (store.agent, rel) in claimed:
+                        counts.notes.append(
+                            f"{os.path.join(store.home, rel)}: not sent: another "
+                            f"{store.agent} store here has a file at that path"
+                        )
+                        continue
+                    claimed.add((store.agent, rel))
+                    push.file(store.agent, store.home, rel, st)
+            counts.notes += report.skipped
+            if store.agent == "opencode":
+                push.opencode(store.home)
     return counts
