@@ -8,10 +8,12 @@ per session file, what `search` and the usage reports need:
   labels): where its line is (line number, byte offset, length), its id, role
   and time. The text itself is not stored: hits are verified, and snippets cut,
   from the session file's own line.
-* ``fts``: a contentless FTS5 table over the casefolded text, `trigram`
-  tokenizer (`detail=none`): every substring of three characters or more of a
-  query must be a trigram of any text that contains it, so a query's trigrams
-  select a superset of the matching entries, in the index's key order. The key
+* ``fts``: a contentless FTS5 table over the casefolded text's words (`_terms`: the
+  `ascii` tokenizer, `detail=none`), and the vocabulary (``terms``, with a trigram
+  table over it): a query's literal text is cut into pieces, each a whole word, the
+  start or end of one, or inside one; the words holding each piece, found in the
+  vocabulary, select a superset of the matching entries, in the index's key order.
+  The key
   of an entry is its time (epoch ms, moved up to the next free number on a
   collision), so the newest entries come first (`search` restores the exact
   order of entries moved past another) and a time range is a key range.
@@ -47,7 +49,7 @@ import sqlite3
 import stat as stat_module
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from sessiontree._util.cachedb import CacheDB, is_damage, is_locked
 from sessiontree._util.closing import process_id
@@ -82,6 +84,14 @@ from sessiontree.search._index_rows import (
     read_jsonl,
     read_loaded,
 )
+from sessiontree.search._terms import (
+    MAX_TERMS,
+    TERM,
+    fts_text,
+    holds,
+    literal_pieces,
+    quoted,
+)
 from sessiontree.search._usage_rows import USAGE_TABLES, usage_records, write_usage_rows
 from sessiontree.storage import SessionStorage, default_storage
 
@@ -94,14 +104,14 @@ _BATCH_ROWS = 100_000
 _REBUILD_DEAD_BYTES = 64 << 20
 
 
-def match_expression(trigrams: Iterable[str]) -> str:
-    # detail=none has no positions: each trigram is its own one-token phrase.
-    return " AND ".join('"' + t.replace('"', '""') + '"' for t in trigrams)
+_PENDING_TERMS = 200_000  # new words held before they are written to the vocabulary
+NOTHING: Final = ""
+"""`ContentIndex.match` when no indexed entry can hold the literals."""
 
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """An indexed entry whose text holds every trigram of a query (verify it)."""
+    """An indexed entry whose text holds every piece of a query (verify it)."""
 
     path: str
     kind: str
@@ -154,6 +164,7 @@ class ContentIndex:
         self._owner = process_id()
         self._keys = EntryKeys(db.conn)
         self._files: dict[int, tuple[str, str, str]] | None = None
+        self._new_terms: set[str] = set()  # words of the rows written, for ``terms``
 
     @property
     def _conn(self) -> sqlite3.Connection:
@@ -317,6 +328,7 @@ class ContentIndex:
                         done += listed_as[1]
                         if progress is not None:
                             progress(done, total)
+                    self._save_terms()
                     self._save_meta()
                 self._keys.end()
         except sqlite3.OperationalError as exc:
@@ -338,6 +350,22 @@ class ContentIndex:
     def _meta(self, key: str, default: int) -> int:
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return int(row[0]) if row is not None and isinstance(row[0], int) else default
+
+    def _save_terms(self) -> None:
+        """Add the words of the rows written to the vocabulary (each word once; a word
+        whose rows were rolled back stays: it only costs a little space)."""
+        if not self._new_terms:
+            return
+        conn = self._conn
+        before = conn.execute("SELECT coalesce(max(id), 0) FROM terms").fetchone()[0]
+        conn.executemany(
+            "INSERT OR IGNORE INTO terms (term) VALUES (?)", ((t,) for t in self._new_terms)
+        )
+        self._new_terms = set()
+        conn.execute(
+            "INSERT INTO terms_fts (rowid, term) SELECT id, term FROM terms WHERE id > ?",
+            (before,),
+        )
 
     def _save_meta(self) -> None:
         if self._keys.max_shift > self._meta("max_shift", 0):
@@ -487,9 +515,15 @@ class ContentIndex:
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(key, file_id, *row) for key, row in zip(keys, rows.entries, strict=True)],
         )
+        texts = [fts_text(text) for text in rows.texts]
         conn.executemany(
-            "INSERT INTO fts (rowid, text) VALUES (?, ?)", zip(keys, rows.texts, strict=True)
+            "INSERT INTO fts (rowid, text) VALUES (?, ?)", zip(keys, texts, strict=True)
         )
+        new_terms = self._new_terms
+        for text in texts:
+            new_terms.update(TERM.findall(text))
+        if len(new_terms) > _PENDING_TERMS:
+            self._save_terms()
         write_usage_rows(conn, file_id, rows.usage)
 
     # -- queries
@@ -511,27 +545,68 @@ class ContentIndex:
         wanted = set(paths)
         return {p: i for i, (p, _, _) in self._file_names().items() if p in wanted}
 
+    def match(self, literals: Iterable[str]) -> str | None:
+        """The FTS query for entries holding every one of `literals` (casefolded, see
+        `_terms`): a superset of them. `NOTHING` when no indexed entry can hold them;
+        None when their pieces are too short or too common to narrow the search."""
+        parts: dict[str, None] = {}
+        for literal in literals:
+            for kind, piece in literal_pieces(literal):
+                if kind == "term":
+                    parts[quoted([piece])[0]] = None
+                elif kind == "prefix":
+                    parts[quoted([piece])[0] + "*"] = None
+                else:
+                    terms = self._terms_holding(kind, piece)
+                    if terms is None:
+                        continue
+                    if not terms:
+                        return NOTHING
+                    parts["(" + " OR ".join(quoted(terms)) + ")"] = None
+        return " AND ".join(parts) if parts else None
+
+    def _terms_holding(self, kind: str, piece: str) -> list[str] | None:
+        """The vocabulary's terms holding `piece` (as `kind` says); None: too many."""
+        trigrams = dict.fromkeys(piece[i : i + 3] for i in range(len(piece) - 2))
+        held = holds(kind, piece)
+        found: list[str] = []
+        cursor = self._conn.execute(
+            "SELECT t.term FROM terms_fts JOIN terms t ON t.id = terms_fts.rowid "
+            "WHERE terms_fts MATCH ?",
+            (" AND ".join(quoted(trigrams)),),
+        )
+        try:
+            for (term,) in cursor:
+                if held(term):
+                    found.append(term)
+                    if len(found) > MAX_TERMS:
+                        return None
+        finally:
+            cursor.close()
+        return found
+
     def candidates(
         self,
-        trigrams: Sequence[str],
+        match: str,
         *,
         files: Iterable[int] | None = None,
         roles: Sequence[str] | None = None,
         since: int | None = None,
         until: int | None = None,
     ) -> Iterator[Candidate]:
-        """Indexed entries holding every trigram, newest first (by key), lazily.
+        """Indexed entries that `match` (an FTS query: `match`) selects, newest first
+        (by key), lazily.
 
         `files` limits to those file ids; `roles` to those roles; `since`/`until`
         (epoch ms, inclusive) to entries with a time in that range.
         """
-        if not trigrams:
-            raise ValueError("a query needs at least one trigram")
+        if match == NOTHING:
+            return
         sql = [
             "SELECT e.file, e.line, e.offset, e.length, e.entry_id, e.role, e.ts, e.key "
             "FROM fts JOIN entries e ON e.key = fts.rowid WHERE fts MATCH ?"
         ]
-        args: list[object] = [match_expression(trigrams)]
+        args: list[object] = [match]
         if since is not None:
             sql.append("AND fts.rowid >= ? AND e.ts >= ?")
             args += [max(since, 0), since]

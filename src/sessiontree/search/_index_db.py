@@ -3,8 +3,9 @@
 One family of tables (`INDEX_FAMILY`, `sessiontree._util.cachedb`) in
 `<agent dir>/cache/content-index.db`: ``files`` (one row per session file: its
 identity and `FileMark`, where reading stopped, its header), ``entries`` (one row per
-entry with text: where its line is), ``fts`` (the casefolded text, a contentless FTS5
-table keyed like ``entries``), ``meta``, and the usage rows (`_usage_rows`).
+entry with text: where its line is), ``fts`` (the casefolded text's words, a contentless
+FTS5 table keyed like ``entries``), ``terms`` and ``terms_fts`` (every word once, and its
+trigrams: `_terms`), ``meta``, and the usage rows (`_usage_rows`).
 """
 
 from __future__ import annotations
@@ -72,16 +73,21 @@ _SCHEMA = (
     "CREATE INDEX entries_file ON entries (file, offset)",
     *USAGE_SCHEMA,
     """CREATE VIRTUAL TABLE fts USING fts5(
-        text, content='', detail=none, columnsize=0, tokenize='trigram case_sensitive 1'
+        text, content='', detail=none, columnsize=0, tokenize='ascii'
+    )""",
+    """CREATE TABLE terms (id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE)""",
+    """CREATE VIRTUAL TABLE terms_fts USING fts5(
+        term, content='', detail=none, columnsize=0, tokenize='trigram case_sensitive 1'
     )""",
 )
 INDEX_FAMILY: Final = Family(
     name="content_index",
     # 2: usage rows for what pi 1.6 counts besides replies (`counted_usage`)
     # 3: no import markers (kept once, in the listing cache: `listing.import_records`)
-    version=3,
+    # 4: words (`_terms`) in the FTS table, not trigrams; the vocabulary in ``terms``
+    version=4,
     schema=_SCHEMA,
-    tables=("meta", "files", "entries", *USAGE_TABLES, "fts"),
+    tables=("meta", "files", "entries", *USAGE_TABLES, "fts", "terms", "terms_fts"),
 )
 """The index's tables in its cache file (`sessiontree._util.cachedb`)."""
 
