@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from sessiontree.search._terms import TERM, fts_text, literal_pieces
+from sessiontree.search._terms import TERM, cut, fts_text, literal_pieces
 from tests.search.test_content_index import entry_line, found, lines_of, write
 
 
@@ -31,6 +31,8 @@ def test_a_long_run_is_indexed_as_windows_holding_every_short_piece_of_it() -> N
     assert windows[0] == run[:128] and windows[-1] == run[-128:]
     assert all(len(w) == 128 for w in windows)
     assert all(any(run[i : i + 65] in w for w in windows) for i in range(len(run) - 64))
+    for text in (f"sha {run} end", "short words only", "", "x" * 128, "é" * 129):
+        assert cut(text) == (fts_text(text), TERM.findall(fts_text(text)))
 
 
 def test_the_index_finds_any_piece_of_a_long_run(store: Path, agent_dir: Path) -> None:

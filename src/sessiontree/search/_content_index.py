@@ -86,8 +86,7 @@ from sessiontree.search._index_rows import (
 )
 from sessiontree.search._terms import (
     MAX_TERMS,
-    TERM,
-    fts_text,
+    cut,
     holds,
     literal_pieces,
     quoted,
@@ -102,6 +101,11 @@ T = TypeVar("T")
 _BATCH_BYTES = 32 << 20  # read per write transaction (other processes get the lock between)
 _BATCH_ROWS = 100_000
 _REBUILD_DEAD_BYTES = 64 << 20
+_FILE_COLUMNS = (
+    "path, kind, size, mtime_ns, ino, ctime_ns, scan_offset, head_len, head, tail, line, "
+    "phase, session_id, cwd, parent, created, entries, tail_entries, text_bytes, "
+    "tail_text_bytes"
+)
 
 
 _PENDING_TERMS = 200_000  # new words held before they are written to the vocabulary
@@ -307,19 +311,13 @@ class ContentIndex:
                     self._keys.begin()
                     while pending and batch_bytes < _BATCH_BYTES and batch_rows < _BATCH_ROWS:
                         source, listed_as = pending.pop()
-                        # A savepoint per file: a big file's rows are written as it is
-                        # read, and one that fails halfway leaves none of them.
-                        conn.execute("SAVEPOINT file")
                         try:
                             read, added = self._index_file(source, storage, listed_as)
                         except sqlite3.Error:
                             raise
                         except Exception:  # unreadable, or a loader that failed on it
-                            conn.execute("ROLLBACK TO file")
-                            conn.execute("RELEASE file")
                             result.stale.append(source.path)
                             continue
-                        conn.execute("RELEASE file")
                         result.files_read += 1 if read else 0
                         result.bytes_read += read
                         result.entries_added += added
@@ -400,7 +398,8 @@ class ContentIndex:
         self, source: SessionSource, storage: SessionStorage, listed_as: Stat
     ) -> tuple[int, int]:
         """Read what is new in one file (listed with its `listing.stat_identity`);
-        returns (bytes read, entries added)."""
+        returns (bytes read, entries added). Raises what reading it raised (OSError,
+        a loader's error) having written nothing."""
         conn = self._conn
         path, size, mtime_ns, ino, ctime_ns = listed_as
         row = conn.execute(
@@ -413,10 +412,10 @@ class ContentIndex:
             return 0, 0  # another process brought it up to date meanwhile
         st = FileState()
         start = 0
-        file_id: int | None = None
+        file_id: int | None = row[0] if row is not None else None
+        forget_from: int | None = None  # what of the file's rows to forget (None: all)
         before: FileMark | None = None  # the mark the lines appended are read after
         if row is not None:
-            file_id = row[0]
             mark = FileMark(row[2], row[3], row[4], row[5], row[6], row[7], row[8])
             if (
                 source.load is None
@@ -424,50 +423,58 @@ class ContentIndex:
                 and grown_from(storage, listed_as, mark)
             ):
                 before = mark
-                start = mark.offset
+                start = forget_from = mark.offset
                 st = FileState(row[9], row[10], row[11], row[12], row[13], row[14], row[15])
                 st.text_bytes = row[16]
-                self._forget(file_id, start)
-            else:
-                self._forget(file_id, None)
-                file_id = None
         order = mtime_ns // 1_000_000
         flushed = 0  # entries written while the file was read
-        if source.load is not None:
-            rows, final = read_loaded(source.load, path)
-            committed, saved, head_len = 0, final, 0
-        else:
+        begun = False  # whether the file's old rows are forgotten and its row is there
+
+        def begin() -> int:
+            """Forget the file's old rows and make sure it has a row to hang new ones on
+            (completed below, in the same transaction)."""
+            nonlocal file_id, begun
+            if file_id is not None:
+                self._forget(file_id, forget_from)
+                if forget_from is None:
+                    file_id = None
             if file_id is None:
-                # A row to hang the rows written as the file is read on (the same
-                # transaction completes it below, or none of it is kept).
                 file_id = conn.execute(
                     "INSERT INTO files (path, kind, size, mtime_ns, ino, scan_offset, head_len,"
                     " head, tail, line, phase, entries, tail_entries, text_bytes,"
                     " tail_text_bytes) VALUES (?, ?, -1, -1, -1, 0, 0, x'', x'', 0, 0, 0, 0, 0, 0)",
                     (path, source.kind),
                 ).lastrowid
+            begun = True
             assert file_id is not None
-            written = file_id
+            return file_id
 
-            def sink(part: Rows) -> None:
-                nonlocal flushed
-                flushed += len(part.entries)
-                self._write_rows(written, part)
+        def sink(part: Rows) -> None:
+            # A big file's rows are written as it is read, under a savepoint: one that
+            # fails halfway leaves none of them.
+            nonlocal flushed
+            if not begun:
+                conn.execute("SAVEPOINT file")
+                begin()
+            assert file_id is not None
+            flushed += len(part.entries)
+            self._write_rows(file_id, part)
 
-            rows, committed, saved, final = read_jsonl(
-                storage, path, start, size, st, order, sink=sink
+        try:
+            mark, rows, committed, saved, final = self._read_file(
+                source, storage, listed_as, st, start, before, order, sink
             )
-            head_len = head_len_of(storage, path) if committed else 0
-        if source.load is not None and source.identity is not None:
-            mark = FileMark(size, mtime_ns, ino, 0, 0, b"", b"")  # no file to mark
-        else:
-            mark = mark_file(storage, path, size, mtime_ns, ino, committed, head_len)
-            if source.load is None and not read_as_marked(
-                storage, path, mark, rows, before, start, size, ino
-            ):
-                # Rewritten while it was read: none of it is kept (the savepoint), and
-                # the next refresh reads it again.
-                raise OSError(f"{path}: changed while it was read")
+        except sqlite3.Error:
+            raise
+        except Exception:
+            if begun:
+                conn.execute("ROLLBACK TO file")
+                conn.execute("RELEASE file")
+            raise
+        if begun:
+            conn.execute("RELEASE file")
+        written = file_id if begun else begin()
+        assert written is not None
         values = (
             path,
             source.kind,
@@ -490,21 +497,43 @@ class ContentIndex:
             saved.text_bytes,
             final.text_bytes - saved.text_bytes,
         )
-        columns = (
-            "path, kind, size, mtime_ns, ino, ctime_ns, scan_offset, head_len, head, tail, line, "
-            "phase, session_id, cwd, parent, created, entries, tail_entries, text_bytes, "
-            "tail_text_bytes"
-        )
-        if file_id is None:
-            file_id = conn.execute(
-                f"INSERT INTO files ({columns}) VALUES ({', '.join('?' * 20)})", values
-            ).lastrowid
-        else:
-            sets = ", ".join(f"{c.strip()} = ?" for c in columns.split(","))
-            conn.execute(f"UPDATE files SET {sets} WHERE id = ?", (*values, file_id))
-        assert file_id is not None
-        self._write_rows(file_id, rows)
+        sets = ", ".join(f"{c.strip()} = ?" for c in _FILE_COLUMNS.split(","))
+        conn.execute(f"UPDATE files SET {sets} WHERE id = ?", (*values, written))
+        self._write_rows(written, rows)
         return size - start, flushed + len(rows.entries)
+
+    def _read_file(
+        self,
+        source: SessionSource,
+        storage: SessionStorage,
+        listed_as: Stat,
+        st: FileState,
+        start: int,
+        before: FileMark | None,
+        order: int,
+        sink: Callable[[Rows], None],
+    ) -> tuple[FileMark, Rows, int, FileState, FileState]:
+        """Read one file from `start` (state `st`): its mark, the rows not given to
+        `sink`, the committed offset and the states there and at the end."""
+        path, size, mtime_ns, ino, _ = listed_as
+        if source.load is not None:
+            rows, final = read_loaded(source.load, path)
+            committed, saved, head_len = 0, final, 0
+        else:
+            rows, committed, saved, final = read_jsonl(
+                storage, path, start, size, st, order, sink=sink
+            )
+            head_len = head_len_of(storage, path, rows.head_seen, size) if committed else 0
+        if source.load is not None and source.identity is not None:
+            return FileMark(size, mtime_ns, ino, 0, 0, b"", b""), rows, committed, saved, final
+        mark = mark_file(storage, path, size, mtime_ns, ino, committed, head_len)
+        if source.load is None and not read_as_marked(
+            storage, path, mark, rows, before, start, size, ino
+        ):
+            # Rewritten while it was read: none of it is kept, and the next refresh
+            # reads it again.
+            raise OSError(f"{path}: changed while it was read")
+        return mark, rows, committed, saved, final
 
     def _write_rows(self, file_id: int, rows: Rows) -> None:
         conn = self._conn
@@ -515,13 +544,15 @@ class ContentIndex:
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(key, file_id, *row) for key, row in zip(keys, rows.entries, strict=True)],
         )
-        texts = [fts_text(text) for text in rows.texts]
+        texts = []
+        new_terms = self._new_terms
+        for text in rows.texts:
+            indexed, terms = cut(text)
+            texts.append(indexed)
+            new_terms.update(terms)
         conn.executemany(
             "INSERT INTO fts (rowid, text) VALUES (?, ?)", zip(keys, texts, strict=True)
         )
-        new_terms = self._new_terms
-        for text in texts:
-            new_terms.update(TERM.findall(text))
         if len(new_terms) > _PENDING_TERMS:
             self._save_terms()
         write_usage_rows(conn, file_id, rows.usage)

@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Final
 
-__all__ = ["MAX_TERMS", "Piece", "fts_text", "literal_pieces", "quoted"]
+__all__ = ["MAX_TERMS", "Piece", "cut", "fts_text", "holds", "literal_pieces", "quoted"]
 
 TERM: Final = re.compile("[0-9a-zA-Z\x80-\U0010ffff]+")
 """A term as SQLite's `ascii` tokenizer cuts one (ASCII letters folded there, and
@@ -57,6 +57,16 @@ def fts_text(text: str) -> str:
     if len(text) <= _WINDOW or _LONG.search(text) is None:
         return text
     return _LONG.sub(_windows, text)
+
+
+def cut(text: str) -> tuple[str, list[str]]:
+    """`fts_text(text)` and its terms (the text searched for long runs only when it
+    has one)."""
+    terms = TERM.findall(text)
+    if terms and max(map(len, terms)) > _WINDOW:
+        text = _LONG.sub(_windows, text)
+        terms = TERM.findall(text)
+    return text, terms
 
 
 def literal_pieces(literal: str) -> list[Piece]:
