@@ -260,10 +260,13 @@ class ContentIndex:
             result.rebuilt = True
         conn = self._conn
         # Plan (no file is read): the sources' identities against the `files` rows.
-        known = {
-            row[0]: Known((row[2], row[3], row[4], row[5]), row[1])
-            for row in conn.execute("SELECT path, id, size, mtime_ns, ino, ctime_ns FROM files")
-        }
+        known: dict[str, Known[int]] = {}
+        names: dict[int, tuple[str, str, str]] = {}  # `_file_names`, when nothing changes
+        for row in conn.execute(
+            "SELECT path, id, size, mtime_ns, ino, ctime_ns, kind, session_id FROM files"
+        ):
+            known[row[0]] = Known((row[2], row[3], row[4], row[5]), row[1])
+            names[row[1]] = (row[0], row[6], row[7] or "")
         stats: list[Stat] = []
         by_path: dict[str, SessionSource] = {}
         gone: list[int] = []
@@ -294,6 +297,7 @@ class ContentIndex:
         if prune:  # rows of files not among `sources` may be other stores': gone if deleted
             gone += [known[p].value for p in plan.gone if not _exists(p)]
         if not todo and not gone:
+            self._files = names
             return result
         total = sum(s[1] for _, s in todo)
         done = 0
