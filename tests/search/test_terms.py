@@ -31,8 +31,18 @@ def test_a_long_run_is_indexed_as_windows_holding_every_short_piece_of_it() -> N
     assert windows[0] == run[:128] and windows[-1] == run[-128:]
     assert all(len(w) == 128 for w in windows)
     assert all(any(run[i : i + 65] in w for w in windows) for i in range(len(run) - 64))
-    for text in (f"sha {run} end", "short words only", "", "x" * 128, "é" * 129):
-        assert cut(text) == (fts_text(text), TERM.findall(fts_text(text)))
+    for text in (
+        f"sha {run} end",
+        "short words only",
+        "",
+        "x" * 128,
+        "é" * 129,
+        "é" * 100,
+        "a_b\x1fc\x00d€e",
+    ):
+        indexed, terms = cut(text)
+        assert indexed == fts_text(text)
+        assert [t.decode() for t in terms] == TERM.findall(indexed)
 
 
 def test_the_index_finds_any_piece_of_a_long_run(store: Path, agent_dir: Path) -> None:

@@ -168,7 +168,7 @@ class ContentIndex:
         self._owner = process_id()
         self._keys = EntryKeys(db.conn)
         self._files: dict[int, tuple[str, str, str]] | None = None
-        self._new_terms: set[str] = set()  # words of the rows written, for ``terms``
+        self._new_terms: set[bytes] = set()  # words of the rows written, for ``terms``
 
     @property
     def _conn(self) -> sqlite3.Connection:
@@ -361,7 +361,8 @@ class ContentIndex:
         conn = self._conn
         before = conn.execute("SELECT coalesce(max(id), 0) FROM terms").fetchone()[0]
         conn.executemany(
-            "INSERT OR IGNORE INTO terms (term) VALUES (?)", ((t,) for t in self._new_terms)
+            "INSERT OR IGNORE INTO terms (term) VALUES (?)",
+            ((t.decode("utf-8"),) for t in self._new_terms),
         )
         self._new_terms = set()
         conn.execute(

@@ -100,6 +100,8 @@ def index_text(text: str) -> str:
     with NUL and lone surrogates (which SQLite cannot take) as U+FFFD. Character by
     character, so a substring of `text` maps to a substring of the result."""
     folded = text.casefold()
+    if folded.isascii():  # the usual case, tested at a fraction of the search's cost
+        return folded.replace("\x00", "\ufffd") if "\x00" in folded else folded
     if _UNSTORABLE.search(folded) is None:
         return folded
     return _UNSTORABLE.sub("\ufffd", folded)

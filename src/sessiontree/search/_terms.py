@@ -59,13 +59,19 @@ def fts_text(text: str) -> str:
     return _LONG.sub(_windows, text)
 
 
-def cut(text: str) -> tuple[str, list[str]]:
-    """`fts_text(text)` and its terms (the text searched for long runs only when it
-    has one)."""
-    terms = TERM.findall(text)
-    if terms and max(map(len, terms)) > _WINDOW:
-        text = _LONG.sub(_windows, text)
-        terms = TERM.findall(text)
+# ASCII bytes other than letters and digits as spaces: a text's UTF-8 split at spaces
+# gives its terms (a non-ASCII character's bytes are all 0x80 or more), twice as fast
+# as `TERM.findall`.
+_SEPARATORS = bytes(c if c >= 0x80 or chr(c).isalnum() else 0x20 for c in range(256))
+
+
+def cut(text: str) -> tuple[str, list[bytes]]:
+    """`fts_text(text)` and its terms, UTF-8 encoded (the text searched for long runs
+    only when it has one)."""
+    terms = text.encode("utf-8").translate(_SEPARATORS).split()
+    if terms and max(map(len, terms)) > _WINDOW:  # bytes: at least as many as characters
+        text = fts_text(text)
+        terms = text.encode("utf-8").translate(_SEPARATORS).split()
     return text, terms
 
 
