@@ -56,7 +56,7 @@ def test_the_index_finds_any_piece_of_a_long_run(store: Path, agent_dir: Path) -
 
 
 def test_a_piece_inside_too_many_words_reads_every_session(store: Path, agent_dir: Path) -> None:
-    words = [f"w{n:05d}zzq" for n in range(2100)]
+    words = [f"w{n:05d}zzq" for n in range(5100)]
     path = write(store / "s.jsonl", entry_line(1, " ".join(words)), entry_line(2, "no"))
     result = found([path], "zzq", agent_dir)
     assert result.mode == "scan" and lines_of(result) == {(path, 2)}

@@ -35,7 +35,7 @@ already here: the text is casefolded)."""
 _WINDOW = 128
 _STEP = 64
 _LONG = re.compile("[0-9a-zA-Z\x80-\U0010ffff]{" + str(_WINDOW + 1) + ",}")
-MAX_TERMS: Final = 2000
+MAX_TERMS: Final = 5000
 """A piece inside more terms than this does not narrow the search (`ContentIndex`)."""
 MIN_PIECE: Final = 3
 """A piece shorter than this is only looked for when it is a whole term."""
