@@ -711,3 +711,21 @@ def test_a_file_appended_to_while_it_is_read_is_kept_and_caught_up(
         again = index.refresh([SessionSource(a)])
         assert again.entries_added == 1 and again.bytes_read < 1000
     assert lines_of(found([a], "needle", agent_dir)) == {(a, n) for n in range(2, 62)}
+
+
+def test_a_refresh_of_an_unchanged_store_reads_no_session_file(
+    store: Path, agent_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = [write(store / f"s{n}.jsonl", entry_line(1, f"needle {n}")) for n in range(5)]
+    assert len(found(paths, "needle", agent_dir).hits) == 5
+
+    def no_read(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a session file was read")
+
+    for module in (index_rows, content_index):
+        for name in ("read_jsonl", "read_range", "read_chunks", "mark_file", "head_len_of"):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, no_read)
+    result = found(paths, "needle", agent_dir)
+    assert result.mode == "index" and len(result.hits) == 5
+    assert result.refreshed is not None and result.refreshed.files_read == 0
