@@ -717,6 +717,8 @@ def test_a_refresh_of_an_unchanged_store_reads_no_session_file(
     store: Path, agent_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     paths = [write(store / f"s{n}.jsonl", entry_line(1, f"needle {n}")) for n in range(5)]
+    for path in paths:  # written before the mtime's tick: trusted once read
+        os.utime(path, (time.time() - 60, time.time() - 60))
     assert len(found(paths, "needle", agent_dir).hits) == 5
 
     def no_read(*args: Any, **kwargs: Any) -> Any:

@@ -312,7 +312,6 @@ class ContentIndex:
                 batch_bytes = 0
                 batch_rows = 0
                 with write_transaction(conn):
-                    self._keys.begin()
                     while pending and batch_bytes < _BATCH_BYTES and batch_rows < _BATCH_ROWS:
                         source, listed_as = pending.pop()
                         try:
@@ -332,7 +331,6 @@ class ContentIndex:
                             progress(done, total)
                     self._save_terms()
                     self._save_meta()
-                self._keys.end()
         except sqlite3.OperationalError as exc:
             if not is_locked(exc):
                 raise
@@ -542,8 +540,7 @@ class ContentIndex:
 
     def _write_rows(self, file_id: int, rows: Rows) -> None:
         conn = self._conn
-        take = self._keys.take
-        keys = [take(ms) for ms in rows.order]
+        keys = self._keys.take_all(rows.order)
         conn.executemany(
             "INSERT INTO entries (key, file, line, offset, length, entry_id, role, ts, text_bytes) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
