@@ -4,8 +4,11 @@ import random
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from sessiontree.search._terms import TERM, cut, fts_text, literal_pieces
+from sessiontree.search._index_rows import index_text
+from sessiontree.search._terms import TERM, cut, fts_text, holds, literal_pieces
 from tests.search.test_content_index import entry_line, found, lines_of, write
 
 
@@ -21,6 +24,24 @@ def test_a_literal_is_cut_into_the_terms_any_text_holding_it_holds() -> None:
     # Too short to narrow, unless a whole term.
     assert literal_pieces("a.b") == []
     assert literal_pieces("x.b.y") == [("term", "b")]
+
+
+@given(
+    text=st.text(st.sampled_from("ab1 _.-é€\x00Kß") | st.characters(), max_size=400),
+    cut_at=st.tuples(st.integers(0, 400), st.integers(0, 400)),
+)
+def test_every_piece_of_a_substring_is_held_by_a_term_of_the_text(
+    text: str, cut_at: tuple[int, int]
+) -> None:
+    folded = index_text(text)
+    start, end = sorted(cut_at)
+    literal = folded[start:end]
+    terms = {t.decode() for t in cut(folded)[1]}
+    for kind, piece in literal_pieces(literal):
+        if kind == "term":
+            assert piece in terms
+        else:
+            assert any(holds(kind, piece)(term) for term in terms)
 
 
 def test_a_long_run_is_indexed_as_windows_holding_every_short_piece_of_it() -> None:
