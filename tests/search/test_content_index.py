@@ -470,10 +470,10 @@ def test_the_index_stores_no_text_and_stays_small(store: Path, agent_dir: Path) 
     rng = random.Random(3)
     words = [("".join(rng.choice("abcdefghij") for _ in range(6))) for _ in range(500)]
     paths = []
+    texts = []
     for f in range(20):
-        lines = [
-            entry_line(n, " ".join(rng.choice(words) for _ in range(60))) for n in range(1, 60)
-        ]
+        texts += [" ".join(rng.choice(words) for _ in range(60)) for _ in range(1, 60)]
+        lines = [entry_line(n, text) for n, text in enumerate(texts[-59:], start=1)]
         paths.append(write(store / f"s{f}.jsonl", *lines, header={"id": f"s{f}"}))
     found(paths, "abcdef", agent_dir)
     with ContentIndex.open(str(agent_dir)) as index:
@@ -482,7 +482,8 @@ def test_the_index_stores_no_text_and_stays_small(store: Path, agent_dir: Path) 
     assert stats.entries == 20 * 59 and stats.text_bytes > 0
     assert stats.fts_bytes < 3 * stats.text_bytes
     db = (agent_dir / INDEX_DB_NAME).read_bytes()
-    assert words[0].encode() not in db  # contentless: the text is not in the database
+    # Contentless: the text is not in the database, only its words (the vocabulary).
+    assert not any(" ".join(text.split()[:2]).encode() in db for text in texts)
 
 
 def test_the_same_sessions_through_the_manager(agent_dir: Path) -> None:
@@ -710,3 +711,23 @@ def test_a_file_appended_to_while_it_is_read_is_kept_and_caught_up(
         again = index.refresh([SessionSource(a)])
         assert again.entries_added == 1 and again.bytes_read < 1000
     assert lines_of(found([a], "needle", agent_dir)) == {(a, n) for n in range(2, 62)}
+
+
+def test_a_refresh_of_an_unchanged_store_reads_no_session_file(
+    store: Path, agent_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    paths = [write(store / f"s{n}.jsonl", entry_line(1, f"needle {n}")) for n in range(5)]
+    for path in paths:  # written before the mtime's tick: trusted once read
+        os.utime(path, (time.time() - 60, time.time() - 60))
+    assert len(found(paths, "needle", agent_dir).hits) == 5
+
+    def no_read(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a session file was read")
+
+    for module in (index_rows, content_index):
+        for name in ("read_jsonl", "read_range", "read_chunks", "mark_file", "head_len_of"):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, no_read)
+    result = found(paths, "needle", agent_dir)
+    assert result.mode == "index" and len(result.hits) == 5
+    assert result.refreshed is not None and result.refreshed.files_read == 0

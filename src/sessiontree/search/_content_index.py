@@ -8,10 +8,12 @@ per session file, what `search` and the usage reports need:
   labels): where its line is (line number, byte offset, length), its id, role
   and time. The text itself is not stored: hits are verified, and snippets cut,
   from the session file's own line.
-* ``fts``: a contentless FTS5 table over the casefolded text, `trigram`
-  tokenizer (`detail=none`): every substring of three characters or more of a
-  query must be a trigram of any text that contains it, so a query's trigrams
-  select a superset of the matching entries, in the index's key order. The key
+* ``fts``: a contentless FTS5 table over the casefolded text's words (`_terms`: the
+  `ascii` tokenizer, `detail=none`), and the vocabulary (``terms``, with a trigram
+  table over it): a query's literal text is cut into pieces, each a whole word, the
+  start or end of one, or inside one; the words holding each piece, found in the
+  vocabulary, select a superset of the matching entries, in the index's key order.
+  The key
   of an entry is its time (epoch ms, moved up to the next free number on a
   collision), so the newest entries come first (`search` restores the exact
   order of entries moved past another) and a time range is a key range.
@@ -47,7 +49,7 @@ import sqlite3
 import stat as stat_module
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from sessiontree._util.cachedb import CacheDB, is_damage, is_locked
 from sessiontree._util.closing import process_id
@@ -82,6 +84,13 @@ from sessiontree.search._index_rows import (
     read_jsonl,
     read_loaded,
 )
+from sessiontree.search._terms import (
+    MAX_TERMS,
+    cut,
+    holds,
+    literal_pieces,
+    quoted,
+)
 from sessiontree.search._usage_rows import USAGE_TABLES, usage_records, write_usage_rows
 from sessiontree.storage import SessionStorage, default_storage
 
@@ -92,16 +101,21 @@ T = TypeVar("T")
 _BATCH_BYTES = 32 << 20  # read per write transaction (other processes get the lock between)
 _BATCH_ROWS = 100_000
 _REBUILD_DEAD_BYTES = 64 << 20
+_FILE_COLUMNS = (
+    "path, kind, size, mtime_ns, ino, ctime_ns, scan_offset, head_len, head, tail, line, "
+    "phase, session_id, cwd, parent, created, entries, tail_entries, text_bytes, "
+    "tail_text_bytes"
+)
 
 
-def match_expression(trigrams: Iterable[str]) -> str:
-    # detail=none has no positions: each trigram is its own one-token phrase.
-    return " AND ".join('"' + t.replace('"', '""') + '"' for t in trigrams)
+_PENDING_TERMS = 200_000  # new words held before they are written to the vocabulary
+NOTHING: Final = ""
+"""`ContentIndex.match` when no indexed entry can hold the literals."""
 
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
-    """An indexed entry whose text holds every trigram of a query (verify it)."""
+    """An indexed entry whose text holds every piece of a query (verify it)."""
 
     path: str
     kind: str
@@ -154,6 +168,7 @@ class ContentIndex:
         self._owner = process_id()
         self._keys = EntryKeys(db.conn)
         self._files: dict[int, tuple[str, str, str]] | None = None
+        self._new_terms: set[bytes] = set()  # words of the rows written, for ``terms``
 
     @property
     def _conn(self) -> sqlite3.Connection:
@@ -245,10 +260,13 @@ class ContentIndex:
             result.rebuilt = True
         conn = self._conn
         # Plan (no file is read): the sources' identities against the `files` rows.
-        known = {
-            row[0]: Known((row[2], row[3], row[4], row[5]), row[1])
-            for row in conn.execute("SELECT path, id, size, mtime_ns, ino, ctime_ns FROM files")
-        }
+        known: dict[str, Known[int]] = {}
+        names: dict[int, tuple[str, str, str]] = {}  # `_file_names`, when nothing changes
+        for row in conn.execute(
+            "SELECT path, id, size, mtime_ns, ino, ctime_ns, kind, session_id FROM files"
+        ):
+            known[row[0]] = Known((row[2], row[3], row[4], row[5]), row[1])
+            names[row[1]] = (row[0], row[6], row[7] or "")
         stats: list[Stat] = []
         by_path: dict[str, SessionSource] = {}
         gone: list[int] = []
@@ -279,6 +297,7 @@ class ContentIndex:
         if prune:  # rows of files not among `sources` may be other stores': gone if deleted
             gone += [known[p].value for p in plan.gone if not _exists(p)]
         if not todo and not gone:
+            self._files = names
             return result
         total = sum(s[1] for _, s in todo)
         done = 0
@@ -293,22 +312,15 @@ class ContentIndex:
                 batch_bytes = 0
                 batch_rows = 0
                 with write_transaction(conn):
-                    self._keys.begin()
                     while pending and batch_bytes < _BATCH_BYTES and batch_rows < _BATCH_ROWS:
                         source, listed_as = pending.pop()
-                        # A savepoint per file: a big file's rows are written as it is
-                        # read, and one that fails halfway leaves none of them.
-                        conn.execute("SAVEPOINT file")
                         try:
                             read, added = self._index_file(source, storage, listed_as)
                         except sqlite3.Error:
                             raise
                         except Exception:  # unreadable, or a loader that failed on it
-                            conn.execute("ROLLBACK TO file")
-                            conn.execute("RELEASE file")
                             result.stale.append(source.path)
                             continue
-                        conn.execute("RELEASE file")
                         result.files_read += 1 if read else 0
                         result.bytes_read += read
                         result.entries_added += added
@@ -317,8 +329,8 @@ class ContentIndex:
                         done += listed_as[1]
                         if progress is not None:
                             progress(done, total)
+                    self._save_terms()
                     self._save_meta()
-                self._keys.end()
         except sqlite3.OperationalError as exc:
             if not is_locked(exc):
                 raise
@@ -338,6 +350,23 @@ class ContentIndex:
     def _meta(self, key: str, default: int) -> int:
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return int(row[0]) if row is not None and isinstance(row[0], int) else default
+
+    def _save_terms(self) -> None:
+        """Add the words of the rows written to the vocabulary (each word once; a word
+        whose rows were rolled back stays: it only costs a little space)."""
+        if not self._new_terms:
+            return
+        conn = self._conn
+        before = conn.execute("SELECT coalesce(max(id), 0) FROM terms").fetchone()[0]
+        conn.executemany(
+            "INSERT OR IGNORE INTO terms (term) VALUES (?)",
+            ((t.decode("utf-8"),) for t in self._new_terms),
+        )
+        self._new_terms = set()
+        conn.execute(
+            "INSERT INTO terms_fts (rowid, term) SELECT id, term FROM terms WHERE id > ?",
+            (before,),
+        )
 
     def _save_meta(self) -> None:
         if self._keys.max_shift > self._meta("max_shift", 0):
@@ -372,7 +401,8 @@ class ContentIndex:
         self, source: SessionSource, storage: SessionStorage, listed_as: Stat
     ) -> tuple[int, int]:
         """Read what is new in one file (listed with its `listing.stat_identity`);
-        returns (bytes read, entries added)."""
+        returns (bytes read, entries added). Raises what reading it raised (OSError,
+        a loader's error) having written nothing."""
         conn = self._conn
         path, size, mtime_ns, ino, ctime_ns = listed_as
         row = conn.execute(
@@ -385,10 +415,10 @@ class ContentIndex:
             return 0, 0  # another process brought it up to date meanwhile
         st = FileState()
         start = 0
-        file_id: int | None = None
+        file_id: int | None = row[0] if row is not None else None
+        forget_from: int | None = None  # what of the file's rows to forget (None: all)
         before: FileMark | None = None  # the mark the lines appended are read after
         if row is not None:
-            file_id = row[0]
             mark = FileMark(row[2], row[3], row[4], row[5], row[6], row[7], row[8])
             if (
                 source.load is None
@@ -396,50 +426,58 @@ class ContentIndex:
                 and grown_from(storage, listed_as, mark)
             ):
                 before = mark
-                start = mark.offset
+                start = forget_from = mark.offset
                 st = FileState(row[9], row[10], row[11], row[12], row[13], row[14], row[15])
                 st.text_bytes = row[16]
-                self._forget(file_id, start)
-            else:
-                self._forget(file_id, None)
-                file_id = None
         order = mtime_ns // 1_000_000
         flushed = 0  # entries written while the file was read
-        if source.load is not None:
-            rows, final = read_loaded(source.load, path)
-            committed, saved, head_len = 0, final, 0
-        else:
+        begun = False  # whether the file's old rows are forgotten and its row is there
+
+        def begin() -> int:
+            """Forget the file's old rows and make sure it has a row to hang new ones on
+            (completed below, in the same transaction)."""
+            nonlocal file_id, begun
+            if file_id is not None:
+                self._forget(file_id, forget_from)
+                if forget_from is None:
+                    file_id = None
             if file_id is None:
-                # A row to hang the rows written as the file is read on (the same
-                # transaction completes it below, or none of it is kept).
                 file_id = conn.execute(
                     "INSERT INTO files (path, kind, size, mtime_ns, ino, scan_offset, head_len,"
                     " head, tail, line, phase, entries, tail_entries, text_bytes,"
                     " tail_text_bytes) VALUES (?, ?, -1, -1, -1, 0, 0, x'', x'', 0, 0, 0, 0, 0, 0)",
                     (path, source.kind),
                 ).lastrowid
+            begun = True
             assert file_id is not None
-            written = file_id
+            return file_id
 
-            def sink(part: Rows) -> None:
-                nonlocal flushed
-                flushed += len(part.entries)
-                self._write_rows(written, part)
+        def sink(part: Rows) -> None:
+            # A big file's rows are written as it is read, under a savepoint: one that
+            # fails halfway leaves none of them.
+            nonlocal flushed
+            if not begun:
+                conn.execute("SAVEPOINT file")
+                begin()
+            assert file_id is not None
+            flushed += len(part.entries)
+            self._write_rows(file_id, part)
 
-            rows, committed, saved, final = read_jsonl(
-                storage, path, start, size, st, order, sink=sink
+        try:
+            mark, rows, committed, saved, final = self._read_file(
+                source, storage, listed_as, st, start, before, order, sink
             )
-            head_len = head_len_of(storage, path) if committed else 0
-        if source.load is not None and source.identity is not None:
-            mark = FileMark(size, mtime_ns, ino, 0, 0, b"", b"")  # no file to mark
-        else:
-            mark = mark_file(storage, path, size, mtime_ns, ino, committed, head_len)
-            if source.load is None and not read_as_marked(
-                storage, path, mark, rows, before, start, size, ino
-            ):
-                # Rewritten while it was read: none of it is kept (the savepoint), and
-                # the next refresh reads it again.
-                raise OSError(f"{path}: changed while it was read")
+        except sqlite3.Error:
+            raise
+        except Exception:
+            if begun:
+                conn.execute("ROLLBACK TO file")
+                conn.execute("RELEASE file")
+            raise
+        if begun:
+            conn.execute("RELEASE file")
+        written = file_id if begun else begin()
+        assert written is not None
         values = (
             path,
             source.kind,
@@ -462,34 +500,63 @@ class ContentIndex:
             saved.text_bytes,
             final.text_bytes - saved.text_bytes,
         )
-        columns = (
-            "path, kind, size, mtime_ns, ino, ctime_ns, scan_offset, head_len, head, tail, line, "
-            "phase, session_id, cwd, parent, created, entries, tail_entries, text_bytes, "
-            "tail_text_bytes"
-        )
-        if file_id is None:
-            file_id = conn.execute(
-                f"INSERT INTO files ({columns}) VALUES ({', '.join('?' * 20)})", values
-            ).lastrowid
-        else:
-            sets = ", ".join(f"{c.strip()} = ?" for c in columns.split(","))
-            conn.execute(f"UPDATE files SET {sets} WHERE id = ?", (*values, file_id))
-        assert file_id is not None
-        self._write_rows(file_id, rows)
+        sets = ", ".join(f"{c.strip()} = ?" for c in _FILE_COLUMNS.split(","))
+        conn.execute(f"UPDATE files SET {sets} WHERE id = ?", (*values, written))
+        self._write_rows(written, rows)
         return size - start, flushed + len(rows.entries)
+
+    def _read_file(
+        self,
+        source: SessionSource,
+        storage: SessionStorage,
+        listed_as: Stat,
+        st: FileState,
+        start: int,
+        before: FileMark | None,
+        order: int,
+        sink: Callable[[Rows], None],
+    ) -> tuple[FileMark, Rows, int, FileState, FileState]:
+        """Read one file from `start` (state `st`): its mark, the rows not given to
+        `sink`, the committed offset and the states there and at the end."""
+        path, size, mtime_ns, ino, _ = listed_as
+        if source.load is not None:
+            rows, final = read_loaded(source.load, path)
+            committed, saved, head_len = 0, final, 0
+        else:
+            rows, committed, saved, final = read_jsonl(
+                storage, path, start, size, st, order, sink=sink
+            )
+            head_len = head_len_of(storage, path, rows.head_seen, size) if committed else 0
+        if source.load is not None and source.identity is not None:
+            return FileMark(size, mtime_ns, ino, 0, 0, b"", b""), rows, committed, saved, final
+        mark = mark_file(storage, path, size, mtime_ns, ino, committed, head_len)
+        if source.load is None and not read_as_marked(
+            storage, path, mark, rows, before, start, size, ino
+        ):
+            # Rewritten while it was read: none of it is kept, and the next refresh
+            # reads it again.
+            raise OSError(f"{path}: changed while it was read")
+        return mark, rows, committed, saved, final
 
     def _write_rows(self, file_id: int, rows: Rows) -> None:
         conn = self._conn
-        take = self._keys.take
-        keys = [take(ms) for ms in rows.order]
+        keys = self._keys.take_all(rows.order)
         conn.executemany(
             "INSERT INTO entries (key, file, line, offset, length, entry_id, role, ts, text_bytes) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(key, file_id, *row) for key, row in zip(keys, rows.entries, strict=True)],
         )
+        texts = []
+        new_terms = self._new_terms
+        for text in rows.texts:
+            indexed, terms = cut(text)
+            texts.append(indexed)
+            new_terms.update(terms)
         conn.executemany(
-            "INSERT INTO fts (rowid, text) VALUES (?, ?)", zip(keys, rows.texts, strict=True)
+            "INSERT INTO fts (rowid, text) VALUES (?, ?)", zip(keys, texts, strict=True)
         )
+        if len(new_terms) > _PENDING_TERMS:
+            self._save_terms()
         write_usage_rows(conn, file_id, rows.usage)
 
     # -- queries
@@ -511,27 +578,68 @@ class ContentIndex:
         wanted = set(paths)
         return {p: i for i, (p, _, _) in self._file_names().items() if p in wanted}
 
+    def match(self, literals: Iterable[str]) -> str | None:
+        """The FTS query for entries holding every one of `literals` (casefolded, see
+        `_terms`): a superset of them. `NOTHING` when no indexed entry can hold them;
+        None when their pieces are too short or too common to narrow the search."""
+        parts: dict[str, None] = {}
+        for literal in literals:
+            for kind, piece in literal_pieces(literal):
+                if kind == "term":
+                    parts[quoted([piece])[0]] = None
+                elif kind == "prefix":
+                    parts[quoted([piece])[0] + "*"] = None
+                else:
+                    terms = self._terms_holding(kind, piece)
+                    if terms is None:
+                        continue
+                    if not terms:
+                        return NOTHING
+                    parts["(" + " OR ".join(quoted(terms)) + ")"] = None
+        return " AND ".join(parts) if parts else None
+
+    def _terms_holding(self, kind: str, piece: str) -> list[str] | None:
+        """The vocabulary's terms holding `piece` (as `kind` says); None: too many."""
+        trigrams = dict.fromkeys(piece[i : i + 3] for i in range(len(piece) - 2))
+        held = holds(kind, piece)
+        found: list[str] = []
+        cursor = self._conn.execute(
+            "SELECT t.term FROM terms_fts JOIN terms t ON t.id = terms_fts.rowid "
+            "WHERE terms_fts MATCH ?",
+            (" AND ".join(quoted(trigrams)),),
+        )
+        try:
+            for (term,) in cursor:
+                if held(term):
+                    found.append(term)
+                    if len(found) > MAX_TERMS:
+                        return None
+        finally:
+            cursor.close()
+        return found
+
     def candidates(
         self,
-        trigrams: Sequence[str],
+        match: str,
         *,
         files: Iterable[int] | None = None,
         roles: Sequence[str] | None = None,
         since: int | None = None,
         until: int | None = None,
     ) -> Iterator[Candidate]:
-        """Indexed entries holding every trigram, newest first (by key), lazily.
+        """Indexed entries that `match` (an FTS query: `match`) selects, newest first
+        (by key), lazily.
 
         `files` limits to those file ids; `roles` to those roles; `since`/`until`
         (epoch ms, inclusive) to entries with a time in that range.
         """
-        if not trigrams:
-            raise ValueError("a query needs at least one trigram")
+        if match == NOTHING:
+            return
         sql = [
             "SELECT e.file, e.line, e.offset, e.length, e.entry_id, e.role, e.ts, e.key "
             "FROM fts JOIN entries e ON e.key = fts.rowid WHERE fts MATCH ?"
         ]
-        args: list[object] = [match_expression(trigrams)]
+        args: list[object] = [match]
         if since is not None:
             sql.append("AND fts.rowid >= ? AND e.ts >= ?")
             args += [max(since, 0), since]

@@ -3,14 +3,16 @@
 One family of tables (`INDEX_FAMILY`, `sessiontree._util.cachedb`) in
 `<agent dir>/cache/content-index.db`: ``files`` (one row per session file: its
 identity and `FileMark`, where reading stopped, its header), ``entries`` (one row per
-entry with text: where its line is), ``fts`` (the casefolded text, a contentless FTS5
-table keyed like ``entries``), ``meta``, and the usage rows (`_usage_rows`).
+entry with text: where its line is), ``fts`` (the casefolded text's words, a contentless
+FTS5 table keyed like ``entries``), ``terms`` and ``terms_fts`` (every word once, and its
+trigrams: `_terms`), ``meta``, and the usage rows (`_usage_rows`).
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+from collections.abc import Sequence
 from typing import Final
 
 from sessiontree._util.cachedb import CacheDB, Family, open_cache
@@ -30,6 +32,7 @@ INDEX_DB_NAME: Final = os.path.join("cache", "content-index.db")
 
 _APPLICATION_ID = 0x53544958  # "STIX": tells our database from any other at that path
 _LOCK_TIMEOUT = 1.0
+_ASKED_AT_ONCE = 500  # keys in one query (SQLite before 3.32 takes 999 parameters)
 KEY_MAX: Final = 1 << 62
 """The largest entry key (an entry's time in ms, moved up past keys taken)."""
 
@@ -72,60 +75,72 @@ _SCHEMA = (
     "CREATE INDEX entries_file ON entries (file, offset)",
     *USAGE_SCHEMA,
     """CREATE VIRTUAL TABLE fts USING fts5(
-        text, content='', detail=none, columnsize=0, tokenize='trigram case_sensitive 1'
+        text, content='', detail=none, columnsize=0, tokenize='ascii'
+    )""",
+    """CREATE TABLE terms (id INTEGER PRIMARY KEY, term TEXT NOT NULL UNIQUE)""",
+    """CREATE VIRTUAL TABLE terms_fts USING fts5(
+        term, content='', detail=none, columnsize=0, tokenize='trigram case_sensitive 1'
     )""",
 )
 INDEX_FAMILY: Final = Family(
     name="content_index",
     # 2: usage rows for what pi 1.6 counts besides replies (`counted_usage`)
     # 3: no import markers (kept once, in the listing cache: `listing.import_records`)
-    version=3,
+    # 4: words (`_terms`) in the FTS table, not trigrams; the vocabulary in ``terms``
+    version=4,
     schema=_SCHEMA,
-    tables=("meta", "files", "entries", *USAGE_TABLES, "fts"),
+    tables=("meta", "files", "entries", *USAGE_TABLES, "fts", "terms", "terms_fts"),
 )
 """The index's tables in its cache file (`sessiontree._util.cachedb`)."""
 
 
 class EntryKeys:
-    """Allocates entry keys: the entry's time in ms, or the next free number after it."""
+    """Allocates entry keys: the entry's time in ms, or the next free number after it.
+
+    Its memory stays bounded however many entries a refresh writes: which of a file's
+    times are keys already is asked of the table, in one query for the file's rows
+    (rows written earlier in the transaction included), and only a time that
+    collided remembers where its next free key is."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
-        self.taken: set[int] = set()
         self.next: dict[int, int] = {}
-        self.known_all = False
+        """A time that collided: every key from it up to this one is taken."""
         self.max_shift = 0
-        self.version: int | None = None
 
-    def begin(self) -> None:
-        """At each write transaction: whether every stored key is one we took (the
-        table was empty when we started, and no other connection wrote since)."""
-        version = self.conn.execute("PRAGMA data_version").fetchone()[0]
-        if self.known_all and version == self.version:
-            return
-        empty = self.conn.execute("SELECT 1 FROM entries LIMIT 1").fetchone() is None
-        self.known_all = empty
-        if empty:
-            self.taken.clear()
-            self.next.clear()
+    def take_all(self, times: Sequence[int]) -> list[int]:
+        """A key for each of `times` (of rows about to be written, in order)."""
+        wanted = [min(max(ms, 1), KEY_MAX) for ms in times]
+        asked = list(dict.fromkeys(wanted))
+        stored: set[int] = set()
+        for at in range(0, len(asked), _ASKED_AT_ONCE):
+            part = asked[at : at + _ASKED_AT_ONCE]
+            stored.update(
+                row[0]
+                for row in self.conn.execute(
+                    f"SELECT key FROM entries WHERE key IN ({', '.join('?' * len(part))})",
+                    part,
+                )
+            )
+        known = set(asked)  # keys whose being stored is known (`stored`) without a query
+        mine: set[int] = set()  # keys taken here, not written yet
+        keys = []
+        for ms in wanted:
+            key = self.next.get(ms, ms)
+            while key in mine or key in stored or (key not in known and self._stored(key)):
+                key += 1
+            mine.add(key)
+            if key != ms:
+                self.next[ms] = key + 1
+                if key - ms > self.max_shift:
+                    self.max_shift = key - ms
+            keys.append(key)
+        return keys
 
-    def end(self) -> None:
-        """After our commit (our own commits leave `data_version` alone)."""
-        self.version = self.conn.execute("PRAGMA data_version").fetchone()[0]
-
-    def take(self, ms: int) -> int:
-        ms = min(max(ms, 1), KEY_MAX)
-        key = self.next.get(ms, ms)
-        while key in self.taken or (
-            not self.known_all
-            and self.conn.execute("SELECT 1 FROM entries WHERE key = ?", (key,)).fetchone()
-        ):
-            key += 1
-        self.taken.add(key)
-        self.next[ms] = key + 1
-        if key - ms > self.max_shift:
-            self.max_shift = key - ms
-        return key
+    def _stored(self, key: int) -> bool:
+        return (
+            self.conn.execute("SELECT 1 FROM entries WHERE key = ?", (key,)).fetchone() is not None
+        )
 
 
 class write_transaction:

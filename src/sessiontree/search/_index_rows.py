@@ -71,6 +71,7 @@ MIN_QUERY_CHARS: Final = 3
 """A literal shorter than this has no trigram: the index cannot answer it."""
 
 _CHUNK = 1 << 20
+_HEAD_LEN_MAX = 4096
 _HELD_BYTES = 16 << 20  # rows of one file held before they are written (a big file's)
 PHASE_START, PHASE_OK, PHASE_INVALID = 0, 1, 2
 """Where reading a file stands: before its header, in a session, not a session."""
@@ -99,6 +100,8 @@ def index_text(text: str) -> str:
     with NUL and lone surrogates (which SQLite cannot take) as U+FFFD. Character by
     character, so a substring of `text` maps to a substring of the result."""
     folded = text.casefold()
+    if folded.isascii():  # the usual case, tested at a fraction of the search's cost
+        return folded.replace("\x00", "\ufffd") if "\x00" in folded else folded
     if _UNSTORABLE.search(folded) is None:
         return folded
     return _UNSTORABLE.sub("\ufffd", folded)
@@ -380,9 +383,16 @@ def read_loaded(load: Loader, path: str, want_text: bool = True) -> tuple[Rows, 
     return rows, st
 
 
-def head_len_of(storage: SessionStorage, path: str) -> int:
-    """Bytes up to the end of the header line (title slot included), at most 4 KB."""
-    data = read_range(storage, path, 0, 4096)
+def head_len_of(
+    storage: SessionStorage, path: str, seen: bytes | None = None, size: int = -1
+) -> int:
+    """Bytes up to the end of the header line (title slot included), at most 4 KB;
+    from `seen`, the first bytes of the file of `size` bytes as a read saw them, when
+    they are enough (4 KB, or the whole file)."""
+    if seen is not None and (len(seen) >= _HEAD_LEN_MAX or len(seen) == size):
+        data = seen[:_HEAD_LEN_MAX]
+    else:
+        data = read_range(storage, path, 0, _HEAD_LEN_MAX)
     end = 0
     for number, line in enumerate(data.split(b"\n")[:-1], start=1):
         end += len(line) + 1
@@ -394,7 +404,7 @@ def head_len_of(storage: SessionStorage, path: str) -> int:
             continue
         if value is not None:
             return end
-    return min(end, 4096) or min(len(data), 4096)
+    return min(end, _HEAD_LEN_MAX) or min(len(data), _HEAD_LEN_MAX)
 
 
 def read_as_marked(

@@ -5,11 +5,12 @@ tool calls and results, summaries, extension messages, labels) contains a
 substring (case-insensitive by default) or matches a regular expression, and
 returns one hit per entry with a snippet, newest first. It asks the content
 index (`sessiontree.search._content_index`, refreshed first) for the entries holding
-every trigram of the query's literal text, then verifies each candidate against
+the words of the query's literal text (`_terms`), then verifies each candidate against
 its line in the session file, so the index never changes what is found, only
 how fast. Where the index cannot answer (a literal shorter than three
-characters, no index, files it could not bring up to date) those files are
-scanned, and `SearchResult.notes` says so.
+characters, or whose words are too short or too common to narrow the search, no
+index, files it could not bring up to date) those files are scanned, and
+`SearchResult.notes` says so.
 
 `search_sessions` (`_scan`) is that scan: file by file, in file order; a file
 that cannot be read is skipped and named in the notes. The query's matcher is
@@ -32,7 +33,6 @@ from sessiontree.search._index_rows import (
     MIN_QUERY_CHARS,
     SessionSource,
     index_text,
-    query_trigrams,
 )
 from sessiontree.search._query import Matcher, make_matcher
 from sessiontree.search._scan import scan_sources
@@ -118,14 +118,14 @@ def _search(
     storage = default_storage(storage)
     if not query:
         return SearchResult([], "index")
-    trigrams = _trigrams(matcher)
+    literals = _literals(matcher)
     notes: list[str] = []
     index: ContentIndex | None = None
     if not use_index:
         notes.append("the index was not asked (--no-index)")
     elif not isinstance(storage, HostFilesystem):
         notes.append("the store is not the agent dir's files: every session was read")
-    elif not trigrams:
+    elif not literals:
         what = "regular expression" if regex else "search text"
         notes.append(
             f"the {what} has no literal text of {MIN_QUERY_CHARS}+ characters: "
@@ -138,11 +138,11 @@ def _search(
                 "every session was read in full (no content index here: it cannot be "
                 "opened or created), which gives the same answers, more slowly"
             )
-    if index is None or not trigrams:
+    if index is None or not literals:
         return _scanned(srcs, matcher, filters, storage, limit, notes)
     answered = index.answer(
         lambda index: _indexed(
-            index, srcs, matcher, trigrams, filters, storage, limit, notes, index_progress
+            index, srcs, matcher, literals, filters, storage, limit, notes, index_progress
         )
     )
     if answered is not None:
@@ -181,20 +181,18 @@ def _read(
     return hits
 
 
-def _trigrams(matcher: Matcher) -> list[str]:
-    """The trigrams every match's (indexed) text holds: of each long enough literal."""
-    out: dict[str, None] = {}
-    for literal in matcher.literals:
-        if len(index_text(literal)) >= MIN_QUERY_CHARS:
-            out.update(dict.fromkeys(query_trigrams(literal)))
-    return list(out)
+def _literals(matcher: Matcher) -> list[str]:
+    """The texts every match's (indexed) text holds: each long enough literal, as the
+    index holds text."""
+    folded = (index_text(literal) for literal in matcher.literals)
+    return list(dict.fromkeys(t for t in folded if len(t) >= MIN_QUERY_CHARS))
 
 
 def _indexed(
     index: ContentIndex,
     sources: list[SessionSource],
     matcher: Matcher,
-    trigrams: list[str],
+    literals: list[str],
     filters: Filters,
     storage: SessionStorage,
     limit: int | None,
@@ -202,6 +200,14 @@ def _indexed(
     progress: Callable[[int, int], None] | None,
 ) -> SearchResult:
     refreshed = index.refresh(sources, storage=storage, progress=progress)
+    match = index.match(literals)
+    if match is None:
+        notes.append(
+            "the search text's words are too short or too common for the index to narrow "
+            "the search: every session was read"
+        )
+        read = _read(sources, matcher, filters, storage, notes)
+        return SearchResult(read[:limit], "scan", notes, scanned=len(sources), refreshed=refreshed)
     stale = set(refreshed.stale)
     ids = index.file_ids(s.path for s in sources if s.path not in stale)
     uncovered = [s for s in sources if s.path not in ids]
@@ -215,7 +221,7 @@ def _indexed(
     loaded: dict[str, tuple[Entry | None, Sequence[Entry]]] = {}
     verified = _verify(
         index.candidates(
-            trigrams,
+            match,
             files=None if len(ids) == index.file_count() else ids.values(),
             roles=sorted(filters.roles) if filters.roles is not None else None,
             since=filters.since,
