@@ -47,6 +47,11 @@ AGENTS = ("pi", "omp")
 MACHINES = ("a", "b")
 EXAMPLES = examples(50, "SESSIONTREE_SYNC_MODEL_EXAMPLES")
 STEPS = 30
+ACTIONS = (
+    *("message", "message", "message", "compaction", "session_info", "branch", "fork"),
+    *("delete", "start a line", "create pi", "create omp"),
+)
+"""What the agent rule does (a plain message thrice as often as the rest)."""
 
 
 class Killed(BaseException):
@@ -215,17 +220,11 @@ class SyncModel(RuleBasedStateMachine):
 
     # -- rules -----------------------------------------------------------------------------
 
-    @rule(machine=st.sampled_from(MACHINES), agent=st.sampled_from(AGENTS))
     def create(self, machine: str, agent: str) -> None:
         first = self._entry("message", None, "hello")
         self._new_file(machine, agent, [first], None)
         RAN[f"create {agent}"] += 1
 
-    @rule(
-        machine=st.sampled_from(MACHINES),
-        kind=st.sampled_from(["message", "message", "compaction", "session_info"]),
-        data=st.data(),
-    )
     def append(self, machine: str, kind: str, data: st.DataObject) -> None:
         session = self._pick(data, machine)
         if session is None:
@@ -236,7 +235,6 @@ class SyncModel(RuleBasedStateMachine):
         self._agent_write(session, machine, raw, entry_id)
         RAN[f"append {kind}"] += 1
 
-    @rule(machine=st.sampled_from(MACHINES), data=st.data())
     def branch(self, machine: str, data: st.DataObject) -> None:
         session = self._pick(data, machine)
         if session is None:
@@ -249,7 +247,6 @@ class SyncModel(RuleBasedStateMachine):
         self._agent_write(session, machine, raw, entry_id)
         RAN["branch"] += 1
 
-    @rule(machine=st.sampled_from(MACHINES), data=st.data())
     def fork(self, machine: str, data: st.DataObject) -> None:
         parent = self._pick(data, machine)
         if parent is None:
@@ -264,7 +261,6 @@ class SyncModel(RuleBasedStateMachine):
         self._new_file(machine, parent.agent, kept, str(path))
         RAN["fork"] += 1
 
-    @rule(machine=st.sampled_from(MACHINES), data=st.data())
     def delete(self, machine: str, data: st.DataObject) -> None:
         session = self._pick(data, machine)
         if session is None:
@@ -273,7 +269,6 @@ class SyncModel(RuleBasedStateMachine):
         session.deleted.add(machine)
         RAN["delete"] += 1
 
-    @rule(machine=st.sampled_from(MACHINES), cut=st.integers(1, 60), data=st.data())
     def start_a_line(self, machine: str, cut: int, data: st.DataObject) -> None:
         """The agent has written part of a line (a crash or a slow writer)."""
         session = self._pick(data, machine)
@@ -288,6 +283,27 @@ class SyncModel(RuleBasedStateMachine):
         session.written[entry_id] = raw
         session.own_leaf[machine] = entry_id
         RAN["start a line"] += 1
+
+    @rule(
+        machine=st.sampled_from(MACHINES),
+        action=st.sampled_from(ACTIONS),
+        cut=st.integers(1, 60),
+        data=st.data(),
+    )
+    def agent_writes(self, machine: str, action: str, cut: int, data: st.DataObject) -> None:
+        """What an agent (or its user) does to the machine's sessions."""
+        if action.startswith("create"):
+            self.create(machine, action.split()[1])
+        elif action in ("message", "compaction", "session_info"):
+            self.append(machine, action, data)
+        elif action == "branch":
+            self.branch(machine, data)
+        elif action == "fork":
+            self.fork(machine, data)
+        elif action == "delete":
+            self.delete(machine, data)
+        else:
+            self.start_a_line(machine, cut, data)
 
     @precondition(lambda self: any(s.partial for s in self.sessions.values()))
     @rule(data=st.data())
