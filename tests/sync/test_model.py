@@ -77,6 +77,10 @@ class Session:
     """machine -> the entry its agent last wrote."""
     partial: dict[str, bytes] = field(default_factory=dict)
     """machine -> the rest of a line its agent has half written."""
+    unrecorded: set[str] = field(default_factory=set)
+    """Machines where a killed round made it and no whole round has run since."""
+    may_return: set[str] = field(default_factory=set)
+    """Machines that deleted it while unrecorded: the next round may make it again."""
 
 
 class SyncModel(RuleBasedStateMachine):
@@ -187,6 +191,8 @@ class SyncModel(RuleBasedStateMachine):
         def done() -> None:
             for sid, ids in sending.items():
                 self.sessions[sid].sent |= ids
+            for session in self.sessions.values():
+                session.unrecorded.discard(machine)
             self._note_received(machine)
 
         return done
@@ -266,7 +272,10 @@ class SyncModel(RuleBasedStateMachine):
         if session is None:
             return
         self._path(session, machine).unlink()
-        session.deleted.add(machine)
+        if machine in session.unrecorded:
+            session.may_return.add(machine)
+        else:
+            session.deleted.add(machine)
         RAN["delete"] += 1
 
     def start_a_line(self, machine: str, cut: int, data: st.DataObject) -> None:
@@ -332,6 +341,7 @@ class SyncModel(RuleBasedStateMachine):
             raise Killed
 
         done = self._note_whole_round(machine)
+        absent = {sid for sid, s in self.sessions.items() if not self._present(s, machine)}
         calls = self._at_nth_write(nth, die)
         try:
             self._sync(machine)
@@ -342,6 +352,9 @@ class SyncModel(RuleBasedStateMachine):
             RAN["killed sync: not reached"] += 1
         finally:
             self._undo_writes()
+        for sid in absent:
+            if self._present(self.sessions[sid], machine):
+                self.sessions[sid].unrecorded.add(machine)
         self._note_received(machine)
         assert calls[0] >= 0
 
@@ -420,7 +433,7 @@ class SyncModel(RuleBasedStateMachine):
                 assert not path.exists(), f"{session.sid} made again on {machine}"
                 continue
             if not path.exists():
-                assert not kept, f"{session.sid} never reached {machine}"
+                assert not kept or machine in session.may_return, f"{session.sid} not on {machine}"
                 continue
             data = path.read_bytes()
             assert data.endswith(b"\n"), f"{path} does not end a line"
