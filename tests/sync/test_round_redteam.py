@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.sync.test_round_killed import _kill_at
-from tests.sync_support import Machine, append, entry_lines, message, new_session
+from tests.sync_support import Machine, append, entries, entry_lines, message, new_session
 
 
 def test_a_session_a_killed_round_made_and_the_user_deleted_comes_back(
@@ -70,3 +70,44 @@ def test_a_sessions_dir_that_is_not_there_deletes_nothing(
     a.sync(hub, monkeypatch)
     b.sync(hub, monkeypatch)
     assert "a1" in entry_lines(b.session_path("s1").read_bytes())
+
+
+def test_an_agent_line_written_between_the_check_and_the_merge_keeps_its_leaf(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pi appends without sessiontree's lock: its line can land after the merge looked
+    at the file and before the merge's own write. The agent resumes at its line all
+    the same."""
+    import sessiontree.sync._pull as pull_module
+
+    a, b, hub = Machine(tmp_path, "a"), Machine(tmp_path, "b"), tmp_path / "hub"
+    new_session(a.session_path("s1"), "s1", message("e1", None, "hi"))
+    a.sync(hub, monkeypatch)
+    b.sync(hub, monkeypatch)
+    append(a.session_path("s1"), message("a1", "e1", "laptop"))
+    a.sync(hub, monkeypatch)
+    append(b.session_path("s1"), message("b1", "e1", "desk"))
+    original = pull_module.identity_now
+    calls = [0]
+
+    def racing(*args: object) -> object:
+        found = original(*args)  # type: ignore[arg-type]
+        calls[0] += 1
+        if calls[0] == 1:  # the merge's look at the file: the agent writes right after
+            append(b.session_path("s1"), message("b2", "b1", "still typing"))
+        return found
+
+    with monkeypatch.context() as patch:
+        patch.setattr(pull_module, "identity_now", racing)
+        b.sync(hub, monkeypatch)
+    on_b = entries(b.session_path("s1").read_bytes())
+    parents = {e["id"]: e.get("parentId") for e in on_b}
+    chain, current = [], on_b[-1]["id"]
+    while current is not None:
+        chain.append(current)
+        current = parents.get(current)
+    assert "b2" in chain and "a1" in parents
+    for _ in range(2):
+        a.sync(hub, monkeypatch)
+        b.sync(hub, monkeypatch)
+    assert set(entry_lines(a.session_path("s1").read_bytes())) >= {"e1", "a1", "b1", "b2"}
