@@ -182,13 +182,16 @@ class Hub:
                 return 0
 
     def read(self, rel: str, offset: int = 0, end: int | None = None) -> bytes:
-        """The bytes from `offset` to `end` (default: the end); b"" when missing."""
+        """The bytes from `offset` to `end` (default, or past it: the end); b"" when
+        missing."""
         if self._symlinked(rel):
             return b""  # as if missing: a link another machine planted is not read
         with self.io(f"read {rel}"):
             try:
-                if end is None:
-                    end = self.storage.stat(self.path(rel)).size
+                # a size another machine's journal claims is a bound, never an amount
+                # to read: the file says how much there is
+                size = self.storage.stat(self.path(rel)).size
+                end = size if end is None else min(end, size)
                 if end <= offset:
                     return b""
                 return read_range(self.storage, self.path(rel), offset, end - offset)
