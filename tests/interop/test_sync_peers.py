@@ -1,7 +1,7 @@
-"""A session merged by a sync after two machines continued it apart (and every file of a
-seeded run of the sync model) opens in pi 0.73.1,
-pi 1.6.0 and oh-my-pi, each with the context sessiontree computes at its leaf: the
-leaf marker keeps each machine's agent where it left off."""
+"""A session merged by a sync after two machines continued it apart, and every file of
+a seeded run of the sync model, opens in pi 0.73.1, pi 1.6.0 and oh-my-pi, each with
+the context sessiontree computes at its leaf: the leaf marker keeps each machine's
+agent where it left off."""
 
 from __future__ import annotations
 

@@ -335,7 +335,7 @@ class SyncModel(RuleBasedStateMachine):
         done()
         RAN["sync"] += 1
 
-    @rule(machine=st.sampled_from(MACHINES), nth=st.integers(1, 12))
+    @rule(machine=st.sampled_from(MACHINES), nth=st.integers(1, 8))
     def killed_sync(self, machine: str, nth: int) -> None:
         def die() -> None:
             raise Killed
@@ -358,7 +358,7 @@ class SyncModel(RuleBasedStateMachine):
         self._note_received(machine)
         assert calls[0] >= 0
 
-    @rule(machine=st.sampled_from(MACHINES), nth=st.integers(1, 12), data=st.data())
+    @rule(machine=st.sampled_from(MACHINES), nth=st.integers(1, 8), data=st.data())
     def agent_appends_during_sync(self, machine: str, nth: int, data: st.DataObject) -> None:
         session = self._pick(data, machine)
         if session is None:
