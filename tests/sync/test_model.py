@@ -38,7 +38,8 @@ from sessiontree.format import title_slot_line
 from sessiontree.sync import LEAF_MARKER
 from tests.conftest import examples
 from tests.helpers import assistant, user
-from tests.sync_support import Machine, hub_files, line
+from tests.pg_support import pg_url
+from tests.sync_support import Machine, hub_files, line, pg_hub
 
 pytestmark = pytest.mark.slow
 
@@ -486,6 +487,37 @@ SyncModelRun.TestCase.settings = settings(
 
 class TestSyncModel(SyncModelRun.TestCase):  # type: ignore[valid-type,misc]
     """The model, as a pytest test."""
+
+
+class SyncModelOnPostgres(SyncModelRun):
+    """The same, with the hub a PostgreSQL schema (a kill hits this machine's writes:
+    the database's are whole or not at all)."""
+
+    @initialize()
+    def setup(self) -> None:
+        super().setup()
+        self.hub_context = pg_hub()
+        self.hub = self.hub_context.__enter__()  # type: ignore[assignment]
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        finally:
+            if hasattr(self, "hub_context"):
+                self.hub_context.__exit__(None, None, None)
+
+
+SyncModelOnPostgres.TestCase.settings = settings(
+    max_examples=examples(10, "SESSIONTREE_SYNC_MODEL_EXAMPLES"),
+    stateful_step_count=STEPS,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+
+
+def test_the_model_with_a_database_hub() -> None:
+    pg_url()  # skips here, fails under CI, without a server
+    SyncModelOnPostgres.TestCase("runTest").runTest()
 
 
 def test_model_run_size_is_printed(capsys: pytest.CaptureFixture[str]) -> None:
