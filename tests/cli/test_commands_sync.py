@@ -59,3 +59,26 @@ def test_user_errors_are_one_line_and_an_exit_code(tmp_path: Path) -> None:
     refused = _run(a, str(other))
     assert refused.returncode == 1 and "not a sessiontree hub" in refused.stderr
     assert sorted(p.name for p in other.iterdir()) == ["cat.jpg"]
+
+
+def test_two_machines_syncing_at_the_same_moment_end_the_same(tmp_path: Path) -> None:
+    a, b = Machine(tmp_path, "a"), Machine(tmp_path, "b")
+    hub = str(tmp_path / "hub")
+    for n in range(20):
+        new_session(a.session_path(f"a{n}"), f"a{n}", message(f"e{n}", None, "laptop's"))
+        new_session(b.session_path(f"b{n}"), f"b{n}", message(f"f{n}", None, "desk's"))
+    assert _run(a, hub, "--machine", "a").returncode == 0  # the hub made before the race
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "sessiontree", "sync", hub, "--machine", m.name],
+            env=m.env_vars(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for m in (a, b, a, b)
+    ]
+    errors = [run.communicate(timeout=120)[1] for run in runs]
+    assert [run.returncode for run in runs] == [0, 0, 0, 0], errors
+    for m in (a, b):
+        assert _run(m, hub, "--machine", m.name).returncode == 0
+    assert a.files() == b.files() and len(a.files()) == 40
