@@ -59,6 +59,9 @@ class JournalRead:
     """Each log named, and the largest size given for it."""
     refused: list[str] = field(default_factory=list)
     """Lines that do not parse, or name a log not of that machine."""
+    foreign: dict[str, int] = field(default_factory=dict)
+    """Files under `foreign/<that machine>/` named (other agents' sessions, mirrored
+    read-only: not this module's to check or read), with their sizes."""
 
 
 def read_journal(hub: Hub, machine: str, offset: int) -> JournalRead:
@@ -79,8 +82,13 @@ def read_journal(hub: Hub, machine: str, offset: int) -> JournalRead:
             value = json.loads(raw)
         except ValueError:
             value = None
-        log = LogPath.parse(value.get("log")) if isinstance(value, dict) else None
+        rel = value.get("log") if isinstance(value, dict) else None
         grown_to = value.get("size") if isinstance(value, dict) else None
+        if isinstance(rel, str) and rel.startswith(f"foreign/{machine}/"):
+            if type(grown_to) is int:
+                read.foreign[rel] = max(read.foreign.get(rel, 0), grown_to)
+            continue
+        log = LogPath.parse(rel)
         if log is None or log.machine != machine or type(grown_to) is not int or grown_to < 0:
             read.refused.append(raw[:200].decode("utf-8", "replace"))
             continue
