@@ -137,3 +137,28 @@ def test_a_blob_whose_bytes_do_not_hash_to_its_name_is_refused(
     assert any(digest in what for what, _ in report.skipped)
     assert not (b.agent_dir() / "blobs" / digest).exists()
     assert b.session_path("s9").read_bytes() == data  # the entry comes, its image does not
+
+
+def test_a_journal_claiming_a_log_far_larger_than_it_is_costs_nothing_later(
+    hub_and_b: tuple[Path, Machine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub, b = hub_and_b
+    rel = f"sessions/pi/{PROJECT}/{STEM}/c.jsonl"
+    log = header("s9") + message("x1", None, "from c")
+    _plant(hub, "c", {rel: log}, [_journal(rel, 10**15)])
+    b.sync(hub, monkeypatch)
+    assert b.session_path("s9").read_bytes() == log
+    again = b.sync(hub, monkeypatch)
+    assert again.bytes_read == 0 and not again.changed
+
+
+def test_a_log_line_split_by_a_carriage_return_is_not_carried_as_two(
+    hub_and_b: tuple[Path, Machine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hub, b = hub_and_b
+    rel = f"sessions/pi/{PROJECT}/{STEM}/c.jsonl"
+    joined = message("x1", None, "one")[:-1] + b"\r" + message("x2", "x1", "two")
+    _plant(hub, "c", {rel: header("s9") + joined}, [_journal(rel, 10**6)])
+    b.sync(hub, monkeypatch)
+    for raw in b.session_path("s9").read_bytes().split(b"\n")[:-1]:
+        json.loads(raw)  # every line of the file is one JSON value, as an agent reads it

@@ -22,6 +22,7 @@ import errno
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -129,6 +130,33 @@ class Hub:
     def path(self, rel: str) -> str:
         return os.path.join(self.root, *rel.split("/")) if rel else self.root
 
+    def _symlinked(self, rel: str) -> str | None:
+        """The first part of `rel` that is a symlink in a dir hub (None: none is).
+        Another machine may plant one to send this machine's reads and writes out of
+        the hub; the hub's own dir may be a link (the user's choice)."""
+        if self.local is None or not rel:
+            return None
+        current = self.local
+        for part in rel.split("/"):
+            current = os.path.join(current, part)
+            try:
+                if stat.S_ISLNK(os.lstat(current).st_mode):
+                    return current
+            except FileNotFoundError:
+                return None
+            except NotADirectoryError:
+                return None
+        return None
+
+    def _refuse_link(self, rel: str) -> None:
+        """HubError when `rel` would be written through a symlink in the hub."""
+        link = self._symlinked(rel)
+        if link is not None:
+            raise HubError(
+                f"{self.label}: {link} is a symlink; nothing is written through one"
+                " (another machine's, or the hub's files moved?)"
+            )
+
     @contextmanager
     def io(self, doing: str) -> Iterator[None]:
         """Say which hub failed, and how, for every storage error inside."""
@@ -145,6 +173,8 @@ class Hub:
 
     def size(self, rel: str) -> int:
         """The file's size; 0 when it is missing."""
+        if self._symlinked(rel):
+            return 0
         with self.io(f"read {rel}"):
             try:
                 return self.storage.stat(self.path(rel)).size
@@ -152,11 +182,16 @@ class Hub:
                 return 0
 
     def read(self, rel: str, offset: int = 0, end: int | None = None) -> bytes:
-        """The bytes from `offset` to `end` (default: the end); b"" when missing."""
+        """The bytes from `offset` to `end` (default, or past it: the end); b"" when
+        missing."""
+        if self._symlinked(rel):
+            return b""  # as if missing: a link another machine planted is not read
         with self.io(f"read {rel}"):
             try:
-                if end is None:
-                    end = self.storage.stat(self.path(rel)).size
+                # a size another machine's journal claims is a bound, never an amount
+                # to read: the file says how much there is
+                size = self.storage.stat(self.path(rel)).size
+                end = size if end is None else min(end, size)
                 if end <= offset:
                     return b""
                 return read_range(self.storage, self.path(rel), offset, end - offset)
@@ -165,6 +200,7 @@ class Hub:
 
     def write(self, rel: str, data: bytes) -> None:
         """Replace the file, all or nothing."""
+        self._refuse_link(rel)
         with self.io(f"write {rel}"):
             self.storage.ensure_dir(os.path.dirname(self.path(rel)))
             write_whole(self.storage, self.path(rel), [data])
@@ -179,6 +215,7 @@ class Hub:
         caller's `Barrier` makes it durable with others). `known`: the size this machine
         left the file at, trusted in a database (whose writes are whole or not at all:
         no look first); a dir's file is looked at all the same."""
+        self._refuse_link(rel)
         with self.io(f"write {rel}"):
             path = self.path(rel)
             if known is not None and self.local is None:
@@ -214,11 +251,15 @@ class Hub:
             self.storage.unlink(self.path(rel))
 
     def list_dirs(self, rel: str) -> list[str]:
+        if self._symlinked(rel):
+            return []
         with self.io(f"list {rel or 'the hub'}"):
             tree = directory_tree(self.storage, "a hub")
             return sorted(os.path.basename(p) for p in tree.list_dirs(self.path(rel)))
 
     def list_files(self, rel: str, pattern: str = "*") -> list[str]:
+        if self._symlinked(rel):
+            return []
         with self.io(f"list {rel or 'the hub'}"):
             try:
                 found = self.storage.list_files(self.path(rel), pattern)

@@ -89,7 +89,10 @@ def parse_lines(data: bytes, at_start: bool) -> Iterator[tuple[bytes, Line | Non
     """Each complete line of `data` (raw) and what it is (None: not carried).
     `at_start`: `data` begins at the file's first byte."""
     first = at_start
-    for raw in complete_part(data).splitlines(keepends=True):
+    # split at "\n" alone, as the agents read a file: `splitlines` would also split at
+    # a bare "\r", and carry one line of a hostile log as two that the agents read as one
+    for body in complete_part(data).split(b"\n")[:-1]:
+        raw = body + b"\n"
         yield raw, parse_line(raw, first)
         first = False
 

@@ -27,7 +27,13 @@ from sessiontree.format import (
     serialize_entry_bytes,
 )
 from sessiontree.layout import StoreParts
-from sessiontree.storage import HostFilesystem, acquire_session_lock, read_chunks, write_new
+from sessiontree.storage import (
+    HostFilesystem,
+    acquire_session_lock,
+    read_chunks,
+    read_range,
+    write_new,
+)
 from sessiontree.sync._blobs import fetch_blobs
 from sessiontree.sync._durable import Barrier
 from sessiontree.sync._hub import Hub, LogPath
@@ -347,6 +353,27 @@ def _append(
             lock.release()
 
 
+def _written_meanwhile(
+    parts: StoreParts, path: str, start: int, end: int, body: bytes
+) -> str | None:
+    """The last entry another writer (an agent, which takes no lock) appended between
+    the merge's look at the file (`start` bytes) and its write of `body`, which then
+    ends the file at `end`; None when nothing came in between."""
+    if end <= start + len(body):
+        return None
+    try:
+        region = read_range(parts.storage, path, start, end - start)
+    except OSError:
+        return None
+    if not region.endswith(body):
+        return None  # written after ours as well: the file's last entry is theirs
+    last = None
+    for _, line in parse_lines(region[: -len(body)], False):
+        if line is not None and line.key not in _HEAD_KEYS:
+            last = line.key
+    return last
+
+
 def _merge(
     hub: Hub,
     batch: _Batch,
@@ -398,12 +425,20 @@ def _merge(
         return
     before, after = written
     row = state.file(key)
-    leaf = local.leaf
+    markers = [(marker[0], local.leaf, marker[1])] if marker is not None else []
+    late = _written_meanwhile(parts, path, before[0], after[0], body)
+    if late is not None:  # the agent's line went in first: it resumes there, not at ours
+        taken = parents.keys() | local.present.keys() | {m[0] for m in markers}
+        extra = _leaf_marker(machine, late, taken)
+        again = _append(parts, path, after[0], extra[1], report)
+        if again is not None:
+            after = again[1]
+            markers.append((extra[0], late, extra[1]))
 
     def record() -> None:
         _record_read(state, read.ends, key, keys_read)
-        if marker is not None:
-            state.hold(key, marker[0], leaf, marker[1])
+        for marker_id, parent, raw in markers:
+            state.hold(key, marker_id, parent, raw)
         # pushed up to its end before: the lines written now need no push either
         if (
             row is not None
@@ -416,7 +451,7 @@ def _merge(
 
     batch.wrote(parts, path, record)
     report.merged.append(path)
-    if marker is not None:
+    if markers:
         report.leaf_markers.append(path)
     report.received_sessions += 1
     report.received_lines += len(ordered)
