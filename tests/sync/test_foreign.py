@@ -358,3 +358,31 @@ def test_the_same_claude_transcript_here_and_in_a_view_counts_its_usage_once(
     assert report.totals.messages == view_alone.messages
     assert report.totals.to_json() == view_alone.to_json()
     assert report.duplicates.session_copies == alone.messages
+
+
+def test_a_symlink_or_fifo_planted_in_the_hub_is_not_read(tmp_path: Path) -> None:
+    """A machine that plants, under its own hub dir, a symlink to one of this machine's
+    files or a FIFO neither gets that file shown here nor stops this pull."""
+    secret = tmp_path / "secret.jsonl"
+    secret.write_bytes(b'{"secret":1}\n')
+    hub = Hub(FileSessionStorage(), str(tmp_path / "hub"))
+    projects = tmp_path / "hub" / "foreign" / "evil" / "claude" / "projects"
+    (projects / "p").mkdir(parents=True)
+    os.symlink(secret, projects / "p" / "link.jsonl")
+    os.mkfifo(projects / "p" / "fifo.jsonl")
+    os.symlink(tmp_path, projects / "linked-dir")
+    (projects / "p" / "s.jsonl").write_bytes(b"{}\n")
+    _journal(
+        hub,
+        "evil",
+        [
+            "foreign/evil/claude/projects/p/link.jsonl",
+            "foreign/evil/claude/projects/p/fifo.jsonl",
+            "foreign/evil/claude/projects/linked-dir/secret.jsonl",
+            "foreign/evil/claude/projects/p/s.jsonl",
+        ],
+    )
+    view = tmp_path / "view"
+    got = pull_foreign(hub.storage, hub.root, "me", str(view), str(tmp_path / "foreign.db"))
+    assert _tree(view) == {"evil/claude/projects/p/s.jsonl": hashlib.sha256(b"{}\n").hexdigest()}
+    assert sum("not a regular file" in note for note in got.notes) == 3
