@@ -386,3 +386,17 @@ def test_a_symlink_or_fifo_planted_in_the_hub_is_not_read(tmp_path: Path) -> Non
     got = pull_foreign(hub.storage, hub.root, "me", str(view), str(tmp_path / "foreign.db"))
     assert _tree(view) == {"evil/claude/projects/p/s.jsonl": hashlib.sha256(b"{}\n").hexdigest()}
     assert sum("not a regular file" in note for note in got.notes) == 3
+
+
+def test_an_opencode_export_nested_too_deep_stops_nothing(tmp_path: Path) -> None:
+    """A document another machine sent as an OpenCode session, nested deeper than a
+    parser recurses, is passed over with a note; the files after it still come."""
+    hub = Hub(FileSessionStorage(), str(tmp_path / "hub"))
+    export = "foreign/evil/opencode/export/opencode.db/ses_deep.json"
+    hub.write(export, b'{"info":' + b"[" * 200_000)
+    hub.write("foreign/evil/claude/projects/p/s.jsonl", b"{}\n")
+    _journal(hub, "evil", [export, "foreign/evil/claude/projects/p/s.jsonl"])
+    view = tmp_path / "view"
+    got = pull_foreign(hub.storage, hub.root, "me", str(view), str(tmp_path / "foreign.db"))
+    assert (view / "evil" / "claude" / "projects" / "p" / "s.jsonl").read_bytes() == b"{}\n"
+    assert any("not an OpenCode export" in note for note in got.notes)
