@@ -400,3 +400,24 @@ def test_an_opencode_export_nested_too_deep_stops_nothing(tmp_path: Path) -> Non
     got = pull_foreign(hub.storage, hub.root, "me", str(view), str(tmp_path / "foreign.db"))
     assert (view / "evil" / "claude" / "projects" / "p" / "s.jsonl").read_bytes() == b"{}\n"
     assert any("not an OpenCode export" in note for note in got.notes)
+
+
+def test_views_kept_inside_an_agents_own_dir_are_not_sent_back_as_its_own(
+    hub: Hub, machines: tuple[Machine, Machine]
+) -> None:
+    """With the state home (where the views are kept) inside Claude Code's projects
+    dir, a push sends the Claude sessions made here, not the other machines' views
+    nor the sync's own state."""
+    a, b = machines
+    a.push(hub)
+    b.enter()
+    state_home = b.root / "claude" / "projects" / "state"
+    b.monkeypatch.setenv("XDG_STATE_HOME", str(state_home))
+    sync_dir = state_home / "sessiontree" / "sync" / "hub1"
+    state = str(sync_dir / "foreign.db")
+    assert pull_foreign(
+        hub.storage, hub.root, "B", str(sync_dir / "machines"), state
+    ).files_received
+    sent = push_foreign(hub.storage, hub.root, "B", find_stores(), state)
+    assert sent.files_sent == 1  # B's own transcript only
+    assert any("sync's own dir" in note for note in sent.notes)
