@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -421,3 +421,80 @@ def test_views_kept_inside_an_agents_own_dir_are_not_sent_back_as_its_own(
     sent = push_foreign(hub.storage, hub.root, "B", find_stores(), state)
     assert sent.files_sent == 1  # B's own transcript only
     assert any("sync's own dir" in note for note in sent.notes)
+
+
+class _Killed(Exception):
+    pass
+
+
+def _dying(real: Callable[..., object], after: int) -> Callable[..., object]:
+    """`real`, raising _Killed from its call `after + 1` on (a process killed there)."""
+    calls = 0
+
+    def dying(*args: object, **kwargs: object) -> object:
+        nonlocal calls
+        calls += 1
+        if calls > after:
+            raise _Killed
+        return real(*args, **kwargs)
+
+    return dying
+
+
+@pytest.mark.parametrize("call", ["replace", "write", "utime", "mkdir"])
+def test_a_pull_killed_at_any_write_then_run_again_ends_with_the_hubs_bytes(
+    machines: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    a, b = machines
+    hub = Hub(FileSessionStorage(), str(a.root.parent / "hub"))
+    os.mkdir(hub.root)
+    a.push(hub)
+    grown = next((a.root / "claude" / "projects").rglob("*.jsonl"))
+    real = getattr(os, call)
+    for kill_at in range(0, 300, 23):
+        monkeypatch.setattr(os, call, _dying(real, kill_at))
+        try:
+            b.pull(hub)
+        except _Killed:
+            pass
+        finally:
+            monkeypatch.setattr(os, call, real)
+        if kill_at == 69:  # a log grows between killed pulls
+            with open(grown, "ab") as f:
+                f.write(b'{"type":"summary","summary":"more"}\n')
+            a.push(hub)
+    b.pull(hub)
+    sent = _tree(Path(hub.root) / "foreign" / "A")
+    shown = _tree(b.view / "A")
+    assert {rel: shown.get(rel) for rel in sent} == sent
+    assert not [rel for rel in shown if rel.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("call", ["replace", "write", "fsync"])
+def test_a_push_killed_at_any_write_then_run_again_sends_each_byte_once(
+    machines: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    a, b = machines
+    hub = Hub(FileSessionStorage(), str(a.root.parent / "hub"))
+    os.mkdir(hub.root)
+    grown = next((a.root / "claude" / "projects").rglob("*.jsonl"))
+    real = getattr(os, call)
+    for kill_at in range(0, 2000, 97):
+        monkeypatch.setattr(os, call, _dying(real, kill_at))
+        try:
+            a.push(hub)
+        except _Killed:
+            pass
+        finally:
+            monkeypatch.setattr(os, call, real)
+        if kill_at % 3 == 0:  # a log grows between killed pushes
+            with open(grown, "ab") as f:
+                f.write(b'{"type":"summary","summary":"%d"}\n' % kill_at)
+    a.push(hub)
+    b.pull(hub)
+    mine = _tree(a.root / "claude")
+    sent = _tree(Path(hub.root) / "foreign" / "A" / "claude")
+    assert {rel: sent.get(rel) for rel in mine if rel.startswith("projects/")} == {
+        rel: digest for rel, digest in mine.items() if rel.startswith("projects/")
+    }
+    assert _tree(b.view / "A" / "claude") == sent
