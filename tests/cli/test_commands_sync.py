@@ -123,3 +123,31 @@ def test_other_agents_sessions_reach_the_other_machine_read_only(tmp_path: Path)
     assert any(r.get("machine") == "a" and r["agent"] == "claude" for r in rows)
     again = _run(a, hub, "--machine", "a", "--json")
     assert json.loads(again.stdout)["otherAgents"]["sent"]["files"] == 0
+
+
+def test_stores_fit_80_columns_with_a_long_machine_name(tmp_path: Path) -> None:
+    """A long machine name is cut, not the path: at 80 columns every header is whole,
+    the path keeps a readable width and no line is wider than the terminal."""
+    a = Machine(tmp_path, "a")
+    b = Machine(tmp_path, "b")
+    hub = str(tmp_path / "hub")
+    made = a.home / ".claude" / "projects" / "-work-app"
+    made.mkdir(parents=True)
+    source = REAL_FILES / "foreign" / "claude" / "entireio__cli__26__dcd5518fea__0__full.jsonl"
+    (made / source.name).write_bytes(source.read_bytes())
+    long_name = "desktop-with-a-rather-long-name-indeed"
+    assert _run(a, hub, "--machine", long_name).returncode == 0
+    assert _run(b, hub, "--machine", "b").returncode == 0
+    shown = subprocess.run(
+        [sys.executable, "-m", "sessiontree", "stores"],
+        capture_output=True,
+        text=True,
+        env={**b.env_vars(), "COLUMNS": "80"},
+        timeout=120,
+    )
+    lines = shown.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    assert "Sessions" in lines[0]
+    row = next(line for line in lines if "desktop-" in line)
+    path = row.split("│")[-1].strip()
+    assert len(path) >= 20, row
