@@ -5,6 +5,7 @@ say what was done."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -173,3 +174,24 @@ def test_list_at_80_columns_says_which_machine_each_session_is_from(tmp_path: Pa
     assert len(rows) == 2
     assert any("claude@desk" in row for row in rows), rows
     assert any("│ claude " in row for row in rows), rows
+
+
+def test_serve_names_the_machine_of_each_store_it_serves(tmp_path: Path) -> None:
+    b = _shown_from(tmp_path, "laptop")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sessiontree", "serve"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**b.env_vars(), "PYTHONUNBUFFERED": "1"},
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = []
+        while not lines or lines[-1] != "at":
+            lines.append(proc.stdout.readline().strip())
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=20)
+    assert any(line.startswith("claude@laptop: ") for line in lines), lines
+    assert any(line.startswith("claude: ") for line in lines), lines
