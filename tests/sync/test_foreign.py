@@ -498,3 +498,25 @@ def test_a_push_killed_at_any_write_then_run_again_sends_each_byte_once(
         rel: digest for rel, digest in mine.items() if rel.startswith("projects/")
     }
     assert _tree(b.view / "A" / "claude") == sent
+
+
+def test_state_lost_or_a_log_cut_then_rounds_end_with_the_same_bytes(
+    hub: Hub, machines: tuple[Machine, Machine]
+) -> None:
+    """Both machines' state deleted between rounds: everything is sent and fetched
+    again, whole, nothing twice; a log cut shorter (shrunk) is sent whole."""
+    a, b = machines
+    a.push(hub)
+    b.pull(hub)
+    cut = next((a.root / "codex" / "sessions").rglob("*.jsonl"))
+    data = cut.read_bytes()
+    cut.write_bytes(data[: len(data) // 2])
+    for machine in (a, b):
+        os.unlink(machine.state)
+    assert a.push(hub).files_sent > 1
+    b.pull(hub)
+    mine = _tree(a.root / "claude" / "projects")
+    assert _tree(b.view / "A" / "claude" / "projects") == mine
+    codex = _tree(b.view / "A" / "codex")
+    rel = str(cut.relative_to(a.root / "codex"))
+    assert codex[rel] == hashlib.sha256(data[: len(data) // 2]).hexdigest()
