@@ -5,6 +5,7 @@ say what was done."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -195,3 +196,10 @@ def test_serve_names_the_machine_of_each_store_it_serves(tmp_path: Path) -> None
         proc.communicate(timeout=20)
     assert any(line.startswith("claude@laptop: ") for line in lines), lines
     assert any(line.startswith("claude: ") for line in lines), lines
+
+
+def test_a_machine_with_no_pi_format_store_says_what_it_synced(tmp_path: Path) -> None:
+    b = _shown_from(tmp_path, "laptop")
+    shutil.rmtree(b.home / ".pi")
+    first = _run(b, str(tmp_path / "hub"), "--machine", "b").stdout.splitlines()[0]
+    assert first == f"Synced other agents' sessions with {tmp_path / 'hub'} as b", first
