@@ -5,6 +5,8 @@ say what was done."""
 from __future__ import annotations
 
 import json
+import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -123,3 +125,81 @@ def test_other_agents_sessions_reach_the_other_machine_read_only(tmp_path: Path)
     assert any(r.get("machine") == "a" and r["agent"] == "claude" for r in rows)
     again = _run(a, hub, "--machine", "a", "--json")
     assert json.loads(again.stdout)["otherAgents"]["sent"]["files"] == 0
+
+
+def _shown_from(tmp_path: Path, machine: str) -> Machine:
+    """Machine b, after a round each, with a Claude Code session `machine` made and
+    one of its own (the same transcript)."""
+    a = Machine(tmp_path, "a")
+    b = Machine(tmp_path, "b")
+    hub = str(tmp_path / "hub")
+    source = REAL_FILES / "foreign" / "claude" / "entireio__cli__26__dcd5518fea__0__full.jsonl"
+    for home in (a.home, b.home):
+        made = home / ".claude" / "projects" / "-work-app"
+        made.mkdir(parents=True)
+        (made / source.name).write_bytes(source.read_bytes())
+    assert _run(a, hub, "--machine", machine).returncode == 0
+    assert _run(b, hub, "--machine", "b").returncode == 0
+    return b
+
+
+def _shown(machine: Machine, *args: str) -> list[str]:
+    run = subprocess.run(
+        [sys.executable, "-m", "sessiontree", *args],
+        capture_output=True,
+        text=True,
+        env={**machine.env_vars(), "COLUMNS": "80"},
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    return run.stdout.splitlines()
+
+
+def test_stores_fit_80_columns_with_a_long_machine_name(tmp_path: Path) -> None:
+    """A long machine name is cut, not the path: at 80 columns every header is whole,
+    the path keeps a readable width and no line is wider than the terminal."""
+    lines = _shown(_shown_from(tmp_path, "desktop-with-a-rather-long-name-indeed"), "stores")
+    assert all(len(line) <= 80 for line in lines)
+    assert "Sessions" in lines[0]
+    row = next(line for line in lines if "desktop-" in line)
+    path = row.split("│")[-1].strip()
+    assert len(path) >= 20, row
+
+
+def test_list_at_80_columns_says_which_machine_each_session_is_from(tmp_path: Path) -> None:
+    """The same transcript here and from another machine: at 80 columns the two rows
+    still say whose each is (the agent column is cut, not left out)."""
+    lines = _shown(_shown_from(tmp_path, "desktop-with-a-rather-long-name"), "list", "--all")
+    assert all(len(line) <= 80 for line in lines)
+    rows = [line for line in lines if "185" in line]
+    assert len(rows) == 2
+    assert any("claude@desk" in row for row in rows), rows
+    assert any("│ claude " in row for row in rows), rows
+
+
+def test_serve_names_the_machine_of_each_store_it_serves(tmp_path: Path) -> None:
+    b = _shown_from(tmp_path, "laptop")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sessiontree", "serve"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**b.env_vars(), "PYTHONUNBUFFERED": "1"},
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = []
+        while not lines or lines[-1] != "at":
+            lines.append(proc.stdout.readline().strip())
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=20)
+    assert any(line.startswith("claude@laptop: ") for line in lines), lines
+    assert any(line.startswith("claude: ") for line in lines), lines
+
+
+def test_a_machine_with_no_pi_format_store_says_what_it_synced(tmp_path: Path) -> None:
+    b = _shown_from(tmp_path, "laptop")
+    shutil.rmtree(b.home / ".pi")
+    first = _run(b, str(tmp_path / "hub"), "--machine", "b").stdout.splitlines()[0]
+    assert first == f"Synced other agents' sessions with {tmp_path / 'hub'} as b", first

@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -358,3 +358,165 @@ def test_the_same_claude_transcript_here_and_in_a_view_counts_its_usage_once(
     assert report.totals.messages == view_alone.messages
     assert report.totals.to_json() == view_alone.to_json()
     assert report.duplicates.session_copies == alone.messages
+
+
+def test_a_symlink_or_fifo_planted_in_the_hub_is_not_read(tmp_path: Path) -> None:
+    """A machine that plants, under its own hub dir, a symlink to one of this machine's
+    files or a FIFO neither gets that file shown here nor stops this pull."""
+    secret = tmp_path / "secret.jsonl"
+    secret.write_bytes(b'{"secret":1}\n')
+    hub = Hub(FileSessionStorage(), str(tmp_path / "hub"))
+    projects = tmp_path / "hub" / "foreign" / "evil" / "claude" / "projects"
+    (projects / "p").mkdir(parents=True)
+    os.symlink(secret, projects / "p" / "link.jsonl")
+    os.mkfifo(projects / "p" / "fifo.jsonl")
+    os.symlink(tmp_path, projects / "linked-dir")
+    (projects / "p" / "s.jsonl").write_bytes(b"{}\n")
+    _journal(
+        hub,
+        "evil",
+        [
+            "foreign/evil/claude/projects/p/link.jsonl",
+            "foreign/evil/claude/projects/p/fifo.jsonl",
+            "foreign/evil/claude/projects/linked-dir/secret.jsonl",
+            "foreign/evil/claude/projects/p/s.jsonl",
+        ],
+    )
+    view = tmp_path / "view"
+    got = pull_foreign(hub.storage, hub.root, "me", str(view), str(tmp_path / "foreign.db"))
+    assert _tree(view) == {"evil/claude/projects/p/s.jsonl": hashlib.sha256(b"{}\n").hexdigest()}
+    assert sum("not a regular file" in note for note in got.notes) == 3
+
+
+def test_an_opencode_export_nested_too_deep_stops_nothing(tmp_path: Path) -> None:
+    """A document another machine sent as an OpenCode session, nested deeper than a
+    parser recurses, is passed over with a note; the files after it still come."""
+    hub = Hub(FileSessionStorage(), str(tmp_path / "hub"))
+    export = "foreign/evil/opencode/export/opencode.db/ses_deep.json"
+    hub.write(export, b'{"info":' + b"[" * 200_000)
+    hub.write("foreign/evil/claude/projects/p/s.jsonl", b"{}\n")
+    _journal(hub, "evil", [export, "foreign/evil/claude/projects/p/s.jsonl"])
+    view = tmp_path / "view"
+    got = pull_foreign(hub.storage, hub.root, "me", str(view), str(tmp_path / "foreign.db"))
+    assert (view / "evil" / "claude" / "projects" / "p" / "s.jsonl").read_bytes() == b"{}\n"
+    assert any("not an OpenCode export" in note for note in got.notes)
+
+
+def test_views_kept_inside_an_agents_own_dir_are_not_sent_back_as_its_own(
+    hub: Hub, machines: tuple[Machine, Machine]
+) -> None:
+    """With the state home (where the views are kept) inside Claude Code's projects
+    dir, a push sends the Claude sessions made here, not the other machines' views
+    nor the sync's own state."""
+    a, b = machines
+    a.push(hub)
+    b.enter()
+    state_home = b.root / "claude" / "projects" / "state"
+    b.monkeypatch.setenv("XDG_STATE_HOME", str(state_home))
+    sync_dir = state_home / "sessiontree" / "sync" / "hub1"
+    state = str(sync_dir / "foreign.db")
+    assert pull_foreign(
+        hub.storage, hub.root, "B", str(sync_dir / "machines"), state
+    ).files_received
+    sent = push_foreign(hub.storage, hub.root, "B", find_stores(), state)
+    assert sent.files_sent == 1  # B's own transcript only
+    assert any("sync's own dir" in note for note in sent.notes)
+
+
+class _Killed(Exception):
+    pass
+
+
+def _dying(real: Callable[..., object], after: int) -> Callable[..., object]:
+    """`real`, raising _Killed from its call `after + 1` on (a process killed there)."""
+    calls = 0
+
+    def dying(*args: object, **kwargs: object) -> object:
+        nonlocal calls
+        calls += 1
+        if calls > after:
+            raise _Killed
+        return real(*args, **kwargs)
+
+    return dying
+
+
+@pytest.mark.parametrize("call", ["replace", "write", "utime", "mkdir"])
+def test_a_pull_killed_at_any_write_then_run_again_ends_with_the_hubs_bytes(
+    machines: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    a, b = machines
+    hub = Hub(FileSessionStorage(), str(a.root.parent / "hub"))
+    os.mkdir(hub.root)
+    a.push(hub)
+    grown = next((a.root / "claude" / "projects").rglob("*.jsonl"))
+    real = getattr(os, call)
+    for kill_at in range(0, 300, 23):
+        monkeypatch.setattr(os, call, _dying(real, kill_at))
+        try:
+            b.pull(hub)
+        except _Killed:
+            pass
+        finally:
+            monkeypatch.setattr(os, call, real)
+        if kill_at == 69:  # a log grows between killed pulls
+            with open(grown, "ab") as f:
+                f.write(b'{"type":"summary","summary":"more"}\n')
+            a.push(hub)
+    b.pull(hub)
+    sent = _tree(Path(hub.root) / "foreign" / "A")
+    shown = _tree(b.view / "A")
+    assert {rel: shown.get(rel) for rel in sent} == sent
+    assert not [rel for rel in shown if rel.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("call", ["replace", "write", "fsync"])
+def test_a_push_killed_at_any_write_then_run_again_sends_each_byte_once(
+    machines: tuple[Machine, Machine], monkeypatch: pytest.MonkeyPatch, call: str
+) -> None:
+    a, b = machines
+    hub = Hub(FileSessionStorage(), str(a.root.parent / "hub"))
+    os.mkdir(hub.root)
+    grown = next((a.root / "claude" / "projects").rglob("*.jsonl"))
+    real = getattr(os, call)
+    for kill_at in range(0, 2000, 97):
+        monkeypatch.setattr(os, call, _dying(real, kill_at))
+        try:
+            a.push(hub)
+        except _Killed:
+            pass
+        finally:
+            monkeypatch.setattr(os, call, real)
+        if kill_at % 3 == 0:  # a log grows between killed pushes
+            with open(grown, "ab") as f:
+                f.write(b'{"type":"summary","summary":"%d"}\n' % kill_at)
+    a.push(hub)
+    b.pull(hub)
+    mine = _tree(a.root / "claude")
+    sent = _tree(Path(hub.root) / "foreign" / "A" / "claude")
+    assert {rel: sent.get(rel) for rel in mine if rel.startswith("projects/")} == {
+        rel: digest for rel, digest in mine.items() if rel.startswith("projects/")
+    }
+    assert _tree(b.view / "A" / "claude") == sent
+
+
+def test_state_lost_or_a_log_cut_then_rounds_end_with_the_same_bytes(
+    hub: Hub, machines: tuple[Machine, Machine]
+) -> None:
+    """Both machines' state deleted between rounds: everything is sent and fetched
+    again, whole, nothing twice; a log cut shorter (shrunk) is sent whole."""
+    a, b = machines
+    a.push(hub)
+    b.pull(hub)
+    cut = next((a.root / "codex" / "sessions").rglob("*.jsonl"))
+    data = cut.read_bytes()
+    cut.write_bytes(data[: len(data) // 2])
+    for machine in (a, b):
+        os.unlink(machine.state)
+    assert a.push(hub).files_sent > 1
+    b.pull(hub)
+    mine = _tree(a.root / "claude" / "projects")
+    assert _tree(b.view / "A" / "claude" / "projects") == mine
+    codex = _tree(b.view / "A" / "codex")
+    rel = str(cut.relative_to(a.root / "codex"))
+    assert codex[rel] == hashlib.sha256(data[: len(data) // 2]).hexdigest()

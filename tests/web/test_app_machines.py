@@ -54,3 +54,12 @@ def test_another_machines_session_is_shown_but_not_offered_to_resume_here(
     assert page.status_code == 200 and CLAUDE_ID in page.text
     assert "claude --resume" not in page.text and "CLAUDE_CONFIG_DIR" not in page.text
     assert "sessiontree" in page.text
+
+
+def test_another_machines_session_offers_no_command_at_all(client: tuple[Any, Path]) -> None:
+    """No `sessiontree resume` either: it names the view's path, which no agent here
+    resumes; the page says where the session is resumed instead."""
+    http, session = client
+    page = http.get("/s/" + handle_of("s", str(session))).text
+    assert "sessiontree resume" not in page and "copy-group" not in page
+    assert "made on laptop: resume it there" in page

@@ -97,7 +97,7 @@ def export_as_storage(data: bytes) -> list[tuple[str, bytes]] | None:
     when it is no such document, or an id in it is not a plain name."""
     try:
         document = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # a document nested deeper than the parser goes
         return None
     info = document.get("info") if isinstance(document, dict) else None
     messages = document.get("messages") if isinstance(document, dict) else None

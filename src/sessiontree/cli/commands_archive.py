@@ -80,7 +80,8 @@ def stores_command(as_json: JsonOption = False) -> None:
         return
     # The path takes what the other columns leave, cut in the middle (its two ends say
     # most), never wrapped over lines; a problem is said on its own line below. The
-    # machine: "here", or the one a sync brought the store's sessions from.
+    # machine: "here", or the one a sync brought the store's sessions from; a long
+    # name gives up width (cut at its end) before the path falls to its least.
     cells = [
         [
             item.agent_name,
@@ -94,8 +95,9 @@ def stores_command(as_json: JsonOption = False) -> None:
     headers = ("Agent", "Machine", "Sessions", "Size", "Path")
     natural = [max([len(h)] + [cell_len(c[i]) for c in cells]) for i, h in enumerate(headers)]
     columns = [Column(w) for w in natural[:4]]
-    columns.append(Column(min(natural[4], 12), least=min(natural[4], 12), takes_spare=True))
-    widths = fit_widths(console.width, columns, [4])
+    columns[1] = Column(natural[1], least=min(natural[1], 12))
+    columns.append(Column(min(natural[4], 24), least=min(natural[4], 12), takes_spare=True))
+    widths = fit_widths(console.width, columns, [1, 4])
     table = Table(show_edge=False, pad_edge=False, header_style="bold")
     for name, width in zip(headers, widths, strict=True):
         table.add_column(
@@ -104,9 +106,10 @@ def stores_command(as_json: JsonOption = False) -> None:
             width=width,
             justify="left" if name in ("Agent", "Machine", "Path") else "right",
         )
-    path_width = widths[4] or 12
+    machine_width, path_width = widths[1] or 12, widths[4] or 12
     for row, cell in zip(rows, cells, strict=True):
-        table.add_row(*cell[:4], Text(middle_cut(cell[4], path_width)))
+        machine = Text(cut_end(cell[1], machine_width))
+        table.add_row(cell[0], machine, *cell[2:4], Text(middle_cut(cell[4], path_width)))
         if row["problem"] is not None:
             table.add_row("", "", "", "", Text(f"({row['problem']})", style="dim"))
     console.print(table)

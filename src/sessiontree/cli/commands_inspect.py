@@ -29,7 +29,7 @@ from sessiontree.cli.common import (
     resolve_session,
     warn_passed_over,
 )
-from sessiontree.cli.fit import Column, cut_end, fit_widths, middle_cut, short_model
+from sessiontree.cli.fit import GAP, Column, cut_end, fit_widths, middle_cut, short_model
 from sessiontree.cli.render import (
     TreeOptions,
     money,
@@ -195,6 +195,10 @@ def _no_sessions(stores: Stores, all_projects: bool, filtered: bool) -> None:
 
 _TITLE_WANTED = 24
 """Cells a title keeps before the project and agent columns give up their own."""
+_TITLE_LEAST = 16
+_AGENT_LEAST = 16
+"""Cells the agent column keeps before it is left out: enough to tell `claude` from
+`claude@<machine>` (the same session may be here and from another machine)."""
 
 
 def _list_table(
@@ -225,17 +229,23 @@ def _list_table(
         rows.append(row)
     # Ids, counts and sizes are shown whole; the title takes the spare width, and on a
     # narrow terminal the project gives up width first (cut in the middle), then is
-    # left out, so the title keeps a width worth reading.
+    # left out, then the agent gives up width, so the title keeps a width worth reading.
     natural = [max([cell_len(h)] + [cell_len(r[i]) for r in rows]) for i, h in enumerate(headers)]
     project = headers.index("Project") if all_projects else None
     agent = headers.index("Agent") if several else None
     title = len(headers) - 1
     columns = [Column(w) for w in natural]
-    columns[title] = Column(min(natural[title], _TITLE_WANTED), least=16, takes_spare=True)
+    columns[title] = Column(
+        min(natural[title], _TITLE_WANTED), least=_TITLE_LEAST, takes_spare=True
+    )
     if project is not None:
         columns[project] = Column(natural[project], least=min(natural[project], 8), optional=True)
-    if agent is not None:
-        columns[agent] = Column(natural[agent], optional=True)
+    if agent is not None:  # cut at its end, `claude@lapt…`; left out only when the
+        # whole columns, it at its least and the title at its least are too wide
+        least = min(natural[agent], _AGENT_LEAST)
+        kept = [w for i, w in enumerate(natural) if i not in (project, agent, title)]
+        needed = sum(kept) + least + _TITLE_LEAST + GAP * (len(kept) + 1)
+        columns[agent] = Column(natural[agent], least=least, optional=needed > console.width)
     give = [i for i in (project, agent, title) if i is not None]
     widths = fit_widths(console.width, columns, give)
     table = Table(show_edge=False, pad_edge=False, header_style="bold")

@@ -15,6 +15,7 @@ from sessiontree.cli.common import (
     console,
     err_console,
 )
+from sessiontree.store import made_by
 
 INSTALL_HINT = "sessiontree serve needs the web extra: pip install 'sessiontree[web]'"
 
@@ -87,7 +88,8 @@ def serve_command(
         else:
             console.print(Text(f"Serving {len(stores)} stores read-only:"), soft_wrap=True)
             for one in stores:
-                console.print(Text(f"  {one.agent}: {one.location}"), soft_wrap=True)
+                shown = f"  {made_by(one.agent, one.machine)}: {one.location}"
+                console.print(Text(shown), soft_wrap=True)
             console.print(Text("at"), soft_wrap=True)
         console.print(Text(url), soft_wrap=True)
         console.print(

@@ -79,7 +79,8 @@ def _print_report(report: SyncReport, stores: list[tuple[str, StoreParts]], as_j
             }
         )
         return
-    where = ", ".join(f"{a} {p.agent_dir}" for a, p in stores)
+    # no pi-format store here: the round carried other agents' sessions only
+    where = ", ".join(f"{a} {p.agent_dir}" for a, p in stores) or "other agents' sessions"
     console.print(f"Synced {where} with {report.hub} as {report.machine}", markup=False)
     console.print(_summary(report), markup=False)
     _warn_skipped(report)

@@ -6,12 +6,13 @@ doc)."""
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 
 import orjson
 
 from sessiontree.archive import export_as_storage
-from sessiontree.storage import SessionStorage, read_range_chunks
+from sessiontree.storage import FileSessionStorage, SessionStorage, read_range_chunks
 from sessiontree.sync._foreign import ForeignCounts, journal_path
 from sessiontree.sync._foreign_paths import foreign_log, parse_foreign_log
 from sessiontree.sync._foreign_state import ForeignState, Shown
@@ -117,6 +118,9 @@ class _Pull:
         """Bring one hub file into the view (its new bytes, else whole)."""
         log = foreign_log(other, agent, parts)
         path = os.path.join(self.hub_root, *log.split("/"))
+        if not self._plain_hub_file(log):
+            self.counts.notes.append(f"{log}: not a regular file in the hub; not read")
+            return
         try:
             hub_st = self.hub.stat(path)
         except FileNotFoundError:
@@ -163,6 +167,26 @@ class _Pull:
         self.counts.files_received += 1
         shown = Shown(hub_st.size, hub_st.ino, written.st_ino, written.st_size, mtime)
         self.state.put_shown(other, agent, key, shown)
+
+    def _plain_hub_file(self, log: str) -> bool:
+        """Whether `log` is, in a dir hub, a regular file reached through real dirs
+        only: another machine may plant a symlink (to a file of this machine's, which
+        the view would then show) or a FIFO (a read that never ends) under its dir. A
+        missing file passes (the caller says so); a database hub has no such things."""
+        if not isinstance(self.hub, FileSessionStorage):
+            return True
+        path = self.hub_root
+        names = log.split("/")
+        for at, name in enumerate(names):
+            path = os.path.join(path, name)
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                return True
+            last = at == len(names) - 1
+            if not (stat.S_ISREG(mode) if last else stat.S_ISDIR(mode)):
+                return False
+        return True
 
     def _read(self, path: str, start: int, end: int) -> bytes | None:
         data = b"".join(read_range_chunks(self.hub, path, start, end))

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import xxhash
 
+from sessiontree._util.env import state_home
 from sessiontree.archive import ArchiveReport, opencode_sessions, read_span, walk_files
 from sessiontree.storage import (
     SessionStorage,
@@ -216,6 +217,9 @@ def push_foreign(
     check_machine_name(machine)
     counts = ForeignCounts()
     claimed: set[tuple[str, str]] = set()
+    # the views (and this part's state) live under the state home: where that is
+    # inside an agent's session dir, they are the other machines', never sent as ours
+    own_dir = os.path.join(os.path.realpath(state_home()), "")
     journal = _Journal(hub, hub_root, machine)
     # each commit of the state writes the journal lines of what it records first
     with ForeignState(state_path, before_commit=journal.sync) as state:
@@ -225,7 +229,15 @@ def push_foreign(
                 continue
             report = ArchiveReport()
             for root in store.archive_roots:
+                # no symlink is followed below the root: a file's real path is the
+                # root's real path and its path below it
+                real_root = os.path.realpath(os.path.join(store.home, root))
+                inside_own = 0
                 for rel, st in walk_files(store.home, root, report):
+                    real = os.path.join(real_root, os.path.relpath(rel, root))
+                    if real.startswith(own_dir):
+                        inside_own += 1
+                        continue
                     if (store.agent, rel) in claimed:
                         counts.notes.append(
                             f"{os.path.join(store.home, rel)}: not sent: another "
@@ -234,6 +246,11 @@ def push_foreign(
                         continue
                     claimed.add((store.agent, rel))
                     push.file(store.agent, store.home, rel, st)
+                if inside_own:
+                    counts.notes.append(
+                        f"{os.path.join(store.home, root)}: {inside_own} file(s) in the "
+                        f"sync's own dir {own_dir} (other machines' views); not sent"
+                    )
             counts.notes += report.skipped
             if store.agent == "opencode":
                 push.opencode(store.home)

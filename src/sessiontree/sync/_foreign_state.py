@@ -119,11 +119,19 @@ class ForeignState(ClosesOnExit):
         self._pending = 0
 
     def close(self) -> None:
-        self.commit()
-        if self._db is not None:
-            self._db.close()
-        else:
-            self._conn.close()
+        """Commit what is recorded, then close; when the commit fails (what the rows
+        describe could not be made durable) they are rolled back, and the file is
+        closed all the same: a transaction left open would lock the state for every
+        later round of this process (`sync --watch`)."""
+        try:
+            self.commit()
+        finally:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            if self._db is not None:
+                self._db.close()
+            else:
+                self._conn.close()
 
     # ------------------------------------------------------------------ sent
 

@@ -187,6 +187,8 @@ class _App:
         ]
 
     def _resume(self, row: SessionRow, rows: Sequence[SessionRow]) -> list[dict[str, str]]:
+        if self.data.store_of(row).machine is not None:
+            return []  # another machine's, shown by a sync: the page says to resume it there
         unique = sum(1 for r in rows if r.id == row.id) == 1
         target = row.id if unique else row.path
         agent_dir = self.data.store_of(row).agent_dir
@@ -444,6 +446,7 @@ class _App:
                 "load_note": load_note(session),
                 "offset": session.mark.size,
                 "commands": self._resume(row, self.data.rows()),
+                "made_on": self.data.store_of(row).machine,
                 "exports": [
                     (fmt, f"/s/{row.handle}/export/{fmt}?" + urlencode({"leaf": leaf["id"]}))
                     if leaf is not None
