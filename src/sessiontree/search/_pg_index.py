@@ -568,6 +568,8 @@ class PostgresIndex:
                 )
                 for r in conn.execute(self.q(_FILES), (list(keys),))
             ]
+            order = {path: n for n, path in enumerate(keys.values())}
+            files.sort(key=lambda f: order[f.path])  # as the sources, as a scan reads them
             ids = [f.id for f in files]
             records: dict[int, list[UsageRecord]] = {i: [] for i in ids}
             make = UsageRecord._make
