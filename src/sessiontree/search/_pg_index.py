@@ -30,6 +30,7 @@ the usage report counts.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -63,6 +64,7 @@ _BATCH_FILES = 2000
 _HELD_ROWS = 50_000  # rows held before they are copied to the server
 _PAGE = 500  # candidates verified per round trip
 _READ_BATCH = 4 << 20
+_PREFETCH_BYTES = 1 << 20  # files up to this size are fetched with others, in one query
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 # Refreshes of one store's index wait for each other (a session-level lock: the
 # server drops it with a dead connection).
@@ -98,6 +100,14 @@ SELECT substring(data FROM (greatest(%(s)s - off, 0) + 1)::int
 FOR (%(e)s - greatest(off, %(s)s))::int) FROM {s}.lines
 WHERE file_id = %(id)s AND off < %(e)s AND off >= (SELECT coalesce(max(off), 0)
 FROM {s}.lines WHERE file_id = %(id)s AND off <= %(s)s) ORDER BY off
+"""
+# The bytes of many small files at once: from the row holding each one's start.
+_PREFETCH = """
+SELECT l.file_id, l.off, l.data
+FROM unnest(%s::bigint[], %s::bigint[], %s::bigint[]) AS u(id, lo, hi)
+JOIN {s}.lines l ON l.file_id = u.id AND l.off < u.hi AND l.off >= coalesce((SELECT max(m.off)
+    FROM {s}.lines m WHERE m.file_id = u.id AND m.off <= u.lo), 0)
+ORDER BY l.file_id, l.off
 """
 _FORGET_FILE = "DELETE FROM {s}.search_files WHERE file_id = %s"
 _FORGET_FROM = [
@@ -234,13 +244,44 @@ class _StoredFile:
     `read_jsonl` reads (`ChunkedReads`), so the rows and the stamp saved with them
     are of the same bytes."""
 
-    def __init__(self, index: PostgresIndex, conn: Connection[Any], file_id: int, size: int):
+    def __init__(
+        self,
+        index: PostgresIndex,
+        conn: Connection[Any],
+        file_id: int,
+        size: int,
+        rows: list[tuple[int, bytes]] | None,
+    ):
         self._index = index
         self._conn = conn
         self._id = file_id
         self._size = size
+        self.rows = rows
+        """The rows fetched with other files' (None: read here), from the one
+        holding the start."""
 
     def iter_chunks(self, path: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+        if self.rows is not None:
+            data = self._fetched(0, self._size)
+            return iter([data[i : i + chunk_size] for i in range(0, len(data), chunk_size)])
+        return self._stream(chunk_size)
+
+    def _fetched(self, start: int, end: int) -> bytes:
+        assert self.rows is not None
+        if not self.rows:
+            return b""
+        base = self.rows[0][0]
+        return b"".join(data for _, data in self.rows)[start - base : end - base]
+
+    def tail(self, committed: int) -> tuple[int, str] | None:
+        """(offset, md5) of the row holding the byte before `committed`."""
+        rows = [r for r in self.rows or () if r[0] < committed]
+        if rows:
+            return rows[-1][0], hashlib.md5(rows[-1][1]).hexdigest()
+        row = self._conn.execute(self._index.q(_TAIL), (self._id, committed)).fetchone()
+        return (int(row[0]), str(row[1])) if row else None
+
+    def _stream(self, chunk_size: int) -> Iterator[bytes]:
         buffer = bytearray()
         pos = 0
         with self._conn.cursor(binary=True) as cur:
@@ -262,6 +303,8 @@ class _StoredFile:
         end = min(self._size, offset + max(0, length))
         if offset >= end:
             return b""
+        if self.rows is not None:
+            return self._fetched(offset, end)
         with self._conn.cursor(binary=True) as cur:
             rows = cur.execute(self._index.q(_RANGE), {"s": offset, "e": end, "id": self._id})
             return b"".join(r[0] for r in rows.fetchall())
@@ -373,6 +416,8 @@ class PostgresIndex:
         """The files of `batch` to read, in its snapshot, their old rows forgotten."""
         rows = {str(r[0]): r for r in conn.execute(self.q(_STATE), (batch,))}
         todo = []
+        grown: list[tuple[int, int]] = []  # rows from the old end on are read again
+        replaced: list[tuple[int]] = []
         for key in batch:
             row = rows.get(key)
             if row is None:
@@ -387,11 +432,14 @@ class PostgresIndex:
                 state = FileState(
                     line, phase, session_id, cwd, parent, created, entries, int(row[15])
                 )
-                for forget in _FORGET_FROM:
-                    conn.execute(self.q(forget), (node_id, start))
+                grown.append((node_id, start))
             elif known is not None:
-                conn.execute(self.q(_FORGET_FILE), (node_id,))
+                replaced.append((node_id,))
             todo.append(_Todo(key, node_id, size, mtime_ns, start, state))
+        with conn.cursor() as cur:  # pipelined: one round trip each
+            for forget in _FORGET_FROM:
+                cur.executemany(self.q(forget), grown)
+            cur.executemany(self.q(_FORGET_FILE), replaced)
         return todo
 
     def _index(
@@ -399,10 +447,11 @@ class PostgresIndex:
     ) -> None:
         """Read the files of `todo` and write their rows."""
         pending = _Pending()
-        read_bytes = 0
+        saves: list[tuple[Any, ...]] = []
+        fetched = self._prefetch(conn, todo)
         for item in todo:
             path = keys[item.key]
-            stored = _StoredFile(self, conn, item.node_id, item.size)
+            stored = _StoredFile(self, conn, item.node_id, item.size, fetched.get(item.node_id))
             held = _Pending()
 
             def sink(part: Rows, node_id: int = item.node_id, held: _Pending = held) -> None:
@@ -419,22 +468,13 @@ class PostgresIndex:
                     sink=sink,
                 )
                 held.add(item.node_id, rows)
-                header = (
-                    _text(final.session_id),
-                    _text(final.cwd),
-                    _text(final.parent),
-                )
+                header = (_text(final.session_id), _text(final.cwd), _text(final.parent))
             except _Unstorable:
                 result.stale.append(path)
                 conn.execute(self.q(_FORGET_FILE), (item.node_id,))
                 continue
-            tail = (
-                conn.execute(self.q(_TAIL), (item.node_id, committed)).fetchone()
-                if committed
-                else None
-            )
-            conn.execute(
-                self.q(_SAVE_FILE),
+            tail = stored.tail(committed) if committed else None
+            saves.append(
                 (
                     item.node_id,
                     item.size,
@@ -450,22 +490,46 @@ class PostgresIndex:
                     *header,
                     final.created,
                     final.entries,
-                ),
+                )
             )
             pending.entries += held.entries
             pending.usage += held.usage
             pending.imports += held.imports
             if len(pending) >= _HELD_ROWS:
-                self._copy(conn, pending)
-                pending = _Pending()
-            read_bytes += item.size - item.start
+                self._write(conn, saves, pending)
+                saves, pending = [], _Pending()
+            result.bytes_read += item.size - item.start
             result.files_read += 1
             result.entries_added += len(held.entries)
-        self._copy(conn, pending)
-        result.bytes_read += read_bytes
+        self._write(conn, saves, pending)
 
-    def _copy(self, conn: Connection[Any], pending: _Pending) -> None:
+    def _prefetch(
+        self, conn: Connection[Any], todo: list[_Todo]
+    ) -> dict[int, list[tuple[int, bytes]]]:
+        """The rows of the small files of `todo` (each one's from its start), by file."""
+        small = [t for t in todo if t.size - t.start <= _PREFETCH_BYTES]
+        out: dict[int, list[tuple[int, bytes]]] = {t.node_id: [] for t in small}
+        if not small:
+            return out
+        with conn.cursor(binary=True) as cur:
+            cur.execute(
+                self.q(_PREFETCH),
+                (
+                    [t.node_id for t in small],
+                    [t.start for t in small],
+                    [t.size for t in small],
+                ),
+            )
+            for file_id, off, data in cur:
+                out[int(file_id)].append((int(off), bytes(data)))
+        return out
+
+    def _write(
+        self, conn: Connection[Any], saves: list[tuple[Any, ...]], pending: _Pending
+    ) -> None:
+        """The files' rows (pipelined: one round trip), then theirs (COPY)."""
         with conn.cursor() as cur:
+            cur.executemany(self.q(_SAVE_FILE), saves)
             for statement, rows in (
                 (_COPY_ENTRIES, pending.entries),
                 (_COPY_USAGE, pending.usage),
