@@ -133,9 +133,8 @@ _SEARCH_INDEX: Final = """
         SELECT extnamespace::regnamespace::text INTO home
             FROM pg_extension WHERE extname = 'pg_trgm';
         IF home IS NOT NULL THEN
-            EXECUTE format(
-                'CREATE INDEX search_entries_text ON %s.search_entries '
-                'USING gin (text %s.gin_trgm_ops)', '{s}', home);
+            EXECUTE format('CREATE INDEX search_entries_text ON {s}.search_entries '
+                'USING gin (text %s.gin_trgm_ops)', home);
         END IF;
     END $$;
 """
