@@ -200,8 +200,8 @@ def _from_database(
 ) -> UsageData:
     """`_from_index` for a PostgreSQL store: its own index in the database (the import
     markers too), the files it does not hold read."""
-    refreshed, keys, _ = index.refresh(sources, progress)
-    files, records, markers = index.usage(keys)
+    refreshed, covered, _ = index.refresh(sources, progress)
+    files, records, markers = index.usage(covered)
     sessions = [SessionUsage(f, records.get(f.id, []), markers.get(f.id, [])) for f in files]
     held = {f.path for f in files}
     if refreshed.stale:

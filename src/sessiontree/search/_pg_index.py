@@ -73,10 +73,13 @@ _UNLOCK = "SELECT pg_advisory_unlock(hashtextextended('sessiontree search index 
 
 # -- statements (`{s}` the store's schema)
 
+# Every file under sessions/ (a range of the key index: cheaper than naming 10,000
+# keys), and the keys named elsewhere.
 _PLAN = """
-SELECT n.key, n.size, f.file_id IS NULL OR f.size <> n.size OR f.mtime_ns <> n.mtime_ns
+SELECT n.key, n.id, n.size,
+       f.file_id IS NULL OR f.size <> n.size OR f.mtime_ns <> n.mtime_ns
 FROM {s}.nodes n LEFT JOIN {s}.search_files f ON f.file_id = n.id
-WHERE n.key = ANY(%s) AND NOT n.is_dir
+WHERE ((n.key >= 'sessions/' AND n.key < 'sessions0') OR n.key = ANY(%s)) AND NOT n.is_dir
 """
 # Under the lock, in the batch's snapshot: each file's node and what the index holds
 # of it; `grown`: the row that held the last byte read is still there, unchanged.
@@ -150,9 +153,9 @@ JOIN {s}.lines l ON l.file_id = u.id AND l.off < u.off + u.len
 GROUP BY u.i, u.off, u.len
 """
 _FILES = """
-SELECT n.key, f.file_id, f.size, f.final_phase, f.session_id, f.cwd, f.parent, f.created,
+SELECT f.file_id, f.size, f.final_phase, f.session_id, f.cwd, f.parent, f.created,
        f.final_entries
-FROM {s}.search_files f JOIN {s}.nodes n ON n.id = f.file_id WHERE n.key = ANY(%s)
+FROM {s}.search_files f WHERE f.file_id = ANY(%s)
 """
 _USAGE = """
 SELECT u.file_id, u.entry_id, u.line, u.ts, u.provider, u.model, u.response_id, u.input,
@@ -360,23 +363,28 @@ class PostgresIndex:
         self,
         sources: Sequence[SessionSource],
         progress: Callable[[int, int], None] | None = None,
-    ) -> tuple[Refreshed, dict[str, str], list[str]]:
+    ) -> tuple[Refreshed, dict[int, str], list[str]]:
         """Bring the rows of `sources` up to date (see the module docstring); returns
-        what was done (`stale`: files it could not index), {key: path} of the sources
-        it holds as they are now, and the paths of the others (to be read).
+        what was done (`stale`: files it could not index), {node id: path} of the
+        sources it holds as they are now, and the paths of the others (to be read).
         `progress(bytes_done, bytes_total)` is called after each transaction."""
         keys, rest = self.keys(sources)
         result = Refreshed()
+        elsewhere = [k for k in keys if not k.startswith("sessions/")]
+        ids: dict[str, int] = {}
+        changed: dict[str, int] = {}
         with self.storage.connection() as conn:
-            found = conn.execute(self.q(_PLAN), (list(keys),)).fetchall()
-            changed = {str(key): int(size) for key, size, stale in found if stale}
+            for key, node_id, size, stale in conn.execute(self.q(_PLAN), (elsewhere,)):
+                if key in keys:
+                    ids[key] = int(node_id)
+                    if stale:
+                        changed[key] = int(size)
             if changed:
-                self._refresh(conn, changed, keys, result, progress)
+                self._refresh(conn, changed, keys, ids, result, progress)
         # Not a file of the store (gone, a directory): the search reads it and says why.
-        held = {str(r[0]) for r in found}
-        unreadable = [path for key, path in keys.items() if key not in held]
+        unreadable = [path for key, path in keys.items() if key not in ids]
         stale = set(result.stale)
-        covered = {k: p for k, p in keys.items() if k in held and p not in stale}
+        covered = {ids[k]: p for k, p in keys.items() if k in ids and p not in stale}
         return result, covered, rest + unreadable
 
     def _refresh(
@@ -384,6 +392,7 @@ class PostgresIndex:
         conn: Connection[Any],
         changed: dict[str, int],
         keys: dict[str, str],
+        ids: dict[str, int],
         result: Refreshed,
         progress: Callable[[int, int], None] | None,
     ) -> None:
@@ -395,7 +404,7 @@ class PostgresIndex:
                 batch = [pending.pop() for _ in range(min(_BATCH_FILES, len(pending)))]
                 with conn.transaction():
                     conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-                    todo = self._plan(conn, batch)
+                    todo = self._plan(conn, batch, ids)
                     # Files past the batch's bytes wait for the next transaction.
                     batch_bytes = 0
                     for n, item in enumerate(todo):
@@ -412,8 +421,10 @@ class PostgresIndex:
         finally:
             conn.execute(_UNLOCK, (self.storage.schema,))
 
-    def _plan(self, conn: Connection[Any], batch: list[str]) -> list[_Todo]:
-        """The files of `batch` to read, in its snapshot, their old rows forgotten."""
+    def _plan(self, conn: Connection[Any], batch: list[str], ids: dict[str, int]) -> list[_Todo]:
+        """The files of `batch` to read, in its snapshot, their old rows forgotten;
+        `ids` follows each key to its node in the snapshot (a file replaced since the
+        first look is read as it is now)."""
         rows = {str(r[0]): r for r in conn.execute(self.q(_STATE), (batch,))}
         todo = []
         grown: list[tuple[int, int]] = []  # rows from the old end on are read again
@@ -421,8 +432,10 @@ class PostgresIndex:
         for key in batch:
             row = rows.get(key)
             if row is None:
-                continue  # gone since: the search names it
+                ids.pop(key, None)  # gone since: the search names it
+                continue
             node_id, size, mtime_ns, known = int(row[1]), int(row[2]), int(row[3]), row[4]
+            ids[key] = node_id
             if known is not None and row[5] == size and row[6] == mtime_ns:
                 continue  # another refresh read it meanwhile
             start, state = 0, FileState()
@@ -544,17 +557,21 @@ class PostgresIndex:
 
     def hits(
         self,
-        keys: dict[str, str],
+        files: dict[int, str],
         matcher: Matcher,
         filters: Filters,
     ) -> Generator[tuple[int, SearchHit]]:
-        """The hits in the files `keys` names, each with its key (its time, -1 for
-        none), newest first: entries whose text holds every literal of the query,
-        verified against their lines. Close the iterator when done with it early."""
+        """The hits in `files` ({node id: path}, as `refresh` returns them), each with
+        its key (its time, -1 for none), newest first: entries whose text holds every
+        literal of the query, verified against their lines. Close the iterator when
+        done with it early.
+
+        Newest first is the order of an index on the time: a common word's first
+        page comes from the newest entries, a rare one's from the trigram index."""
         from psycopg import sql
 
-        where = [sql.SQL("n.key = ANY(%s)")]
-        args: list[Any] = [list(keys)]
+        where = [sql.SQL("e.file_id = ANY(%s::bigint[])")]
+        args: list[Any] = [list(files)]
         for literal in matcher.literals:
             where.append(sql.SQL("e.text LIKE %s"))
             args.append("%" + _like_escape(index_text(literal)) + "%")
@@ -568,10 +585,9 @@ class PostgresIndex:
             where.append(sql.SQL("e.ts <= %s"))
             args.append(filters.until)
         query = sql.SQL(
-            "SELECT n.key, f.session_id, e.file_id, e.line, e.off, e.len, e.entry_id, "
+            "SELECT f.session_id, e.file_id, e.line, e.off, e.len, e.entry_id, "
             "coalesce(e.ts, -1) AS t FROM {s}.search_entries e "
-            "JOIN {s}.search_files f ON f.file_id = e.file_id "
-            "JOIN {s}.nodes n ON n.id = e.file_id WHERE {where} ORDER BY t DESC"
+            "JOIN {s}.search_files f ON f.file_id = e.file_id WHERE {where} ORDER BY t DESC"
         ).format(s=sql.Identifier(self.storage.schema), where=sql.SQL(" AND ").join(where))
         with self.storage.connection() as conn, conn.transaction():
             with conn.cursor(name="search_candidates") as candidates:
@@ -581,14 +597,14 @@ class PostgresIndex:
                     if not page:
                         return
                     raw = self._lines(conn, page)
-                    for i, (key, session_id, _, line, _, _, entry_id, t) in enumerate(page):
+                    for i, (session_id, file_id, line, _, _, entry_id, t) in enumerate(page):
                         entry = loads_object(raw[i]) if i in raw else None
                         if entry is None:
                             continue
                         if entry_id is not None and entry.get("id") != entry_id:
                             continue  # the file changed since the refresh
                         hit = entry_hit(
-                            keys[key], session_id or "", entry, int(line), matcher, filters
+                            files[file_id], session_id or "", entry, int(line), matcher, filters
                         )
                         if hit is not None:
                             yield int(t), hit
@@ -600,40 +616,40 @@ class PostgresIndex:
                 self.q(_LINES),
                 (
                     list(range(len(page))),
-                    [r[2] for r in page],
+                    [r[1] for r in page],
+                    [r[3] for r in page],
                     [r[4] for r in page],
-                    [r[5] for r in page],
                 ),
             ).fetchall()
         out = {}
         for i, data in rows:
-            if data is not None and len(data) == page[i][5]:
+            if data is not None and len(data) == page[i][4]:
                 out[int(i)] = bytes(data)
         return out
 
     def usage(
-        self, keys: dict[str, str]
+        self, covered: dict[int, str]
     ) -> tuple[list[IndexedFile], dict[int, list[UsageRecord]], dict[int, list[ImportMarker]]]:
-        """The files `keys` names as the index holds them, their replies' usage in file
-        order and their import markers, by file id."""
+        """The files `covered` names ({node id: path}, as `refresh` returns them) as the
+        index holds them, in that order (a scan's), their replies' usage in file order
+        and their import markers, by file id."""
         with self.storage.connection() as conn:
-            files = [
-                IndexedFile(
-                    int(r[1]),
-                    keys[str(r[0])],
+            held = {
+                int(r[0]): IndexedFile(
+                    int(r[0]),
+                    covered[int(r[0])],
                     "jsonl",
-                    int(r[2]),
-                    r[3] == PHASE_OK,
+                    int(r[1]),
+                    r[2] == PHASE_OK,
+                    r[3],
                     r[4],
                     r[5],
                     r[6],
-                    r[7],
-                    int(r[8]),
+                    int(r[7]),
                 )
-                for r in conn.execute(self.q(_FILES), (list(keys),))
-            ]
-            order = {path: n for n, path in enumerate(keys.values())}
-            files.sort(key=lambda f: order[f.path])  # as the sources, as a scan reads them
+                for r in conn.execute(self.q(_FILES), (list(covered),))
+            }
+            files = [held[i] for i in covered if i in held]
             ids = [f.id for f in files]
             records: dict[int, list[UsageRecord]] = {i: [] for i in ids}
             make = UsageRecord._make

@@ -256,8 +256,8 @@ def _in_database(
 ) -> SearchResult:
     """`_indexed` for a PostgreSQL store: its own index (`_pg_index`) refreshed and
     asked, the files it does not hold read."""
-    refreshed, keys, _ = index.refresh(sources, progress)
-    held = set(keys.values())
+    refreshed, files, _ = index.refresh(sources, progress)
+    held = set(files.values())
     uncovered = [s for s in sources if s.path not in held]
     scanned = _read(uncovered, matcher, filters, storage, notes)
     if refreshed.stale:
@@ -265,7 +265,7 @@ def _in_database(
             f"{len(refreshed.stale)} file(s) the index could not bring up to date were read"
         )
     hits: list[SearchHit] = []
-    with closing(index.hits(keys, matcher, filters)) as verified:
+    with closing(index.hits(files, matcher, filters)) as verified:
         for hit in heapq.merge(_in_time_order(verified), scanned, key=_order):
             hits.append(hit)
             if limit is not None and len(hits) >= limit:

@@ -93,6 +93,8 @@ _SEARCH_INDEX: Final = """
         text text NOT NULL,
         PRIMARY KEY (file_id, off)
     );
+    -- Newest first: a common word's first hits without sorting every entry holding it.
+    CREATE INDEX search_entries_time ON {s}.search_entries ((coalesce(ts, -1)) DESC);
     CREATE TABLE {s}.search_usage (
         file_id bigint NOT NULL REFERENCES {s}.search_files ON DELETE CASCADE,
         off bigint NOT NULL,
