@@ -647,18 +647,18 @@ class PostgresIndex:
                     r[6],
                     int(r[7]),
                 )
-                for r in conn.execute(self.q(_FILES), (list(covered),))
+                for r in conn.execute(self.q(_FILES), (list(covered),)).fetchall()
             }
             files = [held[i] for i in covered if i in held]
             ids = [f.id for f in files]
             records: dict[int, list[UsageRecord]] = {i: [] for i in ids}
             make = UsageRecord._make
-            for row in conn.execute(self.q(_USAGE), (ids,)):
-                records[int(row[0])].append(make(row[1:]))
+            for row in conn.execute(self.q(_USAGE), (ids,)).fetchall():  # fetchall: faster
+                records[row[0]].append(make(row[1:]))
             markers: dict[int, list[ImportMarker]] = {}
             for file_id, line, source, source_id, version, extra in conn.execute(
                 self.q(_IMPORTS), (ids,)
-            ):
+            ).fetchall():
                 markers.setdefault(int(file_id), []).append(
                     ImportMarker(int(line), source, source_id, int(version), tuple(extra))
                 )
