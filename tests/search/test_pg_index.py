@@ -242,40 +242,61 @@ def test_a_value_no_text_column_holds_is_read_from_the_file(db: Store) -> None:
     assert "could not bring up to date" in " ".join(result.notes)
 
 
-def test_a_store_made_before_the_index_gets_it_on_first_use(tmp_path: Path) -> None:
+def _tables(db: Store) -> list[str]:
+    with _index(db).storage.connection() as conn:
+        rows = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename LIKE 'search%%'"
+            " ORDER BY tablename",
+            (db.storage.schema,),  # type: ignore[attr-defined]
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+def _set_version(db: Store, version: int) -> None:
     from psycopg import sql
 
-    from sessiontree.storage.postgres import SCHEMA_VERSION, PostgresSessionStorage
+    with _index(db).storage.connection() as conn:
+        conn.execute(
+            sql.SQL("UPDATE {}.search_index SET version = %s").format(
+                sql.Identifier(db.storage.schema)  # type: ignore[attr-defined]
+            ),
+            (version,),
+        )
 
-    with fresh_schema() as (url, schema):
-        old = PostgresSessionStorage(url, schema=schema, root=str(tmp_path / "db"))
-        with old.connection() as conn:  # as the schema of version 2 was
-            for table in ("search_imports", "search_usage", "search_entries", "search_files"):
-                conn.execute(
-                    sql.SQL("DROP TABLE {}.{}").format(
-                        sql.Identifier(schema), sql.Identifier(table)
-                    )
-                )
-            conn.execute(
-                sql.SQL("DELETE FROM {}.schema_migrations WHERE version = 3").format(
-                    sql.Identifier(schema)
-                )
-            )
-        old.close()
-        store = Store(f"{url}?schema={schema}", agent_dir=str(tmp_path / "db"))
-        try:
-            path = _session(store, "lambda")
-            assert store.storage.migrate() == SCHEMA_VERSION == 3  # type: ignore[attr-defined]
-            assert [h.path for h in store.search("lambda").hits] == [path]
-            assert store.usage("session", tz="UTC").totals.input == 100
-        finally:
-            store.close()
+
+def test_a_store_made_before_the_index_gets_it_on_first_use(db: Store) -> None:
+    """The tables are no migration of the schema (an older sessiontree would refuse a
+    newer schema version): the first search makes them; an older layout is made again,
+    a newer one is left alone and the sessions are read."""
+    from sessiontree.storage.postgres import SCHEMA_VERSION
+
+    path = _session(db, "lambda")
+    assert _tables(db) == [] and db.storage.migrate() == SCHEMA_VERSION  # type: ignore[attr-defined]
+    assert [h.path for h in db.search("lambda").hits] == [path]
+    assert _tables(db) == [
+        "search_entries",
+        "search_files",
+        "search_imports",
+        "search_index",
+        "search_usage",
+    ]
+    _set_version(db, 0)  # an older sessiontree's tables: made again, read again
+    result = db.search("lambda")
+    assert result.mode == "index" and result.refreshed is not None
+    assert result.refreshed.files_read == 1 and [h.path for h in result.hits] == [path]
+    _set_version(db, 99)  # a newer one's: left alone
+    result = db.search("lambda")
+    assert result.mode == "scan" and [h.path for h in result.hits] == [path]
+    assert "newer sessiontree" in " ".join(result.notes)
+    usage = db.usage("session", tz="UTC")
+    assert usage.totals.input == 100
 
 
 def test_without_the_trigram_index_the_text_is_still_asked(db: Store) -> None:
     from psycopg import sql
 
     _session(db, "sigma text")
+    db.search("sigma")  # the tables made
     with _index(db).storage.connection() as conn:
         conn.execute(
             sql.SQL("DROP INDEX {}.search_entries_text").format(

@@ -200,7 +200,11 @@ def _from_database(
 ) -> UsageData:
     """`_from_index` for a PostgreSQL store: its own index in the database (the import
     markers too), the files it does not hold read."""
-    refreshed, covered, _ = index.refresh(sources, progress)
+    try:
+        refreshed, covered, _ = index.refresh(sources, progress)
+    except OSError as exc:  # no privilege to write it, a newer sessiontree's tables
+        notes.append(f"the database's search index cannot be used ({exc}): every session was read")
+        return UsageData(_read_all(sources, index.storage), notes, False)
     files, records, markers = index.usage(covered)
     sessions = [SessionUsage(f, records.get(f.id, []), markers.get(f.id, [])) for f in files]
     held = {f.path for f in files}

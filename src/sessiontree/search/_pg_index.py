@@ -1,7 +1,7 @@
 """The search index of a PostgreSQL store: every session's text, usage and import
 markers in the store's own schema, so `search` and the usage report read no session.
 
-The tables are the schema's (`storage.postgres._schema`, migration 3): ``search_files``
+The tables (`_pg_tables`, made on first use): ``search_files``
 (per session file, by its node id: the node's size and mtime when it was read, where
 reading stopped and the state there, the header), ``search_entries`` (one row per
 entry with text: where its line is, id, role, time, and its casefolded text under a
@@ -49,6 +49,7 @@ from sessiontree.search._index_rows import (
     index_text,
     read_jsonl,
 )
+from sessiontree.search._pg_tables import ensure_tables
 from sessiontree.search._query import Matcher
 from sessiontree.storage import SessionStorage
 
@@ -370,6 +371,8 @@ class PostgresIndex:
         `progress(bytes_done, bytes_total)` is called after each transaction."""
         keys, rest = self.keys(sources)
         result = Refreshed()
+        with self.storage.connection() as conn:
+            ensure_tables(conn, self.storage.schema, self.q)
         elsewhere = [k for k in keys if not k.startswith("sessions/")]
         ids: dict[str, int] = {}
         changed: dict[str, int] = {}

@@ -256,7 +256,11 @@ def _in_database(
 ) -> SearchResult:
     """`_indexed` for a PostgreSQL store: its own index (`_pg_index`) refreshed and
     asked, the files it does not hold read."""
-    refreshed, files, _ = index.refresh(sources, progress)
+    try:
+        refreshed, files, _ = index.refresh(sources, progress)
+    except OSError as exc:  # no privilege to write it, a newer sessiontree's tables
+        notes.append(f"the database's search index cannot be used ({exc}): every session was read")
+        return _scanned(sources, matcher, filters, storage, limit, notes)
     held = set(files.values())
     uncovered = [s for s in sources if s.path not in held]
     scanned = _read(uncovered, matcher, filters, storage, notes)

@@ -11,10 +11,6 @@ Tables (in the schema, created and migrated on open)::
             keyed by (file id, byte offset). An append is one INSERT and one
             UPDATE of the file's row, O(1) in the session's size.
     blobs   content-addressed images (`PostgresBlobStore`).
-    search_files, search_entries, search_usage, search_imports
-            the search index (migration 3): what each session file held when
-            `sessiontree.search` last read it, its entries' text under a pg_trgm
-            index, its replies' usage and its import markers.
     schema_migrations  the versions applied.
 """
 
@@ -53,93 +49,6 @@ def validate_schema_name(schema: str) -> str:
 def new_schema_name(prefix: str = "sessiontree") -> str:
     """A fresh, valid schema name (`<prefix>_<random hex>`), e.g. for tests."""
     return validate_schema_name(f"{prefix}_{secrets.token_hex(6)}")
-
-
-# The search index (`sessiontree.search._pg_index` keeps it): per session file, the
-# file's row as last read (`search_files`, by the node's id: a rewrite is a new id, a
-# rename keeps it), each entry's casefolded text, each reply's usage and each import
-# marker. No foreign key to `nodes`: a writer's unlink or rewrite never touches these
-# tables (nor waits on a refresh); rows of a node gone are never joined and are deleted
-# at the next refresh. The text's trigram index needs pg_trgm: where the extension
-# cannot be created (not installed, no privilege) the table has none and a search reads
-# the text column whole, in the server, still no session file.
-_SEARCH_INDEX: Final = """
-    CREATE TABLE {s}.search_files (
-        file_id bigint PRIMARY KEY,
-        size bigint NOT NULL,
-        mtime_ns bigint NOT NULL,
-        scan_offset bigint NOT NULL,
-        tail_off bigint,
-        tail_md5 text,
-        line bigint NOT NULL,
-        phase smallint NOT NULL,
-        entries bigint NOT NULL,
-        text_bytes bigint NOT NULL,
-        final_phase smallint NOT NULL,
-        session_id text,
-        cwd text,
-        parent text,
-        created bigint,
-        final_entries bigint NOT NULL
-    );
-    CREATE TABLE {s}.search_entries (
-        file_id bigint NOT NULL REFERENCES {s}.search_files ON DELETE CASCADE,
-        off bigint NOT NULL,
-        line bigint NOT NULL,
-        len bigint NOT NULL,
-        entry_id text,
-        role text NOT NULL,
-        ts bigint,
-        text text NOT NULL,
-        PRIMARY KEY (file_id, off)
-    );
-    -- Newest first: a common word's first hits without sorting every entry holding it.
-    CREATE INDEX search_entries_time ON {s}.search_entries ((coalesce(ts, -1)) DESC);
-    CREATE TABLE {s}.search_usage (
-        file_id bigint NOT NULL REFERENCES {s}.search_files ON DELETE CASCADE,
-        off bigint NOT NULL,
-        line bigint NOT NULL,
-        entry_id text,
-        ts bigint,
-        provider text NOT NULL,
-        model text NOT NULL,
-        response_id text,
-        input bigint NOT NULL,
-        output bigint NOT NULL,
-        cache_read bigint NOT NULL,
-        cache_write bigint NOT NULL,
-        cost double precision,
-        PRIMARY KEY (file_id, off)
-    );
-    CREATE TABLE {s}.search_imports (
-        file_id bigint NOT NULL REFERENCES {s}.search_files ON DELETE CASCADE,
-        off bigint NOT NULL,
-        line bigint NOT NULL,
-        source text NOT NULL,
-        source_id text NOT NULL,
-        version integer NOT NULL,
-        extra_ids text[] NOT NULL,
-        PRIMARY KEY (file_id, off)
-    );
-    DO $$
-    DECLARE
-        home text;
-    BEGIN
-        -- One database, many schemas migrating at once: one creates the extension.
-        PERFORM pg_advisory_xact_lock(5456446835136787507);
-        BEGIN
-            CREATE EXTENSION IF NOT EXISTS pg_trgm;
-        EXCEPTION WHEN OTHERS THEN
-            NULL;  -- not installed, or not ours to create: no trigram index
-        END;
-        SELECT extnamespace::regnamespace::text INTO home
-            FROM pg_extension WHERE extname = 'pg_trgm';
-        IF home IS NOT NULL THEN
-            EXECUTE format('CREATE INDEX search_entries_text ON {s}.search_entries '
-                'USING gin (text %s.gin_trgm_ops)', home);
-        END IF;
-    END $$;
-"""
 
 
 # Ordered, never reordered or edited once released: a store records the versions it
@@ -208,11 +117,6 @@ MIGRATIONS: Final[tuple[tuple[int, str, str], ...]] = (
         ALTER TABLE {{s}}.blobs ADD CONSTRAINT blobs_exts_are_extensions
             CHECK ({EXTS_OK}) NOT VALID;
         """,
-    ),
-    (
-        3,
-        "the search index",
-        _SEARCH_INDEX,
     ),
 )
 SCHEMA_VERSION: Final = MIGRATIONS[-1][0]
