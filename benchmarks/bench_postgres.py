@@ -20,7 +20,8 @@ sessions (benchmarks/data.py `write_corpus`, seed 1) in an agent dir and importe
 PostgreSQL, then on each store through `Store`: the first search (the file store
 builds its content index, PostgreSQL its index in the database), `--repeat` rounds
 of `QUERIES` (`--limit` hits, as the CLI's default 100) warm, reported as p50/p95,
-and the daily usage report warm.
+and the daily usage report warm; then one search and one report with `use_index=False`
+(every session read: what a PostgreSQL store did before it had an index).
 
 Data is generated once under /tmp/sessiontree-bench; every database object lives
 in a fresh schema that is dropped at the end. Times are the best of `--repeat`.
@@ -148,6 +149,13 @@ def search_and_usage(
         f = best(lambda: files.usage("daily"), repeat)
         p = best(lambda: db.usage("daily"), repeat)
         rows.append(("usage report, daily (ms)", f"{f * 1000:.0f}", f"{p * 1000:.0f}"))
+        # Without the index: every session read, as a PostgreSQL store did before it had one.
+        f = best(lambda: files.search(QUERIES[1], limit=limit, use_index=False), 1)
+        p = best(lambda: db.search(QUERIES[1], limit=limit, use_index=False), 1)
+        rows.append(("search, every session read (ms)", f"{f * 1000:.0f}", f"{p * 1000:.0f}"))
+        f = best(lambda: files.usage("daily", use_index=False), 1)
+        p = best(lambda: db.usage("daily", use_index=False), 1)
+        rows.append(("usage, every session read (ms)", f"{f * 1000:.0f}", f"{p * 1000:.0f}"))
     finally:
         files.close()
         db.close()
