@@ -142,7 +142,8 @@ def load_usage(
     storage = parts.storage
     notes: list[str] = []
     index = None
-    database = postgres_index(storage) if use_index else None
+    ours = any(s.load is None for s in srcs)  # another agent's are not indexed in a database
+    database = postgres_index(storage) if use_index and ours else None
     if database is not None:
         return _from_database(database, srcs, notes, progress)
     if use_index and isinstance(storage, HostFilesystem):

@@ -125,7 +125,9 @@ def _search(
     trigrams = _trigrams(matcher)
     notes: list[str] = []
     index: ContentIndex | None = None
-    database = postgres_index(storage) if use_index and matcher.literals else None
+    # Our sessions in a database (another agent's, read by a loader, are not indexed there).
+    ours = any(s.load is None for s in srcs)
+    database = postgres_index(storage) if use_index and matcher.literals and ours else None
     if database is not None:
         return _in_database(database, srcs, matcher, filters, storage, limit, notes, index_progress)
     if not use_index:
