@@ -15,6 +15,14 @@ Workloads (each run on FileSessionStorage and on PostgresSessionStorage):
   scanned) and warm (in-process cache); PostgreSQL from the session index, and
   the raw `list_session_meta` query alone.
 
+With `--search-sessions N` (e.g. 10000) it runs only `search_and_usage`: a corpus of N
+sessions (benchmarks/data.py `write_corpus`, seed 1) in an agent dir and imported into
+PostgreSQL, then on each store through `Store`: the first search (the file store
+builds its content index, PostgreSQL its index in the database), `--repeat` rounds
+of `QUERIES` (`--limit` hits, as the CLI's default 100) warm, reported as p50/p95,
+and the daily usage report warm; then one search and one report with `use_index=False`
+(every session read: what a PostgreSQL store did before it had an index).
+
 Data is generated once under /tmp/sessiontree-bench; every database object lives
 in a fresh schema that is dropped at the end. Times are the best of `--repeat`.
 """
@@ -33,7 +41,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.data import SessionSpec, write_big_session, write_store
+from benchmarks.data import SessionSpec, write_big_session, write_corpus, write_store
 from sessiontree import SessionManager
 from sessiontree.layout import store_parts
 from sessiontree.maintenance import import_files
@@ -41,6 +49,16 @@ from sessiontree.storage import FileSessionStorage
 from sessiontree.storage.postgres import PostgresSessionStorage, new_schema_name
 
 DATA = Path("/tmp/sessiontree-bench")
+QUERIES = (
+    "session",
+    "error",
+    "compaction summary",
+    "refactor",
+    "serialize",
+    "lint format",
+    "nothing-like-this",
+    "grep",
+)
 
 
 def best(fn: Callable[[], Any], repeat: int) -> float:
@@ -83,14 +101,97 @@ def open_context(path: str, storage: Any) -> None:
         sm.build_session_context()
 
 
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def search_and_usage(
+    url: str, sessions: int, repeat: int, limit: int
+) -> list[tuple[str, str, str]]:
+    """Search and the usage report on `sessions` sessions, file store against PostgreSQL
+    (see the module docstring); rows of (workload, files, postgres)."""
+    from sessiontree import Store
+
+    agent = DATA / f"corpus-{sessions}" / "agent"
+    if not agent.exists():
+        write_corpus(agent, sessions)
+    work = Path(tempfile.mkdtemp(prefix="sessiontree-bench-"))
+    files_dir = work / "files"
+    shutil.copytree(agent, files_dir)  # a fresh agent dir: its caches are built here
+    schema = new_schema_name("bench")
+    rows: list[tuple[str, str, str]] = []
+    files = Store(str(files_dir))
+    db = Store(f"{url}{'&' if '?' in url else '?'}schema={schema}", agent_dir=str(work / "db"))
+    try:
+        start = time.perf_counter()
+        db.import_files(agent)
+        took = time.perf_counter() - start
+        rows.append((f"import {sessions:,} sessions (sessions/s)", "-", f"{sessions / took:,.0f}"))
+        first = []
+        for store in (files, db):
+            start = time.perf_counter()
+            store.search(QUERIES[0], limit=limit)
+            first.append(time.perf_counter() - start)
+        rows.append(("first search: index built (s)", f"{first[0]:.2f}", f"{first[1]:.2f}"))
+        times: list[list[float]] = [[], []]
+        for _ in range(repeat):
+            for query in QUERIES:
+                for n, store in enumerate((files, db)):
+                    start = time.perf_counter()
+                    store.search(query, limit=limit)
+                    times[n].append(time.perf_counter() - start)
+        for label, fraction in (("p50", 0.5), ("p95", 0.95)):
+            f, p = (percentile(t, fraction) * 1000 for t in times)
+            rows.append((f"search, limit {limit}, {label} (ms)", f"{f:.0f}", f"{p:.0f}"))
+        for store in (files, db):
+            store.usage("daily")  # the usage rows of the first search's refresh, kept
+        f = best(lambda: files.usage("daily"), repeat)
+        p = best(lambda: db.usage("daily"), repeat)
+        rows.append(("usage report, daily (ms)", f"{f * 1000:.0f}", f"{p * 1000:.0f}"))
+        # Without the index: every session read, as a PostgreSQL store did before it had one.
+        f = best(lambda: files.search(QUERIES[1], limit=limit, use_index=False), 1)
+        p = best(lambda: db.search(QUERIES[1], limit=limit, use_index=False), 1)
+        rows.append(("search, every session read (ms)", f"{f * 1000:.0f}", f"{p * 1000:.0f}"))
+        f = best(lambda: files.usage("daily", use_index=False), 1)
+        p = best(lambda: db.usage("daily", use_index=False), 1)
+        rows.append(("usage, every session read (ms)", f"{f * 1000:.0f}", f"{p * 1000:.0f}"))
+    finally:
+        files.close()
+        db.close()
+        drop(url, schema)
+        shutil.rmtree(work, ignore_errors=True)
+    return rows
+
+
+def drop(url: str, schema: str) -> None:
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def show(rows: list[tuple[str, str, str]]) -> None:
+    width = max(len(r[0]) for r in rows)
+    print(f"{'workload':<{width}}  {'files':>10}  {'postgres':>10}")
+    for name, f_val, p_val in rows:
+        print(f"{name:<{width}}  {f_val:>10}  {p_val:>10}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--url", default=os.environ.get("SESSIONTREE_TEST_PG"))
     parser.add_argument("--appends", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--search-sessions", type=int, default=0)
+    parser.add_argument("--limit", type=int, default=100)
     args = parser.parse_args()
     if not args.url:
         parser.error('no database: pass --url or run `eval "$(scripts/pg-start)"` first')
+    if args.search_sessions:
+        show(search_and_usage(args.url, args.search_sessions, args.repeat, args.limit))
+        return
     big, many = generate()
     work = Path(tempfile.mkdtemp(prefix="sessiontree-bench-"))
     os.environ["PI_CODING_AGENT_DIR"] = str(work / "agent")  # no breadcrumbs in ~
@@ -154,16 +255,9 @@ def main() -> None:
         rows.append(("list 2,000: warm cache / raw index (s)", f"{f_warm:.3f}", f"{p_meta:.3f}"))
     finally:
         pg.close()
-        import psycopg
-        from psycopg import sql
-
-        with psycopg.connect(args.url, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        drop(args.url, schema)
         shutil.rmtree(work, ignore_errors=True)
-    width = max(len(r[0]) for r in rows)
-    print(f"{'workload':<{width}}  {'files':>10}  {'postgres':>10}")
-    for name, f_val, p_val in rows:
-        print(f"{name:<{width}}  {f_val:>10}  {p_val:>10}")
+    show(rows)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@ One library for `sessiontree usage`, `sessiontree stats` and the web viewer:
 1. `load_usage(sources)` gets every assistant message's usage (`UsageRecord`)
    per session file, from the content index (`sessiontree.search`, refreshed
    first: only what was appended since is read) with the import markers from the
-   listing cache (`listing.import_records`), or, for other stores, by reading the
-   files.
+   listing cache (`listing.import_records`); for a PostgreSQL store from its own
+   index in the database (markers included); for other stores by reading the files.
 2. `count_once(sessions)` applies the de-duplication rules, so that each reply
    is counted once however many files repeat it:
 
@@ -71,7 +71,14 @@ from sessiontree.format import (
 from sessiontree.layout import StoreParts
 from sessiontree.listing import import_markers, import_records
 from sessiontree.reports._pricing import PriceTable, price_table
-from sessiontree.search import ContentIndex, IndexedFile, SessionSource, read_source
+from sessiontree.search import (
+    ContentIndex,
+    IndexedFile,
+    PostgresIndex,
+    SessionSource,
+    postgres_index,
+    read_source,
+)
 from sessiontree.storage import HostFilesystem, SessionStorage
 
 __all__ = [
@@ -143,6 +150,10 @@ def load_usage(
     storage = parts.storage
     notes: list[str] = []
     index = None
+    ours = any(s.load is None for s in srcs)  # another agent's are not indexed in a database
+    database = postgres_index(storage) if use_index and ours else None
+    if database is not None:
+        return _from_database(database, srcs, notes, progress)
     if use_index and isinstance(storage, HostFilesystem):
         index = ContentIndex.open(parts.agent_dir)
         if index is None:
@@ -187,6 +198,30 @@ def _from_index(
             f"{len(refreshed.stale)} file(s) the index could not bring up to date were read"
         )
     sessions += _read_all(rest, storage)
+    return UsageData(sessions, notes, True)
+
+
+def _from_database(
+    index: PostgresIndex,
+    sources: list[SessionSource],
+    notes: list[str],
+    progress: Callable[[int, int], None] | None,
+) -> UsageData:
+    """`_from_index` for a PostgreSQL store: its own index in the database (the import
+    markers too), the files it does not hold read."""
+    try:
+        refreshed, covered, _ = index.refresh(sources, progress)
+    except OSError as exc:  # no privilege to write it, a newer sessiontree's tables
+        notes.append(f"the database's search index cannot be used ({exc}): every session was read")
+        return UsageData(_read_all(sources, index.storage), notes, False)
+    files, records, markers = index.usage(covered)
+    sessions = [SessionUsage(f, records.get(f.id, []), markers.get(f.id, [])) for f in files]
+    held = {f.path for f in files}
+    if refreshed.stale:
+        notes.append(
+            f"{len(refreshed.stale)} file(s) the index could not bring up to date were read"
+        )
+    sessions += _read_all([s for s in sources if s.path not in held], index.storage)
     return UsageData(sessions, notes, True)
 
 

@@ -5,7 +5,8 @@ scanned), `_scan` (the scan: one loop, one rule for files it cannot read), `_que
 (matchers, literals, the raw-line prefilter, regex time limits), `_hits` (hits,
 snippets, filters); the content index: `_content_index` (refresh and queries),
 `_index_db` (tables, opening, keys), `_index_rows` (reading a session into rows),
-`_usage_rows` (the rows the usage report reads).
+`_usage_rows` (the rows the usage report reads); a PostgreSQL store's index in its own
+database: `_pg_index`.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from sessiontree.search._index_rows import (
     query_trigrams,
     read_source,
 )
+from sessiontree.search._pg_index import PostgresIndex, postgres_index
 from sessiontree.search._query import (
     RegexTimeoutError,
     nested_repeat,
@@ -33,6 +35,7 @@ __all__ = [
     "INDEX_DB_NAME",
     "ContentIndex",
     "IndexedFile",
+    "PostgresIndex",
     "RegexTimeoutError",
     "SearchHit",
     "SearchResult",
@@ -40,6 +43,7 @@ __all__ = [
     "index_text",
     "merge_store_hits",
     "nested_repeat",
+    "postgres_index",
     "query_trigrams",
     "read_source",
     "regex_literals",

@@ -7,10 +7,11 @@ returns one hit per entry with a snippet, newest first. It asks the content
 index (`sessiontree.search._content_index`, refreshed first) for the entries holding
 the words of the query's literal text (`_terms`), then verifies each candidate against
 its line in the session file, so the index never changes what is found, only
-how fast. Where the index cannot answer (a literal shorter than three
-characters, or whose words are too short or too common to narrow the search, no
-index, files it could not bring up to date) those files are scanned, and
-`SearchResult.notes` says so.
+how fast. A PostgreSQL store has an index of its own in its database (`_pg_index`),
+asked the same way, its candidates' lines read in the same pass. Where the index
+cannot answer (a literal shorter than three characters, or whose words are too short
+or too common to narrow the search, no index, files it could not bring up to date)
+those files are scanned, and `SearchResult.notes` says so.
 
 `search_sessions` (`_scan`) is that scan: file by file, in file order; a file
 that cannot be read is skipped and named in the notes. The query's matcher is
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -34,6 +36,7 @@ from sessiontree.search._index_rows import (
     SessionSource,
     index_text,
 )
+from sessiontree.search._pg_index import PostgresIndex, postgres_index
 from sessiontree.search._query import Matcher, make_matcher
 from sessiontree.search._scan import scan_sources
 from sessiontree.storage import HostFilesystem, SessionStorage, default_storage, read_range
@@ -75,8 +78,9 @@ def search(
     With the index: newest first (by entry time). `roles` keeps those roles only;
     `since`/`until` (epoch ms, inclusive) entries with a time in that range. The
     index lives in `agent_dir`'s cache (default: the agent dir in effect) and is
-    used for the agent dir's files only (a `HostFilesystem` storage); other stores are
-    scanned. `index_progress(bytes_done, bytes_total)` reports a refresh.
+    used for the agent dir's files only (a `HostFilesystem` storage); a PostgreSQL
+    store's own index is used for its files; other stores are scanned.
+    `index_progress(bytes_done, bytes_total)` reports a refresh.
     Raises SessionTreeError for a bad regular expression.
     """
     # The sources, the index's rows of every file and the hits all live until the
@@ -121,6 +125,11 @@ def _search(
     literals = _literals(matcher)
     notes: list[str] = []
     index: ContentIndex | None = None
+    # Our sessions in a database (another agent's, read by a loader, are not indexed there).
+    ours = any(s.load is None for s in srcs)
+    database = postgres_index(storage) if use_index and matcher.literals and ours else None
+    if database is not None:
+        return _in_database(database, srcs, matcher, filters, storage, limit, notes, index_progress)
     if not use_index:
         notes.append("the index was not asked (--no-index)")
     elif not isinstance(storage, HostFilesystem):
@@ -239,6 +248,40 @@ def _indexed(
         hits.append(hit)
         if limit is not None and len(hits) >= limit:
             break
+    mode: Literal["index", "mixed"] = "mixed" if uncovered else "index"
+    return SearchResult(hits, mode, notes, scanned=len(uncovered), refreshed=refreshed)
+
+
+def _in_database(
+    index: PostgresIndex,
+    sources: list[SessionSource],
+    matcher: Matcher,
+    filters: Filters,
+    storage: SessionStorage,
+    limit: int | None,
+    notes: list[str],
+    progress: Callable[[int, int], None] | None,
+) -> SearchResult:
+    """`_indexed` for a PostgreSQL store: its own index (`_pg_index`) refreshed and
+    asked, the files it does not hold read."""
+    try:
+        refreshed, files, _ = index.refresh(sources, progress)
+    except OSError as exc:  # no privilege to write it, a newer sessiontree's tables
+        notes.append(f"the database's search index cannot be used ({exc}): every session was read")
+        return _scanned(sources, matcher, filters, storage, limit, notes)
+    held = set(files.values())
+    uncovered = [s for s in sources if s.path not in held]
+    scanned = _read(uncovered, matcher, filters, storage, notes)
+    if refreshed.stale:
+        notes.append(
+            f"{len(refreshed.stale)} file(s) the index could not bring up to date were read"
+        )
+    hits: list[SearchHit] = []
+    with closing(index.hits(files, matcher, filters)) as verified:
+        for hit in heapq.merge(_in_time_order(verified), scanned, key=_order):
+            hits.append(hit)
+            if limit is not None and len(hits) >= limit:
+                break
     mode: Literal["index", "mixed"] = "mixed" if uncovered else "index"
     return SearchResult(hits, mode, notes, scanned=len(uncovered), refreshed=refreshed)
 

@@ -196,6 +196,15 @@ class PostgresSessionStorage(ClosesOnExit):
         with io_errors(self.schema), self._db.pool().connection() as conn:
             return _schema.migrate(conn, self.schema, self._sql, self._keys)
 
+    @contextmanager
+    def connection(self) -> Iterator[Conn]:
+        """A pooled connection to the store's database (autocommit; the caller runs its
+        own transactions), its errors raised as OSError: for the search index
+        (`sessiontree.search`), whose tables live in the schema (`search_*`). Not retried
+        when it is lost: the caller's work is its own."""
+        with io_errors(self.schema), self._db.connection() as conn:
+            yield conn
+
     def invalid_names(self) -> list[tuple[str, str]]:
         """(path, why) of every row that readers skip because its name cannot be a path:
         a node whose name is not one path component (`..`, `a/b`, empty, longer than
