@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,40 @@ def test_the_store_benchmark_prints_every_figure_against_its_floor(tmp_path: Pat
     for floor in ("| cat ", "| grep -c '' -r", "| grep -rl"):
         assert floor in out, out
     assert "a refresh of the unchanged store read 0 session files" in out, out
+
+
+def test_the_store_benchmark_runs_the_same_figures_on_postgres_and_beside_ccusage(
+    tmp_path: Path,
+) -> None:
+    if not os.environ.get("SESSIONTREE_TEST_PG"):
+        pytest.skip("needs a PostgreSQL server (SESSIONTREE_TEST_PG)")
+    if shutil.which("npm") is None:
+        pytest.skip("needs npm (ccusage is installed from the npm registry)")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    args = ["store", "--sessions", "20", "--runs", "1", "--work", str(tmp_path)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args, "--postgres", "--ccusage"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    out = proc.stdout
+    for row in (
+        "search, the 3 words together",
+        "usage daily --json --agent claude (20 Claude Code files",
+        "| ccusage claude daily",
+        "| ccusage pi daily",
+        "postgres ingest: import-files of the corpus",
+        "postgres: list --all -n 20",
+        "postgres: search quokka --all --json",
+        "postgres: usage daily --json",
+        "postgres ingest: ",
+        "load average",
+    ):
+        assert row in out, out
+    # The pi corpus's usage, read by both tools, agrees to the token and the cent.
+    pi_totals = out.split("(the pi corpus) against ccusage")[1]
+    assert "every day agrees" in pi_totals.splitlines()[3], out
