@@ -109,6 +109,9 @@ class StoreTable:
                 f"{result['rss_mb']:,.0f}",
             )
         )
+        # A run at 100,000 sessions takes long: say each row as it comes, the table
+        # follows at the end.
+        print(" | ".join(self.rows[-1]), file=sys.stderr, flush=True)
 
     def print(self) -> None:
         widths = [max(len(r[i]) for r in [self.head, *self.rows]) for i in range(len(self.head))]
