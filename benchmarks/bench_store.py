@@ -14,6 +14,11 @@ floor measured in the same run on the same files:
   common word, against `grep -rl WORD` (and `rg -l WORD` when installed);
 * `usage daily --json` (the usage report), against `grep -c '' -r`.
 
+With `--postgres [URL]` the corpus is then loaded into a PostgreSQL schema of its own
+(`import-files`, timed as the database's ingest) and the same listings, searches and
+usage report run there, each against the file store's figure; with `--ccusage` the
+usage report is timed against ccusage's (benchmarks/bench_usage.py).
+
 A ratio is the command's median (p50) over the floor's median: under 1 is faster
 than the floor. The CPU ratio compares the children's CPU time (user + system), which
 other work on a shared machine disturbs less than the wall time. Peak memory is the

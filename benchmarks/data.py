@@ -303,12 +303,14 @@ REAL_SESSIONS = Path(__file__).resolve().parent.parent / "tests" / "data" / "rea
 def write_corpus(agent_dir: Path, sessions: int, seed: int = 1, real_copies: int = 3) -> int:
     """A store of `sessions` pi-format sessions in `agent_dir`/sessions; returns its bytes.
 
-    Sizes are log-normal, ~7 KB on average (a median session of a dozen entries, a
-    tail of sessions with hundreds, the shape of a year of use: 10,000 sessions are ~80 MB),
-    spread over one project per 200 sessions. A fifth of the sessions branch (a jump
-    back to an earlier user turn, some with a branch summary), some carry labels, a
-    title (session_info) or a compaction; every assistant turn has usage. `real_copies`
-    copies of the real pi session in tests/data/real are mixed in at fixed places.
+    Sizes are log-normal, ~9 KB on average (a median session of a dozen entries, a
+    tail of sessions with hundreds, the shape of a year of use: 10,000 sessions are
+    90 MB), spread over one project per 200 sessions. One session is held at a time
+    (100,000 sessions, 870 MB, are written at a peak RSS of 79 MB). A fifth of the
+    sessions branch (a jump back to an earlier user turn, some with a branch summary),
+    some carry labels, a title (session_info) or a compaction; every assistant turn has
+    usage. `real_copies` copies of the real pi session in tests/data/real are mixed in
+    at fixed places.
     Modification times follow creation, so the newest sessions are the last written.
     """
     rng = random.Random(seed)
