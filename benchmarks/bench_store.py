@@ -14,6 +14,11 @@ floor measured in the same run on the same files:
   common word, against `grep -rl WORD` (and `rg -l WORD` when installed);
 * `usage daily --json` (the usage report), against `grep -c '' -r`.
 
+With `--postgres [URL]` the corpus is then loaded into a PostgreSQL schema of its own
+(`import-files`, timed as the database's ingest) and the same listings, searches and
+usage report run there, each against the file store's figure; with `--ccusage` the
+usage report is timed against ccusage's (benchmarks/bench_usage.py).
+
 A ratio is the command's median (p50) over the floor's median: under 1 is faster
 than the floor. The CPU ratio compares the children's CPU time (user + system), which
 other work on a shared machine disturbs less than the wall time. Peak memory is the
@@ -29,6 +34,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +114,9 @@ class StoreTable:
                 f"{result['rss_mb']:,.0f}",
             )
         )
+        # A run at 100,000 sessions takes long: say each row as it comes, the table
+        # follows at the end.
+        print(" | ".join(self.rows[-1]), file=sys.stderr, flush=True)
 
     def print(self) -> None:
         widths = [max(len(r[i]) for r in [self.head, *self.rows]) for i in range(len(self.head))]
@@ -132,6 +141,48 @@ def corpus(work: Path, sessions: int, seed: int) -> tuple[Path, int, int]:
     return agent, len(files), sum(p.stat().st_size for p in files)
 
 
+def search_rows(
+    table: StoreTable,
+    agent: Path,
+    env: dict[str, str],
+    runs: int,
+    floors: dict[str, dict[str, Any]],
+    label: str = "",
+) -> dict[str, dict[str, Any]]:
+    """`search WORD --all --json` for each word of WORDS, against each floor of that word
+    (`floors`: "grep -rl WORD" -> its sample), and every run of the words together (the
+    p50 and p95 a user sees over several searches); returns the searches' samples."""
+    results: dict[str, dict[str, Any]] = {}
+    for word in WORDS:
+        result = sample([*CLI, "search", word, "--all", "--json"], agent, env, runs)
+        results[word] = result
+        found = f"{FOUND[word]:,} files" if word in FOUND else ""
+        for floor_name, floor in floors.items():
+            if floor_name.endswith(f" {word}"):
+                name = f"{label}search {word} --all --json ({found})"
+                table.add(name, result, floor_name.removesuffix(f" {word}"), floor)
+    together = pooled(results.values())
+    for kind in dict.fromkeys(name.rsplit(" ", 1)[0] for name in floors):
+        floor = pooled(r for name, r in floors.items() if name.rsplit(" ", 1)[0] == kind)
+        table.add(f"{label}search, the {len(WORDS)} words together", together, kind, floor)
+    return results
+
+
+def pooled(samples: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """The runs of several samples as one."""
+    samples = list(samples)
+    return {
+        "times": sorted(t for r in samples for t in r["times"]),
+        "cpu": sorted(t for r in samples for t in r["cpu"]),
+        "rss_mb": max(r["rss_mb"] for r in samples),
+    }
+
+
+FOUND: dict[str, int] = {}
+"""Files holding each word of WORDS (grep's count, filled by main)."""
+WORDS = (RARE_WORD, SOME_WORD, COMMON_WORD)
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks store", description=__doc__.splitlines()[0]
@@ -140,7 +191,25 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--runs", type=int, default=5, help="timed runs of each command")
     parser.add_argument("--seed", type=int, default=1, help="the corpus's seed")
     parser.add_argument("--work", default="/tmp/sessiontree-bench-store", help="data directory")
+    parser.add_argument(
+        "--postgres",
+        nargs="?",
+        const=os.environ.get("SESSIONTREE_TEST_PG", ""),
+        default=None,
+        metavar="URL",
+        help="also load the corpus into PostgreSQL and time the same commands there "
+        '(default URL: $SESSIONTREE_TEST_PG, which `eval "$(scripts/pg-start)"` sets)',
+    )
+    parser.add_argument(
+        "--ccusage",
+        action="store_true",
+        help="also time the usage report against ccusage (installed from npm under --work)",
+    )
     args = parser.parse_args(argv)
+    if args.postgres == "":
+        parser.error(
+            '--postgres: no URL given and no $SESSIONTREE_TEST_PG (eval "$(scripts/pg-start)")'
+        )
     from benchmarks.__main__ import compile_bytecode, run_workload
 
     compile_bytecode()
@@ -168,32 +237,94 @@ def main(argv: list[str]) -> None:
     )
 
     lines = sample(["grep", "-c", "", "-r", "sessions"], agent, env, runs)
-    for name, extra in (
-        ("list --all --json", ["--json"]),
-        ("list --all --json -n 0", ["--json", "-n", "0"]),
-        ("list --all -n 20", ["-n", "20"]),
-    ):
-        result = sample([*CLI, "list", "--all", *extra], agent, env, runs)
-        table.add(name, result, "grep -c '' -r", lines)
+    listings: dict[str, dict[str, Any]] = {}
+    for name, extra in LISTINGS:
+        listings[name] = sample([*CLI, "list", "--all", *extra], agent, env, runs)
+        table.add(name, listings[name], "grep -c '' -r", lines)
 
     rg = shutil.which("rg")
-    for word in (RARE_WORD, SOME_WORD, COMMON_WORD):
-        found = subprocess.run(
+    floors: dict[str, dict[str, Any]] = {}
+    for word in WORDS:
+        FOUND[word] = subprocess.run(
             ["grep", "-rl", word, "sessions"], cwd=agent, capture_output=True, check=False
         ).stdout.count(b"\n")
-        grep = sample(["grep", "-rl", word, "sessions"], agent, env, runs)
-        result = sample([*CLI, "search", word, "--all", "--json"], agent, env, runs)
-        table.add(f"search {word} --all --json ({found:,} files)", result, "grep -rl", grep)
+        floors[f"grep -rl {word}"] = sample(["grep", "-rl", word, "sessions"], agent, env, runs)
         if rg:
-            floor = sample([rg, "-l", word, "sessions"], agent, env, runs)
-            table.add(f"search {word} --all --json ({found:,} files)", result, "rg -l", floor)
+            floors[f"rg -l {word}"] = sample([rg, "-l", word, "sessions"], agent, env, runs)
+    searches = search_rows(table, agent, env, runs, floors)
 
     usage = sample([*CLI, "usage", "daily", "--json"], agent, env, runs)
     table.add("usage daily --json", usage, "grep -c '' -r", lines)
+    if args.ccusage:
+        from benchmarks.bench_usage import usage_rows
+
+        usage_rows(table, agent, work, runs)
+    if args.postgres:
+        postgres_rows(table, args.postgres, agent, files, mb, runs, cat, listings, searches, usage)
 
     print(
         f"sessiontree store benchmark: {files:,} sessions, {mb:,.0f} MB in {agent}; "
         f"{os.cpu_count()} CPUs, Python {sys.version.split()[0]}, {runs} runs each, "
-        f"fresh processes, caches warm ({time.perf_counter() - started:.0f} s)"
+        f"fresh processes, caches warm, load average {load_average()} at the end "
+        f"({time.perf_counter() - started:.0f} s)"
     )
     table.print()
+
+
+LISTINGS = (
+    ("list --all --json", ["--json"]),
+    ("list --all --json -n 0", ["--json", "-n", "0"]),
+    ("list --all -n 20", ["-n", "20"]),
+)
+
+
+def load_average() -> str:
+    return " ".join(f"{value:.1f}" for value in os.getloadavg())
+
+
+def postgres_rows(
+    table: StoreTable,
+    url: str,
+    agent: Path,
+    files: int,
+    mb: float,
+    runs: int,
+    cat: dict[str, Any],
+    listings: dict[str, dict[str, Any]],
+    searches: dict[str, dict[str, Any]],
+    usage: dict[str, Any],
+) -> None:
+    """The same commands on a PostgreSQL store loaded from the corpus (`import-files`,
+    timed as its ingest), each against the file store's figure: a ratio over 1 is
+    slower than the files. The store is a schema of its own, dropped at the end."""
+    import psycopg
+    from psycopg import sql
+
+    schema = f"bench_store_{os.getpid()}"
+    store = f"{url}{'&' if '?' in url else '?'}schema={schema}"
+    env = dict(os.environ, SESSIONTREE_STORE=store)
+    env.pop("PI_CODING_AGENT_DIR", None)
+    try:
+        seconds, cpu, rss = timed_process([*CLI, "import-files", str(agent), "--json"], agent, env)
+        load = {"times": [seconds], "cpu": [cpu], "rss_mb": rss}
+        table.add("postgres ingest: import-files of the corpus", load, "cat", cat)
+        table.notes.append(
+            f"postgres ingest: {files / seconds:,.0f} sessions/s, {mb / seconds:,.1f} MB/s "
+            f"(the client's peak RSS {rss:,.0f} MB; the server's memory is not counted)"
+        )
+        for name, _ in LISTINGS:
+            argv = [*CLI, "list", "--all", *dict(LISTINGS)[name]]
+            table.add(f"postgres: {name}", sample(argv, agent, env, runs), "files", listings[name])
+        search_rows(
+            table,
+            agent,
+            env,
+            runs,
+            {f"files {word}": result for word, result in searches.items()},
+            label="postgres: ",
+        )
+        result = sample([*CLI, "usage", "daily", "--json"], agent, env, runs)
+        table.add("postgres: usage daily --json", result, "files", usage)
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))

@@ -11,9 +11,12 @@ import base64
 import math
 import os
 import random
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from sessiontree.format import format_iso, serialize_entry_bytes, session_file_name
 from sessiontree.layout import encode_session_dir_name
@@ -300,12 +303,14 @@ REAL_SESSIONS = Path(__file__).resolve().parent.parent / "tests" / "data" / "rea
 def write_corpus(agent_dir: Path, sessions: int, seed: int = 1, real_copies: int = 3) -> int:
     """A store of `sessions` pi-format sessions in `agent_dir`/sessions; returns its bytes.
 
-    Sizes are log-normal, ~7 KB on average (a median session of a dozen entries, a
-    tail of sessions with hundreds, the shape of a year of use: 10,000 sessions are ~80 MB),
-    spread over one project per 200 sessions. A fifth of the sessions branch (a jump
-    back to an earlier user turn, some with a branch summary), some carry labels, a
-    title (session_info) or a compaction; every assistant turn has usage. `real_copies`
-    copies of the real pi session in tests/data/real are mixed in at fixed places.
+    Sizes are log-normal, ~9 KB on average (a median session of a dozen entries, a
+    tail of sessions with hundreds, the shape of a year of use: 10,000 sessions are
+    90 MB), spread over one project per 200 sessions. One session is held at a time
+    (100,000 sessions, 870 MB, are written at a peak RSS of 79 MB). A fifth of the
+    sessions branch (a jump back to an earlier user turn, some with a branch summary),
+    some carry labels, a title (session_info) or a compaction; every assistant turn has
+    usage. `real_copies` copies of the real pi session in tests/data/real are mixed in
+    at fixed places.
     Modification times follow creation, so the newest sessions are the last written.
     """
     rng = random.Random(seed)
@@ -444,3 +449,151 @@ def _corpus_session(
     if rng.random() < 0.3:
         emit("session_info", leaf, name=text(40).strip())
     return b"\n".join(lines) + b"\n"
+
+
+CLAUDE_REAL_SESSIONS = REAL_SESSIONS / "foreign" / "claude"
+CLAUDE_MODEL = "claude-sonnet-4-5-20250929"
+"""The model id Claude Code records for the corpus's `claude-sonnet-4-5` replies."""
+
+
+def write_claude_corpus(config_dir: Path, agent_dir: Path, real_copies: int = 3) -> int:
+    """The pi corpus of `agent_dir` (see write_corpus) as Claude Code transcripts in
+    `config_dir`/projects/<cwd with / and . as ->/<session uuid>.jsonl; returns their bytes.
+
+    The same sessions, replies, tokens and timestamps, written as Claude Code 2.x
+    writes them, so that a usage report over either store counts the same work:
+    the user prompts and tool results as `user` lines, each reply as one
+    `assistant` line per content block, all with the reply's `message.id`,
+    `requestId`, model and `message.usage`; as in a streamed response, the
+    earlier lines of a reply carry a partial `output_tokens` and its last line the
+    final count. Branches keep their shape (`parentUuid`); titles become
+    `custom-title` lines; labels, compactions and branch summaries, which carry no
+    usage, are left out. The real pi session mixed into the pi corpus is replaced
+    by `real_copies` real Claude Code transcripts (tests/data/real/foreign/claude).
+    """
+    projects = config_dir / "projects"
+    sources = sorted((agent_dir / "sessions").rglob("*.jsonl"))
+    real = sorted(CLAUDE_REAL_SESSIONS.glob("*.jsonl"))
+    real_pi_ids = {_header_id(path) for path in REAL_SESSIONS.glob("*.jsonl")}
+    total = 0
+    copied = 0
+    for number, source in enumerate(sources):
+        with open(source, "rb") as f:
+            header = orjson.loads(f.readline())
+            if header.get("id") in real_pi_ids:
+                data = real[copied % len(real)].read_bytes() if copied < real_copies else b""
+                copied += 1
+                cwd = "/work/corpus/real"
+            else:
+                data = _claude_session(header, f, number)
+                cwd = header["cwd"]
+        if not data:
+            continue
+        directory = projects / cwd.replace("/", "-").replace(".", "-")
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"{uuid.UUID(int=(number + 1) << 64)}.jsonl"
+        path.write_bytes(data)
+        mtime_ns = source.stat().st_mtime_ns
+        os.utime(path, ns=(mtime_ns, mtime_ns))
+        total += len(data)
+    return total
+
+
+def _header_id(path: Path) -> object:
+    with open(path, "rb") as f:
+        return orjson.loads(f.readline()).get("id")
+
+
+def _claude_session(header: dict[str, Any], lines: Any, number: int) -> bytes:
+    """One generated pi session (its header read, its entry lines in `lines`) as a
+    Claude Code transcript (see write_claude_corpus)."""
+    rng = random.Random(number)
+    session_id = str(uuid.UUID(int=(number + 1) << 64))
+    counter = 0
+    out: list[bytes] = []
+    # pi entry id -> the uuid of the Claude line that ends it (None: no message yet).
+    ends: dict[str | None, str | None] = {None: None}
+    tool_use_id = ""
+
+    def line(kind: str, parent: str | None, timestamp: str, **fields: Any) -> str:
+        nonlocal counter
+        counter += 1
+        line_uuid = str(uuid.UUID(int=((number + 1) << 64) | counter))
+        record = {
+            "parentUuid": parent,
+            "isSidechain": False,
+            "userType": "external",
+            "cwd": header["cwd"],
+            "sessionId": session_id,
+            "version": "2.1.29",
+            "gitBranch": "main",
+            "type": kind,
+            **fields,
+            "uuid": line_uuid,
+            "timestamp": timestamp,
+        }
+        out.append(orjson.dumps(record))
+        return line_uuid
+
+    for raw in lines:
+        entry = orjson.loads(raw)
+        parent = ends[entry.get("parentId")]
+        kind, message, when = entry["type"], entry.get("message"), entry["timestamp"]
+        if kind == "session_info":
+            name = {"type": "custom-title", "sessionId": session_id, "customTitle": entry["name"]}
+            out.append(orjson.dumps(name))
+        if kind != "message":
+            ends[entry["id"]] = parent
+            continue
+        role = message["role"]
+        if role == "user":
+            content = {"role": "user", "content": message["content"]}
+            parent = line("user", parent, when, message=content)
+        elif role == "toolResult":
+            result = {
+                "type": "tool_result",
+                "tool_use_id": tool_use_id,
+                "content": message["content"][0]["text"],
+            }
+            parent = line("user", parent, when, message={"role": "user", "content": [result]})
+        else:
+            usage = message["usage"]
+            message_id = f"msg_{number:012x}{counter:012x}"
+            request_id = f"req_{number:012x}{counter:012x}"
+            blocks = message["content"]
+            for index, block in enumerate(blocks):
+                final = index == len(blocks) - 1
+                output = usage["output"] if final else min(usage["output"], rng.randrange(1, 9))
+                if block["type"] == "text":
+                    claude_block = {"type": "text", "text": block["text"]}
+                else:
+                    tool_use_id = f"toolu_{number:012x}{counter:012x}"
+                    claude_block = {
+                        "type": "tool_use",
+                        "id": tool_use_id,
+                        "name": "Read",
+                        "input": block.get("arguments", {}),
+                    }
+                reply = {
+                    "model": CLAUDE_MODEL,
+                    "id": message_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [claude_block],
+                    "stop_reason": "tool_use" if final else None,
+                    "stop_sequence": None,
+                    "usage": {
+                        "input_tokens": usage["input"],
+                        "cache_creation_input_tokens": usage["cacheWrite"],
+                        "cache_read_input_tokens": usage["cacheRead"],
+                        "cache_creation": {
+                            "ephemeral_5m_input_tokens": usage["cacheWrite"],
+                            "ephemeral_1h_input_tokens": 0,
+                        },
+                        "output_tokens": output,
+                        "service_tier": "standard",
+                    },
+                }
+                parent = line("assistant", parent, when, message=reply, requestId=request_id)
+        ends[entry["id"]] = parent
+    return b"\n".join(out) + b"\n"

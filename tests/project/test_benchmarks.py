@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, unavailable
+from tests.pg_support import pg_url
 
 pytestmark = pytest.mark.slow  # the whole benchmark suite, each workload in its own process
 
@@ -104,3 +106,39 @@ def test_the_sync_benchmark_prints_every_round() -> None:
     )
     for row in ("A first", "A again", "B first", "B again", "B 3rd", "A grown", "B grown"):
         assert row in proc.stdout, proc.stdout
+
+
+def test_the_store_benchmark_runs_the_same_figures_on_postgres_and_beside_ccusage(
+    tmp_path: Path,
+) -> None:
+    pg_url()  # skips locally without a server; fails under CI
+    if shutil.which("npm") is None:
+        unavailable("needs npm (ccusage is installed from the npm registry)")
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    args = ["store", "--sessions", "20", "--runs", "1", "--work", str(tmp_path)]
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args, "--postgres", "--ccusage"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    out = proc.stdout
+    for row in (
+        "search, the 3 words together",
+        "usage daily --json --agent claude (20 Claude Code files",
+        "| ccusage claude daily",
+        "| ccusage pi daily",
+        "postgres ingest: import-files of the corpus",
+        "postgres: list --all -n 20",
+        "postgres: search quokka --all --json",
+        "postgres: usage daily --json",
+        "postgres ingest: ",
+        "load average",
+    ):
+        assert row in out, out
+    # The pi corpus's usage, read by both tools, agrees to the token and the cent.
+    pi_totals = out.split("(the pi corpus) against ccusage")[1]
+    assert "every day agrees" in pi_totals.splitlines()[3], out
