@@ -658,6 +658,44 @@ def _sidechain_groups(records: list[Record]) -> dict[str, list[Record]]:
     return groups
 
 
+def _sidechain_usage(
+    side: list[Record],
+    builder: TreeBuilder,
+    cwd: str,
+    seed: str,
+    fallback_ms: int,
+    main_ids: set[str],
+) -> None:
+    """The sidechains' replies as `usage` entries of the session (roots, off its path),
+    for a read that builds no subsessions: what the subagents spent is the session's
+    spend (the usage report reads such reads), though their lines are not its context.
+    Each reply counts once, as in a subsession (its lines merged, a replay of a main
+    conversation's response counting nothing)."""
+    replayed = frozenset(main_ids)
+    for key, group in _sidechain_groups(side).items():
+        scratch = TreeBuilder(cwd, f"{seed}:{key}")
+        _convert(group, scratch, fallback_ms, main_only=False, replayed=replayed)
+        for number, entry in enumerate(scratch.sm.get_entries()):
+            message = entry.get("message")
+            if not isinstance(message, dict) or message.get("role") != "assistant":
+                continue
+            spent = message.get("usage")
+            if not isinstance(spent, dict) or not any(
+                int_field(spent, k) for k in ("input", "output", "cacheRead", "cacheWrite")
+            ):
+                continue  # a replay, a synthetic reply: nothing spent
+            ms = timestamp_ms(entry.get("timestamp"))
+            builder.usage(
+                None,
+                "subagent",
+                str(message.get("provider") or PROVIDER),
+                str(message.get("model") or "?"),
+                spent,
+                f"sidechain-usage:{key}:{number}",
+                ms if ms is not None else fallback_ms,
+            )
+
+
 def _task_calls(records: list[Record]) -> dict[str, tuple[str, dict[str, Any]]]:
     """Subagent tool calls of the main conversation: prompt text -> (call id, input)."""
     calls: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -760,6 +798,8 @@ def claude_session_from(
     parent = claude_fork_parent(r.value for r in records)
     builder = TreeBuilder(cwd, session_id, parent)
     conversion, leaf = _convert(main, builder, fallback_ms, main_only=True)
+    if not subagents:
+        _sidechain_usage(side, builder, cwd, session_id, fallback_ms, conversion.message_ids)
     name, source = claude_title(r.value for r in records)
     first_ms = next(
         (ms for r in records if (ms := timestamp_ms(r.value.get("timestamp"))) is not None),
