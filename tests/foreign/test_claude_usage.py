@@ -17,6 +17,7 @@ SIDECHAINS = REAL / (
     "d-kimuson__claude-code-viewer__mock-global-claude-dir__projects__sample-project__"
     "fe5e1c67-53e7-4862-81ae-d0e013e3270b.jsonl"
 )
+ONE_HOUR_CACHE = REAL / "entireio__cli__26__dcd5518fea__0__full.jsonl"
 SESSION = "0f4c1d2e-3b4a-4c5d-8e6f-7a8b9c0d1e2f"
 
 
@@ -114,3 +115,14 @@ def test_real_sidechain_transcript_totals_equal_ccusage() -> None:
     assert totals == (818, 51933, 3647854, 137976)
     cost = sum(price_record(r, table)[0] for r in records)
     assert abs(cost - 2.3932151999999998) < 1e-6
+
+
+def test_real_one_hour_cache_transcript_totals_equal_ccusage() -> None:
+    # Reference (oracle) figures: ccusage 20.0.24, `CLAUDE_CONFIG_DIR=<dir holding
+    # projects/p/<this file>> ccusage session --json --offline`. Every cache write of
+    # this file is a 1-hour one.
+    records = _records(ONE_HOUR_CACHE)
+    assert sum(r.cache_write for r in records) == 245647
+    assert sum(r.cache_write_1h for r in records) == 245647
+    cost = sum(price_record(r, price_table())[0] for r in records)
+    assert abs(cost - 7.589217000000004) < 1e-6

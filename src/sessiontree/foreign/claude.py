@@ -62,6 +62,7 @@ from sessiontree.foreign._content import block_as_text, int_field, str_field, te
 from sessiontree.foreign._files import HOST_FILES, Files
 from sessiontree.foreign._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
 from sessiontree.foreign._records import Damaged, Record, Transcript, read_transcript, timestamp_ms
+from sessiontree.format import CACHE_WRITE_1H
 
 __all__ = [
     "claude_fork_parent",
@@ -224,6 +225,13 @@ def _usage(raw: object, record: dict[str, Any]) -> dict[str, Any]:
         int_field(raw, "cache_read_input_tokens"),
         int_field(raw, "cache_creation_input_tokens"),
     )
+    # The share of the cache writes kept for an hour (`cache_creation`), priced at its
+    # own rate; `cacheWrite` stays every write.
+    hour = int_field(
+        raw.get("cache_creation") if isinstance(raw, dict) else None, "ephemeral_1h_input_tokens"
+    )
+    if hour > 0:
+        result[CACHE_WRITE_1H] = min(hour, result["cacheWrite"])
     cost = record.get("costUSD")
     if isinstance(cost, int | float) and not isinstance(cost, bool) and cost == cost:
         # Claude Code 1.0 recorded what a reply cost: keep what the source recorded.
