@@ -39,7 +39,12 @@ Sidechains (`isSidechain` lines, written inline by Claude Code 1.x) and the v2
 subagent files (`<session>/subagents/**/agent-*.jsonl`) become separate sessions
 (`ForeignSession.subsessions`). A sidechain line that replays a response of the
 main conversation (same `message.id`, another `requestId`) keeps its content but
-counts no usage: the main conversation counted it.
+counts no usage: the main conversation counted it. A read without subsessions
+(`subagents=False`: what the store's views and the usage report read) keeps each
+inline sidechain reply's usage instead, as a `usage` entry (`kind: "subagent"`) at
+the root, off the session's path: their spend is the session's, their lines not its
+context. A reply's 1-hour cache writes (`cache_creation.ephemeral_1h_input_tokens`)
+are kept as `usage.cacheWrite1h`, a part of `cacheWrite` priced at its own rate.
 
 The leaf is the one Claude Code resumes (and its SDK reads): the newest
 main-chain user/assistant line that ends a chain, extended over the kept lines
