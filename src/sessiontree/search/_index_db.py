@@ -79,7 +79,8 @@ INDEX_FAMILY: Final = Family(
     name="content_index",
     # 2: usage rows for what pi 1.6 counts besides replies (`counted_usage`)
     # 3: no import markers (kept once, in the listing cache: `listing.import_records`)
-    # 4: the 1-hour share of cache writes (`UsageRecord.cache_write_1h`)
+    # 4: the 1-hour share of cache writes (`UsageRecord.cache_write_1h`); Claude Code
+    # transcripts read again for their inline sidechains' usage
     version=4,
     schema=_SCHEMA,
     tables=("meta", "files", "entries", *USAGE_TABLES, "fts"),
