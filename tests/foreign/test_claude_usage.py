@@ -99,6 +99,8 @@ def test_sidechain_replies_count_once(tmp_path: Path) -> None:
     session = read_claude_session(str(path), subagents=False)
     leaf = session.manager.get_leaf_entry()
     assert leaf is not None and leaf["type"] == "message"  # the context stays the main chain
+    spent = [e for e in session.manager.get_entries() if e["type"] == "usage"]
+    assert [e["parentId"] for e in spent] == [None]  # one branch of their own
 
 
 def test_real_sidechain_transcript_totals_equal_ccusage() -> None:

@@ -41,8 +41,8 @@ subagent files (`<session>/subagents/**/agent-*.jsonl`) become separate sessions
 main conversation (same `message.id`, another `requestId`) keeps its content but
 counts no usage: the main conversation counted it. A read without subsessions
 (`subagents=False`: what the store's views and the usage report read) keeps each
-inline sidechain reply's usage instead, as a `usage` entry (`kind: "subagent"`) at
-the root, off the session's path: their spend is the session's, their lines not its
+inline sidechain reply's usage instead, as `usage` entries (`kind: "subagent"`) in
+one chain from a root, off the session's path: their spend is the session's, their lines not its
 context. A reply's 1-hour cache writes (`cache_creation.ephemeral_1h_input_tokens`)
 are kept as `usage.cacheWrite1h`, a part of `cacheWrite` priced at its own rate.
 
@@ -679,12 +679,14 @@ def _sidechain_usage(
     fallback_ms: int,
     main_ids: set[str],
 ) -> None:
-    """The sidechains' replies as `usage` entries of the session (roots, off its path),
-    for a read that builds no subsessions: what the subagents spent is the session's
-    spend (the usage report reads such reads), though their lines are not its context.
+    """The sidechains' replies as `usage` entries of the session (one chain from a root,
+    off its path), for a read that builds no subsessions: what the subagents spent is
+    the session's spend (the usage report reads such reads), though their lines are
+    not its context.
     Each reply counts once, as in a subsession (its lines merged, a replay of a main
     conversation's response counting nothing)."""
     replayed = frozenset(main_ids)
+    previous: str | None = None  # one chain of them: a single branch beside the session's
     for key, group in _sidechain_groups(side).items():
         scratch = TreeBuilder(cwd, f"{seed}:{key}")
         _convert(group, scratch, fallback_ms, main_only=False, replayed=replayed)
@@ -698,8 +700,8 @@ def _sidechain_usage(
             ):
                 continue  # a replay, a synthetic reply: nothing spent
             ms = timestamp_ms(entry.get("timestamp"))
-            builder.usage(
-                None,
+            previous = builder.usage(
+                previous,
                 "subagent",
                 str(message.get("provider") or PROVIDER),
                 str(message.get("model") or "?"),
