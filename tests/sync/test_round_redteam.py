@@ -111,3 +111,44 @@ def test_an_agent_line_written_between_the_check_and_the_merge_keeps_its_leaf(
         a.sync(hub, monkeypatch)
         b.sync(hub, monkeypatch)
     assert set(entry_lines(a.session_path("s1").read_bytes())) >= {"e1", "a1", "b1", "b2"}
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "symlinked project dir"])
+def test_a_session_path_that_is_not_a_plain_file_is_never_written_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    """A session file (or its project dir) swapped for a symlink or a FIFO on this
+    machine gets no merge through it: the file it names is untouched, the round says
+    so, and the entries wait in the hub until a plain file is there again."""
+    a, b, hub = Machine(tmp_path, "a"), Machine(tmp_path, "b"), tmp_path / "hub"
+    new_session(a.session_path("s1"), "s1", message("e1", None, "hi"))
+    a.sync(hub, monkeypatch)
+    b.sync(hub, monkeypatch)
+    here = b.session_path("s1")
+    kept = here.read_bytes()
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    victim = outside / here.name
+    victim.write_bytes(kept)
+    if kind == "symlink":
+        here.unlink()
+        here.symlink_to(victim)
+    elif kind == "fifo":
+        here.unlink()
+        os.mkfifo(here)
+    else:
+        project = here.parent
+        for f in project.iterdir():
+            f.unlink()
+        project.rmdir()
+        project.symlink_to(outside)
+    append(a.session_path("s1"), message("e2", "e1", "more"))
+    a.sync(hub, monkeypatch)
+    report = b.sync(hub, monkeypatch)
+    assert victim.read_bytes() == kept
+    assert any(str(here) in what for what, _ in report.skipped), report.skipped
+    if kind != "symlinked project dir":
+        here.unlink()
+        here.write_bytes(kept)
+        b.sync(hub, monkeypatch)
+        assert entry_lines(here.read_bytes()) == entry_lines(a.session_path("s1").read_bytes())

@@ -14,6 +14,7 @@ the state records what was read (a crash before: read again, nothing written twi
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -188,6 +189,10 @@ def _pull_session(
     agent, project, name = key
     path = os.path.join(parts.sessions_dir, project, name)
     state = batch.state
+    odd = _not_a_plain_file(parts, path)
+    if odd is not None:  # kept in the hub: merged once it is a plain file again
+        report.note(path, f"{odd}; left alone, merged once it is a plain file")
+        return
     exists = parts.storage.exists(path)
     if exists and parts.storage.stat(path).size > 0:
         _merge(hub, batch, machine, parts, key, path, _read_logs(hub, logs, False), report)
@@ -204,6 +209,28 @@ def _pull_session(
             every.append((log.rel, 0, 0))
     # an empty file is one a round made and a crash left empty: filled as it was made
     _create(hub, batch, parts, key, path, _read_logs(hub, every, True), report, into=exists)
+
+
+def _not_a_plain_file(parts: StoreParts, path: str) -> str | None:
+    """Why a local session path is not one a merge may write (a symlink, a FIFO, a
+    project dir that is a symlink: a write would land elsewhere or block), else None.
+    Only a store of this host's files can have them."""
+    storage = parts.storage
+    if not isinstance(storage, HostFilesystem):
+        return None
+    host = storage.host_path(path)
+    for where, what in ((os.path.dirname(host), "its project dir"), (host, "the file")):
+        try:
+            mode = os.lstat(where).st_mode
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            return f"{what} cannot be looked at ({exc.strerror})"
+        if stat.S_ISLNK(mode):
+            return f"{what} is a symlink"
+        if where == host and not stat.S_ISREG(mode):
+            return f"{what} is not a regular file"
+    return None
 
 
 def _head(read: _Read, name: str) -> tuple[Line | None, str | None]:
