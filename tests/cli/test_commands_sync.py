@@ -125,6 +125,12 @@ def test_other_agents_sessions_reach_the_other_machine_read_only(tmp_path: Path)
     assert any(r.get("machine") == "a" and r["agent"] == "claude" for r in rows)
     again = _run(a, hub, "--machine", "a", "--json")
     assert json.loads(again.stdout)["otherAgents"]["sent"]["files"] == 0
+    status = _run(b, hub, "--status", "--json")
+    machines = {m["machine"]: m for m in json.loads(status.stdout)["machines"]}
+    assert machines["a"]["sent"]["otherFiles"] == 1
+    assert machines["b"]["received"]["otherFiles"] == 1
+    said = _run(b, hub, "--status")
+    assert "other agents' files: 0 sent (0 B), 1 received" in said.stdout, said.stdout
 
 
 def _shown_from(tmp_path: Path, machine: str) -> Machine:

@@ -106,7 +106,14 @@ def _status(hub: str, as_json: bool) -> None:
             f"{m.machine}: last round {m.last_round or 'never finished'}; sent "
             f"{m.sent_lines} lines of {m.sent_sessions} sessions ({human_size(m.sent_bytes)}),"
             f" received {m.received_lines} lines of {m.received_sessions} sessions "
-            f"({human_size(m.received_bytes)})",
+            f"({human_size(m.received_bytes)})"
+            + (
+                f"; other agents' files: {m.other_sent_files} sent "
+                f"({human_size(m.other_sent_bytes)}), {m.other_received_files} received "
+                f"({human_size(m.other_received_bytes)})"
+                if m.other_sent_files or m.other_received_files
+                else ""
+            ),
             markup=False,
         )
 

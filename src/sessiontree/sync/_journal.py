@@ -105,11 +105,15 @@ def write_status(hub: Hub, report: SyncReport) -> None:
             "sessions": report.sent_sessions,
             "lines": report.sent_lines,
             "bytes": report.sent_bytes,
+            "otherFiles": report.other_sent.files_sent,
+            "otherBytes": report.other_sent.bytes_sent,
         },
         "received": {
             "sessions": report.received_sessions,
             "lines": report.received_lines,
             "bytes": report.received_bytes,
+            "otherFiles": report.other_received.files_received,
+            "otherBytes": report.other_received.bytes_received,
         },
         "version": __version__,
     }
@@ -146,6 +150,10 @@ def read_statuses(hub: Hub) -> list[MachineStatus]:
                 _count(body, "received", "lines"),
                 _count(body, "received", "bytes"),
                 version if isinstance(version, str) else None,
+                other_sent_files=_count(body, "sent", "otherFiles"),
+                other_sent_bytes=_count(body, "sent", "otherBytes"),
+                other_received_files=_count(body, "received", "otherFiles"),
+                other_received_bytes=_count(body, "received", "otherBytes"),
             )
         )
     return out

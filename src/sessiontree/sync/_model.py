@@ -141,6 +141,12 @@ class MachineStatus:
     received_bytes: int = 0
     version: str | None = None
     """The sessiontree version that wrote it."""
+    other_sent_files: int = 0
+    """Other agents' files (read-only mirrors) it put in the hub, and their bytes."""
+    other_sent_bytes: int = 0
+    other_received_files: int = 0
+    """Other machines' files of other agents it brought into its views."""
+    other_received_bytes: int = 0
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -150,11 +156,15 @@ class MachineStatus:
                 "sessions": self.sent_sessions,
                 "lines": self.sent_lines,
                 "bytes": self.sent_bytes,
+                "otherFiles": self.other_sent_files,
+                "otherBytes": self.other_sent_bytes,
             },
             "received": {
                 "sessions": self.received_sessions,
                 "lines": self.received_lines,
                 "bytes": self.received_bytes,
+                "otherFiles": self.other_received_files,
+                "otherBytes": self.other_received_bytes,
             },
             "version": self.version,
         }
