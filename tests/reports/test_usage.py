@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessiontree import serialize_entry
-from sessiontree.format import UsageRecord
 from sessiontree.layout import store_parts
 from sessiontree.reports import (
     blocks,
@@ -25,7 +24,6 @@ from sessiontree.reports import (
     store_stats,
     time_zone,
 )
-from sessiontree.reports._usage import price_record
 from tests.conftest import examples
 
 T0 = 1_772_359_200_000  # 2026-03-01T10:00:00Z
@@ -291,22 +289,6 @@ def test_the_sonnet_estimate_matches_the_published_price() -> None:
     quote = price_table().quote("anthropic", "claude-sonnet-4-5", T0, 1000, 100, 500, 200)
     assert quote is not None
     assert quote.cost == pytest.approx(1000 * 3e-6 + 100 * 15e-6 + 500 * 0.3e-6 + 200 * 3.75e-6)
-
-
-def test_one_hour_cache_writes_are_priced_at_twice_the_input_rate() -> None:
-    # Sonnet 4.5: input $3/M, 5-minute cache write $3.75/M (the table), 1-hour write 2x
-    # input = $6/M (Anthropic's prompt caching pricing).
-    table = price_table()
-    quote = table.quote(
-        "anthropic", "claude-sonnet-4-5", T0, 1000, 100, 500, 200, cache_write_1h=150
-    )
-    assert quote is not None
-    hand = 1000 * 3e-6 + 100 * 15e-6 + 500 * 0.3e-6 + 50 * 3.75e-6 + 150 * 6e-6
-    assert quote.cost == pytest.approx(hand)
-    record = UsageRecord(
-        "a", 1, T0, "anthropic", "claude-sonnet-4-5", None, 1000, 100, 500, 200, None, 150
-    )
-    assert price_record(record, table) == (pytest.approx(hand), True, False)
 
 
 @settings(max_examples=examples(60), deadline=None)

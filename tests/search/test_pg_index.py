@@ -39,9 +39,6 @@ def _fixtures(sessions: Path) -> None:
         shutil.copy2(path, target / path.name)
 
 
-_UNPRICED = {"input": 300, "output": 40, "cacheRead": 7, "cacheWrite": 600, "cacheWrite1h": 400}
-
-
 def _generated(sessions: Path, count: int, seed: int = 7) -> None:
     """Sessions with branches, replies with usage, an import marker and text that JSON
     escapes or casefolding changes."""
@@ -52,15 +49,11 @@ def _generated(sessions: Path, count: int, seed: int = 7) -> None:
             for turn in range(rng.randrange(1, 8)):
                 words = " ".join(rng.choice(WORDS) for _ in range(rng.randrange(1, 12)))
                 sm.append_message({**user(words), "timestamp": 1_760_000_000_000 + turn})
-                # every fourth session's replies unpriced, with 1-hour cache writes: the
-                # report prices them, from every usage column the index keeps
-                priced = {} if n % 4 else {"usage": _UNPRICED}
                 sm.append_message(
                     assistant(
                         words.upper(),
                         timestamp=1_760_000_000_000 + 1000 * (n * 10 + turn) % 7_000,
                         responseId=f"r{n}-{turn // 2}",
-                        **priced,
                     )
                 )
                 if turn == 2:

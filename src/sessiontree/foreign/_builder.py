@@ -181,21 +181,6 @@ class TreeBuilder:
             parent, key, ms, lambda: self.sm.append_message(message), inline=inline, model=model
         )
 
-    def usage(
-        self,
-        parent: str | None,
-        kind: str,
-        provider: str,
-        model: str,
-        usage: dict[str, Any],
-        key: str,
-        ms: int,
-    ) -> str:
-        """A `usage` entry: spend counted in the session's totals, outside its context."""
-        return self._add(
-            parent, key, ms, lambda: self.sm.append_usage(kind, provider, model, usage)
-        )
-
     def note_call(self, assistant: str, call_id: str) -> None:
         """Assistant message `assistant` (an entry) makes tool call `call_id`."""
         owners = self._calls.setdefault(call_id, [])

@@ -39,12 +39,7 @@ Sidechains (`isSidechain` lines, written inline by Claude Code 1.x) and the v2
 subagent files (`<session>/subagents/**/agent-*.jsonl`) become separate sessions
 (`ForeignSession.subsessions`). A sidechain line that replays a response of the
 main conversation (same `message.id`, another `requestId`) keeps its content but
-counts no usage: the main conversation counted it. A read without subsessions
-(`subagents=False`: what the store's views and the usage report read) keeps each
-inline sidechain reply's usage instead, as `usage` entries (`kind: "subagent"`) in
-one chain from a root, off the session's path: their spend is the session's, their lines not its
-context. A reply's 1-hour cache writes (`cache_creation.ephemeral_1h_input_tokens`)
-are kept as `usage.cacheWrite1h`, a part of `cacheWrite` priced at its own rate.
+counts no usage: the main conversation counted it.
 
 The leaf is the one Claude Code resumes (and its SDK reads): the newest
 main-chain user/assistant line that ends a chain, extended over the kept lines
@@ -67,7 +62,6 @@ from sessiontree.foreign._content import block_as_text, int_field, str_field, te
 from sessiontree.foreign._files import HOST_FILES, Files
 from sessiontree.foreign._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
 from sessiontree.foreign._records import Damaged, Record, Transcript, read_transcript, timestamp_ms
-from sessiontree.format import CACHE_WRITE_1H
 
 __all__ = [
     "claude_fork_parent",
@@ -230,13 +224,6 @@ def _usage(raw: object, record: dict[str, Any]) -> dict[str, Any]:
         int_field(raw, "cache_read_input_tokens"),
         int_field(raw, "cache_creation_input_tokens"),
     )
-    # The share of the cache writes kept for an hour (`cache_creation`), priced at its
-    # own rate; `cacheWrite` stays every write.
-    hour = int_field(
-        raw.get("cache_creation") if isinstance(raw, dict) else None, "ephemeral_1h_input_tokens"
-    )
-    if hour > 0:
-        result[CACHE_WRITE_1H] = min(hour, result["cacheWrite"])
     cost = record.get("costUSD")
     if isinstance(cost, int | float) and not isinstance(cost, bool) and cost == cost:
         # Claude Code 1.0 recorded what a reply cost: keep what the source recorded.
@@ -671,46 +658,6 @@ def _sidechain_groups(records: list[Record]) -> dict[str, list[Record]]:
     return groups
 
 
-def _sidechain_usage(
-    side: list[Record],
-    builder: TreeBuilder,
-    cwd: str,
-    seed: str,
-    fallback_ms: int,
-    main_ids: set[str],
-) -> None:
-    """The sidechains' replies as `usage` entries of the session (one chain from a root,
-    off its path), for a read that builds no subsessions: what the subagents spent is
-    the session's spend (the usage report reads such reads), though their lines are
-    not its context.
-    Each reply counts once, as in a subsession (its lines merged, a replay of a main
-    conversation's response counting nothing)."""
-    replayed = frozenset(main_ids)
-    previous: str | None = None  # one chain of them: a single branch beside the session's
-    for key, group in _sidechain_groups(side).items():
-        scratch = TreeBuilder(cwd, f"{seed}:{key}")
-        _convert(group, scratch, fallback_ms, main_only=False, replayed=replayed)
-        for number, entry in enumerate(scratch.sm.get_entries()):
-            message = entry.get("message")
-            if not isinstance(message, dict) or message.get("role") != "assistant":
-                continue
-            spent = message.get("usage")
-            if not isinstance(spent, dict) or not any(
-                int_field(spent, k) for k in ("input", "output", "cacheRead", "cacheWrite")
-            ):
-                continue  # a replay, a synthetic reply: nothing spent
-            ms = timestamp_ms(entry.get("timestamp"))
-            previous = builder.usage(
-                previous,
-                "subagent",
-                str(message.get("provider") or PROVIDER),
-                str(message.get("model") or "?"),
-                spent,
-                f"sidechain-usage:{key}:{number}",
-                ms if ms is not None else fallback_ms,
-            )
-
-
 def _task_calls(records: list[Record]) -> dict[str, tuple[str, dict[str, Any]]]:
     """Subagent tool calls of the main conversation: prompt text -> (call id, input)."""
     calls: dict[str, tuple[str, dict[str, Any]]] = {}
@@ -813,8 +760,6 @@ def claude_session_from(
     parent = claude_fork_parent(r.value for r in records)
     builder = TreeBuilder(cwd, session_id, parent)
     conversion, leaf = _convert(main, builder, fallback_ms, main_only=True)
-    if not subagents:
-        _sidechain_usage(side, builder, cwd, session_id, fallback_ms, conversion.message_ids)
     name, source = claude_title(r.value for r in records)
     first_ms = next(
         (ms for r in records if (ms := timestamp_ms(r.value.get("timestamp"))) is not None),

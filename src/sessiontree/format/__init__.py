@@ -103,7 +103,6 @@ from sessiontree.format._tree import (
     path_to_root,
 )
 from sessiontree.format._usage import (
-    CACHE_WRITE_1H,
     USAGE_KINDS,
     ImportMarker,
     UsageRecord,
@@ -117,7 +116,6 @@ from sessiontree.format._usage import (
 __all__ = [
     "AWAITING_HEADER",
     "BRANCH_SUMMARY_PREFIX",
-    "CACHE_WRITE_1H",
     "COMPACTION_SUMMARY_PREFIX",
     "CURRENT_SESSION_VERSION",
     "FOLD_FIELDS",

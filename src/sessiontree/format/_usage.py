@@ -18,7 +18,6 @@ from typing import Any, NamedTuple
 from sessiontree.format._entries import Entry, parse_iso_ms
 
 __all__ = [
-    "CACHE_WRITE_1H",
     "IMPORT_CUSTOM_TYPE",
     "USAGE_KINDS",
     "ImportMarker",
@@ -31,10 +30,6 @@ __all__ = [
     "usage_record",
     "utc_day",
 ]
-
-CACHE_WRITE_1H = "cacheWrite1h"
-"""`usage` key of an imported Claude reply: how many of its `cacheWrite` tokens were
-written for an hour (Anthropic's 1-hour cache, priced above the 5-minute one)."""
 
 IMPORT_CUSTOM_TYPE = "foreign_session_import"
 """`customType` of the `custom` entry an import writes (oh-my-pi's, and `sessiontree import`)."""
@@ -77,8 +72,6 @@ class UsageRecord(NamedTuple):
     cache_write: int
     cost: float | None
     """`usage.cost.total` as recorded; None when the file records none."""
-    cache_write_1h: int = 0
-    """Of `cache_write`, the tokens written to a 1-hour cache (`CACHE_WRITE_1H`)."""
 
     @property
     def tokens(self) -> int:
@@ -161,7 +154,6 @@ def usage_record(entry: Entry, line: int) -> UsageRecord | None:
         cache_read=_count(usage, "cacheRead"),
         cache_write=_count(usage, "cacheWrite"),
         cost=cost,
-        cache_write_1h=max(0, min(_count(usage, CACHE_WRITE_1H), _count(usage, "cacheWrite"))),
     )
 
 

@@ -96,16 +96,9 @@ class PriceTable:
         output: int,
         cache_read: int,
         cache_write: int,
-        *,
-        cache_write_1h: int = 0,
     ) -> Quote | None:
         """The price of these tokens (`input` without the cached ones, as the agents
-        record it), or None when the table does not know the model.
-
-        `cache_write_1h` of the `cache_write` tokens were written to a 1-hour cache:
-        the table prices cache writes at the 5-minute rate, and Anthropic's published
-        rule prices the 1-hour ones at twice the base input rate (5-minute: 1.25x), so
-        those are priced at 2x the table's input rate instead."""
+        record it), or None when the table does not know the model."""
         if self._calc is None or not model or model == "?":
             return None
         when = _when(when_ms)
@@ -114,11 +107,8 @@ class PriceTable:
             return None
         model_price, model_id, provider_id, starts = found
         counts = (max(0, input), max(0, output), max(0, cache_read), max(0, cache_write))
-        hour = min(max(0, cache_write_1h), counts[3])
         if starts is None:
             total = _table_price(self._usage, model_price, *counts)
-            if total is not None and hour:
-                total += hour * _hour_surcharge(self._usage, model_price)
             return None if total is None else Quote(total, model_id, provider_id)
         # Linear within a tier: the tier is set by the whole input (cached included).
         tier = bisect.bisect_left(starts, counts[0] + counts[2] + counts[3])
@@ -128,12 +118,8 @@ class PriceTable:
             self._rates[(key_of(provider, model, when), tier)] = rates
         if rates is None:
             total = _table_price(self._usage, model_price, *counts)
-            if total is not None and hour:
-                total += hour * _hour_surcharge(self._usage, model_price)
             return None if total is None else Quote(total, model_id, provider_id)
         cost = sum(rate * count for rate, count in zip(rates, counts, strict=True))
-        base_rate, write_rate = rates[0], rates[3]
-        cost += hour * max(0.0, _HOUR_WRITE_FACTOR * base_rate - write_rate)
         return Quote(cost, model_id, provider_id)
 
     def _model_price(self, provider: str, model: str, when: datetime) -> Any:
@@ -176,21 +162,6 @@ def _table_price(
     except Exception:
         return None
     return float(total)
-
-
-_HOUR_WRITE_FACTOR = 2.0
-"""A 1-hour cache write costs twice the base input rate (Anthropic's prompt caching
-pricing: 5-minute writes 1.25x, 1-hour writes 2x); `genai-prices` has the 5-minute rate."""
-
-
-def _hour_surcharge(usage_type: Any, model_price: Any) -> float:
-    """USD per token a 1-hour cache write costs above the table's (5-minute) write."""
-    whole = 1_000_000
-    base = _table_price(usage_type, model_price, whole, 0, 0, 0)
-    write = _table_price(usage_type, model_price, 0, 0, 0, whole)
-    if base is None or write is None:
-        return 0.0
-    return max(0.0, (_HOUR_WRITE_FACTOR * base - write) / whole)
 
 
 def _tier_starts(model_price: Any) -> list[int] | None:

@@ -87,9 +87,7 @@ INDEX_FAMILY: Final = Family(
     # 2: usage rows for what pi 1.6 counts besides replies (`counted_usage`)
     # 3: no import markers (kept once, in the listing cache: `listing.import_records`)
     # 4: words (`_terms`) in the FTS table, not trigrams; the vocabulary in ``terms``
-    # 5: the 1-hour share of cache writes (`UsageRecord.cache_write_1h`); Claude Code
-    # transcripts read again for their inline sidechains' usage
-    version=5,
+    version=4,
     schema=_SCHEMA,
     tables=("meta", "files", "entries", *USAGE_TABLES, "fts", "terms", "terms_fts"),
 )
