@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -55,13 +56,14 @@ def test_status_of_a_dir_that_is_no_hub_makes_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "nothing").exists()
 
 
-def _read_only(monkeypatch: pytest.MonkeyPatch, hub: Path) -> None:
-    """Every write under `hub` fails as on a read-only mount (EROFS), whoever runs."""
+def _read_only(monkeypatch: pytest.MonkeyPatch, hub: Path, error: int = errno.EROFS) -> None:
+    """Every write under `hub` fails as on a read-only mount (EROFS) or a full disk
+    (ENOSPC), whoever runs."""
 
     def refusing(method: Callable[..., Any]) -> Callable[..., Any]:
         def write(self: FileSessionStorage, path: str, *args: Any, **kwargs: Any) -> Any:
             if str(path).startswith(str(hub)):
-                raise OSError(errno.EROFS, "Read-only file system", path)
+                raise OSError(error, os.strerror(error), path)
             return method(self, path, *args, **kwargs)
 
         return write
@@ -70,9 +72,14 @@ def _read_only(monkeypatch: pytest.MonkeyPatch, hub: Path) -> None:
         monkeypatch.setattr(FileSessionStorage, name, refusing(getattr(FileSessionStorage, name)))
 
 
+@pytest.mark.parametrize(("error", "said"), [(errno.EROFS, "read-only"), (errno.ENOSPC, "full")])
 @pytest.mark.parametrize("something_to_send", [True, False])
-def test_a_read_only_hub_is_an_error_and_changes_nothing_here(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, something_to_send: bool
+def test_a_read_only_or_full_hub_is_an_error_and_changes_nothing_here(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    something_to_send: bool,
+    error: int,
+    said: str,
 ) -> None:
     a, b, hub = Machine(tmp_path, "a"), Machine(tmp_path, "b"), tmp_path / "hub"
     new_session(a.session_path("s1"), "s1", message("e1", None, "hi"))
@@ -85,8 +92,8 @@ def test_a_read_only_hub_is_an_error_and_changes_nothing_here(
         append(a.session_path("s1"), message("a1", "e1", "laptop"))
     before = a.files()
     with monkeypatch.context() as patch:
-        _read_only(patch, hub)
-        with pytest.raises(HubError, match="read-only"):
+        _read_only(patch, hub, error)
+        with pytest.raises(HubError, match=said):
             a.sync(hub, monkeypatch)
     assert a.files() == before
     a.sync(hub, monkeypatch)  # writable again: all of it comes
