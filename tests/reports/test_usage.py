@@ -291,6 +291,37 @@ def test_the_sonnet_estimate_matches_the_published_price() -> None:
     assert quote.cost == pytest.approx(1000 * 3e-6 + 100 * 15e-6 + 500 * 0.3e-6 + 200 * 3.75e-6)
 
 
+def test_one_hour_cache_writes_cost_twice_the_input_rate() -> None:
+    # Anthropic's prompt caching prices: a 5-minute cache write costs 1.25x the input
+    # rate, a 1-hour one 2x; Sonnet 4.5 under 200k input: $3 input, $3.75 and $6 writes;
+    # over 200k (the whole input, cached included): $6 input, $7.50 and $12 writes.
+    table = price_table()
+    short = table.quote("anthropic", "claude-sonnet-4-5", T0, 1000, 100, 500, 200, 150)
+    assert short is not None
+    assert short.cost == pytest.approx(
+        1000 * 3e-6 + 100 * 15e-6 + 500 * 0.3e-6 + 50 * 3.75e-6 + 150 * 6e-6
+    )
+    long = table.quote("anthropic", "claude-sonnet-4-5", T0, 300_000, 100, 500, 200, 200)
+    assert long is not None
+    assert long.cost == pytest.approx(300_000 * 6e-6 + 100 * 22.5e-6 + 500 * 0.6e-6 + 200 * 12e-6)
+    # More 1-hour writes than writes: no more than the writes.
+    capped = table.quote("anthropic", "claude-sonnet-4-5", T0, 0, 0, 0, 200, 999)
+    assert capped is not None and capped.cost == pytest.approx(200 * 6e-6)
+
+
+@pytest.mark.parametrize("use_index", [True, False])
+def test_the_one_hour_writes_pi_records_are_priced_so(store: Store, use_index: bool) -> None:
+    # pi 1.6 records `cacheWrite1h` (of `cacheWrite`) in an Anthropic reply's usage.
+    hour = reply("hour", "u", T0 + 1, (1000, 100, 500, 200), None)
+    hour["message"]["usage"]["cacheWrite1h"] = 150
+    store.session("A", [prompt("u", None, T0), hour])
+    (counted,) = price(store.counted(use_index)[0])
+    assert counted.record.cache_write_1h == 150 and counted.estimated
+    assert counted.cost == pytest.approx(
+        1000 * 3e-6 + 100 * 15e-6 + 500 * 0.3e-6 + 50 * 3.75e-6 + 150 * 6e-6
+    )
+
+
 @settings(max_examples=examples(60), deadline=None)
 @given(
     model=st.sampled_from(

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from sessiontree.errors import SessionTreeError
 from sessiontree.foreign._records import Damaged, iso
-from sessiontree.format import Entry, new_header
+from sessiontree.format import Entry, ExtraUsage, new_header
 from sessiontree.session import SessionManager
 
 __all__ = ["ForeignSession", "ForeignSubsession", "NotAForeignSessionError", "Source"]
@@ -60,6 +60,10 @@ class ForeignSession:
     """Known line kinds deliberately not converted, with their counts."""
     size: int = 0
     """Bytes of the source file that were read."""
+    extra_usage: ExtraUsage = field(default_factory=ExtraUsage)
+    """What the source says of the session's usage that its entries (pi's format) do
+    not hold: the usage report counts it (`storage.ForeignStorage.extra_usage`); no
+    view or import of the session shows or writes it."""
 
     def header(self, parent_session: str | None = None) -> Entry:
         """A v3 header for reading the session in place: the source's id and start time."""

@@ -41,6 +41,14 @@ subagent files (`<session>/subagents/**/agent-*.jsonl`) become separate sessions
 main conversation (same `message.id`, another `requestId`) keeps its content but
 counts no usage: the main conversation counted it.
 
+What the transcript spent beyond the session's entries is `ForeignSession.extra_usage`,
+which the usage report reads and nothing writes (ccusage counts the same): the replies
+of the inline sidechains (each response once, a replay of the main conversation's not
+at all), in the transcript even when no subsession is built, and each response's
+tokens written to the 1-hour cache (`cache_creation.ephemeral_1h_input_tokens`, priced
+above the 5-minute ones). Neither is an entry or a key of the session's usage objects:
+the session is the one its views show and an import writes, as pi would read it.
+
 The leaf is the one Claude Code resumes (and its SDK reads): the newest
 main-chain user/assistant line that ends a chain, extended over the kept lines
 after it on that chain.
@@ -62,6 +70,8 @@ from sessiontree.foreign._content import block_as_text, int_field, str_field, te
 from sessiontree.foreign._files import HOST_FILES, Files
 from sessiontree.foreign._model import ForeignSession, ForeignSubsession, NotAForeignSessionError
 from sessiontree.foreign._records import Damaged, Record, Transcript, read_transcript, timestamp_ms
+from sessiontree.format import ExtraUsage, UsageRecord, usage_record
+from sessiontree.session import SessionManager
 
 __all__ = [
     "claude_fork_parent",
@@ -231,6 +241,12 @@ def _usage(raw: object, record: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _hour_writes(raw: object) -> int:
+    """A response's tokens written to the 1-hour cache (part of its cache writes)."""
+    creation = raw.get("cache_creation") if isinstance(raw, dict) else None
+    return int_field(creation, "ephemeral_1h_input_tokens")
+
+
 def _envelope_free(value: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in value.items() if k not in _ENVELOPE}
 
@@ -265,6 +281,8 @@ class _Transcript:
     open_compactions: set[str] = field(default_factory=set)
     skipped: dict[str, int] = field(default_factory=dict)
     message_ids: set[str] = field(default_factory=set)
+    hour_writes: dict[str, int] = field(default_factory=dict)
+    """`message.id` -> the response's 1-hour cache writes (`ExtraUsage.hour_writes`)."""
     last_ms: int = 0
 
     def resolve(self, source_uuid: object) -> str | None:
@@ -340,6 +358,7 @@ class _Transcript:
             self._note_calls(response.entry, blocks)
             if not response.replay and isinstance(message.get("usage"), dict):
                 response.message["usage"] = _usage(message["usage"], value)
+                self._note_hour_writes(message_id, message["usage"])
             response.stop = str_field(message, "stop_reason") or response.stop
             self._keep(value, response.entry)
             return
@@ -387,7 +406,18 @@ class _Transcript:
         if message_id:
             self.responses[message_id] = response
             self.message_ids.add(message_id)
+            if not replay:
+                self._note_hour_writes(message_id, message.get("usage"))
         self._keep(value, entry)
+
+    def _note_hour_writes(self, message_id: str | None, raw: object) -> None:
+        hour = _hour_writes(raw)
+        if message_id is None:
+            return
+        if hour > 0:
+            self.hour_writes[message_id] = hour
+        else:
+            self.hour_writes.pop(message_id, None)  # the response's last line says none
 
     def _note_calls(self, entry: str, blocks: list[dict[str, Any]]) -> None:
         for block in blocks:
@@ -699,23 +729,29 @@ def _read_meta(path: str, files: Files) -> dict[str, Any]:
 
 def _subsession(
     key: str,
-    records: list[Record],
+    built: tuple[TreeBuilder, str | None],
     source_path: str,
-    cwd: str,
-    seed: str,
-    fallback_ms: int,
-    replayed: frozenset[str],
     call: tuple[str, dict[str, Any]] | None,
     meta: dict[str, Any],
 ) -> ForeignSubsession:
-    builder = TreeBuilder(cwd, seed)
-    _, leaf = _convert(records, builder, fallback_ms, main_only=False, replayed=replayed)
+    builder, leaf = built
     name = str_field(meta, "description") or str_field(meta, "agentType")
     if call is not None and not name:
         name = str_field(call[1], "description") or str_field(call[1], "subagent_type")
     call_id = str_field(meta, "toolUseId") or (call[0] if call is not None else None)
     manager = builder.finish(leaf, name)
     return ForeignSubsession(key, manager, name, source_path, call_id)
+
+
+def _spent(manager: SessionManager, replayed: frozenset[str]) -> list[UsageRecord]:
+    """What a sidechain's entries spent, as its own session counts it, less the
+    main conversation's responses it replays (counted there)."""
+    found = []
+    for number, entry in enumerate(manager.get_entries(), start=1):
+        record = usage_record(entry, number)
+        if record is not None and record.response_id not in replayed:
+            found.append(record)
+    return found
 
 
 def _is_transcript(records: list[Record]) -> bool:
@@ -779,26 +815,27 @@ def claude_session_from(
         skipped=dict(conversion.skipped),
         size=transcript.size,
     )
+    replayed = frozenset(conversion.message_ids)
+    hours = dict(conversion.hour_writes)
+    replies: list[UsageRecord] = []
+    calls = _task_calls(main) if subagents else {}
+    for key, group in _sidechain_groups(side).items():
+        side_builder = TreeBuilder(cwd, f"{session_id}:{key}")
+        side_conversion, side_leaf = _convert(
+            group, side_builder, fallback_ms, main_only=False, replayed=replayed
+        )
+        hours.update(side_conversion.hour_writes)
+        if subagents:
+            first = group[0].value.get("message")
+            prompt = text_of(first.get("content")) if isinstance(first, dict) else ""
+            made = _subsession(key, (side_builder, side_leaf), session.path, calls.get(prompt), {})
+            session.subsessions.append(made)
+            replies += _spent(made.manager, replayed)
+        else:
+            replies += _spent(side_builder.finish(side_leaf), replayed)
+    session.extra_usage = ExtraUsage(tuple(replies), hours)
     if not subagents:
         return session
-    replayed = frozenset(conversion.message_ids)
-    calls = _task_calls(main)
-    for key, group in _sidechain_groups(side).items():
-        first = group[0].value.get("message")
-        prompt = text_of(first.get("content")) if isinstance(first, dict) else ""
-        session.subsessions.append(
-            _subsession(
-                key,
-                group,
-                session.path,
-                cwd,
-                f"{session_id}:{key}",
-                fallback_ms,
-                replayed,
-                calls.get(prompt),
-                {},
-            )
-        )
     for file in _subagent_files(path, files):
         try:
             sub = read_transcript(file, files)
@@ -815,15 +852,15 @@ def claude_session_from(
             ),
             "",
         )
+        agent_builder = TreeBuilder(cwd, f"{session_id}:{agent}")
+        _, agent_leaf = _convert(
+            sub.records, agent_builder, fallback_ms, main_only=False, replayed=replayed
+        )
         session.subsessions.append(
             _subsession(
                 agent,
-                sub.records,
+                (agent_builder, agent_leaf),
                 os.path.abspath(file),
-                cwd,
-                f"{session_id}:{agent}",
-                fallback_ms,
-                replayed,
                 calls.get(first_prompt),
                 meta,
             )

@@ -13,7 +13,10 @@ working directory the sessions were recorded in. Every write raises.
 `index_view` is how `search`, `usage` and `stats` (and the web app) reach such a
 store: through the content index of this agent's dir (the one that keeps the
 listing cache), each session read by its reader (`SessionSource.load`), so they
-are indexed as our files are; with no such dir, every session is scanned. A
+are indexed as our files are; with no such dir, every session is scanned. What a
+reader knows of a session's usage beyond its entries (`ForeignSession.extra_usage`:
+a Claude Code transcript's inline sidechain replies, 1-hour cache writes) reaches the
+usage rows beside them (`SessionSource.extra`), never the session's entries. A
 database's transcripts (`ForeignStore.on_storage`) are read by their reader and
 never indexed: the content index keeps this host's files.
 """
@@ -34,7 +37,7 @@ from sessiontree.errors import SessionTreeError
 from sessiontree.foreign._model import ForeignSession, NotAForeignSessionError
 from sessiontree.foreign._records import iso
 from sessiontree.foreign.store import ForeignListing, ForeignStore
-from sessiontree.format import Entry, loads_line, serialize_entry_bytes
+from sessiontree.format import Entry, ExtraUsage, loads_line, serialize_entry_bytes
 from sessiontree.layout import StoreParts, encode_session_dir_name
 from sessiontree.listing import same_identity
 from sessiontree.search import SessionSource
@@ -72,7 +75,9 @@ class ForeignStorage:
     def __init__(self, store: ForeignStore) -> None:
         self.store = store
         self.sessions_root = os.path.join(store.home, "sessions")
-        self._views: OrderedDict[str, tuple[tuple[int, int, int, int], bytes]] = OrderedDict()
+        self._views: OrderedDict[str, tuple[tuple[int, int, int, int], bytes, ExtraUsage]] = (
+            OrderedDict()
+        )
         self._listing: list[ForeignListing] | None = None
 
     def __repr__(self) -> str:
@@ -121,12 +126,24 @@ class ForeignStorage:
     # ------------------------------------------------------------------ reading
 
     def _view(self, path: str) -> bytes:
+        return self._read(path)[0]
+
+    def extra_usage(self, path: str) -> ExtraUsage:
+        """The usage of the session at `path` beyond its entries (a `SessionSource.extra`:
+        asked after its entries, it reads nothing again); none for a file that is not a
+        session."""
+        try:
+            return self._read(path)[1]
+        except OSError:
+            return ExtraUsage()
+
+    def _read(self, path: str) -> tuple[bytes, ExtraUsage]:
         path = os.path.abspath(path)
         identity = self.identity(path)
         kept = self._views.get(path)
         if kept is not None and same_identity(kept[0], identity):
             self._views.move_to_end(path)
-            return kept[1]
+            return kept[1], kept[2]
         try:
             session = self.store.read(path, subagents=False)
         except NotAForeignSessionError:
@@ -144,10 +161,10 @@ class ForeignStorage:
                 sibling = os.path.join(os.path.dirname(path), name)
                 parent = sibling if self.store.fs.stat(sibling) is not None else parent
         data = session_bytes(session, parent)
-        self._views[path] = (identity, data)
+        self._views[path] = (identity, data, session.extra_usage)
         while len(self._views) > _VIEWS_KEPT:
             self._views.popitem(last=False)
-        return data
+        return data, session.extra_usage
 
     def entries(self, path: str) -> tuple[Entry | None, list[Entry]]:
         """The session at `path` as this storage shows it: (header, entries), or
@@ -318,7 +335,8 @@ def index_view(parts: StoreParts, paths: Sequence[str]) -> IndexView:
     Our own stores are returned as they are. A Claude Code or Codex store's sessions
     become sources read by their reader, indexed in the content index of the agent
     dir that keeps the store's listing cache (never in the other agent's directory);
-    without one they stay paths of the foreign storage, which are scanned.
+    without one they stay paths of the foreign storage, which are scanned. Each
+    source brings the usage its reader knows beyond the entries (`extra_usage`).
     """
     storage = parts.storage
     if not isinstance(storage, ForeignStorage):
@@ -329,14 +347,23 @@ def index_view(parts: StoreParts, paths: Sequence[str]) -> IndexView:
         # A database's transcripts: read by their reader, never indexed (the content
         # index keeps this host's files, as for a database's own sessions).
         sources: list[str | SessionSource] = [
-            SessionSource(path, load=storage.entries, kind=kind, identity=storage.identity)
+            SessionSource(
+                path,
+                load=storage.entries,
+                kind=kind,
+                identity=storage.identity,
+                extra=storage.extra_usage,
+            )
             for path in paths
         ]
         return IndexView(sources, parts)
     if cache is None:
-        return IndexView(list(paths), parts)
+        return IndexView([SessionSource(path, extra=storage.extra_usage) for path in paths], parts)
     identity = storage.identity if storage.store.backend is not None else None
     sources = [
-        SessionSource(path, load=storage.entries, kind=kind, identity=identity) for path in paths
+        SessionSource(
+            path, load=storage.entries, kind=kind, identity=identity, extra=storage.extra_usage
+        )
+        for path in paths
     ]
     return IndexView(sources, StoreParts(FileSessionStorage(), cache))

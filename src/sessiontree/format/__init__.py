@@ -103,7 +103,9 @@ from sessiontree.format._tree import (
     path_to_root,
 )
 from sessiontree.format._usage import (
+    CACHE_WRITE_1H,
     USAGE_KINDS,
+    ExtraUsage,
     ImportMarker,
     UsageRecord,
     UsageTotals,
@@ -116,6 +118,7 @@ from sessiontree.format._usage import (
 __all__ = [
     "AWAITING_HEADER",
     "BRANCH_SUMMARY_PREFIX",
+    "CACHE_WRITE_1H",
     "COMPACTION_SUMMARY_PREFIX",
     "CURRENT_SESSION_VERSION",
     "FOLD_FIELDS",
@@ -130,6 +133,7 @@ __all__ = [
     "USAGE_KINDS",
     "ContextBuilder",
     "Entry",
+    "ExtraUsage",
     "ImportMarker",
     "MetaFold",
     "SessionContext",

@@ -6,20 +6,24 @@ What counts is what pi 1.6 counts (`counted_usage`): assistant replies, tool res
 (the content index stores these; `sessiontree.reports._usage` de-duplicates and
 sums them); `UsageTotals` sums `usage` objects as `SessionManager` does.
 `import_marker(entry)` reads the `foreign_session_import` entry an importer
-writes (source, sourceId, which entries came from the source).
+writes (source, sourceId, which entries came from the source). `ExtraUsage` is what
+a reader of another agent's format knows of a session's usage beyond its entries.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from sessiontree.format._entries import Entry, parse_iso_ms
 
 __all__ = [
+    "CACHE_WRITE_1H",
     "IMPORT_CUSTOM_TYPE",
     "USAGE_KINDS",
+    "ExtraUsage",
     "ImportMarker",
     "UsageRecord",
     "UsageTotals",
@@ -30,6 +34,11 @@ __all__ = [
     "usage_record",
     "utc_day",
 ]
+
+CACHE_WRITE_1H = "cacheWrite1h"
+"""`usage` key pi 1.6 records for an Anthropic reply: how many of its `cacheWrite` tokens
+were written to the 1-hour cache (priced above the 5-minute one). Read, never written
+here: our files keep the usage object pi's readers know."""
 
 IMPORT_CUSTOM_TYPE = "foreign_session_import"
 """`customType` of the `custom` entry an import writes (oh-my-pi's, and `sessiontree import`)."""
@@ -72,6 +81,9 @@ class UsageRecord(NamedTuple):
     cache_write: int
     cost: float | None
     """`usage.cost.total` as recorded; None when the file records none."""
+    cache_write_1h: int = 0
+    """Of `cache_write`, the tokens written to a 1-hour cache (`CACHE_WRITE_1H`, or what
+    the session's reader knows: `ExtraUsage.hour_writes`)."""
 
     @property
     def tokens(self) -> int:
@@ -154,7 +166,33 @@ def usage_record(entry: Entry, line: int) -> UsageRecord | None:
         cache_read=_count(usage, "cacheRead"),
         cache_write=_count(usage, "cacheWrite"),
         cost=cost,
+        cache_write_1h=max(0, min(_count(usage, CACHE_WRITE_1H), _count(usage, "cacheWrite"))),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ExtraUsage:
+    """What a reader of another agent's session knows of its usage that the session's
+    entries (pi's format) do not hold: the usage report counts it, the session's views
+    never see it, and no file we write carries it."""
+
+    replies: tuple[UsageRecord, ...] = ()
+    """Replies spent for the session that are not its entries (Claude Code 1.x inline
+    sidechains: subagents' conversations, separate sessions when imported); their
+    `line` is a reader's own numbering, which the reader of the rows replaces."""
+    hour_writes: Mapping[str, int] = field(default_factory=dict)
+    """Reply id (`responseId`) -> its tokens written to the 1-hour cache."""
+
+    def __bool__(self) -> bool:
+        return bool(self.replies or self.hour_writes)
+
+    def of(self, record: UsageRecord) -> UsageRecord:
+        """`record` with its 1-hour cache writes, when this knows them (never more than
+        its cache writes: a replay of a reply, counted once elsewhere, has none)."""
+        hour = self.hour_writes.get(record.response_id or "") if self.hour_writes else None
+        if not hour or record.cache_write_1h:
+            return record
+        return record._replace(cache_write_1h=max(0, min(hour, record.cache_write)))
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,9 +96,15 @@ class PriceTable:
         output: int,
         cache_read: int,
         cache_write: int,
+        cache_write_1h: int = 0,
     ) -> Quote | None:
         """The price of these tokens (`input` without the cached ones, as the agents
-        record it), or None when the table does not know the model."""
+        record it), or None when the table does not know the model.
+
+        `cache_write_1h` of the `cache_write` tokens went to the 1-hour cache. The table
+        prices a cache write at the 5-minute rate (1.25x the input rate for Anthropic);
+        a 1-hour one costs twice the input rate (Anthropic's prompt caching prices, and
+        pi 1.6's `calculateCost`), in the tier the whole input falls in."""
         if self._calc is None or not model or model == "?":
             return None
         when = _when(when_ms)
@@ -107,19 +113,31 @@ class PriceTable:
             return None
         model_price, model_id, provider_id, starts = found
         counts = (max(0, input), max(0, output), max(0, cache_read), max(0, cache_write))
-        if starts is None:
-            total = _table_price(self._usage, model_price, *counts)
-            return None if total is None else Quote(total, model_id, provider_id)
-        # Linear within a tier: the tier is set by the whole input (cached included).
-        tier = bisect.bisect_left(starts, counts[0] + counts[2] + counts[3])
-        rates = self._rates.get((key_of(provider, model, when), tier))
+        hour = min(max(0, cache_write_1h), counts[3])
+        rates = None
+        if starts is not None:
+            # Linear within a tier: the tier is set by the whole input (cached included).
+            tier = bisect.bisect_left(starts, counts[0] + counts[2] + counts[3])
+            rates = self._rates.get((key_of(provider, model, when), tier))
+            if rates is None:
+                rates = _rates(self._usage, model_price, starts, tier)
+                self._rates[(key_of(provider, model, when), tier)] = rates
         if rates is None:
-            rates = _rates(self._usage, model_price, starts, tier)
-            self._rates[(key_of(provider, model, when), tier)] = rates
-        if rates is None:
             total = _table_price(self._usage, model_price, *counts)
-            return None if total is None else Quote(total, model_id, provider_id)
+            if total is None:
+                return None
+            if hour:
+                # Not linear (or unknown parts): the 1-hour writes' difference from the
+                # 5-minute rate, at the rates of a million tokens.
+                whole = 1_000_000
+                base = _table_price(self._usage, model_price, whole, 0, 0, 0)
+                write = _table_price(self._usage, model_price, 0, 0, 0, whole)
+                if base is not None and write is not None:
+                    total += hour * (_HOUR_WRITE_FACTOR * base - write) / whole
+            return Quote(total, model_id, provider_id)
         cost = sum(rate * count for rate, count in zip(rates, counts, strict=True))
+        if hour:
+            cost += hour * (_HOUR_WRITE_FACTOR * rates[0] - rates[3])
         return Quote(cost, model_id, provider_id)
 
     def _model_price(self, provider: str, model: str, when: datetime) -> Any:
@@ -145,6 +163,10 @@ class PriceTable:
             break
         self._lookups[key] = found
         return found
+
+
+_HOUR_WRITE_FACTOR = 2.0
+"""A 1-hour cache write costs this times the input rate (5-minute ones: the table's)."""
 
 
 def _table_price(

@@ -514,7 +514,14 @@ def price_record(r: UsageRecord, table: PriceTable) -> tuple[float, bool, bool]:
     estimated = unpriced = False
     if (cost is None or cost == 0) and r.tokens > 0:
         quote = table.quote(
-            r.provider, r.model, r.timestamp, r.input, r.output, r.cache_read, r.cache_write
+            r.provider,
+            r.model,
+            r.timestamp,
+            r.input,
+            r.output,
+            r.cache_read,
+            r.cache_write,
+            r.cache_write_1h,
         )
         if quote is None:
             unpriced = cost is None  # a recorded 0 for a model the table lacks stays

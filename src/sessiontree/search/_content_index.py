@@ -520,7 +520,7 @@ class ContentIndex:
         `sink`, the committed offset and the states there and at the end."""
         path, size, mtime_ns, ino, _ = listed_as
         if source.load is not None:
-            rows, final = read_loaded(source.load, path)
+            rows, final = read_loaded(source.load, path, extra=source.extra)
             committed, saved, head_len = 0, final, 0
         else:
             rows, committed, saved, final = read_jsonl(

@@ -87,7 +87,9 @@ INDEX_FAMILY: Final = Family(
     # 2: usage rows for what pi 1.6 counts besides replies (`counted_usage`)
     # 3: no import markers (kept once, in the listing cache: `listing.import_records`)
     # 4: words (`_terms`) in the FTS table, not trigrams; the vocabulary in ``terms``
-    version=4,
+    # 5: usage rows hold 1-hour cache writes (`cache_write_1h`) and a Claude Code
+    #    transcript's inline sidechain replies (`format.ExtraUsage`): read again
+    version=5,
     schema=_SCHEMA,
     tables=("meta", "files", "entries", *USAGE_TABLES, "fts", "terms", "terms_fts"),
 )

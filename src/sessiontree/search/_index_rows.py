@@ -4,8 +4,11 @@ A session is our JSONL file (`read_jsonl`: from the start, or from the end of it
 complete line when it only grew) or, with a `SessionSource.load`, a session of another
 format turned into entries (`read_loaded`: read whole). Each entry with text gives an
 ``entries`` row and its casefolded text (`index_text`); replies give usage rows and
-import entries import markers (`_usage_rows`). `read_source` reads one session the
-same way without keeping anything (for stores the index does not cover).
+import entries import markers (`_usage_rows`). What the reader of another format knows
+of the usage besides the entries (`SessionSource.extra`, `format.ExtraUsage`) goes into
+the usage rows only: replies after the entries' lines, 1-hour cache writes on theirs.
+`read_source` reads one session the same way without keeping anything (for stores the
+index does not cover).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from sessiontree._util.foreground import pause_point
 from sessiontree.format import (
     USAGE_KINDS,
     Entry,
+    ExtraUsage,
     ImportMarker,
     UsageRecord,
     allow_deep_nesting,
@@ -58,6 +62,8 @@ __all__ = [
     "Loader",
     "Rows",
     "SessionSource",
+    "UsageReader",
+    "add_extra_usage",
     "head_len_of",
     "index_text",
     "query_trigrams",
@@ -80,6 +86,9 @@ _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 Loader = Callable[[str], tuple[Entry | None, Sequence[Entry]]]
 """Reads a session of another format: (header or None when it is not one, entries)."""
+UsageReader = Callable[[str], ExtraUsage]
+"""What a session's reader knows of its usage besides its entries (asked after reading
+it: the reader keeps what it read)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +96,15 @@ class SessionSource:
     """A session the index covers: our JSONL file at `path`, or, with `load`, a
     file of another format whose entries `load(path)` returns. `identity`, with
     `load`, gives (size, mtime_ns, ino, ctime_ns) of a session that is not one file's stat
-    (a session of an OpenCode database, named by a path under the database file)."""
+    (a session of an OpenCode database, named by a path under the database file).
+    `extra`: the usage of the session beyond its entries, for the usage rows (a view
+    of another agent's session: the session's entries are what `show` shows)."""
 
     path: str
     load: Loader | None = field(default=None, compare=False)
     kind: str = "jsonl"
     identity: Callable[[str], tuple[int, int, int, int]] | None = field(default=None, compare=False)
+    extra: UsageReader | None = field(default=None, compare=False)
 
 
 def index_text(text: str) -> str:
@@ -337,7 +349,7 @@ def read_source(
     index does not cover. Raises OSError when it cannot be read."""
     storage = default_storage(storage)
     if source.load is not None:
-        rows, final = read_loaded(source.load, source.path, want_text=False)
+        rows, final = read_loaded(source.load, source.path, want_text=False, extra=source.extra)
         size = 0
         try:
             size = storage.stat(source.path).size
@@ -346,6 +358,8 @@ def read_source(
     else:
         size = storage.stat(source.path).size
         rows, _, _, final = read_jsonl(storage, source.path, 0, size, FileState(), 0, False)
+        if source.extra is not None and final.phase == PHASE_OK:
+            add_extra_usage(rows, source.extra(source.path), final.line)
     info = IndexedFile(
         -1,
         source.path,
@@ -361,7 +375,22 @@ def read_source(
     return info, [r for _, _, r in rows.usage], [m for _, _, m in rows.imports]
 
 
-def read_loaded(load: Loader, path: str, want_text: bool = True) -> tuple[Rows, FileState]:
+def add_extra_usage(rows: Rows, extra: ExtraUsage, last_line: int) -> None:
+    """`extra` in the usage rows: 1-hour cache writes on the replies' rows, and the
+    replies that are no entry numbered after the session's last line."""
+    if not extra:
+        return
+    if extra.hour_writes:
+        rows.usage = [(line, offset, extra.of(r)) for line, offset, r in rows.usage]
+    last_line = max(last_line, rows.usage[-1][0] if rows.usage else 0)  # an unended line's
+    for line, record in enumerate(extra.replies, start=last_line + 1):
+        rows.usage.append((line, -1, extra.of(record._replace(line=line))))
+        rows.held += 300
+
+
+def read_loaded(
+    load: Loader, path: str, want_text: bool = True, extra: UsageReader | None = None
+) -> tuple[Rows, FileState]:
     header, entries = load(path)
     st = FileState()
     rows = Rows(want_text=want_text)
@@ -380,6 +409,8 @@ def read_loaded(load: Loader, path: str, want_text: bool = True) -> tuple[Rows, 
         if isinstance(entry, dict):
             _add_entry(rows, st, entry, position, -1, 0, st.created or 0)
     st.line = len(entries)
+    if extra is not None:
+        add_extra_usage(rows, extra(path), st.line)
     return rows, st
 
 

@@ -140,7 +140,7 @@ _COPY_ENTRIES = (
 )
 _COPY_USAGE = (
     "COPY {s}.search_usage (file_id, off, line, entry_id, ts, provider, model, response_id, "
-    "input, output, cache_read, cache_write, cost) FROM STDIN"
+    "input, output, cache_read, cache_write, cost, cache_write_1h) FROM STDIN"
 )
 _COPY_IMPORTS = (
     "COPY {s}.search_imports (file_id, off, line, source, source_id, version, extra_ids) FROM STDIN"
@@ -160,7 +160,7 @@ FROM {s}.search_files f WHERE f.file_id = ANY(%s)
 """
 _USAGE = """
 SELECT u.file_id, u.entry_id, u.line, u.ts, u.provider, u.model, u.response_id, u.input,
-       u.output, u.cache_read, u.cache_write, u.cost
+       u.output, u.cache_read, u.cache_write, u.cost, u.cache_write_1h
 FROM {s}.search_usage u WHERE u.file_id = ANY(%s) ORDER BY u.file_id, u.line
 """
 _IMPORTS = """
@@ -223,6 +223,7 @@ class _Pending:
                 r.cache_read,
                 r.cache_write,
                 r.cost,
+                r.cache_write_1h,
             )
             for line, off, r in rows.usage
         ]

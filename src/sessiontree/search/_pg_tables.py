@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 __all__ = ["INDEX_VERSION", "IndexUnavailable", "ensure_tables"]
 
-INDEX_VERSION: Final = 1
-"""The layout of the tables this sessiontree keeps."""
+INDEX_VERSION: Final = 2
+"""The layout of the tables this sessiontree keeps (2: ``search_usage.cache_write_1h``)."""
 
 _TABLES: Final = """
     CREATE TABLE {s}.search_index (version integer NOT NULL);
@@ -80,6 +80,7 @@ _TABLES: Final = """
         cache_read bigint NOT NULL,
         cache_write bigint NOT NULL,
         cost double precision,
+        cache_write_1h bigint NOT NULL,
         PRIMARY KEY (file_id, off)
     );
     CREATE TABLE {s}.search_imports (

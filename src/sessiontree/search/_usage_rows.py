@@ -39,7 +39,8 @@ USAGE_SCHEMA: Final = (
         output INTEGER NOT NULL,
         cache_read INTEGER NOT NULL,
         cache_write INTEGER NOT NULL,
-        cost REAL
+        cost REAL,
+        cache_write_1h INTEGER NOT NULL
     )""",
     "CREATE INDEX usage_file ON usage (file, offset)",
 )
@@ -54,8 +55,8 @@ def write_usage_rows(
     offset."""
     conn.executemany(
         "INSERT INTO usage (file, line, offset, entry_id, ts, provider, model, response_id, "
-        "input, output, cache_read, cache_write, cost) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "input, output, cache_read, cache_write, cost, cache_write_1h) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [
             (
                 file_id,
@@ -71,6 +72,7 @@ def write_usage_rows(
                 r.cache_read,
                 r.cache_write,
                 r.cost,
+                r.cache_write_1h,
             )
             for line, offset, r in usage
         ],
@@ -88,7 +90,7 @@ def usage_records(
     records: list[UsageRecord] | None = None
     for row in conn.execute(
         "SELECT file, entry_id, line, ts, provider, model, response_id, input, output, "
-        "cache_read, cache_write, cost FROM usage ORDER BY file, line"
+        "cache_read, cache_write, cost, cache_write_1h FROM usage ORDER BY file, line"
     ):
         if row[0] != current:
             current = row[0]
