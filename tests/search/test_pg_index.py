@@ -292,6 +292,42 @@ def test_a_store_made_before_the_index_gets_it_on_first_use(db: Store) -> None:
     assert usage.totals.input == 100
 
 
+def test_an_index_of_version_1_is_made_again_with_the_one_hour_cache_writes(db: Store) -> None:
+    """Version 2 keeps each reply's 1-hour cache writes (`search_usage.cache_write_1h`,
+    which pi 1.6 records as `cacheWrite1h`): the report prices them from the rows."""
+    from psycopg import sql
+
+    usage = {"input": 1000, "output": 100, "cacheRead": 500, "cacheWrite": 200}
+    sm = db.create("/work/p")
+    with sm:
+        sm.append_message(user("hour"))
+        sm.append_message(assistant("cached", usage={**usage, "cacheWrite1h": 150}))
+    # Sonnet 4.5: $3 input, $15 output, $0.30 cache read; cache writes $3.75 (5 minutes)
+    # and $6 (1 hour) per million tokens.
+    cost = (1000 * 3 + 100 * 15 + 500 * 0.3 + 50 * 3.75 + 150 * 6) / 1e6
+    assert db.usage("session", tz="UTC").totals.cost == pytest.approx(cost)
+    with _index(db).storage.connection() as conn:  # the tables as version 1 made them
+        conn.execute(
+            sql.SQL("ALTER TABLE {}.search_usage DROP COLUMN cache_write_1h").format(
+                sql.Identifier(db.storage.schema)  # type: ignore[attr-defined]
+            )
+        )
+    _set_version(db, 1)
+    report = db.usage("session", tz="UTC")
+    assert report.totals.cost == pytest.approx(cost) and report.totals.cache_write == 200
+    assert "cache_write_1h" in _columns(db, "search_usage")
+
+
+def _columns(db: Store, table: str) -> list[str]:
+    with _index(db).storage.connection() as conn:
+        rows = conn.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = %s",
+            (db.storage.schema, table),  # type: ignore[attr-defined]
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
 def test_without_the_trigram_index_the_text_is_still_asked(db: Store) -> None:
     from psycopg import sql
 
