@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -60,10 +61,15 @@ class ForeignSession:
     """Known line kinds deliberately not converted, with their counts."""
     size: int = 0
     """Bytes of the source file that were read."""
-    extra_usage: ExtraUsage = field(default_factory=ExtraUsage)
-    """What the source says of the session's usage that its entries (pi's format) do
-    not hold: the usage report counts it (`storage.ForeignStorage.extra_usage`); no
-    view or import of the session shows or writes it."""
+    extra_usage_of: Callable[[], ExtraUsage] = field(default=ExtraUsage, repr=False, compare=False)
+    """Finds `extra_usage` (once: a reader's work, done only when asked)."""
+
+    @property
+    def extra_usage(self) -> ExtraUsage:
+        """What the source says of the session's usage that its entries (pi's format)
+        do not hold: the usage report counts it (`storage.ForeignStorage.extra_usage`);
+        no view or import of the session shows or writes it."""
+        return self.extra_usage_of()
 
     def header(self, parent_session: str | None = None) -> Entry:
         """A v3 header for reading the session in place: the source's id and start time."""

@@ -61,6 +61,7 @@ import re
 import uuid as uuid_module
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cache, partial
 from typing import Any
 
 import orjson
@@ -729,12 +730,17 @@ def _read_meta(path: str, files: Files) -> dict[str, Any]:
 
 def _subsession(
     key: str,
-    built: tuple[TreeBuilder, str | None],
+    records: list[Record],
     source_path: str,
+    cwd: str,
+    seed: str,
+    fallback_ms: int,
+    replayed: frozenset[str],
     call: tuple[str, dict[str, Any]] | None,
     meta: dict[str, Any],
 ) -> ForeignSubsession:
-    builder, leaf = built
+    builder = TreeBuilder(cwd, seed)
+    _, leaf = _convert(records, builder, fallback_ms, main_only=False, replayed=replayed)
     name = str_field(meta, "description") or str_field(meta, "agentType")
     if call is not None and not name:
         name = str_field(call[1], "description") or str_field(call[1], "subagent_type")
@@ -752,6 +758,27 @@ def _spent(manager: SessionManager, replayed: frozenset[str]) -> list[UsageRecor
         if record is not None and record.response_id not in replayed:
             found.append(record)
     return found
+
+
+def _sidechain_usage(
+    side: list[Record],
+    cwd: str,
+    seed: str,
+    fallback_ms: int,
+    replayed: frozenset[str],
+    hours: dict[str, int],
+) -> ExtraUsage:
+    """The session's `ExtraUsage`: its inline sidechains' replies, each as its
+    subsession counts it (built again here: a read of a store builds none), and the
+    1-hour cache writes of its responses and theirs."""
+    replies: list[UsageRecord] = []
+    hours = dict(hours)
+    for key, group in _sidechain_groups(side).items():
+        builder = TreeBuilder(cwd, f"{seed}:{key}")
+        conversion, leaf = _convert(group, builder, fallback_ms, main_only=False, replayed=replayed)
+        hours.update(conversion.hour_writes)
+        replies += _spent(builder.finish(leaf), replayed)
+    return ExtraUsage(tuple(replies), hours)
 
 
 def _is_transcript(records: list[Record]) -> bool:
@@ -816,26 +843,31 @@ def claude_session_from(
         size=transcript.size,
     )
     replayed = frozenset(conversion.message_ids)
-    hours = dict(conversion.hour_writes)
-    replies: list[UsageRecord] = []
-    calls = _task_calls(main) if subagents else {}
-    for key, group in _sidechain_groups(side).items():
-        side_builder = TreeBuilder(cwd, f"{session_id}:{key}")
-        side_conversion, side_leaf = _convert(
-            group, side_builder, fallback_ms, main_only=False, replayed=replayed
+    # Asked by the usage report only (a listing reads every transcript, and never asks).
+    session.extra_usage_of = cache(
+        partial(
+            _sidechain_usage, side, cwd, session_id, fallback_ms, replayed, conversion.hour_writes
         )
-        hours.update(side_conversion.hour_writes)
-        if subagents:
-            first = group[0].value.get("message")
-            prompt = text_of(first.get("content")) if isinstance(first, dict) else ""
-            made = _subsession(key, (side_builder, side_leaf), session.path, calls.get(prompt), {})
-            session.subsessions.append(made)
-            replies += _spent(made.manager, replayed)
-        else:
-            replies += _spent(side_builder.finish(side_leaf), replayed)
-    session.extra_usage = ExtraUsage(tuple(replies), hours)
+    )
     if not subagents:
         return session
+    calls = _task_calls(main)
+    for key, group in _sidechain_groups(side).items():
+        first = group[0].value.get("message")
+        prompt = text_of(first.get("content")) if isinstance(first, dict) else ""
+        session.subsessions.append(
+            _subsession(
+                key,
+                group,
+                session.path,
+                cwd,
+                f"{session_id}:{key}",
+                fallback_ms,
+                replayed,
+                calls.get(prompt),
+                {},
+            )
+        )
     for file in _subagent_files(path, files):
         try:
             sub = read_transcript(file, files)
@@ -852,15 +884,15 @@ def claude_session_from(
             ),
             "",
         )
-        agent_builder = TreeBuilder(cwd, f"{session_id}:{agent}")
-        _, agent_leaf = _convert(
-            sub.records, agent_builder, fallback_ms, main_only=False, replayed=replayed
-        )
         session.subsessions.append(
             _subsession(
                 agent,
-                (agent_builder, agent_leaf),
+                sub.records,
                 os.path.abspath(file),
+                cwd,
+                f"{session_id}:{agent}",
+                fallback_ms,
+                replayed,
                 calls.get(first_prompt),
                 meta,
             )

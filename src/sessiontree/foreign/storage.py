@@ -28,7 +28,7 @@ import fnmatch
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -53,6 +53,8 @@ __all__ = ["ForeignStorage", "IndexView", "index_view", "session_bytes"]
 log = logging.getLogger("sessiontree")
 
 _VIEWS_KEPT = 4
+_Extra = Callable[[], ExtraUsage]
+"""A session's `ForeignSession.extra_usage_of`: kept with its view, run when asked."""
 
 
 def session_bytes(session: ForeignSession, parent_session: str | None = None) -> bytes:
@@ -75,7 +77,7 @@ class ForeignStorage:
     def __init__(self, store: ForeignStore) -> None:
         self.store = store
         self.sessions_root = os.path.join(store.home, "sessions")
-        self._views: OrderedDict[str, tuple[tuple[int, int, int, int], bytes, ExtraUsage]] = (
+        self._views: OrderedDict[str, tuple[tuple[int, int, int, int], bytes, _Extra]] = (
             OrderedDict()
         )
         self._listing: list[ForeignListing] | None = None
@@ -133,11 +135,11 @@ class ForeignStorage:
         asked after its entries, it reads nothing again); none for a file that is not a
         session."""
         try:
-            return self._read(path)[1]
+            return self._read(path)[1]()
         except OSError:
             return ExtraUsage()
 
-    def _read(self, path: str) -> tuple[bytes, ExtraUsage]:
+    def _read(self, path: str) -> tuple[bytes, _Extra]:
         path = os.path.abspath(path)
         identity = self.identity(path)
         kept = self._views.get(path)
@@ -161,10 +163,10 @@ class ForeignStorage:
                 sibling = os.path.join(os.path.dirname(path), name)
                 parent = sibling if self.store.fs.stat(sibling) is not None else parent
         data = session_bytes(session, parent)
-        self._views[path] = (identity, data, session.extra_usage)
+        self._views[path] = (identity, data, session.extra_usage_of)
         while len(self._views) > _VIEWS_KEPT:
             self._views.popitem(last=False)
-        return data, session.extra_usage
+        return data, session.extra_usage_of
 
     def entries(self, path: str) -> tuple[Entry | None, list[Entry]]:
         """The session at `path` as this storage shows it: (header, entries), or
