@@ -284,7 +284,14 @@ def _import_all(
                 failed.append({"sourcePath": item.path, "error": str(exc)})
                 continue
             try:
-                done = import_session(foreign, parts, cwd=cwd, again=True, earlier=earlier)
+                # Asked again under the store's import lock: another run may have
+                # imported it since this one listed the store.
+                done = import_session(foreign, parts, cwd=cwd, again=again, earlier=earlier)
+            except AlreadyImportedError as exc:
+                skipped.append(
+                    {"sourcePath": item.path, "importedAs": exc.earlier.path, "grown": exc.grown}
+                )
+                continue
             except (SessionTreeError, OSError) as exc:
                 failed.append({"sourcePath": item.path, "error": str(exc)})
                 continue

@@ -14,25 +14,32 @@ second, complete session, and the first stays as it was. Earlier imports are
 found from the `foreign_session_import` records in this store's sessions
 (`listing.import_records`: read once per file identity, kept in the listing cache, the
 one place the usage report reads them from too).
+
+Asking for earlier imports and writing the copy are one step: `import_session` takes
+the store's import lock (the storage's writer lock of `<agent dir>/sessions/.import`: a
+`flock` in a dir, an advisory lock in a database), asks again under it, writes, and
+lets go. Two imports at once (two `import --all` runs) then import a source once; the
+lock is held per session imported, so two runs interleave rather than one waiting for
+the other's whole run.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sessiontree.errors import SessionTreeError
+from sessiontree.errors import SessionLockError, SessionTreeError
 from sessiontree.foreign._model import ForeignSession
 from sessiontree.layout import StoreParts, get_default_session_dir
 from sessiontree.listing import import_records
 from sessiontree.maintenance import artifacts_dir, session_files
 from sessiontree.session import SessionManager
-from sessiontree.storage import (
-    FileSessionStorage,
-)
+from sessiontree.storage import FileSessionStorage, acquire_session_lock
 
 __all__ = [
     "IMPORT_TYPE",
@@ -46,6 +53,11 @@ __all__ = [
 IMPORT_TYPE = "foreign_session_import"
 SUBAGENT_TYPE = "foreign_subagent"
 _MARKER = b'"' + IMPORT_TYPE.encode() + b'"'
+IMPORT_LOCK = ".import"
+"""The store's import lock: the writer lock of this name in its sessions dir."""
+_LOCK_WAIT = 600.0
+"""How long an import waits for another's (seconds): that one holds it for one session."""
+_LOCK_POLL = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +155,28 @@ def _append_stable(sm: SessionManager, custom_type: str, data: Any, seed: str) -
     sm.branch(stable)
 
 
+@contextmanager
+def _import_lock(parts: StoreParts) -> Iterator[None]:
+    """Hold the store's import lock (see the module doc), waiting while another import
+    holds it; a storage without locks is not locked."""
+    parts.storage.ensure_dir(parts.sessions_dir)
+    path = os.path.join(parts.sessions_dir, IMPORT_LOCK)
+    deadline = time.monotonic() + _LOCK_WAIT
+    while True:
+        try:
+            held = acquire_session_lock(parts.storage, path)
+            break
+        except SessionLockError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(_LOCK_POLL)
+    try:
+        yield
+    finally:
+        if held is not None:
+            held.release()
+
+
 def import_session(
     session: ForeignSession,
     parts: StoreParts,
@@ -155,12 +189,30 @@ def import_session(
     """Write `session` into the store of `parts` as a new session (see the module doc);
     its images into `parts.blobs` when given, else where every copy's go.
 
-    `earlier`: the store's imports when the caller has them already (`find_imports`).
+    `earlier`: the store's imports when the caller has them already (`find_imports`):
+    a source among them is refused without taking the lock; any other is looked up
+    again under it, as another import may have written it since.
     Raises AlreadyImportedError for a source imported before, unless `again`, and
     SessionTreeError for a working directory that cannot be a path (a NUL in it).
     """
+    if earlier is not None and not again:
+        previous = earlier_import(session, earlier)
+        if previous is not None:
+            raise AlreadyImportedError(session, previous)
+    with _import_lock(parts):
+        return _import_locked(session, parts, cwd, again, on_write)
+
+
+def _import_locked(
+    session: ForeignSession,
+    parts: StoreParts,
+    cwd: str | None,
+    again: bool,
+    on_write: Callable[[str], None] | None,
+) -> ImportedSession:
+    """`import_session` under the store's import lock: asks for earlier imports, writes."""
     agent, storage = parts.agent_dir, parts.storage
-    known = earlier if earlier is not None else find_imports(parts)
+    known = find_imports(parts)
     previous = earlier_import(session, known)
     if previous is not None and not again:
         raise AlreadyImportedError(session, previous)
