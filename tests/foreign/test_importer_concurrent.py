@@ -68,3 +68,17 @@ def test_two_processes_that_asked_at_once_import_a_source_once(tmp_path: Path) -
             outcomes = sorted(run.get() for run in runs)
     assert outcomes == ["imported", "refused"]
     assert len(find_imports(store_parts(agent_dir=agent_dir))) == 1
+
+
+def test_imports_into_postgresql_ask_again_under_its_lock(tmp_path: Path) -> None:
+    from tests.pg_support import pg_storage
+
+    source = _source(tmp_path)
+    with pg_storage(tmp_path / "root") as storage:
+        parts = store_parts(storage, agent_dir=str(tmp_path / "root" / "agent"))
+        asked = find_imports(parts)
+        first = import_session(read_claude_session(str(source)), parts, earlier=asked)
+        with pytest.raises(AlreadyImportedError) as refused:
+            import_session(read_claude_session(str(source)), parts, earlier=asked)
+        assert refused.value.earlier.path == first.path
+        assert len(find_imports(parts)) == 1
