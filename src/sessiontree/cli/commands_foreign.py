@@ -30,6 +30,7 @@ from sessiontree.foreign.agents import detect_file
 from sessiontree.foreign.importer import (
     AlreadyImportedError,
     EarlierImport,
+    ImportLockError,
     find_imports,
     import_session,
 )
@@ -292,6 +293,11 @@ def _import_all(
                     {"sourcePath": item.path, "importedAs": exc.earlier.path, "grown": exc.grown}
                 )
                 continue
+            except ImportLockError as exc:
+                # Every source after it would wait and fail alike: the run stops here.
+                error = f"{exc}; the run stopped here, the sources after it were not tried"
+                failed.append({"sourcePath": item.path, "error": error})
+                break
             except (SessionTreeError, OSError) as exc:
                 failed.append({"sourcePath": item.path, "error": str(exc)})
                 continue

@@ -16,35 +16,42 @@ found from the `foreign_session_import` records in this store's sessions
 one place the usage report reads them from too).
 
 Asking for earlier imports and writing the copy are one step: `import_session` takes
-the store's import lock (the storage's writer lock of `<agent dir>/sessions/.import`: a
-`flock` in a dir, an advisory lock in a database), asks again under it, writes, and
-lets go. Two imports at once (two `import --all` runs) then import a source once; the
-lock is held per session imported, so two runs interleave rather than one waiting for
-the other's whole run.
+the store's import lock (`_import_index`: the storage's writer lock of
+`<sessions dir>/.import`), asks again under it, writes, and lets go. Two imports at once
+(two `import --all` runs) then import a source once; the lock is held per session
+imported, so two runs interleave rather than one waiting for the other's whole run. The
+records asked again are this process's `ImportIndex`, which reads only what changed
+since it last looked.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sessiontree.errors import SessionLockError, SessionTreeError
+from sessiontree.errors import SessionTreeError
+from sessiontree.foreign._import_index import (
+    EarlierImport,
+    ImportLockError,
+    earlier_imports,
+    import_index,
+    import_lock,
+)
 from sessiontree.foreign._model import ForeignSession
 from sessiontree.layout import StoreParts, get_default_session_dir
 from sessiontree.listing import import_records
 from sessiontree.maintenance import artifacts_dir, session_files
 from sessiontree.session import SessionManager
-from sessiontree.storage import FileSessionStorage, acquire_session_lock
+from sessiontree.storage import FileSessionStorage
 
 __all__ = [
     "IMPORT_TYPE",
     "AlreadyImportedError",
     "EarlierImport",
+    "ImportLockError",
     "ImportedSession",
     "find_imports",
     "import_session",
@@ -53,22 +60,6 @@ __all__ = [
 IMPORT_TYPE = "foreign_session_import"
 SUBAGENT_TYPE = "foreign_subagent"
 _MARKER = b'"' + IMPORT_TYPE.encode() + b'"'
-IMPORT_LOCK = ".import"
-"""The store's import lock: the writer lock of this name in its sessions dir."""
-_LOCK_WAIT = 600.0
-"""How long an import waits for another's (seconds): that one holds it for one session."""
-_LOCK_POLL = 0.02
-
-
-@dataclass(frozen=True, slots=True)
-class EarlierImport:
-    """A `foreign_session_import` record found in a session of this store."""
-
-    path: str
-    source: str
-    source_id: str
-    source_path: str
-    source_bytes: int | None
 
 
 class AlreadyImportedError(SessionTreeError):
@@ -106,24 +97,7 @@ def find_imports(
     storage = parts.storage
     paths = session_files(parts, nested=False, passed_over=passed_over)
     found = import_records(paths, parts, cache=isinstance(storage, FileSessionStorage))
-    result: list[EarlierImport] = []
-    for path in paths:
-        for _, data in found.get(path, ()):
-            source, source_id = data.get("source"), data.get("sourceId")
-            if not isinstance(source, str) or not isinstance(source_id, str):
-                continue
-            size = data.get("sourceBytes")
-            source_path = data.get("sourcePath")
-            result.append(
-                EarlierImport(
-                    path,
-                    source,
-                    source_id,
-                    source_path if isinstance(source_path, str) else "",
-                    size if isinstance(size, int) and not isinstance(size, bool) else None,
-                )
-            )
-    return result
+    return [e for path in paths for e in earlier_imports(path, (d for _, d in found.get(path, ())))]
 
 
 def earlier_import(session: ForeignSession, earlier: list[EarlierImport]) -> EarlierImport | None:
@@ -155,28 +129,6 @@ def _append_stable(sm: SessionManager, custom_type: str, data: Any, seed: str) -
     sm.branch(stable)
 
 
-@contextmanager
-def _import_lock(parts: StoreParts) -> Iterator[None]:
-    """Hold the store's import lock (see the module doc), waiting while another import
-    holds it; a storage without locks is not locked."""
-    parts.storage.ensure_dir(parts.sessions_dir)
-    path = os.path.join(parts.sessions_dir, IMPORT_LOCK)
-    deadline = time.monotonic() + _LOCK_WAIT
-    while True:
-        try:
-            held = acquire_session_lock(parts.storage, path)
-            break
-        except SessionLockError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(_LOCK_POLL)
-    try:
-        yield
-    finally:
-        if held is not None:
-            held.release()
-
-
 def import_session(
     session: ForeignSession,
     parts: StoreParts,
@@ -192,14 +144,16 @@ def import_session(
     `earlier`: the store's imports when the caller has them already (`find_imports`):
     a source among them is refused without taking the lock; any other is looked up
     again under it, as another import may have written it since.
-    Raises AlreadyImportedError for a source imported before, unless `again`, and
-    SessionTreeError for a working directory that cannot be a path (a NUL in it).
+    Raises AlreadyImportedError for a source imported before, unless `again`;
+    ImportLockError when the store's import lock cannot be had (every import into the
+    store would fail alike); SessionTreeError for a working directory that cannot be a
+    path (a NUL in it).
     """
     if earlier is not None and not again:
         previous = earlier_import(session, earlier)
         if previous is not None:
             raise AlreadyImportedError(session, previous)
-    with _import_lock(parts):
+    with import_lock(parts):
         return _import_locked(session, parts, cwd, again, on_write)
 
 
@@ -212,7 +166,8 @@ def _import_locked(
 ) -> ImportedSession:
     """`import_session` under the store's import lock: asks for earlier imports, writes."""
     agent, storage = parts.agent_dir, parts.storage
-    known = find_imports(parts)
+    index = import_index(parts)
+    known = index.imports(parts)
     previous = earlier_import(session, known)
     if previous is not None and not again:
         raise AlreadyImportedError(session, previous)
@@ -250,6 +205,7 @@ def _import_locked(
     path = copy.get_session_file()
     copy.close()
     assert path is not None
+    index.wrote(path, record, parts)
     if on_write is not None:
         on_write(path)
     imported = ImportedSession(path, session)
