@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -177,26 +178,18 @@ def test_the_index_sees_what_another_process_imported_and_forgets_what_went(
     assert [e.path for e in find_imports(parts)] == [second]
 
 
-def test_a_dir_noted_long_after_it_changed_is_not_listed_again(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_dir_noted_long_after_it_changed_is_not_listed_again(tmp_path: Path) -> None:
     parts = store_parts(agent_dir=str(tmp_path / "agent"))
     first = _write_import(parts, tmp_path, 0)
     project = os.path.dirname(first)
+    long_ago = (1_000_000_123, 1_000_000_123)  # at a fine grain
     for d in (parts.sessions_dir, project):
-        os.utime(d, ns=(1_000_000_123, 1_000_000_123))  # long ago, at a fine grain
+        os.utime(d, ns=long_ago)
     index = import_index(parts)
     assert [e.path for e in index.imports(parts)] == [first]
-    listed: list[str] = []
-    real = _import_index._host_sessions
-
-    def counting(directory: str, known: Any) -> Any:
-        listed.append(directory)
-        return real(directory, known)
-
-    monkeypatch.setattr(_import_index, "_host_sessions", counting)
+    planted = os.path.join(project, "planted.jsonl")
+    shutil.copyfile(first, planted)
+    os.utime(project, ns=long_ago)  # its dir as it was noted: not listed again
     assert [e.path for e in index.imports(parts)] == [first]
-    assert listed == []
-    Path(project, "other.jsonl").write_text("")  # the dir changes: listed, the new name read
-    assert [e.path for e in index.imports(parts)] == [first]
-    assert listed == [project]
+    os.utime(project)  # the dir changed: listed, its new name read
+    assert sorted(e.path for e in index.imports(parts)) == sorted([first, planted])
