@@ -83,9 +83,14 @@ def test_a_holder_that_died_leaves_no_lock_behind(
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_holder_that_holds_on_is_named_and_nothing_is_written(
-    tmp_path: Path, backend: str, holder: Any, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    backend: str,
+    holder: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     monkeypatch.setattr(_import_index, "LOCK_WAIT", 0.3)
+    monkeypatch.setattr(_import_index, "NOTICE_AFTER", 0.05)
     source = _source(tmp_path)
     with _backend(backend) as pg:
         process = holder(backend, pg)
@@ -93,6 +98,8 @@ def test_a_holder_that_holds_on_is_named_and_nothing_is_written(
             with pytest.raises(ImportLockError, match=f"held by process {process.pid}"):
                 import_session(read_claude_session(str(source)), parts)
             assert find_imports(parts) == []
+    [said] = [r.getMessage() for r in caplog.records if "waiting for" in r.getMessage()]
+    assert f"held by process {process.pid}" in said  # the wait is said once
 
 
 def _no_wait(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import errno
 import itertools
+import logging
 import os
 import stat
 import threading
@@ -66,11 +67,14 @@ LOCK_WAIT = 600.0
 """How long an import waits for another's lock (seconds): that one holds it for one
 session's import, so only a stopped or hung holder makes it wait this long."""
 LOCK_POLL = 0.02
+NOTICE_AFTER = 2.0
+"""After this long waiting (seconds), the wait is said, once."""
 RACY_NS: Final = 100_000_000
 """A dir whose mtime is this close to the moment it was looked at is listed again: well
 over a kernel clock tick (file times are taken from the coarse clock, up to 10 ms)."""
 RACY_WHOLE_NS: Final = 2_000_000_000
 """The same on a filesystem that keeps whole seconds (or two, as FAT does)."""
+_log = logging.getLogger(__name__)
 _CACHED_READ_FROM = 16
 """Reading more changed files than this goes through the listing cache's import records
 (a first look at a store): a few new ones are read directly."""
@@ -124,18 +128,29 @@ def import_lock(parts: StoreParts) -> Iterator[None]:
         storage.ensure_dir(parts.sessions_dir)
     except OSError as exc:
         raise ImportLockError(f"{parts.sessions_dir}: cannot make the sessions dir: {exc}") from exc
-    deadline = time.monotonic() + LOCK_WAIT
+    where = lock_path_for(path) if isinstance(storage, HostFilesystem) else path
+    start = time.monotonic()
+    told = False
     while True:
         try:
             held = acquire_session_lock(storage, path)
             break
         except SessionLockError as exc:
-            if _not_a_lock_file(storage, path) or time.monotonic() > deadline:
-                who = f" (held by process {exc.pid})" if exc.pid else ""
-                raise ImportLockError(f"the store's import lock{who}: {exc}") from exc
+            if _not_a_lock_file(storage, path):
+                raise ImportLockError(str(exc)) from exc
+            who = f"process {exc.pid}" if exc.pid else "another process"
+            waited = time.monotonic() - start
+            if waited > LOCK_WAIT:
+                raise ImportLockError(
+                    f"{where}: the store's import lock is still held by {who} after "
+                    f"{waited:.0f} s (another import, stopped or hung?); nothing was "
+                    "imported by this one"
+                ) from exc
+            if not told and waited > NOTICE_AFTER:
+                _log.warning("%s: waiting for the store's import lock, held by %s", where, who)
+                told = True
             time.sleep(LOCK_POLL)
         except OSError as exc:
-            where = lock_path_for(path) if isinstance(storage, HostFilesystem) else path
             what = "read-only store" if exc.errno in (errno.EROFS, errno.EACCES) else "error"
             raise ImportLockError(
                 f"{where}: cannot take the store's import lock ({what}: "
