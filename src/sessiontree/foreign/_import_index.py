@@ -16,7 +16,10 @@ sessions with each file's identity, and each time reads only what changed since:
   import writes a new file, or renames one in, which changes its dir). A dir changed
   within `RACY_NS` of the moment it was noted may change again under the same mtime
   (timestamps are as coarse as the kernel's clock tick), so it is listed the next time
-  too; in a listed dir only new names are read (an import writes a new name);
+  too; in a listed dir only new names are read (an import writes a new name). Where
+  the dir's times come from another machine's clock (NFS) running well behind this
+  one's, a change made in the same tick as the look can go unseen: the worst it does
+  is a second copy of a source, never a lost one;
 * a storage that lists its sessions' metadata (PostgreSQL): one query per project dir,
   and only files of a new identity (a new row id after every rewrite) are read;
 * any other storage: every file's identity is asked for, new ones read.
