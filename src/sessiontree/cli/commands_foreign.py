@@ -30,6 +30,7 @@ from sessiontree.foreign.agents import detect_file
 from sessiontree.foreign.importer import (
     AlreadyImportedError,
     EarlierImport,
+    ImportLockError,
     find_imports,
     import_session,
 )
@@ -284,7 +285,19 @@ def _import_all(
                 failed.append({"sourcePath": item.path, "error": str(exc)})
                 continue
             try:
-                done = import_session(foreign, parts, cwd=cwd, again=True, earlier=earlier)
+                # Asked again under the store's import lock: another run may have
+                # imported it since this one listed the store.
+                done = import_session(foreign, parts, cwd=cwd, again=again, earlier=earlier)
+            except AlreadyImportedError as exc:
+                skipped.append(
+                    {"sourcePath": item.path, "importedAs": exc.earlier.path, "grown": exc.grown}
+                )
+                continue
+            except ImportLockError as exc:
+                # Every source after it would wait and fail alike: the run stops here.
+                error = f"{exc}; the run stopped here, the sources after it were not tried"
+                failed.append({"sourcePath": item.path, "error": error})
+                break
             except (SessionTreeError, OSError) as exc:
                 failed.append({"sourcePath": item.path, "error": str(exc)})
                 continue

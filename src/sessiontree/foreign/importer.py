@@ -14,6 +14,14 @@ second, complete session, and the first stays as it was. Earlier imports are
 found from the `foreign_session_import` records in this store's sessions
 (`listing.import_records`: read once per file identity, kept in the listing cache, the
 one place the usage report reads them from too).
+
+Asking for earlier imports and writing the copy are one step: `import_session` takes
+the store's import lock (`_import_index`: the storage's writer lock of
+`<sessions dir>/.import`), asks again under it, writes, and lets go. Two imports at once
+(two `import --all` runs) then import a source once; the lock is held per session
+imported, so two runs interleave rather than one waiting for the other's whole run. The
+records asked again are this process's `ImportIndex`, which reads only what changed
+since it last looked.
 """
 
 from __future__ import annotations
@@ -25,19 +33,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sessiontree.errors import SessionTreeError
+from sessiontree.foreign._import_index import (
+    EarlierImport,
+    ImportLockError,
+    earlier_imports,
+    import_index,
+    import_lock,
+)
 from sessiontree.foreign._model import ForeignSession
 from sessiontree.layout import StoreParts, get_default_session_dir
 from sessiontree.listing import import_records
 from sessiontree.maintenance import artifacts_dir, session_files
 from sessiontree.session import SessionManager
-from sessiontree.storage import (
-    FileSessionStorage,
-)
+from sessiontree.storage import FileSessionStorage
 
 __all__ = [
     "IMPORT_TYPE",
     "AlreadyImportedError",
     "EarlierImport",
+    "ImportLockError",
     "ImportedSession",
     "find_imports",
     "import_session",
@@ -46,17 +60,6 @@ __all__ = [
 IMPORT_TYPE = "foreign_session_import"
 SUBAGENT_TYPE = "foreign_subagent"
 _MARKER = b'"' + IMPORT_TYPE.encode() + b'"'
-
-
-@dataclass(frozen=True, slots=True)
-class EarlierImport:
-    """A `foreign_session_import` record found in a session of this store."""
-
-    path: str
-    source: str
-    source_id: str
-    source_path: str
-    source_bytes: int | None
 
 
 class AlreadyImportedError(SessionTreeError):
@@ -94,24 +97,7 @@ def find_imports(
     storage = parts.storage
     paths = session_files(parts, nested=False, passed_over=passed_over)
     found = import_records(paths, parts, cache=isinstance(storage, FileSessionStorage))
-    result: list[EarlierImport] = []
-    for path in paths:
-        for _, data in found.get(path, ()):
-            source, source_id = data.get("source"), data.get("sourceId")
-            if not isinstance(source, str) or not isinstance(source_id, str):
-                continue
-            size = data.get("sourceBytes")
-            source_path = data.get("sourcePath")
-            result.append(
-                EarlierImport(
-                    path,
-                    source,
-                    source_id,
-                    source_path if isinstance(source_path, str) else "",
-                    size if isinstance(size, int) and not isinstance(size, bool) else None,
-                )
-            )
-    return result
+    return [e for path in paths for e in earlier_imports(path, (d for _, d in found.get(path, ())))]
 
 
 def earlier_import(session: ForeignSession, earlier: list[EarlierImport]) -> EarlierImport | None:
@@ -155,12 +141,33 @@ def import_session(
     """Write `session` into the store of `parts` as a new session (see the module doc);
     its images into `parts.blobs` when given, else where every copy's go.
 
-    `earlier`: the store's imports when the caller has them already (`find_imports`).
-    Raises AlreadyImportedError for a source imported before, unless `again`, and
-    SessionTreeError for a working directory that cannot be a path (a NUL in it).
+    `earlier`: the store's imports when the caller has them already (`find_imports`):
+    a source among them is refused without taking the lock; any other is looked up
+    again under it, as another import may have written it since.
+    Raises AlreadyImportedError for a source imported before, unless `again`;
+    ImportLockError when the store's import lock cannot be had (every import into the
+    store would fail alike); SessionTreeError for a working directory that cannot be a
+    path (a NUL in it).
     """
+    if earlier is not None and not again:
+        previous = earlier_import(session, earlier)
+        if previous is not None:
+            raise AlreadyImportedError(session, previous)
+    with import_lock(parts):
+        return _import_locked(session, parts, cwd, again, on_write)
+
+
+def _import_locked(
+    session: ForeignSession,
+    parts: StoreParts,
+    cwd: str | None,
+    again: bool,
+    on_write: Callable[[str], None] | None,
+) -> ImportedSession:
+    """`import_session` under the store's import lock: asks for earlier imports, writes."""
     agent, storage = parts.agent_dir, parts.storage
-    known = earlier if earlier is not None else find_imports(parts)
+    index = import_index(parts)
+    known = index.imports(parts)
     previous = earlier_import(session, known)
     if previous is not None and not again:
         raise AlreadyImportedError(session, previous)
@@ -198,6 +205,7 @@ def import_session(
     path = copy.get_session_file()
     copy.close()
     assert path is not None
+    index.wrote(path, record, parts)
     if on_write is not None:
         on_write(path)
     imported = ImportedSession(path, session)
