@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -133,7 +135,11 @@ def test_usage_reports_filter_by_time_and_project(sessions: dict[str, str], tmp_
 def test_usage_blocks_json_text_and_live(
     sessions: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(commands_usage.time, "time", lambda: NOW_MS / 1000)
+    # The command's own clock, not the time module's: a patched time.sleep or time.time is
+    # seen by every thread and library of the process (the content index's reader thread,
+    # SQLite retries), and a sleep of theirs counted here kept --live from ever ending.
+    clock = SimpleNamespace(time=lambda: NOW_MS / 1000, sleep=time.sleep)
+    monkeypatch.setattr(commands_usage, "time", clock)
     document = as_json("usage", "blocks")
     found = [b for b in document["blocks"] if not b["gap"]]
     assert [b["messages"] for b in found] == [3, 2]
@@ -147,10 +153,10 @@ def test_usage_blocks_json_text_and_live(
 
     def sleep(seconds: float) -> None:
         ticks.append(seconds)
-        if len(ticks) == 2:
+        if len(ticks) >= 2:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(commands_usage.time, "sleep", sleep)
+    clock.sleep = sleep
     live = run("usage", "blocks", "--live", "--interval", "0.1")
     assert live.exit_code == 0 and "Active block" in live.stdout and ticks == [0.1, 0.1]
     # the frame left when the run has ended does not say how to stop it
