@@ -91,7 +91,7 @@ class DirRecords(dict[str, Record]):
     def __init__(self) -> None:
         super().__init__()
         self.listed: list[Stat] | None = None
-        self.ordered: list[tuple[int, Any, str, Any]] = []
+        self.ordered: list[list[Any]] = []
 
 
 DirCache = dict[str, DirRecords]  # directory -> its records

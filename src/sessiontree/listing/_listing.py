@@ -37,7 +37,14 @@ from sessiontree.storage import (
     directory_tree,
 )
 
-__all__ = ["NO_MESSAGES", "SessionInfo", "list_all_sessions", "list_sessions"]
+__all__ = [
+    "NO_MESSAGES",
+    "ListingRows",
+    "SessionInfo",
+    "list_all_sessions",
+    "list_rows",
+    "list_sessions",
+]
 
 NO_MESSAGES = "(no messages)"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -125,6 +132,7 @@ def _from_ms(ms: int | None, fallback: datetime) -> datetime:
 _EXACT_FLOAT_US = 2**32 * 1_000_000
 """Below this many microseconds since 1970, a float's seconds round to the exact
 microsecond (its error is under half of one)."""
+_EXACT_FLOAT_NS = _EXACT_FLOAT_US * 1000
 _from_timestamp = datetime.fromtimestamp
 
 
@@ -235,10 +243,16 @@ def collect(directories: list[str], parts: StoreParts, *, cache: bool = True) ->
     # survive it: the cyclic collector would rescan them again and again (measured: a
     # third of a fresh process's listing of 10,000 sessions). Nothing here makes cycles.
     with gc_paused():
+        return _collect(directories, parts, cache).infos()
+
+
+def collect_rows(directories: list[str], parts: StoreParts, *, cache: bool = True) -> ListingRows:
+    """`collect`'s sessions as rows whose `SessionInfo` is built when asked for."""
+    with gc_paused():
         return _collect(directories, parts, cache)
 
 
-def _collect(directories: list[str], parts: StoreParts, cache: bool) -> list[SessionInfo]:
+def _collect(directories: list[str], parts: StoreParts, cache: bool) -> ListingRows:
     storage = parts.storage
     seen: set[str] = set()
     dirs = []
@@ -248,7 +262,7 @@ def _collect(directories: list[str], parts: StoreParts, cache: bool) -> list[Ses
             seen.add(d)
             dirs.append(d)
     if isinstance(storage, SessionIndexStorage):  # [storage index] no session file is read
-        return _collect_indexed(dirs, storage)
+        return ListingRows(_collect_indexed(dirs, storage), storage)
     now_ns = read_start_ns()  # before any file is read: see `stat_identity`
     listing = {d: stat_dir(d, storage, now_ns) for d in dirs}
     memory = memory_cache(storage) if cache else None
@@ -331,7 +345,7 @@ def _collect(directories: list[str], parts: StoreParts, cache: bool) -> list[Ses
         MetaDB(parts.agent_dir).store_dir_rows(to_keep)
     if len(dirs) > 1:
         ordered.sort(reverse=True)  # paths differ: the infos themselves are never compared
-    return [t[3] for t in ordered]
+    return ListingRows(ordered, storage)
 
 
 def _newer(in_memory: Record | None, on_disk: Record | None) -> Record | None:
@@ -357,8 +371,63 @@ def _remember(
             memory[d][p] = rec
 
 
-_Row = tuple[int, datetime, str, SessionInfo]
-"""A listed session as it sorts: mtime_ns, created, path (newest first), and its info."""
+_Row = list[Any]
+"""A listed session as it sorts: [mtime_ns, created (microseconds since 1970), path,
+its info] (newest first); from the on-disk cache, the info is first the cached row
+(`dump_rows`'s) and built when asked for (`ListingRows.info`), then kept in its place."""
+
+
+def _created_us(info: SessionInfo) -> int:
+    return (info.created - EPOCH) // _MICROSECOND
+
+
+def _built(row: _Row, storage: SessionStorage) -> SessionInfo:
+    """The info of `row`, built from its cached row on first use."""
+    found = row[3]
+    if isinstance(found, SessionInfo):
+        return found
+    _, size, mtime_ns, sid, cwd, title, parent, created_us, messages, first = found
+    modified = _from_us(mtime_ns // 1000)
+    created = modified if created_us == mtime_ns // 1000 else _from_us(created_us)
+    info = _info(storage, row[2], size, sid, cwd, title, parent, created, modified, messages, first)
+    row[3] = info
+    return info
+
+
+class ListingRows:
+    """A listing's sessions, newest modified first, each's `SessionInfo` built when first
+    asked for: a page of a long listing builds the infos of its rows only."""
+
+    __slots__ = ("_rows", "_storage")
+
+    def __init__(self, rows: list[_Row], storage: SessionStorage) -> None:
+        self._rows = rows
+        self._storage = storage
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def info(self, i: int) -> SessionInfo:
+        return _built(self._rows[i], self._storage)
+
+    def infos(self) -> list[SessionInfo]:
+        storage = self._storage
+        with gc_paused():  # as `collect`: thousands of infos, all surviving
+            return [_built(row, storage) for row in self._rows]
+
+    def ids(self) -> list[str]:
+        """Each session's id, without building its info."""
+        return [r[3].id if isinstance(r[3], SessionInfo) else r[3][3] for r in self._rows]
+
+    def modified_us(self) -> list[int]:
+        """Each session's `modified` in microseconds since 1970, without building its info
+        (a row of the files is modified at its mtime's microsecond)."""
+        return [
+            (r[3].modified - EPOCH) // _MICROSECOND
+            if isinstance(r[3], SessionInfo)
+            else r[0] // 1000
+            for r in self._rows
+        ]
 
 
 def _dir_rows(
@@ -371,7 +440,7 @@ def _dir_rows(
         if found is not None:
             info = session_info(found, s[0], storage)
             if info is not None:
-                rows.append((found.mtime_ns, info.created, s[0], info))
+                rows.append([found.mtime_ns, _created_us(info), s[0], info])
     rows.sort(reverse=True)  # paths differ: the infos themselves are never compared
     return rows
 
@@ -437,11 +506,13 @@ def dump_rows(d: str, stats: list[Stat], rows: list[_Row]) -> bytes | None:
                         i.cwd,
                         i.title,
                         i.parent_session_path,
-                        (created - EPOCH) // _MICROSECOND,
+                        created_us,
                         i.message_count,
                         i.first_message,
                     ]
-                    for mtime_ns, created, path, i in rows
+                    if isinstance(i, SessionInfo)
+                    else [path[cut:], *i[1:]]
+                    for mtime_ns, created_us, path, i in rows
                 ],
             ]
         )
@@ -451,21 +522,27 @@ def dump_rows(d: str, stats: list[Stat], rows: list[_Row]) -> bytes | None:
 
 def load_rows(d: str, stats: list[Stat], blob: bytes, storage: SessionStorage) -> list[_Row] | None:
     """The rows `dump_rows` kept, when `d`'s files are still as it found them (`stats`);
-    None when they are not, or the blob is not one it wrote."""
+    None when they are not, or the blob is not one it wrote. Their infos are built when
+    asked for (`_built`), so each row is checked here for what building it takes."""
     try:
         kept = orjson.loads(blob)
         if kept[0] != _names_of(d, stats):
             return None
         prefix = d if d.endswith(os.sep) else d + os.sep
         rows: list[_Row] = []
-        for name, size, mtime_ns, sid, cwd, title, parent, created_us, messages, first in kept[1]:
-            modified = _from_us(mtime_ns // 1000)
-            created = modified if created_us == mtime_ns // 1000 else _from_us(created_us)
-            path = prefix + name
-            info = _info(
-                storage, path, size, sid, cwd, title, parent, created, modified, messages, first
-            )
-            rows.append((mtime_ns, created, path, info))
+        for row in kept[1]:
+            name, mtime_ns, created_us = row[0], row[2], row[7]
+            if (
+                len(row) != 10
+                or type(name) is not str
+                or type(mtime_ns) is not int
+                or type(created_us) is not int
+            ):
+                return None
+            if not (0 <= mtime_ns < _EXACT_FLOAT_NS and 0 <= created_us < _EXACT_FLOAT_US):
+                _from_us(mtime_ns // 1000)  # OverflowError now, not when it is built
+                _from_us(created_us)
+            rows.append([mtime_ns, created_us, prefix + name, row])
     except (ValueError, TypeError, IndexError, OverflowError):
         return None
     return rows
@@ -474,8 +551,8 @@ def load_rows(d: str, stats: list[Stat], blob: bytes, storage: SessionStorage) -
 # [storage index] A backend that keeps each session's metadata up to date as it
 # writes (SessionIndexStorage: PostgreSQL, by the same fold) answers listings from
 # it, one query per directory.
-def _collect_indexed(dirs: list[str], storage: SessionIndexStorage) -> list[SessionInfo]:
-    ordered: list[tuple[int, datetime, str, SessionInfo]] = []
+def _collect_indexed(dirs: list[str], storage: SessionIndexStorage) -> list[_Row]:
+    ordered: list[_Row] = []
     for d in dirs:
         try:
             metas = storage.list_session_meta(d)
@@ -497,9 +574,9 @@ def _collect_indexed(dirs: list[str], storage: SessionIndexStorage) -> list[Sess
                 m.message_count,
                 m.first_message,
             )
-            ordered.append((m.mtime_ns, info.created, m.path, info))
+            ordered.append([m.mtime_ns, _created_us(info), m.path, info])
     ordered.sort(key=lambda t: (t[0], t[1], t[2]), reverse=True)
-    return [t[3] for t in ordered]
+    return ordered
 
 
 def local_dirs(cwd: str, parts: StoreParts, session_dir: str | None = None) -> list[str]:
@@ -531,3 +608,11 @@ def list_sessions(
 def list_all_sessions(parts: StoreParts, *, cache: bool = True) -> list[SessionInfo]:
     """The sessions of every project directory under `<agent dir>/sessions`, newest first."""
     return collect(_project_dirs(parts.sessions_dir, parts.storage), parts, cache=cache)
+
+
+def list_rows(cwd: str | None, parts: StoreParts) -> ListingRows:
+    """`list_sessions(cwd)` (None: `list_all_sessions`) as rows whose infos are built
+    when asked for."""
+    if cwd is None:
+        return collect_rows(_project_dirs(parts.sessions_dir, parts.storage), parts)
+    return collect_rows(local_dirs(cwd, parts), parts)
