@@ -96,7 +96,7 @@ def _as_listed(page: ListingPage) -> tuple[object, ...]:
     return (
         page.total,
         [(s.info, s.info.size, s.store, s.agent, s.size, s.machine) for s in page.sessions],
-        sorted(page.ids),
+        sorted(page.every_id()),
         page.made_by,
     )
 

@@ -12,6 +12,7 @@ asked instead of scanned.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, overload
@@ -262,7 +263,7 @@ def _collect(directories: list[str], parts: StoreParts, cache: bool) -> ListingR
             seen.add(d)
             dirs.append(d)
     if isinstance(storage, SessionIndexStorage):  # [storage index] no session file is read
-        return ListingRows(_collect_indexed(dirs, storage), storage)
+        return ListingRows(_collect_indexed(dirs, storage), storage, by_mtime=False)
     now_ns = read_start_ns()  # before any file is read: see `stat_identity`
     listing = {d: stat_dir(d, storage, now_ns) for d in dirs}
     memory = memory_cache(storage) if cache else None
@@ -345,7 +346,7 @@ def _collect(directories: list[str], parts: StoreParts, cache: bool) -> ListingR
         MetaDB(parts.agent_dir).store_dir_rows(to_keep)
     if len(dirs) > 1:
         ordered.sort(reverse=True)  # paths differ: the infos themselves are never compared
-    return ListingRows(ordered, storage)
+    return ListingRows(ordered, storage, by_mtime=True)
 
 
 def _newer(in_memory: Record | None, on_disk: Record | None) -> Record | None:
@@ -398,11 +399,14 @@ class ListingRows:
     """A listing's sessions, newest modified first, each's `SessionInfo` built when first
     asked for: a page of a long listing builds the infos of its rows only."""
 
-    __slots__ = ("_rows", "_storage")
+    __slots__ = ("_by_mtime", "_rows", "_storage")
 
-    def __init__(self, rows: list[_Row], storage: SessionStorage) -> None:
+    def __init__(self, rows: list[_Row], storage: SessionStorage, *, by_mtime: bool) -> None:
         self._rows = rows
         self._storage = storage
+        self._by_mtime = by_mtime
+        """Whether each row is modified at its mtime's microsecond (the files' rows): then
+        they are in the order of their `modified` already."""
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -419,15 +423,15 @@ class ListingRows:
         """Each session's id, without building its info."""
         return [r[3].id if isinstance(r[3], SessionInfo) else r[3][3] for r in self._rows]
 
-    def modified_us(self) -> list[int]:
-        """Each session's `modified` in microseconds since 1970, without building its info
-        (a row of the files is modified at its mtime's microsecond)."""
-        return [
-            (r[3].modified - EPOCH) // _MICROSECOND
-            if isinstance(r[3], SessionInfo)
-            else r[0] // 1000
-            for r in self._rows
-        ]
+    def newest_first(self) -> Iterator[tuple[int, int]]:
+        """(`modified` in microseconds since 1970, row) of each row, newest first, those
+        modified at the same microsecond in their order here (a stable sort's), taken
+        as they are asked for: without building an info where the rows are the files'."""
+        if self._by_mtime:
+            return ((row[0] // 1000, i) for i, row in enumerate(self._rows))
+        modified = [(self.info(i).modified - EPOCH) // _MICROSECOND for i in range(len(self))]
+        ordered = sorted(range(len(modified)), key=modified.__getitem__, reverse=True)
+        return iter([(modified[i], i) for i in ordered])
 
 
 def _dir_rows(

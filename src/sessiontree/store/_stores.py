@@ -19,11 +19,10 @@ from __future__ import annotations
 import builtins
 import heapq
 import itertools
-import operator
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 from sessiontree._util.gcpause import gc_paused
@@ -100,10 +99,11 @@ class ListingPage:
     """How many sessions the whole listing has."""
     sessions: builtins.list[ListedSession]
     """Its first sessions, newest modified first (all of them with no limit)."""
-    ids: builtins.list[str]
-    """The id of every session of the listing (in no particular order)."""
     made_by: frozenset[str]
     """Who made its sessions (`ListedSession.made_by`)."""
+    every_id: Callable[[], builtins.list[str]] = field(repr=False, compare=False)
+    """The id of every session of the listing (in no particular order), worked out when
+    asked for (a table's short ids need them, JSON does not)."""
 
     @classmethod
     def of(cls, listed: builtins.list[ListedSession], limit: int | None = None) -> ListingPage:
@@ -111,8 +111,8 @@ class ListingPage:
         return cls(
             len(listed),
             listed[:limit] if limit is not None else listed,
-            [one.info.id for one in listed],
             frozenset(one.made_by for one in listed),
+            lambda: [one.info.id for one in listed],
         )
 
 
@@ -222,18 +222,16 @@ def _sessions_of(store: Store) -> tuple[str, ...]:
 def _newest_first(listings: Iterable[ListingRows]) -> Iterator[tuple[int, int]]:
     """(listing, row) of the rows of `listings` in `Stores.list`'s order: newest modified
     first, those modified at the same microsecond in the order they come (listing by
-    listing, each's own order), as the stable sort of their concatenation has them."""
-    ordered: builtins.list[Iterator[tuple[int, int, int]]] = []
-    for n, rows in enumerate(listings):
-        modified = rows.modified_us()
-        if any(map(operator.lt, modified, itertools.islice(modified, 1, None))):
-            # Not in order (a backend's rows sorted by another clock): sorted here.
-            positions = sorted(range(len(modified)), key=modified.__getitem__, reverse=True)
-            ordered.append(iter([(-modified[i], n, i) for i in positions]))
-        else:  # the files' listing: already in order, merged lazily
-            ordered.append(zip(map(operator.neg, modified), itertools.repeat(n), itertools.count()))
-    for _, n, i in heapq.merge(*ordered):
+    listing, each's own order), as the stable sort of their concatenation has them;
+    each listing's rows taken as they are asked for."""
+    keyed = [_keyed(n, rows.newest_first()) for n, rows in enumerate(listings)]
+    for _, n, i in heapq.merge(*keyed):
         yield n, i
+
+
+def _keyed(n: int, rows: Iterator[tuple[int, int]]) -> Iterator[tuple[int, int, int]]:
+    for modified, i in rows:
+        yield -modified, n, i
 
 
 class Stores(Mapping[str, Store]):
@@ -394,8 +392,8 @@ class Stores(Mapping[str, Store]):
         return ListingPage(
             sum(len(rows) for _, _, rows in parts),
             sessions,
-            [sid for _, _, rows in parts for sid in rows.ids()],
             frozenset(made_by(one.agent, one.machine) for _, one, _ in parts),
+            lambda: [sid for _, _, rows in parts for sid in rows.ids()],
         )
 
     def search(
