@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # what mypy sees; at run time each name is imported on first 
     )
     from sessiontree.listing._listing import (
         ListingRows,
+        RowHandle,
         SessionInfo,
         list_all_sessions,
         list_rows,
@@ -70,7 +71,7 @@ _WHERE = lazy_table(
         "_cache": "CACHE_DB_NAME META_DB_APP_ID clear_listing_cache",
         "_changes": "Identity IdentityRow Known Plan grown_from plan_changes",
         "_imports": "IMPORT_RECORDS ImportRecord import_markers import_records",
-        "_listing": "ListingRows SessionInfo list_all_sessions list_rows list_sessions",
+        "_listing": "ListingRows RowHandle SessionInfo list_all_sessions list_rows list_sessions",
         "_marks": (
             "MARK_HEAD_BYTES MARK_TAIL_BYTES FileMark mark_file marked_as_read only_appended "
             "read_start_ns same_identity stat_identity"
@@ -103,6 +104,7 @@ __all__ = [
     "Plan",
     "RecentSessionInfo",
     "ResolvedSessionMatch",
+    "RowHandle",
     "SessionInfo",
     "clear_listing_cache",
     "find_most_recent_session",

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, TypeVar
 from sessiontree._util.gcpause import gc_paused
 from sessiontree.errors import SessionTreeError
 from sessiontree.format import shown_title, utc_day
-from sessiontree.listing import ListingRows, SessionInfo
+from sessiontree.listing import ListingRows, RowHandle, SessionInfo
 from sessiontree.store._store import (
     Moment,
     PricedReplies,
@@ -219,7 +219,7 @@ def _sessions_of(store: Store) -> tuple[str, ...]:
     return ("storage", str(id(store.storage)), store.agent_dir)
 
 
-def _newest_first(listings: Iterable[ListingRows]) -> Iterator[tuple[int, int]]:
+def _newest_first(listings: Iterable[ListingRows]) -> Iterator[tuple[int, RowHandle]]:
     """(listing, row) of the rows of `listings` in `Stores.list`'s order: newest modified
     first, those modified at the same microsecond in the order they come (listing by
     listing, each's own order), as the stable sort of their concatenation has them;
@@ -229,7 +229,7 @@ def _newest_first(listings: Iterable[ListingRows]) -> Iterator[tuple[int, int]]:
         yield n, i
 
 
-def _keyed(n: int, rows: Iterator[tuple[int, int]]) -> Iterator[tuple[int, int, int]]:
+def _keyed(n: int, rows: Iterator[tuple[int, RowHandle]]) -> Iterator[tuple[int, int, RowHandle]]:
     for modified, i in rows:
         yield -modified, n, i
 
