@@ -203,6 +203,10 @@ def test_a_listing_or_search_for_scripts_imports_only_what_it_uses(
     assert [m for m in modules if m.startswith("sessiontree.") and parts & set(m.split("."))] == []
     if args[0] == "list":
         assert loaded(modules, ("sessiontree.search",)) == []
+        # Nor what opens, checks or builds the context of a session: a listing reads
+        # the listing cache (`sessiontree.session` and the others load lazily).
+        unused = ("session._manager", "session._loader", "maintenance._check", "format._context")
+        assert loaded(modules, tuple(f"sessiontree.{m}" for m in unused)) == []
         assert "--help" in args or json.loads(proc.stdout)["sessions"] != []
 
 

@@ -119,7 +119,7 @@ def test_the_cli_and_the_web_give_the_same_sessions_for_a_filter(home: Path, tex
 @pytest.fixture
 def claude_unreadable(home: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """Claude Code's store cannot be listed or read; returns its location."""
-    listing, files = Store.list, Store.files
+    listing, rows, files = Store.list, Store._list_rows, Store.files
 
     def refused(store: Store) -> None:
         if store.agent == "claude":
@@ -129,11 +129,16 @@ def claude_unreadable(home: Path, monkeypatch: pytest.MonkeyPatch) -> str:
         refused(self)
         return listing(self, *args, **kwargs)
 
+    def rows_(self: Store, *args: Any, **kwargs: Any) -> Any:  # a page of `list`
+        refused(self)
+        return rows(self, *args, **kwargs)
+
     def files_(self: Store, *args: Any, **kwargs: Any) -> Any:
         refused(self)
         return files(self, *args, **kwargs)
 
     monkeypatch.setattr(Store, "list", list_)
+    monkeypatch.setattr(Store, "_list_rows", rows_)
     monkeypatch.setattr(Store, "files", files_)
     return str(home / ".claude")
 

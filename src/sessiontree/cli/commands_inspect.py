@@ -5,6 +5,7 @@ Every session is opened with `read_only=True`: these commands never write.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from bisect import bisect_left
@@ -14,8 +15,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.cells import cell_len
 
+from sessiontree._util.gcpause import gc_paused
 from sessiontree.cli.common import (
     EXIT_USAGE,
     CliError,
@@ -39,7 +40,6 @@ from sessiontree.cli.render import (
     time_ago,
 )
 from sessiontree.format import (
-    convert_to_llm,
     entry_role,
     format_iso,
     human_size,
@@ -47,10 +47,8 @@ from sessiontree.format import (
     shown_title,
     time_range,
 )
-from sessiontree.maintenance import file_version
-from sessiontree.session import message_count, session_shown_title
 from sessiontree.store import (
-    ListedSession,
+    ListingPage,
     Store,
     Stores,
     find_stores,
@@ -124,11 +122,11 @@ def _looked(read: list[Store]) -> str:
     return ", ".join(named) or "no store"
 
 
-def _list_json(listed: list[ListedSession], shown: list[ListedSession], stores: Stores) -> None:
+def _list_json(page: ListingPage, stores: Stores) -> None:
     read = stores.readable
     emit_json(
         {
-            "total": len(listed),
+            "total": page.total,
             **(
                 {
                     "stores": [
@@ -155,7 +153,7 @@ def _list_json(listed: list[ListedSession], shown: list[ListedSession], stores: 
                     "size": s.size,
                     "parentSessionPath": s.info.parent_session_path,
                 }
-                for s in shown
+                for s in page.sessions
             ],
         }
     )
@@ -201,22 +199,22 @@ _AGENT_LEAST = 16
 `claude@<machine>` (the same session may be here and from another machine)."""
 
 
-def _list_table(
-    listed: list[ListedSession], shown: list[ListedSession], all_projects: bool
-) -> Table:
+def _list_table(page: ListingPage, all_projects: bool) -> Table:
+    from rich.cells import cell_len
     from rich.table import Table
     from rich.text import Text
 
     from sessiontree.cli.common import console
 
-    several = len({s.made_by for s in listed}) > 1
+    shown = page.sessions
+    several = len(page.made_by) > 1
     headers = (
         ["Modified", "ID", "Msgs", "Size"]
         + (["Agent"] if several else [])
         + (["Project"] if all_projects else [])
         + ["Title"]
     )
-    short = short_ids([s.info.id for s in listed], of=[s.info.id for s in shown])
+    short = short_ids(page.every_id(), of=[s.info.id for s in shown])
     rows: list[list[str]] = []
     for one in shown:
         s = one.info
@@ -306,13 +304,19 @@ def list_command(
     (`sessiontree stores` lists them)."""
     stores = all_stores()
     since_ms, until_ms = time_range(since, until)
-    listed = stores.list(
-        None if all_projects else os.getcwd(), text=text, since=since_ms, until=until_ms
-    )
-    shown = listed[:limit] if limit else listed
+    cwd = None if all_projects else os.getcwd()
+    with gc_paused():
+        if limit:  # a page: only its sessions' infos are built
+            page = stores.list_page(cwd, limit=limit, text=text, since=since_ms, until=until_ms)
+        else:
+            page = ListingPage.of(stores.list(cwd, text=text, since=since_ms, until=until_ms))
+        # The listing's rows live as long as the process (its listing cache keeps them):
+        # kept out of the collector's sight, they are not all scanned once it resumes
+        # (a tenth of a page of 100,000 sessions).
+        gc.freeze()
     if as_json:
-        _list_json(listed, shown, stores)
-    elif not listed:
+        _list_json(page, stores)
+    elif not page.total:
         _no_sessions(stores, all_projects, bool(text or since or until))
     else:
         from rich.text import Text
@@ -321,9 +325,9 @@ def list_command(
 
         if len(stores.readable) > 1:
             err_console.print(Text(f"Read {_looked(stores.readable)}.", style="dim"))
-        console.print(_list_table(listed, shown, all_projects))
-        if len(listed) > len(shown):
-            more = len(listed) - len(shown)
+        console.print(_list_table(page, all_projects))
+        if page.total > len(page.sessions):
+            more = page.total - len(page.sessions)
             console.print(Text(f"{more} more; use --limit 0 to show all.", style="dim"))
 
 
@@ -347,6 +351,7 @@ def _usage_cells(usage: UsageTotals | Totals, count: Callable[[int], str]) -> li
 def _usage_table(rows: Mapping[str, UsageTotals | Totals], first: str) -> Table | Group:
     """A row per model (or day); on a terminal too narrow for the numbers, a line each,
     so that no number is ever cut and no name wrapped over lines."""
+    from rich.cells import cell_len
     from rich.console import Group
     from rich.table import Table
     from rich.text import Text
@@ -381,6 +386,8 @@ def _usage_table(rows: Mapping[str, UsageTotals | Totals], first: str) -> Table 
 
 
 def _version_text(path: str, loaded: int) -> str:
+    from sessiontree.maintenance import file_version
+
     on_disk = file_version(path, current_store().storage)
     if on_disk is not None and on_disk < loaded:
         return f"{on_disk} on disk (read as {loaded}; `sessiontree migrate` upgrades the file)"
@@ -392,6 +399,7 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
     from rich.text import Text
 
     from sessiontree.cli.common import console
+    from sessiontree.maintenance import file_version
     from sessiontree.reports import summarize_session
 
     path = resolve_session(session)
@@ -506,6 +514,7 @@ def tree_command(
     from rich.text import Text
 
     from sessiontree.cli.common import console
+    from sessiontree.session import message_count, session_shown_title
 
     path = resolve_session(session)
     with open_read_only(path) as sm:
@@ -572,6 +581,7 @@ def context_command(
     from rich.text import Text
 
     from sessiontree.cli.common import console
+    from sessiontree.format import convert_to_llm
 
     path = resolve_session(session)
     with open_read_only(path) as sm:

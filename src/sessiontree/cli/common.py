@@ -37,13 +37,13 @@ from sessiontree.cli.registry import writes_store
 from sessiontree.cli.render import terminal_safe
 from sessiontree.errors import AmbiguousSessionError, SessionNotFoundError
 from sessiontree.format import serialize_entry
-from sessiontree.session import SessionManager
 from sessiontree.store import Store, Stores
 
 if TYPE_CHECKING:
     from rich.progress import Progress
 
     from sessiontree.cli.console import TerminalConsole
+    from sessiontree.session import SessionManager
 
     console: TerminalConsole
     err_console: TerminalConsole

@@ -12,14 +12,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sessiontree.format import SessionTreeNode, entry_preview
-from sessiontree.session import SessionManager
+from sessiontree.format import entry_preview
 
 if TYPE_CHECKING:
     # Imported where used: `terminal_safe` and the times and figures here are for
     # commands that print no rich text too (`--json`, an export), which load no rich.
     from rich.text import Text
     from rich.tree import Tree
+
+    from sessiontree.format import SessionTreeNode
+    from sessiontree.session import SessionManager
 
 __all__ = [
     "TreeOptions",

@@ -27,7 +27,7 @@ _log = logging.getLogger("sessiontree")
 
 JSONDict = dict[str, Any]
 
-IMAGE_KEYS: Final = frozenset({"content", "images", "frames"})
+IMAGE_KEYS: Final[frozenset[str]] = frozenset({"content", "images", "frames"})
 """The keys under which an object may be an image payload (`is_image_payload`)."""
 
 

@@ -91,7 +91,7 @@ class DirRecords(dict[str, Record]):
     def __init__(self) -> None:
         super().__init__()
         self.listed: list[Stat] | None = None
-        self.ordered: list[tuple[int, Any, str, Any]] = []
+        self.ordered: Any = []  # the rows (`_listing`'s), or as the disk kept them
 
 
 DirCache = dict[str, DirRecords]  # directory -> its records

@@ -11,7 +11,11 @@ asked instead of scanned.
 
 from __future__ import annotations
 
+import errno
+import heapq
+import itertools
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, overload
@@ -29,7 +33,7 @@ from sessiontree.layout import (
 from sessiontree.listing._cache import DirCache, DirRecords, MetaDB, cache_lock, memory_cache
 from sessiontree.listing._changes import plan_changes
 from sessiontree.listing._marks import Stat, read_start_ns, stat_dir
-from sessiontree.listing._scan import Record, scan_file, scan_jobs
+from sessiontree.listing._scan import Record, rescan, scan_file, scan_jobs
 from sessiontree.storage import (
     HostFilesystem,
     SessionIndexStorage,
@@ -37,7 +41,16 @@ from sessiontree.storage import (
     directory_tree,
 )
 
-__all__ = ["NO_MESSAGES", "SessionInfo", "list_all_sessions", "list_sessions"]
+__all__ = [
+    "NO_MESSAGES",
+    "KeptRows",
+    "ListingRows",
+    "RowHandle",
+    "SessionInfo",
+    "list_all_sessions",
+    "list_rows",
+    "list_sessions",
+]
 
 NO_MESSAGES = "(no messages)"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -235,10 +248,16 @@ def collect(directories: list[str], parts: StoreParts, *, cache: bool = True) ->
     # survive it: the cyclic collector would rescan them again and again (measured: a
     # third of a fresh process's listing of 10,000 sessions). Nothing here makes cycles.
     with gc_paused():
+        return _collect(directories, parts, cache).infos()
+
+
+def collect_rows(directories: list[str], parts: StoreParts, *, cache: bool = True) -> ListingRows:
+    """`collect`'s sessions as rows whose `SessionInfo` is built when asked for."""
+    with gc_paused():
         return _collect(directories, parts, cache)
 
 
-def _collect(directories: list[str], parts: StoreParts, cache: bool) -> list[SessionInfo]:
+def _collect(directories: list[str], parts: StoreParts, cache: bool) -> ListingRows:
     storage = parts.storage
     seen: set[str] = set()
     dirs = []
@@ -248,14 +267,14 @@ def _collect(directories: list[str], parts: StoreParts, cache: bool) -> list[Ses
             seen.add(d)
             dirs.append(d)
     if isinstance(storage, SessionIndexStorage):  # [storage index] no session file is read
-        return _collect_indexed(dirs, storage)
+        return ListingRows(_collect_indexed(dirs, storage), storage, by_mtime=False)
     now_ns = read_start_ns()  # before any file is read: see `stat_identity`
     listing = {d: stat_dir(d, storage, now_ns) for d in dirs}
     memory = memory_cache(storage) if cache else None
     keeps_on_disk = cache and isinstance(storage, HostFilesystem)
     # A directory whose files all stat as at its last listing has that listing's rows:
     # in process, else in the on-disk cache (one blob for the directory).
-    kept_rows: dict[str, list[_Row]] = {}
+    kept_rows: dict[str, list[_Row] | KeptRows] = {}
     first_seen: set[str] = set()  # dirs this process lists for the first time
     if memory is not None:
         with cache_lock():
@@ -315,6 +334,7 @@ def _collect(directories: list[str], parts: StoreParts, cache: bool) -> list[Ses
     if memory is not None:
         _remember(memory, forgotten, fresh)
     ordered: list[_Row] = []
+    runs: list[KeptRows] = []
     # The on-disk row of a directory is written by the first listing of it in a process
     # (the CLI's every one), not again as a long-running process sees it change.
     to_keep: list[tuple[str, bytes]] = []  # dir -> its listing, for the next process
@@ -326,12 +346,15 @@ def _collect(directories: list[str], parts: StoreParts, cache: bool) -> list[Ses
                 blob = dump_rows(d, listing[d], rows)
                 if blob is not None:
                     to_keep.append((d, blob))
-        ordered += rows
+        if isinstance(rows, KeptRows):
+            runs.append(rows)
+        else:
+            ordered += rows
     if to_keep:
         MetaDB(parts.agent_dir).store_dir_rows(to_keep)
     if len(dirs) > 1:
         ordered.sort(reverse=True)  # paths differ: the infos themselves are never compared
-    return [t[3] for t in ordered]
+    return ListingRows(ordered, storage, runs=runs)
 
 
 def _newer(in_memory: Record | None, on_disk: Record | None) -> Record | None:
@@ -357,8 +380,172 @@ def _remember(
             memory[d][p] = rec
 
 
-_Row = tuple[int, datetime, str, SessionInfo]
-"""A listed session as it sorts: mtime_ns, created, path (newest first), and its info."""
+_Row = list[Any]
+"""A listed session as it sorts: [mtime_ns, created (microseconds since 1970), path,
+its info] (newest first)."""
+
+
+def _created_us(info: SessionInfo) -> int:
+    return (info.created - EPOCH) // _MICROSECOND
+
+
+class KeptRows:
+    """A directory's sessions as the on-disk cache kept them (`dump_rows`), newest first:
+    each one's sort key and id, its info built when asked for, from the rest of its row
+    (read for the directory when the first of them is)."""
+
+    __slots__ = ("_details", "_infos", "created", "ids", "mtimes", "names", "prefix", "storage")
+
+    def __init__(
+        self,
+        prefix: str,
+        columns: tuple[list[str], list[int], list[int], list[str]],
+        details: memoryview,
+        storage: SessionStorage,
+    ) -> None:
+        self.prefix = prefix
+        self.names, self.mtimes, self.created, self.ids = columns
+        self._details: memoryview | list[list[Any]] | None = details
+        self._infos: list[SessionInfo | None] | None = None
+        self.storage = storage
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def keys(self, run: int) -> Iterator[tuple[int, int, str, int, int]]:
+        """(mtime_ns, created, path, `run`, row) of each row, in order."""
+        return zip(
+            self.mtimes,
+            self.created,
+            map(self.prefix.__add__, self.names),
+            itertools.repeat(run),
+            itertools.count(),
+        )
+
+    def info(self, i: int) -> SessionInfo:
+        infos = self._infos
+        if infos is None:
+            infos = self._infos = [None] * len(self.names)
+        info = infos[i]
+        if info is None:
+            info = infos[i] = self._build(i)
+        return info
+
+    def _build(self, i: int) -> SessionInfo:
+        details = self._details
+        if isinstance(details, memoryview):
+            details = self._details = _details_of(details, len(self.names))  # once a run
+        path = self.prefix + self.names[i]
+        if details is None:  # not as `dump_rows` wrote it: the file itself is read
+            return _scanned_info(self.storage, path)
+        size, cwd, title, parent, messages, first = details[i]
+        mtime_ns, created_us = self.mtimes[i], self.created[i]
+        modified = _from_us(mtime_ns // 1000)
+        created = modified if created_us == mtime_ns // 1000 else _from_us(created_us)
+        sid = self.ids[i]
+        return _info(
+            self.storage, path, size, sid, cwd, title, parent, created, modified, messages, first
+        )
+
+    def rows(self) -> list[_Row]:
+        """Every row, its info built."""
+        return [
+            [mtime_ns, created_us, self.prefix + name, self.info(i)]
+            for i, (name, mtime_ns, created_us) in enumerate(
+                zip(self.names, self.mtimes, self.created, strict=True)
+            )
+        ]
+
+
+def _details_of(view: memoryview, n: int) -> list[list[Any]] | None:
+    """The rest of each row (`dump_rows`), None when it is not as written."""
+    try:
+        details = orjson.loads(view)
+    except ValueError:
+        return None
+    if type(details) is not list or len(details) != n:
+        return None
+    if not all(type(row) is list and len(row) == _DETAILS for row in details):
+        return None
+    return details
+
+
+def _scanned_info(storage: SessionStorage, path: str) -> SessionInfo:
+    """A session's info read from its file (its kept row is damaged)."""
+    st = storage.stat(path)
+    rec = rescan(storage, (path, st.size, st.mtime_ns or int(st.mtime_ms * 1e6), st.ino, 0), None)
+    info = session_info(rec, path, storage) if rec is not None else None
+    if info is None:
+        raise OSError(errno.EIO, "its listing cache row is damaged, and it is no session", path)
+    return info
+
+
+RowHandle = tuple[int, int]
+"""A row of a `ListingRows`, as `newest_first` names it."""
+
+
+class ListingRows:
+    """A listing's sessions, newest modified first, each's `SessionInfo` built when first
+    asked for: a page of a long listing builds the infos of its rows only."""
+
+    __slots__ = ("_by_mtime", "_rows", "_runs", "_storage")
+
+    def __init__(
+        self,
+        rows: list[_Row],
+        storage: SessionStorage,
+        *,
+        runs: list[KeptRows] | None = None,
+        by_mtime: bool = True,
+    ) -> None:
+        self._rows = rows
+        self._runs = runs or []
+        """Directories as the on-disk cache kept them, merged with `rows` when asked for."""
+        self._storage = storage
+        self._by_mtime = by_mtime
+        """Whether each row is modified at its mtime's microsecond (the files' rows): then
+        they are in the order of their `modified` already."""
+
+    def __len__(self) -> int:
+        return len(self._rows) + sum(len(run) for run in self._runs)
+
+    def info(self, handle: RowHandle) -> SessionInfo:
+        """The info of a row `newest_first` gave."""
+        run, i = handle
+        return self._rows[i][3] if run < 0 else self._runs[run].info(i)
+
+    def infos(self) -> list[SessionInfo]:
+        with gc_paused():  # as `collect`: thousands of infos, all surviving
+            rows = self._rows
+            if self._runs:
+                rows = rows + [row for run in self._runs for row in run.rows()]
+                rows.sort(reverse=True)  # paths differ: the infos are never compared
+            return [row[3] for row in rows]
+
+    def ids(self) -> list[str]:
+        """Each session's id (in no particular order), without building its info."""
+        found = [row[3].id for row in self._rows]
+        for run in self._runs:
+            found += run.ids
+        return found
+
+    def newest_first(self) -> Iterator[tuple[int, RowHandle]]:
+        """(`modified` in microseconds since 1970, row) of each row, newest first, those
+        modified at the same microsecond in `infos`' order (a stable sort's), taken as
+        they are asked for: without building an info where the rows are the files'."""
+        rows = self._rows
+        if not self._by_mtime:
+            modified = [(row[3].modified - EPOCH) // _MICROSECOND for row in rows]
+            ordered = sorted(range(len(modified)), key=modified.__getitem__, reverse=True)
+            return iter([(modified[i], (-1, i)) for i in ordered])
+        keys: list[Iterator[tuple[int, int, str, int, int]]] = [
+            run.keys(n) for n, run in enumerate(self._runs)
+        ]
+        keys.append((row[0], row[1], row[2], -1, i) for i, row in enumerate(rows))
+        # Each run is in the listing's order (mtime, created, path: newest first), and
+        # no two rows have one path: merged, they are in the order `infos` sorts them.
+        merged = heapq.merge(*keys, reverse=True) if len(keys) > 1 else keys[0]
+        return ((mtime_ns // 1000, (run, i)) for mtime_ns, _, _, run, i in merged)
 
 
 def _dir_rows(
@@ -371,7 +558,7 @@ def _dir_rows(
         if found is not None:
             info = session_info(found, s[0], storage)
             if info is not None:
-                rows.append((found.mtime_ns, info.created, s[0], info))
+                rows.append([found.mtime_ns, _created_us(info), s[0], info])
     rows.sort(reverse=True)  # paths differ: the infos themselves are never compared
     return rows
 
@@ -394,10 +581,10 @@ def _keep_rows(memory: DirCache, d: str, stats: list[Stat], rows: list[_Row]) ->
 
 def _rows_on_disk(
     parts: StoreParts, dirs: set[str], listing: dict[str, list[Stat]], memory: DirCache
-) -> dict[str, list[_Row]]:
+) -> dict[str, KeptRows]:
     """The rows of those of `dirs` whose files stat as at the listing the on-disk cache
     kept of them (`load_rows`), remembered in process too."""
-    found: dict[str, list[_Row]] = {}
+    found: dict[str, KeptRows] = {}
     for d, blob in MetaDB(parts.agent_dir).fetch_dir_rows(dirs).items():
         rows = load_rows(d, listing[d], blob, parts.storage)
         if rows is not None:
@@ -412,70 +599,83 @@ def _rows_on_disk(
     return found
 
 
-def _names_of(d: str, stats: list[Stat]) -> list[list[Any]]:
-    """`stats` with each path cut to its name in `d`, as `dump_rows` keeps them."""
-    cut = len(d if d.endswith(os.sep) else d + os.sep)
-    return [[s[0][cut:], s[1], s[2], s[3], s[4]] for s in stats]
+_KEPT_FORMAT = 2
+"""`dump_rows`'s layout: one written another way is not read (the directory is listed
+file by file, and kept again)."""
+_DETAILS = 6
+"""The fields of a row's rest: size, cwd, title, parent, messages, first message."""
 
 
 def dump_rows(d: str, stats: list[Stat], rows: list[_Row]) -> bytes | None:
     """A directory's listing as the on-disk cache keeps it: its files' identities and
-    the rows of its sessions, newest first (None: a text or name is no UTF-8)."""
+    the sort keys and ids of its sessions (newest first), in columns, then a line with
+    the rest of each session's row, read only when an info of it is built (None: a
+    text or name is no UTF-8)."""
     cut = len(d if d.endswith(os.sep) else d + os.sep)
     # orjson, not serialize_entry_bytes: identities are 64-bit integers, which the
     # peers' JSON (doubles) would round.
     try:
-        return orjson.dumps(
+        head = orjson.dumps(
             [
-                _names_of(d, stats),
+                _KEPT_FORMAT,
+                [[s[0][cut:] for s in stats], *([s[k] for s in stats] for k in range(1, 5))],
                 [
-                    [
-                        path[cut:],
-                        i.size,
-                        mtime_ns,
-                        i.id,
-                        i.cwd,
-                        i.title,
-                        i.parent_session_path,
-                        (created - EPOCH) // _MICROSECOND,
-                        i.message_count,
-                        i.first_message,
-                    ]
-                    for mtime_ns, created, path, i in rows
+                    [path[cut:] for _, _, path, _ in rows],
+                    [mtime_ns for mtime_ns, _, _, _ in rows],
+                    [created_us for _, created_us, _, _ in rows],
+                    [i.id for _, _, _, i in rows],
                 ],
+            ]
+        )
+        rest = orjson.dumps(
+            [
+                [i.size, i.cwd, i.title, i.parent_session_path, i.message_count, i.first_message]
+                for _, _, _, i in rows
             ]
         )
     except TypeError:  # a lone surrogate: such a directory is listed file by file
         return None
+    return head + b"\n" + rest  # orjson writes no newline of its own
 
 
-def load_rows(d: str, stats: list[Stat], blob: bytes, storage: SessionStorage) -> list[_Row] | None:
+def load_rows(d: str, stats: list[Stat], blob: bytes, storage: SessionStorage) -> KeptRows | None:
     """The rows `dump_rows` kept, when `d`'s files are still as it found them (`stats`);
-    None when they are not, or the blob is not one it wrote."""
+    None when they are not, or the blob is not one it wrote. The rest of each row is
+    read when the first info of the directory is built (`KeptRows`)."""
+    prefix = d if d.endswith(os.sep) else d + os.sep
+    end = blob.find(b"\n")
     try:
-        kept = orjson.loads(blob)
-        if kept[0] != _names_of(d, stats):
+        fmt, files, columns = orjson.loads(memoryview(blob)[:end] if end >= 0 else b"")
+        if fmt != _KEPT_FORMAT or len(files) != 5 or len(columns) != 4:
             return None
-        prefix = d if d.endswith(os.sep) else d + os.sep
-        rows: list[_Row] = []
-        for name, size, mtime_ns, sid, cwd, title, parent, created_us, messages, first in kept[1]:
-            modified = _from_us(mtime_ns // 1000)
-            created = modified if created_us == mtime_ns // 1000 else _from_us(created_us)
-            path = prefix + name
-            info = _info(
-                storage, path, size, sid, cwd, title, parent, created, modified, messages, first
-            )
-            rows.append((mtime_ns, created, path, info))
-    except (ValueError, TypeError, IndexError, OverflowError):
+        current = list(zip(*stats, strict=True)) if stats else [(), (), (), (), ()]
+        if list(map(prefix.__add__, files[0])) != list(current[0]):
+            return None
+        if any(tuple(files[k]) != current[k] for k in range(1, 5)):
+            return None
+        names, mtimes, created, ids = columns
+        if not len(names) == len(mtimes) == len(created) == len(ids):
+            return None
+        if not (
+            {*map(type, names), *map(type, ids)} <= {str}
+            and {*map(type, mtimes), *map(type, created)} <= {int}
+        ):
+            return None
+        for times, scale in ((mtimes, 1000), (created, 1)):
+            # Each time as a datetime, checked now (OverflowError), not when it is built.
+            if times and not (0 <= min(times) and max(times) // scale < _EXACT_FLOAT_US):
+                for t in times:
+                    _from_us(t // scale)
+    except (ValueError, TypeError, OverflowError):
         return None
-    return rows
+    return KeptRows(prefix, (names, mtimes, created, ids), memoryview(blob)[end + 1 :], storage)
 
 
 # [storage index] A backend that keeps each session's metadata up to date as it
 # writes (SessionIndexStorage: PostgreSQL, by the same fold) answers listings from
 # it, one query per directory.
-def _collect_indexed(dirs: list[str], storage: SessionIndexStorage) -> list[SessionInfo]:
-    ordered: list[tuple[int, datetime, str, SessionInfo]] = []
+def _collect_indexed(dirs: list[str], storage: SessionIndexStorage) -> list[_Row]:
+    ordered: list[_Row] = []
     for d in dirs:
         try:
             metas = storage.list_session_meta(d)
@@ -497,9 +697,9 @@ def _collect_indexed(dirs: list[str], storage: SessionIndexStorage) -> list[Sess
                 m.message_count,
                 m.first_message,
             )
-            ordered.append((m.mtime_ns, info.created, m.path, info))
+            ordered.append([m.mtime_ns, _created_us(info), m.path, info])
     ordered.sort(key=lambda t: (t[0], t[1], t[2]), reverse=True)
-    return [t[3] for t in ordered]
+    return ordered
 
 
 def local_dirs(cwd: str, parts: StoreParts, session_dir: str | None = None) -> list[str]:
@@ -531,3 +731,11 @@ def list_sessions(
 def list_all_sessions(parts: StoreParts, *, cache: bool = True) -> list[SessionInfo]:
     """The sessions of every project directory under `<agent dir>/sessions`, newest first."""
     return collect(_project_dirs(parts.sessions_dir, parts.storage), parts, cache=cache)
+
+
+def list_rows(cwd: str | None, parts: StoreParts) -> ListingRows:
+    """`list_sessions(cwd)` (None: `list_all_sessions`) as rows whose infos are built
+    when asked for."""
+    if cwd is None:
+        return collect_rows(_project_dirs(parts.sessions_dir, parts.storage), parts)
+    return collect_rows(local_dirs(cwd, parts), parts)

@@ -25,6 +25,8 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from sessiontree import maintenance
+from sessiontree import session as _sessions
 from sessiontree._util.env import (
     NATIVE_AGENTS,
     agent_dir_or_default,
@@ -42,30 +44,12 @@ from sessiontree.errors import (
 from sessiontree.format import file_session_id
 from sessiontree.layout import StoreParts, native_agent_of
 from sessiontree.listing import (
+    ListingRows,
     SessionInfo,
-    list_all_sessions,
-    list_sessions,
+    list_rows,
     resolve_resumable_session,
 )
-from sessiontree.maintenance import (
-    DEFAULT_MIN_AGE_SECONDS,
-    DeletePlan,
-    Finding,
-    GcReport,
-    MigrationResult,
-    TransferReport,
-    check_session,
-    collect_garbage,
-    delete_session,
-    export_files,
-    import_files,
-    migrate_session_file,
-    plan_delete,
-    repair_session,
-    session_files,
-    storage_blob_store,
-)
-from sessiontree.session import SessionManager
+from sessiontree.maintenance._gc import DEFAULT_MIN_AGE_SECONDS
 from sessiontree.storage import (
     BlobStoreLike,
     FileSessionStorage,
@@ -80,9 +64,17 @@ from sessiontree.storage import (
 if TYPE_CHECKING:
     from sessiontree.foreign.store import ForeignStore
     from sessiontree.history import HistoryStorage
+    from sessiontree.maintenance import (
+        DeletePlan,
+        Finding,
+        GcReport,
+        MigrationResult,
+        TransferReport,
+    )
     from sessiontree.maintenance._check import RepairReport
     from sessiontree.reports import Duplicates, Reply, Report, ReportKind, StoreStats
     from sessiontree.search import SearchResult, SessionSource
+    from sessiontree.session import SessionManager
     from sessiontree.sync import SyncReport
 
 __all__ = ["PricedReplies", "Store", "made_by", "replies_of", "report_of_replies"]
@@ -450,9 +442,11 @@ class Store:
 
     def list(self, cwd: str | os.PathLike[str] | None = None) -> builtins.list[SessionInfo]:
         """The sessions of `cwd`'s project (None: of every project), newest modified first."""
-        if cwd is None:
-            return list_all_sessions(self.parts)
-        return list_sessions(os.fspath(cwd), self.parts)
+        return self._list_rows(cwd).infos()
+
+    def _list_rows(self, cwd: str | os.PathLike[str] | None = None) -> ListingRows:
+        """`list`'s sessions, each one's info built when asked for (a page builds its own)."""
+        return list_rows(None if cwd is None else os.fspath(cwd), self.parts)
 
     def files(
         self,
@@ -466,7 +460,7 @@ class Store:
         (socket, device) named like a session is left out, and added to `passed_over`
         as (path, what it is) when given."""
         where = os.fspath(cwd) if cwd is not None else None
-        return session_files(self.parts, where, nested=nested, passed_over=passed_over)
+        return maintenance.session_files(self.parts, where, nested=nested, passed_over=passed_over)
 
     def _kind(self, path: str) -> str | None:
         """'file', 'dir' or None (missing, or outside a database's root)."""
@@ -570,7 +564,7 @@ class Store:
         """
         if not read_only:
             self._check_writable("open a session for writing (give read_only=True)")
-        return SessionManager.open(
+        return _sessions.SessionManager.open(
             path,
             storage=self.storage,
             read_only=read_only,
@@ -583,12 +577,14 @@ class Store:
     def create(self, cwd: str | os.PathLike[str]) -> SessionManager:
         """A new session for `cwd` in this store (written with its first assistant message)."""
         self._check_writable("create a session")
-        return SessionManager.create(os.fspath(cwd), storage=self.storage, agent_dir=self.agent_dir)
+        return _sessions.SessionManager.create(
+            os.fspath(cwd), storage=self.storage, agent_dir=self.agent_dir
+        )
 
     def continue_recent(self, cwd: str | os.PathLike[str]) -> SessionManager:
         """This terminal's session for `cwd`, else its newest one, else a new one."""
         self._check_writable("continue a session")
-        return SessionManager.continue_recent(
+        return _sessions.SessionManager.continue_recent(
             os.fspath(cwd), storage=self.storage, agent_dir=self.agent_dir
         )
 
@@ -605,14 +601,16 @@ class Store:
             where = str(header.get("cwd") or os.getcwd())
         else:
             where = os.fspath(cwd)
-        return SessionManager.fork_from(path, where, storage=self.storage, agent_dir=self.agent_dir)
+        return _sessions.SessionManager.fork_from(
+            path, where, storage=self.storage, agent_dir=self.agent_dir
+        )
 
     def delete(self, session: str | os.PathLike[str], *, force: bool = False) -> builtins.list[str]:
         """Delete a session file of the store and its artifacts dir; returns what was
         removed (`sessiontree rm`: a damaged file needs `force`)."""
         self._check_writable("delete a session")
         path = self.resolve(session)
-        return delete_session(path, self.parts, force=force)
+        return maintenance.delete_session(path, self.parts, force=force)
 
     def migrate(self, session: str | os.PathLike[str], *, dry_run: bool = False) -> MigrationResult:
         """Bring a session file of the store to the current format version, atomically
@@ -621,14 +619,14 @@ class Store:
             self._check_open()
         else:
             self._check_writable("migrate a session")
-        return migrate_session_file(self.resolve(session), self.parts, dry_run=dry_run)
+        return maintenance.migrate_session_file(self.resolve(session), self.parts, dry_run=dry_run)
 
     def plan_delete(self, session: str | os.PathLike[str], *, force: bool = False) -> DeletePlan:
         """What `delete` would remove (the file, its artifacts dir), deleting nothing:
         the same refusals, raised before anyone is asked to confirm."""
         self._check_writable("delete a session")
         path = self.resolve(session)
-        return plan_delete(path, self.parts, force=force)
+        return maintenance.plan_delete(path, self.parts, force=force)
 
     # ------------------------------------------------------------------ reading it all
 
@@ -790,7 +788,9 @@ class Store:
             view,
             None if foreign else os.path.join(self.agent_dir, "blobs"),
             index_progress=progress,
-            blob_store=None if self.is_files or foreign else storage_blob_store(self.storage),
+            blob_store=None
+            if self.is_files or foreign
+            else maintenance.storage_blob_store(self.storage),
             context=context,
         )
         stats.passed_over = passed_over
@@ -809,7 +809,7 @@ class Store:
         bytes), and what could not be read (`.unreadable`); with `delete=True`, the old
         enough ones are deleted (`.deleted`; `.refused` says why nothing was)."""
         self._check_writable("collect its blobs")
-        return collect_garbage(
+        return maintenance.collect_garbage(
             self.parts, delete=delete, min_age_seconds=min_age_seconds, progress=progress
         )
 
@@ -841,17 +841,22 @@ class Store:
                 progress(path)
             blobs = parts.blobs_for(path)
             try:
-                findings = check_session(path, storage=parts.storage, blobs=blobs)
+                findings = maintenance.check_session(path, storage=parts.storage, blobs=blobs)
             except (OSError, SessionTreeError) as exc:
-                findings = [Finding("unreadable", None, None, f"cannot read: {exc}")]
+                findings = [maintenance.Finding("unreadable", None, None, f"cannot read: {exc}")]
             else:
                 if fix and findings:
                     try:
-                        repair_session(path, parts, in_place=True)
-                        findings = check_session(path, storage=parts.storage, blobs=blobs)
+                        maintenance.repair_session(path, parts, in_place=True)
+                        findings = maintenance.check_session(
+                            path, storage=parts.storage, blobs=blobs
+                        )
                     except (OSError, SessionTreeError) as exc:  # a live writer holds it, ...
                         message = f"not repaired: {exc}"
-                        findings = [*findings, Finding("unrepaired", None, None, message)]
+                        findings = [
+                            *findings,
+                            maintenance.Finding("unrepaired", None, None, message),
+                        ]
             found += [dataclasses.replace(f, path=path) for f in findings]
         return found
 
@@ -870,7 +875,9 @@ class Store:
         else:
             self._check_writable("repair a session")
         path = self.resolve(session)
-        return repair_session(path, self.parts, out_path, in_place=in_place, dry_run=dry_run)
+        return maintenance.repair_session(
+            path, self.parts, out_path, in_place=in_place, dry_run=dry_run
+        )
 
     def sync(self, hub: str, *, machine: str | None = None) -> SyncReport:
         """One two-way sync round of this (pi-format) store with `hub`, a dir or a
@@ -901,7 +908,7 @@ class Store:
         source = os.path.abspath(os.path.expanduser(os.fspath(agent_dir)))
         if not os.path.isdir(source):
             raise FileNotFoundError(2, "No such directory", source)
-        return import_files(source, storage, report)
+        return maintenance.import_files(source, storage, report)
 
     def export_files(
         self, agent_dir: str | os.PathLike[str], report: TransferReport | None = None
@@ -912,7 +919,7 @@ class Store:
         target = os.path.abspath(os.path.expanduser(os.fspath(agent_dir)))
         if os.path.exists(target) and not os.path.isdir(target):
             raise NotADirectoryError(20, "Not a directory", target)
-        return export_files(storage, target, report)
+        return maintenance.export_files(storage, target, report)
 
 
 def replies_of(

@@ -17,16 +17,18 @@ expression) are the caller's whatever the store.
 from __future__ import annotations
 
 import builtins
+import heapq
+import itertools
 import os
 import threading
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
 
 from sessiontree._util.gcpause import gc_paused
 from sessiontree.errors import SessionTreeError
 from sessiontree.format import shown_title, utc_day
-from sessiontree.listing import SessionInfo
+from sessiontree.listing import ListingRows, RowHandle, SessionInfo
 from sessiontree.store._store import (
     Moment,
     PricedReplies,
@@ -44,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ListedSession",
+    "ListingPage",
     "SessionFilter",
     "Skipped",
     "StoreHit",
@@ -52,6 +55,7 @@ __all__ = [
     "StoresStats",
 ]
 
+_T = TypeVar("_T")
 _READ_ERRORS = (OSError, SessionTreeError)
 """What reading a store raises when the store, not the request, is at fault."""
 
@@ -84,6 +88,32 @@ class ListedSession:
     def made_by(self) -> str:
         """Its agent, and the machine when another: `claude`, `claude@laptop`."""
         return made_by(self.agent, self.machine)
+
+
+@dataclass(frozen=True, slots=True)
+class ListingPage:
+    """The first sessions of a `Stores` listing, and what the whole of it says of the
+    rest: what a page of `sessiontree list` shows."""
+
+    total: int
+    """How many sessions the whole listing has."""
+    sessions: builtins.list[ListedSession]
+    """Its first sessions, newest modified first (all of them with no limit)."""
+    made_by: frozenset[str]
+    """Who made its sessions (`ListedSession.made_by`)."""
+    every_id: Callable[[], builtins.list[str]] = field(repr=False, compare=False)
+    """The id of every session of the listing (in no particular order), worked out when
+    asked for (a table's short ids need them, JSON does not)."""
+
+    @classmethod
+    def of(cls, listed: builtins.list[ListedSession], limit: int | None = None) -> ListingPage:
+        """The page of the first `limit` (None: all) of a whole listing."""
+        return cls(
+            len(listed),
+            listed[:limit] if limit is not None else listed,
+            frozenset(one.made_by for one in listed),
+            lambda: [one.info.id for one in listed],
+        )
 
 
 def _folded(text: str | None) -> str:
@@ -189,6 +219,21 @@ def _sessions_of(store: Store) -> tuple[str, ...]:
     return ("storage", str(id(store.storage)), store.agent_dir)
 
 
+def _newest_first(listings: Iterable[ListingRows]) -> Iterator[tuple[int, RowHandle]]:
+    """(listing, row) of the rows of `listings` in `Stores.list`'s order: newest modified
+    first, those modified at the same microsecond in the order they come (listing by
+    listing, each's own order), as the stable sort of their concatenation has them;
+    each listing's rows taken as they are asked for."""
+    keyed = [_keyed(n, rows.newest_first()) for n, rows in enumerate(listings)]
+    for _, n, i in heapq.merge(*keyed):
+        yield n, i
+
+
+def _keyed(n: int, rows: Iterator[tuple[int, RowHandle]]) -> Iterator[tuple[int, int, RowHandle]]:
+    for modified, i in rows:
+        yield -modified, n, i
+
+
 class Stores(Mapping[str, Store]):
     """Several stores as one: each by its key (`stores["claude"]`), the first the one
     named (or the default one); a store given again (the same dir under another name)
@@ -251,6 +296,23 @@ class Stores(Mapping[str, Store]):
         with self._skipped_lock:
             self._skipped[key] = Skipped(key, location, str(exc) or type(exc).__name__)
 
+    def _each(
+        self, agent: str | None, store: str | None, read: Callable[[Store], _T]
+    ) -> Iterator[tuple[str, Store, _T]]:
+        """(key, store, `read` of it) of each store (`store`'s, those of `agent`; None:
+        any); a store it fails on is passed over, one it reads is no longer."""
+        for key, one in self._stores.items():
+            if store not in (None, key) or agent not in (None, one.agent):
+                continue
+            try:
+                got = read(one)
+            except _READ_ERRORS as exc:
+                self._skip(key, exc)
+                continue
+            with self._skipped_lock:
+                self._skipped.pop(key, None)
+            yield key, one, got
+
     def _key_of(self, store: Store) -> str:
         return next(key for key, one in self._stores.items() if one is store)
 
@@ -287,21 +349,52 @@ class Stores(Mapping[str, Store]):
     ) -> builtins.list[ListedSession]:
         where = SessionFilter(text, _ms(since, end=False), _ms(until, end=True), agent, store)
         found: builtins.list[ListedSession] = []
-        for key, one in self._stores.items():
-            if store not in (None, key) or agent not in (None, one.agent):
-                continue
-            try:
-                infos = one.list(cwd)
-            except _READ_ERRORS as exc:
-                self._skip(key, exc)
-                continue
-            with self._skipped_lock:
-                self._skipped.pop(key, None)
+        for key, one, infos in self._each(agent, store, lambda one: one.list(cwd)):
             found += where.apply(
                 ListedSession(i, key, one.agent, _size(i, one), one.machine) for i in infos
             )
         found.sort(key=lambda listed: listed.info.modified, reverse=True)
         return found
+
+    def list_page(
+        self,
+        cwd: str | os.PathLike[str] | None = None,
+        *,
+        limit: int,
+        text: str | None = None,
+        since: Moment | None = None,
+        until: Moment | None = None,
+        agent: str | None = None,
+        store: str | None = None,
+    ) -> ListingPage:
+        """The first `limit` sessions of `list` (the same arguments), its total, and
+        every id in it: without a filter on the sessions (`text`, `since`, `until`),
+        only the shown sessions' infos are built (each store's listing is in order
+        already: they are merged as `list` sorts them)."""
+        where = SessionFilter(text, _ms(since, end=False), _ms(until, end=True), agent, store)
+        if _folded(where.text) or where.since is not None or where.until is not None:
+            return ListingPage.of(
+                self.list(cwd, text=text, since=since, until=until, agent=agent, store=store), limit
+            )
+        with gc_paused():
+            return self._page(cwd, limit, agent, store)
+
+    def _page(
+        self, cwd: str | os.PathLike[str] | None, limit: int, agent: str | None, store: str | None
+    ) -> ListingPage:
+        listed = self._each(agent, store, lambda one: one._list_rows(cwd))
+        parts = [(key, one, rows) for key, one, rows in listed if len(rows)]
+        sessions = []
+        for n, i in itertools.islice(_newest_first([rows for _, _, rows in parts]), limit):
+            key, one, rows = parts[n]
+            info = rows.info(i)
+            sessions.append(ListedSession(info, key, one.agent, _size(info, one), one.machine))
+        return ListingPage(
+            sum(len(rows) for _, _, rows in parts),
+            sessions,
+            frozenset(made_by(one.agent, one.machine) for _, one, _ in parts),
+            lambda: [sid for _, _, rows in parts for sid in rows.ids()],
+        )
 
     def search(
         self,
