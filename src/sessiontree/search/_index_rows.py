@@ -37,6 +37,7 @@ from sessiontree.listing import (
     MARK_HEAD_BYTES,
     MARK_TAIL_BYTES,
     FileMark,
+    mark_file,
     marked_as_read,
     only_appended,
 )
@@ -56,12 +57,14 @@ __all__ = [
     "FileState",
     "IndexedFile",
     "Loader",
+    "Read",
     "Rows",
     "SessionSource",
     "head_len_of",
     "index_text",
     "query_trigrams",
     "read_as_marked",
+    "read_file",
     "read_jsonl",
     "read_loaded",
     "read_source",
@@ -433,3 +436,39 @@ def read_as_marked(
             except OSError:
                 return False
     return marked_as_read(mark, rows.head_seen, tail)
+
+
+Read = tuple[FileMark, Rows, int, FileState, FileState]
+"""What `read_file` read of a file: its mark, the rows (those not given to the sink),
+the committed offset and the states there and at the end."""
+
+
+def read_file(
+    source: SessionSource,
+    storage: SessionStorage,
+    listed_as: tuple[str, int, int, int, int],
+    st: FileState,
+    start: int,
+    before: FileMark | None,
+    order: int,
+    sink: Callable[[Rows], None] | None,
+) -> Read:
+    """Read one file (listed with its `listing.stat_identity`) from `start` (state
+    `st`; `before`: the mark of a file that only grew). Raises OSError when the file
+    was rewritten while it was read (none of it is kept: the next refresh reads it again),
+    or what reading it raised."""
+    path, size, mtime_ns, ino, _ = listed_as
+    if source.load is not None:
+        rows, final = read_loaded(source.load, path)
+        committed, saved, head_len = 0, final, 0
+    else:
+        rows, committed, saved, final = read_jsonl(storage, path, start, size, st, order, sink=sink)
+        head_len = head_len_of(storage, path, rows.head_seen, size) if committed else 0
+    if source.load is not None and source.identity is not None:
+        return FileMark(size, mtime_ns, ino, 0, 0, b"", b""), rows, committed, saved, final
+    mark = mark_file(storage, path, size, mtime_ns, ino, committed, head_len)
+    if source.load is None and not read_as_marked(
+        storage, path, mark, rows, before, start, size, ino
+    ):
+        raise OSError(f"{path}: changed while it was read")
+    return mark, rows, committed, saved, final
