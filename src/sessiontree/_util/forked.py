@@ -65,6 +65,7 @@ def stream_forked(work: Callable[[U], R], batches: Sequence[U], workers: int) ->
     try:
         for k in range(workers):
             read_fd, write_fd = os.pipe()
+            _widen(write_fd)
             pid = os.fork()
             if pid == 0:  # the worker: never returns
                 os.close(read_fd)
@@ -73,7 +74,7 @@ def stream_forked(work: Callable[[U], R], batches: Sequence[U], workers: int) ->
                 _serve(work, batches[k::workers], write_fd, pickle.dumps)
             os.close(write_fd)
             pids.append(pid)
-            readers.append(os.fdopen(read_fd, "rb", buffering=1 << 16))
+            readers.append(os.fdopen(read_fd, "rb", buffering=_PIPE_BYTES))
         for i in range(len(batches)):
             try:
                 ok, value = pickle.load(readers[i % workers])
@@ -96,6 +97,24 @@ def stream_forked(work: Callable[[U], R], batches: Sequence[U], workers: int) ->
                 pass
 
 
+_PIPE_BYTES = 1 << 20
+
+
+def _widen(fd: int) -> None:
+    """Let a pipe hold `_PIPE_BYTES` (Linux's default holds 64 KiB): a worker then runs a
+    few batches ahead, and a batch crosses in one or two reads, not a dozen wake-ups of
+    each side in turn (each a wait for the scheduler on a busy machine)."""
+    import fcntl
+
+    setsize = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if setsize is None:
+        return
+    try:
+        fcntl.fcntl(fd, setsize, _PIPE_BYTES)
+    except OSError:  # above /proc/sys/fs/pipe-max-size: the default it is
+        pass
+
+
 class ForkedError(RuntimeError):
     """A forked worker failed (its exception's repr) or died."""
 
@@ -108,7 +127,7 @@ def _serve(
 ) -> NoReturn:
     code = 0
     try:
-        with os.fdopen(write_fd, "wb", buffering=1 << 16) as out:
+        with os.fdopen(write_fd, "wb", buffering=_PIPE_BYTES) as out:
             for batch in batches:
                 try:
                     frame = dumps((True, work(batch)), protocol=5)
@@ -116,6 +135,7 @@ def _serve(
                     frame = dumps((False, repr(exc)), protocol=5)
                     code = 1
                 out.write(frame)
+                out.flush()  # all of it now: the parent may be waiting for its end
                 if code:
                     break
     except BaseException:  # the parent went away (EPIPE), or anything else: just go

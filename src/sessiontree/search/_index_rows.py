@@ -182,7 +182,7 @@ def _add_entry(
     if text:
         ts = parse_iso_ms(entry.get("timestamp"))
         stored = index_text(text)
-        size = len(stored.encode("utf-8"))
+        size = len(stored) if stored.isascii() else len(stored.encode("utf-8"))
         entry_id = entry.get("id")
         rows.entries.append(
             (
