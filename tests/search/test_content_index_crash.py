@@ -27,6 +27,7 @@ content_index._BATCH_BYTES = 20_000
 read_ahead._MIN_FILES = 2 if mode == "ahead" else 10**9
 read_ahead._MIN_BYTES = 0
 read_ahead._BATCH_BYTES = 4096
+read_ahead.idle_cores = lambda: 2
 paths = sorted(
     os.path.join(d, f) for d, _, names in os.walk(os.path.join(agent, "sessions")) for f in names
 )
