@@ -80,6 +80,7 @@ PHASE_START, PHASE_OK, PHASE_INVALID = 0, 1, 2
 """Where reading a file stands: before its header, in a session, not a session."""
 _BOM = b"\xef\xbb\xbf"
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_COUNTED_ROLES = ("assistant", "toolResult")  # messages whose usage pi counts
 
 Loader = Callable[[str], tuple[Entry | None, Sequence[Entry]]]
 """Reads a session of another format: (header or None when it is not one, entries)."""
@@ -200,7 +201,14 @@ def _add_entry(
         rows.held += size + 200
         st.text_bytes += size
     kind = entry.get("type")
-    if kind == "message" or kind in USAGE_KINDS:
+    if kind == "message":
+        # Only replies and tool results count (`counted_usage`): a user's message, a third
+        # of the entries, skips the record's checks.
+        message = entry.get("message")
+        counts = isinstance(message, dict) and message.get("role") in _COUNTED_ROLES
+    else:
+        counts = kind in USAGE_KINDS
+    if counts:
         record = usage_record(entry, line)
         if record is not None:
             rows.usage.append((line, offset, record))
