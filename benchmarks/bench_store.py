@@ -233,7 +233,9 @@ def main(argv: list[str]) -> None:
         f"ingest: {files / build_s:,.0f} sessions/s, {mb / build_s:,.1f} MB/s = "
         f"{mb / build_s / cat_rate:.1%} of cat's {cat_rate:,.0f} MB/s; the index is "
         f"{build['db_bytes'] / 2**20:,.0f} MB; a refresh of the unchanged store read "
-        f"{build['unchanged_files_read']} session files in {ms(build['unchanged_s'])} ms"
+        f"{build['unchanged_files_read']} session files in {ms(build['unchanged_s'])} ms; "
+        f"its CPU time counts its read-ahead workers' (peak RSS "
+        f"{build.get('workers_rss_mb', 0):,.0f} MB each at most)"
     )
 
     lines = sample(["grep", "-c", "", "-r", "sessions"], agent, env, runs)

@@ -588,7 +588,11 @@ def test_a_file_failing_halfway_leaves_none_of_its_rows(
             orphans = index._conn.execute(
                 "SELECT count(*) FROM entries WHERE file NOT IN (SELECT id FROM files)"
             ).fetchone()[0]
+            keys = {k for (k,) in index._conn.execute("SELECT key FROM entries")}
+            words = index._conn.execute("SELECT rowid FROM fts WHERE fts MATCH '\"needle\"'")
+            in_fts = {k for (k,) in words}
         assert orphans == 0
+        assert in_fts and in_fts <= keys  # nor any text of the failed file's
     stop()
     assert lines_of(found([a, b], "needle", agent_dir)) == {(a, n) for n in range(2, 121)} | {
         (b, 2)

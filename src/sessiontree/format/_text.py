@@ -39,8 +39,13 @@ def human_size(size: int | float) -> str:
 
 def deep_dumps(value: object) -> str:
     """`json.dumps` even of arguments nested as deep as JavaScript allows."""
-    text: str = allow_deep_nesting(lambda: json.dumps(value, ensure_ascii=False))
+    text: str = allow_deep_nesting(lambda: _ENCODE(value))
     return text
+
+
+# `json.dumps(value, ensure_ascii=False)` without building an encoder on each call (a
+# tool call's arguments are encoded for every reply indexed).
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def blocks_text(content: object, *, tools: bool = True, thinking: bool = False) -> str:

@@ -52,7 +52,10 @@ def number(value: object) -> float | None:
 
 
 def _count(usage: dict[str, Any], key: str) -> int:
-    value = number(usage.get(key))
+    value = usage.get(key)
+    if type(value) is int:  # the usual case, without the float checks below
+        return max(-_BIG, min(_BIG, value))
+    value = number(value)
     if value is None or value != value or value in (float("inf"), float("-inf")):
         return 0
     return max(-_BIG, min(_BIG, int(value)))  # SQLite holds 64-bit integers

@@ -37,9 +37,15 @@ Sources are our JSONL files, or any session a loader turns into entries
 they change, and their entries are found again by position.
 
 
+**Many new files** (a first build) are read, and their text cut into words, by
+forked workers (`_read_ahead`) while this process writes what they send, in the same
+order and in the same transactions as it would have read them itself: the index is the
+same. A build killed halfway leaves the files of its committed transactions indexed
+(each file's rows and its ``files`` row commit together): the next refresh reads the rest.
+
 Modules by job: `_index_db` (tables, opening, transactions, keys), `_index_rows`
-(reading a session into rows), `_usage_rows` (the usage report's rows), this one (the
-index: refresh and queries).
+(reading a session into rows), `_read_ahead` (new files read in workers), `_usage_rows`
+(the usage report's rows), this one (the index: refresh and queries).
 """
 
 from __future__ import annotations
@@ -60,7 +66,6 @@ from sessiontree.listing import (
     FileMark,
     Known,
     grown_from,
-    mark_file,
     plan_changes,
     stat_identity,
 )
@@ -77,13 +82,12 @@ from sessiontree.search._index_rows import (
     PHASE_OK,
     FileState,
     IndexedFile,
+    Read,
     Rows,
     SessionSource,
-    head_len_of,
-    read_as_marked,
-    read_jsonl,
-    read_loaded,
+    read_file,
 )
+from sessiontree.search._read_ahead import read_ahead
 from sessiontree.search._terms import (
     MAX_TERMS,
     cut,
@@ -106,9 +110,19 @@ _FILE_COLUMNS = (
     "phase, session_id, cwd, parent, created, entries, tail_entries, text_bytes, "
     "tail_text_bytes"
 )
+_UPDATE_FILE = (
+    "UPDATE files SET "
+    + ", ".join(f"{c.strip()} = ?" for c in _FILE_COLUMNS.split(","))
+    + " WHERE id = ?"
+)
+_INSERT_FILE = (
+    f"INSERT INTO files ({_FILE_COLUMNS}) "
+    f"VALUES ({', '.join('?' for _ in _FILE_COLUMNS.split(','))})"
+)
 
 
 _PENDING_TERMS = 200_000  # new words held before they are written to the vocabulary
+_FTS_HELD = 6 << 20  # characters of text held for the FTS table before they are written
 NOTHING: Final = ""
 """`ContentIndex.match` when no indexed entry can hold the literals."""
 
@@ -169,6 +183,8 @@ class ContentIndex:
         self._keys = EntryKeys(db.conn)
         self._files: dict[int, tuple[str, str, str]] | None = None
         self._new_terms: set[bytes] = set()  # words of the rows written, for ``terms``
+        self._fts_rows: list[tuple[int, str]] = []  # for the FTS table, before the commit
+        self._fts_held = 0
 
     @property
     def _conn(self) -> sqlite3.Connection:
@@ -301,21 +317,30 @@ class ContentIndex:
             return result
         total = sum(s[1] for _, s in todo)
         done = 0
-        pending = todo[::-1]  # popped from the end, in `sources` order
+        at = 0  # the next of `todo` to index
+        ahead = read_ahead(todo, known, storage)
         try:
             if gone:
                 with write_transaction(conn):
                     for file_id in gone:
                         self._forget(file_id, None)
                     result.removed = len(gone)
-            while pending:
+            while at < len(todo):
                 batch_bytes = 0
                 batch_rows = 0
                 with write_transaction(conn):
-                    while pending and batch_bytes < _BATCH_BYTES and batch_rows < _BATCH_ROWS:
-                        source, listed_as = pending.pop()
+                    self._fts_rows.clear()  # a transaction that failed leaves none
+                    while (
+                        at < len(todo) and batch_bytes < _BATCH_BYTES and batch_rows < _BATCH_ROWS
+                    ):
+                        source, listed_as = todo[at]
+                        prepared = ahead.take(at)
+                        at += 1
+                        if ahead.terms:
+                            self._new_terms |= ahead.terms
+                            ahead.terms.clear()
                         try:
-                            read, added = self._index_file(source, storage, listed_as)
+                            read, added = self._index_file(source, storage, listed_as, prepared)
                         except sqlite3.Error:
                             raise
                         except Exception:  # unreadable, or a loader that failed on it
@@ -329,12 +354,15 @@ class ContentIndex:
                         done += listed_as[1]
                         if progress is not None:
                             progress(done, total)
+                    self._flush_fts()
                     self._save_terms()
                     self._save_meta()
         except sqlite3.OperationalError as exc:
             if not is_locked(exc):
                 raise
-            result.stale += [source.path for source, _ in pending]
+            result.stale += [source.path for source, _ in todo[at:]]
+        finally:
+            ahead.close()
         self._files = None
         return result
 
@@ -362,7 +390,7 @@ class ContentIndex:
             "INSERT OR IGNORE INTO terms (term) VALUES (?)",
             ((t.decode("utf-8"),) for t in self._new_terms),
         )
-        self._new_terms = set()
+        self._new_terms.clear()
         conn.execute(
             "INSERT INTO terms_fts (rowid, term) SELECT id, term FROM terms WHERE id > ?",
             (before,),
@@ -398,11 +426,16 @@ class ContentIndex:
             )
 
     def _index_file(
-        self, source: SessionSource, storage: SessionStorage, listed_as: Stat
+        self,
+        source: SessionSource,
+        storage: SessionStorage,
+        listed_as: Stat,
+        prepared: Read | None = None,
     ) -> tuple[int, int]:
         """Read what is new in one file (listed with its `listing.stat_identity`);
         returns (bytes read, entries added). Raises what reading it raised (OSError,
-        a loader's error) having written nothing."""
+        a loader's error) having written nothing. `prepared`: the whole file read
+        already, its text cut (`_read_ahead`)."""
         conn = self._conn
         path, size, mtime_ns, ino, ctime_ns = listed_as
         row = conn.execute(
@@ -418,7 +451,7 @@ class ContentIndex:
         file_id: int | None = row[0] if row is not None else None
         forget_from: int | None = None  # what of the file's rows to forget (None: all)
         before: FileMark | None = None  # the mark the lines appended are read after
-        if row is not None:
+        if row is not None and prepared is None:
             mark = FileMark(row[2], row[3], row[4], row[5], row[6], row[7], row[8])
             if (
                 source.load is None
@@ -457,27 +490,30 @@ class ContentIndex:
             # fails halfway leaves none of them.
             nonlocal flushed
             if not begun:
+                self._flush_fts()  # the rows held from here on are this file's alone
                 conn.execute("SAVEPOINT file")
                 begin()
             assert file_id is not None
             flushed += len(part.entries)
             self._write_rows(file_id, part)
 
-        try:
-            mark, rows, committed, saved, final = self._read_file(
-                source, storage, listed_as, st, start, before, order, sink
-            )
-        except sqlite3.Error:
-            raise
-        except Exception:
-            if begun:
-                conn.execute("ROLLBACK TO file")
-                conn.execute("RELEASE file")
-            raise
+        if prepared is not None:
+            mark, rows, committed, saved, final = prepared
+        else:
+            try:
+                mark, rows, committed, saved, final = read_file(
+                    source, storage, listed_as, st, start, before, order, sink
+                )
+            except sqlite3.Error:
+                raise
+            except Exception:
+                if begun:
+                    conn.execute("ROLLBACK TO file")
+                    conn.execute("RELEASE file")
+                    self._fts_rows.clear()
+                raise
         if begun:
             conn.execute("RELEASE file")
-        written = file_id if begun else begin()
-        assert written is not None
         values = (
             path,
             source.kind,
@@ -500,45 +536,18 @@ class ContentIndex:
             saved.text_bytes,
             final.text_bytes - saved.text_bytes,
         )
-        sets = ", ".join(f"{c.strip()} = ?" for c in _FILE_COLUMNS.split(","))
-        conn.execute(f"UPDATE files SET {sets} WHERE id = ?", (*values, written))
-        self._write_rows(written, rows)
+        if not begun and file_id is None:  # a new file: its row in one statement
+            written = conn.execute(_INSERT_FILE, values).lastrowid
+        else:
+            written = file_id if begun else begin()
+            conn.execute(_UPDATE_FILE, (*values, written))
+        assert written is not None
+        self._write_rows(written, rows, prepared is not None)
         return size - start, flushed + len(rows.entries)
 
-    def _read_file(
-        self,
-        source: SessionSource,
-        storage: SessionStorage,
-        listed_as: Stat,
-        st: FileState,
-        start: int,
-        before: FileMark | None,
-        order: int,
-        sink: Callable[[Rows], None],
-    ) -> tuple[FileMark, Rows, int, FileState, FileState]:
-        """Read one file from `start` (state `st`): its mark, the rows not given to
-        `sink`, the committed offset and the states there and at the end."""
-        path, size, mtime_ns, ino, _ = listed_as
-        if source.load is not None:
-            rows, final = read_loaded(source.load, path, extra=source.extra)
-            committed, saved, head_len = 0, final, 0
-        else:
-            rows, committed, saved, final = read_jsonl(
-                storage, path, start, size, st, order, sink=sink
-            )
-            head_len = head_len_of(storage, path, rows.head_seen, size) if committed else 0
-        if source.load is not None and source.identity is not None:
-            return FileMark(size, mtime_ns, ino, 0, 0, b"", b""), rows, committed, saved, final
-        mark = mark_file(storage, path, size, mtime_ns, ino, committed, head_len)
-        if source.load is None and not read_as_marked(
-            storage, path, mark, rows, before, start, size, ino
-        ):
-            # Rewritten while it was read: none of it is kept, and the next refresh
-            # reads it again.
-            raise OSError(f"{path}: changed while it was read")
-        return mark, rows, committed, saved, final
-
-    def _write_rows(self, file_id: int, rows: Rows) -> None:
+    def _write_rows(self, file_id: int, rows: Rows, cut_already: bool = False) -> None:
+        """Write a file's rows; `cut_already`: their texts are what the FTS table takes,
+        their words in the vocabulary to come (`_read_ahead`)."""
         conn = self._conn
         keys = self._keys.take_all(rows.order)
         conn.executemany(
@@ -546,18 +555,33 @@ class ContentIndex:
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(key, file_id, *row) for key, row in zip(keys, rows.entries, strict=True)],
         )
-        texts = []
         new_terms = self._new_terms
-        for text in rows.texts:
-            indexed, terms = cut(text)
-            texts.append(indexed)
-            new_terms.update(terms)
-        conn.executemany(
-            "INSERT INTO fts (rowid, text) VALUES (?, ?)", zip(keys, texts, strict=True)
-        )
+        texts = rows.texts
+        if not cut_already:
+            texts = []
+            for text in rows.texts:
+                indexed, terms = cut(text)
+                texts.append(indexed)
+                new_terms.update(terms)
+        self._fts_rows += zip(keys, texts, strict=True)
+        self._fts_held += sum(map(len, texts))
+        if self._fts_held > _FTS_HELD:
+            self._flush_fts()
         if len(new_terms) > _PENDING_TERMS:
             self._save_terms()
         write_usage_rows(conn, file_id, rows.usage)
+
+    def _flush_fts(self) -> None:
+        """Write the FTS rows held, by key: FTS5 flushes what it holds in memory into a
+        new segment whenever a rowid is lower than the one before (a file's keys, its
+        entries' times, are below the last file's as often as not), so rows written file
+        by file made a segment per file and a third more work merging them."""
+        rows = self._fts_rows
+        if rows:
+            rows.sort()
+            self._conn.executemany("INSERT INTO fts (rowid, text) VALUES (?, ?)", rows)
+            rows.clear()
+        self._fts_held = 0
 
     # -- queries
 

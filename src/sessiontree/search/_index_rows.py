@@ -41,6 +41,7 @@ from sessiontree.listing import (
     MARK_HEAD_BYTES,
     MARK_TAIL_BYTES,
     FileMark,
+    mark_file,
     marked_as_read,
     only_appended,
 )
@@ -60,6 +61,7 @@ __all__ = [
     "FileState",
     "IndexedFile",
     "Loader",
+    "Read",
     "Rows",
     "SessionSource",
     "UsageReader",
@@ -68,6 +70,7 @@ __all__ = [
     "index_text",
     "query_trigrams",
     "read_as_marked",
+    "read_file",
     "read_jsonl",
     "read_loaded",
     "read_source",
@@ -83,6 +86,7 @@ PHASE_START, PHASE_OK, PHASE_INVALID = 0, 1, 2
 """Where reading a file stands: before its header, in a session, not a session."""
 _BOM = b"\xef\xbb\xbf"
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+_COUNTED_ROLES = ("assistant", "toolResult")  # messages whose usage pi counts
 
 Loader = Callable[[str], tuple[Entry | None, Sequence[Entry]]]
 """Reads a session of another format: (header or None when it is not one, entries)."""
@@ -191,7 +195,7 @@ def _add_entry(
     if text:
         ts = parse_iso_ms(entry.get("timestamp"))
         stored = index_text(text)
-        size = len(stored.encode("utf-8"))
+        size = len(stored) if stored.isascii() else len(stored.encode("utf-8"))
         entry_id = entry.get("id")
         rows.entries.append(
             (
@@ -209,7 +213,14 @@ def _add_entry(
         rows.held += size + 200
         st.text_bytes += size
     kind = entry.get("type")
-    if kind == "message" or kind in USAGE_KINDS:
+    if kind == "message":
+        # Only replies and tool results count (`counted_usage`): a user's message, a third
+        # of the entries, skips the record's checks.
+        message = entry.get("message")
+        counts = isinstance(message, dict) and message.get("role") in _COUNTED_ROLES
+    else:
+        counts = kind in USAGE_KINDS
+    if counts:
         record = usage_record(entry, line)
         if record is not None:
             rows.usage.append((line, offset, record))
@@ -464,3 +475,39 @@ def read_as_marked(
             except OSError:
                 return False
     return marked_as_read(mark, rows.head_seen, tail)
+
+
+Read = tuple[FileMark, Rows, int, FileState, FileState]
+"""What `read_file` read of a file: its mark, the rows (those not given to the sink),
+the committed offset and the states there and at the end."""
+
+
+def read_file(
+    source: SessionSource,
+    storage: SessionStorage,
+    listed_as: tuple[str, int, int, int, int],
+    st: FileState,
+    start: int,
+    before: FileMark | None,
+    order: int,
+    sink: Callable[[Rows], None] | None,
+) -> Read:
+    """Read one file (listed with its `listing.stat_identity`) from `start` (state
+    `st`; `before`: the mark of a file that only grew). Raises OSError when the file
+    was rewritten while it was read (none of it is kept: the next refresh reads it again),
+    or what reading it raised."""
+    path, size, mtime_ns, ino, _ = listed_as
+    if source.load is not None:
+        rows, final = read_loaded(source.load, path, extra=source.extra)
+        committed, saved, head_len = 0, final, 0
+    else:
+        rows, committed, saved, final = read_jsonl(storage, path, start, size, st, order, sink=sink)
+        head_len = head_len_of(storage, path, rows.head_seen, size) if committed else 0
+    if source.load is not None and source.identity is not None:
+        return FileMark(size, mtime_ns, ino, 0, 0, b"", b""), rows, committed, saved, final
+    mark = mark_file(storage, path, size, mtime_ns, ino, committed, head_len)
+    if source.load is None and not read_as_marked(
+        storage, path, mark, rows, before, start, size, ino
+    ):
+        raise OSError(f"{path}: changed while it was read")
+    return mark, rows, committed, saved, final

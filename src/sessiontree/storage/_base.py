@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeGuard, runtime_checkable
 
 from sessiontree._util.closing import ClosesOnExit, process_id
 from sessiontree._util.fs import create_new, glob_escape, side_path
@@ -409,16 +409,33 @@ def is_stored_file(storage: SessionStorage, path: str) -> bool:
     return bool(name) and path in storage.list_files(directory, glob_escape(name))
 
 
+_CHUNKED_CLASSES: set[type] = set()
+
+
+def _chunked(storage: SessionStorage) -> TypeGuard[ChunkedReads]:
+    """`isinstance(storage, ChunkedReads)`, remembered for a class that has the methods
+    itself (a protocol check looks each one up: a content index build reads 30,000
+    ranges and chunks)."""
+    kind = type(storage)
+    if kind in _CHUNKED_CLASSES:
+        return True
+    if not isinstance(storage, ChunkedReads):
+        return False
+    if all(callable(getattr(kind, name, None)) for name in ("iter_chunks", "read_bytes_range")):
+        _CHUNKED_CLASSES.add(kind)
+    return True
+
+
 def read_chunks(storage: SessionStorage, path: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:
     """The file's bytes in chunks (`iter_chunks`, else one `read_text`)."""
-    if isinstance(storage, ChunkedReads):
+    if _chunked(storage):
         return storage.iter_chunks(path, chunk_size)
     return iter((storage.read_text(path).encode("utf-8", "surrogatepass"),))
 
 
 def read_range(storage: SessionStorage, path: str, offset: int, length: int) -> bytes:
     """Up to `length` bytes at `offset` (`read_bytes_range`, else a whole read)."""
-    if isinstance(storage, ChunkedReads):
+    if _chunked(storage):
         return storage.read_bytes_range(path, offset, length)
     data = storage.read_text(path).encode("utf-8", "surrogatepass")
     start = max(0, len(data) + offset) if offset < 0 else offset

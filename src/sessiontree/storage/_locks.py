@@ -54,7 +54,14 @@ def acquire_session_lock(storage: object, session_file: str) -> WriterLock | Non
 
 
 def is_locked(storage: object, session_file: str) -> bool:
-    """Whether another live writer holds the session (probes by taking the lock)."""
+    """Whether another live writer holds the session (probes by taking the lock, or by
+    the storage's own `lock_held(path)` where it has a cheaper way to ask)."""
+    probe = getattr(storage, "lock_held", None)
+    if callable(probe):
+        try:
+            return bool(probe(session_file))
+        except OSError:
+            return False
     try:
         lock = acquire_session_lock(storage, session_file)
     except SessionLockError:

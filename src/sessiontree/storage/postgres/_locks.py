@@ -144,7 +144,7 @@ class PostgresSessionLock:
         _log.warning("%s: writer lock lost (%s) and taken again", path, lost)
 
     def release(self) -> None:
-        """Unlock by closing the lock's connection (idempotent); in a forked child,
+        """Unlock, and close the lock's connection (idempotent); in a forked child,
         let go of it without a word to the server (the lock is the parent's)."""
         conn, self._conn = self._conn, None
         _held_locks.discard(self)
@@ -153,6 +153,12 @@ class PostgresSessionLock:
         if self._owner != process_id():
             keep_forever(conn)  # freeing it would warn; closing it would unlock the parent
             return
+        try:
+            # Unlocked before the close returns: a server lets go of a closed connection's
+            # locks a moment later, and a probe (`lock_held`) right after would see it held.
+            conn.execute("SELECT pg_advisory_unlock(%s)", (self._lock_id,))
+        except psycopg.Error:
+            pass  # the connection is gone, and its lock with it
         conn.close()
 
     def __del__(self) -> None:
