@@ -14,9 +14,16 @@ from sessiontree._util.gcpause import gc_paused
 
 @pytest.fixture(autouse=True)
 def collector_on() -> Iterator[None]:
+    """The collector on, nothing frozen (a CLI test run before in this process froze
+    its imports: frozen again after, as the CLI would)."""
     was = gc.isenabled()
+    frozen = gc.get_freeze_count()
+    gc.unfreeze()
     gc.enable()
     yield
+    gc.unfreeze()
+    if frozen:
+        gc.freeze()
     if not was:
         gc.disable()
 
@@ -42,15 +49,12 @@ def test_a_small_block_is_left_to_the_collector() -> None:
 
 def test_objects_frozen_on_purpose_stay_frozen() -> None:
     gc.freeze()
-    try:
-        frozen = gc.get_freeze_count()
-        with gc_paused():
-            kept = [[i] for i in range(20_000)]
-        assert gc.get_freeze_count() == frozen
-        assert gc.isenabled()
-        assert len(kept) == 20_000
-    finally:
-        gc.unfreeze()
+    frozen = gc.get_freeze_count()
+    with gc_paused():
+        kept = [[i] for i in range(20_000)]
+    assert gc.get_freeze_count() == frozen
+    assert gc.isenabled()
+    assert len(kept) == 20_000
 
 
 def test_a_nested_pause_leaves_the_collector_off_for_the_outer_one() -> None:
