@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from sessiontree._util import gcpause
 from sessiontree._util.gcpause import gc_paused
 
 
@@ -18,9 +19,12 @@ def collector_on() -> Iterator[None]:
     its imports: frozen again after, as the CLI would)."""
     was = gc.isenabled()
     frozen = gc.get_freeze_count()
+    seen = list(gcpause._frozen_seen)
     gc.unfreeze()
+    gcpause._frozen_seen.clear()
     gc.enable()
     yield
+    gcpause._frozen_seen[:] = seen
     gc.unfreeze()
     if frozen:
         gc.freeze()
@@ -55,6 +59,12 @@ def test_objects_frozen_on_purpose_stay_frozen() -> None:
     assert gc.get_freeze_count() == frozen
     assert gc.isenabled()
     assert len(kept) == 20_000
+    # Found once, not counted again (a walk over every frozen object).
+    assert gcpause._frozen_seen
+    with gc_paused():
+        more = [[i] for i in range(20_000)]
+    assert gc.get_freeze_count() == frozen
+    assert len(more) == 20_000
 
 
 def test_a_nested_pause_leaves_the_collector_off_for_the_outer_one() -> None:

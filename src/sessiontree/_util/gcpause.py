@@ -36,12 +36,21 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+_frozen_seen: list[bool] = []
+"""Set once objects were found frozen: the process freezes on purpose, and counting
+them again (a walk over every frozen object) would be wasted."""
+
+
 def _promote_survivors() -> None:
     """Move every tracked object to the oldest generation, without a collection,
     when the young one grew big. `freeze` then `unfreeze` is that move (two list
     splices); it is left alone where something froze objects on purpose (the CLI
-    does, after its imports): `unfreeze` would hand them back to the collector."""
-    if gc.get_count()[0] < _PROMOTE_AFTER or gc.get_freeze_count():
+    does, after its imports; a server may before it forks): `unfreeze` would hand
+    them back to the collector."""
+    if gc.get_count()[0] < _PROMOTE_AFTER or _frozen_seen:
+        return
+    if gc.get_freeze_count():
+        _frozen_seen.append(True)
         return
     gc.freeze()
     gc.unfreeze()
