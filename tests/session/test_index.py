@@ -377,9 +377,13 @@ def test_blob_refs_are_resolved_only_where_read(work: Path) -> None:
     assert not got["message"]["content"][0]["data"].startswith("blob:")  # type: ignore[index]
 
 
-def test_a_context_read_in_runs_resolves_the_refs_of_each_line_that_has_them(work: Path) -> None:
+@pytest.mark.parametrize("read_only", [True, False])
+def test_a_context_read_in_runs_resolves_the_refs_of_each_line_that_has_them(
+    work: Path, read_only: bool
+) -> None:
     # Lines with images between lines without, and a line longer than one read of
-    # adjacent lines: each line's refs are resolved, and only where its bytes are.
+    # adjacent lines: each line's refs are resolved, and only where its bytes are
+    # (read-only: searched for in the bytes read; writable: where the pass found them).
     sm = SessionManager.in_memory("/proj")
     pictures = []
     for i in range(6):
@@ -390,7 +394,11 @@ def test_a_context_read_in_runs_resolves_the_refs_of_each_line_that_has_them(wor
     path = write(sm, work)
     assert path.read_bytes().count(b'"blob:sha256:') == 6
     blobs = blobs_of(work)
-    lazy = SessionManager.open(str(path), lazy=True, read_only=True, blob_store=blobs)
+    lazy = SessionManager.open(
+        str(path), lazy=True, read_only=read_only, blob_store=blobs, breadcrumb=False
+    )
+    assert lazy._index._source is not None
+    assert (lazy._index._source.marks is None) == read_only
     full = SessionManager.open(str(path), lazy=False, read_only=True, blob_store=blobs)
     assert lazy.build_session_context() == full.build_session_context()
     for picture in pictures:
@@ -948,6 +956,9 @@ def test_the_index_pass_finds_every_ref_with_either_search(
         monkeypatch.setattr(line_index, "_CHUNK", chunk)
         got = line_index.scan_pinned(FilePin.open(str(path)), lambda header: True)
         assert got.lines.refs == set(hashes), chunk
+        data = path.read_bytes()
+        where = [i for i in range(len(data)) if data.startswith(b"blob:sha256:", i)]
+        assert list(got.lines.marks or ()) == where, chunk  # each once, in order
         # A read-only pass leaves them out; `refs_in` finds them when a copy asks.
         pin = FilePin.open(str(path))
         assert line_index.scan_pinned(pin, lambda h: True, find_refs=False).lines.refs is None

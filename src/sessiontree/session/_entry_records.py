@@ -150,8 +150,11 @@ class EntryRecords:
             view = memoryview(buffer)
             filled = source.read_into(view, start, run)
             # Where the run's bytes name a blob: a line without one skips the walk
-            # that resolves refs (one search of the bytes, a fifth of the walk's cost).
-            marks = ref_marks(buffer, filled)
+            # that resolves refs. The indexing pass found them already; else one
+            # search of the bytes (a fifth of the walk's cost).
+            marks = source.marks_in(start, filled)
+            if marks is None:
+                marks = ref_marks(buffer, filled)
             marks.reverse()  # popped from the end: the first in the run first
             mark = marks.pop() if marks else -1
             for p in run:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from typing import Final
 
@@ -20,7 +21,7 @@ class LineSource:
     each line is in it (positions past `len(offsets)` are never read: they were
     added in memory)."""
 
-    __slots__ = ("blobs", "lengths", "offsets", "path", "pinned")
+    __slots__ = ("blobs", "lengths", "marks", "offsets", "path", "pinned")
 
     def __init__(
         self,
@@ -29,12 +30,16 @@ class LineSource:
         lengths: array[int],
         blobs: BlobStoreLike,
         path: str,
+        marks: array[int] | None = None,
     ) -> None:
         self.pinned = pinned
         self.offsets = offsets
         self.lengths = lengths
         self.blobs = blobs
         self.path = path
+        self.marks = marks
+        """Where each blob ref's prefix starts in the file, in order, as the pass that
+        indexed it found them (None: not known, the read bytes are searched)."""
 
     def runs(self, positions: Iterable[int]) -> Iterator[tuple[int, list[int]]]:
         """Sorted positions grouped into runs of lines adjacent in the file, each at
@@ -70,6 +75,16 @@ class LineSource:
                 break
             got += n
         return got
+
+    def marks_in(self, start: int, filled: int) -> list[int] | None:
+        """Where a blob ref's prefix starts in the `filled` bytes read from `start`,
+        relative to `start`, in order (None: not known)."""
+        marks = self.marks
+        if marks is None:
+            return None
+        lo = bisect_left(marks, start)
+        hi = bisect_left(marks, start + filled, lo)
+        return [at - start for at in marks[lo:hi]]
 
     def read(self, start: int, run: list[int]) -> bytes:
         last = run[-1]

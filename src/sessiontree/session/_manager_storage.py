@@ -249,7 +249,9 @@ class SessionOnStorage(ClosesOnExit):
                 lines.entries[index] = allow_deep_nesting(
                     partial(resolve_blob_refs, entry, self._blobs)
                 )
-            source = LineSource(loaded.pinned, lines.offsets, lines.lengths, self._blobs, path)
+            source = LineSource(
+                loaded.pinned, lines.offsets, lines.lengths, self._blobs, path, lines.marks
+            )
             self._index.reset_lines(lines, source)
             if not read_only:
                 self._after_first_write()
