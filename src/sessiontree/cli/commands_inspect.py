@@ -403,8 +403,11 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
     from sessiontree.reports import summarize_session
 
     path = resolve_session(session)
+    # Another agent's store knows what a session spent beside its entries (its
+    # `extra_usage`): the summary prices it as `usage` does.
+    extra_usage = getattr(current_store().storage, "extra_usage", None)
     with open_read_only(path) as sm:
-        summary = summarize_session(sm)
+        summary = summarize_session(sm, extra_usage(path) if extra_usage else None)
         leaf = sm.get_leaf_entry()
         leaf_preview = preview(leaf, 70) if leaf is not None else None
     if as_json:

@@ -17,6 +17,7 @@ from typing import Any
 
 from sessiontree.format import (
     Entry,
+    ExtraUsage,
     UsageRecord,
     UsageTotals,
     session_version,
@@ -101,8 +102,10 @@ class SessionSummary:
     labels: dict[str, str] = field(default_factory=dict)
 
 
-def summarize_session(sm: SessionManager) -> SessionSummary:
-    """Counts, branches, models, usage and labels of an open session."""
+def summarize_session(sm: SessionManager, extra: ExtraUsage | None = None) -> SessionSummary:
+    """Counts, branches, models, usage and labels of an open session; `extra`: what its
+    reader knows it spent beyond its entries (another agent's session: its store's
+    `extra_usage`), priced as the usage report prices it, never counted as entries."""
     header = sm.get_header() or {}
     entries = sm.get_entries()
     summary = SessionSummary(
@@ -148,6 +151,18 @@ def summarize_session(sm: SessionManager) -> SessionSummary:
                 else f"{record.provider}/{record.model}"
             )
             summary.models.setdefault(model_of[id(record)], Totals())
+    if extra:
+        # As the usage report has them: 1-hour cache writes on the replies, and the
+        # replies spent beside the session's entries (Claude Code 1.x inline sidechains).
+        shown = [(extra.of(r), model_of[id(r)]) for r in records]
+        shown += [
+            (r._replace(line=len(records) + n), f"{r.provider}/{r.model}")
+            for n, r in enumerate(extra.replies)
+        ]
+        records = [r for r, _ in shown]
+        model_of = {id(r): model for r, model in shown}
+        for model in model_of.values():
+            summary.models.setdefault(model, Totals())
     # Priced as `usage` prices (one reply once, an unrecorded cost estimated and marked).
     table = price_table()
     total = Totals()
