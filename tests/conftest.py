@@ -17,6 +17,9 @@ from __future__ import annotations
 
 import importlib
 import os
+import subprocess
+import sys
+import threading
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import ModuleType
@@ -89,6 +92,50 @@ def unavailable(reason: str) -> NoReturn:
     if os.environ.get("CI"):
         pytest.fail(f"{reason} (required under CI)", pytrace=False)
     pytest.skip(reason)
+
+
+FRESH_CHILD = "SESSIONTREE_TEST_FRESH_PROCESS"
+"""Set in the pytest process a `fresh_process` test is run again in."""
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Run a test marked `fresh_process` in a new pytest process when this one runs other
+    threads: what it tests (forked workers) is refused in a process with threads (a fork
+    would copy a lock another thread holds), and a worker that ran other tests first may
+    hold some of theirs (a writer thread, a pool). The test passes when it passes there."""
+    if (
+        pyfuncitem.get_closest_marker("fresh_process") is None
+        or os.environ.get(FRESH_CHILD)
+        or threading.active_count() == 1
+    ):
+        return None
+    root = pyfuncitem.config.rootpath
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            pyfuncitem.nodeid,
+            "-q",
+            "-n",
+            "0",
+            "-p",
+            "no:cacheprovider",
+        ],
+        cwd=root,
+        env={**os.environ, FRESH_CHILD: "1"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if result.returncode != 0:
+        pytest.fail(
+            f"in a fresh process (exit {result.returncode}):\n{result.stdout[-6000:]}\n"
+            f"{result.stderr[-3000:]}",
+            pytrace=False,
+        )
+    return True
 
 
 def real_file(name: str) -> Path:

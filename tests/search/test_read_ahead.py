@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import random
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from sessiontree import serialize_entry
 from sessiontree._util.forked import can_fork
 from sessiontree.search import INDEX_DB_NAME, ContentIndex, SessionSource, search
 from sessiontree.search._content_index import Refreshed
-from tests.conftest import unavailable
+from tests.conftest import FRESH_CHILD, unavailable
 from tests.helpers import assistant, user
 
 WORDS = "quokka zanzibar compaction parse leaf tree index émigré 数据 path tool".split()
@@ -23,8 +24,9 @@ WORDS = "quokka zanzibar compaction parse leaf tree index émigré 数据 path t
 
 @pytest.fixture
 def forking(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Read ahead even a small store's files."""
-    if not can_fork():
+    """Read ahead even a small store's files (a test using it is marked `fresh_process`:
+    in a process with other threads it runs again in a new one)."""
+    if not can_fork() and (os.environ.get(FRESH_CHILD) or threading.active_count() == 1):
         unavailable("reading ahead needs fork (Linux) and a single-threaded process")
     monkeypatch.setattr(read_ahead, "_MIN_FILES", 2)
     monkeypatch.setattr(read_ahead, "_MIN_BYTES", 0)
@@ -136,6 +138,7 @@ def hits(agent: Path, paths: list[str]) -> dict[str, list[tuple[str, int]]]:
     }
 
 
+@pytest.mark.fresh_process
 def test_an_index_read_ahead_is_the_index_one_process_builds(
     tmp_path: Path, forking: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -158,6 +161,7 @@ def test_an_index_read_ahead_is_the_index_one_process_builds(
     }
 
 
+@pytest.mark.fresh_process
 def test_a_file_a_worker_could_not_read_is_read_by_the_writer(
     tmp_path: Path, forking: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -181,6 +185,7 @@ def test_a_file_a_worker_could_not_read_is_read_by_the_writer(
     assert len(dump(tmp_path / "a")["entries"]) == len(dump(tmp_path / "b")["entries"])
 
 
+@pytest.mark.fresh_process
 def test_files_indexed_already_or_too_big_are_read_by_the_writer(
     tmp_path: Path, forking: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
