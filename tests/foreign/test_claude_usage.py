@@ -228,3 +228,36 @@ def test_each_sidechain_reply_counts_once_and_one_hour_writes_are_priced_apart(
         cost = (20 * sonnet[0] + 27 * sonnet[1] + 2000 * sonnet[2]) / 1e6
         cost += (140 * sonnet[3] + 60 * sonnet[4]) / 1e6
         assert day[4] == pytest.approx(cost, rel=1e-9)
+
+
+def test_hostile_usage_numbers_neither_crash_nor_lose_the_transcript(tmp_path: Path) -> None:
+    side = {"isSidechain": True}
+    huge = _reply("m_side", "Reading", 5)
+    # JSON.parse reads a number beyond a double as Infinity: so does our slow path.
+    huge["usage"]["cache_creation"] = {"ephemeral_1h_input_tokens": "INF"}
+    huge["usage"]["input_tokens"] = "INF"
+    huge["usage"]["cache_read_input_tokens"] = "BIG"  # 400 digits: no float holds it
+    negative = _reply("m_neg", "Done", 7)
+    negative["usage"]["cache_creation"] = {"ephemeral_1h_input_tokens": -7}
+    lines = [
+        _line("u1", None, "user", {"role": "user", "content": "Review app.py"}, 1),
+        _line("a1", "u1", "assistant", _reply("m_main", "Asking", 20, 60), 2, requestId="r1"),
+        _line("s1", None, "user", {"role": "user", "content": "Read app.py"}, 3, **side),
+        _line("s2", "s1", "assistant", huge, 4, **side),  # no requestId
+        _line("s3", "s2", "assistant", negative, 5, requestId="r2", **side),
+        _line("s4", "s3", "assistant", negative, 6, requestId="r2", **side),  # the same twice
+    ]
+    home = tmp_path / "claude"
+    path = write_jsonl(home / "projects" / "-work-app" / f"{SESSION}.jsonl", lines)
+    path.write_text(
+        path.read_text(encoding="utf-8")
+        .replace('"INF"', "1e400")
+        .replace('"BIG"', "1" + "0" * 400),
+        encoding="utf-8",
+    )
+    session = read_claude_session(str(path), subagents=False)
+    assert [r.response_id for r in session.extra_usage.replies] == ["m_side", "m_neg"]
+    assert session.extra_usage.hour_writes == {"m_main": 60}
+    for use_index in (True, False):
+        (day,) = _daily(home, use_index).values()
+        assert day[1] == 20 + 5 + 7  # the main reply and each sidechain reply once

@@ -131,6 +131,20 @@ def test_a_lock_file_that_is_not_a_file_is_refused_at_once(
     assert find_imports(parts) == []
 
 
+def test_a_lock_file_that_is_a_hard_link_locks_without_writing_into_its_other_name(
+    tmp_path: Path,
+) -> None:
+    source = _source(tmp_path)
+    parts = store_parts(agent_dir=str(tmp_path / "agent"))
+    os.makedirs(parts.sessions_dir)
+    target = tmp_path / "precious.txt"
+    target.write_text("keep me\n")
+    os.link(target, lock_path_for(os.path.join(parts.sessions_dir, ".import")))
+    import_session(read_claude_session(str(source)), parts)
+    assert target.read_text() == "keep me\n"  # the holder's pid went into no other file
+    assert len(find_imports(parts)) == 1
+
+
 def test_a_read_only_store_is_named_and_nothing_is_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

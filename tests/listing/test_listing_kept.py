@@ -112,3 +112,19 @@ def test_a_damaged_rest_of_the_rows_reads_the_files(agent: Path) -> None:
     again = list_all_sessions(parts)
     assert again == whole
     assert [i.first_message for i in again] == [i.first_message for i in whole]
+
+
+def test_a_rest_of_rows_of_the_wrong_kinds_reads_the_files(agent: Path) -> None:
+    parts = store_parts(FileSessionStorage(), str(agent))
+    whole = list_all_sessions(parts)
+    damaged = {}
+    for d, blob in _kept(agent).items():
+        head, rest = blob.split(b"\n", 1)
+        # JSON of the right shape whose fields are not a size, texts and a count.
+        wrong = [["big", 5, 7, 9, "many", {"a": 1}] for _ in orjson.loads(rest)]
+        damaged[d] = head + b"\n" + orjson.dumps(wrong)
+    _keep(agent, damaged)
+    clear_listing_cache()
+    again = list_all_sessions(parts)
+    assert again == whole
+    assert [(i.size, i.message_count) for i in again] == [(i.size, i.message_count) for i in whole]

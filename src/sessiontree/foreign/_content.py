@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from sessiontree.format import serialize_entry
@@ -22,7 +23,10 @@ def int_field(record: object, key: str) -> int:
     value = record.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0
-    return int(value) if value == value else 0
+    if isinstance(value, int):
+        return value
+    # NaN and infinity (JSON.parse reads a number beyond a double as one) count nothing.
+    return int(value) if math.isfinite(value) else 0
 
 
 def usage(

@@ -465,8 +465,19 @@ def _details_of(view: memoryview, n: int) -> list[list[Any]] | None:
         return None
     if type(details) is not list or len(details) != n:
         return None
-    if not all(type(row) is list and len(row) == _DETAILS for row in details):
-        return None
+    texts = {str, type(None)}
+    if not all(
+        type(row) is list
+        and len(row) == _DETAILS
+        and type(row[0]) is int
+        and type(row[4]) is int
+        and type(row[1]) in texts
+        and type(row[2]) in texts
+        and type(row[3]) in texts
+        and type(row[5]) in texts
+        for row in details
+    ):
+        return None  # valid JSON of other kinds (a damaged blob) is no row of ours either
     return details
 
 

@@ -149,16 +149,20 @@ class FileLock:
                 if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                     raise SessionLockError(self.session_file, _read_pid(self.path)) from None
                 raise
+            held = os.fstat(fd)
             try:
-                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+                same = held.st_ino == os.stat(self.path).st_ino
             except FileNotFoundError:
                 same = False
             if not same:
                 # The previous holder removed the file between our open and flock.
                 os.close(fd)
                 continue
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            if held.st_nlink == 1:
+                # A lock file with another name (a planted hard link) is another file's
+                # content: the flock locks, the holder's pid goes unsaid.
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             self._fd = fd
             _held.add(self)
             return
