@@ -34,7 +34,7 @@ import hashlib
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Final
@@ -65,6 +65,9 @@ __all__ = ["TransferReport", "export_files", "import_files"]
 
 _BLOB_NAME: Final = re.compile(r"([0-9a-f]{64})(?:\.([a-zA-Z0-9][a-zA-Z0-9._-]*))?")
 _TREES: Final = ("sessions",)
+# A batch of new files written at once (`create_files`): up to this many, or bytes.
+_BATCH_FILES: Final = 256
+_BATCH_BYTES: Final = 16 << 20
 
 
 # -- moving stores ---------------------------------------------------------------------------
@@ -270,15 +273,7 @@ def _copy_trees(
             target.ensure_dir(dst_dir)
             dirs.append((dst_dir, mtime_ns))
             report.dirs += 1
-            for path in files:
-                _copy_file(
-                    source,
-                    path,
-                    target,
-                    os.path.join(dst_dir, os.path.basename(path)),
-                    report,
-                    carry,
-                )
+            _copy_files(source, files, target, dst_dir, report, carry)
             for sub in reversed(subdirs):
                 if depth + 1 > _MAX_DEPTH:
                     report.skipped.append(
@@ -289,6 +284,79 @@ def _copy_trees(
         # Children first, so creating a child does not move its parent's mtime again.
         for dst_dir, mtime_ns in reversed(dirs):
             _set_mtime(target, dst_dir, mtime_ns)
+
+
+def _copy_files(
+    source: SessionStorage,
+    paths: list[str],
+    target: SessionStorage,
+    dst_dir: str,
+    report: TransferReport,
+    carry: BlobCarry,
+) -> None:
+    """Copy the files `paths` (of one directory) into `dst_dir`.
+
+    A target that writes many new files at once (`create_files`: PostgreSQL, in one
+    transaction; each file a `(path, chunks, mtime_ns, writer-locked)` tuple) takes
+    them in batches; a file already there (which `_keep_target`
+    must judge) is left out of its batch and copied alone, as every file is elsewhere.
+    """
+    create = getattr(target, "create_files", None)
+    if not callable(create):
+        for path in paths:
+            _copy_file(
+                source, path, target, os.path.join(dst_dir, os.path.basename(path)), report, carry
+            )
+        return
+    batch: list[tuple[str, str, StorageStat]] = []
+    size = 0
+    for path in paths:
+        dst = os.path.join(dst_dir, os.path.basename(path))
+        why = _not_ours(target, dst, want_dir=False)
+        if why is not None:
+            report.skipped.append((path, why))
+            continue
+        if _is_session(path) and _maybe_locked(source, path):
+            raise SessionLockError(path, message=f"{path}: a writer is active; retry later")
+        st = source.stat(path)
+        batch.append((path, dst, st))
+        size += st.size
+        if len(batch) >= _BATCH_FILES or size >= _BATCH_BYTES:
+            _copy_batch(source, batch, target, report, carry, create)
+            batch, size = [], 0
+    _copy_batch(source, batch, target, report, carry, create)
+
+
+def _copy_batch(
+    source: SessionStorage,
+    batch: list[tuple[str, str, StorageStat]],
+    target: SessionStorage,
+    report: TransferReport,
+    carry: BlobCarry,
+    create: Callable[[list[tuple[str, Callable[[], Iterator[bytes]], int, bool]]], list[str]],
+) -> None:
+    """One `create_files` of `batch` ((source path, target path, its stat) each); the
+    files it left out (something is there) copied one by one."""
+    if not batch:
+        return
+
+    def reader(path: str, dst: str) -> Callable[[], Iterator[bytes]]:
+        return lambda: carry.chunks(_read(source, path), dst)
+
+    left = set(
+        create([(dst, reader(path, dst), st.mtime_ns, _is_session(dst)) for path, dst, st in batch])
+    )
+    for path, dst, st in batch:
+        if dst in left:
+            _copy_file(source, path, target, dst, report, carry)
+        else:
+            report.files += 1
+            report.bytes += st.size
+
+
+def _is_session(path: str) -> bool:
+    """Whether a writer's lock guards the file (a session's `.jsonl`)."""
+    return os.path.basename(path).endswith(".jsonl")
 
 
 def _copy_file(
@@ -303,7 +371,7 @@ def _copy_file(
     if why is not None:
         report.skipped.append((path, why))
         return
-    if os.path.basename(path).endswith(".jsonl"):
+    if _is_session(path):
         for storage, busy in ((source, path), (target, dst)):
             if _maybe_locked(storage, busy):
                 raise SessionLockError(busy, message=f"{busy}: a writer is active; retry later")
