@@ -105,9 +105,16 @@ def test_killed_mid_import_and_run_again_every_session_once(tmp_path: Path) -> N
             report = import_files(str(agent), pg)
             assert report.files == SESSIONS and not report.skipped
             _assert_whole(pg, agent, root)
-            again = import_files(str(agent), pg)  # a third run replaces, never adds
+            # A third run writes nothing again but what changed since (a session grew).
+            inos = {m.path: m.ino for m in pg.list_session_meta()}
+            grown = sorted((agent / "sessions").rglob("*.jsonl"))[5]
+            with grown.open("ab") as f:
+                f.write(b'{"type":"label"}\n')
+            again = import_files(str(agent), pg)
             assert again.files == SESSIONS
             _assert_whole(pg, agent, root)
+            changed = {p for p, ino in inos.items() if pg.stat(p).ino != ino}
+            assert changed == {str(root / grown.relative_to(agent))}
 
 
 def test_two_imports_of_one_dir_at_once(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,3 +117,16 @@ def test_a_failing_reader_rolls_the_batch_back(pg: Any, tmp_path: Path) -> None:
     with pg.connection() as conn:
         row = conn.execute(f"SELECT count(*) FROM {pg.schema}.nodes WHERE key IS NULL").fetchone()
     assert row == (0,)
+
+
+def test_file_digests_are_the_servers_hashes_of_the_files_there(pg: Any, tmp_path: Path) -> None:
+    d = tmp_path / "sessions" / "p"
+    pg.ensure_dir(str(d / "sub"))
+    pg.write_atomic(str(d / "a.jsonl"), [b"one\n", b"two"])
+    pg.write_atomic(str(d / "empty.jsonl"), [])
+    paths = [str(d / n) for n in ("a.jsonl", "empty.jsonl", "sub", "missing.jsonl")]
+    found = pg.file_digests(paths)
+    assert set(found) == set(paths[:2])
+    for path, data in zip(paths, (b"one\ntwo", b""), strict=False):
+        st = pg.stat(path)
+        assert found[path] == (len(data), st.mtime_ns, hashlib.sha256(data).hexdigest())

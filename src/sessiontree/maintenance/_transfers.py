@@ -19,7 +19,8 @@ symlink or non-directory where the copy would write (never written through), and
 what lies more than `_MAX_DEPTH` levels down. A blob whose content does not match
 its name is skipped and reported too. A copy that stops (a live writer, a lost
 connection) leaves every file it copied whole; running it again finishes the job,
-replacing those files rather than adding copies.
+replacing those files rather than adding copies (a file that already holds its
+source's bytes at its mtime is left as it is, where the target can tell cheaply).
 
 A file already at the target is replaced only when that loses nothing of it: it
 holds the start of the source's bytes (the source grew), or it is older than the
@@ -346,12 +347,42 @@ def _copy_batch(
     left = set(
         create([(dst, reader(path, dst), st.mtime_ns, _is_session(dst)) for path, dst, st in batch])
     )
+    same = _already_there(source, [b for b in batch if b[1] in left], target, carry)
     for path, dst, st in batch:
-        if dst in left:
+        if dst in left and dst not in same:
             _copy_file(source, path, target, dst, report, carry)
         else:
             report.files += 1
             report.bytes += st.size
+
+
+def _already_there(
+    source: SessionStorage,
+    batch: list[tuple[str, str, StorageStat]],
+    target: SessionStorage,
+    carry: BlobCarry,
+) -> set[str]:
+    """The target paths of `batch` that already hold their source's bytes at its mtime
+    (an import run again after it stopped): copying them again would change nothing.
+
+    The target hashes its files (`file_digests`, one round trip) and the source's
+    bytes pass `carry` as a copy's do, so the blobs they refer to are there too.
+    """
+    digests = getattr(target, "file_digests", None)
+    if not batch or not callable(digests):
+        return set()
+    there = digests([dst for _, dst, _ in batch])
+    same = set()
+    for path, dst, st in batch:
+        size, mtime_ns, digest = there.get(dst, (-1, -1, None))
+        if digest is None or (size, mtime_ns) != (st.size, st.mtime_ns):
+            continue
+        sha = hashlib.sha256()
+        for chunk in carry.chunks(_read(source, path), dst):
+            sha.update(chunk)
+        if sha.hexdigest() == digest:
+            same.add(dst)
+    return same
 
 
 def _is_session(path: str) -> bool:

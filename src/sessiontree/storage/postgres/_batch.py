@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, TypeAlias
 
 from psycopg import Copy
 
@@ -203,3 +203,23 @@ def _create(
             created.append((node_id, keys[i]))
     conn.execute(s.publish_many, columns)
     return left
+
+
+_DIGEST_MAX: Final = 64 << 20
+"""Bytes of a file whose digest `file_digests` asks the server for (more: None)."""
+
+
+def file_digests(
+    storage: PostgresSessionStorage, paths: Sequence[str]
+) -> dict[str, tuple[int, int, str | None]]:
+    """(size, mtime_ns, sha256 hex of the content) of each of `paths` that is a file,
+    by path, in one round trip: the server hashes, no content is sent. The hash is
+    None for a file over 64 MB."""
+    by_key = {storage.key_for(p): p for p in paths}
+    rows = storage._db.run(
+        paths[0] if paths else storage.root,
+        lambda conn, _: conn.execute(
+            storage._sql.file_digests, (_DIGEST_MAX, list(by_key))
+        ).fetchall(),
+    )
+    return {by_key[str(k)]: (int(size), int(mtime), digest) for k, size, mtime, digest in rows}

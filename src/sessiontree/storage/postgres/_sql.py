@@ -171,6 +171,15 @@ class Statements:
         "state, hid, cwd, slot, stitle, htitle, tsrc, name, short, psess, created, msgs, "
         "first, act) WHERE n.id = u.id"
     )
+    # What an import run again asks of the files already there: size, mtime and the
+    # sha256 of the content, hashed by the server (NULL past a size: one value of the
+    # aggregate must fit in memory, and bytea stops at 1 GB).
+    file_digests: sql.Composed = _statement(
+        "SELECT n.key, n.size, n.mtime_ns, CASE WHEN n.size <= %s THEN (SELECT "
+        "encode(sha256(coalesce(string_agg(l.data, ''::bytea ORDER BY l.off), ''::bytea)), "
+        "'hex') FROM {s}.lines l WHERE l.file_id = n.id) END "
+        "FROM {s}.nodes n WHERE n.key = ANY(%s) AND NOT n.is_dir"
+    )
     truncate_lines: sql.Composed = _statement("DELETE FROM {s}.lines WHERE file_id = %s")
     reset_file: sql.Composed = _statement(
         "UPDATE {s}.nodes SET size = 0, line_count = 0, ends_with_newline = true, "

@@ -30,7 +30,12 @@ from sessiontree._util.closing import ClosesOnExit
 from sessiontree._util.env import agent_dir_or_default
 from sessiontree._util.fs import glob_match_name, name_problem, utf8_prefix_text
 from sessiontree.storage._base import SessionMeta, StorageStat
-from sessiontree.storage.postgres._batch import FileTuple, copy_content, create_files
+from sessiontree.storage.postgres._batch import (
+    FileTuple,
+    copy_content,
+    create_files,
+    file_digests,
+)
 from sessiontree.storage.postgres._blobs import PostgresBlobStore
 from sessiontree.storage.postgres._keys import Keys, child_key, key_ok, split_key
 from sessiontree.storage.postgres._locks import PostgresSessionLock, lock_id
@@ -571,6 +576,12 @@ class PostgresSessionStorage(ClosesOnExit):
         for all of them, not ten for each); returns the paths left unwritten because
         something is there already. See `_batch.create_files`."""
         return create_files(self, files)
+
+    def file_digests(self, paths: Sequence[str]) -> dict[str, tuple[int, int, str | None]]:
+        """(size, mtime_ns, sha256 hex) of each of `paths` that is a file, hashed by the
+        server in one round trip (an import run again: which files it need not write
+        again). See `_batch.file_digests`."""
+        return file_digests(self, paths)
 
     def fsync_dir(self, path: str) -> None:
         """Structural changes commit synchronously: only checks that the directory exists."""
