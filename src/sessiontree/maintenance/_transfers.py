@@ -19,7 +19,8 @@ symlink or non-directory where the copy would write (never written through), and
 what lies more than `_MAX_DEPTH` levels down. A blob whose content does not match
 its name is skipped and reported too. A copy that stops (a live writer, a lost
 connection) leaves every file it copied whole; running it again finishes the job,
-replacing those files rather than adding copies.
+replacing those files rather than adding copies (a file that already holds its
+source's bytes at its mtime is left as it is, where the target can tell cheaply).
 
 A file already at the target is replaced only when that loses nothing of it: it
 holds the start of the source's bytes (the source grew), or it is older than the
@@ -34,7 +35,7 @@ import hashlib
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Final
@@ -65,6 +66,9 @@ __all__ = ["TransferReport", "export_files", "import_files"]
 
 _BLOB_NAME: Final = re.compile(r"([0-9a-f]{64})(?:\.([a-zA-Z0-9][a-zA-Z0-9._-]*))?")
 _TREES: Final = ("sessions",)
+# A batch of new files written at once (`create_files`): up to this many, or bytes.
+_BATCH_FILES: Final = 256
+_BATCH_BYTES: Final = 16 << 20
 
 
 # -- moving stores ---------------------------------------------------------------------------
@@ -270,15 +274,7 @@ def _copy_trees(
             target.ensure_dir(dst_dir)
             dirs.append((dst_dir, mtime_ns))
             report.dirs += 1
-            for path in files:
-                _copy_file(
-                    source,
-                    path,
-                    target,
-                    os.path.join(dst_dir, os.path.basename(path)),
-                    report,
-                    carry,
-                )
+            _copy_files(source, files, target, dst_dir, report, carry)
             for sub in reversed(subdirs):
                 if depth + 1 > _MAX_DEPTH:
                     report.skipped.append(
@@ -289,6 +285,109 @@ def _copy_trees(
         # Children first, so creating a child does not move its parent's mtime again.
         for dst_dir, mtime_ns in reversed(dirs):
             _set_mtime(target, dst_dir, mtime_ns)
+
+
+def _copy_files(
+    source: SessionStorage,
+    paths: list[str],
+    target: SessionStorage,
+    dst_dir: str,
+    report: TransferReport,
+    carry: BlobCarry,
+) -> None:
+    """Copy the files `paths` (of one directory) into `dst_dir`.
+
+    A target that writes many new files at once (`create_files`: PostgreSQL, in one
+    transaction; each file a `(path, chunks, mtime_ns, writer-locked)` tuple) takes
+    them in batches; a file already there (which `_keep_target`
+    must judge) is left out of its batch and copied alone, as every file is elsewhere.
+    """
+    create = getattr(target, "create_files", None)
+    if not callable(create):
+        for path in paths:
+            _copy_file(
+                source, path, target, os.path.join(dst_dir, os.path.basename(path)), report, carry
+            )
+        return
+    batch: list[tuple[str, str, StorageStat]] = []
+    size = 0
+    for path in paths:
+        dst = os.path.join(dst_dir, os.path.basename(path))
+        why = _not_ours(target, dst, want_dir=False)
+        if why is not None:
+            report.skipped.append((path, why))
+            continue
+        if _is_session(path) and _maybe_locked(source, path):
+            raise SessionLockError(path, message=f"{path}: a writer is active; retry later")
+        st = source.stat(path)
+        batch.append((path, dst, st))
+        size += st.size
+        if len(batch) >= _BATCH_FILES or size >= _BATCH_BYTES:
+            _copy_batch(source, batch, target, report, carry, create)
+            batch, size = [], 0
+    _copy_batch(source, batch, target, report, carry, create)
+
+
+def _copy_batch(
+    source: SessionStorage,
+    batch: list[tuple[str, str, StorageStat]],
+    target: SessionStorage,
+    report: TransferReport,
+    carry: BlobCarry,
+    create: Callable[[list[tuple[str, Callable[[], Iterator[bytes]], int, bool]]], list[str]],
+) -> None:
+    """One `create_files` of `batch` ((source path, target path, its stat) each); the
+    files it left out (something is there) copied one by one."""
+    if not batch:
+        return
+
+    def reader(path: str, dst: str) -> Callable[[], Iterator[bytes]]:
+        return lambda: carry.chunks(_read(source, path), dst)
+
+    left = set(
+        create([(dst, reader(path, dst), st.mtime_ns, _is_session(dst)) for path, dst, st in batch])
+    )
+    same = _already_there(source, [b for b in batch if b[1] in left], target, carry)
+    for path, dst, st in batch:
+        if dst in left and dst not in same:
+            _copy_file(source, path, target, dst, report, carry)
+        else:
+            report.files += 1
+            report.bytes += st.size
+
+
+def _already_there(
+    source: SessionStorage,
+    batch: list[tuple[str, str, StorageStat]],
+    target: SessionStorage,
+    carry: BlobCarry,
+) -> set[str]:
+    """The target paths of `batch` that already hold their source's bytes at its mtime
+    (an import run again after it stopped): copying them again would change nothing.
+
+    The target hashes its files (`file_digests`, one round trip) and the source's
+    bytes pass `carry` as a copy's do, so the blobs they refer to are there too.
+    """
+    digests = getattr(target, "file_digests", None)
+    if not batch or not callable(digests):
+        return set()
+    there = digests([dst for _, dst, _ in batch])
+    same = set()
+    for path, dst, st in batch:
+        size, mtime_ns, digest = there.get(dst, (-1, -1, None))
+        if digest is None or (size, mtime_ns) != (st.size, st.mtime_ns):
+            continue
+        sha = hashlib.sha256()
+        for chunk in carry.chunks(_read(source, path), dst):
+            sha.update(chunk)
+        if sha.hexdigest() == digest:
+            same.add(dst)
+    return same
+
+
+def _is_session(path: str) -> bool:
+    """Whether a writer's lock guards the file (a session's `.jsonl`)."""
+    return os.path.basename(path).endswith(".jsonl")
 
 
 def _copy_file(
@@ -303,7 +402,7 @@ def _copy_file(
     if why is not None:
         report.skipped.append((path, why))
         return
-    if os.path.basename(path).endswith(".jsonl"):
+    if _is_session(path):
         for storage, busy in ((source, path), (target, dst)):
             if _maybe_locked(storage, busy):
                 raise SessionLockError(busy, message=f"{busy}: a writer is active; retry later")

@@ -66,6 +66,7 @@ The modules, one job each::
     _locks    PostgresSessionLock: a session's writer lock for every host
     _blobs    PostgresBlobStore: content-addressed images
     _scan     the session metadata every write folds into the file's row
+    _batch    a file's lines by COPY; many new files in one transaction (imports)
     _meta     the listing: SessionMeta from those columns
     _errors   PostgresStoreError, PathOutsideStoreError
 """

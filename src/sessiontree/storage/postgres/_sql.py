@@ -133,6 +133,53 @@ class Statements:
         "message_count = %(msgs)s, first_message = %(first)s, "
         "last_activity_ms = %(act)s WHERE id = %(id)s"
     )
+    # -- many new files in one transaction (`create_files`, an import's batch)
+    # Every file's path lock, in the order given (sorted: two batches never wait on
+    # each other in a cycle), and the commit mode as `write_lock` sets it.
+    batch_locks: sql.Composed = _statement(
+        "SELECT set_config('synchronous_commit', coalesce(%s, "
+        "current_setting('synchronous_commit')), true), "
+        "(SELECT count(pg_advisory_xact_lock(l)) FROM unnest(%s::bigint[]) AS l)"
+    )
+    # Per file, under its path lock: what is at its key, whether a live writer holds
+    # its session (`lock_held`, asked only where `probe`), what its parent is.
+    batch_probe: sql.Composed = _statement(
+        "SELECT u.k, n.is_dir, CASE WHEN u.probe THEN CASE WHEN pg_try_advisory_lock(u.w) "
+        "THEN NOT pg_advisory_unlock(u.w) ELSE true END ELSE false END, p.is_dir "
+        "FROM unnest(%s::text[], %s::bigint[], %s::bool[], %s::text[]) AS u(k, w, probe, par) "
+        "LEFT JOIN {s}.nodes n ON n.key = u.k LEFT JOIN {s}.nodes p ON p.key = u.par"
+    )
+    new_files: sql.Composed = _statement(
+        "INSERT INTO {s}.nodes (key, parent, name, is_dir, mtime_ns) "
+        "SELECT NULL, p, n, false, {now} FROM unnest(%s::text[], %s::text[]) AS u(p, n) "
+        "RETURNING id, parent, name"
+    )
+    # `publish` for many files; a NULL mtime is the server's clock.
+    publish_many: sql.Composed = _statement(
+        "UPDATE {s}.nodes n SET key = u.key, size = u.size, line_count = u.lines, "
+        "ends_with_newline = u.ends, mtime_ns = coalesce(u.mtime, {now}), "
+        "meta_state = u.state, header_id = u.hid, cwd = u.cwd, slot = u.slot, "
+        "slot_title = u.stitle, header_title = u.htitle, title_source = u.tsrc, "
+        "session_name = u.name, short_summary = u.short, parent_session = u.psess, "
+        "created = u.created, message_count = u.msgs, first_message = u.first, "
+        "last_activity_ms = u.act FROM unnest(%(id)s::bigint[], %(key)s::text[], "
+        "%(size)s::bigint[], %(lines)s::bigint[], %(ends)s::bool[], %(mtime)s::bigint[], "
+        "%(state)s::smallint[], %(hid)s::text[], %(cwd)s::text[], %(slot)s::bool[], "
+        "%(stitle)s::text[], %(htitle)s::text[], %(tsrc)s::text[], %(name)s::text[], "
+        "%(short)s::text[], %(psess)s::text[], %(created)s::text[], %(msgs)s::int[], "
+        "%(first)s::text[], %(act)s::bigint[]) AS u(id, key, size, lines, ends, mtime, "
+        "state, hid, cwd, slot, stitle, htitle, tsrc, name, short, psess, created, msgs, "
+        "first, act) WHERE n.id = u.id"
+    )
+    # What an import run again asks of the files already there: size, mtime and the
+    # sha256 of the content, hashed by the server (NULL past a size: one value of the
+    # aggregate must fit in memory, and bytea stops at 1 GB).
+    file_digests: sql.Composed = _statement(
+        "SELECT n.key, n.size, n.mtime_ns, CASE WHEN n.size <= %s THEN (SELECT "
+        "encode(sha256(coalesce(string_agg(l.data, ''::bytea ORDER BY l.off), ''::bytea)), "
+        "'hex') FROM {s}.lines l WHERE l.file_id = n.id) END "
+        "FROM {s}.nodes n WHERE n.key = ANY(%s) AND NOT n.is_dir"
+    )
     truncate_lines: sql.Composed = _statement("DELETE FROM {s}.lines WHERE file_id = %s")
     reset_file: sql.Composed = _statement(
         "UPDATE {s}.nodes SET size = 0, line_count = 0, ends_with_newline = true, "

@@ -18,7 +18,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Final
 
@@ -30,6 +30,12 @@ from sessiontree._util.closing import ClosesOnExit
 from sessiontree._util.env import agent_dir_or_default
 from sessiontree._util.fs import glob_match_name, name_problem, utf8_prefix_text
 from sessiontree.storage._base import SessionMeta, StorageStat
+from sessiontree.storage.postgres._batch import (
+    FileTuple,
+    copy_content,
+    create_files,
+    file_digests,
+)
 from sessiontree.storage.postgres._blobs import PostgresBlobStore
 from sessiontree.storage.postgres._keys import Keys, child_key, key_ok, split_key
 from sessiontree.storage.postgres._locks import PostgresSessionLock, lock_id
@@ -42,7 +48,6 @@ from sessiontree.storage.postgres._pool import (
     probe,
     transaction,
 )
-from sessiontree.storage.postgres._scan import _meta_params, _pg_text, _Scan
 from sessiontree.storage.postgres._sql import statements
 from sessiontree.storage.postgres._writer import PostgresSessionWriter
 
@@ -63,28 +68,6 @@ def _stat(node_id: int, size: int, mtime_ns: int) -> StorageStat:
         mtime_ns=mtime_ns,
         ino=node_id,
     )
-
-
-def _raw_lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
-    """Lines with their `\\n` (the last one may lack it); no quadratic joins."""
-    pending: list[bytes] = []
-    for chunk in chunks:
-        start = 0
-        while True:
-            end = chunk.find(b"\n", start)
-            if end < 0:
-                break
-            if pending:
-                pending.append(chunk[start : end + 1])
-                yield b"".join(pending)
-                pending = []
-            else:
-                yield chunk[start : end + 1]
-            start = end + 1
-        if start < len(chunk):
-            pending.append(chunk[start:])
-    if pending:
-        yield b"".join(pending)
 
 
 class _Replayable:
@@ -580,32 +563,25 @@ class PostgresSessionStorage(ClosesOnExit):
         row = conn.execute(s.new_file, (None, parent, name)).fetchone()
         assert row is not None
         node_id = int(row[0])
-        scan = _Scan()
-        size = newlines = 0
-        ends = True
         with conn.cursor() as cur, cur.copy(s.copy_lines) as copy:
             copy.set_types(["int8", "int8", "bytea", "text"])
-            for line in _raw_lines(chunks):
-                ends = line.endswith(b"\n")
-                text = scan.feed(line[:-1] if ends else line)
-                copy.write_row((node_id, size, line, _pg_text(text)))
-                size += len(line)
-                newlines += ends
+            content = copy_content(copy, node_id, chunks)
         if old is not None:
             conn.execute(s.delete_node, (old[0],))
-        conn.execute(
-            s.publish,
-            {
-                "key": key,
-                "size": size,
-                "lines": newlines,
-                "ends": ends,
-                **_meta_params(scan),
-                "msgs": scan.messages,
-                "id": node_id,
-            },
-        )
+        conn.execute(s.publish, {"key": key, **content.columns(), "id": node_id})
         return node_id
+
+    def create_files(self, files: Sequence[FileTuple]) -> list[str]:
+        """Write many new files in one transaction (an import's batch: a few round trips
+        for all of them, not ten for each); returns the paths left unwritten because
+        something is there already. See `_batch.create_files`."""
+        return create_files(self, files)
+
+    def file_digests(self, paths: Sequence[str]) -> dict[str, tuple[int, int, str | None]]:
+        """(size, mtime_ns, sha256 hex) of each of `paths` that is a file, hashed by the
+        server in one round trip (an import run again: which files it need not write
+        again). See `_batch.file_digests`."""
+        return file_digests(self, paths)
 
     def fsync_dir(self, path: str) -> None:
         """Structural changes commit synchronously: only checks that the directory exists."""
