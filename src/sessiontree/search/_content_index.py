@@ -95,7 +95,12 @@ from sessiontree.search._terms import (
     literal_pieces,
     quoted,
 )
-from sessiontree.search._usage_rows import USAGE_TABLES, usage_records, write_usage_rows
+from sessiontree.search._usage_rows import (
+    USAGE_TABLES,
+    usage_records,
+    usage_records_of,
+    write_usage_rows,
+)
 from sessiontree.storage import SessionStorage, default_storage
 
 __all__ = ["Candidate", "ContentIndex", "IndexStats", "Refreshed"]
@@ -709,6 +714,10 @@ class ContentIndex:
     def usage_records(self, file_ids: Iterable[int]) -> dict[int, list[UsageRecord]]:
         """Assistant messages' usage per file, in file order (`_usage_rows`)."""
         return usage_records(self._conn, file_ids)
+
+    def usage_records_of(self, file_ids: Sequence[int]) -> dict[int, list[UsageRecord]]:
+        """`usage_records` of a few files, looked up (a report reads a batch at a time)."""
+        return usage_records_of(self._conn, file_ids)
 
     def stats(self) -> IndexStats:
         conn = self._conn

@@ -22,6 +22,7 @@ __all__ = [
     "USAGE_SCHEMA",
     "USAGE_TABLES",
     "usage_records",
+    "usage_records_of",
     "write_usage_rows",
 ]
 
@@ -79,6 +80,33 @@ def write_usage_rows(
     )
 
 
+_COLUMNS = (
+    "file, entry_id, line, ts, provider, model, response_id, input, output, "
+    "cache_read, cache_write, cost, cache_write_1h"
+)
+_IN_BATCH = 500
+"""File ids per query of `usage_records_of` (well under SQLite's bound variables)."""
+
+
+def usage_records_of(
+    conn: sqlite3.Connection, file_ids: Sequence[int]
+) -> dict[int, list[UsageRecord]]:
+    """`usage_records` of a few files (a report's batch), by the `usage_file` index (a
+    file's offsets ascend with its lines)."""
+    out: dict[int, list[UsageRecord]] = {i: [] for i in file_ids}
+    make = UsageRecord._make
+    ids = list(out)
+    for start in range(0, len(ids), _IN_BATCH):
+        batch = ids[start : start + _IN_BATCH]
+        marks = ",".join("?" * len(batch))
+        for row in conn.execute(
+            f"SELECT {_COLUMNS} FROM usage WHERE file IN ({marks}) ORDER BY file, offset",
+            batch,
+        ):
+            out[row[0]].append(make(row[1:]))
+    return out
+
+
 def usage_records(
     conn: sqlite3.Connection, file_ids: Iterable[int]
 ) -> dict[int, list[UsageRecord]]:
@@ -88,10 +116,7 @@ def usage_records(
     make = UsageRecord._make
     current = -1
     records: list[UsageRecord] | None = None
-    for row in conn.execute(
-        "SELECT file, entry_id, line, ts, provider, model, response_id, input, output, "
-        "cache_read, cache_write, cost, cache_write_1h FROM usage ORDER BY file, line"
-    ):
+    for row in conn.execute(f"SELECT {_COLUMNS} FROM usage ORDER BY file, line"):
         if row[0] != current:
             current = row[0]
             records = out.get(current)
