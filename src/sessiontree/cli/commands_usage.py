@@ -115,12 +115,7 @@ class _Inputs:
         """Every store found when none was named (each reply counted once across them)."""
 
     def replies(self) -> list[Reply]:
-        if self.stores is None:
-            self.stores = all_stores()
-        with byte_progress("Indexing sessions") as advance:
-            priced = self.stores.replies(use_index=not self.no_index, progress=advance)
-        self.notes, self.duplicates = priced.notes, priced.duplicates
-        return priced.replies
+        return list(self.stream())
 
     def stream(self) -> Iterator[Reply]:
         """`replies` one at a time, for a report that sums them as they come
