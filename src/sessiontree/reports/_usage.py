@@ -221,6 +221,10 @@ def _from_index(
     lazy: bool = False,
 ) -> UsageData:
     storage = parts.storage
+    # The import records live in the listing cache (`listing.import_records`), one place
+    # for them; the sessions of other formats (loaded) hold none. Read before the
+    # refresh, whose names the index holds after it: the two passes' peaks do not add up.
+    found = import_records([s.path for s in sources if s.load is None], parts, cache=True)
     # Reports cover the whole store: files deleted since are forgotten here.
     refreshed = index.refresh(sources, storage=storage, progress=progress, prune=True)
     stale = set(refreshed.stale)
@@ -228,10 +232,6 @@ def _from_index(
     files = index.files(wanted)
     rows = IndexRows(parts.agent_dir, storage) if lazy else None
     records = index.usage_records([f.id for f in files]) if rows is None else {}
-    # The import records live in the listing cache (`listing.import_records`), one place
-    # for them; the sessions of other formats (loaded) hold none.
-    ours = [s.path for s in sources if s.load is None and s.path not in stale]
-    found = import_records(ours, parts, cache=True)
     sessions = [
         SessionUsage(f, records.get(f.id, []), import_markers(found.get(f.path, ())), rows)
         for f in files
