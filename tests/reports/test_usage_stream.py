@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -178,3 +179,24 @@ def test_the_stream_counts_what_the_whole_store_counted(
     assert shown(new) == shown(price(old))
     assert dups == old_dups
     same_reports(price(old), new)
+
+
+def test_a_session_the_index_renamed_since_is_read_from_its_file(agent_dir: Path) -> None:
+    """Ids read at listing time that name another file when the records are read (the
+    index rebuilt in between by another process) are not trusted: the file is read."""
+    agent_dir.mkdir(parents=True)
+    sessions = Sessions(agent_dir)
+    for n in range(3):
+        sessions.session(f"S{n}", [prompt(f"{n}p", None, T0), reply(f"{n}r", f"{n}p", T0 + n)])
+    parts = store_parts(agent_dir=str(agent_dir))
+    old, old_dups = whole_store_count(load_usage(sessions.paths, parts).sessions)
+    lazy = load_usage(sessions.paths, parts, lazy=True).sessions
+    assert all(s.rows is not None for s in lazy)
+    conn = sqlite3.connect(agent_dir / "cache" / "content-index.db")
+    with conn:
+        conn.execute("UPDATE files SET path = 'elsewhere' WHERE id = ?", (lazy[1].file.id,))
+    conn.close()
+    dups = Duplicates()
+    new = list(priced(counted_once(lazy, dups)))
+    assert shown(new) == shown(price(old)) and len(new) == 3
+    assert dups == old_dups

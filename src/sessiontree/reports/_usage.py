@@ -155,19 +155,20 @@ class IndexRows:
 
     def records(self, sessions: Sequence[SessionUsage]) -> dict[int, list[UsageRecord]]:
         """Each session's records by its file id."""
+        out: dict[int, list[UsageRecord]] = {}
         if not self._broken:
             try:
                 if self._index is None:
                     self._index = ContentIndex.open(self._agent_dir, create=False)
                 if self._index is not None:
-                    return self._index.usage_records_of([s.file.id for s in sessions])
+                    out = self._index.usage_records_of({s.file.id: s.path for s in sessions})
             except sqlite3.Error:
                 self.close()
-            self._broken = True
-        out = {}
+            self._broken = self._index is None
         for session in sessions:
-            read = _read_all([SessionSource(session.path)], self._storage)
-            out[session.file.id] = read[0].records if read else []
+            if session.file.id not in out:  # the index lost it since it was listed
+                read = _read_all([SessionSource(session.path)], self._storage)
+                out[session.file.id] = read[0].records if read else []
         return out
 
     def close(self) -> None:

@@ -53,7 +53,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat as stat_module
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
@@ -715,9 +715,10 @@ class ContentIndex:
         """Assistant messages' usage per file, in file order (`_usage_rows`)."""
         return usage_records(self._conn, file_ids)
 
-    def usage_records_of(self, file_ids: Sequence[int]) -> dict[int, list[UsageRecord]]:
-        """`usage_records` of a few files, looked up (a report reads a batch at a time)."""
-        return usage_records_of(self._conn, file_ids)
+    def usage_records_of(self, files: Mapping[int, str]) -> dict[int, list[UsageRecord]]:
+        """`usage_records` of a few files (id -> path), looked up (a report reads a batch
+        at a time); a file whose id names another path now is left out."""
+        return usage_records_of(self._conn, files)
 
     def stats(self) -> IndexStats:
         conn = self._conn

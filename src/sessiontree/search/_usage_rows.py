@@ -13,7 +13,7 @@ the listing cache (`listing.import_records`).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from sessiontree.format import UsageRecord
@@ -89,21 +89,29 @@ _IN_BATCH = 500
 
 
 def usage_records_of(
-    conn: sqlite3.Connection, file_ids: Sequence[int]
+    conn: sqlite3.Connection, files: Mapping[int, str]
 ) -> dict[int, list[UsageRecord]]:
-    """`usage_records` of a few files (a report's batch), by the `usage_file` index (a
-    file's offsets ascend with its lines)."""
-    out: dict[int, list[UsageRecord]] = {i: [] for i in file_ids}
+    """`usage_records` of a few files (a report's batch: file id -> path), by the
+    `usage_file` index (a file's offsets ascend with its lines). A file whose id no
+    longer names that path (the index rebuilt since the ids were read) is left out."""
+    out: dict[int, list[UsageRecord]] = {}
     make = UsageRecord._make
-    ids = list(out)
+    ids = list(files)
     for start in range(0, len(ids), _IN_BATCH):
         batch = ids[start : start + _IN_BATCH]
         marks = ",".join("?" * len(batch))
+        for file_id, path in conn.execute(
+            f"SELECT id, path FROM files WHERE id IN ({marks})", batch
+        ):
+            if files[file_id] == path:
+                out[file_id] = []
         for row in conn.execute(
             f"SELECT {_COLUMNS} FROM usage WHERE file IN ({marks}) ORDER BY file, offset",
             batch,
         ):
-            out[row[0]].append(make(row[1:]))
+            records = out.get(row[0])
+            if records is not None:
+                records.append(make(row[1:]))
     return out
 
 
