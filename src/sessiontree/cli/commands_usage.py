@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, tzinfo
 from typing import Annotated, Any
 
@@ -115,12 +115,17 @@ class _Inputs:
         """Every store found when none was named (each reply counted once across them)."""
 
     def replies(self) -> list[Reply]:
+        return list(self.stream())
+
+    def stream(self) -> Iterator[Reply]:
+        """`replies` one at a time, for a report that sums them as they come
+        (`duplicates` is complete once they are exhausted)."""
         if self.stores is None:
             self.stores = all_stores()
         with byte_progress("Indexing sessions") as advance:
-            priced = self.stores.replies(use_index=not self.no_index, progress=advance)
-        self.notes, self.duplicates = priced.notes, priced.duplicates
-        return priced.replies
+            streamed = self.stores.stream_replies(use_index=not self.no_index, progress=advance)
+        self.notes, self.duplicates = streamed.notes, streamed.duplicates
+        return streamed.replies
 
 
 _LABEL_LEAST = 10
@@ -326,7 +331,7 @@ def _report_command(kind: ReportKind) -> Callable[..., None]:
         as_json: JsonOption = False,
     ) -> None:
         inputs = _Inputs(since, until, tz, project, no_index)
-        replies = inputs.replies()
+        replies = inputs.stream()
         rep = report(
             replies,
             kind,

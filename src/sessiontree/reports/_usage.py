@@ -55,7 +55,8 @@ rate to the block's end.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any, Literal, NamedTuple
@@ -92,9 +93,11 @@ __all__ = [
     "UsageData",
     "blocks",
     "count_once",
+    "counted_once",
     "load_usage",
     "parse_time",
     "price",
+    "priced",
     "report",
     "time_zone",
 ]
@@ -115,7 +118,9 @@ class SessionUsage:
 
     file: IndexedFile
     records: list[UsageRecord]
+    """Empty while `rows` holds them (`load_usage(..., lazy=True)`): `records_of` reads them."""
     imports: list[ImportMarker]
+    rows: IndexRows | None = None
 
     @property
     def path(self) -> str:
@@ -137,15 +142,52 @@ class UsageData:
     indexed: bool = False
 
 
+class IndexRows:
+    """A content index's usage rows, read a batch of sessions at a time once the index
+    answered (`load_usage(..., lazy=True)`), so a report holds a batch's records, not the
+    store's. A session the index no longer answers for is read from its file."""
+
+    def __init__(self, agent_dir: str, storage: SessionStorage) -> None:
+        self._agent_dir = agent_dir
+        self._storage = storage
+        self._index: ContentIndex | None = None
+        self._broken = False
+
+    def records(self, sessions: Sequence[SessionUsage]) -> dict[int, list[UsageRecord]]:
+        """Each session's records by its file id."""
+        out: dict[int, list[UsageRecord]] = {}
+        if not self._broken:
+            try:
+                if self._index is None:
+                    self._index = ContentIndex.open(self._agent_dir, create=False)
+                if self._index is not None:
+                    out = self._index.usage_records_of({s.file.id: s.path for s in sessions})
+            except sqlite3.Error:
+                self.close()
+            self._broken = self._index is None
+        for session in sessions:
+            if session.file.id not in out:  # the index lost it since it was listed
+                read = _read_all([SessionSource(session.path)], self._storage)
+                out[session.file.id] = read[0].records if read else []
+        return out
+
+    def close(self) -> None:
+        if self._index is not None:
+            self._index.close()
+            self._index = None
+
+
 def load_usage(
     sources: Iterable[str | SessionSource],
     parts: StoreParts,
     *,
     use_index: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    lazy: bool = False,
 ) -> UsageData:
     """Usage records of `sources` (from the content index when the store is the
-    agent dir's files; files the index cannot cover are read directly)."""
+    agent dir's files; files the index cannot cover are read directly). `lazy`: the
+    index's sessions are left for `counted_once` to read a batch at a time."""
     srcs = [s if isinstance(s, SessionSource) else SessionSource(s) for s in sources]
     storage = parts.storage
     notes: list[str] = []
@@ -162,7 +204,9 @@ def load_usage(
                 "opened or created), which gives the same answers, more slowly"
             )
     if index is not None:
-        answered = index.answer(lambda index: _from_index(index, srcs, parts, notes, progress))
+        answered = index.answer(
+            lambda index: _from_index(index, srcs, parts, notes, progress, lazy)
+        )
         if answered is not None:
             return answered
         notes.append("the content index could not be read: every session was read")
@@ -175,21 +219,23 @@ def _from_index(
     parts: StoreParts,
     notes: list[str],
     progress: Callable[[int, int], None] | None,
+    lazy: bool = False,
 ) -> UsageData:
     storage = parts.storage
+    # The import records live in the listing cache (`listing.import_records`), one place
+    # for them; the sessions of other formats (loaded) hold none. Read before the
+    # refresh, whose names the index holds after it: the two passes' peaks do not add up.
+    found = import_records([s.path for s in sources if s.load is None], parts, cache=True)
     # Reports cover the whole store: files deleted since are forgotten here.
     refreshed = index.refresh(sources, storage=storage, progress=progress, prune=True)
     stale = set(refreshed.stale)
     wanted = {s.path for s in sources if s.path not in stale}
     files = index.files(wanted)
-    ids = [f.id for f in files]
-    records = index.usage_records(ids)
-    # The import records live in the listing cache (`listing.import_records`), one place
-    # for them; the sessions of other formats (loaded) hold none.
-    ours = [s.path for s in sources if s.load is None and s.path not in stale]
-    found = import_records(ours, parts, cache=True)
+    rows = IndexRows(parts.agent_dir, storage) if lazy else None
+    records = index.usage_records([f.id for f in files]) if rows is None else {}
     sessions = [
-        SessionUsage(f, records.get(f.id, []), import_markers(found.get(f.path, ()))) for f in files
+        SessionUsage(f, records.get(f.id, []), import_markers(found.get(f.path, ())), rows)
+        for f in files
     ]
     held = {f.path for f in files}
     rest = [s for s in sources if s.path not in held]
@@ -278,60 +324,105 @@ class Duplicates:
 def count_once(
     sessions: Sequence[SessionUsage],
 ) -> tuple[list[tuple[SessionUsage, UsageRecord]], Duplicates]:
-    """The records to count (rules R1-R4 of the module docstring), and what was left out."""
+    """The records to count (rules R1-R5 of the module docstring), and what was left out."""
     dups = Duplicates()
+    return list(counted_once(sessions, dups)), dups
+
+
+_BATCH = 2000
+"""Sessions whose records `counted_once` reads at a time."""
+
+
+def counted_once(
+    sessions: Sequence[SessionUsage], dups: Duplicates
+) -> Iterator[tuple[SessionUsage, UsageRecord]]:
+    """`count_once`, a session at a time (`dups` complete once it is exhausted): the
+    records of sessions loaded lazily are read a batch at a time and not kept."""
     valid = _one_per_file([s for s in sessions if s.file.valid])
-    kept: dict[int, list[UsageRecord]] = {}
-    for index, session in enumerate(valid):
-        kept[index] = _within_file(session.records, dups)
-    _imports(valid, kept, dups)
-    out: list[tuple[SessionUsage, UsageRecord]] = []
-    seen_by_root: dict[tuple[str, object], set[tuple[str, int | None]]] = {}
-    order, roots = _ancestors_first(valid)
-    members: dict[tuple[str, object], int] = {}
-    for root in roots.values():
-        members[root] = members.get(root, 0) + 1
-    for index in order:
-        root = roots[index]
-        if members[root] == 1:  # nobody else in this line of descent: nothing to copy
-            out.extend((valid[index], record) for record in kept[index])
-            continue
-        seen = seen_by_root.setdefault(root, set())
-        for record in kept[index]:
-            if record.entry_id is not None:
-                key = (record.entry_id, record.timestamp)
-                if key in seen:
-                    dups.fork_copies += 1
-                    continue
-                seen.add(key)
-            out.append((valid[index], record))
-    return _session_copies(out, valid, dups), dups
-
-
-def _session_copies(
-    counted: list[tuple[SessionUsage, UsageRecord]],
-    sessions: list[SessionUsage],
-    dups: Duplicates,
-) -> list[tuple[SessionUsage, UsageRecord]]:
-    """R5: a reply of a session read from several files counted from the first only."""
-    files: dict[str, int] = {}
-    for session in sessions:
-        if session.file.session_id is not None:
-            files[session.file.session_id] = files.get(session.file.session_id, 0) + 1
-    if all(n == 1 for n in files.values()):
-        return counted  # the usual stores: each session in one file
-    first: dict[tuple[str, str, int | None], str] = {}
-    kept = []
-    for session, record in counted:
-        sid = session.file.session_id
-        if sid is not None and files[sid] > 1 and record.entry_id is not None:
-            key = (sid, record.entry_id, record.timestamp)
-            holder = first.setdefault(key, session.path)
-            if holder != session.path:
-                dups.session_copies += 1
+    try:
+        # R4 needs the records of the importing sessions (few) before the rest is counted.
+        importing = [i for i, s in enumerate(valid) if s.imports]
+        kept = {i: _within_file(records, dups) for i, records in _records_of(valid, importing)}
+        _imports(valid, kept, dups)
+        seen_by_root: dict[tuple[str, object], set[tuple[str, int | None]]] = {}
+        order, roots = _ancestors_first(valid)
+        members: dict[tuple[str, object], int] = {}
+        for root in roots.values():
+            members[root] = members.get(root, 0) + 1
+        copies = _SessionCopies(valid, dups)
+        for index, records in _records_of(valid, order, kept):
+            session = valid[index]
+            records = kept.pop(index) if index in kept else _within_file(records, dups)
+            root = roots[index]
+            if members[root] == 1:  # nobody else in this line of descent: nothing to copy
+                yield from copies.kept(session, records)
                 continue
-        kept.append((session, record))
-    return kept
+            seen = seen_by_root.setdefault(root, set())
+            for record in records:
+                if record.entry_id is not None:
+                    key = (record.entry_id, record.timestamp)
+                    if key in seen:
+                        dups.fork_copies += 1
+                        continue
+                    seen.add(key)
+                yield from copies.kept(session, (record,))
+    finally:
+        for rows in {id(s.rows): s.rows for s in valid if s.rows is not None}.values():
+            rows.close()
+
+
+def _records_of(
+    sessions: list[SessionUsage], indexes: list[int], known: dict[int, Any] | None = None
+) -> Iterator[tuple[int, list[UsageRecord]]]:
+    """Each of `indexes` with its session's records, in that order; those lazily loaded
+    read a batch at a time (none for those in `known`: their records are at hand)."""
+    for start in range(0, len(indexes), _BATCH):
+        batch = indexes[start : start + _BATCH]
+        lazy: dict[int, tuple[IndexRows, list[SessionUsage]]] = {}
+        for i in batch:
+            rows = sessions[i].rows
+            if rows is not None and (known is None or i not in known):
+                lazy.setdefault(id(rows), (rows, []))[1].append(sessions[i])
+        read: dict[tuple[int, int], list[UsageRecord]] = {}
+        for key, (rows, wanted) in lazy.items():
+            for file_id, records in rows.records(wanted).items():
+                read[(key, file_id)] = records
+        for i in batch:
+            session = sessions[i]
+            if session.rows is None or (known is not None and i in known):
+                yield i, session.records
+            else:
+                yield i, read[(id(session.rows), session.file.id)]
+
+
+class _SessionCopies:
+    """R5: a reply of a session read from several files counted from the first only."""
+
+    def __init__(self, sessions: list[SessionUsage], dups: Duplicates) -> None:
+        files: dict[str, int] = {}
+        for session in sessions:
+            if session.file.session_id is not None:
+                files[session.file.session_id] = files.get(session.file.session_id, 0) + 1
+        self._several = {sid for sid, n in files.items() if n > 1}
+        self._first: dict[tuple[str, str, int | None], str] = {}
+        self._dups = dups
+
+    def kept(
+        self, session: SessionUsage, records: Iterable[UsageRecord]
+    ) -> Iterator[tuple[SessionUsage, UsageRecord]]:
+        sid = session.file.session_id
+        if sid is None or sid not in self._several:  # the usual stores: one file a session
+            for record in records:
+                yield session, record
+            return
+        for record in records:
+            if record.entry_id is not None:
+                key = (sid, record.entry_id, record.timestamp)
+                holder = self._first.setdefault(key, session.path)
+                if holder != session.path:
+                    self._dups.session_copies += 1
+                    continue
+            yield session, record
 
 
 def _one_per_file(sessions: list[SessionUsage]) -> list[SessionUsage]:
@@ -504,8 +595,16 @@ def price(
     counted: Iterable[tuple[SessionUsage, UsageRecord]], table: PriceTable | None = None
 ) -> list[Reply]:
     """Each counted record with its cost: recorded, else estimated from the table."""
+    return list(priced(counted, table))
+
+
+def priced(
+    counted: Iterable[tuple[SessionUsage, UsageRecord]], table: PriceTable | None = None
+) -> Iterator[Reply]:
+    """`price`, a reply at a time."""
     table = table if table is not None else price_table()
-    return [Reply(session, r, *price_record(r, table)) for session, r in counted]
+    for session, r in counted:
+        yield Reply(session, r, *price_record(r, table))
 
 
 def price_record(r: UsageRecord, table: PriceTable) -> tuple[float, bool, bool]:
@@ -652,7 +751,7 @@ def in_range(reply: Reply, since: int | None, until: int | None) -> bool:
 
 
 def report(
-    replies: Sequence[Reply],
+    replies: Iterable[Reply],
     kind: ReportKind,
     *,
     tz: tzinfo = UTC,

@@ -53,7 +53,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat as stat_module
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
@@ -95,7 +95,12 @@ from sessiontree.search._terms import (
     literal_pieces,
     quoted,
 )
-from sessiontree.search._usage_rows import USAGE_TABLES, usage_records, write_usage_rows
+from sessiontree.search._usage_rows import (
+    USAGE_TABLES,
+    usage_records,
+    usage_records_of,
+    write_usage_rows,
+)
 from sessiontree.storage import SessionStorage, default_storage
 
 __all__ = ["Candidate", "ContentIndex", "IndexStats", "Refreshed"]
@@ -709,6 +714,11 @@ class ContentIndex:
     def usage_records(self, file_ids: Iterable[int]) -> dict[int, list[UsageRecord]]:
         """Assistant messages' usage per file, in file order (`_usage_rows`)."""
         return usage_records(self._conn, file_ids)
+
+    def usage_records_of(self, files: Mapping[int, str]) -> dict[int, list[UsageRecord]]:
+        """`usage_records` of a few files (id -> path), looked up (a report reads a batch
+        at a time); a file whose id names another path now is left out."""
+        return usage_records_of(self._conn, files)
 
     def stats(self) -> IndexStats:
         conn = self._conn

@@ -13,7 +13,7 @@ the listing cache (`listing.import_records`).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from sessiontree.format import UsageRecord
@@ -22,6 +22,7 @@ __all__ = [
     "USAGE_SCHEMA",
     "USAGE_TABLES",
     "usage_records",
+    "usage_records_of",
     "write_usage_rows",
 ]
 
@@ -79,6 +80,41 @@ def write_usage_rows(
     )
 
 
+_COLUMNS = (
+    "file, entry_id, line, ts, provider, model, response_id, input, output, "
+    "cache_read, cache_write, cost, cache_write_1h"
+)
+_IN_BATCH = 500
+"""File ids per query of `usage_records_of` (well under SQLite's bound variables)."""
+
+
+def usage_records_of(
+    conn: sqlite3.Connection, files: Mapping[int, str]
+) -> dict[int, list[UsageRecord]]:
+    """`usage_records` of a few files (a report's batch: file id -> path), by the
+    `usage_file` index (a file's offsets ascend with its lines). A file whose id no
+    longer names that path (the index rebuilt since the ids were read) is left out."""
+    out: dict[int, list[UsageRecord]] = {}
+    make = UsageRecord._make
+    ids = list(files)
+    for start in range(0, len(ids), _IN_BATCH):
+        batch = ids[start : start + _IN_BATCH]
+        marks = ",".join("?" * len(batch))
+        for file_id, path in conn.execute(
+            f"SELECT id, path FROM files WHERE id IN ({marks})", batch
+        ):
+            if files[file_id] == path:
+                out[file_id] = []
+        for row in conn.execute(
+            f"SELECT {_COLUMNS} FROM usage WHERE file IN ({marks}) ORDER BY file, offset",
+            batch,
+        ):
+            records = out.get(row[0])
+            if records is not None:
+                records.append(make(row[1:]))
+    return out
+
+
 def usage_records(
     conn: sqlite3.Connection, file_ids: Iterable[int]
 ) -> dict[int, list[UsageRecord]]:
@@ -88,10 +124,7 @@ def usage_records(
     make = UsageRecord._make
     current = -1
     records: list[UsageRecord] | None = None
-    for row in conn.execute(
-        "SELECT file, entry_id, line, ts, provider, model, response_id, input, output, "
-        "cache_read, cache_write, cost, cache_write_1h FROM usage ORDER BY file, line"
-    ):
+    for row in conn.execute(f"SELECT {_COLUMNS} FROM usage ORDER BY file, line"):
         if row[0] != current:
             current = row[0]
             records = out.get(current)

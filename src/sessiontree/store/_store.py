@@ -60,6 +60,7 @@ from sessiontree.storage import (
     open_storage,
     redact_url,
 )
+from sessiontree.store._replies import StreamedReplies, replies_of, stream_replies_of
 
 if TYPE_CHECKING:
     from sessiontree.foreign.store import ForeignStore
@@ -762,7 +763,7 @@ class Store:
         time zone the days are in (default: the local one).
         """
         return report_of_replies(
-            lambda: self.replies(use_index=use_index, progress=progress),
+            lambda: stream_replies_of([self], use_index=use_index, progress=progress),
             period,
             since=since,
             until=until,
@@ -922,43 +923,8 @@ class Store:
         return maintenance.export_files(storage, target, report)
 
 
-def replies_of(
-    stores: Sequence[Store],
-    *,
-    use_index: bool = True,
-    progress: Progress | None = None,
-    skip: Callable[[Store, Exception], None] | None = None,
-) -> PricedReplies:
-    """Every assistant reply of several stores, counted once across them all (an import
-    in one store of a session another store holds is not counted again) and priced:
-    `Store.replies` of their union. A store that cannot be read raises, or with `skip`
-    is handed to it and left out (`Stores` passes it over)."""
-    from sessiontree.reports import count_once, load_usage, price
-
-    sessions: builtins.list[Any] = []
-    notes: builtins.list[str] = []
-    indexed = True
-    for store in stores:
-        passed_over: builtins.list[tuple[str, str]] = []
-        try:
-            paths = store.files(nested=False, passed_over=passed_over)
-            sources, view = store._view(paths)
-            data = load_usage(sources, view, use_index=use_index, progress=progress)
-        except (OSError, SessionTreeError) as exc:
-            if skip is None:
-                raise
-            skip(store, exc)
-            continue
-        notes += [f"{path}: {what}; passed over" for path, what in passed_over]
-        sessions += data.sessions
-        notes += data.notes
-        indexed = indexed and data.indexed
-    counted, duplicates = count_once(sessions)
-    return PricedReplies(price(counted), duplicates, notes, indexed)
-
-
 def report_of_replies(
-    load: Callable[[], PricedReplies],
+    load: Callable[[], PricedReplies | StreamedReplies],
     period: ReportKind,
     *,
     since: Moment | None,

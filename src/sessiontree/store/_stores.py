@@ -29,6 +29,7 @@ from sessiontree._util.gcpause import gc_paused
 from sessiontree.errors import SessionTreeError
 from sessiontree.format import shown_title, utc_day
 from sessiontree.listing import ListingRows, RowHandle, SessionInfo
+from sessiontree.store._replies import StreamedReplies, stream_replies_of
 from sessiontree.store._store import (
     Moment,
     PricedReplies,
@@ -459,6 +460,18 @@ class Stores(Mapping[str, Store]):
             skip=lambda store, exc: self._skip(self._key_of(store), exc),
         )
 
+    def stream_replies(
+        self, *, use_index: bool = True, progress: Progress | None = None
+    ) -> StreamedReplies:
+        """`replies`, one at a time (`stream_replies_of`): what a report sums as they
+        come, holding a batch of sessions' records at a time."""
+        return stream_replies_of(
+            self.readable,
+            use_index=use_index,
+            progress=progress,
+            skip=lambda store, exc: self._skip(self._key_of(store), exc),
+        )
+
     def usage(
         self,
         period: ReportKind = "daily",
@@ -472,7 +485,7 @@ class Stores(Mapping[str, Store]):
     ) -> Report:
         """`Store.usage` of the stores as one (each reply counted once across them)."""
         return report_of_replies(
-            lambda: self.replies(use_index=use_index, progress=progress),
+            lambda: self.stream_replies(use_index=use_index, progress=progress),
             period,
             since=since,
             until=until,
