@@ -147,9 +147,9 @@ class IndexRows:
     answered (`load_usage(..., lazy=True)`), so a report holds a batch's records, not the
     store's. A session the index no longer answers for is read from its file."""
 
-    def __init__(self, agent_dir: str, storage: SessionStorage) -> None:
-        self._agent_dir = agent_dir
-        self._storage = storage
+    def __init__(self, parts: StoreParts) -> None:
+        self._agent_dir = parts.agent_dir
+        self._storage = parts.storage
         self._index: ContentIndex | None = None
         self._broken = False
 
@@ -231,7 +231,7 @@ def _from_index(
     stale = set(refreshed.stale)
     wanted = {s.path for s in sources if s.path not in stale}
     files = index.files(wanted)
-    rows = IndexRows(parts.agent_dir, storage) if lazy else None
+    rows = IndexRows(parts) if lazy else None
     records = index.usage_records([f.id for f in files]) if rows is None else {}
     sessions = [
         SessionUsage(f, records.get(f.id, []), import_markers(found.get(f.path, ())), rows)
