@@ -447,6 +447,15 @@ class KeptRows:
             self.storage, path, size, sid, cwd, title, parent, created, modified, messages, first
         )
 
+    def title(self, i: int) -> object:
+        """The title of row `i` (None: none), from the rest of its row: no info built."""
+        details = self._details
+        if isinstance(details, memoryview):
+            details = self._details = _details_of(details, len(self.names))
+        if details is None:
+            return self.info(i).title
+        return details[i][2]
+
     def rows(self) -> list[_Row]:
         """Every row, its info built."""
         return [
@@ -513,6 +522,21 @@ class ListingRows:
         """The info of a row `newest_first` gave."""
         run, i = handle
         return self._rows[i][3] if run < 0 else self._runs[run].info(i)
+
+    def path(self, handle: RowHandle) -> str:
+        """The path of a row `newest_first` gave, without building its info."""
+        run, i = handle
+        if run < 0:
+            info: SessionInfo = self._rows[i][3]
+            return info.path
+        kept = self._runs[run]
+        return kept.prefix + kept.names[i]
+
+    def title(self, handle: RowHandle) -> object:
+        """The title of a row `newest_first` gave (None: none; as its info's `title`),
+        without building its info: a search looks at every title for the few set."""
+        run, i = handle
+        return self._rows[i][3].title if run < 0 else self._runs[run].title(i)
 
     def infos(self) -> list[SessionInfo]:
         with gc_paused():  # as `collect`: thousands of infos, all surviving
