@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,16 +28,17 @@ from sessiontree.format import serialize_entry
 from sessiontree.listing import clear_listing_cache
 from sessiontree.store import Store, Stores, StoresSearch
 from tests.helpers import user
-from tests.store.test_stores_page import PROJECTS, _session, _write
+from tests.store.test_stores_page import (  # noqa: F401 (a fixture: no rows of other tests)
+    CREATED,
+    PROJECTS,
+    T0,
+    _no_rows_of_other_tests,
+    _session,
+    _write,
+    write_stores,
+)
 
 QUERIES = ("quokka", "named", "ZANZIBAR", "fine", "named 1")
-
-
-@pytest.fixture(autouse=True)
-def _no_rows_of_other_tests() -> Iterator[None]:
-    clear_listing_cache()
-    yield
-    clear_listing_cache()
 
 
 def _found(found: StoresSearch) -> tuple[object, ...]:
@@ -107,11 +107,7 @@ def test_a_search_of_the_rows_finds_what_a_search_of_the_listing_finds(
     both: bool,
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        dirs = (Path(tmp, "a"), Path(tmp, "b"))
-        for d in dirs:
-            (d / "sessions").mkdir(parents=True)
-        for n, spec in enumerate(sessions):
-            _write(dirs[int(str(spec["store"]))], 16 * n, spec)
+        dirs = write_stores(Path(tmp), sessions)
         stores = Stores([Store(str(d)) for d in (dirs if both else dirs[:1])])
         try:
             _compare(stores, cwd, query, roles)  # the index built
@@ -131,17 +127,23 @@ def test_the_cli_json_is_the_listing_searchs(
 ) -> None:
     agent = tmp_path / "agent"
     (agent / "sessions").mkdir(parents=True)
+    kinds, prompts = ("session", "session", "no header"), ("quokka", "Quokka  zanzibar", "")
     for n in range(30):
-        spec = {
-            "store": 0,
-            "project": n % 3,
-            "kind": ("session", "session", "no header")[n % 3],
-            "mtime": 1_770_000_000_000_000_000 + (n % 4) * 1_000,
-            "created": "2026-01-01T00:00:00.000Z",
-            "prompt": ("quokka", "Quokka  zanzibar", "")[n % 3],
-            "named": n % 4 == 0,
-        }
-        _write(agent, 16 * n, spec)
+        # Every fourth titled; four mtimes a microsecond apart; a third no session.
+        mtime = T0 + (n % 4) * 1_000
+        _write(
+            agent,
+            16 * n,
+            dict(
+                store=0,
+                project=n % 3,
+                kind=kinds[n % 3],
+                mtime=mtime,
+                created=CREATED[0],
+                prompt=prompts[n % 3],
+                named=n % 4 == 0,
+            ),
+        )
     monkeypatch.setenv("PI_CODING_AGENT_DIR", str(agent))
     monkeypatch.delenv("SESSIONTREE_STORE", raising=False)
     for query in ("quokka", "named"):
