@@ -53,7 +53,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat as stat_module
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
@@ -184,6 +184,7 @@ class ContentIndex:
         self._keys = EntryKeys(db.conn)
         self._files: dict[int, tuple[str, str, str] | None] | None = None
         self._ids: dict[str, int] | None = None
+        self._exact: set[str] | None = None  # the files the index holds: the last sources
         self._new_terms: set[bytes] = set()  # words of the rows written, for ``terms``
         self._fts_rows: list[tuple[int, str]] = []  # for the FTS table, before the commit
         self._fts_held = 0
@@ -238,7 +239,7 @@ class ContentIndex:
             self._db = fresh
             conn = fresh.conn
         self._keys = EntryKeys(conn)
-        self._files = self._ids = None
+        self._files = self._ids = self._exact = None
         return True
 
     def answer(self, ask: Callable[[ContentIndex], T]) -> T | None:
@@ -274,7 +275,9 @@ class ContentIndex:
         """
         storage = default_storage(storage)
         result = Refreshed()
-        self._files = self._ids = None  # what another process wrote since is read again
+        self._files = self._ids = self._exact = (
+            None  # what another process wrote since is read again
+        )
         if self._should_rebuild() and self.reset():
             result.rebuilt = True
         conn = self._conn
@@ -290,6 +293,9 @@ class ContentIndex:
                 )
             )
             if held.issuperset(stats):
+                if len(held) == len(stats) and len(held) == self.file_count():
+                    exact = {s[0] for s in stats}  # each row's file, once: `covering` is cheap
+                    self._exact = exact if len(exact) == len(held) else None
                 return result
         # Plan (no file is read): the sources' identities against the `files` rows.
         known: dict[str, Known[int]] = {}
@@ -354,7 +360,7 @@ class ContentIndex:
             result.stale += [source.path for source, _ in todo[at:]]
         finally:
             ahead.close()
-        self._files = self._ids = None
+        self._files = self._ids = self._exact = None
         return result
 
     def _should_rebuild(self) -> bool:
@@ -597,7 +603,19 @@ class ContentIndex:
 
     def file_count(self) -> int:
         """How many files the index holds."""
-        return len(self._file_ids())
+        if self._ids is not None:
+            return len(self._ids)
+        count: int = self._conn.execute("SELECT count(*) FROM files").fetchone()[0]
+        return count
+
+    def covering(self, paths: Iterable[str]) -> tuple[Container[str], Collection[int] | None]:
+        """(those of `paths` the index holds, the ids of their files; None: every file
+        the index holds, when it holds nothing else)."""
+        wanted = set(paths)
+        if self._exact is not None and wanted == self._exact:
+            return wanted, None  # the refresh found every file and nothing else held
+        ids = self.file_ids(wanted)
+        return ids, None if len(ids) == self.file_count() else list(ids.values())
 
     def file_ids(self, paths: Iterable[str]) -> dict[str, int]:
         """The ids of those of `paths` the index holds."""

@@ -9,7 +9,8 @@ a titled session's info is built, for its id and time).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from sessiontree.format import clean_title
 from sessiontree.listing import ListingRows, RowHandle, SessionInfo
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
 
 __all__ = ["SearchScope", "TitleRow"]
 
+_Titled = tuple[str, str, Any, datetime]
+"""(path, session id, title as listed, modified) of a session with a title."""
 TitleRow = tuple[str, str, str | None, int]
 """(path, session id, title, modified ms): what `search.title_hits` reads of a session."""
 
@@ -29,25 +32,25 @@ class SearchScope:
 
     __slots__ = ("_titles", "paths")
 
-    def __init__(self, paths: list[str], titles: Callable[[], Iterable[SessionInfo]]) -> None:
+    def __init__(self, paths: list[str], titles: Callable[[], Iterator[_Titled]]) -> None:
         self.paths = paths
         self._titles = titles
 
     def titles(self) -> Iterator[TitleRow]:
-        return (_title_row(info) for info in self._titles())
+        return (
+            (path, sid, clean_title(title), int(modified.timestamp() * 1000))
+            for path, sid, title, modified in self._titles()
+        )
 
     @classmethod
     def of_infos(cls, infos: Sequence[SessionInfo]) -> SearchScope:
-        return cls([info.path for info in infos], lambda: infos)
+        return cls([info.path for info in infos], lambda: _titled(infos))
 
     @classmethod
     def of_rows(cls, rows: ListingRows, handles: list[RowHandle]) -> SearchScope:
         """The rows `handles` (of `rows.newest_first`): a row without a title is
-        passed over (`title_hits` would be), its info never built."""
-        return cls(
-            [rows.path(h) for h in handles],
-            lambda: (rows.info(h) for h in handles if rows.title(h) is not None),
-        )
+        passed over (`title_hits` would be), and no kept row's info is built."""
+        return cls([rows.path(h) for h in handles], lambda: rows.titled(handles))
 
     @classmethod
     def of(cls, store: Store, sessions: Sequence[str] | Sequence[SessionInfo]) -> SearchScope:
@@ -62,8 +65,8 @@ class SearchScope:
             wanted = set(paths)
             return [s for s in store.list(None) if s.path in wanted]
 
-        return cls(paths, listed)
+        return cls(paths, lambda: _titled(listed()))
 
 
-def _title_row(info: SessionInfo) -> TitleRow:
-    return (info.path, info.id, clean_title(info.title), int(info.modified.timestamp() * 1000))
+def _titled(infos: Iterable[SessionInfo]) -> Iterator[_Titled]:
+    return ((i.path, i.id, i.title, i.modified) for i in infos if i.title is not None)
