@@ -521,14 +521,19 @@ class ListingRows:
         run, i = handle
         return self._rows[i][3] if run < 0 else self._runs[run].info(i)
 
-    def path(self, handle: RowHandle) -> str:
-        """The path of a row `newest_first` gave, without building its info."""
-        run, i = handle
-        if run < 0:
-            info: SessionInfo = self._rows[i][3]
-            return info.path
-        kept = self._runs[run]
-        return kept.prefix + kept.names[i]
+    def paths(self, handles: Iterable[RowHandle]) -> list[str]:
+        """The paths of the rows `handles` (of `newest_first`), without building infos."""
+        rows = self._rows
+        names = [(run.prefix, run.names) for run in self._runs]
+        out: list[str] = []
+        add = out.append
+        for run, i in handles:
+            if run < 0:
+                add(rows[i][3].path)
+            else:
+                prefix, kept = names[run]
+                add(prefix + kept[i])
+        return out
 
     def titled(self, handles: Iterable[RowHandle]) -> Iterator[tuple[str, str, Any, datetime]]:
         """(path, id, title, modified) of the rows `handles` (of `newest_first`) with a

@@ -50,7 +50,7 @@ class SearchScope:
     def of_rows(cls, rows: ListingRows, handles: list[RowHandle]) -> SearchScope:
         """The rows `handles` (of `rows.newest_first`): a row without a title is
         passed over (`title_hits` would be), and no kept row's info is built."""
-        return cls([rows.path(h) for h in handles], lambda: rows.titled(handles))
+        return cls(rows.paths(handles), lambda: rows.titled(handles))
 
     @classmethod
     def of(cls, store: Store, sessions: Sequence[str] | Sequence[SessionInfo]) -> SearchScope:
