@@ -20,17 +20,18 @@ per session file, what `search` and the usage reports need:
 * the usage rows (`_usage_rows`: table ``usage``): each assistant message's usage,
   for `sessiontree.reports._usage`, read by the same pass over the file.
 
-**Refresh.** `ContentIndex.refresh(sources)` stats every source and plans against
-the ``files`` rows with the file-identity index every cache uses
-(`listing.plan_changes`, `listing.grown_from`): an unchanged file (size, mtime, inode
-and ctime) is not read, a file that only grew is read from the end of its last
-complete line, anything else is read again from the start. An entry deleted from the
-index stays in the FTS table as a dead row (SQLite before 3.43 cannot delete from a
+**Refresh.** `ContentIndex.refresh(sources)` stats every source and plans against the
+``files`` rows with the file-identity index every cache uses (`listing.plan_changes`,
+`listing.grown_from`), after one set comparison of the sources' identities with the
+rows' (a store where nothing changed is told by it alone): an unchanged file (size,
+mtime, inode and ctime) is not read, a file that only grew is read from the end of its
+last complete line, anything else is read again from the start. An entry deleted from
+the index stays in the FTS table as a dead row (SQLite before 3.43 cannot delete from a
 contentless table): it joins no entry row, so it costs space only; when dead text
 outweighs live text the index is rebuilt. The file follows the rules of every cache
-database (`sessiontree._util.cachedb`): an older index is rebuilt, a damaged one
-deleted and made again; another program's database or a newer sessiontree's index is
-left alone (search then reads the files).
+database (`sessiontree._util.cachedb`): an older index is rebuilt, a damaged one deleted
+and made again; another program's database or a newer sessiontree's index is left alone
+(search then reads the files).
 
 Sources are our JSONL files, or any session a loader turns into entries
 (`SessionSource.load`, for other agents' formats): those are re-read whole when
