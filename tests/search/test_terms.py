@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,11 @@ def test_a_piece_inside_too_many_words_reads_every_session(store: Path, agent_di
     assert any("too short or too common" in note for note in result.notes)
     # A rarer piece narrows it through the index.
     assert found([path], "w00007zz", agent_dir).mode == "index"
+
+
+def test_a_term_is_made_of_the_characters_of_sqlites_ascii_tokenizer() -> None:
+    """`TERM`, spelled as what a term is not, takes every character but ASCII other
+    than letters and digits: the class [0-9a-zA-Z\\x80-\\U0010ffff], over all of Unicode."""
+    every = "".join(map(chr, range(0x110000)))
+    spelled = re.compile("[0-9a-zA-Z\x80-\U0010ffff]+")
+    assert [m.span() for m in TERM.finditer(every)] == [m.span() for m in spelled.finditer(every)]

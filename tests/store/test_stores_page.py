@@ -75,6 +75,16 @@ def _write(agent_dir: Path, n: int, spec: Mapping[str, object]) -> None:
     os.utime(path, ns=(mtime, mtime))
 
 
+def write_stores(tmp: Path, sessions: list[dict[str, object]]) -> tuple[Path, Path]:
+    """Two agent dirs, `a` and `b` under `tmp`, holding `sessions` (each in its store's)."""
+    dirs = (tmp / "a", tmp / "b")
+    for d in dirs:
+        (d / "sessions").mkdir(parents=True)
+    for n, spec in enumerate(sessions):
+        _write(dirs[int(str(spec["store"]))], 16 * n, spec)
+    return dirs
+
+
 def _entry(n: int, kind: str, **fields: object) -> dict[str, object]:
     return {
         "type": kind,
@@ -119,11 +129,7 @@ def test_a_page_is_the_first_sessions_of_the_listing(
     until: int | None,
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        dirs = (Path(tmp, "a"), Path(tmp, "b"))
-        for d in dirs:
-            (d / "sessions").mkdir(parents=True)
-        for n, spec in enumerate(sessions):
-            _write(dirs[int(str(spec["store"]))], 16 * n, spec)
+        dirs = write_stores(Path(tmp), sessions)
         stores = Stores([Store(str(dirs[0])), Store(str(dirs[1]))])
         try:
             _compare(stores, cwd, limit, text, since, until)

@@ -15,7 +15,7 @@ import errno
 import heapq
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, overload
@@ -447,6 +447,13 @@ class KeptRows:
             self.storage, path, size, sid, cwd, title, parent, created, modified, messages, first
         )
 
+    def details(self) -> list[list[Any]] | None:
+        """The rest of each row (None: not as `dump_rows` wrote it), read once."""
+        details = self._details
+        if isinstance(details, memoryview):
+            details = self._details = _details_of(details, len(self.names))
+        return details
+
     def rows(self) -> list[_Row]:
         """Every row, its info built."""
         return [
@@ -524,6 +531,41 @@ class ListingRows:
         """The info of a row `newest_first` gave."""
         run, i = handle
         return self._rows[i][3] if run < 0 else self._runs[run].info(i)
+
+    def paths(self, handles: Iterable[RowHandle]) -> list[str]:
+        """The paths of the rows `handles` (of `newest_first`), without building infos."""
+        rows = self._rows
+        names = [(run.prefix, run.names) for run in self._runs]
+        out: list[str] = []
+        add = out.append
+        for run, i in handles:
+            if run < 0:
+                add(rows[i][3].path)
+            else:
+                prefix, kept = names[run]
+                add(prefix + kept[i])
+        return out
+
+    def titled(self, handles: Iterable[RowHandle]) -> Iterator[tuple[str, str, Any, datetime]]:
+        """(path, id, title, modified) of the rows `handles` (of `newest_first`) with a
+        title, as their infos have them, without building the infos of kept rows: a
+        search looks at every title."""
+        rows, runs = self._rows, self._runs
+        details = [run.details() for run in runs]
+        for run, i in handles:
+            kept = details[run] if run >= 0 else None
+            if kept is None:
+                info = rows[i][3] if run < 0 else runs[run].info(i)
+                if info.title is not None:
+                    yield info.path, info.id, info.title, info.modified
+            elif kept[i][2] is not None:
+                one = runs[run]
+                yield (
+                    one.prefix + one.names[i],
+                    one.ids[i],
+                    kept[i][2],
+                    _from_us(one.mtimes[i] // 1000),
+                )
 
     def infos(self) -> list[SessionInfo]:
         with gc_paused():  # as `collect`: thousands of infos, all surviving

@@ -20,17 +20,18 @@ per session file, what `search` and the usage reports need:
 * the usage rows (`_usage_rows`: table ``usage``): each assistant message's usage,
   for `sessiontree.reports._usage`, read by the same pass over the file.
 
-**Refresh.** `ContentIndex.refresh(sources)` stats every source and plans against
-the ``files`` rows with the file-identity index every cache uses
-(`listing.plan_changes`, `listing.grown_from`): an unchanged file (size, mtime, inode
-and ctime) is not read, a file that only grew is read from the end of its last
-complete line, anything else is read again from the start. An entry deleted from the
-index stays in the FTS table as a dead row (SQLite before 3.43 cannot delete from a
+**Refresh.** `ContentIndex.refresh(sources)` stats every source and plans against the
+``files`` rows with the file-identity index every cache uses (`listing.plan_changes`,
+`listing.grown_from`), after one set comparison of the sources' identities with the
+rows' (a store where nothing changed is told by it alone): an unchanged file (size,
+mtime, inode and ctime) is not read, a file that only grew is read from the end of its
+last complete line, anything else is read again from the start. An entry deleted from
+the index stays in the FTS table as a dead row (SQLite before 3.43 cannot delete from a
 contentless table): it joins no entry row, so it costs space only; when dead text
 outweighs live text the index is rebuilt. The file follows the rules of every cache
-database (`sessiontree._util.cachedb`): an older index is rebuilt, a damaged one
-deleted and made again; another program's database or a newer sessiontree's index is
-left alone (search then reads the files).
+database (`sessiontree._util.cachedb`): an older index is rebuilt, a damaged one deleted
+and made again; another program's database or a newer sessiontree's index is left alone
+(search then reads the files).
 
 Sources are our JSONL files, or any session a loader turns into entries
 (`SessionSource.load`, for other agents' formats): those are re-read whole when
@@ -53,10 +54,19 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat as stat_module
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    Callable,
+    Collection,
+    Container,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
+import sessiontree.listing._marks as _marks
 from sessiontree._util.cachedb import CacheDB, is_damage, is_locked
 from sessiontree._util.closing import process_id
 from sessiontree._util.fs import utf8_encodable
@@ -69,7 +79,7 @@ from sessiontree.listing import (
     plan_changes,
     stat_identity,
 )
-from sessiontree.listing._marks import Stat
+from sessiontree.listing._marks import UNTRUSTED, Stat, read_start_ns
 from sessiontree.search._index_db import (
     INDEX_DB_NAME,
     INDEX_FAMILY,
@@ -186,7 +196,9 @@ class ContentIndex:
         self._db = db
         self._owner = process_id()
         self._keys = EntryKeys(db.conn)
-        self._files: dict[int, tuple[str, str, str]] | None = None
+        self._files: dict[int, tuple[str, str, str] | None] | None = None
+        self._ids: dict[str, int] | None = None
+        self._exact: set[str] | None = None  # the files the index holds: the last sources
         self._new_terms: set[bytes] = set()  # words of the rows written, for ``terms``
         self._fts_rows: list[tuple[int, str]] = []  # for the FTS table, before the commit
         self._fts_held = 0
@@ -241,7 +253,7 @@ class ContentIndex:
             self._db = fresh
             conn = fresh.conn
         self._keys = EntryKeys(conn)
-        self._files = None
+        self._files = self._ids = self._exact = None
         return True
 
     def answer(self, ask: Callable[[ContentIndex], T]) -> T | None:
@@ -277,48 +289,42 @@ class ContentIndex:
         """
         storage = default_storage(storage)
         result = Refreshed()
+        self._files = self._ids = self._exact = (
+            None  # what another process wrote since is read again
+        )
         if self._should_rebuild() and self.reset():
             result.rebuilt = True
         conn = self._conn
+        stats, failed, listed = _identities(sources)
+        # Most refreshes find nothing to do: the sources' identities, compared as one set
+        # with the rows' (one query, no object per row), say so without planning. A row
+        # stat'ed within its mtime's tick (`UNTRUSTED`) is never the file as it is now.
+        if not prune and not failed and stats:
+            held = set(
+                conn.execute(
+                    "SELECT path, size, mtime_ns, ino, ctime_ns FROM files WHERE ctime_ns != ?",
+                    (UNTRUSTED,),
+                )
+            )
+            if held.issuperset(stats):
+                if len(held) == len(stats) and len(held) == self.file_count():
+                    exact = {s[0] for s in stats}  # each row's file, once: `covering` is cheap
+                    self._exact = exact if len(exact) == len(held) else None
+                return result
         # Plan (no file is read): the sources' identities against the `files` rows.
         known: dict[str, Known[int]] = {}
-        names: dict[int, tuple[str, str, str]] = {}  # `_file_names`, when nothing changes
-        for row in conn.execute(
-            "SELECT path, id, size, mtime_ns, ino, ctime_ns, kind, session_id FROM files"
-        ):
+        for row in conn.execute("SELECT path, id, size, mtime_ns, ino, ctime_ns FROM files"):
             known[row[0]] = Known((row[2], row[3], row[4], row[5]), row[1])
-            names[row[1]] = (row[0], row[6], row[7] or "")
-        stats: list[Stat] = []
-        by_path: dict[str, SessionSource] = {}
-        gone: list[int] = []
-        listed = set()
-        for source in sources:
-            listed.add(source.path)
-            try:
-                identity: tuple[int, int, int, int]
-                if source.load is not None and source.identity is not None:
-                    identity = source.identity(source.path)
-                else:
-                    st = os.stat(source.path)
-                    if not stat_module.S_ISREG(st.st_mode):
-                        continue
-                    identity = stat_identity(st)
-            except OSError:
-                row = known.get(source.path)
-                if row is not None:
-                    gone.append(row.value)
-                continue
-            if not utf8_encodable(source.path):
-                result.stale.append(source.path)
-                continue
-            stats.append((source.path, *identity))
-            by_path[source.path] = source
+        gone = [known[path].value for path in failed if path in known]
+        if not all(map(utf8_encodable, listed)):
+            result.stale += [s[0] for s in stats if not utf8_encodable(s[0])]
+            stats = [s for s in stats if utf8_encodable(s[0])]
+        by_path = {source.path: source for source in sources}
         plan = plan_changes(stats, known, listed)
         todo = [(by_path[s[0]], s) for s, _ in plan.to_read]
         if prune:  # rows of files not among `sources` may be other stores': gone if deleted
             gone += [known[p].value for p in plan.gone if not _exists(p)]
         if not todo and not gone:
-            self._files = names
             return result
         total = sum(s[1] for _, s in todo)
         done = 0
@@ -368,7 +374,7 @@ class ContentIndex:
             result.stale += [source.path for source, _ in todo[at:]]
         finally:
             ahead.close()
-        self._files = None
+        self._files = self._ids = self._exact = None
         return result
 
     def _should_rebuild(self) -> bool:
@@ -590,22 +596,45 @@ class ContentIndex:
 
     # -- queries
 
-    def _file_names(self) -> dict[int, tuple[str, str, str]]:
-        if self._files is None:
-            self._files = {
-                row[0]: (row[1], row[2], row[3] or "")
-                for row in self._conn.execute("SELECT id, path, kind, session_id FROM files")
-            }
-        return self._files
+    def _file_ids(self) -> dict[str, int]:
+        """Each indexed file's id by path (one query; no object per file but the pair)."""
+        if self._ids is None:
+            self._ids = dict(self._conn.execute("SELECT path, id FROM files"))
+        return self._ids
+
+    def _file_name(self, file_id: int) -> tuple[str, str, str] | None:
+        """(path, kind, session id) of an indexed file, asked for the files a query's
+        candidates are in only (a search's hits are in a few of the store's files)."""
+        names = self._files
+        if names is None:
+            names = self._files = {}
+        if file_id not in names:
+            row = self._conn.execute(
+                "SELECT path, kind, session_id FROM files WHERE id = ?", (file_id,)
+            ).fetchone()
+            names[file_id] = (row[0], row[1], row[2] or "") if row is not None else None
+        return names[file_id]
 
     def file_count(self) -> int:
         """How many files the index holds."""
-        return len(self._file_names())
+        if self._ids is not None:
+            return len(self._ids)
+        count: int = self._conn.execute("SELECT count(*) FROM files").fetchone()[0]
+        return count
+
+    def covering(self, paths: Iterable[str]) -> tuple[Container[str], Collection[int] | None]:
+        """(those of `paths` the index holds, the ids of their files; None: every file
+        the index holds, when it holds nothing else)."""
+        wanted = set(paths)
+        if self._exact is not None and wanted == self._exact:
+            return wanted, None  # the refresh found every file and nothing else held
+        ids = self.file_ids(wanted)
+        return ids, None if len(ids) == self.file_count() else list(ids.values())
 
     def file_ids(self, paths: Iterable[str]) -> dict[str, int]:
         """The ids of those of `paths` the index holds."""
-        wanted = set(paths)
-        return {p: i for i, (p, _, _) in self._file_names().items() if p in wanted}
+        held = self._file_ids()
+        return {p: held[p] for p in dict.fromkeys(paths) if p in held}
 
     def match(self, literals: Iterable[str]) -> str | None:
         """The FTS query for entries holding every one of `literals` (casefolded, see
@@ -685,11 +714,11 @@ class ContentIndex:
             conn.executemany("INSERT INTO temp.scope (id) VALUES (?)", [(f,) for f in files])
             sql.append("AND e.file IN (SELECT id FROM temp.scope)")
         sql.append("ORDER BY fts.rowid DESC")
-        names = self._file_names()
+        name_of = self._file_name
         cursor = conn.execute(" ".join(sql), args)
         try:
             for file_id, line, offset, length, entry_id, role, ts, key in cursor:
-                name = names.get(file_id)
+                name = name_of(file_id)
                 if name is None:
                     continue
                 yield Candidate(
@@ -739,6 +768,46 @@ class ContentIndex:
             except OSError:
                 pass
         return IndexStats(files, entries, text, size, fts, self._meta("dead_bytes", 0))
+
+
+def _identities(sources: Sequence[SessionSource]) -> tuple[list[Stat], list[str], set[str]]:
+    """(each regular file's `Stat`, the paths that could not be stat'ed, every path) of
+    `sources`: a loader's source by its own identity, a file by `stat_identity` (inlined:
+    a search stats every file of the store)."""
+    stats: list[Stat] = []
+    failed: list[str] = []
+    add = stats.append
+    stat = os.stat
+    is_regular = stat_module.S_ISREG
+    # Only an mtime within the coarsest tick before now (or after it) may be racy: the
+    # others are not, whenever they are stat'ed from here on.
+    recent = read_start_ns() - _marks._COARSE_TICK_NS
+    for source in sources:
+        path = source.path
+        try:
+            if source.load is not None and source.identity is not None:
+                add((path, *source.identity(path)))
+                continue
+            st = stat(path)
+        except OSError:
+            failed.append(path)
+            continue
+        if not is_regular(st.st_mode):
+            continue
+        mtime_ns = st.st_mtime_ns
+        if mtime_ns > recent:
+            add((path, *stat_identity(st)))
+        else:
+            add(
+                (
+                    path,
+                    st.st_size,
+                    mtime_ns,
+                    st.st_ino,
+                    st.st_ctime_ns if _marks._CTIME_MOVES else 0,
+                )
+            )
+    return stats, failed, {source.path for source in sources}
 
 
 def _exists(path: str) -> bool:

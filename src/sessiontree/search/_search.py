@@ -218,8 +218,8 @@ def _indexed(
         read = _read(sources, matcher, filters, storage, notes)
         return SearchResult(read[:limit], "scan", notes, scanned=len(sources), refreshed=refreshed)
     stale = set(refreshed.stale)
-    ids = index.file_ids(s.path for s in sources if s.path not in stale)
-    uncovered = [s for s in sources if s.path not in ids]
+    held, files = index.covering(s.path for s in sources if s.path not in stale)
+    uncovered = [s for s in sources if s.path not in held]
     # Files the index does not hold as they are now: read them (a vanished file is
     # skipped there and named, as any file that cannot be read).
     scanned = _read(uncovered, matcher, filters, storage, notes)
@@ -231,7 +231,7 @@ def _indexed(
     verified = _verify(
         index.candidates(
             match,
-            files=None if len(ids) == index.file_count() else ids.values(),
+            files=files,
             roles=sorted(filters.roles) if filters.roles is not None else None,
             since=filters.since,
             until=filters.until,

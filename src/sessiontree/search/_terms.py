@@ -29,12 +29,16 @@ from typing import Final
 
 __all__ = ["MAX_TERMS", "Piece", "cut", "fts_text", "holds", "literal_pieces", "quoted"]
 
-TERM: Final = re.compile("[0-9a-zA-Z\x80-\U0010ffff]+")
+# Spelled as what a term is not (ASCII other than letters and digits): the same
+# characters as [0-9a-zA-Z\x80-\U0010ffff], whose range over the whole of Unicode `re`
+# takes 13 ms to compile, at every import of a search.
+_TERM_CHAR = "[^\x00-/:-@[-`{-\x7f]"
+TERM: Final = re.compile(_TERM_CHAR + "+")
 """A term as SQLite's `ascii` tokenizer cuts one (ASCII letters folded there, and
 already here: the text is casefolded)."""
 _WINDOW = 128
 _STEP = 64
-_LONG = re.compile("[0-9a-zA-Z\x80-\U0010ffff]{" + str(_WINDOW + 1) + ",}")
+_LONG = re.compile(_TERM_CHAR + "{" + str(_WINDOW + 1) + ",}")
 MAX_TERMS: Final = 5000
 """A piece inside more terms than this does not narrow the search (`ContentIndex`)."""
 MIN_PIECE: Final = 3

@@ -61,6 +61,7 @@ from sessiontree.storage import (
     redact_url,
 )
 from sessiontree.store._replies import StreamedReplies, replies_of, stream_replies_of
+from sessiontree.store._scope import SearchScope
 
 if TYPE_CHECKING:
     from sessiontree.foreign.store import ForeignStore
@@ -680,7 +681,7 @@ class Store:
     def _search(
         self,
         query: str,
-        sessions: builtins.list[str] | builtins.list[SessionInfo],
+        sessions: builtins.list[str] | builtins.list[SessionInfo] | SearchScope,
         *,
         regex: bool,
         case_sensitive: bool,
@@ -691,17 +692,14 @@ class Store:
         use_index: bool,
         progress: Progress | None,
     ) -> SearchResult:
-        """`search` of `sessions`: paths, or the listings of the sessions (whose titles
-        are then searched as listed, without listing the store again)."""
-        from sessiontree.format import clean_title
+        """`search` of `sessions`: paths, the listings of the sessions or a listing's rows
+        (whose titles are then searched as listed, without listing the store again)."""
         from sessiontree.search import search, title_hits
 
-        listed = [s for s in sessions if isinstance(s, SessionInfo)]
-        infos = listed if len(listed) == len(sessions) else None
-        paths = [s if isinstance(s, str) else s.path for s in sessions]
+        scope = sessions if isinstance(sessions, SearchScope) else SearchScope.of(self, sessions)
         role_list = builtins.list(roles) if roles is not None else None
         since_ms, until_ms = _ms(since, end=False), _ms(until, end=True)
-        sources, view = self._view(paths)
+        sources, view = self._view(scope.paths)
         result = search(
             sources,
             query,
@@ -717,14 +715,8 @@ class Store:
             index_progress=progress,
         )
         # The titles, from the listing (after the entries: the index is refreshed first).
-        if infos is None:
-            wanted = set(paths)
-            infos = [s for s in self.list(None) if s.path in wanted]
         titled = title_hits(
-            (
-                (s.path, s.id, clean_title(s.title), int(s.modified.timestamp() * 1000))
-                for s in infos
-            ),
+            scope.titles(),
             query,
             case_sensitive=case_sensitive,
             regex=regex,

@@ -30,6 +30,7 @@ from sessiontree.errors import SessionTreeError
 from sessiontree.format import shown_title, utc_day
 from sessiontree.listing import ListingRows, RowHandle, SessionInfo
 from sessiontree.store._replies import StreamedReplies, stream_replies_of
+from sessiontree.store._scope import SearchScope
 from sessiontree.store._store import (
     Moment,
     PricedReplies,
@@ -187,8 +188,15 @@ class StoresSearch:
     mode: str
     """index | scan | mixed: how the sessions were searched."""
     notes: list[str]
-    sessions: list[ListedSession]
-    """The sessions searched."""
+    _sessions: list[ListedSession] | Callable[[], list[ListedSession]]
+
+    @property
+    def sessions(self) -> list[ListedSession]:
+        """The sessions searched (as `Stores.list` lists them; built when first asked
+        for: a search's JSON names none of them)."""
+        if callable(self._sessions):
+            self._sessions = self._sessions()
+        return self._sessions
 
 
 @dataclass(slots=True)
@@ -218,6 +226,10 @@ def _sessions_of(store: Store) -> tuple[str, ...]:
     if store._url is not None:
         return ("database", store._url, store.agent_dir)
     return ("storage", str(id(store.storage)), store.agent_dir)
+
+
+def _listed(key: str, store: Store, info: SessionInfo) -> ListedSession:
+    return ListedSession(info, key, store.agent, _size(info, store), store.machine)
 
 
 def _newest_first(listings: Iterable[ListingRows]) -> Iterator[tuple[int, RowHandle]]:
@@ -418,10 +430,16 @@ class Stores(Mapping[str, Store]):
         passed over, as in `list`."""
         from sessiontree.search import merge_store_hits
 
-        scope = builtins.list(sessions) if sessions is not None else self.list(cwd)
-        listings: dict[str, builtins.list[SessionInfo]] = {}
-        for listed in scope:
-            listings.setdefault(listed.store, []).append(listed.info)
+        scope: builtins.list[ListedSession] | Callable[[], builtins.list[ListedSession]]
+        listings: dict[str, SearchScope]
+        if sessions is not None:
+            scope = builtins.list(sessions)
+            infos: dict[str, builtins.list[SessionInfo]] = {}
+            for listed in scope:
+                infos.setdefault(listed.store, []).append(listed.info)
+            listings = {key: SearchScope.of_infos(wanted) for key, wanted in infos.items()}
+        else:
+            scope, listings = self._scopes(cwd)
         groups: builtins.list[builtins.list[StoreHit]] = []
         modes: builtins.list[str] = []
         notes: builtins.list[str] = []
@@ -449,6 +467,34 @@ class Stores(Mapping[str, Store]):
             notes += result.notes
         hits, mode = merge_store_hits(groups, modes)
         return StoresSearch(hits[:limit] if limit is not None else hits, mode, notes, scope)
+
+    def _scopes(
+        self, cwd: str | os.PathLike[str] | None
+    ) -> tuple[Callable[[], builtins.list[ListedSession]], dict[str, SearchScope]]:
+        """`search`'s sessions of `list(cwd)` without building their infos: (the listing,
+        built when asked for; each store's rows, the stores in the order their sessions
+        first come in the listing)."""
+        with gc_paused():
+            parts = [(k, one, rows) for k, one, rows in self._each_rows(cwd) if len(rows)]
+            ordered = [[h for _, h in rows.newest_first()] for _, _, rows in parts]
+        # `list` sorts every store's sessions by `modified`, stably: a store's first
+        # session there is its newest, the first store's on a tie.
+        firsts = [(-next(rows.newest_first())[0], n) for n, (_, _, rows) in enumerate(parts)]
+        scopes = {
+            parts[n][0]: SearchScope.of_rows(parts[n][2], ordered[n]) for _, n in sorted(firsts)
+        }
+
+        def listed() -> builtins.list[ListedSession]:
+            with gc_paused():
+                merged = _newest_first([rows for _, _, rows in parts])
+                return [_listed(parts[n][0], parts[n][1], parts[n][2].info(i)) for n, i in merged]
+
+        return listed, scopes
+
+    def _each_rows(
+        self, cwd: str | os.PathLike[str] | None
+    ) -> Iterator[tuple[str, Store, ListingRows]]:
+        return self._each(None, None, lambda one: one._list_rows(cwd))
 
     def replies(self, *, use_index: bool = True, progress: Progress | None = None) -> PricedReplies:
         """Every assistant reply of the stores, counted once across them all, priced
