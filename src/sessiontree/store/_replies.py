@@ -13,11 +13,24 @@ from sessiontree.errors import SessionTreeError
 
 if TYPE_CHECKING:
     from sessiontree.reports import Duplicates, Reply
-    from sessiontree.store._store import PricedReplies, Store
+    from sessiontree.store._store import Store
 
-__all__ = ["StreamedReplies", "replies_of", "stream_replies_of"]
+__all__ = ["PricedReplies", "StreamedReplies", "replies_of", "stream_replies_of"]
 
 Progress = Callable[[int, int], None]
+
+
+@dataclass(slots=True)
+class PricedReplies:
+    """Every assistant reply of the store counted once and priced (`Store.replies`)."""
+
+    replies: list[Reply]
+    duplicates: Duplicates
+    """What was left out as a copy of a reply counted elsewhere."""
+    notes: list[str] = field(default_factory=list)
+    """Why sessions were read instead of taken from the content index."""
+    indexed: bool = True
+    """Whether the content index answered for every store (else files were read)."""
 
 
 @dataclass(slots=True)
@@ -75,8 +88,6 @@ def replies_of(
     in one store of a session another store holds is not counted again) and priced:
     `Store.replies` of their union. A store that cannot be read raises, or with `skip`
     is handed to it and left out (`Stores` passes it over)."""
-    from sessiontree.store._store import PricedReplies
-
     streamed = stream_replies_of(stores, use_index=use_index, progress=progress, skip=skip)
     return PricedReplies(
         builtins.list(streamed.replies), streamed.duplicates, streamed.notes, streamed.indexed

@@ -20,7 +20,6 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -60,7 +59,12 @@ from sessiontree.storage import (
     open_storage,
     redact_url,
 )
-from sessiontree.store._replies import StreamedReplies, replies_of, stream_replies_of
+from sessiontree.store._replies import (
+    PricedReplies,
+    StreamedReplies,
+    replies_of,
+    stream_replies_of,
+)
 from sessiontree.store._scope import SearchScope
 
 if TYPE_CHECKING:
@@ -74,7 +78,7 @@ if TYPE_CHECKING:
         TransferReport,
     )
     from sessiontree.maintenance._check import RepairReport
-    from sessiontree.reports import Duplicates, Reply, Report, ReportKind, StoreStats
+    from sessiontree.reports import Report, ReportKind, StoreStats
     from sessiontree.search import SearchResult, SessionSource
     from sessiontree.session import SessionManager
     from sessiontree.sync import SyncReport
@@ -86,19 +90,6 @@ Progress = Callable[[int, int], None]
 Moment = int | str | datetime
 """A time: epoch milliseconds, a `datetime`, or text as `--since` takes it (`2026-02-01`,
 an ISO date-time, `30m`/`12h`/`7d`/`2w` ago; a date in `until` means its end)."""
-
-
-@dataclass(slots=True)
-class PricedReplies:
-    """Every assistant reply of the store counted once and priced (`Store.replies`)."""
-
-    replies: list[Reply]
-    duplicates: Duplicates
-    """What was left out as a copy of a reply counted elsewhere."""
-    notes: list[str] = field(default_factory=list)
-    """Why sessions were read instead of taken from the content index."""
-    indexed: bool = True
-    """Whether the content index answered for every store (else files were read)."""
 
 
 def made_by(agent: str, machine: str | None) -> str:
