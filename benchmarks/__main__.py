@@ -43,7 +43,11 @@ def compile_bytecode() -> None:
 
 def run_workload(name: str, args: dict[str, Any]) -> dict[str, Any]:
     """Run one workload in a child process (which reports its own peak RSS)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    # The caller's PYTHONPATH is kept after the checkout: a run of another tree's code
+    # (`PYTHONPATH=<tree>/src:<tree>`, as the before/after tables are made) must time that
+    # tree's sessiontree in its workloads too, not the installed one, as its CLI runs do.
+    path = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.workloads", name, json.dumps(args)],
         stdout=subprocess.PIPE,
