@@ -64,7 +64,6 @@ _BATCH_BYTES = 32 << 20  # bytes read per transaction
 _BATCH_FILES = 2000
 _HELD_ROWS = 50_000  # rows held before they are copied to the server
 _PAGE = 500  # candidates verified per round trip
-_READ_BATCH = 4 << 20
 _PREFETCH_BYTES = 1 << 20  # files up to this size are fetched with others, in one query
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 # Refreshes of one store's index wait for each other (a session-level lock: the
@@ -287,22 +286,10 @@ class _StoredFile:
         return (int(row[0]), str(row[1])) if row else None
 
     def _stream(self, chunk_size: int) -> Iterator[bytes]:
-        buffer = bytearray()
-        pos = 0
-        with self._conn.cursor(binary=True) as cur:
-            while pos < self._size:
-                query = self._index.q(_BYTES)
-                rows = cur.execute(query, (self._id, pos, pos + _READ_BATCH)).fetchall()
-                if not rows:
-                    break
-                for off, data in rows:
-                    buffer += data
-                    pos = int(off) + len(data)
-                while len(buffer) >= chunk_size:
-                    yield bytes(buffer[:chunk_size])
-                    del buffer[:chunk_size]
-        if buffer:
-            yield bytes(buffer)
+        from sessiontree.storage.postgres import stream_content_rows  # psycopg: loaded
+
+        query = self._index.q(_BYTES)
+        return stream_content_rows(self._conn, query, self._id, self._size, chunk_size)
 
     def read_bytes_range(self, path: str, offset: int, length: int) -> bytes:
         end = min(self._size, offset + max(0, length))

@@ -92,7 +92,7 @@ from sessiontree.storage.postgres._schema import (
     new_schema_name,
     validate_schema_name,
 )
-from sessiontree.storage.postgres._storage import PostgresSessionStorage
+from sessiontree.storage.postgres._storage import PostgresSessionStorage, stream_content_rows
 from sessiontree.storage.postgres._writer import PostgresSessionWriter
 
 __all__ = [
@@ -104,6 +104,7 @@ __all__ = [
     "PostgresSessionWriter",
     "PostgresStoreError",
     "new_schema_name",
+    "stream_content_rows",
     "validate_schema_name",
 ]
 
@@ -117,6 +118,7 @@ for _obj in (
     PostgresSessionWriter,
     PostgresStoreError,
     new_schema_name,
+    stream_content_rows,
     validate_schema_name,
 ):
     _obj.__module__ = __name__

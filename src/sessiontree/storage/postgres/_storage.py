@@ -90,6 +90,29 @@ class _Replayable:
         return not self.drawn or isinstance(self._chunks, (list, tuple))
 
 
+def stream_content_rows(
+    conn: Any, query: Any, file_id: int, size: int, chunk_size: int
+) -> Iterator[bytes]:
+    """A file's content rows (`query`: its rows with `off` from %s to %s, by offset) as
+    chunks of `chunk_size` bytes, a few megabytes fetched per round trip: the one reader
+    of a file's rows, for the storage and the search index alike."""
+    buffer = bytearray()
+    pos = 0
+    with conn.cursor(binary=True) as cur:
+        while pos < size:
+            rows = cur.execute(query, (file_id, pos, pos + _READ_BATCH)).fetchall()
+            if not rows:
+                break
+            for off, data in rows:
+                buffer += data
+                pos = int(off) + len(data)
+            while len(buffer) >= chunk_size:
+                yield bytes(buffer[:chunk_size])
+                del buffer[:chunk_size]
+    if buffer:
+        yield bytes(buffer)
+
+
 class PostgresSessionStorage(ClosesOnExit):
     """`SessionStorage` in a PostgreSQL schema, shared by every host that opens it.
 
@@ -484,27 +507,13 @@ class PostgresSessionStorage(ClosesOnExit):
         self, key: str, path: str, chunk_size: int, attempt: Attempt
     ) -> Iterator[bytes]:
         s = self._sql
-        buffer = bytearray()
         with self._db.connection() as pooled, attempt.on(pooled) as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
             row = conn.execute(s.file_for_read, (key,)).fetchone()
             if row is None:
                 raise _oserror(FileNotFoundError, errno.ENOENT, path)
             file_id, size = int(row[0]), int(row[1])
-            pos = 0
-            with conn.cursor(binary=True) as cur:
-                while pos < size:
-                    rows = cur.execute(s.batch, (file_id, pos, pos + _READ_BATCH)).fetchall()
-                    if not rows:
-                        break
-                    for off, data in rows:
-                        buffer += data
-                        pos = int(off) + len(data)
-                    while len(buffer) >= chunk_size:
-                        yield bytes(buffer[:chunk_size])
-                        del buffer[:chunk_size]
-        if buffer:
-            yield bytes(buffer)
+            yield from stream_content_rows(conn, s.batch, file_id, size, chunk_size)
 
     def read_bytes_range(self, path: str, offset: int, length: int) -> bytes:
         """Up to `length` bytes from `offset` (negative: from the end); reads only those rows."""
