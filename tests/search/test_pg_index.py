@@ -193,6 +193,38 @@ def test_refresh_reads_only_what_changed(db: Store) -> None:
     assert [h.snippet for h in db.search("alpha three").hits] == ["alpha three"]
 
 
+def test_a_refresh_whose_write_fails_halfway_keeps_whole_batches_and_the_next_ends_it(
+    db: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch is one transaction: a write that fails in the third batch leaves the first
+    two indexed, nothing of the third (no file forgotten, no row twice), and the next
+    refresh indexes the rest once; the sessions themselves are never touched."""
+    import sessiontree.search._pg_index as pg_index
+
+    paths = [_session(db, f"kappa {n}") for n in range(5)]
+    before = {p: db.storage.read_text(p) for p in paths}
+    monkeypatch.setattr(pg_index, "_BATCH_FILES", 1)
+    real = PostgresIndex._write
+    calls = []
+
+    def failing(self: PostgresIndex, *args: Any) -> None:
+        calls.append(1)
+        if len(calls) == 3:
+            raise OSError("the connection dropped")
+        real(self, *args)
+
+    monkeypatch.setattr(PostgresIndex, "_write", failing)
+    index = _index(db)
+    sources = [SessionSource(p) for p in paths]
+    with pytest.raises(OSError, match="dropped"):
+        index.refresh(sources)
+    monkeypatch.setattr(PostgresIndex, "_write", real)
+    assert index.refresh(sources)[0].files_read == 3  # the failed batch's file and the two after
+    hits = sorted(h.snippet for h in db.search("kappa", sessions=paths).hits)
+    assert hits == [f"kappa {n}" for n in range(5)]
+    assert {p: db.storage.read_text(p) for p in paths} == before
+
+
 def test_a_rewrite_rename_and_unlink_by_any_writer_are_seen(db: Store) -> None:
     """The storage's own writes never touch the index (as an older sessiontree's would
     not): the next search sees each of them."""
