@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from sessiontree.format import loads_line
@@ -57,3 +58,39 @@ def peer_context(peer: str, path: str | os.PathLike[str]) -> dict[str, Any]:
     """The context `peer` ("pi", "pi16" or "omp") itself builds at a session file's leaf
     (see `peers.py`)."""
     return peers.peer_context(peer, path)
+
+
+HANG_S = 60.0
+"""Seconds after which a call on a tiny store is taken to hang (far beyond any of them)."""
+
+
+def without_hang(call: Callable[[], object], fifo: str, timeout: float = HANG_S) -> Any:
+    """Run `call` in a thread; the error it raised, else what it returned. A call still
+    running after `timeout` fails the test: the FIFO `fifo` is then opened and closed
+    again and again (each blocked open of it goes on) until the thread ends, so a
+    hang fails the test instead of hanging the suite."""
+    import threading
+
+    import pytest
+
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:
+            outcome["value"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        while thread.is_alive():
+            for flags in (os.O_WRONLY | os.O_NONBLOCK, os.O_RDONLY | os.O_NONBLOCK):
+                try:
+                    os.close(os.open(fifo, flags))
+                except OSError:
+                    pass  # no one waiting at this moment
+            thread.join(0.05)
+        pytest.fail(f"blocked on the FIFO {fifo}")
+    return outcome.get("value")

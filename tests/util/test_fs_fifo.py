@@ -13,6 +13,7 @@ process with a timeout, killed when they hang.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import subprocess
@@ -25,6 +26,7 @@ from typing import Any
 import pytest
 
 from sessiontree import SessionManager
+from sessiontree._util.fs import not_regular, open_regular, refuse_non_regular
 from sessiontree.foreign._document import read_document
 from sessiontree.foreign._files import HOST_FILES
 from sessiontree.storage import FileSessionStorage
@@ -167,3 +169,30 @@ def test_a_rewrite_passes_a_non_file_planted_at_oh_my_pis_lock_name(
     assert _no_hang(rename, str(lock)) is None
     assert json.loads(path.read_bytes().split(b"\n")[0])["title"] == "renamed"
     assert not os.path.lexists(lock)
+
+
+@pytest.mark.parametrize("flags", ["O_WRONLY", "O_WRONLY|O_APPEND|O_CREAT", "O_RDWR"])
+def test_a_writer_refuses_a_fifo_by_name_without_blocking(tmp_path: Path, flags: str) -> None:
+    """No one reads the FIFO: a non-blocking open for writing fails with ENXIO, said as
+    what is there, as for a reader."""
+    fifo = str(tmp_path / "s.jsonl")
+    os.mkfifo(fifo)
+    mode = 0
+    for flag in flags.split("|"):
+        mode |= getattr(os, flag)
+    error = _no_hang(lambda: open_regular(fifo, mode), fifo)
+    assert isinstance(error, OSError) and error.errno == errno.EINVAL, error
+    assert error.filename == fifo and error.strerror == "a FIFO, not a regular file"
+    assert not_regular(error) == "a FIFO, not a regular file"
+
+
+def test_a_rewrite_refuses_a_fifo_and_leaves_a_dir_to_the_rename(tmp_path: Path) -> None:
+    fifo = tmp_path / "s.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="a FIFO, not a regular file"):
+        refuse_non_regular(str(fifo))
+    (tmp_path / "d.jsonl").mkdir()
+    refuse_non_regular(str(tmp_path / "d.jsonl"))
+    refuse_non_regular(str(tmp_path / "missing.jsonl"))
+    (tmp_path / "f.jsonl").write_bytes(b"")
+    refuse_non_regular(str(tmp_path / "f.jsonl"))

@@ -36,11 +36,13 @@ __all__ = [
     "glob_escape",
     "glob_match_name",
     "name_problem",
+    "not_regular",
     "open_read",
     "open_regular",
     "private_database",
     "private_temp_dir",
     "read_fd",
+    "refuse_non_regular",
     "side_path",
     "side_stem",
     "utf8_encodable",
@@ -147,19 +149,33 @@ def side_path(path: str, suffix: str, *, hidden: bool = False) -> str:
     return os.path.join(directory, f"{prefix}{side_stem(name)}{suffix}")
 
 
-def open_regular(path: str, flags: int, mode: int = FILE_MODE) -> int:
+def open_regular(path: str, flags: int, mode: int = FILE_MODE, *, dir_fd: int | None = None) -> int:
     """`os.open` that never follows a symlink at `path` and refuses anything but a file.
 
     A FIFO or device planted under the name is neither blocked on nor written:
-    the open is non-blocking and the descriptor is checked with fstat.
+    the open is non-blocking and the descriptor is checked with fstat. `dir_fd`: the
+    open dir `path` is relative to (as `os.open`'s).
     """
-    return _open_file(path, flags | O_NOFOLLOW, mode)
+    return _open_file(path, flags | O_NOFOLLOW, mode, dir_fd)
 
 
-def _open_file(path: str, flags: int, mode: int = FILE_MODE) -> int:
+def _open_file(path: str, flags: int, mode: int = FILE_MODE, dir_fd: int | None = None) -> int:
     """`os.open` that never blocks (a FIFO) and refuses anything but a regular file with
     OSError(EINVAL) naming the file and what it is; the descriptor it returns blocks."""
-    fd = os.open(path, flags | O_CLOEXEC | _O_NONBLOCK, mode)
+    try:
+        fd = os.open(path, flags | O_CLOEXEC | _O_NONBLOCK, mode, dir_fd=dir_fd)
+    except OSError as exc:
+        # A FIFO opened for writing without blocking, while no one reads it, fails with
+        # ENXIO (a socket always does): said as what is there, as for any other reader.
+        if exc.errno != errno.ENXIO:
+            raise
+        try:
+            st = os.stat(path, dir_fd=dir_fd, follow_symlinks=not flags & O_NOFOLLOW)
+        except OSError:
+            raise exc from None
+        if stat.S_ISREG(st.st_mode):
+            raise
+        raise OSError(errno.EINVAL, f"{file_kind(st.st_mode)}, not a regular file", path) from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -179,6 +195,16 @@ _KINDS = (
     (stat.S_ISBLK, "a block device"),
     (stat.S_ISDIR, "a directory"),
 )
+
+
+def not_regular(error: BaseException) -> str | None:
+    """What `read_fd` (`open_regular`) refused the file for ("a FIFO, not a regular
+    file"), None when `error` is not that refusal."""
+    if isinstance(error, OSError) and error.errno == errno.EINVAL:
+        what = str(error.strerror or "")
+        if what.endswith("not a regular file"):
+            return what
+    return None
 
 
 def file_kind(mode: int) -> str:
@@ -206,6 +232,19 @@ def open_read(path: str) -> BinaryIO:
     except BaseException:
         os.close(fd)
         raise
+
+
+def refuse_non_regular(path: str) -> None:
+    """OSError(EINVAL) naming `path` and what it is when a FIFO, socket or device is there
+    (a symlink followed): a rewrite renamed over a FIFO put where a session was would
+    replace what the user put there. Nothing there is fine; a directory is left to the
+    rename (which refuses it: IsADirectoryError)."""
+    try:
+        st = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode):
+        raise OSError(errno.EINVAL, f"{file_kind(st.st_mode)}, not a regular file", path)
 
 
 def clear_non_regular(path: str) -> None:

@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any, Literal, NamedTuple
 
+from sessiontree._util.fs import not_regular
 from sessiontree.format import (
     ImportMarker,
     UsageRecord,
@@ -210,7 +211,7 @@ def load_usage(
         if answered is not None:
             return answered
         notes.append("the content index could not be read: every session was read")
-    return UsageData(_read_all(srcs, storage), notes, False)
+    return UsageData(_read_all(srcs, storage, notes), notes, False)
 
 
 def _from_index(
@@ -243,7 +244,7 @@ def _from_index(
         notes.append(
             f"{len(refreshed.stale)} file(s) the index could not bring up to date were read"
         )
-    sessions += _read_all(rest, storage)
+    sessions += _read_all(rest, storage, notes)
     return UsageData(sessions, notes, True)
 
 
@@ -259,7 +260,7 @@ def _from_database(
         refreshed, covered, _ = index.refresh(sources, progress)
     except OSError as exc:  # no privilege to write it, a newer sessiontree's tables
         notes.append(f"the database's search index cannot be used ({exc}): every session was read")
-        return UsageData(_read_all(sources, index.storage), notes, False)
+        return UsageData(_read_all(sources, index.storage, notes), notes, False)
     files, records, markers = index.usage(covered)
     sessions = [SessionUsage(f, records.get(f.id, []), markers.get(f.id, [])) for f in files]
     held = {f.path for f in files}
@@ -267,16 +268,23 @@ def _from_database(
         notes.append(
             f"{len(refreshed.stale)} file(s) the index could not bring up to date were read"
         )
-    sessions += _read_all([s for s in sources if s.path not in held], index.storage)
+    sessions += _read_all([s for s in sources if s.path not in held], index.storage, notes)
     return UsageData(sessions, notes, True)
 
 
-def _read_all(sources: Sequence[SessionSource], storage: SessionStorage) -> list[SessionUsage]:
+def _read_all(
+    sources: Sequence[SessionSource], storage: SessionStorage, notes: list[str] | None = None
+) -> list[SessionUsage]:
+    """The usage of each source read now; one that cannot be read is no session here,
+    and a FIFO (device) put where a listed session was is named in `notes`."""
     out = []
     for source in sources:
         try:
             info, records, markers = read_source(source, storage)
-        except Exception:  # unreadable (or a loader that failed): not a session here
+        except Exception as exc:  # unreadable (or a loader that failed): not a session here
+            what = not_regular(exc)
+            if what is not None and notes is not None:
+                notes.append(f"{source.path}: {what}; passed over")
             continue
         out.append(SessionUsage(info, records, markers))
     return out

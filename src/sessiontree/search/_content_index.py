@@ -771,9 +771,9 @@ class ContentIndex:
 
 
 def _identities(sources: Sequence[SessionSource]) -> tuple[list[Stat], list[str], set[str]]:
-    """(each regular file's `Stat`, the paths that could not be stat'ed, every path) of
-    `sources`: a loader's source by its own identity, a file by `stat_identity` (inlined:
-    a search stats every file of the store)."""
+    """(each regular file's `Stat`, the paths that could not be stat'ed or are no regular
+    file, every path) of `sources`: a loader's source by its own identity, a file by
+    `stat_identity` (inlined: a search stats every file of the store)."""
     stats: list[Stat] = []
     failed: list[str] = []
     add = stats.append
@@ -793,6 +793,9 @@ def _identities(sources: Sequence[SessionSource]) -> tuple[list[Stat], list[str]
             failed.append(path)
             continue
         if not is_regular(st.st_mode):
+            # A FIFO (device) put where an indexed session was: its rows are the old
+            # file's, never answered from; forgotten, and the reader names it.
+            failed.append(path)
             continue
         mtime_ns = st.st_mtime_ns
         if mtime_ns > recent:

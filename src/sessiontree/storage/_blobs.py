@@ -14,6 +14,7 @@ and `verify` tells a missing blob from a damaged one.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -26,7 +27,13 @@ from dataclasses import dataclass
 from typing import Final, Literal, Protocol, cast, runtime_checkable
 
 import sessiontree.storage._pins as pins
-from sessiontree._util.fs import atomic_write, ensure_private_dir, fsync_directory, side_path
+from sessiontree._util.fs import (
+    atomic_write,
+    ensure_private_dir,
+    fsync_directory,
+    read_fd,
+    side_path,
+)
 from sessiontree.errors import InvalidBlobRefError
 
 __all__ = [
@@ -494,9 +501,15 @@ class BlobStore:
             return
         for path in pending:
             try:
-                fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
+                fd = read_fd(path)
             except FileNotFoundError:
                 continue  # deleted since: nothing left to make durable
+            except OSError as exc:
+                # A FIFO (device) put in a blob's place since: never waited on, and no
+                # blob of ours to make durable (`has` says it holds none).
+                if exc.errno == errno.EINVAL:
+                    continue
+                raise
             try:
                 os.fsync(fd)
             finally:

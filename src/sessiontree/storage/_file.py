@@ -16,14 +16,14 @@ from sessiontree._util.closing import process_id
 from sessiontree._util.fs import (
     DIR_MODE,
     FILE_MODE,
-    O_CLOEXEC,
-    O_NOFOLLOW,
     atomic_write,
     ensure_private_dir,
     fsync_directory,
     glob_match_name,
     open_read,
+    open_regular,
     read_fd,
+    refuse_non_regular,
     utf8_prefix_text,
 )
 from sessiontree.storage._base import SessionStorage, StorageStat, WriterState
@@ -73,13 +73,20 @@ class FileSessionWriter(WriterState):
             raise ValueError(f"unsupported writer flags {flags!r} (use 'a' or 'w')")
         # Never through a symlink: a link planted under a session's name must not
         # make us append to (or truncate) whatever it points at.
-        mode = os.O_WRONLY | os.O_APPEND | os.O_CREAT | O_CLOEXEC | O_NOFOLLOW
-        if flags == "w":
-            mode |= os.O_TRUNC
+        # Never a FIFO or device either: a FIFO put where the session was (between a
+        # listing and this open) would block the open until a reader came, forever;
+        # `open_regular` refuses it by name, before any byte is written or truncated.
+        mode = os.O_WRONLY | os.O_APPEND | os.O_CREAT
         self.path = path
         self._error: BaseException | None = None
         self._owner = process_id()
-        self._fd = os.open(path, mode, FILE_MODE)
+        self._fd = open_regular(path, mode, FILE_MODE)
+        if flags == "w":
+            try:  # truncated once checked (an O_TRUNC open truncates before fstat looks)
+                os.ftruncate(self._fd, 0)
+            except BaseException:
+                os.close(self._fd)
+                raise
         # For the checks before appends: the open file's size (lseek) and its fstat
         # (`st_nlink == 0` once it was deleted or replaced). One system call each, no
         # Python frame.
@@ -342,18 +349,20 @@ class FileSessionStorage:
         On any failure before the rename the temp file is removed and the target
         is left exactly as it was. Returns the stat of the file written.
         """
+        refuse_non_regular(path)
         return _stat_result(atomic_write(path, chunks))
 
     def write_atomic_unsynced(self, path: str, chunks: Iterable[bytes]) -> None:
         """As `write_atomic`, without its fsyncs (`DeferredSync`): `sync_files` makes it
         durable."""
+        refuse_non_regular(path)
         atomic_write(path, chunks, durable=False)
 
     def sync_files(self, paths: Iterable[str]) -> None:
         """fsync each file (never through a symlink), then each of their dirs once."""
         paths = list(paths)
         for path in paths:
-            fd = os.open(path, os.O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+            fd = open_regular(path, os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:

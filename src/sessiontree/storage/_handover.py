@@ -437,7 +437,7 @@ def _is_entry_line(line: bytes) -> bool:
 
 
 def _append(carry_to: str, carry_ino: int, data: bytes) -> None:
-    fd = os.open(carry_to, os.O_WRONLY | os.O_APPEND | O_NOFOLLOW | os.O_CLOEXEC)
+    fd = open_regular(carry_to, os.O_WRONLY | os.O_APPEND)  # a FIFO there: refused, not waited on
     try:
         if os.fstat(fd).st_ino != carry_ino:
             raise FileNotFoundError(errno.ENOENT, "replaced again meanwhile", carry_to)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import os
+import stat
 import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
@@ -32,6 +33,7 @@ from sessiontree._util.env import (
     default_store_choice,
     native_agent_dir,
 )
+from sessiontree._util.fs import file_kind
 from sessiontree.errors import (
     AmbiguousSessionError,
     InvalidStoreError,
@@ -456,10 +458,17 @@ class Store:
         return maintenance.session_files(self.parts, where, nested=nested, passed_over=passed_over)
 
     def _kind(self, path: str) -> str | None:
-        """'file', 'dir' or None (missing, or outside a database's root)."""
+        """'file', 'dir', what else is there ("a FIFO") or None (missing, or outside a
+        database's root)."""
         storage = self.storage
         if isinstance(storage, FileSessionStorage):
-            return "file" if os.path.isfile(path) else "dir" if os.path.isdir(path) else None
+            try:
+                mode = os.stat(path).st_mode
+            except (OSError, ValueError):
+                return None
+            if stat.S_ISREG(mode):
+                return "file"
+            return "dir" if stat.S_ISDIR(mode) else file_kind(mode)
         try:
             if is_stored_file(storage, path):
                 return "file"
@@ -491,6 +500,8 @@ class Store:
         if _looks_like_path(arg):
             if kind == "dir":
                 raise SessionNotFoundError(arg, f"{arg}: is a directory, not a session file")
+            if kind is not None:  # a FIFO (device) where a session was: never opened
+                raise SessionNotFoundError(arg, f"{arg}: {kind}, not a regular file")
             where = "" if self.is_files else " in the store"
             raise SessionNotFoundError(arg, f"{arg}: no such session file{where}")
         match = resolve_resumable_session(arg, here, storage=self.storage, agent_dir=self.agent_dir)

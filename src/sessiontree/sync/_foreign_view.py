@@ -17,7 +17,14 @@ import secrets
 import stat
 from collections.abc import Sequence
 
-from sessiontree._util.fs import DIR_MODE, FILE_MODE, O_CLOEXEC, O_NOFOLLOW, write_all
+from sessiontree._util.fs import (
+    DIR_MODE,
+    FILE_MODE,
+    O_CLOEXEC,
+    O_NOFOLLOW,
+    open_regular,
+    write_all,
+)
 from sessiontree.layout import is_safe_name
 from sessiontree.sync._foreign_paths import FOREIGN_SYNCED
 from sessiontree.sync._names import HubNameError, check_machine_name
@@ -112,9 +119,8 @@ class ViewTree:
             return None
         try:
             try:
-                file = os.open(
-                    parts[-1], os.O_WRONLY | os.O_APPEND | O_NOFOLLOW | O_CLOEXEC, dir_fd=fd
-                )
+                # A FIFO there is refused, never waited on (no reader: the open blocks).
+                file = open_regular(parts[-1], os.O_WRONLY | os.O_APPEND, dir_fd=fd)
             except OSError:
                 return None
             try:

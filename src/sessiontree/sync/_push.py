@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from sessiontree._util.fs import not_regular
 from sessiontree.format import CURRENT_SESSION_VERSION, file_session_id, loads_line
 from sessiontree.layout import StoreParts
 from sessiontree.listing import (
@@ -36,7 +37,7 @@ from sessiontree.sync._lines import (
     parse_lines,
 )
 from sessiontree.sync._local import LocalFile, local_files
-from sessiontree.sync._model import SyncReport
+from sessiontree.sync._model import HubError, SyncReport
 from sessiontree.sync._state import FileRow, SessionKey, SyncState
 
 __all__ = ["file_row", "push_store"]
@@ -124,14 +125,21 @@ def _outgoing(
         data = complete_part(
             b"".join(read_range_chunks(parts.storage, file.path, start, file.size))
         )
+        row_now = file_row(parts, file.path, file.identity, start + len(data))
     except FileNotFoundError:
         return None  # deleted since it was listed: the next round sees it gone
+    except OSError as exc:
+        # A FIFO (device) put where the file was since it was listed: never waited on,
+        # said, and sent once a plain file is there again.
+        what = not_regular(exc)
+        if what is None:
+            raise
+        report.note(file.path, f"{what}; not synced")
+        return None
     report.bytes_read += file.size - start
     known = state.hub_keys(key)
     held = state.held(key)
-    out = _Outgoing(
-        key, file.path, file_row(parts, file.path, file.identity, start + len(data)), log
-    )
+    out = _Outgoing(key, file.path, row_now, log)
     send: list[bytes] = []
     seen_header = start > 0
     for raw, line in parse_lines(data, start == 0):
@@ -190,11 +198,23 @@ def _send(
     with state.batch():
         for rel in known:
             state.forget_sent_size(rel)
-    for out in batch:
+    refused: set[int] = set()
+    for at, out in enumerate(batch):
         if not out.body:
             continue
         send_blobs(hub, state, parts, out.path, out.body, report)
-        size = hub.append(out.log.rel, out.body, durable=False, known=known[out.log.rel])
+        try:
+            size = hub.append(out.log.rel, out.body, durable=False, known=known[out.log.rel])
+        except HubError as exc:
+            # A FIFO (device) in the hub where this machine's log of the file is: never
+            # written through nor waited on; the file is sent again next round (its
+            # state is left as it was), the others now.
+            what = not_regular(exc.__cause__) if exc.__cause__ is not None else None
+            if what is None:
+                raise
+            report.note(hub.path(out.log.rel), f"{what}; not sent")
+            refused.add(at)
+            continue
         grown.append((out.log, size))
         barrier.add(hub.storage, hub.path(out.log.rel))
         report.sent_sessions += 1
@@ -208,7 +228,9 @@ def _send(
     with state.batch():
         for log, size in grown:
             state.set_sent_size(log.rel, size)
-        for out in batch:
+        for at, out in enumerate(batch):
+            if at in refused:
+                continue
             state.add_hub_keys(out.key, out.keys)
             for marker_id, parent, raw in out.hold:
                 state.hold(out.key, marker_id, parent, raw)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from sessiontree._util.env import state_home
-from sessiontree._util.fs import create_new, ensure_private_dir, private_database
+from sessiontree._util.fs import create_new, ensure_private_dir, open_read, private_database
 from sessiontree.errors import SessionLockError
 from sessiontree.storage import FileLock
 from sessiontree.sync._model import SyncBusyError, SyncStateError
@@ -137,8 +137,8 @@ class SyncState:
         path = os.path.join(os.path.dirname(self.path), "machine-id")
         for _ in range(3):
             try:
-                with open(path, encoding="ascii") as f:
-                    kept = f.read().strip()
+                with open_read(path) as f:  # a FIFO there is refused, never waited on
+                    kept = f.read().decode("ascii").strip()
                 if kept:
                     return kept
             except FileNotFoundError:
