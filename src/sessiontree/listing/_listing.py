@@ -32,7 +32,7 @@ from sessiontree.layout import (
 )
 from sessiontree.listing._cache import DirCache, DirRecords, MetaDB, cache_lock, memory_cache
 from sessiontree.listing._changes import plan_changes
-from sessiontree.listing._marks import Stat, read_start_ns, stat_dir
+from sessiontree.listing._marks import Stat, read_start_ns, stat_dirs
 from sessiontree.listing._scan import Record, rescan, scan_file, scan_jobs
 from sessiontree.storage import (
     HostFilesystem,
@@ -269,7 +269,7 @@ def _collect(directories: list[str], parts: StoreParts, cache: bool) -> ListingR
     if isinstance(storage, SessionIndexStorage):  # [storage index] no session file is read
         return ListingRows(_collect_indexed(dirs, storage), storage, by_mtime=False)
     now_ns = read_start_ns()  # before any file is read: see `stat_identity`
-    listing = {d: stat_dir(d, storage, now_ns) for d in dirs}
+    listing = stat_dirs(dirs, storage, now_ns)
     memory = memory_cache(storage) if cache else None
     keeps_on_disk = cache and isinstance(storage, HostFilesystem)
     # A directory whose files all stat as at its last listing has that listing's rows:
