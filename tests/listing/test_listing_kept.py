@@ -1,10 +1,13 @@
 """The rows a fresh process lists an unchanged directory from (`dump_rows`, `KeptRows`).
 
-Each directory's sessions are kept in columns (sort key, id) and the rest of their rows
-apart, read for a directory when the first of its infos is built: a page of a long
-listing builds only its own rows' infos. Rows kept another way (an older layout) are
-not read: the directory is listed file by file and kept again; a damaged rest of the
-rows is not trusted: the file itself is read.
+Each directory's files' identities are kept as bytes, compared with those of the files
+now (never decoded); its sessions are kept in columns (file, created, id) and the rest
+of their rows apart, read for a directory when the first of its infos is built: a page
+of a long listing builds only its own rows' infos. Rows kept another way (an older
+layout, a table of the family's version 1) are not read: the directory is listed file
+by file and kept again; a damaged row (wrong kinds, cut short) is not trusted: the
+files themselves are read. A file whose size, mtime, inode or ctime alone changed is
+read again.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from pathlib import Path
 
 import orjson
 import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
 
 from sessiontree.format import serialize_entry, session_file_name
 from sessiontree.layout import encode_session_dir_name, store_parts
@@ -67,14 +72,16 @@ def _entry(n: int, message: dict[str, object]) -> dict[str, object]:
     }
 
 
-def _kept(agent: Path) -> dict[str, bytes]:
+def _kept(agent: Path, column: str = "rows") -> dict[str, bytes]:
     with sqlite3.connect(agent / "cache" / "sessions-meta.db") as db:
-        return dict(db.execute("SELECT dir, rows FROM dirs"))
+        return dict(db.execute(f"SELECT dir, {column} FROM dirs"))
 
 
-def _keep(agent: Path, rows: dict[str, bytes]) -> None:
+def _keep(agent: Path, rows: dict[str, object], column: str = "rows") -> None:
     with sqlite3.connect(agent / "cache" / "sessions-meta.db") as db:
-        db.executemany("UPDATE dirs SET rows = ? WHERE dir = ?", [(b, d) for d, b in rows.items()])
+        db.executemany(
+            f"UPDATE dirs SET {column} = ? WHERE dir = ?", [(b, d) for d, b in rows.items()]
+        )
 
 
 def test_a_page_builds_the_infos_of_its_rows_only(agent: Path) -> None:
@@ -100,7 +107,7 @@ def test_rows_kept_another_way_are_listed_again(agent: Path) -> None:
     _keep(agent, {d: orjson.dumps([[], []]) for d in _kept(agent)})  # no layout of ours
     clear_listing_cache()
     assert list_all_sessions(parts) == whole
-    assert all(blob.startswith(b"[2,") for blob in _kept(agent).values())  # kept again
+    assert all(blob.startswith(b"[3,") for blob in _kept(agent).values())  # kept again
 
 
 def test_a_damaged_rest_of_the_rows_reads_the_files(agent: Path) -> None:
@@ -121,10 +128,154 @@ def test_a_rest_of_rows_of_the_wrong_kinds_reads_the_files(agent: Path) -> None:
     for d, blob in _kept(agent).items():
         head, rest = blob.split(b"\n", 1)
         # JSON of the right shape whose fields are not a size, texts and a count.
-        wrong = [["big", 5, 7, 9, "many", {"a": 1}] for _ in orjson.loads(rest)]
+        wrong = [[5, 7, 9, "many", {"a": 1}] for _ in orjson.loads(rest)]
         damaged[d] = head + b"\n" + orjson.dumps(wrong)
     _keep(agent, damaged)
     clear_listing_cache()
     again = list_all_sessions(parts)
     assert again == whole
     assert [(i.size, i.message_count) for i in again] == [(i.size, i.message_count) for i in whole]
+
+
+def test_a_table_of_the_first_version_is_made_afresh(agent: Path) -> None:
+    """Version 1 kept the identities inside the rows' blob: its table is dropped and made
+    anew (the family's version rule), never read as this version's."""
+    parts = store_parts(FileSessionStorage(), str(agent))
+    whole = list_all_sessions(parts)
+    v1 = "CREATE TABLE dirs (dir TEXT PRIMARY KEY, rows BLOB NOT NULL) WITHOUT ROWID"
+    with sqlite3.connect(agent / "cache" / "sessions-meta.db") as db:
+        dirs = [d for (d,) in db.execute("SELECT dir FROM dirs")]
+        db.execute("DROP TABLE dirs")
+        db.execute(v1)
+        db.executemany("INSERT INTO dirs VALUES (?, ?)", [(d, b"[2,[[],[]]]\n[]") for d in dirs])
+        db.execute(
+            "UPDATE cache_families SET version = 1, objects = ? WHERE family = 'listing-dirs'",
+            (orjson.dumps({"dirs": v1}).decode(),),
+        )
+    clear_listing_cache()
+    assert list_all_sessions(parts) == whole
+    assert sorted(_kept(agent, "stats")) == sorted(dirs)  # this version's table, kept again
+    clear_listing_cache()
+    assert list_all_sessions(parts) == whole
+
+
+def _rewrite(path: Path, old: bytes, new: bytes, *, in_place: bool) -> None:
+    """Change `old` to `new` (as long) in the file, then give it back its mtime: its size
+    and mtime are as before; in place its inode too (only its ctime moved)."""
+    st = path.stat()
+    data = path.read_bytes()
+    assert len(old) == len(new) and old in data
+    if in_place:
+        with open(path, "r+b") as f:
+            f.write(data.replace(old, new))
+    else:
+        moved = path.with_suffix(".tmp")
+        moved.write_bytes(data.replace(old, new))
+        os.replace(moved, path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_size, after.st_mtime_ns) == (st.st_size, st.st_mtime_ns)
+    assert (after.st_ino == st.st_ino) == in_place
+
+
+@pytest.mark.parametrize("in_place", [True, False], ids=["same inode", "new inode"])
+def test_a_file_changed_under_the_same_size_and_mtime_is_read_again(
+    agent: Path, in_place: bool
+) -> None:
+    parts = store_parts(FileSessionStorage(), str(agent))
+    list_all_sessions(parts)
+    path = next((agent / "sessions").glob("*/*_0002*.jsonl"))
+    _rewrite(path, b"prompt 0 2", b"PROMPT 0 2", in_place=in_place)
+    clear_listing_cache()
+    again = {i.path: i.first_message for i in list_all_sessions(parts)}
+    assert again[str(path)] == "PROMPT 0 2"
+    clear_listing_cache()
+    assert list_all_sessions(parts) == list_all_sessions(parts, cache=False)
+
+
+@pytest.mark.parametrize("field", [1, 2, 3, 4], ids=["size", "mtime", "inode", "ctime"])
+def test_kept_rows_of_other_stats_are_not_used(agent: Path, field: int) -> None:
+    """Whatever the rows say, stats that differ from the kept ones in one field make the
+    directory listed from its files (the comparison is of the stats themselves)."""
+    parts = store_parts(FileSessionStorage(), str(agent))
+    whole = list_all_sessions(parts)
+    damaged = {}
+    for d, kept in _kept(agent, "stats").items():
+        stats = orjson.loads(kept)
+        stats[0][field] += 1
+        damaged[d] = orjson.dumps(stats)
+    _keep(agent, damaged, "stats")
+    clear_listing_cache()
+    rows = list_rows(None, parts)
+    assert not rows._runs  # no kept row was taken
+    assert rows.infos() == whole
+
+
+_WRONG = ["x", None, 1.5, [], {"a": 1}, True]
+"""Values of kinds no field of a kept row has (texts: str or None; the rest: int)."""
+_TEXTS = {("rest", 0), ("rest", 1), ("rest", 2), ("rest", 4), ("head", 3)}
+_DAMAGE = st.one_of(
+    st.sampled_from(["cut", "text", "int", "empty"]),
+    st.tuples(st.just("head"), st.integers(0, 3), st.sampled_from(_WRONG)),
+    st.tuples(st.just("head"), st.just(1), st.sampled_from([-1, 99, "twice"])),
+    st.tuples(st.just("rest"), st.integers(0, 4), st.sampled_from(_WRONG)),
+)
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(column=st.sampled_from(["stats", "rows"]), damage=_DAMAGE, cut=st.floats(0, 1))
+def test_a_damaged_row_is_never_trusted(
+    agent: Path, column: str, damage: object, cut: float
+) -> None:
+    """A row of the wrong kinds, naming no file or one twice, or cut short: the listing
+    is the files', never a crash."""
+    if isinstance(damage, tuple):
+        part, field, value = damage
+        assume(not ((part, field) in _TEXTS and (value is None or isinstance(value, str))))
+    parts = store_parts(FileSessionStorage(), str(agent))
+    clear_listing_cache()
+    whole = list_all_sessions(parts, cache=False)
+    list_all_sessions(parts)
+    damaged: dict[str, object] = {}
+    for d, blob in _kept(agent, column).items():
+        if damage == "cut":
+            damaged[d] = blob[: int(len(blob) * cut)]
+        elif damage == "text":
+            damaged[d] = blob.decode()
+        elif damage in ("int", "empty"):
+            damaged[d] = {"int": 7, "empty": b""}[str(damage)]
+        elif column == "stats":
+            _, field, value = damage  # type: ignore[misc]
+            stats = orjson.loads(blob)
+            stats[0][field] = value
+            damaged[d] = orjson.dumps(stats)
+        else:
+            part, field, value = damage  # type: ignore[misc]
+            head, rest = blob.split(b"\n", 1)
+            if part == "head":
+                columns = orjson.loads(head)
+                if field == 0:
+                    columns[0] = value
+                elif value == "twice":
+                    columns[1][0] = columns[1][1]
+                else:
+                    columns[field][0] = value
+                head = orjson.dumps(columns)
+            else:
+                rows = orjson.loads(rest)
+                rows[0][field] = value
+                rest = orjson.dumps(rows)
+            damaged[d] = head + b"\n" + rest
+    _keep(agent, damaged, column)
+    clear_listing_cache()
+    try:
+        again = list_all_sessions(parts)
+    finally:
+        clear_listing_cache()
+        (agent / "cache" / "sessions-meta.db").unlink()  # the next example starts afresh
+    assert again == whole
+    assert [(i.size, i.message_count, i.first_message) for i in again] == [
+        (i.size, i.message_count, i.first_message) for i in whole
+    ]

@@ -5,14 +5,17 @@ project dirs, modified at the same nanosecond, at the same microsecond and apart
 created alike or not, files that are no session: empty, without a header), the page
 is the first `limit` sessions of `Stores.list` with its filters, its total and ids
 that listing's, whether the rows come from scanning the files, from this process's
-cache or from the kept rows of a fresh process. The CLI's page (`list -n N`) prints
-the first N sessions of `list -n 0`.
+cache or from the kept rows of a fresh process, and then with a file of them touched
+(its directory's kept rows stale, the others' used) or every kept row damaged (cut
+short: the files are read). The CLI's page (`list -n N`) prints the first N sessions of
+`list -n 0`.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -119,6 +122,7 @@ def _as_listed(page: ListingPage) -> tuple[object, ...]:
     text=st.sampled_from([None, "", "quokka", "ZANZIBAR", "named 1", "/work/beta"]),
     since=st.sampled_from([None, (T0 + 1_000) // 1_000_000]),
     until=st.sampled_from([None, (T0 + 5_000_000) // 1_000_000]),
+    disturb=st.sampled_from([None, "touched", "damaged", "rest damaged"]),
 )
 def test_a_page_is_the_first_sessions_of_the_listing(
     sessions: list[dict[str, object]],
@@ -127,12 +131,15 @@ def test_a_page_is_the_first_sessions_of_the_listing(
     text: str | None,
     since: int | None,
     until: int | None,
+    disturb: str | None,
 ) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         dirs = write_stores(Path(tmp), sessions)
         stores = Stores([Store(str(dirs[0])), Store(str(dirs[1]))])
         try:
             _compare(stores, cwd, limit, text, since, until)
+            if disturb is not None:
+                _compare_kept(stores, dirs, disturb, cwd, limit, text, since, until)
         finally:
             for store in stores.values():
                 store.close()
@@ -157,6 +164,49 @@ def _compare(
                 clear_listing_cache()
             page = stores.list_page(cwd, limit=limit, **where)
             assert _as_listed(page) == _as_listed(whole)
+
+
+def _disturb(dirs: tuple[Path, Path], how: str, n: int) -> None:
+    """Make the kept rows of a fresh process stale in one directory ("touched": a file
+    of it modified, for the `n`th time) or damaged in all (each row cut short: "damaged"
+    in its columns, "rest damaged" after them, where a page reads only its own rows')."""
+    if how == "touched":
+        files = [f for d in dirs for f in sorted(d.glob("sessions/*/*.jsonl"))]
+        os.utime(files[0], ns=(T0 + 3_000 + n, T0 + 3_000 + n))
+        return
+    for d in dirs:
+        db = d / "cache" / "sessions-meta.db"
+        if db.exists():
+            with sqlite3.connect(db) as conn:
+                cut = "length(rows) / 2" if how == "damaged" else "instr(rows, x'0a') + 2"
+                conn.execute(f"UPDATE dirs SET rows = substr(rows, 1, {cut})")
+            conn.close()
+
+
+def _compare_kept(
+    stores: Stores,
+    dirs: tuple[Path, Path],
+    how: str,
+    cwd: str | None,
+    limit: int,
+    text: str | None,
+    since: int | None,
+    until: int | None,
+) -> None:
+    """The page of a fresh process that meets the kept rows as `_disturb` left them is
+    the head of the listing of the files (no cache at all)."""
+    for n, where in enumerate(({}, {"text": text, "since": since, "until": until})):
+        clear_listing_cache()
+        stores.list(cwd)  # keeps the rows of the directories listed
+        _disturb(dirs, how, n)
+        clear_listing_cache()
+        page = stores.list_page(cwd, limit=limit, **where)
+        for d in dirs:
+            for side in ("", "-wal", "-shm"):
+                (d / "cache" / f"sessions-meta.db{side}").unlink(missing_ok=True)
+        clear_listing_cache()
+        whole = ListingPage.of(stores.list(cwd, **where), limit)
+        assert _as_listed(page) == _as_listed(whole)
 
 
 def test_sessions_modified_at_one_microsecond_keep_the_listing_order(tmp_path: Path) -> None:

@@ -13,13 +13,15 @@ import sqlite3
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from sessiontree._util.cachedb import Family, run_cached
 from sessiontree._util.fs import utf8_encodable
-from sessiontree.listing._marks import Stat
-from sessiontree.listing._scan import Record, dump_fold, load_fold
 from sessiontree.storage import HostFilesystem, SessionStorage
+
+if TYPE_CHECKING:
+    from sessiontree.listing._marks import Stat
+    from sessiontree.listing._scan import Record
 
 __all__ = [
     "CACHE_DB_NAME",
@@ -68,20 +70,25 @@ LISTING_FAMILY: Final = Family(
 assert _COLUMNS.count(",") == 11
 DIR_ROWS_FAMILY: Final = Family(
     name="listing-dirs",
-    version=1,
-    schema=("CREATE TABLE dirs (dir TEXT PRIMARY KEY, rows BLOB NOT NULL) WITHOUT ROWID",),
+    # 2: the identities as `_listing.dump_stats` encodes them, compared as bytes (not
+    # decoded file by file); the rows name their files by index in them.
+    version=2,
+    schema=(
+        "CREATE TABLE dirs (dir TEXT PRIMARY KEY, stats BLOB NOT NULL, rows BLOB NOT NULL)"
+        " WITHOUT ROWID",
+    ),
     tables=("dirs",),
 )
-"""A directory's last listing in one row: its files' identities and its sessions'
-rows (`_listing.dump_rows`), so that a fresh process lists an unchanged directory
-from one blob, not from a row and a fold per file."""
+"""A directory's last listing in one row: its files' identities (`stats`) and its
+sessions' rows (`_listing.dump_rows`), so that a fresh process lists an unchanged
+directory from one row, not from a row and a fold per file."""
 _RANGE_QUERIES_UP_TO = 8
 """A fetch of more directories than this reads the whole table in one query."""
 
 # ---------------------------------------------------------------------------- in process
 
 
-class DirRecords(dict[str, Record]):
+class DirRecords(dict[str, "Record"]):  # Record: imported only to type it
     """The records of one directory (path -> record), and its last listing when every
     file of it had a record (`listed`, the stats it was built from, with the rows it
     gave, `ordered`): a listing that stats the same files again reuses those rows."""
@@ -149,6 +156,10 @@ class MetaDB:
 
     def fetch(self, directories: Iterable[str]) -> dict[str, Record]:
         """The records of the files directly in `directories`."""
+        # Imported here: a listing of unchanged directories reads no file's record, and
+        # a fresh process then imports no scanner (its fold, its worker processes).
+        from sessiontree.listing._scan import Record, load_fold
+
         wanted = [d.rstrip(os.sep) for d in directories if utf8_encodable(d)]
 
         def rows(conn: sqlite3.Connection) -> Iterator[tuple[Any, ...]]:
@@ -191,6 +202,8 @@ class MetaDB:
 
     def store(self, records: list[tuple[str, Record]], stale: list[str]) -> None:
         """Keep `records` and forget the `stale` paths."""
+        from sessiontree.listing._scan import dump_fold
+
         rows = [
             (
                 path,
@@ -226,32 +239,35 @@ class MetaDB:
         if rows or gone:
             self._run(run)
 
-    def fetch_dir_rows(self, directories: Iterable[str]) -> dict[str, bytes]:
-        """The kept listings (`DIR_ROWS_FAMILY`) of `directories`: dir -> blob."""
+    def fetch_dir_rows(self, directories: Iterable[str]) -> dict[str, tuple[bytes, bytes]]:
+        """The kept listings (`DIR_ROWS_FAMILY`) of `directories`: dir -> (stats, rows)."""
         wanted = {d for d in directories if utf8_encodable(d)}
 
-        def run(conn: sqlite3.Connection) -> dict[str, bytes]:
+        def run(conn: sqlite3.Connection) -> dict[str, tuple[bytes, bytes]]:
             if len(wanted) > _RANGE_QUERIES_UP_TO:  # one pass: a row per project dir
-                rows = conn.execute("SELECT dir, rows FROM dirs")
-                return {d: blob for d, blob in rows if d in wanted}
-            found: dict[str, bytes] = {}
+                rows = conn.execute("SELECT dir, stats, rows FROM dirs")
+                return {d: (stats, blob) for d, stats, blob in rows if d in wanted}
+            found: dict[str, tuple[bytes, bytes]] = {}
+            query = "SELECT stats, rows FROM dirs WHERE dir = ?"
             for d in wanted:
-                for _, blob in conn.execute("SELECT dir, rows FROM dirs WHERE dir = ?", (d,)):
-                    found[d] = blob
+                for stats, blob in conn.execute(query, (d,)):
+                    found[d] = (stats, blob)
             return found
 
         if not wanted:
             return {}
         return self._run(run, DIR_ROWS_FAMILY) or {}
 
-    def store_dir_rows(self, listings: list[tuple[str, bytes]]) -> None:
-        """Keep these directories' listings (dir, blob), each in place of its last."""
-        rows = [(d, blob) for d, blob in listings if utf8_encodable(d)]
+    def store_dir_rows(self, listings: list[tuple[str, bytes, bytes]]) -> None:
+        """Keep these directories' listings (dir, stats, rows), each in place of its last."""
+        rows = [row for row in listings if utf8_encodable(row[0])]
 
         def run(conn: sqlite3.Connection) -> None:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.executemany("INSERT OR REPLACE INTO dirs (dir, rows) VALUES (?, ?)", rows)
+                conn.executemany(
+                    "INSERT OR REPLACE INTO dirs (dir, stats, rows) VALUES (?, ?, ?)", rows
+                )
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise

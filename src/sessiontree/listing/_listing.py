@@ -18,12 +18,12 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, overload
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any, overload
 
 import orjson
 
 from sessiontree._util.gcpause import gc_paused
-from sessiontree.format import SESSION, parse_iso_ms
 from sessiontree.layout import (
     StoreParts,
     get_default_session_dir,
@@ -31,15 +31,19 @@ from sessiontree.layout import (
     is_safe_name,
 )
 from sessiontree.listing._cache import DirCache, DirRecords, MetaDB, cache_lock, memory_cache
-from sessiontree.listing._changes import plan_changes
-from sessiontree.listing._marks import Stat, read_start_ns, stat_dir
-from sessiontree.listing._scan import Record, rescan, scan_file, scan_jobs
+from sessiontree.listing._marks import Stat, read_start_ns, stat_dirs
 from sessiontree.storage import (
     HostFilesystem,
     SessionIndexStorage,
     SessionStorage,
     directory_tree,
 )
+
+# What reads files (the scanner, its fold and worker processes, the change planner) is
+# imported where a file is read: a fresh process listing unchanged directories from
+# their kept rows imports none of it.
+if TYPE_CHECKING:
+    from sessiontree.listing._scan import Record
 
 __all__ = [
     "NO_MESSAGES",
@@ -61,6 +65,8 @@ _MICROSECOND = timedelta(microseconds=1)
 
 def _read_text(storage: SessionStorage, path: str, size: int) -> str:
     """A session's user/assistant texts, joined by a space (`all_messages_text`)."""
+    from sessiontree.listing._scan import scan_file
+
     texts: list[str] = []
     try:
         scan_file(storage, path, size, None, texts)
@@ -203,6 +209,8 @@ def _info(
 def session_info(rec: Record, path: str, storage: SessionStorage) -> SessionInfo | None:
     """The listing of the file `rec` scanned (None: not a session); built once."""
     if not rec.built:
+        from sessiontree.format import SESSION
+
         fold = rec.final
         rec.info = (
             _new_info(
@@ -269,7 +277,7 @@ def _collect(directories: list[str], parts: StoreParts, cache: bool) -> ListingR
     if isinstance(storage, SessionIndexStorage):  # [storage index] no session file is read
         return ListingRows(_collect_indexed(dirs, storage), storage, by_mtime=False)
     now_ns = read_start_ns()  # before any file is read: see `stat_identity`
-    listing = {d: stat_dir(d, storage, now_ns) for d in dirs}
+    listing = stat_dirs(dirs, storage, now_ns)
     memory = memory_cache(storage) if cache else None
     keeps_on_disk = cache and isinstance(storage, HostFilesystem)
     # A directory whose files all stat as at its last listing has that listing's rows:
@@ -286,6 +294,11 @@ def _collect(directories: list[str], parts: StoreParts, cache: bool) -> ListingR
             first_seen = {d for d in dirs if d not in kept_rows and d not in memory}
         if first_seen:
             kept_rows.update(_rows_on_disk(parts, first_seen, listing, memory))
+    if len(kept_rows) == len(dirs):  # every directory as it was: no file to read
+        return _listing_of(dirs, kept_rows, storage)
+    from sessiontree.listing._changes import plan_changes
+    from sessiontree.listing._scan import scan_jobs
+
     records: dict[str, Record | None] = {}
     # The in-process records first, then the on-disk rows of the files they miss
     # (`plan_changes` both times); the rest is scanned, from the old end when it grew.
@@ -333,25 +346,33 @@ def _collect(directories: list[str], parts: StoreParts, cache: bool) -> ListingR
         db.store(scanned, stale_db)
     if memory is not None:
         _remember(memory, forgotten, fresh)
-    ordered: list[_Row] = []
-    runs: list[KeptRows] = []
     # The on-disk row of a directory is written by the first listing of it in a process
     # (the CLI's every one), not again as a long-running process sees it change.
-    to_keep: list[tuple[str, bytes]] = []  # dir -> its listing, for the next process
+    to_keep: list[tuple[str, bytes, bytes]] = []  # dir's listing, for the next process
     for d in dirs:
-        rows = kept_rows.get(d)
-        if rows is None:
-            rows = _dir_rows(listing[d], records, storage)
+        if d not in kept_rows:
+            rows = kept_rows[d] = _dir_rows(listing[d], records, storage)
             if memory is not None and _keep_rows(memory, d, listing[d], rows) and d in first_seen:
-                blob = dump_rows(d, listing[d], rows)
-                if blob is not None:
-                    to_keep.append((d, blob))
+                keep = dump_rows(listing[d], rows)
+                if keep is not None:
+                    to_keep.append((d, *keep))
+    if to_keep:
+        MetaDB(parts.agent_dir).store_dir_rows(to_keep)
+    return _listing_of(dirs, kept_rows, storage)
+
+
+def _listing_of(
+    dirs: list[str], rows_of: dict[str, list[_Row] | KeptRows], storage: SessionStorage
+) -> ListingRows:
+    """The listing of `dirs`, each one's rows given (`rows_of`)."""
+    ordered: list[_Row] = []
+    runs: list[KeptRows] = []
+    for d in dirs:
+        rows = rows_of[d]
         if isinstance(rows, KeptRows):
             runs.append(rows)
         else:
             ordered += rows
-    if to_keep:
-        MetaDB(parts.agent_dir).store_dir_rows(to_keep)
     if len(dirs) > 1:
         ordered.sort(reverse=True)  # paths differ: the infos themselves are never compared
     return ListingRows(ordered, storage, runs=runs)
@@ -391,33 +412,44 @@ def _created_us(info: SessionInfo) -> int:
 
 class KeptRows:
     """A directory's sessions as the on-disk cache kept them (`dump_rows`), newest first:
-    each one's sort key and id, its info built when asked for, from the rest of its row
-    (read for the directory when the first of them is)."""
+    each one's file (an index into the directory's stats, which are as they were kept:
+    its path, size and mtime are the stat's), created time and id, its info built when
+    asked for, from the rest of its row (read for the directory when the first of them
+    is)."""
 
-    __slots__ = ("_details", "_infos", "created", "ids", "mtimes", "names", "prefix", "storage")
+    __slots__ = ("_details", "_files", "_infos", "created", "ids", "order", "stats", "storage")
 
     def __init__(
         self,
-        prefix: str,
-        columns: tuple[list[str], list[int], list[int], list[str]],
+        stats: list[Stat],
+        columns: tuple[list[int], list[int], list[str]],
         details: memoryview,
         storage: SessionStorage,
     ) -> None:
-        self.prefix = prefix
-        self.names, self.mtimes, self.created, self.ids = columns
+        self.stats = stats
+        self.order, self.created, self.ids = columns
+        self._files: list[Stat] | None = None
         self._details: memoryview | list[list[Any]] | None = details
         self._infos: list[SessionInfo | None] | None = None
         self.storage = storage
 
     def __len__(self) -> int:
-        return len(self.names)
+        return len(self.order)
+
+    def files(self) -> list[Stat]:
+        """The stat of each row's file, in the rows' order."""
+        files = self._files
+        if files is None:
+            files = self._files = list(map(self.stats.__getitem__, self.order))
+        return files
 
     def keys(self, run: int) -> Iterator[tuple[int, int, str, int, int]]:
         """(mtime_ns, created, path, `run`, row) of each row, in order."""
+        files = self.files()
         return zip(
-            self.mtimes,
+            map(_MTIME, files),
             self.created,
-            map(self.prefix.__add__, self.names),
+            map(_PATH, files),
             itertools.repeat(run),
             itertools.count(),
         )
@@ -425,21 +457,19 @@ class KeptRows:
     def info(self, i: int) -> SessionInfo:
         infos = self._infos
         if infos is None:
-            infos = self._infos = [None] * len(self.names)
+            infos = self._infos = [None] * len(self.order)
         info = infos[i]
         if info is None:
             info = infos[i] = self._build(i)
         return info
 
     def _build(self, i: int) -> SessionInfo:
-        details = self._details
-        if isinstance(details, memoryview):
-            details = self._details = _details_of(details, len(self.names))  # once a run
-        path = self.prefix + self.names[i]
+        details = self.details()
+        path, size, mtime_ns = self.files()[i][:3]
         if details is None:  # not as `dump_rows` wrote it: the file itself is read
             return _scanned_info(self.storage, path)
-        size, cwd, title, parent, messages, first = details[i]
-        mtime_ns, created_us = self.mtimes[i], self.created[i]
+        cwd, title, parent, messages, first = details[i]
+        created_us = self.created[i]
         modified = _from_us(mtime_ns // 1000)
         created = modified if created_us == mtime_ns // 1000 else _from_us(created_us)
         sid = self.ids[i]
@@ -451,17 +481,61 @@ class KeptRows:
         """The rest of each row (None: not as `dump_rows` wrote it), read once."""
         details = self._details
         if isinstance(details, memoryview):
-            details = self._details = _details_of(details, len(self.names))
+            details = self._details = _details_of(details, len(self.order))
         return details
+
+    def infos(self) -> list[SessionInfo]:
+        """Every row's info, in order (`info` of each, in one loop: a listing of the
+        whole store builds thousands)."""
+        n = len(self.order)
+        details = self.details()
+        if details is None or self._infos is not None:
+            return [self.info(i) for i in range(n)]
+        storage, new, set_fields = self.storage, object.__new__, object.__setattr__
+        from_us, no_messages = _from_us, NO_MESSAGES
+        infos: list[SessionInfo] = []
+        add = infos.append
+        for (path, size, mtime_ns, _, _), created_us, sid, (
+            cwd,
+            title,
+            parent,
+            messages,
+            first,
+        ) in zip(self.files(), self.created, self.ids, details, strict=True):
+            modified = from_us(mtime_ns // 1000)
+            info = new(SessionInfo)
+            # `_info`'s fields, as one dict: the dataclass is frozen.
+            set_fields(
+                info,
+                "__dict__",
+                {
+                    "path": path,
+                    "id": sid,
+                    "cwd": cwd or "",
+                    "title": title,
+                    "parent_session_path": parent,
+                    "created": modified if created_us == mtime_ns // 1000 else from_us(created_us),
+                    "modified": modified,
+                    "message_count": messages,
+                    "first_message": first or no_messages,
+                    "_all_messages_text": storage,
+                    "size": size,
+                },
+            )
+            add(info)
+        self._infos = list(infos)
+        return infos
 
     def rows(self) -> list[_Row]:
         """Every row, its info built."""
         return [
-            [mtime_ns, created_us, self.prefix + name, self.info(i)]
-            for i, (name, mtime_ns, created_us) in enumerate(
-                zip(self.names, self.mtimes, self.created, strict=True)
-            )
+            [s[2], created_us, s[0], self.info(i)]
+            for i, (s, created_us) in enumerate(zip(self.files(), self.created, strict=True))
         ]
+
+
+_PATH = itemgetter(0)
+_MTIME = itemgetter(2)
 
 
 def _details_of(view: memoryview, n: int) -> list[list[Any]] | None:
@@ -476,12 +550,11 @@ def _details_of(view: memoryview, n: int) -> list[list[Any]] | None:
     if not all(
         type(row) is list
         and len(row) == _DETAILS
-        and type(row[0]) is int
-        and type(row[4]) is int
+        and type(row[3]) is int
+        and type(row[0]) in texts
         and type(row[1]) in texts
         and type(row[2]) in texts
-        and type(row[3]) in texts
-        and type(row[5]) in texts
+        and type(row[4]) in texts
         for row in details
     ):
         return None  # valid JSON of other kinds (a damaged blob) is no row of ours either
@@ -490,6 +563,8 @@ def _details_of(view: memoryview, n: int) -> list[list[Any]] | None:
 
 def _scanned_info(storage: SessionStorage, path: str) -> SessionInfo:
     """A session's info read from its file (its kept row is damaged)."""
+    from sessiontree.listing._scan import rescan
+
     st = storage.stat(path)
     rec = rescan(storage, (path, st.size, st.mtime_ns or int(st.mtime_ms * 1e6), st.ino, 0), None)
     info = session_info(rec, path, storage) if rec is not None else None
@@ -535,15 +610,11 @@ class ListingRows:
     def paths(self, handles: Iterable[RowHandle]) -> list[str]:
         """The paths of the rows `handles` (of `newest_first`), without building infos."""
         rows = self._rows
-        names = [(run.prefix, run.names) for run in self._runs]
+        kept = [run.files() for run in self._runs]
         out: list[str] = []
         add = out.append
         for run, i in handles:
-            if run < 0:
-                add(rows[i][3].path)
-            else:
-                prefix, kept = names[run]
-                add(prefix + kept[i])
+            add(rows[i][3].path if run < 0 else kept[run][i][0])
         return out
 
     def titled(self, handles: Iterable[RowHandle]) -> Iterator[tuple[str, str, Any, datetime]]:
@@ -558,18 +629,16 @@ class ListingRows:
                 info = rows[i][3] if run < 0 else runs[run].info(i)
                 if info.title is not None:
                     yield info.path, info.id, info.title, info.modified
-            elif kept[i][2] is not None:
+            elif kept[i][1] is not None:
                 one = runs[run]
-                yield (
-                    one.prefix + one.names[i],
-                    one.ids[i],
-                    kept[i][2],
-                    _from_us(one.mtimes[i] // 1000),
-                )
+                path, _, mtime_ns = one.files()[i][:3]
+                yield path, one.ids[i], kept[i][1], _from_us(mtime_ns // 1000)
 
     def infos(self) -> list[SessionInfo]:
         with gc_paused():  # as `collect`: thousands of infos, all surviving
             rows = self._rows
+            if not rows and len(self._runs) == 1:  # one directory: in order already
+                return self._runs[0].infos()
             if self._runs:
                 rows = rows + [row for run in self._runs for row in run.rows()]
                 rows.sort(reverse=True)  # paths differ: the infos are never compared
@@ -638,8 +707,8 @@ def _rows_on_disk(
     """The rows of those of `dirs` whose files stat as at the listing the on-disk cache
     kept of them (`load_rows`), remembered in process too."""
     found: dict[str, KeptRows] = {}
-    for d, blob in MetaDB(parts.agent_dir).fetch_dir_rows(dirs).items():
-        rows = load_rows(d, listing[d], blob, parts.storage)
+    for d, (stats, blob) in MetaDB(parts.agent_dir).fetch_dir_rows(dirs).items():
+        rows = load_rows(listing[d], stats, blob, parts.storage)
         if rows is not None:
             found[d] = rows
     with cache_lock():
@@ -652,82 +721,92 @@ def _rows_on_disk(
     return found
 
 
-_KEPT_FORMAT = 2
+_KEPT_FORMAT = 3
 """`dump_rows`'s layout: one written another way is not read (the directory is listed
 file by file, and kept again)."""
-_DETAILS = 6
-"""The fields of a row's rest: size, cwd, title, parent, messages, first message."""
+_DETAILS = 5
+"""The fields of a row's rest: cwd, title, parent, messages, first message."""
 
 
-def dump_rows(d: str, stats: list[Stat], rows: list[_Row]) -> bytes | None:
-    """A directory's listing as the on-disk cache keeps it: its files' identities and
-    the sort keys and ids of its sessions (newest first), in columns, then a line with
-    the rest of each session's row, read only when an info of it is built (None: a
-    text or name is no UTF-8)."""
-    cut = len(d if d.endswith(os.sep) else d + os.sep)
+def dump_stats(stats: list[Stat]) -> bytes | None:
+    """A directory's files' identities as the on-disk cache keeps them: compared as
+    bytes with those of a later listing, never decoded (None: a name is no UTF-8).
+
+    The bytes themselves, not a digest of them: a file whose size, mtime, inode or
+    ctime changed is always seen, as no two listings of different stats encode alike."""
     # orjson, not serialize_entry_bytes: identities are 64-bit integers, which the
     # peers' JSON (doubles) would round.
+    try:
+        return orjson.dumps(stats)
+    except TypeError:  # a lone surrogate: such a directory is listed file by file
+        return None
+
+
+def dump_rows(stats: list[Stat], rows: list[_Row]) -> tuple[bytes, bytes] | None:
+    """A directory's listing as the on-disk cache keeps it: its files' identities
+    (`dump_stats`), and its sessions (newest first) in columns: the index of each one's
+    file in those identities, its created time and its id, then a line with the rest
+    of each session's row, read only when an info of it is built (None: a text or name
+    is no UTF-8)."""
+    kept = dump_stats(stats)
+    if kept is None:
+        return None
+    where = {s[0]: k for k, s in enumerate(stats)}
     try:
         head = orjson.dumps(
             [
                 _KEPT_FORMAT,
-                [[s[0][cut:] for s in stats], *([s[k] for s in stats] for k in range(1, 5))],
-                [
-                    [path[cut:] for _, _, path, _ in rows],
-                    [mtime_ns for mtime_ns, _, _, _ in rows],
-                    [created_us for _, created_us, _, _ in rows],
-                    [i.id for _, _, _, i in rows],
-                ],
+                [where[path] for _, _, path, _ in rows],
+                [created_us for _, created_us, _, _ in rows],
+                [i.id for _, _, _, i in rows],
             ]
         )
         rest = orjson.dumps(
             [
-                [i.size, i.cwd, i.title, i.parent_session_path, i.message_count, i.first_message]
+                [i.cwd, i.title, i.parent_session_path, i.message_count, i.first_message]
                 for _, _, _, i in rows
             ]
         )
     except TypeError:  # a lone surrogate: such a directory is listed file by file
         return None
-    return head + b"\n" + rest  # orjson writes no newline of its own
+    return kept, head + b"\n" + rest  # orjson writes no newline of its own
 
 
-def load_rows(d: str, stats: list[Stat], blob: bytes, storage: SessionStorage) -> KeptRows | None:
-    """The rows `dump_rows` kept, when `d`'s files are still as it found them (`stats`);
-    None when they are not, or the blob is not one it wrote. The rest of each row is
-    read when the first info of the directory is built (`KeptRows`)."""
-    prefix = d if d.endswith(os.sep) else d + os.sep
+def load_rows(
+    stats: list[Stat], kept: bytes, blob: bytes, storage: SessionStorage
+) -> KeptRows | None:
+    """The rows `dump_rows` kept, when the directory's files are still as it found them
+    (`stats` encode as `kept` did); None when they are not, or the blob is not one it
+    wrote. The rest of each row is read when the first info of the directory is built
+    (`KeptRows`)."""
+    if type(kept) is not bytes or type(blob) is not bytes or dump_stats(stats) != kept:
+        return None
     end = blob.find(b"\n")
     try:
-        fmt, files, columns = orjson.loads(memoryview(blob)[:end] if end >= 0 else b"")
-        if fmt != _KEPT_FORMAT or len(files) != 5 or len(columns) != 4:
+        fmt, order, created, ids = orjson.loads(memoryview(blob)[:end] if end >= 0 else b"")
+        if fmt != _KEPT_FORMAT or type(order) is not list:
             return None
-        current = list(zip(*stats, strict=True)) if stats else [(), (), (), (), ()]
-        if list(map(prefix.__add__, files[0])) != list(current[0]):
+        if not len(order) == len(created) == len(ids) <= len(stats):
             return None
-        if any(tuple(files[k]) != current[k] for k in range(1, 5)):
+        if not ({*map(type, order), *map(type, created)} <= {int} and {*map(type, ids)} <= {str}):
             return None
-        names, mtimes, created, ids = columns
-        if not len(names) == len(mtimes) == len(created) == len(ids):
-            return None
-        if not (
-            {*map(type, names), *map(type, ids)} <= {str}
-            and {*map(type, mtimes), *map(type, created)} <= {int}
-        ):
-            return None
-        for times, scale in ((mtimes, 1000), (created, 1)):
-            # Each time as a datetime, checked now (OverflowError), not when it is built.
-            if times and not (0 <= min(times) and max(times) // scale < _EXACT_FLOAT_US):
-                for t in times:
-                    _from_us(t // scale)
+        if order and (min(order) < 0 or max(order) >= len(stats) or len(set(order)) < len(order)):
+            return None  # each row a file of the directory, none twice
+        # Each time as a datetime, checked now (OverflowError), not when it is built.
+        if created and not (0 <= min(created) and max(created) < _EXACT_FLOAT_US):
+            for t in created:
+                _from_us(t)
     except (ValueError, TypeError, OverflowError):
         return None
-    return KeptRows(prefix, (names, mtimes, created, ids), memoryview(blob)[end + 1 :], storage)
+    return KeptRows(stats, (order, created, ids), memoryview(blob)[end + 1 :], storage)
 
 
 # [storage index] A backend that keeps each session's metadata up to date as it
 # writes (SessionIndexStorage: PostgreSQL, by the same fold) answers listings from
 # it, one query per directory.
 def _collect_indexed(dirs: list[str], storage: SessionIndexStorage) -> list[_Row]:
+    from sessiontree.format import parse_iso_ms
+
     ordered: list[_Row] = []
     for d in dirs:
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -33,6 +34,7 @@ __all__ = [
     "only_appended",
     "read_start_ns",
     "same_identity",
+    "stat_dirs",
     "stat_identity",
 ]
 
@@ -114,17 +116,42 @@ Stat = tuple[str, int, int, int, int]
 """A path and its `stat_identity` (ctime 0: a storage that keeps none)."""
 
 
+_INDEXED, _HOST, _OTHER = range(3)
+
+
+def _kind(storage: SessionStorage) -> int:
+    """How `stat_dir` lists `storage`'s files."""
+    if isinstance(storage, SessionIndexStorage):
+        return _INDEXED
+    return _HOST if isinstance(storage, HostFilesystem) else _OTHER
+
+
 def stat_dir(directory: str, storage: SessionStorage, now_ns: int) -> list[Stat]:
     """`*.jsonl` files directly in `directory` with their identity (stat'ed at `now_ns`)."""
+    return _stat_dir(directory, storage, now_ns, _kind(storage))
+
+
+def stat_dirs(
+    directories: Iterable[str], storage: SessionStorage, now_ns: int
+) -> dict[str, list[Stat]]:
+    """`stat_dir` of each of `directories`, the storage's kind told once: an isinstance
+    of a runtime-checkable Protocol costs 5-15 µs, and a store of 500 project dirs
+    asked two of them per directory."""
+    kind = _kind(storage)
+    return {d: _stat_dir(d, storage, now_ns, kind) for d in directories}
+
+
+def _stat_dir(directory: str, storage: SessionStorage, now_ns: int, kind: int) -> list[Stat]:
     out: list[Stat] = []
-    if isinstance(storage, SessionIndexStorage):  # [storage index] one query, no stat per file
+    if kind == _INDEXED:  # [storage index] one query, no stat per file
         try:
             return [
-                (m.path, m.size, m.mtime_ns, m.ino, 0) for m in storage.list_session_meta(directory)
+                (m.path, m.size, m.mtime_ns, m.ino, 0)
+                for m in storage.list_session_meta(directory)  # type: ignore[attr-defined]
             ]
         except OSError:
             return []
-    if isinstance(storage, HostFilesystem):
+    if kind == _HOST:
         # One scandir instead of list_files + stat: the DirEntry carries the file type.
         # `stat_identity` inlined: a listing stats every file of the store.
         # Scanned through a descriptor of the directory where the platform can: each
