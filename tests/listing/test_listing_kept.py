@@ -24,7 +24,13 @@ from hypothesis import strategies as st
 
 from sessiontree.format import serialize_entry, session_file_name
 from sessiontree.layout import encode_session_dir_name, store_parts
-from sessiontree.listing import clear_listing_cache, list_all_sessions, list_rows
+from sessiontree.listing import (
+    SessionInfo,
+    clear_listing_cache,
+    list_all_sessions,
+    list_rows,
+    list_sessions,
+)
 from sessiontree.listing._listing import KeptRows
 from sessiontree.storage import FileSessionStorage
 from tests.helpers import assistant, user
@@ -279,3 +285,21 @@ def test_a_damaged_row_is_never_trusted(
     assert [(i.size, i.message_count, i.first_message) for i in again] == [
         (i.size, i.message_count, i.first_message) for i in whole
     ]
+
+
+@pytest.mark.parametrize("cwd", [None, "/work/one"], ids=["every project", "one project"])
+def test_a_repeated_listing_gives_the_infos_built_once_in_a_list_of_its_own(
+    agent: Path, cwd: str | None
+) -> None:
+    parts = store_parts(FileSessionStorage(), str(agent))
+
+    def listing() -> list[SessionInfo]:
+        return list_all_sessions(parts) if cwd is None else list_sessions(cwd, parts)
+
+    whole = listing()
+    clear_listing_cache()  # as a new process would start: the kept rows
+    first = listing()
+    first.clear()  # the caller's list: the next listing is not touched by what it does
+    again = listing()
+    assert again == whole and len(whole) == (12 if cwd is None else 6)
+    assert [id(i) for i in again] == [id(i) for i in listing()]
