@@ -545,8 +545,8 @@ class KeptRows:
     def rows(self) -> list[_Row]:
         """Every row, its info built."""
         return [
-            [s[2], created_us, s[0], self.info(i)]
-            for i, (s, created_us) in enumerate(zip(self.files(), self.created, strict=True))
+            [s[2], created_us, s[0], info]
+            for s, created_us, info in zip(self.files(), self.created, self.infos(), strict=True)
         ]
 
 
