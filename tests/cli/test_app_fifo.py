@@ -14,11 +14,16 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+import sessiontree.cli.commands_inspect as commands_inspect
+import sessiontree.cli.commands_manage as commands_manage
 from sessiontree import SessionManager
-from tests.helpers import HANG_S, assistant, user
+from sessiontree.cli import app
+from tests.helpers import HANG_S, assistant, user, without_hang
 
 
 def _run(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
@@ -94,3 +99,40 @@ def test_usage_and_search_pass_a_fifo_over_and_report_the_others(
     found = _run("search", "--all", "needle", "--json", home=tmp_path)
     assert found.returncode == 0, found.stderr
     assert [hit["path"] for hit in json.loads(found.stdout)["hits"]] == [other]
+
+
+@pytest.mark.parametrize(
+    ("module", "command"),
+    [
+        (commands_inspect, ("show",)),
+        (commands_inspect, ("tree",)),
+        (commands_manage, ("rename", "{path}", "new title")),
+        (commands_manage, ("fork",)),
+    ],
+    ids=["show", "tree", "rename", "fork"],
+)
+def test_a_session_swapped_for_a_fifo_after_it_was_resolved_is_said_in_one_line(
+    agent_dir: Path, monkeypatch: pytest.MonkeyPatch, module: Any, command: tuple[str, ...]
+) -> None:
+    """The swap between the command's look at the path and its open: the open refuses
+    it (no hang), in one line naming the file; the FIFO stays."""
+    with SessionManager.create("/proj") as sm:
+        sm.append_message(user("hello"))
+        sm.append_message(assistant("hi"))
+        fifo = sm.get_session_file() or ""
+    resolved = module.resolve_session
+
+    def resolved_then_swapped(arg: str) -> str:
+        path: str = resolved(arg)
+        os.unlink(path)
+        os.mkfifo(path)
+        return path
+
+    monkeypatch.setattr(module, "resolve_session", resolved_then_swapped)
+    args = [a.format(path=fifo) for a in command]
+    if "{path}" not in command:
+        args.insert(1, fifo)
+    done = without_hang(lambda: CliRunner().invoke(app, args), fifo)
+    assert done.exit_code == 1, (done.stdout, done.stderr, done.exception)
+    assert done.stderr == f"sessiontree: error: {fifo}: a FIFO, not a regular file\n"
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)

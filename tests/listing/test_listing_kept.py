@@ -12,8 +12,11 @@ read again.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +27,13 @@ from hypothesis import strategies as st
 
 from sessiontree.format import serialize_entry, session_file_name
 from sessiontree.layout import encode_session_dir_name, store_parts
-from sessiontree.listing import clear_listing_cache, list_all_sessions, list_rows
+from sessiontree.listing import (
+    SessionInfo,
+    clear_listing_cache,
+    list_all_sessions,
+    list_rows,
+    list_sessions,
+)
 from sessiontree.listing._listing import KeptRows
 from sessiontree.storage import FileSessionStorage
 from tests.helpers import assistant, user
@@ -279,3 +288,48 @@ def test_a_damaged_row_is_never_trusted(
     assert [(i.size, i.message_count, i.first_message) for i in again] == [
         (i.size, i.message_count, i.first_message) for i in whole
     ]
+
+
+@pytest.mark.parametrize("cwd", [None, "/work/one"], ids=["every project", "one project"])
+def test_a_repeated_listing_gives_the_infos_built_once_in_a_list_of_its_own(
+    agent: Path, cwd: str | None
+) -> None:
+    parts = store_parts(FileSessionStorage(), str(agent))
+
+    def listing() -> list[SessionInfo]:
+        return list_all_sessions(parts) if cwd is None else list_sessions(cwd, parts)
+
+    whole = listing()
+    clear_listing_cache()  # as a new process would start: the kept rows
+    first = listing()
+    first.clear()  # the caller's list: the next listing is not touched by what it does
+    again = listing()
+    assert again == whole and len(whole) == (12 if cwd is None else 6)
+    assert [id(i) for i in again] == [id(i) for i in listing()]
+
+
+_READERS = (
+    "sessiontree.listing._scan",
+    "sessiontree.listing._changes",
+    "sessiontree._util.forked",
+    "sessiontree.format._fold",
+)
+"""What reads session files: the scanner, the change planner, the worker processes, the
+fold."""
+
+
+def test_a_fresh_process_listing_kept_rows_imports_no_reader_of_files(agent: Path) -> None:
+    list_all_sessions(store_parts(FileSessionStorage(), str(agent)))
+    script = (
+        "import json, sys\n"
+        "from sessiontree.layout import store_parts\n"
+        "from sessiontree.listing import list_all_sessions\n"
+        "import sessiontree.store\n"
+        f"n = len(list_all_sessions(store_parts(agent_dir={str(agent)!r})))\n"
+        f"print(json.dumps([n, [m for m in {_READERS!r} if m in sys.modules]]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, check=True)
+    assert json.loads(out.stdout) == [12, []]
+    (agent / "sessions" / "--work-one--" / "2026-01-01T00-00-00-000Z_nope.jsonl").touch()
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, check=True)
+    assert json.loads(out.stdout)[1]  # a file changed: it is read

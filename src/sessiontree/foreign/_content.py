@@ -18,15 +18,18 @@ def str_field(record: dict[str, Any], key: str) -> str | None:
 
 
 def int_field(record: object, key: str) -> int:
+    """A count the record holds under `key` (tokens, turns): 0 for what is no count."""
     if not isinstance(record, dict):
         return 0
     value = record.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0
     if isinstance(value, int):
-        return value
+        # A negative count (no reply spends fewer than no tokens) counts nothing, as the
+        # cost already takes it.
+        return max(0, value)
     # NaN and infinity (JSON.parse reads a number beyond a double as one) count nothing.
-    return int(value) if math.isfinite(value) else 0
+    return max(0, int(value)) if math.isfinite(value) else 0
 
 
 def usage(

@@ -52,13 +52,16 @@ def number(value: object) -> float | None:
 
 
 def _count(usage: dict[str, Any], key: str) -> int:
+    """A token count of `usage`: 0 for what is no count (missing, NaN, infinite, and a
+    negative number, which no reply spends: the cost already takes it as none), at most
+    `_BIG` (SQLite holds 64-bit integers, and a sum of them must fit)."""
     value = usage.get(key)
     if type(value) is int:  # the usual case, without the float checks below
-        return max(-_BIG, min(_BIG, value))
+        return max(0, min(_BIG, value))
     value = number(value)
     if value is None or value != value or value in (float("inf"), float("-inf")):
         return 0
-    return max(-_BIG, min(_BIG, int(value)))  # SQLite holds 64-bit integers
+    return max(0, min(_BIG, int(value)))
 
 
 _BIG = 1 << 60
@@ -255,9 +258,9 @@ class UsageTotals:
             ("cache_read", "cacheRead"),
             ("cache_write", "cacheWrite"),
         ):
-            value = number(usage.get(key))
-            if value is not None:
-                setattr(self, attr, getattr(self, attr) + int(value))
+            # Counted as the usage report counts it (`_count`): a negative or infinite
+            # count adds nothing (an infinite one made `int` raise).
+            setattr(self, attr, getattr(self, attr) + _count(usage, key))
         cost = usage.get("cost")
         if isinstance(cost, dict):
             total = number(cost.get("total"))

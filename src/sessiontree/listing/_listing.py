@@ -417,7 +417,17 @@ class KeptRows:
     asked for, from the rest of its row (read for the directory when the first of them
     is)."""
 
-    __slots__ = ("_details", "_files", "_infos", "created", "ids", "order", "stats", "storage")
+    __slots__ = (
+        "_details",
+        "_every_info",
+        "_files",
+        "_infos",
+        "created",
+        "ids",
+        "order",
+        "stats",
+        "storage",
+    )
 
     def __init__(
         self,
@@ -431,6 +441,8 @@ class KeptRows:
         self._files: list[Stat] | None = None
         self._details: memoryview | list[list[Any]] | None = details
         self._infos: list[SessionInfo | None] | None = None
+        self._every_info = False
+        """Whether `infos` built them all (none of `_infos` is None)."""
         self.storage = storage
 
     def __len__(self) -> int:
@@ -488,8 +500,11 @@ class KeptRows:
         """Every row's info, in order (`info` of each, in one loop: a listing of the
         whole store builds thousands)."""
         n = len(self.order)
+        built = self._infos
+        if self._every_info:  # a repeated listing
+            return list(built)  # type: ignore[arg-type]
         details = self.details()
-        if details is None or self._infos is not None:
+        if details is None or built is not None:
             return [self.info(i) for i in range(n)]
         storage, new, set_fields = self.storage, object.__new__, object.__setattr__
         from_us, no_messages = _from_us, NO_MESSAGES
@@ -524,13 +539,14 @@ class KeptRows:
             )
             add(info)
         self._infos = list(infos)
+        self._every_info = True
         return infos
 
     def rows(self) -> list[_Row]:
         """Every row, its info built."""
         return [
-            [s[2], created_us, s[0], self.info(i)]
-            for i, (s, created_us) in enumerate(zip(self.files(), self.created, strict=True))
+            [s[2], created_us, s[0], info]
+            for s, created_us, info in zip(self.files(), self.created, self.infos(), strict=True)
         ]
 
 

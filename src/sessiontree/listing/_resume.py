@@ -9,12 +9,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import orjson
 
 from sessiontree.errors import AmbiguousSessionError
-from sessiontree.format import SESSION, MetaFold, file_session_id
+from sessiontree.format import file_session_id
 from sessiontree.layout import is_safe_name, store_parts
 from sessiontree.listing._listing import (
     EPOCH,
@@ -25,8 +25,12 @@ from sessiontree.listing._listing import (
     session_info,
 )
 from sessiontree.listing._marks import UNTRUSTED, Stat, read_start_ns, stat_dir
-from sessiontree.listing._scan import rescan, scan_chunks
 from sessiontree.storage import SessionStorage, StorageStat, default_storage
+
+# The scanner and its fold are imported where a file is read: the store imports this
+# module, and a listing from the kept rows reads none (see `_listing`).
+if TYPE_CHECKING:
+    from sessiontree.format import MetaFold
 
 __all__ = [
     "PREFIX_BYTES",
@@ -76,6 +80,8 @@ def _by_mtime(session_dir: str, storage: SessionStorage) -> list[Stat]:
 
 
 def _prefix_fold(storage: SessionStorage, path: str) -> tuple[MetaFold, bytes] | None:
+    from sessiontree.listing._scan import scan_chunks
+
     try:
         data = storage.read_text_prefix(path, PREFIX_BYTES).encode("utf-8", "surrogatepass")
     except (OSError, UnicodeError):
@@ -95,6 +101,8 @@ def find_most_recent_session(
     `skip(path)` passes over candidates (continue_recent skips sessions that another
     live process is writing).
     """
+    from sessiontree.format import SESSION
+
     storage = default_storage(storage)
     for path, *_ in _by_mtime(session_dir, storage):
         if skip is not None and skip(path):
@@ -161,6 +169,8 @@ def get_recent_sessions(
     session_dir: str, limit: int = 3, storage: SessionStorage | None = None
 ) -> list[RecentSessionInfo]:
     """The `limit` newest sessions in `session_dir`, named from a 4 KB prefix of each."""
+    from sessiontree.format import SESSION
+
     storage = default_storage(storage)
     recent: list[RecentSessionInfo] = []
     if limit <= 0:
@@ -290,6 +300,8 @@ def resolve_resumable_session(
     if found is not None:
         direct, stat = found
         mtime_ns = stat.mtime_ns or int(stat.mtime_ms * 1e6)
+        from sessiontree.listing._scan import rescan
+
         record = rescan(storage, (direct, stat.size, mtime_ns, stat.ino, UNTRUSTED), None)
         info = session_info(record, direct, storage) if record is not None else None
         if info is None:

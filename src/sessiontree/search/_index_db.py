@@ -89,7 +89,9 @@ INDEX_FAMILY: Final = Family(
     # 4: words (`_terms`) in the FTS table, not trigrams; the vocabulary in ``terms``
     # 5: usage rows hold 1-hour cache writes (`cache_write_1h`) and a Claude Code
     #    transcript's inline sidechain replies (`format.ExtraUsage`): read again
-    version=5,
+    # 6: usage rows hold no negative count (`format.usage_record` and the other agents'
+    #    readers count one as 0): rows an older one kept negative are read again
+    version=6,
     schema=_SCHEMA,
     tables=("meta", "files", "entries", *USAGE_TABLES, "fts", "terms", "terms_fts"),
 )

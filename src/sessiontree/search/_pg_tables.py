@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 
 __all__ = ["INDEX_VERSION", "IndexUnavailable", "ensure_tables"]
 
-INDEX_VERSION: Final = 2
-"""The layout of the tables this sessiontree keeps (2: ``search_usage.cache_write_1h``)."""
+INDEX_VERSION: Final = 3
+"""The layout of the tables this sessiontree keeps (2: ``search_usage.cache_write_1h``;
+3: no negative count in ``search_usage``, which an older one kept: its rows read again)."""
 
 _TABLES: Final = """
     CREATE TABLE {s}.search_index (version integer NOT NULL);
