@@ -12,6 +12,9 @@ know stays unpriced. Nothing here writes anything.
 from __future__ import annotations
 
 import bisect
+import importlib.util
+import os
+import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -51,40 +54,85 @@ class Quote:
 
 
 class PriceTable:
-    """Looks up prices in the `genai-prices` table (imported on first use)."""
+    """Looks up prices in the `genai-prices` table, imported when a reply first needs a
+    price: with pydantic and its HTTP client it is most of a report's start-up (about 0.2 s
+    of CPU), and replies whose cost is recorded never need it."""
 
     def __init__(self) -> None:
         self._lookups: dict[tuple[str, str, str], Any] = {}
         self._rates: dict[tuple[tuple[str, str, str], int], tuple[float, ...] | None] = {}
         self._calc: Any = None
         self._usage: Any = None
+        self._loaded = False
+        self._lock = threading.Lock()  # one import, whichever thread asks first
+        self._installed: tuple[str | None, str | None] | None = None
         self.name = TABLE_NAME
-        self.version: str | None = None
-        self.error: str | None = None
+        self._version: str | None = None
+        self._error: str | None = None
+        self._named: tuple[str | None] | None = None  # a version set by hand
+
+    def _load(self) -> bool:
+        """Imports the table once; whether it could be."""
+        if not self._loaded:
+            with self._lock:
+                if not self._loaded:
+                    self._import()
+                    self._loaded = True
+        return self._calc is not None
+
+    def _import(self) -> None:
         try:
             import genai_prices
 
-            self._calc = genai_prices.calc_price
             self._usage = genai_prices.Usage
-            self.version = genai_prices.__version__
+            self._version = genai_prices.__version__
+            self._calc = genai_prices.calc_price
         except ModuleNotFoundError as exc:  # the library without the cli extra
-            self.error = (
-                f"{TABLE_NAME} unavailable: {exc} (it is the cli extra's: "
-                "pip install 'sessiontree[cli]')"
-            )
+            self._error = _missing(exc)
         except Exception as exc:  # broken: reports say so
-            self.error = f"{TABLE_NAME} unavailable: {exc}"
+            self._error = f"{TABLE_NAME} unavailable: {exc}"
 
     @property
     def available(self) -> bool:
-        return self._calc is not None
+        return self._load()
+
+    @property
+    def version(self) -> str | None:
+        """The table's version: the installed package's, read from its metadata unless
+        the table was imported (a report whose costs are all recorded imports nothing)."""
+        if self._named is not None:
+            return self._named[0]
+        if self._loaded:
+            return self._version
+        return self._probe()[0]
+
+    @version.setter
+    def version(self, value: str | None) -> None:
+        """Names another release (a golden file's stand-in for the installed one)."""
+        self._named = (value,)
+
+    @property
+    def error(self) -> str | None:
+        """Why the table could not be loaded (not installed: said without importing it)."""
+        if self._loaded:
+            return self._error
+        return self._probe()[1]
+
+    def _probe(self) -> tuple[str | None, str | None]:
+        if self._installed is None:
+            try:
+                self._installed = (_installed_version(), None)
+            except ModuleNotFoundError as exc:
+                self._installed = (None, _missing(exc))
+        return self._installed
 
     def described(self) -> dict[str, str | None]:
         """What a report says of the table: its name and version, and, when it could
         not be loaded, why (the report's estimates are then none)."""
         said: dict[str, str | None] = {"table": self.name, "version": self.version}
-        if self.error is not None:
-            said["error"] = self.error
+        error = self.error
+        if error is not None:
+            said["error"] = error
         return said
 
     def quote(
@@ -105,7 +153,7 @@ class PriceTable:
         prices a cache write at the 5-minute rate (1.25x the input rate for Anthropic);
         a 1-hour one costs twice the input rate (Anthropic's prompt caching prices, and
         pi 1.6's `calculateCost`), in the tier the whole input falls in."""
-        if self._calc is None or not model or model == "?":
+        if not model or model == "?" or not self._load():
             return None
         when = _when(when_ms)
         found = self._model_price(provider, model, when)
@@ -216,6 +264,52 @@ def _rates(
     if base is None or out is None or read is None or write is None:
         return None
     return base / whole, (out - base) / 1_000_000, read / whole, write / whole
+
+
+def _missing(exc: ModuleNotFoundError) -> str:
+    """Why the table is not there: the library without the cli extra."""
+    return (
+        f"{TABLE_NAME} unavailable: {exc} (it is the cli extra's: pip install 'sessiontree[cli]')"
+    )
+
+
+def _installed_version() -> str:
+    """`genai_prices.__version__` without importing it: the `Version` of its
+    distribution's METADATA, found beside the package (`importlib.metadata`, which
+    genai_prices asks, costs 20-30 ms of imports; this reads one small file).
+
+    Raises:
+        ModuleNotFoundError: the package is not installed.
+    """
+    spec = importlib.util.find_spec("genai_prices")
+    if spec is None:
+        raise ModuleNotFoundError("No module named 'genai_prices'", name="genai_prices")
+    found: list[str] = []
+    if spec.origin is not None:
+        where = os.path.dirname(os.path.dirname(spec.origin))
+        try:
+            found = [
+                os.path.join(where, name, "METADATA")
+                for name in os.listdir(where)
+                if name.startswith("genai_prices-") and name.endswith(".dist-info")
+            ]
+        except OSError:
+            pass
+    if len(found) == 1:
+        try:
+            with open(found[0], encoding="utf-8") as f:
+                for line in f:
+                    if line.startswith("Version:"):
+                        return line[len("Version:") :].strip()
+                    if not line.strip():
+                        break  # the headers end at the first blank line
+        except OSError:
+            pass
+    # Installed some other way (an egg, an editable checkout, two dist-infos): as
+    # genai_prices itself asks.
+    from importlib.metadata import version
+
+    return version("genai_prices")
 
 
 def key_of(provider: str, model: str, when: datetime) -> tuple[str, str, str]:
