@@ -11,15 +11,9 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, tzinfo
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.cells import cell_len
-from rich.console import Group, RenderableType
-from rich.live import Live
-from rich.progress_bar import ProgressBar
-from rich.table import Table
-from rich.text import Text
 
 from sessiontree.cli.common import (
     EXIT_USAGE,
@@ -27,7 +21,6 @@ from sessiontree.cli.common import (
     JsonOption,
     all_stores,
     byte_progress,
-    console,
     emit_json,
     print_notes,
 )
@@ -51,6 +44,14 @@ from sessiontree.reports import (
     time_zone,
 )
 from sessiontree.store import Stores
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.table import Table
+    from rich.text import Text
+
+# Rich's drawing (and the console) is imported by the functions that draw: a report
+# for scripts (`--json`) loads none of it.
 
 usage_app = typer.Typer(
     name="usage",
@@ -138,6 +139,8 @@ _BAR_MOST = 24
 
 
 def _bar(value: float, top: float, width: int = _BAR_LEAST) -> Text:
+    from rich.text import Text
+
     if top <= 0 or value <= 0:
         return Text("")
     cells = value / top * width
@@ -147,6 +150,8 @@ def _bar(value: float, top: float, width: int = _BAR_LEAST) -> Text:
 
 
 def _totals_cells(t: Totals) -> list[Text]:
+    from rich.text import Text
+
     return [
         Text(short_tokens(t.input)),
         Text(short_tokens(t.output)),
@@ -234,6 +239,12 @@ def _emit(kind: ReportKind, rep: Report, inputs: _Inputs) -> None:
 
 
 def _print_report(kind: ReportKind, rep: Report, inputs: _Inputs, breakdown: bool) -> None:
+    from rich.cells import cell_len
+    from rich.table import Table
+    from rich.text import Text
+
+    from sessiontree.cli.common import console
+
     print_notes(inputs.notes)
     if not rep.rows:
         console.print("No usage in that range.", markup=False)
@@ -396,6 +407,11 @@ def _gap(ms: int) -> str:
 
 
 def _blocks_table(found: Sequence[Block], now_ms: int, tz: tzinfo, breakdown: bool) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
+    from sessiontree.cli.common import console
+
     top = max((b.totals.cost for b in found if not b.gap), default=0.0)
     rows: list[list[Text]] = []
     costs: list[float | None] = []  # each row's cost for the bar (None: no bar)
@@ -482,6 +498,10 @@ def live_panel(
 ) -> RenderableType:
     """The live view of the active block: time bar, tokens, cost, burn rate, projection;
     while `following`, how to stop (the last frame, left on the screen, says nothing of it)."""
+    from rich.console import Group
+    from rich.progress_bar import ProgressBar
+    from rich.text import Text
+
     if block is None:
         return Text(
             f"No active {BLOCK_HOURS}-hour block: no reply in the last {BLOCK_HOURS} hours."
@@ -572,6 +592,8 @@ def blocks_command(
             }
         )
         return
+    from sessiontree.cli.common import console
+
     print_notes(inputs.notes)
     if not found:
         console.print("No usage in that range.", markup=False)
@@ -596,6 +618,10 @@ def _in_blocks(reply: Reply, inputs: _Inputs) -> bool:
 
 def _follow(inputs: _Inputs, interval: float) -> None:
     """Redraw the active block every `interval` seconds until Ctrl-C."""
+    from rich.live import Live
+
+    from sessiontree.cli.common import console
+
     with Live(console=console, auto_refresh=False, transient=False) as view:
         shown: tuple[Block | None, int] | None = None
         try:
