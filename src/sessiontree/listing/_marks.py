@@ -9,7 +9,6 @@ means not read again, `only_appended` means read from the old end on.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from dataclasses import dataclass
@@ -181,6 +180,8 @@ def stat_dir(directory: str, storage: SessionStorage, now_ns: int) -> list[Stat]
 
 
 def digest(data: bytes) -> bytes:
+    import hashlib  # here: a warm listing digests nothing, and hashlib loads OpenSSL
+
     return hashlib.blake2b(data, digest_size=16).digest()
 
 
