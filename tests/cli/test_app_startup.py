@@ -210,6 +210,73 @@ def test_a_listing_or_search_for_scripts_imports_only_what_it_uses(
         assert "--help" in args or json.loads(proc.stdout)["sessions"] != []
 
 
+NOT_AT_START = ("secrets", "hmac", "hashlib", "socket", "tempfile", "asyncio", "httpx", "httpx2")
+"""What a listing or a report for scripts does not use: ids and temp names are
+`os.urandom`'s, digests are taken where images and over-long names are handled, the
+hand-over's lock socket is a rewrite's, the HTTP client the price table's updater's."""
+
+UNUSED_BY_A_REPORT = (
+    "sessiontree.session._manager",
+    "sessiontree.session._file",
+    "sessiontree.maintenance._check",
+    "sessiontree.maintenance._gc",
+    "sessiontree.reports._stats",
+    "sessiontree.search._search",
+    "sessiontree.search._hits",
+    "sessiontree.search._pg_index",
+    "sessiontree.foreign",
+)
+"""What opens, checks or searches sessions: a usage report reads the index's rows."""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["list", "--all", "--json"],
+        ["list", "--all", "-n", "20"],
+        ["usage", "daily", "--json"],
+        ["usage", "blocks", "--json"],
+        ["usage", "daily"],
+        ["show", "SESSION", "--json"],
+    ],
+)
+def test_a_command_imports_only_what_it_uses(
+    tmp_path: Path, args: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No price table when every cost is recorded (its version read without it), no rich
+    drawing for `--json`, no database driver, web app or HTML templates; a listing or a
+    report loads no secrets, hashlib, socket or tempfile."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("PI_CODING_AGENT_DIR", str(tmp_path / "agent"))
+    monkeypatch.setenv("COLUMNS", "120")
+    monkeypatch.delenv("SESSIONTREE_STORE", raising=False)
+    sm = SessionManager.create(str(tmp_path))
+    sm.append_message(user("hello there"))
+    sm.append_message(assistant("general kenobi"))  # its cost is recorded
+    sm.close()
+    args = [sm.get_session_id()[:13] if a == "SESSION" else a for a in args]
+    probe(tmp_path, *args, env=dict(os.environ))  # warm: the listing cache and index built
+    proc, report = probe(tmp_path, *args, env=dict(os.environ))
+    assert report["code"] in (0, None), proc.stderr
+    modules = report["modules"]
+    assert loaded(modules, ("genai_prices", "pydantic", "psycopg", "jinja2", "starlette")) == []
+    if "--json" in args:
+        assert loaded(modules, RICH_DRAWING) == []
+    if args[0] != "show":  # a session opened for reading is locked as the agents lock it
+        assert loaded(modules, NOT_AT_START) == []
+    if args[0] == "usage":
+        assert loaded(modules, UNUSED_BY_A_REPORT) == []
+    if args[0] == "show":
+        assert loaded(modules, ("sessiontree.foreign", "sessiontree.cli.foreign_stores")) == []
+    if args[:2] in (["usage", "daily"], ["usage", "blocks"]) and "--json" in args:
+        prices = json.loads(proc.stdout)["prices"]
+        assert prices == {
+            "table": "genai-prices",
+            "version": importlib.metadata.version("genai_prices"),
+        }
+
+
 def test_python_m_sessiontree_is_the_command(tmp_path: Path) -> None:
     version = subprocess.run(
         [sys.executable, "-m", "sessiontree", "--version"],

@@ -134,8 +134,7 @@ def test_golden_output(
     monkeypatch.setattr(cli_common.console, "width", columns)
     # Estimates name the price table's release; the golden files name none (a newer
     # genai-prices changes no layout), so the release is written as N.N.N here.
-    # (`version` is a property: the table says it without importing genai-prices.)
-    monkeypatch.setattr(type(price_table()), "version", property(lambda _: "N.N.N"))
+    monkeypatch.setattr(price_table(), "version", "N.N.N")
     monkeypatch.setattr(cli_common.err_console, "width", columns)
     # What a terminal shows (the runner's stdout is a pipe, where lines are not wrapped).
     monkeypatch.setattr(cli_common.console, "writes_to_terminal", lambda: True)

@@ -18,7 +18,17 @@ import pytest
 
 import sessiontree
 
-LAZY_PACKAGES = ("format", "layout", "listing", "maintenance", "session", "storage", "store")
+LAZY_PACKAGES = (
+    "format",
+    "layout",
+    "listing",
+    "maintenance",
+    "reports",
+    "search",
+    "session",
+    "storage",
+    "store",
+)
 SRC = Path(sessiontree.__file__).parent
 
 

@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import errno
 import fnmatch
-import hashlib
 import os
-import secrets
 import stat
-import tempfile
 from collections.abc import Iterable
 from typing import BinaryIO
 
@@ -129,6 +126,8 @@ def side_stem(name: str) -> str:
     encoded = os.fsencode(name)
     if len(encoded) <= NAME_MAX - _SIDE_RESERVE:
         return name
+    import hashlib  # here: a name this long is rare, and hashlib loads OpenSSL
+
     digest = hashlib.blake2b(encoded, digest_size=_DIGEST_CHARS // 2).hexdigest()
     room = NAME_MAX - _SIDE_RESERVE - 1 - _DIGEST_CHARS
     cut = ""
@@ -286,6 +285,8 @@ def private_temp_dir(name: str) -> str:
     private directory (`tempfile.mkdtemp`, `<name>-XXXXXXXX`) is made instead.
     Returns the directory to use.
     """
+    import tempfile  # here: only a rescue of a session that could not be written uses it
+
     parent = tempfile.gettempdir()
     ensure_private_dir(parent)  # normally there; made (0700) when it is not
     path = os.path.join(parent, name)
@@ -315,7 +316,8 @@ def atomic_write(path: str, chunks: Iterable[bytes], *, durable: bool = True) ->
     `durable=False` leaves out both fsyncs, for a caller that syncs many files at once.
     """
     directory = os.path.dirname(path)
-    tmp = side_path(path, f".{secrets.token_hex(6)}.tmp", hidden=True)
+    # secrets.token_hex(6), without importing secrets (hashlib, hmac, base64)
+    tmp = side_path(path, f".{os.urandom(6).hex()}.tmp", hidden=True)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC | O_NOFOLLOW, FILE_MODE)
     try:
         try:
@@ -352,7 +354,8 @@ def create_new(names: Iterable[str], chunks: Iterable[bytes], *, durable: bool =
     names = iter(names)
     first = next(names)
     directory = os.path.dirname(first)
-    tmp = side_path(first, f".{secrets.token_hex(6)}.tmp", hidden=True)
+    # secrets.token_hex(6), without importing secrets (hashlib, hmac, base64)
+    tmp = side_path(first, f".{os.urandom(6).hex()}.tmp", hidden=True)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC | O_NOFOLLOW, FILE_MODE)
     try:
         try:

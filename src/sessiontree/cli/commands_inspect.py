@@ -395,10 +395,6 @@ def _version_text(path: str, loaded: int) -> str:
 
 
 def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
-    from sessiontree.cli.common import console
     from sessiontree.maintenance import file_version
     from sessiontree.reports import summarize_session
 
@@ -435,6 +431,11 @@ def show_command(session: SessionArg, as_json: JsonOption = False) -> None:
             }
         )
         return
+    from rich.table import Table  # drawing: not for --json
+    from rich.text import Text
+
+    from sessiontree.cli.common import console
+
     header = summary.header
     key_width = len("Directory")
 

@@ -273,7 +273,9 @@ def resolve_session(arg: str) -> str:
     store = current_store()
     if store.is_files:
         path = os.path.abspath(os.path.expanduser(arg))
-        if not os.path.isdir(path):
+        # A file, or a file's `<file>/<id>` (an OpenCode database's session): only then
+        # can it be another agent's session (an id prefix loads no foreign format).
+        if os.path.isfile(path) or os.path.isfile(os.path.dirname(path)):
             # Another agent's session file: this invocation reads it in place (imported
             # here: the foreign formats are not loaded for a command that names no path).
             from sessiontree.cli.foreign_stores import in_place_store

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import random
-import secrets
 import threading
 import time
 from collections.abc import Container
@@ -210,7 +209,14 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MS = timedelta(milliseconds=1)
 
 
-_id_random = random.Random(secrets.randbits(128))  # ids need uniqueness, not secrecy
+def _random_bits(k: int) -> int:
+    """`secrets.randbits(k)` (the same bits of `os.urandom`) without importing `secrets`,
+    which loads hashlib, hmac and base64 for what every command's start-up does not use."""
+    size = (k + 7) // 8
+    return int.from_bytes(os.urandom(size), "big") >> (size * 8 - k)
+
+
+_id_random = random.Random(_random_bits(128))  # ids need uniqueness, not secrecy
 
 
 _ID_BATCH = 256
@@ -236,7 +242,7 @@ def generate_entry_id(existing: Container[str]) -> str:
             return candidate
     # Only reachable with an absurd number of entries: widen instead of looping.
     while True:
-        candidate = secrets.token_hex(8)
+        candidate = os.urandom(8).hex()  # secrets.token_hex(8)
         if candidate not in existing:
             return candidate
 
@@ -277,10 +283,10 @@ def _seed_ids() -> None:
     """Fresh id state for this process; runs at import and again in every forked child,
     which would otherwise mint exactly the ids its parent and siblings mint."""
     global _node_bits, _snowflake_seq_start, _snowflake_lock, _snowflake_last, _snowflake_seq
-    _id_random.seed(secrets.randbits(128))
+    _id_random.seed(_random_bits(128))
     _id_pool.clear()  # ids drawn before the fork are the parent's
     _node_bits = os.getpid() & 0x3FF
-    _snowflake_seq_start = secrets.randbits(11)
+    _snowflake_seq_start = _random_bits(11)
     _snowflake_lock = threading.Lock()  # a lock held by another thread at fork stays held
     _snowflake_last = 0
     _snowflake_seq = 0

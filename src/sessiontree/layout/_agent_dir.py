@@ -29,7 +29,6 @@ written without following symlinks.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import re
@@ -353,6 +352,8 @@ class BlobCarry:
         except (OSError, InvalidBlobRefError) as exc:
             log.warning("could not read blob %s from %s: %s", digest, _where(self.source), exc)
             return False
+        import hashlib  # here: only a copy of images checks them, and hashlib loads OpenSSL
+
         if data is None or hashlib.sha256(data).hexdigest() != digest:
             return False  # missing, or damaged (a store that checks its hashes said so)
         self.target.put(data)
@@ -434,6 +435,8 @@ class BlobCarry:
                     data = source.get(digest)
                 except (OSError, InvalidBlobRefError):
                     data = None
+                import hashlib  # as in `_carry`
+
                 intact = data is not None and hashlib.sha256(data).hexdigest() == digest
             self._seen[digest] = intact
         if not intact:

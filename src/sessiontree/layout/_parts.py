@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sessiontree._util.env import agent_dir_or_default
-from sessiontree.layout._agent_dir import blob_store_for
-from sessiontree.storage import BlobStoreLike, RootedStorage, SessionStorage, default_storage
+from sessiontree.storage import RootedStorage, default_storage
+
+if TYPE_CHECKING:
+    from sessiontree.storage import BlobStoreLike, SessionStorage
 
 __all__ = ["StoreParts", "store_parts"]
 
@@ -52,6 +55,10 @@ class StoreParts:
         """The blob store of the session at `session_path` (None: of the store)."""
         if self.blobs is not None:
             return self.blobs
+        # Here: the agent dir's rules (breadcrumbs, blob refs) are a session's that is
+        # read or written, and a listing looks at none.
+        from sessiontree.layout._agent_dir import blob_store_for
+
         return blob_store_for(session_path, self.storage, self.agent_dir)
 
 

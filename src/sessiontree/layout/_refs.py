@@ -11,8 +11,6 @@ it, so its images cannot stay in an agent dir's blob store).
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import logging
 from functools import partial
 from typing import Any, Final
@@ -119,6 +117,10 @@ class _Resolver:
             # writes the ref back and the blob can still be restored under its name.
             self._kept(digest, "Blob %s is missing or damaged; the image stays a reference")
             return ref
+        # Here: only a session with images resolves refs, and hashlib loads OpenSSL.
+        import base64
+        import hashlib
+
         if (
             not isinstance(blobs, VerifiableBlobStore)
             and hashlib.sha256(data).hexdigest() != digest

@@ -9,7 +9,6 @@ means not read again, `only_appended` means read from the old end on.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from collections.abc import Iterable
@@ -208,6 +207,8 @@ def _stat_dir(directory: str, storage: SessionStorage, now_ns: int, kind: int) -
 
 
 def digest(data: bytes) -> bytes:
+    import hashlib  # here: a warm listing digests nothing, and hashlib loads OpenSSL
+
     return hashlib.blake2b(data, digest_size=16).digest()
 
 

@@ -22,8 +22,7 @@ from sessiontree.layout import (
     home_relative_dir_name,
     registered_session_dirs,
 )
-from sessiontree.maintenance._check import scan_session
-from sessiontree.session import SessionManager, backup_path, read_head
+from sessiontree.session import read_head
 from sessiontree.storage import (
     HostFilesystem,
     LockingStorage,
@@ -282,6 +281,11 @@ def migrate_session_file(path: str, parts: StoreParts, *, dry_run: bool = False)
     a valid header, FileNotFoundError for a missing one. The session's images are in
     `parts.blobs_for(path)`; its agent dir's `rescue/` is the store's.
     """
+    # The checker and the session manager are the migration's: listing the store's files
+    # (what a usage report or an import does with this module) needs neither.
+    from sessiontree.maintenance._check import scan_session
+    from sessiontree.session import SessionManager, backup_path
+
     storage = parts.storage
     scanned = scan_session(path, storage)
     if scanned.header is None:

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import stat
 import time
 from collections.abc import Callable, Iterable
@@ -694,7 +693,8 @@ def _take(blob: BlobFile, min_age_seconds: float) -> list[tuple[str, str, int]]:
         present.append((path, st.st_mtime_ns))
     files: list[tuple[str, str, int]] = []
     for path, mtime_ns in reversed(present):  # sidecars first: the blob itself goes last
-        tmp = side_path(path, f".{secrets.token_hex(6)}{_TAKEN_SUFFIX}", hidden=True)
+        # secrets.token_hex(6), without importing secrets (hashlib, hmac, base64)
+        tmp = side_path(path, f".{os.urandom(6).hex()}{_TAKEN_SUFFIX}", hidden=True)
         try:
             os.rename(path, tmp)
         except FileNotFoundError:

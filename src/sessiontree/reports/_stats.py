@@ -25,7 +25,6 @@ from sessiontree.format import (
     utc_day,
 )
 from sessiontree.layout import StoreParts
-from sessiontree.maintenance import list_blobs, list_store_blobs
 from sessiontree.reports._pricing import price_table
 from sessiontree.reports._usage import (
     Duplicates,
@@ -257,6 +256,9 @@ def store_stats(
         stats.by_model.setdefault(reply.model, Totals()).add(reply)
         stats.by_day.setdefault(utc_day(reply.record.timestamp), Totals()).add(reply)
     if blob_store is not None or blob_dir is not None:
+        # Here: gc's module is the store's statistics', not a session's summary (`show`).
+        from sessiontree.maintenance import list_blobs, list_store_blobs
+
         blobs = (
             list_store_blobs(blob_store) if blob_store is not None else list_blobs(blob_dir or "")
         )

@@ -56,10 +56,11 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta, tzinfo
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from sessiontree._util.fs import not_regular
 from sessiontree.format import (
@@ -73,15 +74,11 @@ from sessiontree.format import (
 from sessiontree.layout import StoreParts
 from sessiontree.listing import import_markers, import_records
 from sessiontree.reports._pricing import PriceTable, price_table
-from sessiontree.search import (
-    ContentIndex,
-    IndexedFile,
-    PostgresIndex,
-    SessionSource,
-    postgres_index,
-    read_source,
-)
+from sessiontree.search import ContentIndex, IndexedFile, SessionSource, read_source
 from sessiontree.storage import HostFilesystem, SessionStorage
+
+if TYPE_CHECKING:
+    from sessiontree.search import PostgresIndex
 
 __all__ = [
     "BLOCK_HOURS",
@@ -194,7 +191,14 @@ def load_usage(
     notes: list[str] = []
     index = None
     ours = any(s.load is None for s in srcs)  # another agent's are not indexed in a database
-    database = postgres_index(storage) if use_index and ours else None
+    database = None
+    if use_index and ours and "sessiontree.storage.postgres" in sys.modules:
+        # Only a store in PostgreSQL has an index there, and its package is loaded once
+        # such a store is opened: a file store's report loads neither that index nor
+        # the search modules it uses.
+        from sessiontree.search import postgres_index
+
+        database = postgres_index(storage)
     if database is not None:
         return _from_database(database, srcs, notes, progress)
     if use_index and isinstance(storage, HostFilesystem):

@@ -21,10 +21,11 @@ that cannot be read is skipped and named in the notes. The query's matcher is
 from __future__ import annotations
 
 import heapq
+import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sessiontree._util.env import agent_dir_or_default
 from sessiontree._util.gcpause import gc_paused
@@ -36,10 +37,12 @@ from sessiontree.search._index_rows import (
     SessionSource,
     index_text,
 )
-from sessiontree.search._pg_index import PostgresIndex, postgres_index
 from sessiontree.search._query import Matcher, make_matcher
 from sessiontree.search._scan import scan_sources
 from sessiontree.storage import HostFilesystem, SessionStorage, default_storage, read_range
+
+if TYPE_CHECKING:
+    from sessiontree.search._pg_index import PostgresIndex
 
 __all__ = ["SearchResult", "search"]
 
@@ -127,7 +130,13 @@ def _search(
     index: ContentIndex | None = None
     # Our sessions in a database (another agent's, read by a loader, are not indexed there).
     ours = any(s.load is None for s in srcs)
-    database = postgres_index(storage) if use_index and matcher.literals and ours else None
+    database = None
+    if use_index and matcher.literals and ours and "sessiontree.storage.postgres" in sys.modules:
+        # Only a store in PostgreSQL has an index there, and its package is loaded once
+        # such a store is opened: a file store's search does not load that index.
+        from sessiontree.search._pg_index import postgres_index
+
+        database = postgres_index(storage)
     if database is not None:
         return _in_database(database, srcs, matcher, filters, storage, limit, notes, index_progress)
     if not use_index:

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -48,10 +47,10 @@ from typing import TYPE_CHECKING, Protocol, TypeGuard, runtime_checkable
 from sessiontree._util.closing import ClosesOnExit, process_id
 from sessiontree._util.fs import create_new, glob_escape, side_path
 from sessiontree.errors import InheritedHandleError, SessionTreeError
-from sessiontree.storage._handover import OldInode, hand_over
 
 if TYPE_CHECKING:
     from sessiontree.storage._blobs import BlobStoreLike
+    from sessiontree.storage._handover import OldInode
 
 
 @dataclass(frozen=True, slots=True)
@@ -509,7 +508,12 @@ def replace_checked(
     if not isinstance(storage, HostFilesystem):
         check()
         return write_whole(storage, path, chunks)
-    temp = side_path(path, f".{secrets.token_hex(6)}.tmp", hidden=True)
+    # Here: the hand-over (its lock's socket, its conflict copies) is a rewrite's, and
+    # reading commands never rewrite.
+    from sessiontree.storage._handover import hand_over
+
+    # secrets.token_hex(6), without importing secrets (hashlib, hmac, base64)
+    temp = side_path(path, f".{os.urandom(6).hex()}.tmp", hidden=True)
     try:
         written = write_whole(storage, temp, chunks)
         if not isinstance(written, StorageStat):

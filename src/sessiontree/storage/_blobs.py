@@ -15,11 +15,9 @@ and `verify` tells a missing blob from a damaged one.
 from __future__ import annotations
 
 import errno
-import hashlib
 import logging
 import os
 import re
-import secrets
 import stat
 import threading
 import time
@@ -119,8 +117,14 @@ def check_hash(digest: object) -> str:
     return digest
 
 
+def _sha256(data: bytes) -> str:
+    import hashlib  # here: a command that reads no image never loads OpenSSL for it
+
+    return hashlib.sha256(data).hexdigest()
+
+
 def _intact(data: bytes, digest: str) -> bool:
-    return hashlib.sha256(data).hexdigest() == digest
+    return _sha256(data) == digest
 
 
 def _warn_damaged(where: str, size: int) -> None:
@@ -369,7 +373,7 @@ class BlobStore:
         hard-linked `<hash>.<ext>` sidecar is created too (as omp does, for OS
         image viewers).
         """
-        digest = hashlib.sha256(data).hexdigest()
+        digest = _sha256(data)
         path = self._path(digest)
         if not self._dir_ready:
             ensure_private_dir(self.dir)
@@ -405,7 +409,8 @@ class BlobStore:
         return BlobPutResult(digest, path, BLOB_REF_PREFIX + digest, display)
 
     def _tmp_path(self, path: str) -> str:
-        return side_path(path, f".{secrets.token_hex(6)}.tmp", hidden=True)
+        # secrets.token_hex(6), without importing secrets (hashlib, hmac, base64)
+        return side_path(path, f".{os.urandom(6).hex()}.tmp", hidden=True)
 
     def _write_new(self, path: str, data: bytes) -> None:
         # Not fsynced here: `sync()` makes every blob put since the last one durable.
@@ -536,7 +541,7 @@ class MemoryBlobStore:
     def put(self, data: bytes, mime_type: str | None = None) -> BlobPutResult:
         """Store `data` under its sha256; identical content is stored once (a re-put
         refreshes its mtime and replaces a damaged copy)."""
-        digest = hashlib.sha256(data).hexdigest()
+        digest = _sha256(data)
         held = self._blobs.get(digest)
         if held is None or held != data:
             if held is not None:

@@ -40,7 +40,6 @@ import errno
 import fcntl
 import logging
 import os
-import secrets
 import socket
 import stat
 import sys
@@ -332,7 +331,8 @@ def hand_over(
 
 def _conflict_name(path: str) -> str:
     stamp = time.strftime("%Y-%m-%dT%H-%M-%S", time.gmtime())
-    return side_path(path, f".conflict-{stamp}-{secrets.token_hex(3)}")
+    # secrets.token_hex(3), without importing secrets (hashlib, hmac, base64)
+    return side_path(path, f".conflict-{stamp}-{os.urandom(3).hex()}")
 
 
 def _second_name(path: str, fd: int) -> str | None:

@@ -37,7 +37,6 @@ import fcntl
 import logging
 import os
 import re
-import secrets
 import threading
 import time
 from dataclasses import dataclass, field
@@ -132,7 +131,8 @@ class _PinFile:
         """A new pin file holding `content`, locked before it is named; it replaces ours."""
         live = os.path.join(self.dir, LIVE_DIR)
         ensure_private_dir(live)
-        name = self.path or os.path.join(live, f"{os.getpid()}-{secrets.token_hex(8)}.pin")
+        # secrets.token_hex(8), without importing secrets (hashlib, hmac, base64)
+        name = self.path or os.path.join(live, f"{os.getpid()}-{os.urandom(8).hex()}.pin")
         tmp = os.path.join(live, "." + os.path.basename(name)[: -len(".pin")] + ".tmp")
         fd = open_regular(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         try:

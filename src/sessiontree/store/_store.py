@@ -44,15 +44,8 @@ from sessiontree.errors import (
 )
 from sessiontree.format import file_session_id
 from sessiontree.layout import StoreParts, native_agent_of
-from sessiontree.listing import (
-    ListingRows,
-    SessionInfo,
-    list_rows,
-    resolve_resumable_session,
-)
-from sessiontree.maintenance._gc import DEFAULT_MIN_AGE_SECONDS
+from sessiontree.listing import ListingRows, SessionInfo, list_rows
 from sessiontree.storage import (
-    BlobStoreLike,
     FileSessionStorage,
     SessionStorage,
     close_storage,
@@ -83,6 +76,7 @@ if TYPE_CHECKING:
     from sessiontree.reports import Report, ReportKind, StoreStats
     from sessiontree.search import SearchResult, SessionSource
     from sessiontree.session import SessionManager
+    from sessiontree.storage import BlobStoreLike
     from sessiontree.sync import SyncReport
 
 __all__ = ["PricedReplies", "Store", "made_by", "replies_of", "report_of_replies"]
@@ -504,6 +498,8 @@ class Store:
                 raise SessionNotFoundError(arg, f"{arg}: {kind}, not a regular file")
             where = "" if self.is_files else " in the store"
             raise SessionNotFoundError(arg, f"{arg}: no such session file{where}")
+        from sessiontree.listing import resolve_resumable_session  # a lookup's, not a listing's
+
         match = resolve_resumable_session(arg, here, storage=self.storage, agent_dir=self.agent_dir)
         if match is None:
             raise SessionNotFoundError(
@@ -522,6 +518,8 @@ class Store:
 
     def _exact_id(self, arg: str, here: str) -> str | None:
         """The path of the session whose id (or file name's id) is `arg`, case aside."""
+        from sessiontree.listing import resolve_resumable_session  # as in `resolve`
+
         try:
             match = resolve_resumable_session(
                 arg, here, storage=self.storage, agent_dir=self.agent_dir
@@ -797,13 +795,17 @@ class Store:
         self,
         *,
         delete: bool = False,
-        min_age_seconds: float = DEFAULT_MIN_AGE_SECONDS,
+        min_age_seconds: float | None = None,
         progress: Callable[[str], None] | None = None,
     ) -> GcReport:
         """The blobs no session of the store references (`.unreferenced`, `.young`, their
         bytes), and what could not be read (`.unreadable`); with `delete=True`, the old
-        enough ones are deleted (`.deleted`; `.refused` says why nothing was)."""
+        enough ones are deleted (`.deleted`; `.refused` says why nothing was). Younger than
+        `min_age_seconds` (None: `maintenance.DEFAULT_MIN_AGE_SECONDS`, 10 minutes) is
+        too young to go."""
         self._check_writable("collect its blobs")
+        if min_age_seconds is None:  # not the default's own: it would load gc with a Store
+            min_age_seconds = maintenance.DEFAULT_MIN_AGE_SECONDS
         return maintenance.collect_garbage(
             self.parts, delete=delete, min_age_seconds=min_age_seconds, progress=progress
         )

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from sessiontree._util.gcpause import gc_paused
 from sessiontree.errors import SessionTreeError
-from sessiontree.format import shown_title, utc_day
+from sessiontree.format import shown_title
 from sessiontree.listing import ListingRows, RowHandle, SessionInfo
 from sessiontree.store._replies import StreamedReplies, stream_replies_of
 from sessiontree.store._scope import SearchScope
@@ -564,6 +564,8 @@ class Stores(Mapping[str, Store]):
             total.passed_over += stats.passed_over
             scope.update(self._stores[key].files(cwd, nested=False))
         priced = replies_of([self._stores[key] for key, _ in per], progress=progress)
+        from sessiontree.format import utc_day  # the statistics', not a listing's
+
         total.duplicates = priced.duplicates
         for reply in priced.replies:
             if reply.session.path not in scope:
