@@ -295,7 +295,7 @@ def _collect(directories: list[str], parts: StoreParts, cache: bool) -> ListingR
         if first_seen:
             kept_rows.update(_rows_on_disk(parts, first_seen, listing, memory))
     if len(kept_rows) == len(dirs):  # every directory as it was: no file to read
-        return _listing_of(dirs, kept_rows, storage)
+        return _listing_of(dirs, kept_rows, storage, listing)
     from sessiontree.listing._changes import plan_changes
     from sessiontree.listing._scan import scan_jobs
 
@@ -358,13 +358,17 @@ def _collect(directories: list[str], parts: StoreParts, cache: bool) -> ListingR
                     to_keep.append((d, *keep))
     if to_keep:
         MetaDB(parts.agent_dir).store_dir_rows(to_keep)
-    return _listing_of(dirs, kept_rows, storage)
+    return _listing_of(dirs, kept_rows, storage, listing)
 
 
 def _listing_of(
-    dirs: list[str], rows_of: dict[str, list[_Row] | KeptRows], storage: SessionStorage
+    dirs: list[str],
+    rows_of: dict[str, list[_Row] | KeptRows],
+    storage: SessionStorage,
+    stats: dict[str, list[Stat]],
 ) -> ListingRows:
-    """The listing of `dirs`, each one's rows given (`rows_of`)."""
+    """The listing of `dirs`, each one's rows given (`rows_of`), its files stat'ed as
+    `stats` say."""
     ordered: list[_Row] = []
     runs: list[KeptRows] = []
     for d in dirs:
@@ -375,7 +379,7 @@ def _listing_of(
             ordered += rows
     if len(dirs) > 1:
         ordered.sort(reverse=True)  # paths differ: the infos themselves are never compared
-    return ListingRows(ordered, storage, runs=runs)
+    return ListingRows(ordered, storage, runs=runs, stats=stats)
 
 
 def _newer(in_memory: Record | None, on_disk: Record | None) -> Record | None:
@@ -581,7 +585,7 @@ class ListingRows:
     """A listing's sessions, newest modified first, each's `SessionInfo` built when first
     asked for: a page of a long listing builds the infos of its rows only."""
 
-    __slots__ = ("_by_mtime", "_rows", "_runs", "_storage")
+    __slots__ = ("_by_mtime", "_rows", "_runs", "_storage", "stats")
 
     def __init__(
         self,
@@ -590,7 +594,12 @@ class ListingRows:
         *,
         runs: list[KeptRows] | None = None,
         by_mtime: bool = True,
+        stats: dict[str, list[Stat]] | None = None,
     ) -> None:
+        self.stats = stats
+        """Each directory's files as the listing stat'ed them (`stat_dir`: sessions and
+        the files that are none), for a reader of the files that would stat them
+        again (the content index's refresh); None: no stat of them was taken."""
         self._rows = rows
         self._runs = runs or []
         """Directories as the on-disk cache kept them, merged with `rows` when asked for."""

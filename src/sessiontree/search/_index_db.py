@@ -89,7 +89,9 @@ INDEX_FAMILY: Final = Family(
     # 4: words (`_terms`) in the FTS table, not trigrams; the vocabulary in ``terms``
     # 5: usage rows hold 1-hour cache writes (`cache_write_1h`) and a Claude Code
     #    transcript's inline sidechain replies (`format.ExtraUsage`): read again
-    version=5,
+    # 6: the verdict in ``meta`` (`_verdict`), which every writer must drop: an older
+    #    sessiontree leaves a newer index alone, so none writes without dropping it
+    version=6,
     schema=_SCHEMA,
     tables=("meta", "files", "entries", *USAGE_TABLES, "fts", "terms", "terms_fts"),
 )

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from sessiontree.format import clean_title
 from sessiontree.listing import ListingRows, RowHandle, SessionInfo
+from sessiontree.listing._marks import Stat
 
 if TYPE_CHECKING:
     from sessiontree.store._store import Store
@@ -28,13 +29,20 @@ TitleRow = tuple[str, str, str | None, int]
 
 class SearchScope:
     """The paths a search reads (the listing's order) and, when asked, the title rows
-    of those with a title (the same order)."""
+    of those with a title (the same order); `stats`: the listing's stats of the files,
+    when it took them (the index's refresh then stats none again)."""
 
-    __slots__ = ("_titles", "paths")
+    __slots__ = ("_titles", "paths", "stats")
 
-    def __init__(self, paths: list[str], titles: Callable[[], Iterator[_Titled]]) -> None:
+    def __init__(
+        self,
+        paths: list[str],
+        titles: Callable[[], Iterator[_Titled]],
+        stats: Iterable[Stat] | None = None,
+    ) -> None:
         self.paths = paths
         self._titles = titles
+        self.stats = stats
 
     def titles(self) -> Iterator[TitleRow]:
         return (
@@ -50,7 +58,8 @@ class SearchScope:
     def of_rows(cls, rows: ListingRows, handles: list[RowHandle]) -> SearchScope:
         """The rows `handles` (of `rows.newest_first`): a row without a title is
         passed over (`title_hits` would be), and no kept row's info is built."""
-        return cls(rows.paths(handles), lambda: rows.titled(handles))
+        stats = [s for d in rows.stats.values() for s in d] if rows.stats is not None else None
+        return cls(rows.paths(handles), lambda: rows.titled(handles), stats)
 
     @classmethod
     def of(cls, store: Store, sessions: Sequence[str] | Sequence[SessionInfo]) -> SearchScope:

@@ -715,6 +715,8 @@ class Store:
             agent_dir=view.agent_dir,
             use_index=use_index,
             index_progress=progress,
+            # The listing's stats of our files (another agent's are read through a view).
+            listed=scope.stats if self._foreign is None else None,
         )
         # The titles, from the listing (after the entries: the index is refreshed first).
         titled = title_hits(
