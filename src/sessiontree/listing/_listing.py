@@ -15,7 +15,7 @@ import errno
 import heapq
 import itertools
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from operator import itemgetter
@@ -626,22 +626,28 @@ class ListingRows:
             add(rows[i][3].path if run < 0 else kept[run][i][0])
         return out
 
-    def titled(self, handles: Iterable[RowHandle]) -> Iterator[tuple[str, str, Any, datetime]]:
+    def titled(
+        self, handles: Iterable[RowHandle], may_match: Callable[[str], bool] | None = None
+    ) -> Iterator[tuple[str, str, Any, datetime]]:
         """(path, id, title, modified) of the rows `handles` (of `newest_first`) with a
         title, as their infos have them, without building the infos of kept rows: a
-        search looks at every title."""
+        search looks at every title. `may_match`: a test of the title that is true of
+        every title a search can match (the others are passed over)."""
         rows, runs = self._rows, self._runs
         details = [run.details() for run in runs]
         for run, i in handles:
             kept = details[run] if run >= 0 else None
             if kept is None:
                 info = rows[i][3] if run < 0 else runs[run].info(i)
-                if info.title is not None:
-                    yield info.path, info.id, info.title, info.modified
-            elif kept[i][1] is not None:
+                title = info.title
+                if title is not None and (may_match is None or may_match(title)):
+                    yield info.path, info.id, title, info.modified
+                continue
+            title = kept[i][1]
+            if title is not None and (may_match is None or may_match(title)):
                 one = runs[run]
                 path, _, mtime_ns = one.files()[i][:3]
-                yield path, one.ids[i], kept[i][1], _from_us(mtime_ns // 1000)
+                yield path, one.ids[i], title, _from_us(mtime_ns // 1000)
 
     def infos(self) -> list[SessionInfo]:
         with gc_paused():  # as `collect`: thousands of infos, all surviving

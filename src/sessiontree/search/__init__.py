@@ -12,7 +12,7 @@ database: `_pg_index`.
 from __future__ import annotations
 
 from sessiontree.search._content_index import ContentIndex
-from sessiontree.search._hits import SearchHit, merge_store_hits, title_hits
+from sessiontree.search._hits import SearchHit, merge_store_hits, title_hits, title_test
 from sessiontree.search._index_db import INDEX_DB_NAME
 from sessiontree.search._index_rows import (
     IndexedFile,
@@ -51,4 +51,5 @@ __all__ = [
     "search",
     "search_sessions",
     "title_hits",
+    "title_test",
 ]
