@@ -97,7 +97,7 @@ from sessiontree.search._index_rows import (
 from sessiontree.search._read_ahead import read_ahead
 from sessiontree.search._terms import (
     MAX_TERMS,
-    cut,
+    cut_all,
     holds,
     literal_pieces,
     quoted,
@@ -646,11 +646,8 @@ class ContentIndex:
         new_terms = self._new_terms
         texts = rows.texts
         if not cut_already:
-            texts = []
-            for text in rows.texts:
-                indexed, terms = cut(text)
-                texts.append(indexed)
-                new_terms.update(terms)
+            texts, terms = cut_all(texts)
+            new_terms.update(terms)
         self._fts_rows += zip(keys, texts, strict=True)
         self._fts_held += sum(map(len, texts))
         if self._fts_held > _FTS_HELD:
