@@ -53,7 +53,7 @@ def source_path(source: Source) -> str:
 
 def source_paths(sources: Sequence[Source]) -> list[str]:
     """Each source's path (the sources themselves when they are all paths: a search's)."""
-    if all(type(s) is str for s in sources):
+    if set(map(type, sources)) <= {str}:  # (a map in C: a search's 100,000 paths in ms)
         return sources  # type: ignore[return-value]
     return [source_path(s) for s in sources]
 
@@ -66,13 +66,15 @@ def identities(
     `sources`: a loader's source by its own identity, a file by `stat_identity` (inlined:
     a search stats every file of the store), or as `listed` (stats a listing took of
     the files: `stat_identity`'s, with the racy rule applied as it stat'ed them)."""
-    paths = set(source_paths(sources))
+    named = source_paths(sources)
+    paths = set(named)
     if listed is None:
         return (*_stat(sources), paths)
     taken = {s[0]: s for s in listed if s[0] in paths}
-    for source in sources:
-        if not isinstance(source, str) and source.load is not None:
-            taken.pop(source.path, None)  # by its own identity
+    if named is not sources:
+        for source in sources:
+            if not isinstance(source, str) and source.load is not None:
+                taken.pop(source.path, None)  # by its own identity
     stats = list(taken.values())
     if len(taken) == len(paths):
         return stats, [], paths
