@@ -318,3 +318,18 @@ def test_cached_answers_equal_uncached_ones_whatever_the_writes(
                     os.replace(tmp, path)
                 os.utime(path, ns=(clock[0], clock[0]))  # stamped with the tick
     clear_listing_cache()
+
+
+def test_a_file_written_after_the_listing_began_is_not_trusted(project: Path) -> None:
+    """A file stamped after the time a listing started (`now_ns`) may have been stat'ed
+    within its mtime's tick, however long after `now_ns` that was: its identity is not
+    trusted (the content index takes these stats for its own)."""
+    path = project / "a.jsonl"
+    path.write_bytes(_session(["alpha"]))
+    mtime = os.stat(path).st_mtime_ns
+    storage = store_parts(agent_dir=str(project.parent.parent)).storage
+    for started in (mtime - 5_000_000_000, mtime - 1_000, mtime):  # long before, just before
+        (stat,) = _marks.stat_dir(str(project), storage, started)
+        assert stat[4] == _marks.UNTRUSTED
+    (stat,) = _marks.stat_dir(str(project), storage, mtime + 5_000_000_000)
+    assert stat[4] == os.stat(path).st_ctime_ns

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sessiontree.search._index_rows import index_text
-from sessiontree.search._terms import TERM, cut, fts_text, holds, literal_pieces
+from sessiontree.search._terms import TERM, cut, cut_all, fts_text, holds, literal_pieces
 from tests.search.test_content_index import entry_line, found, lines_of, write
 
 
@@ -93,3 +93,17 @@ def test_a_term_is_made_of_the_characters_of_sqlites_ascii_tokenizer() -> None:
     every = "".join(map(chr, range(0x110000)))
     spelled = re.compile("[0-9a-zA-Z\x80-\U0010ffff]+")
     assert [m.span() for m in TERM.finditer(every)] == [m.span() for m in spelled.finditer(every)]
+
+
+_PIECE = st.one_of(
+    st.text(alphabet=st.sampled_from("ab9 .-\u00e9\u4e2d\n"), max_size=20),
+    st.sampled_from(["x" * 129, "\u4e2d" * 50, "ab" * 100, "9" * 128]),  # long runs, or nearly
+)
+
+
+@given(texts=st.lists(st.lists(_PIECE, max_size=6).map("".join), max_size=8))
+def test_a_files_texts_cut_at_once_are_cut_as_one_by_one(texts: list[str]) -> None:
+    cut_texts, terms = cut_all(texts)
+    one_by_one = [cut(text) for text in texts]
+    assert cut_texts == [indexed for indexed, _ in one_by_one]
+    assert terms == [term for _, words in one_by_one for term in words]

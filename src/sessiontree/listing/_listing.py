@@ -15,7 +15,7 @@ import errno
 import heapq
 import itertools
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from operator import itemgetter
@@ -295,7 +295,7 @@ def _collect(directories: list[str], parts: StoreParts, cache: bool) -> ListingR
         if first_seen:
             kept_rows.update(_rows_on_disk(parts, first_seen, listing, memory))
     if len(kept_rows) == len(dirs):  # every directory as it was: no file to read
-        return _listing_of(dirs, kept_rows, storage)
+        return _listing_of(dirs, kept_rows, storage, listing)
     from sessiontree.listing._changes import plan_changes
     from sessiontree.listing._scan import scan_jobs
 
@@ -358,13 +358,17 @@ def _collect(directories: list[str], parts: StoreParts, cache: bool) -> ListingR
                     to_keep.append((d, *keep))
     if to_keep:
         MetaDB(parts.agent_dir).store_dir_rows(to_keep)
-    return _listing_of(dirs, kept_rows, storage)
+    return _listing_of(dirs, kept_rows, storage, listing)
 
 
 def _listing_of(
-    dirs: list[str], rows_of: dict[str, list[_Row] | KeptRows], storage: SessionStorage
+    dirs: list[str],
+    rows_of: dict[str, list[_Row] | KeptRows],
+    storage: SessionStorage,
+    stats: dict[str, list[Stat]],
 ) -> ListingRows:
-    """The listing of `dirs`, each one's rows given (`rows_of`)."""
+    """The listing of `dirs`, each one's rows given (`rows_of`), its files stat'ed as
+    `stats` say."""
     ordered: list[_Row] = []
     runs: list[KeptRows] = []
     for d in dirs:
@@ -375,7 +379,7 @@ def _listing_of(
             ordered += rows
     if len(dirs) > 1:
         ordered.sort(reverse=True)  # paths differ: the infos themselves are never compared
-    return ListingRows(ordered, storage, runs=runs)
+    return ListingRows(ordered, storage, runs=runs, stats=stats)
 
 
 def _newer(in_memory: Record | None, on_disk: Record | None) -> Record | None:
@@ -597,7 +601,7 @@ class ListingRows:
     """A listing's sessions, newest modified first, each's `SessionInfo` built when first
     asked for: a page of a long listing builds the infos of its rows only."""
 
-    __slots__ = ("_by_mtime", "_rows", "_runs", "_storage")
+    __slots__ = ("_by_mtime", "_rows", "_runs", "_storage", "stats")
 
     def __init__(
         self,
@@ -606,7 +610,12 @@ class ListingRows:
         *,
         runs: list[KeptRows] | None = None,
         by_mtime: bool = True,
+        stats: dict[str, list[Stat]] | None = None,
     ) -> None:
+        self.stats = stats
+        """Each directory's files as the listing stat'ed them (`stat_dir`: sessions and
+        the files that are none), for a reader of the files that would stat them
+        again (the content index's refresh); None: no stat of them was taken."""
         self._rows = rows
         self._runs = runs or []
         """Directories as the on-disk cache kept them, merged with `rows` when asked for."""
@@ -633,22 +642,28 @@ class ListingRows:
             add(rows[i][3].path if run < 0 else kept[run][i][0])
         return out
 
-    def titled(self, handles: Iterable[RowHandle]) -> Iterator[tuple[str, str, Any, datetime]]:
+    def titled(
+        self, handles: Iterable[RowHandle], may_match: Callable[[str], bool] | None = None
+    ) -> Iterator[tuple[str, str, Any, datetime]]:
         """(path, id, title, modified) of the rows `handles` (of `newest_first`) with a
         title, as their infos have them, without building the infos of kept rows: a
-        search looks at every title."""
+        search looks at every title. `may_match`: a test of the title that is true of
+        every title a search can match (the others are passed over)."""
         rows, runs = self._rows, self._runs
         details = [run.details() for run in runs]
         for run, i in handles:
             kept = details[run] if run >= 0 else None
             if kept is None:
                 info = rows[i][3] if run < 0 else runs[run].info(i)
-                if info.title is not None:
-                    yield info.path, info.id, info.title, info.modified
-            elif kept[i][1] is not None:
+                title = info.title
+                if title is not None and (may_match is None or may_match(title)):
+                    yield info.path, info.id, title, info.modified
+                continue
+            title = kept[i][1]
+            if title is not None and (may_match is None or may_match(title)):
                 one = runs[run]
                 path, _, mtime_ns = one.files()[i][:3]
-                yield path, one.ids[i], kept[i][1], _from_us(mtime_ns // 1000)
+                yield path, one.ids[i], title, _from_us(mtime_ns // 1000)
 
     def infos(self) -> list[SessionInfo]:
         with gc_paused():  # as `collect`: thousands of infos, all surviving

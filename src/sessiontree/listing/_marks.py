@@ -157,7 +157,9 @@ def _stat_dir(directory: str, storage: SessionStorage, now_ns: int, kind: int) -
         # stat then resolves the file's name in it, not its whole path again.
         # The loop's names are locals and its tests the cheapest that say the same
         # (a tenth of a repeated listing's CPU): a name is never empty; only an mtime
-        # less than the coarsest tick before `now_ns` (or after it) may be racy.
+        # less than the coarsest tick before `now_ns` (or after it) may be racy. A file
+        # written after `now_ns` (as the directory is read) may have been stat'ed within
+        # its mtime's tick however long after `now_ns` that was: racy too.
         ctime_moves = _CTIME_MOVES
         prefix = directory if directory.endswith(os.sep) else directory + os.sep
         recent = now_ns - _COARSE_TICK_NS
@@ -179,7 +181,7 @@ def _stat_dir(directory: str, storage: SessionStorage, now_ns: int, kind: int) -
                     except OSError:
                         continue
                     mtime_ns = st.st_mtime_ns
-                    if mtime_ns > recent and racy(mtime_ns, now_ns):
+                    if mtime_ns > recent and (mtime_ns >= now_ns or racy(mtime_ns, now_ns)):
                         ctime_ns = UNTRUSTED
                     else:
                         ctime_ns = st.st_ctime_ns if ctime_moves else 0

@@ -17,7 +17,7 @@ from sessiontree._util.lazy import lazy_exports, lazy_table
 
 if TYPE_CHECKING:  # what mypy sees; at run time each name is imported on first use
     from sessiontree.search._content_index import ContentIndex
-    from sessiontree.search._hits import SearchHit, merge_store_hits, title_hits
+    from sessiontree.search._hits import SearchHit, merge_store_hits, title_hits, title_test
     from sessiontree.search._index_db import INDEX_DB_NAME
     from sessiontree.search._index_rows import (
         IndexedFile,
@@ -41,7 +41,7 @@ _WHERE = lazy_table(
         "_content_index": "ContentIndex",
         # A usage report reads the index's rows: it loads neither the search (hits,
         # queries, the scan) nor, for a file store, the PostgreSQL index.
-        "_hits": "SearchHit merge_store_hits title_hits",
+        "_hits": "SearchHit merge_store_hits title_hits title_test",
         "_index_db": "INDEX_DB_NAME",
         "_index_rows": "IndexedFile SessionSource index_text query_trigrams read_source",
         "_pg_index": "PostgresIndex postgres_index",
@@ -75,4 +75,5 @@ __all__ = [
     "search",
     "search_sessions",
     "title_hits",
+    "title_test",
 ]

@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import stat as stat_module
 from collections.abc import (
     Callable,
     Collection,
@@ -66,7 +65,6 @@ from collections.abc import (
 from dataclasses import dataclass, field
 from typing import Final, TypeVar
 
-import sessiontree.listing._marks as _marks
 from sessiontree._util.cachedb import CacheDB, is_damage, is_locked
 from sessiontree._util.closing import process_id
 from sessiontree._util.fs import utf8_encodable
@@ -77,9 +75,8 @@ from sessiontree.listing import (
     Known,
     grown_from,
     plan_changes,
-    stat_identity,
 )
-from sessiontree.listing._marks import UNTRUSTED, Stat, read_start_ns
+from sessiontree.listing._marks import UNTRUSTED, Stat
 from sessiontree.search._index_db import (
     INDEX_DB_NAME,
     INDEX_FAMILY,
@@ -100,7 +97,7 @@ from sessiontree.search._index_rows import (
 from sessiontree.search._read_ahead import read_ahead
 from sessiontree.search._terms import (
     MAX_TERMS,
-    cut,
+    cut_all,
     holds,
     literal_pieces,
     quoted,
@@ -111,6 +108,7 @@ from sessiontree.search._usage_rows import (
     usage_records_of,
     write_usage_rows,
 )
+from sessiontree.search._verdict import VERDICT_KEY, Source, identities, verdict
 from sessiontree.storage import SessionStorage, default_storage
 
 __all__ = ["Candidate", "ContentIndex", "IndexStats", "Refreshed"]
@@ -275,14 +273,18 @@ class ContentIndex:
 
     def refresh(
         self,
-        sources: Sequence[SessionSource],
+        sources: Sequence[Source],
         *,
+        listed: Iterable[Stat] | None = None,
         storage: SessionStorage | None = None,
         progress: Callable[[int, int], None] | None = None,
         prune: bool = False,
     ) -> Refreshed:
-        """Bring the index up to date with `sources` (see the module docstring).
+        """Bring the index up to date with `sources` (paths of our JSONL files, or
+        `SessionSource`s; see the module docstring).
 
+        `listed`: the stats a listing took of (some of) the files a moment before
+        (`listing.ListingRows.stats`), used instead of a stat of each.
         `progress(bytes_done, bytes_total)` is called while files are read.
         `prune` also forgets indexed files that no longer exist (whatever `sources`
         holds). Raises sqlite3.DatabaseError when the database is damaged.
@@ -295,7 +297,19 @@ class ContentIndex:
         if self._should_rebuild() and self.reset():
             result.rebuilt = True
         conn = self._conn
-        stats, failed, listed = _identities(sources)
+        stats, failed, paths = identities(sources, listed)
+        digest = verdict(stats, sources) if not failed else None
+        # What another connection wrote from here on is seen (`_keep_verdict`).
+        version = self._data_version()
+        kept = self._meta_text(VERDICT_KEY)
+        if digest is not None and kept is not None and kept[:-2] == digest:
+            # The last complete refresh left the index holding these very stats: nothing
+            # to compare (`_verdict`). ":e": it holds no other file either.
+            if kept.endswith(":e"):
+                self._exact = {s[0] for s in stats}
+                return result
+            if not prune:
+                return result
         # Most refreshes find nothing to do: the sources' identities, compared as one set
         # with the rows' (one query, no object per row), say so without planning. A row
         # stat'ed within its mtime's tick (`UNTRUSTED`) is never the file as it is now.
@@ -307,24 +321,33 @@ class ContentIndex:
                 )
             )
             if held.issuperset(stats):
+                exact: set[str] | None = None
                 if len(held) == len(stats) and len(held) == self.file_count():
                     exact = {s[0] for s in stats}  # each row's file, once: `covering` is cheap
-                    self._exact = exact if len(exact) == len(held) else None
+                    self._exact = exact = exact if len(exact) == len(held) else None
+                if digest is not None:
+                    self._keep_verdict(digest, exact is not None, version, wait=False)
                 return result
         # Plan (no file is read): the sources' identities against the `files` rows.
         known: dict[str, Known[int]] = {}
         for row in conn.execute("SELECT path, id, size, mtime_ns, ino, ctime_ns FROM files"):
             known[row[0]] = Known((row[2], row[3], row[4], row[5]), row[1])
         gone = [known[path].value for path in failed if path in known]
-        if not all(map(utf8_encodable, listed)):
+        if not all(map(utf8_encodable, paths)):
             result.stale += [s[0] for s in stats if not utf8_encodable(s[0])]
             stats = [s for s in stats if utf8_encodable(s[0])]
-        by_path = {source.path: source for source in sources}
-        plan = plan_changes(stats, known, listed)
-        todo = [(by_path[s[0]], s) for s, _ in plan.to_read]
+        plan = plan_changes(stats, known, paths)
+        if plan.to_read:
+            # Objects for the files read only: a search's sources are mostly paths.
+            loaders = {s.path: s for s in sources if not isinstance(s, str)}
+            todo = [(loaders.get(s[0]) or SessionSource(s[0]), s) for s, _ in plan.to_read]
+        else:
+            todo = []
         if prune:  # rows of files not among `sources` may be other stores': gone if deleted
             gone += [known[p].value for p in plan.gone if not _exists(p)]
         if not todo and not gone:
+            if digest is not None and not result.stale:
+                self._keep_verdict(digest, self._holds_only(stats), version, wait=False)
             return result
         total = sum(s[1] for _, s in todo)
         done = 0
@@ -333,6 +356,7 @@ class ContentIndex:
         try:
             if gone:
                 with write_transaction(conn):
+                    self._drop_verdict()
                     for file_id in gone:
                         self._forget(file_id, None)
                     result.removed = len(gone)
@@ -340,6 +364,7 @@ class ContentIndex:
                 batch_bytes = 0
                 batch_rows = 0
                 with write_transaction(conn):
+                    self._drop_verdict()
                     self._fts_rows.clear()  # a transaction that failed leaves none
                     while (
                         at < len(todo) and batch_bytes < _BATCH_BYTES and batch_rows < _BATCH_ROWS
@@ -375,7 +400,55 @@ class ContentIndex:
         finally:
             ahead.close()
         self._files = self._ids = self._exact = None
+        if digest is not None and not result.stale:
+            only = self._holds_only(stats)
+            if self._keep_verdict(digest, only, version, wait=True) and only:
+                self._exact = {s[0] for s in stats}
         return result
+
+    def _data_version(self) -> int:
+        """A number that changes whenever another connection commits a write."""
+        version: int = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        return version
+
+    def _holds_only(self, stats: Sequence[Stat]) -> bool:
+        """Whether the index holds no file but those of `stats` (each of which it
+        holds, after a complete refresh)."""
+        return len({s[0] for s in stats}) == self.file_count()
+
+    def _drop_verdict(self) -> None:
+        """Forget the verdict (in every write transaction of a refresh, first: what it
+        writes may make it untrue)."""
+        self._conn.execute("DELETE FROM meta WHERE key = ?", (VERDICT_KEY,))
+
+    def _keep_verdict(self, digest: str, exact: bool, version: int, *, wait: bool) -> bool:
+        """Keep `digest` as the verdict of a refresh that found (or made) every source's
+        row as stat'ed, when no other connection wrote the index since it read the rows
+        (`version`: `_data_version` then). `wait`: for the write lock as long as any
+        write does (else not at all: a search does not wait to save the next one a
+        comparison). Whether it was kept."""
+        conn = self._conn
+        value = digest + (":e" if exact else ":p")
+        if self._meta_text(VERDICT_KEY) == value:
+            return True
+        waited = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+        if not wait:
+            conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            with write_transaction(conn):
+                if self._data_version() != version:
+                    return False
+                conn.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (VERDICT_KEY, value)
+                )
+        except sqlite3.OperationalError as exc:
+            if not is_locked(exc):
+                raise
+            return False
+        finally:
+            if not wait:
+                conn.execute(f"PRAGMA busy_timeout = {int(waited)}")
+        return True
 
     def _should_rebuild(self) -> bool:
         dead = self._meta("dead_bytes", 0)
@@ -389,6 +462,10 @@ class ContentIndex:
     def _meta(self, key: str, default: int) -> int:
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return int(row[0]) if row is not None and isinstance(row[0], int) else default
+
+    def _meta_text(self, key: str) -> str | None:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row is not None and isinstance(row[0], str) else None
 
     def _save_terms(self) -> None:
         """Add the words of the rows written to the vocabulary (each word once; a word
@@ -569,11 +646,8 @@ class ContentIndex:
         new_terms = self._new_terms
         texts = rows.texts
         if not cut_already:
-            texts = []
-            for text in rows.texts:
-                indexed, terms = cut(text)
-                texts.append(indexed)
-                new_terms.update(terms)
+            texts, terms = cut_all(texts)
+            new_terms.update(terms)
         self._fts_rows += zip(keys, texts, strict=True)
         self._fts_held += sum(map(len, texts))
         if self._fts_held > _FTS_HELD:
@@ -768,49 +842,6 @@ class ContentIndex:
             except OSError:
                 pass
         return IndexStats(files, entries, text, size, fts, self._meta("dead_bytes", 0))
-
-
-def _identities(sources: Sequence[SessionSource]) -> tuple[list[Stat], list[str], set[str]]:
-    """(each regular file's `Stat`, the paths that could not be stat'ed or are no regular
-    file, every path) of `sources`: a loader's source by its own identity, a file by
-    `stat_identity` (inlined: a search stats every file of the store)."""
-    stats: list[Stat] = []
-    failed: list[str] = []
-    add = stats.append
-    stat = os.stat
-    is_regular = stat_module.S_ISREG
-    # Only an mtime within the coarsest tick before now (or after it) may be racy: the
-    # others are not, whenever they are stat'ed from here on.
-    recent = read_start_ns() - _marks._COARSE_TICK_NS
-    for source in sources:
-        path = source.path
-        try:
-            if source.load is not None and source.identity is not None:
-                add((path, *source.identity(path)))
-                continue
-            st = stat(path)
-        except OSError:
-            failed.append(path)
-            continue
-        if not is_regular(st.st_mode):
-            # A FIFO (device) put where an indexed session was: its rows are the old
-            # file's, never answered from; forgotten, and the reader names it.
-            failed.append(path)
-            continue
-        mtime_ns = st.st_mtime_ns
-        if mtime_ns > recent:
-            add((path, *stat_identity(st)))
-        else:
-            add(
-                (
-                    path,
-                    st.st_size,
-                    mtime_ns,
-                    st.st_ino,
-                    st.st_ctime_ns if _marks._CTIME_MOVES else 0,
-                )
-            )
-    return stats, failed, {source.path for source in sources}
 
 
 def _exists(path: str) -> bool:

@@ -4,14 +4,22 @@ search (roles, time range); the hits of several stores as one store's."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from sessiontree.format import Entry, entry_role, entry_text, parse_iso_ms
 from sessiontree.search._query import Matcher, make_matcher
 
-__all__ = ["Filters", "SearchHit", "entry_hit", "merge_store_hits", "snippet", "title_hits"]
+__all__ = [
+    "Filters",
+    "SearchHit",
+    "entry_hit",
+    "merge_store_hits",
+    "snippet",
+    "title_hits",
+    "title_test",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +142,32 @@ def entry_hit(
         after,
         ts,
     )
+
+
+def title_test(
+    query: str, *, case_sensitive: bool = False, regex: bool = False
+) -> Callable[[str], bool] | None:
+    """A test of a session's title as listed (before `format.clean_title`) that is true
+    of every title `title_hits` can match: each whitespace-free part of a substring
+    query is in it (as `Substring` folds case). None: no test (a regular expression).
+
+    Why none is missed: `clean_title` keeps parts of the title (a prefix, a command's
+    name and arguments, the text around tags it drops) joined by single spaces, so
+    each run of non-space characters of the cleaned title is in the title itself; a
+    part of the query holds no whitespace, so where the query matches, each part of it
+    lies in one such run. Casefolding maps each character on its own and never makes
+    whitespace of one that is not, so the same holds of the casefolded texts."""
+    if regex:
+        return None
+    parts = (query if case_sensitive else query.casefold()).split()
+    if not parts:
+        return None
+    if case_sensitive:
+        return lambda title: all(part in title for part in parts)
+    if len(parts) == 1:
+        part = parts[0]
+        return lambda title: part in title.casefold()
+    return lambda title: all(part in title.casefold() for part in parts)
 
 
 def title_hits(

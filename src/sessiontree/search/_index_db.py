@@ -90,7 +90,9 @@ INDEX_FAMILY: Final = Family(
     # 5: usage rows hold 1-hour cache writes (`cache_write_1h`) and a Claude Code
     #    transcript's inline sidechain replies (`format.ExtraUsage`): read again
     # 6: usage rows hold no negative count (`format.usage_record` and the other agents'
-    #    readers count one as 0): rows an older one kept negative are read again
+    #    readers count one as 0): rows an older one kept negative are read again; and
+    #    the verdict in ``meta`` (`_verdict`), which every writer must drop: an older
+    #    sessiontree leaves a newer index alone, so none writes without dropping it
     version=6,
     schema=_SCHEMA,
     tables=("meta", "files", "entries", *USAGE_TABLES, "fts", "terms", "terms_fts"),

@@ -22,7 +22,7 @@ from typing import Any, Final
 from sessiontree._util.forked import can_fork, stream_forked
 from sessiontree.listing import FileMark
 from sessiontree.search._index_rows import FileState, Read, Rows, SessionSource, read_file
-from sessiontree.search._terms import cut
+from sessiontree.search._terms import cut_all
 from sessiontree.storage import FileSessionStorage, SessionStorage
 
 __all__ = ["ReadAhead", "idle_cores", "read_ahead"]
@@ -164,11 +164,8 @@ def _read_batch(jobs: list[Job]) -> Batch:
             reads.append(None)
             continue
         mark, rows, committed, saved, final = read
-        texts = []
-        for text in rows.texts:
-            indexed, words = cut(text)
-            texts.append(indexed)
-            terms.update(words)
+        texts, words = cut_all(rows.texts)
+        terms.update(words)
         reads.append(
             (
                 (

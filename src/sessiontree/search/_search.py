@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from sessiontree._util.env import agent_dir_or_default
 from sessiontree._util.gcpause import gc_paused
 from sessiontree.format import Entry, loads_object
+from sessiontree.listing._marks import Stat
 from sessiontree.search._content_index import Candidate, ContentIndex, Refreshed
 from sessiontree.search._hits import Filters, SearchHit, entry_hit
 from sessiontree.search._index_rows import (
@@ -39,6 +40,7 @@ from sessiontree.search._index_rows import (
 )
 from sessiontree.search._query import Matcher, make_matcher
 from sessiontree.search._scan import scan_sources
+from sessiontree.search._verdict import Source, source_paths
 from sessiontree.storage import HostFilesystem, SessionStorage, default_storage, read_range
 
 if TYPE_CHECKING:
@@ -75,6 +77,7 @@ def search(
     agent_dir: str | None = None,
     use_index: bool = True,
     index_progress: Callable[[int, int], None] | None = None,
+    listed: Iterable[Stat] | None = None,
 ) -> SearchResult:
     """Entries of `sources` whose text contains `query` (or matches it with `regex`).
 
@@ -83,7 +86,9 @@ def search(
     index lives in `agent_dir`'s cache (default: the agent dir in effect) and is
     used for the agent dir's files only (a `HostFilesystem` storage); a PostgreSQL
     store's own index is used for its files; other stores are scanned.
-    `index_progress(bytes_done, bytes_total)` reports a refresh.
+    `index_progress(bytes_done, bytes_total)` reports a refresh. `listed`: the stats a
+    listing took of the sources' files a moment before (`listing.ListingRows.stats`),
+    which the index's refresh takes instead of a stat of each.
     Raises SessionTreeError for a bad regular expression.
     """
     # The sources, the index's rows of every file and the hits all live until the
@@ -102,6 +107,7 @@ def search(
             agent_dir,
             use_index,
             index_progress,
+            listed,
         )
 
 
@@ -118,9 +124,11 @@ def _search(
     agent_dir: str | None,
     use_index: bool,
     index_progress: Callable[[int, int], None] | None,
+    listed: Iterable[Stat] | None,
 ) -> SearchResult:
     matcher = make_matcher(query, regex, case_sensitive)
-    srcs = [s if isinstance(s, SessionSource) else SessionSource(s) for s in sources]
+    # Paths stay paths: an object per file is made only for a file that is read.
+    srcs: list[Source] = list(sources)
     filters = Filters(frozenset(roles) if roles is not None else None, since, until)
     storage = default_storage(storage)
     if not query:
@@ -129,7 +137,7 @@ def _search(
     notes: list[str] = []
     index: ContentIndex | None = None
     # Our sessions in a database (another agent's, read by a loader, are not indexed there).
-    ours = any(s.load is None for s in srcs)
+    ours = any(isinstance(s, str) or s.load is None for s in srcs)
     database = None
     if use_index and matcher.literals and ours and "sessiontree.storage.postgres" in sys.modules:
         # Only a store in PostgreSQL has an index there, and its package is loaded once
@@ -138,7 +146,9 @@ def _search(
 
         database = postgres_index(storage)
     if database is not None:
-        return _in_database(database, srcs, matcher, filters, storage, limit, notes, index_progress)
+        return _in_database(
+            database, _objects(srcs), matcher, filters, storage, limit, notes, index_progress
+        )
     if not use_index:
         notes.append("the index was not asked (--no-index)")
     elif not isinstance(storage, HostFilesystem):
@@ -157,16 +167,20 @@ def _search(
                 "opened or created), which gives the same answers, more slowly"
             )
     if index is None or not literals:
-        return _scanned(srcs, matcher, filters, storage, limit, notes)
+        return _scanned(_objects(srcs), matcher, filters, storage, limit, notes)
     answered = index.answer(
         lambda index: _indexed(
-            index, srcs, matcher, literals, filters, storage, limit, notes, index_progress
+            index, srcs, listed, matcher, literals, filters, storage, limit, notes, index_progress
         )
     )
     if answered is not None:
         return answered
     notes.append("the content index could not be read: every session was read")
-    return _scanned(srcs, matcher, filters, storage, limit, notes)
+    return _scanned(_objects(srcs), matcher, filters, storage, limit, notes)
+
+
+def _objects(sources: Iterable[Source]) -> list[SessionSource]:
+    return [SessionSource(s) if isinstance(s, str) else s for s in sources]
 
 
 def _scanned(
@@ -208,7 +222,8 @@ def _literals(matcher: Matcher) -> list[str]:
 
 def _indexed(
     index: ContentIndex,
-    sources: list[SessionSource],
+    sources: list[Source],
+    listed: Iterable[Stat] | None,
     matcher: Matcher,
     literals: list[str],
     filters: Filters,
@@ -217,18 +232,19 @@ def _indexed(
     notes: list[str],
     progress: Callable[[int, int], None] | None,
 ) -> SearchResult:
-    refreshed = index.refresh(sources, storage=storage, progress=progress)
+    refreshed = index.refresh(sources, listed=listed, storage=storage, progress=progress)
     match = index.match(literals)
     if match is None:
         notes.append(
             "the search text's words are too short or too common for the index to narrow "
             "the search: every session was read"
         )
-        read = _read(sources, matcher, filters, storage, notes)
+        read = _read(_objects(sources), matcher, filters, storage, notes)
         return SearchResult(read[:limit], "scan", notes, scanned=len(sources), refreshed=refreshed)
+    paths = source_paths(sources)
     stale = set(refreshed.stale)
-    held, files = index.covering(s.path for s in sources if s.path not in stale)
-    uncovered = [s for s in sources if s.path not in held]
+    held, files = index.covering([p for p in paths if p not in stale] if stale else paths)
+    uncovered = _objects(s for s, p in zip(sources, paths, strict=True) if p not in held)
     # Files the index does not hold as they are now: read them (a vanished file is
     # skipped there and named, as any file that cannot be read).
     scanned = _read(uncovered, matcher, filters, storage, notes)
@@ -321,11 +337,11 @@ def _verify(
     matcher: Matcher,
     filters: Filters,
     storage: SessionStorage,
-    sources: list[SessionSource],
+    sources: list[Source],
     loaded: dict[str, tuple[Entry | None, Sequence[Entry]]],
 ) -> Iterator[tuple[int, SearchHit]]:
     """The candidates whose entry, read again from its file, matches."""
-    loaders = {s.path: s.load for s in sources if s.load is not None}
+    loaders = {s.path: s.load for s in sources if not isinstance(s, str) and s.load is not None}
     for candidate in candidates:
         entry = _candidate_entry(candidate, storage, loaders, loaded)
         if entry is None:

@@ -27,7 +27,16 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Final
 
-__all__ = ["MAX_TERMS", "Piece", "cut", "fts_text", "holds", "literal_pieces", "quoted"]
+__all__ = [
+    "MAX_TERMS",
+    "Piece",
+    "cut",
+    "cut_all",
+    "fts_text",
+    "holds",
+    "literal_pieces",
+    "quoted",
+]
 
 # Spelled as what a term is not (ASCII other than letters and digits): the same
 # characters as [0-9a-zA-Z\x80-\U0010ffff], whose range over the whole of Unicode `re`
@@ -77,6 +86,22 @@ def cut(text: str) -> tuple[str, list[bytes]]:
         text = fts_text(text)
         terms = text.encode("utf-8").translate(_SEPARATORS).split()
     return text, terms
+
+
+def cut_all(texts: list[str]) -> tuple[list[str], list[bytes]]:
+    """`cut` of each of `texts` (a file's): their `fts_text`s and all their terms, in
+    one pass over them all when none has a long run (joined by a space, a separator,
+    they cut into the same terms as one by one)."""
+    terms = " ".join(texts).encode("utf-8").translate(_SEPARATORS).split()
+    if not terms or max(map(len, terms)) <= _WINDOW:
+        return texts, terms
+    cut_texts: list[str] = []
+    terms = []
+    for text in texts:
+        indexed, words = cut(text)
+        cut_texts.append(indexed)
+        terms += words
+    return cut_texts, terms
 
 
 def literal_pieces(literal: str) -> list[Piece]:

@@ -694,7 +694,7 @@ class Store:
     ) -> SearchResult:
         """`search` of `sessions`: paths, the listings of the sessions or a listing's rows
         (whose titles are then searched as listed, without listing the store again)."""
-        from sessiontree.search import search, title_hits
+        from sessiontree.search import search, title_hits, title_test
 
         scope = sessions if isinstance(sessions, SearchScope) else SearchScope.of(self, sessions)
         role_list = builtins.list(roles) if roles is not None else None
@@ -713,10 +713,12 @@ class Store:
             agent_dir=view.agent_dir,
             use_index=use_index,
             index_progress=progress,
+            # The listing's stats of our files (another agent's are read through a view).
+            listed=scope.stats if self._foreign is None else None,
         )
         # The titles, from the listing (after the entries: the index is refreshed first).
         titled = title_hits(
-            scope.titles(),
+            scope.titles(title_test(query, case_sensitive=case_sensitive, regex=regex)),
             query,
             case_sensitive=case_sensitive,
             regex=regex,
