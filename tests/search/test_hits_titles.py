@@ -38,7 +38,7 @@ _TEXT = st.lists(st.one_of(_PIECES, st.text(alphabet="abSsKk/-. \n", max_size=4)
 
 @example(title="Fix  the\nbug", query="the bug", case_sensitive=False)
 @example(
-    title="<command-name>/review</command-name><command-args>PR 7</command-args>",
+    title="<command-name>/review</command-name><command-args>PR seven</command-args>",
     query="w P",
     case_sensitive=True,
 )

@@ -26,12 +26,12 @@ Why a verdict is never wrong (a false "unchanged" would be a search that misses 
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat as stat_module
 from collections.abc import Iterable, Sequence
 
 import orjson
+import xxhash
 
 import sessiontree.listing._marks as _marks
 from sessiontree.listing import stat_identity
@@ -133,4 +133,6 @@ def verdict(stats: Sequence[Stat], sources: Sequence[Source]) -> str | None:
             data += orjson.dumps(kinds)
     except TypeError:  # a lone surrogate in a path, an integer beyond 64 bits
         return None
-    return hashlib.blake2b(data, digest_size=16).hexdigest()
+    # xxh3, as the listing's marks: a search loads no OpenSSL (hashlib) for it, and the
+    # stats are the store's own, no adversary's choice to collide.
+    return xxhash.xxh3_128_hexdigest(data)
