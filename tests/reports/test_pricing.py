@@ -6,10 +6,12 @@ threads ask."""
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import json
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +77,24 @@ def test_the_table_is_imported_once_whichever_threads_ask(
     assert imports == 1 and table.available
     assert all(cost is not None and cost > 0 for cost in costs)
     assert table.described() == PriceTable().described()
+
+
+def test_a_metadata_that_is_no_utf8_is_no_crash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The version was read from the METADATA beside the package in UTF-8: a byte that
+    # is none (in its headers or the description after them, read in the same chunk)
+    # raised UnicodeDecodeError out of every report, even one that needs no price.
+    package = tmp_path / "genai_prices"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    info = tmp_path / "genai_prices-9.9.9.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_bytes(
+        b"Metadata-Version: 2.1\nName: genai\xff_prices\nVersion: 9.9.9\n\n"
+    )
+    spec = importlib.util.spec_from_file_location("genai_prices", package / "__init__.py")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, package=None: spec)
+    said = PriceTable().described()
+    assert said["table"] == "genai-prices"
+    assert said["version"] is None or isinstance(said["version"], str)

@@ -124,6 +124,8 @@ class PriceTable:
                 self._installed = (_installed_version(), None)
             except ModuleNotFoundError as exc:
                 self._installed = (None, _missing(exc))
+            except Exception:  # metadata that cannot be read: its version is not known
+                self._installed = (None, None)
         return self._installed
 
     def described(self) -> dict[str, str | None]:
@@ -303,7 +305,7 @@ def _installed_version() -> str:
                         return line[len("Version:") :].strip()
                     if not line.strip():
                         break  # the headers end at the first blank line
-        except OSError:
+        except (OSError, ValueError):  # UnicodeDecodeError: a damaged METADATA
             pass
     # Installed some other way (an egg, an editable checkout, two dist-infos): as
     # genai_prices itself asks.
