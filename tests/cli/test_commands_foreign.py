@@ -554,3 +554,20 @@ def test_usage_and_serve_read_a_foreign_store(stores: dict[str, Any], agent_dir:
         want = f"cd /work/app &amp;&amp; CODEX_HOME={stores['codex']} codex resume {fs.CODEX_CHILD}"
         assert want in copies
     assert snapshot(stores["claude"]) == before  # served read-only: nothing changed
+
+
+@pytest.mark.parametrize("source", [[], ["--from", "claude"]], ids=["detected", "--from"])
+@pytest.mark.parametrize("kind", ["fifo", "dir"])
+def test_import_of_a_fifo_or_dir_says_what_it_is(
+    agent_dir: Path, tmp_path: Path, source: list[str], kind: str
+) -> None:
+    # It said "no such file" of a FIFO (or directory) that is there.
+    path = tmp_path / "transcript.jsonl"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.mkdir()
+    result = CliRunner().invoke(app, ["import", *source, str(path)])
+    assert result.exit_code == 1, (result.stdout, result.stderr)
+    what = "a FIFO" if kind == "fifo" else "a directory"
+    assert result.stderr == f"sessiontree: error: {path}: {what}, not a regular file\n"

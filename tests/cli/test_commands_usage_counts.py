@@ -115,3 +115,28 @@ def test_usage_json_of_a_claude_transcripts_negative_counts_shows_none(
     assert [n for n in _numbers(report) if n < 0] == []
     (row,) = report["rows"]
     assert (row["input"], row["output"], row["cacheRead"], row["cacheWrite"]) == (0, 20, 0, 40)
+
+
+@pytest.mark.parametrize("command", ["usage", "show"])
+@pytest.mark.parametrize("use_index", [True, False], ids=["index", "no index"])
+def test_a_negative_recorded_cost_shows_no_negative_cost(
+    agent_dir: Path, command: str, use_index: bool
+) -> None:
+    # A reply's `usage.cost.total` below 0 is no cost spent, as a negative count is no
+    # token: it was summed as recorded (cost -5 in the report and in show).
+    usage = _usage(1, 2, 3, 4)
+    usage["cost"] = {**usage["cost"], "total": -5.0}
+    with SessionManager.create("/proj") as sm:
+        sm.append_message(user("q"))
+        sm.append_message(assistant("a", usage=usage, responseId="r1"))
+        path = sm.get_session_file()
+        stats = sm.get_usage_statistics()
+    assert path is not None
+    assert stats.cost >= 0
+    if command == "usage":
+        args = ["usage", "session", "--json", *([] if use_index else ["--no-index"])]
+    else:
+        args = ["show", "--json", path]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    assert [n for n in _numbers(json.loads(result.stdout)) if n < 0] == []

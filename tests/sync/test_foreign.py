@@ -520,3 +520,40 @@ def test_state_lost_or_a_log_cut_then_rounds_end_with_the_same_bytes(
     codex = _tree(b.view / "A" / "codex")
     rel = str(cut.relative_to(a.root / "codex"))
     assert codex[rel] == hashlib.sha256(data[: len(data) // 2]).hexdigest()
+
+
+# A log dated after 2262 (`touch -d 2300-01-01`: ext4 keeps times up to 2446) has an
+# `st_mtime_ns` beyond 64 bits, which the foreign sync state's INTEGER does not hold.
+FAR_NS = 10_413_792_000 * 10**9  # 2300-01-01: 1.04e19 > 2**63
+
+
+def _date_far_after_2262(path: Path) -> None:
+    try:
+        os.utime(path, ns=(FAR_NS, FAR_NS))
+    except (OSError, OverflowError):  # pragma: no cover - a file system of 32-bit times
+        unavailable("this file system keeps no time after 2262")
+    if os.stat(path).st_mtime_ns < 1 << 63:  # pragma: no cover - clamped
+        unavailable("this file system keeps no time after 2262")
+
+
+def test_a_log_dated_after_2262_is_sent_shown_and_appended(
+    hub: Hub,
+    machines: tuple[Machine, Machine],
+) -> None:
+    a, b = machines
+    logs = sorted((a.root / "claude" / "projects").rglob("*.jsonl"))
+    _date_far_after_2262(logs[0])
+    a.push(hub)  # raised OverflowError: Python int too large to convert to SQLite INTEGER
+    b.pull(hub)
+    rel = logs[0].relative_to(a.root / "claude")
+    shown = b.view / "A" / "claude" / rel
+    assert shown.read_bytes() == logs[0].read_bytes()
+    assert a.push(hub).files_sent == 0  # unchanged: not sent again
+    line = b'{"type":"custom-title","customTitle":"appended on A","sessionId":"x"}\n'
+    with open(logs[0], "ab") as f:
+        f.write(line)
+    _date_far_after_2262(logs[0])
+    sent = a.push(hub)
+    assert (sent.files_sent, sent.bytes_sent) == (1, len(line))
+    b.pull(hub)
+    assert shown.read_bytes() == logs[0].read_bytes()

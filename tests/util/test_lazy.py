@@ -72,3 +72,21 @@ def test_importing_a_package_loads_none_of_its_modules(tmp_path: Path) -> None:
     private = {m for m in loaded if any(part.startswith("_") for part in m.split(".")[2:])}
     assert private == set()
     assert {f"sessiontree.{p}" for p in LAZY_PACKAGES} <= loaded
+
+
+def test_dir_of_a_fresh_package_names_its_names() -> None:
+    # dir() (completion, pydoc, inspect.getmembers) named only what was loaded: the
+    # reports and search packages, eager before they were lazy, lost their names there.
+    code = (
+        "import importlib, json\n"
+        f"packages = {list(LAZY_PACKAGES)!r}\n"
+        "missing = {}\n"
+        "for p in packages:\n"
+        "    m = importlib.import_module('sessiontree.' + p)\n"
+        "    missing[p] = sorted(set(m.__all__) - set(dir(m)))\n"
+        "print(json.dumps(missing))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert json.loads(done.stdout) == {p: [] for p in LAZY_PACKAGES}

@@ -63,6 +63,7 @@ __all__ = [
     "REGISTRY",
     "CacheDB",
     "Family",
+    "fits_integer",
     "is_damage",
     "is_locked",
     "open_cache",
@@ -92,6 +93,16 @@ _SQLITE_NOTADB = 26
 
 def _code(exc: BaseException) -> int:
     return getattr(exc, "sqlite_errorcode", 0) & 0xFF
+
+
+_INT64 = 1 << 63
+
+
+def fits_integer(*values: int) -> bool:
+    """Whether each of `values` fits a SQLite INTEGER (64-bit signed): the `st_mtime_ns` of
+    a file dated after 2262 (`touch -d 2300-01-01`; ext4 keeps times up to 2446) does
+    not, and binding it raises OverflowError, which is no cache failure `run_cached` passes."""
+    return all(-_INT64 <= v < _INT64 for v in values)
 
 
 def is_damage(exc: BaseException) -> bool:

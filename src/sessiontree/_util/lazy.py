@@ -19,7 +19,8 @@ __all__ = ["lazy_exports", "lazy_table"]
 def lazy_exports(package: str, where: Mapping[str, str]) -> Callable[[str], Any]:
     """The `__getattr__` of `package`: a name of `where` is imported from its module (a
     module of the package by its short name, `_manager`, or a whole `sessiontree.` name)
-    the first time it is asked for, then kept as the package's own attribute."""
+    the first time it is asked for, then kept as the package's own attribute. The
+    package's `__dir__` is set too: it names every name of `where`."""
 
     def __getattr__(name: str) -> Any:
         module = where.get(name)
@@ -30,6 +31,14 @@ def lazy_exports(package: str, where: Mapping[str, str]) -> Callable[[str], Any]
         setattr(sys.modules[package], name, value)  # later lookups skip this function
         return value
 
+    module = sys.modules.get(package)
+    if module is not None:
+        # dir() (completion, pydoc, inspect) names what is not loaded yet too, as it
+        # did when the package imported every module.
+        def __dir__() -> list[str]:
+            return sorted({*vars(module), *where})
+
+        module.__dir__ = __dir__  # type: ignore[method-assign]
     return __getattr__
 
 

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.text import Text
 
+from sessiontree._util.fs import file_kind
 from sessiontree.cli.common import (
     EXIT_AMBIGUOUS,
     EXIT_USAGE,
@@ -61,6 +62,16 @@ def _source_store(source: str) -> ForeignStore:
     return ForeignStore.default(agent, current_store().agent_dir)
 
 
+def _no_file(arg: str, path: str) -> CliError:
+    """SESSION names no file: nothing there, or what is there instead (a FIFO is never
+    opened)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return CliError(f"{arg}: no such file")
+    return CliError(f"{arg}: {file_kind(mode)}, not a regular file")
+
+
 def _detected_source(arg: str) -> tuple[str, list[ForeignListing] | None]:
     """Whose session SESSION is (`import SESSION` without --from), and, for an id or
     prefix, what it matched in that agent's store (None for a file's path).
@@ -79,7 +90,7 @@ def _detected_source(arg: str) -> tuple[str, list[ForeignListing] | None]:
             )
         return agent, None
     if os.sep in arg or arg.endswith((".jsonl", ".json")):
-        raise CliError(f"{arg}: no such file")
+        raise _no_file(arg, path)
     return _inferred_source(arg)
 
 
@@ -145,7 +156,7 @@ def _source_path(store: ForeignStore, arg: str, found: list[ForeignListing] | No
     if os.path.isfile(path) or split_db_path(path) is not None:
         return path
     if os.sep in arg or arg.endswith((".jsonl", ".json")):
-        raise CliError(f"{arg}: no such file")
+        raise _no_file(arg, path)
     if found is None:
         found = store.find(arg)
     if not found:

@@ -264,7 +264,7 @@ class UsageTotals:
         cost = usage.get("cost")
         if isinstance(cost, dict):
             total = number(cost.get("total"))
-            if total is not None:
+            if total is not None and total > 0:  # as a count: a negative cost spends nothing
                 self.cost += total
 
     def merge(self, other: UsageTotals) -> None:

@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
-from sessiontree._util.cachedb import Family, run_cached
+from sessiontree._util.cachedb import Family, fits_integer, run_cached
 from sessiontree._util.fs import utf8_encodable
 from sessiontree.storage import HostFilesystem, SessionStorage
 
@@ -220,7 +220,8 @@ class MetaDB:
                 r.created_ms,
             )
             for path, r in records
-            if utf8_encodable(path)
+            # A file whose identity no INTEGER holds (dated after 2262) is read each time.
+            if utf8_encodable(path) and fits_integer(r.size, r.mtime_ns, r.ino, r.ctime_ns)
         ]
         gone = [(p,) for p in stale if utf8_encodable(p)]
 

@@ -18,7 +18,7 @@ import sqlite3
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from sessiontree._util.cachedb import Family, run_cached
+from sessiontree._util.cachedb import Family, fits_integer, run_cached
 from sessiontree._util.fs import utf8_encodable
 from sessiontree.format import loads_line, serialize_entry_bytes
 from sessiontree.listing._cache import CACHE_DB_NAME, META_DB_APP_ID
@@ -79,7 +79,8 @@ class IdentityCache:
         values = [
             (path, *identity, serialize_entry_bytes(value))
             for path, identity, value in rows
-            if utf8_encodable(path)
+            # A file whose identity no INTEGER holds (dated after 2262) is read each time.
+            if utf8_encodable(path) and fits_integer(*identity)
         ]
         gone = [(p,) for p in stale if utf8_encodable(p)]
         if not values and not gone:

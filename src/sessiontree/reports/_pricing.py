@@ -42,6 +42,21 @@ _PROVIDERS = {
 }
 
 
+_import_lock = threading.Lock()
+"""One import of the table, whichever thread asks first. The module's, not each table's:
+a table is pickled and copied (a lock is neither), and a forked child gets a new one."""
+
+
+def _forked() -> None:
+    # A thread importing the table at the fork holds the lock in the child, where that
+    # thread does not exist: the child's first price would wait forever.
+    global _import_lock
+    _import_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
 @dataclass(frozen=True, slots=True)
 class Quote:
     """The table's price for one reply."""
@@ -64,7 +79,6 @@ class PriceTable:
         self._calc: Any = None
         self._usage: Any = None
         self._loaded = False
-        self._lock = threading.Lock()  # one import, whichever thread asks first
         self._installed: tuple[str | None, str | None] | None = None
         self.name = TABLE_NAME
         self._version: str | None = None
@@ -74,7 +88,7 @@ class PriceTable:
     def _load(self) -> bool:
         """Imports the table once; whether it could be."""
         if not self._loaded:
-            with self._lock:
+            with _import_lock:
                 if not self._loaded:
                     self._import()
                     self._loaded = True
@@ -124,6 +138,8 @@ class PriceTable:
                 self._installed = (_installed_version(), None)
             except ModuleNotFoundError as exc:
                 self._installed = (None, _missing(exc))
+            except Exception:  # metadata that cannot be read: its version is not known
+                self._installed = (None, None)
         return self._installed
 
     def described(self) -> dict[str, str | None]:
@@ -303,7 +319,7 @@ def _installed_version() -> str:
                         return line[len("Version:") :].strip()
                     if not line.strip():
                         break  # the headers end at the first blank line
-        except OSError:
+        except (OSError, ValueError):  # UnicodeDecodeError: a damaged METADATA
             pass
     # Installed some other way (an egg, an editable checkout, two dist-infos): as
     # genai_prices itself asks.

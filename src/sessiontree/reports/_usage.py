@@ -622,6 +622,8 @@ def priced(
 def price_record(r: UsageRecord, table: PriceTable) -> tuple[float, bool, bool]:
     """(cost, estimated, unpriced) of one reply: what `price` says of it."""
     cost = r.cost
+    if cost is not None and cost < 0:
+        cost = None  # no reply earns money: a negative cost is none recorded (as a count's 0)
     estimated = unpriced = False
     if (cost is None or cost == 0) and r.tokens > 0:
         quote = table.quote(

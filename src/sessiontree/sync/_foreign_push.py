@@ -20,7 +20,7 @@ from sessiontree.storage import (
 )
 from sessiontree.sync._foreign import ForeignCounts, ForeignSource
 from sessiontree.sync._foreign_paths import FOREIGN_SYNCED, check_foreign_rel, foreign_log
-from sessiontree.sync._foreign_state import ForeignState, Sent
+from sessiontree.sync._foreign_state import ForeignState, Sent, stored_mtime
 from sessiontree.sync._hub import Hub
 from sessiontree.sync._journal import journal_rel
 from sessiontree.sync._names import check_machine_name
@@ -198,7 +198,7 @@ class _Push:
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
-    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+    return st.st_dev, st.st_ino, st.st_size, stored_mtime(st.st_mtime_ns)  # as kept
 
 
 def push_foreign(

@@ -20,7 +20,7 @@ from sessiontree._util.cachedb import CacheDB, Family, open_cache
 from sessiontree._util.closing import ClosesOnExit
 from sessiontree._util.fs import ensure_private_dir
 
-__all__ = ["ForeignState", "Sent", "Shown"]
+__all__ = ["ForeignState", "Sent", "Shown", "stored_mtime"]
 
 _APPLICATION_ID: Final = 0x53545346  # "STSF": sessiontree sync, foreign
 _FAMILY: Final = Family(
@@ -45,6 +45,16 @@ _FAMILY: Final = Family(
 )
 _BATCH: Final = 500
 """Rows written per transaction: a crash loses at most these (re-sent, never lost)."""
+
+
+_INT64_MAX: Final = (1 << 63) - 1
+
+
+def stored_mtime(mtime_ns: int) -> int:
+    """`mtime_ns` as the state keeps it: a file dated after 2262 (`touch -d 2300-01-01`;
+    ext4 keeps times up to 2446) has one beyond 64 bits, which no INTEGER holds. Kept as
+    the largest one (compared so too: its size and inode still tell that it changed)."""
+    return min(mtime_ns, _INT64_MAX)
 
 
 class Sent(NamedTuple):
@@ -147,7 +157,7 @@ class ForeignState(ClosesOnExit):
         with self._writing() as conn:
             conn.execute(
                 "INSERT OR REPLACE INTO sent VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (agent, rel, *sent),
+                (agent, rel, *sent._replace(mtime_ns=stored_mtime(sent.mtime_ns))),
             )
 
     # ------------------------------------------------------------------ received
@@ -185,5 +195,5 @@ class ForeignState(ClosesOnExit):
         with self._writing() as conn:
             conn.execute(
                 "INSERT OR REPLACE INTO shown VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (machine, agent, rel, *shown),
+                (machine, agent, rel, *shown._replace(mtime_ns=stored_mtime(shown.mtime_ns))),
             )
