@@ -130,6 +130,31 @@ def test_a_damaged_rest_of_the_rows_reads_the_files(agent: Path) -> None:
     assert [i.first_message for i in again] == [i.first_message for i in whole]
 
 
+def test_a_forged_row_naming_a_file_that_is_no_session_fails_once_and_is_dropped(
+    agent: Path,
+) -> None:
+    """Columns that name a file of the directory that is no session, with a damaged rest:
+    no listing made that row. The listing that meets it says so, naming the file, and
+    drops the row: the next one reads the files (it failed every listing before)."""
+    parts = store_parts(FileSessionStorage(), str(agent))
+    whole = list_all_sessions(parts)
+    stats, blobs = _kept(agent, "stats"), _kept(agent)
+    forged = {}
+    for d, blob in blobs.items():
+        paths = [s[0] for s in orjson.loads(stats[d])]
+        fmt, order, created, ids = orjson.loads(blob[: blob.index(b"\n")])
+        order[0] = next(i for i, p in enumerate(paths) if p.endswith("_nope.jsonl"))
+        forged[d] = orjson.dumps([fmt, order, created, ids]) + b"\n[[1,2"
+    _keep(agent, forged)
+    clear_listing_cache()
+    with pytest.raises(OSError, match=r"no session \(the row is dropped: list again\)") as failed:
+        list_all_sessions(parts)
+    assert failed.value.filename.endswith("_nope.jsonl")
+    assert list_all_sessions(parts) == whole  # in the same process
+    clear_listing_cache()
+    assert list_all_sessions(parts) == whole  # and in a fresh one
+
+
 def test_a_rest_of_rows_of_the_wrong_kinds_reads_the_files(agent: Path) -> None:
     parts = store_parts(FileSessionStorage(), str(agent))
     whole = list_all_sessions(parts)

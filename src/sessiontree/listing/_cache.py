@@ -277,6 +277,14 @@ class MetaDB:
         if rows:
             self._run(run, DIR_ROWS_FAMILY)
 
+    def forget_dir_rows(self) -> None:
+        """Drop every kept listing: the next listing reads the files."""
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM dirs")
+
+        self._run(run, DIR_ROWS_FAMILY)
+
     def _run(
         self, fn: Callable[[sqlite3.Connection], T], family: Family = LISTING_FAMILY
     ) -> T | None:

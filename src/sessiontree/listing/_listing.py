@@ -12,6 +12,7 @@ asked instead of scanned.
 from __future__ import annotations
 
 import errno
+import functools
 import heapq
 import itertools
 import os
@@ -427,6 +428,7 @@ class KeptRows:
         "_files",
         "_infos",
         "created",
+        "forget",
         "ids",
         "order",
         "stats",
@@ -448,6 +450,9 @@ class KeptRows:
         self._every_info = False
         """Whether `infos` built them all (none of `_infos` is None)."""
         self.storage = storage
+        self.forget: Callable[[], None] | None = None
+        """Drops the kept rows (on disk and in process, every directory's), for a row
+        found forged."""
 
     def __len__(self) -> int:
         return len(self.order)
@@ -483,7 +488,20 @@ class KeptRows:
         details = self.details()
         path, size, mtime_ns = self.files()[i][:3]
         if details is None:  # not as `dump_rows` wrote it: the file itself is read
-            return _scanned_info(self.storage, path)
+            try:
+                return _scanned_info(self.storage, path)
+            except _NoSession:
+                # The kept columns named a file that is no session: the row was made by
+                # no listing, and would fail every listing after this one. Dropped, the
+                # next listing reads the directory's files.
+                if self.forget is not None:
+                    self.forget()
+                raise OSError(
+                    errno.EIO,
+                    "its listing cache row is damaged, and it is no session "
+                    "(the row is dropped: list again)",
+                    path,
+                ) from None
         cwd, title, parent, messages, first = details[i]
         created_us = self.created[i]
         modified = _from_us(mtime_ns // 1000)
@@ -589,8 +607,12 @@ def _scanned_info(storage: SessionStorage, path: str) -> SessionInfo:
     rec = rescan(storage, (path, st.size, st.mtime_ns or int(st.mtime_ms * 1e6), st.ino, 0), None)
     info = session_info(rec, path, storage) if rec is not None else None
     if info is None:
-        raise OSError(errno.EIO, "its listing cache row is damaged, and it is no session", path)
+        raise _NoSession(path)
     return info
+
+
+class _NoSession(Exception):
+    """A file a kept row named is no session (`_scanned_info`)."""
 
 
 RowHandle = tuple[int, int]
@@ -741,6 +763,7 @@ def _rows_on_disk(
     for d, (stats, blob) in MetaDB(parts.agent_dir).fetch_dir_rows(dirs).items():
         rows = load_rows(listing[d], stats, blob, parts.storage)
         if rows is not None:
+            rows.forget = functools.partial(_forget_kept, parts.agent_dir, memory)
             found[d] = rows
     with cache_lock():
         for d, rows in found.items():
@@ -750,6 +773,16 @@ def _rows_on_disk(
             known.listed = listing[d]
             known.ordered = rows
     return found
+
+
+def _forget_kept(agent_dir: str, memory: DirCache) -> None:
+    """Drop every directory's kept rows, on disk and in process: a row no listing made
+    puts the others of its file in doubt too (and one listing meets one of them)."""
+    MetaDB(agent_dir).forget_dir_rows()
+    with cache_lock():
+        for known in memory.values():
+            known.listed = None
+            known.ordered = []
 
 
 _KEPT_FORMAT = 3
