@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from sessiontree.format import loads_line
@@ -94,3 +97,24 @@ def without_hang(call: Callable[[], object], fifo: str, timeout: float = HANG_S)
             thread.join(0.05)
         pytest.fail(f"blocked on the FIFO {fifo}")
     return outcome.get("value")
+
+
+def run_cli_within(
+    *args: str, home: Path, timeout: float = HANG_S
+) -> subprocess.CompletedProcess[str]:
+    """`sessiontree ARGS` in a child process with `home` as HOME; a run past `timeout`
+    (a command blocked on a FIFO) fails the test instead of hanging the suite."""
+    import pytest
+
+    env = {**os.environ, "HOME": str(home), "COLUMNS": "200", "NO_COLOR": "1"}
+    try:
+        return subprocess.run(
+            [sys.executable, "-m", "sessiontree", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`sessiontree {' '.join(args)}` hung (on a FIFO?)")

@@ -12,7 +12,6 @@ import json
 import os
 import stat
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,22 +22,11 @@ import sessiontree.cli.commands_inspect as commands_inspect
 import sessiontree.cli.commands_manage as commands_manage
 from sessiontree import SessionManager
 from sessiontree.cli import app
-from tests.helpers import HANG_S, assistant, user, without_hang
+from tests.helpers import assistant, run_cli_within, user, without_hang
 
 
 def _run(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HOME": str(home), "COLUMNS": "200", "NO_COLOR": "1"}
-    try:
-        return subprocess.run(
-            [sys.executable, "-m", "sessiontree", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=HANG_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"`sessiontree {' '.join(args)}` hung on a FIFO")
+    return run_cli_within(*args, home=home)
 
 
 def _listed_then_swapped(home: Path) -> tuple[str, str]:

@@ -17,11 +17,8 @@ import errno
 import json
 import os
 import subprocess
-import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -31,33 +28,15 @@ from sessiontree.foreign._document import read_document
 from sessiontree.foreign._files import HOST_FILES
 from sessiontree.storage import FileSessionStorage
 from sessiontree.storage._file import FilePin
-from tests.helpers import assistant, user
+from tests.helpers import assistant, run_cli_within, user, without_hang
 
 HANG = 60.0  # seconds: far beyond any of these commands on a tiny store
 
 
 def _no_hang(read: Callable[[], object], fifo: str) -> BaseException | None:
     """Run `read`; the error it raised (None: it returned). Fails when it blocks."""
-    outcome: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            outcome["value"] = read()
-        except BaseException as exc:
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    thread.join(HANG)
-    if thread.is_alive():
-        while thread.is_alive():  # a writer's open and close lets each blocked open go on
-            try:
-                os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-            except OSError:
-                pass  # no reader waiting at this moment
-            thread.join(0.05)
-        pytest.fail(f"the reader blocked on the FIFO {fifo}")
-    return outcome.get("error")
+    outcome = without_hang(read, fifo, HANG)
+    return outcome if isinstance(outcome, BaseException) else None
 
 
 STORAGE = FileSessionStorage()
@@ -95,18 +74,7 @@ def _store_with_a_fifo(agent_dir: Path) -> tuple[str, str]:
 
 
 def _run(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HOME": str(home), "COLUMNS": "200", "NO_COLOR": "1"}
-    try:
-        return subprocess.run(
-            [sys.executable, "-m", "sessiontree", *args],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=HANG,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"`sessiontree {' '.join(args)}` hung on a FIFO named like a session")
+    return run_cli_within(*args, home=home, timeout=HANG)
 
 
 @pytest.mark.parametrize(
