@@ -155,6 +155,36 @@ def test_a_forged_row_naming_a_file_that_is_no_session_fails_once_and_is_dropped
     assert list_all_sessions(parts) == whole  # and in a fresh one
 
 
+def test_a_forged_row_the_locked_cache_cannot_drop_says_what_to_delete(agent: Path) -> None:
+    """Another process holds the cache file locked when the forged row is met: the row
+    cannot be dropped, and the message says so (no false "list again"); once the lock is
+    gone, the next such listing drops it."""
+    parts = store_parts(FileSessionStorage(), str(agent))
+    whole = list_all_sessions(parts)
+    stats, blobs = _kept(agent, "stats"), _kept(agent)
+    forged = {}
+    for d, blob in blobs.items():
+        paths = [s[0] for s in orjson.loads(stats[d])]
+        fmt, order, created, ids = orjson.loads(blob[: blob.index(b"\n")])
+        order[0] = next(i for i, p in enumerate(paths) if p.endswith("_nope.jsonl"))
+        forged[d] = orjson.dumps([fmt, order, created, ids]) + b"\n[[1,2"
+    _keep(agent, forged)
+    clear_listing_cache()
+    holder = sqlite3.connect(agent / "cache" / "sessions-meta.db", isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(OSError, match=r"no session \(delete cache/sessions-meta\.db"):
+            list_all_sessions(parts)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert _kept(agent) == forged  # nothing half-dropped
+    clear_listing_cache()
+    with pytest.raises(OSError, match="the row is dropped"):
+        list_all_sessions(parts)
+    assert list_all_sessions(parts) == whole
+
+
 def test_a_rest_of_rows_of_the_wrong_kinds_reads_the_files(agent: Path) -> None:
     parts = store_parts(FileSessionStorage(), str(agent))
     whole = list_all_sessions(parts)

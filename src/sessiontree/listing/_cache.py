@@ -277,13 +277,15 @@ class MetaDB:
         if rows:
             self._run(run, DIR_ROWS_FAMILY)
 
-    def forget_dir_rows(self) -> None:
-        """Drop every kept listing: the next listing reads the files."""
+    def forget_dir_rows(self) -> bool:
+        """Drop every kept listing: the next listing reads the files. Whether they were
+        dropped (a locked or unwritable cache file is passed over, as ever)."""
 
-        def run(conn: sqlite3.Connection) -> None:
+        def run(conn: sqlite3.Connection) -> bool:
             conn.execute("DELETE FROM dirs")
+            return True
 
-        self._run(run, DIR_ROWS_FAMILY)
+        return self._run(run, DIR_ROWS_FAMILY) is True
 
     def _run(
         self, fn: Callable[[sqlite3.Connection], T], family: Family = LISTING_FAMILY

@@ -31,7 +31,14 @@ from sessiontree.layout import (
     home_relative_dir_name,
     is_safe_name,
 )
-from sessiontree.listing._cache import DirCache, DirRecords, MetaDB, cache_lock, memory_cache
+from sessiontree.listing._cache import (
+    CACHE_DB_NAME,
+    DirCache,
+    DirRecords,
+    MetaDB,
+    cache_lock,
+    memory_cache,
+)
 from sessiontree.listing._marks import Stat, read_start_ns, stat_dirs
 from sessiontree.storage import (
     HostFilesystem,
@@ -450,7 +457,7 @@ class KeptRows:
         self._every_info = False
         """Whether `infos` built them all (none of `_infos` is None)."""
         self.storage = storage
-        self.forget: Callable[[], None] | None = None
+        self.forget: Callable[[], bool] | None = None
         """Drops the kept rows (on disk and in process, every directory's), for a row
         found forged."""
 
@@ -494,12 +501,15 @@ class KeptRows:
                 # The kept columns named a file that is no session: the row was made by
                 # no listing, and would fail every listing after this one. Dropped, the
                 # next listing reads the directory's files.
-                if self.forget is not None:
-                    self.forget()
+                dropped = self.forget is not None and self.forget()
                 raise OSError(
                     errno.EIO,
                     "its listing cache row is damaged, and it is no session "
-                    "(the row is dropped: list again)",
+                    + (
+                        "(the row is dropped: list again)"
+                        if dropped
+                        else f"(delete {CACHE_DB_NAME} in the agent dir and list again)"
+                    ),
                     path,
                 ) from None
         cwd, title, parent, messages, first = details[i]
@@ -775,14 +785,15 @@ def _rows_on_disk(
     return found
 
 
-def _forget_kept(agent_dir: str, memory: DirCache) -> None:
+def _forget_kept(agent_dir: str, memory: DirCache) -> bool:
     """Drop every directory's kept rows, on disk and in process: a row no listing made
-    puts the others of its file in doubt too (and one listing meets one of them)."""
-    MetaDB(agent_dir).forget_dir_rows()
+    puts the others of its file in doubt too (and one listing meets one of them).
+    Whether the file's were dropped."""
     with cache_lock():
         for known in memory.values():
             known.listed = None
             known.ordered = []
+    return MetaDB(agent_dir).forget_dir_rows()
 
 
 _KEPT_FORMAT = 3
