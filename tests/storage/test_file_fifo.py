@@ -8,6 +8,7 @@ Each write runs in a thread that fails the test when it blocks (`without_hang`).
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Callable
@@ -71,3 +72,49 @@ def test_a_manager_whose_file_became_a_fifo_appends_nothing_through_it(tmp_path:
     assert isinstance(error, Exception), error
     without_hang(sm.close, path)
     assert stat.S_ISFIFO(os.lstat(path).st_mode)
+
+
+def test_a_truncating_writer_never_truncates_through_a_symlink(tmp_path: Path) -> None:
+    """`open_writer(path, "w")` truncates after its checks: a symlink put under the
+    session's name is refused, and the file it points at keeps every byte."""
+    precious = tmp_path / "precious.txt"
+    precious.write_text("keep me\n")
+    path = tmp_path / "s.jsonl"
+    os.symlink(precious, path)
+    with pytest.raises(OSError):
+        STORAGE.open_writer(str(path), "w")
+    assert precious.read_text() == "keep me\n"
+    assert os.path.islink(path)
+
+
+def test_a_truncation_that_fails_leaves_the_file_whole_and_no_descriptor_open(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b'{"type":"session"}\n')
+    fds = len(os.listdir("/proc/self/fd"))
+
+    def fails(fd: int, length: int) -> None:
+        raise OSError(errno.EIO, "the disk went away")
+
+    monkeypatch.setattr(os, "ftruncate", fails)
+    with pytest.raises(OSError, match="the disk went away"):
+        STORAGE.open_writer(str(path), "w")
+    monkeypatch.undo()
+    assert path.read_bytes() == b'{"type":"session"}\n'
+    assert len(os.listdir("/proc/self/fd")) == fds
+
+
+def test_a_truncating_writer_empties_what_another_program_just_appended(tmp_path: Path) -> None:
+    """ "w" is a rewrite from nothing, whatever was appended a moment before the open:
+    the writer starts from an empty file, and its own lines are all there is."""
+    path = tmp_path / "s.jsonl"
+    path.write_bytes(b'{"a":1}\n')
+    with open(path, "ab") as other:
+        other.write(b'{"b":2}\n')
+    writer = STORAGE.open_writer(str(path), "w")
+    try:
+        writer.write_line('{"c":3}\n')
+    finally:
+        writer.close()
+    assert path.read_bytes() == b'{"c":3}\n'
