@@ -42,6 +42,7 @@ __all__ = [
     "refuse_non_regular",
     "side_path",
     "side_stem",
+    "temp_side_path",
     "utf8_encodable",
     "utf8_prefix_text",
     "write_all",
@@ -146,6 +147,13 @@ def side_path(path: str, suffix: str, *, hidden: bool = False) -> str:
     directory, name = os.path.split(path)
     prefix = "." if hidden else ""
     return os.path.join(directory, f"{prefix}{side_stem(name)}{suffix}")
+
+
+def temp_side_path(path: str, suffix: str = ".tmp") -> str:
+    """A hidden side file of `path` with a random part (`.<stem>.<12 hex><suffix>`), where
+    a write is made before its rename: `os.urandom`'s bytes, as `secrets.token_hex(6)`
+    gives them, without importing `secrets` (hashlib, hmac, base64) at every start-up."""
+    return side_path(path, f".{os.urandom(6).hex()}{suffix}", hidden=True)
 
 
 def open_regular(path: str, flags: int, mode: int = FILE_MODE, *, dir_fd: int | None = None) -> int:
@@ -316,8 +324,7 @@ def atomic_write(path: str, chunks: Iterable[bytes], *, durable: bool = True) ->
     `durable=False` leaves out both fsyncs, for a caller that syncs many files at once.
     """
     directory = os.path.dirname(path)
-    # secrets.token_hex(6), without importing secrets (hashlib, hmac, base64)
-    tmp = side_path(path, f".{os.urandom(6).hex()}.tmp", hidden=True)
+    tmp = temp_side_path(path)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC | O_NOFOLLOW, FILE_MODE)
     try:
         try:
@@ -354,8 +361,7 @@ def create_new(names: Iterable[str], chunks: Iterable[bytes], *, durable: bool =
     names = iter(names)
     first = next(names)
     directory = os.path.dirname(first)
-    # secrets.token_hex(6), without importing secrets (hashlib, hmac, base64)
-    tmp = side_path(first, f".{os.urandom(6).hex()}.tmp", hidden=True)
+    tmp = temp_side_path(first)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_CLOEXEC | O_NOFOLLOW, FILE_MODE)
     try:
         try:

@@ -50,7 +50,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from sessiontree._util.fs import open_read, side_path
+from sessiontree._util.fs import open_read, temp_side_path
 from sessiontree.errors import SessionTreeError
 from sessiontree.layout import EXTERNAL_SESSION_DIRS, StoreParts, read_registry
 from sessiontree.storage import (
@@ -693,8 +693,7 @@ def _take(blob: BlobFile, min_age_seconds: float) -> list[tuple[str, str, int]]:
         present.append((path, st.st_mtime_ns))
     files: list[tuple[str, str, int]] = []
     for path, mtime_ns in reversed(present):  # sidecars first: the blob itself goes last
-        # secrets.token_hex(6), without importing secrets (hashlib, hmac, base64)
-        tmp = side_path(path, f".{os.urandom(6).hex()}{_TAKEN_SUFFIX}", hidden=True)
+        tmp = temp_side_path(path, _TAKEN_SUFFIX)
         try:
             os.rename(path, tmp)
         except FileNotFoundError:

@@ -45,7 +45,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Protocol, TypeGuard, runtime_checkable
 
 from sessiontree._util.closing import ClosesOnExit, process_id
-from sessiontree._util.fs import create_new, glob_escape, side_path
+from sessiontree._util.fs import create_new, glob_escape, temp_side_path
 from sessiontree.errors import InheritedHandleError, SessionTreeError
 
 if TYPE_CHECKING:
@@ -512,8 +512,7 @@ def replace_checked(
     # reading commands never rewrite.
     from sessiontree.storage._handover import hand_over
 
-    # secrets.token_hex(6), without importing secrets (hashlib, hmac, base64)
-    temp = side_path(path, f".{os.urandom(6).hex()}.tmp", hidden=True)
+    temp = temp_side_path(path)
     try:
         written = write_whole(storage, temp, chunks)
         if not isinstance(written, StorageStat):

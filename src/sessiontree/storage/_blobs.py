@@ -30,7 +30,7 @@ from sessiontree._util.fs import (
     ensure_private_dir,
     fsync_directory,
     read_fd,
-    side_path,
+    temp_side_path,
 )
 from sessiontree.errors import InvalidBlobRefError
 
@@ -409,8 +409,7 @@ class BlobStore:
         return BlobPutResult(digest, path, BLOB_REF_PREFIX + digest, display)
 
     def _tmp_path(self, path: str) -> str:
-        # secrets.token_hex(6), without importing secrets (hashlib, hmac, base64)
-        return side_path(path, f".{os.urandom(6).hex()}.tmp", hidden=True)
+        return temp_side_path(path)
 
     def _write_new(self, path: str, data: bytes) -> None:
         # Not fsynced here: `sync()` makes every blob put since the last one durable.
